@@ -1,0 +1,26 @@
+//! Command-line definitions (clap derive). `main.rs` parses with these and dispatches to
+//! `commands`.
+
+pub mod write_image;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "assisted-installer",
+    version,
+    about = "Install an OpenShift host from the CoreOS live system: write the CoreOS image to disk in-process, verified."
+)]
+pub struct Cli {
+    /// Log debug details too.
+    #[arg(long, short = 'v', global = true)]
+    pub verbose: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Stream a CoreOS metal image (raw, gzip, xz or zstd) onto a disk, verified, first MiB last.
+    WriteImage(write_image::WriteImageArgs),
+}

@@ -1,0 +1,181 @@
+//! `assisted-installer write-image`: options, and their translation into a checked plan.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use std::path::PathBuf;
+
+use crate::image::digest::{Expected, Sha256Sum};
+use crate::image::format::XzSettings;
+use crate::image::retry::{Retries, RetryPolicy};
+use crate::image::source::{HttpOptions, ImageLocation};
+use crate::image::WriteOptions;
+
+#[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("image").required(true).args(["image_url", "image_file"])))]
+pub struct WriteImageArgs {
+    /// Image to download (http or https).
+    #[arg(long, value_name = "URL")]
+    pub image_url: Option<String>,
+    /// Local image file.
+    #[arg(long, value_name = "PATH")]
+    pub image_file: Option<PathBuf>,
+    /// SHA-256 of the image as downloaded (compressed), as RHCOS stream metadata publishes it.
+    #[arg(long, value_name = "HEX")]
+    pub sha256: Option<String>,
+    /// SHA-256 of the uncompressed image.
+    #[arg(long, value_name = "HEX")]
+    pub uncompressed_sha256: Option<String>,
+    /// Write without any digest to check (otherwise refused).
+    #[arg(long)]
+    pub insecure: bool,
+    /// Extra CA certificates (PEM) to trust for https, on top of the system roots.
+    #[arg(long, value_name = "PEM")]
+    pub cacert: Option<PathBuf>,
+    /// Retries for a failed or broken-off download (exponential backoff from 1 s, capped at 60 s), or "infinite".
+    #[arg(long, value_name = "N|infinite", default_value = "5")]
+    pub fetch_retries: Retries,
+    /// On failure, leave the disk as the failed write left it instead of resetting it to an empty partition table.
+    #[arg(long)]
+    pub preserve_on_error: bool,
+    /// Threads for xz decoding (multi-block images); default: one per CPU.
+    #[arg(long, value_name = "N", hide_short_help = true)]
+    pub xz_threads: Option<u32>,
+    /// Target: a block device, or an existing regular file used as a disk image.
+    #[arg(value_name = "DEVICE")]
+    pub device: PathBuf,
+}
+
+/// Everything `write-image` will do, validated before anything is opened.
+#[derive(Debug, Clone)]
+pub struct WritePlan {
+    pub location: ImageLocation,
+    pub http: HttpOptions,
+    pub write: WriteOptions,
+    pub device: PathBuf,
+}
+
+impl WriteImageArgs {
+    pub fn plan(&self) -> Result<WritePlan> {
+        let expected = Expected {
+            compressed: self
+                .sha256
+                .as_deref()
+                .map(|h| Sha256Sum::parse(h, "--sha256"))
+                .transpose()?,
+            uncompressed: self
+                .uncompressed_sha256
+                .as_deref()
+                .map(|h| Sha256Sum::parse(h, "--uncompressed-sha256"))
+                .transpose()?,
+        };
+        if expected.is_empty() && !self.insecure {
+            bail!(
+                "refusing to write an image that cannot be verified: pass --sha256 (of the download) \
+                 or --uncompressed-sha256, or --insecure to write it unchecked"
+            );
+        }
+        let location = match (&self.image_url, &self.image_file) {
+            (Some(u), None) => ImageLocation::Url(u.clone()),
+            (None, Some(p)) => ImageLocation::File(p.clone()),
+            _ => bail!("pass exactly one of --image-url and --image-file"),
+        };
+        let mut xz = XzSettings::default();
+        if let Some(t) = self.xz_threads {
+            xz.threads = t.max(1);
+        }
+        Ok(WritePlan {
+            location,
+            http: HttpOptions {
+                retry: RetryPolicy {
+                    retries: self.fetch_retries,
+                    ..RetryPolicy::default()
+                },
+                cacert: self.cacert.clone(),
+                ..HttpOptions::default()
+            },
+            write: WriteOptions {
+                expected,
+                xz,
+                preserve_on_error: self.preserve_on_error,
+                ..WriteOptions::default()
+            },
+            device: self.device.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: WriteImageArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<WritePlan> {
+        let t = T::try_parse_from(std::iter::once("x").chain(args.iter().copied()))?;
+        t.a.plan()
+    }
+
+    const H: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+
+    #[test]
+    fn a_digest_or_insecure_is_required() {
+        let e = parse(&["--image-url", "http://x/i.gz", "/dev/sda"]).unwrap_err();
+        assert!(e.to_string().contains("--insecure"), "{e}");
+        let p = parse(&["--image-url", "http://x/i.gz", "--insecure", "/dev/sda"]).unwrap();
+        assert!(p.write.expected.is_empty());
+        let p = parse(&["--image-file", "/i.gz", "--sha256", H, "/dev/sda"]).unwrap();
+        assert_eq!(p.location, ImageLocation::File("/i.gz".into()));
+        assert_eq!(p.write.expected.compressed.unwrap().to_string(), H);
+    }
+
+    #[test]
+    fn exactly_one_source() {
+        assert!(parse(&["--insecure", "/dev/sda"]).is_err());
+        assert!(parse(&[
+            "--image-url",
+            "http://x",
+            "--image-file",
+            "/y",
+            "--insecure",
+            "/dev/sda"
+        ])
+        .is_err());
+    }
+
+    #[test]
+    fn retries_and_bad_digests() {
+        let p = parse(&[
+            "--image-url",
+            "http://x",
+            "--insecure",
+            "--fetch-retries",
+            "infinite",
+            "/d",
+        ])
+        .unwrap();
+        assert_eq!(p.http.retry.retries, Retries::Infinite);
+        let e = parse(&[
+            "--image-url",
+            "http://x",
+            "--uncompressed-sha256",
+            "12",
+            "/d",
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("--uncompressed-sha256"), "{e}");
+        assert!(parse(&[
+            "--image-url",
+            "http://x",
+            "--insecure",
+            "--fetch-retries",
+            "many",
+            "/d"
+        ])
+        .is_err());
+    }
+}

@@ -1,0 +1,3 @@
+//! What each subcommand does, given its parsed arguments.
+
+pub mod write_image;

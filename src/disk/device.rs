@@ -1,0 +1,248 @@
+//! The typed handle every destructive operation takes. Opening a block device uses O_EXCL, which
+//! the kernel refuses with EBUSY while the disk or any of its partitions is mounted, used as
+//! swap, or claimed by device-mapper/MD; we then look up who holds it so the message can say so.
+
+use anyhow::{bail, Context, Result};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::holders;
+use super::sys;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// A real block device (disk, loop device, NVMe namespace ...).
+    Block,
+    /// A regular file used as a disk image.
+    File,
+}
+
+/// Raised when the target is mounted or otherwise in use; callers branch on it.
+#[derive(Debug, thiserror::Error)]
+#[error("{path} is in use ({holders}); refusing to write to it. Unmount it, stop what holds it, or choose another disk")]
+pub struct DeviceBusy {
+    pub path: String,
+    pub holders: String,
+}
+
+/// An open target disk. Destructive code takes `&Device`, never a path.
+#[derive(Debug)]
+pub struct Device {
+    file: File,
+    path: PathBuf,
+    kind: DeviceKind,
+    sector_size: Option<u64>,
+    size: u64,
+    direct: bool,
+}
+
+impl Device {
+    /// Open `path` for writing an image: a block device exclusively with O_DIRECT, or an existing
+    /// regular file (O_DIRECT when its filesystem supports it).
+    pub fn open_for_write(path: &Path) -> Result<Device> {
+        let meta = std::fs::metadata(path).with_context(|| {
+            format!(
+                "cannot use {}: it does not exist (for a disk-image file, create it first, e.g. truncate -s 8G {})",
+                path.display(),
+                path.display()
+            )
+        })?;
+        let ft = meta.file_type();
+        if ft.is_block_device() {
+            Self::open_block(path)
+        } else if ft.is_file() {
+            Self::open_file(path, meta.len())
+        } else {
+            bail!(
+                "{} is neither a block device nor a regular file",
+                path.display()
+            )
+        }
+    }
+
+    fn open_block(path: &Path) -> Result<Device> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_EXCL | libc::O_DIRECT | libc::O_CLOEXEC)
+            .open(path);
+        let file = match file {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                let holders = holders::describe(path).unwrap_or_default();
+                let holders = if holders.is_empty() {
+                    "the kernel reports it busy; no mount, swap or holder was found, so another process may have it open exclusively".to_string()
+                } else {
+                    holders.join("; ")
+                };
+                return Err(DeviceBusy {
+                    path: path.display().to_string(),
+                    holders,
+                }
+                .into());
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+        };
+        let sector_size = sys::logical_sector_size(file.as_fd())
+            .with_context(|| format!("reading the sector size of {}", path.display()))?;
+        let size = sys::size_bytes(file.as_fd())
+            .with_context(|| format!("reading the size of {}", path.display()))?;
+        Ok(Device {
+            file,
+            path: path.to_path_buf(),
+            kind: DeviceKind::Block,
+            sector_size: Some(sector_size),
+            size,
+            direct: true,
+        })
+    }
+
+    fn open_file(path: &Path, size: u64) -> Result<Device> {
+        let open = |flags| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(flags | libc::O_CLOEXEC)
+                .open(path)
+        };
+        // tmpfs and some overlay filesystems refuse O_DIRECT with EINVAL: fall back to the page
+        // cache there, it is only a file.
+        let (file, direct) = match open(libc::O_DIRECT) {
+            Ok(f) => (f, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
+                open(0).with_context(|| format!("cannot open {}", path.display()))?,
+                false,
+            ),
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+        };
+        Ok(Device {
+            file,
+            path: path.to_path_buf(),
+            kind: DeviceKind::File,
+            sector_size: None,
+            size,
+            direct,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn kind(&self) -> DeviceKind {
+        self.kind
+    }
+
+    /// The logical sector size of a block device; `None` for an image file, whose sector size is
+    /// whatever the image says.
+    pub fn sector_size(&self) -> Option<u64> {
+        self.sector_size
+    }
+
+    /// Size in bytes (a regular file: its current length).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether writes bypass the page cache (and so must be aligned).
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Write all of `buf` at `offset`. With O_DIRECT, `buf` must come from an
+    /// [`AlignedBuf`](super::direct::AlignedBuf) and offset/length be sector multiples.
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let end = offset + buf.len() as u64;
+        if self.kind == DeviceKind::Block && end > self.size {
+            bail!(
+                "write of {} bytes at offset {offset} would pass the end of {} ({} bytes)",
+                buf.len(),
+                self.path.display(),
+                self.size
+            );
+        }
+        self.file.write_all_at(buf, offset).with_context(|| {
+            format!(
+                "writing {} bytes at offset {offset} of {}",
+                buf.len(),
+                self.path.display()
+            )
+        })
+    }
+
+    /// Read exactly `buf.len()` bytes at `offset` (same alignment rules as `write_at`).
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.file.read_exact_at(buf, offset).with_context(|| {
+            format!(
+                "reading {} bytes at offset {offset} of {}",
+                buf.len(),
+                self.path.display()
+            )
+        })
+    }
+
+    /// Flush data and metadata to stable storage.
+    pub fn sync(&self) -> Result<()> {
+        self.file
+            .sync_all()
+            .with_context(|| format!("fsync of {}", self.path.display()))
+    }
+
+    /// Ask the kernel to re-read the partition table (block devices only).
+    pub fn reread_partitions(&self) -> io::Result<()> {
+        sys::reread_partitions(self.file.as_fd())
+    }
+
+    /// `major:minor` of a block device.
+    pub fn devno(&self) -> Option<(u64, u64)> {
+        let meta = self.file.metadata().ok()?;
+        if self.kind != DeviceKind::Block {
+            return None;
+        }
+        let rdev = meta.rdev();
+        Some((libc::major(rdev) as u64, libc::minor(rdev) as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_path_says_how_to_make_an_image_file() {
+        let err = Device::open_for_write(Path::new("/nonexistent/disk.img")).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("does not exist"), "{msg}");
+        assert!(msg.contains("truncate -s"), "{msg}");
+    }
+
+    #[test]
+    fn a_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Device::open_for_write(dir.path()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("neither a block device nor a regular file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_regular_file_is_a_device_of_its_length() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        f.as_file().set_len(3 << 20).unwrap();
+        let dev = Device::open_for_write(f.path()).unwrap();
+        assert_eq!(dev.kind(), DeviceKind::File);
+        assert_eq!(dev.size(), 3 << 20);
+        assert_eq!(dev.sector_size(), None);
+        let mut buf = super::super::direct::AlignedBuf::new(4096);
+        buf.as_mut_slice().fill(7);
+        dev.write_at(buf.as_slice(), 8192).unwrap();
+        let mut back = super::super::direct::AlignedBuf::new(4096);
+        dev.read_at(back.as_mut_slice(), 8192).unwrap();
+        assert_eq!(back.as_slice(), buf.as_slice());
+    }
+}

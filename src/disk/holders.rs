@@ -1,0 +1,141 @@
+//! Who holds a busy disk: mounts (from /proc/self/mountinfo), swap (/proc/swaps) and kernel
+//! holders such as device-mapper or MD (/sys/dev/block/M:m/holders), for the disk and each of
+//! its partitions. Parsing is pure; only `describe` reads the system.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// One block device we look for: the disk itself or one of its partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub devno: String,
+}
+
+/// Mount points in `mountinfo` text whose source device number is `devno` ("7:3").
+pub fn mounts_of(mountinfo: &str, devno: &str) -> Vec<String> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let dev = fields.nth(2)?;
+            let _root = fields.next()?;
+            let mountpoint = fields.next()?;
+            (dev == devno).then(|| unescape_mount_path(mountpoint))
+        })
+        .collect()
+}
+
+/// /proc/self/mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape_mount_path(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v as char);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(bytes[i] as char);
+        i += 1;
+    }
+    out
+}
+
+/// Whether `/proc/swaps` text lists `/dev/<name>` as swap.
+pub fn is_swap(swaps: &str, name: &str) -> bool {
+    let dev = format!("/dev/{name}");
+    swaps
+        .lines()
+        .skip(1)
+        .any(|l| l.split_whitespace().next() == Some(dev.as_str()))
+}
+
+fn read_devno(sys_dir: &Path) -> Option<String> {
+    Some(
+        std::fs::read_to_string(sys_dir.join("dev"))
+            .ok()?
+            .trim()
+            .to_string(),
+    )
+}
+
+/// The disk and its partitions as sysfs knows them.
+fn nodes(sys_disk: &Path) -> Vec<(Node, PathBuf)> {
+    let mut out = Vec::new();
+    let name = sys_disk
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(devno) = read_devno(sys_disk) {
+        out.push((Node { name, devno }, sys_disk.to_path_buf()));
+    }
+    if let Ok(entries) = std::fs::read_dir(sys_disk) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.join("partition").exists() {
+                if let Some(devno) = read_devno(&p) {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    out.push((Node { name, devno }, p));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Human descriptions of everything that holds `disk` or one of its partitions.
+pub fn describe(disk: &Path) -> std::io::Result<Vec<String>> {
+    let rdev = std::fs::metadata(disk)?.rdev();
+    let devno = format!("{}:{}", libc::major(rdev), libc::minor(rdev));
+    let sys_disk = std::fs::canonicalize(format!("/sys/dev/block/{devno}"))?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+    let mut found = Vec::new();
+    for (node, sys) in nodes(&sys_disk) {
+        for mp in mounts_of(&mountinfo, &node.devno) {
+            found.push(format!("/dev/{} is mounted on {mp}", node.name));
+        }
+        if is_swap(&swaps, &node.name) {
+            found.push(format!("/dev/{} is an active swap device", node.name));
+        }
+        if let Ok(holders) = std::fs::read_dir(sys.join("holders")) {
+            for h in holders.flatten() {
+                let hname = h.file_name().to_string_lossy().into_owned();
+                let dm_name = std::fs::read_to_string(h.path().join("dm/name"))
+                    .map(|n| format!(" ({})", n.trim()))
+                    .unwrap_or_default();
+                found.push(format!("/dev/{} is held by {hname}{dm_name}", node.name));
+            }
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+22 1 253:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+90 22 7:3 / /mnt/with\\040space rw,relatime shared:50 - ext4 /dev/loop3 rw
+91 22 259:1 / /var/lib/data rw,relatime shared:51 - xfs /dev/nvme0n1p1 rw
+";
+
+    #[test]
+    fn mounts_are_found_by_device_number_and_unescaped() {
+        assert_eq!(mounts_of(MOUNTINFO, "7:3"), vec!["/mnt/with space"]);
+        assert_eq!(mounts_of(MOUNTINFO, "259:1"), vec!["/var/lib/data"]);
+        assert!(mounts_of(MOUNTINFO, "7:4").is_empty());
+    }
+
+    #[test]
+    fn swap_is_found_by_name() {
+        let swaps = "Filename\tType\tSize\tUsed\tPriority\n/dev/sdb2  partition\t1000\t0\t-2\n";
+        assert!(is_swap(swaps, "sdb2"));
+        assert!(!is_swap(swaps, "sdb"));
+    }
+}

@@ -1,0 +1,700 @@
+//! The streaming write. Stages run on their own threads, joined by bounded channels:
+//!
+//! ```text
+//! fetch (+sha256 of compressed) -> decode -> [sha256 of uncompressed] -> writers (O_DIRECT pwrite) x N
+//!                                      \-> first MiB held back by the coordinator
+//! ```
+//!
+//! Uncompressed data lives in a fixed pool of page-aligned 1 MiB buffers that circulate from the
+//! decoder to the writers and back, so memory stays bounded whatever the image size. The first
+//! MiB (MBR and primary GPT) is written last, only after every byte is on disk and every digest
+//! matched: until then the disk holds an empty, valid GPT written (and fsynced) before
+//! streaming, so an interrupted or failed write never leaves a bootable, unverified disk.
+
+use anyhow::{anyhow, bail, Context, Result};
+use crossbeam_channel::{bounded, select, Receiver, Sender};
+use sha2::Digest;
+use std::io::{self, BufRead, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::cancel::Cancel;
+use super::digest::{check, Expected, Sha256, Sha256Sum};
+use super::format::{sniff, Decompressor, Format, XzSettings, SNIFF_LEN};
+use super::progress::{Progress, ProgressSink};
+use super::source::ImageSource;
+use crate::disk::device::Device;
+use crate::disk::direct::{pad_to_sector, AlignedBuf};
+use crate::disk::gpt::{self, ImageLayout};
+
+/// Uncompressed bytes per buffer. Also the held-back head: block 0 is exactly the first MiB.
+pub const BLOCK: usize = 1 << 20;
+/// Compressed bytes per message from the fetch stage.
+const CHUNK: usize = 256 << 10;
+/// How often the coordinator looks at progress, errors and signals.
+const POLL: Duration = Duration::from_millis(50);
+
+#[derive(Clone, Debug)]
+pub struct WriteOptions {
+    pub expected: Expected,
+    pub xz: XzSettings,
+    /// Writes in flight (writer threads).
+    pub writers: usize,
+    /// Aligned 1 MiB buffers circulating between decoder and writers.
+    pub buffers: usize,
+    /// Leave the disk as it is on failure instead of resetting it to an empty GPT.
+    pub preserve_on_error: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            expected: Expected::default(),
+            xz: XzSettings::default(),
+            writers: 4,
+            buffers: 8,
+            preserve_on_error: false,
+        }
+    }
+}
+
+/// The write was stopped from outside (SIGINT/SIGTERM).
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted before the image was complete")]
+pub struct Interrupted;
+
+#[derive(Clone, Debug)]
+pub struct WriteSummary {
+    pub format: Format,
+    pub sector_size: u64,
+    /// Uncompressed bytes written.
+    pub image_bytes: u64,
+    /// Compressed bytes read.
+    pub source_bytes: u64,
+    pub elapsed: Duration,
+    pub sha256: Sha256Sum,
+    pub uncompressed_sha256: Option<Sha256Sum>,
+    pub expected: Expected,
+}
+
+impl WriteSummary {
+    pub fn mb_per_s(&self) -> f64 {
+        self.image_bytes as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e6
+    }
+}
+
+impl std::fmt::Display for WriteSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verdict = |expected: Option<Sha256Sum>| {
+            if expected.is_some() {
+                "verified"
+            } else {
+                "not checked"
+            }
+        };
+        writeln!(
+            f,
+            "wrote {} bytes ({:.1} MiB, {}-byte sectors) from {} bytes of {} in {:.2} s: {:.0} MB/s",
+            self.image_bytes,
+            self.image_bytes as f64 / 1048576.0,
+            self.sector_size,
+            self.source_bytes,
+            self.format,
+            self.elapsed.as_secs_f64(),
+            self.mb_per_s()
+        )?;
+        write!(
+            f,
+            "sha256 of the {} image: {} ({})",
+            if self.format == Format::Raw {
+                "raw"
+            } else {
+                "compressed"
+            },
+            self.sha256,
+            verdict(if self.format == Format::Raw {
+                self.expected.compressed.or(self.expected.uncompressed)
+            } else {
+                self.expected.compressed
+            })
+        )?;
+        if let (Some(u), false) = (self.uncompressed_sha256, self.format == Format::Raw) {
+            write!(
+                f,
+                "\nsha256 of the uncompressed image: {u} ({})",
+                verdict(self.expected.uncompressed)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+struct Block {
+    offset: u64,
+    buf: AlignedBuf,
+    len: usize,
+}
+
+enum Msg {
+    Data(Vec<u8>),
+    End,
+}
+
+/// State shared by the stages: the first error wins (later ones are usually its echoes, e.g.
+/// a closed channel), and it cancels everything else.
+struct Shared {
+    error: Mutex<Option<anyhow::Error>>,
+    /// Set by the decoder once it has sniffed the stream, before it sends the first MiB.
+    format: std::sync::OnceLock<Format>,
+    cancel: Cancel,
+    written: AtomicU64,
+    downloaded: AtomicU64,
+}
+
+impl Shared {
+    fn fail(&self, e: anyhow::Error) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() && !self.cancel.is_cancelled() {
+            *slot = Some(e);
+        }
+        drop(slot);
+        self.cancel.cancel();
+    }
+
+    fn take_error(&self) -> Option<anyhow::Error> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// The decoder's input: compressed chunks from the fetch stage, as a `BufRead`.
+struct ChannelReader {
+    rx: Receiver<Msg>,
+    cancel: Cancel,
+    cur: Vec<u8>,
+    pos: usize,
+    ended: bool,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let avail = self.fill_buf()?;
+        let n = avail.len().min(out.len());
+        out[..n].copy_from_slice(&avail[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for ChannelReader {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        while self.pos == self.cur.len() && !self.ended {
+            select! {
+                recv(self.rx) -> m => match m {
+                    Ok(Msg::Data(v)) => { self.cur = v; self.pos = 0; }
+                    Ok(Msg::End) => self.ended = true,
+                    Err(_) => return Err(io::Error::other("the image download stopped")),
+                },
+                recv(self.cancel.receiver()) -> _ => return Err(io::Error::other("cancelled")),
+            }
+        }
+        Ok(&self.cur[self.pos..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+    }
+}
+
+/// Read until `buf` is full or the stream ends; the count read.
+fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Sends block 0 to the coordinator and every other block to the writers.
+struct Router {
+    head: Sender<Block>,
+    write: Sender<Block>,
+}
+
+impl Router {
+    fn send(&self, b: Block, cancel: &Cancel) -> bool {
+        let tx = if b.offset == 0 {
+            &self.head
+        } else {
+            &self.write
+        };
+        select! {
+            send(tx, b) -> r => r.is_ok(),
+            recv(cancel.receiver()) -> _ => false,
+        }
+    }
+}
+
+/// Where a block goes after the decoder: straight to the router, or through the hasher.
+enum Next {
+    Route(Router),
+    Hash(Sender<Block>),
+}
+
+fn fetch_stage(
+    source: &mut dyn ImageSource,
+    tx: Sender<Msg>,
+    sh: &Shared,
+) -> Option<(u64, Sha256Sum)> {
+    let mut hasher = Sha256::new();
+    let mut total = 0u64;
+    loop {
+        let mut buf = Vec::with_capacity(CHUNK + (64 << 10));
+        let mut eof = false;
+        while buf.len() < CHUNK {
+            match source.read_more(&mut buf, &sh.cancel) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    sh.downloaded.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    sh.fail(e);
+                    return None;
+                }
+            }
+        }
+        hasher.update(&buf);
+        total += buf.len() as u64;
+        let msgs = (!buf.is_empty())
+            .then_some(Msg::Data(buf))
+            .into_iter()
+            .chain(eof.then_some(Msg::End));
+        for m in msgs {
+            select! {
+                send(tx, m) -> r => if r.is_err() { return None },
+                recv(sh.cancel.receiver()) -> _ => return None,
+            }
+        }
+        if eof {
+            return Some((total, Sha256Sum::of(hasher)));
+        }
+    }
+}
+
+fn decode_stage(
+    rx: Receiver<Msg>,
+    pool: Receiver<AlignedBuf>,
+    next: Next,
+    xz: XzSettings,
+    sh: &Shared,
+) -> Option<(u64, Format)> {
+    let run = || -> Result<Option<(u64, Format)>> {
+        let mut input = ChannelReader {
+            rx,
+            cancel: sh.cancel.clone(),
+            cur: Vec::new(),
+            pos: 0,
+            ended: false,
+        };
+        let head = input.fill_buf().context("reading the image")?;
+        let format = sniff(&head[..head.len().min(SNIFF_LEN)]);
+        tracing::debug!("image format: {format}");
+        let _ = sh.format.set(format);
+        let mut dec = Decompressor::new(format, input, xz)?;
+        let mut offset = 0u64;
+        loop {
+            let mut buf = if offset == 0 {
+                AlignedBuf::new(BLOCK)
+            } else {
+                select! {
+                    recv(pool) -> b => match b { Ok(b) => b, Err(_) => return Ok(None) },
+                    recv(sh.cancel.receiver()) -> _ => return Ok(None),
+                }
+            };
+            let len = fill(&mut dec, buf.as_mut_slice()).with_context(|| {
+                format!(
+                    "decoding the {format} image at uncompressed offset {}",
+                    offset
+                )
+            })?;
+            if len == 0 {
+                if offset == 0 {
+                    bail!("the image is empty");
+                }
+                break;
+            }
+            let block = Block { offset, buf, len };
+            let sent = match &next {
+                Next::Route(r) => r.send(block, &sh.cancel),
+                Next::Hash(tx) => select! {
+                    send(tx, block) -> r => r.is_ok(),
+                    recv(sh.cancel.receiver()) -> _ => false,
+                },
+            };
+            if !sent {
+                return Ok(None);
+            }
+            offset += len as u64;
+            if len < BLOCK {
+                break;
+            }
+        }
+        dec.finish()
+            .with_context(|| format!("after {offset} bytes of the {format} image"))?;
+        Ok(Some((offset, format)))
+    };
+    match run() {
+        Ok(r) => r,
+        Err(e) => {
+            sh.fail(e);
+            None
+        }
+    }
+}
+
+fn hash_stage(rx: Receiver<Block>, router: Router, sh: &Shared) -> Option<Sha256Sum> {
+    let mut hasher = Sha256::new();
+    loop {
+        let block = select! {
+            recv(rx) -> b => match b { Ok(b) => b, Err(_) => break },
+            recv(sh.cancel.receiver()) -> _ => return None,
+        };
+        hasher.update(&block.buf.as_slice()[..block.len]);
+        if !router.send(block, &sh.cancel) {
+            return None;
+        }
+    }
+    Some(Sha256Sum::of(hasher))
+}
+
+fn write_stage(
+    dev: &Device,
+    sector: usize,
+    rx: Receiver<Block>,
+    pool: Sender<AlignedBuf>,
+    sh: &Shared,
+) {
+    loop {
+        let mut block = select! {
+            recv(rx) -> b => match b { Ok(b) => b, Err(_) => return },
+            recv(sh.cancel.receiver()) -> _ => return,
+        };
+        let len = if dev.is_direct() {
+            pad_to_sector(&mut block.buf, block.len, sector)
+        } else {
+            block.len
+        };
+        let end = block.offset + len as u64;
+        if end > dev.size() {
+            sh.fail(anyhow!(
+                "the image is larger than {} ({} bytes): it continues past byte {}",
+                dev.path().display(),
+                dev.size(),
+                dev.size()
+            ));
+            return;
+        }
+        if let Err(e) = dev.write_at(&block.buf.as_slice()[..len], block.offset) {
+            sh.fail(e);
+            return;
+        }
+        sh.written.fetch_add(block.len as u64, Ordering::Relaxed);
+        // The pool has room for every buffer; a closed pool means the decoder is gone.
+        let _ = pool.send(block.buf);
+    }
+}
+
+fn joined<T>(r: std::thread::Result<T>) -> Result<T> {
+    r.map_err(|_| anyhow!("a pipeline thread panicked"))
+}
+
+/// Checks on the first MiB before the disk is touched: a GPT image whose sector size matches
+/// the device and which fits on it.
+fn plan(head: &[u8], dev: &Device, source_len: Option<u64>, format: Format) -> Result<ImageLayout> {
+    let layout = ImageLayout::parse(head)?;
+    if let Some(ss) = dev.sector_size() {
+        if ss != layout.sector_size {
+            bail!(
+                "the image has {}-byte sectors but {} has {}-byte sectors: use the {} image{}",
+                layout.sector_size,
+                dev.path().display(),
+                ss,
+                if ss == 4096 {
+                    "4Kn (4k.raw)"
+                } else {
+                    "512-byte"
+                },
+                if ss == 4096 {
+                    " (rhcos-…-metal4k.x86_64.raw.gz)"
+                } else {
+                    " (rhcos-…-metal.x86_64.raw.gz)"
+                }
+            );
+        }
+    }
+    let needed = match (format, source_len) {
+        (Format::Raw, Some(len)) => layout.size.max(len),
+        _ => layout.size,
+    };
+    if needed > dev.size() {
+        bail!(
+            "the image needs {} bytes ({} MiB) but {} holds only {} bytes ({} MiB); nothing was written",
+            needed,
+            needed >> 20,
+            dev.path().display(),
+            dev.size(),
+            dev.size() >> 20
+        );
+    }
+    Ok(layout)
+}
+
+/// Stream `source` onto `dev`. On failure the disk is left with an empty, valid GPT (unless
+/// `preserve_on_error`), or untouched when the failure came before the first write.
+/// `stop` is the caller's cancellation (signals); the write then fails with [`Interrupted`].
+pub fn write_image(
+    mut source: Box<dyn ImageSource>,
+    dev: &Device,
+    opts: &WriteOptions,
+    progress: &dyn ProgressSink,
+    stop: &Cancel,
+) -> Result<WriteSummary> {
+    let start = Instant::now();
+    // Set once the disk has been written to, with the sector size a reset must use.
+    let mut touched: Option<u64> = None;
+    let result = run(&mut *source, dev, opts, progress, stop, start, &mut touched);
+    progress.finish();
+    let e = match result {
+        Ok(summary) => return Ok(summary),
+        Err(e) => e,
+    };
+    if let Some(ss) = touched {
+        if opts.preserve_on_error {
+            tracing::warn!(
+                "--preserve-on-error: leaving {} as the failed write left it (it is not bootable: its first MiB was never written)",
+                dev.path().display()
+            );
+        } else {
+            tracing::info!(
+                "resetting {} to an empty partition table",
+                dev.path().display()
+            );
+            if let Err(reset) = gpt::write_empty_table(dev, ss) {
+                return Err(e.context(format!("and resetting the disk failed too: {reset:#}")));
+            }
+        }
+    }
+    Err(e)
+}
+
+fn run(
+    source: &mut dyn ImageSource,
+    dev: &Device,
+    opts: &WriteOptions,
+    progress: &dyn ProgressSink,
+    stop: &Cancel,
+    start: Instant,
+    touched: &mut Option<u64>,
+) -> Result<WriteSummary> {
+    let sh = Shared {
+        error: Mutex::new(None),
+        format: std::sync::OnceLock::new(),
+        cancel: Cancel::new(),
+        written: AtomicU64::new(0),
+        downloaded: AtomicU64::new(0),
+    };
+    let source_len = source.total_len();
+    let source_name = source.describe();
+    let want_uncompressed_hash = opts.expected.uncompressed.is_some();
+
+    let (comp_tx, comp_rx) = bounded::<Msg>(8);
+    let (pool_tx, pool_rx) = bounded::<AlignedBuf>(opts.buffers);
+    for _ in 0..opts.buffers.max(2) - 1 {
+        pool_tx.send(AlignedBuf::new(BLOCK)).expect("pool has room");
+    }
+    let (head_tx, head_rx) = bounded::<Block>(1);
+    let (write_tx, write_rx) = bounded::<Block>(opts.writers.max(1));
+    let (hash_tx, hash_rx) = bounded::<Block>(2);
+    let router = Router {
+        head: head_tx,
+        write: write_tx,
+    };
+
+    std::thread::scope(|s| {
+        // Whatever happens below, no stage outlives this scope.
+        struct CancelOnExit<'a>(&'a Cancel);
+        impl Drop for CancelOnExit<'_> {
+            fn drop(&mut self) {
+                self.0.cancel();
+            }
+        }
+        let _guard = CancelOnExit(&sh.cancel);
+        let sh = &sh;
+
+        let fetch = std::thread::Builder::new()
+            .name("fetch".into())
+            .spawn_scoped(s, move || fetch_stage(source, comp_tx, sh))?;
+        let (next, hasher) = if want_uncompressed_hash {
+            let h = std::thread::Builder::new()
+                .name("sha256".into())
+                .spawn_scoped(s, move || hash_stage(hash_rx, router, sh))?;
+            (Next::Hash(hash_tx), Some(h))
+        } else {
+            drop(hash_rx);
+            (Next::Route(router), None)
+        };
+        let xz = opts.xz;
+        let pool_rx2 = pool_rx.clone();
+        let decode = std::thread::Builder::new()
+            .name("decode".into())
+            .spawn_scoped(s, move || decode_stage(comp_rx, pool_rx2, next, xz, sh))?;
+        drop(pool_rx);
+
+        let interrupted = || stop.is_cancelled();
+        let status = |sh: &Shared| -> Result<()> {
+            if interrupted() {
+                sh.cancel.cancel();
+                return Err(Interrupted.into());
+            }
+            match sh.take_error() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        };
+
+        // 1. The first MiB, decoded but not written: everything we must know before acting.
+        let head = loop {
+            status(sh)?;
+            select! {
+                recv(head_rx) -> b => match b {
+                    Ok(b) => break b,
+                    Err(_) => {
+                        status(sh)?;
+                        bail!("the image stream from {source_name} ended before its first MiB");
+                    }
+                },
+                default(POLL) => {}
+            }
+        };
+        let format = *sh
+            .format
+            .get()
+            .expect("the decoder sets the format before the head");
+        let layout = plan(&head.buf.as_slice()[..head.len], dev, source_len, format)
+            .with_context(|| format!("checking the image from {source_name}"))?;
+        let sector = layout.sector_size;
+        tracing::info!(
+            "image from {source_name}: {} MiB, {}-byte sectors, {} partitions; writing to {}",
+            layout.size >> 20,
+            sector,
+            layout.partitions.iter().filter(|p| p.is_used()).count(),
+            dev.path().display()
+        );
+
+        // 2. Wipe both ends of the disk and leave an empty valid GPT there, durably.
+        status(sh)?;
+        *touched = Some(sector);
+        gpt::write_empty_table(dev, sector)
+            .context("clearing the old partition table and signatures")?;
+        sh.written.fetch_add(head.len as u64, Ordering::Relaxed);
+
+        // 3. Stream everything after the first MiB.
+        let writers: Vec<_> = (0..opts.writers.max(1))
+            .map(|i| {
+                let rx = write_rx.clone();
+                let pool = pool_tx.clone();
+                std::thread::Builder::new()
+                    .name(format!("write-{i}"))
+                    .spawn_scoped(s, move || write_stage(dev, sector as usize, rx, pool, sh))
+            })
+            .collect::<io::Result<_>>()?;
+        drop(write_rx);
+        drop(pool_tx);
+
+        let report = |sh: &Shared| {
+            progress.update(&Progress {
+                written: sh.written.load(Ordering::Relaxed),
+                image_size: Some(layout.size),
+                downloaded: sh.downloaded.load(Ordering::Relaxed),
+                download_size: source_len,
+                elapsed: start.elapsed(),
+            })
+        };
+        while !(decode.is_finished()
+            && hasher.as_ref().is_none_or(|h| h.is_finished())
+            && writers.iter().all(|w| w.is_finished()))
+        {
+            status(sh)?;
+            report(sh);
+            std::thread::sleep(POLL);
+        }
+        status(sh)?;
+        let fetched = joined(fetch.join())?;
+        let decoded = joined(decode.join())?;
+        let hashed = match hasher {
+            Some(h) => joined(h.join())?,
+            None => None,
+        };
+        for w in writers {
+            joined(w.join())?;
+        }
+        status(sh)?;
+        let (Some((source_bytes, sha256)), Some((image_bytes, format))) = (fetched, decoded) else {
+            bail!("the pipeline stopped without an error (this is a bug)");
+        };
+
+        // 4. Verify, then make the disk bootable.
+        let uncompressed_sha256 = if format == Format::Raw {
+            Some(sha256)
+        } else {
+            hashed
+        };
+        if format == Format::Raw {
+            // Compressed and uncompressed are the same bytes: either digest must match them.
+            for e in [opts.expected.compressed, opts.expected.uncompressed] {
+                check("raw", e, Some(sha256))?;
+            }
+        } else {
+            check("compressed", opts.expected.compressed, Some(sha256))?;
+            check("uncompressed", opts.expected.uncompressed, hashed)?;
+        }
+        if image_bytes < layout.size {
+            bail!(
+                "the image from {source_name} ended after {image_bytes} bytes, but its partition table says it is {} bytes long: it is truncated",
+                layout.size
+            );
+        }
+        dev.sync()?;
+        if interrupted() {
+            return Err(Interrupted.into());
+        }
+        let mut head = head;
+        let len = if dev.is_direct() {
+            pad_to_sector(&mut head.buf, head.len, sector as usize)
+        } else {
+            head.len
+        };
+        dev.write_at(&head.buf.as_slice()[..len], 0)
+            .context("writing the first MiB (partition table)")?;
+        dev.sync()?;
+        report(sh);
+        Ok(WriteSummary {
+            format,
+            sector_size: sector,
+            image_bytes,
+            source_bytes,
+            elapsed: start.elapsed(),
+            sha256,
+            uncompressed_sha256,
+            expected: opts.expected,
+        })
+    })
+}

@@ -1,0 +1,391 @@
+//! Where the compressed image comes from: a local file, or HTTP(S) with retries and resumption.
+//!
+//! The HTTP source retries the request on connection errors, timeouts, 408, 429 and 5xx with
+//! exponential backoff. When the connection drops mid-body it asks for the rest with
+//! `Range: bytes=N-` (and `If-Range`, so a file that changed on the server is not spliced onto
+//! the old one), and fails clearly if the server answers with the whole file instead.
+
+use anyhow::{anyhow, bail, Context, Result};
+use reqwest::header::{HeaderMap, CONTENT_RANGE, ETAG, IF_RANGE, LAST_MODIFIED, RANGE};
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::cancel::Cancel;
+use super::retry::{is_retryable_status, parse_content_range, RetryPolicy};
+
+/// A stream of compressed image bytes.
+pub trait ImageSource: Send {
+    /// The URL or path, for messages.
+    fn describe(&self) -> String;
+    /// Length of the whole stream when known up front (Content-Length, file size).
+    fn total_len(&self) -> Option<u64>;
+    /// Append the next bytes to `buf`; `Ok(0)` only at the end of the stream.
+    fn read_more(&mut self, buf: &mut Vec<u8>, cancel: &Cancel) -> Result<usize>;
+}
+
+/// `--image-url` or `--image-file`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageLocation {
+    Url(String),
+    File(PathBuf),
+}
+
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    pub retry: RetryPolicy,
+    /// Extra CA certificates (PEM) trusted on top of the system roots.
+    pub cacert: Option<PathBuf>,
+    pub connect_timeout: Duration,
+    /// How long the body may stay silent before the connection is treated as dropped.
+    pub idle_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            retry: RetryPolicy::default(),
+            cacert: None,
+            connect_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Open the source: for HTTP this sends the request and waits for the response headers, so
+/// an unreachable server or a 404 fails before any disk is touched.
+pub fn open(
+    location: &ImageLocation,
+    http: &HttpOptions,
+    cancel: &Cancel,
+) -> Result<Box<dyn ImageSource>> {
+    Ok(match location {
+        ImageLocation::File(p) => Box::new(FileSource::open(p)?),
+        ImageLocation::Url(u) => Box::new(HttpSource::open(u, http, cancel)?),
+    })
+}
+
+const READ_SIZE: usize = 256 << 10;
+
+pub struct FileSource {
+    file: File,
+    path: PathBuf,
+    len: u64,
+}
+
+impl FileSource {
+    pub fn open(path: &Path) -> Result<FileSource> {
+        let file = File::open(path)
+            .with_context(|| format!("cannot open image file {}", path.display()))?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            bail!("image file {} is not a regular file", path.display());
+        }
+        Ok(FileSource {
+            file,
+            path: path.to_path_buf(),
+            len: meta.len(),
+        })
+    }
+}
+
+impl ImageSource for FileSource {
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+    fn total_len(&self) -> Option<u64> {
+        Some(self.len)
+    }
+    fn read_more(&mut self, buf: &mut Vec<u8>, _cancel: &Cancel) -> Result<usize> {
+        let start = buf.len();
+        buf.resize(start + READ_SIZE, 0);
+        let n = self
+            .file
+            .read(&mut buf[start..])
+            .with_context(|| format!("reading image file {}", self.path.display()));
+        buf.truncate(start + *n.as_ref().unwrap_or(&0));
+        n
+    }
+}
+
+/// How often a wait checks for cancellation.
+const POLL: Duration = Duration::from_millis(200);
+
+pub struct HttpSource {
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    url: reqwest::Url,
+    opts: HttpOptions,
+    response: Option<reqwest::Response>,
+    /// Bytes of the body delivered so far.
+    pos: u64,
+    total: Option<u64>,
+    /// ETag (or Last-Modified) of the first response, sent as If-Range when resuming.
+    validator: Option<String>,
+    /// Failures since data last arrived.
+    failures: u32,
+}
+
+fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
+        .user_agent(concat!("assisted-installer/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(opts.connect_timeout);
+    if let Some(path) = &opts.cacert {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("reading CA certificates from {}", path.display()))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("parsing CA certificates in {}", path.display()))?;
+        if certs.is_empty() {
+            bail!("{} holds no PEM certificate", path.display());
+        }
+        builder = builder.tls_certs_merge(certs);
+    }
+    builder.build().context("building the HTTP client")
+}
+
+/// Describe a reqwest error with its causes (reqwest's Display hides the interesting part).
+fn chain(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+enum Attempt {
+    Ok(reqwest::Response),
+    Retry(String),
+    Fatal(anyhow::Error),
+}
+
+impl HttpSource {
+    pub fn open(url: &str, opts: &HttpOptions, cancel: &Cancel) -> Result<HttpSource> {
+        let parsed =
+            reqwest::Url::parse(url).with_context(|| format!("invalid image URL {url:?}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            bail!("image URL {url:?} must be http:// or https://");
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the HTTP runtime")?;
+        let client = {
+            let _guard = rt.enter();
+            build_client(opts)?
+        };
+        let mut src = HttpSource {
+            rt,
+            client,
+            url: parsed,
+            opts: opts.clone(),
+            response: None,
+            pos: 0,
+            total: None,
+            validator: None,
+            failures: 0,
+        };
+        src.connect(cancel)?;
+        Ok(src)
+    }
+
+    /// Send the request (from `pos`), retrying what may be retried.
+    fn connect(&mut self, cancel: &Cancel) -> Result<()> {
+        loop {
+            if cancel.is_cancelled() {
+                bail!("download of {} cancelled", self.url);
+            }
+            match self.attempt() {
+                Attempt::Ok(resp) => {
+                    self.response = Some(resp);
+                    return Ok(());
+                }
+                Attempt::Fatal(e) => return Err(e),
+                Attempt::Retry(why) => self.backoff(&why, cancel)?,
+            }
+        }
+    }
+
+    fn backoff(&mut self, why: &str, cancel: &Cancel) -> Result<()> {
+        self.failures += 1;
+        let policy = self.opts.retry;
+        if !policy.allows(self.failures) {
+            bail!(
+                "{why}; giving up after {} retries (raise --fetch-retries, or check the server and network)",
+                self.failures - 1
+            );
+        }
+        let delay = policy.delay(self.failures);
+        tracing::warn!(
+            "{why}; {} in {:.1}s",
+            policy.describe_attempt(self.failures),
+            delay.as_secs_f64()
+        );
+        if cancel.sleep(delay) {
+            bail!("download of {} cancelled", self.url);
+        }
+        Ok(())
+    }
+
+    fn attempt(&mut self) -> Attempt {
+        let mut req = self
+            .client
+            .get(self.url.clone())
+            .header(reqwest::header::ACCEPT_ENCODING, "identity");
+        if self.pos > 0 {
+            req = req.header(RANGE, format!("bytes={}-", self.pos));
+            if let Some(v) = &self.validator {
+                req = req.header(IF_RANGE, v.as_str());
+            }
+        }
+        let result = self.rt.block_on(req.send());
+        let resp = match result {
+            Ok(r) => r,
+            Err(e) => return Attempt::Retry(format!("GET {}: {}", self.url, chain(&e))),
+        };
+        let status = resp.status();
+        let code = status.as_u16();
+        if is_retryable_status(code) {
+            return Attempt::Retry(format!("GET {}: server answered {status}", self.url));
+        }
+        if self.pos == 0 {
+            if !status.is_success() {
+                return Attempt::Fatal(anyhow!(
+                    "GET {}: server answered {status}; check the image URL",
+                    self.url
+                ));
+            }
+            self.total = resp.content_length();
+            self.validator = validator(resp.headers());
+            return Attempt::Ok(resp);
+        }
+        self.check_resume(resp)
+    }
+
+    /// A resumed request must continue exactly where the body stopped.
+    fn check_resume(&self, resp: reqwest::Response) -> Attempt {
+        let status = resp.status();
+        if status.as_u16() == 200 {
+            return Attempt::Fatal(anyhow!(
+                "the download of {} broke off at byte {}{}, and the server answered the request for the rest (Range: bytes={}-) \
+                 with the whole file ({status}): it does not support range requests, or the file changed; cannot resume",
+                self.url,
+                self.pos,
+                self.total.map(|t| format!(" of {t}")).unwrap_or_default(),
+                self.pos
+            ));
+        }
+        if status.as_u16() != 206 {
+            return Attempt::Fatal(anyhow!(
+                "GET {} (resuming at byte {}): server answered {status}",
+                self.url,
+                self.pos
+            ));
+        }
+        let range = resp
+            .headers()
+            .get(CONTENT_RANGE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_content_range);
+        match range {
+            Some((first, _, total))
+                if first == self.pos && (total.is_none() || total == self.total) =>
+            {
+                Attempt::Ok(resp)
+            }
+            other => Attempt::Fatal(anyhow!(
+                "GET {} (resuming at byte {}): the server sent an unexpected Content-Range {:?}; cannot resume",
+                self.url,
+                self.pos,
+                other
+            )),
+        }
+    }
+
+    /// Wait for the next body chunk, at most the idle timeout, waking to check cancellation.
+    /// Appends it to `buf` and returns its length; `None` at the end of the body.
+    fn next_chunk(&mut self, buf: &mut Vec<u8>, cancel: &Cancel) -> Result<Option<usize>, String> {
+        let resp = self.response.as_mut().expect("a response is open");
+        let idle = self.opts.idle_timeout;
+        let mut waited = Duration::ZERO;
+        self.rt.block_on(async {
+            loop {
+                if cancel.is_cancelled() {
+                    return Err("cancelled".to_string());
+                }
+                let slice = POLL
+                    .min(idle.saturating_sub(waited))
+                    .max(Duration::from_millis(1));
+                match tokio::time::timeout(slice, resp.chunk()).await {
+                    Ok(Ok(Some(chunk))) => {
+                        buf.extend_from_slice(&chunk);
+                        return Ok(Some(chunk.len()));
+                    }
+                    Ok(Ok(None)) => return Ok(None),
+                    Ok(Err(e)) => return Err(chain(&e)),
+                    Err(_) => {
+                        waited += slice;
+                        if waited >= idle {
+                            return Err(format!(
+                                "no data for {}s (idle timeout)",
+                                idle.as_secs_f64()
+                            ));
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
+
+fn validator(h: &HeaderMap) -> Option<String> {
+    // A weak ETag cannot be used with If-Range (RFC 9110 13.1.5); fall back to Last-Modified.
+    h.get(ETAG)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.starts_with("W/"))
+        .or_else(|| h.get(LAST_MODIFIED).and_then(|v| v.to_str().ok()))
+        .map(str::to_string)
+}
+
+impl ImageSource for HttpSource {
+    fn describe(&self) -> String {
+        self.url.to_string()
+    }
+
+    fn total_len(&self) -> Option<u64> {
+        self.total
+    }
+
+    fn read_more(&mut self, buf: &mut Vec<u8>, cancel: &Cancel) -> Result<usize> {
+        loop {
+            if self.response.is_none() {
+                self.connect(cancel)?;
+            }
+            let why = match self.next_chunk(buf, cancel) {
+                Ok(Some(n)) => {
+                    self.pos += n as u64;
+                    self.failures = 0;
+                    return Ok(n);
+                }
+                Ok(None) => match self.total {
+                    Some(t) if self.pos < t => "the server closed the connection".to_string(),
+                    _ => return Ok(0),
+                },
+                Err(e) if cancel.is_cancelled() => bail!("download of {} cancelled: {e}", self.url),
+                Err(e) => e,
+            };
+            self.response = None;
+            let why = format!(
+                "download of {} interrupted at byte {}{}: {why}",
+                self.url,
+                self.pos,
+                self.total.map(|t| format!(" of {t}")).unwrap_or_default()
+            );
+            self.backoff(&why, cancel)?;
+            tracing::info!("resuming {} from byte {}", self.url, self.pos);
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! The on-host OpenShift assisted-installer: a streaming CoreOS disk writer (`image`, `disk`)
+//! and, on top of it, the install flows. `main.rs` only parses arguments and dispatches here.
+
+pub mod cli;
+pub mod commands;
+pub mod disk;
+pub mod image;
+pub mod logging;
+pub mod signals;

@@ -1,0 +1,40 @@
+//! Thin entrypoint: logging, argument parsing, dispatch, one error message, exit code.
+
+use clap::Parser;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+use assisted_installer::cli::{Cli, Command};
+use assisted_installer::image::{progress, Cancel, Interrupted};
+use assisted_installer::{commands, logging, signals};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.verbose);
+    match cli.command {
+        Command::WriteImage(args) => {
+            let stop = Cancel::new();
+            let signal = match signals::cancel_on_signal(&stop) {
+                Ok(s) => s,
+                Err(e) => return fail(&e, 1),
+            };
+            let bar = progress::for_stderr();
+            match commands::write_image::run(&args, bar.as_ref(), &stop) {
+                Ok(summary) => {
+                    println!("{summary}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) if e.chain().any(|c| c.is::<Interrupted>()) => {
+                    let sig = signal.load(Ordering::SeqCst);
+                    fail(&e, 128 + sig.clamp(1, 127) as u8)
+                }
+                Err(e) => fail(&e, 1),
+            }
+        }
+    }
+}
+
+fn fail(e: &anyhow::Error, code: u8) -> ExitCode {
+    eprintln!("error: {e:#}");
+    ExitCode::from(code)
+}
