@@ -1,0 +1,96 @@
+//! Tests that need root (loop devices, mounts) skip with a message when not root, and fail
+//! instead when AI_REQUIRE_ROOT_TESTS=1 (CI sets it: CI runs as root and must not skip them).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Whether a root-only test can run here; prints why not, or panics under AI_REQUIRE_ROOT_TESTS.
+pub fn have_root(test: &str) -> bool {
+    let euid = nix::unistd::geteuid();
+    let losetup = Command::new("losetup").arg("--version").output().is_ok();
+    if euid.is_root() && losetup {
+        return true;
+    }
+    let why = if euid.is_root() {
+        "losetup is not installed"
+    } else {
+        "it needs root for loop devices"
+    };
+    if std::env::var("AI_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
+        panic!("{test}: {why}, but AI_REQUIRE_ROOT_TESTS=1 forbids skipping");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
+
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A loop device over a sparse backing file, detached (and the file removed) on drop.
+pub struct LoopDev {
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl LoopDev {
+    pub fn new(size: u64, sector_size: u64) -> LoopDev {
+        let dir = tempfile::Builder::new()
+            .prefix("loopdev")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap();
+        let backing = dir.path().join("disk.img");
+        std::fs::File::create(&backing)
+            .unwrap()
+            .set_len(size)
+            .unwrap();
+        let out = run(Command::new("losetup")
+            .args(["--find", "--show", "--sector-size"])
+            .arg(sector_size.to_string())
+            .arg(&backing));
+        LoopDev {
+            path: PathBuf::from(out.trim()),
+            _dir: dir,
+        }
+    }
+
+    pub fn read(&self, offset: u64, len: usize) -> Vec<u8> {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(&self.path).unwrap();
+        let mut buf = vec![0u8; len];
+        f.read_exact_at(&mut buf, offset).unwrap();
+        buf
+    }
+
+    pub fn write(&self, offset: u64, data: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&self.path).unwrap();
+        f.write_all_at(data, offset).unwrap();
+        f.sync_all().unwrap();
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.path).output();
+        let _ = Command::new("losetup").arg("-d").arg(&self.path).output();
+    }
+}
+
+/// `sgdisk -v` output, asserting it found no problems.
+pub fn sgdisk_verify(dev: &Path) -> String {
+    let out = run(Command::new("sgdisk").arg("-v").arg(dev));
+    assert!(
+        out.contains("No problems found"),
+        "sgdisk -v {} reports problems:\n{out}",
+        dev.display()
+    );
+    out
+}

@@ -1,0 +1,218 @@
+//! The HTTP image source against a local fault-injecting server: retries, Range resume,
+//! If-Range, servers that ignore ranges, stalls, and errors that must not be retried.
+
+mod common;
+
+use assisted_installer::image::retry::{Retries, RetryPolicy};
+use assisted_installer::image::source::{HttpOptions, HttpSource, ImageSource};
+use assisted_installer::image::Cancel;
+use common::http_server::{Fault, Route, TestServer};
+use common::images::pattern;
+use std::time::{Duration, Instant};
+
+fn fast(retries: u32) -> HttpOptions {
+    HttpOptions {
+        retry: RetryPolicy {
+            retries: Retries::Count(retries),
+            initial_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(100),
+        },
+        idle_timeout: Duration::from_secs(5),
+        ..HttpOptions::default()
+    }
+}
+
+fn read_all(src: &mut dyn ImageSource) -> anyhow::Result<Vec<u8>> {
+    let cancel = Cancel::new();
+    let mut out = Vec::new();
+    while src.read_more(&mut out, &cancel)? > 0 {}
+    Ok(out)
+}
+
+fn fetch(srv: &TestServer, path: &str, opts: &HttpOptions) -> anyhow::Result<Vec<u8>> {
+    let mut src = HttpSource::open(&srv.url(path), opts, &Cancel::new())?;
+    read_all(&mut src)
+}
+
+#[test]
+fn a_cut_connection_is_resumed_with_a_range_request() {
+    let data = pattern(3 << 20, 1);
+    let srv = TestServer::start();
+    srv.route(
+        "/img",
+        Route::bytes(data.clone())
+            .with_etag("v1")
+            .with_faults(vec![vec![Fault::CutAfter(1_500_000)]]),
+    );
+    assert_eq!(fetch(&srv, "/img", &fast(3)).unwrap(), data);
+    let reqs = srv.requests_for("/img");
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    assert_eq!(reqs[0].range, None);
+    let resumed_at: u64 = reqs[1]
+        .range
+        .as_deref()
+        .and_then(|r| r.strip_prefix("bytes="))
+        .and_then(|r| r.strip_suffix('-'))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(resumed_at > 0 && resumed_at <= 1_500_000, "{resumed_at}");
+    assert_eq!(reqs[1].if_range.as_deref(), Some("\"v1\""), "If-Range carries the ETag");
+    assert_eq!(reqs[1].status, 206);
+}
+
+#[test]
+fn several_cuts_are_each_resumed() {
+    let data = pattern(4 << 20, 2);
+    let srv = TestServer::start();
+    let cut = vec![Fault::CutAfter(700_000)];
+    srv.route(
+        "/img",
+        Route::bytes(data.clone()).with_faults(vec![cut.clone(), cut.clone(), cut]),
+    );
+    // Each resume makes progress, so the retry budget (1) is renewed every time.
+    assert_eq!(fetch(&srv, "/img", &fast(1)).unwrap(), data);
+    assert_eq!(srv.request_count("/img"), 4);
+}
+
+#[test]
+fn service_unavailable_twice_is_retried() {
+    let data = pattern(100_000, 3);
+    let srv = TestServer::start();
+    srv.route(
+        "/img",
+        Route::bytes(data.clone()).with_faults(vec![
+            vec![Fault::Status(503)],
+            vec![Fault::Status(503)],
+        ]),
+    );
+    assert_eq!(fetch(&srv, "/img", &fast(3)).unwrap(), data);
+    assert_eq!(srv.request_count("/img"), 3);
+}
+
+#[test]
+fn retryable_statuses_are_retried_and_the_budget_runs_out() {
+    for code in [408u16, 429, 500, 502, 504] {
+        let srv = TestServer::start();
+        srv.route(
+            "/img",
+            Route::bytes(vec![1u8; 10]).with_sticky(vec![Fault::Status(code)]),
+        );
+        let err = fetch(&srv, "/img", &fast(2)).unwrap_err().to_string();
+        assert!(err.contains(&code.to_string()), "{err}");
+        assert!(err.contains("giving up after 2 retries"), "{err}");
+        assert_eq!(srv.request_count("/img"), 3, "{code}: first try + 2 retries");
+    }
+}
+
+#[test]
+fn not_found_fails_at_once_with_the_url_and_status() {
+    let srv = TestServer::start();
+    let err = fetch(&srv, "/missing.raw.gz", &fast(5)).unwrap_err().to_string();
+    assert!(err.contains("404"), "{err}");
+    assert!(err.contains("/missing.raw.gz"), "{err}");
+    assert_eq!(srv.requests().len(), 1, "a 404 is not retried");
+}
+
+#[test]
+fn a_server_that_ignores_range_fails_clearly() {
+    let data = pattern(2 << 20, 4);
+    let srv = TestServer::start();
+    srv.route(
+        "/img",
+        Route::bytes(data)
+            .with_faults(vec![vec![Fault::CutAfter(1 << 20)]])
+            .with_sticky(vec![Fault::IgnoreRange]),
+    );
+    let err = format!("{:#}", fetch(&srv, "/img", &fast(3)).unwrap_err());
+    assert!(err.contains("does not support range requests"), "{err}");
+    assert!(err.contains("Range: bytes="), "{err}");
+}
+
+#[test]
+fn a_changed_file_is_not_spliced_onto_the_old_one() {
+    // If-Range with an ETag the server no longer has: it answers 200 with the whole (new) file.
+    let data = pattern(2 << 20, 5);
+    let srv = TestServer::start();
+    srv.route(
+        "/img",
+        Route::bytes(data.clone())
+            .with_etag("old")
+            .with_faults(vec![vec![Fault::CutAfter(1 << 20)]]),
+    );
+    let opts = fast(3);
+    let mut src = HttpSource::open(&srv.url("/img"), &opts, &Cancel::new()).unwrap();
+    // The file changes on the server while we read (same path, new ETag).
+    srv.route("/img", Route::bytes(data).with_etag("new"));
+    let err = format!("{:#}", read_all(&mut src).unwrap_err());
+    assert!(err.contains("or the file changed"), "{err}");
+}
+
+#[test]
+fn a_stalled_body_hits_the_idle_timeout_and_is_resumed() {
+    let data = pattern(1 << 20, 6);
+    let srv = TestServer::start();
+    srv.route(
+        "/img",
+        Route::bytes(data.clone()).with_faults(vec![vec![Fault::StallAfter(300_000)]]),
+    );
+    let opts = HttpOptions {
+        idle_timeout: Duration::from_millis(500),
+        ..fast(2)
+    };
+    let start = Instant::now();
+    assert_eq!(fetch(&srv, "/img", &opts).unwrap(), data);
+    assert!(start.elapsed() < Duration::from_secs(20));
+    assert_eq!(srv.request_count("/img"), 2);
+}
+
+#[test]
+fn connection_refused_is_retried_then_reported() {
+    // Bind and drop a listener to get a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = HttpSource::open(&format!("http://127.0.0.1:{port}/img"), &fast(1), &Cancel::new())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("giving up after 1 retries"), "{err}");
+}
+
+#[test]
+fn cancellation_stops_a_backoff_at_once() {
+    let srv = TestServer::start();
+    srv.route(
+        "/img",
+        Route::bytes(vec![0u8; 10]).with_sticky(vec![Fault::Status(503)]),
+    );
+    let opts = HttpOptions {
+        retry: RetryPolicy {
+            retries: Retries::Infinite,
+            initial_backoff: Duration::from_secs(30),
+            max_backoff: Duration::from_secs(30),
+        },
+        ..HttpOptions::default()
+    };
+    let cancel = Cancel::new();
+    let c2 = cancel.clone();
+    let url = srv.url("/img");
+    let start = Instant::now();
+    let t = std::thread::spawn(move || HttpSource::open(&url, &opts, &c2).err().map(|e| e.to_string()));
+    std::thread::sleep(Duration::from_millis(300));
+    cancel.cancel();
+    let err = t.join().unwrap().unwrap();
+    assert!(err.contains("cancelled"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn urls_that_are_not_http_are_refused() {
+    let err = HttpSource::open("ftp://example/img", &fast(0), &Cancel::new())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("http:// or https://"), "{err}");
+}

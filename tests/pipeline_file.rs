@@ -1,0 +1,292 @@
+//! The streaming write onto regular files used as disks (no root needed): every format, odd
+//! tails, digest and stream errors that must leave an empty valid GPT, refusals that must leave
+//! the file untouched, cancellation, progress, and the first MiB written last.
+
+mod common;
+
+use anyhow::Result;
+use assisted_installer::disk::Device;
+use assisted_installer::image::digest::{DigestMismatch, Expected, Sha256Sum};
+use assisted_installer::image::progress::{NoProgress, PercentCallback};
+use assisted_installer::image::source::{FileSource, ImageSource};
+use assisted_installer::image::{write_image, Cancel, Interrupted, WriteOptions, WriteSummary};
+use common::images::{gpt_image, gz, sha256_hex, xz, zst};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// A source over bytes in memory, with hooks to observe or disturb the stream.
+struct MemSource {
+    data: Vec<u8>,
+    pos: usize,
+    chunk: usize,
+    /// Called before each chunk with the offset about to be delivered.
+    before: Box<dyn FnMut(usize) + Send>,
+}
+
+impl MemSource {
+    fn new(data: Vec<u8>) -> MemSource {
+        MemSource {
+            data,
+            pos: 0,
+            chunk: 64 << 10,
+            before: Box::new(|_| {}),
+        }
+    }
+}
+
+impl ImageSource for MemSource {
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+    fn total_len(&self) -> Option<u64> {
+        Some(self.data.len() as u64)
+    }
+    fn read_more(&mut self, buf: &mut Vec<u8>, _c: &Cancel) -> Result<usize> {
+        (self.before)(self.pos);
+        let n = self.chunk.min(self.data.len() - self.pos);
+        buf.extend_from_slice(&self.data[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+fn disk_file(size: u64) -> tempfile::NamedTempFile {
+    // Under target/: a real filesystem with O_DIRECT (tmpfs has none).
+    let f = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    f.as_file().set_len(size).unwrap();
+    f
+}
+
+fn opts(expected: Expected) -> WriteOptions {
+    WriteOptions {
+        expected,
+        ..WriteOptions::default()
+    }
+}
+
+fn sha(data: &[u8]) -> Sha256Sum {
+    Sha256Sum::parse(&sha256_hex(data), "test").unwrap()
+}
+
+fn write(src: Box<dyn ImageSource>, disk: &Path, o: &WriteOptions) -> Result<WriteSummary> {
+    let dev = Device::open_for_write(disk)?;
+    write_image(src, &dev, o, &NoProgress, &Cancel::new())
+}
+
+/// The disk holds an empty, valid GPT at `ss` and nothing bootable.
+fn assert_empty_gpt(disk: &Path, ss: u64) {
+    let mut f = std::fs::File::open(disk).unwrap();
+    let gpt = gptman::GPT::read_from(&mut f, ss).expect("a valid GPT");
+    assert_eq!(gpt.iter().filter(|(_, p)| p.is_used()).count(), 0, "no partitions");
+    let len = std::fs::metadata(disk).unwrap().len();
+    assert_eq!(gpt.header.backup_lba, len / ss - 1, "backup at the end of the disk");
+}
+
+/// A stream error can surface before the disk is wiped (then it is untouched: still all
+/// zeroes here) or after (then it holds an empty GPT); either way no image is bootable.
+fn assert_untouched_or_empty_gpt(disk: &Path, ss: u64) {
+    let data = std::fs::read(disk).unwrap();
+    if !data.iter().all(|&b| b == 0) {
+        assert_empty_gpt(disk, ss);
+    }
+}
+
+#[test]
+fn every_format_writes_the_image_byte_for_byte() {
+    for ss in [512u64, 4096] {
+        let img = gpt_image(5 << 20, ss, ss);
+        for (name, bytes) in [("raw", img.clone()), ("gz", gz(&img)), ("xz", xz(&img)), ("zst", zst(&img))] {
+            let disk = disk_file(8 << 20);
+            let s = write(
+                Box::new(MemSource::new(bytes.clone())),
+                disk.path(),
+                &opts(Expected {
+                    compressed: Some(sha(&bytes)),
+                    uncompressed: Some(sha(&img)),
+                }),
+            )
+            .unwrap_or_else(|e| panic!("{name} at {ss}: {e:#}"));
+            let written = std::fs::read(disk.path()).unwrap();
+            assert!(written[..img.len()] == img[..], "{name} at {ss}: bytes differ");
+            assert_eq!(s.image_bytes, img.len() as u64);
+            assert_eq!(s.source_bytes, bytes.len() as u64);
+            assert_eq!(s.sector_size, ss);
+            assert_eq!(s.uncompressed_sha256, Some(sha(&img)));
+        }
+    }
+}
+
+#[test]
+fn a_tail_that_is_not_a_whole_buffer_is_written_exactly() {
+    // 3 MiB + 3 sectors: the last buffer holds 1536 bytes, not a multiple of 4096.
+    let img = gpt_image((3 << 20) + 3 * 512, 512, 7);
+    let disk = disk_file(6 << 20);
+    std::fs::write(disk.path(), vec![0xeeu8; 6 << 20]).unwrap();
+    write(Box::new(MemSource::new(gz(&img))), disk.path(), &opts(Expected {
+        compressed: None,
+        uncompressed: Some(sha(&img)),
+    }))
+    .unwrap();
+    let written = std::fs::read(disk.path()).unwrap();
+    assert!(written[..img.len()] == img[..]);
+}
+
+#[test]
+fn a_compressed_digest_mismatch_fails_and_leaves_an_empty_gpt() {
+    let img = gpt_image(4 << 20, 512, 8);
+    let disk = disk_file(6 << 20);
+    let err = write(
+        Box::new(MemSource::new(gz(&img))),
+        disk.path(),
+        &opts(Expected {
+            compressed: Some(Sha256Sum([7; 32])),
+            uncompressed: None,
+        }),
+    )
+    .unwrap_err();
+    assert!(err.chain().any(|c| c.is::<DigestMismatch>()), "{err:#}");
+    assert!(format!("{err:#}").contains("compressed"), "{err:#}");
+    assert_empty_gpt(disk.path(), 512);
+}
+
+#[test]
+fn an_uncompressed_digest_mismatch_fails_and_leaves_an_empty_gpt() {
+    let img = gpt_image(4 << 20, 4096, 9);
+    let disk = disk_file(6 << 20);
+    let err = write(
+        Box::new(MemSource::new(zst(&img))),
+        disk.path(),
+        &opts(Expected {
+            compressed: None,
+            uncompressed: Some(Sha256Sum([1; 32])),
+        }),
+    )
+    .unwrap_err();
+    let e = err.chain().find_map(|c| c.downcast_ref::<DigestMismatch>()).unwrap();
+    assert_eq!(e.which, "uncompressed");
+    assert_eq!(e.actual, sha(&img));
+    assert_empty_gpt(disk.path(), 4096);
+}
+
+#[test]
+fn truncated_and_trailing_streams_fail_and_leave_an_empty_gpt() {
+    let img = gpt_image(4 << 20, 512, 10);
+    for (what, bytes, needle) in [
+        ("truncated gz", { let c = gz(&img); c[..c.len() * 3 / 4].to_vec() }, "truncated"),
+        ("trailing after xz", { let mut c = xz(&img); c.extend_from_slice(b"junk"); c }, "trailing data"),
+        ("raw shorter than its GPT", img[..3 << 20].to_vec(), "truncated"),
+    ] {
+        let disk = disk_file(6 << 20);
+        let err = write(Box::new(MemSource::new(bytes)), disk.path(), &opts(Expected::default()))
+            .unwrap_err();
+        assert!(format!("{err:#}").contains(needle), "{what}: {err:#}");
+        assert_untouched_or_empty_gpt(disk.path(), 512);
+    }
+}
+
+#[test]
+fn refusals_before_the_first_write_leave_the_disk_untouched() {
+    let img = gpt_image(8 << 20, 512, 11);
+    let not_gpt = common::images::pattern(3 << 20, 12);
+    for (what, bytes, disk_size, needle) in [
+        ("too large", gz(&img), 6u64 << 20, "holds only"),
+        ("not a GPT image", not_gpt, 6 << 20, "not a CoreOS metal disk image"),
+    ] {
+        let disk = disk_file(disk_size);
+        let before = vec![0x5au8; disk_size as usize];
+        std::fs::write(disk.path(), &before).unwrap();
+        let err = write(Box::new(MemSource::new(bytes)), disk.path(), &opts(Expected::default()))
+            .unwrap_err();
+        assert!(format!("{err:#}").contains(needle), "{what}: {err:#}");
+        assert!(std::fs::read(disk.path()).unwrap() == before, "{what}: disk was modified");
+    }
+}
+
+#[test]
+fn the_first_mib_is_written_only_after_the_stream_is_verified() {
+    let img = gpt_image(24 << 20, 512, 13);
+    let disk = disk_file(32 << 20);
+    let path = disk.path().to_path_buf();
+    let seen_head = Arc::new(Mutex::new(Vec::new()));
+    let (len, head_log) = (img.len(), seen_head.clone());
+    let mut src = MemSource::new(img.clone());
+    // Before each chunk, look at what the disk's sector 1 holds right now.
+    src.before = Box::new(move |pos| {
+        if pos > (1 << 20) && pos < len {
+            let head = std::fs::read(&path).unwrap()[512..1024].to_vec();
+            head_log.lock().unwrap().push(head);
+        }
+    });
+    write(Box::new(src), disk.path(), &opts(Expected {
+        compressed: Some(sha(&img)),
+        uncompressed: None,
+    }))
+    .unwrap();
+    let seen = seen_head.lock().unwrap();
+    // The source may run ahead of the wipe (the disk is still untouched then), but from the
+    // wipe on, sector 1 holds an empty GPT, and never the image's own header until the end.
+    assert!(seen.iter().any(|h| &h[..8] == b"EFI PART"), "the empty GPT was seen");
+    for h in seen.iter() {
+        assert!(h.iter().all(|&b| b == 0) || &h[..8] == b"EFI PART", "unexpected sector 1");
+        assert_ne!(&h[..], &img[512..1024], "the image's own GPT header appeared before the end");
+    }
+    assert!(std::fs::read(disk.path()).unwrap()[..img.len()] == img[..]);
+}
+
+#[test]
+fn cancellation_mid_stream_stops_with_interrupted_and_an_empty_gpt() {
+    let img = gpt_image(6 << 20, 512, 14);
+    let disk = disk_file(8 << 20);
+    let stop = Cancel::new();
+    let s2 = stop.clone();
+    let mut src = MemSource::new(img);
+    let path = disk.path().to_path_buf();
+    // Cancel mid-stream, once the disk has been wiped (the coordinator does that on its own
+    // thread; the source can run ahead of it).
+    src.before = Box::new(move |pos| {
+        if pos >= 3 << 20 && !s2.is_cancelled() {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while &std::fs::read(&path).unwrap()[512..520] != b"EFI PART" {
+                assert!(std::time::Instant::now() < deadline, "the disk was never wiped");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            s2.cancel();
+        }
+    });
+    let dev = Device::open_for_write(disk.path()).unwrap();
+    let err = write_image(Box::new(src), &dev, &opts(Expected::default()), &NoProgress, &stop)
+        .unwrap_err();
+    assert!(err.chain().any(|c| c.is::<Interrupted>()), "{err:#}");
+    assert_empty_gpt(disk.path(), 512);
+}
+
+#[test]
+fn progress_reaches_one_hundred_percent_in_order() {
+    let img = gpt_image(12 << 20, 512, 15);
+    let disk = disk_file(16 << 20);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let cb = PercentCallback::new(move |p| s2.lock().unwrap().push(p));
+    let mut src = MemSource::new(img);
+    src.chunk = 32 << 10;
+    src.before = Box::new(|_| std::thread::sleep(std::time::Duration::from_millis(3)));
+    let dev = Device::open_for_write(disk.path()).unwrap();
+    write_image(Box::new(src), &dev, &opts(Expected::default()), &cb, &Cancel::new()).unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.last(), Some(&100), "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert!(seen.len() > 2, "intermediate percentages: {seen:?}");
+}
+
+#[test]
+fn a_local_file_source_works_and_is_sized() {
+    let img = gpt_image(3 << 20, 512, 16);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("img.zst");
+    std::fs::write(&path, zst(&img)).unwrap();
+    let src = FileSource::open(&path).unwrap();
+    assert_eq!(src.total_len(), Some(std::fs::metadata(&path).unwrap().len()));
+    let disk = disk_file(4 << 20);
+    write(Box::new(src), disk.path(), &opts(Expected::default())).unwrap();
+    assert!(std::fs::read(disk.path()).unwrap()[..img.len()] == img[..]);
+}
