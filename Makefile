@@ -1,0 +1,36 @@
+# The two commands a newcomer needs: `make demo` and `make test`. `.ci/run` installs the system
+# packages first, then runs `make test`.
+
+CARGO ?= cargo
+DEMO_DIR ?= target/demo
+
+.PHONY: test lint demo bench images deps
+
+# The whole suite: formatting, lints, unit and integration tests. The loop-device tests need
+# root; they skip with a message otherwise (CI sets AI_REQUIRE_ROOT_TESTS=1 so they cannot).
+test: lint
+	$(CARGO) test --locked
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+# Generate a small CoreOS-like image, serve it on 127.0.0.1, write it to a 256 MiB disk-image
+# file with write-image, and print the summary.
+demo:
+	$(CARGO) build --release --locked --bin assisted-installer --example make-test-image
+	bash scripts/demo.sh $(DEMO_DIR)
+
+# Criterion benches on loop devices (root): >= 1 GiB images in each format, with the stage
+# limits (decoder alone, gzip -dc, dd oflag=direct) measured in the same run.
+bench:
+	$(CARGO) bench --locked --bench write_image
+
+# Build the test images (cached under target/testdata-cache) without running tests.
+images:
+	$(CARGO) run --release --locked --example make-test-image -- --sector-size 512
+	$(CARGO) run --release --locked --example make-test-image -- --sector-size 4096
+
+# System packages the tests use (Debian names).
+deps:
+	bash .ci/install-deps

@@ -1,0 +1,287 @@
+//! `assisted-installer write-image` end to end as root: CoreOS-like images over HTTP from a
+//! local fault-injecting server onto 512- and 4096-byte loop devices, read back byte for byte;
+//! and the failure cases that must refuse early or leave an empty valid GPT.
+
+mod common;
+#[path = "../testdata/coreos_image.rs"]
+mod coreos_image;
+
+use common::http_server::{Fault, Route, TestServer};
+use common::root::{have_root, run, sgdisk_verify, LoopDev};
+use coreos_image::{cached_image_set, Compression, ImageFile, ImageSet, ImageSpec};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
+const MIB: u64 = 1 << 20;
+
+fn images(ss: u64) -> &'static ImageSet {
+    static SETS: [OnceLock<ImageSet>; 2] = [OnceLock::new(), OnceLock::new()];
+    SETS[(ss == 4096) as usize]
+        .get_or_init(|| cached_image_set(&ImageSpec::test(ss)).expect("test images"))
+}
+
+fn write_image(args: &[&str], dev: &Path) -> Output {
+    Command::new(BIN)
+        .arg("write-image")
+        .args(args)
+        .arg(dev)
+        .output()
+        .expect("running assisted-installer")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn device_sha256(dev: &LoopDev, len: u64) -> String {
+    let out = run(Command::new("sh").arg("-c").arg(format!(
+        "head -c {len} {} | sha256sum",
+        dev.path.display()
+    )));
+    out.split_whitespace().next().unwrap().to_string()
+}
+
+fn whole_device_sha256(dev: &LoopDev) -> String {
+    let out = run(Command::new("sha256sum").arg(&dev.path));
+    out.split_whitespace().next().unwrap().to_string()
+}
+
+/// The device holds an empty, valid GPT (no partitions) that `sgdisk -v` accepts.
+fn assert_empty_gpt(dev: &LoopDev, ss: u64) {
+    sgdisk_verify(&dev.path);
+    let mut f = std::fs::File::open(&dev.path).unwrap();
+    let gpt = gptman::GPT::read_from(&mut f, ss).expect("a valid GPT");
+    assert_eq!(gpt.iter().filter(|(_, p)| p.is_used()).count(), 0, "partitions left");
+}
+
+fn each_format_over_http(ss: u64) {
+    let set = images(ss);
+    let srv = TestServer::start();
+    for c in [None, Some(Compression::Gzip), Some(Compression::Xz), Some(Compression::Zstd)] {
+        let file: &ImageFile = set.compressed(c);
+        let url = srv.serve_file(&format!("/img-{c:?}"), &file.path);
+        let dev = LoopDev::new(set.raw.size + 64 * MIB, ss);
+        let out = write_image(&["--image-url", &url, "--sha256", &file.sha256], &dev.path);
+        assert!(out.status.success(), "{c:?} at {ss}: {}", text(&out));
+        assert_eq!(
+            device_sha256(&dev, set.raw.size),
+            set.raw.sha256,
+            "{c:?} at {ss}: the device differs from the raw image"
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("MB/s") && stdout.contains(&file.sha256), "{stdout}");
+        assert!(stdout.contains("verified"), "{stdout}");
+    }
+}
+
+#[test]
+fn each_format_over_http_onto_a_512_byte_loop_device() {
+    if have_root("each_format_over_http_onto_a_512_byte_loop_device") {
+        each_format_over_http(512);
+    }
+}
+
+#[test]
+fn each_format_over_http_onto_a_4096_byte_loop_device() {
+    if have_root("each_format_over_http_onto_a_4096_byte_loop_device") {
+        each_format_over_http(4096);
+    }
+}
+
+#[test]
+fn a_connection_cut_at_half_is_resumed_and_the_disk_is_identical() {
+    if !have_root("a_connection_cut_at_half_is_resumed_and_the_disk_is_identical") {
+        return;
+    }
+    let set = images(512);
+    let srv = TestServer::start();
+    srv.route(
+        "/img.gz",
+        Route::file(&set.gz.path).with_faults(vec![vec![Fault::CutAfter(set.gz.size / 2)]]),
+    );
+    let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
+    let out = write_image(
+        &["--image-url", &srv.url("/img.gz"), "--sha256", &set.gz.sha256],
+        &dev.path,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(device_sha256(&dev, set.raw.size), set.raw.sha256);
+    let reqs = srv.requests_for("/img.gz");
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    assert!(reqs[1].range.as_deref().unwrap().starts_with("bytes="), "{reqs:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("resuming"), "{}", text(&out));
+}
+
+#[test]
+fn service_unavailable_twice_is_retried() {
+    if !have_root("service_unavailable_twice_is_retried") {
+        return;
+    }
+    let set = images(512);
+    let srv = TestServer::start();
+    srv.route(
+        "/img.zst",
+        Route::file(&set.zst.path)
+            .with_faults(vec![vec![Fault::Status(503)], vec![Fault::Status(503)]]),
+    );
+    let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
+    let out = write_image(
+        &["--image-url", &srv.url("/img.zst"), "--sha256", &set.zst.sha256],
+        &dev.path,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(srv.request_count("/img.zst"), 3);
+    assert_eq!(device_sha256(&dev, set.raw.size), set.raw.sha256);
+}
+
+#[test]
+fn not_found_is_a_clear_error_and_the_disk_is_untouched() {
+    if !have_root("not_found_is_a_clear_error_and_the_disk_is_untouched") {
+        return;
+    }
+    let srv = TestServer::start();
+    let dev = LoopDev::new(64 * MIB, 512);
+    dev.write(0, &vec![0xa5u8; MIB as usize]);
+    let before = whole_device_sha256(&dev);
+    let out = write_image(&["--image-url", &srv.url("/nope.raw.gz"), "--insecure"], &dev.path);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("404") && stderr.contains("/nope.raw.gz"), "{stderr}");
+    assert_eq!(whole_device_sha256(&dev), before);
+}
+
+#[test]
+fn a_corrupt_byte_fails_the_digest_and_leaves_an_empty_gpt() {
+    if !have_root("a_corrupt_byte_fails_the_digest_and_leaves_an_empty_gpt") {
+        return;
+    }
+    for ss in [512u64, 4096] {
+        let set = images(ss);
+        let srv = TestServer::start();
+        // Raw: nothing but the digest can notice. Past the first MiB, so the write is under way.
+        srv.route(
+            "/img.raw",
+            Route::file(&set.raw.path).with_sticky(vec![Fault::CorruptByte(set.raw.size / 2 + 12345)]),
+        );
+        let dev = LoopDev::new(set.raw.size + 16 * MIB, ss);
+        let out = write_image(
+            &["--image-url", &srv.url("/img.raw"), "--sha256", &set.raw.sha256],
+            &dev.path,
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("sha256") && stderr.contains(&set.raw.sha256), "{stderr}");
+        assert_empty_gpt(&dev, ss);
+    }
+}
+
+#[test]
+fn a_mounted_device_is_refused_naming_the_mountpoint() {
+    if !have_root("a_mounted_device_is_refused_naming_the_mountpoint") {
+        return;
+    }
+    let set = images(512);
+    let dev = LoopDev::new(64 * MIB, 512);
+    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev.path));
+    let mnt = tempfile::tempdir().unwrap();
+    run(Command::new("mount").arg(&dev.path).arg(mnt.path()));
+    let out = write_image(
+        &["--image-file", set.gz.path.to_str().unwrap(), "--sha256", &set.gz.sha256],
+        &dev.path,
+    );
+    run(Command::new("umount").arg(mnt.path()));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is in use"), "{stderr}");
+    assert!(stderr.contains(&format!("mounted on {}", mnt.path().display())), "{stderr}");
+}
+
+#[test]
+fn a_device_too_small_is_refused_before_anything_is_written() {
+    if !have_root("a_device_too_small_is_refused_before_anything_is_written") {
+        return;
+    }
+    let set = images(512);
+    let dev = LoopDev::new(set.raw.size - 8 * MIB, 512);
+    let pattern = vec![0x3cu8; MIB as usize];
+    dev.write(0, &pattern);
+    dev.write(set.raw.size - 9 * MIB, &pattern);
+    let before = whole_device_sha256(&dev);
+    let srv = TestServer::start();
+    let url = srv.serve_file("/img.xz", &set.xz.path);
+    let out = write_image(&["--image-url", &url, "--sha256", &set.xz.sha256], &dev.path);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("holds only") && stderr.contains("nothing was written"), "{stderr}");
+    assert_eq!(whole_device_sha256(&dev), before, "the device was modified");
+}
+
+#[test]
+fn an_image_with_the_other_sector_size_is_refused_before_anything_is_written() {
+    if !have_root("an_image_with_the_other_sector_size_is_refused_before_anything_is_written") {
+        return;
+    }
+    let set = images(4096);
+    let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
+    let before = whole_device_sha256(&dev);
+    let out = write_image(
+        &["--image-file", set.gz.path.to_str().unwrap(), "--sha256", &set.gz.sha256],
+        &dev.path,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("4096-byte sectors") && stderr.contains("512-byte sectors"), "{stderr}");
+    assert_eq!(whole_device_sha256(&dev), before);
+}
+
+#[test]
+fn sigterm_mid_write_leaves_an_empty_gpt_and_exits_143() {
+    if !have_root("sigterm_mid_write_leaves_an_empty_gpt_and_exits_143") {
+        return;
+    }
+    let set = images(512);
+    let srv = TestServer::start();
+    // About 8 s for the whole download, so the signal lands mid-stream.
+    srv.route(
+        "/img.gz",
+        Route::file(&set.gz.path).with_sticky(vec![Fault::Throttle(set.gz.size / 8)]),
+    );
+    let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
+    // A bootable-looking old table that must not survive.
+    dev.write(0, &std::fs::read(&set.raw.path).unwrap()[..MIB as usize]);
+    let mut child = Command::new(BIN)
+        .args(["write-image", "--image-url", &srv.url("/img.gz"), "--sha256", &set.gz.sha256])
+        .arg(&dev.path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the stream is well under way: a quarter of it has been sent.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while srv.requests_for("/img.gz").first().map_or(0, |r| r.body_bytes_sent) < set.gz.size / 4 {
+        assert!(Instant::now() < deadline, "the download never got going");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let start = Instant::now();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    use std::io::Read;
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(10), "slow to stop");
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("SIGTERM") && stderr.contains("interrupted"), "{stderr}");
+    assert_empty_gpt(&dev, 512);
+}
