@@ -1,1 +1,271 @@
-fn main() {}
+//! `make bench`: write a >= 1 GiB CoreOS-like image (gz, xz, zst, raw) over loopback HTTP onto a
+//! loop device with the real binary, and measure in the same run the limits of each stage: our
+//! decoder alone into /dev/null, `gzip -dc` on the same file, and `dd oflag=direct bs=4M` of the
+//! raw image to the same device. Criterion measures; a table of MB/s and ratios closes the run.
+//! Needs root (loop devices); prints why and exits otherwise.
+
+#[path = "../tests/common/http_server.rs"]
+mod http_server;
+#[path = "../testdata/coreos_image.rs"]
+mod coreos_image;
+
+use assisted_installer::image::format::{sniff, Decompressor, XzSettings};
+use coreos_image::{cached_image_set, Compression, ImageSet, ImageSpec};
+use criterion::{criterion_group, Criterion, Throughput};
+use http_server::TestServer;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
+
+struct Fixture {
+    set: ImageSet,
+    server: TestServer,
+    loop_dev: PathBuf,
+    _backing: tempfile::TempDir,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.loop_dev).status();
+    }
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let t = Instant::now();
+        let set = cached_image_set(&ImageSpec::bench(512)).expect("bench images");
+        eprintln!("bench images ready in {:.1?}: raw {} MiB", t.elapsed(), set.raw.size >> 20);
+        let backing = tempfile::Builder::new()
+            .prefix("bench-loop")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap();
+        let file = backing.path().join("disk.img");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(set.raw.size + (256 << 20))
+            .unwrap();
+        let out = Command::new("losetup")
+            .args(["--find", "--show", "--direct-io=on", "--sector-size", "512"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        let loop_dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let server = TestServer::start();
+        for c in [None, Some(Compression::Gzip), Some(Compression::Xz), Some(Compression::Zstd)] {
+            let f = set.compressed(c);
+            server.serve_file(&format!("/{}", name(c)), &f.path);
+            // Warm the page cache so the first sample is not a disk read.
+            let _ = std::fs::read(&f.path).map(|d| d.len());
+        }
+        Fixture {
+            set,
+            server,
+            loop_dev,
+            _backing: backing,
+        }
+    })
+}
+
+fn name(c: Option<Compression>) -> &'static str {
+    match c {
+        None => "raw",
+        Some(Compression::Gzip) => "gz",
+        Some(Compression::Xz) => "xz",
+        Some(Compression::Zstd) => "zst",
+    }
+}
+
+/// Peak RSS reported by each end-to-end run, per format.
+static PEAK_RSS: Mutex<Vec<(String, f64)>> = Mutex::new(Vec::new());
+
+fn decode_to_null(path: &Path, xz: XzSettings) -> u64 {
+    let mut f = BufReader::with_capacity(256 << 10, std::fs::File::open(path).unwrap());
+    let mut head = [0u8; 6];
+    f.read_exact(&mut head).unwrap();
+    let f = BufReader::with_capacity(256 << 10, std::fs::File::open(path).unwrap());
+    let mut d = Decompressor::new(sniff(&head), f, xz).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = d.read(&mut buf).unwrap();
+        if k == 0 {
+            break;
+        }
+        n += k as u64;
+    }
+    d.finish().unwrap();
+    n
+}
+
+fn stage_limits(c: &mut Criterion) {
+    let f = fixture();
+    let mut g = c.benchmark_group("limits");
+    g.sample_size(10).warm_up_time(Duration::from_millis(1));
+    g.throughput(Throughput::Bytes(f.set.raw.size));
+    for comp in [Compression::Gzip, Compression::Xz, Compression::Zstd] {
+        let path = f.set.compressed(Some(comp)).path.clone();
+        g.bench_function(format!("decode-{}", name(Some(comp))), |b| {
+            b.iter(|| assert_eq!(decode_to_null(&path, XzSettings::default()), f.set.raw.size))
+        });
+    }
+    let xz = f.set.xz.path.clone();
+    g.bench_function("decode-xz-1thread", |b| {
+        let one = XzSettings {
+            threads: 1,
+            ..XzSettings::default()
+        };
+        b.iter(|| assert_eq!(decode_to_null(&xz, one), f.set.raw.size))
+    });
+    let gz = f.set.gz.path.clone();
+    g.bench_function("gzip-dc", |b| {
+        b.iter(|| {
+            let st = Command::new("sh")
+                .arg("-c")
+                .arg(format!("gzip -dc {} > /dev/null", gz.display()))
+                .status()
+                .unwrap();
+            assert!(st.success());
+        })
+    });
+    let raw = f.set.raw.path.clone();
+    g.bench_function("dd-direct", |b| {
+        b.iter(|| {
+            let st = Command::new("dd")
+                .arg(format!("if={}", raw.display()))
+                .arg(format!("of={}", f.loop_dev.display()))
+                .args(["bs=4M", "oflag=direct", "status=none"])
+                .status()
+                .unwrap();
+            assert!(st.success());
+        })
+    });
+    g.finish();
+}
+
+fn end_to_end(c: &mut Criterion) {
+    let f = fixture();
+    let mut g = c.benchmark_group("write-image");
+    g.sample_size(10).warm_up_time(Duration::from_millis(1));
+    g.throughput(Throughput::Bytes(f.set.raw.size));
+    for comp in [Some(Compression::Gzip), Some(Compression::Xz), Some(Compression::Zstd), None] {
+        let file = f.set.compressed(comp);
+        let url = f.server.url(&format!("/{}", name(comp)));
+        g.bench_function(name(comp), |b| {
+            b.iter(|| {
+                let out = Command::new(BIN)
+                    .args(["write-image", "--image-url", &url, "--sha256", &file.sha256])
+                    .arg(&f.loop_dev)
+                    .env("ASSISTED_INSTALLER_LOG", "warn")
+                    .output()
+                    .unwrap();
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+                if let Some(mib) = stdout
+                    .lines()
+                    .find_map(|l| l.strip_prefix("peak memory: "))
+                    .and_then(|v| v.trim_end_matches(" MiB").parse::<f64>().ok())
+                {
+                    PEAK_RSS.lock().unwrap().push((name(comp).to_string(), mib));
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+/// Median seconds of one criterion benchmark, from its saved estimates.
+fn median_secs(group: &str, id: &str) -> Option<f64> {
+    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target")
+            .display()
+            .to_string()
+    });
+    let path = Path::new(&dir)
+        .join("criterion")
+        .join(group)
+        .join(id)
+        .join("new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    // {"mean":{...},"median":{"confidence_interval":{...},"point_estimate":123.4,...},...}
+    let median = &text[text.find("\"median\"")?..];
+    let pe = &median[median.find("\"point_estimate\":")? + 17..];
+    let end = pe.find([',', '}'])?;
+    Some(pe[..end].trim().parse::<f64>().ok()? / 1e9)
+}
+
+fn report() {
+    let Some(f) = FIXTURE_SIZE.get() else { return };
+    let mbs = |s: f64| *f as f64 / s / 1e6;
+    let get = |g: &str, id: &str| median_secs(g, id);
+    println!("\n== write-image bench: {} MiB CoreOS-like image, loop device, loopback HTTP (medians)", f >> 20);
+    println!("{:<34} {:>9} {:>9}", "stage", "MB/s", "seconds");
+    let rows = [
+        ("limits", "decode-gz", "decoder alone: gz"),
+        ("limits", "gzip-dc", "gzip -dc (GNU)"),
+        ("limits", "decode-xz", "decoder alone: xz (all threads)"),
+        ("limits", "decode-xz-1thread", "decoder alone: xz (1 thread)"),
+        ("limits", "decode-zst", "decoder alone: zst"),
+        ("limits", "dd-direct", "dd oflag=direct bs=4M (raw)"),
+        ("write-image", "gz", "write-image gz (HTTP -> loop)"),
+        ("write-image", "xz", "write-image xz"),
+        ("write-image", "zst", "write-image zst"),
+        ("write-image", "raw", "write-image raw"),
+    ];
+    for (g, id, label) in rows {
+        if let Some(s) = get(g, id) {
+            println!("{label:<34} {:>9.0} {:>9.2}", mbs(s), s);
+        }
+    }
+    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    let dd = get("limits", "dd-direct");
+    println!();
+    if let Some(r) = ratio(get("limits", "gzip-dc"), get("limits", "decode-gz")) {
+        println!("gz decoder speed vs gzip -dc: {r:.2}x (required >= 2)");
+    }
+    for (fmt, dec) in [("gz", "decode-gz"), ("xz", "decode-xz"), ("zst", "decode-zst")] {
+        let limit = get("limits", dec).zip(dd).map(|(a, b)| a.max(b));
+        if let Some(r) = ratio(get("write-image", fmt), limit) {
+            println!("write-image {fmt} time / max(decoder alone, dd direct): {r:.2} (gz required <= 1.25)");
+        }
+    }
+    if let Some(r) = ratio(get("write-image", "raw"), dd) {
+        println!("write-image raw time / dd direct: {r:.2}");
+    }
+    if let Some(r) = ratio(get("limits", "decode-xz-1thread"), get("limits", "decode-xz")) {
+        println!("xz multi-block decoding, all threads vs 1 thread: {r:.2}x faster (required >= 1.6)");
+    }
+    let rss = PEAK_RSS.lock().unwrap();
+    for fmt in ["gz", "xz", "zst", "raw"] {
+        let peak = rss.iter().filter(|(n, _)| n == fmt).map(|(_, m)| *m).fold(0.0, f64::max);
+        if peak > 0.0 {
+            println!("peak RSS write-image {fmt}: {peak:.1} MiB (gz required < 128)");
+        }
+    }
+}
+
+static FIXTURE_SIZE: OnceLock<u64> = OnceLock::new();
+
+fn benches(c: &mut Criterion) {
+    let _ = FIXTURE_SIZE.set(fixture().set.raw.size);
+    stage_limits(c);
+    end_to_end(c);
+}
+
+criterion_group!(group, benches);
+
+fn main() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("the write-image bench needs root (loop devices); skipped");
+        return;
+    }
+    group();
+    Criterion::default().configure_from_args().final_summary();
+    report();
+}

@@ -22,6 +22,9 @@ fn main() -> ExitCode {
             match commands::write_image::run(&args, bar.as_ref(), &stop) {
                 Ok(summary) => {
                     println!("{summary}");
+                    if let Some(rss) = commands::write_image::peak_rss_bytes() {
+                        println!("peak memory: {:.1} MiB", rss as f64 / 1048576.0);
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(e) if e.chain().any(|c| c.is::<Interrupted>()) => {

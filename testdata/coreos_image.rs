@@ -1378,7 +1378,7 @@ const CATEGORIES: &[Category] = &[
         kind: Kind::Packed,
         min: 8 << 10,
         max: 1536 << 10,
-        weight: 5,
+        weight: 4,
         mode: 0o644,
         name: name_fw,
     },
@@ -1388,7 +1388,7 @@ const CATEGORIES: &[Category] = &[
         kind: Kind::Packed,
         min: 4 << 10,
         max: 384 << 10,
-        weight: 4,
+        weight: 3,
         mode: 0o644,
         name: name_ko,
     },
@@ -1440,8 +1440,31 @@ struct PlannedFile {
     mode: u32,
 }
 
+/// Rough ext4 metadata overhead of `mkfs.ext4 -b 4096` with the default mke2fs.conf: journal,
+/// inode tables (inode_ratio 4096 below 512 MiB, else 16384; 256-byte inodes), plus ~2 MiB for
+/// the directories of the generated tree.
+fn ext4_overhead(bytes: u64) -> u64 {
+    let blocks = bytes / 4096;
+    let journal_blocks = match blocks {
+        0..=32767 => 1024,
+        32768..=262143 => 4096,
+        262144..=524287 => 8192,
+        _ => 16384,
+    };
+    let inode_ratio = if bytes < 512 * MIB { 4096 } else { 16384 };
+    journal_blocks * 4096 + bytes / inode_ratio * 256 + 2 * MIB
+}
+
+/// Bytes of file content for the root filesystem: [`ROOT_FILL_PERCENT`] of the partition,
+/// less for tiny partitions where the ext4 overhead would not leave room.
+fn root_content_budget(root_bytes: u64) -> u64 {
+    let wanted = root_bytes * ROOT_FILL_PERCENT / 100;
+    let room = root_bytes.saturating_sub(ext4_overhead(root_bytes)) * 80 / 100;
+    wanted.min(room)
+}
+
 fn plan_root_files(spec: &ImageSpec) -> Vec<PlannedFile> {
-    let budget = spec.root_mib * MIB * ROOT_FILL_PERCENT / 100;
+    let budget = root_content_budget(spec.root_mib * MIB);
     let mut files = Vec::new();
     let mut used: HashSet<String> = HashSet::new();
     let mut big_total = 0;
@@ -2045,7 +2068,12 @@ fn build_raw_keep_work(spec: &ImageSpec, out: &Path) -> Result<TempDir> {
         _ => PathBuf::from("."),
     };
     let file_name = out.file_name().and_then(|n| n.to_str()).unwrap_or("image");
-    let work = TempDir(parent.join(format!(".{file_name}.work-{}", std::process::id())));
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let work = TempDir(parent.join(format!(
+        ".{file_name}.work-{}-{unique}",
+        std::process::id()
+    )));
     let _ = fs::remove_dir_all(&work.0);
     fs::create_dir_all(&work.0).with_context(|| format!("creating {}", work.0.display()))?;
 

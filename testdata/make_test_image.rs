@@ -10,6 +10,7 @@
 #[path = "coreos_image.rs"]
 mod coreos_image;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -79,7 +80,9 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn print_file(label: &str, f: &ImageFile, raw_size: u64) {
-    println!(
+    // Ignore write errors (e.g. a closed pipe when piped into `head`).
+    let _ = writeln!(
+        std::io::stdout().lock(),
         "{label:<4} {}\n     size {} bytes ({:.1} MiB, {:.1}% of raw)\n     sha256 {}",
         f.path.display(),
         f.size,
@@ -112,7 +115,11 @@ fn main() -> ExitCode {
     let result = match &args.out {
         Some(dir) => generate_image_set(&spec, dir),
         None => {
-            println!("cache {}", cache_root().join(spec.cache_name()).display());
+            let _ = writeln!(
+                std::io::stdout().lock(),
+                "cache {}",
+                cache_root().join(spec.cache_name()).display()
+            );
             cached_image_set(&spec)
         }
     };
@@ -123,7 +130,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!(
+    let _ = writeln!(
+        std::io::stdout().lock(),
         "spec sector_size={} root_mib={} seed={} ({:.1?})",
         spec.sector_size,
         spec.root_mib,

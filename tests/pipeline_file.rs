@@ -10,7 +10,7 @@ use assisted_installer::image::digest::{DigestMismatch, Expected, Sha256Sum};
 use assisted_installer::image::progress::{NoProgress, PercentCallback};
 use assisted_installer::image::source::{FileSource, ImageSource};
 use assisted_installer::image::{write_image, Cancel, Interrupted, WriteOptions, WriteSummary};
-use common::images::{gpt_image, gz, sha256_hex, xz, zst};
+use common::images::{assert_image_on_disk, gpt_image, gz, sha256_hex, xz, zst};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -107,7 +107,7 @@ fn every_format_writes_the_image_byte_for_byte() {
             )
             .unwrap_or_else(|e| panic!("{name} at {ss}: {e:#}"));
             let written = std::fs::read(disk.path()).unwrap();
-            assert!(written[..img.len()] == img[..], "{name} at {ss}: bytes differ");
+            assert_image_on_disk(&written, &img, ss);
             assert_eq!(s.image_bytes, img.len() as u64);
             assert_eq!(s.source_bytes, bytes.len() as u64);
             assert_eq!(s.sector_size, ss);
@@ -128,7 +128,7 @@ fn a_tail_that_is_not_a_whole_buffer_is_written_exactly() {
     }))
     .unwrap();
     let written = std::fs::read(disk.path()).unwrap();
-    assert!(written[..img.len()] == img[..]);
+    assert_image_on_disk(&written, &img, 512);
 }
 
 #[test]
@@ -230,7 +230,7 @@ fn the_first_mib_is_written_only_after_the_stream_is_verified() {
         assert!(h.iter().all(|&b| b == 0) || &h[..8] == b"EFI PART", "unexpected sector 1");
         assert_ne!(&h[..], &img[512..1024], "the image's own GPT header appeared before the end");
     }
-    assert!(std::fs::read(disk.path()).unwrap()[..img.len()] == img[..]);
+    assert_image_on_disk(&std::fs::read(disk.path()).unwrap(), &img, 512);
 }
 
 #[test]
@@ -288,5 +288,5 @@ fn a_local_file_source_works_and_is_sized() {
     assert_eq!(src.total_len(), Some(std::fs::metadata(&path).unwrap().len()));
     let disk = disk_file(4 << 20);
     write(Box::new(src), disk.path(), &opts(Expected::default())).unwrap();
-    assert!(std::fs::read(disk.path()).unwrap()[..img.len()] == img[..]);
+    assert_image_on_disk(&std::fs::read(disk.path()).unwrap(), &img, 512);
 }

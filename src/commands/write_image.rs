@@ -19,3 +19,16 @@ pub fn run(
     write_image(src, &dev, &plan.write, progress, stop)
         .with_context(|| format!("writing the image to {}", plan.device.display()))
 }
+
+/// Peak resident memory of this process (VmHWM), for the summary.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}

@@ -191,6 +191,10 @@ impl Device {
             .with_context(|| format!("fsync of {}", self.path.display()))
     }
 
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
     /// Ask the kernel to re-read the partition table (block devices only).
     pub fn reread_partitions(&self) -> io::Result<()> {
         sys::reread_partitions(self.file.as_fd())

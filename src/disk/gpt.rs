@@ -9,6 +9,7 @@ use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
 
 use super::device::Device;
 use super::direct::AlignedBuf;
+use super::saved::SavedPartitions;
 
 /// Both ends of the disk that a table (and the wipe of old signatures) covers.
 pub const WINDOW: u64 = 1 << 20;
@@ -105,13 +106,59 @@ impl DiskWindows {
         self.tail_start
     }
 
-    /// Write both windows to `dev` with aligned writes, then fsync.
-    pub fn write_to(&self, dev: &Device) -> Result<()> {
+    /// The disk's first and last MiB as they are on `dev` now.
+    pub fn load(dev: &Device) -> Result<DiskWindows> {
+        let mut w = DiskWindows::zeroed(dev.size())?;
         let mut buf = AlignedBuf::new(WINDOW as usize);
-        buf.as_mut_slice().copy_from_slice(&self.head);
-        dev.write_at(buf.as_slice(), 0)?;
-        buf.as_mut_slice().copy_from_slice(&self.tail);
-        dev.write_at(buf.as_slice(), self.tail_start)?;
+        dev.read_at(buf.as_mut_slice(), 0)?;
+        w.head.copy_from_slice(buf.as_slice());
+        dev.read_at(buf.as_mut_slice(), w.tail_start)?;
+        w.tail.copy_from_slice(buf.as_slice());
+        Ok(w)
+    }
+
+    /// Zero both windows except the bytes inside `keep` (saved partitions' data).
+    pub fn zero_except(&mut self, keep: &[std::ops::Range<u64>]) {
+        let kept = |at: u64| keep.iter().any(|r| r.contains(&at));
+        for (i, b) in self.head.iter_mut().enumerate() {
+            if !kept(i as u64) {
+                *b = 0;
+            }
+        }
+        let start = self.tail_start;
+        for (i, b) in self.tail.iter_mut().enumerate() {
+            if !kept(start + i as u64) {
+                *b = 0;
+            }
+        }
+    }
+
+    /// Zero `len` bytes at `offset` if they lie inside a window; whether they did.
+    fn zero_range(&mut self, offset: u64, len: u64) -> bool {
+        if offset + len <= WINDOW {
+            self.head[offset as usize..(offset + len) as usize].fill(0);
+            true
+        } else if offset >= self.tail_start && offset + len <= self.size {
+            let at = (offset - self.tail_start) as usize;
+            self.tail[at..at + len as usize].fill(0);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn write_window(dev: &Device, data: &[u8], offset: u64) -> Result<()> {
+        let mut buf = AlignedBuf::new(data.len());
+        buf.as_mut_slice().copy_from_slice(data);
+        dev.write_at(buf.as_slice(), offset)
+    }
+
+    /// Write both windows to `dev`, the last MiB first and the first MiB last (the primary
+    /// table is what makes a disk bootable, so it is the commit point), fsyncing after each.
+    pub fn write_to(&self, dev: &Device) -> Result<()> {
+        Self::write_window(dev, &self.tail, self.tail_start)?;
+        dev.sync()?;
+        Self::write_window(dev, &self.head, 0)?;
         dev.sync()
     }
 
@@ -193,11 +240,74 @@ pub fn empty_table(disk_size: u64, sector_size: u64) -> Result<DiskWindows> {
     Ok(w)
 }
 
-/// Reset `dev` to an empty valid GPT at `sector_size`, durable on return.
-pub fn write_empty_table(dev: &Device, sector_size: u64) -> Result<()> {
-    empty_table(dev.size(), sector_size)?
-        .write_to(dev)
+/// Reset `dev` to a valid GPT holding only the saved partitions (none: an empty table), with
+/// both ends of the disk zeroed outside them; durable on return. Used before streaming (it
+/// wipes the old table and signatures) and after a failure.
+pub fn write_reset_table(dev: &Device, sector_size: u64, saved: &SavedPartitions) -> Result<()> {
+    let w = if saved.is_empty() {
+        empty_table(dev.size(), sector_size)?
+    } else {
+        let mut w = DiskWindows::load(dev)?;
+        w.zero_except(&saved.byte_ranges());
+        saved.write_table_only(&mut w, sector_size)?;
+        w
+    };
+    w.write_to(dev)
         .with_context(|| format!("resetting the partition table of {}", dev.path().display()))
+}
+
+/// Sectors of a 128-entry, 128-byte partition entry array.
+fn entry_array_sectors(sector_size: u64) -> u64 {
+    (128 * 128u64).div_ceil(sector_size)
+}
+
+/// The image's table stretched to the real disk: backup header and entry array at the disk's
+/// end, last usable LBA updated, saved partitions merged after the image's own, protective MBR
+/// sized to the disk. The disk GUID stays the image's: CoreOS's first boot randomises it (and
+/// moves the backup) only when it still holds the placeholder GUID. `w` must hold the image's
+/// first MiB in its head window and the disk's current last MiB in its tail window.
+pub fn fix_image_table(
+    w: &mut DiskWindows,
+    sector_size: u64,
+    saved: &SavedPartitions,
+) -> Result<GPT> {
+    let mut gpt = GPT::read_from(w, sector_size)
+        .map_err(|e| anyhow::anyhow!("reading the image's partition table: {e}"))?;
+    gpt.header
+        .update_from(w, sector_size)
+        .map_err(|e| anyhow::anyhow!("resizing the image's partition table to the disk: {e}"))?;
+    saved.merge_into(&mut gpt)?;
+    gpt.write_into(w)
+        .map_err(|e| anyhow::anyhow!("writing the final partition table: {e}"))?;
+    GPT::write_protective_mbr_into(w, sector_size)
+        .map_err(|e| anyhow::anyhow!("writing a protective MBR: {e}"))?;
+    Ok(gpt)
+}
+
+/// The last step of a write: make the disk's table the image's, fixed up for the disk, and
+/// zero the stale backup table the image carried at its own end (a disk larger than the image
+/// would otherwise hold two backup tables). Writes the tail first and the first MiB last.
+pub fn commit_image_table(
+    dev: &Device,
+    head: &[u8],
+    layout: &ImageLayout,
+    saved: &SavedPartitions,
+) -> Result<GPT> {
+    let ss = layout.sector_size;
+    let mut w = DiskWindows::load(dev)?;
+    w.head_mut().copy_from_slice(&head[..WINDOW as usize]);
+    let old_backup = layout.header.backup_lba;
+    let stale_start = (old_backup - entry_array_sectors(ss)) * ss;
+    let stale_len = (entry_array_sectors(ss) + 1) * ss;
+    let moved = old_backup != dev.size() / ss - 1;
+    if moved && !w.zero_range(stale_start, stale_len) {
+        let zeros = AlignedBuf::new(stale_len as usize);
+        dev.write_at(zeros.as_slice(), stale_start)
+            .context("zeroing the image's stale backup partition table")?;
+    }
+    let gpt = fix_image_table(&mut w, ss, saved)?;
+    w.write_to(dev)?;
+    Ok(gpt)
 }
 
 #[cfg(test)]
@@ -261,6 +371,87 @@ mod tests {
             assert_eq!(layout.sector_size, ss);
             assert_eq!(layout.size, size);
         }
+    }
+
+    /// An "image" of `size` bytes: an empty table plus two partitions, as bytes.
+    fn image_with_partitions(size: u64, ss: u64) -> Vec<u8> {
+        let mut w = empty_table(size, ss).unwrap();
+        let mut gpt = GPT::read_from(&mut w, ss).unwrap();
+        let mib = (1 << 20) / ss;
+        for n in 1..=2u32 {
+            gpt[n] = gptman::GPTPartitionEntry {
+                partition_type_guid: [n as u8; 16],
+                unique_partition_guid: [0x40 + n as u8; 16],
+                starting_lba: mib * n as u64,
+                ending_lba: mib * (n as u64 + 1) - 1,
+                attribute_bits: 0,
+                partition_name: format!("p{n}").as_str().into(),
+            };
+        }
+        gpt.write_into(&mut w).unwrap();
+        whole_disk(&w)
+    }
+
+    #[test]
+    fn the_fixed_table_spans_the_disk_and_keeps_the_image_guid() {
+        for ss in [512u64, 4096] {
+            let img = image_with_partitions(4 << 20, ss);
+            let disk_size = 16u64 << 20;
+            let mut w = DiskWindows::zeroed(disk_size).unwrap();
+            w.head_mut().copy_from_slice(&img[..WINDOW as usize]);
+            let image_guid = GPT::read_from(&mut Cursor::new(&img), ss).unwrap().header.disk_guid;
+            let gpt = fix_image_table(&mut w, ss, &SavedPartitions::none()).unwrap();
+            assert_eq!(gpt.header.backup_lba, disk_size / ss - 1);
+            assert_eq!(gpt.header.disk_guid, image_guid);
+            let mut disk = Cursor::new(whole_disk(&w));
+            let back = GPT::read_from(&mut disk, ss).unwrap();
+            assert_eq!(back.header.last_usable_lba, disk_size / ss - 1 - entry_array_sectors(ss) - 1);
+            assert_eq!(back.iter().filter(|(_, p)| p.is_used()).count(), 2);
+            // The backup at the disk's end is valid on its own.
+            let mut only_backup = whole_disk(&w);
+            only_backup[ss as usize..2 * ss as usize].fill(0);
+            let b = GPT::read_from(&mut Cursor::new(only_backup), ss).unwrap();
+            assert_eq!(b.iter().filter(|(_, p)| p.is_used()).count(), 2);
+        }
+    }
+
+    #[test]
+    fn saved_partitions_merge_after_the_image_partitions() {
+        let ss = 512;
+        let img = image_with_partitions(4 << 20, ss);
+        let mut w = DiskWindows::zeroed(32 << 20).unwrap();
+        w.head_mut().copy_from_slice(&img[..WINDOW as usize]);
+        let saved = SavedPartitions {
+            sector_size: ss,
+            entries: vec![(
+                1,
+                gptman::GPTPartitionEntry {
+                    partition_type_guid: [9; 16],
+                    unique_partition_guid: [0x99; 16],
+                    starting_lba: 20 << 11,
+                    ending_lba: (30 << 11) - 1,
+                    attribute_bits: 0,
+                    partition_name: "data".into(),
+                },
+            )],
+        };
+        let gpt = fix_image_table(&mut w, ss, &saved).unwrap();
+        assert_eq!(gpt[3].partition_name.as_str(), "data", "renumbered after the image's 2");
+        assert_eq!(gpt[3].starting_lba, 20 << 11);
+    }
+
+    #[test]
+    fn zero_except_keeps_saved_bytes() {
+        let mut w = DiskWindows::zeroed(4 << 20).unwrap();
+        w.head_mut().fill(1);
+        w.tail.fill(1);
+        let tail_start = w.tail_start();
+        w.zero_except(&[100..200, tail_start + 10..tail_start + 20]);
+        assert!(w.head()[..100].iter().all(|&b| b == 0));
+        assert!(w.head()[100..200].iter().all(|&b| b == 1));
+        assert!(w.head()[200..].iter().all(|&b| b == 0));
+        assert!(w.tail()[10..20].iter().all(|&b| b == 1));
+        assert_eq!(w.tail()[20], 0);
     }
 
     #[test]

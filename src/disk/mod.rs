@@ -4,6 +4,10 @@ pub mod device;
 pub mod direct;
 pub mod gpt;
 pub mod holders;
+pub mod mount;
+pub mod partitions;
+pub mod probe;
+pub mod saved;
 mod sys;
 
 pub use device::{Device, DeviceBusy, DeviceKind};

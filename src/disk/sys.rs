@@ -11,6 +11,60 @@ const BLKRRPART: libc::c_ulong = nix::request_code_none!(0x12, 95) as libc::c_ul
 const BLKGETSIZE64: libc::c_ulong =
     nix::request_code_read!(0x12, 114, std::mem::size_of::<libc::size_t>()) as libc::c_ulong;
 
+const BLKPG: libc::c_ulong = nix::request_code_none!(0x12, 105) as libc::c_ulong;
+const BLKPG_ADD_PARTITION: libc::c_int = 1;
+const BLKPG_DEL_PARTITION: libc::c_int = 2;
+
+/// `struct blkpg_partition` from include/uapi/linux/blkpg.h (offsets and lengths in bytes).
+#[repr(C)]
+struct BlkpgPartition {
+    start: libc::c_longlong,
+    length: libc::c_longlong,
+    pno: libc::c_int,
+    devname: [libc::c_char; 64],
+    volname: [libc::c_char; 64],
+}
+
+/// `struct blkpg_ioctl_arg`.
+#[repr(C)]
+struct BlkpgIoctlArg {
+    op: libc::c_int,
+    flags: libc::c_int,
+    datalen: libc::c_int,
+    data: *mut libc::c_void,
+}
+
+fn blkpg(fd: BorrowedFd<'_>, op: libc::c_int, pno: u32, start: u64, length: u64) -> io::Result<()> {
+    let mut part = BlkpgPartition {
+        start: start as libc::c_longlong,
+        length: length as libc::c_longlong,
+        pno: pno as libc::c_int,
+        devname: [0; 64],
+        volname: [0; 64],
+    };
+    let mut arg = BlkpgIoctlArg {
+        op,
+        flags: 0,
+        datalen: std::mem::size_of::<BlkpgPartition>() as libc::c_int,
+        data: &mut part as *mut BlkpgPartition as *mut libc::c_void,
+    };
+    // SAFETY: BLKPG reads a blkpg_ioctl_arg whose `data` points at a blkpg_partition of
+    // `datalen` bytes; both are live locals laid out as the kernel's structs (repr(C)).
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), BLKPG, &mut arg as *mut BlkpgIoctlArg) };
+    check(ret, if op == BLKPG_ADD_PARTITION { "BLKPG add partition" } else { "BLKPG delete partition" })
+}
+
+/// Tell the kernel partition `pno` spans `length` bytes from byte `start` (what `partx -a` does);
+/// devtmpfs then creates its node.
+pub fn add_partition(fd: BorrowedFd<'_>, pno: u32, start: u64, length: u64) -> io::Result<()> {
+    blkpg(fd, BLKPG_ADD_PARTITION, pno, start, length)
+}
+
+/// Remove partition `pno` from the kernel's view of the disk (the table on disk is untouched).
+pub fn delete_partition(fd: BorrowedFd<'_>, pno: u32) -> io::Result<()> {
+    blkpg(fd, BLKPG_DEL_PARTITION, pno, 0, 0)
+}
+
 fn check(ret: libc::c_int, what: &str) -> io::Result<()> {
     if ret < 0 {
         let err = io::Error::last_os_error();

@@ -27,6 +27,7 @@ use super::source::ImageSource;
 use crate::disk::device::Device;
 use crate::disk::direct::{pad_to_sector, AlignedBuf};
 use crate::disk::gpt::{self, ImageLayout};
+use crate::disk::saved::SavedPartitions;
 
 /// Uncompressed bytes per buffer. Also the held-back head: block 0 is exactly the first MiB.
 pub const BLOCK: usize = 1 << 20;
@@ -45,6 +46,8 @@ pub struct WriteOptions {
     pub buffers: usize,
     /// Leave the disk as it is on failure instead of resetting it to an empty GPT.
     pub preserve_on_error: bool,
+    /// Partitions of the old table to keep (read from the disk before the write).
+    pub saved: SavedPartitions,
 }
 
 impl Default for WriteOptions {
@@ -55,6 +58,7 @@ impl Default for WriteOptions {
             writers: 4,
             buffers: 8,
             preserve_on_error: false,
+            saved: SavedPartitions::none(),
         }
     }
 }
@@ -378,6 +382,7 @@ fn hash_stage(rx: Receiver<Block>, router: Router, sh: &Shared) -> Option<Sha256
 fn write_stage(
     dev: &Device,
     sector: usize,
+    limit: Option<(u32, &str, u64)>,
     rx: Receiver<Block>,
     pool: Sender<AlignedBuf>,
     sh: &Shared,
@@ -402,6 +407,14 @@ fn write_stage(
             ));
             return;
         }
+        if let Some((n, label, start)) = limit {
+            if end > start {
+                sh.fail(anyhow!(
+                    "collision with saved partition {n} ({label:?}) at offset {start}: the image continues past it"
+                ));
+                return;
+            }
+        }
         if let Err(e) = dev.write_at(&block.buf.as_slice()[..len], block.offset) {
             sh.fail(e);
             return;
@@ -418,7 +431,13 @@ fn joined<T>(r: std::thread::Result<T>) -> Result<T> {
 
 /// Checks on the first MiB before the disk is touched: a GPT image whose sector size matches
 /// the device and which fits on it.
-fn plan(head: &[u8], dev: &Device, source_len: Option<u64>, format: Format) -> Result<ImageLayout> {
+fn plan(
+    head: &[u8],
+    dev: &Device,
+    source_len: Option<u64>,
+    format: Format,
+    saved: &SavedPartitions,
+) -> Result<ImageLayout> {
     let layout = ImageLayout::parse(head)?;
     if let Some(ss) = dev.sector_size() {
         if ss != layout.sector_size {
@@ -454,6 +473,14 @@ fn plan(head: &[u8], dev: &Device, source_len: Option<u64>, format: Format) -> R
             dev.size() >> 20
         );
     }
+    if let Some((n, label, start)) = saved.first() {
+        if needed > start {
+            bail!(
+                "the image needs {needed} bytes but saved partition {n} ({label:?}) starts at byte {start}:                  writing the image would overwrite it; nothing was written"
+            );
+        }
+    }
+    saved.trial(dev.size())?;
     Ok(layout)
 }
 
@@ -487,7 +514,7 @@ pub fn write_image(
                 "resetting {} to an empty partition table",
                 dev.path().display()
             );
-            if let Err(reset) = gpt::write_empty_table(dev, ss) {
+            if let Err(reset) = gpt::write_reset_table(dev, ss, &opts.saved) {
                 return Err(e.context(format!("and resetting the disk failed too: {reset:#}")));
             }
         }
@@ -588,7 +615,7 @@ fn run(
             .format
             .get()
             .expect("the decoder sets the format before the head");
-        let layout = plan(&head.buf.as_slice()[..head.len], dev, source_len, format)
+        let layout = plan(&head.buf.as_slice()[..head.len], dev, source_len, format, &opts.saved)
             .with_context(|| format!("checking the image from {source_name}"))?;
         let sector = layout.sector_size;
         tracing::info!(
@@ -602,7 +629,7 @@ fn run(
         // 2. Wipe both ends of the disk and leave an empty valid GPT there, durably.
         status(sh)?;
         *touched = Some(sector);
-        gpt::write_empty_table(dev, sector)
+        gpt::write_reset_table(dev, sector, &opts.saved)
             .context("clearing the old partition table and signatures")?;
         sh.written.fetch_add(head.len as u64, Ordering::Relaxed);
 
@@ -613,7 +640,9 @@ fn run(
                 let pool = pool_tx.clone();
                 std::thread::Builder::new()
                     .name(format!("write-{i}"))
-                    .spawn_scoped(s, move || write_stage(dev, sector as usize, rx, pool, sh))
+                    .spawn_scoped(s, move || {
+                        write_stage(dev, sector as usize, opts.saved.first(), rx, pool, sh)
+                    })
             })
             .collect::<io::Result<_>>()?;
         drop(write_rx);
@@ -676,15 +705,8 @@ fn run(
         if interrupted() {
             return Err(Interrupted.into());
         }
-        let mut head = head;
-        let len = if dev.is_direct() {
-            pad_to_sector(&mut head.buf, head.len, sector as usize)
-        } else {
-            head.len
-        };
-        dev.write_at(&head.buf.as_slice()[..len], 0)
-            .context("writing the first MiB (partition table)")?;
-        dev.sync()?;
+        gpt::commit_image_table(dev, head.buf.as_slice(), &layout, &opts.saved)
+            .context("writing the partition table (the first MiB)")?;
         report(sh);
         Ok(WriteSummary {
             format,

@@ -69,3 +69,28 @@ pub fn sha256_hex(data: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// Check that `disk` holds `img` as written by write-image: every byte identical except those
+/// the GPT fix-up rewrites by design (the protective MBR's partition record, the primary header
+/// at LBA 1, and the image's own backup table at its end), with the same disk GUID and the
+/// same partition entries in the disk's table.
+pub fn assert_image_on_disk(disk: &[u8], img: &[u8], ss: u64) {
+    let ss = ss as usize;
+    let array = (128 * 128usize).div_ceil(ss) * ss;
+    let end_of_data = img.len() - array - ss;
+    assert!(disk.len() >= img.len(), "disk shorter than the image");
+    assert!(disk[..446] == img[..446], "boot code differs");
+    assert_eq!(&disk[510..512], &img[510..512], "MBR signature differs");
+    let first_diff = (2 * ss..end_of_data).find(|&i| disk[i] != img[i]);
+    assert_eq!(first_diff, None, "image data differs at byte {first_diff:?}");
+    let mut dc = std::io::Cursor::new(disk);
+    let mut ic = std::io::Cursor::new(img);
+    let dg = gptman::GPT::read_from(&mut dc, ss as u64).expect("valid GPT on the disk");
+    let ig = gptman::GPT::read_from(&mut ic, ss as u64).expect("valid GPT in the image");
+    assert_eq!(dg.header.disk_guid, ig.header.disk_guid, "disk GUID changed");
+    assert_eq!(dg.header.backup_lba as usize, disk.len() / ss - 1, "backup not at the disk's end");
+    let entries = |g: &gptman::GPT| -> Vec<(u32, gptman::GPTPartitionEntry)> {
+        g.iter().filter(|(_, p)| p.is_used()).map(|(n, p)| (n, p.clone())).collect()
+    };
+    assert_eq!(entries(&dg), entries(&ig), "partition entries differ");
+}

@@ -1,0 +1,439 @@
+//! `--save-partlabel` / `--save-partindex`: partitions of the old table that survive the
+//! install. They are read before anything is written, checked by a trial merge, kept in every
+//! table we write (the pre-stream wipe, the reset after a failure) and merged after the image's
+//! own partitions at the end, renumbered upward where the image uses their numbers.
+
+use anyhow::{anyhow, bail, Context, Result};
+use gptman::{GPTPartitionEntry, GPT};
+use std::ops::Range;
+
+use super::gpt::DiskWindows;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PartitionFilter {
+    /// A glob over the GPT partition name (`*`, `?`, `[...]`).
+    Label(String),
+    /// An inclusive range of partition numbers; either end may be open.
+    Index(Option<u32>, Option<u32>),
+}
+
+impl PartitionFilter {
+    pub fn matches(&self, number: u32, label: &str) -> bool {
+        match self {
+            PartitionFilter::Label(glob) => glob_match(glob, label),
+            PartitionFilter::Index(lo, hi) => {
+                lo.is_none_or(|lo| number >= lo) && hi.is_none_or(|hi| number <= hi)
+            }
+        }
+    }
+}
+
+/// `--save-partlabel` values: repeatable and comma-separated globs.
+pub fn label_filters(values: &[String]) -> Vec<PartitionFilter> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .filter(|g| !g.is_empty())
+        .map(|g| PartitionFilter::Label(g.to_string()))
+        .collect()
+}
+
+/// `--save-partindex` values: repeatable and comma-separated `N`, `N-M`, `N-`, `-M` (1-based).
+pub fn index_filters(values: &[String]) -> Result<Vec<PartitionFilter>> {
+    let num = |s: &str, v: &str| -> Result<u32> {
+        match s.parse::<u32>() {
+            Ok(0) => bail!("--save-partindex {v:?}: partition numbers start at 1"),
+            Ok(n) => Ok(n),
+            Err(_) => bail!("--save-partindex {v:?}: {s:?} is not a partition number"),
+        }
+    };
+    let mut out = Vec::new();
+    for v in values.iter().flat_map(|v| v.split(',')) {
+        let f = match v.split_once('-') {
+            None => {
+                let n = num(v, v)?;
+                PartitionFilter::Index(Some(n), Some(n))
+            }
+            Some(("", "")) => bail!("--save-partindex {v:?}: a range needs at least one end"),
+            Some((lo, "")) => PartitionFilter::Index(Some(num(lo, v)?), None),
+            Some(("", hi)) => PartitionFilter::Index(None, Some(num(hi, v)?)),
+            Some((lo, hi)) => {
+                let (lo, hi) = (num(lo, v)?, num(hi, v)?);
+                if lo > hi {
+                    bail!("--save-partindex {v:?}: the range is backwards");
+                }
+                PartitionFilter::Index(Some(lo), Some(hi))
+            }
+        };
+        out.push(f);
+    }
+    Ok(out)
+}
+
+/// Shell-style glob: `*` any run, `?` one character, `[abc]`/`[a-z]`/`[!x]` a class.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    fn class(p: &[char], c: char) -> Option<(bool, usize)> {
+        // Returns (matched, length of the class in the pattern including brackets).
+        let mut i = 1;
+        let negate = matches!(p.get(1), Some('!') | Some('^'));
+        if negate {
+            i += 1;
+        }
+        let mut matched = false;
+        let mut first = true;
+        while i < p.len() && (p[i] != ']' || first) {
+            first = false;
+            if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+                matched |= p[i] <= c && c <= p[i + 2];
+                i += 3;
+            } else {
+                matched |= p[i] == c;
+                i += 1;
+            }
+        }
+        (i < p.len()).then_some((matched != negate, i + 1))
+    }
+    fn go(p: &[char], t: &[char]) -> bool {
+        match p.first() {
+            None => t.is_empty(),
+            Some('*') => (0..=t.len()).any(|k| go(&p[1..], &t[k..])),
+            Some('?') => !t.is_empty() && go(&p[1..], &t[1..]),
+            Some('[') => match (t.first(), class(p, *t.first().unwrap_or(&'\0'))) {
+                (Some(_), Some((true, len))) => go(&p[len..], &t[1..]),
+                (Some(_), Some((false, _))) => false,
+                // An unclosed '[' is a literal.
+                (Some(&c), None) => c == '[' && go(&p[1..], &t[1..]),
+                (None, _) => false,
+            },
+            Some(&c) => t.first() == Some(&c) && go(&p[1..], &t[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    go(&p, &t)
+}
+
+/// The partitions to keep, with their original numbers.
+#[derive(Clone, Debug, Default)]
+pub struct SavedPartitions {
+    pub sector_size: u64,
+    pub entries: Vec<(u32, GPTPartitionEntry)>,
+}
+
+impl SavedPartitions {
+    pub fn none() -> SavedPartitions {
+        SavedPartitions::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Select from the table in `w` (the disk's first and last MiB). Without filters the old
+    /// table is ignored entirely, so a corrupt or missing one does not matter.
+    pub fn select(
+        w: &mut DiskWindows,
+        disk_sector_size: Option<u64>,
+        filters: &[PartitionFilter],
+    ) -> Result<SavedPartitions> {
+        if filters.is_empty() {
+            return Ok(SavedPartitions::none());
+        }
+        let found = match disk_sector_size {
+            Some(ss) => GPT::read_from(w, ss),
+            None => GPT::find_from(w),
+        };
+        let gpt = match found {
+            Ok(g) => g,
+            Err(e) => {
+                let has_mbr = w.head()[510..512] == [0x55, 0xaa];
+                let by_index = filters.iter().any(|f| matches!(f, PartitionFilter::Index(..)));
+                if has_mbr && by_index {
+                    bail!("the disk has an MBR partition table, not GPT: saving partitions by index from an MBR disk is not supported");
+                }
+                tracing::info!("no readable GPT on the disk ({e}); no partition to save");
+                return Ok(SavedPartitions::none());
+            }
+        };
+        if let Some(ss) = disk_sector_size {
+            if gpt.sector_size != ss {
+                bail!(
+                    "the disk's GPT uses {}-byte sectors but the disk has {ss}-byte sectors; cannot save its partitions",
+                    gpt.sector_size
+                );
+            }
+        }
+        let entries: Vec<_> = gpt
+            .iter()
+            .filter(|(n, p)| {
+                p.is_used()
+                    && filters
+                        .iter()
+                        .any(|f| f.matches(*n, p.partition_name.as_str()))
+            })
+            .map(|(n, p)| (n, p.clone()))
+            .collect();
+        for (n, p) in &entries {
+            tracing::info!(
+                "saving partition {n} ({:?}, LBA {}-{})",
+                p.partition_name.as_str(),
+                p.starting_lba,
+                p.ending_lba
+            );
+        }
+        Ok(SavedPartitions {
+            sector_size: gpt.sector_size,
+            entries,
+        })
+    }
+
+    /// Byte ranges of the saved partitions.
+    pub fn byte_ranges(&self) -> Vec<Range<u64>> {
+        self.entries
+            .iter()
+            .map(|(_, p)| p.starting_lba * self.sector_size..(p.ending_lba + 1) * self.sector_size)
+            .collect()
+    }
+
+    /// The saved partition that starts first: the image must end before it.
+    pub fn first(&self) -> Option<(u32, &str, u64)> {
+        self.entries
+            .iter()
+            .min_by_key(|(_, p)| p.starting_lba)
+            .map(|(n, p)| (*n, p.partition_name.as_str(), p.starting_lba * self.sector_size))
+    }
+
+    /// Write a GPT holding only the saved partitions (at their numbers, fresh disk GUID) and a
+    /// protective MBR into `w`.
+    pub fn write_table_only(&self, w: &mut DiskWindows, sector_size: u64) -> Result<()> {
+        let mut gpt = GPT::new_from(w, sector_size, *uuid::Uuid::new_v4().as_bytes())
+            .map_err(|e| anyhow!("building a partition table: {e}"))?;
+        for (n, p) in &self.entries {
+            gpt[*n] = p.clone();
+        }
+        gpt.write_into(w)
+            .map_err(|e| anyhow!("the saved partitions cannot form a valid table: {e}"))?;
+        GPT::write_protective_mbr_into(w, sector_size)
+            .map_err(|e| anyhow!("writing a protective MBR: {e}"))?;
+        Ok(())
+    }
+
+    /// Dry run on a scratch disk of the same size: if the saved entries cannot be written as a
+    /// table (duplicate GUIDs, overlaps), fail now, before the disk is touched, rather than
+    /// after the image when the restore (and then the reset) would fail and lose them.
+    pub fn trial(&self, disk_size: u64) -> Result<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let mut scratch = DiskWindows::zeroed(disk_size)?;
+        self.write_table_only(&mut scratch, self.sector_size)
+            .context("failed dry run restoring the saved partitions; the disk's partition table may be invalid")
+    }
+
+    /// Add the saved entries to the image's table after its own partitions: each goes to
+    /// max(next free number after the highest used, its original number).
+    pub fn merge_into(&self, gpt: &mut GPT) -> Result<()> {
+        let mut next = gpt
+            .iter()
+            .filter(|(_, p)| p.is_used())
+            .map(|(n, _)| n)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let mut entries = self.entries.clone();
+        entries.sort_by_key(|(n, _)| *n);
+        for (orig, p) in entries {
+            let n = next.max(orig);
+            if n > gpt.header.number_of_partition_entries {
+                bail!("no room in the partition table for saved partition {orig}");
+            }
+            if n != orig {
+                tracing::info!("saved partition {orig} becomes partition {n}");
+            }
+            gpt[n] = p;
+            next = n + 1;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::gpt::empty_table;
+
+    #[test]
+    fn globs() {
+        for (p, t, want) in [
+            ("*", "", true),
+            ("*", "data", true),
+            ("data", "data", true),
+            ("data", "data2", false),
+            ("d?ta", "dota", true),
+            ("d*a", "dxxxa", true),
+            ("d*a", "dxxxb", false),
+            ("[a-c]x", "bx", true),
+            ("[a-c]x", "dx", false),
+            ("[!a-c]x", "dx", true),
+            ("[!a-c]x", "ax", false),
+            ("var-*", "var-lib", true),
+            ("[", "[", true),
+            ("", "", true),
+            ("", "x", false),
+        ] {
+            assert_eq!(glob_match(p, t), want, "{p:?} ~ {t:?}");
+        }
+    }
+
+    #[test]
+    fn index_ranges_parse_and_match() {
+        let f = index_filters(&["5".into(), "7-9,11-".into(), "-2".into()]).unwrap();
+        assert_eq!(
+            f,
+            vec![
+                PartitionFilter::Index(Some(5), Some(5)),
+                PartitionFilter::Index(Some(7), Some(9)),
+                PartitionFilter::Index(Some(11), None),
+                PartitionFilter::Index(None, Some(2)),
+            ]
+        );
+        let m = |n| f.iter().any(|f| f.matches(n, ""));
+        assert!(m(1) && m(2) && m(5) && m(8) && m(11) && m(100));
+        assert!(!m(3) && !m(6) && !m(10));
+        for bad in ["0", "a", "-", "9-7", "1-x", ""] {
+            let e = index_filters(&[bad.to_string()]).unwrap_err().to_string();
+            assert!(e.contains("--save-partindex"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn label_filters_split_on_commas() {
+        assert_eq!(
+            label_filters(&["data,var-*".into(), "x".into()]),
+            vec![
+                PartitionFilter::Label("data".into()),
+                PartitionFilter::Label("var-*".into()),
+                PartitionFilter::Label("x".into())
+            ]
+        );
+    }
+
+    fn entry(start: u64, end: u64, name: &str, guid: u8) -> GPTPartitionEntry {
+        GPTPartitionEntry {
+            partition_type_guid: [0x11; 16],
+            unique_partition_guid: [guid; 16],
+            starting_lba: start,
+            ending_lba: end,
+            attribute_bits: 0,
+            partition_name: name.into(),
+        }
+    }
+
+    /// A disk whose table has partitions 1 (boot-ish), 4 ("data") and 5 ("var").
+    fn old_disk(ss: u64) -> DiskWindows {
+        let size = 64 << 20;
+        let mut w = empty_table(size, ss).unwrap();
+        let mut gpt = GPT::read_from(&mut w, ss).unwrap();
+        let l = |mib: u64| mib * (1 << 20) / ss;
+        gpt[1] = entry(l(1), l(8) - 1, "boot", 1);
+        gpt[4] = entry(l(40), l(50) - 1, "data", 4);
+        gpt[5] = entry(l(50), l(60) - 1, "var", 5);
+        gpt.write_into(&mut w).unwrap();
+        w
+    }
+
+    #[test]
+    fn selection_by_label_and_index() {
+        for ss in [512u64, 4096] {
+            let mut w = old_disk(ss);
+            let s = SavedPartitions::select(&mut w, Some(ss), &label_filters(&["data".into()])).unwrap();
+            assert_eq!(s.entries.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![4]);
+            assert_eq!(s.first().unwrap().2, 40 << 20);
+            let s = SavedPartitions::select(&mut w, Some(ss), &index_filters(&["5-".into()]).unwrap()).unwrap();
+            assert_eq!(s.entries.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![5]);
+            let s = SavedPartitions::select(&mut w, Some(ss), &label_filters(&["nomatch".into()])).unwrap();
+            assert!(s.is_empty());
+            let s = SavedPartitions::select(&mut w, Some(ss), &[]).unwrap();
+            assert!(s.is_empty(), "no filters: nothing saved");
+        }
+    }
+
+    #[test]
+    fn a_table_of_the_other_sector_size_is_refused() {
+        let mut w = old_disk(512);
+        assert!(SavedPartitions::select(&mut w, Some(4096), &label_filters(&["*".into()])).is_ok_and(|s| s.is_empty()));
+        let mut w = old_disk(4096);
+        // Read at 512 there is no GPT at LBA 1: nothing is found to save.
+        let s = SavedPartitions::select(&mut w, Some(512), &label_filters(&["*".into()])).unwrap();
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn an_mbr_disk_refuses_index_filters_only() {
+        let mut w = DiskWindows::zeroed(8 << 20).unwrap();
+        w.head_mut()[510] = 0x55;
+        w.head_mut()[511] = 0xaa;
+        let e = SavedPartitions::select(&mut w, Some(512), &index_filters(&["1".into()]).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("MBR"), "{e}");
+        let s = SavedPartitions::select(&mut w, Some(512), &label_filters(&["*".into()])).unwrap();
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_corrupt_primary_falls_back_to_the_backup() {
+        let mut w = old_disk(512);
+        w.head_mut()[512 + 20] ^= 0xff; // primary header CRC broken
+        let s = SavedPartitions::select(&mut w, Some(512), &label_filters(&["data".into()])).unwrap();
+        assert_eq!(s.entries.len(), 1);
+    }
+
+    #[test]
+    fn duplicate_guids_fail_the_trial_before_anything_is_written() {
+        let s = SavedPartitions {
+            sector_size: 512,
+            entries: vec![(1, entry(2048, 4095, "a", 9)), (2, entry(4096, 8191, "b", 9))],
+        };
+        let e = format!("{:#}", s.trial(64 << 20).unwrap_err());
+        assert!(e.contains("failed dry run"), "{e}");
+        let ok = SavedPartitions {
+            sector_size: 512,
+            entries: vec![(1, entry(2048, 4095, "a", 1))],
+        };
+        ok.trial(64 << 20).unwrap();
+    }
+
+    #[test]
+    fn merge_renumbers_upward_after_the_image() {
+        let mut w = empty_table(64 << 20, 512).unwrap();
+        let mut img = GPT::read_from(&mut w, 512).unwrap();
+        for n in 1..=4u32 {
+            img[n] = entry(2048 * n as u64, 2048 * n as u64 + 2047, "img", 100 + n as u8);
+        }
+        let s = SavedPartitions {
+            sector_size: 512,
+            entries: vec![
+                (4, entry(80000, 90000, "data", 4)),
+                (7, entry(90001, 99999, "var", 7)),
+                (2, entry(70000, 79999, "two", 2)),
+            ],
+        };
+        s.merge_into(&mut img).unwrap();
+        let names: Vec<(u32, String)> = img
+            .iter()
+            .filter(|(_, p)| p.is_used())
+            .map(|(n, p)| (n, p.partition_name.as_str().to_string()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                (1, "img".into()),
+                (2, "img".into()),
+                (3, "img".into()),
+                (4, "img".into()),
+                (5, "two".into()),
+                (6, "data".into()),
+                (7, "var".into()),
+            ]
+        );
+    }
+}

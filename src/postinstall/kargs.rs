@@ -1,0 +1,429 @@
+//! The BLS entry on /boot and the kernel-argument edits made to its `options` line.
+//!
+//! Parsing and editing are pure functions over strings; `bls_entry_path` is the only I/O.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// Where ostree keeps its Boot Loader Specification entries, relative to the /boot root.
+pub const BLS_ENTRIES_DIR: &str = "loader/entries";
+
+const OPTIONS_PREFIX: &str = "options ";
+
+/// The BLS entry to edit: the last `loader/entries/*.conf` by file name.
+///
+/// ostree numbers its entries so that the default deployment sorts last (entries are ordered in
+/// reverse by GRUB's blscfg), so this is the entry that boots. The sort is a plain byte-wise sort
+/// of the names, exactly as coreos-installer does: `ostree-10-…` sorts before `ostree-2-…`. A
+/// freshly written image has a single entry, so this never matters in practice, and matching
+/// coreos-installer is safer than being clever.
+pub fn bls_entry_path(boot_root: &Path) -> Result<PathBuf> {
+    let dir = boot_root.join(BLS_ENTRIES_DIR);
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+        let path = entry.path();
+        if path.extension().is_none_or(|ext| ext != "conf") {
+            continue;
+        }
+        let is_dir = entry
+            .file_type()
+            .with_context(|| format!("reading the type of {}", path.display()))?
+            .is_dir();
+        if !is_dir {
+            names.push(entry.file_name());
+        }
+    }
+    names.sort();
+    match names.pop() {
+        Some(name) => Ok(dir.join(name)),
+        None => bail!("found no BLS entries (*.conf) in {}", dir.display()),
+    }
+}
+
+/// The value of the entry's single `options` line, trimmed.
+pub fn options_line(entry: &str) -> Result<&str> {
+    let mut found = entry
+        .lines()
+        .filter_map(|line| line.strip_prefix(OPTIONS_PREFIX));
+    let first = found.next();
+    let extra = found.count();
+    match first {
+        None => bail!("the BLS entry has no `options` line"),
+        Some(_) if extra > 0 => bail!(
+            "the BLS entry has {} `options` lines, expected exactly one",
+            extra + 1
+        ),
+        Some(options) => Ok(options.trim()),
+    }
+}
+
+/// The entry with its `options` line replaced by `new_options`.
+///
+/// Every other line is kept, minus trailing whitespace (as coreos-installer does), and every line,
+/// including the last, ends with a newline.
+pub fn replace_options(entry: &str, new_options: &str) -> Result<String> {
+    // Reuse the single-line check so the two functions agree on what a valid entry is.
+    options_line(entry)?;
+    let mut out = String::with_capacity(entry.len() + new_options.len());
+    for line in entry.lines() {
+        if line.starts_with(OPTIONS_PREFIX) {
+            out.push_str(OPTIONS_PREFIX);
+            out.push_str(new_options.trim());
+        } else {
+            out.push_str(line.trim_end());
+        }
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// One `KEY=OLD` → `KEY=NEW` replacement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Replacement {
+    key: String,
+    old: String,
+    new: String,
+}
+
+/// coreos-installer's deliberately naive kernel-argument editor.
+///
+/// The options string is treated as text, not parsed: whitespace runs are collapsed, the string
+/// is padded with one space on each side, and each karg is matched as ` karg `. Quoting is not
+/// understood, so `foo="a b"` is two words to this editor, and a karg inside a quoted value can
+/// be matched. That is acceptable because we only ever edit the image's own BLS entry, whose
+/// options are plain words; callers reject kargs containing whitespace before getting here.
+///
+/// Because matching is on whole space-delimited words, deleting `console=tty0` never touches
+/// `console=tty0,115200`, and deleting `foo` never touches `foobar`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KargsEditor {
+    append: Vec<String>,
+    append_if_missing: Vec<String>,
+    delete: Vec<String>,
+    replace: Vec<Replacement>,
+}
+
+impl KargsEditor {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Append these kargs (even if already present).
+    pub fn append<I, S>(mut self, kargs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.append.extend(kargs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Append these kargs unless the exact word is already present.
+    pub fn append_if_missing<I, S>(mut self, kargs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.append_if_missing
+            .extend(kargs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Delete every occurrence of these kargs.
+    pub fn delete<I, S>(mut self, kargs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.delete.extend(kargs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Replace every `key=old` by `key=new`.
+    pub fn replace(mut self, key: &str, old: &str, new: &str) -> Self {
+        self.replace.push(Replacement {
+            key: key.to_string(),
+            old: old.to_string(),
+            new: new.to_string(),
+        });
+        self
+    }
+
+    /// Replace given in coreos-installer's `KEY=OLD=NEW` form: exactly three non-empty parts.
+    pub fn replace_spec(self, spec: &str) -> Result<Self> {
+        let parts: Vec<&str> = spec.trim().split('=').collect();
+        match parts.as_slice() {
+            [key, old, new] if !key.is_empty() && !old.is_empty() && !new.is_empty() => {
+                Ok(self.replace(key, old, new))
+            }
+            _ => bail!("invalid karg replacement {spec:?}: expected KEY=OLD=NEW"),
+        }
+    }
+
+    /// Whether applying this editor can change anything beyond whitespace.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// Apply the edits in coreos-installer's order: delete, append, append-if-missing, replace.
+    /// The result has single spaces between kargs and none at either end.
+    pub fn apply(&self, options: &str) -> String {
+        let mut s = format!(" {} ", collapse_whitespace(options));
+        for karg in &self.delete {
+            let karg = karg.trim();
+            if !karg.is_empty() {
+                s = replace_word(&s, karg, None);
+            }
+        }
+        for karg in &self.append {
+            push_word(&mut s, karg);
+        }
+        for karg in &self.append_if_missing {
+            let karg = karg.trim();
+            if !karg.is_empty() && !s.contains(&format!(" {karg} ")) {
+                push_word(&mut s, karg);
+            }
+        }
+        for r in &self.replace {
+            let old = format!("{}={}", r.key.trim(), r.old.trim());
+            let new = format!("{}={}", r.key.trim(), r.new.trim());
+            s = replace_word(&s, &old, Some(&new));
+        }
+        collapse_whitespace(&s)
+    }
+}
+
+fn collapse_whitespace(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Append `karg` to a padded options string, keeping the trailing pad.
+fn push_word(padded: &mut String, karg: &str) {
+    let karg = karg.trim();
+    if !karg.is_empty() {
+        padded.push_str(karg);
+        padded.push(' ');
+    }
+}
+
+/// Replace every ` word ` in a space-padded string by ` with ` (or by a single space when `with`
+/// is None).
+///
+/// `str::replace` would miss adjacent repeats (in ` a a `, the two matches share the middle
+/// space), so scan by hand and resume each search at the trailing space of the previous match.
+/// The output is never rescanned, so a replacement that contains the word cannot loop.
+fn replace_word(padded: &str, word: &str, with: Option<&str>) -> String {
+    let pattern = format!(" {word} ");
+    let mut out = String::with_capacity(padded.len());
+    let mut rest = padded;
+    while let Some(at) = rest.find(&pattern) {
+        out.push_str(&rest[..at]);
+        if let Some(with) = with {
+            out.push(' ');
+            out.push_str(with);
+        }
+        // Resume at the match's trailing space: it is the leading space of the next word.
+        rest = &rest[at + pattern.len() - 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edit(e: KargsEditor, options: &str) -> String {
+        e.apply(options)
+    }
+
+    #[test]
+    fn delete_removes_every_occurrence_including_adjacent_ones() {
+        let e = KargsEditor::new().delete(["foo"]);
+        assert_eq!(edit(e.clone(), "foo bar foo foo baz foo"), "bar baz");
+        assert_eq!(edit(e, "foo"), "");
+    }
+
+    #[test]
+    fn delete_matches_whole_words_only() {
+        let e = KargsEditor::new().delete(["console=tty0"]);
+        assert_eq!(
+            edit(e, "console=tty0,x console=tty0 xconsole=tty0 console=tty01"),
+            "console=tty0,x xconsole=tty0 console=tty01"
+        );
+        let e = KargsEditor::new().delete(["foo"]);
+        assert_eq!(edit(e, "foo bar foobar barfoo"), "bar foobar barfoo");
+    }
+
+    #[test]
+    fn delete_trims_the_karg_and_ignores_empty_ones() {
+        let e = KargsEditor::new().delete(["  foo=val ", "", "   "]);
+        assert_eq!(edit(e, "foo=val bar baz=val"), "bar baz=val");
+    }
+
+    #[test]
+    fn delete_a_sequence_of_words() {
+        // Naive on purpose: a multi-word "karg" deletes that exact sequence.
+        let e = KargsEditor::new().delete(["foo bar"]);
+        assert_eq!(edit(e, "foo bar foobar"), "foobar");
+    }
+
+    #[test]
+    fn append_adds_at_the_end_even_when_present() {
+        let e = KargsEditor::new().append(["foo", "quux=1"]);
+        assert_eq!(edit(e, "foo bar"), "foo bar foo quux=1");
+    }
+
+    #[test]
+    fn append_if_missing_only_when_absent() {
+        let e = KargsEditor::new().append_if_missing(["bar", "boo", "foo"]);
+        assert_eq!(edit(e, "foobar bar"), "foobar bar boo foo");
+    }
+
+    #[test]
+    fn append_if_missing_sees_earlier_appends() {
+        let e = KargsEditor::new()
+            .append(["console=ttyS1,115200n8"])
+            .append_if_missing(["console=ttyS1,115200n8", "boo"]);
+        assert_eq!(edit(e, "foo"), "foo console=ttyS1,115200n8 boo");
+    }
+
+    #[test]
+    fn replace_changes_the_value_of_matching_kargs_only() {
+        let e = KargsEditor::new().replace("ignition.platform.id", "metal", "aws");
+        assert_eq!(
+            edit(
+                e,
+                "ignition.platform.id=metal x.ignition.platform.id=metal ignition.platform.id=metal2 ignition.platform.id=metal"
+            ),
+            "ignition.platform.id=aws x.ignition.platform.id=metal ignition.platform.id=metal2 ignition.platform.id=aws"
+        );
+    }
+
+    #[test]
+    fn replace_spec_form() {
+        let e = KargsEditor::new()
+            .replace_spec("mitigations=auto,nosmt=auto")
+            .unwrap();
+        assert_eq!(edit(e, "a mitigations=auto,nosmt b"), "a mitigations=auto b");
+        for bad in ["a=b", "a=b=c=d", "=b=c", "a==c", "a=b=", "", "abc"] {
+            let err = KargsEditor::new().replace_spec(bad).unwrap_err();
+            assert!(err.to_string().contains("KEY=OLD=NEW"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn replace_with_new_value_containing_the_old_does_not_loop() {
+        let e = KargsEditor::new().replace("k", "v", "v k=v");
+        assert_eq!(edit(e, "k=v k=v"), "k=v k=v k=v k=v");
+    }
+
+    #[test]
+    fn order_is_delete_append_append_if_missing_replace() {
+        let e = KargsEditor::new()
+            .append(["console=ttyS1,115200n8  "])
+            .replace_spec("mitigations=auto,nosmt=auto")
+            .unwrap()
+            .delete(["console=ttyS0,115200n8", "console=ttyS1,115200n8"])
+            .append_if_missing(["bar", "boo"]);
+        assert_eq!(
+            edit(
+                e,
+                "foo mitigations=auto,nosmt console=tty0 bar console=ttyS0,115200n8 baz"
+            ),
+            "foo mitigations=auto console=tty0 bar baz console=ttyS1,115200n8 boo"
+        );
+    }
+
+    #[test]
+    fn apply_collapses_whitespace() {
+        assert_eq!(KargsEditor::new().apply("  a \t b   c  "), "a b c");
+        assert!(KargsEditor::new().is_empty());
+        assert!(!KargsEditor::new().delete(["x"]).is_empty());
+    }
+
+    const ENTRY: &str = "title Red Hat Enterprise Linux CoreOS 418.94 (ostree:0)  \n\
+        version 1\n\
+        options ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw   \n\
+        linux /ostree/rhcos-abc/vmlinuz\t\n\
+        initrd /ostree/rhcos-abc/initramfs.img";
+
+    #[test]
+    fn options_line_is_found_and_trimmed() {
+        assert_eq!(
+            options_line(ENTRY).unwrap(),
+            "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw"
+        );
+    }
+
+    #[test]
+    fn options_line_errors() {
+        let err = options_line("title x\nlinux /vmlinuz\n").unwrap_err();
+        assert_eq!(err.to_string(), "the BLS entry has no `options` line");
+        // `optionsfoo` and an indented line are not options lines.
+        assert!(options_line("optionsfoo a\n  options b\n").is_err());
+        let err = options_line("options a\nlinux x\noptions b\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the BLS entry has 2 `options` lines, expected exactly one"
+        );
+        assert!(replace_options("options a\noptions b\n", "c").is_err());
+        assert!(replace_options("title x\n", "c").is_err());
+    }
+
+    #[test]
+    fn replace_options_keeps_other_lines_and_trims_them() {
+        assert_eq!(
+            replace_options(ENTRY, " a b ").unwrap(),
+            "title Red Hat Enterprise Linux CoreOS 418.94 (ostree:0)\n\
+             version 1\n\
+             options a b\n\
+             linux /ostree/rhcos-abc/vmlinuz\n\
+             initrd /ostree/rhcos-abc/initramfs.img\n"
+        );
+    }
+
+    fn entries_dir(names: &[&str]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(BLS_ENTRIES_DIR);
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in names {
+            std::fs::write(dir.join(name), "options x\n").unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn bls_entry_is_the_last_by_byte_wise_name() {
+        let root = entries_dir(&["ostree-1-rhcos.conf", "ostree-0-rhcos.conf", "README"]);
+        let path = bls_entry_path(root.path()).unwrap();
+        assert_eq!(path, root.path().join("loader/entries/ostree-1-rhcos.conf"));
+
+        // String order, like coreos-installer: "ostree-2" > "ostree-10".
+        let root = entries_dir(&["ostree-10-rhcos.conf", "ostree-2-rhcos.conf", "zz.conf.bak"]);
+        let path = bls_entry_path(root.path()).unwrap();
+        assert_eq!(path, root.path().join("loader/entries/ostree-2-rhcos.conf"));
+    }
+
+    #[test]
+    fn bls_entry_skips_directories_named_conf() {
+        let root = entries_dir(&["ostree-1-rhcos.conf"]);
+        std::fs::create_dir(root.path().join("loader/entries/zz.conf")).unwrap();
+        let path = bls_entry_path(root.path()).unwrap();
+        assert_eq!(path, root.path().join("loader/entries/ostree-1-rhcos.conf"));
+    }
+
+    #[test]
+    fn bls_entry_errors() {
+        let root = entries_dir(&["notes.txt"]);
+        let err = bls_entry_path(root.path()).unwrap_err();
+        assert!(
+            err.to_string().starts_with("found no BLS entries (*.conf) in "),
+            "{err}"
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let err = bls_entry_path(empty.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("loader/entries"), "{err:#}");
+    }
+}
