@@ -1,0 +1,138 @@
+//! `--firstboot-args`: kernel arguments for the first boot only (the live ISO forwards its network
+//! kargs this way: `rd.neednet=1 ip=… nameserver=…`).
+//!
+//! They go into `/boot/ignition.firstboot`, a GRUB script that the image's grub.cfg sources only
+//! while Ignition has not run yet; `ignition_network_kcmdline` is expanded on that boot's kernel
+//! command line.
+
+use anyhow::{bail, Context, Result};
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// Relative to the /boot root.
+pub const FIRSTBOOT_FILE: &str = "ignition.firstboot";
+
+/// Reject what would break out of, or be reinterpreted inside, GRUB's double quotes: `"` ends the
+/// string, `\` escapes, `$` expands a variable, and a control character (newline above all) would
+/// start a new command.
+pub fn check_args(args: &str) -> Result<()> {
+    if let Some(c) = args
+        .chars()
+        .find(|&c| matches!(c, '"' | '\\' | '$') || c.is_control())
+    {
+        bail!("{c:?} is not allowed (the arguments are written inside a double-quoted GRUB string)");
+    }
+    Ok(())
+}
+
+/// The GRUB line that sets the first-boot arguments.
+pub fn firstboot_line(args: &str) -> Result<String> {
+    check_args(args)?;
+    Ok(format!("set ignition_network_kcmdline=\"{args}\"\n"))
+}
+
+/// Append the line to the EXISTING `ignition.firstboot`. Its absence means the image is not a
+/// CoreOS metal image we understand (or is too old), and creating it would make GRUB run
+/// Ignition again on every boot: fail instead. Returns the file's path.
+pub fn write_args(boot_root: &Path, args: &str) -> Result<PathBuf> {
+    let path = boot_root.join(FIRSTBOOT_FILE);
+    let write = || -> Result<()> {
+        let line = firstboot_line(args)?;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&path)
+            .context("opening the file (it must already exist in the image)")?;
+        // A later `set` overrides an earlier one, so appending is enough; but if the last line
+        // lacks its newline, ours would be glued onto it.
+        let mut missing_newline = false;
+        let len = file.metadata().context("reading the file size")?.len();
+        if len > 0 {
+            let mut last = [0u8; 1];
+            file.seek(SeekFrom::Start(len - 1))
+                .and_then(|_| file.read_exact(&mut last))
+                .context("reading the file")?;
+            missing_newline = last[0] != b'\n';
+        }
+        let text = if missing_newline { format!("\n{line}") } else { line };
+        file.write_all(text.as_bytes()).context("appending to the file")?;
+        file.sync_all().context("syncing the file")
+    };
+    write().with_context(|| format!("writing first-boot kernel arguments to {}", path.display()))?;
+    tracing::info!("wrote first-boot kernel arguments to {}", path.display());
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ORIGINAL: &str = "# Remove this file to rerun Ignition\nset ignition_network_kcmdline=\"\"\n";
+
+    #[test]
+    fn line_format() {
+        assert_eq!(
+            firstboot_line("rd.neednet=1 ip=192.0.2.10::192.0.2.1:255.255.255.0:host:ens3:none nameserver=192.0.2.53").unwrap(),
+            "set ignition_network_kcmdline=\"rd.neednet=1 ip=192.0.2.10::192.0.2.1:255.255.255.0:host:ens3:none nameserver=192.0.2.53\"\n"
+        );
+        assert_eq!(firstboot_line("").unwrap(), "set ignition_network_kcmdline=\"\"\n");
+    }
+
+    #[test]
+    fn rejected_characters() {
+        for bad in ["a\"b", "a\nb", "a\rb", "a\\b", "ip=$x", "a\tb"] {
+            let err = firstboot_line(bad).unwrap_err().to_string();
+            assert!(err.contains("is not allowed"), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn appends_to_the_existing_file() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join(FIRSTBOOT_FILE);
+        std::fs::write(&path, ORIGINAL).unwrap();
+        write_args(root.path(), "rd.neednet=1 ip=dhcp").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{ORIGINAL}set ignition_network_kcmdline=\"rd.neednet=1 ip=dhcp\"\n")
+        );
+    }
+
+    #[test]
+    fn adds_a_missing_final_newline() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join(FIRSTBOOT_FILE);
+        std::fs::write(&path, "# comment").unwrap();
+        write_args(root.path(), "ip=dhcp").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "# comment\nset ignition_network_kcmdline=\"ip=dhcp\"\n"
+        );
+        // An empty file gets no leading newline.
+        std::fs::write(&path, "").unwrap();
+        write_args(root.path(), "ip=dhcp").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "set ignition_network_kcmdline=\"ip=dhcp\"\n"
+        );
+    }
+
+    #[test]
+    fn missing_file_is_an_error_and_is_not_created() {
+        let root = tempfile::tempdir().unwrap();
+        let err = format!("{:#}", write_args(root.path(), "ip=dhcp").unwrap_err());
+        assert!(err.starts_with("writing first-boot kernel arguments to "), "{err}");
+        assert!(err.contains("it must already exist"), "{err}");
+        assert!(!root.path().join(FIRSTBOOT_FILE).exists());
+    }
+
+    #[test]
+    fn bad_args_leave_the_file_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join(FIRSTBOOT_FILE);
+        std::fs::write(&path, ORIGINAL).unwrap();
+        assert!(write_args(root.path(), "a\"; boot").is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), ORIGINAL);
+    }
+}

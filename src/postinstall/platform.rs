@@ -1,0 +1,285 @@
+//! `--platform` and the console defaults that come with it, from the image's
+//! `coreos/platforms.json`, and how `--console` overrides them.
+//!
+//! Everything except `read_table` is pure: the caller applies the resulting karg edits to the BLS
+//! options line and the GRUB commands to the console block.
+
+use super::console::{self, Console};
+use super::kargs::KargsEditor;
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Relative to the /boot root. coreos-assembler writes it for the image's architecture.
+pub const PLATFORMS_JSON: &str = "coreos/platforms.json";
+
+/// The platform every metal image is built for; `--platform metal` changes nothing.
+pub const METAL: &str = "metal";
+
+const PLATFORM_ID_KEY: &str = "ignition.platform.id";
+
+/// One platform's console defaults.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+pub struct PlatformSpec {
+    #[serde(default)]
+    pub grub_commands: Vec<String>,
+    #[serde(default)]
+    pub kernel_arguments: Vec<String>,
+}
+
+/// `coreos/platforms.json`: platform ID → console defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlatformTable(pub HashMap<String, PlatformSpec>);
+
+impl PlatformTable {
+    pub fn parse(json: &str) -> Result<Self> {
+        Ok(PlatformTable(serde_json::from_str(json)?))
+    }
+
+    pub fn get(&self, platform: &str) -> Option<&PlatformSpec> {
+        self.0.get(platform)
+    }
+}
+
+/// Read `coreos/platforms.json` from /boot. None if the image has none (older images).
+pub fn read_table(boot_root: &Path) -> Result<Option<PlatformTable>> {
+    let path = boot_root.join(PLATFORMS_JSON);
+    let json = match std::fs::read_to_string(&path) {
+        Ok(json) => json,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(e).with_context(|| format!("reading the platform table {}", path.display()))
+        }
+    };
+    PlatformTable::parse(&json)
+        .map(Some)
+        .with_context(|| format!("parsing the platform table {}", path.display()))
+}
+
+/// A platform ID as Ignition knows them: `metal`, `aws`, `openstack`, `ibmcloud`, `qemu`, …
+pub fn check_platform_id(platform: &str) -> Result<()> {
+    let ok = !platform.is_empty()
+        && platform
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !ok {
+        bail!("invalid platform ID {platform:?}: expected lowercase letters, digits, '_' and '-'");
+    }
+    Ok(())
+}
+
+/// Replace `ignition.platform.id=metal` by `ignition.platform.id=<platform>` in an options line.
+///
+/// Metal images always carry `ignition.platform.id=metal`; if it is missing we are not looking
+/// at a metal image (or at an already-edited one), so fail rather than guess.
+pub fn replace_platform_id(options: &str, platform: &str) -> Result<String> {
+    let padded = format!(" {} ", options.split_whitespace().collect::<Vec<_>>().join(" "));
+    if !padded.contains(&format!(" {PLATFORM_ID_KEY}={METAL} ")) {
+        bail!("couldn't locate the platform ID `{PLATFORM_ID_KEY}={METAL}` in the options line");
+    }
+    Ok(KargsEditor::new()
+        .replace(PLATFORM_ID_KEY, METAL, platform)
+        .apply(options))
+}
+
+/// What the platform and console options do to the kargs and to GRUB.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConsolePlan {
+    /// Kargs to delete (metal's console defaults), applied before `append_kargs`.
+    pub delete_kargs: Vec<String>,
+    pub append_kargs: Vec<String>,
+    /// New contents of the GRUB console block; None to leave it alone.
+    pub grub_commands: Option<Vec<String>>,
+}
+
+impl ConsolePlan {
+    pub fn kargs_editor(&self) -> KargsEditor {
+        KargsEditor::new()
+            .delete(&self.delete_kargs)
+            .append(&self.append_kargs)
+    }
+}
+
+/// Work out the console changes, as coreos-installer does:
+/// - `--console` given: its kargs and GRUB commands replace the platform's defaults entirely;
+/// - otherwise a non-metal `--platform`: that platform's `kernel_arguments` and `grub_commands`
+///   from the table (a platform missing from the table has none: no console kargs, empty block);
+/// - otherwise nothing.
+///
+/// In the first two cases metal's `kernel_arguments` (baked into the image's BLS entry) are
+/// deleted, and GRUB is rewritten only if the new commands differ from metal's (which the image
+/// already has). Without a table there are no defaults to delete or compare against.
+pub fn console_plan(
+    table: Option<&PlatformTable>,
+    platform: Option<&str>,
+    consoles: &[Console],
+) -> ConsolePlan {
+    let (append_kargs, grub_commands) = if !consoles.is_empty() {
+        let kargs = consoles.iter().map(Console::karg).collect();
+        (kargs, console::grub_commands(consoles))
+    } else {
+        match platform {
+            Some(platform) if platform != METAL => {
+                let spec = table.and_then(|t| t.get(platform));
+                if spec.is_none() && table.is_some() {
+                    tracing::warn!(
+                        "platform {platform:?} is not in {PLATFORMS_JSON}: \
+                         removing metal's console settings and adding none"
+                    );
+                }
+                let spec = spec.cloned().unwrap_or_default();
+                (spec.kernel_arguments, spec.grub_commands)
+            }
+            _ => return ConsolePlan::default(),
+        }
+    };
+    let metal = table.and_then(|t| t.get(METAL)).cloned().unwrap_or_default();
+    ConsolePlan {
+        delete_kargs: metal.kernel_arguments,
+        append_kargs,
+        grub_commands: (grub_commands != metal.grub_commands).then_some(grub_commands),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use super::super::testdata::PLATFORMS;
+
+    const OPTIONS: &str = "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw console=tty0 console=ttyS0,115200n8";
+
+    fn table() -> PlatformTable {
+        PlatformTable::parse(PLATFORMS).unwrap()
+    }
+
+    fn apply(plan: &ConsolePlan, options: &str) -> String {
+        plan.kargs_editor().apply(options)
+    }
+
+    #[test]
+    fn parse_table() {
+        let t = table();
+        assert_eq!(t.get("qemu").unwrap().grub_commands, Vec::<String>::new());
+        assert_eq!(t.get("aws").unwrap().kernel_arguments, ["console=ttyS0,115200n8"]);
+        assert!(t.get("gcp").is_none());
+        assert!(PlatformTable::parse(r#"{"metal": {"grub_commands": "x"}}"#).is_err());
+        assert!(PlatformTable::parse("[]").is_err());
+    }
+
+    #[test]
+    fn read_table_missing_and_bad() {
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(read_table(root.path()).unwrap(), None);
+        std::fs::create_dir(root.path().join("coreos")).unwrap();
+        std::fs::write(root.path().join(PLATFORMS_JSON), "{").unwrap();
+        let err = read_table(root.path()).unwrap_err().to_string();
+        assert!(err.starts_with("parsing the platform table "), "{err}");
+        assert!(err.ends_with("coreos/platforms.json"), "{err}");
+        std::fs::write(root.path().join(PLATFORMS_JSON), PLATFORMS).unwrap();
+        assert_eq!(read_table(root.path()).unwrap(), Some(table()));
+    }
+
+    #[test]
+    fn platform_ids() {
+        for ok in ["metal", "aws", "ibmcloud", "powervs", "azurestack", "a_b-9"] {
+            check_platform_id(ok).unwrap();
+        }
+        for bad in ["", "AWS", "a b", "a=b", "aws\n", "ä"] {
+            assert!(check_platform_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn platform_id_replacement() {
+        assert_eq!(
+            replace_platform_id(OPTIONS, "aws").unwrap(),
+            OPTIONS.replace("id=metal", "id=aws")
+        );
+        for missing in ["root=x rw", "ignition.platform.id=aws rw", "ignition.platform.id=metal2"] {
+            let err = replace_platform_id(missing, "aws").unwrap_err();
+            assert!(err.to_string().starts_with("couldn't locate the platform ID"), "{err}");
+        }
+    }
+
+    #[test]
+    fn metal_and_nothing_change_nothing() {
+        assert_eq!(console_plan(Some(&table()), Some("metal"), &[]), ConsolePlan::default());
+        assert_eq!(console_plan(Some(&table()), None, &[]), ConsolePlan::default());
+        assert_eq!(console_plan(None, Some("aws"), &[]), ConsolePlan::default());
+    }
+
+    #[test]
+    fn platform_with_same_grub_commands() {
+        let plan = console_plan(Some(&table()), Some("aws"), &[]);
+        assert_eq!(plan.grub_commands, None);
+        assert_eq!(
+            apply(&plan, OPTIONS),
+            "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw console=ttyS0,115200n8"
+        );
+    }
+
+    #[test]
+    fn platform_with_different_grub_commands() {
+        let plan = console_plan(Some(&table()), Some("vmware"), &[]);
+        assert_eq!(
+            plan.grub_commands.as_deref().unwrap(),
+            [
+                "serial --speed=115200",
+                "terminal_input console serial",
+                "terminal_output console serial"
+            ]
+        );
+        assert_eq!(
+            apply(&plan, OPTIONS),
+            "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw console=ttyS0,115200n8 console=tty0"
+        );
+        // qemu lists no GRUB commands: the block is emptied.
+        let plan = console_plan(Some(&table()), Some("qemu"), &[]);
+        assert_eq!(plan.grub_commands, Some(vec![]));
+    }
+
+    #[test]
+    fn platform_missing_from_the_table_gets_no_console() {
+        let plan = console_plan(Some(&table()), Some("gcp"), &[]);
+        assert_eq!(plan.grub_commands, Some(vec![]));
+        assert_eq!(
+            apply(&plan, OPTIONS),
+            "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw"
+        );
+    }
+
+    #[test]
+    fn console_overrides_platform_defaults() {
+        let consoles: Vec<Console> = vec!["ttyS1,57600".parse().unwrap()];
+        for platform in [None, Some("metal"), Some("vmware")] {
+            let plan = console_plan(Some(&table()), platform, &consoles);
+            assert_eq!(
+                apply(&plan, OPTIONS),
+                "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw console=ttyS1,57600n8",
+                "{platform:?}"
+            );
+            assert_eq!(
+                plan.grub_commands.as_deref().unwrap(),
+                [
+                    "serial --unit=1 --speed=57600 --word=8 --parity=no",
+                    "terminal_input serial",
+                    "terminal_output serial"
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn console_without_a_table_keeps_the_image_defaults() {
+        let consoles: Vec<Console> = vec!["tty0".parse().unwrap()];
+        let plan = console_plan(None, None, &consoles);
+        assert!(plan.delete_kargs.is_empty());
+        assert_eq!(plan.append_kargs, ["console=tty0"]);
+        assert_eq!(
+            plan.grub_commands.as_deref().unwrap(),
+            ["terminal_input console", "terminal_output console"]
+        );
+    }
+}
