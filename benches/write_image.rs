@@ -4,10 +4,10 @@
 //! raw image to the same device. Criterion measures; a table of MB/s and ratios closes the run.
 //! Needs root (loop devices); prints why and exits otherwise.
 
-#[path = "../tests/common/http_server.rs"]
-mod http_server;
 #[path = "../testdata/coreos_image.rs"]
 mod coreos_image;
+#[path = "../tests/common/http_server.rs"]
+mod http_server;
 
 use assisted_installer::image::format::{sniff, Decompressor, XzSettings};
 use coreos_image::{cached_image_set, Compression, ImageSet, ImageSpec};
@@ -30,7 +30,10 @@ struct Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.loop_dev).status();
+        let _ = Command::new("losetup")
+            .arg("-d")
+            .arg(&self.loop_dev)
+            .status();
     }
 }
 
@@ -39,7 +42,11 @@ fn fixture() -> &'static Fixture {
     F.get_or_init(|| {
         let t = Instant::now();
         let set = cached_image_set(&ImageSpec::bench(512)).expect("bench images");
-        eprintln!("bench images ready in {:.1?}: raw {} MiB", t.elapsed(), set.raw.size >> 20);
+        eprintln!(
+            "bench images ready in {:.1?}: raw {} MiB",
+            t.elapsed(),
+            set.raw.size >> 20
+        );
         let backing = tempfile::Builder::new()
             .prefix("bench-loop")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -54,10 +61,19 @@ fn fixture() -> &'static Fixture {
             .arg(&file)
             .output()
             .unwrap();
-        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let loop_dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         let server = TestServer::start();
-        for c in [None, Some(Compression::Gzip), Some(Compression::Xz), Some(Compression::Zstd)] {
+        for c in [
+            None,
+            Some(Compression::Gzip),
+            Some(Compression::Xz),
+            Some(Compression::Zstd),
+        ] {
             let f = set.compressed(c);
             server.serve_file(&format!("/{}", name(c)), &f.path);
             // Warm the page cache so the first sample is not a disk read.
@@ -153,7 +169,12 @@ fn end_to_end(c: &mut Criterion) {
     let mut g = c.benchmark_group("write-image");
     g.sample_size(10).warm_up_time(Duration::from_millis(1));
     g.throughput(Throughput::Bytes(f.set.raw.size));
-    for comp in [Some(Compression::Gzip), Some(Compression::Xz), Some(Compression::Zstd), None] {
+    for comp in [
+        Some(Compression::Gzip),
+        Some(Compression::Xz),
+        Some(Compression::Zstd),
+        None,
+    ] {
         let file = f.set.compressed(comp);
         let url = f.server.url(&format!("/{}", name(comp)));
         g.bench_function(name(comp), |b| {
@@ -165,7 +186,11 @@ fn end_to_end(c: &mut Criterion) {
                     .output()
                     .unwrap();
                 let stdout = String::from_utf8_lossy(&out.stdout);
-                assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "{stdout}{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 if let Some(mib) = stdout
                     .lines()
                     .find_map(|l| l.strip_prefix("peak memory: "))
@@ -204,13 +229,20 @@ fn report() {
     let Some(f) = FIXTURE_SIZE.get() else { return };
     let mbs = |s: f64| *f as f64 / s / 1e6;
     let get = |g: &str, id: &str| median_secs(g, id);
-    println!("\n== write-image bench: {} MiB CoreOS-like image, loop device, loopback HTTP (medians)", f >> 20);
+    println!(
+        "\n== write-image bench: {} MiB CoreOS-like image, loop device, loopback HTTP (medians)",
+        f >> 20
+    );
     println!("{:<34} {:>9} {:>9}", "stage", "MB/s", "seconds");
     let rows = [
         ("limits", "decode-gz", "decoder alone: gz"),
         ("limits", "gzip-dc", "gzip -dc (GNU)"),
         ("limits", "decode-xz", "decoder alone: xz (all threads)"),
-        ("limits", "decode-xz-1thread", "decoder alone: xz (1 thread)"),
+        (
+            "limits",
+            "decode-xz-1thread",
+            "decoder alone: xz (1 thread)",
+        ),
         ("limits", "decode-zst", "decoder alone: zst"),
         ("limits", "dd-direct", "dd oflag=direct bs=4M (raw)"),
         ("write-image", "gz", "write-image gz (HTTP -> loop)"),
@@ -229,7 +261,11 @@ fn report() {
     if let Some(r) = ratio(get("limits", "gzip-dc"), get("limits", "decode-gz")) {
         println!("gz decoder speed vs gzip -dc: {r:.2}x (required >= 2)");
     }
-    for (fmt, dec) in [("gz", "decode-gz"), ("xz", "decode-xz"), ("zst", "decode-zst")] {
+    for (fmt, dec) in [
+        ("gz", "decode-gz"),
+        ("xz", "decode-xz"),
+        ("zst", "decode-zst"),
+    ] {
         let limit = get("limits", dec).zip(dd).map(|(a, b)| a.max(b));
         if let Some(r) = ratio(get("write-image", fmt), limit) {
             println!("write-image {fmt} time / max(decoder alone, dd direct): {r:.2} (gz required <= 1.25)");
@@ -238,12 +274,21 @@ fn report() {
     if let Some(r) = ratio(get("write-image", "raw"), dd) {
         println!("write-image raw time / dd direct: {r:.2}");
     }
-    if let Some(r) = ratio(get("limits", "decode-xz-1thread"), get("limits", "decode-xz")) {
-        println!("xz multi-block decoding, all threads vs 1 thread: {r:.2}x faster (required >= 1.6)");
+    if let Some(r) = ratio(
+        get("limits", "decode-xz-1thread"),
+        get("limits", "decode-xz"),
+    ) {
+        println!(
+            "xz multi-block decoding, all threads vs 1 thread: {r:.2}x faster (required >= 1.6)"
+        );
     }
     let rss = PEAK_RSS.lock().unwrap();
     for fmt in ["gz", "xz", "zst", "raw"] {
-        let peak = rss.iter().filter(|(n, _)| n == fmt).map(|(_, m)| *m).fold(0.0, f64::max);
+        let peak = rss
+            .iter()
+            .filter(|(n, _)| n == fmt)
+            .map(|(_, m)| *m)
+            .fold(0.0, f64::max);
         if peak > 0.0 {
             println!("peak RSS write-image {fmt}: {peak:.1} MiB (gz required < 128)");
         }

@@ -4,6 +4,8 @@
 pub mod cli;
 pub mod commands;
 pub mod disk;
+pub mod embed;
 pub mod image;
 pub mod logging;
+pub mod postinstall;
 pub mod signals;

@@ -34,6 +34,14 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e, 1),
             }
         }
+        Command::Embed(args) => fail_or_ok(commands::embed::run(&args)),
+    }
+}
+
+fn fail_or_ok(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e, 1),
     }
 }
 

@@ -57,7 +57,11 @@ fn a_cut_connection_is_resumed_with_a_range_request() {
         .parse()
         .unwrap();
     assert!(resumed_at > 0 && resumed_at <= 1_500_000, "{resumed_at}");
-    assert_eq!(reqs[1].if_range.as_deref(), Some("\"v1\""), "If-Range carries the ETag");
+    assert_eq!(
+        reqs[1].if_range.as_deref(),
+        Some("\"v1\""),
+        "If-Range carries the ETag"
+    );
     assert_eq!(reqs[1].status, 206);
 }
 
@@ -81,10 +85,8 @@ fn service_unavailable_twice_is_retried() {
     let srv = TestServer::start();
     srv.route(
         "/img",
-        Route::bytes(data.clone()).with_faults(vec![
-            vec![Fault::Status(503)],
-            vec![Fault::Status(503)],
-        ]),
+        Route::bytes(data.clone())
+            .with_faults(vec![vec![Fault::Status(503)], vec![Fault::Status(503)]]),
     );
     assert_eq!(fetch(&srv, "/img", &fast(3)).unwrap(), data);
     assert_eq!(srv.request_count("/img"), 3);
@@ -101,14 +103,20 @@ fn retryable_statuses_are_retried_and_the_budget_runs_out() {
         let err = fetch(&srv, "/img", &fast(2)).unwrap_err().to_string();
         assert!(err.contains(&code.to_string()), "{err}");
         assert!(err.contains("giving up after 2 retries"), "{err}");
-        assert_eq!(srv.request_count("/img"), 3, "{code}: first try + 2 retries");
+        assert_eq!(
+            srv.request_count("/img"),
+            3,
+            "{code}: first try + 2 retries"
+        );
     }
 }
 
 #[test]
 fn not_found_fails_at_once_with_the_url_and_status() {
     let srv = TestServer::start();
-    let err = fetch(&srv, "/missing.raw.gz", &fast(5)).unwrap_err().to_string();
+    let err = fetch(&srv, "/missing.raw.gz", &fast(5))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("404"), "{err}");
     assert!(err.contains("/missing.raw.gz"), "{err}");
     assert_eq!(srv.requests().len(), 1, "a 404 is not retried");
@@ -174,10 +182,14 @@ fn connection_refused_is_retried_then_reported() {
         .local_addr()
         .unwrap()
         .port();
-    let err = HttpSource::open(&format!("http://127.0.0.1:{port}/img"), &fast(1), &Cancel::new())
-        .err()
-        .unwrap()
-        .to_string();
+    let err = HttpSource::open(
+        &format!("http://127.0.0.1:{port}/img"),
+        &fast(1),
+        &Cancel::new(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(err.contains("giving up after 1 retries"), "{err}");
 }
 
@@ -200,7 +212,11 @@ fn cancellation_stops_a_backoff_at_once() {
     let c2 = cancel.clone();
     let url = srv.url("/img");
     let start = Instant::now();
-    let t = std::thread::spawn(move || HttpSource::open(&url, &opts, &c2).err().map(|e| e.to_string()));
+    let t = std::thread::spawn(move || {
+        HttpSource::open(&url, &opts, &c2)
+            .err()
+            .map(|e| e.to_string())
+    });
     std::thread::sleep(Duration::from_millis(300));
     cancel.cancel();
     let err = t.join().unwrap().unwrap();

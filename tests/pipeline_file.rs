@@ -77,9 +77,17 @@ fn write(src: Box<dyn ImageSource>, disk: &Path, o: &WriteOptions) -> Result<Wri
 fn assert_empty_gpt(disk: &Path, ss: u64) {
     let mut f = std::fs::File::open(disk).unwrap();
     let gpt = gptman::GPT::read_from(&mut f, ss).expect("a valid GPT");
-    assert_eq!(gpt.iter().filter(|(_, p)| p.is_used()).count(), 0, "no partitions");
+    assert_eq!(
+        gpt.iter().filter(|(_, p)| p.is_used()).count(),
+        0,
+        "no partitions"
+    );
     let len = std::fs::metadata(disk).unwrap().len();
-    assert_eq!(gpt.header.backup_lba, len / ss - 1, "backup at the end of the disk");
+    assert_eq!(
+        gpt.header.backup_lba,
+        len / ss - 1,
+        "backup at the end of the disk"
+    );
 }
 
 /// A stream error can surface before the disk is wiped (then it is untouched: still all
@@ -95,7 +103,12 @@ fn assert_untouched_or_empty_gpt(disk: &Path, ss: u64) {
 fn every_format_writes_the_image_byte_for_byte() {
     for ss in [512u64, 4096] {
         let img = gpt_image(5 << 20, ss, ss);
-        for (name, bytes) in [("raw", img.clone()), ("gz", gz(&img)), ("xz", xz(&img)), ("zst", zst(&img))] {
+        for (name, bytes) in [
+            ("raw", img.clone()),
+            ("gz", gz(&img)),
+            ("xz", xz(&img)),
+            ("zst", zst(&img)),
+        ] {
             let disk = disk_file(8 << 20);
             let s = write(
                 Box::new(MemSource::new(bytes.clone())),
@@ -122,10 +135,14 @@ fn a_tail_that_is_not_a_whole_buffer_is_written_exactly() {
     let img = gpt_image((3 << 20) + 3 * 512, 512, 7);
     let disk = disk_file(6 << 20);
     std::fs::write(disk.path(), vec![0xeeu8; 6 << 20]).unwrap();
-    write(Box::new(MemSource::new(gz(&img))), disk.path(), &opts(Expected {
-        compressed: None,
-        uncompressed: Some(sha(&img)),
-    }))
+    write(
+        Box::new(MemSource::new(gz(&img))),
+        disk.path(),
+        &opts(Expected {
+            compressed: None,
+            uncompressed: Some(sha(&img)),
+        }),
+    )
     .unwrap();
     let written = std::fs::read(disk.path()).unwrap();
     assert_image_on_disk(&written, &img, 512);
@@ -162,7 +179,10 @@ fn an_uncompressed_digest_mismatch_fails_and_leaves_an_empty_gpt() {
         }),
     )
     .unwrap_err();
-    let e = err.chain().find_map(|c| c.downcast_ref::<DigestMismatch>()).unwrap();
+    let e = err
+        .chain()
+        .find_map(|c| c.downcast_ref::<DigestMismatch>())
+        .unwrap();
     assert_eq!(e.which, "uncompressed");
     assert_eq!(e.actual, sha(&img));
     assert_empty_gpt(disk.path(), 4096);
@@ -172,13 +192,36 @@ fn an_uncompressed_digest_mismatch_fails_and_leaves_an_empty_gpt() {
 fn truncated_and_trailing_streams_fail_and_leave_an_empty_gpt() {
     let img = gpt_image(4 << 20, 512, 10);
     for (what, bytes, needle) in [
-        ("truncated gz", { let c = gz(&img); c[..c.len() * 3 / 4].to_vec() }, "truncated"),
-        ("trailing after xz", { let mut c = xz(&img); c.extend_from_slice(b"junk"); c }, "trailing data"),
-        ("raw shorter than its GPT", img[..3 << 20].to_vec(), "truncated"),
+        (
+            "truncated gz",
+            {
+                let c = gz(&img);
+                c[..c.len() * 3 / 4].to_vec()
+            },
+            "truncated",
+        ),
+        (
+            "trailing after xz",
+            {
+                let mut c = xz(&img);
+                c.extend_from_slice(b"junk");
+                c
+            },
+            "trailing data",
+        ),
+        (
+            "raw shorter than its GPT",
+            img[..3 << 20].to_vec(),
+            "truncated",
+        ),
     ] {
         let disk = disk_file(6 << 20);
-        let err = write(Box::new(MemSource::new(bytes)), disk.path(), &opts(Expected::default()))
-            .unwrap_err();
+        let err = write(
+            Box::new(MemSource::new(bytes)),
+            disk.path(),
+            &opts(Expected::default()),
+        )
+        .unwrap_err();
         assert!(format!("{err:#}").contains(needle), "{what}: {err:#}");
         assert_untouched_or_empty_gpt(disk.path(), 512);
     }
@@ -190,15 +233,27 @@ fn refusals_before_the_first_write_leave_the_disk_untouched() {
     let not_gpt = common::images::pattern(3 << 20, 12);
     for (what, bytes, disk_size, needle) in [
         ("too large", gz(&img), 6u64 << 20, "holds only"),
-        ("not a GPT image", not_gpt, 6 << 20, "not a CoreOS metal disk image"),
+        (
+            "not a GPT image",
+            not_gpt,
+            6 << 20,
+            "not a CoreOS metal disk image",
+        ),
     ] {
         let disk = disk_file(disk_size);
         let before = vec![0x5au8; disk_size as usize];
         std::fs::write(disk.path(), &before).unwrap();
-        let err = write(Box::new(MemSource::new(bytes)), disk.path(), &opts(Expected::default()))
-            .unwrap_err();
+        let err = write(
+            Box::new(MemSource::new(bytes)),
+            disk.path(),
+            &opts(Expected::default()),
+        )
+        .unwrap_err();
         assert!(format!("{err:#}").contains(needle), "{what}: {err:#}");
-        assert!(std::fs::read(disk.path()).unwrap() == before, "{what}: disk was modified");
+        assert!(
+            std::fs::read(disk.path()).unwrap() == before,
+            "{what}: disk was modified"
+        );
     }
 }
 
@@ -217,18 +272,32 @@ fn the_first_mib_is_written_only_after_the_stream_is_verified() {
             head_log.lock().unwrap().push(head);
         }
     });
-    write(Box::new(src), disk.path(), &opts(Expected {
-        compressed: Some(sha(&img)),
-        uncompressed: None,
-    }))
+    write(
+        Box::new(src),
+        disk.path(),
+        &opts(Expected {
+            compressed: Some(sha(&img)),
+            uncompressed: None,
+        }),
+    )
     .unwrap();
     let seen = seen_head.lock().unwrap();
     // The source may run ahead of the wipe (the disk is still untouched then), but from the
     // wipe on, sector 1 holds an empty GPT, and never the image's own header until the end.
-    assert!(seen.iter().any(|h| &h[..8] == b"EFI PART"), "the empty GPT was seen");
+    assert!(
+        seen.iter().any(|h| &h[..8] == b"EFI PART"),
+        "the empty GPT was seen"
+    );
     for h in seen.iter() {
-        assert!(h.iter().all(|&b| b == 0) || &h[..8] == b"EFI PART", "unexpected sector 1");
-        assert_ne!(&h[..], &img[512..1024], "the image's own GPT header appeared before the end");
+        assert!(
+            h.iter().all(|&b| b == 0) || &h[..8] == b"EFI PART",
+            "unexpected sector 1"
+        );
+        assert_ne!(
+            &h[..],
+            &img[512..1024],
+            "the image's own GPT header appeared before the end"
+        );
     }
     assert_image_on_disk(&std::fs::read(disk.path()).unwrap(), &img, 512);
 }
@@ -247,15 +316,24 @@ fn cancellation_mid_stream_stops_with_interrupted_and_an_empty_gpt() {
         if pos >= 3 << 20 && !s2.is_cancelled() {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
             while &std::fs::read(&path).unwrap()[512..520] != b"EFI PART" {
-                assert!(std::time::Instant::now() < deadline, "the disk was never wiped");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the disk was never wiped"
+                );
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
             s2.cancel();
         }
     });
     let dev = Device::open_for_write(disk.path()).unwrap();
-    let err = write_image(Box::new(src), &dev, &opts(Expected::default()), &NoProgress, &stop)
-        .unwrap_err();
+    let err = write_image(
+        Box::new(src),
+        &dev,
+        &opts(Expected::default()),
+        &NoProgress,
+        &stop,
+    )
+    .unwrap_err();
     assert!(err.chain().any(|c| c.is::<Interrupted>()), "{err:#}");
     assert_empty_gpt(disk.path(), 512);
 }
@@ -271,7 +349,14 @@ fn progress_reaches_one_hundred_percent_in_order() {
     src.chunk = 32 << 10;
     src.before = Box::new(|_| std::thread::sleep(std::time::Duration::from_millis(3)));
     let dev = Device::open_for_write(disk.path()).unwrap();
-    write_image(Box::new(src), &dev, &opts(Expected::default()), &cb, &Cancel::new()).unwrap();
+    write_image(
+        Box::new(src),
+        &dev,
+        &opts(Expected::default()),
+        &cb,
+        &Cancel::new(),
+    )
+    .unwrap();
     let seen = seen.lock().unwrap();
     assert_eq!(seen.last(), Some(&100), "{seen:?}");
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
@@ -285,7 +370,10 @@ fn a_local_file_source_works_and_is_sized() {
     let path = dir.path().join("img.zst");
     std::fs::write(&path, zst(&img)).unwrap();
     let src = FileSource::open(&path).unwrap();
-    assert_eq!(src.total_len(), Some(std::fs::metadata(&path).unwrap().len()));
+    assert_eq!(
+        src.total_len(),
+        Some(std::fs::metadata(&path).unwrap().len())
+    );
     let disk = disk_file(4 << 20);
     write(Box::new(src), disk.path(), &opts(Expected::default())).unwrap();
     assert_image_on_disk(&std::fs::read(disk.path()).unwrap(), &img, 512);

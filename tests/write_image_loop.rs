@@ -61,13 +61,22 @@ fn assert_empty_gpt(dev: &LoopDev, ss: u64) {
     sgdisk_verify(&dev.path);
     let mut f = std::fs::File::open(&dev.path).unwrap();
     let gpt = gptman::GPT::read_from(&mut f, ss).expect("a valid GPT");
-    assert_eq!(gpt.iter().filter(|(_, p)| p.is_used()).count(), 0, "partitions left");
+    assert_eq!(
+        gpt.iter().filter(|(_, p)| p.is_used()).count(),
+        0,
+        "partitions left"
+    );
 }
 
 fn each_format_over_http(ss: u64) {
     let set = images(ss);
     let srv = TestServer::start();
-    for c in [None, Some(Compression::Gzip), Some(Compression::Xz), Some(Compression::Zstd)] {
+    for c in [
+        None,
+        Some(Compression::Gzip),
+        Some(Compression::Xz),
+        Some(Compression::Zstd),
+    ] {
         let file: &ImageFile = set.compressed(c);
         let url = srv.serve_file(&format!("/img-{c:?}"), &file.path);
         let dev = LoopDev::new(set.raw.size + 64 * MIB, ss);
@@ -75,7 +84,10 @@ fn each_format_over_http(ss: u64) {
         assert!(out.status.success(), "{c:?} at {ss}: {}", text(&out));
         assert_written(&dev, set);
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(stdout.contains("MB/s") && stdout.contains(&file.sha256), "{stdout}");
+        assert!(
+            stdout.contains("MB/s") && stdout.contains(&file.sha256),
+            "{stdout}"
+        );
         assert!(stdout.contains("verified"), "{stdout}");
     }
 }
@@ -107,15 +119,27 @@ fn a_connection_cut_at_half_is_resumed_and_the_disk_is_identical() {
     );
     let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
     let out = write_image(
-        &["--image-url", &srv.url("/img.gz"), "--sha256", &set.gz.sha256],
+        &[
+            "--image-url",
+            &srv.url("/img.gz"),
+            "--sha256",
+            &set.gz.sha256,
+        ],
         &dev.path,
     );
     assert!(out.status.success(), "{}", text(&out));
     assert_written(&dev, set);
     let reqs = srv.requests_for("/img.gz");
     assert_eq!(reqs.len(), 2, "{reqs:?}");
-    assert!(reqs[1].range.as_deref().unwrap().starts_with("bytes="), "{reqs:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("resuming"), "{}", text(&out));
+    assert!(
+        reqs[1].range.as_deref().unwrap().starts_with("bytes="),
+        "{reqs:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("resuming"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -132,7 +156,12 @@ fn service_unavailable_twice_is_retried() {
     );
     let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
     let out = write_image(
-        &["--image-url", &srv.url("/img.zst"), "--sha256", &set.zst.sha256],
+        &[
+            "--image-url",
+            &srv.url("/img.zst"),
+            "--sha256",
+            &set.zst.sha256,
+        ],
         &dev.path,
     );
     assert!(out.status.success(), "{}", text(&out));
@@ -149,10 +178,16 @@ fn not_found_is_a_clear_error_and_the_disk_is_untouched() {
     let dev = LoopDev::new(64 * MIB, 512);
     dev.write(0, &vec![0xa5u8; MIB as usize]);
     let before = whole_device_sha256(&dev);
-    let out = write_image(&["--image-url", &srv.url("/nope.raw.gz"), "--insecure"], &dev.path);
+    let out = write_image(
+        &["--image-url", &srv.url("/nope.raw.gz"), "--insecure"],
+        &dev.path,
+    );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("404") && stderr.contains("/nope.raw.gz"), "{stderr}");
+    assert!(
+        stderr.contains("404") && stderr.contains("/nope.raw.gz"),
+        "{stderr}"
+    );
     assert_eq!(whole_device_sha256(&dev), before);
 }
 
@@ -167,16 +202,25 @@ fn a_corrupt_byte_fails_the_digest_and_leaves_an_empty_gpt() {
         // Raw: nothing but the digest can notice. Past the first MiB, so the write is under way.
         srv.route(
             "/img.raw",
-            Route::file(&set.raw.path).with_sticky(vec![Fault::CorruptByte(set.raw.size / 2 + 12345)]),
+            Route::file(&set.raw.path)
+                .with_sticky(vec![Fault::CorruptByte(set.raw.size / 2 + 12345)]),
         );
         let dev = LoopDev::new(set.raw.size + 16 * MIB, ss);
         let out = write_image(
-            &["--image-url", &srv.url("/img.raw"), "--sha256", &set.raw.sha256],
+            &[
+                "--image-url",
+                &srv.url("/img.raw"),
+                "--sha256",
+                &set.raw.sha256,
+            ],
             &dev.path,
         );
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("sha256") && stderr.contains(&set.raw.sha256), "{stderr}");
+        assert!(
+            stderr.contains("sha256") && stderr.contains(&set.raw.sha256),
+            "{stderr}"
+        );
         assert_empty_gpt(&dev, ss);
     }
 }
@@ -192,14 +236,22 @@ fn a_mounted_device_is_refused_naming_the_mountpoint() {
     let mnt = tempfile::tempdir().unwrap();
     run(Command::new("mount").arg(&dev.path).arg(mnt.path()));
     let out = write_image(
-        &["--image-file", set.gz.path.to_str().unwrap(), "--sha256", &set.gz.sha256],
+        &[
+            "--image-file",
+            set.gz.path.to_str().unwrap(),
+            "--sha256",
+            &set.gz.sha256,
+        ],
         &dev.path,
     );
     run(Command::new("umount").arg(mnt.path()));
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("is in use"), "{stderr}");
-    assert!(stderr.contains(&format!("mounted on {}", mnt.path().display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!("mounted on {}", mnt.path().display())),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -215,10 +267,16 @@ fn a_device_too_small_is_refused_before_anything_is_written() {
     let before = whole_device_sha256(&dev);
     let srv = TestServer::start();
     let url = srv.serve_file("/img.xz", &set.xz.path);
-    let out = write_image(&["--image-url", &url, "--sha256", &set.xz.sha256], &dev.path);
+    let out = write_image(
+        &["--image-url", &url, "--sha256", &set.xz.sha256],
+        &dev.path,
+    );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("holds only") && stderr.contains("nothing was written"), "{stderr}");
+    assert!(
+        stderr.contains("holds only") && stderr.contains("nothing was written"),
+        "{stderr}"
+    );
     assert_eq!(whole_device_sha256(&dev), before, "the device was modified");
 }
 
@@ -231,12 +289,20 @@ fn an_image_with_the_other_sector_size_is_refused_before_anything_is_written() {
     let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
     let before = whole_device_sha256(&dev);
     let out = write_image(
-        &["--image-file", set.gz.path.to_str().unwrap(), "--sha256", &set.gz.sha256],
+        &[
+            "--image-file",
+            set.gz.path.to_str().unwrap(),
+            "--sha256",
+            &set.gz.sha256,
+        ],
         &dev.path,
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("4096-byte sectors") && stderr.contains("512-byte sectors"), "{stderr}");
+    assert!(
+        stderr.contains("4096-byte sectors") && stderr.contains("512-byte sectors"),
+        "{stderr}"
+    );
     assert_eq!(whole_device_sha256(&dev), before);
 }
 
@@ -256,7 +322,13 @@ fn sigterm_mid_write_leaves_an_empty_gpt_and_exits_143() {
     // A bootable-looking old table that must not survive.
     dev.write(0, &std::fs::read(&set.raw.path).unwrap()[..MIB as usize]);
     let mut child = Command::new(BIN)
-        .args(["write-image", "--image-url", &srv.url("/img.gz"), "--sha256", &set.gz.sha256])
+        .args([
+            "write-image",
+            "--image-url",
+            &srv.url("/img.gz"),
+            "--sha256",
+            &set.gz.sha256,
+        ])
         .arg(&dev.path)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -264,7 +336,12 @@ fn sigterm_mid_write_leaves_an_empty_gpt_and_exits_143() {
         .unwrap();
     // Wait until the stream is well under way: a quarter of it has been sent.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while srv.requests_for("/img.gz").first().map_or(0, |r| r.body_bytes_sent) < set.gz.size / 4 {
+    while srv
+        .requests_for("/img.gz")
+        .first()
+        .map_or(0, |r| r.body_bytes_sent)
+        < set.gz.size / 4
+    {
         assert!(Instant::now() < deadline, "the download never got going");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -277,9 +354,17 @@ fn sigterm_mid_write_leaves_an_empty_gpt_and_exits_143() {
     let status = child.wait().unwrap();
     let mut stderr = String::new();
     use std::io::Read;
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert!(start.elapsed() < Duration::from_secs(10), "slow to stop");
     assert_eq!(status.code(), Some(143), "{stderr}");
-    assert!(stderr.contains("SIGTERM") && stderr.contains("interrupted"), "{stderr}");
+    assert!(
+        stderr.contains("SIGTERM") && stderr.contains("interrupted"),
+        "{stderr}"
+    );
     assert_empty_gpt(&dev, 512);
 }

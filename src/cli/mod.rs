@@ -1,6 +1,8 @@
 //! Command-line definitions (clap derive). `main.rs` parses with these and dispatches to
 //! `commands`.
 
+pub mod embed;
+pub mod postinstall;
 pub mod write_image;
 
 use clap::{Parser, Subcommand};
@@ -23,4 +25,6 @@ pub struct Cli {
 pub enum Command {
     /// Stream a CoreOS metal image (raw, gzip, xz or zstd) onto a disk, verified, first MiB last.
     WriteImage(write_image::WriteImageArgs),
+    /// Apply the post-install steps (Ignition, kernel arguments, network) to a disk written earlier.
+    Embed(embed::EmbedArgs),
 }

@@ -4,11 +4,14 @@ use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 
+use super::postinstall::PostInstallArgs;
+use crate::disk::saved::{index_filters, label_filters, PartitionFilter};
 use crate::image::digest::{Expected, Sha256Sum};
 use crate::image::format::XzSettings;
 use crate::image::retry::{Retries, RetryPolicy};
 use crate::image::source::{HttpOptions, ImageLocation};
 use crate::image::WriteOptions;
+use crate::postinstall::PostInstall;
 
 #[derive(Args, Debug, Clone)]
 #[command(group(clap::ArgGroup::new("image").required(true).args(["image_url", "image_file"])))]
@@ -37,6 +40,14 @@ pub struct WriteImageArgs {
     /// On failure, leave the disk as the failed write left it instead of resetting it to an empty partition table.
     #[arg(long)]
     pub preserve_on_error: bool,
+    /// Keep partitions whose GPT name matches this glob (repeatable, comma-separated).
+    #[arg(long = "save-partlabel", value_name = "GLOB")]
+    pub save_partlabel: Vec<String>,
+    /// Keep partitions by number: N, N-M, N- or -M (repeatable, comma-separated).
+    #[arg(long = "save-partindex", value_name = "N|N-M|N-|-M")]
+    pub save_partindex: Vec<String>,
+    #[command(flatten)]
+    pub post: PostInstallArgs,
     /// Threads for xz decoding (multi-block images); default: one per CPU.
     #[arg(long, value_name = "N", hide_short_help = true)]
     pub xz_threads: Option<u32>,
@@ -52,6 +63,9 @@ pub struct WritePlan {
     pub http: HttpOptions,
     pub write: WriteOptions,
     pub device: PathBuf,
+    /// Which partitions of the old table to keep; read from the disk once it is open.
+    pub save: Vec<PartitionFilter>,
+    pub post: PostInstall,
 }
 
 impl WriteImageArgs {
@@ -79,6 +93,9 @@ impl WriteImageArgs {
             (None, Some(p)) => ImageLocation::File(p.clone()),
             _ => bail!("pass exactly one of --image-url and --image-file"),
         };
+        let mut save = label_filters(&self.save_partlabel);
+        save.extend(index_filters(&self.save_partindex)?);
+        let post = self.post.to_post_install()?;
         let mut xz = XzSettings::default();
         if let Some(t) = self.xz_threads {
             xz.threads = t.max(1);
@@ -100,6 +117,8 @@ impl WriteImageArgs {
                 ..WriteOptions::default()
             },
             device: self.device.clone(),
+            save,
+            post,
         })
     }
 }

@@ -1,3 +1,4 @@
 //! What each subcommand does, given its parsed arguments.
 
+pub mod embed;
 pub mod write_image;

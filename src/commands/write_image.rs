@@ -1,11 +1,20 @@
-//! `write-image`: plan, open the source (headers only), open the device, stream.
+//! `write-image`: plan, open the source (headers only), open the device, read the partitions
+//! to save, stream and verify, apply the post-install steps, and only then write the table.
 
 use anyhow::{Context, Result};
 
 use crate::cli::write_image::WriteImageArgs;
+use crate::disk::gpt::DiskWindows;
+use crate::disk::partitions::PartitionSpec;
+use crate::disk::saved::SavedPartitions;
 use crate::disk::Device;
+use crate::embed;
 use crate::image::progress::ProgressSink;
-use crate::image::{source, write_image, Cancel, WriteSummary};
+use crate::image::{
+    reset_after_failure, source, stream_image, Cancel, Interrupted, Staged, WriteOptions,
+    WriteSummary,
+};
+use crate::postinstall::PostInstall;
 
 pub fn run(
     args: &WriteImageArgs,
@@ -16,8 +25,59 @@ pub fn run(
     // The source first: a wrong URL or an unreachable server fails before the disk is opened.
     let src = source::open(&plan.location, &plan.http, stop)?;
     let dev = Device::open_for_write(&plan.device)?;
-    write_image(src, &dev, &plan.write, progress, stop)
+    let mut opts = plan.write.clone();
+    if !plan.save.is_empty() {
+        let mut w = DiskWindows::load(&dev)?;
+        opts.saved =
+            SavedPartitions::select(&mut w, dev.sector_size(), &plan.save).with_context(|| {
+                format!(
+                    "reading the partitions to save from {}",
+                    dev.path().display()
+                )
+            })?;
+    }
+    let staged = stream_image(src, &dev, &opts, progress, stop)
+        .with_context(|| format!("writing the image to {}", plan.device.display()))?;
+    finish(dev, staged, &opts, &plan.post, stop)
         .with_context(|| format!("writing the image to {}", plan.device.display()))
+}
+
+/// Post-install on the streamed (not yet bootable) disk, then commit the partition table. Any
+/// failure resets the table like a failed stream does.
+fn finish(
+    dev: Device,
+    staged: Staged,
+    opts: &WriteOptions,
+    post: &PostInstall,
+    stop: &Cancel,
+) -> Result<WriteSummary> {
+    let ss = staged.layout().sector_size;
+    let path = dev.path().to_path_buf();
+    let dev = if post.is_empty() {
+        dev
+    } else {
+        let table = match staged.final_table(dev.size(), &opts.saved) {
+            Ok(t) => PartitionSpec::from_gpt(&t),
+            Err(e) => return Err(reset_after_failure(&dev, ss, opts, e)),
+        };
+        match embed::apply_to_disk(dev, &table, ss, post) {
+            Ok(d) => d,
+            Err(e) => {
+                let d = Device::open_for_write(&path).with_context(|| {
+                    format!("{e:#}; and reopening {} to reset it failed", path.display())
+                })?;
+                return Err(reset_after_failure(&d, ss, opts, e));
+            }
+        }
+    };
+    if stop.is_cancelled() {
+        return Err(reset_after_failure(&dev, ss, opts, Interrupted.into()));
+    }
+    let summary = staged
+        .commit(&dev, &opts.saved)
+        .map_err(|e| reset_after_failure(&dev, ss, opts, e))?;
+    embed::refresh_kernel_view(&dev);
+    Ok(summary)
 }
 
 /// Peak resident memory of this process (VmHWM), for the summary.

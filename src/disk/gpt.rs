@@ -399,13 +399,19 @@ mod tests {
             let disk_size = 16u64 << 20;
             let mut w = DiskWindows::zeroed(disk_size).unwrap();
             w.head_mut().copy_from_slice(&img[..WINDOW as usize]);
-            let image_guid = GPT::read_from(&mut Cursor::new(&img), ss).unwrap().header.disk_guid;
+            let image_guid = GPT::read_from(&mut Cursor::new(&img), ss)
+                .unwrap()
+                .header
+                .disk_guid;
             let gpt = fix_image_table(&mut w, ss, &SavedPartitions::none()).unwrap();
             assert_eq!(gpt.header.backup_lba, disk_size / ss - 1);
             assert_eq!(gpt.header.disk_guid, image_guid);
             let mut disk = Cursor::new(whole_disk(&w));
             let back = GPT::read_from(&mut disk, ss).unwrap();
-            assert_eq!(back.header.last_usable_lba, disk_size / ss - 1 - entry_array_sectors(ss) - 1);
+            assert_eq!(
+                back.header.last_usable_lba,
+                disk_size / ss - 1 - entry_array_sectors(ss) - 1
+            );
             assert_eq!(back.iter().filter(|(_, p)| p.is_used()).count(), 2);
             // The backup at the disk's end is valid on its own.
             let mut only_backup = whole_disk(&w);
@@ -436,7 +442,11 @@ mod tests {
             )],
         };
         let gpt = fix_image_table(&mut w, ss, &saved).unwrap();
-        assert_eq!(gpt[3].partition_name.as_str(), "data", "renumbered after the image's 2");
+        assert_eq!(
+            gpt[3].partition_name.as_str(),
+            "data",
+            "renumbered after the image's 2"
+        );
         assert_eq!(gpt[3].starting_lba, 20 << 11);
     }
 

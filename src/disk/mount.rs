@@ -73,8 +73,9 @@ pub fn with_private_mount<T: Send>(
                     None::<&str>,
                 )
                 .context("making mounts private")?;
-                let dir = nix::unistd::mkdtemp(&std::env::temp_dir().join("assisted-installer-XXXXXX"))
-                    .context("creating a mountpoint")?;
+                let dir =
+                    nix::unistd::mkdtemp(&std::env::temp_dir().join("assisted-installer-XXXXXX"))
+                        .context("creating a mountpoint")?;
                 let mut guard = Mounted {
                     dir,
                     mounted: false,
@@ -87,7 +88,11 @@ pub fn with_private_mount<T: Send>(
                     None::<&str>,
                 )
                 .with_context(|| {
-                    format!("mounting {} ({fstype}) on {}", source.display(), guard.dir.display())
+                    format!(
+                        "mounting {} ({fstype}) on {}",
+                        source.display(),
+                        guard.dir.display()
+                    )
                 })?;
                 guard.mounted = true;
                 let result = f(&guard.dir);

@@ -173,8 +173,9 @@ fn reread(dev: &Device) -> Result<()> {
                 std::thread::sleep(Duration::from_millis(100));
             }
             Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("rereading the partition table of {}", dev.path().display()))
+                return Err(e).with_context(|| {
+                    format!("rereading the partition table of {}", dev.path().display())
+                })
             }
         }
     }
@@ -225,13 +226,14 @@ pub fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<PartitionNod
             p.start,
             dev.path().display()
         );
-        dev.add_partition(p.number, p.start, p.length).with_context(|| {
-            format!(
-                "adding partition {} of {} (the kernel did not create it on reread)",
-                p.number,
-                dev.path().display()
-            )
-        })?;
+        dev.add_partition(p.number, p.start, p.length)
+            .with_context(|| {
+                format!(
+                    "adding partition {} of {} (the kernel did not create it on reread)",
+                    p.number,
+                    dev.path().display()
+                )
+            })?;
         added.push(p.number);
     }
     if !add.is_empty() {
@@ -252,13 +254,20 @@ pub fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<PartitionNod
             .map(|k| k.name.clone())
             .unwrap_or_else(|| partition_name(&disk_name, w.number));
         let node = PathBuf::from("/dev").join(&name);
-        let devno = have.iter().find(|k| k.number == w.number).and_then(|k| k.devno);
+        let devno = have
+            .iter()
+            .find(|k| k.number == w.number)
+            .and_then(|k| k.devno);
         if wait_for_node(&node, Duration::from_secs(5)) {
             nodes.push((w.number, node));
             continue;
         }
         let Some((maj, min)) = devno else {
-            bail!("partition {} of {} has no device number in sysfs", w.number, dev.path().display());
+            bail!(
+                "partition {} of {} has no device number in sysfs",
+                w.number,
+                dev.path().display()
+            );
         };
         // /dev is not devtmpfs (a container with a static /dev): make the node ourselves.
         nix::sys::stat::mknod(
@@ -333,7 +342,11 @@ mod tests {
     fn reconcile_adds_missing_and_replaces_stale() {
         let want = [spec(1, 1 << 20, 1 << 20), spec(2, 2 << 20, 8 << 20)];
         assert_eq!(reconcile(&want, &[]), (vec![], want.to_vec()));
-        let have = [kp(1, 1 << 20, 1 << 20), kp(2, 2 << 20, 4 << 20), kp(5, 99, 1)];
+        let have = [
+            kp(1, 1 << 20, 1 << 20),
+            kp(2, 2 << 20, 4 << 20),
+            kp(5, 99, 1),
+        ];
         let (del, add) = reconcile(&want, &have);
         assert_eq!(del, vec![2, 5], "wrong size and unexpected partitions go");
         assert_eq!(add, vec![want[1].clone()]);

@@ -147,7 +147,9 @@ impl SavedPartitions {
             Ok(g) => g,
             Err(e) => {
                 let has_mbr = w.head()[510..512] == [0x55, 0xaa];
-                let by_index = filters.iter().any(|f| matches!(f, PartitionFilter::Index(..)));
+                let by_index = filters
+                    .iter()
+                    .any(|f| matches!(f, PartitionFilter::Index(..)));
                 if has_mbr && by_index {
                     bail!("the disk has an MBR partition table, not GPT: saving partitions by index from an MBR disk is not supported");
                 }
@@ -200,7 +202,13 @@ impl SavedPartitions {
         self.entries
             .iter()
             .min_by_key(|(_, p)| p.starting_lba)
-            .map(|(n, p)| (*n, p.partition_name.as_str(), p.starting_lba * self.sector_size))
+            .map(|(n, p)| {
+                (
+                    *n,
+                    p.partition_name.as_str(),
+                    p.starting_lba * self.sector_size,
+                )
+            })
     }
 
     /// Write a GPT holding only the saved partitions (at their numbers, fresh disk GUID) and a
@@ -346,12 +354,22 @@ mod tests {
     fn selection_by_label_and_index() {
         for ss in [512u64, 4096] {
             let mut w = old_disk(ss);
-            let s = SavedPartitions::select(&mut w, Some(ss), &label_filters(&["data".into()])).unwrap();
-            assert_eq!(s.entries.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![4]);
+            let s = SavedPartitions::select(&mut w, Some(ss), &label_filters(&["data".into()]))
+                .unwrap();
+            assert_eq!(
+                s.entries.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+                vec![4]
+            );
             assert_eq!(s.first().unwrap().2, 40 << 20);
-            let s = SavedPartitions::select(&mut w, Some(ss), &index_filters(&["5-".into()]).unwrap()).unwrap();
-            assert_eq!(s.entries.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![5]);
-            let s = SavedPartitions::select(&mut w, Some(ss), &label_filters(&["nomatch".into()])).unwrap();
+            let s =
+                SavedPartitions::select(&mut w, Some(ss), &index_filters(&["5-".into()]).unwrap())
+                    .unwrap();
+            assert_eq!(
+                s.entries.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+                vec![5]
+            );
+            let s = SavedPartitions::select(&mut w, Some(ss), &label_filters(&["nomatch".into()]))
+                .unwrap();
             assert!(s.is_empty());
             let s = SavedPartitions::select(&mut w, Some(ss), &[]).unwrap();
             assert!(s.is_empty(), "no filters: nothing saved");
@@ -361,7 +379,10 @@ mod tests {
     #[test]
     fn a_table_of_the_other_sector_size_is_refused() {
         let mut w = old_disk(512);
-        assert!(SavedPartitions::select(&mut w, Some(4096), &label_filters(&["*".into()])).is_ok_and(|s| s.is_empty()));
+        assert!(
+            SavedPartitions::select(&mut w, Some(4096), &label_filters(&["*".into()]))
+                .is_ok_and(|s| s.is_empty())
+        );
         let mut w = old_disk(4096);
         // Read at 512 there is no GPT at LBA 1: nothing is found to save.
         let s = SavedPartitions::select(&mut w, Some(512), &label_filters(&["*".into()])).unwrap();
@@ -373,7 +394,8 @@ mod tests {
         let mut w = DiskWindows::zeroed(8 << 20).unwrap();
         w.head_mut()[510] = 0x55;
         w.head_mut()[511] = 0xaa;
-        let e = SavedPartitions::select(&mut w, Some(512), &index_filters(&["1".into()]).unwrap()).unwrap_err();
+        let e = SavedPartitions::select(&mut w, Some(512), &index_filters(&["1".into()]).unwrap())
+            .unwrap_err();
         assert!(e.to_string().contains("MBR"), "{e}");
         let s = SavedPartitions::select(&mut w, Some(512), &label_filters(&["*".into()])).unwrap();
         assert!(s.is_empty());
@@ -383,7 +405,8 @@ mod tests {
     fn a_corrupt_primary_falls_back_to_the_backup() {
         let mut w = old_disk(512);
         w.head_mut()[512 + 20] ^= 0xff; // primary header CRC broken
-        let s = SavedPartitions::select(&mut w, Some(512), &label_filters(&["data".into()])).unwrap();
+        let s =
+            SavedPartitions::select(&mut w, Some(512), &label_filters(&["data".into()])).unwrap();
         assert_eq!(s.entries.len(), 1);
     }
 
@@ -391,7 +414,10 @@ mod tests {
     fn duplicate_guids_fail_the_trial_before_anything_is_written() {
         let s = SavedPartitions {
             sector_size: 512,
-            entries: vec![(1, entry(2048, 4095, "a", 9)), (2, entry(4096, 8191, "b", 9))],
+            entries: vec![
+                (1, entry(2048, 4095, "a", 9)),
+                (2, entry(4096, 8191, "b", 9)),
+            ],
         };
         let e = format!("{:#}", s.trial(64 << 20).unwrap_err());
         assert!(e.contains("failed dry run"), "{e}");
@@ -407,7 +433,12 @@ mod tests {
         let mut w = empty_table(64 << 20, 512).unwrap();
         let mut img = GPT::read_from(&mut w, 512).unwrap();
         for n in 1..=4u32 {
-            img[n] = entry(2048 * n as u64, 2048 * n as u64 + 2047, "img", 100 + n as u8);
+            img[n] = entry(
+                2048 * n as u64,
+                2048 * n as u64 + 2047,
+                "img",
+                100 + n as u8,
+            );
         }
         let s = SavedPartitions {
             sector_size: 512,

@@ -51,7 +51,14 @@ fn blkpg(fd: BorrowedFd<'_>, op: libc::c_int, pno: u32, start: u64, length: u64)
     // SAFETY: BLKPG reads a blkpg_ioctl_arg whose `data` points at a blkpg_partition of
     // `datalen` bytes; both are live locals laid out as the kernel's structs (repr(C)).
     let ret = unsafe { libc::ioctl(fd.as_raw_fd(), BLKPG, &mut arg as *mut BlkpgIoctlArg) };
-    check(ret, if op == BLKPG_ADD_PARTITION { "BLKPG add partition" } else { "BLKPG delete partition" })
+    check(
+        ret,
+        if op == BLKPG_ADD_PARTITION {
+            "BLKPG add partition"
+        } else {
+            "BLKPG delete partition"
+        },
+    )
 }
 
 /// Tell the kernel partition `pno` spans `length` bytes from byte `start` (what `partx -a` does);

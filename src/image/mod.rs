@@ -9,4 +9,6 @@ pub mod retry;
 pub mod source;
 
 pub use cancel::Cancel;
-pub use pipeline::{write_image, Interrupted, WriteOptions, WriteSummary};
+pub use pipeline::{
+    reset_after_failure, stream_image, write_image, Interrupted, Staged, WriteOptions, WriteSummary,
+};

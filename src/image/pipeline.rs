@@ -484,42 +484,101 @@ fn plan(
     Ok(layout)
 }
 
-/// Stream `source` onto `dev`. On failure the disk is left with an empty, valid GPT (unless
-/// `preserve_on_error`), or untouched when the failure came before the first write.
-/// `stop` is the caller's cancellation (signals); the write then fails with [`Interrupted`].
-pub fn write_image(
+/// An image streamed and verified on the disk, whose partition table is not written yet: the
+/// disk still holds an empty GPT (plus saved partitions) and cannot boot. Post-install steps run
+/// in this state; [`Staged::commit`] then writes the first MiB.
+pub struct Staged {
+    head: AlignedBuf,
+    layout: ImageLayout,
+    summary: WriteSummary,
+    started: Instant,
+}
+
+impl Staged {
+    pub fn layout(&self) -> &ImageLayout {
+        &self.layout
+    }
+
+    /// The table the disk will get on commit (fixed up for a disk of `disk_size` bytes, saved
+    /// partitions merged), computed in memory.
+    pub fn final_table(&self, disk_size: u64, saved: &SavedPartitions) -> Result<gptman::GPT> {
+        let mut w = gpt::DiskWindows::zeroed(disk_size)?;
+        w.head_mut().copy_from_slice(self.head.as_slice());
+        gpt::fix_image_table(&mut w, self.layout.sector_size, saved)
+    }
+
+    /// Write the partition table: from here on the disk boots the image.
+    pub fn commit(self, dev: &Device, saved: &SavedPartitions) -> Result<WriteSummary> {
+        gpt::commit_image_table(dev, self.head.as_slice(), &self.layout, saved)
+            .context("writing the partition table (the first MiB)")?;
+        Ok(WriteSummary {
+            elapsed: self.started.elapsed(),
+            ..self.summary
+        })
+    }
+}
+
+/// After a failure once the disk was touched: reset it to an empty GPT (keeping saved
+/// partitions) unless `preserve_on_error`; returns the error to report.
+pub fn reset_after_failure(
+    dev: &Device,
+    sector_size: u64,
+    opts: &WriteOptions,
+    e: anyhow::Error,
+) -> anyhow::Error {
+    if opts.preserve_on_error {
+        tracing::warn!(
+            "--preserve-on-error: leaving {} as the failed write left it (it is not bootable: its first MiB was never written)",
+            dev.path().display()
+        );
+        return e;
+    }
+    tracing::info!(
+        "resetting {} to an empty partition table",
+        dev.path().display()
+    );
+    match gpt::write_reset_table(dev, sector_size, &opts.saved) {
+        Ok(()) => e,
+        Err(reset) => e.context(format!("and resetting the disk failed too: {reset:#}")),
+    }
+}
+
+/// Stream `source` onto `dev` and verify it, without writing the partition table. On failure
+/// the disk is reset (see [`reset_after_failure`]), or untouched when the failure came before
+/// the first write. `stop` is the caller's cancellation (signals): the write then fails with
+/// [`Interrupted`].
+pub fn stream_image(
     mut source: Box<dyn ImageSource>,
     dev: &Device,
     opts: &WriteOptions,
     progress: &dyn ProgressSink,
     stop: &Cancel,
-) -> Result<WriteSummary> {
+) -> Result<Staged> {
     let start = Instant::now();
     // Set once the disk has been written to, with the sector size a reset must use.
     let mut touched: Option<u64> = None;
     let result = run(&mut *source, dev, opts, progress, stop, start, &mut touched);
     progress.finish();
-    let e = match result {
-        Ok(summary) => return Ok(summary),
-        Err(e) => e,
-    };
-    if let Some(ss) = touched {
-        if opts.preserve_on_error {
-            tracing::warn!(
-                "--preserve-on-error: leaving {} as the failed write left it (it is not bootable: its first MiB was never written)",
-                dev.path().display()
-            );
-        } else {
-            tracing::info!(
-                "resetting {} to an empty partition table",
-                dev.path().display()
-            );
-            if let Err(reset) = gpt::write_reset_table(dev, ss, &opts.saved) {
-                return Err(e.context(format!("and resetting the disk failed too: {reset:#}")));
-            }
-        }
+    match (result, touched) {
+        (Ok(staged), _) => Ok(staged),
+        (Err(e), Some(ss)) => Err(reset_after_failure(dev, ss, opts, e)),
+        (Err(e), None) => Err(e),
     }
-    Err(e)
+}
+
+/// Stream, verify and commit: the whole write, with no post-install step in between.
+pub fn write_image(
+    source: Box<dyn ImageSource>,
+    dev: &Device,
+    opts: &WriteOptions,
+    progress: &dyn ProgressSink,
+    stop: &Cancel,
+) -> Result<WriteSummary> {
+    let staged = stream_image(source, dev, opts, progress, stop)?;
+    let ss = staged.layout.sector_size;
+    staged
+        .commit(dev, &opts.saved)
+        .map_err(|e| reset_after_failure(dev, ss, opts, e))
 }
 
 fn run(
@@ -530,7 +589,7 @@ fn run(
     stop: &Cancel,
     start: Instant,
     touched: &mut Option<u64>,
-) -> Result<WriteSummary> {
+) -> Result<Staged> {
     let sh = Shared {
         error: Mutex::new(None),
         format: std::sync::OnceLock::new(),
@@ -615,8 +674,14 @@ fn run(
             .format
             .get()
             .expect("the decoder sets the format before the head");
-        let layout = plan(&head.buf.as_slice()[..head.len], dev, source_len, format, &opts.saved)
-            .with_context(|| format!("checking the image from {source_name}"))?;
+        let layout = plan(
+            &head.buf.as_slice()[..head.len],
+            dev,
+            source_len,
+            format,
+            &opts.saved,
+        )
+        .with_context(|| format!("checking the image from {source_name}"))?;
         let sector = layout.sector_size;
         tracing::info!(
             "image from {source_name}: {} MiB, {}-byte sectors, {} partitions; writing to {}",
@@ -705,18 +770,21 @@ fn run(
         if interrupted() {
             return Err(Interrupted.into());
         }
-        gpt::commit_image_table(dev, head.buf.as_slice(), &layout, &opts.saved)
-            .context("writing the partition table (the first MiB)")?;
         report(sh);
-        Ok(WriteSummary {
-            format,
-            sector_size: sector,
-            image_bytes,
-            source_bytes,
-            elapsed: start.elapsed(),
-            sha256,
-            uncompressed_sha256,
-            expected: opts.expected,
+        Ok(Staged {
+            head: head.buf,
+            layout,
+            summary: WriteSummary {
+                format,
+                sector_size: sector,
+                image_bytes,
+                source_bytes,
+                elapsed: start.elapsed(),
+                sha256,
+                uncompressed_sha256,
+                expected: opts.expected,
+            },
+            started: start,
         })
     })
 }

@@ -200,7 +200,10 @@ fn split_device<'a>(device: &str, prefixes: &[&'a str]) -> Result<Option<(&'a st
 
 /// `<speed>[<parity>[<bits>]]`, e.g. `115200`, `115200n`, `115200n8`.
 fn parse_serial_settings(s: &str) -> Result<(u32, Parity, u8)> {
-    let digits_end = s.bytes().position(|b| !b.is_ascii_digit()).unwrap_or(s.len());
+    let digits_end = s
+        .bytes()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(s.len());
     let (speed, rest) = s.split_at(digits_end);
     if speed.is_empty() {
         bail!("missing speed after ','");
@@ -291,7 +294,8 @@ pub fn replace_console_block(cfg: &str, commands: &[String]) -> Result<String> {
     let Some(body_end) = body_end else {
         bail!("missing marker line `{BLOCK_END}` after `{BLOCK_START}`");
     };
-    let mut out = String::with_capacity(cfg.len() + commands.iter().map(|c| c.len() + 1).sum::<usize>());
+    let mut out =
+        String::with_capacity(cfg.len() + commands.iter().map(|c| c.len() + 1).sum::<usize>());
     out.push_str(&cfg[..body_start]);
     for command in commands {
         out.push_str(command);
@@ -379,9 +383,24 @@ mod tests {
                 "console=ttyS1,9600n8",
                 Some("serial --unit=1 --speed=9600 --word=8 --parity=no"),
             ),
-            ("tty0", Console::Graphical("tty0".into()), "console=tty0", None),
-            ("tty1", Console::Graphical("tty1".into()), "console=tty1", None),
-            ("hvc0", Console::Graphical("hvc0".into()), "console=hvc0", None),
+            (
+                "tty0",
+                Console::Graphical("tty0".into()),
+                "console=tty0",
+                None,
+            ),
+            (
+                "tty1",
+                Console::Graphical("tty1".into()),
+                "console=tty1",
+                None,
+            ),
+            (
+                "hvc0",
+                Console::Graphical("hvc0".into()),
+                "console=hvc0",
+                None,
+            ),
             (
                 "ttysclp0",
                 Console::Graphical("ttysclp0".into()),
@@ -431,7 +450,8 @@ mod tests {
         ] {
             let err = spec.parse::<Console>().unwrap_err();
             assert!(
-                err.to_string().starts_with(&format!("invalid console {spec:?}")),
+                err.to_string()
+                    .starts_with(&format!("invalid console {spec:?}")),
                 "{spec}: {err}"
             );
         }
@@ -481,7 +501,12 @@ mod tests {
         );
         // Only the first serial console configures GRUB's serial port; terminals are not repeated.
         assert_eq!(
-            grub_commands(&parse_all(&["ttyS1,57600e7", "hvc0", "ttyS0,115200", "tty0"])),
+            grub_commands(&parse_all(&[
+                "ttyS1,57600e7",
+                "hvc0",
+                "ttyS0,115200",
+                "tty0"
+            ])),
             [
                 "serial --unit=1 --speed=57600 --word=7 --parity=even",
                 "terminal_input serial console",
@@ -527,15 +552,24 @@ mod tests {
     #[test]
     fn console_block_missing_markers() {
         let err = replace_console_block("a\nb\n", &[]).unwrap_err();
-        assert_eq!(err.to_string(), "missing marker line `# CONSOLE-SETTINGS-START`");
+        assert_eq!(
+            err.to_string(),
+            "missing marker line `# CONSOLE-SETTINGS-START`"
+        );
         let err = replace_console_block("a\n# CONSOLE-SETTINGS-START\nb\n", &[]).unwrap_err();
         assert_eq!(
             err.to_string(),
             "missing marker line `# CONSOLE-SETTINGS-END` after `# CONSOLE-SETTINGS-START`"
         );
         // END before START does not count; a START marker that is part of a line does not count.
-        assert!(replace_console_block("# CONSOLE-SETTINGS-END\n# CONSOLE-SETTINGS-START\n", &[]).is_err());
-        assert!(replace_console_block("x # CONSOLE-SETTINGS-START\n# CONSOLE-SETTINGS-END\n", &[]).is_err());
+        assert!(
+            replace_console_block("# CONSOLE-SETTINGS-END\n# CONSOLE-SETTINGS-START\n", &[])
+                .is_err()
+        );
+        assert!(
+            replace_console_block("x # CONSOLE-SETTINGS-START\n# CONSOLE-SETTINGS-END\n", &[])
+                .is_err()
+        );
     }
 
     #[test]
@@ -543,7 +577,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir(root.path().join("grub2")).unwrap();
         std::fs::write(root.path().join("grub2/grub.cfg"), CFG).unwrap();
-        assert_eq!(console_cfg_path(root.path()), root.path().join("grub2/grub.cfg"));
+        assert_eq!(
+            console_cfg_path(root.path()),
+            root.path().join("grub2/grub.cfg")
+        );
         std::fs::write(root.path().join("grub2/console.cfg"), CFG).unwrap();
         let path = write_console_block(root.path(), &["x".into()]).unwrap();
         assert_eq!(path, root.path().join("grub2/console.cfg"));

@@ -21,7 +21,9 @@ pub fn check_args(args: &str) -> Result<()> {
         .chars()
         .find(|&c| matches!(c, '"' | '\\' | '$') || c.is_control())
     {
-        bail!("{c:?} is not allowed (the arguments are written inside a double-quoted GRUB string)");
+        bail!(
+            "{c:?} is not allowed (the arguments are written inside a double-quoted GRUB string)"
+        );
     }
     Ok(())
 }
@@ -55,11 +57,17 @@ pub fn write_args(boot_root: &Path, args: &str) -> Result<PathBuf> {
                 .context("reading the file")?;
             missing_newline = last[0] != b'\n';
         }
-        let text = if missing_newline { format!("\n{line}") } else { line };
-        file.write_all(text.as_bytes()).context("appending to the file")?;
+        let text = if missing_newline {
+            format!("\n{line}")
+        } else {
+            line
+        };
+        file.write_all(text.as_bytes())
+            .context("appending to the file")?;
         file.sync_all().context("syncing the file")
     };
-    write().with_context(|| format!("writing first-boot kernel arguments to {}", path.display()))?;
+    write()
+        .with_context(|| format!("writing first-boot kernel arguments to {}", path.display()))?;
     tracing::info!("wrote first-boot kernel arguments to {}", path.display());
     Ok(path)
 }
@@ -68,7 +76,8 @@ pub fn write_args(boot_root: &Path, args: &str) -> Result<PathBuf> {
 mod tests {
     use super::*;
 
-    const ORIGINAL: &str = "# Remove this file to rerun Ignition\nset ignition_network_kcmdline=\"\"\n";
+    const ORIGINAL: &str =
+        "# Remove this file to rerun Ignition\nset ignition_network_kcmdline=\"\"\n";
 
     #[test]
     fn line_format() {
@@ -76,7 +85,10 @@ mod tests {
             firstboot_line("rd.neednet=1 ip=192.0.2.10::192.0.2.1:255.255.255.0:host:ens3:none nameserver=192.0.2.53").unwrap(),
             "set ignition_network_kcmdline=\"rd.neednet=1 ip=192.0.2.10::192.0.2.1:255.255.255.0:host:ens3:none nameserver=192.0.2.53\"\n"
         );
-        assert_eq!(firstboot_line("").unwrap(), "set ignition_network_kcmdline=\"\"\n");
+        assert_eq!(
+            firstboot_line("").unwrap(),
+            "set ignition_network_kcmdline=\"\"\n"
+        );
     }
 
     #[test]
@@ -122,7 +134,10 @@ mod tests {
     fn missing_file_is_an_error_and_is_not_created() {
         let root = tempfile::tempdir().unwrap();
         let err = format!("{:#}", write_args(root.path(), "ip=dhcp").unwrap_err());
-        assert!(err.starts_with("writing first-boot kernel arguments to "), "{err}");
+        assert!(
+            err.starts_with("writing first-boot kernel arguments to "),
+            "{err}"
+        );
         assert!(err.contains("it must already exist"), "{err}");
         assert!(!root.path().join(FIRSTBOOT_FILE).exists());
     }

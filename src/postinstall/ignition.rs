@@ -7,9 +7,9 @@
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256, Sha512};
 use std::fmt;
-use std::fs::{DirBuilder, OpenOptions, Permissions};
-use std::io::{ErrorKind, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{OpenOptions, Permissions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -79,12 +79,16 @@ impl FromStr for IgnitionHash {
             bail!("invalid Ignition hash {s:?}: {FORM}");
         };
         match algorithm {
-            "sha256" => Ok(IgnitionHash::Sha256(parse_hex(hex).with_context(|| {
-                format!("invalid Ignition hash {s:?}: {FORM}")
-            })?)),
-            "sha512" => Ok(IgnitionHash::Sha512(parse_hex(hex).with_context(|| {
-                format!("invalid Ignition hash {s:?}: {FORM}")
-            })?)),
+            "sha256" => {
+                Ok(IgnitionHash::Sha256(parse_hex(hex).with_context(|| {
+                    format!("invalid Ignition hash {s:?}: {FORM}")
+                })?))
+            }
+            "sha512" => {
+                Ok(IgnitionHash::Sha512(parse_hex(hex).with_context(|| {
+                    format!("invalid Ignition hash {s:?}: {FORM}")
+                })?))
+            }
             _ => bail!("invalid Ignition hash {s:?}: unknown algorithm {algorithm:?}, {FORM}"),
         }
     }
@@ -195,11 +199,7 @@ pub fn write_config(boot_root: &Path, config: &IgnitionConfig) -> Result<PathBuf
     let dir = boot_root.join(CONFIG_DIR);
     let path = boot_root.join(CONFIG_FILE);
     let write = || -> Result<()> {
-        match DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists && dir.is_dir() => {}
-            Err(e) => return Err(e).context(format!("creating {}", dir.display())),
-        }
+        super::files::create_private_dir(&dir)?;
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -231,7 +231,8 @@ mod tests {
 
     const CONFIG: &[u8] = br#"{"ignition":{"version":"3.2.0"},"passwd":{"users":[{"name":"core","sshAuthorizedKeys":["ssh-ed25519 SECRET"]}]}}"#;
     // Digests of "abc".
-    const ABC_SHA256: &str = "sha256-ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    const ABC_SHA256: &str =
+        "sha256-ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
     const ABC_SHA512: &str = "sha512-ddaf35a193617abacc417349ae20413112e6fa4e89a97ea20a9eeee64b55d39a2192992a274fc1a836ba3c23a3feebbd454d4423643ce80e2a9ac94fa54ca49f";
 
     #[test]
@@ -243,7 +244,11 @@ mod tests {
         h.verify(b"abc", "x").unwrap();
         assert_eq!(h.to_string(), ABC_SHA512);
         // Upper-case hex is accepted and normalised.
-        let h: IgnitionHash = ABC_SHA256.to_uppercase().replace("SHA", "sha").parse().unwrap();
+        let h: IgnitionHash = ABC_SHA256
+            .to_uppercase()
+            .replace("SHA", "sha")
+            .parse()
+            .unwrap();
         assert_eq!(h.to_string(), ABC_SHA256);
     }
 
@@ -252,15 +257,30 @@ mod tests {
         let cases = [
             ("", "invalid Ignition hash \"\": expected sha256-"),
             ("sha512", "invalid Ignition hash \"sha512\": expected"),
-            ("md5-d41d8cd98f00b204e9800998ecf8427e", "unknown algorithm \"md5\""),
+            (
+                "md5-d41d8cd98f00b204e9800998ecf8427e",
+                "unknown algorithm \"md5\"",
+            ),
             ("SHA256-00", "unknown algorithm \"SHA256\""),
             ("sha256:ba78", "invalid Ignition hash"),
             ("sha512-", "the digest has 0 characters, not 128"),
             ("sha512-00", "the digest has 2 characters, not 128"),
-            (&ABC_SHA256[..ABC_SHA256.len() - 2], "the digest has 62 characters, not 64"),
-            (&ABC_SHA512.replace("sha512", "sha256"), "the digest has 128 characters, not 64"),
-            (&ABC_SHA256.replace("ba", "zz"), "the digest is not hexadecimal"),
-            (&ABC_SHA256.replace("ba", "+b"), "the digest is not hexadecimal"),
+            (
+                &ABC_SHA256[..ABC_SHA256.len() - 2],
+                "the digest has 62 characters, not 64",
+            ),
+            (
+                &ABC_SHA512.replace("sha512", "sha256"),
+                "the digest has 128 characters, not 64",
+            ),
+            (
+                &ABC_SHA256.replace("ba", "zz"),
+                "the digest is not hexadecimal",
+            ),
+            (
+                &ABC_SHA256.replace("ba", "+b"),
+                "the digest is not hexadecimal",
+            ),
         ];
         for (input, expected) in cases {
             let err = format!("{:#}", input.parse::<IgnitionHash>().unwrap_err());
@@ -277,7 +297,10 @@ mod tests {
             err.starts_with("the config does not match --ignition-hash: its sha256 is "),
             "{err}"
         );
-        assert!(err.ends_with(&format!("expected {}", &ABC_SHA256[7..])), "{err}");
+        assert!(
+            err.ends_with(&format!("expected {}", &ABC_SHA256[7..])),
+            "{err}"
+        );
     }
 
     #[test]
@@ -285,7 +308,10 @@ mod tests {
         // Not JSON and the wrong digest: the digest error wins.
         let h: IgnitionHash = ABC_SHA512.parse().unwrap();
         let err = IgnitionConfig::from_bytes(b"<html>".to_vec(), Some(&h)).unwrap_err();
-        assert!(err.to_string().contains("does not match --ignition-hash"), "{err}");
+        assert!(
+            err.to_string().contains("does not match --ignition-hash"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -302,16 +328,28 @@ mod tests {
     fn not_an_ignition_config() {
         let cases: [(&[u8], &str); 7] = [
             (b"", "not valid JSON"),
-            (b"<html><body>502 Bad Gateway</body></html>", "not valid JSON"),
+            (
+                b"<html><body>502 Bad Gateway</body></html>",
+                "not valid JSON",
+            ),
             (b"variant: fcos\nversion: 1.5.0\n", "not valid JSON"),
             (b"[1, 2]", "not an object"),
             (br#"{"passwd":{}}"#, "no \"ignition.version\""),
             (br#"{"ignition":{"config":{}}}"#, "no \"ignition.version\""),
-            (br#"{"ignition":{"version":3}}"#, "\"ignition.version\" is not a string"),
+            (
+                br#"{"ignition":{"version":3}}"#,
+                "\"ignition.version\" is not a string",
+            ),
         ];
         for (bytes, reason) in cases {
-            let err = format!("{:#}", IgnitionConfig::from_bytes(bytes.to_vec(), None).unwrap_err());
-            assert!(err.starts_with("the Ignition config is not an Ignition config: "), "{err}");
+            let err = format!(
+                "{:#}",
+                IgnitionConfig::from_bytes(bytes.to_vec(), None).unwrap_err()
+            );
+            assert!(
+                err.starts_with("the Ignition config is not an Ignition config: "),
+                "{err}"
+            );
             assert!(err.contains(reason), "{err}");
         }
     }
@@ -326,7 +364,10 @@ mod tests {
         assert!(!err.contains("hunter2"), "{err}");
 
         let err = IgnitionConfig::from_file(&dir.path().join("missing.ign"), None).unwrap_err();
-        assert!(err.to_string().starts_with("reading the Ignition config "), "{err}");
+        assert!(
+            err.to_string().starts_with("reading the Ignition config "),
+            "{err}"
+        );
 
         std::fs::write(&path, CONFIG).unwrap();
         let cfg = IgnitionConfig::from_file(&path, None).unwrap();
@@ -352,7 +393,10 @@ mod tests {
         // Never overwrites an existing config.
         let err = format!("{:#}", write_config(root.path(), &cfg).unwrap_err());
         assert!(
-            err.starts_with(&format!("writing the Ignition config to {}: creating the file", path.display())),
+            err.starts_with(&format!(
+                "writing the Ignition config to {}: creating the file",
+                path.display()
+            )),
             "{err}"
         );
     }

@@ -306,7 +306,10 @@ mod tests {
         let e = KargsEditor::new()
             .replace_spec("mitigations=auto,nosmt=auto")
             .unwrap();
-        assert_eq!(edit(e, "a mitigations=auto,nosmt b"), "a mitigations=auto b");
+        assert_eq!(
+            edit(e, "a mitigations=auto,nosmt b"),
+            "a mitigations=auto b"
+        );
         for bad in ["a=b", "a=b=c=d", "=b=c", "a==c", "a=b=", "", "abc"] {
             let err = KargsEditor::new().replace_spec(bad).unwrap_err();
             assert!(err.to_string().contains("KEY=OLD=NEW"), "{bad}: {err}");
@@ -419,7 +422,8 @@ mod tests {
         let root = entries_dir(&["notes.txt"]);
         let err = bls_entry_path(root.path()).unwrap_err();
         assert!(
-            err.to_string().starts_with("found no BLS entries (*.conf) in "),
+            err.to_string()
+                .starts_with("found no BLS entries (*.conf) in "),
             "{err}"
         );
         let empty = tempfile::tempdir().unwrap();

@@ -4,9 +4,9 @@
 
 use anyhow::{Context, Result};
 use std::ffi::OsString;
-use std::fs::{DirBuilder, File, OpenOptions, Permissions};
+use std::fs::{File, OpenOptions, Permissions};
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// Relative to the /boot root.
@@ -37,7 +37,8 @@ pub fn copy_network_dir(src_dir: &Path, boot_root: &Path) -> Result<Vec<OsString
                     continue;
                 }
                 Err(e) => {
-                    return Err(e).with_context(|| format!("reading the type of {}", path.display()))
+                    return Err(e)
+                        .with_context(|| format!("reading the type of {}", path.display()))
                 }
             };
             if meta.is_file() {
@@ -46,11 +47,7 @@ pub fn copy_network_dir(src_dir: &Path, boot_root: &Path) -> Result<Vec<OsString
         }
         names.sort();
 
-        match DirBuilder::new().mode(0o700).create(&dest_dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists && dest_dir.is_dir() => {}
-            Err(e) => return Err(e).context(format!("creating {}", dest_dir.display())),
-        }
+        super::files::create_private_dir(&dest_dir)?;
         for name in &names {
             let src = src_dir.join(name);
             let dest = dest_dir.join(name);
@@ -104,19 +101,28 @@ mod tests {
         let s = src.path();
         std::fs::write(s.join("ens3.nmconnection"), "[connection]\nid=ens3\n").unwrap();
         std::fs::write(s.join("wifi.nmconnection"), "[wifi-security]\npsk=secret\n").unwrap();
-        std::fs::set_permissions(s.join("ens3.nmconnection"), Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(s.join("ens3.nmconnection"), Permissions::from_mode(0o644))
+            .unwrap();
         std::fs::create_dir(s.join("subdir")).unwrap();
         std::fs::write(s.join("subdir/nested.nmconnection"), "x").unwrap();
         symlink(s.join("subdir"), s.join("link-to-dir")).unwrap();
-        symlink(s.join("ens3.nmconnection"), s.join("link-to-file.nmconnection")).unwrap();
+        symlink(
+            s.join("ens3.nmconnection"),
+            s.join("link-to-file.nmconnection"),
+        )
+        .unwrap();
         symlink(s.join("missing"), s.join("dangling")).unwrap();
         nix::unistd::mkfifo(&s.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
 
         let names = copy_network_dir(s, boot.path()).unwrap();
         assert_eq!(
             names,
-            ["ens3.nmconnection", "link-to-file.nmconnection", "wifi.nmconnection"]
-                .map(OsString::from)
+            [
+                "ens3.nmconnection",
+                "link-to-file.nmconnection",
+                "wifi.nmconnection"
+            ]
+            .map(OsString::from)
         );
         let dest = boot.path().join(NETWORK_DIR);
         assert_eq!(mode(&dest), 0o700);
@@ -141,7 +147,9 @@ mod tests {
     fn empty_source_creates_the_directory() {
         let src = tempfile::tempdir().unwrap();
         let boot = tempfile::tempdir().unwrap();
-        assert!(copy_network_dir(src.path(), boot.path()).unwrap().is_empty());
+        assert!(copy_network_dir(src.path(), boot.path())
+            .unwrap()
+            .is_empty());
         assert!(boot.path().join(NETWORK_DIR).is_dir());
     }
 

@@ -74,7 +74,10 @@ pub fn check_platform_id(platform: &str) -> Result<()> {
 /// Metal images always carry `ignition.platform.id=metal`; if it is missing we are not looking
 /// at a metal image (or at an already-edited one), so fail rather than guess.
 pub fn replace_platform_id(options: &str, platform: &str) -> Result<String> {
-    let padded = format!(" {} ", options.split_whitespace().collect::<Vec<_>>().join(" "));
+    let padded = format!(
+        " {} ",
+        options.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
     if !padded.contains(&format!(" {PLATFORM_ID_KEY}={METAL} ")) {
         bail!("couldn't locate the platform ID `{PLATFORM_ID_KEY}={METAL}` in the options line");
     }
@@ -134,7 +137,10 @@ pub fn console_plan(
             _ => return ConsolePlan::default(),
         }
     };
-    let metal = table.and_then(|t| t.get(METAL)).cloned().unwrap_or_default();
+    let metal = table
+        .and_then(|t| t.get(METAL))
+        .cloned()
+        .unwrap_or_default();
     ConsolePlan {
         delete_kargs: metal.kernel_arguments,
         append_kargs,
@@ -162,7 +168,10 @@ mod tests {
     fn parse_table() {
         let t = table();
         assert_eq!(t.get("qemu").unwrap().grub_commands, Vec::<String>::new());
-        assert_eq!(t.get("aws").unwrap().kernel_arguments, ["console=ttyS0,115200n8"]);
+        assert_eq!(
+            t.get("aws").unwrap().kernel_arguments,
+            ["console=ttyS0,115200n8"]
+        );
         assert!(t.get("gcp").is_none());
         assert!(PlatformTable::parse(r#"{"metal": {"grub_commands": "x"}}"#).is_err());
         assert!(PlatformTable::parse("[]").is_err());
@@ -197,16 +206,30 @@ mod tests {
             replace_platform_id(OPTIONS, "aws").unwrap(),
             OPTIONS.replace("id=metal", "id=aws")
         );
-        for missing in ["root=x rw", "ignition.platform.id=aws rw", "ignition.platform.id=metal2"] {
+        for missing in [
+            "root=x rw",
+            "ignition.platform.id=aws rw",
+            "ignition.platform.id=metal2",
+        ] {
             let err = replace_platform_id(missing, "aws").unwrap_err();
-            assert!(err.to_string().starts_with("couldn't locate the platform ID"), "{err}");
+            assert!(
+                err.to_string()
+                    .starts_with("couldn't locate the platform ID"),
+                "{err}"
+            );
         }
     }
 
     #[test]
     fn metal_and_nothing_change_nothing() {
-        assert_eq!(console_plan(Some(&table()), Some("metal"), &[]), ConsolePlan::default());
-        assert_eq!(console_plan(Some(&table()), None, &[]), ConsolePlan::default());
+        assert_eq!(
+            console_plan(Some(&table()), Some("metal"), &[]),
+            ConsolePlan::default()
+        );
+        assert_eq!(
+            console_plan(Some(&table()), None, &[]),
+            ConsolePlan::default()
+        );
         assert_eq!(console_plan(None, Some("aws"), &[]), ConsolePlan::default());
     }
 

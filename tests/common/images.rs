@@ -82,15 +82,28 @@ pub fn assert_image_on_disk(disk: &[u8], img: &[u8], ss: u64) {
     assert!(disk[..446] == img[..446], "boot code differs");
     assert_eq!(&disk[510..512], &img[510..512], "MBR signature differs");
     let first_diff = (2 * ss..end_of_data).find(|&i| disk[i] != img[i]);
-    assert_eq!(first_diff, None, "image data differs at byte {first_diff:?}");
+    assert_eq!(
+        first_diff, None,
+        "image data differs at byte {first_diff:?}"
+    );
     let mut dc = std::io::Cursor::new(disk);
     let mut ic = std::io::Cursor::new(img);
     let dg = gptman::GPT::read_from(&mut dc, ss as u64).expect("valid GPT on the disk");
     let ig = gptman::GPT::read_from(&mut ic, ss as u64).expect("valid GPT in the image");
-    assert_eq!(dg.header.disk_guid, ig.header.disk_guid, "disk GUID changed");
-    assert_eq!(dg.header.backup_lba as usize, disk.len() / ss - 1, "backup not at the disk's end");
+    assert_eq!(
+        dg.header.disk_guid, ig.header.disk_guid,
+        "disk GUID changed"
+    );
+    assert_eq!(
+        dg.header.backup_lba as usize,
+        disk.len() / ss - 1,
+        "backup not at the disk's end"
+    );
     let entries = |g: &gptman::GPT| -> Vec<(u32, gptman::GPTPartitionEntry)> {
-        g.iter().filter(|(_, p)| p.is_used()).map(|(n, p)| (n, p.clone())).collect()
+        g.iter()
+            .filter(|(_, p)| p.is_used())
+            .map(|(n, p)| (n, p.clone()))
+            .collect()
     };
     assert_eq!(entries(&dg), entries(&ig), "partition entries differ");
 }

@@ -24,7 +24,9 @@ pub fn have_root(test: &str) -> bool {
 }
 
 pub fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}{}",
@@ -71,7 +73,10 @@ impl LoopDev {
 
     pub fn write(&self, offset: u64, data: &[u8]) {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().write(true).open(&self.path).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .unwrap();
         f.write_all_at(data, offset).unwrap();
         f.sync_all().unwrap();
     }

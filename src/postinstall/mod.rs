@@ -1,0 +1,615 @@
+//! Post-install embedding, replacing what `coreos-installer install` does after writing the
+//! image: the Ignition config, kernel arguments (platform, console, first-boot, append/delete),
+//! the GRUB console block and the NetworkManager keyfiles, all on the written disk's /boot.
+//!
+//! Everything works on the root directory of an already-mounted boot filesystem, so it is
+//! testable on a tempdir; mounting is the caller's business (`disk::mount`).
+
+pub mod console;
+mod files;
+pub mod firstboot;
+pub mod ignition;
+pub mod kargs;
+pub mod network;
+pub mod platform;
+#[cfg(test)]
+mod testdata;
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// What to embed. Build it from the command line, call `validate` before touching the disk, then
+/// `apply` on the mounted /boot.
+#[derive(Clone, Debug, Default)]
+pub struct PostInstall {
+    pub ignition: Option<ignition::IgnitionConfig>,
+    pub append_kargs: Vec<String>,
+    pub delete_kargs: Vec<String>,
+    /// `--platform` ID; `metal` (what the image already has) changes nothing.
+    pub platform: Option<String>,
+    /// `--console` specs, in the order given (repeatable).
+    pub consoles: Vec<console::Console>,
+    /// `--firstboot-args`.
+    pub firstboot_args: Option<String>,
+    /// Set when `--copy-network` was given: the directory to copy from.
+    pub network_dir: Option<PathBuf>,
+}
+
+impl PostInstall {
+    /// Whether anything needs /boot mounted at all (coreos-installer mounts it only then).
+    pub fn is_empty(&self) -> bool {
+        self.ignition.is_none()
+            && self.append_kargs.is_empty()
+            && self.delete_kargs.is_empty()
+            && self.platform.is_none()
+            && self.consoles.is_empty()
+            && self.firstboot_args.is_none()
+            && self.network_dir.is_none()
+    }
+
+    /// Validate everything that can be validated before the disk is touched. Errors name the
+    /// option.
+    ///
+    /// The Ignition config needs no check here: an `IgnitionConfig` only exists once its digest
+    /// and shape were checked (`IgnitionConfig::from_file` / `from_bytes`).
+    pub fn validate(&self) -> Result<()> {
+        for (option, kargs) in [
+            ("--append-karg", &self.append_kargs),
+            ("--delete-karg", &self.delete_kargs),
+        ] {
+            for karg in kargs {
+                check_karg(karg).map_err(|e| anyhow!("{option} {karg:?}: {e}"))?;
+            }
+        }
+        if let Some(platform) = &self.platform {
+            platform::check_platform_id(platform).map_err(|e| anyhow!("--platform: {e}"))?;
+        }
+        for console in &self.consoles {
+            console
+                .check()
+                .map_err(|e| anyhow!("--console {console}: {e:#}"))?;
+        }
+        if let Some(args) = &self.firstboot_args {
+            firstboot::check_args(args).map_err(|e| anyhow!("--firstboot-args: {e}"))?;
+        }
+        if let Some(dir) = &self.network_dir {
+            match std::fs::metadata(dir) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => bail!("--network-dir {}: not a directory", dir.display()),
+                Err(e) => bail!("--network-dir {}: {e}", dir.display()),
+            }
+        }
+        Ok(())
+    }
+
+    /// A platform other than metal: the BLS entry's platform ID must change.
+    fn changed_platform(&self) -> Option<&str> {
+        self.platform.as_deref().filter(|p| *p != platform::METAL)
+    }
+}
+
+/// The editor's matching is word-based (see `kargs::KargsEditor`), so a karg with whitespace
+/// (typically a quoted value) could never be matched or appended faithfully.
+fn check_karg(karg: &str) -> Result<()> {
+    if karg.is_empty() {
+        bail!("a kernel argument must not be empty");
+    }
+    if karg.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        bail!("a kernel argument must not contain whitespace (quoted values are not supported)");
+    }
+    Ok(())
+}
+
+/// Apply, in coreos-installer's order: the Ignition config; then the kernel arguments (platform
+/// ID, console kargs and append/delete in one edit of the BLS entry, then the first-boot args in
+/// `ignition.firstboot`); then the GRUB console block; then the network copy. Each step's error
+/// names the step and the file.
+///
+/// Any error leaves /boot half-edited: the caller must then treat the install as failed (and
+/// reset the disk), exactly as for a failed image write.
+pub fn apply(boot_root: &Path, p: &PostInstall) -> Result<()> {
+    p.validate()?;
+
+    if let Some(config) = &p.ignition {
+        ignition::write_config(boot_root, config)?;
+    }
+
+    // The platform table is needed only to change console defaults.
+    let console_change = p.changed_platform().is_some() || !p.consoles.is_empty();
+    let table = if console_change {
+        let table = platform::read_table(boot_root)?;
+        if table.is_none() {
+            tracing::warn!(
+                "{} is missing (an older image?): the image's default console settings stay, \
+                 only --platform's ID and --console's settings are applied",
+                platform::PLATFORMS_JSON
+            );
+        }
+        table
+    } else {
+        None
+    };
+    let plan = platform::console_plan(table.as_ref(), p.platform.as_deref(), &p.consoles);
+
+    let user_kargs = kargs::KargsEditor::new()
+        .delete(&p.delete_kargs)
+        .append(&p.append_kargs);
+    if console_change || !user_kargs.is_empty() {
+        edit_bls_entry(boot_root, p.changed_platform(), &plan, &user_kargs)?;
+    }
+
+    // A separate file, not the BLS entry: its place among the karg steps does not matter.
+    if let Some(args) = &p.firstboot_args {
+        firstboot::write_args(boot_root, args)?;
+    }
+
+    if let Some(commands) = &plan.grub_commands {
+        // s390x boots with zipl, not GRUB: there is no console block to edit.
+        if cfg!(target_arch = "s390x") {
+            tracing::info!("not editing GRUB console settings on s390x");
+        } else {
+            let path = console::write_console_block(boot_root, commands)?;
+            tracing::info!("wrote GRUB console settings to {}", path.display());
+        }
+    }
+
+    if let Some(dir) = &p.network_dir {
+        let names = network::copy_network_dir(dir, boot_root)?;
+        tracing::info!(
+            count = names.len(),
+            "copied network config from {}",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// One read-modify-write of the default BLS entry's options line: platform ID, then the console
+/// plan (delete metal's console kargs, append the new ones), then the user's delete/append.
+fn edit_bls_entry(
+    boot_root: &Path,
+    platform: Option<&str>,
+    plan: &platform::ConsolePlan,
+    user_kargs: &kargs::KargsEditor,
+) -> Result<()> {
+    let path = kargs::bls_entry_path(boot_root).context("finding the BLS entry to edit")?;
+    let edit = || -> Result<String> {
+        let entry = std::fs::read_to_string(&path).context("reading the file")?;
+        let mut options = kargs::options_line(&entry)?.to_string();
+        if let Some(platform) = platform {
+            options = platform::replace_platform_id(&options, platform)?;
+        }
+        options = plan.kargs_editor().apply(&options);
+        options = user_kargs.apply(&options);
+        let new_entry = kargs::replace_options(&entry, &options)?;
+        if new_entry != entry {
+            files::rewrite(&path, new_entry.as_bytes())?;
+        }
+        Ok(options)
+    };
+    let options =
+        edit().with_context(|| format!("editing kernel arguments in {}", path.display()))?;
+    tracing::info!("kernel arguments in {}: {options}", path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::console::Console;
+    use super::ignition::IgnitionConfig;
+    use super::testdata::*;
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const CONFIG: &[u8] = br#"{"ignition":{"version":"3.4.0"},"storage":{"files":[]}}"#;
+
+    fn read(root: &Path, rel: &str) -> String {
+        std::fs::read_to_string(root.join(rel)).unwrap()
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    fn options(root: &Path) -> String {
+        let entry = read(root, &format!("loader/entries/{BLS_ENTRY_NAME}"));
+        kargs::options_line(&entry).unwrap().to_string()
+    }
+
+    fn boot(with_platforms: bool) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        make_boot(dir.path(), with_platforms);
+        dir
+    }
+
+    fn consoles(specs: &[&str]) -> Vec<Console> {
+        specs.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn empty_changes_nothing() {
+        let p = PostInstall::default();
+        assert!(p.is_empty());
+        p.validate().unwrap();
+        // Nothing is read: an empty directory is fine.
+        let root = tempfile::tempdir().unwrap();
+        apply(root.path(), &p).unwrap();
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+
+        for p in [
+            PostInstall {
+                platform: Some("metal".into()),
+                ..Default::default()
+            },
+            PostInstall {
+                firstboot_args: Some(String::new()),
+                ..Default::default()
+            },
+            PostInstall {
+                delete_kargs: vec!["x".into()],
+                ..Default::default()
+            },
+        ] {
+            assert!(!p.is_empty(), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn metal_platform_changes_nothing() {
+        let root = boot(true);
+        let p = PostInstall {
+            platform: Some("metal".into()),
+            ..Default::default()
+        };
+        apply(root.path(), &p).unwrap();
+        assert_eq!(
+            read(root.path(), &format!("loader/entries/{BLS_ENTRY_NAME}")),
+            bls_entry()
+        );
+        assert_eq!(
+            read(root.path(), "grub2/grub.cfg"),
+            grub_cfg(GRUB_METAL_BLOCK)
+        );
+    }
+
+    #[test]
+    fn everything_on_an_rhcos_boot() {
+        let root = boot(true);
+        let r = root.path();
+        let net = tempfile::tempdir().unwrap();
+        std::fs::write(
+            net.path().join("ens3.nmconnection"),
+            "[connection]\nid=ens3\n",
+        )
+        .unwrap();
+        std::fs::write(
+            net.path().join("bond0.nmconnection"),
+            "[connection]\nid=bond0\n",
+        )
+        .unwrap();
+        std::fs::create_dir(net.path().join("conf.d")).unwrap();
+        let p = PostInstall {
+            ignition: Some(IgnitionConfig::from_bytes(CONFIG.to_vec(), None).unwrap()),
+            append_kargs: vec!["nosmt".into(), "rd.multipath=default".into()],
+            delete_kargs: vec!["rw".into(), "absent".into()],
+            platform: Some("aws".into()),
+            consoles: vec![],
+            firstboot_args: Some("rd.neednet=1 ip=dhcp".into()),
+            network_dir: Some(net.path().to_path_buf()),
+        };
+        apply(r, &p).unwrap();
+
+        let config = r.join("ignition/config.ign");
+        assert_eq!(std::fs::read(&config).unwrap(), CONFIG);
+        assert_eq!(mode(&config), 0o600);
+        assert_eq!(mode(&r.join("ignition")), 0o700);
+
+        assert_eq!(
+            options(r),
+            "ignition.platform.id=aws $ignition_firstboot ostree=/ostree/boot.1/rhcos/abc/0 \
+             root=UUID=910678ff-f77e-4a7d-8d53-86f2ac47a823 rootflags=prjquota \
+             boot=UUID=3e0ac4c5-6f7d-4f7b-9b8e-2a1b0c9d8e7f console=ttyS0,115200n8 \
+             nosmt rd.multipath=default"
+        );
+        // Only the options line changed.
+        let entry = read(r, &format!("loader/entries/{BLS_ENTRY_NAME}"));
+        assert_eq!(entry.replace(&options(r), OPTIONS), bls_entry());
+
+        // aws has metal's GRUB commands: GRUB untouched.
+        assert_eq!(read(r, "grub2/grub.cfg"), grub_cfg(GRUB_METAL_BLOCK));
+
+        assert_eq!(
+            read(r, "ignition.firstboot"),
+            format!("{FIRSTBOOT}set ignition_network_kcmdline=\"rd.neednet=1 ip=dhcp\"\n")
+        );
+
+        let net_dest = r.join("coreos-firstboot-network");
+        assert_eq!(mode(&net_dest), 0o700);
+        let mut copied: Vec<_> = std::fs::read_dir(&net_dest)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        copied.sort();
+        assert_eq!(copied, ["bond0.nmconnection", "ens3.nmconnection"]);
+        for name in &copied {
+            assert_eq!(mode(&net_dest.join(name)), 0o600);
+        }
+        assert_eq!(
+            read(r, "coreos-firstboot-network/ens3.nmconnection"),
+            "[connection]\nid=ens3\n"
+        );
+    }
+
+    #[test]
+    fn platform_with_its_own_grub_commands() {
+        let root = boot(true);
+        let p = PostInstall {
+            platform: Some("vmware".into()),
+            ..Default::default()
+        };
+        apply(root.path(), &p).unwrap();
+        assert_eq!(
+            options(root.path()),
+            OPTIONS.replace("id=metal", "id=vmware").replace(
+                " console=tty0 console=ttyS0,115200n8",
+                " console=ttyS0,115200n8 console=tty0"
+            )
+        );
+        assert_eq!(
+            read(root.path(), "grub2/grub.cfg"),
+            grub_cfg(
+                "serial --speed=115200\nterminal_input console serial\nterminal_output console serial\n"
+            )
+        );
+    }
+
+    #[test]
+    fn platform_without_platforms_json_only_changes_the_id() {
+        let root = boot(false);
+        let p = PostInstall {
+            platform: Some("openstack".into()),
+            ..Default::default()
+        };
+        apply(root.path(), &p).unwrap();
+        assert_eq!(
+            options(root.path()),
+            OPTIONS.replace("id=metal", "id=openstack")
+        );
+        assert_eq!(
+            read(root.path(), "grub2/grub.cfg"),
+            grub_cfg(GRUB_METAL_BLOCK)
+        );
+    }
+
+    #[test]
+    fn console_overrides_the_platform_defaults() {
+        let root = boot(true);
+        let p = PostInstall {
+            platform: Some("vmware".into()),
+            consoles: consoles(&["tty0", "ttyS1,115200n8"]),
+            ..Default::default()
+        };
+        apply(root.path(), &p).unwrap();
+        assert_eq!(
+            options(root.path()),
+            OPTIONS.replace("id=metal", "id=vmware").replace(
+                " console=tty0 console=ttyS0,115200n8",
+                " console=tty0 console=ttyS1,115200n8"
+            )
+        );
+        assert_eq!(
+            read(root.path(), "grub2/grub.cfg"),
+            grub_cfg(
+                "serial --unit=1 --speed=115200 --word=8 --parity=no\n\
+                 terminal_input console serial\nterminal_output console serial\n"
+            )
+        );
+    }
+
+    #[test]
+    fn console_goes_to_console_cfg_when_present() {
+        let root = boot(true);
+        let console_cfg = grub_cfg(GRUB_METAL_BLOCK);
+        std::fs::write(root.path().join("grub2/console.cfg"), &console_cfg).unwrap();
+        let p = PostInstall {
+            consoles: consoles(&["ttyS0,115200n8"]),
+            ..Default::default()
+        };
+        apply(root.path(), &p).unwrap();
+        assert_eq!(
+            read(root.path(), "grub2/console.cfg"),
+            grub_cfg(
+                "serial --unit=0 --speed=115200 --word=8 --parity=no\n\
+                 terminal_input serial\nterminal_output serial\n"
+            )
+        );
+        assert_eq!(
+            read(root.path(), "grub2/grub.cfg"),
+            grub_cfg(GRUB_METAL_BLOCK)
+        );
+        assert_eq!(
+            options(root.path()),
+            OPTIONS.replace(
+                " console=tty0 console=ttyS0,115200n8",
+                " console=ttyS0,115200n8"
+            )
+        );
+    }
+
+    #[test]
+    fn console_and_user_kargs_compose() {
+        // The user's deletes run after the console kargs were appended.
+        let root = boot(true);
+        let p = PostInstall {
+            consoles: consoles(&["ttyS0,115200n8", "tty0"]),
+            delete_kargs: vec!["console=tty0".into()],
+            append_kargs: vec!["console=hvc0".into()],
+            ..Default::default()
+        };
+        apply(root.path(), &p).unwrap();
+        assert!(
+            options(root.path()).ends_with(" boot=UUID=3e0ac4c5-6f7d-4f7b-9b8e-2a1b0c9d8e7f console=ttyS0,115200n8 console=hvc0"),
+            "{}",
+            options(root.path())
+        );
+    }
+
+    fn apply_err(root: &Path, p: &PostInstall) -> String {
+        format!("{:#}", apply(root, p).unwrap_err())
+    }
+
+    #[test]
+    fn errors_name_the_step_and_the_file() {
+        let root = boot(true);
+        let r = root.path();
+        let entry = r.join("loader/entries").join(BLS_ENTRY_NAME);
+
+        // The platform ID is already gone.
+        std::fs::write(&entry, bls_entry().replace("id=metal", "id=aws")).unwrap();
+        let p = PostInstall {
+            platform: Some("gcp".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            apply_err(r, &p),
+            format!(
+                "editing kernel arguments in {}: couldn't locate the platform ID \
+                 `ignition.platform.id=metal` in the options line",
+                entry.display()
+            )
+        );
+
+        // No options line.
+        std::fs::write(&entry, "title x\n").unwrap();
+        let p = PostInstall {
+            append_kargs: vec!["a".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            apply_err(r, &p),
+            format!(
+                "editing kernel arguments in {}: the BLS entry has no `options` line",
+                entry.display()
+            )
+        );
+
+        // No BLS entry at all.
+        std::fs::remove_file(&entry).unwrap();
+        assert!(
+            apply_err(r, &p).starts_with("finding the BLS entry to edit: found no BLS entries"),
+            "{}",
+            apply_err(r, &p)
+        );
+
+        // Missing console markers.
+        make_boot(r, true);
+        std::fs::write(r.join("grub2/grub.cfg"), "set timeout=1\n").unwrap();
+        let p = PostInstall {
+            consoles: consoles(&["ttyS0"]),
+            ..Default::default()
+        };
+        assert_eq!(
+            apply_err(r, &p),
+            format!(
+                "writing the GRUB console settings to {}: missing marker line `# CONSOLE-SETTINGS-START`",
+                r.join("grub2/grub.cfg").display()
+            )
+        );
+
+        // Missing ignition.firstboot.
+        std::fs::remove_file(r.join("ignition.firstboot")).unwrap();
+        let p = PostInstall {
+            firstboot_args: Some("ip=dhcp".into()),
+            ..Default::default()
+        };
+        assert!(apply_err(r, &p).starts_with(&format!(
+            "writing first-boot kernel arguments to {}: opening the file",
+            r.join("ignition.firstboot").display()
+        )));
+
+        // An Ignition config already present.
+        let config = IgnitionConfig::from_bytes(CONFIG.to_vec(), None).unwrap();
+        let p = PostInstall {
+            ignition: Some(config),
+            ..Default::default()
+        };
+        apply(r, &p).unwrap();
+        assert!(apply_err(r, &p).starts_with(&format!(
+            "writing the Ignition config to {}: creating the file",
+            r.join("ignition/config.ign").display()
+        )));
+
+        // A broken platform table.
+        std::fs::write(r.join("coreos/platforms.json"), "{\"metal\": 1}").unwrap();
+        let p = PostInstall {
+            platform: Some("aws".into()),
+            ..Default::default()
+        };
+        assert!(apply_err(r, &p).starts_with(&format!(
+            "parsing the platform table {}: ",
+            r.join("coreos/platforms.json").display()
+        )));
+    }
+
+    #[test]
+    fn validate_names_the_option() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let cases: Vec<(PostInstall, &str)> =
+            vec![
+            (
+                PostInstall { append_kargs: vec!["".into()], ..Default::default() },
+                "--append-karg \"\": a kernel argument must not be empty",
+            ),
+            (
+                PostInstall { append_kargs: vec!["foo=\"a b\"".into()], ..Default::default() },
+                "--append-karg \"foo=\\\"a b\\\"\": a kernel argument must not contain whitespace",
+            ),
+            (
+                PostInstall { delete_kargs: vec!["a\nb".into()], ..Default::default() },
+                "--delete-karg \"a\\nb\": a kernel argument must not contain whitespace",
+            ),
+            (
+                PostInstall { platform: Some("AWS".into()), ..Default::default() },
+                "--platform: invalid platform ID \"AWS\"",
+            ),
+            (
+                PostInstall {
+                    consoles: vec![Console::Graphical("ttyS0".into())],
+                    ..Default::default()
+                },
+                "--console ttyS0: inconsistent console value",
+            ),
+            (
+                PostInstall { firstboot_args: Some("ip=dhcp\"".into()), ..Default::default() },
+                "--firstboot-args: '\"' is not allowed",
+            ),
+            (
+                PostInstall { network_dir: Some("/nonexistent/nm".into()), ..Default::default() },
+                "--network-dir /nonexistent/nm: No such file or directory",
+            ),
+            (
+                PostInstall { network_dir: Some(file.path().to_path_buf()), ..Default::default() },
+                "not a directory",
+            ),
+        ];
+        for (p, expected) in cases {
+            let err = p.validate().unwrap_err().to_string();
+            assert!(err.contains(expected), "expected {expected:?} in {err:?}");
+            // apply validates first, so a bad option fails before anything is written.
+            let root = boot(true);
+            assert!(apply(root.path(), &p).is_err());
+            assert_eq!(options(root.path()), OPTIONS);
+        }
+
+        let ok = PostInstall {
+            append_kargs: vec!["a=b,c".into()],
+            delete_kargs: vec!["$ignition_firstboot".into()],
+            platform: Some("ibmcloud".into()),
+            consoles: consoles(&["ttyS0,115200n8", "tty0"]),
+            firstboot_args: Some("rd.neednet=1 ip=dhcp".into()),
+            network_dir: Some(std::env::temp_dir()),
+            ..Default::default()
+        };
+        ok.validate().unwrap();
+    }
+}
