@@ -87,9 +87,9 @@ impl Device {
             Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
         };
         let sector_size = sys::logical_sector_size(file.as_fd())
-            .with_context(|| format!("reading the sector size of {}", path.display()))?;
+            .with_context(|| format!("BLKSSZGET: reading the sector size of {}", path.display()))?;
         let size = sys::size_bytes(file.as_fd())
-            .with_context(|| format!("reading the size of {}", path.display()))?;
+            .with_context(|| format!("BLKGETSIZE64: reading the size of {}", path.display()))?;
         Ok(Device {
             file,
             path: path.to_path_buf(),

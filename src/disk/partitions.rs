@@ -162,12 +162,21 @@ fn sys_dir(dev: &Device) -> Result<PathBuf> {
         .with_context(|| format!("finding {} in sysfs", dev.path().display()))
 }
 
-/// BLKRRPART, retried while the kernel reports the disk busy (a node still closing).
+/// BLKRRPART, retried while the kernel reports the disk busy (a node still closing). EINVAL
+/// means the kernel does not scan partitions of this disk at all (a loop device without
+/// partscan, for one): not an error, BLKPG still works there.
 fn reread(dev: &Device) -> Result<()> {
     let mut last = None;
     for _ in 0..20 {
         match dev.reread_partitions() {
             Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::debug!(
+                    "the kernel does not scan partitions of {} ({e}); adding them ourselves",
+                    dev.path().display()
+                );
+                return Ok(());
+            }
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 last = Some(e);
                 std::thread::sleep(Duration::from_millis(100));
@@ -214,8 +223,12 @@ pub fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<PartitionNod
     let (delete, add) = reconcile(want, &kernel_partitions(&sys));
     for n in &delete {
         tracing::debug!("removing stale partition {n} of {}", dev.path().display());
-        dev.delete_partition(*n)
-            .with_context(|| format!("removing stale partition {n} of {}", dev.path().display()))?;
+        dev.delete_partition(*n).with_context(|| {
+            format!(
+                "BLKPG: removing stale partition {n} of {}",
+                dev.path().display()
+            )
+        })?;
     }
     let mut added = Vec::new();
     for p in &add {
@@ -229,7 +242,7 @@ pub fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<PartitionNod
         dev.add_partition(p.number, p.start, p.length)
             .with_context(|| {
                 format!(
-                    "adding partition {} of {} (the kernel did not create it on reread)",
+                    "BLKPG: adding partition {} of {} (the kernel did not create it on reread)",
                     p.number,
                     dev.path().display()
                 )

@@ -44,6 +44,12 @@ pub struct LoopDev {
 
 impl LoopDev {
     pub fn new(size: u64, sector_size: u64) -> LoopDev {
+        Self::with_flags(size, sector_size, &[])
+    }
+
+    /// With extra losetup flags, e.g. `--partscan` (then BLKRRPART succeeds, and on a kernel
+    /// without partition parsers still creates nothing).
+    pub fn with_flags(size: u64, sector_size: u64, flags: &[&str]) -> LoopDev {
         let dir = tempfile::Builder::new()
             .prefix("loopdev")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -56,6 +62,7 @@ impl LoopDev {
         let out = run(Command::new("losetup")
             .args(["--find", "--show", "--sector-size"])
             .arg(sector_size.to_string())
+            .args(flags)
             .arg(&backing));
         LoopDev {
             path: PathBuf::from(out.trim()),
