@@ -201,6 +201,30 @@ fn end_to_end(c: &mut Criterion) {
             })
         });
     }
+    // The same gz write with the post-install steps of an assisted install: Ignition config,
+    // kernel arguments, network keyfiles.
+    let inputs = tempfile::tempdir().unwrap();
+    let ign = inputs.path().join("config.ign");
+    std::fs::write(&ign, r#"{"ignition":{"version":"3.4.0"}}"#).unwrap();
+    let net = inputs.path().join("net");
+    std::fs::create_dir(&net).unwrap();
+    std::fs::write(net.join("eno1.nmconnection"), "[connection]\nid=eno1\n").unwrap();
+    let url = f.server.url("/gz");
+    g.bench_function("gz+post-install", |b| {
+        b.iter(|| {
+            let out = Command::new(BIN)
+                .args(["write-image", "--image-url", &url, "--sha256", &f.set.gz.sha256])
+                .arg("-i")
+                .arg(&ign)
+                .args(["--append-karg", "ip=dhcp", "--delete-karg", "rw", "-n", "--network-dir"])
+                .arg(&net)
+                .arg(&f.loop_dev)
+                .env("ASSISTED_INSTALLER_LOG", "warn")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        })
+    });
     g.finish();
 }
 
@@ -270,6 +294,9 @@ fn report() {
         if let Some(r) = ratio(get("write-image", fmt), limit) {
             println!("write-image {fmt} time / max(decoder alone, dd direct): {r:.2} (gz required <= 1.25)");
         }
+    }
+    if let (Some(post), Some(plain)) = (get("write-image", "gz+post-install"), get("write-image", "gz")) {
+        println!("post-install steps (Ignition, kargs, network) add {:.2} s to a gz write (required <= 2)", post - plain);
     }
     if let Some(r) = ratio(get("write-image", "raw"), dd) {
         println!("write-image raw time / dd direct: {r:.2}");
