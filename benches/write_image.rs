@@ -213,16 +213,33 @@ fn end_to_end(c: &mut Criterion) {
     g.bench_function("gz+post-install", |b| {
         b.iter(|| {
             let out = Command::new(BIN)
-                .args(["write-image", "--image-url", &url, "--sha256", &f.set.gz.sha256])
+                .args([
+                    "write-image",
+                    "--image-url",
+                    &url,
+                    "--sha256",
+                    &f.set.gz.sha256,
+                ])
                 .arg("-i")
                 .arg(&ign)
-                .args(["--append-karg", "ip=dhcp", "--delete-karg", "rw", "-n", "--network-dir"])
+                .args([
+                    "--append-karg",
+                    "ip=dhcp",
+                    "--delete-karg",
+                    "rw",
+                    "-n",
+                    "--network-dir",
+                ])
                 .arg(&net)
                 .arg(&f.loop_dev)
                 .env("ASSISTED_INSTALLER_LOG", "warn")
                 .output()
                 .unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         })
     });
     g.finish();
@@ -295,7 +312,10 @@ fn report() {
             println!("write-image {fmt} time / max(decoder alone, dd direct): {r:.2} (gz required <= 1.25)");
         }
     }
-    if let (Some(post), Some(plain)) = (get("write-image", "gz+post-install"), get("write-image", "gz")) {
+    if let (Some(post), Some(plain)) = (
+        get("write-image", "gz+post-install"),
+        get("write-image", "gz"),
+    ) {
         println!("post-install steps (Ignition, kargs, network) add {:.2} s to a gz write (required <= 2)", post - plain);
     }
     if let Some(r) = ratio(get("write-image", "raw"), dd) {

@@ -1,17 +1,54 @@
-//! Logs go to stderr through `tracing` (stdout carries only results, such as the summary).
+//! Logs go to stderr through `tracing` (stdout carries only results, such as the summary); the
+//! installer entrypoint also appends them to a file, as the Go installer does, because the
+//! agent's logs_sender collects /var/log/assisted-installer.log.
 
+use std::fs::OpenOptions;
 use std::io::IsTerminal;
-use tracing_subscriber::EnvFilter;
+use std::path::Path;
+use std::sync::Mutex;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{fmt, EnvFilter, Layer};
+
+fn filter(verbose: bool) -> EnvFilter {
+    let default = if verbose { "debug" } else { "info" };
+    EnvFilter::try_from_env("ASSISTED_INSTALLER_LOG").unwrap_or_else(|_| EnvFilter::new(default))
+}
 
 pub fn init(verbose: bool) {
-    let default = if verbose { "debug" } else { "info" };
-    let filter = EnvFilter::try_from_env("ASSISTED_INSTALLER_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    init_with_file(verbose, None);
+}
+
+/// stderr, plus `file` (appended) when given; a file that cannot be opened is reported on
+/// stderr and skipped, never fatal.
+pub fn init_with_file(verbose: bool, file: Option<&Path>) {
+    let stderr = fmt::layer()
         .with_writer(std::io::stderr)
         // Colour only for people: journals and CI logs get plain text.
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
+        .with_filter(filter(verbose));
+    let file_layer =
+        file.and_then(
+            |path| match OpenOptions::new().create(true).append(true).open(path) {
+                Ok(f) => Some(
+                    fmt::layer()
+                        .with_writer(Mutex::new(f))
+                        .with_ansi(false)
+                        .with_target(false)
+                        .with_filter(filter(verbose)),
+                ),
+                Err(e) => {
+                    eprintln!(
+                        "cannot open the log file {}: {e}; logging to stderr only",
+                        path.display()
+                    );
+                    None
+                }
+            },
+        );
+    let _ = tracing_subscriber::registry()
+        .with(stderr)
+        .with(file_layer)
         .try_init();
 }

@@ -8,7 +8,18 @@ use assisted_installer::cli::{Cli, Command};
 use assisted_installer::image::{progress, Cancel, Interrupted};
 use assisted_installer::{commands, logging, signals};
 
+/// Subcommands are parsed with clap; anything else is the installer entrypoint with the Go
+/// installer's flags, exactly as the assisted-service agent runs it.
+const SUBCOMMANDS: &[&str] = &["write-image", "embed"];
+
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args
+        .first()
+        .is_some_and(|a| SUBCOMMANDS.contains(&a.as_str()))
+    {
+        return ExitCode::from(commands::install::run(&args).clamp(0, 255) as u8);
+    }
     let cli = Cli::parse();
     logging::init(cli.verbose);
     match cli.command {

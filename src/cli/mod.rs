@@ -2,6 +2,8 @@
 //! `commands`.
 
 pub mod embed;
+pub mod go_flags;
+pub mod installer_args;
 pub mod postinstall;
 pub mod write_image;
 

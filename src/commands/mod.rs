@@ -1,4 +1,5 @@
 //! What each subcommand does, given its parsed arguments.
 
 pub mod embed;
+pub mod install;
 pub mod write_image;

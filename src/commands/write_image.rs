@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::cli::write_image::WriteImageArgs;
+use crate::cli::write_image::{WriteImageArgs, WritePlan};
 use crate::disk::gpt::DiskWindows;
 use crate::disk::partitions::PartitionSpec;
 use crate::disk::saved::SavedPartitions;
@@ -21,7 +21,15 @@ pub fn run(
     progress: &dyn ProgressSink,
     stop: &Cancel,
 ) -> Result<WriteSummary> {
-    let plan = args.plan()?;
+    run_plan(&args.plan()?, progress, stop)
+}
+
+/// The whole write from a checked plan (the install flows build one from `--installer-args`).
+pub fn run_plan(
+    plan: &WritePlan,
+    progress: &dyn ProgressSink,
+    stop: &Cancel,
+) -> Result<WriteSummary> {
     // The source first: a wrong URL or an unreachable server fails before the disk is opened.
     let src = source::open(&plan.location, &plan.http, stop)?;
     let dev = Device::open_for_write(&plan.device)?;

@@ -1,0 +1,1053 @@
+//! The installer entrypoint's flags, parsed the way Go's `flag` package does (the agent launches
+//! the installer with Go-style flags, §1.1–1.3 of the behaviour notes):
+//!
+//! - `-flag` and `--flag` are the same; values as `--flag value` or `--flag=value`;
+//! - booleans are bare or `--flag=<bool>` (`1 0 t f T F true false TRUE FALSE True False`);
+//!   `--flag true` leaves `true` as a positional argument;
+//! - a value flag takes the next argument whatever it looks like (`--role --url` sets the role
+//!   to `--url`);
+//! - parsing stops at the first non-flag argument and after `--`; the rest is ignored (and
+//!   reported through [`InstallerConfig::ignored_args_warning`], since older agents passing
+//!   `--enable-skip-mco-reboot true` silently lost every later flag);
+//! - an unknown flag, a missing value or a bad number or boolean is a [`UsageError`] (exit 2);
+//!   `-h` / `-help` asks for the usage (exit 0).
+//!
+//! Unlike Go, a bad `--installer-args` JSON is a usage error (exit 2), not a silent exit 0.
+//! Parsing is pure: the environment is a parameter and nothing is logged or exported here (the
+//! caller sets `NO_PROXY`/`no_proxy` from `--no-proxy` and logs the warning).
+
+use std::fmt::Write as _;
+
+pub const DEFAULT_ROLE: &str = "master";
+pub const DEFAULT_OPENSHIFT_VERSION: &str = "4.4";
+pub const DEFAULT_CONTROLLER_IMAGE: &str = "quay.io/ocpmetal/assisted-installer-controller:latest";
+pub const DEFAULT_AGENT_IMAGE: &str = "quay.io/ocpmetal/assisted-installer-agent:latest";
+
+/// Exit code for a command-line error (Go `flag.ExitOnError`).
+pub const USAGE_EXIT_CODE: i32 = 2;
+
+/// Every flag of the Go installer, with Go's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallerConfig {
+    pub role: String,
+    pub cluster_id: String,
+    pub infra_env_id: String,
+    pub host_id: String,
+    pub boot_device: String,
+    pub url: String,
+    pub openshift_version: String,
+    pub mco_image: String,
+    pub controller_image: String,
+    pub agent_image: String,
+    /// `--insecure`: skip TLS verification towards assisted-service (not coreos-installer's).
+    pub insecure: bool,
+    pub cacert: String,
+    pub http_proxy: String,
+    pub https_proxy: String,
+    pub no_proxy: String,
+    pub service_ips: String,
+    /// 1 means single node (bootstrap in place). Forced to 0 for workers.
+    pub control_plane_count: i64,
+    pub check_cluster_version: bool,
+    pub must_gather_image: String,
+    /// `--format-disk`, repeatable.
+    pub format_disks: Vec<String>,
+    pub skip_installation_disk_cleanup: bool,
+    pub enable_skip_mco_reboot: bool,
+    pub notify_num_reboots: bool,
+    pub coreos_image: String,
+    /// `--installer-args`, decoded from its JSON array.
+    pub installer_args: Vec<String>,
+    pub help: bool,
+    pub verbose: bool,
+    pub dry_run: bool,
+    pub force_id: String,
+    pub fake_reboot_marker_path: String,
+    pub dry_run_cluster_hosts_path: String,
+    /// Arguments left after the first non-flag argument (or after `--`): ignored, as in Go.
+    pub ignored_args: Vec<String>,
+}
+
+impl Default for InstallerConfig {
+    fn default() -> Self {
+        InstallerConfig {
+            role: DEFAULT_ROLE.into(),
+            cluster_id: String::new(),
+            infra_env_id: String::new(),
+            host_id: String::new(),
+            boot_device: String::new(),
+            url: String::new(),
+            openshift_version: DEFAULT_OPENSHIFT_VERSION.into(),
+            mco_image: String::new(),
+            controller_image: DEFAULT_CONTROLLER_IMAGE.into(),
+            agent_image: DEFAULT_AGENT_IMAGE.into(),
+            insecure: false,
+            cacert: String::new(),
+            http_proxy: String::new(),
+            https_proxy: String::new(),
+            no_proxy: String::new(),
+            service_ips: String::new(),
+            control_plane_count: 0,
+            check_cluster_version: false,
+            must_gather_image: String::new(),
+            format_disks: Vec::new(),
+            skip_installation_disk_cleanup: false,
+            enable_skip_mco_reboot: false,
+            notify_num_reboots: false,
+            coreos_image: String::new(),
+            installer_args: Vec::new(),
+            help: false,
+            verbose: false,
+            dry_run: false,
+            force_id: String::new(),
+            fake_reboot_marker_path: String::new(),
+            dry_run_cluster_hosts_path: String::new(),
+            ignored_args: Vec::new(),
+        }
+    }
+}
+
+/// What the command line asks for.
+// Built once per run and moved straight out: boxing the config would only add noise.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseOutcome {
+    Run(InstallerConfig),
+    /// `-h`, `-help`: print [`usage`] and exit 0.
+    Help,
+}
+
+/// A command-line error. Print [`UsageError::render`] to stderr and exit with `exit_code`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct UsageError {
+    pub message: String,
+    pub exit_code: i32,
+    /// Whether the usage text should follow the message.
+    pub show_usage: bool,
+}
+
+impl UsageError {
+    fn usage(message: impl Into<String>) -> Self {
+        UsageError {
+            message: message.into(),
+            exit_code: USAGE_EXIT_CODE,
+            show_usage: true,
+        }
+    }
+
+    /// The message, followed by the usage text when relevant.
+    pub fn render(&self) -> String {
+        if self.show_usage {
+            format!("{}\n{}", self.message, usage())
+        } else {
+            self.message.clone()
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Str,
+    Bool,
+    Int,
+    List,
+}
+
+struct FlagSpec {
+    name: &'static str,
+    kind: Kind,
+    usage: &'static str,
+}
+
+const fn flag(name: &'static str, kind: Kind, usage: &'static str) -> FlagSpec {
+    FlagSpec { name, kind, usage }
+}
+
+/// The flags, sorted by name as Go prints them.
+const FLAGS: &[FlagSpec] = &[
+    flag("agent-image", Kind::Str, "Image of the assisted-installer agent whose logs_sender uploads the host logs before the reboot"),
+    flag("boot-device", Kind::Str, "The device to install to (symlinks are resolved)"),
+    flag("cacert", Kind::Str, "Path to a custom CA certificate (PEM) for assisted-service"),
+    flag("check-cluster-version", Kind::Bool, "Passed to the controller (check-cluster-version)"),
+    flag("cluster-id", Kind::Str, "The cluster id"),
+    flag("control-plane-count", Kind::Int, "Number of control-plane nodes (1 means single node); forced to 0 for workers"),
+    flag("controller-image", Kind::Str, "Assisted installer controller image"),
+    flag("coreos-image", Kind::Str, "CoreOS container image to install to the running root instead of writing the disk"),
+    flag("dry-run", Kind::Bool, "Dry run: avoid or fake host-changing actions while talking to the service (env DRY_ENABLE)"),
+    flag("dry-run-cluster-hosts-path", Kind::Str, "Dry run: JSON file describing the hosts of the cluster (env DRY_CLUSTER_HOSTS_PATH)"),
+    flag("enable-skip-mco-reboot", Kind::Bool, "Also deploy the release OS image so the first boot needs no MCO reboot"),
+    flag("fake-reboot-marker-path", Kind::Str, "Dry run: file created instead of rebooting (env DRY_FAKE_REBOOT_MARKER_PATH)"),
+    flag("force-id", Kind::Str, "Dry run: fake host id for the log file name and journal field (env DRY_HOST_ID)"),
+    flag("format-disk", Kind::List, "Disk whose first sector is zeroed before installing; may be repeated"),
+    flag("help", Kind::Bool, "Print this help"),
+    flag("host-id", Kind::Str, "This host's id"),
+    flag("http-proxy", Kind::Str, "Proxy URL for HTTP connections of child processes"),
+    flag("https-proxy", Kind::Str, "Proxy URL for HTTPS connections of child processes"),
+    flag("infra-env-id", Kind::Str, "This host's infra-env id (defaults to the cluster id)"),
+    flag("insecure", Kind::Bool, "Do not verify the TLS certificate of assisted-service"),
+    flag("installer-args", Kind::Str, "JSON array of extra coreos-installer arguments"),
+    flag("mco-image", Kind::Str, "Machine-config-operator image (bootstrap and single node)"),
+    flag("must-gather-image", Kind::Str, "Custom must-gather image (passed to the controller)"),
+    flag("no-proxy", Kind::Str, "Comma-separated destinations not to proxy"),
+    flag("notify-num-reboots", Kind::Bool, "Report the number of node reboots as events (passed to the controller)"),
+    flag("openshift-version", Kind::Str, "OpenShift version being installed"),
+    flag("role", Kind::Str, "The node role: master, worker or bootstrap"),
+    flag("service-ips", Kind::Str, "Comma-separated IPs of assisted-service (host aliases of the controller)"),
+    flag("skip-installation-disk-cleanup", Kind::Bool, "Skip the LVM/RAID/wipefs cleanup of the boot device"),
+    flag("url", Kind::Str, "Base URL of assisted-service: scheme, host and optional port"),
+    flag("verbose", Kind::Bool, "Log debug messages too"),
+];
+
+fn find_flag(name: &str) -> Option<&'static FlagSpec> {
+    FLAGS.iter().find(|f| f.name == name)
+}
+
+/// The environment of this process, for [`parse`].
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Go's `strconv.ParseBool`.
+pub fn parse_go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Go's `strconv.ParseInt(s, 0, 64)`: optional sign, `0x`/`0o`/`0b`/leading-`0` prefixes,
+/// `_` between digits. The error is Go's reason text.
+pub fn parse_go_int(s: &str) -> Result<i64, &'static str> {
+    const PARSE: &str = "parse error";
+    const RANGE: &str = "value out of range";
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits, prefixed) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d, true)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d, true)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d, true)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, &lower[1..], true)
+    } else {
+        (10, lower.as_str(), false)
+    };
+    // Underscores only between digits (or right after a base prefix).
+    if digits.contains('_') {
+        let bytes = digits.as_bytes();
+        let bad_start = bytes[0] == b'_' && !prefixed;
+        if bad_start || bytes[bytes.len() - 1] == b'_' || digits.contains("__") {
+            return Err(PARSE);
+        }
+    }
+    let digits: String = digits.chars().filter(|&c| c != '_').collect();
+    if digits.is_empty() {
+        return Err(PARSE);
+    }
+    let mut value: u128 = 0;
+    for c in digits.chars() {
+        let d = c.to_digit(radix).ok_or(PARSE)?;
+        value = value * radix as u128 + d as u128;
+        if value > i64::MAX as u128 + 1 {
+            // Keep scanning for syntax errors, as Go reports those first.
+            if digits.chars().all(|c| c.is_digit(radix)) {
+                return Err(RANGE);
+            }
+            return Err(PARSE);
+        }
+    }
+    if neg {
+        if value > i64::MAX as u128 + 1 {
+            return Err(RANGE);
+        }
+        Ok((value as i128).wrapping_neg() as i64)
+    } else if value > i64::MAX as u128 {
+        Err(RANGE)
+    } else {
+        Ok(value as i64)
+    }
+}
+
+fn env_default(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    env(&format!("DRYCONFIG_{name}")).or_else(|| env(name))
+}
+
+/// Go's defaults, with the dry-run ones taken from the environment (`DRYCONFIG_<NAME>` first,
+/// then `<NAME>`).
+pub fn defaults_from_env(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<InstallerConfig, UsageError> {
+    let mut cfg = InstallerConfig::default();
+    if let Some(v) = env_default(env, "DRY_ENABLE") {
+        if !v.is_empty() {
+            cfg.dry_run = parse_go_bool(&v).ok_or_else(|| UsageError {
+                message: format!("envconfig error: DRY_ENABLE: invalid boolean value {v:?}"),
+                exit_code: 1,
+                show_usage: false,
+            })?;
+        }
+    }
+    if let Some(v) = env_default(env, "DRY_HOST_ID") {
+        cfg.force_id = v;
+    }
+    if let Some(v) = env_default(env, "DRY_FAKE_REBOOT_MARKER_PATH") {
+        cfg.fake_reboot_marker_path = v;
+    }
+    if let Some(v) = env_default(env, "DRY_CLUSTER_HOSTS_PATH") {
+        cfg.dry_run_cluster_hosts_path = v;
+    }
+    Ok(cfg)
+}
+
+/// Parses the installer's arguments (without the program name) like Go's `flag` package, then
+/// applies Go's `SetDefaults`. `env` supplies the dry-run defaults.
+pub fn parse(
+    args: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ParseOutcome, UsageError> {
+    let mut cfg = defaults_from_env(env)?;
+    let mut installer_args_json = String::new();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        if arg.len() < 2 || !arg.starts_with('-') {
+            break;
+        }
+        let dashes = if arg.as_bytes()[1] == b'-' {
+            if arg.len() == 2 {
+                i += 1; // "--" ends the flags and is consumed
+                break;
+            }
+            2
+        } else {
+            1
+        };
+        let body = &arg[dashes..];
+        if body.is_empty() || body.starts_with('-') || body.starts_with('=') {
+            return Err(UsageError::usage(format!("bad flag syntax: {arg}")));
+        }
+        i += 1;
+        let (name, inline) = match body.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (body, None),
+        };
+        let Some(spec) = find_flag(name) else {
+            if name == "h" || name == "help" {
+                return Ok(ParseOutcome::Help);
+            }
+            return Err(UsageError::usage(format!(
+                "flag provided but not defined: -{name}"
+            )));
+        };
+        if spec.kind == Kind::Bool {
+            let value = match inline {
+                None => true,
+                Some(v) => parse_go_bool(v).ok_or_else(|| {
+                    UsageError::usage(format!(
+                        "invalid boolean value {v:?} for -{name}: parse error"
+                    ))
+                })?,
+            };
+            set_bool(&mut cfg, name, value);
+            continue;
+        }
+        let value = match inline {
+            Some(v) => v.to_string(),
+            None if i < args.len() => {
+                i += 1;
+                args[i - 1].clone()
+            }
+            None => {
+                return Err(UsageError::usage(format!(
+                    "flag needs an argument: -{name}"
+                )))
+            }
+        };
+        match spec.kind {
+            Kind::Int => {
+                cfg.control_plane_count = parse_go_int(&value).map_err(|reason| {
+                    UsageError::usage(format!(
+                        "invalid value {value:?} for flag -{name}: {reason}"
+                    ))
+                })?;
+            }
+            Kind::List => cfg.format_disks.push(value),
+            Kind::Str if name == "installer-args" => installer_args_json = value,
+            _ => set_string(&mut cfg, name, value),
+        }
+    }
+    cfg.ignored_args = args[i..].to_vec();
+
+    if cfg.help {
+        return Ok(ParseOutcome::Help);
+    }
+    if !installer_args_json.is_empty() {
+        let decoded: Option<Vec<String>> =
+            serde_json::from_str(&installer_args_json).map_err(|e| {
+                UsageError::usage(format!(
+                    "invalid value for -installer-args: expected a JSON array of strings, \
+                     like [\"--append-karg\",\"ip=eth0:dhcp\"]: {e}"
+                ))
+            })?;
+        cfg.installer_args = decoded.unwrap_or_default();
+    }
+    cfg.set_defaults();
+    Ok(ParseOutcome::Run(cfg))
+}
+
+fn set_bool(cfg: &mut InstallerConfig, name: &str, v: bool) {
+    match name {
+        "insecure" => cfg.insecure = v,
+        "check-cluster-version" => cfg.check_cluster_version = v,
+        "skip-installation-disk-cleanup" => cfg.skip_installation_disk_cleanup = v,
+        "enable-skip-mco-reboot" => cfg.enable_skip_mco_reboot = v,
+        "notify-num-reboots" => cfg.notify_num_reboots = v,
+        "help" => cfg.help = v,
+        "verbose" => cfg.verbose = v,
+        "dry-run" => cfg.dry_run = v,
+        other => unreachable!("bool flag {other} has no field"),
+    }
+}
+
+fn set_string(cfg: &mut InstallerConfig, name: &str, v: String) {
+    let field = match name {
+        "role" => &mut cfg.role,
+        "cluster-id" => &mut cfg.cluster_id,
+        "infra-env-id" => &mut cfg.infra_env_id,
+        "host-id" => &mut cfg.host_id,
+        "boot-device" => &mut cfg.boot_device,
+        "url" => &mut cfg.url,
+        "openshift-version" => &mut cfg.openshift_version,
+        "mco-image" => &mut cfg.mco_image,
+        "controller-image" => &mut cfg.controller_image,
+        "agent-image" => &mut cfg.agent_image,
+        "cacert" => &mut cfg.cacert,
+        "http-proxy" => &mut cfg.http_proxy,
+        "https-proxy" => &mut cfg.https_proxy,
+        "no-proxy" => &mut cfg.no_proxy,
+        "service-ips" => &mut cfg.service_ips,
+        "must-gather-image" => &mut cfg.must_gather_image,
+        "coreos-image" => &mut cfg.coreos_image,
+        "force-id" => &mut cfg.force_id,
+        "fake-reboot-marker-path" => &mut cfg.fake_reboot_marker_path,
+        "dry-run-cluster-hosts-path" => &mut cfg.dry_run_cluster_hosts_path,
+        other => unreachable!("string flag {other} has no field"),
+    };
+    *field = v;
+}
+
+/// The default a flag shows in the usage text, if it is not Go's zero value.
+fn shown_default(name: &str) -> Option<String> {
+    let d = InstallerConfig::default();
+    let s = match name {
+        "role" => d.role,
+        "openshift-version" => d.openshift_version,
+        "controller-image" => d.controller_image,
+        "agent-image" => d.agent_image,
+        _ => return None,
+    };
+    Some(format!("{s:?}"))
+}
+
+/// The usage text, in Go's `PrintDefaults` layout.
+pub fn usage() -> String {
+    let mut out = String::from("Usage of assisted-installer:\n");
+    for f in FLAGS {
+        let type_name = match f.kind {
+            Kind::Str => " string",
+            Kind::Int => " int",
+            Kind::List => " value",
+            Kind::Bool => "",
+        };
+        let _ = write!(out, "  -{}{}\n    \t{}", f.name, type_name, f.usage);
+        if let Some(d) = shown_default(f.name) {
+            let _ = write!(out, " (default {d})");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+impl InstallerConfig {
+    /// Go's `SetDefaults`: a worker has no control-plane count; the infra-env defaults to the
+    /// cluster.
+    pub fn set_defaults(&mut self) {
+        if self.role == "worker" {
+            self.control_plane_count = 0;
+        }
+        if self.infra_env_id.is_empty() {
+            self.infra_env_id = self.cluster_id.clone();
+        }
+    }
+
+    /// Single node (bootstrap in place).
+    pub fn is_single_node(&self) -> bool {
+        self.control_plane_count == 1
+    }
+
+    /// The warning to log when arguments were ignored, naming them.
+    pub fn ignored_args_warning(&self) -> Option<String> {
+        if self.ignored_args.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "ignoring {} command-line argument(s) after the first non-flag argument: {:?}. \
+             Flags stop at the first non-flag argument; a boolean takes its value only as \
+             --flag=value (\"--flag true\" ends the flags)",
+            self.ignored_args.len(),
+            self.ignored_args
+        ))
+    }
+
+    /// The proxy variables children get (Go's executor): `HTTP_PROXY`, `HTTPS_PROXY` and
+    /// `NO_PROXY` from the flags, only when `--http-proxy` or `--https-proxy` is set.
+    pub fn child_proxy_env(&self) -> Vec<(String, String)> {
+        if self.http_proxy.is_empty() && self.https_proxy.is_empty() {
+            return Vec::new();
+        }
+        [
+            ("HTTP_PROXY", &self.http_proxy),
+            ("HTTPS_PROXY", &self.https_proxy),
+            ("NO_PROXY", &self.no_proxy),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+    }
+
+    /// The configuration for the log: the flags hold no secret, but proxy URLs may carry a
+    /// password, which is masked.
+    pub fn redacted(&self) -> String {
+        let mut c = self.clone();
+        c.http_proxy = mask_url_password(&c.http_proxy);
+        c.https_proxy = mask_url_password(&c.https_proxy);
+        format!("{c:?}")
+    }
+}
+
+/// `scheme://user:password@host` → `scheme://user:<SECRET>@host`.
+fn mask_url_password(url: &str) -> String {
+    let auth_start = url.find("://").map_or(0, |i| i + 3);
+    let auth_end = url[auth_start..]
+        .find('/')
+        .map_or(url.len(), |i| auth_start + i);
+    let authority = &url[auth_start..auth_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_string();
+    };
+    let userinfo = &authority[..at];
+    let Some(colon) = userinfo.find(':') else {
+        return url.to_string();
+    };
+    format!(
+        "{}{}:<SECRET>{}",
+        &url[..auth_start],
+        &userinfo[..colon],
+        &url[auth_start + at..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| a.to_string()).collect()
+    }
+
+    fn run(a: &[&str]) -> InstallerConfig {
+        match parse(&args(a), &no_env) {
+            Ok(ParseOutcome::Run(c)) => c,
+            other => panic!("{a:?}: {other:?}"),
+        }
+    }
+
+    fn err(a: &[&str]) -> UsageError {
+        match parse(&args(a), &no_env) {
+            Err(e) => e,
+            other => panic!("{a:?}: expected an error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let c = run(&[]);
+        assert_eq!(c, InstallerConfig::default());
+        assert_eq!(c.role, "master");
+        assert_eq!(c.openshift_version, "4.4");
+        assert_eq!(c.controller_image, DEFAULT_CONTROLLER_IMAGE);
+        assert_eq!(c.agent_image, DEFAULT_AGENT_IMAGE);
+        assert_eq!(c.control_plane_count, 0);
+        assert!(c.installer_args.is_empty());
+        assert!(c.ignored_args_warning().is_none());
+    }
+
+    /// (flag, value, check) for every value flag.
+    type Getter<T> = fn(&InstallerConfig) -> T;
+
+    fn value_flags() -> Vec<(&'static str, &'static str, Getter<String>)> {
+        vec![
+            ("role", "worker", |c| c.role.clone()),
+            ("cluster-id", "c-1", |c| c.cluster_id.clone()),
+            ("infra-env-id", "ie-1", |c| c.infra_env_id.clone()),
+            ("host-id", "h-1", |c| c.host_id.clone()),
+            ("boot-device", "/dev/sdb", |c| c.boot_device.clone()),
+            ("url", "http://10.0.0.1:6000", |c| c.url.clone()),
+            ("openshift-version", "4.18", |c| c.openshift_version.clone()),
+            ("mco-image", "quay.io/mco:1", |c| c.mco_image.clone()),
+            ("controller-image", "quay.io/c:1", |c| {
+                c.controller_image.clone()
+            }),
+            ("agent-image", "quay.io/a:1", |c| c.agent_image.clone()),
+            ("cacert", "/etc/ca.pem", |c| c.cacert.clone()),
+            ("http-proxy", "http://p:3128", |c| c.http_proxy.clone()),
+            ("https-proxy", "http://p:3129", |c| c.https_proxy.clone()),
+            ("no-proxy", ".local,10.0.0.0/8", |c| c.no_proxy.clone()),
+            ("service-ips", "10.0.0.1,10.0.0.2", |c| {
+                c.service_ips.clone()
+            }),
+            ("control-plane-count", "3", |c| {
+                c.control_plane_count.to_string()
+            }),
+            ("must-gather-image", "{\"cnv\":\"q/x\"}", |c| {
+                c.must_gather_image.clone()
+            }),
+            ("format-disk", "/dev/sdc", |c| c.format_disks.join(",")),
+            ("coreos-image", "quay.io/rhcos:x", |c| {
+                c.coreos_image.clone()
+            }),
+            ("installer-args", "[\"-n\"]", |c| {
+                format!("[{:?}]", c.installer_args[0])
+            }),
+            ("force-id", "f-1", |c| c.force_id.clone()),
+            ("fake-reboot-marker-path", "/tmp/m", |c| {
+                c.fake_reboot_marker_path.clone()
+            }),
+            ("dry-run-cluster-hosts-path", "/tmp/h.json", |c| {
+                c.dry_run_cluster_hosts_path.clone()
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_value_flag_in_all_syntaxes() {
+        for (name, value, get) in value_flags() {
+            let expected = if name == "installer-args" {
+                "[\"-n\"]".to_string()
+            } else {
+                value.to_string()
+            };
+            for dashes in ["-", "--"] {
+                let flag = format!("{dashes}{name}");
+                // The role is checked on its own: a worker changes other fields.
+                let c = run(&[&flag, value]);
+                assert_eq!(get(&c), expected, "{flag} {value}");
+                let c = run(&[&format!("{flag}={value}")]);
+                assert_eq!(get(&c), expected, "{flag}={value}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_bool_flag() {
+        let flags: Vec<(&str, Getter<bool>)> = vec![
+            ("insecure", |c| c.insecure),
+            ("check-cluster-version", |c| c.check_cluster_version),
+            ("skip-installation-disk-cleanup", |c| {
+                c.skip_installation_disk_cleanup
+            }),
+            ("enable-skip-mco-reboot", |c| c.enable_skip_mco_reboot),
+            ("notify-num-reboots", |c| c.notify_num_reboots),
+            ("verbose", |c| c.verbose),
+            ("dry-run", |c| c.dry_run),
+        ];
+        for (name, get) in flags {
+            for dashes in ["-", "--"] {
+                assert!(get(&run(&[&format!("{dashes}{name}")])), "{name}");
+                for t in ["1", "t", "T", "true", "TRUE", "True"] {
+                    assert!(get(&run(&[&format!("{dashes}{name}={t}")])), "{name}={t}");
+                }
+                for f in ["0", "f", "F", "false", "FALSE", "False"] {
+                    assert!(!get(&run(&[&format!("{dashes}{name}={f}")])), "{name}={f}");
+                }
+            }
+            let e = err(&[&format!("--{name}=yes")]);
+            assert_eq!(
+                e.message,
+                format!("invalid boolean value \"yes\" for -{name}: parse error")
+            );
+            assert_eq!(e.exit_code, 2);
+        }
+    }
+
+    #[test]
+    fn help_flag_false_is_not_help() {
+        assert!(!run(&["--help=false"]).help);
+    }
+
+    #[test]
+    fn help_forms() {
+        for a in ["-h", "--h", "-help", "--help", "-help=true", "--h=x"] {
+            assert_eq!(parse(&args(&[a]), &no_env), Ok(ParseOutcome::Help), "{a}");
+        }
+        // Help wins over a bad --installer-args.
+        assert_eq!(
+            parse(&args(&["--installer-args", "{", "--help"]), &no_env),
+            Ok(ParseOutcome::Help)
+        );
+    }
+
+    #[test]
+    fn bool_followed_by_value_stops_parsing() {
+        let c = run(&["--enable-skip-mco-reboot", "true", "--role", "worker"]);
+        assert!(c.enable_skip_mco_reboot);
+        assert_eq!(c.role, "master");
+        assert_eq!(c.ignored_args, vec!["true", "--role", "worker"]);
+        let w = c.ignored_args_warning().unwrap();
+        assert!(w.contains("\"true\", \"--role\", \"worker\""), "{w}");
+    }
+
+    #[test]
+    fn stops_at_positional_and_double_dash() {
+        let c = run(&["--role", "worker", "extra", "--host-id", "h"]);
+        assert_eq!(c.role, "worker");
+        assert_eq!(c.host_id, "");
+        assert_eq!(c.ignored_args, vec!["extra", "--host-id", "h"]);
+
+        let c = run(&["--role", "worker", "--", "--host-id", "h"]);
+        assert_eq!(c.host_id, "");
+        assert_eq!(c.ignored_args, vec!["--host-id", "h"]);
+
+        let c = run(&["--insecure", "--"]);
+        assert!(c.insecure);
+        assert!(c.ignored_args.is_empty());
+
+        // A lone "-" is a positional argument.
+        let c = run(&["-", "--insecure"]);
+        assert!(!c.insecure);
+        assert_eq!(c.ignored_args, vec!["-", "--insecure"]);
+    }
+
+    #[test]
+    fn value_flag_takes_next_argument_whatever_it_is() {
+        let c = run(&["--role", "--url", "x"]);
+        assert_eq!(c.role, "--url");
+        assert_eq!(c.ignored_args, vec!["x"]);
+        let c = run(&["--url=a=b"]);
+        assert_eq!(c.url, "a=b");
+        let c = run(&["--cluster-id="]);
+        assert_eq!(c.cluster_id, "");
+    }
+
+    #[test]
+    fn last_value_wins() {
+        let c = run(&["--role", "worker", "--role=bootstrap"]);
+        assert_eq!(c.role, "bootstrap");
+    }
+
+    #[test]
+    fn unknown_flag() {
+        let e = err(&["--role", "master", "--high-availability-mode", "None"]);
+        assert_eq!(
+            e.message,
+            "flag provided but not defined: -high-availability-mode"
+        );
+        assert_eq!(e.exit_code, 2);
+        assert!(e.show_usage);
+        let r = e.render();
+        assert!(r.starts_with("flag provided but not defined: -high-availability-mode\n"));
+        assert!(r.contains("  -role string\n"));
+    }
+
+    #[test]
+    fn bad_syntax() {
+        assert_eq!(err(&["---role", "x"]).message, "bad flag syntax: ---role");
+        assert_eq!(err(&["-=x"]).message, "bad flag syntax: -=x");
+        assert_eq!(err(&["--=x"]).message, "bad flag syntax: --=x");
+    }
+
+    #[test]
+    fn missing_value() {
+        let e = err(&["--host-id", "h", "--boot-device"]);
+        assert_eq!(e.message, "flag needs an argument: -boot-device");
+        assert_eq!(e.exit_code, 2);
+        assert_eq!(
+            err(&["--format-disk"]).message,
+            "flag needs an argument: -format-disk"
+        );
+        assert_eq!(
+            err(&["-control-plane-count"]).message,
+            "flag needs an argument: -control-plane-count"
+        );
+    }
+
+    #[test]
+    fn control_plane_count_numbers() {
+        assert_eq!(run(&["--control-plane-count", "1"]).control_plane_count, 1);
+        assert_eq!(run(&["--control-plane-count=-2"]).control_plane_count, -2);
+        assert_eq!(run(&["--control-plane-count=0x10"]).control_plane_count, 16);
+        assert_eq!(run(&["--control-plane-count=010"]).control_plane_count, 8);
+        assert_eq!(
+            run(&["--control-plane-count=1_000"]).control_plane_count,
+            1000
+        );
+        let e = err(&["--control-plane-count", "three"]);
+        assert_eq!(
+            e.message,
+            "invalid value \"three\" for flag -control-plane-count: parse error"
+        );
+        assert_eq!(e.exit_code, 2);
+        let e = err(&["--control-plane-count=99999999999999999999"]);
+        assert!(e.message.ends_with("value out of range"), "{}", e.message);
+        assert!(err(&["--control-plane-count="])
+            .message
+            .ends_with("parse error"));
+    }
+
+    #[test]
+    fn go_int_parsing() {
+        assert_eq!(parse_go_int("0"), Ok(0));
+        assert_eq!(parse_go_int("+7"), Ok(7));
+        assert_eq!(parse_go_int("0b101"), Ok(5));
+        assert_eq!(parse_go_int("0o17"), Ok(15));
+        assert_eq!(parse_go_int("0x_1F"), Ok(31));
+        assert_eq!(parse_go_int("9223372036854775807"), Ok(i64::MAX));
+        assert_eq!(parse_go_int("-9223372036854775808"), Ok(i64::MIN));
+        assert_eq!(
+            parse_go_int("9223372036854775808"),
+            Err("value out of range")
+        );
+        assert_eq!(parse_go_int("08"), Err("parse error"));
+        assert_eq!(parse_go_int("_1"), Err("parse error"));
+        assert_eq!(parse_go_int("1__0"), Err("parse error"));
+        assert_eq!(parse_go_int("1_"), Err("parse error"));
+        assert_eq!(parse_go_int("-"), Err("parse error"));
+        assert_eq!(parse_go_int("1.0"), Err("parse error"));
+    }
+
+    #[test]
+    fn installer_args_decoding() {
+        assert!(run(&[]).installer_args.is_empty());
+        assert!(run(&["--installer-args", ""]).installer_args.is_empty());
+        assert!(run(&["--installer-args", "[]"]).installer_args.is_empty());
+        assert!(run(&["--installer-args", "null"]).installer_args.is_empty());
+        assert_eq!(
+            run(&[
+                "--installer-args",
+                r#"["-n","--append-karg","nameserver=8.8.8.8"]"#
+            ])
+            .installer_args,
+            vec!["-n", "--append-karg", "nameserver=8.8.8.8"]
+        );
+        for bad in ["{", "[1]", "\"-n\"", "[\"-n\",]"] {
+            let e = err(&["--installer-args", bad]);
+            assert!(
+                e.message
+                    .starts_with("invalid value for -installer-args: expected a JSON array"),
+                "{bad}: {}",
+                e.message
+            );
+            assert_eq!(e.exit_code, 2);
+        }
+    }
+
+    #[test]
+    fn worker_forces_control_plane_count_zero() {
+        let c = run(&["--role", "worker", "--control-plane-count", "3"]);
+        assert_eq!(c.control_plane_count, 0);
+        let c = run(&["--control-plane-count", "3", "--role=worker"]);
+        assert_eq!(c.control_plane_count, 0);
+        let c = run(&["--role", "master", "--control-plane-count", "1"]);
+        assert_eq!(c.control_plane_count, 1);
+        assert!(c.is_single_node());
+        let c = run(&["--role", "bootstrap", "--control-plane-count", "3"]);
+        assert_eq!(c.control_plane_count, 3);
+        assert!(!c.is_single_node());
+    }
+
+    #[test]
+    fn infra_env_defaults_to_cluster() {
+        let c = run(&["--cluster-id", "c-1"]);
+        assert_eq!(c.infra_env_id, "c-1");
+        let c = run(&["--cluster-id", "c-1", "--infra-env-id", "ie-2"]);
+        assert_eq!(c.infra_env_id, "ie-2");
+    }
+
+    #[test]
+    fn coreos_image_stored() {
+        let c = run(&["--coreos-image", "quay.io/openshift/rhcos@sha256:abc"]);
+        assert_eq!(c.coreos_image, "quay.io/openshift/rhcos@sha256:abc");
+    }
+
+    #[test]
+    fn format_disk_repeats() {
+        let c = run(&[
+            "--format-disk",
+            "/dev/sdb",
+            "-format-disk=/dev/sdc",
+            "--format-disk",
+            "/dev/nvme0n1",
+        ]);
+        assert_eq!(c.format_disks, vec!["/dev/sdb", "/dev/sdc", "/dev/nvme0n1"]);
+    }
+
+    #[test]
+    fn dry_flags_from_env() {
+        let env: HashMap<&str, &str> = HashMap::from([
+            ("DRY_ENABLE", "true"),
+            ("DRYCONFIG_DRY_HOST_ID", "forced-1"),
+            ("DRY_HOST_ID", "ignored"),
+            ("DRY_FAKE_REBOOT_MARKER_PATH", "/tmp/marker"),
+            ("DRY_CLUSTER_HOSTS_PATH", "/tmp/hosts.json"),
+        ]);
+        let lookup = |k: &str| env.get(k).map(|v| v.to_string());
+        let Ok(ParseOutcome::Run(c)) = parse(&[], &lookup) else {
+            panic!()
+        };
+        assert!(c.dry_run);
+        assert_eq!(c.force_id, "forced-1");
+        assert_eq!(c.fake_reboot_marker_path, "/tmp/marker");
+        assert_eq!(c.dry_run_cluster_hosts_path, "/tmp/hosts.json");
+
+        // Flags override the environment.
+        let Ok(ParseOutcome::Run(c)) = parse(
+            &args(&["--dry-run=false", "--force-id", "flag-id"]),
+            &lookup,
+        ) else {
+            panic!()
+        };
+        assert!(!c.dry_run);
+        assert_eq!(c.force_id, "flag-id");
+
+        // The prefixed name wins over the bare one.
+        let env2 = |k: &str| match k {
+            "DRYCONFIG_DRY_ENABLE" => Some("0".to_string()),
+            "DRY_ENABLE" => Some("1".to_string()),
+            _ => None,
+        };
+        let Ok(ParseOutcome::Run(c)) = parse(&[], &env2) else {
+            panic!()
+        };
+        assert!(!c.dry_run);
+
+        let bad = |k: &str| (k == "DRY_ENABLE").then(|| "maybe".to_string());
+        let e = parse(&[], &bad).unwrap_err();
+        assert_eq!(e.exit_code, 1);
+        assert!(!e.show_usage);
+        assert!(e.message.contains("DRY_ENABLE"));
+
+        let empty = |k: &str| (k == "DRY_ENABLE").then(String::new);
+        let Ok(ParseOutcome::Run(c)) = parse(&[], &empty) else {
+            panic!()
+        };
+        assert!(!c.dry_run);
+    }
+
+    #[test]
+    fn realistic_agent_command_line() {
+        let c = run(&[
+            "--role",
+            "bootstrap",
+            "--infra-env-id",
+            "ie",
+            "--cluster-id",
+            "cl",
+            "--host-id",
+            "ho",
+            "--boot-device",
+            "/dev/disk/by-id/wwn-0x5000",
+            "--url",
+            "https://api.openshift.com",
+            "--controller-image",
+            "quay.io/c:v",
+            "--agent-image",
+            "quay.io/a:v",
+            "--control-plane-count",
+            "3",
+            "--mco-image",
+            "quay.io/mco@sha256:1",
+            "--openshift-version",
+            "4.19.0",
+            "--format-disk",
+            "/dev/sdb",
+            "--insecure=false",
+            "--check-cluster-version=true",
+            "--installer-args",
+            "[\"--append-karg\",\"ip=ens3:dhcp\",\"--copy-network\"]",
+            "--enable-skip-mco-reboot",
+            "--notify-num-reboots",
+        ]);
+        assert_eq!(c.role, "bootstrap");
+        assert_eq!(c.control_plane_count, 3);
+        assert!(c.check_cluster_version && c.enable_skip_mco_reboot && c.notify_num_reboots);
+        assert!(!c.insecure);
+        assert_eq!(c.installer_args.len(), 3);
+        assert!(c.ignored_args.is_empty());
+    }
+
+    #[test]
+    fn usage_lists_every_flag_go_style() {
+        let u = usage();
+        assert!(u.starts_with("Usage of assisted-installer:\n"));
+        for f in FLAGS {
+            assert!(u.contains(&format!("  -{}", f.name)), "{}", f.name);
+        }
+        assert!(u.contains("  -role string\n    \tThe node role: master, worker or bootstrap (default \"master\")\n"));
+        assert!(u.contains("  -openshift-version string\n    \tOpenShift version being installed (default \"4.4\")\n"));
+        assert!(u.contains("  -control-plane-count int\n"));
+        assert!(u.contains("  -format-disk value\n"));
+        assert!(u.contains("  -insecure\n    \tDo not verify"));
+        assert!(u.contains(&format!("(default \"{DEFAULT_AGENT_IMAGE}\")")));
+        let names: Vec<&str> = FLAGS.iter().map(|f| f.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+        assert_eq!(FLAGS.len(), 31);
+    }
+
+    #[test]
+    fn proxy_env_for_children() {
+        assert!(run(&["--no-proxy", "x"]).child_proxy_env().is_empty());
+        let c = run(&["--https-proxy", "http://p:1", "--no-proxy", ".svc"]);
+        assert_eq!(
+            c.child_proxy_env(),
+            vec![
+                ("HTTPS_PROXY".to_string(), "http://p:1".to_string()),
+                ("NO_PROXY".to_string(), ".svc".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn redacted_masks_proxy_passwords() {
+        let c = run(&[
+            "--http-proxy",
+            "http://user:pa55@proxy:3128",
+            "--https-proxy",
+            "user:pw@proxy2:3129/x",
+            "--host-id",
+            "h1",
+        ]);
+        let r = c.redacted();
+        assert!(!r.contains("pa55") && !r.contains("pw@"), "{r}");
+        assert!(r.contains("http://user:<SECRET>@proxy:3128"), "{r}");
+        assert!(r.contains("user:<SECRET>@proxy2:3129/x"), "{r}");
+        assert!(r.contains("host_id: \"h1\""));
+        assert_eq!(mask_url_password("http://proxy:3128"), "http://proxy:3128");
+        assert_eq!(mask_url_password("http://user@proxy"), "http://user@proxy");
+        assert_eq!(mask_url_password(""), "");
+    }
+}

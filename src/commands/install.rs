@@ -1,0 +1,139 @@
+//! The container entrypoint: `assisted-installer --role master --cluster-id … --boot-device …`
+//! with the Go installer's flags, run exactly as the assisted-service agent runs the Go one.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::cli::go_flags::{self, InstallerConfig, ParseOutcome};
+use crate::flow::node::run_installer;
+use crate::flow::writer::InProcessWriter;
+use crate::flow::{Flow, Paths};
+use crate::host::clock::SystemClock;
+use crate::host::commands::{CommandRunner, NsenterRunner, RecordingRunner};
+use crate::host::reboot::{FakeReboot, Rebooter, ShutdownRebooter};
+use crate::host::Host;
+use crate::image::Cancel;
+use crate::service::client::{ClientConfig, ClientRetry, InventoryClient, ServiceClient};
+use crate::service::reporter::Reporter;
+use crate::{logging, signals};
+
+/// Where the log goes: `/var/log/assisted-installer.log`, per fake host in dry-run mode (the
+/// Go installer picks that from the DRY_ENABLE environment variable, not the flag: kept).
+/// ASSISTED_INSTALLER_LOG_FILE overrides it (tests).
+fn log_file(cfg: &InstallerConfig, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    if let Some(p) = env("ASSISTED_INSTALLER_LOG_FILE") {
+        return PathBuf::from(p);
+    }
+    let dry_env = env("DRY_ENABLE")
+        .and_then(|v| go_flags::parse_go_bool(&v))
+        .unwrap_or(false);
+    if dry_env {
+        PathBuf::from(format!("/var/log/assisted-installer-{}.log", cfg.force_id))
+    } else {
+        PathBuf::from("/var/log/assisted-installer.log")
+    }
+}
+
+/// Run the installer with Go-style `args` (without the program name); the process exit code.
+pub fn run(args: &[String]) -> i32 {
+    let env = go_flags::process_env;
+    let cfg = match go_flags::parse(args, &env) {
+        Ok(ParseOutcome::Run(cfg)) => cfg,
+        Ok(ParseOutcome::Help) => {
+            println!("{}", go_flags::usage());
+            println!(
+                "\nSubcommands: write-image, embed (see `assisted-installer write-image --help`)."
+            );
+            return 0;
+        }
+        Err(u) => {
+            eprintln!("{}", u.render());
+            return u.exit_code;
+        }
+    };
+    logging::init_with_file(cfg.verbose, Some(&log_file(&cfg, &env)));
+    if let Some(w) = cfg.ignored_args_warning() {
+        tracing::warn!("{w}");
+    }
+    if !cfg.no_proxy.is_empty() {
+        // Go sets these in its own environment at parse time, so the API client honours them.
+        std::env::set_var("NO_PROXY", &cfg.no_proxy);
+        std::env::set_var("no_proxy", &cfg.no_proxy);
+    }
+    let token = env("PULL_SECRET_TOKEN").unwrap_or_default();
+    if token.is_empty() {
+        tracing::warn!(
+            "PULL_SECRET_TOKEN is empty: the assisted-service will refuse the installer's requests"
+        );
+    }
+    tracing::info!(
+        "assisted-installer {} starting: {}",
+        env!("CARGO_PKG_VERSION"),
+        cfg.redacted()
+    );
+    match build_flow(cfg, token) {
+        Ok(flow) => match run_installer(&flow) {
+            Ok(()) => 0,
+            Err(_) => 1,
+        },
+        Err(e) => {
+            // As in Go: no Failed report when the client itself cannot be built.
+            tracing::error!("{e:#}");
+            1
+        }
+    }
+}
+
+fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
+    let client = ServiceClient::new(ClientConfig {
+        url: cfg.url.clone(),
+        token: token.clone(),
+        insecure: cfg.insecure,
+        cacert: (!cfg.cacert.is_empty()).then(|| PathBuf::from(&cfg.cacert)),
+        retry: if cfg.dry_run {
+            ClientRetry::dry_run()
+        } else {
+            ClientRetry::default()
+        },
+    })?;
+    let client: Arc<dyn InventoryClient> = Arc::new(client);
+    let reporter = Reporter::spawn(
+        client.clone(),
+        cfg.infra_env_id.clone(),
+        cfg.host_id.clone(),
+    );
+    let commands: Arc<dyn CommandRunner> = if cfg.dry_run {
+        // Dry-run: no host command runs; each is logged and answered with empty output.
+        Arc::new(RecordingRunner::new())
+    } else {
+        Arc::new(NsenterRunner::new(
+            cfg.child_proxy_env(),
+            Some(token.clone()),
+        ))
+    };
+    let reboot: Arc<dyn Rebooter> = if cfg.dry_run {
+        if cfg.fake_reboot_marker_path.is_empty() {
+            anyhow::bail!("--dry-run needs --fake-reboot-marker-path (or DRY_FAKE_REBOOT_MARKER_PATH): the file touched instead of rebooting");
+        }
+        Arc::new(FakeReboot::new(PathBuf::from(&cfg.fake_reboot_marker_path)))
+    } else {
+        Arc::new(ShutdownRebooter::new(commands.clone()))
+    };
+    let stop = Cancel::new();
+    signals::cancel_on_signal(&stop)?;
+    let writer = Arc::new(InProcessWriter {
+        stop,
+        cacert: (!cfg.cacert.is_empty()).then(|| PathBuf::from(&cfg.cacert)),
+    });
+    let dry = cfg.dry_run;
+    Ok(Flow {
+        cfg,
+        token,
+        client,
+        reporter,
+        host: Host::new(commands, reboot, Arc::new(SystemClock), dry),
+        writer,
+        paths: Paths::default(),
+        arch: std::env::consts::ARCH.to_string(),
+    })
+}

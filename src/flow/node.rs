@@ -1,0 +1,185 @@
+//! `RunInstaller` / `InstallNode` for masters and workers, in the Go installer's order and with
+//! its stage and info strings (they appear in the UI and in triage signatures).
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::wait::worker_wait_for_control_plane;
+use super::writer::WriteRequest;
+use super::Flow;
+use crate::cli::installer_args::parse_installer_args;
+use crate::host::boot_order::set_boot_order;
+use crate::host::disk_prep::{cleanup_install_device, format_disks, resolve_disk_symlink};
+use crate::host::logs::{upload_installation_logs, LogsUpload};
+use crate::host::reboot::ironic_agent_present;
+use crate::service::stages::{HostStage, LogsState};
+
+/// Attempts at the disk write, about a second apart (Go: `utils.Retry(3, …)`).
+pub const WRITE_ATTEMPTS: u32 = 3;
+
+/// The whole run: format the `--format-disk` disks, install the node, and on a fatal error
+/// report `Failed` with the reason. The reporter is drained before returning.
+pub fn run_installer(f: &Flow) -> Result<()> {
+    if !f.cfg.dry_run && f.cfg.coreos_image.is_empty() && !f.cfg.format_disks.is_empty() {
+        let failed = format_disks(f.host.commands.as_ref(), &f.cfg.format_disks);
+        if failed > 0 {
+            tracing::warn!("{failed} of the --format-disk disks could not be formatted");
+        }
+    }
+    let result = install_node(f);
+    if let Err(e) = &result {
+        tracing::error!("installation failed: {e:#}");
+        f.reporter.stage(HostStage::Failed, format!("{e:#}"));
+    }
+    if !f.reporter.drain(Duration::from_secs(60)) {
+        tracing::warn!("some progress reports could not be sent before exiting");
+    }
+    result
+}
+
+fn install_node(f: &Flow) -> Result<()> {
+    let cfg = &f.cfg;
+    f.reporter
+        .stage(HostStage::StartingInstallation, cfg.role.as_str());
+    if cfg.role == "bootstrap" || cfg.is_single_node() {
+        bail!("the bootstrap and single-node flows are not available in this version of the installer");
+    }
+    if !cfg.coreos_image.is_empty() {
+        bail!("--coreos-image (installing onto the running root with ostree) is not supported by this installer");
+    }
+    // Refuse unusable --installer-args before touching anything.
+    let writer_args = parse_installer_args(&cfg.installer_args)?;
+    let device = resolve_disk_symlink(&cfg.boot_device);
+    let dev = device.display().to_string();
+    if !cfg.dry_run && !cfg.skip_installation_disk_cleanup {
+        if let Err(e) = cleanup_install_device(f.host.commands.as_ref(), &dev) {
+            f.reporter.stage(
+                HostStage::StartingInstallation,
+                format!(
+                    "Could not clean install device {dev}. The installation will continue. If the installation fails, clean the disk and try again"
+                ),
+            );
+            // Triage signatures match this exact line.
+            tracing::error!("failed to prepare install device {dev}, err {e}");
+        }
+    }
+    std::fs::create_dir_all(&f.paths.install_dir)
+        .with_context(|| format!("creating {}", f.paths.install_dir.display()))?;
+    f.reporter.stage(HostStage::Installing, cfg.role.as_str());
+    let ignition = download_ignition(f)?;
+    write_image_to_disk(
+        f,
+        &WriteRequest {
+            device: device.clone(),
+            ignition,
+            args: writer_args,
+        },
+    )?;
+    if cfg.role == "worker" {
+        worker_wait_for_control_plane(f);
+    }
+    if cfg.enable_skip_mco_reboot {
+        tracing::warn!("--enable-skip-mco-reboot is not supported yet: the machine-config operator will update and reboot the node");
+    }
+    if !cfg.dry_run {
+        if let Err(e) = set_boot_order(
+            f.host.commands.as_ref(),
+            f.host.clock.as_ref(),
+            &dev,
+            &f.arch,
+        ) {
+            tracing::warn!("failed to set the boot order of {dev}: {e:#}");
+        }
+    }
+    if cfg.role == "master" && f.paths.registry_marker.exists() {
+        bail!("this host carries registry data (appliance install), which this installer cannot copy yet");
+    }
+    upload_logs(f, false);
+    finalize(f)
+}
+
+/// `GET …/downloads/ignition` into `/opt/install-dir/<role>-<hostID>.ign`.
+fn download_ignition(f: &Flow) -> Result<PathBuf> {
+    let cfg = &f.cfg;
+    let path = f
+        .paths
+        .install_dir
+        .join(format!("{}-{}.ign", cfg.role, cfg.host_id));
+    f.client
+        .download_host_ignition(&cfg.infra_env_id, &cfg.host_id, &path)
+        .context("downloading the host Ignition config")?;
+    Ok(path)
+}
+
+/// Report `Writing image to disk`, then up to three attempts with percentages.
+fn write_image_to_disk(f: &Flow, req: &WriteRequest) -> Result<()> {
+    f.reporter.stage(HostStage::WritingImageToDisk, "");
+    let reporter = &f.reporter;
+    let percent = |p: u8| reporter.write_percent(p);
+    let mut last = None;
+    for attempt in 1..=WRITE_ATTEMPTS {
+        match f.writer.write(req, &percent) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                tracing::warn!(
+                    "writing the image to {} (attempt {attempt} of {WRITE_ATTEMPTS}): {e:#}",
+                    req.device.display()
+                );
+                last = Some(e);
+                if attempt < WRITE_ATTEMPTS {
+                    f.host.clock.sleep(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+    let e = last.expect("at least one attempt");
+    Err(anyhow!(
+        "failed after {WRITE_ATTEMPTS} attempts, last error: {e:#}"
+    ))
+}
+
+/// logs-progress `requested`, then the agent's logs_sender; failures are only logged.
+fn upload_logs(f: &Flow, is_bootstrap: bool) {
+    let cfg = &f.cfg;
+    if let Err(e) =
+        f.client
+            .update_host_logs_progress(&cfg.infra_env_id, &cfg.host_id, LogsState::Requested)
+    {
+        tracing::warn!("reporting the logs as requested: {e:#}");
+    }
+    let upload = LogsUpload {
+        agent_image: cfg.agent_image.clone(),
+        cluster_id: cfg.cluster_id.clone(),
+        infra_env_id: cfg.infra_env_id.clone(),
+        host_id: cfg.host_id.clone(),
+        url: cfg.url.clone(),
+        pull_secret_token: f.token.clone(),
+        insecure: cfg.insecure,
+        ca_cert_path: (!cfg.cacert.is_empty()).then(|| cfg.cacert.clone()),
+    };
+    if let Err(e) = upload_installation_logs(f.host.commands.as_ref(), &upload, is_bootstrap) {
+        tracing::warn!("uploading the installation logs: {e}");
+    }
+}
+
+/// Report `Rebooting`, drain the reports, and reboot in a minute (etcd bootstrap race,
+/// OCPBUGS-5988), or leave it to ironic, or touch the marker in dry-run mode.
+fn finalize(f: &Flow) -> Result<()> {
+    if f.cfg.dry_run {
+        f.reporter.stage(HostStage::Rebooting, "");
+        f.reporter.drain(Duration::from_secs(60));
+        return f.host.reboot.reboot("+1");
+    }
+    let ironic = ironic_agent_present(f.host.commands.as_ref())
+        .map_err(|e| anyhow!("checking for the ironic agent: {e}"))?;
+    if ironic {
+        f.reporter
+            .stage(HostStage::Rebooting, "Ironic will reboot the node shortly");
+        f.reporter.drain(Duration::from_secs(60));
+        return f.host.systemd().systemctl("stop", &["agent.service"]);
+    }
+    f.reporter.stage(HostStage::Rebooting, "");
+    f.reporter.drain(Duration::from_secs(60));
+    f.host.reboot.reboot("+1")
+}

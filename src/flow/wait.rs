@@ -1,0 +1,64 @@
+//! Waits that never fail: they poll until the cluster is ready, as the Go installer does.
+
+use std::time::Duration;
+
+use super::Flow;
+use crate::service::models::Host as ServiceHost;
+use crate::service::stages::HostStage;
+
+/// How often the worker looks at the control plane (Go: 5 s).
+pub const POLL: Duration = Duration::from_secs(5);
+
+fn done(hosts: &[ServiceHost]) -> usize {
+    hosts
+        .iter()
+        .filter(|h| {
+            h.progress.as_ref().and_then(|p| p.current_stage.as_deref())
+                == Some(HostStage::Done.as_str())
+        })
+        .count()
+}
+
+/// `workerWaitFor2ReadyMasters`: report `Waiting for control plane`, then wait until two
+/// control-plane hosts (masters, or a master and an arbiter) are Done; at once for day-2
+/// clusters (`AddHostsCluster`). Never fails: errors are logged and the poll goes on.
+pub fn worker_wait_for_control_plane(f: &Flow) {
+    f.reporter.stage(HostStage::WaitingForControlPlane, "");
+    let cluster_id = &f.cfg.cluster_id;
+    let mut kind: Option<String> = None;
+    loop {
+        if kind.is_none() {
+            match f.client.get_cluster(cluster_id, true) {
+                Ok(c) => kind = Some(c.kind.clone()),
+                Err(e) => tracing::warn!("getting cluster {cluster_id}: {e:#}"),
+            }
+        }
+        if let Some(k) = &kind {
+            if k == "AddHostsCluster" {
+                tracing::info!("day-2 cluster: not waiting for the control plane");
+                return;
+            }
+            let masters = match f.client.list_cluster_hosts(cluster_id, Some("master")) {
+                Ok(h) => done(&h),
+                Err(e) => {
+                    tracing::warn!("listing the masters of cluster {cluster_id}: {e:#}");
+                    0
+                }
+            };
+            // Two-node clusters with an arbiter: a Done arbiter counts too. Errors ignored.
+            let arbiters = f
+                .client
+                .list_cluster_hosts(cluster_id, Some("arbiter"))
+                .map(|h| done(&h))
+                .unwrap_or(0);
+            if masters + arbiters >= 2 {
+                tracing::info!(
+                    "{masters} masters and {arbiters} arbiters are done: the control plane is up"
+                );
+                return;
+            }
+            tracing::info!("waiting for the control plane: {masters} masters and {arbiters} arbiters done, 2 needed");
+        }
+        f.host.clock.sleep(POLL);
+    }
+}

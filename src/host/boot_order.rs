@@ -1,0 +1,508 @@
+//! Making the installed disk the next boot target (§3.10, Go `Ops.SetBootOrder`).
+//!
+//! PowerVM uses `bootlist`; BIOS needs nothing; on UEFI a "Red Hat Enterprise Linux" entry for
+//! the shim on the disk's EFI partition (partition 2) is created with `efibootmgr`, and older
+//! entries with the same label are deleted. The caller logs an error as a warning and carries
+//! on; dry-run mode skips the whole step.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+use super::clock::{poll, retry, Clock};
+use super::commands::CommandRunner;
+
+/// The boot entry label.
+pub const BOOT_LABEL: &str = "Red Hat Enterprise Linux";
+/// The EFI system partition of a CoreOS disk.
+pub const EFI_PARTITION: u32 = 2;
+
+const MOUNT_POINT: &str = "/mnt";
+const FIND_EFI_TIMEOUT: Duration = Duration::from_secs(20);
+const POLL_INTERVAL: Duration = Duration::from_secs(5);
+const MOUNT_ATTEMPTS: usize = 3;
+
+#[derive(Debug, Deserialize)]
+struct Lsblk {
+    #[serde(default)]
+    blockdevices: Vec<LsblkDevice>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LsblkDevice {
+    #[serde(default)]
+    name: String,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    children: Option<Vec<LsblkDevice>>,
+}
+
+/// The path of partition `index` (1-based, by position among the children) of the first
+/// device in `lsblk --bytes --json <device>` output: `/dev/<child name>`, or
+/// `/dev/mapper/<child name>` when the disk's type is `mpath`. `device` is only used in error
+/// messages.
+pub fn partition_path_from_lsblk(
+    lsblk_json: &str,
+    device: &str,
+    index: u32,
+) -> anyhow::Result<String> {
+    let parsed: Lsblk =
+        serde_json::from_str(lsblk_json).context("failed to unmarshal lsblk output")?;
+    let Some(disk) = parsed.blockdevices.first() else {
+        bail!("no block device information returned for {device}");
+    };
+    let children = match &disk.children {
+        Some(c) if !c.is_empty() => c,
+        _ => bail!("device {device} has no partitions"),
+    };
+    let Some(part) = (index as usize)
+        .checked_sub(1)
+        .and_then(|i| children.get(i))
+    else {
+        bail!("partition {index} not found on device {device}");
+    };
+    if part.name.is_empty() {
+        bail!("partition {index} of device {device} has no name in lsblk output");
+    }
+    Ok(if disk.kind.as_deref() == Some("mpath") {
+        format!("/dev/mapper/{}", part.name)
+    } else {
+        format!("/dev/{}", part.name)
+    })
+}
+
+/// Runs `lsblk --bytes --json <device>` and returns the path of partition `index`.
+pub fn partition_path(
+    runner: &dyn CommandRunner,
+    device: &str,
+    index: u32,
+) -> anyhow::Result<String> {
+    let out = runner
+        .run("lsblk", &["--bytes", "--json", device])
+        .context("failed to run lsblk command")?;
+    partition_path_from_lsblk(&out, device, index)
+}
+
+/// `\EFI\<dir>\shimx64.efi`, or `shimaa64.efi` on aarch64 (`arch` as in
+/// `std::env::consts::ARCH`).
+pub fn efi_loader_path(efi_dir: &str, arch: &str) -> String {
+    let file = match arch {
+        "aarch64" | "arm64" => "shimaa64.efi",
+        _ => "shimx64.efi",
+    };
+    format!("\\EFI\\{efi_dir}\\{file}")
+}
+
+/// The boot numbers named by `Boot#### has same label Red Hat Enterprise Linux` lines of
+/// `efibootmgr` output.
+pub fn duplicate_boot_entries(efibootmgr_output: &str) -> Vec<String> {
+    let suffix = format!(" has same label {BOOT_LABEL}");
+    efibootmgr_output
+        .lines()
+        .filter_map(|line| {
+            let end = line.rfind(&suffix)?;
+            let start = line[..end].find("Boot")? + "Boot".len();
+            Some(line[start..end].to_string())
+        })
+        .collect()
+}
+
+/// Sets the boot order for `device` (see the module documentation). `arch` selects the shim
+/// (`std::env::consts::ARCH` of the running binary, as Go uses `GOARCH`).
+pub fn set_boot_order(
+    runner: &dyn CommandRunner,
+    clock: &dyn Clock,
+    device: &str,
+    arch: &str,
+) -> anyhow::Result<()> {
+    tracing::info!("SetBootOrder, arch: {arch}, device: {device}");
+    if runner.run("test", &["-f", "/usr/sbin/bootlist"]).is_ok() {
+        if let Err(e) = runner.run("bootlist", &["-m", "normal", "-o", device]) {
+            tracing::error!("Failed to set boot disk with bootlist. Skipping...: {e}");
+        }
+        return Ok(());
+    }
+
+    if runner.run("test", &["-d", "/sys/firmware/efi"]).is_err() {
+        tracing::info!("setting the boot order on BIOS systems is not supported. Skipping...");
+        return Ok(());
+    }
+
+    tracing::info!("Setting efibootmgr to boot from disk");
+    let efi_dir = poll(clock, FIND_EFI_TIMEOUT, POLL_INTERVAL, || {
+        find_efi_directory(runner, clock, device).inspect_err(|e| {
+            tracing::warn!("failed to find EFI directory on {device}: {e:#}");
+        })
+    })
+    .context("failed to find EFI directory")?;
+    let loader = efi_loader_path(&efi_dir, arch);
+    tracing::info!("Using EFI file '{loader}'");
+
+    let part = EFI_PARTITION.to_string();
+    let out = runner
+        .run(
+            "efibootmgr",
+            &[
+                "-v", "-d", device, "-p", &part, "-c", "-L", BOOT_LABEL, "-l", &loader,
+            ],
+        )
+        .with_context(|| format!("Failed to set efibootmgr to boot from disk {device}"))?;
+
+    for num in duplicate_boot_entries(&out) {
+        tracing::info!("Removing duplicate boot entry number {num}");
+        if let Err(e) = runner.run(
+            "efibootmgr",
+            &["-v", "--delete-bootnum", "--bootnum", &num, "-l", &loader],
+        ) {
+            tracing::error!("Failed to delete duplicate {BOOT_LABEL} label {num}, err: {e}");
+        }
+    }
+
+    if let Err(e) = runner.run("efibootmgr", &["-l", &loader]) {
+        tracing::error!("Failed to show current boot order with efibootmgr: {e}");
+    }
+    Ok(())
+}
+
+/// Mounts the EFI partition on /mnt, lists /mnt/EFI and picks `redhat`, else `centos`;
+/// always unmounts after a successful mount.
+fn find_efi_directory(
+    runner: &dyn CommandRunner,
+    clock: &dyn Clock,
+    device: &str,
+) -> anyhow::Result<String> {
+    let part = partition_path(runner, device, EFI_PARTITION)?;
+    retry(clock, MOUNT_ATTEMPTS, POLL_INTERVAL, || {
+        runner.run("mount", &[&part, MOUNT_POINT])
+    })
+    .context("failed to mount efi device")?;
+    let listing = runner.run("ls", &["-1", "/mnt/EFI"]);
+    if let Err(e) = runner.run("umount", &[MOUNT_POINT]) {
+        tracing::warn!("failed to unmount {MOUNT_POINT}: {e}");
+    }
+    let listing = listing.context("failed to read efi top directory")?;
+    let names: Vec<&str> = listing.lines().map(str::trim).collect();
+    ["redhat", "centos"]
+        .into_iter()
+        .find(|d| names.contains(d))
+        .map(str::to_string)
+        .context("failed to find efi boot entry directory")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::clock::FakeClock;
+    use super::super::commands::RecordingRunner;
+    use super::*;
+
+    fn lsblk(disk: &str, kind: &str, parts: &[&str]) -> String {
+        let children: Vec<String> = parts
+            .iter()
+            .map(|p| format!(r#"{{"name": "{p}", "type": "part", "size": 1048576}}"#))
+            .collect();
+        format!(
+            r#"{{"blockdevices": [{{"name": "{disk}", "size": 100000000000, "type": "{kind}",
+                "children": [{}]}}]}}"#,
+            children.join(",")
+        )
+    }
+
+    #[test]
+    fn partition_paths() {
+        let sda = lsblk("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]);
+        assert_eq!(
+            partition_path_from_lsblk(&sda, "/dev/sda", 3).unwrap(),
+            "/dev/sda3"
+        );
+        assert_eq!(
+            partition_path_from_lsblk(&sda, "/dev/sda", 4).unwrap(),
+            "/dev/sda4"
+        );
+        let nvme = lsblk(
+            "nvme0n1",
+            "disk",
+            &["nvme0n1p1", "nvme0n1p2", "nvme0n1p3", "nvme0n1p4"],
+        );
+        assert_eq!(
+            partition_path_from_lsblk(&nvme, "/dev/nvme0n1", 3).unwrap(),
+            "/dev/nvme0n1p3"
+        );
+        let mmc = lsblk(
+            "mmcblk1",
+            "disk",
+            &["mmcblk1P1", "mmcblk1P2", "mmcblk1P3", "mmcblk1P4"],
+        );
+        assert_eq!(
+            partition_path_from_lsblk(&mmc, "/dev/mmcblk1", 4).unwrap(),
+            "/dev/mmcblk1P4"
+        );
+        let dm = lsblk("dm-0", "mpath", &["dm-1", "dm-2", "dm-3", "dm-4"]);
+        assert_eq!(
+            partition_path_from_lsblk(&dm, "/dev/dm-0", 3).unwrap(),
+            "/dev/mapper/dm-3"
+        );
+        assert_eq!(
+            partition_path_from_lsblk(&dm, "/dev/dm-0", 4).unwrap(),
+            "/dev/mapper/dm-4"
+        );
+        let dm127 = lsblk("dm-127", "mpath", &["dm-128", "dm-129", "dm-130", "dm-131"]);
+        assert_eq!(
+            partition_path_from_lsblk(&dm127, "/dev/dm-127", 3).unwrap(),
+            "/dev/mapper/dm-130"
+        );
+        // A device-mapper disk that is not multipath keeps /dev/<name>.
+        let lvm = lsblk("dm-5", "lvm", &["dm-6", "dm-7"]);
+        assert_eq!(
+            partition_path_from_lsblk(&lvm, "/dev/dm-5", 2).unwrap(),
+            "/dev/dm-7"
+        );
+    }
+
+    #[test]
+    fn partition_path_errors() {
+        let err = |json: &str, dev: &str, idx: u32| {
+            format!(
+                "{:#}",
+                partition_path_from_lsblk(json, dev, idx).unwrap_err()
+            )
+        };
+        assert!(err("invalid json", "/dev/sda", 3).contains("failed to unmarshal lsblk output"));
+        assert!(err(r#"{"blockdevices": []}"#, "/dev/sdb", 1)
+            .contains("no block device information returned for /dev/sdb"));
+        assert!(err(
+            r#"{"blockdevices": [{"name": "sda", "type": "disk", "children": []}]}"#,
+            "/dev/sda",
+            1
+        )
+        .contains("device /dev/sda has no partitions"));
+        assert!(err(
+            r#"{"blockdevices": [{"name": "sda", "type": "disk", "children": null}]}"#,
+            "/dev/sda",
+            1
+        )
+        .contains("device /dev/sda has no partitions"));
+        assert!(err(
+            r#"{"blockdevices": [{"name": "sda", "type": "disk"}]}"#,
+            "/dev/sda",
+            1
+        )
+        .contains("device /dev/sda has no partitions"));
+        let one = lsblk("sda", "disk", &["sda1"]);
+        assert!(err(&one, "/dev/sda", 0).contains("partition 0 not found on device /dev/sda"));
+        let two = lsblk("sda", "disk", &["sda1", "sda2"]);
+        assert!(err(&two, "/dev/sda", 5).contains("partition 5 not found on device /dev/sda"));
+    }
+
+    #[test]
+    fn partition_path_runs_lsblk() {
+        let r = RecordingRunner::new();
+        r.fail("lsblk --bytes --json /dev/sda", 1, "lsblk: failed");
+        let e = partition_path(&r, "/dev/sda", 3).unwrap_err();
+        assert!(e.to_string().contains("failed to run lsblk command"));
+        let r = RecordingRunner::new();
+        r.ok(
+            "lsblk --bytes --json /dev/sda",
+            &lsblk("sda", "disk", &["sda1", "sda2", "sda3"]),
+        );
+        assert_eq!(partition_path(&r, "/dev/sda", 3).unwrap(), "/dev/sda3");
+        assert_eq!(r.lines(), vec!["lsblk --bytes --json /dev/sda"]);
+    }
+
+    #[test]
+    fn loader_paths() {
+        assert_eq!(
+            efi_loader_path("redhat", "x86_64"),
+            "\\EFI\\redhat\\shimx64.efi"
+        );
+        assert_eq!(
+            efi_loader_path("centos", "aarch64"),
+            "\\EFI\\centos\\shimaa64.efi"
+        );
+        assert_eq!(
+            efi_loader_path("redhat", "powerpc64"),
+            "\\EFI\\redhat\\shimx64.efi"
+        );
+    }
+
+    #[test]
+    fn duplicate_lines() {
+        let out = "BootCurrent: 0001\n\
+                   efibootmgr: ** Warning ** : Boot0004 has same label Red Hat Enterprise Linux\n\
+                   Boot0005 has same label Red Hat Enterprise Linux\n\
+                   Boot0006* Red Hat Enterprise Linux\tHD(2,GPT,…)/File(\\EFI\\redhat\\shimx64.efi)\n\
+                   Boot0007 has same label Something Else";
+        assert_eq!(duplicate_boot_entries(out), vec!["0004", "0005"]);
+        assert!(duplicate_boot_entries("").is_empty());
+    }
+
+    fn uefi_runner(efi_listing: &str, efibootmgr_output: &str) -> RecordingRunner {
+        let r = RecordingRunner::new();
+        r.fail("test -f /usr/sbin/bootlist", 1, "")
+            .ok(
+                "lsblk --bytes --json /dev/sda",
+                &lsblk("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
+            )
+            .ok("ls -1 /mnt/EFI", efi_listing);
+        for dir in ["redhat", "centos"] {
+            r.ok(
+                &format!(
+                    "efibootmgr -v -d /dev/sda -p 2 -c -L Red Hat Enterprise Linux -l \
+                     \\EFI\\{dir}\\shimx64.efi"
+                ),
+                efibootmgr_output,
+            );
+        }
+        r
+    }
+
+    fn expected_uefi(dir: &str) -> Vec<String> {
+        vec![
+            "test -f /usr/sbin/bootlist".to_string(),
+            "test -d /sys/firmware/efi".to_string(),
+            "lsblk --bytes --json /dev/sda".to_string(),
+            "mount /dev/sda2 /mnt".to_string(),
+            "ls -1 /mnt/EFI".to_string(),
+            "umount /mnt".to_string(),
+            format!(
+                "efibootmgr -v -d /dev/sda -p 2 -c -L Red Hat Enterprise Linux -l \
+                 \\EFI\\{dir}\\shimx64.efi"
+            ),
+            format!("efibootmgr -l \\EFI\\{dir}\\shimx64.efi"),
+        ]
+    }
+
+    #[test]
+    fn uefi_redhat() {
+        let r = uefi_runner("BOOT\nredhat\n", "BootCurrent: 0001");
+        let clock = FakeClock::new();
+        set_boot_order(&r, &clock, "/dev/sda", "x86_64").unwrap();
+        assert_eq!(r.lines(), expected_uefi("redhat"));
+        // The label is one argument.
+        let create = &r.calls()[6];
+        assert_eq!(create.args[7], "Red Hat Enterprise Linux");
+        assert!(clock.sleeps().is_empty());
+    }
+
+    #[test]
+    fn uefi_centos() {
+        let r = uefi_runner("BOOT\ncentos", "");
+        set_boot_order(&r, &FakeClock::new(), "/dev/sda", "x86_64").unwrap();
+        assert_eq!(r.lines(), expected_uefi("centos"));
+    }
+
+    #[test]
+    fn uefi_aarch64_uses_shimaa64() {
+        let r = uefi_runner("BOOT\nredhat", "");
+        r.ok(
+            "efibootmgr -v -d /dev/sda -p 2 -c -L Red Hat Enterprise Linux -l \
+             \\EFI\\redhat\\shimaa64.efi",
+            "",
+        );
+        set_boot_order(&r, &FakeClock::new(), "/dev/sda", "aarch64").unwrap();
+        assert_eq!(
+            r.lines().last().unwrap(),
+            "efibootmgr -l \\EFI\\redhat\\shimaa64.efi"
+        );
+    }
+
+    #[test]
+    fn uefi_deletes_duplicates() {
+        let r = uefi_runner(
+            "redhat",
+            "efibootmgr: ** Warning ** : Boot0003 has same label Red Hat Enterprise Linux\n\
+             Boot0000* Red Hat Enterprise Linux",
+        );
+        r.fail(
+            "efibootmgr -v --delete-bootnum --bootnum 0003 -l \\EFI\\redhat\\shimx64.efi",
+            1,
+            "ignored",
+        );
+        set_boot_order(&r, &FakeClock::new(), "/dev/sda", "x86_64").unwrap();
+        let mut expected = expected_uefi("redhat");
+        expected.insert(
+            7,
+            "efibootmgr -v --delete-bootnum --bootnum 0003 -l \\EFI\\redhat\\shimx64.efi"
+                .to_string(),
+        );
+        assert_eq!(r.lines(), expected);
+    }
+
+    #[test]
+    fn uefi_mount_retries_and_efi_dir_polling() {
+        let r = uefi_runner("BOOT", "");
+        // The first mount fails twice, then the EFI listing has no known directory: the search
+        // is retried every 5 s until 20 s have passed, then the step fails without running
+        // efibootmgr.
+        r.fail("mount /dev/sda2 /mnt", 32, "busy")
+            .fail("mount /dev/sda2 /mnt", 32, "busy")
+            .ok("mount /dev/sda2 /mnt", "");
+        let clock = FakeClock::new();
+        let err = set_boot_order(&r, &clock, "/dev/sda", "x86_64").unwrap_err();
+        assert!(format!("{err:#}").contains("failed to find efi boot entry directory"));
+        let lines = r.lines();
+        // Attempt 1 at 0 s (two mount retries take 10 s), attempt 2 at 15 s, attempt 3 at 20 s.
+        assert_eq!(lines.iter().filter(|l| *l == "ls -1 /mnt/EFI").count(), 3);
+        assert_eq!(lines.iter().filter(|l| *l == "umount /mnt").count(), 3);
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| *l == "mount /dev/sda2 /mnt")
+                .count(),
+            5
+        );
+        assert_eq!(clock.elapsed(), Duration::from_secs(20));
+        assert!(!lines.iter().any(|l| l.starts_with("efibootmgr")));
+        assert!(clock.sleeps().iter().all(|d| *d == Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn uefi_efibootmgr_failure_is_returned() {
+        let r = RecordingRunner::new();
+        r.fail("test -f /usr/sbin/bootlist", 1, "")
+            .ok(
+                "lsblk --bytes --json /dev/sda",
+                &lsblk("sda", "disk", &["sda1", "sda2"]),
+            )
+            .ok("ls -1 /mnt/EFI", "redhat")
+            .fail(
+                "efibootmgr -v -d /dev/sda -p 2 -c -L Red Hat Enterprise Linux -l \
+                 \\EFI\\redhat\\shimx64.efi",
+                5,
+                "Could not prepare Boot variable",
+            );
+        let err = set_boot_order(&r, &FakeClock::new(), "/dev/sda", "x86_64").unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("Failed to set efibootmgr to boot from disk /dev/sda"));
+    }
+
+    #[test]
+    fn bios_is_a_noop() {
+        let r = RecordingRunner::new();
+        r.fail("test -f /usr/sbin/bootlist", 1, "")
+            .fail("test -d /sys/firmware/efi", 1, "");
+        set_boot_order(&r, &FakeClock::new(), "/dev/sda", "x86_64").unwrap();
+        assert_eq!(
+            r.lines(),
+            vec!["test -f /usr/sbin/bootlist", "test -d /sys/firmware/efi"]
+        );
+    }
+
+    #[test]
+    fn powervm_uses_bootlist() {
+        let r = RecordingRunner::new();
+        set_boot_order(&r, &FakeClock::new(), "/dev/sda", "powerpc64").unwrap();
+        assert_eq!(
+            r.lines(),
+            vec![
+                "test -f /usr/sbin/bootlist",
+                "bootlist -m normal -o /dev/sda"
+            ]
+        );
+        let r = RecordingRunner::new();
+        r.fail("bootlist -m normal -o /dev/sda", 1, "bootlist failed");
+        set_boot_order(&r, &FakeClock::new(), "/dev/sda", "powerpc64").unwrap();
+    }
+}

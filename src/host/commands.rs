@@ -1,0 +1,826 @@
+//! Running host commands: the one effect boundary every host-side step goes through.
+//!
+//! [`NsenterRunner`] runs a program in the host's namespaces, as the Go installer does from its
+//! privileged container (`nsenter --target 1 --cgroup --mount --ipc --pid -- <program> <args…>`);
+//! [`LocalRunner`] runs it directly (when this binary runs on the host itself);
+//! [`RecordingRunner`] records every call and answers from a script (tests, rehearsals).
+//!
+//! Output is stdout and stderr merged into one buffer and trimmed. A failure is an
+//! [`ExecError`] whose `Display` is the Go `ExecCommandError.Error()` text, which triage
+//! signatures and the service's `Failed` info depend on.
+
+use std::collections::VecDeque;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Mutex;
+
+/// Replacement text for the pull-secret token wherever a command line is rendered.
+pub const SECRET_PLACEHOLDER: &str = "<SECRET>";
+
+/// How many trailing bytes of output `ExecError`'s `Display` keeps (Go: 200).
+const LAST_OUTPUT_LEN: usize = 200;
+
+/// Runs one host command and returns its merged, trimmed stdout+stderr.
+pub trait CommandRunner: Send + Sync {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError>;
+
+    /// Like [`CommandRunner::run`], also handing output chunks to `sink` as they arrive (for
+    /// progress parsing). The default runs to completion and hands over the output once.
+    fn run_streaming(
+        &self,
+        program: &str,
+        args: &[&str],
+        sink: &mut dyn FnMut(&[u8]),
+    ) -> Result<String, ExecError> {
+        let result = self.run(program, args);
+        match &result {
+            Ok(out) => sink(out.as_bytes()),
+            Err(e) => sink(e.output.as_bytes()),
+        }
+        result
+    }
+}
+
+/// A failed command, rendered exactly like the Go installer's `ExecCommandError`.
+///
+/// The secret (pull-secret token) is replaced by `<SECRET>` when the error is built, so the
+/// error never holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecError {
+    /// The executable as run (a `PATH` lookup result, like Go's `cmd.Path`).
+    pub command: String,
+    /// Its arguments (for nsenter: the nsenter options, the program and its arguments).
+    pub args: Box<[String]>,
+    /// Extra environment given to the child, as `K=V`.
+    pub env: Box<[String]>,
+    /// Go's text of the wait error: `exit status 1`, `signal: killed`, or why it did not start.
+    pub exit_error: String,
+    /// The exit code when the process exited normally.
+    pub exit_code: Option<i32>,
+    /// Go's `WaitStatus`: the exit code, -1 when killed by a signal, 0 when it never ran.
+    pub wait_status: i32,
+    /// Merged output, trimmed, kept from the first `Error` on when that word occurs.
+    pub output: String,
+}
+
+impl std::fmt::Display for ExecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "failed executing {} [{}], Error {}, LastOutput \"{}\"",
+            self.command,
+            self.args.join(" "),
+            self.exit_error,
+            last_output(&self.output)
+        )
+    }
+}
+
+impl std::error::Error for ExecError {}
+
+impl ExecError {
+    /// An error for `command args…` that failed with `exit_error`; `output` is the raw merged
+    /// output (the "keep from `Error` on" rule is applied here).
+    pub fn new<S: AsRef<str>>(
+        command: impl Into<String>,
+        args: &[S],
+        exit_error: impl Into<String>,
+        exit_code: Option<i32>,
+        output: &str,
+    ) -> Self {
+        ExecError {
+            command: command.into(),
+            args: args.iter().map(|a| a.as_ref().to_string()).collect(),
+            env: Box::default(),
+            exit_error: exit_error.into(),
+            exit_code,
+            wait_status: exit_code.unwrap_or(0),
+            output: keep_from_error(output.trim()).to_string(),
+        }
+    }
+
+    /// An error for a process that exited with `code`.
+    pub fn exit<S: AsRef<str>>(command: &str, args: &[S], code: i32, output: &str) -> Self {
+        ExecError::new(
+            command,
+            args,
+            format!("exit status {code}"),
+            Some(code),
+            output,
+        )
+    }
+
+    pub fn with_env(mut self, env: Vec<String>) -> Self {
+        self.env = env.into_boxed_slice();
+        self
+    }
+
+    pub fn with_wait_status(mut self, wait_status: i32) -> Self {
+        self.wait_status = wait_status;
+        self
+    }
+
+    /// Replaces `secret` by `<SECRET>` in the arguments, the environment and the output.
+    /// An empty secret changes nothing.
+    pub fn redact(mut self, secret: Option<&str>) -> Self {
+        if let Some(secret) = secret.filter(|s| !s.is_empty()) {
+            for s in self.args.iter_mut().chain(self.env.iter_mut()) {
+                *s = s.replace(secret, SECRET_PLACEHOLDER);
+            }
+            self.output = self.output.replace(secret, SECRET_PLACEHOLDER);
+        }
+        self
+    }
+
+    /// Go's `DetailedError()`: also the environment, the wait status and the whole output.
+    pub fn detailed(&self) -> String {
+        format!(
+            "failed executing {} [{}], env vars [{}], error {}, waitStatus {}, Output \"{}\"",
+            self.command,
+            self.args.join(" "),
+            self.env.join(" "),
+            self.exit_error,
+            self.wait_status,
+            self.output
+        )
+    }
+
+    /// Whether the command ran and exited (as opposed to not starting or being killed).
+    pub fn exited(&self) -> bool {
+        self.exit_code.is_some()
+    }
+}
+
+/// Go keeps only the text from the first `Error` on, when the output contains it.
+pub fn keep_from_error(output: &str) -> &str {
+    match output.find("Error") {
+        Some(i) => &output[i..],
+        None => output,
+    }
+}
+
+/// The last 200 bytes of `output`, prefixed by `... ` when cut (moved forward to a character
+/// boundary, where Go would cut a multi-byte character in two).
+fn last_output(output: &str) -> String {
+    if output.len() <= LAST_OUTPUT_LEN {
+        return output.to_string();
+    }
+    let mut start = output.len() - LAST_OUTPUT_LEN;
+    while !output.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("... {}", &output[start..])
+}
+
+/// Replaces `secret` (when non-empty) by `<SECRET>` in `text`.
+pub fn redact(text: &str, secret: Option<&str>) -> String {
+    match secret.filter(|s| !s.is_empty()) {
+        Some(secret) => text.replace(secret, SECRET_PLACEHOLDER),
+        None => text.to_string(),
+    }
+}
+
+/// The options that put a command into the host's namespaces (PID 1's).
+pub const NSENTER_PREFIX: [&str; 7] = [
+    "--target", "1", "--cgroup", "--mount", "--ipc", "--pid", "--",
+];
+
+/// Runs commands in the host's namespaces through `nsenter`.
+#[derive(Clone, Default)]
+pub struct NsenterRunner {
+    env: Vec<(String, String)>,
+    secret: Option<String>,
+}
+
+impl NsenterRunner {
+    /// `env`: extra variables for every child (the proxy variables when `--http-proxy` or
+    /// `--https-proxy` is set). `secret`: redacted as `<SECRET>` in errors and logs.
+    pub fn new(env: Vec<(String, String)>, secret: Option<String>) -> Self {
+        NsenterRunner { env, secret }
+    }
+
+    /// The full argument list given to `nsenter`.
+    pub fn nsenter_args(program: &str, args: &[&str]) -> Vec<String> {
+        NSENTER_PREFIX
+            .iter()
+            .copied()
+            .chain(std::iter::once(program))
+            .chain(args.iter().copied())
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for NsenterRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NsenterRunner")
+            .field("env", &env_strings(&self.env, self.secret.as_deref()))
+            .field("secret", &self.secret.as_ref().map(|_| SECRET_PLACEHOLDER))
+            .finish()
+    }
+}
+
+impl CommandRunner for NsenterRunner {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError> {
+        let full = NsenterRunner::nsenter_args(program, args);
+        execute("nsenter", &full, &self.env, self.secret.as_deref(), None)
+    }
+
+    fn run_streaming(
+        &self,
+        program: &str,
+        args: &[&str],
+        sink: &mut dyn FnMut(&[u8]),
+    ) -> Result<String, ExecError> {
+        let full = NsenterRunner::nsenter_args(program, args);
+        execute(
+            "nsenter",
+            &full,
+            &self.env,
+            self.secret.as_deref(),
+            Some(sink),
+        )
+    }
+}
+
+/// Runs commands directly, for when this binary itself runs on the host.
+#[derive(Clone, Default)]
+pub struct LocalRunner {
+    env: Vec<(String, String)>,
+    secret: Option<String>,
+}
+
+impl LocalRunner {
+    pub fn new(env: Vec<(String, String)>, secret: Option<String>) -> Self {
+        LocalRunner { env, secret }
+    }
+}
+
+impl std::fmt::Debug for LocalRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalRunner")
+            .field("env", &env_strings(&self.env, self.secret.as_deref()))
+            .field("secret", &self.secret.as_ref().map(|_| SECRET_PLACEHOLDER))
+            .finish()
+    }
+}
+
+impl CommandRunner for LocalRunner {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        execute(program, &args, &self.env, self.secret.as_deref(), None)
+    }
+
+    fn run_streaming(
+        &self,
+        program: &str,
+        args: &[&str],
+        sink: &mut dyn FnMut(&[u8]),
+    ) -> Result<String, ExecError> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        execute(
+            program,
+            &args,
+            &self.env,
+            self.secret.as_deref(),
+            Some(sink),
+        )
+    }
+}
+
+fn env_strings(env: &[(String, String)], secret: Option<&str>) -> Vec<String> {
+    env.iter()
+        .map(|(k, v)| redact(&format!("{k}={v}"), secret))
+        .collect()
+}
+
+/// Where `program` is found on `PATH` (Go's `exec.LookPath`), or `program` itself.
+fn look_path(program: &str) -> String {
+    if program.contains('/') {
+        return program.to_string();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".").to_path_buf()
+        } else {
+            dir
+        };
+        let candidate = dir.join(program);
+        if is_executable(&candidate) {
+            return candidate.to_string_lossy().into_owned();
+        }
+    }
+    program.to_string()
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Go's text for a signal death (`ProcessState.String()`).
+fn signal_text(sig: i32) -> String {
+    let name = match sig {
+        1 => "hangup",
+        2 => "interrupt",
+        3 => "quit",
+        4 => "illegal instruction",
+        5 => "trace/breakpoint trap",
+        6 => "aborted",
+        7 => "bus error",
+        8 => "floating point exception",
+        9 => "killed",
+        10 => "user defined signal 1",
+        11 => "segmentation fault",
+        12 => "user defined signal 2",
+        13 => "broken pipe",
+        14 => "alarm clock",
+        15 => "terminated",
+        _ => return format!("signal: signal {sig}"),
+    };
+    format!("signal: {name}")
+}
+
+type Sink<'a> = &'a mut dyn FnMut(&[u8]);
+
+/// Spawns `program args…` with stdout and stderr merged into one buffer (and into `sink` as
+/// chunks arrive), waits, and maps a failure to an [`ExecError`].
+fn execute(
+    program: &str,
+    args: &[String],
+    env: &[(String, String)],
+    secret: Option<&str>,
+    mut sink: Option<Sink<'_>>,
+) -> Result<String, ExecError> {
+    let path = look_path(program);
+    let env_list = env_strings(env, None);
+    let fail = |exit_error: String, exit_code: Option<i32>, wait_status: i32, output: &str| {
+        let err = ExecError::new(path.clone(), args, exit_error, exit_code, output)
+            .with_env(env_list.clone())
+            .with_wait_status(wait_status)
+            .redact(secret);
+        tracing::info!("{}", err.detailed());
+        err
+    };
+
+    let mut child = match Command::new(&path)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return Err(fail(format!("exec: \"{program}\": {e}"), None, 0, "")),
+    };
+
+    // Two readers feed one channel so the buffer keeps the order in which chunks arrived.
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    let mut readers = Vec::new();
+    let pipes: [Option<Box<dyn Read + Send>>; 2] = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ];
+    for mut pipe in pipes.into_iter().flatten() {
+        let tx = tx.clone();
+        readers.push(std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.send(buf[..n].to_vec()).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                }
+            }
+        }));
+    }
+    drop(tx);
+    let mut merged = Vec::new();
+    for chunk in rx {
+        if let Some(sink) = sink.as_mut() {
+            sink(&chunk);
+        }
+        merged.extend_from_slice(&chunk);
+    }
+    for r in readers {
+        let _ = r.join();
+    }
+    let status = child.wait();
+    let output = String::from_utf8_lossy(&merged).trim().to_string();
+
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => return Err(fail(format!("wait: {e}"), None, 0, &output)),
+    };
+    if status.success() {
+        tracing::debug!(
+            command = %path,
+            arguments = %redact(&args.join(" "), secret),
+            output = %redact(&output, secret),
+            "Command executed"
+        );
+        return Ok(output);
+    }
+    Err(match status.code() {
+        Some(code) => fail(format!("exit status {code}"), Some(code), code, &output),
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            let mut text = signal_text(status.signal().unwrap_or(0));
+            if status.core_dumped() {
+                text.push_str(" (core dumped)");
+            }
+            fail(text, None, -1, &output)
+        }
+    })
+}
+
+/// One recorded call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub program: String,
+    pub args: Vec<String>,
+}
+
+impl Call {
+    /// `program arg1 arg2…` joined by single spaces.
+    pub fn line(&self) -> String {
+        command_line(&self.program, &self.args)
+    }
+}
+
+fn command_line<S: AsRef<str>>(program: &str, args: &[S]) -> String {
+    std::iter::once(program)
+        .chain(args.iter().map(|a| a.as_ref()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A scripted answer of [`RecordingRunner`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Success with this output.
+    Ok(String),
+    /// Exit with this code and output.
+    Fail { code: i32, output: String },
+}
+
+impl Reply {
+    pub fn ok(output: impl Into<String>) -> Self {
+        Reply::Ok(output.into())
+    }
+
+    pub fn fail(code: i32, output: impl Into<String>) -> Self {
+        Reply::Fail {
+            code,
+            output: output.into(),
+        }
+    }
+}
+
+type Script = Box<dyn Fn(&str, &[String]) -> Option<Reply> + Send + Sync>;
+
+/// Records every call and answers from a script; unknown commands succeed with empty output.
+///
+/// Answers are looked up by the whole command line (`program arg1 arg2…`, single spaces):
+/// first the replies queued with [`RecordingRunner::reply`] (several replies for one line are
+/// used in order, the last one repeats), then the closure of [`RecordingRunner::with_script`].
+#[derive(Default)]
+pub struct RecordingRunner {
+    calls: Mutex<Vec<Call>>,
+    replies: Mutex<Vec<(String, VecDeque<Reply>)>>,
+    script: Option<Script>,
+}
+
+impl RecordingRunner {
+    pub fn new() -> Self {
+        RecordingRunner::default()
+    }
+
+    /// A runner that asks `script` for the answer to each call (`None`: succeed with "").
+    pub fn with_script(
+        script: impl Fn(&str, &[String]) -> Option<Reply> + Send + Sync + 'static,
+    ) -> Self {
+        RecordingRunner {
+            script: Some(Box::new(script)),
+            ..RecordingRunner::default()
+        }
+    }
+
+    /// Queues `reply` for the command line `line`.
+    pub fn reply(&self, line: &str, reply: Reply) -> &Self {
+        let mut replies = self.replies.lock().unwrap();
+        match replies.iter_mut().find(|(l, _)| l == line) {
+            Some((_, queue)) => queue.push_back(reply),
+            None => replies.push((line.to_string(), VecDeque::from([reply]))),
+        }
+        self
+    }
+
+    /// Queues a success with `output` for `line`.
+    pub fn ok(&self, line: &str, output: &str) -> &Self {
+        self.reply(line, Reply::ok(output))
+    }
+
+    /// Queues a failure (exit `code`, `output`) for `line`.
+    pub fn fail(&self, line: &str, code: i32, output: &str) -> &Self {
+        self.reply(line, Reply::fail(code, output))
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// Every call so far as a command line.
+    pub fn lines(&self) -> Vec<String> {
+        self.calls().iter().map(Call::line).collect()
+    }
+
+    fn answer(&self, program: &str, args: &[String]) -> Reply {
+        let line = command_line(program, args);
+        {
+            let mut replies = self.replies.lock().unwrap();
+            if let Some((_, queue)) = replies.iter_mut().find(|(l, _)| *l == line) {
+                return if queue.len() > 1 {
+                    queue.pop_front().expect("queue is not empty")
+                } else {
+                    queue.front().cloned().expect("queue is not empty")
+                };
+            }
+        }
+        self.script
+            .as_ref()
+            .and_then(|s| s(program, args))
+            .unwrap_or_else(|| Reply::ok(""))
+    }
+}
+
+impl std::fmt::Debug for RecordingRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordingRunner")
+            .field("calls", &self.lines())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CommandRunner for RecordingRunner {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        self.calls.lock().unwrap().push(Call {
+            program: program.to_string(),
+            args: args.clone(),
+        });
+        match self.answer(program, &args) {
+            Reply::Ok(out) => Ok(out.trim().to_string()),
+            Reply::Fail { code, output } => Err(ExecError::exit(program, &args, code, &output)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_matches_go_format() {
+        let err = ExecError::new(
+            "mkdir",
+            &["-p", "/somedir"],
+            "Permission denied",
+            None,
+            "mkdir: cannot create directory ‘/somedir’: Permission denied",
+        )
+        .with_env(vec!["HOME=/home/userZ".into()]);
+        assert_eq!(
+            err.to_string(),
+            "failed executing mkdir [-p /somedir], Error Permission denied, LastOutput \
+             \"mkdir: cannot create directory ‘/somedir’: Permission denied\""
+        );
+        assert_eq!(
+            err.detailed(),
+            "failed executing mkdir [-p /somedir], env vars [HOME=/home/userZ], error Permission \
+             denied, waitStatus 0, Output \"mkdir: cannot create directory ‘/somedir’: Permission \
+             denied\""
+        );
+    }
+
+    #[test]
+    fn long_output_keeps_last_200_bytes_and_secret_is_redacted() {
+        let token = "TOKEN-123";
+        let mut output = String::new();
+        for i in 0..40 {
+            output.push_str(&format!("progress line {i}\n"));
+        }
+        output.push_str("error: timeout\nF1019 fatal: could not read osImageURL from rpm-ostree");
+        let args = ["run", "--pull-secret", token, "image"];
+        let err = ExecError::new("nsenter", &args, "exit status 255", Some(255), &output)
+            .with_env(vec![
+                "HOME=/root".into(),
+                format!("PULL_SECRET_TOKEN={token}"),
+            ])
+            .redact(Some(token));
+        let tail = &output[output.len() - 200..];
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "failed executing nsenter [run --pull-secret <SECRET> image], Error exit status \
+                 255, LastOutput \"... {tail}\""
+            )
+        );
+        assert_eq!(
+            err.detailed(),
+            format!(
+                "failed executing nsenter [run --pull-secret <SECRET> image], env vars \
+                 [HOME=/root PULL_SECRET_TOKEN=<SECRET>], error exit status 255, waitStatus 255, \
+                 Output \"{output}\""
+            )
+        );
+        assert!(!err.to_string().contains(token));
+        assert!(!err.detailed().contains(token));
+    }
+
+    #[test]
+    fn output_is_kept_from_error_on() {
+        let err = ExecError::exit("x", &["y"], 1, "some noise\nError: it broke\nmore");
+        assert_eq!(err.output, "Error: it broke\nmore");
+        assert!(err
+            .to_string()
+            .ends_with("LastOutput \"Error: it broke\nmore\""));
+        let err = ExecError::exit("x", &["y"], 1, "  plain failure  ");
+        assert_eq!(err.output, "plain failure");
+    }
+
+    #[test]
+    fn cut_respects_char_boundaries() {
+        let output = format!("{}{}", "é".repeat(150), "x");
+        let s = last_output(&output);
+        assert!(s.starts_with("... "));
+        assert!(s.len() <= 204);
+        assert!(s.ends_with('x'));
+    }
+
+    #[test]
+    fn empty_secret_is_not_redacted() {
+        let err = ExecError::exit("a", &["b"], 1, "").redact(Some(""));
+        assert_eq!(&*err.args, ["b"]);
+        assert_eq!(redact("abc", None), "abc");
+        assert_eq!(redact("abc", Some("b")), "a<SECRET>c");
+    }
+
+    #[test]
+    fn nsenter_args_wrap_the_program() {
+        assert_eq!(
+            NsenterRunner::nsenter_args("mkdir", &["-p", "/opt/install-dir"]).join(" "),
+            "--target 1 --cgroup --mount --ipc --pid -- mkdir -p /opt/install-dir"
+        );
+    }
+
+    #[test]
+    fn nsenter_runner_error_names_nsenter_and_redacts() {
+        // Whether nsenter works here or not, a failing program gives an error in Go's form
+        // with the nsenter command line.
+        let r = NsenterRunner::new(
+            vec![("HTTPS_PROXY".into(), "http://p:1".into())],
+            Some("tok-9".into()),
+        );
+        let err = r.run("false", &["tok-9"]).unwrap_err();
+        assert!(err.command.ends_with("nsenter"), "{}", err.command);
+        assert_eq!(
+            err.args.join(" "),
+            "--target 1 --cgroup --mount --ipc --pid -- false <SECRET>"
+        );
+        assert_eq!(&*err.env, ["HTTPS_PROXY=http://p:1"]);
+        assert!(err
+            .to_string()
+            .contains("[--target 1 --cgroup --mount --ipc --pid -- false <SECRET>], Error "));
+        assert!(!format!("{r:?}").contains("tok-9"));
+    }
+
+    #[test]
+    fn local_runner_merges_and_trims_output() {
+        let r = LocalRunner::default();
+        let out = r
+            .run("sh", &["-c", "echo out; echo err >&2; echo"])
+            .unwrap();
+        assert!(out.contains("out") && out.contains("err"), "{out}");
+        assert_eq!(out, out.trim());
+    }
+
+    #[test]
+    fn local_runner_failure_is_exec_error() {
+        let r = LocalRunner::new(vec![], Some("s3cret".into()));
+        let err = r
+            .run(
+                "sh",
+                &[
+                    "-c",
+                    "echo noise; echo Error: bad s3cret >&2; exit 3",
+                    "s3cret",
+                ],
+            )
+            .unwrap_err();
+        assert_eq!(err.exit_code, Some(3));
+        assert_eq!(err.wait_status, 3);
+        assert_eq!(err.exit_error, "exit status 3");
+        assert_eq!(err.output, "Error: bad <SECRET>");
+        assert!(err.command.ends_with("sh"));
+        assert_eq!(err.args.last().unwrap(), "<SECRET>");
+        let text = err.to_string();
+        assert!(text.starts_with("failed executing "), "{text}");
+        assert!(text.ends_with(", Error exit status 3, LastOutput \"Error: bad <SECRET>\""));
+    }
+
+    #[test]
+    fn local_runner_passes_env_and_streams() {
+        let r = LocalRunner::new(
+            vec![("HTTP_PROXY".into(), "http://proxy:3128".into())],
+            None,
+        );
+        let mut seen = Vec::new();
+        let out = r
+            .run_streaming("sh", &["-c", "echo $HTTP_PROXY"], &mut |c| {
+                seen.extend_from_slice(c)
+            })
+            .unwrap();
+        assert_eq!(out, "http://proxy:3128");
+        assert_eq!(String::from_utf8(seen).unwrap().trim(), "http://proxy:3128");
+    }
+
+    #[test]
+    fn local_runner_missing_program() {
+        let err = LocalRunner::default()
+            .run("definitely-not-a-program-xyz", &[])
+            .unwrap_err();
+        assert_eq!(err.exit_code, None);
+        assert!(err
+            .exit_error
+            .starts_with("exec: \"definitely-not-a-program-xyz\""));
+    }
+
+    #[test]
+    fn local_runner_signal() {
+        let err = LocalRunner::default()
+            .run("sh", &["-c", "kill -9 $$"])
+            .unwrap_err();
+        assert_eq!(err.exit_error, "signal: killed");
+        assert_eq!(err.wait_status, -1);
+    }
+
+    #[test]
+    fn recording_runner_scripts_and_records() {
+        let r = RecordingRunner::new();
+        r.ok("lsblk --json", "{}")
+            .fail("mount /dev/sda2 /mnt", 32, "busy")
+            .ok("mount /dev/sda2 /mnt", "");
+        assert_eq!(r.run("lsblk", &["--json"]).unwrap(), "{}");
+        let err = r.run("mount", &["/dev/sda2", "/mnt"]).unwrap_err();
+        assert_eq!(err.exit_code, Some(32));
+        assert_eq!(
+            err.to_string(),
+            "failed executing mount [/dev/sda2 /mnt], Error exit status 32, LastOutput \"busy\""
+        );
+        assert!(r.run("mount", &["/dev/sda2", "/mnt"]).is_ok());
+        assert!(r.run("mount", &["/dev/sda2", "/mnt"]).is_ok());
+        assert_eq!(r.run("other", &[]).unwrap(), "");
+        assert_eq!(
+            r.lines(),
+            vec![
+                "lsblk --json",
+                "mount /dev/sda2 /mnt",
+                "mount /dev/sda2 /mnt",
+                "mount /dev/sda2 /mnt",
+                "other"
+            ]
+        );
+    }
+
+    #[test]
+    fn recording_runner_closure_script() {
+        let r = RecordingRunner::with_script(|program, args| {
+            (program == "uname").then(|| Reply::ok(format!("x86_64 {}", args.len())))
+        });
+        assert_eq!(r.run("uname", &["-m"]).unwrap(), "x86_64 1");
+        assert_eq!(r.run("true", &[]).unwrap(), "");
+        let mut got = Vec::new();
+        r.run_streaming("uname", &[], &mut |c| got.extend_from_slice(c))
+            .unwrap();
+        assert_eq!(got, b"x86_64 0");
+    }
+}

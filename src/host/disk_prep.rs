@@ -1,0 +1,770 @@
+//! Disk preparation before the write (§3.8): `--format-disk`, and the install-device cleanup
+//! that removes LVM, device-mapper and RAID users of the target and wipes its signatures.
+//!
+//! The parsers of `vgs`, `pvs`, `dmsetup` and `mdadm` output are pure; [`cleanup_install_device`]
+//! runs the host commands in the Go installer's order (preinstall-utils `CleanupInstallDevice`).
+//! Every step is attempted; the errors are collected into one [`CleanupError`], which callers
+//! treat as non-fatal.
+
+use std::path::{Path, PathBuf};
+
+use super::commands::{CommandRunner, ExecError};
+
+/// Whether `candidate` is `device` itself or one of its partitions, by kernel naming:
+/// `sda` → `sda1`; a name ending in a digit takes a `p` (`nvme0n1p1`, `mmcblk0p2`, `md127p1`);
+/// udev/multipath `-partN` names are accepted too. Anchored, unlike Go's unanchored
+/// `<device>\d*` regex, so `/dev/sda` does not match `/dev/sdab`, nor `/dev/nvme0n1` match
+/// `/dev/nvme0n11`.
+pub fn is_device_or_partition(candidate: &str, device: &str) -> bool {
+    if device.is_empty() {
+        return false;
+    }
+    let Some(rest) = candidate.strip_prefix(device) else {
+        return false;
+    };
+    if rest.is_empty() {
+        return true;
+    }
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if rest.strip_prefix("-part").is_some_and(digits) {
+        return true;
+    }
+    if device.ends_with(|c: char| c.is_ascii_digit()) {
+        rest.strip_prefix('p').is_some_and(digits)
+    } else {
+        digits(rest)
+    }
+}
+
+/// `vgs --noheadings -o vg_name,pv_name` → (VG, PV) pairs.
+pub fn parse_vgs(output: &str) -> Vec<(String, String)> {
+    output
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            Some((f.next()?.to_string(), f.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// The volume groups with a physical volume on `device` (or one of its partitions), once each.
+pub fn volume_groups_on_device(vgs_output: &str, device: &str) -> Vec<String> {
+    let mut vgs: Vec<String> = Vec::new();
+    for (vg, pv) in parse_vgs(vgs_output) {
+        if is_device_or_partition(&pv, device) {
+            if !vgs.contains(&vg) {
+                vgs.push(vg);
+            }
+        } else {
+            tracing::info!(
+                "Skipping removal of Volume Group {vg}, does not belong to disk {device}"
+            );
+        }
+    }
+    vgs
+}
+
+/// `pvs --noheadings -o pv_name` → the physical volumes on `device` or its partitions.
+pub fn physical_volumes_on_device(pvs_output: &str, device: &str) -> Vec<String> {
+    pvs_output
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|pv| is_device_or_partition(pv, device))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `dmsetup ls` → device-mapper names (the text before the tab on each line).
+pub fn parse_dmsetup_ls(output: &str) -> Vec<String> {
+    if output.trim() == "No devices found" {
+        return Vec::new();
+    }
+    output
+        .lines()
+        .filter_map(|l| {
+            let name = match l.split_once('\t') {
+                Some((name, _)) => name.trim(),
+                None => l.split_whitespace().next().unwrap_or(""),
+            };
+            (!name.is_empty()).then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// `dmsetup deps -o devname <dm>` (` 1 dependencies  : (sda2)`) → the names in parentheses.
+pub fn parse_dm_deps(output: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = output;
+    while let Some(open) = rest.find('(') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(')') else { break };
+        let name = after[..close].trim();
+        if !name.is_empty() {
+            names.push(name.to_string());
+        }
+        rest = &after[close + 1..];
+    }
+    names
+}
+
+/// Whether a `dmsetup deps -o devname` output names `device` (by its base name) or one of its
+/// partitions.
+pub fn dm_depends_on(deps_output: &str, device: &str) -> bool {
+    let base = basename(device);
+    parse_dm_deps(deps_output)
+        .iter()
+        .any(|d| is_device_or_partition(d, base))
+}
+
+fn basename(device: &str) -> &str {
+    device.rsplit('/').next().unwrap_or(device)
+}
+
+/// The removal order for device-mapper devices: for a thin pool's `<pool>_tdata` the pool
+/// `<pool>` is added, and the `_tdata` / `_tmeta` parts go last, after the devices built on
+/// them.
+pub fn order_dm_devices_for_removal(devices: &[String]) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    for d in devices {
+        if !all.contains(d) {
+            all.push(d.clone());
+        }
+    }
+    for d in devices {
+        if let Some(base) = d.strip_suffix("_tdata") {
+            if !all.iter().any(|x| x == base) {
+                all.push(base.to_string());
+            }
+        }
+    }
+    let dependent = |d: &String| d.ends_with("_tdata") || d.ends_with("_tmeta");
+    let (parts, roots): (Vec<String>, Vec<String>) = all.into_iter().partition(dependent);
+    roots.into_iter().chain(parts).collect()
+}
+
+/// One RAID array from `mdadm -v --query --detail --scan`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaidArray {
+    pub device: String,
+    pub members: Vec<String>,
+}
+
+impl RaidArray {
+    /// The members that are `device` or one of its partitions.
+    pub fn members_on(&self, device: &str) -> Vec<String> {
+        self.members
+            .iter()
+            .filter(|m| is_device_or_partition(m, device))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Parses `mdadm -v --query --detail --scan`:
+///
+/// ```text
+/// ARRAY /dev/md0 level=raid1 num-devices=2 metadata=1.2 name=0 UUID=77e1b6f2:…
+///    devices=/dev/vda2,/dev/vda3
+/// ```
+///
+/// An `ARRAY` line not followed by a `devices=` line is skipped.
+pub fn parse_mdadm_scan(output: &str) -> Vec<RaidArray> {
+    let lines: Vec<&str> = output.lines().collect();
+    let mut arrays = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        let mut fields = line.split_whitespace();
+        if fields.next() != Some("ARRAY") {
+            continue;
+        }
+        let Some(device) = fields.next() else {
+            continue;
+        };
+        let Some(members) = lines.get(i).and_then(|l| l.trim().strip_prefix("devices=")) else {
+            continue;
+        };
+        i += 1;
+        arrays.push(RaidArray {
+            device: device.to_string(),
+            members: members
+                .split(',')
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .map(str::to_string)
+                .collect(),
+        });
+    }
+    arrays
+}
+
+/// The errors of an install-device cleanup, in the order they happened.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", self.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct CleanupError {
+    pub errors: Vec<ExecError>,
+}
+
+/// Removes what uses `device` so the image can be written, then wipes its signatures:
+///
+/// 1. LVM and device-mapper on the device: `vgs` → `vgremove <vg> -y`; `pvs` →
+///    `pvremove <pv> -y -ff`; `dmsetup ls` + `dmsetup deps -o devname <dm>` →
+///    `dmsetup remove --retry <dm>`.
+/// 2. RAID: when the device or a partition is an array member (`mdadm -v --query --detail
+///    --scan`), step 1 on each such array, then `mdadm --stop <md>` and
+///    `mdadm --zero-superblock <member>` for each member on the device.
+/// 3. `wipefs --all --force <device>`, falling back to `wipefs --all <device>`.
+///
+/// Every step runs even when an earlier one failed.
+pub fn cleanup_install_device(
+    runner: &dyn CommandRunner,
+    device: &str,
+) -> Result<(), CleanupError> {
+    tracing::info!("Start cleaning up device {device}");
+    let mut errors = Vec::new();
+    cleanup_lvm_and_dm(runner, device, &mut errors);
+
+    match runner.run("mdadm", &["-v", "--query", "--detail", "--scan"]) {
+        Err(e) => tracing::error!(
+            "Error occurred while trying to get list of raid devices - continue without \
+             cleaning: {e}"
+        ),
+        Ok(out) => {
+            let arrays: Vec<RaidArray> = parse_mdadm_scan(&out)
+                .into_iter()
+                .map(|a| RaidArray {
+                    device: canonical_or_same(&a.device),
+                    members: a.members,
+                })
+                .filter(|a| !a.members_on(device).is_empty())
+                .collect();
+            if !arrays.is_empty() {
+                tracing::info!("A raid was detected on the device ({device}) - cleaning");
+                for array in &arrays {
+                    // The array itself may carry LVM; clean it before breaking it up.
+                    cleanup_lvm_and_dm(runner, &array.device, &mut errors);
+                }
+                for array in &arrays {
+                    tracing::info!("Stopping raid device: {}", array.device);
+                    if let Err(e) = runner.run("mdadm", &["--stop", &array.device]) {
+                        errors.push(e);
+                        continue;
+                    }
+                    for member in array.members_on(device) {
+                        tracing::info!("Cleaning raid member {member} superblock");
+                        if let Err(e) = runner.run("mdadm", &["--zero-superblock", &member]) {
+                            errors.push(e);
+                        }
+                    }
+                }
+                tracing::info!("Finished cleaning up device {device}");
+            }
+        }
+    }
+
+    if let Err(e) = wipefs(runner, device) {
+        errors.push(e);
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(CleanupError { errors })
+    }
+}
+
+/// `wipefs --all --force <device>`, then `wipefs --all <device>` if that failed (older
+/// util-linux has no `--force`).
+pub fn wipefs(runner: &dyn CommandRunner, device: &str) -> Result<(), ExecError> {
+    match runner.run("wipefs", &["--all", "--force", device]) {
+        Ok(_) => Ok(()),
+        Err(_) => runner.run("wipefs", &["--all", device]).map(|_| ()),
+    }
+}
+
+fn cleanup_lvm_and_dm(runner: &dyn CommandRunner, device: &str, errors: &mut Vec<ExecError>) {
+    match runner.run("vgs", &["--noheadings", "-o", "vg_name,pv_name"]) {
+        Ok(out) => {
+            for vg in volume_groups_on_device(&out, device) {
+                tracing::info!(
+                    "A volume group ({vg}) was detected on the installation device ({device}) - \
+                     cleaning"
+                );
+                if let Err(e) = runner.run("vgremove", &[&vg, "-y"]) {
+                    tracing::error!("Could not delete volume group ({vg}) due to error: {e}");
+                    errors.push(e);
+                }
+            }
+        }
+        Err(e) => {
+            tracing::error!("Failed to list VGs in the system");
+            errors.push(e);
+        }
+    }
+
+    match runner.run("pvs", &["--noheadings", "-o", "pv_name"]) {
+        Ok(out) => {
+            for pv in physical_volumes_on_device(&out, device) {
+                tracing::info!("Removing pv {pv} from disk {device}");
+                if let Err(e) = runner.run("pvremove", &[&pv, "-y", "-ff"]) {
+                    tracing::error!("Failed remove pv {pv} from disk {device}");
+                    errors.push(e);
+                }
+            }
+        }
+        Err(e) => {
+            tracing::error!("Failed to list PVs in the system");
+            errors.push(e);
+        }
+    }
+
+    match runner.run("dmsetup", &["ls"]) {
+        Ok(out) => {
+            let mut on_device = Vec::new();
+            for dm in parse_dmsetup_ls(&out) {
+                match runner.run("dmsetup", &["deps", "-o", "devname", &dm]) {
+                    Ok(deps) if dm_depends_on(&deps, device) => on_device.push(dm),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!("Failed to get parent device for DM device {dm}");
+                        errors.push(e);
+                    }
+                }
+            }
+            for dm in order_dm_devices_for_removal(&on_device) {
+                tracing::info!("Removing DM device {dm}");
+                if let Err(e) = runner.run("dmsetup", &["remove", "--retry", &dm]) {
+                    tracing::error!("Failed to remove DM device {dm}: {e}");
+                    errors.push(e);
+                }
+            }
+        }
+        Err(e) => {
+            tracing::error!("Failed to list DM devices in the system");
+            errors.push(e);
+        }
+    }
+}
+
+/// `--format-disk`: zero the first sector (`dd if=/dev/zero of=<disk> bs=512 count=1`) so the
+/// disk no longer boots.
+pub fn format_disk(runner: &dyn CommandRunner, disk: &str) -> Result<(), ExecError> {
+    tracing::info!("Formatting disk {disk}");
+    runner
+        .run(
+            "dd",
+            &["if=/dev/zero", &format!("of={disk}"), "bs=512", "count=1"],
+        )
+        .map(|_| ())
+}
+
+/// [`format_disk`] for each disk in order; failures are logged as warnings and the loop goes
+/// on. Returns how many failed.
+pub fn format_disks(runner: &dyn CommandRunner, disks: &[String]) -> usize {
+    let mut failed = 0;
+    for disk in disks {
+        if let Err(e) = format_disk(runner, disk) {
+            tracing::warn!("Failed to format disk {disk}, err: {e}");
+            failed += 1;
+        }
+    }
+    failed
+}
+
+/// Resolves symlinks such as `/dev/disk/by-id/wwn-…` to the real `/dev/…` node. On failure
+/// logs a warning and keeps the path as given.
+pub fn resolve_disk_symlink(path: impl AsRef<Path>) -> PathBuf {
+    let path = path.as_ref();
+    match std::fs::canonicalize(path) {
+        Ok(target) => {
+            tracing::info!(
+                "Resolving installation device {} symlink to {}",
+                path.display(),
+                target.display()
+            );
+            target
+        }
+        Err(e) => {
+            tracing::warn!(
+                "Failed to resolve symlinks of {}: {e}. Continuing with {} anyway.",
+                path.display(),
+                path.display()
+            );
+            path.to_path_buf()
+        }
+    }
+}
+
+fn canonical_or_same(path: &str) -> String {
+    std::fs::canonicalize(path)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| path.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::commands::RecordingRunner;
+    use super::*;
+
+    #[test]
+    fn partition_matching() {
+        assert!(is_device_or_partition("/dev/sda", "/dev/sda"));
+        assert!(is_device_or_partition("/dev/sda1", "/dev/sda"));
+        assert!(is_device_or_partition("/dev/sda12", "/dev/sda"));
+        assert!(!is_device_or_partition("/dev/sdab", "/dev/sda"));
+        assert!(!is_device_or_partition("/dev/sdb1", "/dev/sda"));
+        assert!(!is_device_or_partition("/dev/sdap1", "/dev/sda"));
+        assert!(is_device_or_partition("/dev/nvme0n1p1", "/dev/nvme0n1"));
+        assert!(!is_device_or_partition("/dev/nvme0n11", "/dev/nvme0n1"));
+        assert!(!is_device_or_partition("/dev/nvme0n1p", "/dev/nvme0n1"));
+        assert!(is_device_or_partition("/dev/mmcblk0p2", "/dev/mmcblk0"));
+        assert!(is_device_or_partition("/dev/md127p1", "/dev/md127"));
+        assert!(is_device_or_partition(
+            "/dev/mapper/mpatha-part2",
+            "/dev/mapper/mpatha"
+        ));
+        assert!(is_device_or_partition("sda2", "sda"));
+        assert!(!is_device_or_partition("/dev/sda", ""));
+    }
+
+    #[test]
+    fn vgs_and_pvs_parsing() {
+        let vgs = "  vg0   /dev/sda2\n  vg0   /dev/sda3\n  data  /dev/sdb1\n  other /dev/sdab1\n\n";
+        assert_eq!(volume_groups_on_device(vgs, "/dev/sda"), vec!["vg0"]);
+        assert_eq!(volume_groups_on_device(vgs, "/dev/sdb"), vec!["data"]);
+        assert!(volume_groups_on_device("", "/dev/sda").is_empty());
+        let pvs = "  /dev/sda2 \n  /dev/sda3\n  /dev/sdb1\n";
+        assert_eq!(
+            physical_volumes_on_device(pvs, "/dev/sda"),
+            vec!["/dev/sda2", "/dev/sda3"]
+        );
+        assert!(physical_volumes_on_device(pvs, "/dev/sdc").is_empty());
+    }
+
+    #[test]
+    fn dmsetup_parsing() {
+        assert!(parse_dmsetup_ls("No devices found").is_empty());
+        assert!(parse_dmsetup_ls("No devices found\n").is_empty());
+        assert_eq!(
+            parse_dmsetup_ls("vg0-root\t(253:0)\nvg0-pool_tdata\t(253:1)\n"),
+            vec!["vg0-root", "vg0-pool_tdata"]
+        );
+        assert_eq!(parse_dmsetup_ls("vg0-swap (253, 2)"), vec!["vg0-swap"]);
+        assert_eq!(parse_dm_deps(" 1 dependencies\t: (sda2)"), vec!["sda2"]);
+        assert_eq!(
+            parse_dm_deps(" 2 dependencies\t: (sdb1) (sda3)"),
+            vec!["sdb1", "sda3"]
+        );
+        assert!(dm_depends_on(" 1 dependencies\t: (sda2)", "/dev/sda"));
+        assert!(!dm_depends_on(" 1 dependencies\t: (sdab2)", "/dev/sda"));
+        assert!(dm_depends_on(
+            " 1 dependencies : (nvme0n1p3)",
+            "/dev/nvme0n1"
+        ));
+        assert!(!dm_depends_on(" 0 dependencies : ", "/dev/sda"));
+    }
+
+    #[test]
+    fn thin_pool_ordering() {
+        let found: Vec<String> = ["vg-pool_tmeta", "vg-pool_tdata", "vg-lv1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            order_dm_devices_for_removal(&found),
+            vec!["vg-lv1", "vg-pool", "vg-pool_tmeta", "vg-pool_tdata"]
+        );
+        let found: Vec<String> = ["a", "a_tdata", "a"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(order_dm_devices_for_removal(&found), vec!["a", "a_tdata"]);
+    }
+
+    const MDADM: &str = "ARRAY /dev/md0 level=raid1 num-devices=2 metadata=1.2 name=0 \
+                         UUID=77e1b6f2:56530ebd:38bd6808:17fd01c4\n   \
+                         devices=/dev/vda2,/dev/vdb2\n\
+                         ARRAY /dev/md1 level=raid1 num-devices=1 metadata=1.2 name=1 \
+                         UUID=aad7aca9:81db82f3:2f1fedb1:f89ddb43\n   devices=/dev/vdc1\n";
+
+    #[test]
+    fn mdadm_parsing() {
+        let arrays = parse_mdadm_scan(MDADM);
+        assert_eq!(
+            arrays,
+            vec![
+                RaidArray {
+                    device: "/dev/md0".into(),
+                    members: vec!["/dev/vda2".into(), "/dev/vdb2".into()]
+                },
+                RaidArray {
+                    device: "/dev/md1".into(),
+                    members: vec!["/dev/vdc1".into()]
+                },
+            ]
+        );
+        assert_eq!(arrays[0].members_on("/dev/vda"), vec!["/dev/vda2"]);
+        assert!(arrays[1].members_on("/dev/vda").is_empty());
+        // An ARRAY line without devices= is skipped, and a truncated one too.
+        assert!(parse_mdadm_scan("ARRAY /dev/md0 level=raid1\nsomething else\n").is_empty());
+        assert!(parse_mdadm_scan("ARRAY /dev/md0 level=raid1").is_empty());
+        assert!(parse_mdadm_scan("").is_empty());
+        let nvme = "ARRAY /dev/md/imsm level=container\n  devices=/dev/nvme0n1p1,/dev/nvme1n1p1";
+        assert_eq!(
+            parse_mdadm_scan(nvme)[0].members_on("/dev/nvme0n1"),
+            vec!["/dev/nvme0n1p1"]
+        );
+    }
+
+    #[test]
+    fn cleanup_clean_disk_runs_listing_and_wipefs_only() {
+        let r = RecordingRunner::new();
+        r.ok("dmsetup ls", "No devices found");
+        cleanup_install_device(&r, "/dev/sda").unwrap();
+        assert_eq!(
+            r.lines(),
+            vec![
+                "vgs --noheadings -o vg_name,pv_name",
+                "pvs --noheadings -o pv_name",
+                "dmsetup ls",
+                "mdadm -v --query --detail --scan",
+                "wipefs --all --force /dev/sda",
+            ]
+        );
+    }
+
+    #[test]
+    fn cleanup_lvm_and_thin_pool() {
+        let r = RecordingRunner::new();
+        r.ok(
+            "vgs --noheadings -o vg_name,pv_name",
+            "  vg0 /dev/sda3\n  vg0 /dev/sda4\n  keep /dev/sdb1",
+        )
+        .ok(
+            "pvs --noheadings -o pv_name",
+            "  /dev/sda3\n  /dev/sda4\n  /dev/sdb1",
+        )
+        .ok(
+            "dmsetup ls",
+            "vg0-pool_tmeta\t(253:0)\nvg0-pool_tdata\t(253:1)\nvg0-lv\t(253:2)\nkeep-lv\t(253:3)",
+        )
+        .ok(
+            "dmsetup deps -o devname vg0-pool_tmeta",
+            " 1 dependencies\t: (sda3)",
+        )
+        .ok(
+            "dmsetup deps -o devname vg0-pool_tdata",
+            " 1 dependencies\t: (sda4)",
+        )
+        .ok(
+            "dmsetup deps -o devname vg0-lv",
+            " 1 dependencies\t: (sda3)",
+        )
+        .ok(
+            "dmsetup deps -o devname keep-lv",
+            " 1 dependencies\t: (sdb1)",
+        );
+        cleanup_install_device(&r, "/dev/sda").unwrap();
+        assert_eq!(
+            r.lines(),
+            vec![
+                "vgs --noheadings -o vg_name,pv_name",
+                "vgremove vg0 -y",
+                "pvs --noheadings -o pv_name",
+                "pvremove /dev/sda3 -y -ff",
+                "pvremove /dev/sda4 -y -ff",
+                "dmsetup ls",
+                "dmsetup deps -o devname vg0-pool_tmeta",
+                "dmsetup deps -o devname vg0-pool_tdata",
+                "dmsetup deps -o devname vg0-lv",
+                "dmsetup deps -o devname keep-lv",
+                "dmsetup remove --retry vg0-lv",
+                "dmsetup remove --retry vg0-pool",
+                "dmsetup remove --retry vg0-pool_tmeta",
+                "dmsetup remove --retry vg0-pool_tdata",
+                "mdadm -v --query --detail --scan",
+                "wipefs --all --force /dev/sda",
+            ]
+        );
+    }
+
+    #[test]
+    fn cleanup_raid_member() {
+        let r = RecordingRunner::new();
+        r.ok("dmsetup ls", "No devices found")
+            .ok("mdadm -v --query --detail --scan", MDADM)
+            .ok(
+                "vgs --noheadings -o vg_name,pv_name",
+                "  raidvg /dev/md0\n  other /dev/sdz",
+            )
+            .ok("pvs --noheadings -o pv_name", "  /dev/md0\n  /dev/sdz");
+        cleanup_install_device(&r, "/dev/vda").unwrap();
+        assert_eq!(
+            r.lines(),
+            vec![
+                "vgs --noheadings -o vg_name,pv_name",
+                "pvs --noheadings -o pv_name",
+                "dmsetup ls",
+                "mdadm -v --query --detail --scan",
+                "vgs --noheadings -o vg_name,pv_name",
+                "vgremove raidvg -y",
+                "pvs --noheadings -o pv_name",
+                "pvremove /dev/md0 -y -ff",
+                "dmsetup ls",
+                "mdadm --stop /dev/md0",
+                "mdadm --zero-superblock /dev/vda2",
+                "wipefs --all --force /dev/vda",
+            ]
+        );
+    }
+
+    #[test]
+    fn cleanup_raid_nvme_partitions_and_whole_disk_members() {
+        let r = RecordingRunner::new();
+        r.ok("dmsetup ls", "No devices found").ok(
+            "mdadm -v --query --detail --scan",
+            "ARRAY /dev/md127 metadata=1.2 name=any:root\n   \
+             devices=/dev/nvme0n1p3,/dev/nvme0n1p4,/dev/nvme1n1p3\n\
+             ARRAY /dev/md126 metadata=1.2 name=any:boot\n   devices=/dev/nvme0n1,/dev/nvme2n1",
+        );
+        cleanup_install_device(&r, "/dev/nvme0n1").unwrap();
+        let lines = r.lines();
+        let raid: Vec<&String> = lines.iter().filter(|l| l.starts_with("mdadm --")).collect();
+        assert_eq!(
+            raid,
+            vec![
+                "mdadm --stop /dev/md127",
+                "mdadm --zero-superblock /dev/nvme0n1p3",
+                "mdadm --zero-superblock /dev/nvme0n1p4",
+                "mdadm --stop /dev/md126",
+                "mdadm --zero-superblock /dev/nvme0n1",
+            ]
+        );
+    }
+
+    #[test]
+    fn cleanup_errors_are_combined_and_all_steps_run() {
+        let r = RecordingRunner::new();
+        r.ok("vgs --noheadings -o vg_name,pv_name", "vg0 /dev/sda2")
+            .fail("vgremove vg0 -y", 5, "Error: Can't remove vg0")
+            .fail("pvs --noheadings -o pv_name", 5, "pvs broke")
+            .ok("dmsetup ls", "No devices found")
+            .ok("mdadm -v --query --detail --scan", MDADM)
+            .fail("wipefs --all --force /dev/sda", 1, "busy")
+            .fail("wipefs --all /dev/sda", 1, "still busy");
+        let err = cleanup_install_device(&r, "/dev/sda").unwrap_err();
+        assert_eq!(err.errors.len(), 3);
+        let text = err.to_string();
+        assert!(text.contains("vgremove [vg0 -y]"), "{text}");
+        assert!(
+            text.contains("LastOutput \"Error: Can't remove vg0\""),
+            "{text}"
+        );
+        assert!(text.contains("pvs [--noheadings -o pv_name]"), "{text}");
+        assert!(text.ends_with("LastOutput \"still busy\""), "{text}");
+        assert_eq!(text.matches("; ").count(), 2);
+        assert_eq!(
+            r.lines().last().unwrap(),
+            "wipefs --all /dev/sda",
+            "fallback without --force"
+        );
+    }
+
+    #[test]
+    fn cleanup_mdadm_failure_is_not_an_error() {
+        let r = RecordingRunner::new();
+        r.ok("dmsetup ls", "No devices found").fail(
+            "mdadm -v --query --detail --scan",
+            1,
+            "mdadm: not found",
+        );
+        cleanup_install_device(&r, "/dev/sda").unwrap();
+        assert_eq!(r.lines().last().unwrap(), "wipefs --all --force /dev/sda");
+    }
+
+    #[test]
+    fn raid_stop_failure_skips_members_and_goes_on() {
+        let r = RecordingRunner::new();
+        r.ok("dmsetup ls", "No devices found")
+            .ok(
+                "mdadm -v --query --detail --scan",
+                "ARRAY /dev/md0 x\n devices=/dev/sda1\nARRAY /dev/md1 y\n devices=/dev/sda2",
+            )
+            .fail(
+                "mdadm --stop /dev/md0",
+                1,
+                "mdadm: Cannot get exclusive access",
+            );
+        let err = cleanup_install_device(&r, "/dev/sda").unwrap_err();
+        assert_eq!(err.errors.len(), 1);
+        let lines = r.lines();
+        assert!(!lines.contains(&"mdadm --zero-superblock /dev/sda1".to_string()));
+        assert!(lines.contains(&"mdadm --stop /dev/md1".to_string()));
+        assert!(lines.contains(&"mdadm --zero-superblock /dev/sda2".to_string()));
+        assert_eq!(lines.last().unwrap(), "wipefs --all --force /dev/sda");
+    }
+
+    #[test]
+    fn dm_deps_failure_is_collected() {
+        let r = RecordingRunner::new();
+        r.ok("dmsetup ls", "a\t(253:0)\nb\t(253:1)")
+            .fail("dmsetup deps -o devname a", 1, "no such device")
+            .ok("dmsetup deps -o devname b", " 1 dependencies : (sda1)");
+        let err = cleanup_install_device(&r, "/dev/sda").unwrap_err();
+        assert_eq!(err.errors.len(), 1);
+        assert!(r.lines().contains(&"dmsetup remove --retry b".to_string()));
+    }
+
+    #[test]
+    fn wipefs_fallback() {
+        let r = RecordingRunner::new();
+        r.fail(
+            "wipefs --all --force /dev/sdb",
+            1,
+            "unrecognized option '--force'",
+        );
+        wipefs(&r, "/dev/sdb").unwrap();
+        assert_eq!(
+            r.lines(),
+            vec!["wipefs --all --force /dev/sdb", "wipefs --all /dev/sdb"]
+        );
+    }
+
+    #[test]
+    fn format_disk_command() {
+        let r = RecordingRunner::new();
+        format_disk(&r, "/dev/sdb").unwrap();
+        assert_eq!(
+            r.lines(),
+            vec!["dd if=/dev/zero of=/dev/sdb bs=512 count=1"]
+        );
+    }
+
+    #[test]
+    fn format_disks_continue_after_failure() {
+        let r = RecordingRunner::new();
+        r.fail(
+            "dd if=/dev/zero of=/dev/sdb bs=512 count=1",
+            1,
+            "Permission denied",
+        );
+        let disks = vec!["/dev/sdb".to_string(), "/dev/sdc".to_string()];
+        assert_eq!(format_disks(&r, &disks), 1);
+        assert_eq!(r.lines().len(), 2);
+    }
+
+    #[test]
+    fn resolve_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("sda");
+        std::fs::write(&target, b"").unwrap();
+        let link = dir.path().join("wwn-0x5000");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert_eq!(
+            resolve_disk_symlink(&link),
+            std::fs::canonicalize(&target).unwrap()
+        );
+        let missing = dir.path().join("missing");
+        assert_eq!(resolve_disk_symlink(&missing), missing);
+    }
+}

@@ -1,0 +1,206 @@
+//! Rebooting the host at the end of the installation (§3.12), or pretending to in dry-run mode.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::commands::{CommandRunner, ExecError};
+
+/// The wall message given to `shutdown`. It is ONE argument and includes the single quotes,
+/// exactly as the Go installer passes it.
+pub const REBOOT_MESSAGE: &str = "'Installation completed, server is going to reboot.'";
+
+pub trait Rebooter: Send + Sync {
+    /// Schedules the reboot. `when` is `now` (single node) or `+1` (everything else).
+    fn reboot(&self, when: &str) -> anyhow::Result<()>;
+}
+
+/// The real reboot: `shutdown -r <when> 'Installation completed, server is going to reboot.'`.
+pub struct ShutdownRebooter {
+    runner: Arc<dyn CommandRunner>,
+}
+
+impl ShutdownRebooter {
+    pub fn new(runner: Arc<dyn CommandRunner>) -> Self {
+        ShutdownRebooter { runner }
+    }
+}
+
+impl Rebooter for ShutdownRebooter {
+    fn reboot(&self, when: &str) -> anyhow::Result<()> {
+        tracing::info!("Rebooting node");
+        self.runner
+            .run("shutdown", &["-r", when, REBOOT_MESSAGE])
+            .map(|_| ())
+            .map_err(|e| {
+                tracing::error!("Failed to reboot node, err: {e}");
+                // No added context: the Failed report carries the command error as Go does.
+                anyhow::Error::new(e)
+            })
+    }
+}
+
+/// Dry-run reboot: touch the fake reboot marker file instead. With a runner, `touch <marker>`
+/// runs as a host command (as the Go installer does); without, the file is touched here.
+pub struct FakeReboot {
+    marker: PathBuf,
+    runner: Option<Arc<dyn CommandRunner>>,
+}
+
+impl FakeReboot {
+    pub fn new(marker: impl Into<PathBuf>) -> Self {
+        FakeReboot {
+            marker: marker.into(),
+            runner: None,
+        }
+    }
+
+    pub fn with_runner(marker: impl Into<PathBuf>, runner: Arc<dyn CommandRunner>) -> Self {
+        FakeReboot {
+            marker: marker.into(),
+            runner: Some(runner),
+        }
+    }
+
+    pub fn marker(&self) -> &Path {
+        &self.marker
+    }
+}
+
+impl Rebooter for FakeReboot {
+    fn reboot(&self, when: &str) -> anyhow::Result<()> {
+        tracing::info!(
+            "dry run: not rebooting ({when}); touching fake reboot marker {}",
+            self.marker.display()
+        );
+        if self.marker.as_os_str().is_empty() {
+            anyhow::bail!("dry run: no fake reboot marker path given (--fake-reboot-marker-path)");
+        }
+        match &self.runner {
+            Some(runner) => runner
+                .run("touch", &[&self.marker.to_string_lossy()])
+                .map(|_| ())
+                .map_err(anyhow::Error::new),
+            None => touch(&self.marker)
+                .with_context(|| format!("touching fake reboot marker {}", self.marker.display())),
+        }
+    }
+}
+
+/// Whether a dry-run host has "rebooted": its marker file exists.
+pub fn dry_reboot_happened(marker: &Path) -> bool {
+    marker.exists()
+}
+
+fn touch(path: &Path) -> std::io::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    f.set_modified(std::time::SystemTime::now())
+}
+
+/// Whether the ironic agent (converged flow) runs on this host: the output of
+/// `systemctl list-units --no-legend ironic-agent.service` names the unit. Then Ironic, not the
+/// installer, reboots the host.
+pub fn ironic_agent_present(runner: &dyn CommandRunner) -> Result<bool, ExecError> {
+    let out = runner.run(
+        "systemctl",
+        &["list-units", "--no-legend", "ironic-agent.service"],
+    )?;
+    Ok(out.contains("ironic-agent.service"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::commands::RecordingRunner;
+    use super::*;
+
+    #[test]
+    fn reboot_runs_shutdown_with_quoted_message_as_one_argument() {
+        let r = Arc::new(RecordingRunner::new());
+        ShutdownRebooter::new(r.clone()).reboot("+1").unwrap();
+        ShutdownRebooter::new(r.clone()).reboot("now").unwrap();
+        let calls = r.calls();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].program, "shutdown");
+        assert_eq!(
+            calls[0].args,
+            vec![
+                "-r",
+                "+1",
+                "'Installation completed, server is going to reboot.'"
+            ]
+        );
+        assert_eq!(calls[1].args[1], "now");
+    }
+
+    #[test]
+    fn reboot_failure_is_the_command_error() {
+        let r = Arc::new(RecordingRunner::new());
+        r.fail(
+            "shutdown -r +1 'Installation completed, server is going to reboot.'",
+            1,
+            "Failed to talk to init daemon",
+        );
+        let err = ShutdownRebooter::new(r).reboot("+1").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "failed executing shutdown [-r +1 'Installation completed, server is going to \
+             reboot.'], Error exit status 1, LastOutput \"Failed to talk to init daemon\""
+        );
+        assert!(err.downcast_ref::<ExecError>().is_some());
+    }
+
+    #[test]
+    fn fake_reboot_touches_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("rebooted");
+        assert!(!dry_reboot_happened(&marker));
+        let fake = FakeReboot::new(&marker);
+        fake.reboot("+1").unwrap();
+        assert!(dry_reboot_happened(&marker));
+        fake.reboot("now").unwrap();
+        assert_eq!(fake.marker(), marker.as_path());
+    }
+
+    #[test]
+    fn fake_reboot_via_host_touch() {
+        let r = Arc::new(RecordingRunner::new());
+        FakeReboot::with_runner("/tmp/marker-1", r.clone())
+            .reboot("+1")
+            .unwrap();
+        assert_eq!(r.lines(), vec!["touch /tmp/marker-1"]);
+    }
+
+    #[test]
+    fn fake_reboot_without_marker_fails() {
+        assert!(FakeReboot::new("").reboot("+1").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("missing-dir").join("marker");
+        let err = FakeReboot::new(&bad).reboot("+1").unwrap_err();
+        assert!(err.to_string().contains("fake reboot marker"));
+    }
+
+    #[test]
+    fn ironic_detection() {
+        let r = RecordingRunner::new();
+        r.ok(
+            "systemctl list-units --no-legend ironic-agent.service",
+            "ironic-agent.service loaded active running Ironic Python Agent",
+        );
+        assert!(ironic_agent_present(&r).unwrap());
+
+        let r = RecordingRunner::new();
+        assert!(!ironic_agent_present(&r).unwrap());
+
+        let r = RecordingRunner::new();
+        r.fail(
+            "systemctl list-units --no-legend ironic-agent.service",
+            1,
+            "",
+        );
+        assert!(ironic_agent_present(&r).is_err());
+    }
+}

@@ -1,0 +1,942 @@
+//! The assisted-service REST client used on the host (the Go `inventory_client`).
+//!
+//! * Base URL: `--url` + `/api/assisted-install`.
+//! * Every request carries `X-Secret-Key: <PULL_SECRET_TOKEN>` and a fresh `X-Request-ID` (one
+//!   UUID per call, shared by the retries of that call, as the Go client does).
+//! * Connect timeout 30 s, no overall request timeout (the Go client sets none); proxies come
+//!   from the environment.
+//! * Retries follow the Go client (`rehttp`): see [`ClientRetry`].
+//! * The token never appears in a log line, an error or a `Debug` output.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use reqwest::blocking::{Client, Response};
+use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use tracing::{debug, warn};
+use uuid::Uuid;
+
+use super::models::{Cluster, Host, HostProgress, LogsProgressParams};
+use super::stages::{HostStage, LogsState};
+
+/// Appended to `--url` (swagger `basePath`).
+pub const API_BASE_PATH: &str = "/api/assisted-install";
+/// Agent authentication header (swagger `agentAuth`).
+pub const AUTH_HEADER: &str = "X-Secret-Key";
+/// Request correlation header.
+pub const REQUEST_ID_HEADER: &str = "X-Request-ID";
+/// The service stores `progress_info` in a varchar(2048); longer text is cut to this many chars.
+pub const MAX_PROGRESS_INFO_CHARS: usize = 2048;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+const REASON_EXCERPT_CHARS: usize = 200;
+const REDACTED: &str = "<SECRET>";
+
+/// The calls the install flows make to the assisted-service. Narrow on purpose, so that flows
+/// can be tested against a fake.
+pub trait InventoryClient: Send + Sync {
+    /// `PUT /v2/infra-envs/{infra_env_id}/hosts/{host_id}/progress`; an empty `info` is omitted.
+    fn update_host_progress(
+        &self,
+        infra_env_id: &str,
+        host_id: &str,
+        stage: HostStage,
+        info: &str,
+    ) -> Result<()>;
+    /// `GET /v2/infra-env/{infra_env_id}/hosts/{host_id}/downloads/ignition` into `dest`.
+    fn download_host_ignition(&self, infra_env_id: &str, host_id: &str, dest: &Path) -> Result<()>;
+    /// `GET /v2/clusters/{cluster_id}/downloads/files?file_name=…` into `dest`.
+    fn download_cluster_file(&self, cluster_id: &str, file_name: &str, dest: &Path) -> Result<()>;
+    /// `GET /v2/clusters/{cluster_id}?exclude-hosts=…`.
+    fn get_cluster(&self, cluster_id: &str, exclude_hosts: bool) -> Result<Cluster>;
+    /// `GET /v2/clusters/{cluster_id}/hosts[?role=…]`.
+    fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&str>) -> Result<Vec<Host>>;
+    /// `PUT /v2/infra-envs/{infra_env_id}/hosts/{host_id}/logs-progress`.
+    fn update_host_logs_progress(
+        &self,
+        infra_env_id: &str,
+        host_id: &str,
+        state: LogsState,
+    ) -> Result<()>;
+    /// `PUT /v2/clusters/{cluster_id}/logs-progress`.
+    fn update_cluster_logs_progress(&self, cluster_id: &str, state: LogsState) -> Result<()>;
+}
+
+/// Retry policy (Go `CreateInventoryClientWithDelay`). With `attempt` counted from 0, a call is
+/// retried when:
+/// * the status is 404, 423 or 425 and `attempt < min_retries`;
+/// * the status is 408, 429 or 5xx and `attempt < max_retries`;
+/// * the request failed without a response (refused, reset, timed out…) and `attempt < max_retries`.
+///
+/// The wait before the next attempt is a random duration in
+/// `[0, min(delay_cap, delay_base × 2^attempt))` ("full jitter").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientRetry {
+    pub min_retries: u32,
+    pub max_retries: u32,
+    pub delay_base: Duration,
+    pub delay_cap: Duration,
+}
+
+impl ClientRetry {
+    /// Go `minRetries`.
+    pub const MIN_RETRIES: u32 = 10;
+    /// Go `maxRetries` for the installer.
+    pub const MAX_RETRIES: u32 = 360;
+    /// Go `maxRetries` in dry-run mode.
+    pub const DRY_RUN_MAX_RETRIES: u32 = 3;
+
+    /// The installer's policy: 10 / 360 retries, delays from 2 s capped at 10 s.
+    pub fn installer() -> Self {
+        ClientRetry {
+            min_retries: Self::MIN_RETRIES,
+            max_retries: Self::MAX_RETRIES,
+            delay_base: Duration::from_secs(2),
+            delay_cap: Duration::from_secs(10),
+        }
+    }
+
+    /// The dry-run policy: as [`ClientRetry::installer`] with 3 retries for the "max" classes.
+    pub fn dry_run() -> Self {
+        ClientRetry {
+            max_retries: Self::DRY_RUN_MAX_RETRIES,
+            ..Self::installer()
+        }
+    }
+
+    /// Whether a response with `status` to attempt number `attempt` (0-based) is retried.
+    pub fn retry_status(&self, status: u16, attempt: u32) -> bool {
+        match status {
+            404 | 423 | 425 => attempt < self.min_retries,
+            408 | 429 | 500..=599 => attempt < self.max_retries,
+            _ => false,
+        }
+    }
+
+    /// Whether a failure without a usable response (connection refused or reset, timeout, a body
+    /// cut short) on attempt number `attempt` (0-based) is retried.
+    pub fn retry_transport(&self, attempt: u32) -> bool {
+        attempt < self.max_retries
+    }
+
+    /// Upper bound (exclusive) of the wait after attempt number `attempt`.
+    pub fn delay_bound(&self, attempt: u32) -> Duration {
+        let grown = if attempt >= 31 {
+            self.delay_cap
+        } else {
+            self.delay_base.saturating_mul(1u32 << attempt)
+        };
+        grown.min(self.delay_cap)
+    }
+
+    /// A random wait in `[0, delay_bound(attempt))`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let bound = self.delay_bound(attempt).as_nanos();
+        if bound == 0 {
+            return Duration::ZERO;
+        }
+        let nanos = u128::from(random_u64()) % bound;
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+}
+
+impl Default for ClientRetry {
+    fn default() -> Self {
+        Self::installer()
+    }
+}
+
+/// 64 random bits from the OS-seeded v4 UUID generator (no extra dependency for jitter).
+fn random_u64() -> u64 {
+    let v = u128::from_le_bytes(*Uuid::new_v4().as_bytes());
+    // Folding the halves spreads the 6 fixed version/variant bits over random ones.
+    (v as u64) ^ ((v >> 64) as u64)
+}
+
+/// How to reach the service.
+#[derive(Clone, Default)]
+pub struct ClientConfig {
+    /// `--url`, e.g. `http://10.1.178.26:6000`; `/api/assisted-install` is appended.
+    pub url: String,
+    /// `PULL_SECRET_TOKEN`, sent as `X-Secret-Key`. Never logged.
+    pub token: String,
+    /// `--insecure`: do not verify the service certificate.
+    pub insecure: bool,
+    /// `--cacert`: a PEM bundle trusted in addition to the platform roots.
+    pub cacert: Option<PathBuf>,
+    pub retry: ClientRetry,
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("url", &self.url)
+            .field("token", &token_placeholder(&self.token))
+            .field("insecure", &self.insecure)
+            .field("cacert", &self.cacert)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+fn token_placeholder(token: &str) -> &'static str {
+    if token.is_empty() {
+        "<empty>"
+    } else {
+        REDACTED
+    }
+}
+
+/// A call that failed: the service answered with a non-2xx status after the retries, or no
+/// answer came at all (`status` is `None`). Callers can branch on `status` via
+/// `anyhow::Error::downcast_ref::<ServiceError>()`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ServiceError {
+    /// The API operation, e.g. `UpdateHostInstallProgress`.
+    pub call: &'static str,
+    pub method: String,
+    /// Path below `/api/assisted-install`, with the query string.
+    pub path: String,
+    pub status: Option<u16>,
+    /// The service's `reason` (or `message`), else a short excerpt of the body, else the
+    /// transport error.
+    pub reason: String,
+    /// How many requests were made.
+    pub attempts: u32,
+}
+
+impl fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} {})", self.call, self.method, self.path)?;
+        match self.status {
+            Some(code) => {
+                write!(f, ": {code}")?;
+                if let Some(text) = StatusCode::from_u16(code)
+                    .ok()
+                    .and_then(|s| s.canonical_reason())
+                {
+                    write!(f, " {text}")?;
+                }
+            }
+            None => f.write_str(": request failed")?,
+        }
+        if !self.reason.is_empty() {
+            write!(f, ": {}", self.reason)?;
+        }
+        if self.attempts > 1 {
+            write!(f, " (gave up after {} attempts)", self.attempts)?;
+        }
+        Ok(())
+    }
+}
+
+/// The assisted-service client over `reqwest::blocking`. Do not create or drop it inside an
+/// async runtime (reqwest's blocking client runs its own).
+pub struct ServiceClient {
+    http: Client,
+    base: String,
+    token: HeaderValue,
+    token_text: String,
+    retry: ClientRetry,
+}
+
+impl fmt::Debug for ServiceClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceClient")
+            .field("base", &self.base)
+            .field("token", &token_placeholder(&self.token_text))
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One API operation to perform.
+struct Call {
+    name: &'static str,
+    method: Method,
+    /// Below the base path, already percent-encoded, with the query.
+    path: String,
+    body: Option<Vec<u8>>,
+}
+
+/// Why handling a successful response failed.
+enum HandleError {
+    /// Reading the body failed: worth another attempt.
+    Transport(String),
+    /// Anything else (bad JSON, a local file error): give up at once.
+    Fatal(anyhow::Error),
+}
+
+impl ServiceClient {
+    pub fn new(config: ClientConfig) -> Result<ServiceClient> {
+        let base = format!("{}{}", config.url.trim_end_matches('/'), API_BASE_PATH);
+        let parsed = reqwest::Url::parse(&base)
+            .with_context(|| format!("invalid assisted-service URL {:?}", config.url))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            anyhow::bail!(
+                "invalid assisted-service URL {:?}: the scheme must be http or https",
+                config.url
+            );
+        }
+        let mut token = HeaderValue::from_str(&config.token).map_err(|_| {
+            anyhow!("PULL_SECRET_TOKEN contains characters that cannot be sent in an HTTP header")
+        })?;
+        token.set_sensitive(true);
+
+        let mut builder = Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            // No overall deadline: the Go client sets none, and downloads may be slow.
+            .timeout(None)
+            .tcp_keepalive(TCP_KEEPALIVE)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .user_agent(concat!("assisted-installer/", env!("CARGO_PKG_VERSION")));
+        if is_loopback(&parsed) {
+            // Like Go's ProxyFromEnvironment, never send loopback traffic through a proxy.
+            builder = builder.no_proxy();
+        }
+        if config.insecure {
+            warn!(url = %config.url, "TLS certificate verification of the assisted-service is disabled (--insecure)");
+            builder = builder.tls_danger_accept_invalid_certs(true);
+        }
+        if let Some(path) = &config.cacert {
+            let pem = fs::read(path)
+                .with_context(|| format!("reading the CA certificate file {}", path.display()))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("parsing the CA certificate file {}", path.display()))?;
+            if certs.is_empty() {
+                anyhow::bail!(
+                    "the CA certificate file {} holds no PEM certificate",
+                    path.display()
+                );
+            }
+            debug!(cacert = %path.display(), count = certs.len(), "trusting extra CA certificates");
+            builder = builder.tls_certs_merge(certs);
+        }
+        let http = builder
+            .build()
+            .context("building the assisted-service HTTP client")?;
+        Ok(ServiceClient {
+            http,
+            base,
+            token,
+            token_text: config.token,
+            retry: config.retry,
+        })
+    }
+
+    /// `--url` + `/api/assisted-install`.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Replaces the token in text that may echo it (a server body, an error chain).
+    fn redact(&self, text: &str) -> String {
+        if self.token_text.is_empty() {
+            text.to_string()
+        } else {
+            text.replace(&self.token_text, REDACTED)
+        }
+    }
+
+    fn error(&self, call: &Call, status: Option<u16>, reason: &str, attempts: u32) -> ServiceError {
+        ServiceError {
+            call: call.name,
+            method: call.method.to_string(),
+            path: call.path.clone(),
+            status,
+            reason: self.redact(reason),
+            attempts,
+        }
+    }
+
+    /// Sends `call` with the retry policy; `on_success` consumes a 2xx response.
+    fn execute<T>(
+        &self,
+        call: &Call,
+        mut on_success: impl FnMut(Response) -> Result<T, HandleError>,
+    ) -> Result<T> {
+        let url = format!("{}{}", self.base, call.path);
+        let request_id = Uuid::new_v4().to_string();
+        let mut attempt: u32 = 0;
+        loop {
+            debug!(call = call.name, method = %call.method, path = %call.path, request_id = %request_id, attempt, "sending request");
+            let mut request = self
+                .http
+                .request(call.method.clone(), &url)
+                .header(AUTH_HEADER, self.token.clone())
+                .header(REQUEST_ID_HEADER, request_id.as_str());
+            if let Some(body) = &call.body {
+                request = request
+                    .header(CONTENT_TYPE, "application/json")
+                    .header(ACCEPT, "application/json")
+                    .body(body.clone());
+            }
+            // What went wrong on this attempt, if it may be retried: (status, description).
+            let failure: (Option<u16>, String) = match request.send() {
+                Ok(response) if response.status().is_success() => match on_success(response) {
+                    Ok(value) => {
+                        debug!(call = call.name, request_id = %request_id, "request succeeded");
+                        return Ok(value);
+                    }
+                    Err(HandleError::Fatal(e)) => {
+                        let e = e.context(format!("{} ({} {})", call.name, call.method, call.path));
+                        return Err(anyhow!(self.redact(&format!("{e:#}"))));
+                    }
+                    Err(HandleError::Transport(msg)) => {
+                        if !self.retry.retry_transport(attempt) {
+                            return Err(self.error(call, None, &msg, attempt + 1).into());
+                        }
+                        (None, msg)
+                    }
+                },
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    if !self.retry.retry_status(status, attempt) {
+                        let reason = reason_from_body(response);
+                        return Err(self.error(call, Some(status), &reason, attempt + 1).into());
+                    }
+                    (Some(status), String::new())
+                }
+                Err(e) => {
+                    let msg = error_chain(&e);
+                    if !(is_transient(&e) && self.retry.retry_transport(attempt)) {
+                        return Err(self.error(call, None, &msg, attempt + 1).into());
+                    }
+                    (None, msg)
+                }
+            };
+            let delay = self.retry.delay(attempt);
+            let (status, msg) = failure;
+            let msg = self.redact(&msg);
+            if attempt < 3 || attempt % 30 == 0 {
+                warn!(call = call.name, method = %call.method, path = %call.path, status = ?status, error = %msg, attempt = attempt + 1, delay_ms = delay.as_millis() as u64, "assisted-service request failed, retrying");
+            } else {
+                debug!(call = call.name, status = ?status, error = %msg, attempt = attempt + 1, "assisted-service request failed, retrying");
+            }
+            std::thread::sleep(delay);
+            attempt += 1;
+        }
+    }
+
+    fn send_json<B: serde::Serialize>(
+        &self,
+        name: &'static str,
+        method: Method,
+        path: String,
+        body: &B,
+    ) -> Result<()> {
+        let body = serde_json::to_vec(body).with_context(|| format!("encoding the {name} body"))?;
+        let call = Call {
+            name,
+            method,
+            path,
+            body: Some(body),
+        };
+        self.execute(&call, |_| Ok(()))
+    }
+
+    fn get_json<T: DeserializeOwned>(&self, name: &'static str, path: String) -> Result<T> {
+        let call = Call {
+            name,
+            method: Method::GET,
+            path,
+            body: None,
+        };
+        self.execute(&call, |response| {
+            let bytes = response
+                .bytes()
+                .map_err(|e| HandleError::Transport(error_chain(&e)))?;
+            serde_json::from_slice(&bytes)
+                .map_err(|e| HandleError::Fatal(anyhow!("decoding the response body: {e}")))
+        })
+    }
+
+    /// Streams a GET answer into `dest` through a temporary file in the same directory, fsyncs
+    /// it and renames it into place. A body cut short is retried like a failed connection.
+    fn download(&self, name: &'static str, path: String, dest: &Path) -> Result<()> {
+        let call = Call {
+            name,
+            method: Method::GET,
+            path,
+            body: None,
+        };
+        let bytes = self.execute(&call, |response| stream_to_file(response, dest))?;
+        debug!(call = name, dest = %dest.display(), bytes, "download complete");
+        Ok(())
+    }
+}
+
+impl InventoryClient for ServiceClient {
+    fn update_host_progress(
+        &self,
+        infra_env_id: &str,
+        host_id: &str,
+        stage: HostStage,
+        info: &str,
+    ) -> Result<()> {
+        let info = if info.chars().count() > MAX_PROGRESS_INFO_CHARS {
+            debug!(stage = %stage, "progress info longer than {MAX_PROGRESS_INFO_CHARS} characters, cut");
+            info.chars().take(MAX_PROGRESS_INFO_CHARS).collect()
+        } else {
+            info.to_string()
+        };
+        let body = HostProgress {
+            current_stage: Some(stage),
+            progress_info: info,
+        };
+        let path = format!(
+            "/v2/infra-envs/{}/hosts/{}/progress",
+            encode(infra_env_id),
+            encode(host_id)
+        );
+        self.send_json("UpdateHostInstallProgress", Method::PUT, path, &body)
+    }
+
+    fn download_host_ignition(&self, infra_env_id: &str, host_id: &str, dest: &Path) -> Result<()> {
+        // Singular `infra-env`: that is how the API defines this one path.
+        let path = format!(
+            "/v2/infra-env/{}/hosts/{}/downloads/ignition",
+            encode(infra_env_id),
+            encode(host_id)
+        );
+        self.download("DownloadHostIgnition", path, dest)
+    }
+
+    fn download_cluster_file(&self, cluster_id: &str, file_name: &str, dest: &Path) -> Result<()> {
+        let path = format!(
+            "/v2/clusters/{}/downloads/files?file_name={}",
+            encode(cluster_id),
+            encode(file_name)
+        );
+        self.download("DownloadClusterFiles", path, dest)
+    }
+
+    fn get_cluster(&self, cluster_id: &str, exclude_hosts: bool) -> Result<Cluster> {
+        let path = format!(
+            "/v2/clusters/{}?exclude-hosts={exclude_hosts}",
+            encode(cluster_id)
+        );
+        self.get_json("GetCluster", path)
+    }
+
+    fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&str>) -> Result<Vec<Host>> {
+        let mut path = format!("/v2/clusters/{}/hosts", encode(cluster_id));
+        if let Some(role) = role {
+            path.push_str("?role=");
+            path.push_str(&encode(role));
+        }
+        self.get_json("ListClusterHosts", path)
+    }
+
+    fn update_host_logs_progress(
+        &self,
+        infra_env_id: &str,
+        host_id: &str,
+        state: LogsState,
+    ) -> Result<()> {
+        let path = format!(
+            "/v2/infra-envs/{}/hosts/{}/logs-progress",
+            encode(infra_env_id),
+            encode(host_id)
+        );
+        let body = LogsProgressParams { logs_state: state };
+        self.send_json("UpdateHostLogsProgress", Method::PUT, path, &body)
+    }
+
+    fn update_cluster_logs_progress(&self, cluster_id: &str, state: LogsState) -> Result<()> {
+        let path = format!("/v2/clusters/{}/logs-progress", encode(cluster_id));
+        let body = LogsProgressParams { logs_state: state };
+        self.send_json("UpdateClusterLogsProgress", Method::PUT, path, &body)
+    }
+}
+
+/// `localhost` or a loopback address.
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters (ids are UUIDs, so this is
+/// normally the identity).
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The reason the service gave: `reason` (swagger `error`), else `message` (`infra_error`), else
+/// a short excerpt of the body.
+fn reason_from_body(response: Response) -> String {
+    let mut body = Vec::new();
+    // The reason is short; do not read an unbounded body.
+    if let Err(e) = response.take(64 * 1024).read_to_end(&mut body) {
+        return format!("(reading the error body failed: {e})");
+    }
+    reason_from_bytes(&body)
+}
+
+fn reason_from_bytes(body: &[u8]) -> String {
+    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
+        for key in ["reason", "message"] {
+            if let Some(text) = value.get(key).and_then(|v| v.as_str()) {
+                if !text.is_empty() {
+                    return text.to_string();
+                }
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() > REASON_EXCERPT_CHARS {
+        let cut: String = collapsed.chars().take(REASON_EXCERPT_CHARS).collect();
+        format!("{cut}…")
+    } else {
+        collapsed
+    }
+}
+
+/// `e` and its sources, joined with ": ".
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Whether a request error is worth retrying: connection refused or reset, timeouts, a response
+/// cut short. Not: bad requests, redirect loops, TLS certificate failures.
+fn is_transient(e: &reqwest::Error) -> bool {
+    if e.is_builder() || e.is_redirect() || e.is_decode() {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            // rustls reports certificate and handshake failures as InvalidData.
+            if io.kind() == std::io::ErrorKind::InvalidData {
+                return false;
+            }
+        }
+        if s.to_string().contains("certificate") {
+            return false;
+        }
+        source = s.source();
+    }
+    true
+}
+
+/// Removes the temporary download file unless the download completed.
+struct TempFile {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn stream_to_file(mut response: Response, dest: &Path) -> Result<u64, HandleError> {
+    let fatal = HandleError::Fatal;
+    let file_name = dest.file_name().ok_or_else(|| {
+        fatal(anyhow!(
+            "download destination {} has no file name",
+            dest.display()
+        ))
+    })?;
+    let dir = match dest.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(file_name);
+    tmp_name.push(format!(".{}.part", Uuid::new_v4().simple()));
+    let mut tmp = TempFile {
+        path: dir.join(tmp_name),
+        keep: false,
+    };
+
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        // Ignition files carry the pull secret.
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file: File = options
+        .open(&tmp.path)
+        .map_err(|e| fatal(anyhow!(e).context(format!("creating {}", tmp.path.display()))))?;
+
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total: u64 = 0;
+    loop {
+        let n = match response.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(HandleError::Transport(format!(
+                    "reading the body failed after {total} bytes: {}",
+                    error_chain(&e)
+                )))
+            }
+        };
+        file.write_all(&buf[..n])
+            .map_err(|e| fatal(anyhow!(e).context(format!("writing {}", tmp.path.display()))))?;
+        total += n as u64;
+    }
+    file.sync_all()
+        .map_err(|e| fatal(anyhow!(e).context(format!("syncing {}", tmp.path.display()))))?;
+    drop(file);
+    fs::rename(&tmp.path, dest).map_err(|e| {
+        fatal(anyhow!(e).context(format!(
+            "renaming {} to {}",
+            tmp.path.display(),
+            dest.display()
+        )))
+    })?;
+    tmp.keep = true;
+    // Make the rename durable; not all filesystems allow syncing a directory, so best effort.
+    if let Ok(d) = File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_policy_matches_go() {
+        let r = ClientRetry::default();
+        assert_eq!(r.min_retries, 10);
+        assert_eq!(r.max_retries, 360);
+        assert_eq!(r.delay_base, Duration::from_secs(2));
+        assert_eq!(r.delay_cap, Duration::from_secs(10));
+        assert_eq!(ClientRetry::dry_run().max_retries, 3);
+        assert_eq!(ClientRetry::dry_run().min_retries, 10);
+    }
+
+    #[test]
+    fn retry_classes() {
+        let r = ClientRetry::installer();
+        for s in [404, 423, 425] {
+            assert!(r.retry_status(s, 0));
+            assert!(r.retry_status(s, 9));
+            assert!(!r.retry_status(s, 10));
+        }
+        for s in [408, 429, 500, 502, 503, 504, 599] {
+            assert!(r.retry_status(s, 0));
+            assert!(r.retry_status(s, 359));
+            assert!(!r.retry_status(s, 360));
+        }
+        for s in [200, 204, 301, 400, 401, 403, 405, 409, 410, 422, 600] {
+            assert!(!r.retry_status(s, 0), "{s}");
+        }
+        assert!(r.retry_transport(359));
+        assert!(!r.retry_transport(360));
+        let d = ClientRetry::dry_run();
+        assert!(d.retry_status(500, 2));
+        assert!(!d.retry_status(500, 3));
+        assert!(d.retry_status(404, 5));
+    }
+
+    #[test]
+    fn delay_is_full_jitter_with_cap() {
+        let r = ClientRetry::installer();
+        assert_eq!(r.delay_bound(0), Duration::from_secs(2));
+        assert_eq!(r.delay_bound(1), Duration::from_secs(4));
+        assert_eq!(r.delay_bound(2), Duration::from_secs(8));
+        assert_eq!(r.delay_bound(3), Duration::from_secs(10));
+        assert_eq!(r.delay_bound(40), Duration::from_secs(10));
+        let mut distinct = std::collections::HashSet::new();
+        for attempt in 0..200 {
+            let d = r.delay(attempt % 5);
+            assert!(d < r.delay_bound(attempt % 5));
+            distinct.insert(d);
+        }
+        assert!(distinct.len() > 150, "delays should be random");
+        let zero = ClientRetry {
+            delay_base: Duration::ZERO,
+            ..ClientRetry::installer()
+        };
+        assert_eq!(zero.delay(3), Duration::ZERO);
+    }
+
+    #[test]
+    fn config_debug_hides_token() {
+        let config = ClientConfig {
+            url: "https://svc:8090".into(),
+            token: "eyJhbGciOiJFUzI1NiJ9.super-secret".into(),
+            ..Default::default()
+        };
+        let text = format!("{config:?} {config:#?}");
+        assert!(!text.contains("super-secret"), "{text}");
+        assert!(text.contains("<SECRET>"));
+        let client = ServiceClient::new(config.clone()).unwrap();
+        let text = format!("{client:?}");
+        assert!(!text.contains("super-secret"), "{text}");
+        assert_eq!(client.base_url(), "https://svc:8090/api/assisted-install");
+        let empty = ClientConfig::default();
+        assert!(format!("{empty:?}").contains("<empty>"));
+    }
+
+    #[test]
+    fn base_url_and_bad_inputs() {
+        let mk = |url: &str| {
+            ServiceClient::new(ClientConfig {
+                url: url.into(),
+                ..Default::default()
+            })
+        };
+        assert_eq!(
+            mk("http://10.1.178.26:6000/").unwrap().base_url(),
+            "http://10.1.178.26:6000/api/assisted-install"
+        );
+        assert!(mk("not a url").is_err());
+        assert!(mk("ftp://host").is_err());
+        let bad_token = ServiceClient::new(ClientConfig {
+            url: "http://h".into(),
+            token: "abc\ndef-secret".into(),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(!format!("{bad_token:#}").contains("def-secret"));
+    }
+
+    #[test]
+    fn loopback_detection() {
+        let yes = [
+            "http://127.0.0.1:6000",
+            "http://localhost",
+            "http://[::1]:8090",
+            "http://127.1.2.3",
+        ];
+        let no = [
+            "http://10.1.178.26:6000",
+            "https://api.openshift.com",
+            "http://[fe80::1]",
+        ];
+        for u in yes {
+            assert!(is_loopback(&reqwest::Url::parse(u).unwrap()), "{u}");
+        }
+        for u in no {
+            assert!(!is_loopback(&reqwest::Url::parse(u).unwrap()), "{u}");
+        }
+    }
+
+    #[test]
+    fn bad_ca_files_fail_construction() {
+        let dir = std::env::temp_dir().join(format!("svc-ca-{}", Uuid::new_v4().simple()));
+        fs::create_dir_all(&dir).unwrap();
+        let mk = |path: PathBuf| {
+            ServiceClient::new(ClientConfig {
+                url: "https://svc".into(),
+                cacert: Some(path),
+                ..Default::default()
+            })
+        };
+        let missing = mk(dir.join("missing.pem")).unwrap_err();
+        assert!(
+            format!("{missing:#}").contains("missing.pem"),
+            "{missing:#}"
+        );
+        let garbage = dir.join("garbage.pem");
+        fs::write(&garbage, "not a certificate\n").unwrap();
+        let err = mk(garbage).unwrap_err();
+        assert!(format!("{err:#}").contains("garbage.pem"), "{err:#}");
+        let broken = dir.join("broken.pem");
+        fs::write(
+            &broken,
+            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        assert!(mk(broken).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn encoding_and_reasons() {
+        assert_eq!(
+            encode("8d5b5f4e-0000-4000-8000-000000000001"),
+            "8d5b5f4e-0000-4000-8000-000000000001"
+        );
+        assert_eq!(encode("bootstrap.ign"), "bootstrap.ign");
+        assert_eq!(encode("a b/c?d"), "a%20b%2Fc%3Fd");
+        assert_eq!(
+            reason_from_bytes(
+                br#"{"kind":"Error","id":409,"href":"","code":"409","reason":"no way"}"#
+            ),
+            "no way"
+        );
+        assert_eq!(
+            reason_from_bytes(br#"{"code":401,"message":"Unauthorized"}"#),
+            "Unauthorized"
+        );
+        assert_eq!(
+            reason_from_bytes(b"<html>\n  bad   gateway\n</html>"),
+            "<html> bad gateway </html>"
+        );
+        let long = "x".repeat(1000);
+        let r = reason_from_bytes(long.as_bytes());
+        assert_eq!(r.chars().count(), REASON_EXCERPT_CHARS + 1);
+    }
+
+    #[test]
+    fn service_error_display() {
+        let e = ServiceError {
+            call: "UpdateHostInstallProgress",
+            method: "PUT".into(),
+            path: "/v2/infra-envs/a/hosts/b/progress".into(),
+            status: Some(409),
+            reason: "Can't set progress Installing to host in status error".into(),
+            attempts: 1,
+        };
+        assert_eq!(
+            e.to_string(),
+            "UpdateHostInstallProgress (PUT /v2/infra-envs/a/hosts/b/progress): 409 Conflict: Can't set progress Installing to host in status error"
+        );
+        let e = ServiceError {
+            status: None,
+            reason: "connection refused".into(),
+            attempts: 4,
+            ..e
+        };
+        assert_eq!(
+            e.to_string(),
+            "UpdateHostInstallProgress (PUT /v2/infra-envs/a/hosts/b/progress): request failed: connection refused (gave up after 4 attempts)"
+        );
+    }
+}

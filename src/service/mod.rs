@@ -1,0 +1,15 @@
+//! The assisted-service side of the installer: API models and stage strings, the REST client
+//! (auth, request ids, retries, downloads) and the background progress reporter.
+
+pub mod client;
+pub mod models;
+pub mod reporter;
+pub mod stages;
+
+pub use client::{ClientConfig, ClientRetry, InventoryClient, ServiceClient, ServiceError};
+pub use models::{
+    ApiError, Cluster, Host, HostProgress, HostProgressInfo, InfraError, LogsProgressParams,
+    Platform,
+};
+pub use reporter::Reporter;
+pub use stages::{HostStage, LogsState, UnknownValue};

@@ -1,0 +1,295 @@
+//! The parts of the assisted-service API models the installer reads or sends. Field names match
+//! `swagger.yaml` exactly. Responses are parsed leniently: every field has a default, `null`
+//! reads as the default, and unknown fields are ignored, so a newer service does not break us.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::stages::{HostStage, LogsState};
+
+/// `null` or a missing field gives `T::default()` (the Go service may send `null` for an empty
+/// list or omit empty strings).
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// Swagger `cluster` (subset).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Cluster {
+    #[serde(deserialize_with = "null_as_default")]
+    pub id: String,
+    /// `Cluster`, `AddHostsCluster` (day 2) or `DisconnectedCluster`.
+    #[serde(deserialize_with = "null_as_default")]
+    pub kind: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub status: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub status_info: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub openshift_version: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub base_dns_domain: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control_plane_count: Option<i64>,
+    /// Deprecated by the service in favour of `control_plane_count`; `Full` or `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub high_availability_mode: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub platform: Option<Platform>,
+    /// A JSON document (as a string) of install-config overrides, e.g. vSphere credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub install_config_overrides: Option<String>,
+    /// Empty when fetched with `exclude-hosts=true`.
+    #[serde(deserialize_with = "null_as_default")]
+    pub hosts: Vec<Host>,
+}
+
+impl Cluster {
+    /// Day-2 cluster (hosts added to an existing OpenShift cluster).
+    pub fn is_day2(&self) -> bool {
+        self.kind == "AddHostsCluster"
+    }
+
+    /// `platform.type`, or "" when the service sent no platform.
+    pub fn platform_type(&self) -> &str {
+        self.platform.as_ref().map_or("", |p| p.type_.as_str())
+    }
+}
+
+/// Swagger `platform` (subset).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Platform {
+    /// `baremetal`, `nutanix`, `vsphere`, `none` or `external`.
+    #[serde(rename = "type", deserialize_with = "null_as_default")]
+    pub type_: String,
+}
+
+/// Swagger `host` (subset).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Host {
+    #[serde(deserialize_with = "null_as_default")]
+    pub id: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub infra_env_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// `Host` or `AddToExistingClusterHost`.
+    #[serde(deserialize_with = "null_as_default")]
+    pub kind: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub status: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub status_info: String,
+    /// `auto-assign`, `master`, `arbiter`, `worker` or `bootstrap`.
+    #[serde(deserialize_with = "null_as_default")]
+    pub role: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub bootstrap: bool,
+    #[serde(deserialize_with = "null_as_default")]
+    pub requested_hostname: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<HostProgressInfo>,
+    /// The agent's inventory, a JSON document as a string.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<String>,
+}
+
+impl Host {
+    /// `progress.current_stage` as sent by the service ("" when absent).
+    pub fn current_stage(&self) -> &str {
+        self.progress
+            .as_ref()
+            .and_then(|p| p.current_stage.as_deref())
+            .unwrap_or("")
+    }
+
+    /// `progress.current_stage` parsed; `None` when absent or not a stage this build knows.
+    pub fn stage(&self) -> Option<HostStage> {
+        self.current_stage().parse().ok()
+    }
+}
+
+/// Swagger `host-progress-info` (`host.progress` in responses; subset).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostProgressInfo {
+    /// Kept as a string so that a stage added by a newer service does not fail the parse.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_stage: Option<String>,
+    #[serde(deserialize_with = "null_as_default")]
+    pub progress_info: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub installation_percentage: Option<i64>,
+}
+
+/// Swagger `host-progress`: the body of `PUT …/hosts/{host_id}/progress`. Like the Go model
+/// (`omitempty` on both fields), an absent stage or an empty info is left out of the JSON.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostProgress {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_stage: Option<HostStage>,
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub progress_info: String,
+}
+
+/// Swagger `logs-progress-params`: the body of both logs-progress updates.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LogsProgressParams {
+    pub logs_state: LogsState,
+}
+
+/// Swagger `error`: the body of most 4xx/5xx answers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ApiError {
+    #[serde(deserialize_with = "null_as_default")]
+    pub kind: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub href: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub code: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub reason: String,
+}
+
+/// Swagger `infra_error`: the body of 401/403 answers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InfraError {
+    #[serde(deserialize_with = "null_as_default")]
+    pub code: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn progress_body_omits_empty_fields() {
+        let body = HostProgress {
+            current_stage: Some(HostStage::Installing),
+            progress_info: "master".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"current_stage":"Installing","progress_info":"master"}"#
+        );
+        let body = HostProgress {
+            current_stage: Some(HostStage::Rebooting),
+            progress_info: String::new(),
+        };
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"current_stage":"Rebooting"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&HostProgress::default()).unwrap(),
+            "{}"
+        );
+    }
+
+    #[test]
+    fn logs_progress_body() {
+        let body = LogsProgressParams {
+            logs_state: LogsState::Requested,
+        };
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"logs_state":"requested"}"#
+        );
+    }
+
+    #[test]
+    fn cluster_parses_leniently() {
+        let v = json!({
+            "kind": "AddHostsCluster",
+            "id": "8d5b5f4e-0000-4000-8000-000000000001",
+            "href": "/api/assisted-install/v2/clusters/x",
+            "image_info": {},
+            "status": "installing",
+            "status_info": "Installation in progress",
+            "platform": {"type": "vsphere", "external": null},
+            "install_config_overrides": "{\"platform\":{}}",
+            "control_plane_count": 3,
+            "hosts": null,
+            "name": null,
+            "some_future_field": [1, 2, 3]
+        });
+        let c: Cluster = serde_json::from_value(v).unwrap();
+        assert!(c.is_day2());
+        assert_eq!(c.platform_type(), "vsphere");
+        assert_eq!(
+            c.install_config_overrides.as_deref(),
+            Some("{\"platform\":{}}")
+        );
+        assert_eq!(c.control_plane_count, Some(3));
+        assert!(c.hosts.is_empty());
+        assert_eq!(c.name, "");
+
+        let c: Cluster = serde_json::from_str("{}").unwrap();
+        assert_eq!(c.platform_type(), "");
+        assert!(!c.is_day2());
+    }
+
+    #[test]
+    fn host_parses_progress_and_inventory() {
+        let v = json!({
+            "kind": "Host",
+            "id": "11111111-1111-4111-8111-111111111111",
+            "infra_env_id": "22222222-2222-4222-8222-222222222222",
+            "href": "",
+            "status": "installing-in-progress",
+            "status_info": "",
+            "role": "master",
+            "requested_hostname": "Master-0",
+            "inventory": "{\"interfaces\":[]}",
+            "progress": {
+                "current_stage": "Done",
+                "progress_info": "",
+                "installation_percentage": 100,
+                "stage_started_at": "2024-01-01T00:00:00Z"
+            }
+        });
+        let h: Host = serde_json::from_value(v).unwrap();
+        assert_eq!(h.current_stage(), "Done");
+        assert_eq!(h.stage(), Some(HostStage::Done));
+        assert_eq!(h.inventory.as_deref(), Some("{\"interfaces\":[]}"));
+        assert_eq!(h.requested_hostname, "Master-0");
+
+        let h: Host =
+            serde_json::from_value(json!({"progress": {"current_stage": "Brand new"}})).unwrap();
+        assert_eq!(h.current_stage(), "Brand new");
+        assert_eq!(h.stage(), None);
+        let h: Host = serde_json::from_value(json!({"id": "x"})).unwrap();
+        assert_eq!(h.current_stage(), "");
+    }
+
+    #[test]
+    fn error_bodies_parse() {
+        let e: ApiError = serde_json::from_value(json!({
+            "kind": "Error", "id": 409, "href": "", "code": "409", "reason": "nope"
+        }))
+        .unwrap();
+        assert_eq!(e.reason, "nope");
+        let e: InfraError =
+            serde_json::from_value(json!({"code": 401, "message": "Unauthorized"})).unwrap();
+        assert_eq!(e.code, 401);
+    }
+}

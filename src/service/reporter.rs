@@ -1,0 +1,516 @@
+//! Background progress reporter: the install flows enqueue stage changes and return at once; one
+//! thread posts them to the service in order. A failed report (after the client's own retries)
+//! is logged and dropped, never failing or blocking the install.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, warn};
+
+use super::client::InventoryClient;
+use super::stages::HostStage;
+
+/// How long dropping a [`Reporter`] waits for queued reports before giving up on them.
+pub const DROP_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Minimum growth, in points, between two percentage reports of one stage.
+pub const PERCENT_STEP: u8 = 5;
+
+struct Job {
+    infra_env_id: String,
+    host_id: String,
+    stage: HostStage,
+    info: String,
+}
+
+#[derive(Default)]
+struct Counts {
+    /// Reports handed to the worker so far.
+    queued: u64,
+    /// Reports the worker has finished with (sent, failed or discarded).
+    finished: u64,
+}
+
+struct Shared {
+    counts: Mutex<Counts>,
+    changed: Condvar,
+    /// Set when the owner gave up waiting: the worker discards what is still queued.
+    abandoned: AtomicBool,
+}
+
+impl Shared {
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Posts host stage reports in order from a background thread. See the module docs.
+pub struct Reporter {
+    infra_env_id: String,
+    host_id: String,
+    shared: Arc<Shared>,
+    /// `None` once dropped.
+    tx: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    /// Last percentage enqueued per stage. Held while enqueueing, so that percentage reports
+    /// from several threads keep their order.
+    percents: Mutex<HashMap<HostStage, u8>>,
+    drop_timeout: Duration,
+}
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reporter")
+            .field("infra_env_id", &self.infra_env_id)
+            .field("host_id", &self.host_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reporter {
+    /// Starts the reporter thread for this host. With an empty `host_id` every report about
+    /// this host is skipped (as the Go installer does), with a debug log.
+    pub fn spawn(
+        client: Arc<dyn InventoryClient>,
+        infra_env_id: String,
+        host_id: String,
+    ) -> Reporter {
+        let shared = Arc::new(Shared {
+            counts: Mutex::new(Counts::default()),
+            changed: Condvar::new(),
+            abandoned: AtomicBool::new(false),
+        });
+        let (tx, rx) = mpsc::channel();
+        let worker_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("progress-reporter".into())
+            .spawn(move || run_worker(client, rx, worker_shared))
+            .expect("spawning the progress reporter thread");
+        Reporter {
+            infra_env_id,
+            host_id,
+            shared,
+            tx: Some(tx),
+            thread: Some(thread),
+            percents: Mutex::new(HashMap::new()),
+            drop_timeout: DROP_DRAIN_TIMEOUT,
+        }
+    }
+
+    /// Enqueues `stage` / `info` for this host; returns at once.
+    pub fn stage(&self, stage: HostStage, info: impl Into<String>) {
+        self.enqueue(
+            self.infra_env_id.clone(),
+            self.host_id.clone(),
+            stage,
+            info.into(),
+        );
+    }
+
+    /// `Writing image to disk` / `"<N>%"`, throttled as [`Reporter::stage_percent`] says.
+    pub fn write_percent(&self, percent: u8) {
+        self.stage_percent(HostStage::WritingImageToDisk, percent);
+    }
+
+    /// `stage` / `"<N>%"` for this host, only when N grew by at least 5 points since the last
+    /// percentage enqueued for that stage (so the first once N ≥ 5), or N is 100 and the last
+    /// was not. Values above 100 count as 100. Coalescing happens here, at enqueue time.
+    pub fn stage_percent(&self, stage: HostStage, percent: u8) {
+        let percent = percent.min(100);
+        let mut percents = self.percents.lock().unwrap_or_else(|p| p.into_inner());
+        let last = percents.get(&stage).copied().unwrap_or(0);
+        let due = percent >= last.saturating_add(PERCENT_STEP) || (percent == 100 && last != 100);
+        if !due {
+            return;
+        }
+        percents.insert(stage, percent);
+        self.stage(stage, format!("{percent}%"));
+    }
+
+    /// Enqueues a report about another host (e.g. `Configuring`, `Joined` seen from the
+    /// bootstrap); it shares the queue, so the order with this host's reports is kept.
+    pub fn other_host(&self, infra_env_id: &str, host_id: &str, stage: HostStage, info: &str) {
+        self.enqueue(
+            infra_env_id.to_string(),
+            host_id.to_string(),
+            stage,
+            info.to_string(),
+        );
+    }
+
+    /// Waits until every report enqueued before this call was sent or given up on. Returns
+    /// whether that happened within `timeout`.
+    pub fn drain(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut counts = self.shared.counts();
+        let target = counts.queued;
+        while counts.finished < target {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            counts = self
+                .shared
+                .changed
+                .wait_timeout(counts, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
+    }
+
+    fn enqueue(&self, infra_env_id: String, host_id: String, stage: HostStage, info: String) {
+        if host_id.is_empty() {
+            debug!(stage = %stage, info = %info, "no host id: progress report skipped");
+            return;
+        }
+        let Some(tx) = &self.tx else { return };
+        let mut counts = self.shared.counts();
+        let job = Job {
+            infra_env_id,
+            host_id,
+            stage,
+            info,
+        };
+        match tx.send(job) {
+            Ok(()) => counts.queued += 1,
+            Err(mpsc::SendError(job)) => {
+                warn!(stage = %job.stage, host_id = %job.host_id, "progress reporter thread is gone: report dropped");
+            }
+        }
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        let drained = self.drain(self.drop_timeout);
+        if !drained {
+            let counts = self.shared.counts();
+            warn!(
+                pending = counts.queued - counts.finished,
+                timeout_s = self.drop_timeout.as_secs(),
+                "progress reports still pending; giving up on them"
+            );
+            drop(counts);
+            self.shared.abandoned.store(true, Ordering::SeqCst);
+        }
+        // Closing the channel ends the worker's loop.
+        self.tx = None;
+        if let Some(thread) = self.thread.take() {
+            if drained {
+                let _ = thread.join();
+            }
+            // Otherwise the worker is stuck in a call; leave it detached rather than block.
+        }
+    }
+}
+
+fn run_worker(client: Arc<dyn InventoryClient>, rx: Receiver<Job>, shared: Arc<Shared>) {
+    for job in rx {
+        if shared.abandoned.load(Ordering::SeqCst) {
+            debug!(stage = %job.stage, host_id = %job.host_id, "progress report discarded at shutdown");
+        } else {
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                client.update_host_progress(&job.infra_env_id, &job.host_id, job.stage, &job.info)
+            }));
+            match outcome {
+                Ok(Ok(())) => {
+                    debug!(stage = %job.stage, info = %job.info, host_id = %job.host_id, "progress reported")
+                }
+                Ok(Err(e)) => warn!(
+                    stage = %job.stage,
+                    info = %job.info,
+                    host_id = %job.host_id,
+                    error = %format!("{e:#}"),
+                    "failed to report progress; continuing"
+                ),
+                Err(_) => {
+                    warn!(stage = %job.stage, host_id = %job.host_id, "progress report panicked; continuing")
+                }
+            }
+        }
+        let mut counts = shared.counts();
+        counts.finished += 1;
+        shared.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::models::{Cluster, Host};
+    use super::super::stages::LogsState;
+    use super::*;
+    use std::path::Path;
+
+    type Report = (String, String, String, String);
+
+    /// Records progress calls; can block (until released), fail or panic on chosen calls.
+    #[derive(Default)]
+    struct FakeClient {
+        reports: Mutex<Vec<Report>>,
+        attempts: Mutex<u32>,
+        gate: Mutex<bool>,
+        gate_cv: Condvar,
+        blocking: AtomicBool,
+        fail_every_other: AtomicBool,
+        panic_on_first: AtomicBool,
+        delay: Mutex<Duration>,
+    }
+
+    impl FakeClient {
+        fn reports(&self) -> Vec<Report> {
+            self.reports.lock().unwrap().clone()
+        }
+        fn infos(&self) -> Vec<String> {
+            self.reports().into_iter().map(|r| r.3).collect()
+        }
+        fn release(&self) {
+            self.blocking.store(false, Ordering::SeqCst);
+            *self.gate.lock().unwrap() = true;
+            self.gate_cv.notify_all();
+        }
+    }
+
+    impl InventoryClient for FakeClient {
+        fn update_host_progress(
+            &self,
+            infra_env_id: &str,
+            host_id: &str,
+            stage: HostStage,
+            info: &str,
+        ) -> anyhow::Result<()> {
+            if self.blocking.load(Ordering::SeqCst) {
+                let mut open = self.gate.lock().unwrap();
+                while !*open {
+                    open = self.gate_cv.wait(open).unwrap();
+                }
+            }
+            std::thread::sleep(*self.delay.lock().unwrap());
+            let attempt = {
+                let mut a = self.attempts.lock().unwrap();
+                *a += 1;
+                *a
+            };
+            if attempt == 1 && self.panic_on_first.load(Ordering::SeqCst) {
+                panic!("client blew up");
+            }
+            self.reports.lock().unwrap().push((
+                infra_env_id.into(),
+                host_id.into(),
+                stage.to_string(),
+                info.into(),
+            ));
+            if self.fail_every_other.load(Ordering::SeqCst) && attempt % 2 == 0 {
+                anyhow::bail!("409 Conflict: simulated");
+            }
+            Ok(())
+        }
+        fn download_host_ignition(&self, _: &str, _: &str, _: &Path) -> anyhow::Result<()> {
+            unimplemented!()
+        }
+        fn download_cluster_file(&self, _: &str, _: &str, _: &Path) -> anyhow::Result<()> {
+            unimplemented!()
+        }
+        fn get_cluster(&self, _: &str, _: bool) -> anyhow::Result<Cluster> {
+            unimplemented!()
+        }
+        fn list_cluster_hosts(&self, _: &str, _: Option<&str>) -> anyhow::Result<Vec<Host>> {
+            unimplemented!()
+        }
+        fn update_host_logs_progress(&self, _: &str, _: &str, _: LogsState) -> anyhow::Result<()> {
+            unimplemented!()
+        }
+        fn update_cluster_logs_progress(&self, _: &str, _: LogsState) -> anyhow::Result<()> {
+            unimplemented!()
+        }
+    }
+
+    fn spawn(client: &Arc<FakeClient>, host: &str) -> Reporter {
+        Reporter::spawn(client.clone(), "ie-1".into(), host.into())
+    }
+
+    #[test]
+    fn reports_go_out_in_order_under_a_slow_failing_client() {
+        let client = Arc::new(FakeClient::default());
+        *client.delay.lock().unwrap() = Duration::from_millis(3);
+        client.fail_every_other.store(true, Ordering::SeqCst);
+        let r = spawn(&client, "h-1");
+        r.stage(HostStage::StartingInstallation, "master");
+        r.stage(HostStage::Installing, "master");
+        r.stage(HostStage::WritingImageToDisk, "");
+        for p in [10, 20, 30] {
+            r.write_percent(p);
+        }
+        r.other_host("ie-2", "h-2", HostStage::Configuring, "");
+        r.stage(HostStage::Rebooting, "");
+        assert!(r.drain(Duration::from_secs(10)));
+        let got = client.reports();
+        let stages: Vec<(&str, &str, &str)> = got
+            .iter()
+            .map(|(_, h, s, i)| (h.as_str(), s.as_str(), i.as_str()))
+            .collect();
+        assert_eq!(
+            stages,
+            [
+                ("h-1", "Starting installation", "master"),
+                ("h-1", "Installing", "master"),
+                ("h-1", "Writing image to disk", ""),
+                ("h-1", "Writing image to disk", "10%"),
+                ("h-1", "Writing image to disk", "20%"),
+                ("h-1", "Writing image to disk", "30%"),
+                ("h-2", "Configuring", ""),
+                ("h-1", "Rebooting", ""),
+            ]
+        );
+        assert_eq!(got[6].0, "ie-2");
+        assert_eq!(got[7].0, "ie-1");
+    }
+
+    #[test]
+    fn enqueueing_never_blocks_and_drain_waits() {
+        let client = Arc::new(FakeClient::default());
+        client.blocking.store(true, Ordering::SeqCst);
+        let r = spawn(&client, "h-1");
+        // The client is blocked: all of these must still return.
+        for stage in [
+            HostStage::StartingInstallation,
+            HostStage::Installing,
+            HostStage::WritingImageToDisk,
+        ] {
+            r.stage(stage, "x");
+        }
+        assert!(!r.drain(Duration::from_millis(50)));
+        assert!(client.reports().is_empty());
+        client.release();
+        assert!(r.drain(Duration::from_secs(10)));
+        assert_eq!(client.reports().len(), 3);
+        // Nothing queued: drains at once.
+        assert!(r.drain(Duration::ZERO));
+    }
+
+    #[test]
+    fn go_example_sequence_is_throttled() {
+        let client = Arc::new(FakeClient::default());
+        let r = spawn(&client, "h-1");
+        for p in [55, 60, 62, 56, 66, 98, 99, 100, 100] {
+            r.write_percent(p);
+        }
+        assert!(r.drain(Duration::from_secs(10)));
+        assert_eq!(client.infos(), ["55%", "60%", "66%", "98%", "100%"]);
+        assert!(client
+            .reports()
+            .iter()
+            .all(|r| r.2 == "Writing image to disk"));
+    }
+
+    #[test]
+    fn first_percentage_once_at_least_five_and_every_five_points() {
+        let client = Arc::new(FakeClient::default());
+        let r = spawn(&client, "h-1");
+        for p in 0..=100u8 {
+            r.write_percent(p);
+        }
+        r.write_percent(100);
+        r.write_percent(250);
+        assert!(r.drain(Duration::from_secs(10)));
+        let expected: Vec<String> = (1..=20).map(|i| format!("{}%", i * 5)).collect();
+        assert_eq!(client.infos(), expected);
+    }
+
+    #[test]
+    fn hundred_always_reported_once_and_stages_throttle_separately() {
+        let client = Arc::new(FakeClient::default());
+        let r = spawn(&client, "h-1");
+        for p in [4, 96, 97, 100, 100, 99] {
+            r.write_percent(p);
+        }
+        for p in [3, 7, 8, 12, 100] {
+            r.stage_percent(HostStage::CopyingRegistryDataToDisk, p);
+        }
+        assert!(r.drain(Duration::from_secs(10)));
+        let got: Vec<(String, String)> = client
+            .reports()
+            .into_iter()
+            .map(|(_, _, s, i)| (s, i))
+            .collect();
+        let w = "Writing image to disk".to_string();
+        let c = "Copying registry data to disk".to_string();
+        assert_eq!(
+            got,
+            [
+                (w.clone(), "96%".into()),
+                (w, "100%".into()),
+                (c.clone(), "7%".into()),
+                (c.clone(), "12%".into()),
+                (c, "100%".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_host_id_skips_own_reports() {
+        let client = Arc::new(FakeClient::default());
+        let r = spawn(&client, "");
+        r.stage(HostStage::StartingInstallation, "master");
+        r.write_percent(50);
+        r.other_host("ie-1", "", HostStage::Joined, "");
+        assert!(r.drain(Duration::ZERO));
+        // Reports about other, identified hosts still go out.
+        r.other_host("ie-1", "h-9", HostStage::Joined, "");
+        assert!(r.drain(Duration::from_secs(10)));
+        drop(r);
+        assert_eq!(client.reports().len(), 1);
+        assert_eq!(client.reports()[0].1, "h-9");
+    }
+
+    #[test]
+    fn drop_sends_everything_queued() {
+        let client = Arc::new(FakeClient::default());
+        *client.delay.lock().unwrap() = Duration::from_millis(2);
+        let r = spawn(&client, "h-1");
+        for i in 0..20 {
+            r.stage(HostStage::WaitingForControlPlane, format!("poll {i}"));
+        }
+        drop(r);
+        assert_eq!(client.reports().len(), 20);
+        assert_eq!(client.reports()[19].3, "poll 19");
+    }
+
+    #[test]
+    fn drop_is_bounded_when_the_client_hangs() {
+        let client = Arc::new(FakeClient::default());
+        client.blocking.store(true, Ordering::SeqCst);
+        let mut r = spawn(&client, "h-1");
+        r.drop_timeout = Duration::from_millis(50);
+        r.stage(HostStage::Installing, "master");
+        r.stage(HostStage::Rebooting, "");
+        drop(r); // must return although the client never answers
+        client.release();
+        // The stuck call may complete; the abandoned one behind it is discarded.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(client.reports().len() <= 1);
+    }
+
+    #[test]
+    fn a_panicking_client_does_not_stop_later_reports() {
+        let client = Arc::new(FakeClient::default());
+        client.panic_on_first.store(true, Ordering::SeqCst);
+        let r = spawn(&client, "h-1");
+        r.stage(HostStage::StartingInstallation, "master");
+        r.stage(HostStage::Installing, "master");
+        assert!(r.drain(Duration::from_secs(10)));
+        assert_eq!(client.reports().len(), 1);
+        assert_eq!(client.reports()[0].2, "Installing");
+    }
+
+    #[test]
+    fn reporter_is_shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Reporter>();
+    }
+}

@@ -1,0 +1,498 @@
+//! The assisted-service client against the in-process fake service: request shapes, auth and
+//! request-id headers, the retry classes, downloads, and that the token never leaks.
+
+#[path = "common/fake_service.rs"]
+mod fake_service;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use assisted_installer::service::{
+    ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, ServiceClient, ServiceError,
+};
+use fake_service::{host_json, FakeService, BASE_PATH};
+use serde_json::json;
+
+const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
+const IE: &str = "6b1f2e0a-8d7c-4c1e-9a51-3f0d9c2b7e11";
+const HOST: &str = "0b5a7c3e-2f4d-4e8a-9b1c-5d6e7f8a9b0c";
+
+fn fast_retry(max_retries: u32) -> ClientRetry {
+    ClientRetry {
+        min_retries: ClientRetry::MIN_RETRIES,
+        max_retries,
+        delay_base: Duration::from_millis(1),
+        delay_cap: Duration::from_millis(5),
+    }
+}
+
+fn client_for(url: &str, token: &str, retry: ClientRetry) -> ServiceClient {
+    ServiceClient::new(ClientConfig {
+        url: url.to_string(),
+        token: token.to_string(),
+        insecure: false,
+        cacert: None,
+        retry,
+    })
+    .unwrap()
+}
+
+fn client(fake: &FakeService) -> ServiceClient {
+    client_for(&fake.url(), &fake.token(), fast_retry(20))
+}
+
+fn service_error(e: &anyhow::Error) -> &ServiceError {
+    e.downcast_ref::<ServiceError>()
+        .unwrap_or_else(|| panic!("not a ServiceError: {e:#}"))
+}
+
+/// A port on 127.0.0.1 with nothing listening.
+fn closed_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+#[test]
+fn progress_request_path_body_and_headers() {
+    let fake = FakeService::start();
+    let c = client(&fake);
+    c.update_host_progress(IE, HOST, HostStage::Installing, "master")
+        .unwrap();
+    c.update_host_progress(IE, HOST, HostStage::Rebooting, "")
+        .unwrap();
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2);
+    for call in &calls {
+        assert_eq!(call.method, "PUT");
+        assert_eq!(
+            call.path,
+            format!("{BASE_PATH}/v2/infra-envs/{IE}/hosts/{HOST}/progress")
+        );
+        assert_eq!(call.query, "");
+        assert_eq!(call.header("x-secret-key"), Some(fake.token().as_str()));
+        assert_eq!(call.header("content-type"), Some("application/json"));
+        assert_eq!(
+            call.header("content-length"),
+            Some(call.body.len().to_string().as_str())
+        );
+        let id = call.header("x-request-id").expect("X-Request-ID");
+        assert_eq!(id.len(), 36, "{id}");
+        assert_eq!(id.as_bytes()[14], b'4', "a v4 UUID: {id}");
+    }
+    assert_eq!(
+        calls[0].body_text(),
+        r#"{"current_stage":"Installing","progress_info":"master"}"#
+    );
+    assert_eq!(calls[1].body_text(), r#"{"current_stage":"Rebooting"}"#);
+    assert_ne!(
+        calls[0].header("x-request-id"),
+        calls[1].header("x-request-id")
+    );
+    assert_eq!(
+        fake.progress_reports(HOST),
+        [
+            ("Installing".to_string(), "master".to_string()),
+            ("Rebooting".to_string(), String::new())
+        ]
+    );
+}
+
+#[test]
+fn every_call_gets_its_own_request_id() {
+    let fake = FakeService::start();
+    fake.set_host_ignition(HOST, b"{}".to_vec());
+    let dir = tempfile::tempdir().unwrap();
+    let c = client(&fake);
+    c.get_cluster(CLUSTER, true).unwrap();
+    c.get_cluster(CLUSTER, true).unwrap();
+    c.list_cluster_hosts(CLUSTER, Some("master")).unwrap();
+    c.download_host_ignition(IE, HOST, &dir.path().join("a.ign"))
+        .unwrap();
+    c.update_host_logs_progress(IE, HOST, LogsState::Requested)
+        .unwrap();
+    let ids: Vec<String> = fake
+        .calls()
+        .iter()
+        .map(|c| c.header("x-request-id").unwrap().to_string())
+        .collect();
+    let unique: std::collections::HashSet<_> = ids.iter().collect();
+    assert_eq!(ids.len(), 5);
+    assert_eq!(unique.len(), 5, "{ids:?}");
+}
+
+#[test]
+fn always_500_makes_max_retries_plus_one_requests() {
+    let fake = FakeService::start();
+    fake.fail_path("/progress", 500);
+    let c = client_for(&fake.url(), &fake.token(), fast_retry(20));
+    let err = c
+        .update_host_progress(IE, HOST, HostStage::Installing, "master")
+        .unwrap_err();
+    assert_eq!(fake.request_count(), 21);
+    let se = service_error(&err);
+    assert_eq!(se.status, Some(500));
+    assert_eq!(se.attempts, 21);
+    let text = format!("{err:#}");
+    assert!(
+        text.starts_with("UpdateHostInstallProgress (PUT /v2/infra-envs/"),
+        "{text}"
+    );
+    assert!(text.contains("500 Internal Server Error"), "{text}");
+    assert!(text.contains("injected fault 500"), "{text}");
+    // One call, one request id, shared by its retries (as the Go client does).
+    let ids: std::collections::HashSet<String> = fake
+        .calls()
+        .iter()
+        .map(|c| c.header("x-request-id").unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 1);
+}
+
+#[test]
+fn dry_run_policy_gives_up_after_four_requests() {
+    let fake = FakeService::start();
+    fake.fail_path("/clusters/", 503);
+    let retry = ClientRetry {
+        delay_base: Duration::from_millis(1),
+        delay_cap: Duration::from_millis(2),
+        ..ClientRetry::dry_run()
+    };
+    let c = client_for(&fake.url(), &fake.token(), retry);
+    let err = c.get_cluster(CLUSTER, true).unwrap_err();
+    assert_eq!(fake.request_count(), 4);
+    assert_eq!(service_error(&err).status, Some(503));
+}
+
+#[test]
+fn transient_errors_then_success() {
+    let fake = FakeService::start();
+    fake.fail_next(1, 500);
+    fake.fail_next(1, 503);
+    let c = client(&fake);
+    c.update_host_progress(IE, HOST, HostStage::StartingInstallation, "worker")
+        .unwrap();
+    let statuses: Vec<u16> = fake.calls().iter().map(|c| c.status).collect();
+    assert_eq!(statuses, [500, 503, 200]);
+    assert_eq!(fake.progress_reports(HOST).len(), 1);
+}
+
+#[test]
+fn other_retryable_statuses() {
+    let fake = FakeService::start();
+    for status in [408, 429, 502, 504, 423, 425] {
+        fake.fail_next(1, status);
+    }
+    let c = client(&fake);
+    c.get_cluster(CLUSTER, true).unwrap();
+    assert_eq!(fake.request_count(), 7);
+}
+
+#[test]
+fn not_found_is_retried_min_retries_times() {
+    let fake = FakeService::start();
+    let c = client_for(&fake.url(), &fake.token(), fast_retry(360));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("master-host.ign");
+    // No ignition configured for the host: 404.
+    let err = c.download_host_ignition(IE, HOST, &dest).unwrap_err();
+    assert_eq!(fake.request_count(), 11);
+    let se = service_error(&err);
+    assert_eq!(se.status, Some(404));
+    assert_eq!(se.call, "DownloadHostIgnition");
+    assert_eq!(
+        se.path,
+        format!("/v2/infra-env/{IE}/hosts/{HOST}/downloads/ignition")
+    );
+    assert!(format!("{err}").contains("404 Not Found: no ignition for host"));
+    assert!(!dest.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn conflict_is_not_retried_and_carries_the_reason() {
+    let fake = FakeService::start();
+    let c = client(&fake);
+    c.update_host_progress(IE, HOST, HostStage::WritingImageToDisk, "")
+        .unwrap();
+    let err = c
+        .update_host_progress(IE, HOST, HostStage::Installing, "master")
+        .unwrap_err();
+    assert_eq!(fake.request_count(), 2);
+    let se = service_error(&err);
+    assert_eq!(se.status, Some(409));
+    assert_eq!(se.attempts, 1);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "UpdateHostInstallProgress (PUT /v2/infra-envs/{IE}/hosts/{HOST}/progress): 409 Conflict: \
+             Can't move host {HOST} stage backwards from Writing image to disk to Installing"
+        )
+    );
+}
+
+#[test]
+fn unauthorized_is_not_retried() {
+    let fake = FakeService::start();
+    let c = client_for(&fake.url(), "some-other-token-value", fast_retry(20));
+    let err = c.get_cluster(CLUSTER, false).unwrap_err();
+    assert_eq!(fake.request_count(), 1);
+    assert_eq!(service_error(&err).status, Some(401));
+    assert!(
+        err.to_string().ends_with("401 Unauthorized: Unauthorized"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_server_that_comes_up_later_is_reached() {
+    let addr = closed_port();
+    let url = format!("http://{addr}");
+    let worker = std::thread::spawn(move || {
+        let retry = ClientRetry {
+            min_retries: 10,
+            max_retries: 360,
+            delay_base: Duration::from_millis(10),
+            delay_cap: Duration::from_millis(40),
+        };
+        let c = client_for(&url, fake_service::DEFAULT_TOKEN, retry);
+        c.update_host_progress(IE, HOST, HostStage::StartingInstallation, "master")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let fake = FakeService::start_on(addr);
+    worker.join().unwrap().unwrap();
+    assert_eq!(fake.progress_reports(HOST).len(), 1);
+}
+
+#[test]
+fn a_temporarily_unavailable_server_is_reached() {
+    let fake = FakeService::start();
+    fake.unavailable_for(Duration::from_millis(300));
+    let retry = ClientRetry {
+        delay_base: Duration::from_millis(10),
+        delay_cap: Duration::from_millis(40),
+        ..ClientRetry::installer()
+    };
+    let c = client_for(&fake.url(), &fake.token(), retry);
+    let cluster = c.get_cluster(CLUSTER, true).unwrap();
+    assert_eq!(cluster.id, CLUSTER);
+}
+
+#[test]
+fn a_closed_server_gives_an_error_after_the_retries() {
+    let addr = closed_port();
+    let c = client_for(&format!("http://{addr}"), "tok-xyz-123456", fast_retry(3));
+    let err = c.get_cluster(CLUSTER, true).unwrap_err();
+    let se = service_error(&err);
+    assert_eq!(se.status, None);
+    assert_eq!(se.attempts, 4);
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "GetCluster (GET /v2/clusters/{CLUSTER}?exclude-hosts=true): request failed: "
+        )),
+        "{text}"
+    );
+    assert!(text.contains("(gave up after 4 attempts)"), "{text}");
+}
+
+#[test]
+fn downloads_land_atomically_in_place() {
+    let fake = FakeService::start();
+    let ignition = br#"{"ignition":{"version":"3.2.0"}}"#.to_vec();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    fake.set_host_ignition(HOST, ignition.clone());
+    fake.set_cluster_file("bootstrap.ign", big.clone());
+    let c = client(&fake);
+    let dir = tempfile::tempdir().unwrap();
+    let host_dest = dir.path().join(format!("master-{HOST}.ign"));
+    std::fs::write(&host_dest, b"stale").unwrap();
+    c.download_host_ignition(IE, HOST, &host_dest).unwrap();
+    assert_eq!(std::fs::read(&host_dest).unwrap(), ignition);
+    let boot_dest = dir.path().join("bootstrap.ign");
+    c.download_cluster_file(CLUSTER, "bootstrap.ign", &boot_dest)
+        .unwrap();
+    assert_eq!(std::fs::read(&boot_dest).unwrap(), big);
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "no temporary files left: {names:?}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&boot_dest).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "ignition files are private: {mode:o}");
+    }
+    let calls = fake.calls();
+    assert_eq!(
+        calls[0].api_path(),
+        format!("/v2/infra-env/{IE}/hosts/{HOST}/downloads/ignition")
+    );
+    assert_eq!(calls[0].method, "GET");
+    assert_eq!(
+        calls[1].api_path(),
+        format!("/v2/clusters/{CLUSTER}/downloads/files")
+    );
+    assert_eq!(calls[1].query, "file_name=bootstrap.ign");
+}
+
+#[test]
+fn download_into_a_missing_directory_fails_at_once() {
+    let fake = FakeService::start();
+    fake.set_host_ignition(HOST, b"{}".to_vec());
+    let c = client(&fake);
+    let dest = Path::new("/nonexistent-dir-for-test/x.ign");
+    let err = c.download_host_ignition(IE, HOST, dest).unwrap_err();
+    assert_eq!(fake.request_count(), 1);
+    let text = format!("{err:#}");
+    assert!(text.contains("DownloadHostIgnition"), "{text}");
+    assert!(text.contains("/nonexistent-dir-for-test/"), "{text}");
+}
+
+#[test]
+fn get_cluster_with_and_without_hosts() {
+    let fake = FakeService::start();
+    fake.set_cluster(json!({
+        "kind": "AddHostsCluster",
+        "platform": {"type": "vsphere"},
+        "install_config_overrides": "{\"platform\":{\"vsphere\":{}}}"
+    }));
+    fake.set_hosts(vec![
+        host_json(HOST, IE, "master", Some("Done")),
+        host_json("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d", IE, "worker", None),
+    ]);
+    let c = client(&fake);
+    let cluster = c.get_cluster(CLUSTER, true).unwrap();
+    assert!(cluster.is_day2());
+    assert_eq!(cluster.platform_type(), "vsphere");
+    assert_eq!(
+        cluster.install_config_overrides.as_deref(),
+        Some("{\"platform\":{\"vsphere\":{}}}")
+    );
+    assert!(cluster.hosts.is_empty());
+    let cluster = c.get_cluster(CLUSTER, false).unwrap();
+    assert_eq!(cluster.hosts.len(), 2);
+    assert_eq!(cluster.hosts[0].current_stage(), "Done");
+    assert_eq!(cluster.hosts[0].infra_env_id, IE);
+    let queries: Vec<String> = fake.calls().iter().map(|c| c.query.clone()).collect();
+    assert_eq!(queries, ["exclude-hosts=true", "exclude-hosts=false"]);
+}
+
+#[test]
+fn list_hosts_by_role() {
+    let fake = FakeService::start();
+    fake.set_hosts(vec![
+        host_json(HOST, IE, "master", Some("Done")),
+        host_json("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d", IE, "worker", None),
+    ]);
+    let c = client(&fake);
+    let masters = c.list_cluster_hosts(CLUSTER, Some("master")).unwrap();
+    assert_eq!(masters.len(), 1);
+    assert_eq!(masters[0].role, "master");
+    assert!(c
+        .list_cluster_hosts(CLUSTER, Some("arbiter"))
+        .unwrap()
+        .is_empty());
+    assert_eq!(c.list_cluster_hosts(CLUSTER, None).unwrap().len(), 2);
+    let calls = fake.calls();
+    assert_eq!(calls[0].api_path(), format!("/v2/clusters/{CLUSTER}/hosts"));
+    let queries: Vec<&str> = calls.iter().map(|c| c.query.as_str()).collect();
+    assert_eq!(queries, ["role=master", "role=arbiter", ""]);
+}
+
+#[test]
+fn logs_progress_requests() {
+    let fake = FakeService::start();
+    let c = client(&fake);
+    c.update_host_logs_progress(IE, HOST, LogsState::Requested)
+        .unwrap();
+    c.update_cluster_logs_progress(CLUSTER, LogsState::Completed)
+        .unwrap();
+    let calls = fake.calls();
+    assert_eq!(calls[0].method, "PUT");
+    assert_eq!(
+        calls[0].api_path(),
+        format!("/v2/infra-envs/{IE}/hosts/{HOST}/logs-progress")
+    );
+    assert_eq!(calls[0].body_text(), r#"{"logs_state":"requested"}"#);
+    assert_eq!(
+        calls[1].api_path(),
+        format!("/v2/clusters/{CLUSTER}/logs-progress")
+    );
+    assert_eq!(calls[1].body_text(), r#"{"logs_state":"completed"}"#);
+    assert_eq!(
+        fake.host_logs_reports(),
+        [(HOST.to_string(), "requested".to_string())]
+    );
+}
+
+/// Collects everything tracing writes, at every level.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_token_never_appears_in_errors_debug_or_logs() {
+    let token = "s3cr3t-T0KEN-value-0987654321";
+    let fake = FakeService::start();
+    fake.set_token(token);
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let mut texts = Vec::new();
+    tracing::subscriber::with_default(subscriber, || {
+        let config = ClientConfig {
+            url: fake.url(),
+            token: token.to_string(),
+            insecure: true,
+            cacert: None,
+            retry: fast_retry(2),
+        };
+        texts.push(format!("{config:?}"));
+        let c = ServiceClient::new(config.clone()).unwrap();
+        texts.push(format!("{c:?}"));
+        // Success, retried failures, a 409, a 404 download, a refused connection.
+        c.update_host_progress(IE, HOST, HostStage::Rebooting, "")
+            .unwrap();
+        fake.fail_next(2, 500);
+        c.get_cluster(CLUSTER, true).unwrap();
+        let e = c
+            .update_host_progress(IE, HOST, HostStage::Installing, "")
+            .unwrap_err();
+        texts.push(format!("{e:#} {e:?}"));
+        let dir = tempfile::tempdir().unwrap();
+        let e = c
+            .download_host_ignition(IE, HOST, &dir.path().join("x"))
+            .unwrap_err();
+        texts.push(format!("{e:#} {e:?}"));
+        fake.fail_path("/hosts", 503);
+        let e = c.list_cluster_hosts(CLUSTER, None).unwrap_err();
+        texts.push(format!("{e:#} {e:?}"));
+        let closed = client_for(&format!("http://{}", closed_port()), token, fast_retry(1));
+        let e = closed.get_cluster(CLUSTER, true).unwrap_err();
+        texts.push(format!("{e:#} {e:?}"));
+    });
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("retrying"), "retries are logged: {logs}");
+    assert!(logs.contains("--insecure"), "{logs}");
+    for text in texts.iter().chain(std::iter::once(&logs)) {
+        assert!(!text.contains(token), "token leaked: {text}");
+        assert!(!text.contains("s3cr3t"), "token leaked: {text}");
+    }
+}

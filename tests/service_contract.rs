@@ -1,0 +1,488 @@
+//! Contract check: every request the service client sends must be valid against the
+//! assisted-service swagger (`../shared/assisted-service/swagger.yaml` from the repo root).
+//!
+//! A real OpenAPI validator, Prism (`@stoplight/prism-cli`, installed by `scripts/prism.sh`), runs
+//! in proxy mode with `--errors` in front of the in-process fake service. A request (or answer)
+//! that violates the spec gets an error from Prism instead of being forwarded, so the client call
+//! fails and the fake never sees it. A negative control proves the validator is live.
+//!
+//! Prism is looked up at `$AI_PRISM_BIN`, else `target/prism/node_modules/.bin/prism`; the spec
+//! at `$AI_SWAGGER_PATH`, else `../shared/assisted-service/swagger.yaml`. When either is missing
+//! the test is skipped with a message, unless `AI_REQUIRE_PRISM=1` (CI), which makes it fail.
+
+#[path = "common/fake_service.rs"]
+mod fake_service;
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use assisted_installer::service::{
+    ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, Reporter, ServiceClient,
+};
+use fake_service::{host_json, FakeService, BASE_PATH};
+use serde_json::json;
+
+const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
+const IE: &str = "6b1f2e0a-8d7c-4c1e-9a51-3f0d9c2b7e11";
+const BOOTSTRAP: &str = "0b5a7c3e-2f4d-4e8a-9b1c-5d6e7f8a9b0c";
+const MASTER1: &str = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
+const MASTER2: &str = "2d3e4f5a-6b7c-4d8e-9f0a-1b2c3d4e5f6a";
+const ARBITER: &str = "3e4f5a6b-7c8d-4e9f-8a1b-2c3d4e5f6a7b";
+const WORKER: &str = "4f5a6b7c-8d9e-4f0a-9b2c-3d4e5f6a7b8c";
+const BROKEN: &str = "5a6b7c8d-9e0f-4a1b-8c3d-4e5f6a7b8c9d";
+const NEVER: &str = "6b7c8d9e-0f1a-4b2c-9d4e-5f6a7b8c9d0e";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn prism_bin() -> PathBuf {
+    std::env::var_os("AI_PRISM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/prism/node_modules/.bin/prism"))
+}
+
+fn swagger_path() -> PathBuf {
+    std::env::var_os("AI_SWAGGER_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/assisted-service/swagger.yaml"))
+}
+
+/// `Some(reason)` when the test cannot run here; panics instead when CI requires it.
+fn missing_prerequisite() -> Option<String> {
+    let mut missing = Vec::new();
+    if !prism_bin().is_file() {
+        missing.push(format!(
+            "Prism not found at {} (run scripts/prism.sh, or set AI_PRISM_BIN)",
+            prism_bin().display()
+        ));
+    }
+    if !swagger_path().is_file() {
+        missing.push(format!(
+            "swagger not found at {} (set AI_SWAGGER_PATH)",
+            swagger_path().display()
+        ));
+    }
+    if missing.is_empty() {
+        return None;
+    }
+    let reason = missing.join("; ");
+    if std::env::var("AI_REQUIRE_PRISM").as_deref() == Ok("1") {
+        panic!("AI_REQUIRE_PRISM=1 but {reason}");
+    }
+    Some(reason)
+}
+
+/// Prism ignores `basePath` by design (stoplightio/prism FAQ; issues #2191, #1987): it would
+/// route `/v2/…` and reject `/api/assisted-install/v2/…`. So the test runs it on a copy of the
+/// spec where the base path is folded into every path key; the client's full paths, base path
+/// included, are then what gets validated. Upstream forwarding keeps the path as sent.
+fn spec_with_base_path_in_paths() -> String {
+    let original = std::fs::read_to_string(swagger_path()).unwrap();
+    let mut base_path = None;
+    let mut in_paths = false;
+    let mut folded = 0;
+    let mut out = String::with_capacity(original.len() + 4096);
+    for line in original.lines() {
+        if let Some(bp) = line.strip_prefix("basePath:") {
+            base_path = Some(bp.trim().trim_matches(['\'', '"']).to_string());
+            continue;
+        }
+        if !line.starts_with(' ') && !line.is_empty() {
+            in_paths = line.trim_end() == "paths:";
+        }
+        if in_paths && line.starts_with("  /") {
+            let bp = base_path.as_deref().expect("basePath comes before paths");
+            out.push_str("  ");
+            out.push_str(bp);
+            out.push_str(&line[2..]);
+            folded += 1;
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    assert_eq!(base_path.as_deref(), Some(BASE_PATH), "swagger basePath");
+    assert!(folded > 50, "folded the base path into {folded} paths only");
+    out
+}
+
+/// The running Prism proxy; killed on drop.
+struct Prism {
+    child: Child,
+    addr: SocketAddr,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Prism {
+    fn start(upstream: &str) -> Prism {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = dir.path().join("swagger-with-base-path.yaml");
+        std::fs::write(&spec, spec_with_base_path_in_paths()).unwrap();
+        let log = dir.path().join("prism.log");
+        let out = File::create(&log).unwrap();
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let child = Command::new(prism_bin())
+            .arg("proxy")
+            .arg(&spec)
+            .arg(upstream)
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--errors",
+            ])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", prism_bin().display()));
+        let mut prism = Prism {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            log,
+            _dir: dir,
+        };
+        prism.wait_listening(Duration::from_secs(120));
+        prism
+    }
+
+    fn wait_listening(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "Prism exited with {status} before listening:\n{}",
+                    self.log_text()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Prism did not listen on {} within {limit:?}:\n{}",
+                self.addr,
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Prism {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hosts() -> Vec<serde_json::Value> {
+    let mut bootstrap = host_json(BOOTSTRAP, IE, "master", Some("Installing"));
+    bootstrap["bootstrap"] = json!(true);
+    bootstrap["inventory"] =
+        json!("{\"interfaces\":[{\"name\":\"ens3\",\"ipv4_addresses\":[\"192.168.126.10/24\"]}]}");
+    vec![
+        bootstrap,
+        host_json(MASTER1, IE, "master", Some("Done")),
+        host_json(MASTER2, IE, "master", Some("Rebooting")),
+        host_json(ARBITER, IE, "arbiter", Some("Done")),
+        host_json(WORKER, IE, "worker", Some("Waiting for control plane")),
+    ]
+}
+
+#[test]
+fn every_client_request_is_valid_against_the_swagger() {
+    if let Some(reason) = missing_prerequisite() {
+        eprintln!("SKIPPED service contract test: {reason}");
+        return;
+    }
+    let fake = FakeService::start();
+    fake.set_host_role(BOOTSTRAP, "bootstrap");
+    fake.set_host_role(WORKER, "worker");
+    fake.set_host_role(MASTER2, "master");
+    fake.set_host_ignition(BOOTSTRAP, br#"{"ignition":{"version":"3.2.0"}}"#.to_vec());
+    fake.set_cluster_file(
+        "bootstrap.ign",
+        br#"{"ignition":{"version":"3.2.0"},"storage":{}}"#.to_vec(),
+    );
+    fake.set_cluster(json!({
+        "platform": {"type": "vsphere"},
+        "install_config_overrides": "{\"platform\":{\"vsphere\":{\"vcenters\":[]}}}"
+    }));
+    fake.set_hosts(hosts());
+    let prism = Prism::start(&fake.url());
+
+    let client = Arc::new(
+        ServiceClient::new(ClientConfig {
+            url: prism.url(),
+            token: fake.token(),
+            insecure: false,
+            cacert: None,
+            // Few, fast retries: a validation error must surface, not be retried for an hour.
+            retry: ClientRetry {
+                min_retries: 1,
+                max_retries: 1,
+                delay_base: Duration::from_millis(10),
+                delay_cap: Duration::from_millis(10),
+            },
+        })
+        .unwrap(),
+    );
+    let c: &dyn InventoryClient = client.as_ref();
+    let fail = |what: &str, e: anyhow::Error| -> ! {
+        panic!("{what}: {e:#}\n--- prism log ---\n{}", prism.log_text())
+    };
+    let mut expected_calls = 0usize;
+
+    // Cluster and hosts.
+    let cluster = c
+        .get_cluster(CLUSTER, true)
+        .unwrap_or_else(|e| fail("get cluster", e));
+    assert_eq!(cluster.platform_type(), "vsphere");
+    assert!(cluster.hosts.is_empty());
+    let cluster = c
+        .get_cluster(CLUSTER, false)
+        .unwrap_or_else(|e| fail("get cluster + hosts", e));
+    assert_eq!(cluster.hosts.len(), 5);
+    expected_calls += 2;
+    for (role, count) in [("master", 3), ("arbiter", 1), ("worker", 1)] {
+        let hosts = c
+            .list_cluster_hosts(CLUSTER, Some(role))
+            .unwrap_or_else(|e| fail(&format!("list {role} hosts"), e));
+        assert_eq!(hosts.len(), count, "{role}");
+        expected_calls += 1;
+    }
+
+    // Downloads.
+    let dir = tempfile::tempdir().unwrap();
+    let ign = dir.path().join(format!("master-{BOOTSTRAP}.ign"));
+    c.download_host_ignition(IE, BOOTSTRAP, &ign)
+        .unwrap_or_else(|e| fail("host ignition", e));
+    assert!(std::fs::read_to_string(&ign).unwrap().contains("3.2.0"));
+    let boot = dir.path().join("bootstrap.ign");
+    c.download_cluster_file(CLUSTER, "bootstrap.ign", &boot)
+        .unwrap_or_else(|e| fail("bootstrap.ign", e));
+    assert!(std::fs::read_to_string(&boot).unwrap().contains("storage"));
+    expected_calls += 2;
+
+    // The bootstrap host's own stages, in its order, with the usual infos.
+    let own: Vec<(HostStage, &str)> = vec![
+        (HostStage::StartingInstallation, "bootstrap"),
+        (HostStage::Installing, "master"),
+        (HostStage::WritingImageToDisk, ""),
+    ];
+    for (stage, info) in &own {
+        c.update_host_progress(IE, BOOTSTRAP, *stage, info)
+            .unwrap_or_else(|e| fail(&format!("progress {stage}"), e));
+        expected_calls += 1;
+    }
+    // Percentages through the reporter (which drops failures: checked on the fake below).
+    {
+        let reporter = Reporter::spawn(client.clone(), IE.to_string(), BOOTSTRAP.to_string());
+        for p in [3, 12, 55, 60, 62, 97, 100] {
+            reporter.write_percent(p);
+        }
+        assert!(reporter.drain(Duration::from_secs(60)));
+        expected_calls += 5; // 12, 55, 60, 97, 100
+    }
+    let rest: Vec<(HostStage, &str)> = vec![
+        (HostStage::CopyingRegistryDataToDisk, ""),
+        (HostStage::CopyingRegistryDataToDisk, "50%"),
+        (
+            HostStage::WaitingForControlPlane,
+            "Waiting for bootstrap node preparation",
+        ),
+        (
+            HostStage::WaitingForControlPlane,
+            "Waiting for masters to join bootstrap control plane",
+        ),
+        (HostStage::WaitingForBootkube, ""),
+        (
+            HostStage::WaitingForBootkube,
+            "waiting for ETCD bootstrap to be complete",
+        ),
+        (
+            HostStage::WaitingForController,
+            "waiting for controller pod ready event",
+        ),
+        (HostStage::Rebooting, ""),
+        (HostStage::Configuring, ""),
+        (HostStage::Joined, ""),
+        (HostStage::Done, ""),
+    ];
+    for (stage, info) in &rest {
+        c.update_host_progress(IE, BOOTSTRAP, *stage, info)
+            .unwrap_or_else(|e| fail(&format!("progress {stage}"), e));
+        expected_calls += 1;
+    }
+    // Other hosts, as the bootstrap reports them; plus the two stages a bootstrap never has.
+    c.update_host_progress(IE, WORKER, HostStage::WaitingForIgnition, "")
+        .unwrap_or_else(|e| fail("worker waiting for ignition", e));
+    c.update_host_progress(IE, MASTER2, HostStage::Configuring, "")
+        .unwrap_or_else(|e| fail("master configuring", e));
+    c.update_host_progress(IE, MASTER2, HostStage::Joined, "")
+        .unwrap_or_else(|e| fail("master joined", e));
+    c.update_host_progress(
+        IE,
+        BROKEN,
+        HostStage::Failed,
+        "failed executing nsenter [--target 1 -- coreos-installer install], Error exit status 1",
+    )
+    .unwrap_or_else(|e| fail("failed", e));
+    expected_calls += 4;
+
+    // Log collection.
+    c.update_host_logs_progress(IE, BOOTSTRAP, LogsState::Requested)
+        .unwrap_or_else(|e| fail("host logs progress", e));
+    c.update_cluster_logs_progress(CLUSTER, LogsState::Requested)
+        .unwrap_or_else(|e| fail("cluster logs progress", e));
+    expected_calls += 2;
+
+    // Prism forwarded every request, unchanged where it matters.
+    let calls = fake.calls();
+    assert_eq!(calls.len(), expected_calls, "the fake saw every request");
+    for call in &calls {
+        assert!(
+            (200..300).contains(&call.status),
+            "{} {} → {}",
+            call.method,
+            call.path,
+            call.status
+        );
+        assert!(call.path.starts_with(BASE_PATH), "{}", call.path);
+        assert_eq!(call.header("x-secret-key"), Some(fake.token().as_str()));
+    }
+    let sent: std::collections::HashSet<String> = calls
+        .iter()
+        .filter(|c| c.path.ends_with("/progress"))
+        .filter_map(|c| c.body_json()["current_stage"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(sent.len(), 13, "all 13 stages went through Prism: {sent:?}");
+    let boot_reports = fake.progress_reports(BOOTSTRAP);
+    assert_eq!(boot_reports.len(), own.len() + 5 + rest.len());
+    let percents: Vec<&str> = boot_reports
+        .iter()
+        .filter(|(s, i)| s == "Writing image to disk" && !i.is_empty())
+        .map(|(_, i)| i.as_str())
+        .collect();
+    assert_eq!(percents, ["12%", "55%", "60%", "97%", "100%"]);
+    assert_eq!(fake.host_logs_reports().len(), 1);
+    assert_eq!(fake.cluster_logs_reports().len(), 1);
+    let queries: Vec<&str> = calls.iter().map(|c| c.query.as_str()).collect();
+    for q in [
+        "exclude-hosts=true",
+        "exclude-hosts=false",
+        "role=master",
+        "role=arbiter",
+        "role=worker",
+        "file_name=bootstrap.ign",
+    ] {
+        assert!(queries.contains(&q), "{q} forwarded: {queries:?}");
+    }
+
+    // Negative controls: Prism must reject requests that violate the spec without forwarding
+    // them. 422 with Prism's UNPROCESSABLE_ENTITY problem type is a validation failure (not a
+    // routing or auth answer).
+    let before = fake.request_count();
+    let raw = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap();
+    let token = fake.token();
+    let expect_invalid = |what: &str, response: reqwest::blocking::Response| {
+        let status = response.status().as_u16();
+        let text = response.text().unwrap_or_default();
+        assert_eq!(status, 422, "Prism rejects {what}: {text}");
+        assert!(
+            text.contains("UNPROCESSABLE_ENTITY"),
+            "Prism rejects {what}: {text}"
+        );
+        text
+    };
+    let text = expect_invalid(
+        "an unknown stage",
+        raw.put(format!(
+            "{}{BASE_PATH}/v2/infra-envs/{IE}/hosts/{NEVER}/progress",
+            prism.url()
+        ))
+        .header("X-Secret-Key", &token)
+        .header("Content-Type", "application/json")
+        .body(r#"{"current_stage":"Not a stage","progress_info":"x"}"#)
+        .send()
+        .unwrap(),
+    );
+    assert!(text.contains("current_stage"), "{text}");
+    expect_invalid(
+        "role=bogus",
+        raw.get(format!(
+            "{}{BASE_PATH}/v2/clusters/{CLUSTER}/hosts?role=bogus",
+            prism.url()
+        ))
+        .header("X-Secret-Key", &token)
+        .send()
+        .unwrap(),
+    );
+    expect_invalid(
+        "a logs-progress body without logs_state",
+        raw.put(format!(
+            "{}{BASE_PATH}/v2/clusters/{CLUSTER}/logs-progress",
+            prism.url()
+        ))
+        .header("X-Secret-Key", &token)
+        .header("Content-Type", "application/json")
+        .body("{}")
+        .send()
+        .unwrap(),
+    );
+    expect_invalid(
+        "a cluster id that is not a UUID",
+        raw.get(format!("{}{BASE_PATH}/v2/clusters/not-a-uuid", prism.url()))
+            .header("X-Secret-Key", &token)
+            .send()
+            .unwrap(),
+    );
+    // Prism checks the security requirement too: without X-Secret-Key (agentAuth) it answers 401,
+    // so the successes above also show that the header satisfies the spec.
+    let no_auth = raw
+        .put(format!(
+            "{}{BASE_PATH}/v2/infra-envs/{IE}/hosts/{NEVER}/progress",
+            prism.url()
+        ))
+        .header("Content-Type", "application/json")
+        .body(r#"{"current_stage":"Installing"}"#)
+        .send()
+        .unwrap();
+    assert_eq!(
+        no_auth.status().as_u16(),
+        401,
+        "{}",
+        no_auth.text().unwrap_or_default()
+    );
+    assert_eq!(
+        fake.request_count(),
+        before,
+        "the fake never saw the invalid requests"
+    );
+    assert!(fake.progress_reports(NEVER).is_empty());
+    if std::env::var_os("AI_PRISM_LOG").is_some() {
+        eprintln!("{}", prism.log_text());
+    }
+}
