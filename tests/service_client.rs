@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use assisted_installer::service::{
-    ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, ServiceClient, ServiceError,
+    ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, LogsType, LogsUpload,
+    ServiceClient, ServiceError,
 };
 use fake_service::{host_json, FakeService, BASE_PATH};
 use serde_json::json;
@@ -401,6 +402,37 @@ fn list_hosts_by_role() {
     assert_eq!(calls[0].api_path(), format!("/v2/clusters/{CLUSTER}/hosts"));
     let queries: Vec<&str> = calls.iter().map(|c| c.query.as_str()).collect();
     assert_eq!(queries, ["role=master", "role=arbiter", ""]);
+}
+
+#[test]
+fn log_uploads_are_multipart_with_the_upfile_field() {
+    let fake = FakeService::start();
+    let c = client(&fake);
+    c.upload_logs(&LogsUpload {
+        cluster_id: CLUSTER.into(),
+        logs_type: LogsType::Host,
+        host: Some((IE.into(), HOST.into())),
+        file_name: "logs.tar.gz".into(),
+        data: b"archive bytes".to_vec(),
+    })
+    .unwrap();
+    let calls = fake.calls();
+    assert_eq!(calls[0].method, "POST");
+    assert_eq!(calls[0].api_path(), format!("/v2/clusters/{CLUSTER}/logs"));
+    assert_eq!(
+        calls[0].query,
+        format!("logs_type=host&infra_env_id={IE}&host_id={HOST}")
+    );
+    assert!(calls[0]
+        .header("content-type")
+        .unwrap()
+        .starts_with("multipart/form-data"));
+    let body = calls[0].body_text();
+    assert!(
+        body.contains(r#"name="upfile"; filename="logs.tar.gz""#),
+        "{body}"
+    );
+    assert!(body.contains("archive bytes"), "{body}");
 }
 
 #[test]

@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use assisted_installer::service::{
-    ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, Reporter, ServiceClient,
+    ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, LogsType, LogsUpload,
+    Reporter, ServiceClient,
 };
 use fake_service::{host_json, FakeService, BASE_PATH};
 use serde_json::json;
@@ -354,7 +355,23 @@ fn every_client_request_is_valid_against_the_swagger() {
         .unwrap_or_else(|e| fail("host logs progress", e));
     c.update_cluster_logs_progress(CLUSTER, LogsState::Requested)
         .unwrap_or_else(|e| fail("cluster logs progress", e));
-    expected_calls += 2;
+    c.upload_logs(&LogsUpload {
+        cluster_id: CLUSTER.into(),
+        logs_type: LogsType::Controller,
+        host: None,
+        file_name: "controller_logs.tar.gz".into(),
+        data: vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3],
+    })
+    .unwrap_or_else(|e| fail("controller logs upload", e));
+    c.upload_logs(&LogsUpload {
+        cluster_id: CLUSTER.into(),
+        logs_type: LogsType::Host,
+        host: Some((IE.into(), BOOTSTRAP.into())),
+        file_name: "logs.tar.gz".into(),
+        data: b"host logs".to_vec(),
+    })
+    .unwrap_or_else(|e| fail("host logs upload", e));
+    expected_calls += 4;
 
     // Prism forwarded every request, unchanged where it matters.
     let calls = fake.calls();

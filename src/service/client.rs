@@ -68,6 +68,49 @@ pub trait InventoryClient: Send + Sync {
     ) -> Result<()>;
     /// `PUT /v2/clusters/{cluster_id}/logs-progress`.
     fn update_cluster_logs_progress(&self, cluster_id: &str, state: LogsState) -> Result<()>;
+    /// `POST /v2/clusters/{cluster_id}/logs?logs_type=…[&infra_env_id=…&host_id=…]` with the
+    /// archive as the multipart field `upfile`.
+    fn upload_logs(&self, upload: &LogsUpload) -> Result<()>;
+}
+
+/// `logs_type` of a log upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogsType {
+    Host,
+    Controller,
+}
+
+impl LogsType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogsType::Host => "host",
+            LogsType::Controller => "controller",
+        }
+    }
+}
+
+/// One log archive to upload.
+#[derive(Clone)]
+pub struct LogsUpload {
+    pub cluster_id: String,
+    pub logs_type: LogsType,
+    /// `(infra_env_id, host_id)` for host logs.
+    pub host: Option<(String, String)>,
+    /// File name of the upload (e.g. `controller_logs.tar.gz`).
+    pub file_name: String,
+    pub data: Vec<u8>,
+}
+
+impl std::fmt::Debug for LogsUpload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogsUpload")
+            .field("cluster_id", &self.cluster_id)
+            .field("logs_type", &self.logs_type)
+            .field("host", &self.host)
+            .field("file_name", &self.file_name)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
 }
 
 /// Retry policy (Go `CreateInventoryClientWithDelay`). With `attempt` counted from 0, a call is
@@ -265,6 +308,8 @@ struct Call {
     /// Below the base path, already percent-encoded, with the query.
     path: String,
     body: Option<Vec<u8>>,
+    /// A multipart file upload `(field, file name, bytes)`, rebuilt for every attempt.
+    file: Option<(&'static str, String, Vec<u8>)>,
 }
 
 /// Why handling a successful response failed.
@@ -379,6 +424,15 @@ impl ServiceClient {
                     .header(ACCEPT, "application/json")
                     .body(body.clone());
             }
+            if let Some((field, file_name, bytes)) = &call.file {
+                let part = reqwest::blocking::multipart::Part::bytes(bytes.clone())
+                    .file_name(file_name.clone())
+                    .mime_str("application/octet-stream")
+                    .map_err(|e| anyhow!("building the {} upload: {e}", call.name))?;
+                request = request
+                    .header(ACCEPT, "application/json")
+                    .multipart(reqwest::blocking::multipart::Form::new().part(*field, part));
+            }
             // What went wrong on this attempt, if it may be retried: (status, description).
             let failure: (Option<u16>, String) = match request.send() {
                 Ok(response) if response.status().is_success() => match on_success(response) {
@@ -439,6 +493,7 @@ impl ServiceClient {
             method,
             path,
             body: Some(body),
+            file: None,
         };
         self.execute(&call, |_| Ok(()))
     }
@@ -449,6 +504,7 @@ impl ServiceClient {
             method: Method::GET,
             path,
             body: None,
+            file: None,
         };
         self.execute(&call, |response| {
             let bytes = response
@@ -467,6 +523,7 @@ impl ServiceClient {
             method: Method::GET,
             path,
             body: None,
+            file: None,
         };
         let bytes = self.execute(&call, |response| stream_to_file(response, dest))?;
         debug!(call = name, dest = %dest.display(), bytes, "download complete");
@@ -555,6 +612,29 @@ impl InventoryClient for ServiceClient {
         let path = format!("/v2/clusters/{}/logs-progress", encode(cluster_id));
         let body = LogsProgressParams { logs_state: state };
         self.send_json("UpdateClusterLogsProgress", Method::PUT, path, &body)
+    }
+
+    fn upload_logs(&self, upload: &LogsUpload) -> Result<()> {
+        let mut path = format!(
+            "/v2/clusters/{}/logs?logs_type={}",
+            encode(&upload.cluster_id),
+            upload.logs_type.as_str()
+        );
+        if let Some((infra_env_id, host_id)) = &upload.host {
+            path.push_str(&format!(
+                "&infra_env_id={}&host_id={}",
+                encode(infra_env_id),
+                encode(host_id)
+            ));
+        }
+        let call = Call {
+            name: "V2UploadLogs",
+            method: Method::POST,
+            path,
+            body: None,
+            file: Some(("upfile", upload.file_name.clone(), upload.data.clone())),
+        };
+        self.execute(&call, |_| Ok(()))
     }
 }
 

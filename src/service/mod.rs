@@ -6,7 +6,9 @@ pub mod models;
 pub mod reporter;
 pub mod stages;
 
-pub use client::{ClientConfig, ClientRetry, InventoryClient, ServiceClient, ServiceError};
+pub use client::{
+    ClientConfig, ClientRetry, InventoryClient, LogsType, LogsUpload, ServiceClient, ServiceError,
+};
 pub use models::{
     ApiError, Cluster, Host, HostProgress, HostProgressInfo, InfraError, LogsProgressParams,
     Platform,

@@ -328,6 +328,9 @@ mod tests {
         fn update_cluster_logs_progress(&self, _: &str, _: LogsState) -> anyhow::Result<()> {
             unimplemented!()
         }
+        fn upload_logs(&self, _: &super::super::client::LogsUpload) -> anyhow::Result<()> {
+            unimplemented!()
+        }
     }
 
     fn spawn(client: &Arc<FakeClient>, host: &str) -> Reporter {

@@ -701,6 +701,27 @@ fn route(state: &mut State, req: &Request) -> Answer {
                 None => Answer::error(404, format!("no ignition for host {host}")),
             }
         }
+        ("POST", ["v2", "clusters", _c, "logs"]) => {
+            match query_param(&req.query, "logs_type").as_deref() {
+                Some("host") | Some("controller") => {}
+                other => {
+                    return Answer::error(
+                        400,
+                        format!("logs_type must be host or controller, got {other:?}"),
+                    )
+                }
+            }
+            let content_type = req
+                .headers
+                .iter()
+                .find(|(n, _)| n == "content-type")
+                .map(|(_, v)| v.as_str())
+                .unwrap_or("");
+            if !content_type.starts_with("multipart/form-data") {
+                return Answer::error(400, "a log upload is multipart/form-data");
+            }
+            Answer::empty(204)
+        }
         ("GET", ["v2", "clusters", _c, "downloads", "files"]) => {
             let Some(name) = query_param(&req.query, "file_name") else {
                 return Answer::error(400, "file_name is required");

@@ -1,0 +1,489 @@
+//! The master and worker flows against the fake assisted-service (which enforces stage order,
+//! 409 on going backwards, 401 without the token), with recorded host commands, a fake clock and
+//! a scripted disk writer: the Go suite's scenarios (§8.1 of the behaviour reference).
+
+#[path = "common/fake_service.rs"]
+mod fake_service;
+
+use anyhow::{bail, Result};
+use assisted_installer::cli::go_flags::InstallerConfig;
+use assisted_installer::flow::node::run_installer;
+use assisted_installer::flow::writer::{DiskWriter, WriteRequest};
+use assisted_installer::flow::{Flow, Paths};
+use assisted_installer::host::clock::FakeClock;
+use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
+use assisted_installer::host::reboot::ShutdownRebooter;
+use assisted_installer::host::Host;
+use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
+use assisted_installer::service::reporter::Reporter;
+use fake_service::{host_json, FakeService};
+use serde_json::json;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const CLUSTER: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
+const INFRA: &str = "6a2b3c4d-5e6f-4a70-8b9c-0d1e2f3a4b5c";
+const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
+const IGNITION: &str = r#"{"ignition":{"version":"3.4.0","config":{"merge":[{"source":"https://api-int.example:22623/config/master"}]}}}"#;
+const CLEAN_FAILED: &str = "Could not clean install device /dev/vda. The installation will continue. If the installation fails, clean the disk and try again";
+
+/// A disk writer that reports 0..=100% and fails the first `failures` calls.
+#[derive(Default)]
+struct FakeWriter {
+    calls: Mutex<Vec<WriteRequest>>,
+    failures: AtomicU32,
+}
+
+impl DiskWriter for FakeWriter {
+    fn write(&self, req: &WriteRequest, percent: &(dyn Fn(u8) + Send + Sync)) -> Result<()> {
+        self.calls.lock().unwrap().push(req.clone());
+        if self
+            .failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            bail!("writing /dev/vda at offset 1048576: Input/output error (os error 5)");
+        }
+        let ign = std::fs::read_to_string(&req.ignition)?;
+        assert_eq!(
+            ign, IGNITION,
+            "the writer gets the Ignition the service served"
+        );
+        for p in 0..=100 {
+            percent(p);
+        }
+        Ok(())
+    }
+}
+
+struct Harness {
+    svc: FakeService,
+    runner: Arc<RecordingRunner>,
+    clock: Arc<FakeClock>,
+    writer: Arc<FakeWriter>,
+    dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn new(role: &str) -> Harness {
+        let svc = FakeService::start();
+        svc.set_host_role(HOST, role);
+        svc.set_host_ignition(HOST, IGNITION);
+        let runner = Arc::new(RecordingRunner::new());
+        // A BIOS machine, not PowerVM: no boot entry to create.
+        runner.fail("test -f /usr/sbin/bootlist", 1, "");
+        runner.fail("test -d /sys/firmware/efi", 1, "");
+        Harness {
+            svc,
+            runner,
+            clock: Arc::new(FakeClock::new()),
+            writer: Arc::new(FakeWriter::default()),
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn flow(&self, role: &str, retry: ClientRetry) -> Flow {
+        let mut cfg = InstallerConfig {
+            role: role.into(),
+            cluster_id: CLUSTER.into(),
+            infra_env_id: INFRA.into(),
+            host_id: HOST.into(),
+            boot_device: "/dev/vda".into(),
+            url: self.svc.url(),
+            openshift_version: "4.17".into(),
+            installer_args: vec![
+                "--image-url".into(),
+                "http://mirror.example/rhcos-metal.x86_64.raw.gz".into(),
+                "--append-karg".into(),
+                "nameserver=8.8.8.8".into(),
+                "-n".into(),
+            ],
+            ..InstallerConfig::default()
+        };
+        cfg.set_defaults();
+        let client = Arc::new(
+            ServiceClient::new(ClientConfig {
+                url: self.svc.url(),
+                token: self.svc.token(),
+                insecure: false,
+                cacert: None,
+                retry,
+            })
+            .unwrap(),
+        );
+        let runner: Arc<dyn CommandRunner> = self.runner.clone();
+        Flow {
+            cfg,
+            token: self.svc.token(),
+            reporter: Reporter::spawn(client.clone(), INFRA.into(), HOST.into()),
+            client,
+            host: Host::new(
+                runner.clone(),
+                Arc::new(ShutdownRebooter::new(runner)),
+                self.clock.clone(),
+                false,
+            ),
+            writer: self.writer.clone(),
+            paths: Paths {
+                install_dir: self.dir.path().join("install-dir"),
+                registry_marker: self.dir.path().join("no-registry"),
+            },
+            arch: "x86_64".into(),
+        }
+    }
+
+    fn reports(&self) -> Vec<(String, String)> {
+        self.svc.progress_reports(HOST)
+    }
+}
+
+fn fast_retry() -> ClientRetry {
+    ClientRetry {
+        min_retries: 3,
+        max_retries: 30,
+        delay_base: Duration::from_millis(1),
+        delay_cap: Duration::from_millis(10),
+    }
+}
+
+fn s(stage: &str, info: &str) -> (String, String) {
+    (stage.to_string(), info.to_string())
+}
+
+/// The reports of a successful write: "" then 5%, 10%, … 100%.
+fn writing() -> Vec<(String, String)> {
+    std::iter::once(s("Writing image to disk", ""))
+        .chain(
+            (5..=100)
+                .step_by(5)
+                .map(|p| s("Writing image to disk", &format!("{p}%"))),
+        )
+        .collect()
+}
+
+fn master_sequence() -> Vec<(String, String)> {
+    let mut v = vec![
+        s("Starting installation", "master"),
+        s("Installing", "master"),
+    ];
+    v.extend(writing());
+    v.push(s("Rebooting", ""));
+    v
+}
+
+#[test]
+fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
+    let h = Harness::new("master");
+    let flow = h.flow("master", fast_retry());
+    run_installer(&flow).unwrap();
+    assert_eq!(h.reports(), master_sequence());
+    // The write got the device, the downloaded Ignition and the installer args.
+    let calls = h.writer.calls.lock().unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].device.display().to_string(), "/dev/vda");
+    assert_eq!(
+        calls[0].ignition,
+        h.dir
+            .path()
+            .join("install-dir")
+            .join(format!("master-{HOST}.ign"))
+    );
+    assert_eq!(
+        calls[0].args.append_kargs,
+        vec!["nameserver=8.8.8.8".to_string()]
+    );
+    assert!(calls[0].args.copy_network);
+    let lines = h.runner.lines();
+    assert!(
+        lines.contains(&"wipefs --all --force /dev/vda".to_string()),
+        "{lines:#?}"
+    );
+    let logs = lines
+        .iter()
+        .find(|l| l.starts_with("podman run"))
+        .expect("logs_sender ran");
+    assert!(
+        logs.contains("logs_sender") && logs.contains("-bootstrap=false"),
+        "{logs}"
+    );
+    assert_eq!(
+        lines.last().unwrap(),
+        "shutdown -r +1 'Installation completed, server is going to reboot.'"
+    );
+    assert_eq!(
+        h.svc.host_logs_reports(),
+        vec![(HOST.to_string(), "requested".to_string())]
+    );
+    // Every request carried the token and a request id.
+    for c in h.svc.calls() {
+        assert!(c.headers.iter().any(|(k, _)| k == "x-request-id"), "{c:?}");
+    }
+}
+
+#[test]
+fn worker_waits_for_two_done_masters_after_the_write() {
+    let h = Harness::new("worker");
+    h.svc.set_hosts_script(|poll| {
+        let stage = if poll >= 3 {
+            Some("Done")
+        } else {
+            Some("Rebooting")
+        };
+        vec![
+            host_json(
+                "8c4d5e6f-7081-4b92-8d1e-2f3a4b5c6d7e",
+                INFRA,
+                "master",
+                stage,
+            ),
+            host_json(
+                "9d5e6f70-8192-4ca3-9e2f-3a4b5c6d7e8f",
+                INFRA,
+                "master",
+                stage,
+            ),
+            host_json(
+                "ae6f7081-92a3-4db4-8f3a-4b5c6d7e8f90",
+                INFRA,
+                "master",
+                Some("Rebooting"),
+            ),
+        ]
+    });
+    let flow = h.flow("worker", fast_retry());
+    run_installer(&flow).unwrap();
+    let mut want = vec![
+        s("Starting installation", "worker"),
+        s("Installing", "worker"),
+    ];
+    want.extend(writing());
+    want.push(s("Waiting for control plane", ""));
+    want.push(s("Rebooting", ""));
+    assert_eq!(h.reports(), want);
+    let master_polls = h
+        .svc
+        .calls_to("/hosts")
+        .iter()
+        .filter(|c| c.method == "GET" && c.query.contains("role=master"))
+        .count();
+    assert!(master_polls >= 3, "polled {master_polls} times");
+    assert!(
+        h.clock.sleeps().contains(&Duration::from_secs(5)),
+        "polls 5 s apart"
+    );
+    let ign = &h.writer.calls.lock().unwrap()[0].ignition;
+    assert!(ign.ends_with(format!("worker-{HOST}.ign")), "{ign:?}");
+}
+
+#[test]
+fn a_master_and_an_arbiter_are_enough_for_a_worker() {
+    let h = Harness::new("worker");
+    h.svc.set_hosts_script(|_| {
+        vec![
+            host_json(
+                "8c4d5e6f-7081-4b92-8d1e-2f3a4b5c6d7e",
+                INFRA,
+                "master",
+                Some("Done"),
+            ),
+            host_json(
+                "9d5e6f70-8192-4ca3-9e2f-3a4b5c6d7e8f",
+                INFRA,
+                "arbiter",
+                Some("Done"),
+            ),
+        ]
+    });
+    run_installer(&h.flow("worker", fast_retry())).unwrap();
+    assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
+}
+
+#[test]
+fn a_day_two_worker_does_not_wait() {
+    let h = Harness::new("worker");
+    h.svc.set_cluster(json!({"kind": "AddHostsCluster"}));
+    run_installer(&h.flow("worker", fast_retry())).unwrap();
+    assert!(h.reports().contains(&s("Waiting for control plane", "")));
+    assert!(
+        h.svc
+            .calls_to("/hosts")
+            .iter()
+            .all(|c| !c.query.contains("role=")),
+        "no host polling"
+    );
+    assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
+}
+
+#[test]
+fn a_failed_ignition_download_reports_failed_with_the_reason() {
+    let h = Harness::new("master");
+    h.svc.fail_path("downloads/ignition", 404);
+    let err = run_installer(&h.flow("master", fast_retry())).unwrap_err();
+    let reports = h.reports();
+    let (stage, info) = reports.last().unwrap();
+    assert_eq!(stage, "Failed");
+    assert!(
+        info.contains("downloading the host Ignition config") && info.contains("404"),
+        "{info}"
+    );
+    assert_eq!(info, &format!("{err:#}"));
+    assert!(h.writer.calls.lock().unwrap().is_empty(), "nothing written");
+    assert!(
+        !h.runner.lines().iter().any(|l| l.starts_with("shutdown")),
+        "no reboot"
+    );
+}
+
+#[test]
+fn a_write_failing_three_times_reports_failed() {
+    let h = Harness::new("master");
+    h.writer.failures.store(3, Ordering::SeqCst);
+    run_installer(&h.flow("master", fast_retry())).unwrap_err();
+    assert_eq!(h.writer.calls.lock().unwrap().len(), 3);
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert!(
+        info.starts_with("failed after 3 attempts, last error: "),
+        "{info}"
+    );
+    assert!(info.contains("Input/output error"), "{info}");
+    assert_eq!(
+        h.clock
+            .sleeps()
+            .iter()
+            .filter(|d| **d == Duration::from_secs(1))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn a_write_failing_twice_then_succeeding_installs() {
+    let h = Harness::new("master");
+    h.writer.failures.store(2, Ordering::SeqCst);
+    run_installer(&h.flow("master", fast_retry())).unwrap();
+    assert_eq!(h.writer.calls.lock().unwrap().len(), 3);
+    assert_eq!(h.reports(), master_sequence());
+}
+
+#[test]
+fn a_failed_disk_cleanup_is_reported_and_the_install_continues() {
+    let h = Harness::new("master");
+    h.runner.fail(
+        "wipefs --all --force /dev/vda",
+        1,
+        "wipefs: error: /dev/vda: probing initialization failed",
+    );
+    h.runner.fail(
+        "wipefs --all /dev/vda",
+        1,
+        "wipefs: error: /dev/vda: probing initialization failed",
+    );
+    run_installer(&h.flow("master", fast_retry())).unwrap();
+    let mut want = vec![
+        s("Starting installation", "master"),
+        s("Starting installation", CLEAN_FAILED),
+        s("Installing", "master"),
+    ];
+    want.extend(writing());
+    want.push(s("Rebooting", ""));
+    assert_eq!(h.reports(), want);
+}
+
+#[test]
+fn skip_installation_disk_cleanup_runs_no_cleanup_command() {
+    let h = Harness::new("master");
+    let mut flow = h.flow("master", fast_retry());
+    flow.cfg.skip_installation_disk_cleanup = true;
+    run_installer(&flow).unwrap();
+    assert!(!h
+        .runner
+        .lines()
+        .iter()
+        .any(|l| l.starts_with("wipefs") || l.starts_with("vgs")));
+}
+
+#[test]
+fn service_answering_503_then_200_is_retried() {
+    let h = Harness::new("master");
+    h.svc.fail_next(2, 503);
+    run_installer(&h.flow("master", fast_retry())).unwrap();
+    assert_eq!(h.reports(), master_sequence());
+}
+
+#[test]
+fn a_service_unreachable_for_a_while_loses_no_stage_and_keeps_the_order() {
+    let h = Harness::new("master");
+    h.svc.unavailable_for(Duration::from_millis(1500));
+    let retry = ClientRetry {
+        min_retries: 3,
+        max_retries: 400,
+        delay_base: Duration::from_millis(5),
+        delay_cap: Duration::from_millis(50),
+    };
+    run_installer(&h.flow("master", retry)).unwrap();
+    assert_eq!(h.reports(), master_sequence());
+}
+
+#[test]
+fn ironic_present_stops_the_agent_instead_of_rebooting() {
+    let h = Harness::new("master");
+    h.runner.ok(
+        "systemctl list-units --no-legend ironic-agent.service",
+        "ironic-agent.service loaded active running Ironic agent",
+    );
+    run_installer(&h.flow("master", fast_retry())).unwrap();
+    assert_eq!(
+        h.reports().last().unwrap(),
+        &s("Rebooting", "Ironic will reboot the node shortly")
+    );
+    let lines = h.runner.lines();
+    assert!(
+        lines.contains(&"systemctl stop agent.service".to_string()),
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.starts_with("shutdown")));
+}
+
+#[test]
+fn unsupported_installer_args_fail_before_anything_is_touched() {
+    let h = Harness::new("master");
+    let mut flow = h.flow("master", fast_retry());
+    flow.cfg.installer_args = vec!["--platform".into(), "aws".into()];
+    run_installer(&flow).unwrap_err();
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert!(info.contains("--platform"), "{info}");
+    assert!(
+        h.runner.lines().iter().all(|l| !l.starts_with("wipefs")),
+        "disk untouched"
+    );
+}
+
+#[test]
+fn no_image_source_fails_with_what_to_pass() {
+    let h = Harness::new("master");
+    let mut flow = h.flow("master", fast_retry());
+    flow.cfg.installer_args = vec!["-n".into()];
+    run_installer(&flow).unwrap_err();
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert!(
+        info.contains("--image-url") && info.contains("--image-file"),
+        "{info}"
+    );
+    assert!(h.writer.calls.lock().unwrap().is_empty());
+}
+
+#[test]
+fn a_reboot_failure_is_fatal() {
+    let h = Harness::new("master");
+    h.runner.fail(
+        "shutdown -r +1 'Installation completed, server is going to reboot.'",
+        1,
+        "Failed to set wall message",
+    );
+    run_installer(&h.flow("master", fast_retry())).unwrap_err();
+    assert_eq!(h.reports().last().unwrap().0, "Failed");
+}
