@@ -51,7 +51,12 @@ pub fn run(args: &[String]) -> i32 {
             return u.exit_code;
         }
     };
-    logging::init_with_file(cfg.verbose, Some(&log_file(&cfg, &env)));
+    // journald fields as the Go installer sets them (logs_sender selects entries by TAG).
+    let journal = vec![
+        ("TAG".to_string(), "installer".to_string()),
+        ("DRY_AGENT_ID".to_string(), cfg.force_id.clone()),
+    ];
+    logging::init_with_file(cfg.verbose, Some(&log_file(&cfg, &env)), Some(journal));
     if let Some(w) = cfg.ignored_args_warning() {
         tracing::warn!("{w}");
     }

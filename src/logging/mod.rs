@@ -1,6 +1,9 @@
-//! Logs go to stderr through `tracing` (stdout carries only results, such as the summary); the
-//! installer entrypoint also appends them to a file, as the Go installer does, because the
-//! agent's logs_sender collects /var/log/assisted-installer.log.
+//! Logs go to stderr through `tracing` (stdout carries only results, such as the summary). The
+//! installer entrypoint, like the Go installer, also appends them to
+//! /var/log/assisted-installer.log and sends them to journald with `TAG=installer` (what the
+//! agent's logs_sender collects).
+
+pub mod journald;
 
 use std::fs::OpenOptions;
 use std::io::IsTerminal;
@@ -16,12 +19,12 @@ fn filter(verbose: bool) -> EnvFilter {
 }
 
 pub fn init(verbose: bool) {
-    init_with_file(verbose, None);
+    init_with_file(verbose, None, None);
 }
 
-/// stderr, plus `file` (appended) when given; a file that cannot be opened is reported on
-/// stderr and skipped, never fatal.
-pub fn init_with_file(verbose: bool, file: Option<&Path>) {
+/// stderr, plus `file` (appended) when given, plus journald with these extra fields when
+/// given; a file or journal that cannot be used is skipped, never fatal.
+pub fn init_with_file(verbose: bool, file: Option<&Path>, journal: Option<Vec<(String, String)>>) {
     let stderr = fmt::layer()
         .with_writer(std::io::stderr)
         // Colour only for people: journals and CI logs get plain text.
@@ -47,8 +50,12 @@ pub fn init_with_file(verbose: bool, file: Option<&Path>) {
                 }
             },
         );
+    let journal_layer = journal
+        .and_then(|fields| journald::JournaldLayer::new(Path::new(journald::SOCKET), fields))
+        .map(|l| l.with_filter(filter(verbose)));
     let _ = tracing_subscriber::registry()
         .with(stderr)
         .with(file_layer)
+        .with(journal_layer)
         .try_init();
 }

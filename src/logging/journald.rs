@@ -1,0 +1,146 @@
+//! Log entries to journald, as the Go installer sends them: the agent's logs_sender collects
+//! journal entries by `TAG=installer`, so this is how our logs reach the bundle uploaded to
+//! the assisted-service. Native protocol over the datagram socket (the installer container
+//! mounts /run/systemd/journal/socket); no socket, no journald logging. Never fatal.
+
+use std::fmt::Write as _;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::Layer;
+
+pub const SOCKET: &str = "/run/systemd/journal/socket";
+
+pub struct JournaldLayer {
+    socket: UnixDatagram,
+    path: PathBuf,
+    /// Extra fields on every entry (`TAG=installer`, and `DRY_AGENT_ID` in dry-run mode).
+    fields: Vec<(String, String)>,
+}
+
+impl JournaldLayer {
+    /// A layer sending to `path`, or `None` when there is no journal there.
+    pub fn new(path: &Path, fields: Vec<(String, String)>) -> Option<JournaldLayer> {
+        if !path.exists() {
+            return None;
+        }
+        let socket = UnixDatagram::unbound().ok()?;
+        Some(JournaldLayer {
+            socket,
+            path: path.to_path_buf(),
+            fields,
+        })
+    }
+}
+
+/// One field in the native format: `KEY=value\n`, or, when the value holds a newline,
+/// `KEY\n` + little-endian u64 length + value + `\n`.
+pub fn append_field(buf: &mut Vec<u8>, key: &str, value: &str) {
+    buf.extend_from_slice(key.as_bytes());
+    if value.contains('\n') {
+        buf.push(b'\n');
+        buf.extend_from_slice(&(value.len() as u64).to_le_bytes());
+    } else {
+        buf.push(b'=');
+    }
+    buf.extend_from_slice(value.as_bytes());
+    buf.push(b'\n');
+}
+
+fn priority(level: &Level) -> &'static str {
+    match *level {
+        Level::ERROR => "3",
+        Level::WARN => "4",
+        Level::INFO => "6",
+        _ => "7",
+    }
+}
+
+#[derive(Default)]
+struct Message {
+    text: String,
+    rest: String,
+}
+
+impl Visit for Message {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.text, "{value:?}");
+        } else {
+            let _ = write!(self.rest, " {}={value:?}", field.name());
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.text.push_str(value);
+        } else {
+            let _ = write!(self.rest, " {}={value}", field.name());
+        }
+    }
+}
+
+impl<S: Subscriber> Layer<S> for JournaldLayer {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let mut msg = Message::default();
+        event.record(&mut msg);
+        let mut buf = Vec::with_capacity(256);
+        append_field(&mut buf, "MESSAGE", &format!("{}{}", msg.text, msg.rest));
+        append_field(&mut buf, "PRIORITY", priority(event.metadata().level()));
+        append_field(&mut buf, "SYSLOG_IDENTIFIER", "assisted-installer");
+        for (k, v) in &self.fields {
+            append_field(&mut buf, k, v);
+        }
+        // Best effort: a full or missing journal must not stop the install.
+        let _ = self.socket.send_to(&buf, &self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[test]
+    fn fields_use_the_native_format() {
+        let mut b = Vec::new();
+        append_field(&mut b, "TAG", "installer");
+        assert_eq!(b, b"TAG=installer\n");
+        let mut b = Vec::new();
+        append_field(&mut b, "MESSAGE", "a\nb");
+        let mut want = b"MESSAGE\n".to_vec();
+        want.extend_from_slice(&3u64.to_le_bytes());
+        want.extend_from_slice(b"a\nb\n");
+        assert_eq!(b, want);
+    }
+
+    #[test]
+    fn events_reach_the_socket_with_the_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.sock");
+        let server = UnixDatagram::bind(&path).unwrap();
+        let layer = JournaldLayer::new(&path, vec![("TAG".into(), "installer".into())]).unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(device = "/dev/sda", "cleaning failed");
+        });
+        let mut buf = [0u8; 4096];
+        let n = server.recv(&mut buf).unwrap();
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(
+            text.contains("MESSAGE=cleaning failed device=/dev/sda\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("PRIORITY=4\n") && text.contains("TAG=installer\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn no_socket_no_layer() {
+        assert!(JournaldLayer::new(Path::new("/nonexistent/journal.sock"), vec![]).is_none());
+    }
+}
