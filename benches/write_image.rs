@@ -6,6 +6,8 @@
 
 #[path = "../testdata/coreos_image.rs"]
 mod coreos_image;
+#[path = "../tests/common/fake_service.rs"]
+mod fake_service;
 #[path = "../tests/common/http_server.rs"]
 mod http_server;
 
@@ -329,6 +331,16 @@ fn report() {
             "xz multi-block decoding, all threads vs 1 thread: {r:.2}x faster (required >= 1.6)"
         );
     }
+    if let (Some(early), Some(late)) = (
+        get("single-node", "early-write"),
+        get("single-node", "write-after-bootkube"),
+    ) {
+        println!(
+            "single-node critical path (gz image, bootstrap simulated at {} s): {late:.2} s writing after bootkube, {early:.2} s with the early write ({:.2} s saved)",
+            SIMULATED_BOOTSTRAP.as_secs(),
+            late - early
+        );
+    }
     let rss = PEAK_RSS.lock().unwrap();
     for fmt in ["gz", "xz", "zst", "raw"] {
         let peak = rss
@@ -344,10 +356,130 @@ fn report() {
 
 static FIXTURE_SIZE: OnceLock<u64> = OnceLock::new();
 
+/// How long the simulated bootstrap control plane takes to form (bootkube's work).
+const SIMULATED_BOOTSTRAP: Duration = Duration::from_secs(4);
+
+/// One single-node install, in-process: recorded host commands, a fake assisted-service, the
+/// real writer onto the bench loop device, and bootkube "done" after SIMULATED_BOOTSTRAP.
+fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
+    use assisted_installer::cli::go_flags::InstallerConfig;
+    use assisted_installer::flow::node::run_installer;
+    use assisted_installer::flow::writer::InProcessWriter;
+    use assisted_installer::flow::{Flow, Intervals, Paths};
+    use assisted_installer::host::clock::SystemClock;
+    use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
+    use assisted_installer::host::reboot::ShutdownRebooter;
+    use assisted_installer::host::Host;
+    use assisted_installer::image::Cancel;
+    use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
+    use assisted_installer::service::reporter::Reporter;
+    use std::sync::Arc;
+    const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
+    const ID: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
+    let svc = fake_service::FakeService::start();
+    svc.set_host_role(HOST, "sno");
+    svc.set_host_ignition(HOST, r#"{"ignition":{"version":"3.4.0"}}"#);
+    svc.set_cluster_file(
+        "bootstrap.ign",
+        r#"{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/root/.docker/config.json","contents":{"source":"data:,%7B%22auths%22%3A%7B%7D%7D"}}]}}"#,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let openshift = dir.path().join("openshift");
+    std::fs::create_dir_all(&openshift).unwrap();
+    std::fs::write(
+        openshift.join("master.ign"),
+        r#"{"ignition":{"version":"3.2.0"}}"#,
+    )
+    .unwrap();
+    let runner = Arc::new(RecordingRunner::new());
+    runner.ok("hostname", "sno-0");
+    let runner: Arc<dyn CommandRunner> = runner;
+    let client = Arc::new(
+        ServiceClient::new(ClientConfig {
+            url: svc.url(),
+            token: svc.token(),
+            insecure: false,
+            cacert: None,
+            retry: ClientRetry::default(),
+        })
+        .unwrap(),
+    );
+    let flow = Flow {
+        cfg: InstallerConfig {
+            role: "master".into(),
+            cluster_id: ID.into(),
+            infra_env_id: ID.into(),
+            host_id: HOST.into(),
+            boot_device: f.loop_dev.display().to_string(),
+            url: svc.url(),
+            control_plane_count: 1,
+            skip_installation_disk_cleanup: true,
+            installer_args: vec![
+                "--image-url".into(),
+                f.server.url("/gz"),
+                "--sha256".into(),
+                f.set.gz.sha256.clone(),
+            ],
+            ..InstallerConfig::default()
+        },
+        token: svc.token(),
+        reporter: Arc::new(Reporter::spawn(client.clone(), ID.into(), HOST.into())),
+        client,
+        host: Host::new(
+            runner.clone(),
+            Arc::new(ShutdownRebooter::new(runner)),
+            Arc::new(SystemClock),
+            false,
+        ),
+        writer: Arc::new(InProcessWriter {
+            stop: Cancel::new(),
+            cacert: None,
+        }),
+        paths: Paths {
+            install_dir: dir.path().join("install-dir"),
+            registry_marker: dir.path().join("none"),
+            openshift_dir: openshift.clone(),
+            extracted_pull_secret: dir.path().join("pull-secret.json"),
+            resolv_conf: dir.path().join("resolv.conf"),
+            container_logs: dir.path().join("containers"),
+        },
+        arch: "x86_64".into(),
+        kube: Arc::new(|_: &Path| anyhow::bail!("single node needs no Kubernetes client")),
+        intervals: Intervals {
+            poll: Duration::from_millis(50),
+            slow_poll: Duration::from_millis(200),
+        },
+        early_write,
+    };
+    let done = openshift.join(".bootkube.done");
+    let start = Instant::now();
+    let bootkube = std::thread::spawn(move || {
+        std::thread::sleep(SIMULATED_BOOTSTRAP);
+        std::fs::write(done, "").unwrap();
+    });
+    run_installer(&flow).expect("single-node install");
+    let took = start.elapsed();
+    bootkube.join().unwrap();
+    took
+}
+
+fn single_node(c: &mut Criterion) {
+    let f = fixture();
+    let mut g = c.benchmark_group("single-node");
+    g.sample_size(10).warm_up_time(Duration::from_millis(1));
+    for (id, early) in [("early-write", true), ("write-after-bootkube", false)] {
+        g.bench_function(id, |b| {
+            b.iter_custom(|n| (0..n).map(|_| single_node_install(f, early)).sum())
+        });
+    }
+    g.finish();
+}
+
 fn benches(c: &mut Criterion) {
     let _ = FIXTURE_SIZE.set(fixture().set.raw.size);
     stage_limits(c);
     end_to_end(c);
+    single_node(c);
 }
 
 criterion_group!(group, benches);

@@ -1,6 +1,7 @@
 //! The on-host OpenShift assisted-installer: a streaming CoreOS disk writer (`image`, `disk`)
 //! and, on top of it, the install flows. `main.rs` only parses arguments and dispatches here.
 
+pub mod bootstrap;
 pub mod cli;
 pub mod commands;
 pub mod disk;
@@ -8,6 +9,7 @@ pub mod embed;
 pub mod flow;
 pub mod host;
 pub mod image;
+pub mod kube;
 pub mod logging;
 pub mod postinstall;
 pub mod service;

@@ -4,12 +4,12 @@
 
 #[path = "common/fake_service.rs"]
 mod fake_service;
+#[path = "common/fake_writer.rs"]
+mod fake_writer;
 
-use anyhow::{bail, Result};
 use assisted_installer::cli::go_flags::InstallerConfig;
 use assisted_installer::flow::node::run_installer;
-use assisted_installer::flow::writer::{DiskWriter, WriteRequest};
-use assisted_installer::flow::{Flow, Paths};
+use assisted_installer::flow::{Flow, Intervals, Paths};
 use assisted_installer::host::clock::FakeClock;
 use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
 use assisted_installer::host::reboot::ShutdownRebooter;
@@ -17,9 +17,10 @@ use assisted_installer::host::Host;
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
 use assisted_installer::service::reporter::Reporter;
 use fake_service::{host_json, FakeService};
+use fake_writer::FakeWriter;
 use serde_json::json;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 const CLUSTER: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
@@ -27,35 +28,6 @@ const INFRA: &str = "6a2b3c4d-5e6f-4a70-8b9c-0d1e2f3a4b5c";
 const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
 const IGNITION: &str = r#"{"ignition":{"version":"3.4.0","config":{"merge":[{"source":"https://api-int.example:22623/config/master"}]}}}"#;
 const CLEAN_FAILED: &str = "Could not clean install device /dev/vda. The installation will continue. If the installation fails, clean the disk and try again";
-
-/// A disk writer that reports 0..=100% and fails the first `failures` calls.
-#[derive(Default)]
-struct FakeWriter {
-    calls: Mutex<Vec<WriteRequest>>,
-    failures: AtomicU32,
-}
-
-impl DiskWriter for FakeWriter {
-    fn write(&self, req: &WriteRequest, percent: &(dyn Fn(u8) + Send + Sync)) -> Result<()> {
-        self.calls.lock().unwrap().push(req.clone());
-        if self
-            .failures
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            bail!("writing /dev/vda at offset 1048576: Input/output error (os error 5)");
-        }
-        let ign = std::fs::read_to_string(&req.ignition)?;
-        assert_eq!(
-            ign, IGNITION,
-            "the writer gets the Ignition the service served"
-        );
-        for p in 0..=100 {
-            percent(p);
-        }
-        Ok(())
-    }
-}
 
 struct Harness {
     svc: FakeService,
@@ -78,7 +50,11 @@ impl Harness {
             svc,
             runner,
             clock: Arc::new(FakeClock::new()),
-            writer: Arc::new(FakeWriter::default()),
+            writer: {
+                let w = FakeWriter::default();
+                *w.expected_ignition.lock().unwrap() = Some(IGNITION.to_string());
+                Arc::new(w)
+            },
             dir: tempfile::tempdir().unwrap(),
         }
     }
@@ -116,7 +92,7 @@ impl Harness {
         Flow {
             cfg,
             token: self.svc.token(),
-            reporter: Reporter::spawn(client.clone(), INFRA.into(), HOST.into()),
+            reporter: Arc::new(Reporter::spawn(client.clone(), INFRA.into(), HOST.into())),
             client,
             host: Host::new(
                 runner.clone(),
@@ -128,8 +104,14 @@ impl Harness {
             paths: Paths {
                 install_dir: self.dir.path().join("install-dir"),
                 registry_marker: self.dir.path().join("no-registry"),
+                ..Paths::default()
             },
             arch: "x86_64".into(),
+            kube: Arc::new(|_: &std::path::Path| {
+                anyhow::bail!("no Kubernetes API in master/worker scenarios")
+            }),
+            intervals: Intervals::default(),
+            early_write: true,
         }
     }
 

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use crate::cli::go_flags::{self, InstallerConfig, ParseOutcome};
 use crate::flow::node::run_installer;
 use crate::flow::writer::InProcessWriter;
-use crate::flow::{Flow, Paths};
+use crate::flow::{Flow, Intervals, KubeFactory, Paths};
 use crate::host::clock::SystemClock;
 use crate::host::commands::{CommandRunner, NsenterRunner, RecordingRunner};
 use crate::host::reboot::{FakeReboot, Rebooter, ShutdownRebooter};
 use crate::host::Host;
 use crate::image::Cancel;
+use crate::kube::client::KubeClient;
+use crate::kube::KubeApi;
 use crate::service::client::{ClientConfig, ClientRetry, InventoryClient, ServiceClient};
 use crate::service::reporter::Reporter;
 use crate::{logging, signals};
@@ -102,11 +104,11 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         },
     })?;
     let client: Arc<dyn InventoryClient> = Arc::new(client);
-    let reporter = Reporter::spawn(
+    let reporter = Arc::new(Reporter::spawn(
         client.clone(),
         cfg.infra_env_id.clone(),
         cfg.host_id.clone(),
-    );
+    ));
     let commands: Arc<dyn CommandRunner> = if cfg.dry_run {
         // Dry-run: no host command runs; each is logged and answered with empty output.
         Arc::new(RecordingRunner::new())
@@ -140,5 +142,17 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         writer,
         paths: Paths::default(),
         arch: std::env::consts::ARCH.to_string(),
+        kube: kube_factory(),
+        intervals: Intervals::default(),
+        early_write: true,
     })
+}
+
+/// The new cluster's API through kube-rs, from the kubeconfig bootkube writes.
+fn kube_factory() -> KubeFactory {
+    Arc::new(
+        |path: &std::path::Path| -> anyhow::Result<Arc<dyn KubeApi>> {
+            Ok(Arc::new(KubeClient::from_kubeconfig(path)?))
+        },
+    )
 }

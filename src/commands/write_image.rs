@@ -30,6 +30,39 @@ pub fn run_plan(
     progress: &dyn ProgressSink,
     stop: &Cancel,
 ) -> Result<WriteSummary> {
+    let streamed = stream_plan(plan, progress, stop)?;
+    streamed.finish(&plan.post, stop)
+}
+
+/// A verified image on a disk whose partition table is not written yet (it cannot boot), with
+/// the disk still held exclusively: what the install flows keep while the control plane forms.
+pub struct Streamed {
+    dev: Device,
+    staged: Staged,
+    opts: WriteOptions,
+}
+
+impl Streamed {
+    /// Apply the post-install steps, then write the partition table.
+    pub fn finish(self, post: &PostInstall, stop: &Cancel) -> Result<WriteSummary> {
+        let path = self.dev.path().display().to_string();
+        finish(self.dev, self.staged, &self.opts, post, stop)
+            .with_context(|| format!("writing the image to {path}"))
+    }
+
+    /// Give up: reset the disk to an empty partition table (keeping saved partitions).
+    pub fn abandon(self, why: anyhow::Error) -> anyhow::Error {
+        let ss = self.staged.layout().sector_size;
+        reset_after_failure(&self.dev, ss, &self.opts, why)
+    }
+}
+
+/// Stream and verify, without post-install steps and without writing the partition table.
+pub fn stream_plan(
+    plan: &WritePlan,
+    progress: &dyn ProgressSink,
+    stop: &Cancel,
+) -> Result<Streamed> {
     // The source first: a wrong URL or an unreachable server fails before the disk is opened.
     let src = source::open(&plan.location, &plan.http, stop)?;
     let dev = Device::open_for_write(&plan.device)?;
@@ -46,8 +79,7 @@ pub fn run_plan(
     }
     let staged = stream_image(src, &dev, &opts, progress, stop)
         .with_context(|| format!("writing the image to {}", plan.device.display()))?;
-    finish(dev, staged, &opts, &plan.post, stop)
-        .with_context(|| format!("writing the image to {}", plan.device.display()))
+    Ok(Streamed { dev, staged, opts })
 }
 
 /// Post-install on the streamed (not yet bootable) disk, then commit the partition table. Any

@@ -2,15 +2,20 @@
 //! behind the narrow traits of `host` (commands, reboot, clock), the assisted-service behind
 //! `InventoryClient`, and the disk write behind `DiskWriter`; all chosen by the caller.
 
+pub mod bootstrap;
+pub mod early;
 pub mod node;
 pub mod wait;
 pub mod writer;
 
-use std::path::PathBuf;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::cli::go_flags::InstallerConfig;
 use crate::host::Host;
+use crate::kube::KubeApi;
 use crate::service::client::InventoryClient;
 use crate::service::reporter::Reporter;
 use writer::DiskWriter;
@@ -22,6 +27,14 @@ pub struct Paths {
     pub install_dir: PathBuf,
     /// Present on appliance/agent-based disconnected installs (`/run/media/iso/registry`).
     pub registry_marker: PathBuf,
+    /// What bootkube writes: `auth/kubeconfig`, `.bootkube.done`, `master.ign`, `manifests/`.
+    pub openshift_dir: PathBuf,
+    /// Shared with the host: the pull secret is written here before it is moved into place.
+    pub extracted_pull_secret: PathBuf,
+    /// This process's resolver config, refreshed from the host's (to resolve api-int).
+    pub resolv_conf: PathBuf,
+    /// Container logs, where the machine-config-server's shows who fetched Ignition.
+    pub container_logs: PathBuf,
 }
 
 impl Default for Paths {
@@ -29,19 +42,49 @@ impl Default for Paths {
         Paths {
             install_dir: PathBuf::from("/opt/install-dir"),
             registry_marker: PathBuf::from("/run/media/iso/registry"),
+            openshift_dir: PathBuf::from("/opt/openshift"),
+            extracted_pull_secret: PathBuf::from("/opt/extracted_from_ignition.json"),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            container_logs: PathBuf::from("/var/log/containers"),
         }
     }
 }
+
+/// How often the waits poll (the Go installer's values by default; tests shrink them).
+#[derive(Clone, Copy, Debug)]
+pub struct Intervals {
+    /// Node, bootkube, etcd, controller and annotation waits (Go: 5 s).
+    pub poll: Duration,
+    /// Other hosts' Configuring status from the MCS log, and the ABI worker wait (Go: 30 s).
+    pub slow_poll: Duration,
+}
+
+impl Default for Intervals {
+    fn default() -> Self {
+        Intervals {
+            poll: Duration::from_secs(5),
+            slow_poll: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Builds a Kubernetes client from a kubeconfig (the one bootkube writes).
+pub type KubeFactory = Arc<dyn Fn(&Path) -> Result<Arc<dyn KubeApi>> + Send + Sync>;
 
 /// Everything a flow acts through.
 pub struct Flow {
     pub cfg: InstallerConfig,
     pub token: String,
     pub client: Arc<dyn InventoryClient>,
-    pub reporter: Reporter,
+    pub reporter: Arc<Reporter>,
     pub host: Host,
     pub writer: Arc<dyn DiskWriter>,
     pub paths: Paths,
     /// `uname -m` of the host, for the UEFI loader name.
     pub arch: String,
+    pub kube: KubeFactory,
+    pub intervals: Intervals,
+    /// Stream the image during the control-plane wait on bootstrap and single-node hosts
+    /// (see `early`); off only to measure what it saves.
+    pub early_write: bool,
 }

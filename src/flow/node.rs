@@ -5,6 +5,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::bootstrap::{
+    bootstrap_post_phase, single_node_master_ignition, start_bootstrap, ConfiguringStatus,
+};
+use super::early::EarlyWrite;
 use super::wait::worker_wait_for_control_plane;
 use super::writer::WriteRequest;
 use super::Flow;
@@ -42,9 +46,6 @@ fn install_node(f: &Flow) -> Result<()> {
     let cfg = &f.cfg;
     f.reporter
         .stage(HostStage::StartingInstallation, cfg.role.as_str());
-    if cfg.role == "bootstrap" || cfg.is_single_node() {
-        bail!("the bootstrap and single-node flows are not available in this version of the installer");
-    }
     if !cfg.coreos_image.is_empty() {
         bail!("--coreos-image (installing onto the running root with ostree) is not supported by this installer");
     }
@@ -73,15 +74,53 @@ fn install_node(f: &Flow) -> Result<()> {
     }
     std::fs::create_dir_all(&f.paths.install_dir)
         .with_context(|| format!("creating {}", f.paths.install_dir.display()))?;
-    f.reporter.stage(HostStage::Installing, cfg.role.as_str());
-    let ignition = download_ignition(f)?;
+    let single_node = cfg.is_single_node();
+    let bootstrap = cfg.role == "bootstrap" && !single_node;
+    // The bootstrap and single-node disks are not needed by the live system: write them while
+    // the control plane forms (see flow::early).
+    let mut early = ((bootstrap || single_node) && f.early_write)
+        .then(|| EarlyWrite::start(f.writer.clone(), &device, &writer_args));
+    let result =
+        install_after_prologue(f, &device, writer_args, bootstrap, single_node, &mut early);
+    match (result, early) {
+        (Err(e), Some(early)) => Err(early.abandon(e)),
+        (r, _) => r,
+    }
+}
+
+fn install_after_prologue(
+    f: &Flow,
+    device: &std::path::Path,
+    writer_args: crate::cli::installer_args::WriterArgs,
+    bootstrap: bool,
+    single_node: bool,
+    early: &mut Option<EarlyWrite>,
+) -> Result<()> {
+    let cfg = &f.cfg;
+    let dev = device.display().to_string();
+    let mut role = cfg.role.clone();
+    let _configuring = if bootstrap {
+        start_bootstrap(f, false)?;
+        let watcher = (!cfg.dry_run).then(|| ConfiguringStatus::spawn(f));
+        role = "master".to_string();
+        watcher
+    } else {
+        None
+    };
+    f.reporter.stage(HostStage::Installing, role.as_str());
+    let ignition = if single_node {
+        single_node_master_ignition(f)?
+    } else {
+        download_ignition(f, &role)?
+    };
     write_image_to_disk(
         f,
         &WriteRequest {
-            device: device.clone(),
+            device: device.to_path_buf(),
             ignition,
             args: writer_args,
         },
+        early.take(),
     )?;
     if cfg.role == "worker" {
         worker_wait_for_control_plane(f);
@@ -99,29 +138,43 @@ fn install_node(f: &Flow) -> Result<()> {
             tracing::warn!("failed to set the boot order of {dev}: {e:#}");
         }
     }
-    if cfg.role == "master" && f.paths.registry_marker.exists() {
+    if role == "master" && f.paths.registry_marker.exists() {
         bail!("this host carries registry data (appliance install), which this installer cannot copy yet");
     }
-    upload_logs(f, false);
-    finalize(f)
+    if bootstrap {
+        bootstrap_post_phase(f)?;
+    }
+    upload_logs(f, bootstrap || single_node);
+    // Single node reboots at once; the others wait a minute (etcd bootstrap race, OCPBUGS-5988).
+    finalize(f, if single_node { "now" } else { "+1" })
 }
 
 /// `GET …/downloads/ignition` into `/opt/install-dir/<role>-<hostID>.ign`.
-fn download_ignition(f: &Flow) -> Result<PathBuf> {
+fn download_ignition(f: &Flow, role: &str) -> Result<PathBuf> {
     let cfg = &f.cfg;
     let path = f
         .paths
         .install_dir
-        .join(format!("{}-{}.ign", cfg.role, cfg.host_id));
+        .join(format!("{role}-{}.ign", cfg.host_id));
     f.client
         .download_host_ignition(&cfg.infra_env_id, &cfg.host_id, &path)
         .context("downloading the host Ignition config")?;
     Ok(path)
 }
 
-/// Report `Writing image to disk`, then up to three attempts with percentages.
-fn write_image_to_disk(f: &Flow, req: &WriteRequest) -> Result<()> {
+/// Report `Writing image to disk`, finish the early write if there is one, else (or if it
+/// failed) write with up to three attempts, with percentages.
+fn write_image_to_disk(f: &Flow, req: &WriteRequest, early: Option<EarlyWrite>) -> Result<()> {
     f.reporter.stage(HostStage::WritingImageToDisk, "");
+    if let Some(early) = early {
+        match early.complete(&f.reporter, &req.ignition) {
+            Ok(()) => return Ok(()),
+            Err(e) => tracing::warn!(
+                "the early write of {} failed ({e:#}); writing it again",
+                req.device.display()
+            ),
+        }
+    }
     let reporter = &f.reporter;
     let percent = |p: u8| reporter.write_percent(p);
     let mut last = None;
@@ -170,13 +223,13 @@ fn upload_logs(f: &Flow, is_bootstrap: bool) {
     }
 }
 
-/// Report `Rebooting`, drain the reports, and reboot in a minute (etcd bootstrap race,
-/// OCPBUGS-5988), or leave it to ironic, or touch the marker in dry-run mode.
-fn finalize(f: &Flow) -> Result<()> {
+/// Report `Rebooting`, drain the reports, and reboot `when`, or leave it to ironic, or touch
+/// the marker in dry-run mode.
+fn finalize(f: &Flow, when: &str) -> Result<()> {
     if f.cfg.dry_run {
         f.reporter.stage(HostStage::Rebooting, "");
         f.reporter.drain(Duration::from_secs(60));
-        return f.host.reboot.reboot("+1");
+        return f.host.reboot.reboot(when);
     }
     let ironic = ironic_agent_present(f.host.commands.as_ref())
         .map_err(|e| anyhow!("checking for the ironic agent: {e}"))?;
@@ -188,5 +241,5 @@ fn finalize(f: &Flow) -> Result<()> {
     }
     f.reporter.stage(HostStage::Rebooting, "");
     f.reporter.drain(Duration::from_secs(60));
-    f.host.reboot.reboot("+1")
+    f.host.reboot.reboot(when)
 }

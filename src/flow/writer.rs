@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::cli::installer_args::WriterArgs;
 use crate::cli::postinstall::DEFAULT_NETWORK_DIR;
 use crate::cli::write_image::WritePlan;
-use crate::commands::write_image::run_plan;
+use crate::commands::write_image::{run_plan, stream_plan, Streamed};
 use crate::disk::saved::{index_filters, label_filters};
 use crate::image::digest::{Expected, Sha256Sum};
 use crate::image::format::XzSettings;
@@ -30,6 +30,22 @@ pub struct WriteRequest {
 pub trait DiskWriter: Send + Sync {
     /// Write the image and embed the Ignition config; `percent` sees the progress.
     fn write(&self, req: &WriteRequest, percent: &(dyn Fn(u8) + Send + Sync)) -> Result<()>;
+    /// Stream and verify the image onto `device` without making the disk bootable (the
+    /// Ignition config is not known yet); `finish` on the result completes the write.
+    fn stream(
+        &self,
+        device: &Path,
+        args: &WriterArgs,
+        percent: &(dyn Fn(u8) + Send + Sync),
+    ) -> Result<Box<dyn PendingDisk>>;
+}
+
+/// A streamed, verified, not yet bootable disk.
+pub trait PendingDisk: Send {
+    /// Embed `ignition` and the post-install options, then write the partition table.
+    fn finish(self: Box<Self>, ignition: &Path) -> Result<()>;
+    /// Reset the disk (it must not boot a half-configured image); returns the error to report.
+    fn abandon(self: Box<Self>, why: anyhow::Error) -> anyhow::Error;
 }
 
 /// The in-process writer (what `write-image` runs).
@@ -39,9 +55,13 @@ pub struct InProcessWriter {
 }
 
 /// The write plan for a flow: image source and digests from `--installer-args`, Ignition from
-/// the flow. Pure apart from reading the Ignition file.
-pub fn plan_for(req: &WriteRequest, cacert: Option<&Path>) -> Result<WritePlan> {
-    let a = &req.args;
+/// the flow (when known). Pure apart from reading the Ignition file.
+pub fn plan_for(
+    device: &Path,
+    a: &WriterArgs,
+    ignition: Option<&Path>,
+    cacert: Option<&Path>,
+) -> Result<WritePlan> {
     let location = match (&a.image_url, &a.image_file) {
         (Some(u), None) => ImageLocation::Url(u.clone()),
         (None, Some(f)) => ImageLocation::File(f.clone()),
@@ -68,20 +88,7 @@ pub fn plan_for(req: &WriteRequest, cacert: Option<&Path>) -> Result<WritePlan> 
     }
     let mut save = label_filters(&a.save_partlabel);
     save.extend(index_filters(&a.save_partindex)?);
-    let ignition = IgnitionConfig::from_file(&req.ignition, None)
-        .with_context(|| format!("the Ignition config {}", req.ignition.display()))?;
-    let post = PostInstall {
-        ignition: Some(ignition),
-        append_kargs: a.append_kargs.clone(),
-        delete_kargs: a.delete_kargs.clone(),
-        network_dir: a.copy_network.then(|| {
-            a.network_dir
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_NETWORK_DIR))
-        }),
-        ..PostInstall::default()
-    };
-    post.validate()?;
+    let post = post_install(a, ignition)?;
     Ok(WritePlan {
         location,
         http: HttpOptions {
@@ -97,18 +104,84 @@ pub fn plan_for(req: &WriteRequest, cacert: Option<&Path>) -> Result<WritePlan> 
             xz: XzSettings::default(),
             ..WriteOptions::default()
         },
-        device: req.device.clone(),
+        device: device.to_path_buf(),
         save,
         post,
     })
 }
 
+/// The post-install options of `--installer-args` with the flow's Ignition config.
+fn post_install(a: &WriterArgs, ignition: Option<&Path>) -> Result<PostInstall> {
+    let ignition = ignition
+        .map(|p| {
+            IgnitionConfig::from_file(p, None)
+                .with_context(|| format!("the Ignition config {}", p.display()))
+        })
+        .transpose()?;
+    let post = PostInstall {
+        ignition,
+        append_kargs: a.append_kargs.clone(),
+        delete_kargs: a.delete_kargs.clone(),
+        network_dir: a.copy_network.then(|| {
+            a.network_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_NETWORK_DIR))
+        }),
+        ..PostInstall::default()
+    };
+    post.validate()?;
+    Ok(post)
+}
+
 impl DiskWriter for InProcessWriter {
     fn write(&self, req: &WriteRequest, percent: &(dyn Fn(u8) + Send + Sync)) -> Result<()> {
-        let plan = plan_for(req, self.cacert.as_deref())?;
+        let plan = plan_for(
+            &req.device,
+            &req.args,
+            Some(&req.ignition),
+            self.cacert.as_deref(),
+        )?;
         let progress = PercentCallback::new(percent);
         let summary = run_plan(&plan, &progress, &self.stop)?;
         tracing::info!("{summary}");
         Ok(())
+    }
+
+    fn stream(
+        &self,
+        device: &Path,
+        args: &WriterArgs,
+        percent: &(dyn Fn(u8) + Send + Sync),
+    ) -> Result<Box<dyn PendingDisk>> {
+        let plan = plan_for(device, args, None, self.cacert.as_deref())?;
+        let progress = PercentCallback::new(percent);
+        let streamed = stream_plan(&plan, &progress, &self.stop)?;
+        Ok(Box::new(InProcessPending {
+            streamed,
+            args: args.clone(),
+            stop: self.stop.clone(),
+        }))
+    }
+}
+
+struct InProcessPending {
+    streamed: Streamed,
+    args: WriterArgs,
+    stop: Cancel,
+}
+
+impl PendingDisk for InProcessPending {
+    fn finish(self: Box<Self>, ignition: &Path) -> Result<()> {
+        let post = match post_install(&self.args, Some(ignition)) {
+            Ok(p) => p,
+            Err(e) => return Err(self.streamed.abandon(e)),
+        };
+        let summary = self.streamed.finish(&post, &self.stop)?;
+        tracing::info!("{summary}");
+        Ok(())
+    }
+
+    fn abandon(self: Box<Self>, why: anyhow::Error) -> anyhow::Error {
+        self.streamed.abandon(why)
     }
 }

@@ -470,7 +470,7 @@ impl ServiceClient {
             let delay = self.retry.delay(attempt);
             let (status, msg) = failure;
             let msg = self.redact(&msg);
-            if attempt < 3 || attempt % 30 == 0 {
+            if attempt < 3 || attempt.is_multiple_of(30) {
                 warn!(call = call.name, method = %call.method, path = %call.path, status = ?status, error = %msg, attempt = attempt + 1, delay_ms = delay.as_millis() as u64, "assisted-service request failed, retrying");
             } else {
                 debug!(call = call.name, status = ?status, error = %msg, attempt = attempt + 1, "assisted-service request failed, retrying");

@@ -96,11 +96,25 @@ pub const BOOTSTRAP_ORDER: [&str; 11] = [
     "Done",
 ];
 
+/// Single node (bootstrap in place): bootkube finishes before the disk is written.
+pub const SNO_ORDER: [&str; 8] = [
+    "Starting installation",
+    "Installing",
+    "Waiting for bootkube",
+    "Writing image to disk",
+    "Copying registry data to disk",
+    "Rebooting",
+    "Joined",
+    "Done",
+];
+
 /// The allowed stage order for a role (`arbiter` and unknown roles use the master order).
 pub fn stage_order(role: &str) -> &'static [&'static str] {
     match role {
         "worker" => &WORKER_ORDER,
         "bootstrap" => &BOOTSTRAP_ORDER,
+        // Not a role the service stores: the fake's name for a single-node cluster's host.
+        "sno" => &SNO_ORDER,
         _ => &MASTER_ORDER,
     }
 }

@@ -1,0 +1,643 @@
+//! Tests of `ignition_merge` (kept apart: the rules file is long enough on its own).
+
+use super::*;
+use serde_json::json;
+
+fn config(version: &str, rest: Value) -> Value {
+    let mut config = json!({"ignition": {"version": version}});
+    config
+        .as_object_mut()
+        .unwrap()
+        .extend(rest.as_object().unwrap().clone());
+    config
+}
+
+fn v32(rest: Value) -> Value {
+    config("3.2.0", rest)
+}
+
+fn paths(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect()
+}
+
+fn names(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect()
+}
+
+// ----- parse_config and versions -----
+
+#[test]
+fn parses_every_supported_version() {
+    for version in SUPPORTED_VERSIONS {
+        let bytes = format!(r#"{{"ignition":{{"version":"{version}"}}}}"#);
+        let config = parse_config(bytes.as_bytes()).unwrap();
+        assert_eq!(spec_version(&config).unwrap(), version);
+    }
+}
+
+#[test]
+fn rejects_spec_2_naming_the_version() {
+    let err = parse_config(br#"{"ignition":{"version":"2.2.0"},"storage":{}}"#).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("\"2.2.0\""), "{text}");
+    assert!(text.contains("only Ignition v3"), "{text}");
+}
+
+#[test]
+fn rejects_other_versions_and_non_configs() {
+    for (bytes, expected) in [
+        (
+            &br#"{"ignition":{"version":"3.5.0"}}"#[..],
+            "unsupported spec version \"3.5.0\"",
+        ),
+        (
+            br#"{"ignition":{"version":"3.4.0-experimental"}}"#,
+            "unsupported spec version",
+        ),
+        (
+            br#"{"ignition":{"version":"3.2"}}"#,
+            "unsupported spec version",
+        ),
+        (br#"{"ignition":{"version":320}}"#, "not a string"),
+        (br#"{"ignition":{}}"#, "no ignition.version"),
+        (br#"{"storage":{}}"#, "no ignition.version"),
+        (br#"["ignition"]"#, "not a JSON object"),
+        (b"{", "not valid JSON"),
+        (b"", "not valid JSON"),
+    ] {
+        let err = parse_config(bytes).unwrap_err();
+        assert!(
+            format!("{err:#}").contains(expected),
+            "{err:#} / {expected}"
+        );
+    }
+}
+
+#[test]
+fn long_garbage_versions_are_shortened_in_errors() {
+    let version = "9".repeat(10_000);
+    let err = parse_config(format!(r#"{{"ignition":{{"version":"{version}"}}}}"#).as_bytes())
+        .unwrap_err();
+    assert!(err.to_string().len() < 200, "{err}");
+}
+
+#[test]
+fn result_has_the_higher_version() {
+    let older = config("3.1.0", json!({}));
+    let newer = config("3.4.0", json!({}));
+    for (parent, child) in [(&older, &newer), (&newer, &older)] {
+        let merged = merge(parent, child).unwrap();
+        assert_eq!(merged["ignition"]["version"], "3.4.0");
+    }
+    let merged = merge(&config("3.0.0", json!({})), &config("3.0.0", json!({}))).unwrap();
+    assert_eq!(merged["ignition"]["version"], "3.0.0");
+}
+
+#[test]
+fn merge_checks_both_versions() {
+    let good = v32(json!({}));
+    let bad = config("2.2.0", json!({}));
+    assert!(format!("{:#}", merge(&bad, &good).unwrap_err()).starts_with("parent ignition config"));
+    assert!(format!("{:#}", merge(&good, &bad).unwrap_err()).starts_with("child ignition config"));
+}
+
+// ----- scalars and objects -----
+
+#[test]
+fn child_scalars_win_when_set() {
+    let parent = v32(
+        json!({"ignition": {"version": "3.2.0", "timeouts": {"httpTotal": 10, "httpResponseHeaders": 5}},
+        "storage": {"files": [{"path": "/a", "overwrite": true, "mode": 420}]}}),
+    );
+    let child = v32(
+        json!({"ignition": {"version": "3.2.0", "timeouts": {"httpTotal": 60, "httpResponseHeaders": null}},
+        "storage": {"files": [{"path": "/a", "overwrite": false}]}}),
+    );
+    let merged = merge(&parent, &child).unwrap();
+    assert_eq!(
+        merged["ignition"]["timeouts"],
+        json!({"httpTotal": 60, "httpResponseHeaders": 5})
+    );
+    // An explicit false wins; a field the child leaves out keeps the parent's value.
+    assert_eq!(
+        merged["storage"]["files"][0],
+        json!({"path": "/a", "overwrite": false, "mode": 420})
+    );
+}
+
+#[test]
+fn objects_merge_recursively_and_type_mismatch_takes_the_child() {
+    let parent = v32(
+        json!({"ignition": {"version": "3.2.0", "proxy": {"httpProxy": "http://p:3128", "noProxy": ["a"]}},
+        "x-extension": {"keep": 1, "list": [1]}}),
+    );
+    let child = v32(
+        json!({"ignition": {"version": "3.2.0", "proxy": {"httpsProxy": "http://q:3128", "noProxy": ["b", "a"]}},
+        "x-extension": {"list": "not a list"}}),
+    );
+    let merged = merge(&parent, &child).unwrap();
+    assert_eq!(
+        merged["ignition"]["proxy"],
+        json!({"httpProxy": "http://p:3128", "httpsProxy": "http://q:3128", "noProxy": ["a", "b"]})
+    );
+    assert_eq!(
+        merged["x-extension"],
+        json!({"keep": 1, "list": "not a list"})
+    );
+}
+
+// ----- storage -----
+
+#[test]
+fn files_are_merged_by_path() {
+    let parent = v32(json!({"storage": {"files": [
+        {"path": "/etc/kubernetes/kubelet.conf", "mode": 420, "contents": {"source": "data:,kubelet"}},
+        {"path": "/etc/hostname", "mode": 420, "overwrite": true, "user": {"name": "root"},
+         "contents": {"source": "data:,localhost"}},
+    ]}}));
+    let child = v32(json!({"storage": {"files": [
+        {"path": "/etc/hostname", "contents": {"source": "data:,master-0"}},
+        {"path": "/etc/new", "contents": {"source": "data:,new"}},
+    ]}}));
+    let merged = merge(&parent, &child).unwrap();
+    let files = &merged["storage"]["files"];
+    assert_eq!(
+        paths(files),
+        ["/etc/kubernetes/kubelet.conf", "/etc/hostname", "/etc/new"]
+    );
+    // The child's contents win; the fields it does not set come from the parent.
+    assert_eq!(
+        files[1],
+        json!({"path": "/etc/hostname", "mode": 420, "overwrite": true, "user": {"name": "root"},
+               "contents": {"source": "data:,master-0"}})
+    );
+}
+
+#[test]
+fn files_directories_and_links_share_paths() {
+    let parent = v32(json!({"storage": {
+        "files": [{"path": "/etc/a"}, {"path": "/etc/keep-file"}],
+        "directories": [{"path": "/etc/b", "mode": 493}, {"path": "/etc/keep-dir"}],
+        "links": [{"path": "/etc/c", "target": "/x"}],
+    }}));
+    let child = v32(json!({"storage": {
+        "directories": [{"path": "/etc/a"}],
+        "links": [{"path": "/etc/b", "target": "/y"}],
+        "files": [{"path": "/etc/c", "contents": {"source": "data:,c"}}],
+    }}));
+    let merged = merge(&parent, &child).unwrap();
+    let storage = &merged["storage"];
+    assert_eq!(paths(&storage["files"]), ["/etc/keep-file", "/etc/c"]);
+    assert_eq!(paths(&storage["directories"]), ["/etc/keep-dir", "/etc/a"]);
+    assert_eq!(
+        storage["links"],
+        json!([{"path": "/etc/b", "target": "/y"}])
+    );
+    // The replacing entry does not inherit fields from the node it replaced.
+    assert_eq!(
+        storage["files"][1],
+        json!({"path": "/etc/c", "contents": {"source": "data:,c"}})
+    );
+}
+
+#[test]
+fn a_child_node_removes_the_parent_node_even_without_its_own_list_in_the_parent() {
+    let parent = v32(json!({"storage": {"directories": [{"path": "/opt/x"}]}}));
+    let child = v32(json!({"storage": {"files": [{"path": "/opt/x"}]}}));
+    let merged = merge(&parent, &child).unwrap();
+    assert_eq!(
+        merged["storage"],
+        json!({"directories": [], "files": [{"path": "/opt/x"}]})
+    );
+}
+
+#[test]
+fn file_append_fragments_are_concatenated() {
+    let parent = v32(
+        json!({"storage": {"files": [{"path": "/etc/motd", "append": [{"source": "data:,a"}]}]}}),
+    );
+    let child = v32(
+        json!({"storage": {"files": [{"path": "/etc/motd", "append": [{"source": "data:,a"}, {"source": "data:,b"}]}]}}),
+    );
+    let merged = merge(&parent, &child).unwrap();
+    assert_eq!(
+        merged["storage"]["files"][0]["append"],
+        json!([{"source": "data:,a"}, {"source": "data:,a"}, {"source": "data:,b"}])
+    );
+}
+
+#[test]
+fn disks_partitions_raid_filesystems_luks() {
+    let parent = v32(json!({"storage": {
+        "disks": [{"device": "/dev/sda", "wipeTable": false, "partitions": [
+            {"number": 4, "label": "root", "sizeMiB": 0},
+            {"label": "var", "sizeMiB": 1000},
+        ]}],
+        "raid": [{"name": "md0", "level": "raid1", "devices": ["/dev/sda1", "/dev/sdb1"], "options": ["--metadata=1.0"]}],
+        "filesystems": [{"device": "/dev/md0", "format": "xfs", "options": ["-m", "crc=1"], "mountOptions": ["ro"]}],
+        "luks": [{"name": "root", "device": "/dev/sda4", "options": ["--cipher", "aes"],
+                  "clevis": {"tang": [{"url": "http://t1", "thumbprint": "a"}]}}],
+    }}));
+    let child = v32(json!({"storage": {
+        "disks": [
+            {"device": "/dev/sda", "partitions": [
+                {"number": 4, "resize": true},
+                {"label": "var", "sizeMiB": 2000},
+                {"number": 5, "label": "data"},
+            ]},
+            {"device": "/dev/sdb", "wipeTable": true},
+        ],
+        "raid": [{"name": "md0", "devices": ["/dev/sdb1", "/dev/sdc1"], "options": ["--force"]}],
+        "filesystems": [{"device": "/dev/md0", "options": ["-m", "crc=1"], "mountOptions": ["noatime"]}],
+        "luks": [{"name": "root", "options": ["--pbkdf", "pbkdf2"],
+                  "clevis": {"tang": [{"url": "http://t1", "thumbprint": "b"}, {"url": "http://t2"}]}}],
+    }}));
+    let merged = merge(&parent, &child).unwrap();
+    let storage = &merged["storage"];
+    assert_eq!(
+        storage["disks"],
+        json!([
+            {"device": "/dev/sda", "wipeTable": false, "partitions": [
+                {"number": 4, "label": "root", "sizeMiB": 0, "resize": true},
+                {"label": "var", "sizeMiB": 2000},
+                {"number": 5, "label": "data"},
+            ]},
+            {"device": "/dev/sdb", "wipeTable": true},
+        ])
+    );
+    assert_eq!(
+        storage["raid"][0]["devices"],
+        json!(["/dev/sda1", "/dev/sdb1", "/dev/sdc1"])
+    );
+    assert_eq!(
+        storage["raid"][0]["options"],
+        json!(["--metadata=1.0", "--force"])
+    );
+    assert_eq!(storage["raid"][0]["level"], "raid1");
+    assert_eq!(
+        storage["filesystems"][0]["options"],
+        json!(["-m", "crc=1", "-m", "crc=1"])
+    );
+    assert_eq!(
+        storage["filesystems"][0]["mountOptions"],
+        json!(["ro", "noatime"])
+    );
+    assert_eq!(storage["filesystems"][0]["format"], "xfs");
+    assert_eq!(
+        storage["luks"][0]["options"],
+        json!(["--cipher", "aes", "--pbkdf", "pbkdf2"])
+    );
+    assert_eq!(
+        storage["luks"][0]["clevis"]["tang"],
+        json!([{"url": "http://t1", "thumbprint": "b"}, {"url": "http://t2"}])
+    );
+    assert_eq!(storage["luks"][0]["device"], "/dev/sda4");
+}
+
+// ----- systemd -----
+
+#[test]
+fn units_and_dropins_are_merged_by_name() {
+    let parent = v32(json!({"systemd": {"units": [
+        {"name": "kubelet.service", "enabled": true, "contents": "[Unit]\nDescription=Kubelet\n",
+         "dropins": [{"name": "10-mco-default-env.conf", "contents": "[Service]\n"},
+                     {"name": "20-logging.conf", "contents": "[Service]\nEnvironment=V=2\n"}]},
+        {"name": "crio.service", "enabled": true},
+    ]}}));
+    let child = v32(json!({"systemd": {"units": [
+        {"name": "kubelet.service", "enabled": false,
+         "dropins": [{"name": "20-logging.conf", "contents": "[Service]\nEnvironment=V=4\n"},
+                     {"name": "30-extra.conf", "contents": "[Service]\n"}]},
+        {"name": "agent.service", "mask": true},
+    ]}}));
+    let merged = merge(&parent, &child).unwrap();
+    let units = &merged["systemd"]["units"];
+    assert_eq!(
+        names(units),
+        ["kubelet.service", "crio.service", "agent.service"]
+    );
+    let kubelet = &units[0];
+    assert_eq!(kubelet["enabled"], false);
+    assert_eq!(kubelet["contents"], "[Unit]\nDescription=Kubelet\n");
+    assert_eq!(
+        names(&kubelet["dropins"]),
+        [
+            "10-mco-default-env.conf",
+            "20-logging.conf",
+            "30-extra.conf"
+        ]
+    );
+    assert_eq!(
+        kubelet["dropins"][1]["contents"],
+        "[Service]\nEnvironment=V=4\n"
+    );
+    assert_eq!(units[1], json!({"name": "crio.service", "enabled": true}));
+}
+
+// ----- passwd -----
+
+#[test]
+fn users_get_ssh_keys_appended_without_duplicates() {
+    let parent = v32(json!({"passwd": {
+        "users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAA key-a", "ssh-rsa BBBB key-b"], "groups": ["wheel"]}],
+        "groups": [{"name": "admins", "gid": 1001}],
+    }}));
+    let child = v32(json!({"passwd": {
+        "users": [
+            {"name": "core", "sshAuthorizedKeys": ["ssh-rsa BBBB key-b", "ssh-ed25519 CCCC key-c"], "groups": ["sudo", "wheel"],
+             "passwordHash": "$6$x"},
+            {"name": "operator", "sshAuthorizedKeys": ["ssh-ed25519 DDDD key-d"]},
+        ],
+        "groups": [{"name": "admins", "gid": 1002}, {"name": "ops"}],
+    }}));
+    let merged = merge(&parent, &child).unwrap();
+    assert_eq!(
+        merged["passwd"],
+        json!({
+            "users": [
+                {"name": "core",
+                 "sshAuthorizedKeys": ["ssh-ed25519 AAAA key-a", "ssh-rsa BBBB key-b", "ssh-ed25519 CCCC key-c"],
+                 "groups": ["wheel", "sudo"], "passwordHash": "$6$x"},
+                {"name": "operator", "sshAuthorizedKeys": ["ssh-ed25519 DDDD key-d"]},
+            ],
+            "groups": [{"name": "admins", "gid": 1002}, {"name": "ops"}],
+        })
+    );
+}
+
+// ----- ignition section -----
+
+#[test]
+fn config_merge_and_certificate_authorities_are_keyed_by_source() {
+    let parent = v32(json!({"ignition": {"version": "3.2.0",
+        "config": {"merge": [{"source": "https://a/config", "verification": {"hash": "sha512-aa"}}]},
+        "security": {"tls": {"certificateAuthorities": [{"source": "data:,ca1"}]}}}}));
+    let child = v32(json!({"ignition": {"version": "3.2.0",
+        "config": {"merge": [{"source": "https://a/config", "verification": {"hash": "sha512-bb"}}, {"source": "https://b/config"}]},
+        "security": {"tls": {"certificateAuthorities": [{"source": "data:,ca2"}, {"source": "data:,ca1"}]}}}}));
+    let merged = merge(&parent, &child).unwrap();
+    assert_eq!(
+        merged["ignition"]["config"]["merge"],
+        json!([{"source": "https://a/config", "verification": {"hash": "sha512-bb"}}, {"source": "https://b/config"}])
+    );
+    assert_eq!(
+        merged["ignition"]["security"]["tls"]["certificateAuthorities"],
+        json!([{"source": "data:,ca1"}, {"source": "data:,ca2"}])
+    );
+}
+
+#[test]
+fn http_headers_are_replaced_or_removed_by_name() {
+    let parent = v32(
+        json!({"storage": {"files": [{"path": "/a", "contents": {"source": "https://s/a",
+        "httpHeaders": [{"name": "Authorization", "value": "Bearer old"}, {"name": "X-Drop", "value": "1"}, {"name": "X-Keep", "value": "k"}]}}]}}),
+    );
+    let child = v32(json!({"storage": {"files": [{"path": "/a", "contents": {
+        "httpHeaders": [{"name": "Authorization", "value": "Bearer new"}, {"name": "X-Drop"}, {"name": "X-New", "value": "n"}]}}]}}));
+    let merged = merge(&parent, &child).unwrap();
+    assert_eq!(
+        merged["storage"]["files"][0]["contents"],
+        json!({"source": "https://s/a", "httpHeaders": [
+            {"name": "Authorization", "value": "Bearer new"}, {"name": "X-Keep", "value": "k"}, {"name": "X-New", "value": "n"}]})
+    );
+}
+
+#[test]
+fn kernel_arguments_are_sets_sharing_one_key_space() {
+    let parent = config(
+        "3.3.0",
+        json!({"kernelArguments": {"shouldExist": ["a", "b=1"], "shouldNotExist": ["c", "d"]}}),
+    );
+    let child = config(
+        "3.3.0",
+        json!({"kernelArguments": {"shouldExist": ["c", "e", "a"], "shouldNotExist": ["b=1"]}}),
+    );
+    let merged = merge(&parent, &child).unwrap();
+    assert_eq!(
+        merged["kernelArguments"],
+        json!({"shouldExist": ["a", "c", "e"], "shouldNotExist": ["d", "b=1"]})
+    );
+}
+
+// ----- lists this module does not know, keyless entries, duplicates -----
+
+#[test]
+fn unknown_lists_are_sets_of_values_or_appended() {
+    let parent = v32(json!({"x-future": {"names": ["a", 1], "things": [{"id": 1}]}}));
+    let child = v32(json!({"x-future": {"names": ["1", "a", 1], "things": [{"id": 1}]}}));
+    let merged = merge(&parent, &child).unwrap();
+    assert_eq!(
+        merged["x-future"],
+        json!({"names": ["a", 1, "1"], "things": [{"id": 1}, {"id": 1}]})
+    );
+}
+
+#[test]
+fn entries_without_a_key_are_kept_apart() {
+    let parent = v32(
+        json!({"storage": {"disks": [{"device": "/dev/sda", "partitions": [{"sizeMiB": 1}]}]}}),
+    );
+    let child = v32(
+        json!({"storage": {"disks": [{"device": "/dev/sda", "partitions": [{"sizeMiB": 2}, {"number": 0, "label": "x"}]}]}}),
+    );
+    let merged = merge(&parent, &child).unwrap();
+    assert_eq!(
+        merged["storage"]["disks"][0]["partitions"],
+        json!([{"sizeMiB": 1}, {"sizeMiB": 2}, {"number": 0, "label": "x"}])
+    );
+}
+
+#[test]
+fn duplicate_keys_in_the_result_are_errors() {
+    let empty = v32(json!({}));
+    for (child, expected) in [
+        (
+            v32(
+                json!({"storage": {"files": [{"path": "/a"}], "links": [{"path": "/a", "target": "/b"}]}}),
+            ),
+            "storage.files/directories/links has two entries with the key /a",
+        ),
+        (
+            v32(json!({"systemd": {"units": [{"name": "a.service"}, {"name": "a.service"}]}})),
+            "systemd.units has two entries with the key a.service",
+        ),
+        (
+            v32(json!({"passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k", "k"]}]}})),
+            "passwd.users[].sshAuthorizedKeys has two entries with the key \"k\"",
+        ),
+        (
+            v32(
+                json!({"systemd": {"units": [{"name": "a.service", "dropins": [{"name": "x.conf"}, {"name": "x.conf"}]}]}}),
+            ),
+            "systemd.units[].dropins has two entries with the key x.conf",
+        ),
+        (
+            config(
+                "3.3.0",
+                json!({"kernelArguments": {"shouldExist": ["a"], "shouldNotExist": ["a"]}}),
+            ),
+            "kernelArguments.shouldExist/shouldNotExist has two entries",
+        ),
+    ] {
+        let err = merge(&empty, &child).unwrap_err();
+        assert!(
+            format!("{err:#}").contains(expected),
+            "{err:#}\nexpected: {expected}"
+        );
+    }
+    // Appended lists may repeat values.
+    let options =
+        v32(json!({"storage": {"filesystems": [{"device": "/dev/a", "options": ["-f", "-f"]}]}}));
+    merge(&empty, &options).unwrap();
+}
+
+// ----- pointers and the SNO flow -----
+
+#[test]
+fn clearing_pointers_blanks_merge_and_replace_only() {
+    let mut host = json!({"ignition": {"version": "3.1.0",
+        "config": {"merge": [{"source": "https://api-int.sno.example.com:22623/config/master"}],
+                   "replace": {"source": "https://elsewhere/config"}},
+        "security": {"tls": {"certificateAuthorities": [{"source": "data:,ca"}]}}}});
+    clear_config_pointers(&mut host);
+    assert_eq!(
+        host,
+        json!({"ignition": {"version": "3.1.0", "security": {"tls": {"certificateAuthorities": [{"source": "data:,ca"}]}}}})
+    );
+    // Nothing to clear is fine.
+    let mut bare = json!({"storage": {}});
+    clear_config_pointers(&mut bare);
+    assert_eq!(bare, json!({"storage": {}}));
+    let mut odd = json!({"ignition": "x"});
+    clear_config_pointers(&mut odd);
+    assert_eq!(odd, json!({"ignition": "x"}));
+}
+
+/// What bootkube leaves in /opt/openshift/master.ign on a single node (trimmed).
+fn sno_master_ign() -> Value {
+    json!({
+        "ignition": {"version": "3.2.0"},
+        "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3Nz install-config-key"]}]},
+        "storage": {"files": [
+            {"path": "/etc/kubernetes/kubelet.conf", "mode": 420, "overwrite": true, "contents": {"source": "data:,kind%3A%20KubeletConfiguration%0A"}},
+            {"path": "/etc/hostname", "mode": 420, "overwrite": true, "contents": {"source": "data:,localhost%0A"}},
+            {"path": "/etc/mco/proxy.env", "mode": 420, "overwrite": true, "contents": {"source": "data:,"}},
+        ]},
+        "systemd": {"units": [
+            {"name": "kubelet.service", "enabled": true, "contents": "[Unit]\nDescription=Kubernetes Kubelet\n"},
+            {"name": "crio.service", "dropins": [{"name": "10-mco-default-madv.conf", "contents": "[Service]\n"}]},
+        ]},
+    })
+}
+
+/// The host ignition the assisted-service serves: a pointer to the MCS plus host specifics.
+fn assisted_host_ign() -> Value {
+    json!({
+        "ignition": {"version": "3.1.0",
+            "config": {"merge": [{"source": "https://api-int.sno.example.com:22623/config/master"}]},
+            "security": {"tls": {"certificateAuthorities": [{"source": "data:text/plain;charset=utf-8;base64,LS0tLS1CRUdJTg=="}]}}},
+        "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3Nz install-config-key", "ssh-ed25519 AAAAC3Nz debug-key"]}]},
+        "storage": {"files": [
+            {"path": "/etc/hostname", "mode": 420, "overwrite": true, "contents": {"source": "data:,sno-master-0.example.com"}},
+            {"path": "/etc/NetworkManager/system-connections/ens3.nmconnection", "mode": 384, "overwrite": true,
+             "contents": {"source": "data:text/plain;charset=utf-8;base64,W2Nvbm5lY3Rpb25dCmlkPWVuczMK"}},
+        ]},
+        "systemd": {"units": [{"name": "crio.service", "dropins": [{"name": "20-proxy.conf", "contents": "[Service]\n"}]}]},
+    })
+}
+
+#[test]
+fn host_overrides_survive_the_sno_merge() {
+    let sno = serde_json::to_vec(&sno_master_ign()).unwrap();
+    let host = serde_json::to_vec_pretty(&assisted_host_ign()).unwrap();
+    let merged_bytes = merge_host_into_sno(&sno, &host).unwrap();
+    // Compact JSON that is itself a valid config.
+    assert!(!merged_bytes.contains(&b'\n'));
+    let merged = parse_config(&merged_bytes).unwrap();
+
+    assert_eq!(merged["ignition"]["version"], "3.2.0");
+    // The host's MCS pointer is gone; its CA stays (only ignition.config is blanked, as in Go).
+    assert!(merged["ignition"].get("config").is_none());
+    assert_eq!(
+        merged["ignition"]["security"],
+        assisted_host_ign()["ignition"]["security"]
+    );
+
+    let files = &merged["storage"]["files"];
+    assert_eq!(
+        paths(files),
+        [
+            "/etc/kubernetes/kubelet.conf",
+            "/etc/hostname",
+            "/etc/mco/proxy.env",
+            "/etc/NetworkManager/system-connections/ens3.nmconnection"
+        ]
+    );
+    assert_eq!(
+        files[1]["contents"]["source"],
+        "data:,sno-master-0.example.com"
+    );
+    assert_eq!(files[3]["mode"], 384);
+    assert_eq!(files[0], sno_master_ign()["storage"]["files"][0]);
+
+    assert_eq!(
+        merged["passwd"]["users"][0]["sshAuthorizedKeys"],
+        json!([
+            "ssh-ed25519 AAAAC3Nz install-config-key",
+            "ssh-ed25519 AAAAC3Nz debug-key"
+        ])
+    );
+    let units = &merged["systemd"]["units"];
+    assert_eq!(names(units), ["kubelet.service", "crio.service"]);
+    assert_eq!(
+        names(&units[1]["dropins"]),
+        ["10-mco-default-madv.conf", "20-proxy.conf"]
+    );
+}
+
+#[test]
+fn sno_merge_keeps_the_sno_configs_own_pointers() {
+    let mut sno = sno_master_ign();
+    sno["ignition"]["config"] = json!({"merge": [{"source": "data:,%7B%7D"}]});
+    let merged = merge_host_into_sno(
+        &serde_json::to_vec(&sno).unwrap(),
+        &serde_json::to_vec(&assisted_host_ign()).unwrap(),
+    )
+    .unwrap();
+    let merged: Value = serde_json::from_slice(&merged).unwrap();
+    assert_eq!(
+        merged["ignition"]["config"],
+        json!({"merge": [{"source": "data:,%7B%7D"}]})
+    );
+}
+
+#[test]
+fn sno_merge_errors_name_the_config() {
+    let good = serde_json::to_vec(&sno_master_ign()).unwrap();
+    let err = merge_host_into_sno(b"{}", &good).unwrap_err();
+    assert!(
+        format!("{err:#}").starts_with("cannot parse the SNO master ignition"),
+        "{err:#}"
+    );
+    let err = merge_host_into_sno(&good, br#"{"ignition":{"version":"2.2.0"}}"#).unwrap_err();
+    assert!(
+        format!("{err:#}").starts_with("cannot parse the host ignition"),
+        "{err:#}"
+    );
+    assert!(format!("{err:#}").contains("2.2.0"), "{err:#}");
+}
+
+#[test]
+fn merging_is_idempotent_for_the_same_child() {
+    let once = merge(&sno_master_ign(), &assisted_host_ign()).unwrap();
+    let twice = merge(&once, &assisted_host_ign()).unwrap();
+    assert_eq!(once, twice);
+}

@@ -1,0 +1,370 @@
+//! Which hosts fetched their ignition from the bootstrap machine-config-server (behaviour spec
+//! §3.4 A12, tests §8.3 `common`).
+//!
+//! While bootkube runs, the bootstrap scans the MCS container logs every 30 s. A host whose
+//! address appears in a request line made by Ignition has booted its installed disk and pulled its
+//! rendered config, so the bootstrap reports it `Configuring` (masters) or `Waiting for ignition`
+//! (workers) on that host's behalf. The MCS logs requests in two shapes:
+//!
+//! ```text
+//! … api.go:102] Pool master requested by 192.168.126.12:32780 User-Agent:"Ignition/2.6.0"
+//! … api.go:117] Pool master requested by address:"[fe80::1%ens3]:40548" User-Agent:"Ignition/2.19.0" Accept-Header: "…"
+//! ```
+//!
+//! Matching rule (the Go installer's regex `(<ips>\b)(%zone)?(])?:\d+"? User-Agent:"Ignition`,
+//! made exact): on each line, every `User-Agent:"Ignition` must be preceded by the client address
+//! as `<ip>:<port>` or `[<ipv6>(%<zone>)]:<port>`, optionally inside `"…"` or after `address:"`.
+//! That address is parsed and compared with the host's addresses as IP values, so
+//! `192.168.126.10` never matches `192.168.126.100`, the IPv6 zone is ignored, IPv6 spellings that
+//! differ only in case or zero compression are equal, and an IPv4-mapped IPv6 client
+//! (`[::ffff:192.168.126.10]`) counts as its IPv4 address. Unlike the Go regex, the dots of an
+//! IPv4 address are not wildcards and the address cannot match in the middle of a longer one.
+
+use serde_json::Value;
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+/// Stage reported for a master (or any non-worker role) seen in the MCS logs.
+pub const STAGE_CONFIGURING: &str = "Configuring";
+/// Stage reported by the bootstrap for a worker seen in the MCS logs.
+pub const STAGE_WAITING_FOR_IGNITION: &str = "Waiting for ignition";
+
+/// What follows the client address on an MCS request line made by Ignition.
+const IGNITION_USER_AGENT: &str = "User-Agent:\"Ignition";
+
+/// A host the configuring goroutine still watches: its id, its role and its inventory addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McsHost {
+    pub id: String,
+    pub role: String,
+    /// Addresses as the inventory gives them; a `/prefix` or a `%zone` is tolerated and ignored.
+    pub ips: Vec<String>,
+}
+
+/// The stage the bootstrap reports for a host of `role` once the host fetched its ignition:
+/// workers wait for the control plane to serve them, everything else is configuring.
+///
+/// (The controller, which runs later on the cluster, reports `Configuring` for every role; that
+/// variant is not needed here.)
+pub fn status_for(role: &str) -> &'static str {
+    if role == "worker" {
+        STAGE_WAITING_FOR_IGNITION
+    } else {
+        STAGE_CONFIGURING
+    }
+}
+
+/// True for the stages in which the bootstrap no longer checks a host (it stops watching hosts
+/// that reached them): Configuring, Joined, Done and Waiting for ignition.
+pub fn is_past_ignition_fetch(stage: &str) -> bool {
+    matches!(
+        stage,
+        "Configuring" | "Joined" | "Done" | "Waiting for ignition"
+    )
+}
+
+/// The hosts of `hosts` that fetched their ignition according to `mcs_log`, in input order.
+pub fn hosts_that_fetched_ignition<'a>(mcs_log: &str, hosts: &'a [McsHost]) -> Vec<&'a McsHost> {
+    let fetched = ignition_fetch_addresses(mcs_log);
+    hosts
+        .iter()
+        .filter(|host| any_address_in(&host.ips, &fetched))
+        .collect()
+}
+
+/// Whether any of `ips` fetched its ignition according to `mcs_log`.
+pub fn fetched_ignition<S: AsRef<str>>(mcs_log: &str, ips: &[S]) -> bool {
+    any_address_in(ips, &ignition_fetch_addresses(mcs_log))
+}
+
+/// Every client address of an Ignition request in `mcs_log`, zones dropped and IPv4-mapped IPv6
+/// addresses turned into IPv4.
+pub fn ignition_fetch_addresses(mcs_log: &str) -> HashSet<IpAddr> {
+    let mut addresses = HashSet::new();
+    for line in mcs_log.lines() {
+        let mut searched = 0;
+        while let Some(found) = line[searched..].find(IGNITION_USER_AGENT) {
+            let at = searched + found;
+            if let Some(address) = client_address_before(&line[..at]) {
+                addresses.insert(address.to_canonical());
+            }
+            searched = at + IGNITION_USER_AGENT.len();
+        }
+    }
+    addresses
+}
+
+fn any_address_in<S: AsRef<str>>(ips: &[S], fetched: &HashSet<IpAddr>) -> bool {
+    ips.iter()
+        .filter_map(|ip| parse_inventory_ip(ip.as_ref()))
+        .any(|ip| fetched.contains(&ip.to_canonical()))
+}
+
+/// The `ip:port` token that ends `before` (the text in front of `User-Agent:"Ignition`).
+fn client_address_before(before: &str) -> Option<IpAddr> {
+    let trimmed = before.trim_end();
+    let trimmed = trimmed.strip_suffix('"').unwrap_or(trimmed);
+    let token = trimmed.rsplit(char::is_whitespace).next()?;
+    // `address:"[v6]:port`, `address:"v4:port`, `"v4:port` or a bare `v4:port`.
+    let token = match (token.rfind('['), token.rfind('"')) {
+        (Some(bracket), _) => &token[bracket..],
+        (None, Some(quote)) => &token[quote + 1..],
+        (None, None) => token,
+    };
+    parse_host_port(token)
+}
+
+/// `[v6%zone]:port`, `[v6]:port` or `v4:port`; the port must be all digits.
+fn parse_host_port(token: &str) -> Option<IpAddr> {
+    let (host, port) = match token.strip_prefix('[') {
+        Some(rest) => {
+            let (host, after) = rest.split_once(']')?;
+            (host, after.strip_prefix(':')?)
+        }
+        None => token.rsplit_once(':')?,
+    };
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    strip_zone(host).parse().ok()
+}
+
+fn strip_zone(host: &str) -> &str {
+    host.split_once('%')
+        .map_or(host, |(address, _zone)| address)
+}
+
+/// An inventory address: `192.168.126.10`, `192.168.126.10/24`, `fe80::1%eth0`, `[fe80::1]`.
+fn parse_inventory_ip(text: &str) -> Option<IpAddr> {
+    let text = text.trim();
+    let text = text
+        .split_once('/')
+        .map_or(text, |(address, _prefix)| address);
+    let text = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    strip_zone(text).parse().ok()
+}
+
+/// The host's addresses from its inventory JSON (`interfaces[].ipv4_addresses` and
+/// `ipv6_addresses`, CIDR strings), without prefix lengths, in canonical text form, in inventory
+/// order (per interface: IPv4 then IPv6), without duplicates. Entries that are not addresses are
+/// skipped; an inventory that is not JSON gives no addresses (the host then simply never matches).
+pub fn host_ips(inventory_json: &str) -> Vec<String> {
+    let inventory: Value = match serde_json::from_str(inventory_json) {
+        Ok(value) => value,
+        Err(err) => {
+            tracing::debug!("host inventory is not valid JSON ({err}); it gives no addresses");
+            return Vec::new();
+        }
+    };
+    let mut ips: Vec<String> = Vec::new();
+    let interfaces = inventory.get("interfaces").and_then(Value::as_array);
+    for interface in interfaces.into_iter().flatten() {
+        for family in ["ipv4_addresses", "ipv6_addresses"] {
+            let cidrs = interface.get(family).and_then(Value::as_array);
+            for cidr in cidrs.into_iter().flatten().filter_map(Value::as_str) {
+                if let Some(ip) = parse_inventory_ip(cidr).map(|ip| ip.to_string()) {
+                    if !ips.contains(&ip) {
+                        ips.push(ip);
+                    }
+                }
+            }
+        }
+    }
+    ips
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MCS log lines in the 4.5 (bare `ip:port`) and 4.12+ (`address:"…"`) shapes, with a curl
+    /// request and an address mentioned outside a request line.
+    const MCS_LOG: &str = include_str!("testdata/mcs.log");
+
+    fn host(id: &str, role: &str, ips: &[&str]) -> McsHost {
+        McsHost {
+            id: id.into(),
+            role: role.into(),
+            ips: ips.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn ids(hosts: Vec<&McsHost>) -> Vec<&str> {
+        hosts.iter().map(|h| h.id.as_str()).collect()
+    }
+
+    #[test]
+    fn fixture_hosts() {
+        let hosts = [
+            // .10 is a prefix of .100, which did fetch: node0 must not match.
+            host("node0", "master", &["192.168.126.10"]),
+            host("node1", "master", &["192.168.126.11/24", "fd00::11/64"]),
+            // IPv6 with a zone in the log; the inventory has no zone.
+            host(
+                "node2",
+                "master",
+                &["192.168.140.12", "fe80::5054:ff:fe9a:4739"],
+            ),
+            // IPv6 without a zone.
+            host("worker0", "worker", &["2620:52:0:1351:67c2:adb3:cfd6:83"]),
+            // Only requested with curl.
+            host("worker1", "worker", &["192.168.126.13"]),
+            // Only mentioned in a warning, not a request by Ignition.
+            host("worker2", "worker", &["192.168.126.14"]),
+            // The 4.5 log shape: `requested by ip:port User-Agent:"Ignition/…"`.
+            host("worker3", "worker", &["10.0.0.5", "192.168.126.51"]),
+            host("no-ips", "worker", &[]),
+        ];
+        assert_eq!(
+            ids(hosts_that_fetched_ignition(MCS_LOG, &hosts)),
+            ["node1", "node2", "worker0", "worker3"]
+        );
+    }
+
+    #[test]
+    fn ipv4_prefix_does_not_match_a_longer_address() {
+        let log = r#"I1121 10:00:00.000000       1 api.go:117] Pool master requested by address:"192.168.126.100:52428" User-Agent:"Ignition/2.16.2" Accept-Header: "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1""#;
+        assert!(!fetched_ignition(log, &["192.168.126.10"]));
+        assert!(!fetched_ignition(log, &["192.168.126.1"]));
+        assert!(!fetched_ignition(log, &["2.168.126.100"]));
+        assert!(fetched_ignition(log, &["192.168.126.100"]));
+        // The Go regex did not escape the dots; here they are literal.
+        assert!(!fetched_ignition(log, &["192x168.126.100"]));
+    }
+
+    #[test]
+    fn ipv6_with_and_without_zone() {
+        let zoned = r#"I0701 api.go:102] Pool master requested by [fe80::5054:ff:fe9a:4739%ens3]:40548 User-Agent:"Ignition/2.6.0""#;
+        assert!(fetched_ignition(zoned, &["fe80::5054:ff:fe9a:4739"]));
+        assert!(fetched_ignition(zoned, &["fe80::5054:ff:fe9a:4739/64"]));
+        assert!(fetched_ignition(zoned, &["fe80::5054:ff:fe9a:4739%eth9"]));
+        assert!(!fetched_ignition(zoned, &["fe80::5054:ff:fe9a:473"]));
+
+        let plain = r#"I0206 api.go:109] Pool master requested by address:"[2620:52:0:1351:67c2:adb3:cfd6:83]:47018" User-Agent:"Ignition/2.14.0" Accept-Header: "application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1""#;
+        assert!(fetched_ignition(
+            plain,
+            &["2620:52:0:1351:67c2:adb3:cfd6:83"]
+        ));
+        // The same address spelled differently in the inventory.
+        assert!(fetched_ignition(
+            plain,
+            &["2620:52:0:1351:67C2:ADB3:CFD6:0083"]
+        ));
+        assert!(!fetched_ignition(
+            plain,
+            &["2620:52:0:1351:67c2:adb3:cfd6:8"]
+        ));
+    }
+
+    #[test]
+    fn zone_names_with_punctuation() {
+        let log =
+            r#"x requested by address:"[fe80::1%br-ex.100]:1234" User-Agent:"Ignition/2.19.0""#;
+        assert!(fetched_ignition(log, &["fe80::1"]));
+    }
+
+    #[test]
+    fn ipv4_mapped_ipv6_client_counts_as_ipv4() {
+        let log =
+            r#"x requested by address:"[::ffff:192.168.126.10]:1234" User-Agent:"Ignition/2.19.0""#;
+        assert!(fetched_ignition(log, &["192.168.126.10"]));
+        assert!(!fetched_ignition(log, &["192.168.126.1"]));
+    }
+
+    #[test]
+    fn the_address_must_be_right_before_the_ignition_user_agent() {
+        for log in [
+            // No port.
+            r#"requested by address:"192.168.126.10" User-Agent:"Ignition/2.19.0""#,
+            // Another user agent.
+            r#"requested by address:"192.168.126.10:1" User-Agent:"curl/8.6.0""#,
+            // Something else between the address and the user agent.
+            r#"requested by 192.168.126.10:1 pool=master User-Agent:"Ignition/2.19.0""#,
+            // The user agent on the next line.
+            "requested by 192.168.126.10:1\nUser-Agent:\"Ignition/2.19.0\"",
+            // Not a port.
+            r#"requested by 192.168.126.10:http User-Agent:"Ignition/2.19.0""#,
+            "",
+        ] {
+            assert!(!fetched_ignition(log, &["192.168.126.10"]), "{log:?}");
+        }
+    }
+
+    #[test]
+    fn several_requests_on_one_line_and_crlf() {
+        let log = "a 10.0.0.1:1 User-Agent:\"Ignition/2.19.0\" b 10.0.0.2:2 User-Agent:\"Ignition/2.19.0\"\r\n\
+                   c address:\"10.0.0.3:3\" User-Agent:\"Ignition/2.19.0\"\r\n";
+        let addresses = ignition_fetch_addresses(log);
+        let expected: HashSet<IpAddr> = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(addresses, expected);
+    }
+
+    #[test]
+    fn status_by_role() {
+        assert_eq!(status_for("worker"), "Waiting for ignition");
+        assert_eq!(status_for("master"), "Configuring");
+        assert_eq!(status_for("arbiter"), "Configuring");
+        assert_eq!(status_for("bootstrap"), "Configuring");
+    }
+
+    #[test]
+    fn settled_stages() {
+        for stage in ["Configuring", "Joined", "Done", "Waiting for ignition"] {
+            assert!(is_past_ignition_fetch(stage), "{stage}");
+        }
+        for stage in [
+            "Rebooting",
+            "Installing",
+            "Writing image to disk",
+            "Waiting for control plane",
+            "",
+        ] {
+            assert!(!is_past_ignition_fetch(stage), "{stage}");
+        }
+    }
+
+    #[test]
+    fn host_ips_from_inventory() {
+        let inventory = r#"{
+            "hostname": "master-1",
+            "interfaces": [
+                {"name": "ens3", "ipv4_addresses": ["192.168.126.11/24"],
+                 "ipv6_addresses": ["fe80::5054:ff:fe9a:4739/64", "2620:52:0:1351:67C2:ADB3:CFD6:0083/64"]},
+                {"name": "ens4", "ipv4_addresses": ["192.168.140.11/24", "192.168.126.11/24", "bogus"],
+                 "ipv6_addresses": []},
+                {"name": "lo"}
+            ]
+        }"#;
+        assert_eq!(
+            host_ips(inventory),
+            [
+                "192.168.126.11",
+                "fe80::5054:ff:fe9a:4739",
+                "2620:52:0:1351:67c2:adb3:cfd6:83",
+                "192.168.140.11"
+            ]
+        );
+    }
+
+    #[test]
+    fn host_ips_of_bad_inventories() {
+        assert!(host_ips("").is_empty());
+        assert!(host_ips("not json").is_empty());
+        assert!(host_ips("{}").is_empty());
+        assert!(host_ips(r#"{"interfaces": "eth0"}"#).is_empty());
+        assert!(host_ips(r#"{"interfaces": [{"ipv4_addresses": [1, null]}]}"#).is_empty());
+    }
+
+    #[test]
+    fn inventory_ips_match_the_fixture() {
+        let inventory =
+            r#"{"interfaces": [{"ipv4_addresses": ["192.168.126.11/24"], "ipv6_addresses": []}]}"#;
+        assert!(fetched_ignition(MCS_LOG, &host_ips(inventory)));
+    }
+}

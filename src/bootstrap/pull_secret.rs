@@ -1,0 +1,220 @@
+//! The pull secret taken out of `bootstrap.ign` (behaviour spec §3.4 A3).
+//!
+//! The bootstrap needs it as `/root/.docker/config.json` before anything else runs, so that podman
+//! can pull the machine-config-operator image that lays the rest of the ignition down. The bytes
+//! are the cluster's registry credentials: they never appear in an error message or a log line;
+//! errors name the file and the problem only.
+
+use super::data_url;
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+/// Where the bootstrap ignition carries the pull secret, and where it is installed on the host.
+pub const PULL_SECRET_PATH: &str = "/root/.docker/config.json";
+
+/// The validated pull secret (the `config.json` bytes) from a bootstrap Ignition config.
+///
+/// The config may be any spec version that has `storage.files[].contents` (2.2 and all 3.x): the
+/// extraction does not depend on anything else in the spec.
+pub fn extract_pull_secret(bootstrap_ignition: &[u8]) -> Result<Vec<u8>> {
+    let config: Value = serde_json::from_slice(bootstrap_ignition)
+        .context("bootstrap ignition is not valid JSON")?;
+    if config
+        .pointer("/ignition/version")
+        .and_then(Value::as_str)
+        .is_none()
+    {
+        bail!("bootstrap ignition has no ignition.version: not an Ignition config");
+    }
+    let secret = file_contents(&config, PULL_SECRET_PATH)
+        .context("cannot take the pull secret out of the bootstrap ignition")?;
+    validate_pull_secret(&secret)
+        .with_context(|| format!("{PULL_SECRET_PATH} in the bootstrap ignition"))?;
+    Ok(secret)
+}
+
+/// The contents of the first `storage.files[]` entry whose `path` is `path`, decoded from its
+/// `contents.source` data URL and decompressed as `contents.compression` says.
+///
+/// Only embedded (`data:`) contents are supported: the bootstrap ignition embeds everything, and
+/// fetching remote sources is not this module's business. `append` fragments are not applied (no
+/// file the installer reads has any).
+pub fn file_contents(config: &Value, path: &str) -> Result<Vec<u8>> {
+    let file = config
+        .pointer("/storage/files")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|file| file.get("path").and_then(Value::as_str) == Some(path))
+        .with_context(|| format!("ignition has no storage.files entry for {path}"))?;
+    let contents = file.get("contents");
+    let source = contents
+        .and_then(|c| c.get("source"))
+        .and_then(Value::as_str)
+        .with_context(|| format!("ignition file {path} has no contents.source"))?;
+    if !data_url::is_data_url(source) {
+        // The URL itself is not shown: it could carry credentials in its query.
+        let scheme = source.split_once(':').map_or("none", |(scheme, _)| scheme);
+        bail!("ignition file {path} is not embedded: its source has scheme {scheme:?}, not data:");
+    }
+    let compression = contents
+        .and_then(|c| c.get("compression"))
+        .and_then(Value::as_str);
+    data_url::decode_with_compression(source, compression)
+        .with_context(|| format!("cannot decode the contents of ignition file {path}"))
+}
+
+/// A pull secret must be a JSON object with an `auths` object (the docker `config.json` shape
+/// podman reads). Errors give a position, never the text.
+pub fn validate_pull_secret(bytes: &[u8]) -> Result<()> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        // serde_json's syntax errors name no input, but keep to the position to be sure.
+        anyhow::anyhow!(
+            "pull secret is not valid JSON (line {}, column {})",
+            e.line(),
+            e.column()
+        )
+    })?;
+    match value.get("auths") {
+        Some(Value::Object(_)) => Ok(()),
+        Some(_) => bail!("pull secret has an \"auths\" member that is not an object"),
+        None if value.is_object() => bail!("pull secret has no \"auths\" object"),
+        None => bail!("pull secret is not a JSON object"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::data_url::tests::{encode_base64, gzip};
+    use super::*;
+    use serde_json::json;
+
+    /// A bootstrap.ign-like config: several files (plain, percent-encoded, gzip, with `append`),
+    /// units and a user, with the pull secret among them.
+    const BOOTSTRAP_IGN: &str = include_str!("testdata/bootstrap.ign");
+    const PULL_SECRET: &str = include_str!("testdata/pull-secret.json");
+
+    fn config_with_files(files: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({"ignition": {"version": "3.2.0"}, "storage": {"files": files}}))
+            .unwrap()
+    }
+
+    #[test]
+    fn extracts_the_pull_secret_from_the_fixture() {
+        let secret = extract_pull_secret(BOOTSTRAP_IGN.as_bytes()).unwrap();
+        assert_eq!(secret, PULL_SECRET.as_bytes());
+        let parsed: Value = serde_json::from_slice(&secret).unwrap();
+        assert!(parsed["auths"]["quay.io"]["auth"].is_string());
+    }
+
+    #[test]
+    fn other_fixture_files_decode_too() {
+        let config: Value = serde_json::from_str(BOOTSTRAP_IGN).unwrap();
+        let kubeconfig = file_contents(&config, "/opt/openshift/auth/kubeconfig").unwrap();
+        assert!(String::from_utf8(kubeconfig)
+            .unwrap()
+            .starts_with("apiVersion: v1\n"));
+        assert_eq!(
+            file_contents(&config, "/etc/hostname").unwrap(),
+            b"bootstrap\n"
+        );
+        let err = file_contents(&config, "/etc/motd").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "ignition file /etc/motd has no contents.source"
+        );
+    }
+
+    #[test]
+    fn gzip_compressed_pull_secret() {
+        let source = format!(
+            "data:;base64,{}",
+            encode_base64(&gzip(PULL_SECRET.as_bytes()))
+        );
+        let ign = config_with_files(json!([
+            {"path": PULL_SECRET_PATH, "contents": {"compression": "gzip", "source": source}}
+        ]));
+        assert_eq!(extract_pull_secret(&ign).unwrap(), PULL_SECRET.as_bytes());
+    }
+
+    #[test]
+    fn percent_encoded_pull_secret_and_first_match_wins() {
+        let ign = config_with_files(json!([
+            {"path": "/etc/other", "contents": {"source": "data:,x"}},
+            {"path": PULL_SECRET_PATH, "contents": {"source": "data:,%7B%22auths%22%3A%7B%7D%7D"}},
+            {"path": PULL_SECRET_PATH, "contents": {"source": "data:,ignored"}}
+        ]));
+        assert_eq!(extract_pull_secret(&ign).unwrap(), br#"{"auths":{}}"#);
+    }
+
+    #[test]
+    fn missing_pull_secret() {
+        let ign =
+            config_with_files(json!([{"path": "/etc/motd", "contents": {"source": "data:,hi"}}]));
+        let err = extract_pull_secret(&ign).unwrap_err();
+        assert!(format!("{err:#}").contains("no storage.files entry for /root/.docker/config.json"));
+        let no_storage = br#"{"ignition":{"version":"3.1.0"}}"#;
+        assert!(extract_pull_secret(no_storage).is_err());
+    }
+
+    #[test]
+    fn not_an_ignition_config() {
+        assert!(
+            format!("{:#}", extract_pull_secret(b"not json").unwrap_err())
+                .contains("not valid JSON")
+        );
+        let err = extract_pull_secret(br#"{"storage":{"files":[]}}"#).unwrap_err();
+        assert!(err.to_string().contains("no ignition.version"), "{err}");
+    }
+
+    #[test]
+    fn remote_source_is_refused_without_showing_the_url() {
+        let ign = config_with_files(json!([
+            {"path": PULL_SECRET_PATH, "contents": {"source": "https://example.com/ps?token=s3cr3t"}}
+        ]));
+        let text = format!("{:#}", extract_pull_secret(&ign).unwrap_err());
+        assert!(text.contains("scheme \"https\""), "{text}");
+        assert!(!text.contains("s3cr3t"), "{text}");
+    }
+
+    #[test]
+    fn invalid_secrets_are_rejected_without_leaking_them() {
+        let secret = "hunter2-registry-token";
+        for (contents, expected) in [
+            (format!("{{\"auths\": \"{secret}\"}}"), "not an object"),
+            (
+                format!("{{\"credsStore\": \"{secret}\"}}"),
+                "no \"auths\" object",
+            ),
+            (format!("[\"{secret}\"]"), "not a JSON object"),
+            (format!("{{\"auths\": {{\"{secret}\""), "not valid JSON"),
+            (
+                format!("auths {secret}"),
+                "not valid JSON (line 1, column 1)",
+            ),
+        ] {
+            let source = format!("data:;base64,{}", encode_base64(contents.as_bytes()));
+            let ign = config_with_files(
+                json!([{"path": PULL_SECRET_PATH, "contents": {"source": source}}]),
+            );
+            let text = format!("{:#}", extract_pull_secret(&ign).unwrap_err());
+            assert!(text.contains(expected), "{text}");
+            assert!(!text.contains(secret), "{text}");
+            assert!(
+                !text.contains(&encode_base64(contents.as_bytes())),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn spec_2_layout_is_accepted() {
+        let ign = serde_json::to_vec(&json!({
+            "ignition": {"version": "2.2.0"},
+            "storage": {"files": [{"filesystem": "root", "path": PULL_SECRET_PATH,
+                "contents": {"source": "data:,%7B%22auths%22%3A%7B%7D%7D", "verification": {}}}]}
+        }))
+        .unwrap();
+        assert_eq!(extract_pull_secret(&ign).unwrap(), br#"{"auths":{}}"#);
+    }
+}

@@ -1,0 +1,361 @@
+//! [`super::KubeApi`] over kube-rs, built from the kubeconfig bootkube writes
+//! (`/opt/openshift/auth/kubeconfig`).
+//!
+//! The trait is synchronous: the client owns a current-thread tokio runtime and blocks on it for
+//! each call. It must therefore be created and used outside any async runtime (from plain threads
+//! of the flows); doing otherwise returns an error instead of panicking. Every call opens its own
+//! connection (`Connection: close`): the flows poll every few seconds, and a pooled connection
+//! idles unseen between calls.
+
+use super::{role_label, EventInfo, KubeApi, NodeInfo};
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Taint};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+/// Time to establish a connection (TCP and TLS) to the API server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time to wait for a response; the flows poll, so a hung call must not block them for long.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Attempts of the read-modify-write of a node's taints when the node changed in between (409).
+const TAINT_PATCH_ATTEMPTS: usize = 5;
+
+const MACHINE_CONFIG_GROUP: &str = "machineconfiguration.openshift.io";
+const MACHINE_CONFIG_VERSION: &str = "v1";
+const MACHINE_CONFIG_KIND: &str = "MachineConfig";
+const MACHINE_CONFIG_PLURAL: &str = "machineconfigs";
+
+/// A Kubernetes API client for the bootstrap and single-node flows.
+pub struct KubeClient {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    server: String,
+}
+
+impl std::fmt::Debug for KubeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClient")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeClient {
+    /// Load a kubeconfig (its current context) and build a client for its cluster: https with
+    /// `certificate-authority-data` and client certificate/key data as bootkube writes them, or
+    /// plain http without credentials (tests).
+    ///
+    /// The API is always reached directly: `HTTPS_PROXY`/`HTTP_PROXY` from the environment are not
+    /// applied to it (the cluster's internal API is on the machine network).
+    pub fn from_kubeconfig(path: &Path) -> Result<KubeClient> {
+        ensure_outside_runtime().context("creating the Kubernetes client")?;
+        let kubeconfig = Kubeconfig::read_from(path)
+            .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("building the runtime of the Kubernetes client")?;
+        let (client, server) = runtime
+            .block_on(async {
+                let mut config =
+                    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                        .await
+                        .context("loading the kubeconfig")?;
+                if config.root_cert.as_ref().is_some_and(Vec::is_empty) {
+                    bail!("the certificate authority of the cluster holds no PEM certificate");
+                }
+                config.proxy_url = None;
+                config.connect_timeout = Some(CONNECT_TIMEOUT);
+                config.read_timeout = Some(READ_TIMEOUT);
+                config.reset_reader_on_write = true;
+                // A fresh connection per call: between calls nothing drives the runtime, so a pooled
+                // connection closed meanwhile by the server or a load balancer would go unnoticed
+                // and fail the next call ("connection closed before message completed").
+                config.headers.push((
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                ));
+                let server = config.cluster_url.to_string();
+                let client = Client::try_from(config).context("building the client")?;
+                anyhow::Ok((client, server))
+            })
+            .with_context(|| format!("kubeconfig {}", path.display()))?;
+        tracing::debug!(server = %server, "Kubernetes client ready");
+        Ok(KubeClient {
+            runtime,
+            client,
+            server,
+        })
+    }
+
+    /// The API server URL of the kubeconfig's current context.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Run one request on the client's runtime.
+    fn block_on<F: Future>(&self, fut: F) -> Result<F::Output> {
+        ensure_outside_runtime()?;
+        Ok(self.runtime.block_on(fut))
+    }
+
+    /// Run one request; errors (including being called inside a runtime) carry `what`.
+    fn call<T, F, W>(&self, fut: F, what: W) -> Result<T>
+    where
+        F: Future<Output = kube::Result<T>>,
+        W: Fn() -> String,
+    {
+        self.block_on(fut).with_context(&what)?.with_context(&what)
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    fn remove_taint_once(&self, api: &Api<Node>, node: &str, key: &str) -> Result<RemoveOutcome> {
+        let current = self.call(api.get(node), || format!("reading node {node}"))?;
+        let taints: Vec<Taint> = current.spec.and_then(|s| s.taints).unwrap_or_default();
+        if !taints.iter().any(|t| t.key == key) {
+            return Ok(RemoveOutcome::Done);
+        }
+        let remaining: Vec<&Taint> = taints.iter().filter(|t| t.key != key).collect();
+        let mut patch = serde_json::json!({ "spec": { "taints": remaining } });
+        // The merge patch replaces the whole list: make the API server refuse it (409) when the
+        // node changed since we read it, rather than drop a taint added meanwhile.
+        if let Some(rv) = current.metadata.resource_version {
+            patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+        }
+        match self.block_on(api.patch(node, &PatchParams::default(), &Patch::Merge(&patch)))? {
+            Ok(_) => Ok(RemoveOutcome::Done),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(RemoveOutcome::Conflict),
+            Err(e) => Err(e).with_context(|| format!("patching the taints of node {node}")),
+        }
+    }
+}
+
+enum RemoveOutcome {
+    Done,
+    Conflict,
+}
+
+fn ensure_outside_runtime() -> Result<()> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        bail!("the Kubernetes client blocks and must not be used inside an async runtime");
+    }
+    Ok(())
+}
+
+fn node_info(node: &Node) -> NodeInfo {
+    let status = node.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let internal_ips = status
+        .and_then(|s| s.addresses.as_ref())
+        .map(|addrs| {
+            addrs
+                .iter()
+                .filter(|a| a.type_ == "InternalIP")
+                .map(|a| a.address.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .map(|ts| ts.iter().map(|t| t.key.clone()).collect())
+        .unwrap_or_default();
+    NodeInfo {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        ready,
+        internal_ips,
+        annotations: node.metadata.annotations.clone().unwrap_or_default(),
+        taints,
+    }
+}
+
+fn event_info(event: &Event) -> EventInfo {
+    EventInfo {
+        name: event.metadata.name.clone().unwrap_or_default(),
+        reason: event.reason.clone().unwrap_or_default(),
+        message: event.message.clone().unwrap_or_default(),
+    }
+}
+
+impl KubeApi for KubeClient {
+    fn list_nodes(&self, role: &str) -> Result<Vec<NodeInfo>> {
+        let params = ListParams::default().labels(&role_label(role));
+        let list = self.call(self.nodes().list(&params), || {
+            format!("listing nodes with role {role}")
+        })?;
+        Ok(list.items.iter().map(node_info).collect())
+    }
+
+    fn list_events(&self, namespace: &str) -> Result<Vec<EventInfo>> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let list = self.call(api.list(&ListParams::default()), || {
+            format!("listing events in namespace {namespace}")
+        })?;
+        Ok(list.items.iter().map(event_info).collect())
+    }
+
+    fn get_config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let cm = self.call(api.get_opt(name), || {
+            format!("reading ConfigMap {namespace}/{name}")
+        })?;
+        Ok(cm.map(|cm| cm.data.unwrap_or_default()))
+    }
+
+    fn machine_config_exists(&self, name: &str) -> Result<bool> {
+        let gvk = GroupVersionKind::gvk(
+            MACHINE_CONFIG_GROUP,
+            MACHINE_CONFIG_VERSION,
+            MACHINE_CONFIG_KIND,
+        );
+        let resource = ApiResource::from_gvk_with_plural(&gvk, MACHINE_CONFIG_PLURAL);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let mc = self.call(api.get_opt(name), || {
+            format!("reading MachineConfig {name}")
+        })?;
+        Ok(mc.is_some())
+    }
+
+    fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
+        let api = self.nodes();
+        for attempt in 1..=TAINT_PATCH_ATTEMPTS {
+            match self
+                .remove_taint_once(&api, node, key)
+                .with_context(|| format!("removing taint {key} from node {node}"))?
+            {
+                RemoveOutcome::Done => return Ok(()),
+                RemoveOutcome::Conflict => {
+                    tracing::debug!(
+                        node,
+                        key,
+                        attempt,
+                        "node changed while removing a taint; retrying"
+                    );
+                }
+            }
+        }
+        bail!(
+            "removing taint {key} from node {node}: the node kept changing ({TAINT_PATCH_ATTEMPTS} conflicts)"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition, NodeSpec, NodeStatus};
+    use kube::api::ObjectMeta;
+
+    #[test]
+    fn node_info_maps_ready_ips_annotations_and_taints() {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some("master-0".into()),
+                annotations: Some(BTreeMap::from([("a".to_string(), "b".to_string())])),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                taints: Some(vec![Taint {
+                    key: "node.cloudprovider.kubernetes.io/uninitialized".into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                conditions: Some(vec![
+                    NodeCondition {
+                        type_: "MemoryPressure".into(),
+                        status: "False".into(),
+                        ..Default::default()
+                    },
+                    NodeCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        ..Default::default()
+                    },
+                ]),
+                addresses: Some(vec![
+                    NodeAddress {
+                        type_: "InternalIP".into(),
+                        address: "192.168.126.10".into(),
+                    },
+                    NodeAddress {
+                        type_: "Hostname".into(),
+                        address: "master-0".into(),
+                    },
+                    NodeAddress {
+                        type_: "InternalIP".into(),
+                        address: "fd00::10".into(),
+                    },
+                ]),
+                ..Default::default()
+            }),
+        };
+        let info = node_info(&node);
+        assert_eq!(info.name, "master-0");
+        assert!(info.ready);
+        assert_eq!(info.internal_ips, vec!["192.168.126.10", "fd00::10"]);
+        assert_eq!(info.annotations.get("a").map(String::as_str), Some("b"));
+        assert_eq!(
+            info.taints,
+            vec!["node.cloudprovider.kubernetes.io/uninitialized"]
+        );
+    }
+
+    #[test]
+    fn node_info_of_a_bare_node() {
+        let info = node_info(&Node::default());
+        assert_eq!(info, NodeInfo::default());
+        let unknown = Node {
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: "Unknown".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(!node_info(&unknown).ready);
+    }
+
+    #[test]
+    fn event_info_maps_fields() {
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some("AssistedControllerIsReady".into()),
+                ..Default::default()
+            },
+            reason: Some("Ready".into()),
+            message: Some("controller is ready".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            event_info(&event),
+            EventInfo {
+                name: "AssistedControllerIsReady".into(),
+                reason: "Ready".into(),
+                message: "controller is ready".into(),
+            }
+        );
+    }
+}

@@ -1,0 +1,597 @@
+//! The bootstrap and single-node flows against the fake assisted-service and a fake Kubernetes
+//! API (through the real kube-rs client), with recorded host commands, a fake clock and a
+//! scripted disk writer: the Go suite's bootstrap and single-node scenarios (§8.1).
+
+#[path = "common/fake_kube.rs"]
+mod fake_kube;
+#[path = "common/fake_service.rs"]
+mod fake_service;
+#[path = "common/fake_writer.rs"]
+mod fake_writer;
+
+use assisted_installer::cli::go_flags::InstallerConfig;
+use assisted_installer::flow::node::run_installer;
+use assisted_installer::flow::{Flow, Intervals, Paths};
+use assisted_installer::host::clock::FakeClock;
+use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
+use assisted_installer::host::reboot::ShutdownRebooter;
+use assisted_installer::host::Host;
+use assisted_installer::kube::client::KubeClient;
+use assisted_installer::kube::KubeApi;
+use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
+use assisted_installer::service::reporter::Reporter;
+use fake_kube::FakeKube;
+use fake_service::FakeService;
+use fake_writer::FakeWriter;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+const CLUSTER: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
+const INFRA: &str = "6a2b3c4d-5e6f-4a70-8b9c-0d1e2f3a4b5c";
+const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
+const MASTER1: &str = "8c4d5e6f-7081-4b92-8d1e-2f3a4b5c6d7e";
+const MASTER2: &str = "9d5e6f70-8192-4ca3-9e2f-3a4b5c6d7e8f";
+const ARBITER: &str = "ae6f7081-92a3-4db4-8f3a-4b5c6d7e8f90";
+const MCO: &str = "quay.io/openshift/mco@sha256:1234";
+const PUB_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBootstrapKey root@bootstrap";
+
+fn pull_secret_ign() -> String {
+    // {"auths":{"quay.io":{"auth":"dXNlcjpwYXNz"}}} as a base64 data URL.
+    json!({
+        "ignition": {"version": "3.2.0"},
+        "storage": {"files": [
+            {"path": "/etc/motd", "contents": {"source": "data:,hello"}},
+            {"path": "/root/.docker/config.json", "mode": 384, "contents": {
+                "source": "data:;base64,eyJhdXRocyI6eyJxdWF5LmlvIjp7ImF1dGgiOiJkWE5sY2pwd1lYTnoifX19"
+            }}
+        ]}
+    })
+    .to_string()
+}
+
+fn host_ign(hostname: &str) -> String {
+    json!({
+        "ignition": {"version": "3.4.0", "config": {"merge": [{"source": "https://api-int.example:22623/config/master"}]}},
+        "storage": {"files": [{"path": "/etc/hostname", "mode": 420, "overwrite": true,
+            "contents": {"source": format!("data:,{hostname}")}}]}
+    })
+    .to_string()
+}
+
+fn inventory(ip: &str) -> String {
+    json!({"interfaces": [{"name": "eno1", "ipv4_addresses": [format!("{ip}/24")]}]}).to_string()
+}
+
+fn host(id: &str, role: &str, name: &str, ip: &str) -> serde_json::Value {
+    let mut h = fake_service::host_json(id, INFRA, role, None);
+    h["requested_hostname"] = json!(name);
+    h["inventory"] = json!(inventory(ip));
+    h
+}
+
+struct Harness {
+    svc: FakeService,
+    kube: FakeKube,
+    runner: Arc<RecordingRunner>,
+    writer: Arc<FakeWriter>,
+    dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn new(service_role: &str) -> Harness {
+        Self::with_hostname(service_role, "master-0")
+    }
+
+    /// `hostname` answers `hostname` on the host.
+    fn with_hostname(service_role: &str, hostname: &str) -> Harness {
+        let svc = FakeService::start();
+        svc.set_host_role(HOST, service_role);
+        svc.set_host_role(MASTER1, "master");
+        svc.set_host_role(MASTER2, "master");
+        svc.set_host_role(ARBITER, "master");
+        svc.set_host_ignition(HOST, host_ign("master-0"));
+        svc.set_cluster_file("bootstrap.ign", pull_secret_ign());
+        svc.set_cluster(json!({"platform": {"type": "baremetal"}}));
+        svc.set_hosts(vec![
+            host(HOST, "bootstrap", "master-0", "192.0.2.10"),
+            host(MASTER1, "master", "master-1", "192.0.2.11"),
+            host(MASTER2, "master", "master-2", "192.0.2.12"),
+        ]);
+        let kube = FakeKube::start();
+        let mut install_config = BTreeMap::new();
+        install_config.insert(
+            "install-config".to_string(),
+            "controlPlane:\n  replicas: 3\n".to_string(),
+        );
+        kube.set_config_map("kube-system", "cluster-config-v1", install_config);
+        for (name, ip) in [("master-1", "192.0.2.11"), ("master-2", "192.0.2.12")] {
+            let mut ann = BTreeMap::new();
+            ann.insert(
+                "machineconfiguration.openshift.io/currentConfig".to_string(),
+                "rendered-master-1".to_string(),
+            );
+            ann.insert(
+                "machineconfiguration.openshift.io/desiredConfig".to_string(),
+                "rendered-master-1".to_string(),
+            );
+            kube.set_node(name, "master", true, ip, ann);
+        }
+        kube.add_machine_config("rendered-master-1");
+        kube.add_event(
+            "assisted-installer",
+            "AssistedControllerIsReady",
+            "AssistedControllerIsReady",
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let openshift = dir.path().join("openshift");
+        std::fs::create_dir_all(openshift.join("auth")).unwrap();
+        let kubeconfig = kube.kubeconfig(dir.path());
+        std::fs::copy(&kubeconfig, openshift.join("auth/kubeconfig")).unwrap();
+        std::fs::write(openshift.join(".bootkube.done"), "").unwrap();
+        let runner = Arc::new(RecordingRunner::new());
+        runner.ok("cat /root/.ssh/id_rsa.pub", PUB_KEY);
+        runner.ok("hostname", hostname);
+        runner.ok("systemctl is-active progress.service", "inactive");
+        runner.ok("cat /etc/resolv.conf", "nameserver 192.0.2.53");
+        runner.fail("test -f /usr/sbin/bootlist", 1, "");
+        runner.fail("test -d /sys/firmware/efi", 1, "");
+        Harness {
+            svc,
+            kube,
+            runner,
+            writer: Arc::new(FakeWriter::default()),
+            dir,
+        }
+    }
+
+    fn flow(&self, role: &str, control_plane_count: i64) -> Flow {
+        let mut cfg = InstallerConfig {
+            role: role.into(),
+            cluster_id: CLUSTER.into(),
+            infra_env_id: INFRA.into(),
+            host_id: HOST.into(),
+            boot_device: "/dev/vda".into(),
+            url: self.svc.url(),
+            openshift_version: "4.17".into(),
+            mco_image: MCO.into(),
+            control_plane_count,
+            installer_args: vec![
+                "--image-url".into(),
+                "http://mirror.example/rhcos.raw.gz".into(),
+            ],
+            ..InstallerConfig::default()
+        };
+        cfg.set_defaults();
+        let client = Arc::new(
+            ServiceClient::new(ClientConfig {
+                url: self.svc.url(),
+                token: self.svc.token(),
+                insecure: false,
+                cacert: None,
+                retry: ClientRetry {
+                    min_retries: 3,
+                    max_retries: 30,
+                    delay_base: Duration::from_millis(1),
+                    delay_cap: Duration::from_millis(10),
+                },
+            })
+            .unwrap(),
+        );
+        let runner: Arc<dyn CommandRunner> = self.runner.clone();
+        let d = self.dir.path();
+        Flow {
+            cfg,
+            token: self.svc.token(),
+            reporter: Arc::new(Reporter::spawn(client.clone(), INFRA.into(), HOST.into())),
+            client,
+            host: Host::new(
+                runner.clone(),
+                Arc::new(ShutdownRebooter::new(runner)),
+                Arc::new(FakeClock::new()),
+                false,
+            ),
+            writer: self.writer.clone(),
+            paths: Paths {
+                install_dir: d.join("install-dir"),
+                registry_marker: d.join("no-registry"),
+                openshift_dir: d.join("openshift"),
+                extracted_pull_secret: d.join("extracted_from_ignition.json"),
+                resolv_conf: d.join("resolv.conf"),
+                container_logs: d.join("containers"),
+            },
+            arch: "x86_64".into(),
+            kube: Arc::new(|p: &std::path::Path| -> anyhow::Result<Arc<dyn KubeApi>> {
+                Ok(Arc::new(KubeClient::from_kubeconfig(p)?))
+            }),
+            intervals: Intervals {
+                poll: Duration::from_millis(5),
+                slow_poll: Duration::from_millis(20),
+            },
+            early_write: true,
+        }
+    }
+
+    fn reports(&self) -> Vec<(String, String)> {
+        self.svc.progress_reports(HOST)
+    }
+}
+
+fn s(stage: &str, info: &str) -> (String, String) {
+    (stage.to_string(), info.to_string())
+}
+
+fn writing() -> Vec<(String, String)> {
+    std::iter::once(s("Writing image to disk", ""))
+        .chain(
+            (5..=100)
+                .step_by(5)
+                .map(|p| s("Writing image to disk", &format!("{p}%"))),
+        )
+        .collect()
+}
+
+fn bootstrap_sequence() -> Vec<(String, String)> {
+    let mut v = vec![
+        s("Starting installation", "bootstrap"),
+        s("Installing", "master"),
+    ];
+    v.extend(writing());
+    v.extend([
+        s(
+            "Waiting for control plane",
+            "Waiting for bootstrap node preparation",
+        ),
+        s(
+            "Waiting for control plane",
+            "Waiting for masters to join bootstrap control plane",
+        ),
+        s("Waiting for bootkube", ""),
+        s(
+            "Waiting for bootkube",
+            "waiting for ETCD bootstrap to be complete",
+        ),
+        s(
+            "Waiting for controller",
+            "waiting for controller pod ready event",
+        ),
+        s("Rebooting", ""),
+    ]);
+    v
+}
+
+#[test]
+fn bootstrap_happy_path() {
+    let h = Harness::new("bootstrap");
+    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    assert_eq!(h.reports(), bootstrap_sequence());
+    assert_eq!(h.svc.progress_reports(MASTER1), vec![s("Joined", "")]);
+    assert_eq!(h.svc.progress_reports(MASTER2), vec![s("Joined", "")]);
+    let lines = h.runner.lines();
+    let mco = format!(
+        "podman run --net host --pid=host --volume /:/rootfs:rw --volume /usr/bin/rpm-ostree:/usr/bin/rpm-ostree \
+         --privileged --entrypoint /usr/bin/machine-config-daemon {MCO} start --node-name localhost --root-mount /rootfs \
+         --once-from {} --skip-reboot",
+        h.dir.path().join("install-dir/bootstrap.ign").display()
+    );
+    assert!(lines.contains(&mco), "{lines:#?}");
+    for want in [
+        "ssh-keygen -q -f /root/.ssh/id_rsa -N ",
+        "systemctl daemon-reload",
+        "systemctl restart NetworkManager.service",
+        "systemctl start bootkube.service",
+        "systemctl start approve-csr.service",
+        "systemctl start progress.service",
+        "mv",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(want)),
+            "{want}: {lines:#?}"
+        );
+    }
+    let order = |p: &str| lines.iter().position(|l| l.starts_with(p)).unwrap();
+    assert!(order("systemctl start bootkube") < order("systemctl start approve-csr"));
+    assert!(order("systemctl start approve-csr") < order("systemctl start progress"));
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("logs_sender") && l.contains("-bootstrap=true")));
+    assert_eq!(
+        lines.last().unwrap(),
+        "shutdown -r +1 'Installation completed, server is going to reboot.'"
+    );
+    // What the bootstrap leaves for bootkube.
+    let openshift = h.dir.path().join("openshift");
+    let manifest = std::fs::read_to_string(
+        openshift
+            .join("openshift/99_openshift-machineconfig_99-assisted-installer-master-ssh.yaml"),
+    )
+    .unwrap();
+    assert!(manifest.contains(PUB_KEY), "{manifest}");
+    assert!(openshift
+        .join("manifests/assisted-installer-controller-job.yaml")
+        .exists());
+    assert_eq!(
+        std::fs::read_to_string(h.dir.path().join("extracted_from_ignition.json")).unwrap(),
+        r#"{"auths":{"quay.io":{"auth":"dXNlcjpwYXNz"}}}"#
+    );
+    // The early write: streamed at the start, finished with master-<host>.ign, never rewritten.
+    let events = h.writer.events();
+    assert_eq!(events[0], "stream /dev/vda");
+    assert!(events.contains(&"streamed".to_string()));
+    assert_eq!(
+        events.last().unwrap(),
+        &format!(
+            "finish {}",
+            h.dir
+                .path()
+                .join(format!("install-dir/master-{HOST}.ign"))
+                .display()
+        )
+    );
+    assert!(!events.iter().any(|e| e.starts_with("write")), "{events:?}");
+}
+
+#[test]
+fn bootstrap_with_an_arbiter_reports_it_joined() {
+    let h = Harness::new("bootstrap");
+    let mut ic = BTreeMap::new();
+    ic.insert(
+        "install-config".to_string(),
+        "controlPlane:\n  replicas: 2\narbiter:\n  replicas: 1\n".to_string(),
+    );
+    h.kube
+        .set_config_map("kube-system", "cluster-config-v1", ic);
+    h.kube
+        .set_node("arbiter-0", "arbiter", true, "192.0.2.13", BTreeMap::new());
+    h.svc.set_hosts(vec![
+        host(MASTER1, "master", "master-1", "192.0.2.11"),
+        host(ARBITER, "arbiter", "arbiter-0", "192.0.2.13"),
+    ]);
+    run_installer(&h.flow("bootstrap", 2)).unwrap();
+    assert_eq!(h.reports(), bootstrap_sequence());
+    assert_eq!(h.svc.progress_reports(ARBITER), vec![s("Joined", "")]);
+    assert_eq!(h.svc.progress_reports(MASTER1), vec![s("Joined", "")]);
+}
+
+#[test]
+fn an_invalid_hostname_is_replaced_by_a_random_one() {
+    let h = Harness::with_hostname("bootstrap", "localhost");
+    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    let lines = h.runner.lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("bash -c hostnamectl set-hostname random-hostname-")),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn mco_extraction_failing_once_is_retried() {
+    let h = Harness::new("bootstrap");
+    let mco_line = |h: &Harness| {
+        format!(
+            "podman run --net host --pid=host --volume /:/rootfs:rw --volume /usr/bin/rpm-ostree:/usr/bin/rpm-ostree \
+             --privileged --entrypoint /usr/bin/machine-config-daemon {MCO} start --node-name localhost --root-mount /rootfs \
+             --once-from {} --skip-reboot",
+            h.dir.path().join("install-dir/bootstrap.ign").display()
+        )
+    };
+    h.runner.fail(&mco_line(&h), 1, "Error: extract failed");
+    h.runner.ok(&mco_line(&h), "");
+    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    assert_eq!(
+        h.runner
+            .lines()
+            .iter()
+            .filter(|l| **l == mco_line(&h))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn mco_extraction_failing_three_times_fails_the_install() {
+    let h = Harness::new("bootstrap");
+    let line = format!(
+        "podman run --net host --pid=host --volume /:/rootfs:rw --volume /usr/bin/rpm-ostree:/usr/bin/rpm-ostree \
+         --privileged --entrypoint /usr/bin/machine-config-daemon {MCO} start --node-name localhost --root-mount /rootfs \
+         --once-from {} --skip-reboot",
+        h.dir.path().join("install-dir/bootstrap.ign").display()
+    );
+    h.runner.fail(&line, 1, "Error: extract failed");
+    run_installer(&h.flow("bootstrap", 3)).unwrap_err();
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert!(info.contains("extract failed"), "{info}");
+    assert_eq!(h.runner.lines().iter().filter(|l| **l == line).count(), 3);
+    // The early-written disk is reset, not left half-installed.
+    assert!(h.writer.events().contains(&"abandon".to_string()));
+}
+
+#[test]
+fn a_failed_node_image_overlay_fails_the_install() {
+    let h = Harness::new("bootstrap");
+    h.runner.fail(
+        "stat /usr/bin/oc",
+        1,
+        "stat: cannot statx '/usr/bin/oc': No such file or directory",
+    );
+    h.runner.ok(
+        "systemctl show -P ActiveState node-image-pull.service",
+        "failed",
+    );
+    run_installer(&h.flow("bootstrap", 3)).unwrap_err();
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert!(info.contains("node-image-pull.service failed"), "{info}");
+    assert!(h.runner.lines().contains(
+        &"systemctl start --no-block node-image-pull.service node-image-overlay.service"
+            .to_string()
+    ));
+}
+
+#[test]
+fn the_node_image_overlay_is_waited_for_when_oc_is_missing() {
+    let h = Harness::new("bootstrap");
+    h.runner.fail("stat /usr/bin/oc", 1, "no such file");
+    h.runner.ok("stat /usr/bin/oc", "");
+    h.runner.ok(
+        "systemctl show -P ActiveState node-image-pull.service",
+        "inactive",
+    );
+    h.runner.ok(
+        "systemctl show -P ActiveState node-image-pull.service",
+        "active",
+    );
+    h.runner.ok(
+        "systemctl show -P ActiveState node-image-overlay.service",
+        "active",
+    );
+    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    assert_eq!(h.reports(), bootstrap_sequence());
+}
+
+#[test]
+fn the_bootstrap_waits_for_the_controller_ready_event() {
+    let h = Harness::new("bootstrap");
+    h.kube.clear_events("assisted-installer");
+    h.kube.add_event(
+        "assisted-installer",
+        "assisted-installer-controller-abc.1",
+        "Scheduled",
+    );
+    let kube = h.kube.clone_handle();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        kube.add_event(
+            "assisted-installer",
+            "AssistedControllerIsReady",
+            "AssistedControllerIsReady",
+        );
+    });
+    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    t.join().unwrap();
+    assert_eq!(h.reports(), bootstrap_sequence());
+    assert_eq!(
+        h.svc.cluster_logs_reports().len(),
+        1,
+        "cluster logs requested once the controller is ready"
+    );
+}
+
+#[test]
+fn other_hosts_are_reported_configuring_from_the_mcs_log() {
+    let h = Harness::new("bootstrap");
+    let logs = h.dir.path().join("containers");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(
+        logs.join("machine-config-server-abc_openshift-machine-config-operator_machine-config-server-123.log"),
+        "I1121 10:00:00.000000 1 api.go:117] Pool master requested by address:\"192.0.2.11:52428\" User-Agent:\"Ignition/2.16.2\"\n",
+    )
+    .unwrap();
+    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    let m1 = h.svc.progress_reports(MASTER1);
+    assert_eq!(m1.first(), Some(&s("Configuring", "")), "{m1:?}");
+    assert_eq!(m1.last(), Some(&s("Joined", "")));
+    assert!(!h
+        .svc
+        .progress_reports(MASTER2)
+        .contains(&s("Configuring", "")));
+}
+
+fn sno_sequence() -> Vec<(String, String)> {
+    let mut v = vec![
+        s("Starting installation", "master"),
+        s("Installing", "master"),
+        s("Waiting for bootkube", ""),
+    ];
+    v.extend(writing());
+    v.push(s("Rebooting", ""));
+    v
+}
+
+fn sno_master_ign() -> String {
+    json!({
+        "ignition": {"version": "3.2.0"},
+        "storage": {"files": [
+            {"path": "/etc/hostname", "contents": {"source": "data:,localhost"}},
+            {"path": "/etc/kubernetes/manifests/kube-apiserver-pod.yaml", "contents": {"source": "data:,apiserver"}}
+        ]},
+        "systemd": {"units": [{"name": "kubelet.service", "enabled": true}]}
+    })
+    .to_string()
+}
+
+#[test]
+fn single_node_happy_path_merges_the_host_ignition_and_reboots_now() {
+    let h = Harness::new("sno");
+    std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
+    let expected = assisted_installer::bootstrap::ignition_merge::merge_host_into_sno(
+        sno_master_ign().as_bytes(),
+        host_ign("master-0").as_bytes(),
+    )
+    .unwrap();
+    *h.writer.expected_ignition.lock().unwrap() = Some(String::from_utf8(expected).unwrap());
+    run_installer(&h.flow("master", 1)).unwrap();
+    assert_eq!(h.reports(), sno_sequence());
+    let merged: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(h.dir.path().join("openshift/master.ign")).unwrap())
+            .unwrap();
+    let files = merged["storage"]["files"].as_array().unwrap();
+    let hostname = files.iter().find(|f| f["path"] == "/etc/hostname").unwrap();
+    assert_eq!(
+        hostname["contents"]["source"], "data:,master-0",
+        "the host's override wins"
+    );
+    assert!(files
+        .iter()
+        .any(|f| f["path"] == "/etc/kubernetes/manifests/kube-apiserver-pod.yaml"));
+    assert!(
+        merged["ignition"]["config"].get("merge").is_none(),
+        "the host's pointer is cleared"
+    );
+    let lines = h.runner.lines();
+    assert!(
+        !lines.iter().any(|l| l.starts_with("ssh-keygen")),
+        "no SSH key on single node"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("NetworkManager")),
+        "no NetworkManager restart"
+    );
+    assert_eq!(
+        lines.last().unwrap(),
+        "shutdown -r now 'Installation completed, server is going to reboot.'"
+    );
+    let events = h.writer.events();
+    assert_eq!(events.first().unwrap(), "stream /dev/vda");
+    assert!(events.last().unwrap().starts_with("finish "), "{events:?}");
+}
+
+#[test]
+fn single_node_without_master_ign_fails_and_resets_the_early_write() {
+    let h = Harness::new("sno");
+    run_installer(&h.flow("master", 1)).unwrap_err();
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert!(
+        info.contains("master.ign was not created by bootkube"),
+        "{info}"
+    );
+    assert_eq!(h.writer.events().last().unwrap(), "abandon");
+}
+
+#[test]
+fn a_failed_early_write_is_written_again_in_the_normal_place() {
+    let h = Harness::new("sno");
+    std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
+    h.writer.stream_failures.store(1, Ordering::SeqCst);
+    run_installer(&h.flow("master", 1)).unwrap();
+    assert_eq!(h.reports(), sno_sequence());
+    let events = h.writer.events();
+    assert_eq!(events[0], "stream /dev/vda");
+    assert!(events[1].starts_with("write "), "{events:?}");
+}

@@ -1,0 +1,203 @@
+//! The single-node early write for real (root): a dry-run host, the fake assisted-service, the
+//! in-process writer onto a loop device. The image must be on the disk (with the disk still
+//! unbootable) before bootkube completes, and the final disk must hold the merged Ignition.
+
+mod common;
+#[path = "../testdata/coreos_image.rs"]
+mod coreos_image;
+#[path = "common/fake_service.rs"]
+mod fake_service;
+
+use assisted_installer::bootstrap::ignition_merge::merge_host_into_sno;
+use assisted_installer::cli::go_flags::InstallerConfig;
+use assisted_installer::flow::node::run_installer;
+use assisted_installer::flow::writer::InProcessWriter;
+use assisted_installer::flow::{Flow, Intervals, Paths};
+use assisted_installer::host::clock::SystemClock;
+use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
+use assisted_installer::host::reboot::FakeReboot;
+use assisted_installer::host::Host;
+use assisted_installer::image::Cancel;
+use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
+use assisted_installer::service::reporter::Reporter;
+use common::http_server::TestServer;
+use common::root::{have_root, run, sgdisk_verify, LoopDev};
+use coreos_image::{cached_image_set, ImageSpec};
+use std::os::unix::fs::FileExt;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
+const ID: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
+const SNO_IGN: &str = r#"{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/etc/hostname","contents":{"source":"data:,localhost"}},{"path":"/etc/kubernetes/kubelet.conf","contents":{"source":"data:,kubelet"}}]}}"#;
+const HOST_IGN: &str = r#"{"ignition":{"version":"3.4.0","config":{"merge":[{"source":"https://api-int.example:22623/config/master"}]}},"storage":{"files":[{"path":"/etc/hostname","contents":{"source":"data:,sno-0"}}]}}"#;
+
+#[test]
+fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignition() {
+    if !have_root(
+        "the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignition",
+    ) {
+        return;
+    }
+    let set = cached_image_set(&ImageSpec::test(512)).unwrap();
+    let raw = std::fs::read(&set.raw.path).unwrap();
+    let http = TestServer::start();
+    let url = http.serve_file("/rhcos.raw.gz", &set.gz.path);
+    let svc = fake_service::FakeService::start();
+    svc.set_host_role(HOST, "sno");
+    svc.set_host_ignition(HOST, HOST_IGN);
+    svc.set_cluster_file("bootstrap.ign", r#"{"ignition":{"version":"3.2.0"}}"#);
+    let dev = LoopDev::new(set.raw.size + 32 * (1 << 20), 512);
+    let dir = tempfile::tempdir().unwrap();
+    let openshift = dir.path().join("openshift");
+    std::fs::create_dir_all(&openshift).unwrap();
+    std::fs::write(openshift.join("master.ign"), SNO_IGN).unwrap();
+    let marker = dir.path().join("rebooted");
+    let runner: Arc<dyn CommandRunner> = Arc::new(RecordingRunner::new());
+    let client = Arc::new(
+        ServiceClient::new(ClientConfig {
+            url: svc.url(),
+            token: svc.token(),
+            insecure: false,
+            cacert: None,
+            retry: ClientRetry::dry_run(),
+        })
+        .unwrap(),
+    );
+    let flow = Flow {
+        cfg: InstallerConfig {
+            role: "master".into(),
+            cluster_id: ID.into(),
+            infra_env_id: ID.into(),
+            host_id: HOST.into(),
+            boot_device: dev.path.display().to_string(),
+            url: svc.url(),
+            control_plane_count: 1,
+            dry_run: true,
+            installer_args: vec![
+                "--image-url".into(),
+                url,
+                "--sha256".into(),
+                set.gz.sha256.clone(),
+            ],
+            ..InstallerConfig::default()
+        },
+        token: svc.token(),
+        reporter: Arc::new(Reporter::spawn(client.clone(), ID.into(), HOST.into())),
+        client,
+        host: Host::new(
+            runner,
+            Arc::new(FakeReboot::new(&marker)),
+            Arc::new(SystemClock),
+            true,
+        ),
+        writer: Arc::new(InProcessWriter {
+            stop: Cancel::new(),
+            cacert: None,
+        }),
+        paths: Paths {
+            install_dir: dir.path().join("install-dir"),
+            registry_marker: dir.path().join("none"),
+            openshift_dir: openshift.clone(),
+            extracted_pull_secret: dir.path().join("pull-secret.json"),
+            resolv_conf: dir.path().join("resolv.conf"),
+            container_logs: dir.path().join("containers"),
+        },
+        arch: "x86_64".into(),
+        kube: Arc::new(|_: &std::path::Path| {
+            anyhow::bail!("single node needs no Kubernetes client")
+        }),
+        intervals: Intervals {
+            poll: Duration::from_millis(20),
+            slow_poll: Duration::from_millis(100),
+        },
+        early_write: true,
+    };
+    // Plays bootkube: it finishes only once the image's last megabytes are on the disk, while
+    // the disk still has no bootable partition table.
+    let watch_dev = dev.path.clone();
+    let done = openshift.join(".bootkube.done");
+    let tail_at = raw.len() as u64 - (3 << 20);
+    let tail = raw[tail_at as usize..tail_at as usize + (1 << 20)].to_vec();
+    let bootkube = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let f = std::fs::File::open(&watch_dev).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "the image never reached the disk before bootkube"
+            );
+            f.read_exact_at(&mut buf, tail_at).unwrap();
+            if buf == tail {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The backup-LBA field of the primary header at LBA 1, as it is now.
+        let mut hdr = [0u8; 512];
+        f.read_exact_at(&mut hdr, 512).unwrap();
+        let used =
+            (&hdr[..8] == b"EFI PART").then(|| u64::from_le_bytes(hdr[32..40].try_into().unwrap()));
+        std::fs::write(&done, "").unwrap();
+        used
+    });
+    run_installer(&flow).unwrap();
+    let table_when_streamed = bootkube.join().unwrap();
+    // While bootkube ran, the disk's table was the empty pre-stream one, not the image's.
+    let mut img = std::io::Cursor::new(raw.clone());
+    let image_table = gptman::GPT::read_from(&mut img, 512).unwrap();
+    assert_ne!(
+        table_when_streamed,
+        Some(image_table.header.backup_lba),
+        "the image's table was on disk early"
+    );
+    // The SNO stage order, and the final disk.
+    let stages: Vec<String> = svc
+        .progress_reports(HOST)
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    let mut dedup = stages.clone();
+    dedup.dedup();
+    assert_eq!(
+        dedup,
+        [
+            "Starting installation",
+            "Installing",
+            "Waiting for bootkube",
+            "Writing image to disk",
+            "Rebooting"
+        ]
+    );
+    assert!(marker.exists());
+    sgdisk_verify(&dev.path);
+    let mut f = std::fs::File::open(&dev.path).unwrap();
+    let gpt = gptman::GPT::read_from(&mut f, 512).unwrap();
+    let boot = &gpt[3];
+    let boot_fs = dir.path().join("boot.img");
+    run(Command::new("dd")
+        .arg(format!("if={}", dev.path.display()))
+        .arg(format!("of={}", boot_fs.display()))
+        .args(["bs=1M", "status=none", "iflag=skip_bytes,count_bytes"])
+        .arg(format!("skip={}", boot.starting_lba * 512))
+        .arg(format!(
+            "count={}",
+            (boot.ending_lba - boot.starting_lba + 1) * 512
+        )));
+    let on_disk = run(Command::new("debugfs")
+        .arg("-R")
+        .arg("cat /ignition/config.ign")
+        .arg(&boot_fs));
+    let merged = merge_host_into_sno(SNO_IGN.as_bytes(), HOST_IGN.as_bytes()).unwrap();
+    assert_eq!(
+        on_disk.as_bytes(),
+        merged.as_slice(),
+        "the disk holds the merged Ignition"
+    );
+    assert!(
+        on_disk.contains("data:,sno-0") && on_disk.contains("kubelet"),
+        "{on_disk}"
+    );
+}
