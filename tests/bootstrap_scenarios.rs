@@ -595,3 +595,43 @@ fn a_failed_early_write_is_written_again_in_the_normal_place() {
     assert_eq!(events[0], "stream /dev/vda");
     assert!(events[1].starts_with("write "), "{events:?}");
 }
+
+/// A not-Ready master with the cloud provider's uninitialized taint; it becomes Ready shortly.
+fn tainted_master(h: &Harness) -> std::thread::JoinHandle<()> {
+    h.kube.set_node_ready("master-2", false);
+    h.kube.add_node_taint(
+        "master-2",
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "NoSchedule",
+    );
+    let kube = h.kube.clone_handle();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        kube.set_node_ready("master-2", true);
+    })
+}
+
+#[test]
+fn the_uninitialized_taint_is_removed_on_nutanix_and_vsphere_only() {
+    for (platform, removed) in [
+        ("nutanix", true),
+        ("vsphere", true),
+        ("baremetal", false),
+        ("none", false),
+    ] {
+        let h = Harness::new("bootstrap");
+        h.svc.set_cluster(json!({"platform": {"type": platform}}));
+        let ready = tainted_master(&h);
+        run_installer(&h.flow("bootstrap", 3)).unwrap();
+        ready.join().unwrap();
+        let taints = h.kube.node_taints("master-2");
+        assert_eq!(
+            !taints
+                .iter()
+                .any(|t| t == "node.cloudprovider.kubernetes.io/uninitialized"),
+            removed,
+            "{platform}: {taints:?}"
+        );
+        assert_eq!(h.reports(), bootstrap_sequence(), "{platform}");
+    }
+}
