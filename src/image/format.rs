@@ -222,13 +222,18 @@ impl<R: BufRead> Peek<R> {
     }
 }
 
+/// `Read::read` for a type whose buffer is the source of truth (`BufRead` first).
+pub(crate) fn read_from_buf(r: &mut impl BufRead, out: &mut [u8]) -> io::Result<usize> {
+    let avail = r.fill_buf()?;
+    let n = avail.len().min(out.len());
+    out[..n].copy_from_slice(&avail[..n]);
+    r.consume(n);
+    Ok(n)
+}
+
 impl<R: BufRead> Read for Peek<R> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let avail = self.fill_buf()?;
-        let n = avail.len().min(out.len());
-        out[..n].copy_from_slice(&avail[..n]);
-        self.consume(n);
-        Ok(n)
+        read_from_buf(self, out)
     }
 }
 

@@ -182,11 +182,7 @@ struct ChannelReader {
 
 impl Read for ChannelReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let avail = self.fill_buf()?;
-        let n = avail.len().min(out.len());
-        out[..n].copy_from_slice(&avail[..n]);
-        self.consume(n);
-        Ok(n)
+        super::format::read_from_buf(self, out)
     }
 }
 
