@@ -13,7 +13,6 @@ use std::collections::VecDeque;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::sync::Mutex;
 
 /// Replacement text for the pull-secret token wherever a command line is rendered.
@@ -368,59 +367,40 @@ fn execute(
         err
     };
 
+    // One pipe for both streams, as Go gives the child one buffer: the merged text keeps the
+    // order of the child's writes (the "keep from `Error` on" rule depends on it).
+    let pipe = std::io::pipe().and_then(|(r, w)| Ok((r, w.try_clone()?, w)));
+    let (mut reader, out, err) = match pipe {
+        Ok(p) => p,
+        Err(e) => return Err(fail(format!("pipe: {e}"), None, 0, "")),
+    };
+    // The Command, and with it our copies of the pipe's write end, is dropped at the end of
+    // this statement, so the reader sees EOF when the child exits.
     let mut child = match Command::new(&path)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(out)
+        .stderr(err)
         .spawn()
     {
         Ok(c) => c,
         Err(e) => return Err(fail(format!("exec: \"{program}\": {e}"), None, 0, "")),
     };
-
-    // Two readers feed one channel so the buffer keeps the order in which chunks arrived.
-    let (tx, rx) = mpsc::channel::<Vec<u8>>();
-    let mut readers = Vec::new();
-    let pipes: [Option<Box<dyn Read + Send>>; 2] = [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    ];
-    for mut pipe in pipes.into_iter().flatten() {
-        let tx = tx.clone();
-        readers.push(std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            loop {
-                match pipe.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        if tx.send(buf[..n].to_vec()).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => break,
-                }
-            }
-        }));
-    }
-    drop(tx);
     let mut merged = Vec::new();
-    for chunk in rx {
-        if let Some(sink) = sink.as_mut() {
-            sink(&chunk);
+    let mut buf = [0u8; 8192];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if let Some(sink) = sink.as_mut() {
+                    sink(&buf[..n]);
+                }
+                merged.extend_from_slice(&buf[..n]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
         }
-        merged.extend_from_slice(&chunk);
-    }
-    for r in readers {
-        let _ = r.join();
     }
     let status = child.wait();
     let output = String::from_utf8_lossy(&merged).trim().to_string();
@@ -721,6 +701,21 @@ mod tests {
             .unwrap();
         assert!(out.contains("out") && out.contains("err"), "{out}");
         assert_eq!(out, out.trim());
+    }
+
+    #[test]
+    fn stdout_and_stderr_keep_the_order_of_the_writes() {
+        // Two pipes read by two threads could reorder these; Go's single buffer cannot.
+        let r = LocalRunner::new(vec![], None);
+        for _ in 0..20 {
+            let out = r
+                .run(
+                    "sh",
+                    &["-c", "echo one >&2; echo two; echo three >&2; echo four"],
+                )
+                .unwrap();
+            assert_eq!(out, "one\ntwo\nthree\nfour");
+        }
     }
 
     #[test]
