@@ -459,6 +459,27 @@ fn no_image_source_fails_with_what_to_pass() {
 }
 
 #[test]
+fn a_malformed_digest_in_installer_args_fails_before_the_disk_is_touched() {
+    let h = Harness::new("master");
+    let mut flow = h.flow("master", fast_retry());
+    flow.cfg.installer_args = vec![
+        "--image-url".into(),
+        "http://mirror.example/rhcos.raw.gz".into(),
+        "--sha256".into(),
+        "not-a-digest".into(),
+    ];
+    run_installer(&flow).unwrap_err();
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert!(info.contains("--sha256"), "{info}");
+    assert!(
+        h.runner.lines().iter().all(|l| !l.starts_with("wipefs")),
+        "disk untouched"
+    );
+    assert!(h.writer.calls.lock().unwrap().is_empty());
+}
+
+#[test]
 fn a_reboot_failure_is_fatal() {
     let h = Harness::new("master");
     h.runner.fail(

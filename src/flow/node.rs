@@ -10,7 +10,7 @@ use super::bootstrap::{
 };
 use super::early::EarlyWrite;
 use super::wait::worker_wait_for_control_plane;
-use super::writer::WriteRequest;
+use super::writer::{check_writer_args, WriteRequest};
 use super::Flow;
 use crate::cli::installer_args::parse_installer_args;
 use crate::host::boot_order::set_boot_order;
@@ -51,13 +51,7 @@ fn install_node(f: &Flow) -> Result<()> {
     }
     // Refuse unusable --installer-args before touching anything.
     let writer_args = parse_installer_args(&cfg.installer_args)?;
-    if writer_args.image_url.is_none() && writer_args.image_file.is_none() {
-        bail!(
-            "no image to write: installing the live ISO's own (offline) image is not supported yet; \
-             pass the CoreOS metal image in --installer-args: [\"--image-url\",\"https://…/rhcos-…-metal.x86_64.raw.gz\",\"--sha256\",\"<hex>\"] \
-             or [\"--image-file\",\"/path/to/image\"]"
-        );
-    }
+    check_writer_args(&writer_args)?;
     let device = resolve_disk_symlink(&cfg.boot_device);
     let dev = device.display().to_string();
     if !cfg.dry_run && !cfg.skip_installation_disk_cleanup {

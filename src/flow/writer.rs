@@ -54,6 +54,45 @@ pub struct InProcessWriter {
     pub cacert: Option<PathBuf>,
 }
 
+/// Everything in `--installer-args` that can be wrong, checked up front so a flow fails before
+/// it touches the disk rather than after three write attempts.
+pub fn check_writer_args(a: &WriterArgs) -> Result<()> {
+    image_location(a)?;
+    expected_digests(a)?;
+    save_filters(a)?;
+    Ok(())
+}
+
+fn image_location(a: &WriterArgs) -> Result<ImageLocation> {
+    Ok(match (&a.image_url, &a.image_file) {
+        (Some(u), None) => ImageLocation::Url(u.clone()),
+        (None, Some(f)) => ImageLocation::File(f.clone()),
+        (Some(_), Some(_)) => {
+            bail!("--installer-args gives both --image-url and --image-file; pass one")
+        }
+        (None, None) => bail!(
+            "no image to write: installing the live ISO's own (offline) image is not supported yet; \
+             pass the CoreOS metal image in --installer-args: [\"--image-url\",\"https://…/rhcos-…-metal.x86_64.raw.gz\",\"--sha256\",\"<hex>\"] \
+             or [\"--image-file\",\"/path/to/image\"]"
+        ),
+    })
+}
+
+fn expected_digests(a: &WriterArgs) -> Result<Expected> {
+    let digest =
+        |v: &Option<String>, what| v.as_deref().map(|h| Sha256Sum::parse(h, what)).transpose();
+    Ok(Expected {
+        compressed: digest(&a.sha256, "--sha256")?,
+        uncompressed: digest(&a.uncompressed_sha256, "--uncompressed-sha256")?,
+    })
+}
+
+fn save_filters(a: &WriterArgs) -> Result<Vec<crate::disk::saved::PartitionFilter>> {
+    let mut save = label_filters(&a.save_partlabel);
+    save.extend(index_filters(&a.save_partindex)?);
+    Ok(save)
+}
+
 /// The write plan for a flow: image source and digests from `--installer-args`, Ignition from
 /// the flow (when known). Pure apart from reading the Ignition file.
 pub fn plan_for(
@@ -62,23 +101,8 @@ pub fn plan_for(
     ignition: Option<&Path>,
     cacert: Option<&Path>,
 ) -> Result<WritePlan> {
-    let location = match (&a.image_url, &a.image_file) {
-        (Some(u), None) => ImageLocation::Url(u.clone()),
-        (None, Some(f)) => ImageLocation::File(f.clone()),
-        (Some(_), Some(_)) => {
-            bail!("--installer-args gives both --image-url and --image-file; pass one")
-        }
-        (None, None) => bail!(
-            "no image to write: the offline install from the live ISO is not supported yet; \
-             pass --image-url URL (with --sha256 HEX) or --image-file PATH in --installer-args"
-        ),
-    };
-    let digest =
-        |v: &Option<String>, what| v.as_deref().map(|h| Sha256Sum::parse(h, what)).transpose();
-    let expected = Expected {
-        compressed: digest(&a.sha256, "--sha256")?,
-        uncompressed: digest(&a.uncompressed_sha256, "--uncompressed-sha256")?,
-    };
+    let location = image_location(a)?;
+    let expected = expected_digests(a)?;
     if expected.is_empty() {
         // The Go installer runs coreos-installer with --insecure (no signature check), so an
         // unverified image is what the service expects today; say so loudly.
@@ -86,8 +110,7 @@ pub fn plan_for(
             "no --sha256 in --installer-args: the image will be written without verification"
         );
     }
-    let mut save = label_filters(&a.save_partlabel);
-    save.extend(index_filters(&a.save_partindex)?);
+    let save = save_filters(a)?;
     let post = post_install(a, ignition)?;
     Ok(WritePlan {
         location,
