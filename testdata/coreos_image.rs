@@ -20,6 +20,10 @@
 //! External tools: `mkfs.ext4` and `debugfs` (e2fsprogs, `mkfs.ext4 -d` support required) are
 //! mandatory; `mkfs.fat` (dosfstools) is optional — without it the ESP stays zeroed.
 //!
+//! [`ImageSpec::root_fs`] can make the root XFS instead (`mkfs.xfs`, then a loop mount and
+//! `cp -a`: root only; not byte-reproducible), and [`ImageSpec::boot_objects`] adds /boot's
+//! kernel and initramfs to the OSTree repository; `live_fixture.rs` uses both.
+//!
 //! Determinism: for a given [`ImageSpec`] the output is byte-identical between runs on the same
 //! host with the same e2fsprogs/dosfstools versions (fixed UUIDs/hash seeds,
 //! `E2FSPROGS_FAKE_TIME`, `mkfs.fat --invariant`, all inode timestamps forced to
@@ -126,6 +130,20 @@ impl Compression {
     }
 }
 
+/// Filesystem of the root partition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RootFs {
+    /// ext4 built with `mkfs.ext4 -d` (no mount needed): the default.
+    #[default]
+    Ext4,
+    /// XFS, as on real RHCOS/FCOS. Populated through a loop mount, so it needs root; at least
+    /// [`XFS_MIN_ROOT_MIB`] MiB (mkfs.xfs refuses smaller filesystems).
+    Xfs,
+}
+
+/// Smallest root partition mkfs.xfs (>= 5.19) accepts.
+pub const XFS_MIN_ROOT_MIB: u64 = 300;
+
 #[derive(Clone, Debug)]
 pub struct ImageSpec {
     /// Logical sector size of the GPT: 512 or 4096.
@@ -134,6 +152,12 @@ pub struct ImageSpec {
     pub root_mib: u64,
     /// Seed of the content generator.
     pub seed: u64,
+    /// Filesystem of the root partition.
+    pub root_fs: RootFs,
+    /// Whether the deployment also carries /boot's kernel and initramfs as OSTree objects
+    /// (`usr/lib/modules/<kver>/vmlinuz` and `initramfs.img`, byte-identical to the copies on
+    /// /boot), as real RHCOS does; an osmet packer then maps the /boot copies to those objects.
+    pub boot_objects: bool,
 }
 
 /// One GPT partition of the generated layout.
@@ -165,6 +189,8 @@ impl ImageSpec {
             sector_size,
             root_mib: 48,
             seed: 1,
+            root_fs: RootFs::Ext4,
+            boot_objects: false,
         }
     }
 
@@ -174,6 +200,21 @@ impl ImageSpec {
             sector_size,
             root_mib: 1100,
             seed: 1,
+            root_fs: RootFs::Ext4,
+            boot_objects: false,
+        }
+    }
+
+    /// The image behind the live-system fixture (see `live_fixture.rs`): XFS root with the boot
+    /// files as objects, like the metal image a live ISO's osmet files describe. 363 MiB in
+    /// total, or 1143 MiB with `bench`.
+    pub fn live(sector_size: u64, bench: bool) -> Self {
+        ImageSpec {
+            sector_size,
+            root_mib: if bench { 1100 } else { 320 },
+            seed: 1,
+            root_fs: RootFs::Xfs,
+            boot_objects: true,
         }
     }
 
@@ -182,12 +223,28 @@ impl ImageSpec {
         ROOT_OFFSET + self.root_mib * MIB + MIB
     }
 
-    /// Name of the cache subdirectory, e.g. `v1-ss512-root48-seed1`.
+    /// Name of the cache subdirectory, e.g. `v1-ss512-root48-seed1`, with `-xfs` and `-bootobj`
+    /// appended for the non-default options (so the default names stay as they were).
     pub fn cache_name(&self) -> String {
         format!(
-            "v{}-ss{}-root{}-seed{}",
-            GENERATOR_VERSION, self.sector_size, self.root_mib, self.seed
+            "v{}-ss{}-root{}-seed{}{}",
+            GENERATOR_VERSION,
+            self.sector_size,
+            self.root_mib,
+            self.seed,
+            self.option_suffix()
         )
+    }
+
+    fn option_suffix(&self) -> String {
+        let mut s = String::new();
+        if self.root_fs == RootFs::Xfs {
+            s.push_str("-xfs");
+        }
+        if self.boot_objects {
+            s.push_str("-bootobj");
+        }
+        s
     }
 
     /// Base file name of the raw image, like the real artifacts.
@@ -210,6 +267,10 @@ impl ImageSpec {
             "root partition must be at least 16 MiB"
         );
         ensure!(self.root_mib <= 1 << 20, "root partition too large");
+        ensure!(
+            self.root_fs != RootFs::Xfs || self.root_mib >= XFS_MIN_ROOT_MIB,
+            "an XFS root partition must be at least {XFS_MIN_ROOT_MIB} MiB"
+        );
         Ok(())
     }
 
@@ -276,6 +337,46 @@ impl ImageSpec {
         format!("{}/initramfs-{}.img", self.kernel_dir(), KERNEL_VERSION)
     }
 
+    /// The deployment directory inside the root filesystem (no leading slash).
+    pub fn deployment_dir(&self) -> String {
+        format!("ostree/deploy/{OS_NAME}/deploy/{}.0", self.ostree_commit())
+    }
+
+    /// Path of the kernel inside the deployment (relative to the deployment directory); only
+    /// present with [`ImageSpec::boot_objects`].
+    pub fn deployment_kernel_path(&self) -> String {
+        format!("usr/lib/modules/{KERNEL_VERSION}/vmlinuz")
+    }
+
+    /// Path of the initramfs inside the deployment, see [`ImageSpec::deployment_kernel_path`].
+    pub fn deployment_initramfs_path(&self) -> String {
+        format!("usr/lib/modules/{KERNEL_VERSION}/initramfs.img")
+    }
+
+    /// The kernel and initramfs bytes on /boot (regenerated: 18 MiB of PRNG output).
+    pub fn boot_payloads(&self) -> (Vec<u8>, Vec<u8>) {
+        let mut rng = Prng::new(self.seed, 0xb007);
+        let mut kernel = vec![0u8; KERNEL_SIZE];
+        rng.fill(&mut kernel);
+        kernel[0] = b'M';
+        kernel[1] = b'Z';
+        kernel[0x1fe] = 0x55;
+        kernel[0x1ff] = 0xaa;
+        kernel[0x202..0x206].copy_from_slice(b"HdrS");
+        let mut initrd = vec![0u8; INITRAMFS_SIZE];
+        rng.fill(&mut initrd);
+        let hdr = b"07070100000001000041ed0000000000000000000000025c000000000000000000000000000000000000000000000000000000000800000000kernel\0\0";
+        initrd[..hdr.len()].copy_from_slice(hdr);
+        (kernel, initrd)
+    }
+
+    /// Object names (64 hex digits, `<2>/<62>` without the slash) of the kernel and the
+    /// initramfs in the root filesystem's repository; only there with [`ImageSpec::boot_objects`].
+    pub fn boot_payload_objects(&self) -> (String, String) {
+        let (kernel, initrd) = self.boot_payloads();
+        (hex_sha256(&kernel), hex_sha256(&initrd))
+    }
+
     /// The `options` value of the BLS entry (everything after `options `).
     pub fn bls_options(&self) -> String {
         format!(
@@ -315,11 +416,11 @@ pub fn gpt_bytes_to_guid(bytes: &[u8; 16]) -> String {
     uuid::Uuid::from_bytes_le(*bytes).hyphenated().to_string()
 }
 
-fn hex_sha256(data: &[u8]) -> String {
+pub fn hex_sha256(data: &[u8]) -> String {
     to_hex(&Sha256::digest(data))
 }
 
-fn to_hex(bytes: &[u8]) -> String {
+pub fn to_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -1458,16 +1559,29 @@ fn ext4_overhead(bytes: u64) -> u64 {
     journal_blocks * 4096 + bytes / inode_ratio * 256 + 2 * MIB
 }
 
+/// Rough XFS overhead of `mkfs.xfs` 6.x: a 64 MiB log from 300 MiB on (smaller logs below),
+/// ~1% for AG headers, btrees and inode chunks, plus ~2 MiB for the directories.
+fn xfs_overhead(bytes: u64) -> u64 {
+    (64 * MIB).min(bytes / 4) + bytes / 100 + 2 * MIB
+}
+
 /// Bytes of file content for the root filesystem: [`ROOT_FILL_PERCENT`] of the partition,
-/// less for tiny partitions where the ext4 overhead would not leave room.
-fn root_content_budget(root_bytes: u64) -> u64 {
+/// less for small partitions where the filesystem overhead would not leave room.
+fn root_content_budget(root_bytes: u64, fs: RootFs) -> u64 {
     let wanted = root_bytes * ROOT_FILL_PERCENT / 100;
-    let room = root_bytes.saturating_sub(ext4_overhead(root_bytes)) * 80 / 100;
+    let overhead = match fs {
+        RootFs::Ext4 => ext4_overhead(root_bytes),
+        RootFs::Xfs => xfs_overhead(root_bytes),
+    };
+    let room = root_bytes.saturating_sub(overhead) * 80 / 100;
     wanted.min(room)
 }
 
 fn plan_root_files(spec: &ImageSpec) -> Vec<PlannedFile> {
-    let budget = root_content_budget(spec.root_mib * MIB);
+    let mut budget = root_content_budget(spec.root_mib * MIB, spec.root_fs);
+    if spec.boot_objects {
+        budget = budget.saturating_sub((KERNEL_SIZE + INITRAMFS_SIZE) as u64);
+    }
     let mut files = Vec::new();
     let mut used: HashSet<String> = HashSet::new();
     let mut big_total = 0;
@@ -1684,7 +1798,7 @@ fn require_tool(name: &str) -> Result<PathBuf> {
     find_tool(name).ok_or_else(|| anyhow!("{name} not found (install e2fsprogs)"))
 }
 
-fn run(cmd: &mut Command) -> Result<String> {
+pub fn run(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
@@ -1750,6 +1864,108 @@ fn make_ext4(
     Ok(())
 }
 
+/// Files of an XFS root rewritten in interleaved 1 MiB pieces (see [`make_xfs`]), relative to
+/// the deployment.
+pub const XFS_FRAGMENTED_FILES: [&str; 2] = ["usr/bin/hyperkube", "usr/lib64/libLLVM-17.so"];
+
+/// Build an XFS image of `size` bytes at `img` holding `stage` (label [`ROOT_LABEL`], UUID
+/// [`ROOT_FS_UUID`], `sector_size`-byte sectors so it also mounts on 4Kn disks).
+///
+/// xfsprogs 6.1 cannot populate a filesystem from a directory (protofiles lose hard links, and
+/// the objects must share inodes with the deployment), so this loop-mounts the image at
+/// `mountpoint` and copies the tree with `cp -a`, which needs root. The mount lives in a private
+/// mount namespace (`unshare -m`) and its loop device is auto-cleared, so a killed generator
+/// leaves no mount and no loop device behind; `nouuid` lets generators of several images (same
+/// UUID) run at once. Inode change/birth times are those of the copy: unlike the ext4 images,
+/// the XFS bytes differ from run to run.
+///
+/// A fresh copy gives every file one extent. Real images have some files in several, and then
+/// an osmet file maps one object at several physical places with `logical > 0`; to have that,
+/// the `fragment` files (relative to `stage`) are rewritten in place after the copy, in 1 MiB
+/// pieces with an fsync after each: the first file last piece first, the next ones in swapped
+/// pairs (1, 0, 3, 2, ...). XFS cannot put a piece just before the next one (taken), so it
+/// lands after it: extents in physical order then have decreasing logical offsets, which is
+/// what a reader must cope with. `allocsize=4k` stops speculative preallocation from keeping
+/// the files contiguous anyway.
+///
+/// An empty tmpfs hides the host's `/run` from `mount`, which would otherwise create
+/// `/run/mount` (for its utab lock) on the host.
+fn make_xfs(
+    stage: &Path,
+    img: &Path,
+    size: u64,
+    sector_size: u64,
+    mountpoint: &Path,
+    fragment: &[String],
+) -> Result<()> {
+    let t = Instant::now();
+    let entries = finalize_tree(stage)?;
+    verbose(
+        t,
+        &format!(
+            "{} staged entries of {ROOT_LABEL} normalised",
+            entries.len()
+        ),
+    );
+    {
+        let f = File::create(img)?;
+        f.set_len(size)?;
+    }
+    run(Command::new(
+        find_tool("mkfs.xfs").ok_or_else(|| anyhow!("mkfs.xfs not found (install xfsprogs)"))?,
+    )
+    .args(["-q", "-f", "-L", ROOT_LABEL, "-m"])
+    .arg(format!("uuid={ROOT_FS_UUID}"))
+    .args(["-s", &format!("size={sector_size}")])
+    .arg(img))?;
+    verbose(t, "mkfs.xfs root done");
+    fs::create_dir_all(mountpoint)?;
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    // $1 image, $2 mountpoint, $3 stage.
+    let mut script = String::from(
+        r#"set -e
+mount -n -t tmpfs -o size=1m,mode=0755 coreos-image-run /run
+mount -n -t xfs -o loop,nouuid,allocsize=4k "$1" "$2"
+trap 'umount "$2"' EXIT
+cp -a "$3"/. "$2"/
+"#,
+    );
+    for (n, f) in fragment.iter().enumerate() {
+        let pieces = fs::metadata(stage.join(f))
+            .with_context(|| format!("file to fragment {f}"))?
+            .len()
+            .div_ceil(MIB);
+        let order: Vec<u64> = if n == 0 {
+            (0..pieces).rev().collect()
+        } else {
+            (0..pieces).map(|i| (i ^ 1).min(pieces - 1)).collect()
+        };
+        let f = quote(f);
+        script.push_str(&format!("truncate -s 0 \"$2\"/{f}\nsync -f \"$2\"\n"));
+        for i in order {
+            script.push_str(&format!(
+                "dd if=\"$3\"/{f} of=\"$2\"/{f} bs=1M skip={i} seek={i} count=1 \
+                 conv=notrunc,fsync status=none\n"
+            ));
+        }
+        script.push_str(&format!(
+            "cmp \"$3\"/{f} \"$2\"/{f}\ntouch -h -d @{FIXED_EPOCH} \"$2\"/{f}\n"
+        ));
+    }
+    run(Command::new(
+        find_tool("unshare").ok_or_else(|| anyhow!("unshare not found (install util-linux)"))?,
+    )
+    .args(["--mount", "--propagation", "private", "sh", "-c"])
+    .arg(&script)
+    .arg("sh")
+    .arg(img)
+    .arg(mountpoint)
+    .arg(stage))
+    .context("populating the XFS root (needs root and loop devices)")?;
+    verbose(t, "XFS root populated");
+    Ok(())
+}
+
 /// FAT ESP via mkfs.fat when available; `Ok(false)` when the tool is missing.
 fn make_esp(img: &Path, sector_size: u64) -> Result<bool> {
     let Some(tool) = find_tool("mkfs.fat") else {
@@ -1784,23 +2000,11 @@ fn make_esp(img: &Path, sector_size: u64) -> Result<bool> {
 }
 
 fn stage_boot(spec: &ImageSpec, stage: &Path) -> Result<()> {
-    let mut rng = Prng::new(spec.seed, 0xb007);
     write_file(stage, BLS_ENTRY_PATH, spec.bls_entry().as_bytes(), 0o644)?;
 
-    let mut kernel = vec![0u8; KERNEL_SIZE];
-    rng.fill(&mut kernel);
-    kernel[0] = b'M';
-    kernel[1] = b'Z';
-    kernel[0x1fe] = 0x55;
-    kernel[0x1ff] = 0xaa;
-    kernel[0x202..0x206].copy_from_slice(b"HdrS");
+    let (kernel, initrd) = spec.boot_payloads();
     write_file(stage, &spec.kernel_path(), &kernel, 0o755)?;
     drop(kernel);
-
-    let mut initrd = vec![0u8; INITRAMFS_SIZE];
-    rng.fill(&mut initrd);
-    let hdr = b"07070100000001000041ed0000000000000000000000025c000000000000000000000000000000000000000000000000000000000800000000kernel\0\0";
-    initrd[..hdr.len()].copy_from_slice(hdr);
     write_file(stage, &spec.initramfs_path(), &initrd, 0o600)?;
     drop(initrd);
 
@@ -1830,7 +2034,7 @@ fn stage_boot(spec: &ImageSpec, stage: &Path) -> Result<()> {
 
 fn stage_root(spec: &ImageSpec, stage: &Path) -> Result<()> {
     let commit = spec.ostree_commit();
-    let deploy_rel = format!("ostree/deploy/{OS_NAME}/deploy/{commit}.0");
+    let deploy_rel = spec.deployment_dir();
     let t = Instant::now();
     let corpus = Corpus::new(spec.seed);
     verbose(t, "corpus generated");
@@ -1946,6 +2150,32 @@ fn stage_root(spec: &ImageSpec, stage: &Path) -> Result<()> {
             hardlink(stage, &rel, &obj)?;
         }
     }
+    if spec.boot_objects {
+        // Real repositories have the empty object too (an osmet packer skips it).
+        let rel = d("usr/lib/sysimage/rpm/.rpm.lock");
+        write_file(stage, &rel, b"", 0o644)?;
+        let csum = hex_sha256(b"");
+        hardlink(
+            stage,
+            &rel,
+            &format!("ostree/repo/objects/{}/{}.file", &csum[..2], &csum[2..]),
+        )?;
+        // Real RHCOS commits the kernel and initramfs under /usr/lib/modules; /boot holds
+        // copies, which is what lets an osmet packer map /boot's files to repository objects.
+        let (kernel, initrd) = spec.boot_payloads();
+        for (rel, data, mode) in [
+            (spec.deployment_kernel_path(), kernel, 0o755),
+            (spec.deployment_initramfs_path(), initrd, 0o644),
+        ] {
+            let rel = d(&rel);
+            write_file(stage, &rel, &data, mode)?;
+            let csum = hex_sha256(&data);
+            let obj = format!("ostree/repo/objects/{}/{}.file", &csum[..2], &csum[2..]);
+            if !stage.join(&obj).exists() {
+                hardlink(stage, &rel, &obj)?;
+            }
+        }
+    }
     write_file(
         stage,
         &format!("ostree/repo/refs/heads/{OS_NAME}"),
@@ -1960,14 +2190,14 @@ fn stage_root(spec: &ImageSpec, stage: &Path) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 
 /// Progress output on stderr when `COREOS_IMAGE_VERBOSE` is set.
-fn verbose(started: Instant, what: &str) {
+pub fn verbose(started: Instant, what: &str) {
     if std::env::var_os("COREOS_IMAGE_VERBOSE").is_some() {
         eprintln!("coreos_image: {:>7.2?} {what}", started.elapsed());
     }
 }
 
 /// Removes a directory tree when dropped.
-struct TempDir(PathBuf);
+pub struct TempDir(pub PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -2059,12 +2289,30 @@ fn write_gpt(spec: &ImageSpec, f: &mut File) -> Result<()> {
 
 /// Write the raw image to `out` (created/truncated). Deterministic for a given spec.
 pub fn build_raw(spec: &ImageSpec, out: &Path) -> Result<()> {
-    build_raw_keep_work(spec, out).map(drop)
+    build_raw_staged(spec, out).map(drop)
+}
+
+/// What [`build_raw_staged`] leaves behind: the work directory with the staging trees the
+/// filesystems were made from. Everything is deleted on drop.
+pub struct RawBuild {
+    work: TempDir,
+    /// The boot filesystem's files, as staged (times and modes normalised).
+    pub boot_stage: PathBuf,
+    /// The root filesystem's files, as staged: byte-identical to the root filesystem's contents.
+    pub root_stage: PathBuf,
+}
+
+impl RawBuild {
+    /// The work directory (on the output's filesystem, so its trees can be renamed out).
+    pub fn dir(&self) -> &Path {
+        &self.work.0
+    }
 }
 
 /// [`build_raw`], returning the work directory (staging trees, partition images) so the caller
-/// can delete it in the background (unlinking thousands of staged files can take a while).
-fn build_raw_keep_work(spec: &ImageSpec, out: &Path) -> Result<TempDir> {
+/// can reuse the staged trees or delete them in the background (unlinking thousands of staged
+/// files can take a while).
+pub fn build_raw_staged(spec: &ImageSpec, out: &Path) -> Result<RawBuild> {
     spec.validate()?;
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -2100,14 +2348,24 @@ fn build_raw_keep_work(spec: &ImageSpec, out: &Path) -> Result<TempDir> {
     let root_img = work.0.join("root.img");
     stage_root(spec, &root_stage)?;
     verbose(t, "root staged");
-    make_ext4(
-        &root_stage,
-        &root_img,
-        spec.root_mib * MIB,
-        ROOT_LABEL,
-        ROOT_FS_UUID,
-        ROOT_HASH_SEED,
-    )?;
+    match spec.root_fs {
+        RootFs::Ext4 => make_ext4(
+            &root_stage,
+            &root_img,
+            spec.root_mib * MIB,
+            ROOT_LABEL,
+            ROOT_FS_UUID,
+            ROOT_HASH_SEED,
+        )?,
+        RootFs::Xfs => make_xfs(
+            &root_stage,
+            &root_img,
+            spec.root_mib * MIB,
+            spec.sector_size,
+            &work.0.join("root-mnt"),
+            &XFS_FRAGMENTED_FILES.map(|f| format!("{}/{f}", spec.deployment_dir())),
+        )?,
+    }
     verbose(t, "root filesystem done");
 
     let mut f = OpenOptions::new()
@@ -2128,7 +2386,11 @@ fn build_raw_keep_work(spec: &ImageSpec, out: &Path) -> Result<TempDir> {
     copy_sparse_into(&root_img, &f, ROOT_OFFSET)?;
     f.sync_all()?;
     verbose(t, "raw image assembled");
-    Ok(work)
+    Ok(RawBuild {
+        work,
+        boot_stage,
+        root_stage,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2306,11 +2568,20 @@ pub fn cache_root() -> PathBuf {
 const MARKER_NAME: &str = "COMPLETE";
 const MARKER_HEADER: &str = "coreos-test-image-set";
 
-fn marker_spec_line(spec: &ImageSpec) -> String {
-    format!(
+/// The spec as one line; options at their defaults are left out, so markers written before the
+/// options existed still match.
+pub fn marker_spec_line(spec: &ImageSpec) -> String {
+    let mut s = format!(
         "spec generator_version={} sector_size={} root_mib={} seed={}",
         GENERATOR_VERSION, spec.sector_size, spec.root_mib, spec.seed
-    )
+    );
+    if spec.root_fs == RootFs::Xfs {
+        s.push_str(" root_fs=xfs");
+    }
+    if spec.boot_objects {
+        s.push_str(" boot_objects=1");
+    }
+    s
 }
 
 fn write_marker(dir: &Path, set: &ImageSet) -> Result<()> {
@@ -2379,7 +2650,7 @@ fn read_marker(dir: &Path, spec: &ImageSpec) -> Option<ImageSet> {
     })
 }
 
-fn sha256_file(path: &Path) -> Result<(u64, String)> {
+pub fn sha256_file(path: &Path) -> Result<(u64, String)> {
     let mut f = File::open(path)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 4 << 20];
@@ -2402,7 +2673,7 @@ pub fn generate_image_set(spec: &ImageSpec, dir: &Path) -> Result<ImageSet> {
     let raw_name = spec.raw_file_name();
     let raw_path = dir.join(&raw_name);
     let raw_tmp = dir.join(format!("{raw_name}.partial"));
-    let work = build_raw_keep_work(spec, &raw_tmp)?;
+    let work = build_raw_staged(spec, &raw_tmp)?;
     let (size, sha256) = sha256_file(&raw_tmp)?;
     fs::rename(&raw_tmp, &raw_path)?;
     let raw = ImageFile {
@@ -2444,7 +2715,7 @@ pub fn generate_image_set(spec: &ImageSpec, dir: &Path) -> Result<ImageSet> {
     })
 }
 
-fn lock_exclusive(file: File) -> Result<nix::fcntl::Flock<File>> {
+pub fn lock_exclusive(file: File) -> Result<nix::fcntl::Flock<File>> {
     let mut file = file;
     loop {
         match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive) {
@@ -2455,17 +2726,9 @@ fn lock_exclusive(file: File) -> Result<nix::fcntl::Flock<File>> {
     }
 }
 
-/// Generate once and cache (see [`cache_root`]); subdirectory [`ImageSpec::cache_name`].
-/// Safe for concurrent callers in many processes (exclusive flock on `<name>.lock`; files are
-/// generated under temporary names and renamed; the `COMPLETE` marker is written last).
-pub fn cached_image_set(spec: &ImageSpec) -> Result<ImageSet> {
-    spec.validate()?;
+/// Hold `<cache root>/<name>.lock` exclusively (across processes) while the guard lives.
+pub fn lock_cache(name: &str) -> Result<nix::fcntl::Flock<File>> {
     let root = cache_root();
-    let name = spec.cache_name();
-    let dir = root.join(&name);
-    if let Some(set) = read_marker(&dir, spec) {
-        return Ok(set);
-    }
     fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     let lock_path = root.join(format!("{name}.lock"));
     let lock_file = OpenOptions::new()
@@ -2475,27 +2738,52 @@ pub fn cached_image_set(spec: &ImageSpec) -> Result<ImageSet> {
         .truncate(false)
         .open(&lock_path)
         .with_context(|| format!("opening {}", lock_path.display()))?;
-    let _lock = lock_exclusive(lock_file)?;
-    if let Some(set) = read_marker(&dir, spec) {
-        return Ok(set);
+    lock_exclusive(lock_file)
+}
+
+/// The cache entry `<cache root>/<name>`: what `read` finds there when it is complete, else
+/// what `generate` makes there (from an empty directory). Safe for concurrent callers in many
+/// processes: generation holds `<name>.lock`, and `generate` writes its completion marker last.
+pub fn cached<T>(
+    name: &str,
+    what: &str,
+    read: impl Fn(&Path) -> Option<T>,
+    generate: impl FnOnce(&Path) -> Result<T>,
+) -> Result<T> {
+    let root = cache_root();
+    let dir = root.join(name);
+    if let Some(t) = read(&dir) {
+        return Ok(t);
+    }
+    let _lock = lock_cache(name)?;
+    if let Some(t) = read(&dir) {
+        return Ok(t);
     }
     if dir.exists() {
         fs::remove_dir_all(&dir).with_context(|| format!("removing stale {}", dir.display()))?;
     }
     let started = Instant::now();
-    eprintln!(
-        "coreos_image: generating {} in {} ...",
-        name,
-        root.display()
-    );
-    let set = generate_image_set(spec, &dir)?;
-    write_marker(&dir, &set)?;
-    eprintln!(
-        "coreos_image: generated {} in {:.1?}",
-        name,
-        started.elapsed()
-    );
-    Ok(set)
+    eprintln!("{what}: generating {name} in {} ...", root.display());
+    let t = generate(&dir)?;
+    eprintln!("{what}: generated {name} in {:.1?}", started.elapsed());
+    Ok(t)
+}
+
+/// Generate once and cache (see [`cache_root`]); subdirectory [`ImageSpec::cache_name`]
+/// (files are generated under temporary names and renamed; the `COMPLETE` marker is written
+/// last).
+pub fn cached_image_set(spec: &ImageSpec) -> Result<ImageSet> {
+    spec.validate()?;
+    cached(
+        &spec.cache_name(),
+        "coreos_image",
+        |dir| read_marker(dir, spec),
+        |dir| {
+            let set = generate_image_set(spec, dir)?;
+            write_marker(dir, &set)?;
+            Ok(set)
+        },
+    )
 }
 
 /// Read the GPT of an image file (for tests): disk GUID and used partitions.
