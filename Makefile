@@ -4,7 +4,7 @@
 CARGO ?= cargo
 DEMO_DIR ?= target/demo
 
-.PHONY: test lint demo bench images deps
+.PHONY: test lint demo bench bench-offline images deps
 
 # The whole suite: formatting, lints, unit and integration tests. The loop-device tests need
 # root; they skip with a message otherwise (CI sets AI_REQUIRE_ROOT_TESTS=1 so they cannot).
@@ -22,9 +22,14 @@ demo:
 	bash scripts/demo.sh $(DEMO_DIR)
 
 # Criterion benches on loop devices (root): >= 1 GiB images in each format, with the stage
-# limits (decoder alone, gzip -dc, dd oflag=direct) measured in the same run.
+# limits (decoder alone, gzip -dc, dd oflag=direct) measured in the same run; then the offline
+# install from the live image against coreos-installer, dd and sha256sum (bench-offline).
 bench:
 	$(CARGO) bench --locked --bench write_image
+	$(CARGO) bench --locked --bench offline
+
+bench-offline:
+	$(CARGO) bench --locked --bench offline
 
 # Build the test images (cached under target/testdata-cache) without running tests.
 images:

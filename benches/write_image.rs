@@ -6,17 +6,23 @@
 
 #[path = "../testdata/coreos_image.rs"]
 mod coreos_image;
+#[path = "common/estimates.rs"]
+mod estimates;
 #[path = "../tests/common/fake_service.rs"]
 mod fake_service;
 #[path = "../tests/common/http_server.rs"]
 mod http_server;
+#[path = "common/loopdev.rs"]
+mod loopdev;
 
 use assisted_installer::image::format::{sniff, Decompressor, XzSettings};
 use coreos_image::{cached_image_set, Compression, ImageSet, ImageSpec};
 use criterion::{criterion_group, Criterion, Throughput};
+use estimates::median_secs;
 use http_server::TestServer;
+use loopdev::BenchLoop;
 use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -26,17 +32,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 struct Fixture {
     set: ImageSet,
     server: TestServer,
-    loop_dev: PathBuf,
-    _backing: tempfile::TempDir,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup")
-            .arg("-d")
-            .arg(&self.loop_dev)
-            .status();
-    }
+    target: BenchLoop,
 }
 
 fn fixture() -> &'static Fixture {
@@ -49,26 +45,7 @@ fn fixture() -> &'static Fixture {
             t.elapsed(),
             set.raw.size >> 20
         );
-        let backing = tempfile::Builder::new()
-            .prefix("bench-loop")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .unwrap();
-        let file = backing.path().join("disk.img");
-        std::fs::File::create(&file)
-            .unwrap()
-            .set_len(set.raw.size + (256 << 20))
-            .unwrap();
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on", "--sector-size", "512"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "losetup: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let loop_dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let target = BenchLoop::new(set.raw.size + (256 << 20), &[]);
         let server = TestServer::start();
         for c in [
             None,
@@ -84,8 +61,7 @@ fn fixture() -> &'static Fixture {
         Fixture {
             set,
             server,
-            loop_dev,
-            _backing: backing,
+            target,
         }
     })
 }
@@ -156,7 +132,7 @@ fn stage_limits(c: &mut Criterion) {
         b.iter(|| {
             let st = Command::new("dd")
                 .arg(format!("if={}", raw.display()))
-                .arg(format!("of={}", f.loop_dev.display()))
+                .arg(format!("of={}", f.target.path.display()))
                 .args(["bs=4M", "oflag=direct", "status=none"])
                 .status()
                 .unwrap();
@@ -183,7 +159,7 @@ fn end_to_end(c: &mut Criterion) {
             b.iter(|| {
                 let out = Command::new(BIN)
                     .args(["write-image", "--image-url", &url, "--sha256", &file.sha256])
-                    .arg(&f.loop_dev)
+                    .arg(&f.target.path)
                     .env("ASSISTED_INSTALLER_LOG", "warn")
                     .output()
                     .unwrap();
@@ -233,7 +209,7 @@ fn end_to_end(c: &mut Criterion) {
                     "--network-dir",
                 ])
                 .arg(&net)
-                .arg(&f.loop_dev)
+                .arg(&f.target.path)
                 .env("ASSISTED_INSTALLER_LOG", "warn")
                 .output()
                 .unwrap();
@@ -245,27 +221,6 @@ fn end_to_end(c: &mut Criterion) {
         })
     });
     g.finish();
-}
-
-/// Median seconds of one criterion benchmark, from its saved estimates.
-fn median_secs(group: &str, id: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target")
-            .display()
-            .to_string()
-    });
-    let path = Path::new(&dir)
-        .join("criterion")
-        .join(group)
-        .join(id)
-        .join("new/estimates.json");
-    let text = std::fs::read_to_string(path).ok()?;
-    // {"mean":{...},"median":{"confidence_interval":{...},"point_estimate":123.4,...},...}
-    let median = &text[text.find("\"median\"")?..];
-    let pe = &median[median.find("\"point_estimate\":")? + 17..];
-    let end = pe.find([',', '}'])?;
-    Some(pe[..end].trim().parse::<f64>().ok()? / 1e9)
 }
 
 fn report() {
@@ -410,7 +365,7 @@ fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
             cluster_id: ID.into(),
             infra_env_id: ID.into(),
             host_id: HOST.into(),
-            boot_device: f.loop_dev.display().to_string(),
+            boot_device: f.target.path.display().to_string(),
             url: svc.url(),
             control_plane_count: 1,
             skip_installation_disk_cleanup: true,

@@ -1,6 +1,7 @@
 //! The container entrypoint end to end (root): the binary run with the Go installer's flags in
 //! dry-run mode against the fake assisted-service, writing a CoreOS-like image to a loop
-//! device. The disk must be bootable-shaped, carry the Ignition config the service served, and
+//! device, from an image file, and from the live image as the service really starts it (no
+//! image in --installer-args, run in a live-system mount layout). The disk must be bootable-shaped, carry the Ignition config the service served, and
 //! the service must have seen the exact Go stage sequence.
 
 mod common;
@@ -8,10 +9,15 @@ mod common;
 mod coreos_image;
 #[path = "common/fake_service.rs"]
 mod fake_service;
+#[path = "../testdata/live_fixture.rs"]
+mod live_fixture;
 
+use common::live_ns::LiveLayout;
 use common::root::{have_root, run, sgdisk_verify, LoopDev};
 use coreos_image::{cached_image_set, ImageSpec};
 use fake_service::FakeService;
+use live_fixture::cached_live_fixture;
+use std::path::Path;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
@@ -23,35 +29,23 @@ fn s(stage: &str, info: &str) -> (String, String) {
     (stage.to_string(), info.to_string())
 }
 
-#[test]
-fn dry_run_master_writes_a_bootable_disk_with_the_served_ignition() {
-    if !have_root("dry_run_master_writes_a_bootable_disk_with_the_served_ignition") {
-        return;
-    }
+/// One dry-run master install against the fake service.
+struct MasterRun {
+    svc: FakeService,
+    host: String,
+    dir: tempfile::TempDir,
+    out: std::process::Output,
+}
+
+/// Run the entrypoint as the agent does (Go flags, token in the environment), as `cmd` (the
+/// binary itself, or the binary inside a live-system layout).
+fn run_master(mut cmd: Command, boot_device: &Path, installer_args: &str) -> MasterRun {
     let host = uuid::Uuid::new_v4().to_string();
-    let set = cached_image_set(&ImageSpec::test(512)).unwrap();
     let svc = FakeService::start();
     svc.set_host_role(&host, "master");
     svc.set_host_ignition(&host, IGNITION);
-    let dev = LoopDev::new(set.raw.size + 64 * (1 << 20), 512);
     let dir = tempfile::tempdir().unwrap();
-    let marker = dir.path().join("rebooted");
-    let net = dir.path().join("net");
-    std::fs::create_dir(&net).unwrap();
-    std::fs::write(net.join("eno1.nmconnection"), "[connection]\nid=eno1\n").unwrap();
-    let installer_args = serde_json::to_string(&[
-        "--image-file",
-        set.gz.path.to_str().unwrap(),
-        "--sha256",
-        &set.gz.sha256,
-        "--append-karg",
-        "nameserver=8.8.8.8",
-        "--copy-network",
-        "--network-dir",
-        net.to_str().unwrap(),
-    ])
-    .unwrap();
-    let out = Command::new(BIN)
+    let out = cmd
         .args([
             "--role",
             "master",
@@ -61,7 +55,7 @@ fn dry_run_master_writes_a_bootable_disk_with_the_served_ignition() {
             CLUSTER,
         ])
         .args(["--host-id", &host, "--boot-device"])
-        .arg(&dev.path)
+        .arg(boot_device)
         .args(["--url", &svc.url(), "--openshift-version", "4.17"])
         .args([
             "--controller-image",
@@ -71,11 +65,11 @@ fn dry_run_master_writes_a_bootable_disk_with_the_served_ignition() {
         ])
         .args([
             "--installer-args",
-            &installer_args,
+            installer_args,
             "--dry-run",
             "--fake-reboot-marker-path",
         ])
-        .arg(&marker)
+        .arg(dir.path().join("rebooted"))
         .env("PULL_SECRET_TOKEN", svc.token())
         .env(
             "ASSISTED_INSTALLER_LOG_FILE",
@@ -83,70 +77,169 @@ fn dry_run_master_writes_a_bootable_disk_with_the_served_ignition() {
         )
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(marker.exists(), "dry-run reboot marker");
-    // The exact Go stage sequence for a master; the percentages depend on timing, but each is
-    // at least 5 points above the last, and the last is 100.
-    let reports = svc.progress_reports(&host);
-    let percents: Vec<u32> = reports
-        .iter()
-        .filter(|(st, info)| st == "Writing image to disk" && !info.is_empty())
-        .map(|(_, info)| info.trim_end_matches('%').parse().unwrap())
-        .collect();
-    assert_eq!(percents.last(), Some(&100), "{reports:?}");
-    assert!(
-        percents.windows(2).all(|w| w[1] >= w[0] + 5 || w[1] == 100),
-        "{percents:?}"
-    );
-    let mut want = vec![
-        s("Starting installation", "master"),
-        s("Installing", "master"),
-        s("Writing image to disk", ""),
-    ];
-    want.extend(
-        percents
+    let _ = std::fs::remove_file(format!("/opt/install-dir/master-{host}.ign"));
+    MasterRun {
+        svc,
+        host,
+        dir,
+        out,
+    }
+}
+
+impl MasterRun {
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+
+    /// Success, the reboot marker, and the exact Go stage sequence for a master; the
+    /// percentages depend on timing, but each is at least 5 points above the last, and the
+    /// last is 100.
+    fn assert_installed(&self) {
+        assert!(self.out.status.success(), "{}", self.stderr());
+        assert!(
+            self.dir.path().join("rebooted").exists(),
+            "dry-run reboot marker"
+        );
+        let reports = self.svc.progress_reports(&self.host);
+        let percents: Vec<u32> = reports
             .iter()
-            .map(|p| s("Writing image to disk", &format!("{p}%"))),
-    );
-    want.push(s("Rebooting", ""));
-    assert_eq!(reports, want);
-    // A bootable-shaped disk with the served Ignition config.
-    sgdisk_verify(&dev.path);
-    let mut f = std::fs::File::open(&dev.path).unwrap();
-    let gpt = gptman::GPT::read_from(&mut f, 512).unwrap();
+            .filter(|(st, info)| st == "Writing image to disk" && !info.is_empty())
+            .map(|(_, info)| info.trim_end_matches('%').parse().unwrap())
+            .collect();
+        assert_eq!(percents.last(), Some(&100), "{reports:?}");
+        assert!(
+            percents.windows(2).all(|w| w[1] >= w[0] + 5 || w[1] == 100),
+            "{percents:?}"
+        );
+        let mut want = vec![
+            s("Starting installation", "master"),
+            s("Installing", "master"),
+            s("Writing image to disk", ""),
+        ];
+        want.extend(
+            percents
+                .iter()
+                .map(|p| s("Writing image to disk", &format!("{p}%"))),
+        );
+        want.push(s("Rebooting", ""));
+        assert_eq!(reports, want);
+        // The token never reaches the log.
+        let log = std::fs::read_to_string(self.dir.path().join("installer.log")).unwrap();
+        assert!(
+            !log.contains(&self.svc.token()) && !self.stderr().contains(&self.svc.token()),
+            "token leaked"
+        );
+        assert!(
+            log.contains("Writing") || log.contains("wrote"),
+            "the log file is written"
+        );
+    }
+}
+
+/// A file of the written disk's /boot (partition 3, ext4), read with debugfs.
+fn boot_file(dev: &Path, ss: u64, work: &Path, path: &str) -> String {
+    sgdisk_verify(dev);
+    let mut f = std::fs::File::open(dev).unwrap();
+    let gpt = gptman::GPT::read_from(&mut f, ss).unwrap();
     let boot = &gpt[3];
     let (start, len) = (
-        boot.starting_lba * 512,
-        (boot.ending_lba - boot.starting_lba + 1) * 512,
+        boot.starting_lba * ss,
+        (boot.ending_lba - boot.starting_lba + 1) * ss,
     );
-    let boot_fs = dir.path().join("boot.img");
-    run(Command::new("dd")
-        .arg(format!("if={}", dev.path.display()))
-        .arg(format!("of={}", boot_fs.display()))
-        .args(["bs=1M", "status=none", "iflag=skip_bytes,count_bytes"])
-        .arg(format!("skip={start}"))
-        .arg(format!("count={len}")));
-    let cat = |p: &str| {
-        run(Command::new("debugfs")
-            .arg("-R")
-            .arg(format!("cat {p}"))
-            .arg(&boot_fs))
-    };
+    let boot_fs = work.join("boot.img");
+    if !boot_fs.exists() {
+        run(Command::new("dd")
+            .arg(format!("if={}", dev.display()))
+            .arg(format!("of={}", boot_fs.display()))
+            .args(["bs=1M", "status=none", "iflag=skip_bytes,count_bytes"])
+            .arg(format!("skip={start}"))
+            .arg(format!("count={len}")));
+    }
+    run(Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("cat {path}"))
+        .arg(&boot_fs))
+}
+
+#[test]
+fn dry_run_master_writes_a_bootable_disk_with_the_served_ignition() {
+    if !have_root("dry_run_master_writes_a_bootable_disk_with_the_served_ignition") {
+        return;
+    }
+    let set = cached_image_set(&ImageSpec::test(512)).unwrap();
+    let dev = LoopDev::new(set.raw.size + 64 * (1 << 20), 512);
+    let net = tempfile::tempdir().unwrap();
+    std::fs::write(
+        net.path().join("eno1.nmconnection"),
+        "[connection]\nid=eno1\n",
+    )
+    .unwrap();
+    let installer_args = serde_json::to_string(&[
+        "--image-file",
+        set.gz.path.to_str().unwrap(),
+        "--sha256",
+        &set.gz.sha256,
+        "--append-karg",
+        "nameserver=8.8.8.8",
+        "--copy-network",
+        "--network-dir",
+        net.path().to_str().unwrap(),
+    ])
+    .unwrap();
+    let r = run_master(Command::new(BIN), &dev.path, &installer_args);
+    r.assert_installed();
+    let cat = |p: &str| boot_file(&dev.path, 512, r.dir.path(), p);
     assert_eq!(cat("/ignition/config.ign"), IGNITION);
     assert!(cat("/loader/entries/ostree-1-rhcos.conf").contains(" nameserver=8.8.8.8"));
     assert!(cat("/coreos-firstboot-network/eno1.nmconnection").contains("id=eno1"));
-    // The token never reaches the log.
-    let log = std::fs::read_to_string(dir.path().join("installer.log")).unwrap();
-    assert!(
-        !log.contains(&svc.token()) && !stderr.contains(&svc.token()),
-        "token leaked"
+}
+
+#[test]
+fn dry_run_master_installs_the_live_image() {
+    if !have_root("dry_run_master_installs_the_live_image") {
+        return;
+    }
+    // What the service really sends: no image, only what users and the service add.
+    let fx = cached_live_fixture(512, false).unwrap();
+    let dev = LoopDev::new(fx.raw_size + 64 * (1 << 20), 512);
+    let net = tempfile::tempdir().unwrap();
+    let keyfile = "[connection]\nid=static-eno1\n[ipv4]\nmethod=manual\naddress1=192.0.2.10/24\n";
+    std::fs::write(net.path().join("static-eno1.nmconnection"), keyfile).unwrap();
+    let mut live = LiveLayout::new(&fx.sysroot, std::slice::from_ref(&fx.osmet));
+    live.network_dir = Some(net.path().to_path_buf());
+    let r = run_master(
+        live.command(BIN),
+        &dev.path,
+        r#"["--append-karg","x=1","--copy-network"]"#,
     );
+    r.assert_installed();
     assert!(
-        log.contains("Writing") || log.contains("wrote"),
-        "the log file is written"
+        r.stderr().contains(&format!(
+            "installing {} x86_64 (512-byte sectors) from /run/coreos-installer/osmet/",
+            fx.description
+        )),
+        "{}",
+        r.stderr()
     );
-    let _ = std::fs::remove_file(format!("/opt/install-dir/master-{host}.ign"));
+    let cat = |p: &str| boot_file(&dev.path, 512, r.dir.path(), p);
+    assert_eq!(cat("/ignition/config.ign"), IGNITION);
+    let bls = cat("/loader/entries/ostree-1-rhcos.conf");
+    let options = bls.lines().find(|l| l.starts_with("options ")).unwrap();
+    assert!(options.ends_with(" x=1"), "{options}");
+    assert_eq!(
+        cat("/coreos-firstboot-network/static-eno1.nmconnection"),
+        keyfile
+    );
+    // Everything but the table and /boot is the live image, byte for byte.
+    let raw = std::fs::File::open(&fx.raw).unwrap();
+    let disk = std::fs::File::open(&dev.path).unwrap();
+    use std::os::unix::fs::FileExt;
+    let root_at = fx.spec().partitions()[3].offset;
+    let mut a = vec![0u8; 4 << 20];
+    let mut b = vec![0u8; 4 << 20];
+    raw.read_exact_at(&mut a, root_at).unwrap();
+    disk.read_exact_at(&mut b, root_at).unwrap();
+    assert!(a == b, "the root partition differs from the live image");
 }
 
 #[test]

@@ -444,18 +444,18 @@ fn unsupported_installer_args_fail_before_anything_is_touched() {
 }
 
 #[test]
-fn no_image_source_fails_with_what_to_pass() {
+fn no_image_source_installs_the_live_image() {
+    // What the service sends: no image, only what users and the service add.
     let h = Harness::new("master");
     let mut flow = h.flow("master", fast_retry());
-    flow.cfg.installer_args = vec!["-n".into()];
-    run_installer(&flow).unwrap_err();
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
-    assert!(
-        info.contains("--image-url") && info.contains("--image-file"),
-        "{info}"
-    );
-    assert!(h.writer.calls.lock().unwrap().is_empty());
+    flow.cfg.installer_args = vec!["--append-karg".into(), "x=1".into(), "-n".into()];
+    run_installer(&flow).unwrap();
+    let calls = h.writer.calls.lock().unwrap();
+    assert_eq!(calls.len(), 1);
+    let args = &calls[0].args;
+    assert_eq!((&args.image_url, &args.image_file), (&None, &None));
+    assert!(args.copy_network);
+    assert_eq!(args.append_kargs, vec!["x=1"]);
 }
 
 #[test]

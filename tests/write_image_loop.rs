@@ -58,14 +58,7 @@ fn whole_device_sha256(dev: &LoopDev) -> String {
 
 /// The device holds an empty, valid GPT (no partitions) that `sgdisk -v` accepts.
 fn assert_empty_gpt(dev: &LoopDev, ss: u64) {
-    sgdisk_verify(&dev.path);
-    let mut f = std::fs::File::open(&dev.path).unwrap();
-    let gpt = gptman::GPT::read_from(&mut f, ss).expect("a valid GPT");
-    assert_eq!(
-        gpt.iter().filter(|(_, p)| p.is_used()).count(),
-        0,
-        "partitions left"
-    );
+    common::root::assert_empty_gpt(&dev.path, ss);
 }
 
 fn each_format_over_http(ss: u64) {

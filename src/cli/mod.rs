@@ -23,9 +23,12 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Stream a CoreOS metal image (raw, gzip, xz or zstd) onto a disk, verified, first MiB last.
+    /// Stream a CoreOS metal image (raw, gzip, xz or zstd, or the live system's own) onto a
+    /// disk, verified, first MiB last.
     WriteImage(write_image::WriteImageArgs),
     /// Apply the post-install steps (Ignition, kernel arguments, network) to a disk written earlier.
     Embed(embed::EmbedArgs),

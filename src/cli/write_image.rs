@@ -8,20 +8,34 @@ use super::postinstall::PostInstallArgs;
 use crate::disk::saved::{index_filters, label_filters, PartitionFilter};
 use crate::image::digest::{Expected, Sha256Sum};
 use crate::image::format::XzSettings;
+use crate::image::osmet::LiveImage;
 use crate::image::retry::{Retries, RetryPolicy};
 use crate::image::source::{HttpOptions, ImageLocation};
-use crate::image::WriteOptions;
+use crate::image::{Origin, WriteOptions};
 use crate::postinstall::PostInstall;
 
 #[derive(Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("image").required(true).args(["image_url", "image_file"])))]
+#[command(group(clap::ArgGroup::new("image").args(["image_url", "image_file"])))]
 pub struct WriteImageArgs {
-    /// Image to download (http or https).
+    /// Image to download (http or https). Without it or --image-file, the live system's own
+    /// image is installed.
     #[arg(long, value_name = "URL")]
     pub image_url: Option<String>,
     /// Local image file.
     #[arg(long, value_name = "PATH")]
     pub image_file: Option<PathBuf>,
+    /// Install the live system's own image (the default without --image-url or --image-file;
+    /// accepted for coreos-installer compatibility: nothing is ever downloaded without a URL).
+    #[arg(long, conflicts_with = "image")]
+    pub offline: bool,
+    /// Where the live image's osmet files are [default: /run/coreos-installer/osmet, else the
+    /// host's, through /proc/1/root].
+    #[arg(long, value_name = "DIR", conflicts_with = "image")]
+    pub osmet_dir: Option<PathBuf>,
+    /// The OSTree repository holding the live image's objects [default: /sysroot/ostree/repo,
+    /// else the host's, through /proc/1/root].
+    #[arg(long, value_name = "DIR", conflicts_with = "image")]
+    pub ostree_repo: Option<PathBuf>,
     /// SHA-256 of the image as downloaded (compressed), as RHCOS stream metadata publishes it.
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
@@ -59,7 +73,7 @@ pub struct WriteImageArgs {
 /// Everything `write-image` will do, validated before anything is opened.
 #[derive(Debug, Clone)]
 pub struct WritePlan {
-    pub location: ImageLocation,
+    pub origin: Origin,
     pub http: HttpOptions,
     pub write: WriteOptions,
     pub device: PathBuf,
@@ -82,17 +96,23 @@ impl WriteImageArgs {
                 .map(|h| Sha256Sum::parse(h, "--uncompressed-sha256"))
                 .transpose()?,
         };
-        if expected.is_empty() && !self.insecure {
+        let origin = match (&self.image_url, &self.image_file) {
+            (Some(u), None) => Origin::Given(ImageLocation::Url(u.clone())),
+            (None, Some(p)) => Origin::Given(ImageLocation::File(p.clone())),
+            (None, None) => Origin::Live(LiveImage {
+                osmet_dir: self.osmet_dir.clone(),
+                ostree_repo: self.ostree_repo.clone(),
+            }),
+            (Some(_), Some(_)) => bail!("pass at most one of --image-url and --image-file"),
+        };
+        // The live image carries its own checksum, always verified; anything else needs a
+        // digest from its publisher, or an explicit --insecure.
+        if expected.is_empty() && !self.insecure && matches!(origin, Origin::Given(_)) {
             bail!(
                 "refusing to write an image that cannot be verified: pass --sha256 (of the download) \
                  or --uncompressed-sha256, or --insecure to write it unchecked"
             );
         }
-        let location = match (&self.image_url, &self.image_file) {
-            (Some(u), None) => ImageLocation::Url(u.clone()),
-            (None, Some(p)) => ImageLocation::File(p.clone()),
-            _ => bail!("pass exactly one of --image-url and --image-file"),
-        };
         let mut save = label_filters(&self.save_partlabel);
         save.extend(index_filters(&self.save_partindex)?);
         let post = self.post.to_post_install()?;
@@ -101,7 +121,7 @@ impl WriteImageArgs {
             xz.threads = t.max(1);
         }
         Ok(WritePlan {
-            location,
+            origin,
             http: HttpOptions {
                 retry: RetryPolicy {
                     retries: self.fetch_retries,
@@ -148,13 +168,51 @@ mod tests {
         let p = parse(&["--image-url", "http://x/i.gz", "--insecure", "/dev/sda"]).unwrap();
         assert!(p.write.expected.is_empty());
         let p = parse(&["--image-file", "/i.gz", "--sha256", H, "/dev/sda"]).unwrap();
-        assert_eq!(p.location, ImageLocation::File("/i.gz".into()));
+        assert_eq!(p.origin, Origin::Given(ImageLocation::File("/i.gz".into())));
         assert_eq!(p.write.expected.compressed.unwrap().to_string(), H);
     }
 
     #[test]
-    fn exactly_one_source() {
-        assert!(parse(&["--insecure", "/dev/sda"]).is_err());
+    fn at_most_one_source_and_the_live_image_by_default() {
+        let p = parse(&["/dev/sda"]).unwrap();
+        assert_eq!(p.origin, Origin::Live(LiveImage::default()));
+        let p = parse(&[
+            "--offline",
+            "--osmet-dir",
+            "/o",
+            "--ostree-repo",
+            "/r",
+            "/dev/sda",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.origin,
+            Origin::Live(LiveImage {
+                osmet_dir: Some("/o".into()),
+                ostree_repo: Some("/r".into()),
+            })
+        );
+        for a in [
+            &["--offline", "--image-url", "http://x", "--insecure", "/d"][..],
+            &[
+                "--osmet-dir",
+                "/o",
+                "--image-file",
+                "/f",
+                "--insecure",
+                "/d",
+            ],
+            &[
+                "--ostree-repo",
+                "/r",
+                "--image-url",
+                "http://x",
+                "--insecure",
+                "/d",
+            ],
+        ] {
+            assert!(parse(a).is_err(), "{a:?}");
+        }
         assert!(parse(&[
             "--image-url",
             "http://x",

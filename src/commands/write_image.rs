@@ -11,8 +11,8 @@ use crate::disk::Device;
 use crate::embed;
 use crate::image::progress::ProgressSink;
 use crate::image::{
-    reset_after_failure, source, stream_image, Cancel, Interrupted, Staged, WriteOptions,
-    WriteSummary,
+    reset_after_failure, source, stream_image, Cancel, Input, Interrupted, Origin, Staged,
+    WriteOptions, WriteSummary,
 };
 use crate::postinstall::PostInstall;
 
@@ -63,9 +63,21 @@ pub fn stream_plan(
     progress: &dyn ProgressSink,
     stop: &Cancel,
 ) -> Result<Streamed> {
-    // The source first: a wrong URL or an unreachable server fails before the disk is opened.
-    let src = source::open(&plan.location, &plan.http, stop)?;
-    let dev = Device::open_for_write(&plan.device)?;
+    let (input, dev): (Input, Device) = match &plan.origin {
+        Origin::Given(location) => {
+            // The source first: a wrong URL or an unreachable server fails before the disk
+            // is opened.
+            let src = source::open(location, &plan.http, stop)?;
+            (src.into(), Device::open_for_write(&plan.device)?)
+        }
+        Origin::Live(live) => {
+            // The device first: its sector size chooses the osmet file. A disk-image file has
+            // none of its own; it gets the usual 512-byte image.
+            let dev = Device::open_for_write(&plan.device)?;
+            let ss = dev.sector_size().unwrap_or(512);
+            (Input::Raw(Box::new(live.open(ss)?)), dev)
+        }
+    };
     let mut opts = plan.write.clone();
     if !plan.save.is_empty() {
         let mut w = DiskWindows::load(&dev)?;
@@ -77,7 +89,7 @@ pub fn stream_plan(
                 )
             })?;
     }
-    let staged = stream_image(src, &dev, &opts, progress, stop)
+    let staged = stream_image(input, &dev, &opts, progress, stop)
         .with_context(|| format!("writing the image to {}", plan.device.display()))?;
     Ok(Streamed { dev, staged, opts })
 }

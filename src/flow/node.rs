@@ -10,7 +10,7 @@ use super::bootstrap::{
 };
 use super::early::EarlyWrite;
 use super::wait::worker_wait_for_control_plane;
-use super::writer::{check_writer_args, WriteRequest};
+use super::writer::WriteRequest;
 use super::Flow;
 use crate::cli::installer_args::parse_installer_args;
 use crate::host::boot_order::set_boot_order;
@@ -51,7 +51,7 @@ fn install_node(f: &Flow) -> Result<()> {
     }
     // Refuse unusable --installer-args before touching anything.
     let writer_args = parse_installer_args(&cfg.installer_args)?;
-    check_writer_args(&writer_args)?;
+    f.writer.preflight(&writer_args)?;
     let device = resolve_disk_symlink(&cfg.boot_device);
     let dev = device.display().to_string();
     if !cfg.dry_run && !cfg.skip_installation_disk_cleanup {

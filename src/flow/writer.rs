@@ -12,10 +12,11 @@ use crate::commands::write_image::{run_plan, stream_plan, Streamed};
 use crate::disk::saved::{index_filters, label_filters};
 use crate::image::digest::{Expected, Sha256Sum};
 use crate::image::format::XzSettings;
+use crate::image::osmet::LiveImage;
 use crate::image::progress::PercentCallback;
 use crate::image::retry::{Retries, RetryPolicy};
 use crate::image::source::{HttpOptions, ImageLocation};
-use crate::image::{Cancel, WriteOptions};
+use crate::image::{Cancel, Origin, WriteOptions};
 use crate::postinstall::ignition::IgnitionConfig;
 use crate::postinstall::PostInstall;
 
@@ -28,6 +29,10 @@ pub struct WriteRequest {
 }
 
 pub trait DiskWriter: Send + Sync {
+    /// Everything that can be checked before the disk is touched (the flows call it first).
+    fn preflight(&self, args: &WriterArgs) -> Result<()> {
+        check_writer_args(args)
+    }
     /// Write the image and embed the Ignition config; `percent` sees the progress.
     fn write(&self, req: &WriteRequest, percent: &(dyn Fn(u8) + Send + Sync)) -> Result<()>;
     /// Stream and verify the image onto `device` without making the disk bootable (the
@@ -57,24 +62,23 @@ pub struct InProcessWriter {
 /// Everything in `--installer-args` that can be wrong, checked up front so a flow fails before
 /// it touches the disk rather than after three write attempts.
 pub fn check_writer_args(a: &WriterArgs) -> Result<()> {
-    image_location(a)?;
+    image_origin(a)?;
     expected_digests(a)?;
     save_filters(a)?;
     Ok(())
 }
 
-fn image_location(a: &WriterArgs) -> Result<ImageLocation> {
+/// The image source: `--image-url` or `--image-file` when the service passed one, else (as
+/// coreos-installer does) the live system's own image, found through the host's root when the
+/// container does not see it.
+fn image_origin(a: &WriterArgs) -> Result<Origin> {
     Ok(match (&a.image_url, &a.image_file) {
-        (Some(u), None) => ImageLocation::Url(u.clone()),
-        (None, Some(f)) => ImageLocation::File(f.clone()),
+        (Some(u), None) => Origin::Given(ImageLocation::Url(u.clone())),
+        (None, Some(f)) => Origin::Given(ImageLocation::File(f.clone())),
         (Some(_), Some(_)) => {
             bail!("--installer-args gives both --image-url and --image-file; pass one")
         }
-        (None, None) => bail!(
-            "no image to write: installing the live ISO's own (offline) image is not supported yet; \
-             pass the CoreOS metal image in --installer-args: [\"--image-url\",\"https://…/rhcos-…-metal.x86_64.raw.gz\",\"--sha256\",\"<hex>\"] \
-             or [\"--image-file\",\"/path/to/image\"]"
-        ),
+        (None, None) => Origin::Live(LiveImage::default()),
     })
 }
 
@@ -101,9 +105,9 @@ pub fn plan_for(
     ignition: Option<&Path>,
     cacert: Option<&Path>,
 ) -> Result<WritePlan> {
-    let location = image_location(a)?;
+    let origin = image_origin(a)?;
     let expected = expected_digests(a)?;
-    if expected.is_empty() {
+    if expected.is_empty() && matches!(origin, Origin::Given(_)) {
         // The Go installer runs coreos-installer with --insecure (no signature check), so an
         // unverified image is what the service expects today; say so loudly.
         tracing::warn!(
@@ -113,7 +117,7 @@ pub fn plan_for(
     let save = save_filters(a)?;
     let post = post_install(a, ignition)?;
     Ok(WritePlan {
-        location,
+        origin,
         http: HttpOptions {
             retry: RetryPolicy {
                 retries: Retries::Count(10),
@@ -157,6 +161,17 @@ fn post_install(a: &WriterArgs, ignition: Option<&Path>) -> Result<PostInstall> 
 }
 
 impl DiskWriter for InProcessWriter {
+    /// Also: without an image in `--installer-args`, the live image must be reachable (here or
+    /// through the host's root), so a host that is not a live system fails before its disk is
+    /// cleaned, not after three write attempts.
+    fn preflight(&self, args: &WriterArgs) -> Result<()> {
+        check_writer_args(args)?;
+        if let Origin::Live(live) = image_origin(args)? {
+            live.locate()?;
+        }
+        Ok(())
+    }
+
     fn write(&self, req: &WriteRequest, percent: &(dyn Fn(u8) + Send + Sync)) -> Result<()> {
         let plan = plan_for(
             &req.device,
@@ -206,5 +221,39 @@ impl PendingDisk for InProcessPending {
 
     fn abandon(self: Box<Self>, why: anyhow::Error) -> anyhow::Error {
         self.streamed.abandon(why)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::osmet::{DEFAULT_OSMET_DIR, HOST_ROOT};
+
+    #[test]
+    fn without_an_image_the_live_image_must_be_reachable_before_the_disk_is_touched() {
+        let on_host = Path::new(HOST_ROOT).join(DEFAULT_OSMET_DIR.trim_start_matches('/'));
+        if Path::new(DEFAULT_OSMET_DIR).exists() || on_host.exists() {
+            eprintln!("SKIPPED: this machine is a live system ({DEFAULT_OSMET_DIR} exists)");
+            return;
+        }
+        let w = InProcessWriter {
+            stop: Cancel::new(),
+            cacert: None,
+        };
+        let args = WriterArgs {
+            copy_network: true,
+            ..WriterArgs::default()
+        };
+        let e = format!("{:#}", w.preflight(&args).unwrap_err());
+        assert!(e.contains("no live image to install"), "{e}");
+        assert!(e.contains(DEFAULT_OSMET_DIR), "{e}");
+        assert!(e.contains("--pid=host"), "{e}");
+        assert!(e.contains("--image-url"), "{e}");
+        // With an image given, nothing about the live system is needed.
+        let args = WriterArgs {
+            image_url: Some("http://mirror.example/rhcos.raw.gz".into()),
+            ..WriterArgs::default()
+        };
+        w.preflight(&args).unwrap();
     }
 }

@@ -3,6 +3,7 @@
 pub mod cancel;
 pub mod digest;
 pub mod format;
+pub mod osmet;
 pub mod pipeline;
 pub mod progress;
 pub mod retry;
@@ -10,5 +11,19 @@ pub mod source;
 
 pub use cancel::Cancel;
 pub use pipeline::{
-    reset_after_failure, stream_image, write_image, Interrupted, Staged, WriteOptions, WriteSummary,
+    reset_after_failure, stream_image, write_image, Input, Interrupted, RawImage, Staged,
+    WriteOptions, WriteSummary,
 };
+
+use osmet::LiveImage;
+use source::ImageLocation;
+
+/// Where the image comes from, in the order a user would expect: a URL, a file, or (given
+/// neither) the live system's own image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// `--image-url` or `--image-file`.
+    Given(ImageLocation),
+    /// The live ISO's image, rebuilt from its osmet file and the live root's objects.
+    Live(LiveImage),
+}

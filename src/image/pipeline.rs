@@ -5,6 +5,9 @@
 //!                                      \-> first MiB held back by the coordinator
 //! ```
 //!
+//! A raw image made locally (the live image rebuilt from osmet, [`Input::Raw`]) has no fetch
+//! stage: the decode stage reads it directly and the sha256 stage always runs.
+//!
 //! Uncompressed data lives in a fixed pool of page-aligned 1 MiB buffers that circulate from the
 //! decoder to the writers and back, so memory stays bounded whatever the image size. The first
 //! MiB (MBR and primary GPT) is written last, only after every byte is on disk and every digest
@@ -63,6 +66,36 @@ impl Default for WriteOptions {
     }
 }
 
+/// A disk image produced locally, already raw (the live image rebuilt from its osmet file).
+pub trait RawImage: Read + Send {
+    /// Where it comes from, for messages and the summary.
+    fn describe(&self) -> String;
+    /// Its exact length in bytes.
+    fn size(&self) -> u64;
+    /// The SHA-256 it must have, and what a mismatch means, when the source carries one.
+    fn expected_sha256(&self) -> Option<(Sha256Sum, String)>;
+}
+
+/// What the pipeline reads.
+pub enum Input {
+    /// Bytes as stored or downloaded: hashed as they arrive, then sniffed and decoded.
+    Encoded(Box<dyn ImageSource>),
+    /// The disk image itself: hashed on its own thread.
+    Raw(Box<dyn RawImage>),
+}
+
+impl From<Box<dyn ImageSource>> for Input {
+    fn from(s: Box<dyn ImageSource>) -> Input {
+        Input::Encoded(s)
+    }
+}
+
+impl<S: ImageSource + 'static> From<Box<S>> for Input {
+    fn from(s: Box<S>) -> Input {
+        Input::Encoded(s)
+    }
+}
+
 /// The write was stopped from outside (SIGINT/SIGTERM).
 #[derive(Debug, thiserror::Error)]
 #[error("interrupted before the image was complete")]
@@ -80,6 +113,10 @@ pub struct WriteSummary {
     pub sha256: Sha256Sum,
     pub uncompressed_sha256: Option<Sha256Sum>,
     pub expected: Expected,
+    /// Where the image came from (URL, file, or the live image).
+    pub source: String,
+    /// The image was rebuilt locally (the live image) and checked against its own checksum.
+    pub rebuilt: bool,
 }
 
 impl WriteSummary {
@@ -97,6 +134,21 @@ impl std::fmt::Display for WriteSummary {
                 "not checked"
             }
         };
+        if self.rebuilt {
+            return write!(
+                f,
+                "wrote {} bytes ({:.1} MiB, {}-byte sectors) in {:.2} s: {:.0} MB/s\n\
+                 from {}\n\
+                 sha256 of the image: {} (verified against the osmet checksum)",
+                self.image_bytes,
+                self.image_bytes as f64 / 1048576.0,
+                self.sector_size,
+                self.elapsed.as_secs_f64(),
+                self.mb_per_s(),
+                self.source,
+                self.sha256
+            );
+        }
         writeln!(
             f,
             "wrote {} bytes ({:.1} MiB, {}-byte sectors) from {} bytes of {} in {:.2} s: {:.0} MB/s",
@@ -207,7 +259,7 @@ impl BufRead for ChannelReader {
 }
 
 /// Read until `buf` is full or the stream ends; the count read.
-fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..]) {
@@ -289,26 +341,54 @@ fn fetch_stage(
     }
 }
 
+/// What the decode stage reads: compressed chunks from the fetch stage, or a raw image.
+enum DecodeInput {
+    Channel(Receiver<Msg>, XzSettings),
+    Raw(Box<dyn RawImage>),
+}
+
+enum Decoding {
+    Decoded(Box<Decompressor<ChannelReader>>),
+    Raw(Box<dyn RawImage>),
+}
+
+impl Read for Decoding {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Decoding::Decoded(d) => d.read(out),
+            Decoding::Raw(r) => r.read(out),
+        }
+    }
+}
+
 fn decode_stage(
-    rx: Receiver<Msg>,
+    input: DecodeInput,
     pool: Receiver<AlignedBuf>,
     next: Next,
-    xz: XzSettings,
     sh: &Shared,
 ) -> Option<(u64, Format)> {
     let run = || -> Result<Option<(u64, Format)>> {
-        let mut input = ChannelReader {
-            rx,
-            cancel: sh.cancel.clone(),
-            cur: Vec::new(),
-            pos: 0,
-            ended: false,
+        let (mut dec, format) = match input {
+            DecodeInput::Channel(rx, xz) => {
+                let mut input = ChannelReader {
+                    rx,
+                    cancel: sh.cancel.clone(),
+                    cur: Vec::new(),
+                    pos: 0,
+                    ended: false,
+                };
+                let head = input.fill_buf().context("reading the image")?;
+                let format = sniff(&head[..head.len().min(SNIFF_LEN)]);
+                tracing::debug!("image format: {format}");
+                (
+                    Decoding::Decoded(Box::new(Decompressor::new(format, input, xz)?)),
+                    format,
+                )
+            }
+            DecodeInput::Raw(r) => (Decoding::Raw(r), Format::Raw),
         };
-        let head = input.fill_buf().context("reading the image")?;
-        let format = sniff(&head[..head.len().min(SNIFF_LEN)]);
-        tracing::debug!("image format: {format}");
+        let rebuilt = matches!(dec, Decoding::Raw(_));
         let _ = sh.format.set(format);
-        let mut dec = Decompressor::new(format, input, xz)?;
         let mut offset = 0u64;
         loop {
             let mut buf = if offset == 0 {
@@ -320,11 +400,15 @@ fn decode_stage(
                 }
             };
             let len = fill(&mut dec, buf.as_mut_slice()).with_context(|| {
-                format!(
-                    "decoding the {format} image at uncompressed offset {}",
-                    offset
-                )
+                if rebuilt {
+                    format!("rebuilding the image at offset {offset}")
+                } else {
+                    format!("decoding the {format} image at uncompressed offset {offset}")
+                }
             })?;
+            if rebuilt {
+                sh.downloaded.fetch_add(len as u64, Ordering::Relaxed);
+            }
             if len == 0 {
                 if offset == 0 {
                     bail!("the image is empty");
@@ -347,8 +431,10 @@ fn decode_stage(
                 break;
             }
         }
-        dec.finish()
-            .with_context(|| format!("after {offset} bytes of the {format} image"))?;
+        if let Decoding::Decoded(d) = dec {
+            d.finish()
+                .with_context(|| format!("after {offset} bytes of the {format} image"))?;
+        }
         Ok(Some((offset, format)))
     };
     match run() {
@@ -544,7 +630,7 @@ pub fn reset_after_failure(
 /// the first write. `stop` is the caller's cancellation (signals): the write then fails with
 /// [`Interrupted`].
 pub fn stream_image(
-    mut source: Box<dyn ImageSource>,
+    input: impl Into<Input>,
     dev: &Device,
     opts: &WriteOptions,
     progress: &dyn ProgressSink,
@@ -553,7 +639,7 @@ pub fn stream_image(
     let start = Instant::now();
     // Set once the disk has been written to, with the sector size a reset must use.
     let mut touched: Option<u64> = None;
-    let result = run(&mut *source, dev, opts, progress, stop, start, &mut touched);
+    let result = run(input.into(), dev, opts, progress, stop, start, &mut touched);
     progress.finish();
     match (result, touched) {
         (Ok(staged), _) => Ok(staged),
@@ -564,13 +650,13 @@ pub fn stream_image(
 
 /// Stream, verify and commit: the whole write, with no post-install step in between.
 pub fn write_image(
-    source: Box<dyn ImageSource>,
+    input: impl Into<Input>,
     dev: &Device,
     opts: &WriteOptions,
     progress: &dyn ProgressSink,
     stop: &Cancel,
 ) -> Result<WriteSummary> {
-    let staged = stream_image(source, dev, opts, progress, stop)?;
+    let staged = stream_image(input, dev, opts, progress, stop)?;
     let ss = staged.layout.sector_size;
     staged
         .commit(dev, &opts.saved)
@@ -578,7 +664,7 @@ pub fn write_image(
 }
 
 fn run(
-    source: &mut dyn ImageSource,
+    input: Input,
     dev: &Device,
     opts: &WriteOptions,
     progress: &dyn ProgressSink,
@@ -593,9 +679,13 @@ fn run(
         written: AtomicU64::new(0),
         downloaded: AtomicU64::new(0),
     };
-    let source_len = source.total_len();
-    let source_name = source.describe();
-    let want_uncompressed_hash = opts.expected.uncompressed.is_some();
+    let (source_len, source_name, own_digest) = match &input {
+        Input::Encoded(s) => (s.total_len(), s.describe(), None),
+        Input::Raw(r) => (Some(r.size()), r.describe(), r.expected_sha256()),
+    };
+    let rebuilt = matches!(input, Input::Raw(_));
+    // A raw input has no fetch stage to hash it: the sha256 stage always runs for it.
+    let want_uncompressed_hash = rebuilt || opts.expected.uncompressed.is_some();
 
     let (comp_tx, comp_rx) = bounded::<Msg>(8);
     let (pool_tx, pool_rx) = bounded::<AlignedBuf>(opts.buffers);
@@ -621,9 +711,17 @@ fn run(
         let _guard = CancelOnExit(&sh.cancel);
         let sh = &sh;
 
-        let fetch = std::thread::Builder::new()
-            .name("fetch".into())
-            .spawn_scoped(s, move || fetch_stage(source, comp_tx, sh))?;
+        let (fetch, decode_input) = match input {
+            Input::Encoded(mut source) => (
+                Some(
+                    std::thread::Builder::new()
+                        .name("fetch".into())
+                        .spawn_scoped(s, move || fetch_stage(&mut *source, comp_tx, sh))?,
+                ),
+                DecodeInput::Channel(comp_rx, opts.xz),
+            ),
+            Input::Raw(r) => (None, DecodeInput::Raw(r)),
+        };
         let (next, hasher) = if want_uncompressed_hash {
             let h = std::thread::Builder::new()
                 .name("sha256".into())
@@ -633,11 +731,10 @@ fn run(
             drop(hash_rx);
             (Next::Route(router), None)
         };
-        let xz = opts.xz;
         let pool_rx2 = pool_rx.clone();
         let decode = std::thread::Builder::new()
             .name("decode".into())
-            .spawn_scoped(s, move || decode_stage(comp_rx, pool_rx2, next, xz, sh))?;
+            .spawn_scoped(s, move || decode_stage(decode_input, pool_rx2, next, sh))?;
         drop(pool_rx);
 
         let interrupted = || stop.is_cancelled();
@@ -727,7 +824,10 @@ fn run(
             std::thread::sleep(POLL);
         }
         status(sh)?;
-        let fetched = joined(fetch.join())?;
+        let fetched = match fetch {
+            Some(f) => joined(f.join())?,
+            None => None,
+        };
         let decoded = joined(decode.join())?;
         let hashed = match hasher {
             Some(h) => joined(h.join())?,
@@ -737,7 +837,14 @@ fn run(
             joined(w.join())?;
         }
         status(sh)?;
-        let (Some((source_bytes, sha256)), Some((image_bytes, format))) = (fetched, decoded) else {
+        let (Some((source_bytes, sha256)), Some((image_bytes, format))) = (
+            if rebuilt {
+                decoded.zip(hashed).map(|((n, _), h)| (n, h))
+            } else {
+                fetched
+            },
+            decoded,
+        ) else {
             bail!("the pipeline stopped without an error (this is a bug)");
         };
 
@@ -747,6 +854,11 @@ fn run(
         } else {
             hashed
         };
+        if let Some((want, meaning)) = own_digest {
+            check("rebuilt", Some(want), Some(sha256)).map_err(|e| {
+                anyhow::Error::new(e).context(format!("the image does not match {meaning}"))
+            })?;
+        }
         if format == Format::Raw {
             // Compressed and uncompressed are the same bytes: either digest must match them.
             for e in [opts.expected.compressed, opts.expected.uncompressed] {
@@ -779,6 +891,8 @@ fn run(
                 sha256,
                 uncompressed_sha256,
                 expected: opts.expected,
+                source: source_name,
+                rebuilt,
             },
             started: start,
         })

@@ -4,4 +4,6 @@
 
 pub mod http_server;
 pub mod images;
+pub mod live_ns;
+pub mod osmet_pack;
 pub mod root;

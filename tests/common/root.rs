@@ -106,3 +106,15 @@ pub fn sgdisk_verify(dev: &Path) -> String {
     );
     out
 }
+
+/// The device holds an empty, valid GPT at `ss`-byte sectors: nothing on it can boot.
+pub fn assert_empty_gpt(dev: &Path, ss: u64) {
+    sgdisk_verify(dev);
+    let mut f = std::fs::File::open(dev).unwrap();
+    let gpt = gptman::GPT::read_from(&mut f, ss).expect("a valid GPT");
+    assert_eq!(
+        gpt.iter().filter(|(_, p)| p.is_used()).count(),
+        0,
+        "partitions left: the disk could boot"
+    );
+}

@@ -1,0 +1,42 @@
+//! The benches' target: a loop device with direct I/O over a sparse file, detached on drop.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+pub struct BenchLoop {
+    pub path: PathBuf,
+    _backing: tempfile::TempDir,
+}
+
+impl BenchLoop {
+    /// `size` bytes at 512-byte sectors, with extra `losetup` flags.
+    pub fn new(size: u64, flags: &[&str]) -> BenchLoop {
+        let backing = tempfile::Builder::new()
+            .prefix("bench-loop")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap();
+        let file = backing.path().join("disk.img");
+        std::fs::File::create(&file).unwrap().set_len(size).unwrap();
+        let out = Command::new("losetup")
+            .args(["--find", "--show", "--direct-io=on", "--sector-size", "512"])
+            .args(flags)
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        BenchLoop {
+            path: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
+            _backing: backing,
+        }
+    }
+}
+
+impl Drop for BenchLoop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
+    }
+}

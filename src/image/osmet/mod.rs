@@ -1,0 +1,176 @@
+//! The live system's own image: the CoreOS metal image rebuilt from the osmet file the live ISO
+//! carries and the OSTree objects of the running live root. What `coreos-installer install`
+//! does when given no image; here it is the default source, streamed through the same pipeline
+//! as a download (same checks, wipe, first MiB last, post-install, commit).
+
+pub mod choose;
+pub mod format;
+pub mod objects;
+pub mod packed;
+pub mod plan;
+pub mod rebuild;
+
+use anyhow::{bail, Context, Result};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::image::digest::Sha256Sum;
+use crate::image::pipeline::RawImage;
+use choose::Wanted;
+use rebuild::Rebuild;
+
+/// Where the live ISO's service (`coreos-liveiso-persist-osmet`) or the PXE initramfs puts the
+/// osmet files.
+pub const DEFAULT_OSMET_DIR: &str = "/run/coreos-installer/osmet";
+/// The live root's OSTree repository (the rootfs image is mounted on /sysroot).
+pub const DEFAULT_OSTREE_REPO: &str = "/sysroot/ostree/repo";
+/// The host's root as seen from the installer container: the agent runs it with
+/// `--pid=host`, so PID 1 is the host's init, and it mounts neither /run/coreos-installer
+/// nor /sysroot into the container.
+pub const HOST_ROOT: &str = "/proc/1/root";
+
+/// `--osmet-dir` and `--ostree-repo`; `None` means the live system's defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveImage {
+    pub osmet_dir: Option<PathBuf>,
+    pub ostree_repo: Option<PathBuf>,
+}
+
+/// A default path: here if it exists here, else through the host's root.
+fn find_default(path: &str, what: &str) -> Result<PathBuf> {
+    let local = Path::new(path);
+    if local.is_dir() {
+        return Ok(local.to_path_buf());
+    }
+    let via_host = Path::new(HOST_ROOT).join(path.trim_start_matches('/'));
+    if via_host.is_dir() {
+        return Ok(via_host);
+    }
+    bail!(
+        "no live image to install: {what} {path} exists neither here nor on the host ({}). \
+         This is not a CoreOS live system, or the installer container cannot see the host: run it \
+         with --privileged --pid=host. To install another image, pass --image-url or --image-file",
+        via_host.display()
+    )
+}
+
+fn given_dir(path: &Path, flag: &str) -> Result<PathBuf> {
+    if !path.is_dir() {
+        bail!("{flag} {}: no such directory", path.display());
+    }
+    Ok(path.to_path_buf())
+}
+
+/// `uname -m`: what osmet files record as their architecture.
+pub fn machine_architecture() -> Result<String> {
+    let u = nix::sys::utsname::uname().context("uname")?;
+    Ok(u.machine().to_string_lossy().into_owned())
+}
+
+impl LiveImage {
+    /// Where the osmet files and objects are (given, or the live system's defaults).
+    pub fn locate(&self) -> Result<(PathBuf, PathBuf)> {
+        let dir = match &self.osmet_dir {
+            Some(d) => given_dir(d, "--osmet-dir")?,
+            None => find_default(DEFAULT_OSMET_DIR, "the osmet directory")?,
+        };
+        let repo = match &self.ostree_repo {
+            Some(r) => given_dir(r, "--ostree-repo")?,
+            None => find_default(DEFAULT_OSTREE_REPO, "the live OSTree repository")?,
+        };
+        if !repo.join("objects").is_dir() {
+            bail!(
+                "{} is not an OSTree repository (it has no objects directory)",
+                repo.display()
+            );
+        }
+        Ok((dir, repo))
+    }
+
+    /// Choose the osmet file for a target with `sector_size`-byte sectors and start rebuilding
+    /// its image. Fails before anything is written when no file matches.
+    pub fn open(&self, sector_size: u64) -> Result<LiveSource> {
+        let (dir, repo) = self.locate()?;
+        tracing::info!(
+            "live image: osmet files in {}, OSTree objects in {}",
+            dir.display(),
+            repo.display()
+        );
+        let wanted = Wanted {
+            architecture: machine_architecture()?,
+            sector_size,
+        };
+        let chosen = choose::choose(&dir, &choose::list(&dir)?, &wanted)?;
+        let h = &chosen.header;
+        tracing::info!(
+            "installing {} {} ({}-byte sectors) from {}",
+            h.os_description,
+            h.os_architecture,
+            h.sector_size,
+            chosen.path.display()
+        );
+        let describe = format!(
+            "the live image ({} {}, {}-byte sectors) rebuilt from {} with the objects of {}",
+            h.os_description,
+            h.os_architecture,
+            h.sector_size,
+            chosen.path.display(),
+            repo.display()
+        );
+        let size = chosen.body.size;
+        let checksum = Sha256Sum(chosen.body.checksum);
+        let rebuild = Rebuild::start(
+            chosen.pieces,
+            size,
+            chosen.packed,
+            chosen.path.display().to_string(),
+            &repo,
+        )
+        .context("starting the live image rebuild")?;
+        Ok(LiveSource {
+            rebuild,
+            describe,
+            size,
+            checksum,
+            osmet: chosen.path,
+            repo,
+        })
+    }
+}
+
+/// The rebuilt live image, as the pipeline reads it.
+pub struct LiveSource {
+    rebuild: Rebuild,
+    describe: String,
+    size: u64,
+    checksum: Sha256Sum,
+    osmet: PathBuf,
+    repo: PathBuf,
+}
+
+impl Read for LiveSource {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        self.rebuild.read(out)
+    }
+}
+
+impl RawImage for LiveSource {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn expected_sha256(&self) -> Option<(Sha256Sum, String)> {
+        Some((
+            self.checksum,
+            format!(
+                "the checksum recorded in {}: an object in {} differs from the one packed (a damaged or different live root)",
+                self.osmet.display(),
+                self.repo.display()
+            ),
+        ))
+    }
+}

@@ -1,0 +1,264 @@
+//! From an osmet body to the sequence of reads that rebuilds the image: bytes from the packed
+//! stream, and extents of OSTree objects, in image order. Pure; this is also where the table is
+//! validated (monotonic, inside its partition, inside the image), so a bad table fails before
+//! any byte is written.
+
+use anyhow::{bail, Result};
+
+use super::format::{Body, ObjectId};
+
+/// One step of the rebuild, in image order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// The next `n` bytes come from the packed stream.
+    Packed(u64),
+    /// `len` bytes of `object` from offset `logical`, zeros past the object's end. `at` is the
+    /// image offset, for error messages.
+    Object {
+        object: ObjectId,
+        logical: u64,
+        len: u64,
+        at: u64,
+    },
+}
+
+/// The pieces that rebuild the image described by `body`; object extents are cut into reads of
+/// at most `max_read` bytes (so memory in flight stays bounded whatever the object size).
+pub fn plan(body: &Body, max_read: u64) -> Result<Vec<Piece>> {
+    assert!(max_read > 0);
+    let mut out = Vec::new();
+    let mut cursor = 0u64;
+    // Consecutive packed runs (a gap before a partition, then one before its first extent)
+    // are one read of the packed stream.
+    let packed = |out: &mut Vec<Piece>, from: u64, to: u64| {
+        if to > from {
+            match out.last_mut() {
+                Some(Piece::Packed(n)) => *n += to - from,
+                _ => out.push(Piece::Packed(to - from)),
+            }
+        }
+    };
+    for (i, p) in body.partitions.iter().enumerate() {
+        let n = i + 1;
+        if p.start_offset < cursor {
+            bail!(
+                "partition {n} starts at byte {}, before the end of what precedes it (byte {cursor}): the table is not in order",
+                p.start_offset
+            );
+        }
+        if p.end_offset < p.start_offset {
+            bail!(
+                "partition {n} ends at byte {} before it starts (byte {})",
+                p.end_offset,
+                p.start_offset
+            );
+        }
+        if p.end_offset > body.size {
+            bail!(
+                "partition {n} ends at byte {}, past the end of the image ({} bytes)",
+                p.end_offset,
+                body.size
+            );
+        }
+        packed(&mut out, cursor, p.start_offset);
+        cursor = p.start_offset;
+        for (j, m) in p.mappings.iter().enumerate() {
+            let what = || format!("extent {} of partition {n} (object {})", j + 1, m.object);
+            let Some(start) = p.start_offset.checked_add(m.physical) else {
+                bail!("{}: its offset overflows", what());
+            };
+            let Some(end) = start.checked_add(m.length) else {
+                bail!("{}: its length overflows", what());
+            };
+            if start < cursor {
+                bail!(
+                    "{} starts at byte {start}, before the previous extent ends (byte {cursor}): the table is not in order",
+                    what()
+                );
+            }
+            if end > p.end_offset {
+                bail!(
+                    "{} ends at byte {end}, past the end of its partition (byte {})",
+                    what(),
+                    p.end_offset
+                );
+            }
+            packed(&mut out, cursor, start);
+            let mut done = 0;
+            while done < m.length {
+                let len = (m.length - done).min(max_read);
+                let Some(logical) = m.logical.checked_add(done) else {
+                    bail!("{}: its object offset overflows", what());
+                };
+                out.push(Piece::Object {
+                    object: m.object,
+                    logical,
+                    len,
+                    at: start + done,
+                });
+                done += len;
+            }
+            cursor = end;
+        }
+        packed(&mut out, cursor, p.end_offset);
+        cursor = p.end_offset;
+    }
+    // After the last partition: the backup GPT and whatever else the image ends with.
+    packed(&mut out, cursor, body.size);
+    Ok(out)
+}
+
+/// Bytes of the image that come from the packed stream.
+pub fn packed_len(pieces: &[Piece]) -> u64 {
+    pieces
+        .iter()
+        .map(|p| match p {
+            Piece::Packed(n) => *n,
+            Piece::Object { .. } => 0,
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::format::{Mapping, Partition};
+    use super::*;
+
+    const A: ObjectId = ObjectId([0xaa; 32]);
+    const B: ObjectId = ObjectId([0xbb; 32]);
+
+    fn m(logical: u64, physical: u64, length: u64, object: ObjectId) -> Mapping {
+        Mapping {
+            logical,
+            physical,
+            length,
+            object,
+        }
+    }
+
+    fn body(parts: Vec<(u64, u64, Vec<Mapping>)>, size: u64) -> Body {
+        Body {
+            partitions: parts
+                .into_iter()
+                .map(|(start_offset, end_offset, mappings)| Partition {
+                    start_offset,
+                    end_offset,
+                    mappings,
+                })
+                .collect(),
+            checksum: [0; 32],
+            size,
+        }
+    }
+
+    fn obj(object: ObjectId, logical: u64, len: u64, at: u64) -> Piece {
+        Piece::Object {
+            object,
+            logical,
+            len,
+            at,
+        }
+    }
+
+    #[test]
+    fn pieces_interleave_packed_bytes_and_extents() {
+        let b = body(
+            vec![
+                (100, 200, vec![m(0, 10, 20, A), m(4096, 30, 5, B)]),
+                (200, 300, vec![m(0, 0, 100, A)]),
+            ],
+            350,
+        );
+        let p = plan(&b, 1 << 20).unwrap();
+        assert_eq!(
+            p,
+            vec![
+                Piece::Packed(110),
+                obj(A, 0, 20, 110),
+                obj(B, 4096, 5, 130),
+                Piece::Packed(65),
+                obj(A, 0, 100, 200),
+                // The last partition's tail: everything after it comes from the packed stream.
+                Piece::Packed(50),
+            ]
+        );
+        let total: u64 = p
+            .iter()
+            .map(|x| match x {
+                Piece::Packed(n) => *n,
+                Piece::Object { len, .. } => *len,
+            })
+            .sum();
+        assert_eq!(total, 350);
+        assert_eq!(packed_len(&p), 225);
+    }
+
+    #[test]
+    fn long_extents_are_cut_into_bounded_reads() {
+        let b = body(vec![(0, 1000, vec![m(7, 0, 250, A)])], 1000);
+        let p = plan(&b, 100).unwrap();
+        assert_eq!(
+            p,
+            vec![
+                obj(A, 7, 100, 0),
+                obj(A, 107, 100, 100),
+                obj(A, 207, 50, 200),
+                Piece::Packed(750),
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_extents_and_partitions_add_nothing() {
+        let b = body(vec![(0, 0, vec![]), (0, 10, vec![m(0, 0, 0, A)])], 10);
+        assert_eq!(plan(&b, 4).unwrap(), vec![Piece::Packed(10)]);
+        assert_eq!(plan(&body(vec![], 0), 4).unwrap(), vec![]);
+    }
+
+    fn err(b: Body) -> String {
+        plan(&b, 1 << 20).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn tables_out_of_order_are_refused() {
+        let e = err(body(
+            vec![(100, 200, vec![m(0, 50, 20, A), m(0, 60, 5, B)])],
+            300,
+        ));
+        assert!(e.contains("extent 2 of partition 1"), "{e}");
+        assert!(
+            e.contains("starts at byte 160, before the previous extent ends (byte 170)"),
+            "{e}"
+        );
+        let e = err(body(vec![(100, 200, vec![]), (150, 250, vec![])], 300));
+        assert!(
+            e.contains(
+                "partition 2 starts at byte 150, before the end of what precedes it (byte 200)"
+            ),
+            "{e}"
+        );
+        let e = err(body(vec![(100, 50, vec![])], 300));
+        assert!(
+            e.contains("partition 1 ends at byte 50 before it starts"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn offsets_past_the_image_or_partition_are_refused() {
+        let e = err(body(vec![(100, 400, vec![])], 300));
+        assert!(
+            e.contains("partition 1 ends at byte 400, past the end of the image (300 bytes)"),
+            "{e}"
+        );
+        let e = err(body(vec![(100, 200, vec![m(0, 90, 20, A)])], 300));
+        assert!(
+            e.contains("ends at byte 210, past the end of its partition (byte 200)"),
+            "{e}"
+        );
+        let e = err(body(vec![(100, 200, vec![m(0, u64::MAX, 1, A)])], 300));
+        assert!(e.contains("overflows"), "{e}");
+        let e = err(body(vec![(100, 200, vec![m(0, 0, u64::MAX, A)])], 300));
+        assert!(e.contains("overflows"), "{e}");
+    }
+}

@@ -1,0 +1,96 @@
+//! Run a command the way it runs on a CoreOS live system: in a private mount namespace where
+//! /run is a fresh tmpfs holding the osmet files in /run/coreos-installer/osmet (what
+//! `coreos-liveiso-persist-osmet.service` leaves there) and the live root's tree is mounted
+//! read-only on /sysroot. Optionally the NetworkManager keyfiles are laid in
+//! /etc/NetworkManager/system-connections through an overlay of /etc, and the udev stand-ins
+//! that `coreos-installer install` needs where no udev runs are added. Nothing of it is seen
+//! outside the namespace; only /sysroot (a live system's mountpoint) is created if missing.
+//! `mount -n`: the mount command must not create /run/mount on the host.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SCRIPT: &str = r#"set -eu
+mount -n -t tmpfs -o mode=0755 live-run /run
+mkdir -p /run/coreos-installer/osmet
+IFS=:
+for f in $LIVE_OSMETS; do cp "$f" /run/coreos-installer/osmet/; done
+unset IFS
+mount -n --bind -o ro "$LIVE_SYSROOT" /sysroot
+if [ -n "${LIVE_NM:-}" ]; then
+  mount -n -t overlay live-etc -o "lowerdir=/etc,upperdir=$LIVE_WORK/upper,workdir=$LIVE_WORK/work" /etc
+  mkdir -p /etc/NetworkManager/system-connections
+  cp "$LIVE_NM"/* /etc/NetworkManager/system-connections/
+fi
+if [ -n "${LIVE_UDEV_STUB:-}" ]; then
+  # coreos-installer waits for udev after writing: an empty control socket path and a udevadm
+  # that exits 0 let it go on where no udev runs.
+  mkdir -p /run/udev
+  : > /run/udev/control
+  PATH="$LIVE_WORK/bin:$PATH"
+fi
+exec "$@"
+"#;
+
+pub struct LiveLayout {
+    pub sysroot: PathBuf,
+    /// Copied into /run/coreos-installer/osmet, in this order.
+    pub osmets: Vec<PathBuf>,
+    /// Files to put in /etc/NetworkManager/system-connections.
+    pub network_dir: Option<PathBuf>,
+    /// Add /run/udev/control and a `udevadm` that exits 0 (for coreos-installer).
+    pub udev_stub: bool,
+    work: tempfile::TempDir,
+}
+
+impl LiveLayout {
+    pub fn new(sysroot: &Path, osmets: &[PathBuf]) -> LiveLayout {
+        std::fs::create_dir_all("/sysroot").unwrap();
+        let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        for d in ["upper", "work", "bin"] {
+            std::fs::create_dir(work.path().join(d)).unwrap();
+        }
+        let udevadm = work.path().join("bin/udevadm");
+        std::fs::write(&udevadm, "#!/bin/sh\nexit 0\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&udevadm, std::fs::Permissions::from_mode(0o755)).unwrap();
+        LiveLayout {
+            sysroot: sysroot.to_path_buf(),
+            osmets: osmets.to_vec(),
+            network_dir: None,
+            udev_stub: false,
+            work,
+        }
+    }
+
+    /// `program args…` inside the live layout.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let osmets: Vec<String> = self
+            .osmets
+            .iter()
+            .map(|p| p.to_str().unwrap().to_string())
+            .collect();
+        let mut c = Command::new("unshare");
+        c.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            SCRIPT,
+            "live",
+        ])
+        .arg(program)
+        .env("LIVE_SYSROOT", &self.sysroot)
+        .env("LIVE_OSMETS", osmets.join(":"))
+        .env("LIVE_WORK", self.work.path());
+        if let Some(nm) = &self.network_dir {
+            c.env("LIVE_NM", nm);
+        }
+        if self.udev_stub {
+            c.env("LIVE_UDEV_STUB", "1");
+        }
+        c
+    }
+}
