@@ -1,11 +1,14 @@
 //! Post-install steps end to end as root, on 512- and 4096-byte loop devices larger than the
 //! image: the GPT fix-up (sgdisk -v, backup at the last LBA), Ignition bytes and modes, the BLS
 //! options line, network files, saved partitions, resets on failure, and `embed` on a disk
-//! written earlier giving the same result as a one-shot write.
+//! written earlier giving the same result as a one-shot write; and the same from the live image
+//! (osmet), with every option the service passes through `--installer-args`.
 
 mod common;
 #[path = "../testdata/coreos_image.rs"]
 mod coreos_image;
+#[path = "../testdata/live_fixture.rs"]
+mod live_fixture;
 
 use common::root::{have_root, run, sgdisk_verify, LoopDev};
 use coreos_image::{cached_image_set, ImageSet, ImageSpec};
@@ -141,8 +144,8 @@ fn options_line(fs: &Path) -> String {
 }
 
 /// Everything the post-install options must have produced on `dev`.
-fn assert_post_installed(dev: &Path, set: &ImageSet) {
-    let ss = set.spec.sector_size;
+fn assert_post_installed(dev: &Path, spec: &ImageSpec) {
+    let ss = spec.sector_size;
     let out = sgdisk_verify(dev);
     assert!(!out.contains("Warning"), "{out}");
     let gpt = read_gpt(dev, ss);
@@ -168,8 +171,7 @@ fn assert_post_installed(dev: &Path, set: &ImageSet) {
     );
     assert_eq!(file_mode(fs, "/ignition/config.ign") & 0o7777, 0o600);
     assert_eq!(file_mode(fs, "/ignition") & 0o7777, 0o700);
-    let expected = set
-        .spec
+    let expected = spec
         .bls_options()
         .split_whitespace()
         .filter(|k| *k != "rw")
@@ -216,7 +218,7 @@ fn one_shot(ss: u64) {
     args.push(dev.path.display().to_string());
     let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(out.status.success(), "{}", text(&out));
-    assert_post_installed(&dev.path, set);
+    assert_post_installed(&dev.path, &set.spec);
     // The data partitions are the image's, byte for byte.
     let disk = std::fs::read(&dev.path).unwrap();
     let raw = std::fs::read(&set.raw.path).unwrap();
@@ -269,7 +271,7 @@ fn embed_on_a_written_disk_matches_a_one_shot_write() {
         args.push(a.path.display().to_string());
         let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
         assert!(out.status.success(), "{}", text(&out));
-        assert_post_installed(&a.path, set);
+        assert_post_installed(&a.path, &set.spec);
         // One shot.
         let b = LoopDev::new(set.raw.size + 64 * MIB, ss);
         let mut args = vec![
@@ -376,7 +378,7 @@ fn saved_partitions_keep_their_data_and_name_and_are_renumbered() {
         args.push(dev.path.display().to_string());
         let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
         assert!(out.status.success(), "{}", text(&out));
-        assert_post_installed(&dev.path, set);
+        assert_post_installed(&dev.path, &set.spec);
         let gpt = read_gpt(&dev.path, ss);
         let used: Vec<(u32, String)> = gpt
             .iter()
@@ -389,6 +391,51 @@ fn saved_partitions_keep_their_data_and_name_and_are_renumbered() {
             "saved #2 renumbered to 5: {used:?}"
         );
         assert_eq!(used.len(), 5);
+        assert_eq!(
+            dev.read(start * MIB, data.len()),
+            data,
+            "saved data changed"
+        );
+    }
+}
+
+/// What the service passes through `--installer-args` (kargs, network, saved partitions) works
+/// the same with the live image as the source, over an earlier install.
+#[test]
+fn the_live_image_takes_every_post_install_option_and_keeps_saved_partitions() {
+    if !have_root("the_live_image_takes_every_post_install_option_and_keeps_saved_partitions") {
+        return;
+    }
+    for ss in [512u64, 4096] {
+        let fx = live_fixture::cached_live_fixture(ss, false).unwrap();
+        let start = (fx.raw_size >> 20) + 16;
+        let (dev, data) = disk_with_data_partition(ss, fx.raw_size + 64 * MIB, start, 32);
+        let inp = Inputs::new();
+        let osmets = inp.dir.path().join("osmet");
+        std::fs::create_dir(&osmets).unwrap();
+        std::fs::copy(&fx.osmet, osmets.join(fx.osmet.file_name().unwrap())).unwrap();
+        let mut args = vec![
+            "write-image".to_string(),
+            "--osmet-dir".into(),
+            osmets.display().to_string(),
+            "--ostree-repo".into(),
+            fx.sysroot.join("ostree/repo").display().to_string(),
+            "--save-partlabel".into(),
+            "da*".into(),
+        ];
+        args.extend(post_args(&inp));
+        args.push(dev.path.display().to_string());
+        let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(
+            text(&out).contains("verified against the osmet checksum"),
+            "{}",
+            text(&out)
+        );
+        assert_post_installed(&dev.path, &fx.spec());
+        let gpt = read_gpt(&dev.path, ss);
+        let saved = &gpt[5];
+        assert_eq!(saved.partition_name.as_str(), "data", "saved #2 is #5");
         assert_eq!(
             dev.read(start * MIB, data.len()),
             data,
@@ -496,5 +543,5 @@ fn write_image_with_post_install_onto_a_disk_image_file() {
     args.push(file.display().to_string());
     let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(out.status.success(), "{}", text(&out));
-    assert_post_installed(&file, set);
+    assert_post_installed(&file, &set.spec);
 }
