@@ -397,6 +397,7 @@ fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
             extracted_pull_secret: dir.path().join("pull-secret.json"),
             resolv_conf: dir.path().join("resolv.conf"),
             container_logs: dir.path().join("containers"),
+            ..Paths::default()
         },
         arch: "x86_64".into(),
         kube: Arc::new(|_: &Path| anyhow::bail!("single node needs no Kubernetes client")),

@@ -201,6 +201,7 @@ impl Harness {
                 extracted_pull_secret: d.join("extracted_from_ignition.json"),
                 resolv_conf: d.join("resolv.conf"),
                 container_logs: d.join("containers"),
+                ..Paths::default()
             },
             arch: "x86_64".into(),
             kube: Arc::new(|p: &std::path::Path| -> anyhow::Result<Arc<dyn KubeApi>> {

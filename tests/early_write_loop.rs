@@ -103,6 +103,7 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
             extracted_pull_secret: dir.path().join("pull-secret.json"),
             resolv_conf: dir.path().join("resolv.conf"),
             container_logs: dir.path().join("containers"),
+            ..Paths::default()
         },
         arch: "x86_64".into(),
         kube: Arc::new(|_: &std::path::Path| {

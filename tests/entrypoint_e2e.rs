@@ -186,7 +186,11 @@ fn dry_run_master_writes_a_bootable_disk_with_the_served_ignition() {
         net.path().to_str().unwrap(),
     ])
     .unwrap();
-    let r = run_master(Command::new(BIN), &dev.path, &installer_args);
+    // Run on the host itself: its files are this process's (this test machine's PID 1 is not
+    // readable, so say so rather than let the installer look through /proc/1/root).
+    let mut cmd = Command::new(BIN);
+    cmd.env("ASSISTED_INSTALLER_HOST_ROOT", "/");
+    let r = run_master(cmd, &dev.path, &installer_args);
     r.assert_installed();
     let cat = |p: &str| boot_file(&dev.path, 512, r.dir.path(), p);
     assert_eq!(cat("/ignition/config.ign"), IGNITION);
@@ -194,29 +198,85 @@ fn dry_run_master_writes_a_bootable_disk_with_the_served_ignition() {
     assert!(cat("/coreos-firstboot-network/eno1.nmconnection").contains("id=eno1"));
 }
 
+/// A process whose mount namespace is "the host": the live system's layout and its
+/// NetworkManager keyfiles. Killed on drop.
+struct HostView {
+    child: std::process::Child,
+    _layout: LiveLayout,
+}
+
+impl HostView {
+    fn start(layout: LiveLayout) -> HostView {
+        use std::io::BufRead;
+        let mut child = layout
+            .command("sh")
+            .args(["-c", "echo ready; exec sleep 600"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the host view did not start");
+        HostView {
+            child,
+            _layout: layout,
+        }
+    }
+
+    /// The host's root as a container with --pid=host sees it (/proc/1/root there).
+    fn root(&self) -> String {
+        format!("/proc/{}/root", self.child.id())
+    }
+}
+
+impl Drop for HostView {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
-fn dry_run_master_installs_the_live_image() {
-    if !have_root("dry_run_master_installs_the_live_image") {
+fn dry_run_master_in_a_container_installs_the_hosts_live_image_and_keyfiles() {
+    if !have_root("dry_run_master_in_a_container_installs_the_hosts_live_image_and_keyfiles") {
         return;
     }
-    // What the service really sends: no image, only what users and the service add.
+    // The situation of the agent's `podman run --privileged --pid=host`: the host (a live
+    // system) has the osmet files, /sysroot and the static network keyfiles; the installer's
+    // own mount namespace has none of the live image, and an /etc/NetworkManager of its own.
     let fx = cached_live_fixture(512, false).unwrap();
     let dev = LoopDev::new(fx.raw_size + 64 * (1 << 20), 512);
-    let net = tempfile::tempdir().unwrap();
+    let host_net = tempfile::tempdir().unwrap();
     let keyfile = "[connection]\nid=static-eno1\n[ipv4]\nmethod=manual\naddress1=192.0.2.10/24\n";
-    std::fs::write(net.path().join("static-eno1.nmconnection"), keyfile).unwrap();
-    let mut live = LiveLayout::new(&fx.sysroot, std::slice::from_ref(&fx.osmet));
-    live.network_dir = Some(net.path().to_path_buf());
+    std::fs::write(host_net.path().join("static-eno1.nmconnection"), keyfile).unwrap();
+    let mut host = LiveLayout::new(&fx.sysroot, std::slice::from_ref(&fx.osmet));
+    host.network_dir = Some(host_net.path().to_path_buf());
+    let host = HostView::start(host);
+    let container_net = tempfile::tempdir().unwrap();
+    std::fs::write(
+        container_net.path().join("decoy.nmconnection"),
+        "[connection]\nid=the-container-image-s-own\n",
+    )
+    .unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let mut container = LiveLayout::new(empty.path(), &[]);
+    container.network_dir = Some(container_net.path().to_path_buf());
+    // What the service really sends: no image, only what users and the service add.
+    let mut cmd = container.command(BIN);
+    cmd.env("ASSISTED_INSTALLER_HOST_ROOT", host.root());
     let r = run_master(
-        live.command(BIN),
+        cmd,
         &dev.path,
         r#"["--append-karg","x=1","--copy-network"]"#,
     );
     r.assert_installed();
     assert!(
         r.stderr().contains(&format!(
-            "installing {} x86_64 (512-byte sectors) from /run/coreos-installer/osmet/",
-            fx.description
+            "installing {} x86_64 (512-byte sectors) from {}/run/coreos-installer/osmet/",
+            fx.description,
+            host.root()
         )),
         "{}",
         r.stderr()
@@ -226,10 +286,22 @@ fn dry_run_master_installs_the_live_image() {
     let bls = cat("/loader/entries/ostree-1-rhcos.conf");
     let options = bls.lines().find(|l| l.starts_with("options ")).unwrap();
     assert!(options.ends_with(" x=1"), "{options}");
+    // The host's keyfile, byte for byte, mode 0600; not the container's.
     assert_eq!(
         cat("/coreos-firstboot-network/static-eno1.nmconnection"),
         keyfile
     );
+    let stat = cat_stat(
+        &dev.path,
+        r.dir.path(),
+        "/coreos-firstboot-network/static-eno1.nmconnection",
+    );
+    assert!(stat.contains("Mode:  0600"), "{stat}");
+    let listing = run(Command::new("debugfs")
+        .arg("-R")
+        .arg("ls /coreos-firstboot-network")
+        .arg(r.dir.path().join("boot.img")));
+    assert!(!listing.contains("decoy"), "{listing}");
     // Everything but the table and /boot is the live image, byte for byte.
     let raw = std::fs::File::open(&fx.raw).unwrap();
     let disk = std::fs::File::open(&dev.path).unwrap();
@@ -240,6 +312,15 @@ fn dry_run_master_installs_the_live_image() {
     raw.read_exact_at(&mut a, root_at).unwrap();
     disk.read_exact_at(&mut b, root_at).unwrap();
     assert!(a == b, "the root partition differs from the live image");
+}
+
+/// `debugfs stat` of a file in the written disk's /boot (after [`boot_file`] extracted it).
+fn cat_stat(dev: &Path, work: &Path, path: &str) -> String {
+    let _ = boot_file(dev, 512, work, "/");
+    run(Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("stat {path}"))
+        .arg(work.join("boot.img")))
 }
 
 #[test]

@@ -13,6 +13,7 @@ use assisted_installer::flow::{Flow, Intervals, Paths};
 use assisted_installer::host::clock::FakeClock;
 use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
 use assisted_installer::host::reboot::ShutdownRebooter;
+use assisted_installer::host::root::{HostRoot, Unreachable};
 use assisted_installer::host::Host;
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
 use assisted_installer::service::reporter::Reporter;
@@ -456,6 +457,54 @@ fn no_image_source_installs_the_live_image() {
     assert_eq!((&args.image_url, &args.image_file), (&None, &None));
     assert!(args.copy_network);
     assert_eq!(args.append_kargs, vec!["x=1"]);
+}
+
+#[test]
+fn an_unreachable_host_root_fails_before_the_disk_is_touched() {
+    // E.g. the installer container started without --pid=host: the host's keyfiles and live
+    // image cannot be read, and installing without them would lose the host's network.
+    let h = Harness::new("master");
+    let mut flow = h.flow("master", fast_retry());
+    flow.cfg.format_disks = vec!["/dev/sdb".into()];
+    flow.paths.host_root = Err(Unreachable(
+        "this is a container (/run/.containerenv exists) whose PID 1 shares its mount namespace: it was started without --pid=host".into(),
+    ));
+    run_installer(&flow).unwrap_err();
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert!(info.contains("started without --pid=host"), "{info}");
+    assert!(info.contains("--privileged --pid=host"), "{info}");
+    assert!(
+        h.runner
+            .lines()
+            .iter()
+            .all(|l| !l.starts_with("wipefs") && !l.contains("/dev/sdb")),
+        "no disk touched, the --format-disk one included: {:?}",
+        h.runner.lines()
+    );
+    assert!(h.writer.calls.lock().unwrap().is_empty());
+}
+
+#[test]
+fn the_registry_marker_is_looked_for_on_the_host() {
+    // The appliance's /run/media/iso/registry exists on the host only (the container does not
+    // mount /run/media): the flow must see it through the host's root.
+    let h = Harness::new("master");
+    let host = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(host.path().join("run/media/iso/registry")).unwrap();
+    let mut flow = h.flow("master", fast_retry());
+    flow.paths.registry_marker = "/run/media/iso/registry".into();
+    flow.paths.host_root = Ok(HostRoot::At(host.path().to_path_buf()));
+    run_installer(&flow).unwrap_err();
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert!(info.contains("registry data"), "{info}");
+    // Without it on the host, the same install goes on.
+    let h = Harness::new("master");
+    let mut flow = h.flow("master", fast_retry());
+    flow.paths.registry_marker = "/run/media/iso/registry".into();
+    flow.paths.host_root = Ok(HostRoot::At(tempfile::tempdir().unwrap().path().into()));
+    run_installer(&flow).unwrap();
 }
 
 #[test]

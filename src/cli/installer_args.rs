@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 
+use crate::host::root::HostRoot;
+
 /// The writer options asked for through `--installer-args`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriterArgs {
@@ -24,6 +26,10 @@ pub struct WriterArgs {
     pub network_dir: Option<PathBuf>,
     pub save_partlabel: Vec<String>,
     pub save_partindex: Vec<String>,
+    /// Where the host paths above (`--image-file`, `--network-dir` and its default) and the live
+    /// image are: set by the flow, never parsed (the Go installer's coreos-installer reads them
+    /// in the host's mount namespace). `None`: local paths.
+    pub host_root: Option<HostRoot>,
 }
 
 #[derive(Clone, Copy)]
@@ -181,6 +187,7 @@ mod tests {
                 network_dir: Some("/etc/nm".into()),
                 save_partlabel: vec!["data*".into()],
                 save_partindex: vec!["5-".into()],
+                host_root: None,
             }
         );
     }

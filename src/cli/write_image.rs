@@ -102,6 +102,8 @@ impl WriteImageArgs {
             (None, None) => Origin::Live(LiveImage {
                 osmet_dir: self.osmet_dir.clone(),
                 ostree_repo: self.ostree_repo.clone(),
+                // Run directly on a host: local paths (else /proc/1/root for the defaults).
+                host_root: None,
             }),
             (Some(_), Some(_)) => bail!("pass at most one of --image-url and --image-file"),
         };
@@ -190,6 +192,7 @@ mod tests {
             Origin::Live(LiveImage {
                 osmet_dir: Some("/o".into()),
                 ostree_repo: Some("/r".into()),
+                host_root: None,
             })
         );
         for a in [

@@ -140,7 +140,10 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         reporter,
         host: Host::new(commands, reboot, Arc::new(SystemClock), dry),
         writer,
-        paths: Paths::default(),
+        paths: Paths {
+            host_root: crate::host::root::detect(),
+            ..Paths::default()
+        },
         arch: std::env::consts::ARCH.to_string(),
         kube: kube_factory(),
         intervals: Intervals::default(),

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cli::go_flags::InstallerConfig;
+use crate::host::root::{HostRoot, Unreachable};
 use crate::host::Host;
 use crate::kube::KubeApi;
 use crate::service::client::InventoryClient;
@@ -25,7 +26,8 @@ use writer::DiskWriter;
 pub struct Paths {
     /// Downloaded Ignition configs (`/opt/install-dir`).
     pub install_dir: PathBuf,
-    /// Present on appliance/agent-based disconnected installs (`/run/media/iso/registry`).
+    /// Present on appliance/agent-based disconnected installs (`/run/media/iso/registry`, a
+    /// host path: read through `host_root`).
     pub registry_marker: PathBuf,
     /// What bootkube writes: `auth/kubeconfig`, `.bootkube.done`, `master.ign`, `manifests/`.
     pub openshift_dir: PathBuf,
@@ -35,6 +37,10 @@ pub struct Paths {
     pub resolv_conf: PathBuf,
     /// Container logs, where the machine-config-server's shows who fetched Ignition.
     pub container_logs: PathBuf,
+    /// Where the host's own files are (network keyfiles, the live image, the registry marker):
+    /// the installer container does not mount them. Decided once by the entrypoint; a flow
+    /// that cannot reach them fails before touching the disk.
+    pub host_root: Result<HostRoot, Unreachable>,
 }
 
 impl Default for Paths {
@@ -46,6 +52,7 @@ impl Default for Paths {
             extracted_pull_secret: PathBuf::from("/opt/extracted_from_ignition.json"),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             container_logs: PathBuf::from("/var/log/containers"),
+            host_root: Ok(HostRoot::Here),
         }
     }
 }

@@ -25,13 +25,22 @@ pub const WRITE_ATTEMPTS: u32 = 3;
 /// The whole run: format the `--format-disk` disks, install the node, and on a fatal error
 /// report `Failed` with the reason. The reporter is drained before returning.
 pub fn run_installer(f: &Flow) -> Result<()> {
-    if !f.cfg.dry_run && f.cfg.coreos_image.is_empty() && !f.cfg.format_disks.is_empty() {
-        let failed = format_disks(f.host.commands.as_ref(), &f.cfg.format_disks);
-        if failed > 0 {
-            tracing::warn!("{failed} of the --format-disk disks could not be formatted");
-        }
-    }
-    let result = install_node(f);
+    // The host's files (keyfiles, live image) must be reachable before any disk is touched,
+    // the --format-disk ones included.
+    let result = f
+        .paths
+        .host_root
+        .clone()
+        .map_err(anyhow::Error::from)
+        .and_then(|_| {
+            if !f.cfg.dry_run && f.cfg.coreos_image.is_empty() && !f.cfg.format_disks.is_empty() {
+                let failed = format_disks(f.host.commands.as_ref(), &f.cfg.format_disks);
+                if failed > 0 {
+                    tracing::warn!("{failed} of the --format-disk disks could not be formatted");
+                }
+            }
+            install_node(f)
+        });
     if let Err(e) = &result {
         tracing::error!("installation failed: {e:#}");
         f.reporter.stage(HostStage::Failed, format!("{e:#}"));
@@ -49,8 +58,11 @@ fn install_node(f: &Flow) -> Result<()> {
     if !cfg.coreos_image.is_empty() {
         bail!("--coreos-image (installing onto the running root with ostree) is not supported by this installer");
     }
-    // Refuse unusable --installer-args before touching anything.
-    let writer_args = parse_installer_args(&cfg.installer_args)?;
+    // The host's files (network keyfiles, live image) must be reachable, and --installer-args
+    // usable, before anything is touched.
+    let host_root = f.paths.host_root.clone()?;
+    let mut writer_args = parse_installer_args(&cfg.installer_args)?;
+    writer_args.host_root = Some(host_root);
     f.writer.preflight(&writer_args)?;
     let device = resolve_disk_symlink(&cfg.boot_device);
     let dev = device.display().to_string();
@@ -132,7 +144,7 @@ fn install_after_prologue(
             tracing::warn!("failed to set the boot order of {dev}: {e:#}");
         }
     }
-    if role == "master" && f.paths.registry_marker.exists() {
+    if role == "master" && on_host(f, &f.paths.registry_marker)?.exists() {
         bail!("this host carries registry data (appliance install), which this installer cannot copy yet");
     }
     if bootstrap {
@@ -236,4 +248,11 @@ fn finalize(f: &Flow, when: &str) -> Result<()> {
     f.reporter.stage(HostStage::Rebooting, "");
     f.reporter.drain(Duration::from_secs(60));
     f.host.reboot.reboot(when)
+}
+
+/// The local path of a host path (see `host::root`).
+fn on_host(f: &Flow, host_path: &std::path::Path) -> Result<std::path::PathBuf> {
+    let root = f.paths.host_root.clone()?;
+    root.path(host_path)
+        .with_context(|| format!("reading the host's {}", host_path.display()))
 }

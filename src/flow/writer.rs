@@ -74,12 +74,25 @@ pub fn check_writer_args(a: &WriterArgs) -> Result<()> {
 fn image_origin(a: &WriterArgs) -> Result<Origin> {
     Ok(match (&a.image_url, &a.image_file) {
         (Some(u), None) => Origin::Given(ImageLocation::Url(u.clone())),
-        (None, Some(f)) => Origin::Given(ImageLocation::File(f.clone())),
+        (None, Some(f)) => Origin::Given(ImageLocation::File(on_host(a, f)?)),
         (Some(_), Some(_)) => {
             bail!("--installer-args gives both --image-url and --image-file; pass one")
         }
-        (None, None) => Origin::Live(LiveImage::default()),
+        (None, None) => Origin::Live(LiveImage {
+            host_root: a.host_root.clone(),
+            ..LiveImage::default()
+        }),
     })
+}
+
+/// A path of the host as this process reaches it (see `host::root`).
+fn on_host(a: &WriterArgs, host_path: &Path) -> Result<PathBuf> {
+    match &a.host_root {
+        None => Ok(host_path.to_path_buf()),
+        Some(root) => root
+            .path(host_path)
+            .with_context(|| format!("reading the host's {}", host_path.display())),
+    }
 }
 
 fn expected_digests(a: &WriterArgs) -> Result<Expected> {
@@ -149,11 +162,16 @@ fn post_install(a: &WriterArgs, ignition: Option<&Path>) -> Result<PostInstall> 
         ignition,
         append_kargs: a.append_kargs.clone(),
         delete_kargs: a.delete_kargs.clone(),
-        network_dir: a.copy_network.then(|| {
-            a.network_dir
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_NETWORK_DIR))
-        }),
+        network_dir: a
+            .copy_network
+            .then(|| {
+                let dir = a
+                    .network_dir
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(DEFAULT_NETWORK_DIR));
+                on_host(a, &dir)
+            })
+            .transpose()?,
         ..PostInstall::default()
     };
     post.validate()?;
@@ -255,5 +273,55 @@ mod tests {
             ..WriterArgs::default()
         };
         w.preflight(&args).unwrap();
+    }
+
+    #[test]
+    fn host_paths_are_read_through_the_host_root() {
+        use crate::host::root::HostRoot;
+        let host = tempfile::tempdir().unwrap();
+        let nm = host.path().join("etc/NetworkManager/system-connections");
+        std::fs::create_dir_all(&nm).unwrap();
+        std::fs::create_dir_all(host.path().join("srv/nm")).unwrap();
+        let root = HostRoot::At(host.path().to_path_buf());
+        let args = WriterArgs {
+            copy_network: true,
+            host_root: Some(root.clone()),
+            ..WriterArgs::default()
+        };
+        // The default keyfile directory is the host's, not this container's.
+        let plan = plan_for(Path::new("/dev/sda"), &args, None, None).unwrap();
+        assert_eq!(plan.post.network_dir.as_deref(), Some(nm.as_path()));
+        assert_eq!(
+            plan.origin,
+            Origin::Live(LiveImage {
+                host_root: Some(root.clone()),
+                ..LiveImage::default()
+            })
+        );
+        // So are --network-dir and --image-file given in --installer-args.
+        let args = WriterArgs {
+            network_dir: Some("/srv/nm".into()),
+            image_file: Some("/var/images/rhcos.raw.gz".into()),
+            sha256: Some("ab".repeat(32)),
+            ..args
+        };
+        let plan = plan_for(Path::new("/dev/sda"), &args, None, None).unwrap();
+        assert_eq!(
+            plan.post.network_dir.as_deref(),
+            Some(host.path().join("srv/nm").as_path())
+        );
+        assert_eq!(
+            plan.origin,
+            Origin::Given(ImageLocation::File(
+                host.path().join("var/images/rhcos.raw.gz")
+            ))
+        );
+        // Without a host root (write-image on the host itself): local paths.
+        let args = WriterArgs {
+            host_root: None,
+            ..args
+        };
+        let plan = plan_for(Path::new("/dev/sda"), &args, None, None).unwrap_err();
+        assert!(format!("{plan:#}").contains("/srv/nm"), "{plan:#}");
     }
 }

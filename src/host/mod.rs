@@ -15,6 +15,7 @@ pub mod commands;
 pub mod disk_prep;
 pub mod logs;
 pub mod reboot;
+pub mod root;
 pub mod systemd;
 
 use std::path::PathBuf;

@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use crate::host::root::HostRoot;
 use crate::image::digest::Sha256Sum;
 use crate::image::pipeline::RawImage;
 use choose::Wanted;
@@ -34,10 +35,31 @@ pub const HOST_ROOT: &str = "/proc/1/root";
 pub struct LiveImage {
     pub osmet_dir: Option<PathBuf>,
     pub ostree_repo: Option<PathBuf>,
+    /// Where the install flows found the host's root: the defaults are looked for there only.
+    /// `None` (`write-image`): here, else through /proc/1/root.
+    pub host_root: Option<HostRoot>,
 }
 
-/// A default path: here if it exists here, else through the host's root.
-fn find_default(path: &str, what: &str) -> Result<PathBuf> {
+/// A default path, on the host the flow found; or without one, here if it exists here, else
+/// through /proc/1/root.
+fn find_default(path: &str, what: &str, host_root: Option<&HostRoot>) -> Result<PathBuf> {
+    if let Some(root) = host_root {
+        let local = root
+            .path(Path::new(path))
+            .with_context(|| format!("reading the host's {path}"))?;
+        if local.is_dir() {
+            return Ok(local);
+        }
+        bail!(
+            "no live image to install: the host has no {what} {path}{}: it is not running a \
+             CoreOS live system. To install another image, pass --image-url or --image-file",
+            if local.as_path() == Path::new(path) {
+                String::new()
+            } else {
+                format!(" (looked for at {})", local.display())
+            }
+        );
+    }
     let local = Path::new(path);
     if local.is_dir() {
         return Ok(local.to_path_buf());
@@ -47,7 +69,7 @@ fn find_default(path: &str, what: &str) -> Result<PathBuf> {
         return Ok(via_host);
     }
     bail!(
-        "no live image to install: {what} {path} exists neither here nor on the host ({}). \
+        "no live image to install: the {what} {path} exists neither here nor on the host ({}). \
          This is not a CoreOS live system, or the installer container cannot see the host: run it \
          with --privileged --pid=host. To install another image, pass --image-url or --image-file",
         via_host.display()
@@ -72,11 +94,19 @@ impl LiveImage {
     pub fn locate(&self) -> Result<(PathBuf, PathBuf)> {
         let dir = match &self.osmet_dir {
             Some(d) => given_dir(d, "--osmet-dir")?,
-            None => find_default(DEFAULT_OSMET_DIR, "the osmet directory")?,
+            None => find_default(
+                DEFAULT_OSMET_DIR,
+                "osmet directory",
+                self.host_root.as_ref(),
+            )?,
         };
         let repo = match &self.ostree_repo {
             Some(r) => given_dir(r, "--ostree-repo")?,
-            None => find_default(DEFAULT_OSTREE_REPO, "the live OSTree repository")?,
+            None => find_default(
+                DEFAULT_OSTREE_REPO,
+                "live OSTree repository",
+                self.host_root.as_ref(),
+            )?,
         };
         if !repo.join("objects").is_dir() {
             bail!(

@@ -1,0 +1,302 @@
+//! The host's root: where the installer finds the files of the host it installs.
+//!
+//! The Go installer never reads host files itself: it runs coreos-installer in the host's
+//! namespaces (`nsenter --target 1 … --mount`). Our writer runs in-process, inside the installer
+//! container, which the agent starts with `--privileged --pid=host` and only `/dev`, `/opt`,
+//! `/var/log`, the journal socket, `/etc/pki` and `/tmp` mounted: the container's
+//! `/etc/NetworkManager`, `/run` and `/sysroot` are not the host's. With `--pid=host`, PID 1 is
+//! the host's init, and `/proc/1/root` is the host's root directory.
+//!
+//! The decision compares mount namespaces, not environment variables: in the host's own mount
+//! namespace, host paths are used as they are; in another one, through `/proc/1/root`. A
+//! container started without `--pid=host` has its own PID 1 in its own namespace, which looks
+//! like the host's: its container marker (`/run/.containerenv`, `/.dockerenv`) tells it apart,
+//! and it is refused, since nothing of the host is reachable from it.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+/// Overrides the decision (tests, unusual set-ups): the directory to use as the host's root.
+pub const OVERRIDE_ENV: &str = "ASSISTED_INSTALLER_HOST_ROOT";
+/// The host's root from a container that shares the host's PID namespace.
+pub const PID1_ROOT: &str = "/proc/1/root";
+/// Files container engines leave in their containers (podman, docker).
+const CONTAINER_MARKERS: [&str; 2] = ["/run/.containerenv", "/.dockerenv"];
+/// Symbolic links followed in one path, at most (as the kernel's limit).
+const MAX_LINKS: usize = 40;
+
+/// Where host paths are found.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum HostRoot {
+    /// This process sees the host's mount namespace: host paths are local paths.
+    #[default]
+    Here,
+    /// Through this directory (`/proc/1/root`, or the override).
+    At(PathBuf),
+}
+
+/// The host's root cannot be reached: what was needed, and how to run the installer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot reach the host's files: {0}. The installer reads the host's network configuration and live image through the host's root: run its container with --privileged --pid=host (as the assisted-service agent does), or set {OVERRIDE_ENV} to the host's root directory")]
+pub struct Unreachable(pub String);
+
+/// What the decision looks at, gathered by [`observe`].
+#[derive(Clone, Debug)]
+pub struct Observed {
+    pub override_root: Option<PathBuf>,
+    /// `readlink /proc/self/ns/mnt`.
+    pub own_mount_ns: Option<String>,
+    /// `readlink /proc/1/ns/mnt`, or why it could not be read.
+    pub pid1_mount_ns: Result<String, String>,
+    /// `/proc/1/root` can be listed.
+    pub pid1_root_readable: bool,
+    /// The container marker found, if any.
+    pub container_marker: Option<String>,
+}
+
+/// Decide where the host's files are (pure).
+pub fn decide(o: &Observed) -> Result<HostRoot, Unreachable> {
+    if let Some(root) = &o.override_root {
+        return Ok(if root == Path::new("/") {
+            HostRoot::Here
+        } else {
+            HostRoot::At(root.clone())
+        });
+    }
+    let pid1 = o.pid1_mount_ns.as_ref().map_err(|why| {
+        Unreachable(format!(
+            "PID 1's mount namespace cannot be read ({why}): the installer lacks privileges over PID 1"
+        ))
+    })?;
+    if o.own_mount_ns.as_deref() == Some(pid1.as_str()) {
+        return match &o.container_marker {
+            Some(marker) => Err(Unreachable(format!(
+                "this is a container ({marker} exists) whose PID 1 shares its mount namespace: it was started without --pid=host"
+            ))),
+            None => Ok(HostRoot::Here),
+        };
+    }
+    if !o.pid1_root_readable {
+        return Err(Unreachable(format!(
+            "{PID1_ROOT} cannot be read: the installer lacks privileges over PID 1"
+        )));
+    }
+    Ok(HostRoot::At(PathBuf::from(PID1_ROOT)))
+}
+
+/// Gather what [`decide`] needs from this process's view of the system.
+pub fn observe() -> Observed {
+    let link = |p: &str| {
+        std::fs::read_link(p)
+            .map(|l| l.display().to_string())
+            .map_err(|e| e.to_string())
+    };
+    Observed {
+        override_root: std::env::var_os(OVERRIDE_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+        own_mount_ns: link("/proc/self/ns/mnt").ok(),
+        pid1_mount_ns: link("/proc/1/ns/mnt"),
+        pid1_root_readable: std::fs::read_dir(PID1_ROOT).is_ok(),
+        container_marker: CONTAINER_MARKERS
+            .iter()
+            .find(|m| Path::new(m).exists())
+            .map(|m| m.to_string()),
+    }
+}
+
+/// Decide for this process, and log the outcome.
+pub fn detect() -> Result<HostRoot, Unreachable> {
+    let root = decide(&observe());
+    match &root {
+        Ok(HostRoot::Here) => tracing::info!(
+            "host files: read as they are (this process sees the host's mount namespace)"
+        ),
+        Ok(HostRoot::At(r)) => tracing::info!("host files: read through {}", r.display()),
+        Err(e) => tracing::warn!("{e}"),
+    }
+    root
+}
+
+impl HostRoot {
+    /// The local path of the host's `host_path` (absolute, or relative to the host's root),
+    /// with symbolic links resolved as the host would: an absolute link target starts again at
+    /// the host's root, never at ours. Missing components are kept as they are (the caller
+    /// reports what is missing).
+    pub fn path(&self, host_path: &Path) -> io::Result<PathBuf> {
+        match self {
+            HostRoot::Here => Ok(host_path.to_path_buf()),
+            HostRoot::At(root) => resolve_in(root, host_path),
+        }
+    }
+}
+
+/// The names of `p`, with `..` kept as a name (the walk pops on it) and `.` dropped.
+fn names(p: &Path) -> VecDeque<OsString> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some(OsString::from("..")),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => None,
+        })
+        .collect()
+}
+
+/// `path` resolved under `root` as if `root` were `/`: every symbolic link met is read and
+/// its target walked in place; an absolute target starts again at `root`, and `..` never climbs
+/// above it.
+fn resolve_in(root: &Path, path: &Path) -> io::Result<PathBuf> {
+    let mut pending = names(path);
+    let mut done: Vec<OsString> = Vec::new();
+    let mut links = 0;
+    while let Some(name) = pending.pop_front() {
+        if name == ".." {
+            done.pop();
+            continue;
+        }
+        let mut here = root.to_path_buf();
+        here.extend(&done);
+        here.push(&name);
+        let is_link = std::fs::symlink_metadata(&here).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link {
+            done.push(name);
+            continue;
+        }
+        links += 1;
+        if links > MAX_LINKS {
+            return Err(io::Error::other(format!(
+                "too many symbolic links in the host's {}",
+                path.display()
+            )));
+        }
+        let target = std::fs::read_link(&here)?;
+        if target.is_absolute() {
+            done.clear();
+        }
+        let mut next = names(&target);
+        next.extend(pending);
+        pending = next;
+    }
+    let mut out = root.to_path_buf();
+    out.extend(&done);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn seen(own: &str, pid1: Result<&str, &str>) -> Observed {
+        Observed {
+            override_root: None,
+            own_mount_ns: Some(own.into()),
+            pid1_mount_ns: pid1.map(String::from).map_err(String::from),
+            pid1_root_readable: true,
+            container_marker: None,
+        }
+    }
+
+    #[test]
+    fn the_hosts_own_namespace_reads_paths_as_they_are() {
+        assert_eq!(decide(&seen("mnt:[1]", Ok("mnt:[1]"))), Ok(HostRoot::Here));
+    }
+
+    #[test]
+    fn a_pid_host_container_reads_through_pid1() {
+        assert_eq!(
+            decide(&seen("mnt:[2]", Ok("mnt:[1]"))),
+            Ok(HostRoot::At(PathBuf::from("/proc/1/root")))
+        );
+    }
+
+    #[test]
+    fn a_container_without_pid_host_is_refused() {
+        let mut o = seen("mnt:[2]", Ok("mnt:[2]"));
+        o.container_marker = Some("/run/.containerenv".into());
+        let e = decide(&o).unwrap_err().to_string();
+        assert!(e.contains("started without --pid=host"), "{e}");
+        assert!(e.contains("--privileged --pid=host"), "{e}");
+        assert!(e.contains(OVERRIDE_ENV), "{e}");
+    }
+
+    #[test]
+    fn without_privileges_over_pid1_it_is_refused() {
+        let e = decide(&seen("mnt:[2]", Err("Permission denied (os error 13)")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Permission denied"), "{e}");
+        assert!(e.contains("--privileged --pid=host"), "{e}");
+        let mut o = seen("mnt:[2]", Ok("mnt:[1]"));
+        o.pid1_root_readable = false;
+        assert!(decide(&o).unwrap_err().to_string().contains("/proc/1/root"));
+    }
+
+    #[test]
+    fn the_override_wins() {
+        let mut o = seen("mnt:[2]", Err("denied"));
+        o.override_root = Some("/proc/4242/root".into());
+        assert_eq!(decide(&o), Ok(HostRoot::At("/proc/4242/root".into())));
+        o.override_root = Some("/".into());
+        assert_eq!(decide(&o), Ok(HostRoot::Here));
+    }
+
+    #[test]
+    fn paths_map_under_the_root_and_links_resolve_as_on_the_host() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::create_dir_all(root.join("etc/NetworkManager")).unwrap();
+        std::fs::create_dir_all(root.join("var/lib/nm/keyfiles")).unwrap();
+        // An absolute link: on the host it means the host's /var, not ours.
+        symlink(
+            "/var/lib/nm/keyfiles",
+            root.join("etc/NetworkManager/system-connections"),
+        )
+        .unwrap();
+        symlink("../../..", root.join("var/lib/nm/up")).unwrap();
+        let at = HostRoot::At(root.to_path_buf());
+        assert_eq!(
+            at.path(Path::new("/etc/NetworkManager/system-connections"))
+                .unwrap(),
+            root.join("var/lib/nm/keyfiles")
+        );
+        assert_eq!(
+            at.path(Path::new(
+                "/etc/NetworkManager/system-connections/eno1.nmconnection"
+            ))
+            .unwrap(),
+            root.join("var/lib/nm/keyfiles/eno1.nmconnection")
+        );
+        // Relative links, `..` past the root, and missing parts.
+        // var/lib/nm/up -> ../../.. climbs from var/lib/nm to the root.
+        assert_eq!(
+            at.path(Path::new("/var/lib/nm/up/etc")).unwrap(),
+            root.join("etc")
+        );
+        assert_eq!(
+            at.path(Path::new("/../../etc/x")).unwrap(),
+            root.join("etc/x")
+        );
+        assert_eq!(
+            at.path(Path::new("run/media/iso/registry")).unwrap(),
+            root.join("run/media/iso/registry")
+        );
+        assert_eq!(
+            HostRoot::Here.path(Path::new("/etc/x")).unwrap(),
+            PathBuf::from("/etc/x")
+        );
+    }
+
+    #[test]
+    fn link_loops_are_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        symlink("/b", d.path().join("a")).unwrap();
+        symlink("/a", d.path().join("b")).unwrap();
+        let e = HostRoot::At(d.path().to_path_buf())
+            .path(Path::new("/a/x"))
+            .unwrap_err();
+        assert!(e.to_string().contains("too many symbolic links"), "{e}");
+    }
+}
