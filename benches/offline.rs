@@ -269,4 +269,7 @@ fn main() {
     group();
     Criterion::default().configure_from_args().final_summary();
     report();
+    if let Some(f) = FIXTURE.get() {
+        f.target.detach();
+    }
 }

@@ -35,9 +35,10 @@ struct Fixture {
     target: BenchLoop,
 }
 
+static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+
 fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
+    FIXTURE.get_or_init(|| {
         let t = Instant::now();
         let set = cached_image_set(&ImageSpec::bench(512)).expect("bench images");
         eprintln!(
@@ -448,4 +449,7 @@ fn main() {
     group();
     Criterion::default().configure_from_args().final_summary();
     report();
+    if let Some(f) = FIXTURE.get() {
+        f.target.detach();
+    }
 }

@@ -35,8 +35,15 @@ impl BenchLoop {
     }
 }
 
+impl BenchLoop {
+    /// Detach now: a bench's fixture lives in a static, which is never dropped.
+    pub fn detach(&self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
+    }
+}
+
 impl Drop for BenchLoop {
     fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
+        self.detach();
     }
 }
