@@ -17,6 +17,7 @@ use crate::host::boot_order::set_boot_order;
 use crate::host::disk_prep::{cleanup_install_device, format_disks, resolve_disk_symlink};
 use crate::host::logs::{upload_installation_logs, LogsUpload};
 use crate::host::reboot::ironic_agent_present;
+use crate::host::root::HostRoot;
 use crate::service::stages::{HostStage, LogsState};
 
 /// Attempts at the disk write, about a second apart (Go: `utils.Retry(3, …)`).
@@ -32,14 +33,14 @@ pub fn run_installer(f: &Flow) -> Result<()> {
         .host_root
         .clone()
         .map_err(anyhow::Error::from)
-        .and_then(|_| {
+        .and_then(|host_root| {
             if !f.cfg.dry_run && f.cfg.coreos_image.is_empty() && !f.cfg.format_disks.is_empty() {
                 let failed = format_disks(f.host.commands.as_ref(), &f.cfg.format_disks);
                 if failed > 0 {
                     tracing::warn!("{failed} of the --format-disk disks could not be formatted");
                 }
             }
-            install_node(f)
+            install_node(f, host_root)
         });
     if let Err(e) = &result {
         tracing::error!("installation failed: {e:#}");
@@ -51,18 +52,17 @@ pub fn run_installer(f: &Flow) -> Result<()> {
     result
 }
 
-fn install_node(f: &Flow) -> Result<()> {
+fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
     let cfg = &f.cfg;
     f.reporter
         .stage(HostStage::StartingInstallation, cfg.role.as_str());
     if !cfg.coreos_image.is_empty() {
         bail!("--coreos-image (installing onto the running root with ostree) is not supported by this installer");
     }
-    // The host's files (network keyfiles, live image) must be reachable, and --installer-args
-    // usable, before anything is touched.
-    let host_root = f.paths.host_root.clone()?;
+    // --installer-args must be usable (and their host paths reachable) before anything is
+    // touched.
     let mut writer_args = parse_installer_args(&cfg.installer_args)?;
-    writer_args.host_root = Some(host_root);
+    writer_args.host_root = Some(host_root.clone());
     f.writer.preflight(&writer_args)?;
     let device = resolve_disk_symlink(&cfg.boot_device);
     let dev = device.display().to_string();
@@ -86,8 +86,15 @@ fn install_node(f: &Flow) -> Result<()> {
     // the control plane forms (see flow::early).
     let mut early = ((bootstrap || single_node) && f.early_write)
         .then(|| EarlyWrite::start(f.writer.clone(), &device, &writer_args));
-    let result =
-        install_after_prologue(f, &device, writer_args, bootstrap, single_node, &mut early);
+    let result = install_after_prologue(
+        f,
+        &host_root,
+        &device,
+        writer_args,
+        bootstrap,
+        single_node,
+        &mut early,
+    );
     match (result, early) {
         (Err(e), Some(early)) => Err(early.abandon(e)),
         (r, _) => r,
@@ -96,6 +103,7 @@ fn install_node(f: &Flow) -> Result<()> {
 
 fn install_after_prologue(
     f: &Flow,
+    host_root: &HostRoot,
     device: &std::path::Path,
     writer_args: crate::cli::installer_args::WriterArgs,
     bootstrap: bool,
@@ -144,7 +152,7 @@ fn install_after_prologue(
             tracing::warn!("failed to set the boot order of {dev}: {e:#}");
         }
     }
-    if role == "master" && on_host(f, &f.paths.registry_marker)?.exists() {
+    if role == "master" && host_root.local(&f.paths.registry_marker)?.exists() {
         bail!("this host carries registry data (appliance install), which this installer cannot copy yet");
     }
     if bootstrap {
@@ -248,11 +256,4 @@ fn finalize(f: &Flow, when: &str) -> Result<()> {
     f.reporter.stage(HostStage::Rebooting, "");
     f.reporter.drain(Duration::from_secs(60));
     f.host.reboot.reboot(when)
-}
-
-/// The local path of a host path (see `host::root`).
-fn on_host(f: &Flow, host_path: &std::path::Path) -> Result<std::path::PathBuf> {
-    let root = f.paths.host_root.clone()?;
-    root.path(host_path)
-        .with_context(|| format!("reading the host's {}", host_path.display()))
 }

@@ -87,12 +87,9 @@ fn image_origin(a: &WriterArgs) -> Result<Origin> {
 
 /// A path of the host as this process reaches it (see `host::root`).
 fn on_host(a: &WriterArgs, host_path: &Path) -> Result<PathBuf> {
-    match &a.host_root {
-        None => Ok(host_path.to_path_buf()),
-        Some(root) => root
-            .path(host_path)
-            .with_context(|| format!("reading the host's {}", host_path.display())),
-    }
+    a.host_root
+        .as_ref()
+        .map_or_else(|| Ok(host_path.to_path_buf()), |root| root.local(host_path))
 }
 
 fn expected_digests(a: &WriterArgs) -> Result<Expected> {
@@ -245,11 +242,12 @@ impl PendingDisk for InProcessPending {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::osmet::{DEFAULT_OSMET_DIR, HOST_ROOT};
+    use crate::host::root::PID1_ROOT;
+    use crate::image::osmet::DEFAULT_OSMET_DIR;
 
     #[test]
     fn without_an_image_the_live_image_must_be_reachable_before_the_disk_is_touched() {
-        let on_host = Path::new(HOST_ROOT).join(DEFAULT_OSMET_DIR.trim_start_matches('/'));
+        let on_host = Path::new(PID1_ROOT).join(DEFAULT_OSMET_DIR.trim_start_matches('/'));
         if Path::new(DEFAULT_OSMET_DIR).exists() || on_host.exists() {
             eprintln!("SKIPPED: this machine is a live system ({DEFAULT_OSMET_DIR} exists)");
             return;

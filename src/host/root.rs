@@ -121,6 +121,13 @@ pub fn detect() -> Result<HostRoot, Unreachable> {
 }
 
 impl HostRoot {
+    /// [`HostRoot::path`], with an error that names the host path.
+    pub fn local(&self, host_path: &Path) -> anyhow::Result<PathBuf> {
+        anyhow::Context::with_context(self.path(host_path), || {
+            format!("reading the host's {}", host_path.display())
+        })
+    }
+
     /// The local path of the host's `host_path` (absolute, or relative to the host's root),
     /// with symbolic links resolved as the host would: an absolute link target starts again at
     /// the host's root, never at ours. Missing components are kept as they are (the caller

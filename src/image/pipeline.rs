@@ -824,27 +824,22 @@ fn run(
             std::thread::sleep(POLL);
         }
         status(sh)?;
-        let fetched = match fetch {
-            Some(f) => joined(f.join())?,
-            None => None,
-        };
         let decoded = joined(decode.join())?;
         let hashed = match hasher {
             Some(h) => joined(h.join())?,
             None => None,
         };
+        // Bytes read and their digest: the fetch stage's, or for a raw input (no fetch stage)
+        // the decode and sha256 stages'.
+        let fetched = match fetch {
+            Some(f) => joined(f.join())?,
+            None => decoded.zip(hashed).map(|((n, _), h)| (n, h)),
+        };
         for w in writers {
             joined(w.join())?;
         }
         status(sh)?;
-        let (Some((source_bytes, sha256)), Some((image_bytes, format))) = (
-            if rebuilt {
-                decoded.zip(hashed).map(|((n, _), h)| (n, h))
-            } else {
-                fetched
-            },
-            decoded,
-        ) else {
+        let (Some((source_bytes, sha256)), Some((image_bytes, format))) = (fetched, decoded) else {
             bail!("the pipeline stopped without an error (this is a bug)");
         };
 

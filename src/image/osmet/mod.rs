@@ -14,7 +14,10 @@ use anyhow::{bail, Context, Result};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::host::root::HostRoot;
+// The installer container mounts neither /run/coreos-installer nor /sysroot: without a host
+// root from the flow, the defaults are also looked for through PID1_ROOT (the agent runs the
+// container with --pid=host, so PID 1 is the host's init).
+use crate::host::root::{HostRoot, PID1_ROOT};
 use crate::image::digest::Sha256Sum;
 use crate::image::pipeline::RawImage;
 use choose::Wanted;
@@ -25,10 +28,6 @@ use rebuild::Rebuild;
 pub const DEFAULT_OSMET_DIR: &str = "/run/coreos-installer/osmet";
 /// The live root's OSTree repository (the rootfs image is mounted on /sysroot).
 pub const DEFAULT_OSTREE_REPO: &str = "/sysroot/ostree/repo";
-/// The host's root as seen from the installer container: the agent runs it with
-/// `--pid=host`, so PID 1 is the host's init, and it mounts neither /run/coreos-installer
-/// nor /sysroot into the container.
-pub const HOST_ROOT: &str = "/proc/1/root";
 
 /// `--osmet-dir` and `--ostree-repo`; `None` means the live system's defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,9 +43,7 @@ pub struct LiveImage {
 /// through /proc/1/root.
 fn find_default(path: &str, what: &str, host_root: Option<&HostRoot>) -> Result<PathBuf> {
     if let Some(root) = host_root {
-        let local = root
-            .path(Path::new(path))
-            .with_context(|| format!("reading the host's {path}"))?;
+        let local = root.local(Path::new(path))?;
         if local.is_dir() {
             return Ok(local);
         }
@@ -64,7 +61,7 @@ fn find_default(path: &str, what: &str, host_root: Option<&HostRoot>) -> Result<
     if local.is_dir() {
         return Ok(local.to_path_buf());
     }
-    let via_host = Path::new(HOST_ROOT).join(path.trim_start_matches('/'));
+    let via_host = HostRoot::At(PathBuf::from(PID1_ROOT)).local(Path::new(path))?;
     if via_host.is_dir() {
         return Ok(via_host);
     }
@@ -76,11 +73,19 @@ fn find_default(path: &str, what: &str, host_root: Option<&HostRoot>) -> Result<
     )
 }
 
-fn given_dir(path: &Path, flag: &str) -> Result<PathBuf> {
-    if !path.is_dir() {
-        bail!("{flag} {}: no such directory", path.display());
+/// `--osmet-dir`/`--ostree-repo` when given (it must exist), else the default.
+fn dir_of(
+    given: Option<&Path>,
+    flag: &str,
+    default: &str,
+    what: &str,
+    host_root: Option<&HostRoot>,
+) -> Result<PathBuf> {
+    match given {
+        Some(d) if d.is_dir() => Ok(d.to_path_buf()),
+        Some(d) => bail!("{flag} {}: no such directory", d.display()),
+        None => find_default(default, what, host_root),
     }
-    Ok(path.to_path_buf())
 }
 
 /// `uname -m`: what osmet files record as their architecture.
@@ -92,22 +97,21 @@ pub fn machine_architecture() -> Result<String> {
 impl LiveImage {
     /// Where the osmet files and objects are (given, or the live system's defaults).
     pub fn locate(&self) -> Result<(PathBuf, PathBuf)> {
-        let dir = match &self.osmet_dir {
-            Some(d) => given_dir(d, "--osmet-dir")?,
-            None => find_default(
-                DEFAULT_OSMET_DIR,
-                "osmet directory",
-                self.host_root.as_ref(),
-            )?,
-        };
-        let repo = match &self.ostree_repo {
-            Some(r) => given_dir(r, "--ostree-repo")?,
-            None => find_default(
-                DEFAULT_OSTREE_REPO,
-                "live OSTree repository",
-                self.host_root.as_ref(),
-            )?,
-        };
+        let root = self.host_root.as_ref();
+        let dir = dir_of(
+            self.osmet_dir.as_deref(),
+            "--osmet-dir",
+            DEFAULT_OSMET_DIR,
+            "osmet directory",
+            root,
+        )?;
+        let repo = dir_of(
+            self.ostree_repo.as_deref(),
+            "--ostree-repo",
+            DEFAULT_OSTREE_REPO,
+            "live OSTree repository",
+            root,
+        )?;
         if !repo.join("objects").is_dir() {
             bail!(
                 "{} is not an OSTree repository (it has no objects directory)",

@@ -9,7 +9,6 @@
 
 use std::fs::File;
 use std::io::{self, BufReader};
-use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
@@ -42,14 +41,16 @@ pub struct Packed {
 
 impl Packed {
     /// Decode the xz stream `input` (the osmet file positioned after its body) on a new thread.
-    pub fn spawn(input: BufReader<File>, name: String) -> io::Result<(Packed, JoinHandle<()>)> {
+    /// The thread is not joined: it ends on its own once this reader is dropped (its sends and
+    /// its wait for a free buffer then fail), after at most the chunk it is decoding.
+    pub fn spawn(input: BufReader<File>, name: String) -> io::Result<Packed> {
         let (tx, rx) = bounded::<io::Result<PackedChunk>>(QUEUE);
         let (free_tx, free_rx) = bounded::<Vec<u8>>(BUFFERS);
         for _ in 0..BUFFERS {
             free_tx.send(Vec::new()).expect("room for every buffer");
         }
         let what = name.clone();
-        let handle = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("osmet-xz".into())
             .spawn(move || {
                 if let Err(e) = decode(input, &tx, &free_rx) {
@@ -60,15 +61,14 @@ impl Packed {
                     let _ = tx.send(Err(e));
                 }
             })?;
-        let packed = Packed {
+        Ok(Packed {
             rx,
             free: free_tx,
             cur: Vec::new(),
             pos: 0,
             zeros: 0,
             name,
-        };
-        Ok((packed, handle))
+        })
     }
 
     /// Up to `out.len()` packed bytes; 0 only at the end of the packed stream.

@@ -108,17 +108,6 @@ pub fn plan(body: &Body, max_read: u64) -> Result<Vec<Piece>> {
     Ok(out)
 }
 
-/// Bytes of the image that come from the packed stream.
-pub fn packed_len(pieces: &[Piece]) -> u64 {
-    pieces
-        .iter()
-        .map(|p| match p {
-            Piece::Packed(n) => *n,
-            Piece::Object { .. } => 0,
-        })
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::format::{Mapping, Partition};
@@ -190,7 +179,14 @@ mod tests {
             })
             .sum();
         assert_eq!(total, 350);
-        assert_eq!(packed_len(&p), 225);
+        let packed: u64 = p
+            .iter()
+            .map(|x| match x {
+                Piece::Packed(n) => *n,
+                Piece::Object { .. } => 0,
+            })
+            .sum();
+        assert_eq!(packed, 225);
     }
 
     #[test]

@@ -11,7 +11,6 @@
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
-use std::thread::JoinHandle;
 
 use super::objects::{Extent, Objects};
 use super::packed::Packed;
@@ -36,7 +35,6 @@ pub struct Rebuild {
     produced: u64,
     size: u64,
     done: bool,
-    packed_thread: Option<JoinHandle<()>>,
 }
 
 impl Rebuild {
@@ -67,7 +65,7 @@ impl Rebuild {
             })
             .collect();
         let objects = Objects::start(extents, repo)?;
-        let (packed, packed_thread) = Packed::spawn(xz, osmet_name)?;
+        let packed = Packed::spawn(xz, osmet_name)?;
         Ok(Rebuild {
             pieces,
             next: 0,
@@ -77,7 +75,6 @@ impl Rebuild {
             produced: 0,
             size,
             done: false,
-            packed_thread: Some(packed_thread),
         })
     }
 
@@ -152,15 +149,6 @@ impl Read for Rebuild {
                 Piece::Object { len, .. } => Current::Object { left: len },
             };
         }
-    }
-}
-
-impl Drop for Rebuild {
-    fn drop(&mut self) {
-        // The object readers stop when `objects` drops; the packed decoder stops once its
-        // receiver (in `packed`) is gone, which happens after this body: don't join it here
-        // (it may be blocked sending), it ends on its own right after.
-        let _ = self.packed_thread.take();
     }
 }
 
