@@ -21,6 +21,8 @@ mod live_fixture;
 mod live_ns;
 #[path = "common/loopdev.rs"]
 mod loopdev;
+#[path = "common/peak_rss.rs"]
+mod peak_rss;
 
 use criterion::{criterion_group, Criterion, Throughput};
 use estimates::median_secs;
@@ -30,7 +32,7 @@ use loopdev::BenchLoop;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
@@ -128,9 +130,6 @@ fn recompress_xz9(osmet: &Path, dir: &Path) -> PathBuf {
     path
 }
 
-/// Peak RSS (MiB) of our runs, by case.
-static PEAK_RSS: Mutex<Vec<(&'static str, f64)>> = Mutex::new(Vec::new());
-
 fn run_ours(f: &Fixture, live: &LiveLayout, case: &'static str) {
     let out = live
         .command(BIN)
@@ -145,13 +144,7 @@ fn run_ours(f: &Fixture, live: &LiveLayout, case: &'static str) {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    if let Some(mib) = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("peak memory: "))
-        .and_then(|v| v.trim_end_matches(" MiB").parse::<f64>().ok())
-    {
-        PEAK_RSS.lock().unwrap().push((case, mib));
-    }
+    peak_rss::record(case, &stdout);
 }
 
 fn offline(c: &mut Criterion) {
@@ -182,17 +175,7 @@ fn offline(c: &mut Criterion) {
             );
         })
     });
-    g.bench_function("dd-direct", |b| {
-        b.iter(|| {
-            let st = Command::new("dd")
-                .arg(format!("if={}", f.fx.raw.display()))
-                .arg(format!("of={}", f.target.path.display()))
-                .args(["bs=4M", "oflag=direct", "status=none"])
-                .status()
-                .unwrap();
-            assert!(st.success());
-        })
-    });
+    g.bench_function("dd-direct", |b| b.iter(|| f.target.dd_direct(&f.fx.raw)));
     g.bench_function("sha256sum", |b| {
         b.iter(|| {
             let out = Command::new("sha256sum").arg(&f.fx.raw).output().unwrap();
@@ -239,14 +222,8 @@ fn report() {
             ours / dd.max(sha)
         );
     }
-    let rss = PEAK_RSS.lock().unwrap();
     for case in ["write-image", "write-image-xz9"] {
-        let peak = rss
-            .iter()
-            .filter(|(c, _)| *c == case)
-            .map(|(_, m)| *m)
-            .fold(0.0, f64::max);
-        if peak > 0.0 {
+        if let Some(peak) = peak_rss::max(case) {
             println!("peak RSS {case}: {peak:.1} MiB (goal < 128)");
         }
     }

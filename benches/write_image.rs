@@ -14,6 +14,8 @@ mod fake_service;
 mod http_server;
 #[path = "common/loopdev.rs"]
 mod loopdev;
+#[path = "common/peak_rss.rs"]
+mod peak_rss;
 
 use assisted_installer::image::format::{sniff, Decompressor, XzSettings};
 use coreos_image::{cached_image_set, Compression, ImageSet, ImageSpec};
@@ -24,7 +26,7 @@ use loopdev::BenchLoop;
 use std::io::{BufReader, Read};
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
@@ -76,9 +78,6 @@ fn name(c: Option<Compression>) -> &'static str {
     }
 }
 
-/// Peak RSS reported by each end-to-end run, per format.
-static PEAK_RSS: Mutex<Vec<(String, f64)>> = Mutex::new(Vec::new());
-
 fn decode_to_null(path: &Path, xz: XzSettings) -> u64 {
     let mut f = BufReader::with_capacity(256 << 10, std::fs::File::open(path).unwrap());
     let mut head = [0u8; 6];
@@ -128,17 +127,8 @@ fn stage_limits(c: &mut Criterion) {
             assert!(st.success());
         })
     });
-    let raw = f.set.raw.path.clone();
     g.bench_function("dd-direct", |b| {
-        b.iter(|| {
-            let st = Command::new("dd")
-                .arg(format!("if={}", raw.display()))
-                .arg(format!("of={}", f.target.path.display()))
-                .args(["bs=4M", "oflag=direct", "status=none"])
-                .status()
-                .unwrap();
-            assert!(st.success());
-        })
+        b.iter(|| f.target.dd_direct(&f.set.raw.path))
     });
     g.finish();
 }
@@ -170,13 +160,7 @@ fn end_to_end(c: &mut Criterion) {
                     "{stdout}{}",
                     String::from_utf8_lossy(&out.stderr)
                 );
-                if let Some(mib) = stdout
-                    .lines()
-                    .find_map(|l| l.strip_prefix("peak memory: "))
-                    .and_then(|v| v.trim_end_matches(" MiB").parse::<f64>().ok())
-                {
-                    PEAK_RSS.lock().unwrap().push((name(comp).to_string(), mib));
-                }
+                peak_rss::record(name(comp), &stdout);
             })
         });
     }
@@ -297,14 +281,8 @@ fn report() {
             late - early
         );
     }
-    let rss = PEAK_RSS.lock().unwrap();
     for fmt in ["gz", "xz", "zst", "raw"] {
-        let peak = rss
-            .iter()
-            .filter(|(n, _)| n == fmt)
-            .map(|(_, m)| *m)
-            .fold(0.0, f64::max);
-        if peak > 0.0 {
+        if let Some(peak) = peak_rss::max(fmt) {
             println!("peak RSS write-image {fmt}: {peak:.1} MiB (gz required < 128)");
         }
     }

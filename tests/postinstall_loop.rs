@@ -355,6 +355,47 @@ fn disk_with_data_partition(
     (dev, data)
 }
 
+/// Write an image (`source`: its write-image arguments) of `image_size` bytes with the
+/// post-install options and `--save-partlabel da*` over an earlier install holding a `data`
+/// partition past the image: everything post-installed, and `data` kept (renumbered to #5,
+/// same bytes). Returns write-image's output.
+fn write_keeping_a_saved_partition(
+    ss: u64,
+    image_size: u64,
+    spec: &ImageSpec,
+    source: &[String],
+) -> String {
+    let start = (image_size >> 20) + 16;
+    let (dev, data) = disk_with_data_partition(ss, image_size + 64 * MIB, start, 32);
+    let inp = Inputs::new();
+    let mut args = vec!["write-image".to_string()];
+    args.extend_from_slice(source);
+    args.extend(["--save-partlabel".to_string(), "da*".to_string()]);
+    args.extend(post_args(&inp));
+    args.push(dev.path.display().to_string());
+    let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", text(&out));
+    assert_post_installed(&dev.path, spec);
+    let gpt = read_gpt(&dev.path, ss);
+    let used: Vec<(u32, String)> = gpt
+        .iter()
+        .filter(|(_, p)| p.is_used())
+        .map(|(n, p)| (n, p.partition_name.as_str().to_string()))
+        .collect();
+    assert_eq!(
+        used.last().unwrap(),
+        &(5, "data".to_string()),
+        "saved #2 renumbered to 5: {used:?}"
+    );
+    assert_eq!(used.len(), 5);
+    assert_eq!(
+        dev.read(start * MIB, data.len()),
+        data,
+        "saved data changed"
+    );
+    text(&out)
+}
+
 #[test]
 fn saved_partitions_keep_their_data_and_name_and_are_renumbered() {
     if !have_root("saved_partitions_keep_their_data_and_name_and_are_renumbered") {
@@ -362,40 +403,13 @@ fn saved_partitions_keep_their_data_and_name_and_are_renumbered() {
     }
     for ss in [512u64, 4096] {
         let set = images(ss);
-        let start = (set.raw.size >> 20) + 16;
-        let (dev, data) = disk_with_data_partition(ss, set.raw.size + 64 * MIB, start, 32);
-        let inp = Inputs::new();
-        let mut args = vec![
-            "write-image".to_string(),
-            "--image-file".into(),
+        let source = [
+            "--image-file".to_string(),
             set.xz.path.display().to_string(),
             "--sha256".into(),
             set.xz.sha256.clone(),
-            "--save-partlabel".into(),
-            "da*".into(),
         ];
-        args.extend(post_args(&inp));
-        args.push(dev.path.display().to_string());
-        let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert!(out.status.success(), "{}", text(&out));
-        assert_post_installed(&dev.path, &set.spec);
-        let gpt = read_gpt(&dev.path, ss);
-        let used: Vec<(u32, String)> = gpt
-            .iter()
-            .filter(|(_, p)| p.is_used())
-            .map(|(n, p)| (n, p.partition_name.as_str().to_string()))
-            .collect();
-        assert_eq!(
-            used.last().unwrap(),
-            &(5, "data".to_string()),
-            "saved #2 renumbered to 5: {used:?}"
-        );
-        assert_eq!(used.len(), 5);
-        assert_eq!(
-            dev.read(start * MIB, data.len()),
-            data,
-            "saved data changed"
-        );
+        write_keeping_a_saved_partition(ss, set.raw.size, &set.spec, &source);
     }
 }
 
@@ -408,39 +422,16 @@ fn the_live_image_takes_every_post_install_option_and_keeps_saved_partitions() {
     }
     for ss in [512u64, 4096] {
         let fx = live_fixture::cached_live_fixture(ss, false).unwrap();
-        let start = (fx.raw_size >> 20) + 16;
-        let (dev, data) = disk_with_data_partition(ss, fx.raw_size + 64 * MIB, start, 32);
-        let inp = Inputs::new();
-        let osmets = inp.dir.path().join("osmet");
-        std::fs::create_dir(&osmets).unwrap();
-        std::fs::copy(&fx.osmet, osmets.join(fx.osmet.file_name().unwrap())).unwrap();
-        let mut args = vec![
-            "write-image".to_string(),
-            "--osmet-dir".into(),
-            osmets.display().to_string(),
+        let osmets = tempfile::tempdir().unwrap();
+        std::fs::copy(&fx.osmet, osmets.path().join(fx.osmet.file_name().unwrap())).unwrap();
+        let source = [
+            "--osmet-dir".to_string(),
+            osmets.path().display().to_string(),
             "--ostree-repo".into(),
             fx.sysroot.join("ostree/repo").display().to_string(),
-            "--save-partlabel".into(),
-            "da*".into(),
         ];
-        args.extend(post_args(&inp));
-        args.push(dev.path.display().to_string());
-        let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert!(out.status.success(), "{}", text(&out));
-        assert!(
-            text(&out).contains("verified against the osmet checksum"),
-            "{}",
-            text(&out)
-        );
-        assert_post_installed(&dev.path, &fx.spec());
-        let gpt = read_gpt(&dev.path, ss);
-        let saved = &gpt[5];
-        assert_eq!(saved.partition_name.as_str(), "data", "saved #2 is #5");
-        assert_eq!(
-            dev.read(start * MIB, data.len()),
-            data,
-            "saved data changed"
-        );
+        let out = write_keeping_a_saved_partition(ss, fx.raw_size, &fx.spec(), &source);
+        assert!(out.contains("verified against the osmet checksum"), "{out}");
     }
 }
 

@@ -42,6 +42,20 @@ impl BenchLoop {
     }
 }
 
+impl BenchLoop {
+    /// `dd oflag=direct bs=4M` of `image` onto this device: the write limit benches compare
+    /// against.
+    pub fn dd_direct(&self, image: &std::path::Path) {
+        let st = Command::new("dd")
+            .arg(format!("if={}", image.display()))
+            .arg(format!("of={}", self.path.display()))
+            .args(["bs=4M", "oflag=direct", "status=none"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+}
+
 impl Drop for BenchLoop {
     fn drop(&mut self) {
         self.detach();
