@@ -296,14 +296,14 @@ const SIMULATED_BOOTSTRAP: Duration = Duration::from_secs(4);
 /// One single-node install, in-process: recorded host commands, a fake assisted-service, the
 /// real writer onto the bench loop device, and bootkube "done" after SIMULATED_BOOTSTRAP.
 fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
-    use assisted_installer::cli::go_flags::InstallerConfig;
+    use assisted_installer::config::InstallerConfig;
     use assisted_installer::flow::node::run_installer;
     use assisted_installer::flow::writer::InProcessWriter;
     use assisted_installer::flow::{Flow, Intervals, Paths};
     use assisted_installer::host::clock::SystemClock;
     use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
     use assisted_installer::host::reboot::ShutdownRebooter;
-    use assisted_installer::host::Host;
+    use assisted_installer::host::HostEffects;
     use assisted_installer::image::Cancel;
     use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
     use assisted_installer::service::reporter::Reporter;
@@ -344,7 +344,7 @@ fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
             cluster_id: ID.into(),
             infra_env_id: ID.into(),
             host_id: HOST.into(),
-            boot_device: f.target.path.display().to_string(),
+            boot_device: f.target.path.clone(),
             url: svc.url(),
             control_plane_count: 1,
             skip_installation_disk_cleanup: true,
@@ -359,7 +359,7 @@ fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
         token: svc.token(),
         reporter: Arc::new(Reporter::spawn(client.clone(), ID.into(), HOST.into())),
         client,
-        host: Host::new(
+        host: HostEffects::new(
             runner.clone(),
             Arc::new(ShutdownRebooter::new(runner)),
             Arc::new(SystemClock),

@@ -4,6 +4,7 @@
 pub mod bootstrap;
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod disk;
 pub mod embed;
 pub mod flow;
@@ -14,3 +15,4 @@ pub mod logging;
 pub mod postinstall;
 pub mod service;
 pub mod signals;
+mod wire;

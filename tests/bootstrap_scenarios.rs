@@ -1,6 +1,6 @@
 //! The bootstrap and single-node flows against the fake assisted-service and a fake Kubernetes
 //! API (through the real kube-rs client), with recorded host commands, a fake clock and a
-//! scripted disk writer: the Go suite's bootstrap and single-node scenarios (§8.1).
+//! scripted disk writer: the Go suite's bootstrap and single-node scenarios.
 
 #[path = "common/fake_kube.rs"]
 mod fake_kube;
@@ -9,13 +9,13 @@ mod fake_service;
 #[path = "common/fake_writer.rs"]
 mod fake_writer;
 
-use assisted_installer::cli::go_flags::InstallerConfig;
+use assisted_installer::config::InstallerConfig;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::{Flow, Intervals, Paths};
 use assisted_installer::host::clock::FakeClock;
 use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
 use assisted_installer::host::reboot::ShutdownRebooter;
-use assisted_installer::host::Host;
+use assisted_installer::host::HostEffects;
 use assisted_installer::kube::client::KubeClient;
 use assisted_installer::kube::KubeApi;
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
@@ -187,7 +187,7 @@ impl Harness {
             token: self.svc.token(),
             reporter: Arc::new(Reporter::spawn(client.clone(), INFRA.into(), HOST.into())),
             client,
-            host: Host::new(
+            host: HostEffects::new(
                 runner.clone(),
                 Arc::new(ShutdownRebooter::new(runner)),
                 Arc::new(FakeClock::new()),

@@ -9,14 +9,14 @@ mod coreos_image;
 mod fake_service;
 
 use assisted_installer::bootstrap::ignition_merge::merge_host_into_sno;
-use assisted_installer::cli::go_flags::InstallerConfig;
+use assisted_installer::config::InstallerConfig;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::writer::InProcessWriter;
 use assisted_installer::flow::{Flow, Intervals, Paths};
 use assisted_installer::host::clock::SystemClock;
 use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
 use assisted_installer::host::reboot::FakeReboot;
-use assisted_installer::host::Host;
+use assisted_installer::host::HostEffects;
 use assisted_installer::image::Cancel;
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
 use assisted_installer::service::reporter::Reporter;
@@ -71,7 +71,7 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
             cluster_id: ID.into(),
             infra_env_id: ID.into(),
             host_id: HOST.into(),
-            boot_device: dev.path.display().to_string(),
+            boot_device: dev.path.clone(),
             url: svc.url(),
             control_plane_count: 1,
             dry_run: true,
@@ -86,7 +86,7 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
         token: svc.token(),
         reporter: Arc::new(Reporter::spawn(client.clone(), ID.into(), HOST.into())),
         client,
-        host: Host::new(
+        host: HostEffects::new(
             runner,
             Arc::new(FakeReboot::new(&marker)),
             Arc::new(SystemClock),

@@ -1,20 +1,20 @@
 //! The master and worker flows against the fake assisted-service (which enforces stage order,
 //! 409 on going backwards, 401 without the token), with recorded host commands, a fake clock and
-//! a scripted disk writer: the Go suite's scenarios (§8.1 of the behaviour reference).
+//! a scripted disk writer: the Go suite's master and worker scenarios.
 
 #[path = "common/fake_service.rs"]
 mod fake_service;
 #[path = "common/fake_writer.rs"]
 mod fake_writer;
 
-use assisted_installer::cli::go_flags::InstallerConfig;
+use assisted_installer::config::InstallerConfig;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::{Flow, Intervals, Paths};
 use assisted_installer::host::clock::FakeClock;
 use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
 use assisted_installer::host::reboot::ShutdownRebooter;
 use assisted_installer::host::root::{HostRoot, Unreachable};
-use assisted_installer::host::Host;
+use assisted_installer::host::HostEffects;
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
 use assisted_installer::service::reporter::Reporter;
 use fake_service::{host_json, FakeService};
@@ -95,7 +95,7 @@ impl Harness {
             token: self.svc.token(),
             reporter: Arc::new(Reporter::spawn(client.clone(), INFRA.into(), HOST.into())),
             client,
-            host: Host::new(
+            host: HostEffects::new(
                 runner.clone(),
                 Arc::new(ShutdownRebooter::new(runner)),
                 self.clock.clone(),
@@ -505,6 +505,39 @@ fn the_registry_marker_is_looked_for_on_the_host() {
     flow.paths.registry_marker = "/run/media/iso/registry".into();
     flow.paths.host_root = Ok(HostRoot::At(tempfile::tempdir().unwrap().path().into()));
     run_installer(&flow).unwrap();
+}
+
+#[test]
+fn any_other_role_takes_the_master_path_under_its_own_name() {
+    // Go: only bootstrap and worker are special; another role (arbiter, or one it does not
+    // know) installs like a master, but is reported and names its Ignition file by its own
+    // name, and skips the registry copy, which needs role master.
+    for role in ["arbiter", "observer"] {
+        let h = Harness::new(role);
+        let host = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(host.path().join("run/media/iso/registry")).unwrap();
+        let mut flow = h.flow(role, fast_retry());
+        flow.paths.registry_marker = "/run/media/iso/registry".into();
+        flow.paths.host_root = Ok(HostRoot::At(host.path().to_path_buf()));
+        run_installer(&flow).unwrap();
+        let mut expected = vec![s("Starting installation", role), s("Installing", role)];
+        expected.extend(writing());
+        expected.push(s("Rebooting", ""));
+        assert_eq!(h.reports(), expected, "{role}");
+        let calls = h.writer.calls.lock().unwrap();
+        assert_eq!(
+            calls[0].ignition,
+            h.dir
+                .path()
+                .join("install-dir")
+                .join(format!("{role}-{HOST}.ign")),
+            "{role}"
+        );
+        assert!(
+            h.svc.calls().iter().all(|c| !c.query.contains("role=")),
+            "{role}: no control-plane wait"
+        );
+    }
 }
 
 #[test]

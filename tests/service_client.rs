@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use assisted_installer::config::Role;
 use assisted_installer::service::{
     ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, LogsType, LogsUpload,
     ServiceClient, ServiceError,
@@ -109,7 +110,7 @@ fn every_call_gets_its_own_request_id() {
     let c = client(&fake);
     c.get_cluster(CLUSTER, true).unwrap();
     c.get_cluster(CLUSTER, true).unwrap();
-    c.list_cluster_hosts(CLUSTER, Some("master")).unwrap();
+    c.list_cluster_hosts(CLUSTER, Some(&Role::Master)).unwrap();
     c.download_host_ignition(IE, HOST, &dir.path().join("a.ign"))
         .unwrap();
     c.update_host_logs_progress(IE, HOST, LogsState::Requested)
@@ -390,11 +391,11 @@ fn list_hosts_by_role() {
         host_json("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d", IE, "worker", None),
     ]);
     let c = client(&fake);
-    let masters = c.list_cluster_hosts(CLUSTER, Some("master")).unwrap();
+    let masters = c.list_cluster_hosts(CLUSTER, Some(&Role::Master)).unwrap();
     assert_eq!(masters.len(), 1);
-    assert_eq!(masters[0].role, "master");
+    assert_eq!(masters[0].role, Some(Role::Master));
     assert!(c
-        .list_cluster_hosts(CLUSTER, Some("arbiter"))
+        .list_cluster_hosts(CLUSTER, Some(&Role::Arbiter))
         .unwrap()
         .is_empty());
     assert_eq!(c.list_cluster_hosts(CLUSTER, None).unwrap().len(), 2);

@@ -20,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use assisted_installer::config::Role;
 use assisted_installer::service::{
     ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, LogsType, LogsUpload,
     Reporter, ServiceClient,
@@ -264,9 +265,9 @@ fn every_client_request_is_valid_against_the_swagger() {
         .unwrap_or_else(|e| fail("get cluster + hosts", e));
     assert_eq!(cluster.hosts.len(), 5);
     expected_calls += 2;
-    for (role, count) in [("master", 3), ("arbiter", 1), ("worker", 1)] {
+    for (role, count) in [(Role::Master, 3), (Role::Arbiter, 1), (Role::Worker, 1)] {
         let hosts = c
-            .list_cluster_hosts(CLUSTER, Some(role))
+            .list_cluster_hosts(CLUSTER, Some(&role))
             .unwrap_or_else(|e| fail(&format!("list {role} hosts"), e));
         assert_eq!(hosts.len(), count, "{role}");
         expected_calls += 1;

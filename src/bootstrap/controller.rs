@@ -7,7 +7,7 @@
 use anyhow::{Context, Result};
 use std::path::Path;
 
-use crate::cli::go_flags::InstallerConfig;
+use crate::config::InstallerConfig;
 
 pub const NAMESPACE: &str = "assisted-installer";
 pub const NAME: &str = "assisted-installer-controller";
@@ -46,7 +46,11 @@ impl ControllerSettings {
             cluster_id: cfg.cluster_id.clone(),
             inventory_url: cfg.url.clone(),
             skip_cert_verification: cfg.insecure,
-            ca_cert_path: cfg.cacert.clone(),
+            ca_cert_path: cfg
+                .cacert
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             check_cluster_version: cfg.check_cluster_version,
             control_plane_count: cfg.control_plane_count,
             must_gather_image: cfg.must_gather_image.clone(),

@@ -1,5 +1,5 @@
-//! Which hosts fetched their ignition from the bootstrap machine-config-server (behaviour spec
-//! §3.4 A12, tests §8.3 `common`).
+//! Which hosts fetched their ignition from the bootstrap machine-config-server (the Go
+//! installer's `updateConfiguringStatus` goroutine and the matching cases of its test suite).
 //!
 //! While bootkube runs, the bootstrap scans the MCS container logs every 30 s. A host whose
 //! address appears in a request line made by Ignition has booted its installed disk and pulled its
@@ -24,10 +24,8 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-/// Stage reported for a master (or any non-worker role) seen in the MCS logs.
-pub const STAGE_CONFIGURING: &str = "Configuring";
-/// Stage reported by the bootstrap for a worker seen in the MCS logs.
-pub const STAGE_WAITING_FOR_IGNITION: &str = "Waiting for ignition";
+use crate::config::Role;
+use crate::service::stages::HostStage;
 
 /// What follows the client address on an MCS request line made by Ignition.
 const IGNITION_USER_AGENT: &str = "User-Agent:\"Ignition";
@@ -36,7 +34,8 @@ const IGNITION_USER_AGENT: &str = "User-Agent:\"Ignition";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McsHost {
     pub id: String,
-    pub role: String,
+    /// `None` when the service sent no role.
+    pub role: Option<Role>,
     /// Addresses as the inventory gives them; a `/prefix` or a `%zone` is tolerated and ignored.
     pub ips: Vec<String>,
 }
@@ -46,20 +45,26 @@ pub struct McsHost {
 ///
 /// (The controller, which runs later on the cluster, reports `Configuring` for every role; that
 /// variant is not needed here.)
-pub fn status_for(role: &str) -> &'static str {
-    if role == "worker" {
-        STAGE_WAITING_FOR_IGNITION
+pub fn status_for(role: Option<&Role>) -> HostStage {
+    if role == Some(&Role::Worker) {
+        HostStage::WaitingForIgnition
     } else {
-        STAGE_CONFIGURING
+        HostStage::Configuring
     }
 }
 
 /// True for the stages in which the bootstrap no longer checks a host (it stops watching hosts
-/// that reached them): Configuring, Joined, Done and Waiting for ignition.
-pub fn is_past_ignition_fetch(stage: &str) -> bool {
+/// that reached them): Configuring, Joined, Done and Waiting for ignition. `None`: no stage
+/// yet, or one this build does not know.
+pub fn is_past_ignition_fetch(stage: Option<HostStage>) -> bool {
     matches!(
         stage,
-        "Configuring" | "Joined" | "Done" | "Waiting for ignition"
+        Some(
+            HostStage::Configuring
+                | HostStage::Joined
+                | HostStage::Done
+                | HostStage::WaitingForIgnition
+        )
     )
 }
 
@@ -187,7 +192,7 @@ mod tests {
     fn host(id: &str, role: &str, ips: &[&str]) -> McsHost {
         McsHost {
             id: id.into(),
-            role: role.into(),
+            role: Some(role.into()),
             ips: ips.iter().map(|s| s.to_string()).collect(),
         }
     }
@@ -307,26 +312,31 @@ mod tests {
 
     #[test]
     fn status_by_role() {
-        assert_eq!(status_for("worker"), "Waiting for ignition");
-        assert_eq!(status_for("master"), "Configuring");
-        assert_eq!(status_for("arbiter"), "Configuring");
-        assert_eq!(status_for("bootstrap"), "Configuring");
+        assert_eq!(
+            status_for(Some(&Role::Worker)),
+            HostStage::WaitingForIgnition
+        );
+        for role in [Role::Master, Role::Arbiter, Role::Bootstrap] {
+            assert_eq!(status_for(Some(&role)), HostStage::Configuring, "{role}");
+        }
+        assert_eq!(status_for(None), HostStage::Configuring);
     }
 
     #[test]
     fn settled_stages() {
-        for stage in ["Configuring", "Joined", "Done", "Waiting for ignition"] {
-            assert!(is_past_ignition_fetch(stage), "{stage}");
+        use HostStage::*;
+        for stage in [Configuring, Joined, Done, WaitingForIgnition] {
+            assert!(is_past_ignition_fetch(Some(stage)), "{stage}");
         }
         for stage in [
-            "Rebooting",
-            "Installing",
-            "Writing image to disk",
-            "Waiting for control plane",
-            "",
+            Rebooting,
+            Installing,
+            WritingImageToDisk,
+            WaitingForControlPlane,
         ] {
-            assert!(!is_past_ignition_fetch(stage), "{stage}");
+            assert!(!is_past_ignition_fetch(Some(stage)), "{stage}");
         }
+        assert!(!is_past_ignition_fetch(None));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The installer entrypoint's flags, parsed the way Go's `flag` package does (the agent launches
-//! the installer with Go-style flags, §1.1–1.3 of the behaviour notes):
+//! the installer with Go-style flags, as it launches the Go installer):
 //!
 //! - `-flag` and `--flag` are the same; values as `--flag value` or `--flag=value`;
 //! - booleans are bare or `--flag=<bool>` (`1 0 t f T F true false TRUE FALSE True False`);
@@ -12,100 +12,21 @@
 //! - an unknown flag, a missing value or a bad number or boolean is a [`UsageError`] (exit 2);
 //!   `-h` / `-help` asks for the usage (exit 0).
 //!
+//! One table, `FLAGS`, drives it all: each row names a flag, its usage line and the field it
+//! sets; the field's type says how it parses (Go's `flag.Value`), its type name in the usage
+//! and which default the usage shows.
+//!
 //! Unlike Go, a bad `--installer-args` JSON is a usage error (exit 2), not a silent exit 0.
 //! Parsing is pure: the environment is a parameter and nothing is logged or exported here (the
 //! caller sets `NO_PROXY`/`no_proxy` from `--no-proxy` and logs the warning).
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
 
-pub const DEFAULT_ROLE: &str = "master";
-pub const DEFAULT_OPENSHIFT_VERSION: &str = "4.4";
-pub const DEFAULT_CONTROLLER_IMAGE: &str = "quay.io/ocpmetal/assisted-installer-controller:latest";
-pub const DEFAULT_AGENT_IMAGE: &str = "quay.io/ocpmetal/assisted-installer-agent:latest";
+use crate::config::{InstallerConfig, Role};
 
 /// Exit code for a command-line error (Go `flag.ExitOnError`).
 pub const USAGE_EXIT_CODE: i32 = 2;
-
-/// Every flag of the Go installer, with Go's defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstallerConfig {
-    pub role: String,
-    pub cluster_id: String,
-    pub infra_env_id: String,
-    pub host_id: String,
-    pub boot_device: String,
-    pub url: String,
-    pub openshift_version: String,
-    pub mco_image: String,
-    pub controller_image: String,
-    pub agent_image: String,
-    /// `--insecure`: skip TLS verification towards assisted-service (not coreos-installer's).
-    pub insecure: bool,
-    pub cacert: String,
-    pub http_proxy: String,
-    pub https_proxy: String,
-    pub no_proxy: String,
-    pub service_ips: String,
-    /// 1 means single node (bootstrap in place). Forced to 0 for workers.
-    pub control_plane_count: i64,
-    pub check_cluster_version: bool,
-    pub must_gather_image: String,
-    /// `--format-disk`, repeatable.
-    pub format_disks: Vec<String>,
-    pub skip_installation_disk_cleanup: bool,
-    pub enable_skip_mco_reboot: bool,
-    pub notify_num_reboots: bool,
-    pub coreos_image: String,
-    /// `--installer-args`, decoded from its JSON array.
-    pub installer_args: Vec<String>,
-    pub help: bool,
-    pub verbose: bool,
-    pub dry_run: bool,
-    pub force_id: String,
-    pub fake_reboot_marker_path: String,
-    pub dry_run_cluster_hosts_path: String,
-    /// Arguments left after the first non-flag argument (or after `--`): ignored, as in Go.
-    pub ignored_args: Vec<String>,
-}
-
-impl Default for InstallerConfig {
-    fn default() -> Self {
-        InstallerConfig {
-            role: DEFAULT_ROLE.into(),
-            cluster_id: String::new(),
-            infra_env_id: String::new(),
-            host_id: String::new(),
-            boot_device: String::new(),
-            url: String::new(),
-            openshift_version: DEFAULT_OPENSHIFT_VERSION.into(),
-            mco_image: String::new(),
-            controller_image: DEFAULT_CONTROLLER_IMAGE.into(),
-            agent_image: DEFAULT_AGENT_IMAGE.into(),
-            insecure: false,
-            cacert: String::new(),
-            http_proxy: String::new(),
-            https_proxy: String::new(),
-            no_proxy: String::new(),
-            service_ips: String::new(),
-            control_plane_count: 0,
-            check_cluster_version: false,
-            must_gather_image: String::new(),
-            format_disks: Vec::new(),
-            skip_installation_disk_cleanup: false,
-            enable_skip_mco_reboot: false,
-            notify_num_reboots: false,
-            coreos_image: String::new(),
-            installer_args: Vec::new(),
-            help: false,
-            verbose: false,
-            dry_run: false,
-            force_id: String::new(),
-            fake_reboot_marker_path: String::new(),
-            dry_run_cluster_hosts_path: String::new(),
-            ignored_args: Vec::new(),
-        }
-    }
-}
 
 /// What the command line asks for.
 // Built once per run and moved straight out: boxing the config would only add noise.
@@ -146,60 +67,190 @@ impl UsageError {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Str,
-    Bool,
-    Int,
-    List,
+/// What the flags set: the configuration, and the two flags that are not configuration.
+#[derive(Default)]
+struct Parsed {
+    cfg: InstallerConfig,
+    /// `--help` is a flag of the Go installer (so `--help=false` is allowed); `-h` is the
+    /// `flag` package's own and never reaches the table.
+    help: bool,
+    /// `--installer-args`, decoded once every flag is read, so that a later `--help` wins
+    /// over bad JSON.
+    installer_args_json: String,
 }
 
-struct FlagSpec {
+/// A field a flag sets, the way Go's `flag.Value` is.
+trait FlagValue {
+    /// Go's `IsBoolFlag`: bare `--flag` means true and a value only comes as `--flag=value`.
+    fn is_bool(&self) -> bool {
+        false
+    }
+    /// The type name the usage shows after the flag ("" for booleans).
+    fn type_name(&self) -> &'static str;
+    /// Sets the value from the flag's text; the error is Go's reason text.
+    fn set(&mut self, text: String) -> Result<(), &'static str>;
+    /// The value the usage shows as the default, or `None` for the type's zero value, which
+    /// Go does not show.
+    fn shown_default(&self) -> Option<String>;
+}
+
+fn quoted_unless_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| format!("{s:?}"))
+}
+
+impl FlagValue for bool {
+    fn is_bool(&self) -> bool {
+        true
+    }
+    fn type_name(&self) -> &'static str {
+        ""
+    }
+    fn set(&mut self, text: String) -> Result<(), &'static str> {
+        *self = parse_go_bool(&text).ok_or("parse error")?;
+        Ok(())
+    }
+    fn shown_default(&self) -> Option<String> {
+        self.then(|| "true".to_string())
+    }
+}
+
+impl FlagValue for i64 {
+    fn type_name(&self) -> &'static str {
+        "int"
+    }
+    fn set(&mut self, text: String) -> Result<(), &'static str> {
+        *self = parse_go_int(&text)?;
+        Ok(())
+    }
+    fn shown_default(&self) -> Option<String> {
+        (*self != 0).then(|| self.to_string())
+    }
+}
+
+impl FlagValue for String {
+    fn type_name(&self) -> &'static str {
+        "string"
+    }
+    fn set(&mut self, text: String) -> Result<(), &'static str> {
+        *self = text;
+        Ok(())
+    }
+    fn shown_default(&self) -> Option<String> {
+        quoted_unless_empty(self)
+    }
+}
+
+impl FlagValue for Role {
+    fn type_name(&self) -> &'static str {
+        "string"
+    }
+    /// Any text: the Go installer takes an unknown role down the master path.
+    fn set(&mut self, text: String) -> Result<(), &'static str> {
+        *self = Role::from(text);
+        Ok(())
+    }
+    fn shown_default(&self) -> Option<String> {
+        quoted_unless_empty(self.as_str())
+    }
+}
+
+impl FlagValue for PathBuf {
+    fn type_name(&self) -> &'static str {
+        "string"
+    }
+    fn set(&mut self, text: String) -> Result<(), &'static str> {
+        *self = PathBuf::from(text);
+        Ok(())
+    }
+    fn shown_default(&self) -> Option<String> {
+        quoted_unless_empty(&self.to_string_lossy())
+    }
+}
+
+/// A string flag whose empty value means "not given".
+impl<T: From<String> + AsRef<std::ffi::OsStr>> FlagValue for Option<T> {
+    fn type_name(&self) -> &'static str {
+        "string"
+    }
+    fn set(&mut self, text: String) -> Result<(), &'static str> {
+        *self = non_empty(text).map(T::from);
+        Ok(())
+    }
+    fn shown_default(&self) -> Option<String> {
+        quoted_unless_empty(&self.as_ref()?.as_ref().to_string_lossy())
+    }
+}
+
+/// A repeatable flag: each occurrence adds one.
+impl FlagValue for Vec<PathBuf> {
+    fn type_name(&self) -> &'static str {
+        "value"
+    }
+    fn set(&mut self, text: String) -> Result<(), &'static str> {
+        self.push(PathBuf::from(text));
+        Ok(())
+    }
+    fn shown_default(&self) -> Option<String> {
+        None
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// One flag: its name, the field it sets and its usage line.
+struct Flag {
     name: &'static str,
-    kind: Kind,
+    value: fn(&mut Parsed) -> &mut dyn FlagValue,
     usage: &'static str,
 }
 
-const fn flag(name: &'static str, kind: Kind, usage: &'static str) -> FlagSpec {
-    FlagSpec { name, kind, usage }
+const fn flag(
+    name: &'static str,
+    value: fn(&mut Parsed) -> &mut dyn FlagValue,
+    usage: &'static str,
+) -> Flag {
+    Flag { name, value, usage }
 }
 
 /// The flags, sorted by name as Go prints them.
-const FLAGS: &[FlagSpec] = &[
-    flag("agent-image", Kind::Str, "Image of the assisted-installer agent whose logs_sender uploads the host logs before the reboot"),
-    flag("boot-device", Kind::Str, "The device to install to (symlinks are resolved)"),
-    flag("cacert", Kind::Str, "Path to a custom CA certificate (PEM) for assisted-service"),
-    flag("check-cluster-version", Kind::Bool, "Passed to the controller (check-cluster-version)"),
-    flag("cluster-id", Kind::Str, "The cluster id"),
-    flag("control-plane-count", Kind::Int, "Number of control-plane nodes (1 means single node); forced to 0 for workers"),
-    flag("controller-image", Kind::Str, "Assisted installer controller image"),
-    flag("coreos-image", Kind::Str, "CoreOS container image to install to the running root instead of writing the disk"),
-    flag("dry-run", Kind::Bool, "Dry run: avoid or fake host-changing actions while talking to the service (env DRY_ENABLE)"),
-    flag("dry-run-cluster-hosts-path", Kind::Str, "Dry run: JSON file describing the hosts of the cluster (env DRY_CLUSTER_HOSTS_PATH)"),
-    flag("enable-skip-mco-reboot", Kind::Bool, "Also deploy the release OS image so the first boot needs no MCO reboot"),
-    flag("fake-reboot-marker-path", Kind::Str, "Dry run: file created instead of rebooting (env DRY_FAKE_REBOOT_MARKER_PATH)"),
-    flag("force-id", Kind::Str, "Dry run: fake host id for the log file name and journal field (env DRY_HOST_ID)"),
-    flag("format-disk", Kind::List, "Disk whose first sector is zeroed before installing; may be repeated"),
-    flag("help", Kind::Bool, "Print this help"),
-    flag("host-id", Kind::Str, "This host's id"),
-    flag("http-proxy", Kind::Str, "Proxy URL for HTTP connections of child processes"),
-    flag("https-proxy", Kind::Str, "Proxy URL for HTTPS connections of child processes"),
-    flag("infra-env-id", Kind::Str, "This host's infra-env id (defaults to the cluster id)"),
-    flag("insecure", Kind::Bool, "Do not verify the TLS certificate of assisted-service"),
-    flag("installer-args", Kind::Str, "JSON array of extra coreos-installer arguments"),
-    flag("mco-image", Kind::Str, "Machine-config-operator image (bootstrap and single node)"),
-    flag("must-gather-image", Kind::Str, "Custom must-gather image (passed to the controller)"),
-    flag("no-proxy", Kind::Str, "Comma-separated destinations not to proxy"),
-    flag("notify-num-reboots", Kind::Bool, "Report the number of node reboots as events (passed to the controller)"),
-    flag("openshift-version", Kind::Str, "OpenShift version being installed"),
-    flag("role", Kind::Str, "The node role: master, worker or bootstrap"),
-    flag("service-ips", Kind::Str, "Comma-separated IPs of assisted-service (host aliases of the controller)"),
-    flag("skip-installation-disk-cleanup", Kind::Bool, "Skip the LVM/RAID/wipefs cleanup of the boot device"),
-    flag("url", Kind::Str, "Base URL of assisted-service: scheme, host and optional port"),
-    flag("verbose", Kind::Bool, "Log debug messages too"),
+#[rustfmt::skip]
+const FLAGS: &[Flag] = &[
+    flag("agent-image", |p| &mut p.cfg.agent_image, "Image of the assisted-installer agent whose logs_sender uploads the host logs before the reboot"),
+    flag("boot-device", |p| &mut p.cfg.boot_device, "The device to install to (symlinks are resolved)"),
+    flag("cacert", |p| &mut p.cfg.cacert, "Path to a custom CA certificate (PEM) for assisted-service"),
+    flag("check-cluster-version", |p| &mut p.cfg.check_cluster_version, "Passed to the controller (check-cluster-version)"),
+    flag("cluster-id", |p| &mut p.cfg.cluster_id, "The cluster id"),
+    flag("control-plane-count", |p| &mut p.cfg.control_plane_count, "Number of control-plane nodes (1 means single node); forced to 0 for workers"),
+    flag("controller-image", |p| &mut p.cfg.controller_image, "Assisted installer controller image"),
+    flag("coreos-image", |p| &mut p.cfg.coreos_image, "CoreOS container image to install to the running root instead of writing the disk"),
+    flag("dry-run", |p| &mut p.cfg.dry_run, "Dry run: avoid or fake host-changing actions while talking to the service (env DRY_ENABLE)"),
+    flag("dry-run-cluster-hosts-path", |p| &mut p.cfg.dry_run_cluster_hosts_path, "Dry run: JSON file describing the hosts of the cluster (env DRY_CLUSTER_HOSTS_PATH)"),
+    flag("enable-skip-mco-reboot", |p| &mut p.cfg.enable_skip_mco_reboot, "Also deploy the release OS image so the first boot needs no MCO reboot"),
+    flag("fake-reboot-marker-path", |p| &mut p.cfg.fake_reboot_marker_path, "Dry run: file created instead of rebooting (env DRY_FAKE_REBOOT_MARKER_PATH)"),
+    flag("force-id", |p| &mut p.cfg.force_id, "Dry run: fake host id for the log file name and journal field (env DRY_HOST_ID)"),
+    flag("format-disk", |p| &mut p.cfg.format_disks, "Disk whose first sector is zeroed before installing; may be repeated"),
+    flag("help", |p| &mut p.help, "Print this help"),
+    flag("host-id", |p| &mut p.cfg.host_id, "This host's id"),
+    flag("http-proxy", |p| &mut p.cfg.http_proxy, "Proxy URL for HTTP connections of child processes"),
+    flag("https-proxy", |p| &mut p.cfg.https_proxy, "Proxy URL for HTTPS connections of child processes"),
+    flag("infra-env-id", |p| &mut p.cfg.infra_env_id, "This host's infra-env id (defaults to the cluster id)"),
+    flag("insecure", |p| &mut p.cfg.insecure, "Do not verify the TLS certificate of assisted-service"),
+    flag("installer-args", |p| &mut p.installer_args_json, "JSON array of extra coreos-installer arguments"),
+    flag("mco-image", |p| &mut p.cfg.mco_image, "Machine-config-operator image (bootstrap and single node)"),
+    flag("must-gather-image", |p| &mut p.cfg.must_gather_image, "Custom must-gather image (passed to the controller)"),
+    flag("no-proxy", |p| &mut p.cfg.no_proxy, "Comma-separated destinations not to proxy"),
+    flag("notify-num-reboots", |p| &mut p.cfg.notify_num_reboots, "Report the number of node reboots as events (passed to the controller)"),
+    flag("openshift-version", |p| &mut p.cfg.openshift_version, "OpenShift version being installed"),
+    flag("role", |p| &mut p.cfg.role, "The node role: master, worker or bootstrap"),
+    flag("service-ips", |p| &mut p.cfg.service_ips, "Comma-separated IPs of assisted-service (host aliases of the controller)"),
+    flag("skip-installation-disk-cleanup", |p| &mut p.cfg.skip_installation_disk_cleanup, "Skip the LVM/RAID/wipefs cleanup of the boot device"),
+    flag("url", |p| &mut p.cfg.url, "Base URL of assisted-service: scheme, host and optional port"),
+    flag("verbose", |p| &mut p.cfg.verbose, "Log debug messages too"),
 ];
 
-fn find_flag(name: &str) -> Option<&'static FlagSpec> {
+fn find_flag(name: &str) -> Option<&'static Flag> {
     FLAGS.iter().find(|f| f.name == name)
 }
 
@@ -295,13 +346,13 @@ pub fn defaults_from_env(
         }
     }
     if let Some(v) = env_default(env, "DRY_HOST_ID") {
-        cfg.force_id = v;
+        cfg.force_id = non_empty(v);
     }
     if let Some(v) = env_default(env, "DRY_FAKE_REBOOT_MARKER_PATH") {
-        cfg.fake_reboot_marker_path = v;
+        cfg.fake_reboot_marker_path = non_empty(v).map(PathBuf::from);
     }
     if let Some(v) = env_default(env, "DRY_CLUSTER_HOSTS_PATH") {
-        cfg.dry_run_cluster_hosts_path = v;
+        cfg.dry_run_cluster_hosts_path = non_empty(v).map(PathBuf::from);
     }
     Ok(cfg)
 }
@@ -312,8 +363,10 @@ pub fn parse(
     args: &[String],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ParseOutcome, UsageError> {
-    let mut cfg = defaults_from_env(env)?;
-    let mut installer_args_json = String::new();
+    let mut parsed = Parsed {
+        cfg: defaults_from_env(env)?,
+        ..Parsed::default()
+    };
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -338,28 +391,19 @@ pub fn parse(
             Some((n, v)) => (n, Some(v)),
             None => (body, None),
         };
-        let Some(spec) = find_flag(name) else {
-            if name == "h" || name == "help" {
+        let Some(flag) = find_flag(name) else {
+            // Go's `flag` package answers an undefined -h itself, whatever its value.
+            if name == "h" {
                 return Ok(ParseOutcome::Help);
             }
             return Err(UsageError::usage(format!(
                 "flag provided but not defined: -{name}"
             )));
         };
-        if spec.kind == Kind::Bool {
-            let value = match inline {
-                None => true,
-                Some(v) => parse_go_bool(v).ok_or_else(|| {
-                    UsageError::usage(format!(
-                        "invalid boolean value {v:?} for -{name}: parse error"
-                    ))
-                })?,
-            };
-            set_bool(&mut cfg, name, value);
-            continue;
-        }
-        let value = match inline {
+        let value = (flag.value)(&mut parsed);
+        let text = match inline {
             Some(v) => v.to_string(),
+            None if value.is_bool() => "true".to_string(),
             None if i < args.len() => {
                 i += 1;
                 args[i - 1].clone()
@@ -370,22 +414,22 @@ pub fn parse(
                 )))
             }
         };
-        match spec.kind {
-            Kind::Int => {
-                cfg.control_plane_count = parse_go_int(&value).map_err(|reason| {
-                    UsageError::usage(format!(
-                        "invalid value {value:?} for flag -{name}: {reason}"
-                    ))
-                })?;
-            }
-            Kind::List => cfg.format_disks.push(value),
-            Kind::Str if name == "installer-args" => installer_args_json = value,
-            _ => set_string(&mut cfg, name, value),
+        if let Err(reason) = value.set(text.clone()) {
+            return Err(UsageError::usage(if value.is_bool() {
+                format!("invalid boolean value {text:?} for -{name}: {reason}")
+            } else {
+                format!("invalid value {text:?} for flag -{name}: {reason}")
+            }));
         }
     }
+    let Parsed {
+        mut cfg,
+        help,
+        installer_args_json,
+    } = parsed;
     cfg.ignored_args = args[i..].to_vec();
 
-    if cfg.help {
+    if help {
         return Ok(ParseOutcome::Help);
     }
     if !installer_args_json.is_empty() {
@@ -402,72 +446,18 @@ pub fn parse(
     Ok(ParseOutcome::Run(cfg))
 }
 
-fn set_bool(cfg: &mut InstallerConfig, name: &str, v: bool) {
-    match name {
-        "insecure" => cfg.insecure = v,
-        "check-cluster-version" => cfg.check_cluster_version = v,
-        "skip-installation-disk-cleanup" => cfg.skip_installation_disk_cleanup = v,
-        "enable-skip-mco-reboot" => cfg.enable_skip_mco_reboot = v,
-        "notify-num-reboots" => cfg.notify_num_reboots = v,
-        "help" => cfg.help = v,
-        "verbose" => cfg.verbose = v,
-        "dry-run" => cfg.dry_run = v,
-        other => unreachable!("bool flag {other} has no field"),
-    }
-}
-
-fn set_string(cfg: &mut InstallerConfig, name: &str, v: String) {
-    let field = match name {
-        "role" => &mut cfg.role,
-        "cluster-id" => &mut cfg.cluster_id,
-        "infra-env-id" => &mut cfg.infra_env_id,
-        "host-id" => &mut cfg.host_id,
-        "boot-device" => &mut cfg.boot_device,
-        "url" => &mut cfg.url,
-        "openshift-version" => &mut cfg.openshift_version,
-        "mco-image" => &mut cfg.mco_image,
-        "controller-image" => &mut cfg.controller_image,
-        "agent-image" => &mut cfg.agent_image,
-        "cacert" => &mut cfg.cacert,
-        "http-proxy" => &mut cfg.http_proxy,
-        "https-proxy" => &mut cfg.https_proxy,
-        "no-proxy" => &mut cfg.no_proxy,
-        "service-ips" => &mut cfg.service_ips,
-        "must-gather-image" => &mut cfg.must_gather_image,
-        "coreos-image" => &mut cfg.coreos_image,
-        "force-id" => &mut cfg.force_id,
-        "fake-reboot-marker-path" => &mut cfg.fake_reboot_marker_path,
-        "dry-run-cluster-hosts-path" => &mut cfg.dry_run_cluster_hosts_path,
-        other => unreachable!("string flag {other} has no field"),
-    };
-    *field = v;
-}
-
-/// The default a flag shows in the usage text, if it is not Go's zero value.
-fn shown_default(name: &str) -> Option<String> {
-    let d = InstallerConfig::default();
-    let s = match name {
-        "role" => d.role,
-        "openshift-version" => d.openshift_version,
-        "controller-image" => d.controller_image,
-        "agent-image" => d.agent_image,
-        _ => return None,
-    };
-    Some(format!("{s:?}"))
-}
-
 /// The usage text, in Go's `PrintDefaults` layout.
 pub fn usage() -> String {
+    let mut defaults = Parsed::default();
     let mut out = String::from("Usage of assisted-installer:\n");
     for f in FLAGS {
-        let type_name = match f.kind {
-            Kind::Str => " string",
-            Kind::Int => " int",
-            Kind::List => " value",
-            Kind::Bool => "",
-        };
-        let _ = write!(out, "  -{}{}\n    \t{}", f.name, type_name, f.usage);
-        if let Some(d) = shown_default(f.name) {
+        let value = (f.value)(&mut defaults);
+        let _ = write!(out, "  -{}", f.name);
+        if !value.type_name().is_empty() {
+            let _ = write!(out, " {}", value.type_name());
+        }
+        let _ = write!(out, "\n    \t{}", f.usage);
+        if let Some(d) = value.shown_default() {
             let _ = write!(out, " (default {d})");
         }
         out.push('\n');
@@ -475,90 +465,12 @@ pub fn usage() -> String {
     out
 }
 
-impl InstallerConfig {
-    /// Go's `SetDefaults`: a worker has no control-plane count; the infra-env defaults to the
-    /// cluster.
-    pub fn set_defaults(&mut self) {
-        if self.role == "worker" {
-            self.control_plane_count = 0;
-        }
-        if self.infra_env_id.is_empty() {
-            self.infra_env_id = self.cluster_id.clone();
-        }
-    }
-
-    /// Single node (bootstrap in place).
-    pub fn is_single_node(&self) -> bool {
-        self.control_plane_count == 1
-    }
-
-    /// The warning to log when arguments were ignored, naming them.
-    pub fn ignored_args_warning(&self) -> Option<String> {
-        if self.ignored_args.is_empty() {
-            return None;
-        }
-        Some(format!(
-            "ignoring {} command-line argument(s) after the first non-flag argument: {:?}. \
-             Flags stop at the first non-flag argument; a boolean takes its value only as \
-             --flag=value (\"--flag true\" ends the flags)",
-            self.ignored_args.len(),
-            self.ignored_args
-        ))
-    }
-
-    /// The proxy variables children get (Go's executor): `HTTP_PROXY`, `HTTPS_PROXY` and
-    /// `NO_PROXY` from the flags, only when `--http-proxy` or `--https-proxy` is set.
-    pub fn child_proxy_env(&self) -> Vec<(String, String)> {
-        if self.http_proxy.is_empty() && self.https_proxy.is_empty() {
-            return Vec::new();
-        }
-        [
-            ("HTTP_PROXY", &self.http_proxy),
-            ("HTTPS_PROXY", &self.https_proxy),
-            ("NO_PROXY", &self.no_proxy),
-        ]
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
-    }
-
-    /// The configuration for the log: the flags hold no secret, but proxy URLs may carry a
-    /// password, which is masked.
-    pub fn redacted(&self) -> String {
-        let mut c = self.clone();
-        c.http_proxy = mask_url_password(&c.http_proxy);
-        c.https_proxy = mask_url_password(&c.https_proxy);
-        format!("{c:?}")
-    }
-}
-
-/// `scheme://user:password@host` → `scheme://user:<SECRET>@host`.
-fn mask_url_password(url: &str) -> String {
-    let auth_start = url.find("://").map_or(0, |i| i + 3);
-    let auth_end = url[auth_start..]
-        .find('/')
-        .map_or(url.len(), |i| auth_start + i);
-    let authority = &url[auth_start..auth_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_string();
-    };
-    let userinfo = &authority[..at];
-    let Some(colon) = userinfo.find(':') else {
-        return url.to_string();
-    };
-    format!(
-        "{}{}:<SECRET>{}",
-        &url[..auth_start],
-        &userinfo[..colon],
-        &url[auth_start + at..]
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{DEFAULT_AGENT_IMAGE, DEFAULT_CONTROLLER_IMAGE};
     use std::collections::HashMap;
+    use std::path::Path;
 
     fn no_env(_: &str) -> Option<String> {
         None
@@ -586,7 +498,7 @@ mod tests {
     fn defaults() {
         let c = run(&[]);
         assert_eq!(c, InstallerConfig::default());
-        assert_eq!(c.role, "master");
+        assert_eq!(c.role, Role::Master);
         assert_eq!(c.openshift_version, "4.4");
         assert_eq!(c.controller_image, DEFAULT_CONTROLLER_IMAGE);
         assert_eq!(c.agent_image, DEFAULT_AGENT_IMAGE);
@@ -598,13 +510,17 @@ mod tests {
     /// (flag, value, check) for every value flag.
     type Getter<T> = fn(&InstallerConfig) -> T;
 
+    fn text(p: Option<&impl AsRef<Path>>) -> String {
+        p.map_or_else(|| "<none>".into(), |p| p.as_ref().display().to_string())
+    }
+
     fn value_flags() -> Vec<(&'static str, &'static str, Getter<String>)> {
         vec![
-            ("role", "worker", |c| c.role.clone()),
+            ("role", "worker", |c| c.role.to_string()),
             ("cluster-id", "c-1", |c| c.cluster_id.clone()),
             ("infra-env-id", "ie-1", |c| c.infra_env_id.clone()),
             ("host-id", "h-1", |c| c.host_id.clone()),
-            ("boot-device", "/dev/sdb", |c| c.boot_device.clone()),
+            ("boot-device", "/dev/sdb", |c| text(Some(&c.boot_device))),
             ("url", "http://10.0.0.1:6000", |c| c.url.clone()),
             ("openshift-version", "4.18", |c| c.openshift_version.clone()),
             ("mco-image", "quay.io/mco:1", |c| c.mco_image.clone()),
@@ -612,10 +528,16 @@ mod tests {
                 c.controller_image.clone()
             }),
             ("agent-image", "quay.io/a:1", |c| c.agent_image.clone()),
-            ("cacert", "/etc/ca.pem", |c| c.cacert.clone()),
-            ("http-proxy", "http://p:3128", |c| c.http_proxy.clone()),
-            ("https-proxy", "http://p:3129", |c| c.https_proxy.clone()),
-            ("no-proxy", ".local,10.0.0.0/8", |c| c.no_proxy.clone()),
+            ("cacert", "/etc/ca.pem", |c| text(c.cacert.as_ref())),
+            ("http-proxy", "http://p:3128", |c| {
+                text(c.http_proxy.as_ref())
+            }),
+            ("https-proxy", "http://p:3129", |c| {
+                text(c.https_proxy.as_ref())
+            }),
+            ("no-proxy", ".local,10.0.0.0/8", |c| {
+                text(c.no_proxy.as_ref())
+            }),
             ("service-ips", "10.0.0.1,10.0.0.2", |c| {
                 c.service_ips.clone()
             }),
@@ -625,19 +547,22 @@ mod tests {
             ("must-gather-image", "{\"cnv\":\"q/x\"}", |c| {
                 c.must_gather_image.clone()
             }),
-            ("format-disk", "/dev/sdc", |c| c.format_disks.join(",")),
+            ("format-disk", "/dev/sdc", |c| {
+                let disks: Vec<String> = c.format_disks.iter().map(|d| text(Some(d))).collect();
+                disks.join(",")
+            }),
             ("coreos-image", "quay.io/rhcos:x", |c| {
-                c.coreos_image.clone()
+                text(c.coreos_image.as_ref())
             }),
             ("installer-args", "[\"-n\"]", |c| {
                 format!("[{:?}]", c.installer_args[0])
             }),
-            ("force-id", "f-1", |c| c.force_id.clone()),
+            ("force-id", "f-1", |c| text(c.force_id.as_ref())),
             ("fake-reboot-marker-path", "/tmp/m", |c| {
-                c.fake_reboot_marker_path.clone()
+                text(c.fake_reboot_marker_path.as_ref())
             }),
             ("dry-run-cluster-hosts-path", "/tmp/h.json", |c| {
-                c.dry_run_cluster_hosts_path.clone()
+                text(c.dry_run_cluster_hosts_path.as_ref())
             }),
         ]
     }
@@ -695,7 +620,12 @@ mod tests {
 
     #[test]
     fn help_flag_false_is_not_help() {
-        assert!(!run(&["--help=false"]).help);
+        for a in [&["--help=false"][..], &["--help", "--help=false"]] {
+            assert!(
+                matches!(parse(&args(a), &no_env), Ok(ParseOutcome::Run(_))),
+                "{a:?}"
+            );
+        }
     }
 
     #[test]
@@ -714,7 +644,7 @@ mod tests {
     fn bool_followed_by_value_stops_parsing() {
         let c = run(&["--enable-skip-mco-reboot", "true", "--role", "worker"]);
         assert!(c.enable_skip_mco_reboot);
-        assert_eq!(c.role, "master");
+        assert_eq!(c.role, Role::Master);
         assert_eq!(c.ignored_args, vec!["true", "--role", "worker"]);
         let w = c.ignored_args_warning().unwrap();
         assert!(w.contains("\"true\", \"--role\", \"worker\""), "{w}");
@@ -723,7 +653,7 @@ mod tests {
     #[test]
     fn stops_at_positional_and_double_dash() {
         let c = run(&["--role", "worker", "extra", "--host-id", "h"]);
-        assert_eq!(c.role, "worker");
+        assert_eq!(c.role, Role::Worker);
         assert_eq!(c.host_id, "");
         assert_eq!(c.ignored_args, vec!["extra", "--host-id", "h"]);
 
@@ -744,7 +674,7 @@ mod tests {
     #[test]
     fn value_flag_takes_next_argument_whatever_it_is() {
         let c = run(&["--role", "--url", "x"]);
-        assert_eq!(c.role, "--url");
+        assert_eq!(c.role, Role::Other("--url".into()));
         assert_eq!(c.ignored_args, vec!["x"]);
         let c = run(&["--url=a=b"]);
         assert_eq!(c.url, "a=b");
@@ -755,7 +685,7 @@ mod tests {
     #[test]
     fn last_value_wins() {
         let c = run(&["--role", "worker", "--role=bootstrap"]);
-        assert_eq!(c.role, "bootstrap");
+        assert_eq!(c.role, Role::Bootstrap);
     }
 
     #[test]
@@ -889,7 +819,30 @@ mod tests {
     #[test]
     fn coreos_image_stored() {
         let c = run(&["--coreos-image", "quay.io/openshift/rhcos@sha256:abc"]);
-        assert_eq!(c.coreos_image, "quay.io/openshift/rhcos@sha256:abc");
+        assert_eq!(
+            c.coreos_image.as_deref(),
+            Some("quay.io/openshift/rhcos@sha256:abc")
+        );
+    }
+
+    #[test]
+    fn empty_value_means_not_given() {
+        let c = run(&[
+            "--cacert=",
+            "--http-proxy",
+            "",
+            "--coreos-image=",
+            "--force-id=",
+            "--fake-reboot-marker-path=",
+        ]);
+        assert_eq!(c, InstallerConfig::default());
+        // The last value wins, an empty one too.
+        assert_eq!(run(&["--cacert", "/ca.pem", "--cacert="]).cacert, None);
+        let env = |k: &str| k.starts_with("DRY_").then(String::new);
+        let Ok(ParseOutcome::Run(c)) = parse(&[], &env) else {
+            panic!()
+        };
+        assert_eq!(c, InstallerConfig::default());
     }
 
     #[test]
@@ -901,7 +854,10 @@ mod tests {
             "--format-disk",
             "/dev/nvme0n1",
         ]);
-        assert_eq!(c.format_disks, vec!["/dev/sdb", "/dev/sdc", "/dev/nvme0n1"]);
+        assert_eq!(
+            c.format_disks,
+            ["/dev/sdb", "/dev/sdc", "/dev/nvme0n1"].map(PathBuf::from)
+        );
     }
 
     #[test]
@@ -918,9 +874,15 @@ mod tests {
             panic!()
         };
         assert!(c.dry_run);
-        assert_eq!(c.force_id, "forced-1");
-        assert_eq!(c.fake_reboot_marker_path, "/tmp/marker");
-        assert_eq!(c.dry_run_cluster_hosts_path, "/tmp/hosts.json");
+        assert_eq!(c.force_id.as_deref(), Some("forced-1"));
+        assert_eq!(
+            c.fake_reboot_marker_path.as_deref(),
+            Some(Path::new("/tmp/marker"))
+        );
+        assert_eq!(
+            c.dry_run_cluster_hosts_path.as_deref(),
+            Some(Path::new("/tmp/hosts.json"))
+        );
 
         // Flags override the environment.
         let Ok(ParseOutcome::Run(c)) = parse(
@@ -930,7 +892,7 @@ mod tests {
             panic!()
         };
         assert!(!c.dry_run);
-        assert_eq!(c.force_id, "flag-id");
+        assert_eq!(c.force_id.as_deref(), Some("flag-id"));
 
         // The prefixed name wins over the bare one.
         let env2 = |k: &str| match k {
@@ -990,7 +952,7 @@ mod tests {
             "--enable-skip-mco-reboot",
             "--notify-num-reboots",
         ]);
-        assert_eq!(c.role, "bootstrap");
+        assert_eq!(c.role, Role::Bootstrap);
         assert_eq!(c.control_plane_count, 3);
         assert!(c.check_cluster_version && c.enable_skip_mco_reboot && c.notify_num_reboots);
         assert!(!c.insecure);
@@ -1011,43 +973,13 @@ mod tests {
         assert!(u.contains("  -format-disk value\n"));
         assert!(u.contains("  -insecure\n    \tDo not verify"));
         assert!(u.contains(&format!("(default \"{DEFAULT_AGENT_IMAGE}\")")));
+        assert!(u.contains(&format!("(default \"{DEFAULT_CONTROLLER_IMAGE}\")")));
+        // Zero values are not shown, as in Go: only the four non-empty defaults are.
+        assert_eq!(u.matches("(default ").count(), 4, "{u}");
         let names: Vec<&str> = FLAGS.iter().map(|f| f.name).collect();
         let mut sorted = names.clone();
         sorted.sort();
         assert_eq!(names, sorted);
         assert_eq!(FLAGS.len(), 31);
-    }
-
-    #[test]
-    fn proxy_env_for_children() {
-        assert!(run(&["--no-proxy", "x"]).child_proxy_env().is_empty());
-        let c = run(&["--https-proxy", "http://p:1", "--no-proxy", ".svc"]);
-        assert_eq!(
-            c.child_proxy_env(),
-            vec![
-                ("HTTPS_PROXY".to_string(), "http://p:1".to_string()),
-                ("NO_PROXY".to_string(), ".svc".to_string())
-            ]
-        );
-    }
-
-    #[test]
-    fn redacted_masks_proxy_passwords() {
-        let c = run(&[
-            "--http-proxy",
-            "http://user:pa55@proxy:3128",
-            "--https-proxy",
-            "user:pw@proxy2:3129/x",
-            "--host-id",
-            "h1",
-        ]);
-        let r = c.redacted();
-        assert!(!r.contains("pa55") && !r.contains("pw@"), "{r}");
-        assert!(r.contains("http://user:<SECRET>@proxy:3128"), "{r}");
-        assert!(r.contains("user:<SECRET>@proxy2:3129/x"), "{r}");
-        assert!(r.contains("host_id: \"h1\""));
-        assert_eq!(mask_url_password("http://proxy:3128"), "http://proxy:3128");
-        assert_eq!(mask_url_password("http://user@proxy"), "http://user@proxy");
-        assert_eq!(mask_url_password(""), "");
     }
 }

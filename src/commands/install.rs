@@ -4,14 +4,15 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::cli::go_flags::{self, InstallerConfig, ParseOutcome};
+use crate::cli::go_flags::{self, ParseOutcome};
+use crate::config::InstallerConfig;
 use crate::flow::node::run_installer;
 use crate::flow::writer::InProcessWriter;
 use crate::flow::{Flow, Intervals, KubeFactory, Paths};
 use crate::host::clock::SystemClock;
 use crate::host::commands::{CommandRunner, NsenterRunner, RecordingRunner};
 use crate::host::reboot::{FakeReboot, Rebooter, ShutdownRebooter};
-use crate::host::Host;
+use crate::host::HostEffects;
 use crate::image::Cancel;
 use crate::kube::client::KubeClient;
 use crate::kube::KubeApi;
@@ -30,7 +31,8 @@ fn log_file(cfg: &InstallerConfig, env: &dyn Fn(&str) -> Option<String>) -> Path
         .and_then(|v| go_flags::parse_go_bool(&v))
         .unwrap_or(false);
     if dry_env {
-        PathBuf::from(format!("/var/log/assisted-installer-{}.log", cfg.force_id))
+        let id = cfg.force_id.as_deref().unwrap_or_default();
+        PathBuf::from(format!("/var/log/assisted-installer-{id}.log"))
     } else {
         PathBuf::from("/var/log/assisted-installer.log")
     }
@@ -56,16 +58,19 @@ pub fn run(args: &[String]) -> i32 {
     // journald fields as the Go installer sets them (logs_sender selects entries by TAG).
     let journal = vec![
         ("TAG".to_string(), "installer".to_string()),
-        ("DRY_AGENT_ID".to_string(), cfg.force_id.clone()),
+        (
+            "DRY_AGENT_ID".to_string(),
+            cfg.force_id.clone().unwrap_or_default(),
+        ),
     ];
     logging::init_with_file(cfg.verbose, Some(&log_file(&cfg, &env)), Some(journal));
     if let Some(w) = cfg.ignored_args_warning() {
         tracing::warn!("{w}");
     }
-    if !cfg.no_proxy.is_empty() {
+    if let Some(no_proxy) = &cfg.no_proxy {
         // Go sets these in its own environment at parse time, so the API client honours them.
-        std::env::set_var("NO_PROXY", &cfg.no_proxy);
-        std::env::set_var("no_proxy", &cfg.no_proxy);
+        std::env::set_var("NO_PROXY", no_proxy);
+        std::env::set_var("no_proxy", no_proxy);
     }
     let token = env("PULL_SECRET_TOKEN").unwrap_or_default();
     if token.is_empty() {
@@ -96,7 +101,7 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         url: cfg.url.clone(),
         token: token.clone(),
         insecure: cfg.insecure,
-        cacert: (!cfg.cacert.is_empty()).then(|| PathBuf::from(&cfg.cacert)),
+        cacert: cfg.cacert.clone(),
         retry: if cfg.dry_run {
             ClientRetry::dry_run()
         } else {
@@ -119,10 +124,10 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         ))
     };
     let reboot: Arc<dyn Rebooter> = if cfg.dry_run {
-        if cfg.fake_reboot_marker_path.is_empty() {
+        let Some(marker) = &cfg.fake_reboot_marker_path else {
             anyhow::bail!("--dry-run needs --fake-reboot-marker-path (or DRY_FAKE_REBOOT_MARKER_PATH): the file touched instead of rebooting");
-        }
-        Arc::new(FakeReboot::new(PathBuf::from(&cfg.fake_reboot_marker_path)))
+        };
+        Arc::new(FakeReboot::new(marker))
     } else {
         Arc::new(ShutdownRebooter::new(commands.clone()))
     };
@@ -130,7 +135,7 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
     signals::cancel_on_signal(&stop)?;
     let writer = Arc::new(InProcessWriter {
         stop,
-        cacert: (!cfg.cacert.is_empty()).then(|| PathBuf::from(&cfg.cacert)),
+        cacert: cfg.cacert.clone(),
     });
     let dry = cfg.dry_run;
     Ok(Flow {
@@ -138,7 +143,7 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         token,
         client,
         reporter,
-        host: Host::new(commands, reboot, Arc::new(SystemClock), dry),
+        host: HostEffects::new(commands, reboot, Arc::new(SystemClock), dry),
         writer,
         paths: Paths {
             host_root: crate::host::root::detect(),

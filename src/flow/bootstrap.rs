@@ -1,7 +1,8 @@
 //! The bootstrap host (HA: it runs the bootstrap control plane, then pivots into a master) and
 //! the single-node host (bootstrap-in-place), with the Go installer's steps, stages and info
-//! strings (§3.4–3.5 of the behaviour reference). Host effects go through `Flow::host`, the
-//! new cluster through `Flow::kube`, files under /opt through `Flow::paths`.
+//! strings (its `startBootstrap`, `waitForControlPlane` and `createSingleNodeMasterIgnition`).
+//! Host effects go through `Flow::host`, the new cluster through `Flow::kube`, files under
+//! /opt through `Flow::paths`.
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeSet;
@@ -15,6 +16,7 @@ use crate::bootstrap::mcs_logs::{
 };
 use crate::bootstrap::pull_secret::extract_pull_secret;
 use crate::bootstrap::ssh_manifest::{render_ssh_manifest, SSH_MANIFEST_FILE_NAME};
+use crate::config::Role;
 use crate::host::commands::CommandRunner;
 use crate::image::Cancel;
 use crate::kube::install_config::{
@@ -24,7 +26,7 @@ use crate::kube::{
     KubeApi, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
     DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
 };
-use crate::service::models::Host as ServiceHost;
+use crate::service::models::{Host as ServiceHost, HostStatus};
 use crate::service::stages::{HostStage, LogsState};
 
 /// Attempts at laying down the bootstrap Ignition with the MCO (Go: 3, immediate).
@@ -223,7 +225,7 @@ impl ConfiguringStatus {
         let handle = std::thread::Builder::new()
             .name("configuring".into())
             .spawn(move || {
-                let mut hosts: Option<Vec<(McsHost, String, String)>> = None;
+                let mut hosts: Option<Vec<(McsHost, String, Option<HostStage>)>> = None;
                 loop {
                     if hosts.is_none() {
                         match client.get_cluster(&cluster, false) {
@@ -231,7 +233,7 @@ impl ConfiguringStatus {
                                 hosts = Some(
                                     c.hosts
                                         .iter()
-                                        .filter(|h| h.id != me && h.status != "disabled")
+                                        .filter(|h| h.id != me && !h.is_disabled())
                                         .map(|h| {
                                             let ips = h
                                                 .inventory
@@ -243,11 +245,7 @@ impl ConfiguringStatus {
                                                 role: h.role.clone(),
                                                 ips,
                                             };
-                                            (
-                                                host,
-                                                h.infra_env_id.clone(),
-                                                h.current_stage().to_string(),
-                                            )
+                                            (host, h.infra_env_id.clone(), h.stage())
                                         })
                                         .collect(),
                                 )
@@ -258,7 +256,7 @@ impl ConfiguringStatus {
                         }
                     }
                     if let Some(list) = hosts.as_mut() {
-                        list.retain(|(_, _, stage)| !is_past_ignition_fetch(stage));
+                        list.retain(|(_, _, stage)| !is_past_ignition_fetch(*stage));
                         if list.is_empty() {
                             return;
                         }
@@ -270,10 +268,9 @@ impl ConfiguringStatus {
                             .collect();
                         for (h, infra_env, stage) in list.iter_mut() {
                             if fetched.contains(&h.id) {
-                                let new = status_for(&h.role);
-                                let st: HostStage = new.parse().expect("a valid stage");
-                                reporter_hosts.other_host(infra_env, &h.id, st, "");
-                                *stage = new.to_string();
+                                let new = status_for(h.role.as_ref());
+                                reporter_hosts.other_host(infra_env, &h.id, new, "");
+                                *stage = Some(new);
                             }
                         }
                     }
@@ -342,8 +339,8 @@ pub fn bootstrap_post_phase(f: &Flow) -> Result<()> {
         cluster.platform_type()
     );
     let platform = cluster.platform_type().to_string();
-    wait_for_nodes(f, kube.as_ref(), "master", &platform, creds);
-    wait_for_nodes(f, kube.as_ref(), "arbiter", &platform, creds);
+    wait_for_nodes(f, kube.as_ref(), &Role::Master, &platform, creds);
+    wait_for_nodes(f, kube.as_ref(), &Role::Arbiter, &platform, creds);
     wait_for_bootkube(f);
     wait_for_etcd_bootstrap(f);
     wait_for_controller(f, kube.as_ref());
@@ -363,7 +360,7 @@ fn invoker(kube: &dyn KubeApi) -> String {
 }
 
 /// Wait until enough nodes of `role` are Ready, reporting `Joined` for each matching host.
-fn wait_for_nodes(f: &Flow, kube: &dyn KubeApi, role: &str, platform: &str, creds: bool) {
+fn wait_for_nodes(f: &Flow, kube: &dyn KubeApi, role: &Role, platform: &str, creds: bool) {
     let mut counted: BTreeSet<String> = BTreeSet::new();
     let mut inventory: Option<Vec<ServiceHost>> = None;
     loop {
@@ -374,7 +371,7 @@ fn wait_for_nodes(f: &Flow, kube: &dyn KubeApi, role: &str, platform: &str, cred
             .and_then(|d| d.get("install-config").cloned())
             .and_then(|y| replicas(&y).ok())
             .map(|r| {
-                if role == "arbiter" {
+                if *role == Role::Arbiter {
                     r.arbiter.unwrap_or(0)
                 } else {
                     r.control_plane.unwrap_or(0)
@@ -384,7 +381,7 @@ fn wait_for_nodes(f: &Flow, kube: &dyn KubeApi, role: &str, platform: &str, cred
             if replicas < 1 {
                 return;
             }
-            let needed = if role == "arbiter" {
+            let needed = if *role == Role::Arbiter {
                 1
             } else {
                 needed_ready_masters(replicas)
@@ -397,11 +394,11 @@ fn wait_for_nodes(f: &Flow, kube: &dyn KubeApi, role: &str, platform: &str, cred
                     .map(|c| {
                         c.hosts
                             .into_iter()
-                            .filter(|h| h.id != f.cfg.host_id && h.status != "disabled")
+                            .filter(|h| h.id != f.cfg.host_id && !h.is_disabled())
                             .collect()
                     });
             }
-            match kube.list_nodes(role) {
+            match kube.list_nodes(role.as_str()) {
                 Ok(nodes) => {
                     let untaint = !nodes.is_empty()
                         && remove_uninitialized_taint(
@@ -437,7 +434,7 @@ fn wait_for_nodes(f: &Flow, kube: &dyn KubeApi, role: &str, platform: &str, cred
                                     .any(|ip| node.internal_ips.iter().any(|n| n == ip))
                         });
                         match matched {
-                            Some(h) if h.status != "installed" => {
+                            Some(h) if h.status != Some(HostStatus::Installed) => {
                                 f.reporter.other_host(
                                     &h.infra_env_id,
                                     &h.id,
@@ -529,16 +526,22 @@ fn wait_for_controller(f: &Flow, kube: &dyn KubeApi) {
 /// Agent-based installs run the service on this host: wait until no worker still needs it.
 fn wait_for_workers(f: &Flow) {
     let busy = [
-        HostStage::WaitingForControlPlane.as_str(),
-        HostStage::Installing.as_str(),
-        HostStage::StartingInstallation.as_str(),
+        HostStage::WaitingForControlPlane,
+        HostStage::Installing,
+        HostStage::StartingInstallation,
     ];
     loop {
         match f
             .client
-            .list_cluster_hosts(&f.cfg.cluster_id, Some("worker"))
+            .list_cluster_hosts(&f.cfg.cluster_id, Some(&Role::Worker))
         {
-            Ok(hosts) if !hosts.iter().any(|h| busy.contains(&h.current_stage())) => return,
+            Ok(hosts)
+                if !hosts
+                    .iter()
+                    .any(|h| h.stage().is_some_and(|s| busy.contains(&s))) =>
+            {
+                return
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!("listing workers: {e:#}"),
         }
@@ -549,7 +552,7 @@ fn wait_for_workers(f: &Flow) {
 /// Pure: every master has both MachineConfig annotations, both configs exist, and all masters
 /// want the same config.
 pub fn mc_annotations_consistent(kube: &dyn KubeApi) -> Result<bool> {
-    let masters = kube.list_nodes("master")?;
+    let masters = kube.list_nodes(Role::Master.as_str())?;
     if masters.is_empty() {
         return Ok(false);
     }

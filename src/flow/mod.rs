@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cli::go_flags::InstallerConfig;
+use crate::config::InstallerConfig;
 use crate::host::root::{HostRoot, Unreachable};
-use crate::host::Host;
+use crate::host::HostEffects;
 use crate::kube::KubeApi;
 use crate::service::client::InventoryClient;
 use crate::service::reporter::Reporter;
@@ -84,7 +84,7 @@ pub struct Flow {
     pub token: String,
     pub client: Arc<dyn InventoryClient>,
     pub reporter: Arc<Reporter>,
-    pub host: Host,
+    pub host: HostEffects,
     pub writer: Arc<dyn DiskWriter>,
     pub paths: Paths,
     /// `uname -m` of the host, for the UEFI loader name.

@@ -13,6 +13,7 @@ use super::wait::worker_wait_for_control_plane;
 use super::writer::WriteRequest;
 use super::Flow;
 use crate::cli::installer_args::parse_installer_args;
+use crate::config::Role;
 use crate::host::boot_order::set_boot_order;
 use crate::host::disk_prep::{cleanup_install_device, format_disks, resolve_disk_symlink};
 use crate::host::logs::{upload_installation_logs, LogsUpload};
@@ -34,8 +35,14 @@ pub fn run_installer(f: &Flow) -> Result<()> {
         .clone()
         .map_err(anyhow::Error::from)
         .and_then(|host_root| {
-            if !f.cfg.dry_run && f.cfg.coreos_image.is_empty() && !f.cfg.format_disks.is_empty() {
-                let failed = format_disks(f.host.commands.as_ref(), &f.cfg.format_disks);
+            if !f.cfg.dry_run && f.cfg.coreos_image.is_none() && !f.cfg.format_disks.is_empty() {
+                let disks: Vec<String> = f
+                    .cfg
+                    .format_disks
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect();
+                let failed = format_disks(f.host.commands.as_ref(), &disks);
                 if failed > 0 {
                     tracing::warn!("{failed} of the --format-disk disks could not be formatted");
                 }
@@ -56,7 +63,7 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
     let cfg = &f.cfg;
     f.reporter
         .stage(HostStage::StartingInstallation, cfg.role.as_str());
-    if !cfg.coreos_image.is_empty() {
+    if cfg.coreos_image.is_some() {
         bail!("--coreos-image (installing onto the running root with ostree) is not supported by this installer");
     }
     // --installer-args must be usable (and their host paths reachable) before anything is
@@ -81,7 +88,7 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
     std::fs::create_dir_all(&f.paths.install_dir)
         .with_context(|| format!("creating {}", f.paths.install_dir.display()))?;
     let single_node = cfg.is_single_node();
-    let bootstrap = cfg.role == "bootstrap" && !single_node;
+    let bootstrap = cfg.role == Role::Bootstrap && !single_node;
     // The bootstrap and single-node disks are not needed by the live system: write them while
     // the control plane forms (see flow::early).
     let mut early = ((bootstrap || single_node) && f.early_write)
@@ -112,11 +119,12 @@ fn install_after_prologue(
 ) -> Result<()> {
     let cfg = &f.cfg;
     let dev = device.display().to_string();
+    // The role reported and installed: the HA bootstrap pivots into a master.
     let mut role = cfg.role.clone();
     let _configuring = if bootstrap {
         start_bootstrap(f, false)?;
         let watcher = (!cfg.dry_run).then(|| ConfiguringStatus::spawn(f));
-        role = "master".to_string();
+        role = Role::Master;
         watcher
     } else {
         None
@@ -136,7 +144,7 @@ fn install_after_prologue(
         },
         early.take(),
     )?;
-    if cfg.role == "worker" {
+    if cfg.role == Role::Worker {
         worker_wait_for_control_plane(f);
     }
     if cfg.enable_skip_mco_reboot {
@@ -152,7 +160,7 @@ fn install_after_prologue(
             tracing::warn!("failed to set the boot order of {dev}: {e:#}");
         }
     }
-    if role == "master" && host_root.local(&f.paths.registry_marker)?.exists() {
+    if role == Role::Master && host_root.local(&f.paths.registry_marker)?.exists() {
         bail!("this host carries registry data (appliance install), which this installer cannot copy yet");
     }
     if bootstrap {
@@ -164,7 +172,7 @@ fn install_after_prologue(
 }
 
 /// `GET …/downloads/ignition` into `/opt/install-dir/<role>-<hostID>.ign`.
-fn download_ignition(f: &Flow, role: &str) -> Result<PathBuf> {
+fn download_ignition(f: &Flow, role: &Role) -> Result<PathBuf> {
     let cfg = &f.cfg;
     let path = f
         .paths
@@ -230,7 +238,7 @@ fn upload_logs(f: &Flow, is_bootstrap: bool) {
         url: cfg.url.clone(),
         pull_secret_token: f.token.clone(),
         insecure: cfg.insecure,
-        ca_cert_path: (!cfg.cacert.is_empty()).then(|| cfg.cacert.clone()),
+        ca_cert_path: cfg.cacert.as_ref().map(|p| p.display().to_string()),
     };
     if let Err(e) = upload_installation_logs(f.host.commands.as_ref(), &upload, is_bootstrap) {
         tracing::warn!("uploading the installation logs: {e}");

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::Flow;
+use crate::config::Role;
 use crate::service::models::Host as ServiceHost;
 use crate::service::stages::HostStage;
 
@@ -12,10 +13,7 @@ pub const POLL: Duration = Duration::from_secs(5);
 fn done(hosts: &[ServiceHost]) -> usize {
     hosts
         .iter()
-        .filter(|h| {
-            h.progress.as_ref().and_then(|p| p.current_stage.as_deref())
-                == Some(HostStage::Done.as_str())
-        })
+        .filter(|h| h.stage() == Some(HostStage::Done))
         .count()
 }
 
@@ -25,20 +23,20 @@ fn done(hosts: &[ServiceHost]) -> usize {
 pub fn worker_wait_for_control_plane(f: &Flow) {
     f.reporter.stage(HostStage::WaitingForControlPlane, "");
     let cluster_id = &f.cfg.cluster_id;
-    let mut kind: Option<String> = None;
+    let mut day2: Option<bool> = None;
     loop {
-        if kind.is_none() {
+        if day2.is_none() {
             match f.client.get_cluster(cluster_id, true) {
-                Ok(c) => kind = Some(c.kind.clone()),
+                Ok(c) => day2 = Some(c.is_day2()),
                 Err(e) => tracing::warn!("getting cluster {cluster_id}: {e:#}"),
             }
         }
-        if let Some(k) = &kind {
-            if k == "AddHostsCluster" {
+        if let Some(day2) = day2 {
+            if day2 {
                 tracing::info!("day-2 cluster: not waiting for the control plane");
                 return;
             }
-            let masters = match f.client.list_cluster_hosts(cluster_id, Some("master")) {
+            let masters = match f.client.list_cluster_hosts(cluster_id, Some(&Role::Master)) {
                 Ok(h) => done(&h),
                 Err(e) => {
                     tracing::warn!("listing the masters of cluster {cluster_id}: {e:#}");
@@ -48,7 +46,7 @@ pub fn worker_wait_for_control_plane(f: &Flow) {
             // Two-node clusters with an arbiter: a Done arbiter counts too. Errors ignored.
             let arbiters = f
                 .client
-                .list_cluster_hosts(cluster_id, Some("arbiter"))
+                .list_cluster_hosts(cluster_id, Some(&Role::Arbiter))
                 .map(|h| done(&h))
                 .unwrap_or(0);
             if masters + arbiters >= 2 {

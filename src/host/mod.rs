@@ -1,6 +1,6 @@
 //! Narrow traits for host effects, with real and dry-run/test implementations.
 //!
-//! A flow picks its implementations once, at the top, in a [`Host`]:
+//! A flow picks its implementations once, at the top, in a [`HostEffects`]:
 //! - [`commands::CommandRunner`]: host commands (`nsenter` from the container, direct on the
 //!   host, or recorded);
 //! - [`reboot::Rebooter`]: `shutdown -r`, or the dry-run fake reboot marker;
@@ -26,9 +26,10 @@ pub use commands::{CommandRunner, ExecError, LocalRunner, NsenterRunner, Recordi
 pub use reboot::{FakeReboot, Rebooter, ShutdownRebooter};
 pub use systemd::Systemd;
 
-/// The host effects of one installation run.
+/// The host effects of one installation run (not to be confused with the service's host
+/// model, `service::models::Host`).
 #[derive(Clone)]
-pub struct Host {
+pub struct HostEffects {
     pub commands: Arc<dyn CommandRunner>,
     pub reboot: Arc<dyn Rebooter>,
     pub clock: Arc<dyn Clock>,
@@ -36,14 +37,14 @@ pub struct Host {
     pub dry_run: bool,
 }
 
-impl Host {
+impl HostEffects {
     pub fn new(
         commands: Arc<dyn CommandRunner>,
         reboot: Arc<dyn Rebooter>,
         clock: Arc<dyn Clock>,
         dry_run: bool,
     ) -> Self {
-        Host {
+        HostEffects {
             commands,
             reboot,
             clock,
@@ -67,7 +68,7 @@ impl Host {
         } else {
             Arc::new(ShutdownRebooter::new(commands.clone()))
         };
-        Host::new(commands, reboot, Arc::new(SystemClock), dry_run)
+        HostEffects::new(commands, reboot, Arc::new(SystemClock), dry_run)
     }
 
     /// systemd helpers over this host's runner (actions are no-ops in dry-run mode).
@@ -76,9 +77,9 @@ impl Host {
     }
 }
 
-impl std::fmt::Debug for Host {
+impl std::fmt::Debug for HostEffects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host")
+        f.debug_struct("HostEffects")
             .field("dry_run", &self.dry_run)
             .finish_non_exhaustive()
     }
@@ -91,7 +92,7 @@ mod tests {
     #[test]
     fn real_host_reboots_with_shutdown() {
         let r = Arc::new(RecordingRunner::new());
-        let host = Host::with_runner(r.clone(), false, None);
+        let host = HostEffects::with_runner(r.clone(), false, None);
         host.reboot.reboot("+1").unwrap();
         host.systemd().systemctl("daemon-reload", &[]).unwrap();
         assert_eq!(
@@ -106,7 +107,7 @@ mod tests {
     #[test]
     fn dry_host_touches_marker_and_skips_systemctl_actions() {
         let r = Arc::new(RecordingRunner::new());
-        let host = Host::with_runner(r.clone(), true, Some("/tmp/fake-reboot".into()));
+        let host = HostEffects::with_runner(r.clone(), true, Some("/tmp/fake-reboot".into()));
         host.systemd()
             .systemctl("stop", &["agent.service"])
             .unwrap();

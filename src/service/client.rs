@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use super::models::{Cluster, Host, HostProgress, LogsProgressParams};
 use super::stages::{HostStage, LogsState};
+use crate::config::Role;
 
 /// Appended to `--url` (swagger `basePath`).
 pub const API_BASE_PATH: &str = "/api/assisted-install";
@@ -58,7 +59,7 @@ pub trait InventoryClient: Send + Sync {
     /// `GET /v2/clusters/{cluster_id}?exclude-hosts=…`.
     fn get_cluster(&self, cluster_id: &str, exclude_hosts: bool) -> Result<Cluster>;
     /// `GET /v2/clusters/{cluster_id}/hosts[?role=…]`.
-    fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&str>) -> Result<Vec<Host>>;
+    fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&Role>) -> Result<Vec<Host>>;
     /// `PUT /v2/infra-envs/{infra_env_id}/hosts/{host_id}/logs-progress`.
     fn update_host_logs_progress(
         &self,
@@ -584,11 +585,11 @@ impl InventoryClient for ServiceClient {
         self.get_json("GetCluster", path)
     }
 
-    fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&str>) -> Result<Vec<Host>> {
+    fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&Role>) -> Result<Vec<Host>> {
         let mut path = format!("/v2/clusters/{}/hosts", encode(cluster_id));
         if let Some(role) = role {
             path.push_str("?role=");
-            path.push_str(&encode(role));
+            path.push_str(&encode(role.as_str()));
         }
         self.get_json("ListClusterHosts", path)
     }

@@ -10,8 +10,8 @@ pub use client::{
     ClientConfig, ClientRetry, InventoryClient, LogsType, LogsUpload, ServiceClient, ServiceError,
 };
 pub use models::{
-    ApiError, Cluster, Host, HostProgress, HostProgressInfo, InfraError, LogsProgressParams,
-    Platform,
+    ApiError, Cluster, Host, HostProgress, HostProgressInfo, HostStatus, InfraError,
+    LogsProgressParams, Platform,
 };
 pub use reporter::Reporter;
 pub use stages::{HostStage, LogsState, UnknownValue};

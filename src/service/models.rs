@@ -5,6 +5,8 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::stages::{HostStage, LogsState};
+use crate::config::Role;
+use crate::wire::wire_enum;
 
 /// `null` or a missing field gives `T::default()` (the Go service may send `null` for an empty
 /// list or omit empty strings).
@@ -84,13 +86,12 @@ pub struct Host {
     /// `Host` or `AddToExistingClusterHost`.
     #[serde(deserialize_with = "null_as_default")]
     pub kind: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<HostStatus>,
     #[serde(deserialize_with = "null_as_default")]
     pub status_info: String,
-    /// `auto-assign`, `master`, `arbiter`, `worker` or `bootstrap`.
-    #[serde(deserialize_with = "null_as_default")]
-    pub role: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
     #[serde(deserialize_with = "null_as_default")]
     pub bootstrap: bool,
     #[serde(deserialize_with = "null_as_default")]
@@ -102,7 +103,47 @@ pub struct Host {
     pub inventory: Option<String>,
 }
 
+wire_enum! {
+    /// A host's status (swagger `host.status`). Open: a status added by a newer service is
+    /// kept as text.
+    pub enum HostStatus: open {
+        Discovering = "discovering",
+        Known = "known",
+        Disconnected = "disconnected",
+        Insufficient = "insufficient",
+        Disabled = "disabled",
+        PreparingForInstallation = "preparing-for-installation",
+        PreparingFailed = "preparing-failed",
+        PreparingSuccessful = "preparing-successful",
+        PendingForInput = "pending-for-input",
+        Installing = "installing",
+        InstallingInProgress = "installing-in-progress",
+        InstallingPendingUserAction = "installing-pending-user-action",
+        ResettingPendingUserAction = "resetting-pending-user-action",
+        Installed = "installed",
+        Error = "error",
+        Resetting = "resetting",
+        AddedToExistingCluster = "added-to-existing-cluster",
+        Cancelled = "cancelled",
+        Binding = "binding",
+        Unbinding = "unbinding",
+        UnbindingPendingUserAction = "unbinding-pending-user-action",
+        KnownUnbound = "known-unbound",
+        DisconnectedUnbound = "disconnected-unbound",
+        InsufficientUnbound = "insufficient-unbound",
+        DisabledUnbound = "disabled-unbound",
+        DiscoveringUnbound = "discovering-unbound",
+        Reclaiming = "reclaiming",
+        ReclaimingRebooting = "reclaiming-rebooting",
+    }
+}
+
 impl Host {
+    /// Disabled hosts take no part in the installation: the Go installer skips them.
+    pub fn is_disabled(&self) -> bool {
+        self.status == Some(HostStatus::Disabled)
+    }
+
     /// `progress.current_stage` as sent by the service ("" when absent).
     pub fn current_stage(&self) -> &str {
         self.progress
@@ -121,7 +162,8 @@ impl Host {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct HostProgressInfo {
-    /// Kept as a string so that a stage added by a newer service does not fail the parse.
+    /// Kept as the wire string so that a stage added by a newer service does not fail the
+    /// parse; read it typed through [`Host::stage`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current_stage: Option<String>,
     #[serde(deserialize_with = "null_as_default")]
@@ -272,6 +314,9 @@ mod tests {
         assert_eq!(h.stage(), Some(HostStage::Done));
         assert_eq!(h.inventory.as_deref(), Some("{\"interfaces\":[]}"));
         assert_eq!(h.requested_hostname, "Master-0");
+        assert_eq!(h.role, Some(Role::Master));
+        assert_eq!(h.status, Some(HostStatus::InstallingInProgress));
+        assert!(!h.is_disabled());
 
         let h: Host =
             serde_json::from_value(json!({"progress": {"current_stage": "Brand new"}})).unwrap();
@@ -279,6 +324,16 @@ mod tests {
         assert_eq!(h.stage(), None);
         let h: Host = serde_json::from_value(json!({"id": "x"})).unwrap();
         assert_eq!(h.current_stage(), "");
+        assert_eq!((h.role, h.status), (None, None));
+        let h: Host = serde_json::from_value(
+            json!({"role": "observer", "status": "brand-new", "bootstrap": null}),
+        )
+        .unwrap();
+        assert_eq!(h.role, Some(Role::Other("observer".into())));
+        assert_eq!(h.status, Some(HostStatus::Other("brand-new".into())));
+        let h: Host = serde_json::from_value(json!({"status": "disabled", "role": null})).unwrap();
+        assert!(h.is_disabled());
+        assert_eq!(h.role, None);
     }
 
     #[test]

@@ -319,7 +319,11 @@ mod tests {
         fn get_cluster(&self, _: &str, _: bool) -> anyhow::Result<Cluster> {
             unimplemented!()
         }
-        fn list_cluster_hosts(&self, _: &str, _: Option<&str>) -> anyhow::Result<Vec<Host>> {
+        fn list_cluster_hosts(
+            &self,
+            _: &str,
+            _: Option<&crate::config::Role>,
+        ) -> anyhow::Result<Vec<Host>> {
             unimplemented!()
         }
         fn update_host_logs_progress(&self, _: &str, _: &str, _: LogsState) -> anyhow::Result<()> {
