@@ -218,6 +218,11 @@ fn one_shot(ss: u64) {
     args.push(dev.path.display().to_string());
     let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("removing the mountpoint"),
+        "the mountpoint is removed once, without a warning: {}",
+        text(&out)
+    );
     assert_post_installed(&dev.path, &set.spec);
     // The data partitions are the image's, byte for byte.
     let disk = std::fs::read(&dev.path).unwrap();
@@ -459,6 +464,11 @@ fn a_saved_partition_inside_the_image_is_refused_before_writing() {
         stderr.contains("saved partition 2") && stderr.contains("nothing was written"),
         "{stderr}"
     );
+    let message = stderr
+        .lines()
+        .find(|l| l.contains("saved partition 2"))
+        .unwrap_or_default();
+    assert!(!message.contains("  "), "a run of spaces in {message:?}");
     assert_eq!(run(Command::new("sha256sum").arg(&dev.path)), before);
 }
 

@@ -1,18 +1,17 @@
-//! GPT work, pure over bytes: read the image's table from its first MiB, and build tables in
-//! memory over two windows of the disk (its first and last MiB) so that a whole table, with a
-//! protective MBR, reaches the device as two aligned 1 MiB writes instead of the thousands of
-//! tiny writes gptman would issue against a file descriptor.
+//! The partition tables of an install: what the image's own GPT says (read from its first MiB),
+//! the table a disk is reset to (empty, or only the saved partitions) and the image's table
+//! stretched to the disk with the saved partitions merged. Built in memory over the disk's two
+//! ends ([`DiskWindows`]) and written by the one table writer ([`table`](super::table)).
 
 use anyhow::{bail, Context, Result};
 use gptman::{GPTHeader, GPTPartitionEntry, GPT};
-use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
+use std::io::{Cursor, Seek, SeekFrom};
 
 use super::device::Device;
 use super::direct::AlignedBuf;
 use super::saved::SavedPartitions;
-
-/// Both ends of the disk that a table (and the wipe of old signatures) covers.
-pub const WINDOW: u64 = 1 << 20;
+use super::table;
+pub use super::windows::{DiskWindows, WINDOW};
 
 /// Sector size of a GPT image, from where its header sits in the first MiB: `EFI PART` at byte
 /// 512 (512-byte LBAs) or at byte 4096 (4Kn).
@@ -64,194 +63,34 @@ impl ImageLayout {
     }
 }
 
-/// A sparse view of a disk of `size` bytes in which only the first and last [`WINDOW`] bytes
-/// are held in memory. Reads elsewhere return zeroes; writes elsewhere are refused, which keeps
-/// a table builder from touching image data.
-pub struct DiskWindows {
-    size: u64,
-    head: Vec<u8>,
-    tail_start: u64,
-    tail: Vec<u8>,
-    pos: u64,
-}
-
-impl DiskWindows {
-    /// Zero-filled windows for a disk of `size` bytes (at least two windows long).
-    pub fn zeroed(size: u64) -> Result<DiskWindows> {
-        if size < 2 * WINDOW {
-            bail!("a disk of {size} bytes is too small to hold a GPT and an image (need at least {} bytes)", 2 * WINDOW);
-        }
-        Ok(DiskWindows {
-            size,
-            head: vec![0; WINDOW as usize],
-            tail_start: size - WINDOW,
-            tail: vec![0; WINDOW as usize],
-            pos: 0,
-        })
-    }
-
-    pub fn head(&self) -> &[u8] {
-        &self.head
-    }
-
-    pub fn head_mut(&mut self) -> &mut [u8] {
-        &mut self.head
-    }
-
-    pub fn tail(&self) -> &[u8] {
-        &self.tail
-    }
-
-    pub fn tail_start(&self) -> u64 {
-        self.tail_start
-    }
-
-    /// The disk's first and last MiB as they are on `dev` now.
-    pub fn load(dev: &Device) -> Result<DiskWindows> {
-        let mut w = DiskWindows::zeroed(dev.size())?;
-        let mut buf = AlignedBuf::new(WINDOW as usize);
-        dev.read_at(buf.as_mut_slice(), 0)?;
-        w.head.copy_from_slice(buf.as_slice());
-        dev.read_at(buf.as_mut_slice(), w.tail_start)?;
-        w.tail.copy_from_slice(buf.as_slice());
-        Ok(w)
-    }
-
-    /// Zero both windows except the bytes inside `keep` (saved partitions' data).
-    pub fn zero_except(&mut self, keep: &[std::ops::Range<u64>]) {
-        let kept = |at: u64| keep.iter().any(|r| r.contains(&at));
-        for (i, b) in self.head.iter_mut().enumerate() {
-            if !kept(i as u64) {
-                *b = 0;
-            }
-        }
-        let start = self.tail_start;
-        for (i, b) in self.tail.iter_mut().enumerate() {
-            if !kept(start + i as u64) {
-                *b = 0;
-            }
-        }
-    }
-
-    /// Zero `len` bytes at `offset` if they lie inside a window; whether they did.
-    fn zero_range(&mut self, offset: u64, len: u64) -> bool {
-        if offset + len <= WINDOW {
-            self.head[offset as usize..(offset + len) as usize].fill(0);
-            true
-        } else if offset >= self.tail_start && offset + len <= self.size {
-            let at = (offset - self.tail_start) as usize;
-            self.tail[at..at + len as usize].fill(0);
-            true
-        } else {
-            false
-        }
-    }
-
-    fn write_window(dev: &Device, data: &[u8], offset: u64) -> Result<()> {
-        let mut buf = AlignedBuf::new(data.len());
-        buf.as_mut_slice().copy_from_slice(data);
-        dev.write_at(buf.as_slice(), offset)
-    }
-
-    /// Write both windows to `dev`, the last MiB first and the first MiB last (the primary
-    /// table is what makes a disk bootable, so it is the commit point), fsyncing after each.
-    pub fn write_to(&self, dev: &Device) -> Result<()> {
-        Self::write_window(dev, &self.tail, self.tail_start)?;
-        dev.sync()?;
-        Self::write_window(dev, &self.head, 0)?;
-        dev.sync()
-    }
-
-    fn locate(&self, len: usize) -> io::Result<(bool, usize)> {
-        let end = self.pos + len as u64;
-        if end <= WINDOW {
-            Ok((true, self.pos as usize))
-        } else if self.pos >= self.tail_start && end <= self.size {
-            Ok((false, (self.pos - self.tail_start) as usize))
-        } else {
-            Err(io::Error::other(format!(
-                "GPT write of {len} bytes at offset {} falls outside the first and last MiB",
-                self.pos
-            )))
-        }
-    }
-}
-
-impl Read for DiskWindows {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = buf.len().min(self.size.saturating_sub(self.pos) as usize);
-        let buf = &mut buf[..n];
-        match self.locate(n) {
-            Ok((true, at)) => buf.copy_from_slice(&self.head[at..at + n]),
-            Ok((false, at)) => buf.copy_from_slice(&self.tail[at..at + n]),
-            Err(_) => buf.fill(0),
-        }
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl Write for DiskWindows {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let (in_head, at) = self.locate(buf.len())?;
-        let window = if in_head {
-            &mut self.head
-        } else {
-            &mut self.tail
-        };
-        window[at..at + buf.len()].copy_from_slice(buf);
-        self.pos += buf.len() as u64;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Seek for DiskWindows {
-    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
-        let pos = match to {
-            SeekFrom::Start(p) => Some(p),
-            SeekFrom::End(d) => self.size.checked_add_signed(d),
-            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-        };
-        self.pos = pos.ok_or_else(|| io::Error::other("seek out of range"))?;
-        Ok(self.pos)
-    }
-}
-
-fn random_guid() -> [u8; 16] {
-    *uuid::Uuid::new_v4().as_bytes()
-}
-
 /// An empty, valid GPT (fresh random disk GUID, no partitions) and a protective MBR over
-/// zeroed first and last MiB of a disk of `disk_size` bytes. Zeroing both ends also clears the
-/// signatures that live there: old primary and backup GPTs, MD 0.90/1.0 superblocks at the
-/// end, LVM labels and filesystem superblocks at the start.
+/// zeroed first and last MiB of a disk of `disk_size` bytes.
 pub fn empty_table(disk_size: u64, sector_size: u64) -> Result<DiskWindows> {
     let mut w = DiskWindows::zeroed(disk_size)?;
-    let mut gpt = GPT::new_from(&mut w, sector_size, random_guid())
-        .map_err(|e| anyhow::anyhow!("building an empty GPT: {e}"))?;
-    gpt.write_into(&mut w)
-        .map_err(|e| anyhow::anyhow!("writing an empty GPT: {e}"))?;
-    GPT::write_protective_mbr_into(&mut w, sector_size)
-        .map_err(|e| anyhow::anyhow!("writing a protective MBR: {e}"))?;
+    table::write_new(&mut w, sector_size, &[], "an empty GPT")?;
     Ok(w)
 }
 
 /// Reset `dev` to a valid GPT holding only the saved partitions (none: an empty table), with
-/// both ends of the disk zeroed outside them; durable on return. Used before streaming (it
-/// wipes the old table and signatures) and after a failure.
+/// both ends of the disk zeroed outside them; durable on return. Used before streaming and
+/// after a failure. Zeroing both ends also clears the signatures that live there: old primary
+/// and backup GPTs, MD 0.90/1.0 superblocks at the end, LVM labels and filesystem superblocks
+/// at the start.
 pub fn write_reset_table(dev: &Device, sector_size: u64, saved: &SavedPartitions) -> Result<()> {
-    let w = if saved.is_empty() {
-        empty_table(dev.size(), sector_size)?
+    let mut w = if saved.is_empty() {
+        // Nothing on the disk to keep: no need to read it.
+        DiskWindows::zeroed(dev.size())?
     } else {
         let mut w = DiskWindows::load(dev)?;
         w.zero_except(&saved.byte_ranges());
-        saved.write_table_only(&mut w, sector_size)?;
         w
     };
+    table::write_new(
+        &mut w,
+        sector_size,
+        &saved.entries,
+        "the reset partition table",
+    )?;
     w.write_to(dev)
         .with_context(|| format!("resetting the partition table of {}", dev.path().display()))
 }
@@ -277,10 +116,7 @@ pub fn fix_image_table(
         .update_from(w, sector_size)
         .map_err(|e| anyhow::anyhow!("resizing the image's partition table to the disk: {e}"))?;
     saved.merge_into(&mut gpt)?;
-    gpt.write_into(w)
-        .map_err(|e| anyhow::anyhow!("writing the final partition table: {e}"))?;
-    GPT::write_protective_mbr_into(w, sector_size)
-        .map_err(|e| anyhow::anyhow!("writing a protective MBR: {e}"))?;
+    table::write(w, &mut gpt, "the final partition table")?;
     Ok(gpt)
 }
 
@@ -315,7 +151,7 @@ mod tests {
     use super::*;
 
     fn whole_disk(w: &DiskWindows) -> Vec<u8> {
-        let mut disk = vec![0u8; w.size as usize];
+        let mut disk = vec![0u8; w.size() as usize];
         disk[..WINDOW as usize].copy_from_slice(w.head());
         disk[w.tail_start() as usize..].copy_from_slice(w.tail());
         disk
@@ -351,18 +187,6 @@ mod tests {
     }
 
     #[test]
-    fn windows_refuse_writes_between_the_ends() {
-        let mut w = DiskWindows::zeroed(4 << 20).unwrap();
-        w.seek(SeekFrom::Start(WINDOW)).unwrap();
-        let err = w.write(&[1, 2, 3]).unwrap_err();
-        assert!(err.to_string().contains("outside the first and last MiB"));
-        let mut b = [9u8; 4];
-        w.read_exact(&mut b).unwrap();
-        assert_eq!(b, [0; 4], "reads between the windows are zeroes");
-        assert!(DiskWindows::zeroed(WINDOW).is_err(), "too small");
-    }
-
-    #[test]
     fn image_layout_comes_from_the_primary_header() {
         for ss in [512u64, 4096] {
             let size = 6 << 20;
@@ -375,20 +199,22 @@ mod tests {
 
     /// An "image" of `size` bytes: an empty table plus two partitions, as bytes.
     fn image_with_partitions(size: u64, ss: u64) -> Vec<u8> {
-        let mut w = empty_table(size, ss).unwrap();
-        let mut gpt = GPT::read_from(&mut w, ss).unwrap();
+        let mut w = DiskWindows::zeroed(size).unwrap();
         let mib = (1 << 20) / ss;
-        for n in 1..=2u32 {
-            gpt[n] = gptman::GPTPartitionEntry {
-                partition_type_guid: [n as u8; 16],
-                unique_partition_guid: [0x40 + n as u8; 16],
-                starting_lba: mib * n as u64,
-                ending_lba: mib * (n as u64 + 1) - 1,
-                attribute_bits: 0,
-                partition_name: format!("p{n}").as_str().into(),
-            };
-        }
-        gpt.write_into(&mut w).unwrap();
+        let entries: Vec<_> = (1..=2u32)
+            .map(|n| {
+                let p = GPTPartitionEntry {
+                    partition_type_guid: [n as u8; 16],
+                    unique_partition_guid: [0x40 + n as u8; 16],
+                    starting_lba: mib * n as u64,
+                    ending_lba: mib * (n as u64 + 1) - 1,
+                    attribute_bits: 0,
+                    partition_name: format!("p{n}").as_str().into(),
+                };
+                (n, p)
+            })
+            .collect();
+        table::write_new(&mut w, ss, &entries, "the image's table").unwrap();
         whole_disk(&w)
     }
 
@@ -431,7 +257,7 @@ mod tests {
             sector_size: ss,
             entries: vec![(
                 1,
-                gptman::GPTPartitionEntry {
+                GPTPartitionEntry {
                     partition_type_guid: [9; 16],
                     unique_partition_guid: [0x99; 16],
                     starting_lba: 20 << 11,
@@ -448,20 +274,6 @@ mod tests {
             "renumbered after the image's 2"
         );
         assert_eq!(gpt[3].starting_lba, 20 << 11);
-    }
-
-    #[test]
-    fn zero_except_keeps_saved_bytes() {
-        let mut w = DiskWindows::zeroed(4 << 20).unwrap();
-        w.head_mut().fill(1);
-        w.tail.fill(1);
-        let tail_start = w.tail_start();
-        w.zero_except(&[100..200, tail_start + 10..tail_start + 20]);
-        assert!(w.head()[..100].iter().all(|&b| b == 0));
-        assert!(w.head()[100..200].iter().all(|&b| b == 1));
-        assert!(w.head()[200..].iter().all(|&b| b == 0));
-        assert!(w.tail()[10..20].iter().all(|&b| b == 1));
-        assert_eq!(w.tail()[20], 0);
     }
 
     #[test]

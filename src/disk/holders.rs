@@ -5,6 +5,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::sysfs;
+
 /// One block device we look for: the disk itself or one of its partitions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
@@ -54,44 +56,30 @@ pub fn is_swap(swaps: &str, name: &str) -> bool {
         .any(|l| l.split_whitespace().next() == Some(dev.as_str()))
 }
 
-fn read_devno(sys_dir: &Path) -> Option<String> {
-    Some(
-        std::fs::read_to_string(sys_dir.join("dev"))
-            .ok()?
-            .trim()
-            .to_string(),
-    )
-}
-
-/// The disk and its partitions as sysfs knows them.
+/// The disk and its partitions as sysfs knows them, with their sysfs directories.
 fn nodes(sys_disk: &Path) -> Vec<(Node, PathBuf)> {
-    let mut out = Vec::new();
     let name = sys_disk
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    if let Some(devno) = read_devno(sys_disk) {
-        out.push((Node { name, devno }, sys_disk.to_path_buf()));
-    }
-    if let Ok(entries) = std::fs::read_dir(sys_disk) {
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.join("partition").exists() {
-                if let Some(devno) = read_devno(&p) {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    out.push((Node { name, devno }, p));
-                }
-            }
-        }
-    }
-    out
+    let disk = sysfs::devno(sys_disk).map(|devno| (name, devno, sys_disk.to_path_buf()));
+    let parts = sysfs::partitions(sys_disk).into_iter().filter_map(|p| {
+        let dir = sys_disk.join(&p.name);
+        Some((p.name, p.devno?, dir))
+    });
+    disk.into_iter()
+        .chain(parts)
+        .map(|(name, (major, minor), dir)| {
+            let devno = format!("{major}:{minor}");
+            (Node { name, devno }, dir)
+        })
+        .collect()
 }
 
 /// Human descriptions of everything that holds `disk` or one of its partitions.
 pub fn describe(disk: &Path) -> std::io::Result<Vec<String>> {
     let rdev = std::fs::metadata(disk)?.rdev();
-    let devno = format!("{}:{}", libc::major(rdev), libc::minor(rdev));
-    let sys_disk = std::fs::canonicalize(format!("/sys/dev/block/{devno}"))?;
+    let sys_disk = sysfs::block_dir(libc::major(rdev).into(), libc::minor(rdev).into())?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
     let mut found = Vec::new();

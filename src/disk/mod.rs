@@ -11,5 +11,8 @@ pub mod partitions;
 pub mod probe;
 pub mod saved;
 mod sys;
+mod sysfs;
+mod table;
+mod windows;
 
 pub use device::{Device, DeviceBusy, DeviceKind};

@@ -13,12 +13,20 @@ use nix::sched::{unshare, CloneFlags};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// A mountpoint directory and whether something is mounted on it. Dropped without
+/// [`Mounted::finish`] (an early return or a panic in the caller's closure), it unmounts and
+/// removes the directory itself, logging what fails.
 struct Mounted {
     dir: PathBuf,
     mounted: bool,
+    /// Cleared by `finish`: the explicit unmount already removed the directory, and a second
+    /// `rmdir` in `drop` would only log a spurious ENOENT warning after every success.
+    armed: bool,
 }
 
 impl Mounted {
+    /// Unmount, retried while the kernel reports the filesystem busy (20 × 100 ms, as
+    /// coreos-installer), then `rmdir` the mountpoint.
     fn unmount(&mut self) -> Result<()> {
         if self.mounted {
             let mut last = None;
@@ -42,12 +50,21 @@ impl Mounted {
         std::fs::remove_dir(&self.dir)
             .with_context(|| format!("removing the mountpoint {}", self.dir.display()))
     }
+
+    /// The explicit unmount once the work is done; its error is the caller's, and `drop` then
+    /// has nothing left to do.
+    fn finish(mut self) -> Result<()> {
+        self.armed = false;
+        self.unmount()
+    }
 }
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        if let Err(e) = self.unmount() {
-            tracing::warn!("{e:#}");
+        if self.armed {
+            if let Err(e) = self.unmount() {
+                tracing::warn!("{e:#}");
+            }
         }
     }
 }
@@ -79,6 +96,7 @@ pub fn with_private_mount<T: Send>(
                 let mut guard = Mounted {
                     dir,
                     mounted: false,
+                    armed: true,
                 };
                 mount(
                     Some(source),
@@ -96,7 +114,7 @@ pub fn with_private_mount<T: Send>(
                 })?;
                 guard.mounted = true;
                 let result = f(&guard.dir);
-                let unmounted = guard.unmount();
+                let unmounted = guard.finish();
                 let value = result?;
                 unmounted?;
                 Ok(value)
@@ -105,4 +123,69 @@ pub fn with_private_mount<T: Send>(
             .join()
             .map_err(|_| anyhow!("the mount thread panicked"))?
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    /// The warnings logged on this thread while `f` runs.
+    fn warnings_during(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = sink.0.lock().unwrap().clone();
+        String::from_utf8(text).unwrap()
+    }
+
+    fn mountpoint() -> (tempfile::TempDir, PathBuf) {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("mnt");
+        std::fs::create_dir(&dir).unwrap();
+        (parent, dir)
+    }
+
+    #[test]
+    fn the_explicit_unmount_leaves_nothing_for_drop_to_warn_about() {
+        let (_parent, dir) = mountpoint();
+        let guard = Mounted {
+            dir: dir.clone(),
+            mounted: false,
+            armed: true,
+        };
+        let warned = warnings_during(|| guard.finish().unwrap());
+        assert!(!dir.exists(), "the mountpoint is removed");
+        assert_eq!(warned, "", "no second removal after the explicit unmount");
+    }
+
+    #[test]
+    fn a_guard_dropped_without_finishing_removes_the_mountpoint() {
+        let (_parent, dir) = mountpoint();
+        let guard = Mounted {
+            dir: dir.clone(),
+            mounted: false,
+            armed: true,
+        };
+        let warned = warnings_during(|| drop(guard));
+        assert!(!dir.exists(), "the mountpoint is removed");
+        assert_eq!(warned, "");
+    }
 }

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::device::Device;
 use super::sys;
+use super::sysfs::{self, KernelPartition};
+use super::table;
 
 /// A partition as our own parse of the GPT sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,24 +31,17 @@ impl PartitionSpec {
     pub fn from_gpt(gpt: &gptman::GPT) -> Vec<PartitionSpec> {
         gpt.iter()
             .filter(|(_, p)| p.is_used())
-            .map(|(n, p)| PartitionSpec {
-                number: n,
-                start: p.starting_lba * gpt.sector_size,
-                length: (p.ending_lba - p.starting_lba + 1) * gpt.sector_size,
-                label: p.partition_name.as_str().to_string(),
+            .map(|(n, p)| {
+                let bytes = table::byte_range(p, gpt.sector_size);
+                PartitionSpec {
+                    number: n,
+                    start: bytes.start,
+                    length: bytes.end - bytes.start,
+                    label: p.partition_name.as_str().to_string(),
+                }
             })
             .collect()
     }
-}
-
-/// A partition as the kernel has it (sysfs counts in 512-byte units whatever the sector size).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelPartition {
-    pub number: u32,
-    pub name: String,
-    pub start: u64,
-    pub length: u64,
-    pub devno: Option<(u64, u64)>,
 }
 
 /// Node name of partition `n` of disk `disk`: a `p` goes between when the disk name ends in a
@@ -57,37 +52,6 @@ pub fn partition_name(disk: &str, n: u32) -> String {
     } else {
         format!("{disk}{n}")
     }
-}
-
-fn read_num(p: &Path) -> Option<u64> {
-    std::fs::read_to_string(p).ok()?.trim().parse().ok()
-}
-
-/// The partitions sysfs lists under a disk's directory.
-pub fn kernel_partitions(sys_disk: &Path) -> Vec<KernelPartition> {
-    let Ok(entries) = std::fs::read_dir(sys_disk) else {
-        return Vec::new();
-    };
-    let mut out: Vec<KernelPartition> = entries
-        .flatten()
-        .filter_map(|e| {
-            let dir = e.path();
-            let number = read_num(&dir.join("partition"))? as u32;
-            let devno = std::fs::read_to_string(dir.join("dev")).ok().and_then(|d| {
-                let (a, b) = d.trim().split_once(':')?;
-                Some((a.parse().ok()?, b.parse().ok()?))
-            });
-            Some(KernelPartition {
-                number,
-                name: e.file_name().to_string_lossy().into_owned(),
-                start: read_num(&dir.join("start"))? * 512,
-                length: read_num(&dir.join("size"))? * 512,
-                devno,
-            })
-        })
-        .collect();
-    out.sort_by_key(|p| p.number);
-    out
 }
 
 /// What to do so the kernel's partitions match ours: (delete, add) lists. Pure.
@@ -158,8 +122,7 @@ fn sys_dir(dev: &Device) -> Result<PathBuf> {
     let (maj, min) = dev
         .devno()
         .context("partition nodes exist only for block devices")?;
-    std::fs::canonicalize(format!("/sys/dev/block/{maj}:{min}"))
-        .with_context(|| format!("finding {} in sysfs", dev.path().display()))
+    sysfs::block_dir(maj, min).with_context(|| format!("finding {} in sysfs", dev.path().display()))
 }
 
 /// BLKRRPART, retried while the kernel reports the disk busy (a node still closing). EINVAL
@@ -220,7 +183,7 @@ pub fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<PartitionNod
         .unwrap_or_default();
     reread(dev)?;
     settle_udev();
-    let (delete, add) = reconcile(want, &kernel_partitions(&sys));
+    let (delete, add) = reconcile(want, &sysfs::partitions(&sys));
     for n in &delete {
         tracing::debug!("removing stale partition {n} of {}", dev.path().display());
         dev.delete_partition(*n).with_context(|| {
@@ -259,7 +222,7 @@ pub fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<PartitionNod
     }
     let mut nodes = Vec::new();
     let mut made = Vec::new();
-    let have = kernel_partitions(&sys);
+    let have = sysfs::partitions(&sys);
     for w in want {
         let name = have
             .iter()
@@ -365,25 +328,5 @@ mod tests {
         assert_eq!(add, vec![want[1].clone()]);
         let exact = [kp(1, 1 << 20, 1 << 20), kp(2, 2 << 20, 8 << 20)];
         assert_eq!(reconcile(&want, &exact), (vec![], vec![]));
-    }
-
-    #[test]
-    fn sysfs_partitions_are_read_in_bytes() {
-        let dir = tempfile::tempdir().unwrap();
-        for (name, n, start, size) in [("loop0p2", 2, 4096, 16384), ("loop0p1", 1, 2048, 2048)] {
-            let p = dir.path().join(name);
-            std::fs::create_dir(&p).unwrap();
-            std::fs::write(p.join("partition"), format!("{n}\n")).unwrap();
-            std::fs::write(p.join("start"), format!("{start}\n")).unwrap();
-            std::fs::write(p.join("size"), format!("{size}\n")).unwrap();
-            std::fs::write(p.join("dev"), format!("259:{n}\n")).unwrap();
-        }
-        std::fs::create_dir(dir.path().join("queue")).unwrap();
-        let parts = kernel_partitions(dir.path());
-        assert_eq!(parts.len(), 2);
-        assert_eq!(parts[0].number, 1);
-        assert_eq!(parts[0].start, 2048 * 512);
-        assert_eq!(parts[1].length, 16384 * 512);
-        assert_eq!(parts[1].devno, Some((259, 2)));
     }
 }

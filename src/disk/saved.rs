@@ -1,13 +1,15 @@
 //! `--save-partlabel` / `--save-partindex`: partitions of the old table that survive the
-//! install. They are read before anything is written, checked by a trial merge, kept in every
-//! table we write (the pre-stream wipe, the reset after a failure) and merged after the image's
-//! own partitions at the end, renumbered upward where the image uses their numbers.
+//! install. Here they are selected from the old table and merged into the image's; they are
+//! read before anything is written, checked by a dry run of their table, kept in every table
+//! we write (the pre-stream wipe, the reset after a failure) and merged after the image's own
+//! partitions at the end, renumbered upward where the image uses their numbers.
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use gptman::{GPTPartitionEntry, GPT};
 use std::ops::Range;
 
-use super::gpt::DiskWindows;
+use super::table;
+use super::windows::DiskWindows;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PartitionFilter {
@@ -70,47 +72,15 @@ pub fn index_filters(values: &[String]) -> Result<Vec<PartitionFilter>> {
     Ok(out)
 }
 
-/// Shell-style glob: `*` any run, `?` one character, `[abc]`/`[a-z]`/`[!x]` a class.
+/// Whether a partition name matches a `--save-partlabel` glob: the `glob` crate's patterns with
+/// its default options, as coreos-installer matches them (`*`, `?`, `[abc]`, `[a-z]`, `[!x]`;
+/// case-sensitive; `*` also matches `/`). coreos-installer refuses a pattern the crate cannot
+/// parse (an unclosed `[`); we match such a pattern literally instead, which keeps the
+/// `label_filters` call infallible for its callers.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
-    fn class(p: &[char], c: char) -> Option<(bool, usize)> {
-        // Returns (matched, length of the class in the pattern including brackets).
-        let mut i = 1;
-        let negate = matches!(p.get(1), Some('!') | Some('^'));
-        if negate {
-            i += 1;
-        }
-        let mut matched = false;
-        let mut first = true;
-        while i < p.len() && (p[i] != ']' || first) {
-            first = false;
-            if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
-                matched |= p[i] <= c && c <= p[i + 2];
-                i += 3;
-            } else {
-                matched |= p[i] == c;
-                i += 1;
-            }
-        }
-        (i < p.len()).then_some((matched != negate, i + 1))
-    }
-    fn go(p: &[char], t: &[char]) -> bool {
-        match p.first() {
-            None => t.is_empty(),
-            Some('*') => (0..=t.len()).any(|k| go(&p[1..], &t[k..])),
-            Some('?') => !t.is_empty() && go(&p[1..], &t[1..]),
-            Some('[') => match (t.first(), class(p, *t.first().unwrap_or(&'\0'))) {
-                (Some(_), Some((true, len))) => go(&p[len..], &t[1..]),
-                (Some(_), Some((false, _))) => false,
-                // An unclosed '[' is a literal.
-                (Some(&c), None) => c == '[' && go(&p[1..], &t[1..]),
-                (None, _) => false,
-            },
-            Some(&c) => t.first() == Some(&c) && go(&p[1..], &t[1..]),
-        }
-    }
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    go(&p, &t)
+    glob::Pattern::new(pattern)
+        .or_else(|_| glob::Pattern::new(&glob::Pattern::escape(pattern)))
+        .is_ok_and(|p| p.matches(text))
 }
 
 /// The partitions to keep, with their original numbers.
@@ -139,11 +109,7 @@ impl SavedPartitions {
         if filters.is_empty() {
             return Ok(SavedPartitions::none());
         }
-        let found = match disk_sector_size {
-            Some(ss) => GPT::read_from(w, ss),
-            None => GPT::find_from(w),
-        };
-        let gpt = match found {
+        let gpt = match table::read(w, disk_sector_size) {
             Ok(g) => g,
             Err(e) => {
                 let has_mbr = w.head()[510..512] == [0x55, 0xaa];
@@ -193,7 +159,7 @@ impl SavedPartitions {
     pub fn byte_ranges(&self) -> Vec<Range<u64>> {
         self.entries
             .iter()
-            .map(|(_, p)| p.starting_lba * self.sector_size..(p.ending_lba + 1) * self.sector_size)
+            .map(|(_, p)| table::byte_range(p, self.sector_size))
             .collect()
     }
 
@@ -203,27 +169,9 @@ impl SavedPartitions {
             .iter()
             .min_by_key(|(_, p)| p.starting_lba)
             .map(|(n, p)| {
-                (
-                    *n,
-                    p.partition_name.as_str(),
-                    p.starting_lba * self.sector_size,
-                )
+                let start = table::byte_range(p, self.sector_size).start;
+                (*n, p.partition_name.as_str(), start)
             })
-    }
-
-    /// Write a GPT holding only the saved partitions (at their numbers, fresh disk GUID) and a
-    /// protective MBR into `w`.
-    pub fn write_table_only(&self, w: &mut DiskWindows, sector_size: u64) -> Result<()> {
-        let mut gpt = GPT::new_from(w, sector_size, *uuid::Uuid::new_v4().as_bytes())
-            .map_err(|e| anyhow!("building a partition table: {e}"))?;
-        for (n, p) in &self.entries {
-            gpt[*n] = p.clone();
-        }
-        gpt.write_into(w)
-            .map_err(|e| anyhow!("the saved partitions cannot form a valid table: {e}"))?;
-        GPT::write_protective_mbr_into(w, sector_size)
-            .map_err(|e| anyhow!("writing a protective MBR: {e}"))?;
-        Ok(())
     }
 
     /// Dry run on a scratch disk of the same size: if the saved entries cannot be written as a
@@ -234,8 +182,14 @@ impl SavedPartitions {
             return Ok(());
         }
         let mut scratch = DiskWindows::zeroed(disk_size)?;
-        self.write_table_only(&mut scratch, self.sector_size)
-            .context("failed dry run restoring the saved partitions; the disk's partition table may be invalid")
+        table::write_new(
+            &mut scratch,
+            self.sector_size,
+            &self.entries,
+            "a table of the saved partitions",
+        )
+        .map(drop)
+        .context("failed dry run restoring the saved partitions; the disk's partition table may be invalid")
     }
 
     /// Add the saved entries to the image's table after its own partitions: each goes to
@@ -268,7 +222,6 @@ impl SavedPartitions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::disk::gpt::empty_table;
 
     #[test]
     fn globs() {
@@ -339,14 +292,14 @@ mod tests {
 
     /// A disk whose table has partitions 1 (boot-ish), 4 ("data") and 5 ("var").
     fn old_disk(ss: u64) -> DiskWindows {
-        let size = 64 << 20;
-        let mut w = empty_table(size, ss).unwrap();
-        let mut gpt = GPT::read_from(&mut w, ss).unwrap();
+        let mut w = DiskWindows::zeroed(64 << 20).unwrap();
         let l = |mib: u64| mib * (1 << 20) / ss;
-        gpt[1] = entry(l(1), l(8) - 1, "boot", 1);
-        gpt[4] = entry(l(40), l(50) - 1, "data", 4);
-        gpt[5] = entry(l(50), l(60) - 1, "var", 5);
-        gpt.write_into(&mut w).unwrap();
+        let old = [
+            (1, entry(l(1), l(8) - 1, "boot", 1)),
+            (4, entry(l(40), l(50) - 1, "data", 4)),
+            (5, entry(l(50), l(60) - 1, "var", 5)),
+        ];
+        table::write_new(&mut w, ss, &old, "the old table").unwrap();
         w
     }
 
@@ -430,8 +383,8 @@ mod tests {
 
     #[test]
     fn merge_renumbers_upward_after_the_image() {
-        let mut w = empty_table(64 << 20, 512).unwrap();
-        let mut img = GPT::read_from(&mut w, 512).unwrap();
+        let mut w = DiskWindows::zeroed(64 << 20).unwrap();
+        let mut img = table::write_new(&mut w, 512, &[], "the image's table").unwrap();
         for n in 1..=4u32 {
             img[n] = entry(
                 2048 * n as u64,

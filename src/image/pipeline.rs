@@ -558,7 +558,8 @@ fn plan(
     if let Some((n, label, start)) = saved.first() {
         if needed > start {
             bail!(
-                "the image needs {needed} bytes but saved partition {n} ({label:?}) starts at byte {start}:                  writing the image would overwrite it; nothing was written"
+                "the image needs {needed} bytes but saved partition {n} ({label:?}) starts at byte {start}: \
+                 writing the image would overwrite it; nothing was written"
             );
         }
     }

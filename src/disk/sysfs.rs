@@ -1,0 +1,80 @@
+//! What sysfs shows of a block device: its directory, its device number and the partitions the
+//! kernel knows. Read by the busy check (who holds the disk) and by the code that makes
+//! partition nodes appear; no udev needed.
+
+use std::path::{Path, PathBuf};
+
+/// A partition as the kernel has it (sysfs counts in 512-byte units whatever the sector size).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelPartition {
+    pub number: u32,
+    pub name: String,
+    pub start: u64,
+    pub length: u64,
+    pub devno: Option<(u64, u64)>,
+}
+
+/// The sysfs directory of block device `major:minor` (links resolved, so its file name is the
+/// kernel's name for the device).
+pub fn block_dir(major: u64, minor: u64) -> std::io::Result<PathBuf> {
+    std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}"))
+}
+
+/// `major:minor` from the `dev` file of a sysfs block directory.
+pub fn devno(dir: &Path) -> Option<(u64, u64)> {
+    let dev = std::fs::read_to_string(dir.join("dev")).ok()?;
+    let (major, minor) = dev.trim().split_once(':')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+fn read_num(p: &Path) -> Option<u64> {
+    std::fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// The partitions sysfs lists under a disk's directory, in number order.
+pub fn partitions(sys_disk: &Path) -> Vec<KernelPartition> {
+    let Ok(entries) = std::fs::read_dir(sys_disk) else {
+        return Vec::new();
+    };
+    let mut out: Vec<KernelPartition> = entries
+        .flatten()
+        .filter_map(|e| {
+            let dir = e.path();
+            Some(KernelPartition {
+                number: read_num(&dir.join("partition"))? as u32,
+                name: e.file_name().to_string_lossy().into_owned(),
+                start: read_num(&dir.join("start"))? * 512,
+                length: read_num(&dir.join("size"))? * 512,
+                devno: devno(&dir),
+            })
+        })
+        .collect();
+    out.sort_by_key(|p| p.number);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_read_in_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, n, start, size) in [("loop0p2", 2, 4096, 16384), ("loop0p1", 1, 2048, 2048)] {
+            let p = dir.path().join(name);
+            std::fs::create_dir(&p).unwrap();
+            std::fs::write(p.join("partition"), format!("{n}\n")).unwrap();
+            std::fs::write(p.join("start"), format!("{start}\n")).unwrap();
+            std::fs::write(p.join("size"), format!("{size}\n")).unwrap();
+            std::fs::write(p.join("dev"), format!("259:{n}\n")).unwrap();
+        }
+        std::fs::create_dir(dir.path().join("queue")).unwrap();
+        let parts = partitions(dir.path());
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].number, 1);
+        assert_eq!(parts[0].name, "loop0p1");
+        assert_eq!(parts[0].start, 2048 * 512);
+        assert_eq!(parts[1].length, 16384 * 512);
+        assert_eq!(parts[1].devno, Some((259, 2)));
+    }
+}

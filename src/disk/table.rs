@@ -1,0 +1,89 @@
+//! The one GPT writer. Every table this program puts on a disk goes through [`write`] with a
+//! protective MBR: the empty table written before a stream, the reset after a failure, the dry
+//! run of saved partitions and the image's table stretched to the disk. New tables draw their
+//! disk GUID here, and nowhere else. Pure over `Read + Write + Seek` (in practice a
+//! [`DiskWindows`](super::windows::DiskWindows)).
+
+use anyhow::{anyhow, Result};
+use gptman::{GPTPartitionEntry, GPT};
+use std::io::{Read, Seek, Write};
+use std::ops::Range;
+
+/// Write `gpt` (primary and backup header and entry arrays) and a protective MBR covering the
+/// disk. gptman refuses a table with duplicate partition GUIDs or overlapping or inverted
+/// partitions; `what` names the table in that error.
+pub fn write<D: Write + Seek>(disk: &mut D, gpt: &mut GPT, what: &str) -> Result<()> {
+    gpt.write_into(disk)
+        .map_err(|e| anyhow!("writing {what}: {e}"))?;
+    GPT::write_protective_mbr_into(disk, gpt.sector_size)
+        .map_err(|e| anyhow!("writing a protective MBR: {e}"))
+}
+
+/// Write a new table sized to `disk` (128 entries), with a fresh random disk GUID, holding
+/// `entries` at their partition numbers (none: an empty table).
+pub fn write_new<D: Read + Write + Seek>(
+    disk: &mut D,
+    sector_size: u64,
+    entries: &[(u32, GPTPartitionEntry)],
+    what: &str,
+) -> Result<GPT> {
+    let guid = *uuid::Uuid::new_v4().as_bytes();
+    let mut gpt =
+        GPT::new_from(disk, sector_size, guid).map_err(|e| anyhow!("building {what}: {e}"))?;
+    for (n, p) in entries {
+        gpt[*n] = p.clone();
+    }
+    write(disk, &mut gpt, what)?;
+    Ok(gpt)
+}
+
+/// The table on `disk`, read at the device's sector size, or at 512 then 4096 bytes when it has
+/// none of its own (an image file). gptman falls back to the backup header when the primary is
+/// damaged.
+pub fn read<D: Read + Seek>(disk: &mut D, sector_size: Option<u64>) -> gptman::Result<GPT> {
+    match sector_size {
+        Some(ss) => GPT::read_from(disk, ss),
+        None => GPT::find_from(disk),
+    }
+}
+
+/// The bytes a partition entry spans on a disk of `sector_size`-byte LBAs.
+pub fn byte_range(p: &GPTPartitionEntry, sector_size: u64) -> Range<u64> {
+    p.starting_lba * sector_size..(p.ending_lba + 1) * sector_size
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::windows::DiskWindows;
+
+    fn entry(guid: u8, start: u64, end: u64) -> GPTPartitionEntry {
+        GPTPartitionEntry {
+            partition_type_guid: [0x11; 16],
+            unique_partition_guid: [guid; 16],
+            starting_lba: start,
+            ending_lba: end,
+            attribute_bits: 0,
+            partition_name: "p".into(),
+        }
+    }
+
+    #[test]
+    fn a_new_table_holds_its_entries_at_their_numbers() {
+        let mut w = DiskWindows::zeroed(8 << 20).unwrap();
+        write_new(&mut w, 512, &[(3, entry(1, 2048, 4095))], "a test table").unwrap();
+        let gpt = read(&mut w, Some(512)).unwrap();
+        assert_eq!(gpt[3].starting_lba, 2048);
+        assert_eq!(gpt.iter().filter(|(_, p)| p.is_used()).count(), 1);
+        assert_eq!(byte_range(&gpt[3], 512), 2048 * 512..4096 * 512);
+        assert_eq!(byte_range(&gpt[3], 4096), 2048 * 4096..4096 * 4096);
+    }
+
+    #[test]
+    fn an_invalid_table_is_named_in_the_error() {
+        let mut w = DiskWindows::zeroed(8 << 20).unwrap();
+        let dup = [(1, entry(9, 2048, 4095)), (2, entry(9, 4096, 8191))];
+        let e = write_new(&mut w, 512, &dup, "a test table").unwrap_err();
+        assert!(e.to_string().starts_with("writing a test table: "), "{e}");
+    }
+}
