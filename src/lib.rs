@@ -1,12 +1,11 @@
-//! The on-host OpenShift assisted-installer: a streaming CoreOS disk writer (`image`, `disk`)
-//! and, on top of it, the install flows. `main.rs` only parses arguments and dispatches here.
+//! The on-host OpenShift assisted-installer: a streaming CoreOS disk writer (`image`, `disk`,
+//! and `write` from plan to partition table) and, on top of it, the install flows. `main.rs` only parses arguments and dispatches here.
 
 pub mod bootstrap;
 pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod disk;
-pub mod embed;
 pub mod flow;
 pub mod host;
 pub mod image;
@@ -16,3 +15,4 @@ pub mod postinstall;
 pub mod service;
 pub mod signals;
 mod wire;
+pub mod write;

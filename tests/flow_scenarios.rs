@@ -173,10 +173,10 @@ fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
             .join(format!("master-{HOST}.ign"))
     );
     assert_eq!(
-        calls[0].args.append_kargs,
+        calls[0].args.kargs_network.append_kargs,
         vec!["nameserver=8.8.8.8".to_string()]
     );
-    assert!(calls[0].args.copy_network);
+    assert!(calls[0].args.kargs_network.copy_network);
     let lines = h.runner.lines();
     assert!(
         lines.contains(&"wipefs --all --force /dev/vda".to_string()),
@@ -455,8 +455,8 @@ fn no_image_source_installs_the_live_image() {
     assert_eq!(calls.len(), 1);
     let args = &calls[0].args;
     assert_eq!((&args.image_url, &args.image_file), (&None, &None));
-    assert!(args.copy_network);
-    assert_eq!(args.append_kargs, vec!["x=1"]);
+    assert!(args.kargs_network.copy_network);
+    assert_eq!(args.kargs_network.append_kargs, vec!["x=1"]);
 }
 
 #[test]

@@ -7,9 +7,12 @@ mod common;
 use anyhow::Result;
 use assisted_installer::disk::Device;
 use assisted_installer::image::digest::{DigestMismatch, Expected, Sha256Sum};
+use assisted_installer::image::progress::ProgressSink;
 use assisted_installer::image::progress::{NoProgress, PercentCallback};
 use assisted_installer::image::source::{FileSource, ImageSource};
-use assisted_installer::image::{write_image, Cancel, Interrupted, WriteOptions, WriteSummary};
+use assisted_installer::image::{
+    stream_image, Cancel, Input, Interrupted, WriteOptions, WriteSummary,
+};
 use common::images::{assert_image_on_disk, gpt_image, gz, sha256_hex, xz, zst};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -68,9 +71,20 @@ fn sha(data: &[u8]) -> Sha256Sum {
     Sha256Sum::parse(&sha256_hex(data), "test").unwrap()
 }
 
+/// The stream, then the partition table, with no post-install step in between.
+fn stream_and_commit(
+    input: impl Into<Input>,
+    dev: &Device,
+    o: &WriteOptions,
+    progress: &dyn ProgressSink,
+    stop: &Cancel,
+) -> Result<WriteSummary> {
+    stream_image(input, dev, o, progress, stop)?.commit(dev, &o.saved)
+}
+
 fn write(src: Box<dyn ImageSource>, disk: &Path, o: &WriteOptions) -> Result<WriteSummary> {
     let dev = Device::open_for_write(disk)?;
-    write_image(src, &dev, o, &NoProgress, &Cancel::new())
+    stream_and_commit(src, &dev, o, &NoProgress, &Cancel::new())
 }
 
 /// The disk holds an empty, valid GPT at `ss` and nothing bootable.
@@ -326,7 +340,7 @@ fn cancellation_mid_stream_stops_with_interrupted_and_an_empty_gpt() {
         }
     });
     let dev = Device::open_for_write(disk.path()).unwrap();
-    let err = write_image(
+    let err = stream_and_commit(
         Box::new(src),
         &dev,
         &opts(Expected::default()),
@@ -349,7 +363,7 @@ fn progress_reaches_one_hundred_percent_in_order() {
     src.chunk = 32 << 10;
     src.before = Box::new(|_| std::thread::sleep(std::time::Duration::from_millis(3)));
     let dev = Device::open_for_write(disk.path()).unwrap();
-    write_image(
+    stream_and_commit(
         Box::new(src),
         &dev,
         &opts(Expected::default()),

@@ -1,9 +1,9 @@
-//! Command-line definitions (clap derive). `main.rs` parses with these and dispatches to
-//! `commands`.
+//! Command-line definitions (clap derive) and their conversion to the library's types.
+//! `main.rs` parses with these and dispatches to `commands`. The writer's options that
+//! `--installer-args` shares are defined with the write (`write::args`).
 
 pub mod embed;
 pub mod go_flags;
-pub mod installer_args;
 pub mod postinstall;
 pub mod write_image;
 

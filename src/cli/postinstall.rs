@@ -1,5 +1,6 @@
-//! Post-install options shared by `write-image` and `embed` (the ones `coreos-installer
-//! install` has and the assisted-service passes through `--installer-args`).
+//! Post-install options of `write-image` and `embed` (the ones `coreos-installer install` has)
+//! beyond kernel arguments and keyfiles, which `--installer-args` may carry too
+//! (`write::KargsAndNetworkArgs`).
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -7,8 +8,7 @@ use std::path::PathBuf;
 
 use crate::postinstall::ignition::{IgnitionConfig, IgnitionHash};
 use crate::postinstall::PostInstall;
-
-pub const DEFAULT_NETWORK_DIR: &str = "/etc/NetworkManager/system-connections";
+use crate::write::args::POST;
 
 #[derive(Args, Debug, Clone)]
 pub struct PostInstallArgs {
@@ -17,39 +17,28 @@ pub struct PostInstallArgs {
         short = 'i',
         long = "ignition-file",
         visible_alias = "ignition",
-        value_name = "PATH"
+        value_name = "PATH",
+        help_heading = POST
     )]
     pub ignition_file: Option<PathBuf>,
     /// Expected digest of the Ignition config, checked before the disk is touched.
-    #[arg(long, value_name = "sha256-HEX|sha512-HEX", requires = "ignition_file")]
+    #[arg(long, value_name = "sha256-HEX|sha512-HEX", requires = "ignition_file", help_heading = POST)]
     pub ignition_hash: Option<String>,
-    /// Kernel argument to add to the boot entry (repeatable).
-    #[arg(long = "append-karg", value_name = "ARG")]
-    pub append_karg: Vec<String>,
-    /// Default kernel argument to remove from the boot entry (repeatable).
-    #[arg(long = "delete-karg", value_name = "ARG")]
-    pub delete_karg: Vec<String>,
-    /// Copy the NetworkManager keyfiles of --network-dir into the installed system's first boot.
-    #[arg(short = 'n', long)]
-    pub copy_network: bool,
-    /// Where --copy-network takes the keyfiles from.
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_NETWORK_DIR)]
-    pub network_dir: PathBuf,
     /// Platform ID for ignition.platform.id (and that platform's console defaults).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", help_heading = POST)]
     pub platform: Option<String>,
     /// Kernel and GRUB console, e.g. ttyS0,115200n8 or tty0 (repeatable).
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long, value_name = "SPEC", help_heading = POST)]
     pub console: Vec<String>,
     /// Kernel arguments for the first boot only (network settings such as ip=...).
-    #[arg(long, value_name = "ARGS")]
+    #[arg(long, value_name = "ARGS", help_heading = POST)]
     pub firstboot_args: Option<String>,
 }
 
 impl PostInstallArgs {
-    /// Read and check everything now: the Ignition config (JSON with ignition.version, and its
-    /// digest), console specs, the network directory. Nothing on the disk is touched yet.
-    pub fn to_post_install(&self) -> Result<PostInstall> {
+    /// Read and check these now: the Ignition config (JSON with ignition.version, and its
+    /// digest), console specs. Nothing on the disk is touched yet.
+    pub fn read(&self) -> Result<PostInstall> {
         let hash = self
             .ignition_hash
             .as_deref()
@@ -66,16 +55,12 @@ impl PostInstallArgs {
             .iter()
             .map(|c| c.parse().with_context(|| format!("--console {c:?}")))
             .collect::<Result<Vec<_>>>()?;
-        let post = PostInstall {
+        Ok(PostInstall {
             ignition,
-            append_kargs: self.append_karg.clone(),
-            delete_kargs: self.delete_karg.clone(),
             platform: self.platform.clone(),
             consoles,
             firstboot_args: self.firstboot_args.clone(),
-            network_dir: self.copy_network.then(|| self.network_dir.clone()),
-        };
-        post.validate()?;
-        Ok(post)
+            ..PostInstall::default()
+        })
     }
 }

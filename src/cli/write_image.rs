@@ -1,29 +1,19 @@
 //! `assisted-installer write-image`: options, and their translation into a checked plan.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 
 use super::postinstall::PostInstallArgs;
-use crate::disk::saved::{index_filters, label_filters, PartitionFilter};
-use crate::image::digest::{Expected, Sha256Sum};
-use crate::image::format::XzSettings;
-use crate::image::osmet::LiveImage;
-use crate::image::retry::{Retries, RetryPolicy};
-use crate::image::source::{HttpOptions, ImageLocation};
-use crate::image::{Origin, WriteOptions};
-use crate::postinstall::PostInstall;
+use crate::image::retry::Retries;
+use crate::write::{PlanSettings, Unverified, WritePlan, WriterArgs};
 
 #[derive(Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("image").args(["image_url", "image_file"])))]
 pub struct WriteImageArgs {
-    /// Image to download (http or https). Without it or --image-file, the live system's own
-    /// image is installed.
-    #[arg(long, value_name = "URL")]
-    pub image_url: Option<String>,
-    /// Local image file.
-    #[arg(long, value_name = "PATH")]
-    pub image_file: Option<PathBuf>,
+    /// The image, its digests, the partitions to keep, kernel arguments and keyfiles (what
+    /// `--installer-args` may carry too).
+    #[command(flatten)]
+    pub writer: WriterArgs,
     /// Install the live system's own image (the default without --image-url or --image-file;
     /// accepted for coreos-installer compatibility: nothing is ever downloaded without a URL).
     #[arg(long, conflicts_with = "image")]
@@ -36,12 +26,6 @@ pub struct WriteImageArgs {
     /// else the host's, through /proc/1/root].
     #[arg(long, value_name = "DIR", conflicts_with = "image")]
     pub ostree_repo: Option<PathBuf>,
-    /// SHA-256 of the image as downloaded (compressed), as RHCOS stream metadata publishes it.
-    #[arg(long, value_name = "HEX")]
-    pub sha256: Option<String>,
-    /// SHA-256 of the uncompressed image.
-    #[arg(long, value_name = "HEX")]
-    pub uncompressed_sha256: Option<String>,
     /// Write without any digest to check (otherwise refused).
     #[arg(long)]
     pub insecure: bool,
@@ -54,12 +38,6 @@ pub struct WriteImageArgs {
     /// On failure, leave the disk as the failed write left it instead of resetting it to an empty partition table.
     #[arg(long)]
     pub preserve_on_error: bool,
-    /// Keep partitions whose GPT name matches this glob (repeatable, comma-separated).
-    #[arg(long = "save-partlabel", value_name = "GLOB")]
-    pub save_partlabel: Vec<String>,
-    /// Keep partitions by number: N, N-M, N- or -M (repeatable, comma-separated).
-    #[arg(long = "save-partindex", value_name = "N|N-M|N-|-M")]
-    pub save_partindex: Vec<String>,
     #[command(flatten)]
     pub post: PostInstallArgs,
     /// Threads for xz decoding (multi-block images); default: one per CPU.
@@ -70,84 +48,33 @@ pub struct WriteImageArgs {
     pub device: PathBuf,
 }
 
-/// Everything `write-image` will do, validated before anything is opened.
-#[derive(Debug, Clone)]
-pub struct WritePlan {
-    pub origin: Origin,
-    pub http: HttpOptions,
-    pub write: WriteOptions,
-    pub device: PathBuf,
-    /// Which partitions of the old table to keep; read from the disk once it is open.
-    pub save: Vec<PartitionFilter>,
-    pub post: PostInstall,
-}
-
 impl WriteImageArgs {
     pub fn plan(&self) -> Result<WritePlan> {
-        let expected = Expected {
-            compressed: self
-                .sha256
-                .as_deref()
-                .map(|h| Sha256Sum::parse(h, "--sha256"))
-                .transpose()?,
-            uncompressed: self
-                .uncompressed_sha256
-                .as_deref()
-                .map(|h| Sha256Sum::parse(h, "--uncompressed-sha256"))
-                .transpose()?,
-        };
-        let origin = match (&self.image_url, &self.image_file) {
-            (Some(u), None) => Origin::Given(ImageLocation::Url(u.clone())),
-            (None, Some(p)) => Origin::Given(ImageLocation::File(p.clone())),
-            (None, None) => Origin::Live(LiveImage {
-                osmet_dir: self.osmet_dir.clone(),
-                ostree_repo: self.ostree_repo.clone(),
-                // Run directly on a host: local paths (else /proc/1/root for the defaults).
-                host_root: None,
-            }),
-            (Some(_), Some(_)) => bail!("pass at most one of --image-url and --image-file"),
-        };
-        // The live image carries its own checksum, always verified; anything else needs a
-        // digest from its publisher, or an explicit --insecure.
-        if expected.is_empty() && !self.insecure && matches!(origin, Origin::Given(_)) {
-            bail!(
-                "refusing to write an image that cannot be verified: pass --sha256 (of the download) \
-                 or --uncompressed-sha256, or --insecure to write it unchecked"
-            );
-        }
-        let mut save = label_filters(&self.save_partlabel);
-        save.extend(index_filters(&self.save_partindex)?);
-        let post = self.post.to_post_install()?;
-        let mut xz = XzSettings::default();
-        if let Some(t) = self.xz_threads {
-            xz.threads = t.max(1);
-        }
-        Ok(WritePlan {
-            origin,
-            http: HttpOptions {
-                retry: RetryPolicy {
-                    retries: self.fetch_retries,
-                    ..RetryPolicy::default()
-                },
-                cacert: self.cacert.clone(),
-                ..HttpOptions::default()
+        let settings = PlanSettings {
+            fetch_retries: self.fetch_retries,
+            unverified: if self.insecure {
+                Unverified::Allow
+            } else {
+                Unverified::Refuse
             },
-            write: WriteOptions {
-                expected,
-                xz,
-                preserve_on_error: self.preserve_on_error,
-                ..WriteOptions::default()
-            },
-            device: self.device.clone(),
-            save,
-            post,
-        })
+            // Run directly on a host: local paths (else /proc/1/root for the live image).
+            host_root: None,
+            cacert: self.cacert.clone(),
+            osmet_dir: self.osmet_dir.clone(),
+            ostree_repo: self.ostree_repo.clone(),
+            preserve_on_error: self.preserve_on_error,
+            xz_threads: self.xz_threads,
+        };
+        WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::osmet::LiveImage;
+    use crate::image::source::ImageLocation;
+    use crate::image::Origin;
     use clap::Parser;
 
     #[derive(Parser)]

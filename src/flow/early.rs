@@ -14,8 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::writer::{DiskWriter, PendingDisk};
-use crate::cli::installer_args::WriterArgs;
+use super::writer::{DiskWriter, PendingDisk, WriteRequest};
 use crate::service::reporter::Reporter;
 
 pub struct EarlyWrite {
@@ -26,14 +25,15 @@ pub struct EarlyWrite {
 }
 
 impl EarlyWrite {
-    /// Start streaming the image of `args` onto `device` on a thread of its own.
-    pub fn start(writer: Arc<dyn DiskWriter>, device: &Path, args: &WriterArgs) -> EarlyWrite {
+    /// Start streaming the image of `req` on a thread of its own.
+    pub fn start(writer: Arc<dyn DiskWriter>, req: &WriteRequest) -> EarlyWrite {
         let (pct_tx, percents) = bounded::<u8>(256);
         let (done_tx, done) = bounded::<()>(1);
-        let (dev, args) = (device.to_path_buf(), args.clone());
+        let req = req.clone();
+        let device = req.device.clone();
         tracing::info!(
             "writing the image to {} early, while the control plane forms",
-            dev.display()
+            device.display()
         );
         let handle = std::thread::Builder::new()
             .name("early-write".into())
@@ -42,7 +42,7 @@ impl EarlyWrite {
                 let percent = move |p: u8| {
                     let _ = pct_tx.try_send(p);
                 };
-                let result = writer.stream(&dev, &args, &percent);
+                let result = writer.stream(&req, &percent);
                 let _ = done_tx.send(());
                 result
             })
@@ -51,7 +51,7 @@ impl EarlyWrite {
             handle,
             done,
             percents,
-            device: device.to_path_buf(),
+            device,
         }
     }
 

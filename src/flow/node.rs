@@ -2,7 +2,7 @@
 //! its stage and info strings (they appear in the UI and in triage signatures).
 
 use anyhow::{anyhow, bail, Context, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::bootstrap::{
@@ -12,7 +12,6 @@ use super::early::EarlyWrite;
 use super::wait::worker_wait_for_control_plane;
 use super::writer::WriteRequest;
 use super::Flow;
-use crate::cli::installer_args::parse_installer_args;
 use crate::config::Role;
 use crate::host::boot_order::set_boot_order;
 use crate::host::disk_prep::{cleanup_install_device, format_disks, resolve_disk_symlink};
@@ -20,6 +19,7 @@ use crate::host::logs::{upload_installation_logs, LogsUpload};
 use crate::host::reboot::ironic_agent_present;
 use crate::host::root::HostRoot;
 use crate::service::stages::{HostStage, LogsState};
+use crate::write::parse_installer_args;
 
 /// Attempts at the disk write, about a second apart (Go: `utils.Retry(3, …)`).
 pub const WRITE_ATTEMPTS: u32 = 3;
@@ -68,9 +68,8 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
     }
     // --installer-args must be usable (and their host paths reachable) before anything is
     // touched.
-    let mut writer_args = parse_installer_args(&cfg.installer_args)?;
-    writer_args.host_root = Some(host_root.clone());
-    f.writer.preflight(&writer_args)?;
+    let writer_args = parse_installer_args(&cfg.installer_args)?;
+    f.writer.preflight(&writer_args, Some(&host_root))?;
     let device = resolve_disk_symlink(&cfg.boot_device);
     let dev = device.display().to_string();
     if !cfg.dry_run && !cfg.skip_installation_disk_cleanup {
@@ -89,19 +88,17 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
         .with_context(|| format!("creating {}", f.paths.install_dir.display()))?;
     let single_node = cfg.is_single_node();
     let bootstrap = cfg.role == Role::Bootstrap && !single_node;
+    let request = WriteRequest {
+        device,
+        args: writer_args,
+        host_root: Some(host_root.clone()),
+    };
     // The bootstrap and single-node disks are not needed by the live system: write them while
     // the control plane forms (see flow::early).
     let mut early = ((bootstrap || single_node) && f.early_write)
-        .then(|| EarlyWrite::start(f.writer.clone(), &device, &writer_args));
-    let result = install_after_prologue(
-        f,
-        &host_root,
-        &device,
-        writer_args,
-        bootstrap,
-        single_node,
-        &mut early,
-    );
+        .then(|| EarlyWrite::start(f.writer.clone(), &request));
+    let result =
+        install_after_prologue(f, &host_root, &request, bootstrap, single_node, &mut early);
     match (result, early) {
         (Err(e), Some(early)) => Err(early.abandon(e)),
         (r, _) => r,
@@ -111,14 +108,13 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
 fn install_after_prologue(
     f: &Flow,
     host_root: &HostRoot,
-    device: &std::path::Path,
-    writer_args: crate::cli::installer_args::WriterArgs,
+    request: &WriteRequest,
     bootstrap: bool,
     single_node: bool,
     early: &mut Option<EarlyWrite>,
 ) -> Result<()> {
     let cfg = &f.cfg;
-    let dev = device.display().to_string();
+    let dev = request.device.display().to_string();
     // The role reported and installed: the HA bootstrap pivots into a master.
     let mut role = cfg.role.clone();
     let _configuring = if bootstrap {
@@ -135,15 +131,7 @@ fn install_after_prologue(
     } else {
         download_ignition(f, &role)?
     };
-    write_image_to_disk(
-        f,
-        &WriteRequest {
-            device: device.to_path_buf(),
-            ignition,
-            args: writer_args,
-        },
-        early.take(),
-    )?;
+    write_image_to_disk(f, request, &ignition, early.take())?;
     if cfg.role == Role::Worker {
         worker_wait_for_control_plane(f);
     }
@@ -186,10 +174,15 @@ fn download_ignition(f: &Flow, role: &Role) -> Result<PathBuf> {
 
 /// Report `Writing image to disk`, finish the early write if there is one, else (or if it
 /// failed) write with up to three attempts, with percentages.
-fn write_image_to_disk(f: &Flow, req: &WriteRequest, early: Option<EarlyWrite>) -> Result<()> {
+fn write_image_to_disk(
+    f: &Flow,
+    req: &WriteRequest,
+    ignition: &Path,
+    early: Option<EarlyWrite>,
+) -> Result<()> {
     f.reporter.stage(HostStage::WritingImageToDisk, "");
     if let Some(early) = early {
-        match early.complete(&f.reporter, &req.ignition) {
+        match early.complete(&f.reporter, ignition) {
             Ok(()) => return Ok(()),
             Err(e) => tracing::warn!(
                 "the early write of {} failed ({e:#}); writing it again",
@@ -201,7 +194,7 @@ fn write_image_to_disk(f: &Flow, req: &WriteRequest, early: Option<EarlyWrite>) 
     let percent = |p: u8| reporter.write_percent(p);
     let mut last = None;
     for attempt in 1..=WRITE_ATTEMPTS {
-        match f.writer.write(req, &percent) {
+        match f.writer.write(req, ignition, &percent) {
             Ok(()) => return Ok(()),
             Err(e) => {
                 tracing::warn!(

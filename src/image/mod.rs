@@ -11,8 +11,8 @@ pub mod source;
 
 pub use cancel::Cancel;
 pub use pipeline::{
-    reset_after_failure, stream_image, write_image, Input, Interrupted, RawImage, Staged,
-    WriteOptions, WriteSummary,
+    reset_after_failure, stream_image, Input, Interrupted, RawImage, Staged, WriteOptions,
+    WriteSummary,
 };
 
 use osmet::LiveImage;

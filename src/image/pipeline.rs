@@ -649,21 +649,6 @@ pub fn stream_image(
     }
 }
 
-/// Stream, verify and commit: the whole write, with no post-install step in between.
-pub fn write_image(
-    input: impl Into<Input>,
-    dev: &Device,
-    opts: &WriteOptions,
-    progress: &dyn ProgressSink,
-    stop: &Cancel,
-) -> Result<WriteSummary> {
-    let staged = stream_image(input, dev, opts, progress, stop)?;
-    let ss = staged.layout.sector_size;
-    staged
-        .commit(dev, &opts.saved)
-        .map_err(|e| reset_after_failure(dev, ss, opts, e))
-}
-
 fn run(
     input: Input,
     dev: &Device,

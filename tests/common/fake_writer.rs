@@ -3,15 +3,23 @@
 #![allow(dead_code)]
 
 use anyhow::{bail, Result};
-use assisted_installer::cli::installer_args::WriterArgs;
 use assisted_installer::flow::writer::{DiskWriter, PendingDisk, WriteRequest};
+use assisted_installer::write::WriterArgs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// One whole write the flow asked for.
+#[derive(Clone, Debug)]
+pub struct WriteCall {
+    pub device: PathBuf,
+    pub ignition: PathBuf,
+    pub args: WriterArgs,
+}
+
 #[derive(Default)]
 pub struct FakeWriter {
-    pub calls: Mutex<Vec<WriteRequest>>,
+    pub calls: Mutex<Vec<WriteCall>>,
     /// Whole writes that fail before succeeding.
     pub failures: AtomicU32,
     /// Early streams that fail.
@@ -47,16 +55,25 @@ impl FakeWriter {
 }
 
 impl DiskWriter for FakeWriter {
-    fn write(&self, req: &WriteRequest, percent: &(dyn Fn(u8) + Send + Sync)) -> Result<()> {
-        self.calls.lock().unwrap().push(req.clone());
+    fn write(
+        &self,
+        req: &WriteRequest,
+        ignition: &Path,
+        percent: &(dyn Fn(u8) + Send + Sync),
+    ) -> Result<()> {
+        self.calls.lock().unwrap().push(WriteCall {
+            device: req.device.clone(),
+            ignition: ignition.to_path_buf(),
+            args: req.args.clone(),
+        });
         self.events
             .lock()
             .unwrap()
-            .push(format!("write {}", req.ignition.display()));
+            .push(format!("write {}", ignition.display()));
         if take_one(&self.failures) {
             bail!("writing /dev/vda at offset 1048576: Input/output error (os error 5)");
         }
-        self.check_ignition(&req.ignition)?;
+        self.check_ignition(ignition)?;
         for p in 0..=100 {
             percent(p);
         }
@@ -65,14 +82,13 @@ impl DiskWriter for FakeWriter {
 
     fn stream(
         &self,
-        device: &Path,
-        _args: &WriterArgs,
+        req: &WriteRequest,
         percent: &(dyn Fn(u8) + Send + Sync),
     ) -> Result<Box<dyn PendingDisk>> {
         self.events
             .lock()
             .unwrap()
-            .push(format!("stream {}", device.display()));
+            .push(format!("stream {}", req.device.display()));
         if take_one(&self.stream_failures) {
             bail!("the early stream failed: connection reset");
         }

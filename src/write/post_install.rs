@@ -1,15 +1,22 @@
-//! Post-install steps on a disk: make its partitions appear (BLKRRPART, then BLKPG from our own
-//! GPT parse), find /boot by label, mount it in a private namespace, apply the edits, and put
-//! the kernel's view back as it was.
+//! The post-install steps on a disk (`postinstall` works on a mounted /boot; this mounts it):
+//! make its partitions appear (BLKRRPART, then BLKPG from our own GPT parse), find /boot by
+//! label, mount it in a private namespace, apply the edits, and put the kernel's view back as
+//! it was. During a write (before the partition table is committed), or on a disk written
+//! earlier (`embed`).
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
+use std::path::Path;
 
 use crate::disk::boot::find_boot;
+use crate::disk::gpt::DiskWindows;
 use crate::disk::loopdev::LoopAttachment;
 use crate::disk::mount::with_private_mount;
 use crate::disk::partitions::{ensure_nodes, PartitionSpec};
 use crate::disk::{Device, DeviceKind};
+use crate::image::WriteOptions;
 use crate::postinstall::{self, PostInstall};
+
+use super::reset::reset;
 
 /// Apply `post` to the /boot partition of `dev`, whose partitions are `table` (the table on the
 /// disk, or the one about to be committed). Consumes the exclusive handle, because mount(2)
@@ -73,5 +80,43 @@ pub fn refresh_kernel_view(dev: &Device) {
                 dev.path().display()
             );
         }
+    }
+}
+
+/// `post` on a disk written earlier, whose partition table is on the disk. A failure resets
+/// the table (a half-applied configuration must not boot: the rule of a failed write), unless
+/// `preserve_on_error`.
+pub fn apply_to_written_disk(
+    device: &Path,
+    post: &PostInstall,
+    preserve_on_error: bool,
+) -> Result<()> {
+    let dev = Device::open_for_write(device)?;
+    let mut w = DiskWindows::load(&dev)?;
+    let gpt = match dev.sector_size() {
+        Some(ss) => gptman::GPT::read_from(&mut w, ss),
+        None => gptman::GPT::find_from(&mut w),
+    }
+    .map_err(|e| {
+        anyhow!(
+            "{} has no readable GPT ({e}): write the image first",
+            dev.path().display()
+        )
+    })?;
+    let ss = gpt.sector_size;
+    let table = PartitionSpec::from_gpt(&gpt);
+    // Refuse a disk without a CoreOS /boot before anything changes (it would not be reset).
+    find_boot(&dev, &table)?;
+    let path = dev.path().to_path_buf();
+    match apply_to_disk(dev, &table, ss, post) {
+        Ok(dev) => {
+            dev.sync()?;
+            refresh_kernel_view(&dev);
+            Ok(())
+        }
+        Err(e) if preserve_on_error => Err(e),
+        // A half-applied configuration must not boot: reset like a failed write (embed takes
+        // no --save-part* options: no partition is kept).
+        Err(e) => Err(reset(None, &path, ss, &WriteOptions::default(), e)),
     }
 }

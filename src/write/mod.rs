@@ -1,0 +1,17 @@
+//! Writing CoreOS to a disk, end to end, for `write-image` and the install flows alike: the
+//! options ([`args`], also what `--installer-args` may carry), one checked [`plan`], then the
+//! [run](mod@run): the image streamed and verified by `image`, the post-install steps applied
+//! to the disk's /boot ([`post_install`]), and the partition table written last, or the disk
+//! reset.
+
+pub mod args;
+pub mod installer_args;
+pub mod plan;
+pub mod post_install;
+mod reset;
+pub mod run;
+
+pub use args::{KargsAndNetworkArgs, WriterArgs};
+pub use installer_args::parse_installer_args;
+pub use plan::{PlanSettings, Unverified, WritePlan};
+pub use run::{run, stream, Streamed};
