@@ -1,4 +1,4 @@
-//! Making the installed disk the next boot target (§3.10, Go `Ops.SetBootOrder`).
+//! Making the installed disk the next boot target (Go `Ops.SetBootOrder`).
 //!
 //! PowerVM uses `bootlist`; BIOS needs nothing; on UEFI a "Red Hat Enterprise Linux" entry for
 //! the shim on the disk's EFI partition (partition 2) is created with `efibootmgr`, and older

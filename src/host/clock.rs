@@ -2,11 +2,14 @@
 //!
 //! Polls and retries sleep through a [`Clock`] so tests run at once on a [`FakeClock`], and
 //! through a [`Stop`] token (the install's `image::Cancel`) so that SIGTERM ends a wait at once
-//! instead of after its interval. [`Clock::retry`](trait.Clock.html#method.retry) is the loop:
-//! a [`Schedule`] (how many retries, how long in all, how long between tries) is data, and the
-//! try itself says whether its failure is worth another try ([`Failure`]).
-//! [`Clock::poll_until`](trait.Clock.html#method.poll_until) is the Go installer's endless wait
-//! on top of it.
+//! instead of after its interval. `retry` (a method of `dyn Clock`) is the loop: a [`Schedule`]
+//! (how many retries, how long in all, how long between tries) is data, and the try itself says
+//! whether its failure is worth another try ([`Failure`]). `poll_until` is the Go installer's
+//! endless wait on top of it:
+//!
+//! ```ignore
+//! f.host.clock.poll_until(&stop, f.intervals.poll, || done.exists().then_some(()))?;
+//! ```
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -276,7 +279,7 @@ impl Tries {
 }
 
 /// How a wait ended without its value. `failures` counts the failed tries (of the job, for
-/// [`Clock::retry_counting`](trait.Clock.html#method.retry_counting)).
+/// `retry_counting`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitError<E> {
     /// The stop token fired, before a try or during a wait; `last` is the last failure, if any.
@@ -349,7 +352,7 @@ impl dyn Clock + '_ {
         self.retry_counting(stop, schedule, &mut Tries::default(), attempt, on_retry)
     }
 
-    /// [`retry`](#method.retry) for a job that spans calls: failures and the first try's time
+    /// `retry` for a job that spans calls: failures and the first try's time
     /// are kept in `tries` (start afresh with `Tries::default()`).
     pub fn retry_counting<T, E>(
         &self,
