@@ -7,7 +7,7 @@
 //! whether its failure is worth another try ([`Failure`]). `poll_until` is the Go installer's
 //! endless wait on top of it:
 //!
-//! ```ignore
+//! ```text
 //! f.host.clock.poll_until(&stop, f.intervals.poll, || done.exists().then_some(()))?;
 //! ```
 
