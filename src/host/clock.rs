@@ -624,29 +624,6 @@ mod tests {
     }
 
     #[test]
-    fn full_jitter_stays_below_its_bound() {
-        let delay = Delay::FullJitter {
-            base: secs(2),
-            cap: secs(10),
-        };
-        let bounds: Vec<u64> = (1..=5).map(|n| delay.bound(n).as_secs()).collect();
-        assert_eq!(bounds, [2, 4, 8, 10, 10]);
-        assert_eq!(delay.bound(41), secs(10));
-        let mut distinct = std::collections::HashSet::new();
-        for n in 0..200 {
-            let d = delay.after(n % 5 + 1);
-            assert!(d < delay.bound(n % 5 + 1));
-            distinct.insert(d);
-        }
-        assert!(distinct.len() > 150, "delays should be random");
-        let zero = Delay::FullJitter {
-            base: Duration::ZERO,
-            cap: secs(10),
-        };
-        assert_eq!(zero.after(4), Duration::ZERO);
-    }
-
-    #[test]
     fn a_stop_ends_the_wait_before_the_next_try() {
         let fake = FakeClock::new();
         let c: &dyn Clock = &fake;
