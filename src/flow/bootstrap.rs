@@ -99,7 +99,9 @@ fn install_pull_secret(f: &Flow, bootstrap_ign: &std::path::Path) -> Result<()> 
     let secret =
         extract_pull_secret(&ign).context("extracting the pull secret from bootstrap.ign")?;
     let tmp = &f.paths.extracted_pull_secret;
-    std::fs::write(tmp, secret).with_context(|| format!("writing {}", tmp.display()))?;
+    use crate::postinstall::ignition::{write_secret_file, Existing};
+    write_secret_file(tmp, &secret, Existing::Replace)
+        .with_context(|| format!("writing {}", tmp.display()))?;
     let r = f.host.commands.as_ref();
     run(r, "mkdir", &["-p", "/root/.docker"])?;
     run(

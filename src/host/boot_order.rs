@@ -1,4 +1,4 @@
-//! Making the installed disk the next boot target (§3.10, Go `Ops.SetBootOrder`).
+//! Making the installed disk the next boot target (Go `Ops.SetBootOrder`).
 //!
 //! PowerVM uses `bootlist`; BIOS needs nothing; on UEFI a "Red Hat Enterprise Linux" entry for
 //! the shim on the disk's EFI partition (partition 2) is created with `efibootmgr`, and older
@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
-use super::clock::{poll, retry, Clock};
+use super::clock::{Clock, Failure, NeverStop, Schedule, WaitError};
 use super::commands::CommandRunner;
 
 /// The boot entry label.
@@ -21,7 +21,7 @@ pub const EFI_PARTITION: u32 = 2;
 const MOUNT_POINT: &str = "/mnt";
 const FIND_EFI_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL_INTERVAL: Duration = Duration::from_secs(5);
-const MOUNT_ATTEMPTS: usize = 3;
+const MOUNT_ATTEMPTS: u32 = 3;
 
 #[derive(Debug, Deserialize)]
 struct Lsblk {
@@ -131,12 +131,21 @@ pub fn set_boot_order(
     }
 
     tracing::info!("Setting efibootmgr to boot from disk");
-    let efi_dir = poll(clock, FIND_EFI_TIMEOUT, POLL_INTERVAL, || {
-        find_efi_directory(runner, clock, device).inspect_err(|e| {
-            tracing::warn!("failed to find EFI directory on {device}: {e:#}");
-        })
-    })
-    .context("failed to find EFI directory")?;
+    // No stop token reaches this step; the whole wait is bounded (20 s).
+    let efi_dir = clock
+        .retry(
+            &NeverStop,
+            &Schedule::within(FIND_EFI_TIMEOUT, POLL_INTERVAL),
+            |_| {
+                find_efi_directory(runner, clock, device).map_err(|e| {
+                    tracing::warn!("failed to find EFI directory on {device}: {e:#}");
+                    Failure::Retry(e)
+                })
+            },
+            |_, _| {},
+        )
+        .map_err(WaitError::into_anyhow)
+        .context("failed to find EFI directory")?;
     let loader = efi_loader_path(&efi_dir, arch);
     tracing::info!("Using EFI file '{loader}'");
 
@@ -174,10 +183,19 @@ fn find_efi_directory(
     device: &str,
 ) -> anyhow::Result<String> {
     let part = partition_path(runner, device, EFI_PARTITION)?;
-    retry(clock, MOUNT_ATTEMPTS, POLL_INTERVAL, || {
-        runner.run("mount", &[&part, MOUNT_POINT])
-    })
-    .context("failed to mount efi device")?;
+    clock
+        .retry(
+            &NeverStop,
+            &Schedule::tries(MOUNT_ATTEMPTS, POLL_INTERVAL),
+            |_| {
+                runner
+                    .run("mount", &[&part, MOUNT_POINT])
+                    .map_err(Failure::Retry)
+            },
+            |_, _| {},
+        )
+        .map_err(WaitError::into_anyhow)
+        .context("failed to mount efi device")?;
     let listing = runner.run("ls", &["-1", "/mnt/EFI"]);
     if let Err(e) = runner.run("umount", &[MOUNT_POINT]) {
         tracing::warn!("failed to unmount {MOUNT_POINT}: {e}");

@@ -63,6 +63,17 @@ impl Cancel {
     }
 }
 
+/// The stop token of the host's waits and retries (they live below `image`, hence the trait).
+impl crate::host::clock::Stop for Cancel {
+    fn is_stopped(&self) -> bool {
+        self.is_cancelled()
+    }
+
+    fn sleep(&self, d: Duration) -> bool {
+        Cancel::sleep(self, d)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

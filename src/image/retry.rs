@@ -5,6 +5,8 @@ use anyhow::{bail, Result};
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::host::clock::{Delay, Schedule};
+
 /// `--fetch-retries`: a count, or `infinite` (what the CoreOS live service passes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Retries {
@@ -25,6 +27,8 @@ impl FromStr for Retries {
     }
 }
 
+/// The download's retries as the command line gives them; [`RetryPolicy::schedule`] is what
+/// the retry loop (`Clock::retry`) runs on.
 #[derive(Clone, Copy, Debug)]
 pub struct RetryPolicy {
     pub retries: Retries,
@@ -44,27 +48,18 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Whether failure number `failures` (1 for the first) may be retried.
-    pub fn allows(&self, failures: u32) -> bool {
-        match self.retries {
-            Retries::Infinite => true,
-            Retries::Count(n) => failures <= n,
-        }
-    }
-
-    /// How long to wait after failure number `failures` (1, 2, ...): exponential, capped.
-    pub fn delay(&self, failures: u32) -> Duration {
-        let exp = failures.saturating_sub(1).min(30);
-        self.initial_backoff
-            .saturating_mul(1u32 << exp)
-            .min(self.max_backoff)
-    }
-
-    /// What to print for the retry budget in logs.
-    pub fn describe_attempt(&self, failures: u32) -> String {
-        match self.retries {
-            Retries::Infinite => format!("retry {failures}"),
-            Retries::Count(n) => format!("retry {failures} of {n}"),
+    /// Exponential backoff, capped; no overall deadline (a slow mirror may take hours).
+    pub fn schedule(&self) -> Schedule {
+        Schedule {
+            retries: match self.retries {
+                Retries::Count(n) => Some(n),
+                Retries::Infinite => None,
+            },
+            timeout: None,
+            delay: Delay::Doubling {
+                first: self.initial_backoff,
+                cap: self.max_backoff,
+            },
         }
     }
 }
@@ -90,6 +85,9 @@ pub fn parse_content_range(v: &str) -> Option<(u64, u64, Option<u64>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::clock::{Failure, Retrying, WaitError, SYSTEM_CLOCK};
+    use crate::image::Cancel;
+    use std::time::Instant;
 
     #[test]
     fn retries_parse() {
@@ -107,16 +105,55 @@ mod tests {
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
         };
-        let d: Vec<u64> = (1..=6).map(|f| p.delay(f).as_secs()).collect();
+        let s = p.schedule();
+        let d: Vec<u64> = (1..=6).map(|f| s.delay.after(f).as_secs()).collect();
         assert_eq!(d, [1, 2, 4, 8, 10, 10]);
-        assert_eq!(p.delay(1000), Duration::from_secs(10), "no overflow");
-        assert!(p.allows(3) && !p.allows(4));
+        assert_eq!(s.delay.after(1000), Duration::from_secs(10), "no overflow");
+        let retry = Failure::Retry(());
+        assert!(s.permits(&retry, 3) && !s.permits(&retry, 4));
         let inf = RetryPolicy {
             retries: Retries::Infinite,
             ..p
         };
-        assert!(inf.allows(u32::MAX));
-        assert_eq!(p.describe_attempt(2), "retry 2 of 3");
+        assert!(inf.schedule().permits(&retry, u32::MAX));
+        let told = Retrying {
+            failures: 2,
+            retries: s.retries,
+            delay: s.delay.after(2),
+        };
+        assert_eq!(told.to_string(), "retry 2 of 3");
+    }
+
+    #[test]
+    fn the_stop_token_ends_a_backoff_at_once() {
+        let stop = Cancel::new();
+        let s2 = stop.clone();
+        let long = RetryPolicy {
+            retries: Retries::Infinite,
+            initial_backoff: Duration::from_secs(30),
+            max_backoff: Duration::from_secs(30),
+        };
+        let t = std::thread::spawn(move || {
+            let start = Instant::now();
+            let r: Result<(), _> = SYSTEM_CLOCK.retry(
+                &s2,
+                &long.schedule(),
+                |_| Err(Failure::Retry("503")),
+                |_, _| {},
+            );
+            (r, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        stop.cancel();
+        let (r, took) = t.join().unwrap();
+        assert_eq!(
+            r,
+            Err(WaitError::Stopped {
+                failures: 1,
+                last: Some("503")
+            })
+        );
+        assert!(took < Duration::from_secs(5), "{took:?}");
     }
 
     #[test]

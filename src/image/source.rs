@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::cancel::Cancel;
 use super::retry::{is_retryable_status, parse_content_range, RetryPolicy};
+use crate::host::clock::{Failure, Retrying, Stopped, Tries, WaitError, SYSTEM_CLOCK};
 
 /// A stream of compressed image bytes.
 pub trait ImageSource: Send {
@@ -123,8 +124,8 @@ pub struct HttpSource {
     total: Option<u64>,
     /// ETag (or Last-Modified) of the first response, sent as If-Range when resuming.
     validator: Option<String>,
-    /// Failures since data last arrived.
-    failures: u32,
+    /// Failures since data last arrived (across reconnections: the `--fetch-retries` budget).
+    tries: Tries,
 }
 
 fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
@@ -156,10 +157,20 @@ fn chain(e: &reqwest::Error) -> String {
     s
 }
 
-enum Attempt {
-    Ok(reqwest::Response),
-    Retry(String),
-    Fatal(anyhow::Error),
+/// A request or read that failed, and whether to try again.
+type Attempt<T> = Result<T, Failure<anyhow::Error>>;
+
+fn retry<T>(why: String) -> Attempt<T> {
+    Err(Failure::Retry(anyhow!(why)))
+}
+
+fn fatal<T>(e: anyhow::Error) -> Attempt<T> {
+    Err(Failure::Fatal(e))
+}
+
+/// Logged before each wait between tries.
+fn log_retry(why: &anyhow::Error, next: &Retrying) {
+    tracing::warn!("{why}; {next} in {:.1}s", next.delay.as_secs_f64());
 }
 
 impl HttpSource {
@@ -186,51 +197,41 @@ impl HttpSource {
             pos: 0,
             total: None,
             validator: None,
-            failures: 0,
+            tries: Tries::default(),
         };
-        src.connect(cancel)?;
+        src.with_retries(cancel, |src| {
+            src.response = Some(src.attempt()?);
+            Ok(())
+        })?;
         Ok(src)
     }
 
-    /// Send the request (from `pos`), retrying what may be retried.
-    fn connect(&mut self, cancel: &Cancel) -> Result<()> {
-        loop {
-            if cancel.is_cancelled() {
-                bail!("download of {} cancelled", self.url);
+    /// Runs `step` with the `--fetch-retries` budget and backoff, on the real clock, stopped by
+    /// `cancel`.
+    fn with_retries<T>(
+        &mut self,
+        cancel: &Cancel,
+        mut step: impl FnMut(&mut Self) -> Attempt<T>,
+    ) -> Result<T> {
+        let schedule = self.opts.retry.schedule();
+        let mut tries = self.tries;
+        let result =
+            SYSTEM_CLOCK.retry_counting(cancel, &schedule, &mut tries, |_| step(self), log_retry);
+        self.tries = tries;
+        result.map_err(|e| match e {
+            WaitError::Stopped { .. } => {
+                anyhow!(Stopped).context(format!("download of {} cancelled", self.url))
             }
-            match self.attempt() {
-                Attempt::Ok(resp) => {
-                    self.response = Some(resp);
-                    return Ok(());
-                }
-                Attempt::Fatal(e) => return Err(e),
-                Attempt::Retry(why) => self.backoff(&why, cancel)?,
-            }
-        }
+            WaitError::GaveUp { failures, last } => anyhow!(
+                "{last}; giving up after {} retries (raise --fetch-retries, or check the server and network)",
+                failures - 1
+            ),
+            WaitError::Fatal { error, .. } => error,
+        })
     }
 
-    fn backoff(&mut self, why: &str, cancel: &Cancel) -> Result<()> {
-        self.failures += 1;
-        let policy = self.opts.retry;
-        if !policy.allows(self.failures) {
-            bail!(
-                "{why}; giving up after {} retries (raise --fetch-retries, or check the server and network)",
-                self.failures - 1
-            );
-        }
-        let delay = policy.delay(self.failures);
-        tracing::warn!(
-            "{why}; {} in {:.1}s",
-            policy.describe_attempt(self.failures),
-            delay.as_secs_f64()
-        );
-        if cancel.sleep(delay) {
-            bail!("download of {} cancelled", self.url);
-        }
-        Ok(())
-    }
-
-    fn attempt(&mut self) -> Attempt {
+    /// One request (from `pos`).
+    fn attempt(&mut self) -> Attempt<reqwest::Response> {
         let mut req = self
             .client
             .get(self.url.clone())
@@ -244,32 +245,32 @@ impl HttpSource {
         let result = self.rt.block_on(req.send());
         let resp = match result {
             Ok(r) => r,
-            Err(e) => return Attempt::Retry(format!("GET {}: {}", self.url, chain(&e))),
+            Err(e) => return retry(format!("GET {}: {}", self.url, chain(&e))),
         };
         let status = resp.status();
         let code = status.as_u16();
         if is_retryable_status(code) {
-            return Attempt::Retry(format!("GET {}: server answered {status}", self.url));
+            return retry(format!("GET {}: server answered {status}", self.url));
         }
         if self.pos == 0 {
             if !status.is_success() {
-                return Attempt::Fatal(anyhow!(
+                return fatal(anyhow!(
                     "GET {}: server answered {status}; check the image URL",
                     self.url
                 ));
             }
             self.total = resp.content_length();
             self.validator = validator(resp.headers());
-            return Attempt::Ok(resp);
+            return Ok(resp);
         }
         self.check_resume(resp)
     }
 
     /// A resumed request must continue exactly where the body stopped.
-    fn check_resume(&self, resp: reqwest::Response) -> Attempt {
+    fn check_resume(&self, resp: reqwest::Response) -> Attempt<reqwest::Response> {
         let status = resp.status();
         if status.as_u16() == 200 {
-            return Attempt::Fatal(anyhow!(
+            return fatal(anyhow!(
                 "the download of {} broke off at byte {}{}, and the server answered the request for the rest (Range: bytes={}-) \
                  with the whole file ({status}): it does not support range requests, or the file changed; cannot resume",
                 self.url,
@@ -279,7 +280,7 @@ impl HttpSource {
             ));
         }
         if status.as_u16() != 206 {
-            return Attempt::Fatal(anyhow!(
+            return fatal(anyhow!(
                 "GET {} (resuming at byte {}): server answered {status}",
                 self.url,
                 self.pos
@@ -294,9 +295,9 @@ impl HttpSource {
             Some((first, _, total))
                 if first == self.pos && (total.is_none() || total == self.total) =>
             {
-                Attempt::Ok(resp)
+                Ok(resp)
             }
-            other => Attempt::Fatal(anyhow!(
+            other => fatal(anyhow!(
                 "GET {} (resuming at byte {}): the server sent an unexpected Content-Range {:?}; cannot resume",
                 self.url,
                 self.pos,
@@ -339,6 +340,37 @@ impl HttpSource {
             }
         })
     }
+
+    /// Reconnect if the last read broke off, then read the next chunk.
+    fn read_step(&mut self, buf: &mut Vec<u8>, cancel: &Cancel) -> Attempt<usize> {
+        if self.response.is_none() {
+            tracing::info!("resuming {} from byte {}", self.url, self.pos);
+            self.response = Some(self.attempt()?);
+        }
+        let why = match self.next_chunk(buf, cancel) {
+            Ok(Some(n)) => {
+                self.pos += n as u64;
+                return Ok(n);
+            }
+            Ok(None) => match self.total {
+                Some(t) if self.pos < t => "the server closed the connection".to_string(),
+                _ => return Ok(0),
+            },
+            Err(e) if cancel.is_cancelled() => {
+                return fatal(
+                    anyhow!(Stopped).context(format!("download of {} cancelled: {e}", self.url)),
+                )
+            }
+            Err(e) => e,
+        };
+        self.response = None;
+        retry(format!(
+            "download of {} interrupted at byte {}{}: {why}",
+            self.url,
+            self.pos,
+            self.total.map(|t| format!(" of {t}")).unwrap_or_default()
+        ))
+    }
 }
 
 fn validator(h: &HeaderMap) -> Option<String> {
@@ -360,32 +392,8 @@ impl ImageSource for HttpSource {
     }
 
     fn read_more(&mut self, buf: &mut Vec<u8>, cancel: &Cancel) -> Result<usize> {
-        loop {
-            if self.response.is_none() {
-                self.connect(cancel)?;
-            }
-            let why = match self.next_chunk(buf, cancel) {
-                Ok(Some(n)) => {
-                    self.pos += n as u64;
-                    self.failures = 0;
-                    return Ok(n);
-                }
-                Ok(None) => match self.total {
-                    Some(t) if self.pos < t => "the server closed the connection".to_string(),
-                    _ => return Ok(0),
-                },
-                Err(e) if cancel.is_cancelled() => bail!("download of {} cancelled: {e}", self.url),
-                Err(e) => e,
-            };
-            self.response = None;
-            let why = format!(
-                "download of {} interrupted at byte {}{}: {why}",
-                self.url,
-                self.pos,
-                self.total.map(|t| format!(" of {t}")).unwrap_or_default()
-            );
-            self.backoff(&why, cancel)?;
-            tracing::info!("resuming {} from byte {}", self.url, self.pos);
-        }
+        let n = self.with_retries(cancel, |src| src.read_step(buf, cancel))?;
+        self.tries = Tries::default();
+        Ok(n)
     }
 }

@@ -8,6 +8,7 @@
 //! idles unseen between calls.
 
 use super::{role_label, EventInfo, KubeApi, NodeInfo};
+use crate::host::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Taint};
 use kube::api::{
@@ -25,7 +26,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time to wait for a response; the flows poll, so a hung call must not block them for long.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Attempts of the read-modify-write of a node's taints when the node changed in between (409).
-const TAINT_PATCH_ATTEMPTS: usize = 5;
+const TAINT_PATCH_ATTEMPTS: u32 = 5;
 
 const MACHINE_CONFIG_GROUP: &str = "machineconfiguration.openshift.io";
 const MACHINE_CONFIG_VERSION: &str = "v1";
@@ -235,25 +236,33 @@ impl KubeApi for KubeClient {
 
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
         let api = self.nodes();
-        for attempt in 1..=TAINT_PATCH_ATTEMPTS {
-            match self
-                .remove_taint_once(&api, node, key)
-                .with_context(|| format!("removing taint {key} from node {node}"))?
-            {
-                RemoveOutcome::Done => return Ok(()),
-                RemoveOutcome::Conflict => {
-                    tracing::debug!(
-                        node,
-                        key,
-                        attempt,
-                        "node changed while removing a taint; retrying"
-                    );
-                }
-            }
+        // A conflict means the node changed since it was read: read it again at once.
+        let outcome = SYSTEM_CLOCK.retry(
+            &NeverStop,
+            &Schedule::tries(TAINT_PATCH_ATTEMPTS, Duration::ZERO),
+            |_| match self.remove_taint_once(&api, node, key) {
+                Ok(RemoveOutcome::Done) => Ok(()),
+                Ok(RemoveOutcome::Conflict) => Err(Failure::Retry(None)),
+                Err(e) => Err(Failure::Fatal(Some(e))),
+            },
+            |_, next| {
+                tracing::debug!(
+                    node,
+                    key,
+                    attempt = next.failures,
+                    "node changed while removing a taint; retrying"
+                )
+            },
+        );
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(e) => match e.into_last().flatten() {
+                Some(e) => Err(e.context(format!("removing taint {key} from node {node}"))),
+                None => bail!(
+                    "removing taint {key} from node {node}: the node kept changing ({TAINT_PATCH_ATTEMPTS} conflicts)"
+                ),
+            },
         }
-        bail!(
-            "removing taint {key} from node {node}: the node kept changing ({TAINT_PATCH_ATTEMPTS} conflicts)"
-        )
     }
 }
 

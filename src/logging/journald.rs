@@ -2,8 +2,24 @@
 //! journal entries by `TAG=installer`, so this is how our logs reach the bundle uploaded to
 //! the assisted-service. Native protocol over the datagram socket (the installer container
 //! mounts /run/systemd/journal/socket); no socket, no journald logging. Never fatal.
+//!
+//! Written by hand rather than with `tracing-journald`: logs_sender's bundle shows the journal's
+//! `MESSAGE` only, and ours carries the event's fields in it (`cleaning failed device=/dev/sda`)
+//! as the text logs do; `tracing-journald` sends each field as a journal field of its own (so
+//! they would vanish from the bundle), maps INFO to priority 5 instead of 6, and only talks to
+//! the fixed socket path, so it cannot be tested against a local socket.
+//!
+//! An entry larger than one datagram (journald's limit is the socket's send buffer) goes the
+//! way journald's own client sends it: written to a sealed memfd whose descriptor is passed
+//! with `SCM_RIGHTS`.
 
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
 use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Write as _;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use tracing::field::{Field, Visit};
@@ -94,7 +110,43 @@ impl<S: Subscriber> Layer<S> for JournaldLayer {
             append_field(&mut buf, k, v);
         }
         // Best effort: a full or missing journal must not stop the install.
-        let _ = self.socket.send_to(&buf, &self.path);
+        let _ = self.send(&buf);
+    }
+}
+
+impl JournaldLayer {
+    fn send(&self, entry: &[u8]) -> std::io::Result<()> {
+        match self.socket.send_to(entry, &self.path) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMSGSIZE | libc::ENOBUFS)) => {
+                self.send_through_memfd(entry)
+            }
+            other => other.map(drop),
+        }
+    }
+
+    /// journald reads an entry from a memfd passed alone in a datagram, once the memfd is sealed
+    /// (so that the sender can no longer change what journald reads).
+    fn send_through_memfd(&self, entry: &[u8]) -> std::io::Result<()> {
+        let fd = memfd_create(
+            c"journal-entry",
+            MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+        )?;
+        let mut file = File::from(fd);
+        file.write_all(entry)?;
+        let seals = SealFlag::F_SEAL_SHRINK
+            | SealFlag::F_SEAL_GROW
+            | SealFlag::F_SEAL_WRITE
+            | SealFlag::F_SEAL_SEAL;
+        fcntl(file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals))?;
+        let to = UnixAddr::new(&self.path)?;
+        sendmsg(
+            self.socket.as_raw_fd(),
+            &[],
+            &[ControlMessage::ScmRights(&[file.as_raw_fd()])],
+            MsgFlags::empty(),
+            Some(&to),
+        )?;
+        Ok(())
     }
 }
 
@@ -135,6 +187,60 @@ mod tests {
         );
         assert!(
             text.contains("PRIORITY=4\n") && text.contains("TAG=installer\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_entry_too_large_for_a_datagram_goes_through_a_sealed_memfd() {
+        use nix::sys::socket::{recvmsg, ControlMessageOwned};
+        use std::io::IoSliceMut;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.sock");
+        let server = UnixDatagram::bind(&path).unwrap();
+        let layer = JournaldLayer::new(&path, vec![("TAG".into(), "installer".into())]).unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        // Beyond any datagram socket's send buffer (the kernel caps it at a few hundred KiB).
+        let big = "x".repeat(8 << 20);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(step = "gather", "{big}");
+        });
+
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+        let mut data = [0u8; 16];
+        let mut iov = [IoSliceMut::new(&mut data)];
+        let msg = recvmsg::<UnixAddr>(
+            server.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::empty(),
+        )
+        .unwrap();
+        assert_eq!(
+            msg.bytes, 0,
+            "the entry is in the memfd, not in the datagram"
+        );
+        let fd = msg
+            .cmsgs()
+            .unwrap()
+            .find_map(|c| match c {
+                ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
+                _ => None,
+            })
+            .expect("a passed descriptor");
+        let seals = SealFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GET_SEALS).unwrap());
+        assert!(seals
+            .contains(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_WRITE));
+        // Read it as journald does, from the start (a new open file description, no unsafe).
+        let entry = std::fs::read(format!("/proc/self/fd/{fd}")).unwrap();
+        nix::unistd::close(fd).unwrap();
+        let mut want = Vec::new();
+        append_field(&mut want, "MESSAGE", &format!("{big} step=gather"));
+        assert!(entry.starts_with(&want), "the whole message, not cut");
+        let text = String::from_utf8_lossy(&entry[want.len()..]);
+        assert!(
+            text.contains("PRIORITY=6\n") && text.contains("TAG=installer\n"),
             "{text}"
         );
     }

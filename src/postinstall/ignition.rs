@@ -193,25 +193,14 @@ fn spec_version(bytes: &[u8]) -> Result<String> {
 /// Write the config to `<boot_root>/ignition/config.ign`. Returns that path.
 ///
 /// CVE-2021-3917: the config must never be readable by others, not even for a moment, so the
-/// directory (when we create it) gets 0700 and the file gets 0600 at creation time, not by a
-/// chmod afterwards. `create_new` refuses to reuse an existing file, whose mode we do not control.
+/// directory (when we create it) gets 0700 and the file is written by [`write_secret_file`].
+/// An existing file is refused: the written disk's /boot has none, and we do not reuse one.
 pub fn write_config(boot_root: &Path, config: &IgnitionConfig) -> Result<PathBuf> {
     let dir = boot_root.join(CONFIG_DIR);
     let path = boot_root.join(CONFIG_FILE);
     let write = || -> Result<()> {
         super::files::create_private_dir(&dir)?;
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .context("creating the file")?;
-        // The umask can only clear bits, so the file was never more open than 0600; make the
-        // mode exactly 0600 in case an odd umask cleared owner bits.
-        file.set_permissions(Permissions::from_mode(0o600))
-            .context("setting the file mode")?;
-        file.write_all(&config.bytes).context("writing the file")?;
-        file.sync_all().context("syncing the file")?;
+        write_secret_file(&path, &config.bytes, Existing::Refuse)?;
         super::files::sync_dir(&dir)
     };
     write().with_context(|| format!("writing the Ignition config to {}", path.display()))?;
@@ -222,6 +211,36 @@ pub fn write_config(boot_root: &Path, config: &IgnitionConfig) -> Result<PathBuf
         path.display()
     );
     Ok(path)
+}
+
+/// What [`write_secret_file`] does with a file already at the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Existing {
+    /// Fail: the caller expects a fresh file.
+    Refuse,
+    /// Truncate it and make it 0600 before the secret goes in (a rerun of a step).
+    Replace,
+}
+
+/// Writes a file holding a secret (an Ignition config, the pull secret, a token) so that it is
+/// never readable by others: created with mode 0600 (the umask can only clear bits), set to
+/// exactly 0600 before any byte is written (an odd umask, or a replaced file's old mode), then
+/// fsynced. A symbolic link at `path` is refused rather than followed.
+pub fn write_secret_file(path: &Path, bytes: &[u8], existing: Existing) -> Result<()> {
+    let mut options = OpenOptions::new();
+    options
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW);
+    match existing {
+        Existing::Refuse => options.create_new(true),
+        Existing::Replace => options.create(true).truncate(true),
+    };
+    let mut file = options.open(path).context("creating the file")?;
+    file.set_permissions(Permissions::from_mode(0o600))
+        .context("setting the file mode")?;
+    file.write_all(bytes).context("writing the file")?;
+    file.sync_all().context("syncing the file")
 }
 
 #[cfg(test)]
@@ -399,6 +418,29 @@ mod tests {
             )),
             "{err}"
         );
+    }
+
+    #[test]
+    fn secret_files_are_private_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        write_secret_file(&path, b"first", Existing::Refuse).unwrap();
+        assert_eq!(mode(&path), 0o600);
+        assert!(write_secret_file(&path, b"again", Existing::Refuse).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+
+        // A replaced file loses its old, wider mode before the secret goes in.
+        std::fs::set_permissions(&path, Permissions::from_mode(0o644)).unwrap();
+        write_secret_file(&path, b"second", Existing::Replace).unwrap();
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+
+        // A link planted at the path is not followed.
+        let target = dir.path().join("elsewhere");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(write_secret_file(&link, b"secret", Existing::Replace).is_err());
+        assert!(!target.exists());
     }
 
     #[test]

@@ -9,9 +9,11 @@
 //! * The token never appears in a log line, an error or a `Debug` output.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
@@ -25,6 +27,9 @@ use uuid::Uuid;
 use super::models::{Cluster, Host, HostProgress, LogsProgressParams};
 use super::stages::{HostStage, LogsState};
 use crate::config::Role;
+use crate::host::clock::{
+    Clock, Delay, Failure, NeverStop, Retrying, Schedule, Stop, Stopped, SystemClock, WaitError,
+};
 
 /// Appended to `--url` (swagger `basePath`).
 pub const API_BASE_PATH: &str = "/api/assisted-install";
@@ -121,7 +126,8 @@ impl std::fmt::Debug for LogsUpload {
 /// * the request failed without a response (refused, reset, timed out…) and `attempt < max_retries`.
 ///
 /// The wait before the next attempt is a random duration in
-/// `[0, min(delay_cap, delay_base × 2^attempt))` ("full jitter").
+/// `[0, min(delay_cap, delay_base × 2^attempt))` ("full jitter"). This is data for the one retry
+/// loop (`Clock::retry`): [`ClientRetry::schedule`] and [`ClientRetry::classify`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientRetry {
     pub min_retries: u32,
@@ -156,39 +162,49 @@ impl ClientRetry {
         }
     }
 
+    /// `max_retries` retries with full-jitter delays; no overall deadline (the Go client sets
+    /// none).
+    pub fn schedule(&self) -> Schedule {
+        Schedule {
+            retries: Some(self.max_retries),
+            timeout: None,
+            delay: Delay::FullJitter {
+                base: self.delay_base,
+                cap: self.delay_cap,
+            },
+        }
+    }
+
+    /// An answer with a failed `status`: 404/423/425 have a budget of their own
+    /// (`min_retries`), 408/429/5xx the schedule's, anything else is final.
+    pub fn classify<E>(&self, status: u16, error: E) -> Failure<E> {
+        match status {
+            404 | 423 | 425 => Failure::RetryWithin(self.min_retries, error),
+            408 | 429 | 500..=599 => Failure::Retry(error),
+            _ => Failure::Fatal(error),
+        }
+    }
+
     /// Whether a response with `status` to attempt number `attempt` (0-based) is retried.
     pub fn retry_status(&self, status: u16, attempt: u32) -> bool {
-        match status {
-            404 | 423 | 425 => attempt < self.min_retries,
-            408 | 429 | 500..=599 => attempt < self.max_retries,
-            _ => false,
-        }
+        self.schedule()
+            .permits(&self.classify(status, ()), attempt + 1)
     }
 
     /// Whether a failure without a usable response (connection refused or reset, timeout, a body
     /// cut short) on attempt number `attempt` (0-based) is retried.
     pub fn retry_transport(&self, attempt: u32) -> bool {
-        attempt < self.max_retries
+        self.schedule().permits(&Failure::Retry(()), attempt + 1)
     }
 
     /// Upper bound (exclusive) of the wait after attempt number `attempt`.
     pub fn delay_bound(&self, attempt: u32) -> Duration {
-        let grown = if attempt >= 31 {
-            self.delay_cap
-        } else {
-            self.delay_base.saturating_mul(1u32 << attempt)
-        };
-        grown.min(self.delay_cap)
+        self.schedule().delay.bound(attempt + 1)
     }
 
     /// A random wait in `[0, delay_bound(attempt))`.
     pub fn delay(&self, attempt: u32) -> Duration {
-        let bound = self.delay_bound(attempt).as_nanos();
-        if bound == 0 {
-            return Duration::ZERO;
-        }
-        let nanos = u128::from(random_u64()) % bound;
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        self.schedule().delay.after(attempt + 1)
     }
 }
 
@@ -196,13 +212,6 @@ impl Default for ClientRetry {
     fn default() -> Self {
         Self::installer()
     }
-}
-
-/// 64 random bits from the OS-seeded v4 UUID generator (no extra dependency for jitter).
-fn random_u64() -> u64 {
-    let v = u128::from_le_bytes(*Uuid::new_v4().as_bytes());
-    // Folding the halves spreads the 6 fixed version/variant bits over random ones.
-    (v as u64) ^ ((v >> 64) as u64)
 }
 
 /// How to reach the service.
@@ -290,6 +299,10 @@ pub struct ServiceClient {
     token: HeaderValue,
     token_text: String,
     retry: ClientRetry,
+    /// Waits between retries; the real clock unless a test gives another.
+    clock: Arc<dyn Clock>,
+    /// Ends a wait between retries at once (never, unless given one).
+    stop: Arc<dyn Stop>,
 }
 
 impl fmt::Debug for ServiceClient {
@@ -319,6 +332,16 @@ enum HandleError {
     Transport(String),
     /// Anything else (bad JSON, a local file error): give up at once.
     Fatal(anyhow::Error),
+}
+
+/// Why one attempt of a call failed.
+#[derive(Debug)]
+enum Failed {
+    /// The service answered with this status, or no answer came (`None`): becomes a
+    /// [`ServiceError`].
+    Answer { status: Option<u16>, reason: String },
+    /// A local failure (bad JSON, a file that cannot be written): reported as is.
+    Local(anyhow::Error),
 }
 
 impl ServiceClient {
@@ -375,7 +398,22 @@ impl ServiceClient {
             token,
             token_text: config.token,
             retry: config.retry,
+            clock: Arc::new(SystemClock),
+            stop: Arc::new(NeverStop),
         })
+    }
+
+    /// Waits between retries on `clock` (tests drive the policy with a fake one).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// A wait between retries ends at once when `stop` fires; the call then fails with
+    /// [`Stopped`] (an attempt in flight is not interrupted).
+    pub fn with_stop(mut self, stop: Arc<dyn Stop>) -> Self {
+        self.stop = stop;
+        self
     }
 
     /// `--url` + `/api/assisted-install`.
@@ -411,8 +449,8 @@ impl ServiceClient {
     ) -> Result<T> {
         let url = format!("{}{}", self.base, call.path);
         let request_id = Uuid::new_v4().to_string();
-        let mut attempt: u32 = 0;
-        loop {
+        let schedule = self.retry.schedule();
+        let attempt = |attempt: u32| -> Result<T, Failure<Failed>> {
             debug!(call = call.name, method = %call.method, path = %call.path, request_id = %request_id, attempt, "sending request");
             let mut request = self
                 .http
@@ -429,55 +467,73 @@ impl ServiceClient {
                 let part = reqwest::blocking::multipart::Part::bytes(bytes.clone())
                     .file_name(file_name.clone())
                     .mime_str("application/octet-stream")
-                    .map_err(|e| anyhow!("building the {} upload: {e}", call.name))?;
+                    .map_err(|e| {
+                        Failure::Fatal(Failed::Local(anyhow!("building the upload: {e}")))
+                    })?;
                 request = request
                     .header(ACCEPT, "application/json")
                     .multipart(reqwest::blocking::multipart::Form::new().part(*field, part));
             }
-            // What went wrong on this attempt, if it may be retried: (status, description).
-            let failure: (Option<u16>, String) = match request.send() {
+            let no_answer = |reason: String| Failed::Answer {
+                status: None,
+                reason,
+            };
+            match request.send() {
                 Ok(response) if response.status().is_success() => match on_success(response) {
                     Ok(value) => {
                         debug!(call = call.name, request_id = %request_id, "request succeeded");
-                        return Ok(value);
+                        Ok(value)
                     }
-                    Err(HandleError::Fatal(e)) => {
-                        let e = e.context(format!("{} ({} {})", call.name, call.method, call.path));
-                        return Err(anyhow!(self.redact(&format!("{e:#}"))));
-                    }
-                    Err(HandleError::Transport(msg)) => {
-                        if !self.retry.retry_transport(attempt) {
-                            return Err(self.error(call, None, &msg, attempt + 1).into());
-                        }
-                        (None, msg)
-                    }
+                    Err(HandleError::Fatal(e)) => Err(Failure::Fatal(Failed::Local(e))),
+                    Err(HandleError::Transport(msg)) => Err(Failure::Retry(no_answer(msg))),
                 },
                 Ok(response) => {
-                    let status = response.status().as_u16();
-                    if !self.retry.retry_status(status, attempt) {
-                        let reason = reason_from_body(response);
-                        return Err(self.error(call, Some(status), &reason, attempt + 1).into());
+                    let status = Some(response.status().as_u16());
+                    let failure = self.retry.classify(response.status().as_u16(), ());
+                    if schedule.permits(&failure, attempt + 1) {
+                        // Not read when retried, as in Go.
+                        let reason = String::new();
+                        return Err(self.retry.classify(
+                            response.status().as_u16(),
+                            Failed::Answer { status, reason },
+                        ));
                     }
-                    (Some(status), String::new())
+                    let reason = reason_from_body(response);
+                    Err(Failure::Fatal(Failed::Answer { status, reason }))
                 }
-                Err(e) => {
-                    let msg = error_chain(&e);
-                    if !(is_transient(&e) && self.retry.retry_transport(attempt)) {
-                        return Err(self.error(call, None, &msg, attempt + 1).into());
-                    }
-                    (None, msg)
-                }
-            };
-            let delay = self.retry.delay(attempt);
-            let (status, msg) = failure;
-            let msg = self.redact(&msg);
-            if attempt < 3 || attempt.is_multiple_of(30) {
-                warn!(call = call.name, method = %call.method, path = %call.path, status = ?status, error = %msg, attempt = attempt + 1, delay_ms = delay.as_millis() as u64, "assisted-service request failed, retrying");
-            } else {
-                debug!(call = call.name, status = ?status, error = %msg, attempt = attempt + 1, "assisted-service request failed, retrying");
+                Err(e) if is_transient(&e) => Err(Failure::Retry(no_answer(error_chain(&e)))),
+                Err(e) => Err(Failure::Fatal(no_answer(error_chain(&e)))),
             }
-            std::thread::sleep(delay);
-            attempt += 1;
+        };
+        // Every failure up to the third, then every 30th, as a warning.
+        let on_retry = |failed: &Failed, next: &Retrying| {
+            let (status, msg) = match failed {
+                Failed::Answer { status, reason } => (*status, self.redact(reason)),
+                Failed::Local(e) => (None, self.redact(&format!("{e:#}"))),
+            };
+            let attempt = next.failures;
+            if attempt <= 3 || (attempt - 1).is_multiple_of(30) {
+                warn!(call = call.name, method = %call.method, path = %call.path, status = ?status, error = %msg, attempt, delay_ms = next.delay.as_millis() as u64, "assisted-service request failed, retrying");
+            } else {
+                debug!(call = call.name, status = ?status, error = %msg, attempt, "assisted-service request failed, retrying");
+            }
+        };
+        let what = || format!("{} ({} {})", call.name, call.method, call.path);
+        match self.clock.retry(&*self.stop, &schedule, attempt, on_retry) {
+            Ok(value) => Ok(value),
+            Err(WaitError::Stopped { .. }) => Err(anyhow!(Stopped).context(what())),
+            Err(e) => {
+                let attempts = e.failures();
+                match e.into_last() {
+                    Some(Failed::Answer { status, reason }) => {
+                        Err(self.error(call, status, &reason, attempts).into())
+                    }
+                    Some(Failed::Local(e)) => {
+                        Err(anyhow!(self.redact(&format!("{:#}", e.context(what())))))
+                    }
+                    None => unreachable!("only a stop ends a call before its first attempt"),
+                }
+            }
         }
     }
 
@@ -733,20 +789,9 @@ fn is_transient(e: &reqwest::Error) -> bool {
     true
 }
 
-/// Removes the temporary download file unless the download completed.
-struct TempFile {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = fs::remove_file(&self.path);
-        }
-    }
-}
-
+/// Streams `response` into a private (0600: Ignition files carry the pull secret) temporary
+/// file beside `dest`, fsyncs it and renames it over `dest`. The temporary file is removed on
+/// any failure.
 fn stream_to_file(mut response: Response, dest: &Path) -> Result<u64, HandleError> {
     let fatal = HandleError::Fatal;
     let file_name = dest.file_name().ok_or_else(|| {
@@ -759,25 +804,18 @@ fn stream_to_file(mut response: Response, dest: &Path) -> Result<u64, HandleErro
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(file_name);
-    tmp_name.push(format!(".{}.part", Uuid::new_v4().simple()));
-    let mut tmp = TempFile {
-        path: dir.join(tmp_name),
-        keep: false,
-    };
-
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        // Ignition files carry the pull secret.
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file: File = options
-        .open(&tmp.path)
-        .map_err(|e| fatal(anyhow!(e).context(format!("creating {}", tmp.path.display()))))?;
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(file_name);
+    prefix.push(".");
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".part")
+        .permissions(fs::Permissions::from_mode(0o600))
+        .tempfile_in(&dir)
+        .map_err(|e| {
+            fatal(anyhow!(e).context(format!("creating a temporary file in {}", dir.display())))
+        })?;
+    let tmp_name = tmp.path().display().to_string();
 
     let mut buf = vec![0u8; 64 * 1024];
     let mut total: u64 = 0;
@@ -793,21 +831,16 @@ fn stream_to_file(mut response: Response, dest: &Path) -> Result<u64, HandleErro
                 )))
             }
         };
-        file.write_all(&buf[..n])
-            .map_err(|e| fatal(anyhow!(e).context(format!("writing {}", tmp.path.display()))))?;
+        tmp.write_all(&buf[..n])
+            .map_err(|e| fatal(anyhow!(e).context(format!("writing {tmp_name}"))))?;
         total += n as u64;
     }
-    file.sync_all()
-        .map_err(|e| fatal(anyhow!(e).context(format!("syncing {}", tmp.path.display()))))?;
-    drop(file);
-    fs::rename(&tmp.path, dest).map_err(|e| {
-        fatal(anyhow!(e).context(format!(
-            "renaming {} to {}",
-            tmp.path.display(),
-            dest.display()
-        )))
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| fatal(anyhow!(e).context(format!("syncing {tmp_name}"))))?;
+    tmp.persist(dest).map_err(|e| {
+        fatal(anyhow!(e.error).context(format!("renaming {tmp_name} to {}", dest.display())))
     })?;
-    tmp.keep = true;
     // Make the rename durable; not all filesystems allow syncing a directory, so best effort.
     if let Ok(d) = File::open(&dir) {
         let _ = d.sync_all();
@@ -874,6 +907,57 @@ mod tests {
             ..ClientRetry::installer()
         };
         assert_eq!(zero.delay(3), Duration::ZERO);
+    }
+
+    /// A port on 127.0.0.1 with nothing listening: every attempt fails at once.
+    fn refusing_client(retry: ClientRetry) -> ServiceClient {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        ServiceClient::new(ClientConfig {
+            url: format!("http://127.0.0.1:{port}"),
+            token: "tok".into(),
+            retry,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn retries_wait_on_the_given_clock() {
+        let clock = Arc::new(crate::host::FakeClock::new());
+        let client = refusing_client(ClientRetry::dry_run()).with_clock(clock.clone());
+        let err = client.get_cluster("c", true).unwrap_err();
+        let se = err.downcast_ref::<ServiceError>().unwrap();
+        assert_eq!((se.status, se.attempts), (None, 4));
+        let sleeps = clock.sleeps();
+        assert_eq!(sleeps.len(), 3);
+        for (attempt, d) in (0..).zip(&sleeps) {
+            assert!(
+                *d < ClientRetry::dry_run().delay_bound(attempt),
+                "{sleeps:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stopped_client_fails_with_stopped() {
+        let clock = Arc::new(crate::host::FakeClock::new());
+        let stop = crate::image::Cancel::new();
+        stop.cancel();
+        let client = refusing_client(ClientRetry::installer())
+            .with_clock(clock.clone())
+            .with_stop(Arc::new(stop));
+        let err = client.get_cluster("c", true).unwrap_err();
+        assert!(err.downcast_ref::<Stopped>().is_some(), "{err:#}");
+        assert!(
+            err.to_string()
+                .starts_with("GetCluster (GET /v2/clusters/c"),
+            "{err}"
+        );
+        assert!(clock.sleeps().is_empty());
     }
 
     #[test]
