@@ -10,6 +10,8 @@ mod coreos_image;
 mod estimates;
 #[path = "../tests/common/fake_service.rs"]
 mod fake_service;
+#[path = "../tests/common/flow_builder.rs"]
+mod flow_builder;
 #[path = "../tests/common/http_server.rs"]
 mod http_server;
 #[path = "common/loopdev.rs"]
@@ -293,24 +295,19 @@ static FIXTURE_SIZE: OnceLock<u64> = OnceLock::new();
 /// How long the simulated bootstrap control plane takes to form (bootkube's work).
 const SIMULATED_BOOTSTRAP: Duration = Duration::from_secs(4);
 
-/// One single-node install, in-process: recorded host commands, a fake assisted-service, the
-/// real writer onto the bench loop device, and bootkube "done" after SIMULATED_BOOTSTRAP.
+/// One single-node install, in-process: recorded host commands, the in-memory fake
+/// assisted-service, the real writer onto the bench loop device, and bootkube "done" after
+/// SIMULATED_BOOTSTRAP.
 fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
-    use assisted_installer::config::InstallerConfig;
     use assisted_installer::flow::node::run_installer;
     use assisted_installer::flow::writer::InProcessWriter;
-    use assisted_installer::flow::{Flow, Intervals, Paths};
+    use assisted_installer::flow::Intervals;
     use assisted_installer::host::clock::SystemClock;
-    use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
-    use assisted_installer::host::reboot::ShutdownRebooter;
-    use assisted_installer::host::HostEffects;
+    use assisted_installer::host::commands::RecordingRunner;
     use assisted_installer::image::Cancel;
-    use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
-    use assisted_installer::service::reporter::Reporter;
+    use flow_builder::{FlowBuilder, HOST};
     use std::sync::Arc;
-    const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
-    const ID: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
-    let svc = fake_service::FakeService::start();
+    let svc = fake_service::FakeService::new();
     svc.set_host_role(HOST, "sno");
     svc.set_host_ignition(HOST, r#"{"ignition":{"version":"3.4.0"}}"#);
     svc.set_cluster_file(
@@ -327,65 +324,24 @@ fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
     .unwrap();
     let runner = Arc::new(RecordingRunner::new());
     runner.ok("hostname", "sno-0");
-    let runner: Arc<dyn CommandRunner> = runner;
-    let client = Arc::new(
-        ServiceClient::new(ClientConfig {
-            url: svc.url(),
-            token: svc.token(),
-            insecure: false,
-            cacert: None,
-            retry: ClientRetry::default(),
-        })
-        .unwrap(),
-    );
-    let flow = Flow {
-        cfg: InstallerConfig {
-            role: "master".into(),
-            cluster_id: ID.into(),
-            infra_env_id: ID.into(),
-            host_id: HOST.into(),
-            boot_device: f.target.path.clone(),
-            url: svc.url(),
-            control_plane_count: 1,
-            skip_installation_disk_cleanup: true,
-            installer_args: vec![
-                "--image-url".into(),
-                f.server.url("/gz"),
-                "--sha256".into(),
-                f.set.gz.sha256.clone(),
-            ],
-            ..InstallerConfig::default()
-        },
-        token: svc.token(),
-        reporter: Arc::new(Reporter::spawn(client.clone(), ID.into(), HOST.into())),
-        client,
-        host: HostEffects::new(
-            runner.clone(),
-            Arc::new(ShutdownRebooter::new(runner)),
-            Arc::new(SystemClock),
-            false,
-        ),
-        writer: Arc::new(InProcessWriter {
-            stop: Cancel::new(),
-            cacert: None,
-        }),
-        paths: Paths {
-            install_dir: dir.path().join("install-dir"),
-            registry_marker: dir.path().join("none"),
-            openshift_dir: openshift.clone(),
-            extracted_pull_secret: dir.path().join("pull-secret.json"),
-            resolv_conf: dir.path().join("resolv.conf"),
-            container_logs: dir.path().join("containers"),
-            ..Paths::default()
-        },
-        arch: "x86_64".into(),
-        kube: Arc::new(|_: &Path| anyhow::bail!("single node needs no Kubernetes client")),
-        intervals: Intervals {
+    let writer = InProcessWriter {
+        stop: Cancel::new(),
+        cacert: None,
+    };
+    let url = f.server.url("/gz");
+    let flow = FlowBuilder::new("master", dir.path(), Arc::new(svc), Arc::new(writer))
+        .boot_device(&f.target.path)
+        .control_plane_count(1)
+        .skip_disk_cleanup()
+        .installer_args(&["--image-url", &url, "--sha256", &f.set.gz.sha256])
+        .commands(runner)
+        .clock(Arc::new(SystemClock))
+        .intervals(Intervals {
             poll: Duration::from_millis(50),
             slow_poll: Duration::from_millis(200),
-        },
-        early_write,
-    };
+        })
+        .early_write(early_write)
+        .build();
     let done = openshift.join(".bootkube.done");
     let start = Instant::now();
     let bootkube = std::thread::spawn(move || {

@@ -1,37 +1,23 @@
-//! The bootstrap and single-node flows against the fake assisted-service and a fake Kubernetes
-//! API (through the real kube-rs client), with recorded host commands, a fake clock and a
-//! scripted disk writer: the Go suite's bootstrap and single-node scenarios.
+//! The bootstrap and single-node flows against the in-memory fakes of the assisted-service and
+//! of the Kubernetes API, with recorded host commands and a scripted disk writer: the Go
+//! installer test suite's bootstrap and single-node scenarios.
 
-#[path = "common/fake_kube.rs"]
-mod fake_kube;
-#[path = "common/fake_service.rs"]
-mod fake_service;
-#[path = "common/fake_writer.rs"]
-mod fake_writer;
+mod common;
 
-use assisted_installer::config::InstallerConfig;
 use assisted_installer::flow::node::run_installer;
-use assisted_installer::flow::{Flow, Intervals, Paths};
-use assisted_installer::host::clock::FakeClock;
-use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
-use assisted_installer::host::reboot::ShutdownRebooter;
-use assisted_installer::host::HostEffects;
-use assisted_installer::kube::client::KubeClient;
-use assisted_installer::kube::KubeApi;
-use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
-use assisted_installer::service::reporter::Reporter;
-use fake_kube::FakeKube;
-use fake_service::FakeService;
-use fake_writer::FakeWriter;
+use assisted_installer::flow::Intervals;
+use assisted_installer::host::clock::SystemClock;
+use assisted_installer::host::commands::RecordingRunner;
+use common::fake_kube::FakeKube;
+use common::fake_service::FakeService;
+use common::fake_writer::FakeWriter;
+use common::flow_builder::{FlowBuilder, HOST, INFRA};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-const CLUSTER: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
-const INFRA: &str = "6a2b3c4d-5e6f-4a70-8b9c-0d1e2f3a4b5c";
-const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
 const MASTER1: &str = "8c4d5e6f-7081-4b92-8d1e-2f3a4b5c6d7e";
 const MASTER2: &str = "9d5e6f70-8192-4ca3-9e2f-3a4b5c6d7e8f";
 const ARBITER: &str = "ae6f7081-92a3-4db4-8f3a-4b5c6d7e8f90";
@@ -66,7 +52,7 @@ fn inventory(ip: &str) -> String {
 }
 
 fn host(id: &str, role: &str, name: &str, ip: &str) -> serde_json::Value {
-    let mut h = fake_service::host_json(id, INFRA, role, None);
+    let mut h = common::fake_service::host_json(id, INFRA, role, None);
     h["requested_hostname"] = json!(name);
     h["inventory"] = json!(inventory(ip));
     h
@@ -87,7 +73,7 @@ impl Harness {
 
     /// `hostname` answers `hostname` on the host.
     fn with_hostname(service_role: &str, hostname: &str) -> Harness {
-        let svc = FakeService::start();
+        let svc = FakeService::new();
         svc.set_host_role(HOST, service_role);
         svc.set_host_role(MASTER1, "master");
         svc.set_host_role(MASTER2, "master");
@@ -100,7 +86,7 @@ impl Harness {
             host(MASTER1, "master", "master-1", "192.0.2.11"),
             host(MASTER2, "master", "master-2", "192.0.2.12"),
         ]);
-        let kube = FakeKube::start();
+        let kube = FakeKube::new();
         let mut install_config = BTreeMap::new();
         install_config.insert(
             "install-config".to_string(),
@@ -128,8 +114,8 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let openshift = dir.path().join("openshift");
         std::fs::create_dir_all(openshift.join("auth")).unwrap();
-        let kubeconfig = kube.kubeconfig(dir.path());
-        std::fs::copy(&kubeconfig, openshift.join("auth/kubeconfig")).unwrap();
+        // What bootkube leaves; the flow gets the in-memory API through it.
+        std::fs::write(openshift.join("auth/kubeconfig"), "").unwrap();
         std::fs::write(openshift.join(".bootkube.done"), "").unwrap();
         let runner = Arc::new(RecordingRunner::new());
         runner.ok("cat /root/.ssh/id_rsa.pub", PUB_KEY);
@@ -147,77 +133,34 @@ impl Harness {
         }
     }
 
-    fn flow(&self, role: &str, control_plane_count: i64) -> Flow {
-        let mut cfg = InstallerConfig {
-            role: role.into(),
-            cluster_id: CLUSTER.into(),
-            infra_env_id: INFRA.into(),
-            host_id: HOST.into(),
-            boot_device: "/dev/vda".into(),
-            url: self.svc.url(),
-            openshift_version: "4.17".into(),
-            mco_image: MCO.into(),
-            control_plane_count,
-            installer_args: vec![
-                "--image-url".into(),
-                "http://mirror.example/rhcos.raw.gz".into(),
-            ],
-            ..InstallerConfig::default()
-        };
-        cfg.set_defaults();
-        let client = Arc::new(
-            ServiceClient::new(ClientConfig {
-                url: self.svc.url(),
-                token: self.svc.token(),
-                insecure: false,
-                cacert: None,
-                retry: ClientRetry {
-                    min_retries: 3,
-                    max_retries: 30,
-                    delay_base: Duration::from_millis(1),
-                    delay_cap: Duration::from_millis(10),
-                },
-            })
-            .unwrap(),
-        );
-        let runner: Arc<dyn CommandRunner> = self.runner.clone();
-        let d = self.dir.path();
-        Flow {
-            cfg,
-            token: self.svc.token(),
-            reporter: Arc::new(Reporter::spawn(client.clone(), INFRA.into(), HOST.into())),
-            client,
-            host: HostEffects::new(
-                runner.clone(),
-                Arc::new(ShutdownRebooter::new(runner)),
-                Arc::new(FakeClock::new()),
-                false,
-            ),
-            writer: self.writer.clone(),
-            paths: Paths {
-                install_dir: d.join("install-dir"),
-                registry_marker: d.join("no-registry"),
-                openshift_dir: d.join("openshift"),
-                extracted_pull_secret: d.join("extracted_from_ignition.json"),
-                resolv_conf: d.join("resolv.conf"),
-                container_logs: d.join("containers"),
-                ..Paths::default()
-            },
-            arch: "x86_64".into(),
-            kube: Arc::new(|p: &std::path::Path| -> anyhow::Result<Arc<dyn KubeApi>> {
-                Ok(Arc::new(KubeClient::from_kubeconfig(p)?))
-            }),
-            intervals: Intervals {
-                poll: Duration::from_millis(5),
-                slow_poll: Duration::from_millis(20),
-            },
-            early_write: true,
-        }
+    /// The flow of the host, with the in-memory service and Kubernetes API. Real sleeps of a
+    /// few milliseconds: some scenarios change the cluster from another thread meanwhile.
+    fn flow(&self, role: &str, control_plane_count: i64) -> FlowBuilder {
+        FlowBuilder::new(
+            role,
+            self.dir.path(),
+            Arc::new(self.svc.clone()),
+            self.writer.clone(),
+        )
+        .commands(self.runner.clone())
+        .clock(Arc::new(SystemClock))
+        .kube(Arc::new(self.kube.clone()))
+        .mco_image(MCO)
+        .control_plane_count(control_plane_count)
+        .installer_args(&["--image-url", "http://mirror.example/rhcos.raw.gz"])
+        .intervals(Intervals {
+            poll: Duration::from_millis(5),
+            slow_poll: Duration::from_millis(20),
+        })
     }
 
     fn reports(&self) -> Vec<(String, String)> {
         self.svc.progress_reports(HOST)
     }
+}
+
+fn run(flow: FlowBuilder) -> anyhow::Result<()> {
+    run_installer(&flow.build())
 }
 
 fn s(stage: &str, info: &str) -> (String, String) {
@@ -266,7 +209,7 @@ fn bootstrap_sequence() -> Vec<(String, String)> {
 #[test]
 fn bootstrap_happy_path() {
     let h = Harness::new("bootstrap");
-    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    run(h.flow("bootstrap", 3)).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
     assert_eq!(h.svc.progress_reports(MASTER1), vec![s("Joined", "")]);
     assert_eq!(h.svc.progress_reports(MASTER2), vec![s("Joined", "")]);
@@ -350,7 +293,7 @@ fn bootstrap_with_an_arbiter_reports_it_joined() {
         host(MASTER1, "master", "master-1", "192.0.2.11"),
         host(ARBITER, "arbiter", "arbiter-0", "192.0.2.13"),
     ]);
-    run_installer(&h.flow("bootstrap", 2)).unwrap();
+    run(h.flow("bootstrap", 2)).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
     assert_eq!(h.svc.progress_reports(ARBITER), vec![s("Joined", "")]);
     assert_eq!(h.svc.progress_reports(MASTER1), vec![s("Joined", "")]);
@@ -359,7 +302,7 @@ fn bootstrap_with_an_arbiter_reports_it_joined() {
 #[test]
 fn an_invalid_hostname_is_replaced_by_a_random_one() {
     let h = Harness::with_hostname("bootstrap", "localhost");
-    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    run(h.flow("bootstrap", 3)).unwrap();
     let lines = h.runner.lines();
     assert!(
         lines
@@ -382,7 +325,7 @@ fn mco_extraction_failing_once_is_retried() {
     };
     h.runner.fail(&mco_line(&h), 1, "Error: extract failed");
     h.runner.ok(&mco_line(&h), "");
-    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    run(h.flow("bootstrap", 3)).unwrap();
     assert_eq!(
         h.runner
             .lines()
@@ -403,7 +346,7 @@ fn mco_extraction_failing_three_times_fails_the_install() {
         h.dir.path().join("install-dir/bootstrap.ign").display()
     );
     h.runner.fail(&line, 1, "Error: extract failed");
-    run_installer(&h.flow("bootstrap", 3)).unwrap_err();
+    run(h.flow("bootstrap", 3)).unwrap_err();
     let (stage, info) = h.reports().last().unwrap().clone();
     assert_eq!(stage, "Failed");
     assert!(info.contains("extract failed"), "{info}");
@@ -424,7 +367,7 @@ fn a_failed_node_image_overlay_fails_the_install() {
         "systemctl show -P ActiveState node-image-pull.service",
         "failed",
     );
-    run_installer(&h.flow("bootstrap", 3)).unwrap_err();
+    run(h.flow("bootstrap", 3)).unwrap_err();
     let (stage, info) = h.reports().last().unwrap().clone();
     assert_eq!(stage, "Failed");
     assert!(info.contains("node-image-pull.service failed"), "{info}");
@@ -451,7 +394,7 @@ fn the_node_image_overlay_is_waited_for_when_oc_is_missing() {
         "systemctl show -P ActiveState node-image-overlay.service",
         "active",
     );
-    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    run(h.flow("bootstrap", 3)).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
 }
 
@@ -464,7 +407,7 @@ fn the_bootstrap_waits_for_the_controller_ready_event() {
         "assisted-installer-controller-abc.1",
         "Scheduled",
     );
-    let kube = h.kube.clone_handle();
+    let kube = h.kube.clone();
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
         kube.add_event(
@@ -473,7 +416,7 @@ fn the_bootstrap_waits_for_the_controller_ready_event() {
             "AssistedControllerIsReady",
         );
     });
-    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    run(h.flow("bootstrap", 3)).unwrap();
     t.join().unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
     assert_eq!(
@@ -493,7 +436,28 @@ fn other_hosts_are_reported_configuring_from_the_mcs_log() {
         "I1121 10:00:00.000000 1 api.go:117] Pool master requested by address:\"192.0.2.11:52428\" User-Agent:\"Ignition/2.16.2\"\n",
     )
     .unwrap();
-    run_installer(&h.flow("bootstrap", 3)).unwrap();
+    // The masters join only once master-1's Configuring is in (or after 10 s, to fail rather
+    // than hang): the watcher's first pass and the node wait race otherwise, and the service
+    // refuses Configuring after Joined.
+    for node in ["master-1", "master-2"] {
+        h.kube.set_node_ready(node, false);
+    }
+    let (svc, kube) = (h.svc.clone(), h.kube.clone());
+    let joiner = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !svc
+            .progress_reports(MASTER1)
+            .contains(&s("Configuring", ""))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for node in ["master-1", "master-2"] {
+            kube.set_node_ready(node, true);
+        }
+    });
+    run(h.flow("bootstrap", 3)).unwrap();
+    joiner.join().unwrap();
     let m1 = h.svc.progress_reports(MASTER1);
     assert_eq!(m1.first(), Some(&s("Configuring", "")), "{m1:?}");
     assert_eq!(m1.last(), Some(&s("Joined", "")));
@@ -536,7 +500,7 @@ fn single_node_happy_path_merges_the_host_ignition_and_reboots_now() {
     )
     .unwrap();
     *h.writer.expected_ignition.lock().unwrap() = Some(String::from_utf8(expected).unwrap());
-    run_installer(&h.flow("master", 1)).unwrap();
+    run(h.flow("master", 1)).unwrap();
     assert_eq!(h.reports(), sno_sequence());
     let merged: serde_json::Value =
         serde_json::from_slice(&std::fs::read(h.dir.path().join("openshift/master.ign")).unwrap())
@@ -575,7 +539,7 @@ fn single_node_happy_path_merges_the_host_ignition_and_reboots_now() {
 #[test]
 fn single_node_without_master_ign_fails_and_resets_the_early_write() {
     let h = Harness::new("sno");
-    run_installer(&h.flow("master", 1)).unwrap_err();
+    run(h.flow("master", 1)).unwrap_err();
     let (stage, info) = h.reports().last().unwrap().clone();
     assert_eq!(stage, "Failed");
     assert!(
@@ -590,7 +554,7 @@ fn a_failed_early_write_is_written_again_in_the_normal_place() {
     let h = Harness::new("sno");
     std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
     h.writer.stream_failures.store(1, Ordering::SeqCst);
-    run_installer(&h.flow("master", 1)).unwrap();
+    run(h.flow("master", 1)).unwrap();
     assert_eq!(h.reports(), sno_sequence());
     let events = h.writer.events();
     assert_eq!(events[0], "stream /dev/vda");
@@ -605,7 +569,7 @@ fn tainted_master(h: &Harness) -> std::thread::JoinHandle<()> {
         "node.cloudprovider.kubernetes.io/uninitialized",
         "NoSchedule",
     );
-    let kube = h.kube.clone_handle();
+    let kube = h.kube.clone();
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
         kube.set_node_ready("master-2", true);
@@ -623,7 +587,7 @@ fn the_uninitialized_taint_is_removed_on_nutanix_and_vsphere_only() {
         let h = Harness::new("bootstrap");
         h.svc.set_cluster(json!({"platform": {"type": platform}}));
         let ready = tainted_master(&h);
-        run_installer(&h.flow("bootstrap", 3)).unwrap();
+        run(h.flow("bootstrap", 3)).unwrap();
         ready.join().unwrap();
         let taints = h.kube.node_taints("master-2");
         assert_eq!(

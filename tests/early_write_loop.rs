@@ -1,25 +1,20 @@
-//! The single-node early write for real (root): a dry-run host, the fake assisted-service, the
-//! in-process writer onto a loop device. The image must be on the disk (with the disk still
+//! The single-node early write for real (root): a dry-run host, the in-memory fake
+//! assisted-service, the image over HTTP, the in-process writer onto a loop device. The image must be on the disk (with the disk still
 //! unbootable) before bootkube completes, and the final disk must hold the merged Ignition.
 
 mod common;
 #[path = "../testdata/coreos_image.rs"]
 mod coreos_image;
-#[path = "common/fake_service.rs"]
-mod fake_service;
 
 use assisted_installer::bootstrap::ignition_merge::merge_host_into_sno;
-use assisted_installer::config::InstallerConfig;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::writer::InProcessWriter;
-use assisted_installer::flow::{Flow, Intervals, Paths};
+use assisted_installer::flow::Intervals;
 use assisted_installer::host::clock::SystemClock;
-use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
 use assisted_installer::host::reboot::FakeReboot;
-use assisted_installer::host::HostEffects;
 use assisted_installer::image::Cancel;
-use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
-use assisted_installer::service::reporter::Reporter;
+use common::fake_service::FakeService;
+use common::flow_builder::{FlowBuilder, HOST};
 use common::http_server::TestServer;
 use common::root::{have_root, run, sgdisk_verify, LoopDev};
 use coreos_image::{cached_image_set, ImageSpec};
@@ -28,8 +23,6 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
-const ID: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
 const SNO_IGN: &str = r#"{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/etc/hostname","contents":{"source":"data:,localhost"}},{"path":"/etc/kubernetes/kubelet.conf","contents":{"source":"data:,kubelet"}}]}}"#;
 const HOST_IGN: &str = r#"{"ignition":{"version":"3.4.0","config":{"merge":[{"source":"https://api-int.example:22623/config/master"}]}},"storage":{"files":[{"path":"/etc/hostname","contents":{"source":"data:,sno-0"}}]}}"#;
 
@@ -44,7 +37,7 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
     let raw = std::fs::read(&set.raw.path).unwrap();
     let http = TestServer::start();
     let url = http.serve_file("/rhcos.raw.gz", &set.gz.path);
-    let svc = fake_service::FakeService::start();
+    let svc = FakeService::new();
     svc.set_host_role(HOST, "sno");
     svc.set_host_ignition(HOST, HOST_IGN);
     svc.set_cluster_file("bootstrap.ign", r#"{"ignition":{"version":"3.2.0"}}"#);
@@ -54,67 +47,27 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
     std::fs::create_dir_all(&openshift).unwrap();
     std::fs::write(openshift.join("master.ign"), SNO_IGN).unwrap();
     let marker = dir.path().join("rebooted");
-    let runner: Arc<dyn CommandRunner> = Arc::new(RecordingRunner::new());
-    let client = Arc::new(
-        ServiceClient::new(ClientConfig {
-            url: svc.url(),
-            token: svc.token(),
-            insecure: false,
-            cacert: None,
-            retry: ClientRetry::dry_run(),
-        })
-        .unwrap(),
-    );
-    let flow = Flow {
-        cfg: InstallerConfig {
-            role: "master".into(),
-            cluster_id: ID.into(),
-            infra_env_id: ID.into(),
-            host_id: HOST.into(),
-            boot_device: dev.path.clone(),
-            url: svc.url(),
-            control_plane_count: 1,
-            dry_run: true,
-            installer_args: vec![
-                "--image-url".into(),
-                url,
-                "--sha256".into(),
-                set.gz.sha256.clone(),
-            ],
-            ..InstallerConfig::default()
-        },
-        token: svc.token(),
-        reporter: Arc::new(Reporter::spawn(client.clone(), ID.into(), HOST.into())),
-        client,
-        host: HostEffects::new(
-            runner,
-            Arc::new(FakeReboot::new(&marker)),
-            Arc::new(SystemClock),
-            true,
-        ),
-        writer: Arc::new(InProcessWriter {
-            stop: Cancel::new(),
-            cacert: None,
-        }),
-        paths: Paths {
-            install_dir: dir.path().join("install-dir"),
-            registry_marker: dir.path().join("none"),
-            openshift_dir: openshift.clone(),
-            extracted_pull_secret: dir.path().join("pull-secret.json"),
-            resolv_conf: dir.path().join("resolv.conf"),
-            container_logs: dir.path().join("containers"),
-            ..Paths::default()
-        },
-        arch: "x86_64".into(),
-        kube: Arc::new(|_: &std::path::Path| {
-            anyhow::bail!("single node needs no Kubernetes client")
-        }),
-        intervals: Intervals {
-            poll: Duration::from_millis(20),
-            slow_poll: Duration::from_millis(100),
-        },
-        early_write: true,
+    let writer = InProcessWriter {
+        stop: Cancel::new(),
+        cacert: None,
     };
+    let flow = FlowBuilder::new(
+        "master",
+        dir.path(),
+        Arc::new(svc.clone()),
+        Arc::new(writer),
+    )
+    .boot_device(&dev.path)
+    .control_plane_count(1)
+    .dry_run()
+    .installer_args(&["--image-url", &url, "--sha256", &set.gz.sha256])
+    .reboot(Arc::new(FakeReboot::new(&marker)))
+    .clock(Arc::new(SystemClock))
+    .intervals(Intervals {
+        poll: Duration::from_millis(20),
+        slow_poll: Duration::from_millis(100),
+    })
+    .build();
     // Plays bootkube: it finishes only once the image's last megabytes are on the disk, while
     // the disk still has no bootable partition table.
     let watch_dev = dev.path.clone();

@@ -7,15 +7,14 @@
 mod common;
 #[path = "../testdata/coreos_image.rs"]
 mod coreos_image;
-#[path = "common/fake_service.rs"]
-mod fake_service;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
+use common::fake_service::FakeService;
+use common::http_server::TestServer;
 use common::live_ns::LiveLayout;
 use common::root::{have_root, run, sgdisk_verify, LoopDev};
 use coreos_image::{cached_image_set, ImageSpec};
-use fake_service::FakeService;
 use live_fixture::cached_live_fixture;
 use std::path::Path;
 use std::process::Command;
@@ -41,7 +40,8 @@ struct MasterRun {
 /// binary itself, or the binary inside a live-system layout).
 fn run_master(mut cmd: Command, boot_device: &Path, installer_args: &str) -> MasterRun {
     let host = uuid::Uuid::new_v4().to_string();
-    let svc = FakeService::start();
+    let svc = FakeService::new();
+    let server = TestServer::with_app(svc.clone());
     svc.set_host_role(&host, "master");
     svc.set_host_ignition(&host, IGNITION);
     let dir = tempfile::tempdir().unwrap();
@@ -56,7 +56,7 @@ fn run_master(mut cmd: Command, boot_device: &Path, installer_args: &str) -> Mas
         ])
         .args(["--host-id", &host, "--boot-device"])
         .arg(boot_device)
-        .args(["--url", &svc.url(), "--openshift-version", "4.17"])
+        .args(["--url", &server.base_url(), "--openshift-version", "4.17"])
         .args([
             "--controller-image",
             "quay.io/example/controller:1",

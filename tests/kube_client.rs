@@ -1,7 +1,6 @@
-//! `KubeClient` (kube-rs) against the in-process fake Kubernetes API.
+//! `KubeClient` (kube-rs) against the fake Kubernetes API on the test HTTP server.
 
-#[path = "common/fake_kube.rs"]
-mod fake_kube;
+mod common;
 
 use assisted_installer::kube::client::KubeClient;
 use assisted_installer::kube::install_config;
@@ -9,25 +8,48 @@ use assisted_installer::kube::{
     EventInfo, KubeApi, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
     DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
 };
-use fake_kube::FakeKube;
+use common::fake_kube::{kubeconfig, FakeKube};
+use common::http_server::TestServer;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 struct Setup {
     fake: FakeKube,
+    server: TestServer,
     client: KubeClient,
     _dir: tempfile::TempDir,
 }
 
 fn setup() -> Setup {
-    let fake = FakeKube::start();
+    let fake = FakeKube::new();
+    let server = TestServer::with_app(fake.clone());
     let dir = tempfile::tempdir().unwrap();
-    let client = KubeClient::from_kubeconfig(&fake.kubeconfig(dir.path())).unwrap();
+    let client = KubeClient::from_kubeconfig(&kubeconfig(dir.path(), &server.base_url())).unwrap();
     Setup {
         fake,
+        server,
         client,
         _dir: dir,
     }
+}
+
+/// The requests the server got, as `METHOD /path` or `METHOD /path?query` (decoded).
+fn calls(server: &TestServer) -> Vec<String> {
+    server
+        .requests()
+        .iter()
+        .map(|r| {
+            let query: Vec<String> = r
+                .query_pairs()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            match query.is_empty() {
+                true => format!("{} {}", r.method, r.path),
+                false => format!("{} {}?{}", r.method, r.path, query.join("&")),
+            }
+        })
+        .collect()
 }
 
 fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -44,7 +66,7 @@ fn count(calls: &[String], prefix: &str) -> usize {
 #[test]
 fn client_reports_its_server() {
     let s = setup();
-    assert_eq!(s.client.server().trim_end_matches('/'), s.fake.url());
+    assert_eq!(s.client.server().trim_end_matches('/'), s.server.base_url());
 }
 
 #[test]
@@ -110,7 +132,7 @@ fn nodes_by_role_with_readiness_ips_annotations_and_taints() {
     assert!(workers[0].internal_ips.is_empty());
     assert!(s.client.list_nodes("arbiter").unwrap().is_empty());
 
-    let calls = s.fake.calls();
+    let calls = calls(&s.server);
     for role in ["master", "worker", "arbiter"] {
         let want = format!("GET /api/v1/nodes?labelSelector=node-role.kubernetes.io/{role}");
         assert_eq!(count(&calls, &want), 1, "{calls:?}");
@@ -190,7 +212,7 @@ fn events_of_a_namespace() {
     );
     assert_eq!(
         count(
-            &s.fake.calls(),
+            &calls(&s.server),
             "GET /api/v1/namespaces/assisted-installer/events"
         ),
         2
@@ -224,10 +246,7 @@ fn config_map_present_missing_and_empty() {
         s.client.get_config_map("ns", "empty").unwrap(),
         Some(BTreeMap::new())
     );
-    assert!(s
-        .fake
-        .calls()
-        .contains(&"GET /api/v1/namespaces/ns/configmaps/empty".to_string()));
+    assert!(calls(&s.server).contains(&"GET /api/v1/namespaces/ns/configmaps/empty".to_string()));
 }
 
 #[test]
@@ -262,7 +281,7 @@ fn machine_config_present_and_missing() {
     assert!(!s.client.machine_config_exists("rendered-master-b").unwrap());
     assert_eq!(
         count(
-            &s.fake.calls(),
+            &calls(&s.server),
             "GET /apis/machineconfiguration.openshift.io/v1/machineconfigs/rendered-master-a"
         ),
         2
@@ -294,7 +313,7 @@ fn taint_removal_keeps_other_taints() {
     let node = s.fake.node_json("master-1").unwrap();
     assert_eq!(node["spec"]["taints"][1]["effect"], "NoExecute");
     assert_eq!(s.client.list_nodes("master").unwrap()[0].taints.len(), 2);
-    let calls = s.fake.calls();
+    let calls = calls(&s.server);
     assert_eq!(count(&calls, "GET /api/v1/nodes/master-1"), 1, "{calls:?}");
     assert_eq!(
         count(&calls, "PATCH /api/v1/nodes/master-1"),
@@ -335,7 +354,7 @@ fn taint_removal_is_a_noop_when_absent() {
         s.fake.node_taints("master-1"),
         ["node.kubernetes.io/not-ready"]
     );
-    assert_eq!(count(&s.fake.calls(), "PATCH"), 0);
+    assert_eq!(count(&calls(&s.server), "PATCH"), 0);
 }
 
 #[test]
@@ -350,7 +369,7 @@ fn taint_removal_retries_on_conflict() {
         .remove_node_taint("master-1", UNINITIALIZED_TAINT)
         .unwrap();
     assert!(s.fake.node_taints("master-1").is_empty());
-    let calls = s.fake.calls();
+    let calls = calls(&s.server);
     assert_eq!(count(&calls, "GET /api/v1/nodes/master-1"), 2, "{calls:?}");
     assert_eq!(
         count(&calls, "PATCH /api/v1/nodes/master-1"),
@@ -447,8 +466,8 @@ fn errors_name_the_object() {
 fn unreachable_server_is_an_error_not_a_hang() {
     let dir = tempfile::tempdir().unwrap();
     let path = {
-        let fake = FakeKube::start();
-        fake.kubeconfig(dir.path())
+        let server = TestServer::with_app(FakeKube::new());
+        kubeconfig(dir.path(), &server.base_url())
     };
     // The fake is gone: connections to its port are refused.
     let client = KubeClient::from_kubeconfig(&path).unwrap();
@@ -465,7 +484,7 @@ fn the_client_refuses_to_run_inside_a_runtime() {
     let msg = rt.block_on(async { format!("{:#}", s.client.list_nodes("master").unwrap_err()) });
     assert!(msg.contains("inside an async runtime"), "{msg}");
     assert!(msg.starts_with("listing nodes with role master"), "{msg}");
-    let path = s.fake.kubeconfig(s._dir.path());
+    let path = kubeconfig(s._dir.path(), &s.server.base_url());
     let msg =
         rt.block_on(async { format!("{:#}", KubeClient::from_kubeconfig(&path).unwrap_err()) });
     assert!(msg.contains("inside an async runtime"), "{msg}");
@@ -492,7 +511,7 @@ fn the_client_can_be_shared_between_threads() {
     for h in handles {
         h.join().unwrap();
     }
-    assert_eq!(count(&s.fake.calls(), "GET /api/v1/nodes"), 20);
+    assert_eq!(count(&calls(&s.server), "GET /api/v1/nodes"), 20);
 }
 
 #[test]

@@ -1,8 +1,7 @@
 //! The assisted-service client against the in-process fake service: request shapes, auth and
 //! request-id headers, the retry classes, downloads, and that the token never leaks.
 
-#[path = "common/fake_service.rs"]
-mod fake_service;
+mod common;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
@@ -15,7 +14,8 @@ use assisted_installer::service::{
     ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, LogsType, LogsUpload,
     ServiceClient, ServiceError,
 };
-use fake_service::{host_json, FakeService, BASE_PATH};
+use common::fake_service::{host_json, FakeService, BASE_PATH, DEFAULT_TOKEN};
+use common::http_server::{RequestLog, TestServer};
 use serde_json::json;
 
 const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
@@ -42,8 +42,20 @@ fn client_for(url: &str, token: &str, retry: ClientRetry) -> ServiceClient {
     .unwrap()
 }
 
-fn client(fake: &FakeService) -> ServiceClient {
-    client_for(&fake.url(), &fake.token(), fast_retry(20))
+/// The fake service on the test server.
+fn served() -> (FakeService, TestServer) {
+    let fake = FakeService::new();
+    let srv = TestServer::with_app(fake.clone());
+    (fake, srv)
+}
+
+fn client(fake: &FakeService, srv: &TestServer) -> ServiceClient {
+    client_for(&srv.base_url(), &fake.token(), fast_retry(20))
+}
+
+/// The path below `/api/assisted-install`.
+fn api_path(call: &RequestLog) -> &str {
+    call.path.strip_prefix(BASE_PATH).unwrap()
 }
 
 fn service_error(e: &anyhow::Error) -> &ServiceError {
@@ -59,13 +71,13 @@ fn closed_port() -> SocketAddr {
 
 #[test]
 fn progress_request_path_body_and_headers() {
-    let fake = FakeService::start();
-    let c = client(&fake);
+    let (fake, srv) = served();
+    let c = client(&fake, &srv);
     c.update_host_progress(IE, HOST, HostStage::Installing, "master")
         .unwrap();
     c.update_host_progress(IE, HOST, HostStage::Rebooting, "")
         .unwrap();
-    let calls = fake.calls();
+    let calls = srv.requests();
     assert_eq!(calls.len(), 2);
     for call in &calls {
         assert_eq!(call.method, "PUT");
@@ -102,38 +114,59 @@ fn progress_request_path_body_and_headers() {
     );
 }
 
+/// Every operation of the trait carries the token and its own request id (the flow scenarios,
+/// which run on the in-memory fake, rely on this).
 #[test]
-fn every_call_gets_its_own_request_id() {
-    let fake = FakeService::start();
+fn every_call_gets_its_own_request_id_and_the_token() {
+    let (fake, srv) = served();
     fake.set_host_ignition(HOST, b"{}".to_vec());
+    fake.set_cluster_file("bootstrap.ign", b"{}".to_vec());
     let dir = tempfile::tempdir().unwrap();
-    let c = client(&fake);
+    let c = client(&fake, &srv);
     c.get_cluster(CLUSTER, true).unwrap();
     c.get_cluster(CLUSTER, true).unwrap();
     c.list_cluster_hosts(CLUSTER, Some(&Role::Master)).unwrap();
     c.download_host_ignition(IE, HOST, &dir.path().join("a.ign"))
         .unwrap();
+    c.download_cluster_file(CLUSTER, "bootstrap.ign", &dir.path().join("b.ign"))
+        .unwrap();
+    c.update_host_progress(IE, HOST, HostStage::StartingInstallation, "master")
+        .unwrap();
     c.update_host_logs_progress(IE, HOST, LogsState::Requested)
         .unwrap();
-    let ids: Vec<String> = fake
-        .calls()
+    c.update_cluster_logs_progress(CLUSTER, LogsState::Completed)
+        .unwrap();
+    c.upload_logs(&LogsUpload {
+        cluster_id: CLUSTER.into(),
+        logs_type: LogsType::Controller,
+        host: None,
+        file_name: "controller_logs.tar.gz".into(),
+        data: b"archive".to_vec(),
+    })
+    .unwrap();
+    let calls = srv.requests();
+    for call in &calls {
+        assert_eq!(call.header("x-secret-key"), Some(fake.token().as_str()));
+        assert_eq!(call.status / 100, 2, "{call:?}");
+    }
+    let ids: Vec<String> = calls
         .iter()
         .map(|c| c.header("x-request-id").unwrap().to_string())
         .collect();
     let unique: std::collections::HashSet<_> = ids.iter().collect();
-    assert_eq!(ids.len(), 5);
-    assert_eq!(unique.len(), 5, "{ids:?}");
+    assert_eq!(ids.len(), 9);
+    assert_eq!(unique.len(), 9, "{ids:?}");
 }
 
 #[test]
 fn always_500_makes_max_retries_plus_one_requests() {
-    let fake = FakeService::start();
+    let (fake, srv) = served();
     fake.fail_path("/progress", 500);
-    let c = client_for(&fake.url(), &fake.token(), fast_retry(20));
+    let c = client_for(&srv.base_url(), &fake.token(), fast_retry(20));
     let err = c
         .update_host_progress(IE, HOST, HostStage::Installing, "master")
         .unwrap_err();
-    assert_eq!(fake.request_count(), 21);
+    assert_eq!(srv.requests().len(), 21);
     let se = service_error(&err);
     assert_eq!(se.status, Some(500));
     assert_eq!(se.attempts, 21);
@@ -145,8 +178,8 @@ fn always_500_makes_max_retries_plus_one_requests() {
     assert!(text.contains("500 Internal Server Error"), "{text}");
     assert!(text.contains("injected fault 500"), "{text}");
     // One call, one request id, shared by its retries (as the Go client does).
-    let ids: std::collections::HashSet<String> = fake
-        .calls()
+    let ids: std::collections::HashSet<String> = srv
+        .requests()
         .iter()
         .map(|c| c.header("x-request-id").unwrap().to_string())
         .collect();
@@ -155,52 +188,52 @@ fn always_500_makes_max_retries_plus_one_requests() {
 
 #[test]
 fn dry_run_policy_gives_up_after_four_requests() {
-    let fake = FakeService::start();
+    let (fake, srv) = served();
     fake.fail_path("/clusters/", 503);
     let retry = ClientRetry {
         delay_base: Duration::from_millis(1),
         delay_cap: Duration::from_millis(2),
         ..ClientRetry::dry_run()
     };
-    let c = client_for(&fake.url(), &fake.token(), retry);
+    let c = client_for(&srv.base_url(), &fake.token(), retry);
     let err = c.get_cluster(CLUSTER, true).unwrap_err();
-    assert_eq!(fake.request_count(), 4);
+    assert_eq!(srv.requests().len(), 4);
     assert_eq!(service_error(&err).status, Some(503));
 }
 
 #[test]
 fn transient_errors_then_success() {
-    let fake = FakeService::start();
+    let (fake, srv) = served();
     fake.fail_next(1, 500);
     fake.fail_next(1, 503);
-    let c = client(&fake);
+    let c = client(&fake, &srv);
     c.update_host_progress(IE, HOST, HostStage::StartingInstallation, "worker")
         .unwrap();
-    let statuses: Vec<u16> = fake.calls().iter().map(|c| c.status).collect();
+    let statuses: Vec<u16> = srv.requests().iter().map(|c| c.status).collect();
     assert_eq!(statuses, [500, 503, 200]);
     assert_eq!(fake.progress_reports(HOST).len(), 1);
 }
 
 #[test]
 fn other_retryable_statuses() {
-    let fake = FakeService::start();
+    let (fake, srv) = served();
     for status in [408, 429, 502, 504, 423, 425] {
         fake.fail_next(1, status);
     }
-    let c = client(&fake);
+    let c = client(&fake, &srv);
     c.get_cluster(CLUSTER, true).unwrap();
-    assert_eq!(fake.request_count(), 7);
+    assert_eq!(srv.requests().len(), 7);
 }
 
 #[test]
 fn not_found_is_retried_min_retries_times() {
-    let fake = FakeService::start();
-    let c = client_for(&fake.url(), &fake.token(), fast_retry(360));
+    let (fake, srv) = served();
+    let c = client_for(&srv.base_url(), &fake.token(), fast_retry(360));
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("master-host.ign");
     // No ignition configured for the host: 404.
     let err = c.download_host_ignition(IE, HOST, &dest).unwrap_err();
-    assert_eq!(fake.request_count(), 11);
+    assert_eq!(srv.requests().len(), 11);
     let se = service_error(&err);
     assert_eq!(se.status, Some(404));
     assert_eq!(se.call, "DownloadHostIgnition");
@@ -215,14 +248,14 @@ fn not_found_is_retried_min_retries_times() {
 
 #[test]
 fn conflict_is_not_retried_and_carries_the_reason() {
-    let fake = FakeService::start();
-    let c = client(&fake);
+    let (fake, srv) = served();
+    let c = client(&fake, &srv);
     c.update_host_progress(IE, HOST, HostStage::WritingImageToDisk, "")
         .unwrap();
     let err = c
         .update_host_progress(IE, HOST, HostStage::Installing, "master")
         .unwrap_err();
-    assert_eq!(fake.request_count(), 2);
+    assert_eq!(srv.requests().len(), 2);
     let se = service_error(&err);
     assert_eq!(se.status, Some(409));
     assert_eq!(se.attempts, 1);
@@ -237,10 +270,10 @@ fn conflict_is_not_retried_and_carries_the_reason() {
 
 #[test]
 fn unauthorized_is_not_retried() {
-    let fake = FakeService::start();
-    let c = client_for(&fake.url(), "some-other-token-value", fast_retry(20));
+    let (_fake, srv) = served();
+    let c = client_for(&srv.base_url(), "some-other-token-value", fast_retry(20));
     let err = c.get_cluster(CLUSTER, false).unwrap_err();
-    assert_eq!(fake.request_count(), 1);
+    assert_eq!(srv.requests().len(), 1);
     assert_eq!(service_error(&err).status, Some(401));
     assert!(
         err.to_string().ends_with("401 Unauthorized: Unauthorized"),
@@ -259,25 +292,26 @@ fn a_server_that_comes_up_later_is_reached() {
             delay_base: Duration::from_millis(10),
             delay_cap: Duration::from_millis(40),
         };
-        let c = client_for(&url, fake_service::DEFAULT_TOKEN, retry);
+        let c = client_for(&url, DEFAULT_TOKEN, retry);
         c.update_host_progress(IE, HOST, HostStage::StartingInstallation, "master")
     });
     std::thread::sleep(Duration::from_millis(300));
-    let fake = FakeService::start_on(addr);
+    let fake = FakeService::new();
+    let _srv = TestServer::with_app_on(addr, fake.clone());
     worker.join().unwrap().unwrap();
     assert_eq!(fake.progress_reports(HOST).len(), 1);
 }
 
 #[test]
 fn a_temporarily_unavailable_server_is_reached() {
-    let fake = FakeService::start();
-    fake.unavailable_for(Duration::from_millis(300));
+    let (fake, srv) = served();
+    srv.unavailable_for(Duration::from_millis(300));
     let retry = ClientRetry {
         delay_base: Duration::from_millis(10),
         delay_cap: Duration::from_millis(40),
         ..ClientRetry::installer()
     };
-    let c = client_for(&fake.url(), &fake.token(), retry);
+    let c = client_for(&srv.base_url(), &fake.token(), retry);
     let cluster = c.get_cluster(CLUSTER, true).unwrap();
     assert_eq!(cluster.id, CLUSTER);
 }
@@ -302,12 +336,12 @@ fn a_closed_server_gives_an_error_after_the_retries() {
 
 #[test]
 fn downloads_land_atomically_in_place() {
-    let fake = FakeService::start();
+    let (fake, srv) = served();
     let ignition = br#"{"ignition":{"version":"3.2.0"}}"#.to_vec();
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     fake.set_host_ignition(HOST, ignition.clone());
     fake.set_cluster_file("bootstrap.ign", big.clone());
-    let c = client(&fake);
+    let c = client(&fake, &srv);
     let dir = tempfile::tempdir().unwrap();
     let host_dest = dir.path().join(format!("master-{HOST}.ign"));
     std::fs::write(&host_dest, b"stale").unwrap();
@@ -328,14 +362,14 @@ fn downloads_land_atomically_in_place() {
         let mode = std::fs::metadata(&boot_dest).unwrap().permissions().mode();
         assert_eq!(mode & 0o077, 0, "ignition files are private: {mode:o}");
     }
-    let calls = fake.calls();
+    let calls = srv.requests();
     assert_eq!(
-        calls[0].api_path(),
+        api_path(&calls[0]),
         format!("/v2/infra-env/{IE}/hosts/{HOST}/downloads/ignition")
     );
     assert_eq!(calls[0].method, "GET");
     assert_eq!(
-        calls[1].api_path(),
+        api_path(&calls[1]),
         format!("/v2/clusters/{CLUSTER}/downloads/files")
     );
     assert_eq!(calls[1].query, "file_name=bootstrap.ign");
@@ -343,12 +377,12 @@ fn downloads_land_atomically_in_place() {
 
 #[test]
 fn download_into_a_missing_directory_fails_at_once() {
-    let fake = FakeService::start();
+    let (fake, srv) = served();
     fake.set_host_ignition(HOST, b"{}".to_vec());
-    let c = client(&fake);
+    let c = client(&fake, &srv);
     let dest = Path::new("/nonexistent-dir-for-test/x.ign");
     let err = c.download_host_ignition(IE, HOST, dest).unwrap_err();
-    assert_eq!(fake.request_count(), 1);
+    assert_eq!(srv.requests().len(), 1);
     let text = format!("{err:#}");
     assert!(text.contains("DownloadHostIgnition"), "{text}");
     assert!(text.contains("/nonexistent-dir-for-test/"), "{text}");
@@ -356,7 +390,7 @@ fn download_into_a_missing_directory_fails_at_once() {
 
 #[test]
 fn get_cluster_with_and_without_hosts() {
-    let fake = FakeService::start();
+    let (fake, srv) = served();
     fake.set_cluster(json!({
         "kind": "AddHostsCluster",
         "platform": {"type": "vsphere"},
@@ -366,7 +400,7 @@ fn get_cluster_with_and_without_hosts() {
         host_json(HOST, IE, "master", Some("Done")),
         host_json("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d", IE, "worker", None),
     ]);
-    let c = client(&fake);
+    let c = client(&fake, &srv);
     let cluster = c.get_cluster(CLUSTER, true).unwrap();
     assert!(cluster.is_day2());
     assert_eq!(cluster.platform_type(), "vsphere");
@@ -379,18 +413,18 @@ fn get_cluster_with_and_without_hosts() {
     assert_eq!(cluster.hosts.len(), 2);
     assert_eq!(cluster.hosts[0].current_stage(), "Done");
     assert_eq!(cluster.hosts[0].infra_env_id, IE);
-    let queries: Vec<String> = fake.calls().iter().map(|c| c.query.clone()).collect();
+    let queries: Vec<String> = srv.requests().iter().map(|c| c.query.clone()).collect();
     assert_eq!(queries, ["exclude-hosts=true", "exclude-hosts=false"]);
 }
 
 #[test]
 fn list_hosts_by_role() {
-    let fake = FakeService::start();
+    let (fake, srv) = served();
     fake.set_hosts(vec![
         host_json(HOST, IE, "master", Some("Done")),
         host_json("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d", IE, "worker", None),
     ]);
-    let c = client(&fake);
+    let c = client(&fake, &srv);
     let masters = c.list_cluster_hosts(CLUSTER, Some(&Role::Master)).unwrap();
     assert_eq!(masters.len(), 1);
     assert_eq!(masters[0].role, Some(Role::Master));
@@ -399,16 +433,16 @@ fn list_hosts_by_role() {
         .unwrap()
         .is_empty());
     assert_eq!(c.list_cluster_hosts(CLUSTER, None).unwrap().len(), 2);
-    let calls = fake.calls();
-    assert_eq!(calls[0].api_path(), format!("/v2/clusters/{CLUSTER}/hosts"));
+    let calls = srv.requests();
+    assert_eq!(api_path(&calls[0]), format!("/v2/clusters/{CLUSTER}/hosts"));
     let queries: Vec<&str> = calls.iter().map(|c| c.query.as_str()).collect();
     assert_eq!(queries, ["role=master", "role=arbiter", ""]);
 }
 
 #[test]
 fn log_uploads_are_multipart_with_the_upfile_field() {
-    let fake = FakeService::start();
-    let c = client(&fake);
+    let (fake, srv) = served();
+    let c = client(&fake, &srv);
     c.upload_logs(&LogsUpload {
         cluster_id: CLUSTER.into(),
         logs_type: LogsType::Host,
@@ -417,9 +451,9 @@ fn log_uploads_are_multipart_with_the_upfile_field() {
         data: b"archive bytes".to_vec(),
     })
     .unwrap();
-    let calls = fake.calls();
+    let calls = srv.requests();
     assert_eq!(calls[0].method, "POST");
-    assert_eq!(calls[0].api_path(), format!("/v2/clusters/{CLUSTER}/logs"));
+    assert_eq!(api_path(&calls[0]), format!("/v2/clusters/{CLUSTER}/logs"));
     assert_eq!(
         calls[0].query,
         format!("logs_type=host&infra_env_id={IE}&host_id={HOST}")
@@ -438,21 +472,21 @@ fn log_uploads_are_multipart_with_the_upfile_field() {
 
 #[test]
 fn logs_progress_requests() {
-    let fake = FakeService::start();
-    let c = client(&fake);
+    let (fake, srv) = served();
+    let c = client(&fake, &srv);
     c.update_host_logs_progress(IE, HOST, LogsState::Requested)
         .unwrap();
     c.update_cluster_logs_progress(CLUSTER, LogsState::Completed)
         .unwrap();
-    let calls = fake.calls();
+    let calls = srv.requests();
     assert_eq!(calls[0].method, "PUT");
     assert_eq!(
-        calls[0].api_path(),
+        api_path(&calls[0]),
         format!("/v2/infra-envs/{IE}/hosts/{HOST}/logs-progress")
     );
     assert_eq!(calls[0].body_text(), r#"{"logs_state":"requested"}"#);
     assert_eq!(
-        calls[1].api_path(),
+        api_path(&calls[1]),
         format!("/v2/clusters/{CLUSTER}/logs-progress")
     );
     assert_eq!(calls[1].body_text(), r#"{"logs_state":"completed"}"#);
@@ -479,7 +513,7 @@ impl Write for LogBuffer {
 #[test]
 fn the_token_never_appears_in_errors_debug_or_logs() {
     let token = "s3cr3t-T0KEN-value-0987654321";
-    let fake = FakeService::start();
+    let (fake, srv) = served();
     fake.set_token(token);
     let logs = LogBuffer::default();
     let writer = logs.clone();
@@ -491,7 +525,7 @@ fn the_token_never_appears_in_errors_debug_or_logs() {
     let mut texts = Vec::new();
     tracing::subscriber::with_default(subscriber, || {
         let config = ClientConfig {
-            url: fake.url(),
+            url: srv.base_url(),
             token: token.to_string(),
             insecure: true,
             cacert: None,

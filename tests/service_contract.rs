@@ -10,8 +10,7 @@
 //! at `$AI_SWAGGER_PATH`, else `../shared/assisted-service/swagger.yaml`. When either is missing
 //! the test is skipped with a message, unless `AI_REQUIRE_PRISM=1` (CI), which makes it fail.
 
-#[path = "common/fake_service.rs"]
-mod fake_service;
+mod common;
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -25,7 +24,8 @@ use assisted_installer::service::{
     ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, LogsType, LogsUpload,
     Reporter, ServiceClient,
 };
-use fake_service::{host_json, FakeService, BASE_PATH};
+use common::fake_service::{host_json, FakeService, BASE_PATH};
+use common::http_server::TestServer;
 use serde_json::json;
 
 const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
@@ -216,7 +216,7 @@ fn every_client_request_is_valid_against_the_swagger() {
         eprintln!("SKIPPED service contract test: {reason}");
         return;
     }
-    let fake = FakeService::start();
+    let fake = FakeService::new();
     fake.set_host_role(BOOTSTRAP, "bootstrap");
     fake.set_host_role(WORKER, "worker");
     fake.set_host_role(MASTER2, "master");
@@ -230,7 +230,8 @@ fn every_client_request_is_valid_against_the_swagger() {
         "install_config_overrides": "{\"platform\":{\"vsphere\":{\"vcenters\":[]}}}"
     }));
     fake.set_hosts(hosts());
-    let prism = Prism::start(&fake.url());
+    let srv = TestServer::with_app(fake.clone());
+    let prism = Prism::start(&srv.base_url());
 
     let client = Arc::new(
         ServiceClient::new(ClientConfig {
@@ -375,7 +376,7 @@ fn every_client_request_is_valid_against_the_swagger() {
     expected_calls += 4;
 
     // Prism forwarded every request, unchanged where it matters.
-    let calls = fake.calls();
+    let calls = srv.requests();
     assert_eq!(calls.len(), expected_calls, "the fake saw every request");
     for call in &calls {
         assert!(
@@ -419,7 +420,7 @@ fn every_client_request_is_valid_against_the_swagger() {
     // Negative controls: Prism must reject requests that violate the spec without forwarding
     // them. 422 with Prism's UNPROCESSABLE_ENTITY problem type is a validation failure (not a
     // routing or auth answer).
-    let before = fake.request_count();
+    let before = srv.requests().len();
     let raw = reqwest::blocking::Client::builder()
         .no_proxy()
         .build()
@@ -495,7 +496,7 @@ fn every_client_request_is_valid_against_the_swagger() {
         no_auth.text().unwrap_or_default()
     );
     assert_eq!(
-        fake.request_count(),
+        srv.requests().len(),
         before,
         "the fake never saw the invalid requests"
     );

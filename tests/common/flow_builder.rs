@@ -1,0 +1,217 @@
+#![allow(dead_code)]
+//! The `Flow` of a scenario, built in one place: the Go flags the agent would pass, the
+//! effects the flow acts through, and where it keeps its files (all under one directory).
+//! Defaults: recorded host commands, a real-looking reboot over them, a fake clock, no
+//! Kubernetes API, the Go poll intervals.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use assisted_installer::config::{InstallerConfig, Role};
+use assisted_installer::flow::writer::DiskWriter;
+use assisted_installer::flow::{Flow, Intervals, KubeFactory, Paths};
+use assisted_installer::host::clock::{Clock, FakeClock};
+use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
+use assisted_installer::host::reboot::{Rebooter, ShutdownRebooter};
+use assisted_installer::host::root::{HostRoot, Unreachable};
+use assisted_installer::host::HostEffects;
+use assisted_installer::kube::KubeApi;
+use assisted_installer::service::client::InventoryClient;
+use assisted_installer::service::reporter::Reporter;
+
+use super::fake_service::DEFAULT_TOKEN;
+
+pub const CLUSTER: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
+pub const INFRA: &str = "6a2b3c4d-5e6f-4a70-8b9c-0d1e2f3a4b5c";
+pub const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
+
+pub struct FlowBuilder {
+    role: String,
+    dir: PathBuf,
+    service: Arc<dyn InventoryClient>,
+    token: String,
+    writer: Arc<dyn DiskWriter>,
+    commands: Arc<dyn CommandRunner>,
+    reboot: Option<Arc<dyn Rebooter>>,
+    clock: Arc<dyn Clock>,
+    kube: Option<Arc<dyn KubeApi>>,
+    boot_device: String,
+    installer_args: Vec<String>,
+    mco_image: String,
+    control_plane_count: i64,
+    dry_run: bool,
+    skip_disk_cleanup: bool,
+    format_disks: Vec<String>,
+    registry_marker: Option<PathBuf>,
+    host_root: Result<HostRoot, Unreachable>,
+    intervals: Intervals,
+    early_write: bool,
+}
+
+impl FlowBuilder {
+    /// `--role role` for host [`HOST`] of cluster [`CLUSTER`], installing onto /dev/vda through
+    /// `writer`, talking to `service`, with its files under `dir`.
+    pub fn new(
+        role: &str,
+        dir: &Path,
+        service: Arc<dyn InventoryClient>,
+        writer: Arc<dyn DiskWriter>,
+    ) -> FlowBuilder {
+        FlowBuilder {
+            role: role.into(),
+            dir: dir.to_path_buf(),
+            service,
+            token: DEFAULT_TOKEN.into(),
+            writer,
+            commands: Arc::new(RecordingRunner::new()),
+            reboot: None,
+            clock: Arc::new(FakeClock::new()),
+            kube: None,
+            boot_device: "/dev/vda".into(),
+            installer_args: Vec::new(),
+            mco_image: String::new(),
+            control_plane_count: 0,
+            dry_run: false,
+            skip_disk_cleanup: false,
+            format_disks: Vec::new(),
+            registry_marker: None,
+            host_root: Ok(HostRoot::Here),
+            intervals: Intervals::default(),
+            early_write: true,
+        }
+    }
+
+    /// `PULL_SECRET_TOKEN` (default: the fake service's).
+    pub fn token(mut self, token: &str) -> Self {
+        self.token = token.into();
+        self
+    }
+    pub fn commands(mut self, commands: Arc<dyn CommandRunner>) -> Self {
+        self.commands = commands;
+        self
+    }
+    /// Default: `shutdown -r` through the host commands.
+    pub fn reboot(mut self, reboot: Arc<dyn Rebooter>) -> Self {
+        self.reboot = Some(reboot);
+        self
+    }
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+    /// The API the flow finds behind the kubeconfig bootkube writes (which must exist).
+    pub fn kube(mut self, kube: Arc<dyn KubeApi>) -> Self {
+        self.kube = Some(kube);
+        self
+    }
+    pub fn boot_device(mut self, device: &Path) -> Self {
+        self.boot_device = device.display().to_string();
+        self
+    }
+    pub fn installer_args(mut self, args: &[&str]) -> Self {
+        self.installer_args = args.iter().map(|a| a.to_string()).collect();
+        self
+    }
+    pub fn mco_image(mut self, image: &str) -> Self {
+        self.mco_image = image.into();
+        self
+    }
+    pub fn control_plane_count(mut self, count: i64) -> Self {
+        self.control_plane_count = count;
+        self
+    }
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+    pub fn skip_disk_cleanup(mut self) -> Self {
+        self.skip_disk_cleanup = true;
+        self
+    }
+    pub fn format_disks(mut self, disks: &[&str]) -> Self {
+        self.format_disks = disks.iter().map(|d| d.to_string()).collect();
+        self
+    }
+    /// A host path (read through the host root); default: a path under the directory that
+    /// does not exist.
+    pub fn registry_marker(mut self, path: &Path) -> Self {
+        self.registry_marker = Some(path.to_path_buf());
+        self
+    }
+    pub fn host_root(mut self, root: Result<HostRoot, Unreachable>) -> Self {
+        self.host_root = root;
+        self
+    }
+    pub fn intervals(mut self, intervals: Intervals) -> Self {
+        self.intervals = intervals;
+        self
+    }
+
+    /// Whether the bootstrap and single-node disks are streamed early (default: yes).
+    pub fn early_write(mut self, early: bool) -> Self {
+        self.early_write = early;
+        self
+    }
+
+    pub fn build(self) -> Flow {
+        let mut cfg = InstallerConfig {
+            role: self.role.parse::<Role>().expect("a role"),
+            cluster_id: CLUSTER.into(),
+            infra_env_id: INFRA.into(),
+            host_id: HOST.into(),
+            boot_device: self.boot_device.into(),
+            url: "http://192.0.2.1:6000".into(),
+            openshift_version: "4.17".into(),
+            mco_image: self.mco_image,
+            control_plane_count: self.control_plane_count,
+            dry_run: self.dry_run,
+            skip_installation_disk_cleanup: self.skip_disk_cleanup,
+            format_disks: self.format_disks.into_iter().map(PathBuf::from).collect(),
+            installer_args: self.installer_args,
+            ..InstallerConfig::default()
+        };
+        cfg.set_defaults();
+        let reboot = self
+            .reboot
+            .unwrap_or_else(|| Arc::new(ShutdownRebooter::new(self.commands.clone())));
+        let kube: KubeFactory = match self.kube {
+            Some(api) => Arc::new(move |kubeconfig: &Path| {
+                anyhow::ensure!(
+                    kubeconfig.is_file(),
+                    "no kubeconfig at {}",
+                    kubeconfig.display()
+                );
+                Ok(api.clone())
+            }),
+            None => Arc::new(|_: &Path| anyhow::bail!("no Kubernetes API in this scenario")),
+        };
+        let d = &self.dir;
+        Flow {
+            cfg,
+            token: self.token,
+            reporter: Arc::new(Reporter::spawn(
+                self.service.clone(),
+                INFRA.into(),
+                HOST.into(),
+            )),
+            client: self.service,
+            host: HostEffects::new(self.commands, reboot, self.clock, self.dry_run),
+            writer: self.writer,
+            paths: Paths {
+                install_dir: d.join("install-dir"),
+                registry_marker: self
+                    .registry_marker
+                    .unwrap_or_else(|| d.join("no-registry")),
+                openshift_dir: d.join("openshift"),
+                extracted_pull_secret: d.join("extracted_from_ignition.json"),
+                resolv_conf: d.join("resolv.conf"),
+                container_logs: d.join("containers"),
+                host_root: self.host_root,
+            },
+            arch: "x86_64".into(),
+            kube,
+            intervals: self.intervals,
+            early_write: self.early_write,
+        }
+    }
+}
