@@ -299,10 +299,10 @@ const SIMULATED_BOOTSTRAP: Duration = Duration::from_secs(4);
 /// assisted-service, the real writer onto the bench loop device, and bootkube "done" after
 /// SIMULATED_BOOTSTRAP.
 fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
+    use assisted_installer::clock::SystemClock;
     use assisted_installer::flow::node::run_installer;
     use assisted_installer::flow::writer::InProcessWriter;
     use assisted_installer::flow::Intervals;
-    use assisted_installer::host::clock::SystemClock;
     use assisted_installer::host::commands::RecordingRunner;
     use assisted_installer::image::Cancel;
     use flow_builder::{FlowBuilder, HOST};

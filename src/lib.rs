@@ -3,6 +3,7 @@
 
 pub mod bootstrap;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod disk;

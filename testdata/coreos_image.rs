@@ -2207,31 +2207,24 @@ impl Drop for TempDir {
 
 /// Copy `src` into `dst` at `dst_off`, skipping holes and all-zero 64 KiB chunks (keeps `dst` sparse).
 fn copy_sparse_into(src: &Path, dst: &File, dst_off: u64) -> Result<()> {
+    use nix::errno::Errno;
+    use nix::unistd::{lseek, Whence};
     use std::os::fd::AsRawFd;
     let s = File::open(src)?;
-    let len = s.metadata()?.len();
     let fd = s.as_raw_fd();
+    let len = s.metadata()?.len();
     let mut buf = vec![0u8; 4 << 20];
     let zero = vec![0u8; 64 << 10];
     let mut pos: u64 = 0;
     while pos < len {
-        // SAFETY: plain lseek on a file descriptor we own.
-        let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
-        if data < 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::ENXIO) {
-                break;
-            }
-            return Err(err).context("SEEK_DATA");
-        }
-        let data = data as u64;
-        // SAFETY: as above.
-        let hole = unsafe { libc::lseek(fd, data as libc::off_t, libc::SEEK_HOLE) };
-        let hole = if hole < 0 {
-            len
-        } else {
-            (hole as u64).min(len)
+        let data = match lseek(fd, pos as libc::off_t, Whence::SeekData) {
+            Ok(d) => d as u64,
+            // No data after `pos`: the rest is a hole.
+            Err(Errno::ENXIO) => break,
+            Err(e) => return Err(io::Error::from(e)).context("SEEK_DATA"),
         };
+        let hole =
+            lseek(fd, data as libc::off_t, Whence::SeekHole).map_or(len, |h| (h as u64).min(len));
         let mut off = data;
         while off < hole {
             let n = ((hole - off) as usize).min(buf.len());

@@ -4,9 +4,9 @@
 
 mod common;
 
+use assisted_installer::clock::SystemClock;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::Intervals;
-use assisted_installer::host::clock::SystemClock;
 use assisted_installer::host::commands::RecordingRunner;
 use common::fake_kube::FakeKube;
 use common::fake_service::FakeService;

@@ -5,8 +5,8 @@
 
 mod common;
 
+use assisted_installer::clock::FakeClock;
 use assisted_installer::flow::node::run_installer;
-use assisted_installer::host::clock::FakeClock;
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::root::{HostRoot, Unreachable};
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};

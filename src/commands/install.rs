@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::cli::go_flags::{self, ParseOutcome};
+use crate::clock::SystemClock;
 use crate::config::InstallerConfig;
 use crate::flow::node::run_installer;
 use crate::flow::writer::InProcessWriter;
 use crate::flow::{Flow, Intervals, KubeFactory, Paths};
-use crate::host::clock::SystemClock;
 use crate::host::commands::{CommandRunner, NsenterRunner, RecordingRunner};
 use crate::host::reboot::{FakeReboot, Rebooter, ShutdownRebooter};
 use crate::host::HostEffects;

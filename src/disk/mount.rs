@@ -13,6 +13,11 @@ use nix::sched::{unshare, CloneFlags};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
+
+/// coreos-installer's unmount retries: 20 tries, 100 ms apart.
+const UNMOUNT_TRIES: Schedule = Schedule::tries(20, Duration::from_millis(100));
+
 /// A mountpoint directory and whether something is mounted on it. Dropped without
 /// [`Mounted::finish`] (an early return or a panic in the caller's closure), it unmounts and
 /// removes the directory itself, logging what fails.
@@ -29,23 +34,15 @@ impl Mounted {
     /// coreos-installer), then `rmdir` the mountpoint.
     fn unmount(&mut self) -> Result<()> {
         if self.mounted {
-            let mut last = None;
-            for _ in 0..20 {
-                match umount2(&self.dir, MntFlags::empty()) {
-                    Ok(()) => {
-                        self.mounted = false;
-                        last = None;
-                        break;
-                    }
-                    Err(e) => {
-                        last = Some(e);
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }
-            }
-            if let Some(e) = last {
-                return Err(anyhow!("unmounting {}: {e}", self.dir.display()));
-            }
+            SYSTEM_CLOCK
+                .retry(
+                    &NeverStop,
+                    &UNMOUNT_TRIES,
+                    |_| umount2(&self.dir, MntFlags::empty()).map_err(Failure::Retry),
+                    |_, _| {},
+                )
+                .map_err(|e| anyhow!("unmounting {}: {e}", self.dir.display()))?;
+            self.mounted = false;
         }
         std::fs::remove_dir(&self.dir)
             .with_context(|| format!("removing the mountpoint {}", self.dir.display()))

@@ -8,7 +8,9 @@
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::{Failure, NeverStop, Schedule, WaitError, SYSTEM_CLOCK};
 
 use super::device::Device;
 use super::sys;
@@ -129,34 +131,35 @@ fn sys_dir(dev: &Device) -> Result<PathBuf> {
 /// means the kernel does not scan partitions of this disk at all (a loop device without
 /// partscan, for one): not an error, BLKPG still works there.
 fn reread(dev: &Device) -> Result<()> {
-    let mut last = None;
-    for _ in 0..20 {
-        match dev.reread_partitions() {
-            Ok(()) => return Ok(()),
+    let busy = Schedule::tries(20, Duration::from_millis(100));
+    let reread = SYSTEM_CLOCK.retry(
+        &NeverStop,
+        &busy,
+        |_| match dev.reread_partitions() {
+            Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 tracing::debug!(
                     "the kernel does not scan partitions of {} ({e}); adding them ourselves",
                     dev.path().display()
                 );
-                return Ok(());
+                Ok(())
             }
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                last = Some(e);
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("rereading the partition table of {}", dev.path().display())
-                })
-            }
-        }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(Failure::Retry(e)),
+            Err(e) => Err(Failure::Fatal(e)),
+        },
+        |_, _| {},
+    );
+    match reread {
+        Ok(()) => Ok(()),
+        Err(WaitError::GaveUp { last, .. }) => Err(last).with_context(|| {
+            format!(
+                "rereading the partition table of {}: still busy after 2 s",
+                dev.path().display()
+            )
+        }),
+        Err(e) => Err(e.into_anyhow())
+            .with_context(|| format!("rereading the partition table of {}", dev.path().display())),
     }
-    Err(last.expect("retried")).with_context(|| {
-        format!(
-            "rereading the partition table of {}: still busy after 2 s",
-            dev.path().display()
-        )
-    })
 }
 
 /// Let udev catch up when it runs (it may be renaming or probing the new nodes); without
@@ -260,16 +263,15 @@ pub fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<PartitionNod
 }
 
 fn wait_for_node(node: &Path, limit: Duration) -> bool {
-    let start = Instant::now();
-    loop {
-        if node.exists() {
-            return true;
-        }
-        if start.elapsed() >= limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let appears = Schedule::within(limit, Duration::from_millis(20));
+    SYSTEM_CLOCK
+        .retry(
+            &NeverStop,
+            &appears,
+            |_| node.exists().then_some(()).ok_or(Failure::Retry(())),
+            |_, _| {},
+        )
+        .is_ok()
 }
 
 impl Device {

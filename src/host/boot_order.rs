@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
-use super::clock::{Clock, Failure, NeverStop, Schedule, WaitError};
 use super::commands::CommandRunner;
+use crate::clock::{Clock, Failure, NeverStop, Schedule, WaitError};
 
 /// The boot entry label.
 pub const BOOT_LABEL: &str = "Red Hat Enterprise Linux";
@@ -211,9 +211,9 @@ fn find_efi_directory(
 
 #[cfg(test)]
 mod tests {
-    use super::super::clock::FakeClock;
     use super::super::commands::RecordingRunner;
     use super::*;
+    use crate::clock::FakeClock;
 
     fn lsblk(disk: &str, kind: &str, parts: &[&str]) -> String {
         let children: Vec<String> = parts

@@ -4,13 +4,13 @@
 //! - [`commands::CommandRunner`]: host commands (`nsenter` from the container, direct on the
 //!   host, or recorded);
 //! - [`reboot::Rebooter`]: `shutdown -r`, or the dry-run fake reboot marker;
-//! - [`clock::Clock`]: sleeps and time for polls and retries.
+//! - [`crate::clock::Clock`]: sleeps and time for polls and retries (its own module: the
+//!   disk and image layers wait through it too).
 //!
 //! The helpers on top (`systemd`, `disk_prep`, `boot_order`, `logs`) take the narrow trait they
 //! need, not the bundle.
 
 pub mod boot_order;
-pub mod clock;
 pub mod commands;
 pub mod disk_prep;
 pub mod logs;
@@ -21,7 +21,7 @@ pub mod systemd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use clock::{Clock, FakeClock, SystemClock};
+use crate::clock::{Clock, SystemClock};
 pub use commands::{CommandRunner, ExecError, LocalRunner, NsenterRunner, RecordingRunner, Reply};
 pub use reboot::{FakeReboot, Rebooter, ShutdownRebooter};
 pub use systemd::Systemd;

@@ -64,7 +64,7 @@ impl Cancel {
 }
 
 /// The stop token of the host's waits and retries (they live below `image`, hence the trait).
-impl crate::host::clock::Stop for Cancel {
+impl crate::clock::Stop for Cancel {
     fn is_stopped(&self) -> bool {
         self.is_cancelled()
     }

@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::host::clock::{Delay, Schedule};
+use crate::clock::{Delay, Schedule};
 
 /// `--fetch-retries`: a count, or `infinite` (what the CoreOS live service passes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,7 +85,7 @@ pub fn parse_content_range(v: &str) -> Option<(u64, u64, Option<u64>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::clock::{Failure, Retrying, WaitError, SYSTEM_CLOCK};
+    use crate::clock::{Failure, Retrying, WaitError, SYSTEM_CLOCK};
     use crate::image::Cancel;
     use std::time::Instant;
 

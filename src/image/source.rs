@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::cancel::Cancel;
 use super::retry::{is_retryable_status, parse_content_range, RetryPolicy};
-use crate::host::clock::{Failure, Retrying, Stopped, Tries, WaitError, SYSTEM_CLOCK};
+use crate::clock::{Failure, Retrying, Stopped, Tries, WaitError, SYSTEM_CLOCK};
 
 /// A stream of compressed image bytes.
 pub trait ImageSource: Send {

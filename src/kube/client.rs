@@ -8,7 +8,7 @@
 //! idles unseen between calls.
 
 use super::{role_label, EventInfo, KubeApi, NodeInfo};
-use crate::host::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
+use crate::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Taint};
 use kube::api::{

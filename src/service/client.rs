@@ -26,10 +26,10 @@ use uuid::Uuid;
 
 use super::models::{Cluster, Host, HostProgress, LogsProgressParams};
 use super::stages::{HostStage, LogsState};
-use crate::config::Role;
-use crate::host::clock::{
+use crate::clock::{
     Clock, Delay, Failure, NeverStop, Retrying, Schedule, Stop, Stopped, SystemClock, WaitError,
 };
+use crate::config::Role;
 
 /// Appended to `--url` (swagger `basePath`).
 pub const API_BASE_PATH: &str = "/api/assisted-install";
@@ -927,7 +927,7 @@ mod tests {
 
     #[test]
     fn retries_wait_on_the_given_clock() {
-        let clock = Arc::new(crate::host::FakeClock::new());
+        let clock = Arc::new(crate::clock::FakeClock::new());
         let client = refusing_client(ClientRetry::dry_run()).with_clock(clock.clone());
         let err = client.get_cluster("c", true).unwrap_err();
         let se = err.downcast_ref::<ServiceError>().unwrap();
@@ -944,7 +944,7 @@ mod tests {
 
     #[test]
     fn a_stopped_client_fails_with_stopped() {
-        let clock = Arc::new(crate::host::FakeClock::new());
+        let clock = Arc::new(crate::clock::FakeClock::new());
         let stop = crate::image::Cancel::new();
         stop.cancel();
         let client = refusing_client(ClientRetry::installer())

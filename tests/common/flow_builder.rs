@@ -7,10 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use assisted_installer::clock::{Clock, FakeClock};
 use assisted_installer::config::{InstallerConfig, Role};
 use assisted_installer::flow::writer::DiskWriter;
 use assisted_installer::flow::{Flow, Intervals, KubeFactory, Paths};
-use assisted_installer::host::clock::{Clock, FakeClock};
 use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
 use assisted_installer::host::reboot::{Rebooter, ShutdownRebooter};
 use assisted_installer::host::root::{HostRoot, Unreachable};
