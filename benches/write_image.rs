@@ -385,6 +385,7 @@ fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
             slow_poll: Duration::from_millis(200),
         },
         early_write,
+        stop: Cancel::new(),
     };
     let done = openshift.join(".bootkube.done");
     let start = Instant::now();

@@ -8,8 +8,8 @@ mod coreos_image;
 #[path = "common/fake_service.rs"]
 mod fake_service;
 
-use assisted_installer::bootstrap::ignition_merge::merge_host_into_sno;
 use assisted_installer::config::InstallerConfig;
+use assisted_installer::flow::bootstrap::ignition_merge::merge_host_into_sno;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::writer::InProcessWriter;
 use assisted_installer::flow::{Flow, Intervals, Paths};
@@ -114,6 +114,7 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
             slow_poll: Duration::from_millis(100),
         },
         early_write: true,
+        stop: Cancel::new(),
     };
     // Plays bootkube: it finishes only once the image's last megabytes are on the disk, while
     // the disk still has no bootable partition table.

@@ -113,6 +113,7 @@ impl Harness {
             }),
             intervals: Intervals::default(),
             early_write: true,
+            stop: assisted_installer::image::Cancel::new(),
         }
     }
 
