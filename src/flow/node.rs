@@ -216,11 +216,15 @@ fn write_image_to_disk(
         Err(WaitError::GaveUp { last, .. }) => Err(last.context(format!(
             "failed after {WRITE_ATTEMPTS} attempts, last error"
         ))),
-        // The write itself saw the signal: its error says what was left on the disk.
-        Err(WaitError::Stopped {
-            last: Some(last), ..
-        }) => Err(last.context(Stopped)),
-        Err(e) => Err(e.into_anyhow()),
+        // When the write itself saw the signal, its error says what was left on the disk.
+        Err(WaitError::Stopped { last, .. }) => {
+            let stopped = match last {
+                Some(last) => last.context(Stopped),
+                None => Stopped.into(),
+            };
+            Err(stopped.context(format!("writing the image to {}", req.device.display())))
+        }
+        Err(WaitError::Fatal { error, .. }) => Err(error),
     }
 }
 
@@ -295,6 +299,28 @@ mod tests {
         );
         assert!(t.clock.sleeps().is_empty(), "no poll after the stop");
         assert!(!reports.iter().any(|(stage, _)| stage == "Rebooting"));
+        assert_eq!(
+            t.writes.load(Ordering::SeqCst),
+            1,
+            "the disk was written before"
+        );
+    }
+
+    #[test]
+    fn a_stop_before_the_write_ends_the_flow_without_writing() {
+        let t = TestFlow::new("master");
+        t.flow.stop.cancel();
+        let e = run_installer(&t.flow).unwrap_err();
+        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+        assert_eq!(
+            t.reports().last().unwrap(),
+            &(
+                "Failed".to_string(),
+                "writing the image to /dev/vda: stop requested".to_string()
+            )
+        );
+        assert_eq!(t.writes.load(Ordering::SeqCst), 0);
+        assert!(t.clock.sleeps().is_empty());
     }
 
     #[test]

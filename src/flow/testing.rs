@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::writer::{DiskWriter, PendingDisk, WriteRequest};
@@ -26,6 +26,8 @@ pub(crate) struct TestFlow {
     pub clock: Arc<FakeClock>,
     pub runner: Arc<RecordingRunner>,
     pub service: Arc<TestService>,
+    /// Disk writes so far.
+    pub writes: Arc<AtomicUsize>,
     _dir: tempfile::TempDir,
 }
 
@@ -42,6 +44,7 @@ impl TestFlow {
         let client: Arc<dyn InventoryClient> = service.clone();
         let clock = Arc::new(FakeClock::new());
         let runner = Arc::new(RecordingRunner::new());
+        let writes = Arc::new(AtomicUsize::new(0));
         let mut cfg = InstallerConfig {
             role: role.into(),
             cluster_id: CLUSTER.into(),
@@ -65,7 +68,7 @@ impl TestFlow {
                 clock.clone(),
                 false,
             ),
-            writer: Arc::new(SucceedingWriter),
+            writer: Arc::new(SucceedingWriter(writes.clone())),
             paths: Paths {
                 install_dir: d.join("install-dir"),
                 registry_marker: d.join("no-registry"),
@@ -86,6 +89,7 @@ impl TestFlow {
             clock,
             runner,
             service,
+            writes,
             _dir: dir,
         }
     }
@@ -150,14 +154,15 @@ impl InventoryClient for TestService {
     }
 }
 
-/// A disk writer whose writes succeed at once.
-struct SucceedingWriter;
+/// A disk writer whose writes succeed at once, counted.
+struct SucceedingWriter(Arc<AtomicUsize>);
 
 impl DiskWriter for SucceedingWriter {
     fn preflight(&self, _: &WriterArgs, _: Option<&crate::host::root::HostRoot>) -> Result<()> {
         Ok(())
     }
     fn write(&self, _: &WriteRequest, _: &Path, _: &(dyn Fn(u8) + Send + Sync)) -> Result<()> {
+        self.0.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
     fn stream(
