@@ -1,7 +1,6 @@
 //! The on-host OpenShift assisted-installer: a streaming CoreOS disk writer (`image`, `disk`,
 //! and `write` from plan to partition table) and, on top of it, the install flows. `main.rs` only parses arguments and dispatches here.
 
-pub mod bootstrap;
 pub mod cli;
 pub mod clock;
 pub mod commands;

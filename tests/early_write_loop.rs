@@ -6,8 +6,8 @@ mod common;
 #[path = "../testdata/coreos_image.rs"]
 mod coreos_image;
 
-use assisted_installer::bootstrap::ignition_merge::merge_host_into_sno;
 use assisted_installer::clock::SystemClock;
+use assisted_installer::flow::bootstrap::ignition_merge::merge_host_into_sno;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::writer::InProcessWriter;
 use assisted_installer::flow::Intervals;

@@ -131,10 +131,12 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
     } else {
         Arc::new(ShutdownRebooter::new(commands.clone()))
     };
+    // One token for the whole run: SIGINT/SIGTERM stop the write and every wait of the flow
+    // (the client is left without it, so the `Failed` report still goes out).
     let stop = Cancel::new();
     signals::cancel_on_signal(&stop)?;
     let writer = Arc::new(InProcessWriter {
-        stop,
+        stop: stop.clone(),
         cacert: cfg.cacert.clone(),
     });
     let dry = cfg.dry_run;
@@ -153,6 +155,7 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         kube: kube_factory(),
         intervals: Intervals::default(),
         early_write: true,
+        stop,
     })
 }
 

@@ -1,12 +1,16 @@
 //! Install orchestration: the Go installer's role flows, stage by stage, with every host effect
 //! behind the narrow traits of `host` (commands, reboot, clock), the assisted-service behind
-//! `InventoryClient`, and the disk write behind `DiskWriter`; all chosen by the caller.
+//! `InventoryClient`, and the disk write behind `DiskWriter`; all chosen by the caller. Every
+//! wait and retry sleeps through the host's clock and ends early when [`Flow::stop`] fires.
 
 pub mod bootstrap;
 pub mod early;
 pub mod node;
 pub mod wait;
 pub mod writer;
+
+#[cfg(test)]
+mod testing;
 
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -16,6 +20,7 @@ use std::time::Duration;
 use crate::config::InstallerConfig;
 use crate::host::root::{HostRoot, Unreachable};
 use crate::host::HostEffects;
+use crate::image::Cancel;
 use crate::kube::KubeApi;
 use crate::service::client::InventoryClient;
 use crate::service::reporter::Reporter;
@@ -94,4 +99,7 @@ pub struct Flow {
     /// Stream the image during the control-plane wait on bootstrap and single-node hosts
     /// (see `early`); off only to measure what it saves.
     pub early_write: bool,
+    /// Fired on SIGINT/SIGTERM (the writer's token too): a wait or retry then ends at once with
+    /// [`crate::clock::Stopped`], which the flow reports as `Failed` like any other error.
+    pub stop: Cancel,
 }

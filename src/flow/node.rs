@@ -1,7 +1,7 @@
 //! `RunInstaller` / `InstallNode` for masters and workers, in the Go installer's order and with
 //! its stage and info strings (they appear in the UI and in triage signatures).
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use super::early::EarlyWrite;
 use super::wait::worker_wait_for_control_plane;
 use super::writer::WriteRequest;
 use super::Flow;
+use crate::clock::{Failure, Schedule, Stopped, WaitError};
 use crate::config::Role;
 use crate::host::boot_order::set_boot_order;
 use crate::host::disk_prep::{cleanup_install_device, format_disks, resolve_disk_symlink};
@@ -133,7 +134,7 @@ fn install_after_prologue(
     };
     write_image_to_disk(f, request, &ignition, early.take())?;
     if cfg.role == Role::Worker {
-        worker_wait_for_control_plane(f);
+        worker_wait_for_control_plane(f)?;
     }
     if cfg.enable_skip_mco_reboot {
         tracing::warn!("--enable-skip-mco-reboot is not supported yet: the machine-config operator will update and reboot the node");
@@ -173,7 +174,7 @@ fn download_ignition(f: &Flow, role: &Role) -> Result<PathBuf> {
 }
 
 /// Report `Writing image to disk`, finish the early write if there is one, else (or if it
-/// failed) write with up to three attempts, with percentages.
+/// failed) write with up to three attempts about a second apart, with percentages.
 fn write_image_to_disk(
     f: &Flow,
     req: &WriteRequest,
@@ -192,26 +193,39 @@ fn write_image_to_disk(
     }
     let reporter = &f.reporter;
     let percent = |p: u8| reporter.write_percent(p);
-    let mut last = None;
-    for attempt in 1..=WRITE_ATTEMPTS {
-        match f.writer.write(req, ignition, &percent) {
-            Ok(()) => return Ok(()),
-            Err(e) => {
+    let schedule = Schedule::tries(WRITE_ATTEMPTS, Duration::from_secs(1));
+    let written = f.host.clock.retry(
+        &f.stop,
+        &schedule,
+        |failures| {
+            f.writer.write(req, ignition, &percent).map_err(|e| {
+                let attempt = failures + 1;
                 tracing::warn!(
                     "writing the image to {} (attempt {attempt} of {WRITE_ATTEMPTS}): {e:#}",
                     req.device.display()
                 );
-                last = Some(e);
-                if attempt < WRITE_ATTEMPTS {
-                    f.host.clock.sleep(Duration::from_secs(1));
-                }
-            }
+                Failure::Retry(e)
+            })
+        },
+        |_, _| {},
+    );
+    match written {
+        Ok(()) => Ok(()),
+        // `{:#}` renders "failed after 3 attempts, last error: <the chain>", Go's text; the
+        // writer's own error stays below it, typed.
+        Err(WaitError::GaveUp { last, .. }) => Err(last.context(format!(
+            "failed after {WRITE_ATTEMPTS} attempts, last error"
+        ))),
+        // When the write itself saw the signal, its error says what was left on the disk.
+        Err(WaitError::Stopped { last, .. }) => {
+            let stopped = match last {
+                Some(last) => last.context(Stopped),
+                None => Stopped.into(),
+            };
+            Err(stopped.context(format!("writing the image to {}", req.device.display())))
         }
+        Err(WaitError::Fatal { error, .. }) => Err(error),
     }
-    let e = last.expect("at least one attempt");
-    Err(anyhow!(
-        "failed after {WRITE_ATTEMPTS} attempts, last error: {e:#}"
-    ))
 }
 
 /// logs-progress `requested`, then the agent's logs_sender; failures are only logged.
@@ -246,8 +260,8 @@ fn finalize(f: &Flow, when: &str) -> Result<()> {
         f.reporter.drain(Duration::from_secs(60));
         return f.host.reboot.reboot(when);
     }
-    let ironic = ironic_agent_present(f.host.commands.as_ref())
-        .map_err(|e| anyhow!("checking for the ironic agent: {e}"))?;
+    let ironic =
+        ironic_agent_present(f.host.commands.as_ref()).context("checking for the ironic agent")?;
     if ironic {
         f.reporter
             .stage(HostStage::Rebooting, "Ironic will reboot the node shortly");
@@ -257,4 +271,92 @@ fn finalize(f: &Flow, when: &str) -> Result<()> {
     f.reporter.stage(HostStage::Rebooting, "");
     f.reporter.drain(Duration::from_secs(60));
     f.host.reboot.reboot(when)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::testing::TestFlow;
+    use crate::host::ExecError;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_stop_during_the_workers_wait_is_reported_as_a_failure() {
+        let t = TestFlow::new("worker");
+        t.service
+            .stop_when_listing_hosts
+            .store(true, Ordering::SeqCst);
+        let e = run_installer(&t.flow).unwrap_err();
+        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+        let reports = t.reports();
+        assert_eq!(
+            reports.last().unwrap(),
+            &(
+                "Failed".to_string(),
+                "waiting for the control plane: stop requested".to_string()
+            ),
+            "{reports:?}"
+        );
+        assert!(t.clock.sleeps().is_empty(), "no poll after the stop");
+        assert!(!reports.iter().any(|(stage, _)| stage == "Rebooting"));
+        assert_eq!(
+            t.writes.load(Ordering::SeqCst),
+            1,
+            "the disk was written before"
+        );
+    }
+
+    #[test]
+    fn a_stop_before_the_write_ends_the_flow_without_writing() {
+        let t = TestFlow::new("master");
+        t.flow.stop.cancel();
+        let e = run_installer(&t.flow).unwrap_err();
+        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+        assert_eq!(
+            t.reports().last().unwrap(),
+            &(
+                "Failed".to_string(),
+                "writing the image to /dev/vda: stop requested".to_string()
+            )
+        );
+        assert_eq!(t.writes.load(Ordering::SeqCst), 0);
+        assert!(t.clock.sleeps().is_empty());
+    }
+
+    #[test]
+    fn a_failed_host_command_stays_an_exec_error() {
+        let t = TestFlow::new("bootstrap");
+        t.runner.fail(
+            "mkdir -p /root/.ssh",
+            1,
+            "mkdir: Error: read-only file system",
+        );
+        let e = run_installer(&t.flow).unwrap_err();
+        let exec = e
+            .downcast_ref::<ExecError>()
+            .expect("the ExecError under the flow's error");
+        assert_eq!(exec.exit_code, Some(1));
+        assert_eq!(exec.output, "Error: read-only file system");
+        let (stage, info) = t.reports().last().unwrap().clone();
+        assert_eq!(stage, "Failed");
+        assert_eq!(
+            info,
+            "failed executing mkdir [-p /root/.ssh], Error exit status 1, LastOutput \"Error: read-only file system\""
+        );
+    }
+
+    #[test]
+    fn a_failed_ironic_check_keeps_its_exec_error_under_the_context() {
+        let t = TestFlow::new("master");
+        t.runner.reply(
+            "systemctl list-units --no-legend ironic-agent.service",
+            crate::host::Reply::fail(5, "boom"),
+        );
+        let e = run_installer(&t.flow).unwrap_err();
+        assert!(e.downcast_ref::<ExecError>().is_some(), "{e:#}");
+        assert!(
+            format!("{e:#}").starts_with("checking for the ironic agent: failed executing "),
+            "{e:#}"
+        );
+    }
 }

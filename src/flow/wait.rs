@@ -1,5 +1,7 @@
-//! Waits that never fail: they poll until the cluster is ready, as the Go installer does.
+//! The worker's wait for the control plane: it polls until the cluster is ready, as the Go
+//! installer does, and fails only when the stop token ends it.
 
+use anyhow::{Context, Result};
 use std::time::Duration;
 
 use super::Flow;
@@ -19,22 +21,24 @@ fn done(hosts: &[ServiceHost]) -> usize {
 
 /// `workerWaitFor2ReadyMasters`: report `Waiting for control plane`, then wait until two
 /// control-plane hosts (masters, or a master and an arbiter) are Done; at once for day-2
-/// clusters (`AddHostsCluster`). Never fails: errors are logged and the poll goes on.
-pub fn worker_wait_for_control_plane(f: &Flow) {
+/// clusters (`AddHostsCluster`). Errors are logged and the poll goes on; only the stop token
+/// ends it otherwise.
+pub fn worker_wait_for_control_plane(f: &Flow) -> Result<()> {
     f.reporter.stage(HostStage::WaitingForControlPlane, "");
     let cluster_id = &f.cfg.cluster_id;
     let mut day2: Option<bool> = None;
-    loop {
-        if day2.is_none() {
-            match f.client.get_cluster(cluster_id, true) {
-                Ok(c) => day2 = Some(c.is_day2()),
-                Err(e) => tracing::warn!("getting cluster {cluster_id}: {e:#}"),
+    f.host
+        .clock
+        .poll_until(&f.stop, POLL, || {
+            if day2.is_none() {
+                match f.client.get_cluster(cluster_id, true) {
+                    Ok(c) => day2 = Some(c.is_day2()),
+                    Err(e) => tracing::warn!("getting cluster {cluster_id}: {e:#}"),
+                }
             }
-        }
-        if let Some(day2) = day2 {
-            if day2 {
+            if day2? {
                 tracing::info!("day-2 cluster: not waiting for the control plane");
-                return;
+                return Some(());
             }
             let masters = match f.client.list_cluster_hosts(cluster_id, Some(&Role::Master)) {
                 Ok(h) => done(&h),
@@ -53,10 +57,10 @@ pub fn worker_wait_for_control_plane(f: &Flow) {
                 tracing::info!(
                     "{masters} masters and {arbiters} arbiters are done: the control plane is up"
                 );
-                return;
+                return Some(());
             }
             tracing::info!("waiting for the control plane: {masters} masters and {arbiters} arbiters done, 2 needed");
-        }
-        f.host.clock.sleep(POLL);
-    }
+            None
+        })
+        .context("waiting for the control plane")
 }

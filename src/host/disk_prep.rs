@@ -1,5 +1,6 @@
-//! Disk preparation before the write (§3.8): `--format-disk`, and the install-device cleanup
-//! that removes LVM, device-mapper and RAID users of the target and wipes its signatures.
+//! Disk preparation before the write (the Go `FormatDisks` and `CleanupInstallDevice`):
+//! `--format-disk`, and the install-device cleanup that removes LVM, device-mapper and RAID users
+//! of the target and wipes its signatures.
 //!
 //! The parsers of `vgs`, `pvs`, `dmsetup` and `mdadm` output are pure; [`cleanup_install_device`]
 //! runs the host commands in the Go installer's order (preinstall-utils `CleanupInstallDevice`).

@@ -1,5 +1,6 @@
-//! Uploading the host's installation logs before the reboot (§3.1 step 13): the agent image's
-//! `logs_sender` run with podman on the host. Its failure is only logged by the caller.
+//! Uploading the host's installation logs before the reboot (the Go `UploadInstallationLogs`):
+//! the agent image's `logs_sender` run with podman on the host. Its failure is only logged by the
+//! caller.
 
 use super::commands::{CommandRunner, ExecError, SECRET_PLACEHOLDER};
 

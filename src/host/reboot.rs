@@ -1,4 +1,5 @@
-//! Rebooting the host at the end of the installation (§3.12), or pretending to in dry-run mode.
+//! Rebooting the host at the end of the installation (the Go installer's `finalize`), or
+//! pretending to in dry-run mode.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -337,8 +337,8 @@ sshKey: |
     const VALID_OVERRIDES: &str = r#"{"platform":{"vsphere":{"vcenters":[{"server":"server.openshift.com","user":"some-user","password":"some-password","datacenters":["datacenter"]}],"failureDomains":[{"name":"fd","region":"r","zone":"z","server":"server.openshift.com","topology":{"datacenter":"datacenter","computeCluster":"/datacenter/host/cluster","networks":["segment-a"],"datastore":"/datacenter/datastore/mystore"}}]}}}"#;
     const DEPRECATED_OVERRIDES: &str = r#"{"platform":{"vsphere":{"username":"a-user","password":"a-password","vCenter":"a-server.com"}}}"#;
 
-    /// The RemoveUninitializedTaint table of the Go `common` tests (§8.3), plus the bootstrap-role
-    /// platform table (§8.1).
+    /// The RemoveUninitializedTaint table of the Go `common` tests, plus the uninitialized-taint
+    /// platform cases of the installer's "Bootstrap role" tests.
     #[test]
     fn remove_uninitialized_taint_table() {
         let valid = has_valid_vsphere_credentials(VALID_OVERRIDES);

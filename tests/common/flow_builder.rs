@@ -15,6 +15,7 @@ use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
 use assisted_installer::host::reboot::{Rebooter, ShutdownRebooter};
 use assisted_installer::host::root::{HostRoot, Unreachable};
 use assisted_installer::host::HostEffects;
+use assisted_installer::image::Cancel;
 use assisted_installer::kube::KubeApi;
 use assisted_installer::service::client::InventoryClient;
 use assisted_installer::service::reporter::Reporter;
@@ -46,6 +47,7 @@ pub struct FlowBuilder {
     host_root: Result<HostRoot, Unreachable>,
     intervals: Intervals,
     early_write: bool,
+    stop: Cancel,
 }
 
 impl FlowBuilder {
@@ -78,6 +80,7 @@ impl FlowBuilder {
             host_root: Ok(HostRoot::Here),
             intervals: Intervals::default(),
             early_write: true,
+            stop: Cancel::new(),
         }
     }
 
@@ -212,6 +215,7 @@ impl FlowBuilder {
             kube,
             intervals: self.intervals,
             early_write: self.early_write,
+            stop: self.stop,
         }
     }
 }

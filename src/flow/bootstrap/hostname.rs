@@ -1,4 +1,4 @@
-//! The bootstrap hostname check (behaviour spec §3.4 A7).
+//! The bootstrap hostname check (the Go installer's `checkHostname`).
 //!
 //! A hostname that is not a plain lower-case DNS label-ish name, or that is `localhost`, makes
 //! NetworkManager's hostname handling rewrite `/etc/resolv.conf`. That undoes the local DNS

@@ -1,8 +1,8 @@
 //! Ignition v3 config merging, used by the single-node flow to fold the host's ignition (hostname,
-//! network keyfiles, …) into the `master.ign` that bootkube produced (behaviour spec §3.5 step
-//! 2.5, §4.3). The Go installer does this with Ignition's own `merge` package on typed v3.2
-//! structs; this module applies the same rules to JSON values so that any 3.0–3.4 config works
-//! and no field is lost for lack of a Rust type.
+//! network keyfiles, …) into the `master.ign` that bootkube produced (the Go installer's
+//! `updateSingleNodeIgnition` with `MergeIgnitionConfig`). The Go installer does this with
+//! Ignition's own `merge` package on typed v3.2 structs; this module applies the same rules to
+//! JSON values so that any 3.0–3.4 config works and no field is lost for lack of a Rust type.
 //!
 //! # Rules (Ignition docs, "Operator Notes" → "Config Merging", and the per-list notes of the
 //! `configuration-v3_*.md` specs)

@@ -1,4 +1,4 @@
-//! The pull secret taken out of `bootstrap.ign` (behaviour spec §3.4 A3).
+//! The pull secret taken out of `bootstrap.ign` (the Go `ExtractFromIgnition`).
 //!
 //! The bootstrap needs it as `/root/.docker/config.json` before anything else runs, so that podman
 //! can pull the machine-config-operator image that lays the rest of the ignition down. The bytes

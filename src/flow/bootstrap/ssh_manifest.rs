@@ -1,6 +1,6 @@
-//! The SSH MachineConfig manifest the HA bootstrap drops into the installer manifests
-//! (behaviour spec §3.4 A5): it authorises the bootstrap's freshly generated key for `core` on
-//! every master, so that log gathering can ssh from the bootstrap into the masters.
+//! The SSH MachineConfig manifest the HA bootstrap drops into the installer manifests (the Go
+//! `CreateOpenshiftSshManifest`): it authorises the bootstrap's freshly generated key for `core`
+//! on every master, so that log gathering can ssh from the bootstrap into the masters.
 //!
 //! The YAML is written by hand (the shape is fixed and tiny); the key is the only variable and is
 //! emitted as a double-quoted YAML scalar so that no character in it can change the structure.

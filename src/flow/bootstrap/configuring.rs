@@ -1,0 +1,146 @@
+//! The Go installer's `updateConfiguringStatus` goroutine, as a thread: while the bootstrap
+//! control plane forms, other hosts are reported `Configuring` (or `Waiting for ignition` for
+//! workers) once the machine-config-server log shows them fetching their Ignition.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::mcs_logs::{
+    host_ips, hosts_that_fetched_ignition, is_past_ignition_fetch, status_for, McsHost,
+};
+use super::Flow;
+use crate::clock::SYSTEM_CLOCK;
+use crate::image::Cancel;
+use crate::service::client::InventoryClient;
+use crate::service::reporter::Reporter;
+use crate::service::stages::HostStage;
+
+/// The running watcher; dropping it stops the thread (the Go installer cancels the goroutine's
+/// context when `InstallNode` returns) and waits for it.
+pub struct ConfiguringStatus {
+    stop: Cancel,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ConfiguringStatus {
+    /// Starts watching, every `Flow::intervals.slow_poll` (Go: 30 s), until every other host is
+    /// past its Ignition fetch or the watcher is dropped.
+    pub fn spawn(f: &Flow) -> ConfiguringStatus {
+        let stop = Cancel::new();
+        let mut watch = Watch {
+            client: f.client.clone(),
+            reporter: f.reporter.clone(),
+            cluster: f.cfg.cluster_id.clone(),
+            me: f.cfg.host_id.clone(),
+            logs: f.paths.container_logs.clone(),
+            hosts: None,
+        };
+        let (every, thread_stop) = (f.intervals.slow_poll, stop.clone());
+        let handle = std::thread::Builder::new()
+            .name("configuring".into())
+            .spawn(move || watch.run(&thread_stop, every))
+            .expect("spawning the configuring-status thread");
+        ConfiguringStatus {
+            stop,
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for ConfiguringStatus {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Another host being watched: where it is matched in the log, its infra-env, its last stage.
+type Watched = (McsHost, String, Option<HostStage>);
+
+struct Watch {
+    client: Arc<dyn InventoryClient>,
+    reporter: Arc<Reporter>,
+    cluster: String,
+    /// This host, never watched.
+    me: String,
+    /// The container logs directory holding the machine-config-server's log.
+    logs: PathBuf,
+    /// The other enabled hosts, fetched once.
+    hosts: Option<Vec<Watched>>,
+}
+
+impl Watch {
+    /// Polls until no host is left to watch or `stop` fires. The thread sleeps on the real
+    /// clock: it runs beside the flow, whose (in tests, fake) clock records the flow's own
+    /// waits only.
+    fn run(&mut self, stop: &Cancel, every: Duration) {
+        // A stop is the normal end here (the flow went on): nothing to report.
+        let _ = SYSTEM_CLOCK.poll_until(stop, every, || self.poll().then_some(()));
+    }
+
+    /// One look at the log; whether every host is past its Ignition fetch.
+    fn poll(&mut self) -> bool {
+        if self.hosts.is_none() {
+            match self.client.get_cluster(&self.cluster, false) {
+                Ok(c) => {
+                    self.hosts = Some(
+                        c.hosts
+                            .iter()
+                            .filter(|h| h.id != self.me && !h.is_disabled())
+                            .map(|h| {
+                                let ips = h.inventory.as_deref().map(host_ips).unwrap_or_default();
+                                let host = McsHost {
+                                    id: h.id.clone(),
+                                    role: h.role.clone(),
+                                    ips,
+                                };
+                                (host, h.infra_env_id.clone(), h.stage())
+                            })
+                            .collect(),
+                    )
+                }
+                Err(e) => tracing::warn!("getting the hosts of cluster {}: {e:#}", self.cluster),
+            }
+        }
+        let Some(list) = self.hosts.as_mut() else {
+            return false;
+        };
+        list.retain(|(_, _, stage)| !is_past_ignition_fetch(*stage));
+        if list.is_empty() {
+            return true;
+        }
+        let log = read_mcs_logs(&self.logs);
+        let mcs: Vec<McsHost> = list.iter().map(|(h, _, _)| h.clone()).collect();
+        let fetched: BTreeSet<String> = hosts_that_fetched_ignition(&log, &mcs)
+            .into_iter()
+            .map(|h| h.id.clone())
+            .collect();
+        for (h, infra_env, stage) in list.iter_mut() {
+            if fetched.contains(&h.id) {
+                let new = status_for(h.role.as_ref());
+                self.reporter.other_host(infra_env, &h.id, new, "");
+                *stage = Some(new);
+            }
+        }
+        false
+    }
+}
+
+/// Every machine-config-server log in the container logs directory, concatenated.
+fn read_mcs_logs(dir: &Path) -> String {
+    let mut out = String::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.contains("machine-config-server") && name.ends_with(".log") {
+                out.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+                out.push('\n');
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,60 @@
+//! The bootstrap host (HA: it runs the bootstrap control plane, then pivots into a master) and
+//! the single-node host (bootstrap-in-place), with the Go installer's steps, stages and info
+//! strings. Host effects go through `Flow::host`, the new cluster through `Flow::kube`, files
+//! under /opt through `Flow::paths`; every wait ends early when `Flow::stop` fires.
+//!
+//! The steps, one file each:
+//! - `startBootstrap` in `prepare`: everything the bootstrap control plane needs before
+//!   bootkube runs (pull secret, bootstrap Ignition, SSH manifest, hostname, controller
+//!   manifests, `oc`);
+//! - `waitForControlPlane` and the rest of the post-phase in `waits` (nodes, bootkube, etcd,
+//!   controller, workers, MachineConfig annotations);
+//! - the `updateConfiguringStatus` goroutine, as a thread, in `configuring`;
+//! - `createSingleNodeMasterIgnition` in `single_node`.
+//!
+//! Their pure building blocks work on bytes and strings only, so their rules are tested without
+//! root:
+//! - the assisted-installer-controller manifests (`PrepareController`) in
+//!   [`controller_manifests`];
+//! - RFC 2397 `data:` URL decoding, with Ignition's optional gzip compression, in [`data_url`];
+//! - the hostname check and the random replacement name (`checkHostname`) in [`hostname`];
+//! - Ignition v3 config merging, to fold the host Ignition into the single-node `master.ign`
+//!   (`updateSingleNodeIgnition`), in [`ignition_merge`];
+//! - which hosts fetched their Ignition from the machine-config-server, in [`mcs_logs`];
+//! - the pull secret taken out of `bootstrap.ign` (`ExtractFromIgnition`) in [`pull_secret`];
+//! - the `99-assisted-installer-master-ssh` MachineConfig (`CreateOpenshiftSshManifest`) in
+//!   [`ssh_manifest`].
+
+pub mod controller_manifests;
+pub mod data_url;
+pub mod hostname;
+pub mod ignition_merge;
+pub mod mcs_logs;
+pub mod pull_secret;
+pub mod ssh_manifest;
+
+mod configuring;
+mod prepare;
+mod single_node;
+mod waits;
+
+pub use configuring::ConfiguringStatus;
+pub use prepare::{start_bootstrap, MCO_ATTEMPTS};
+pub use single_node::single_node_master_ignition;
+pub use waits::{bootstrap_post_phase, mc_annotations_consistent, wait_for_bootkube};
+
+use std::path::PathBuf;
+
+use super::Flow;
+use crate::host::commands::CommandRunner;
+
+/// A host command whose failure stays an [`crate::host::ExecError`] under the flow's context
+/// (its text is the Go `ExecCommandError` text the `Failed` report carries).
+fn run(r: &dyn CommandRunner, program: &str, args: &[&str]) -> anyhow::Result<String> {
+    Ok(r.run(program, args)?)
+}
+
+/// The admin kubeconfig bootkube writes.
+fn kubeconfig(f: &Flow) -> PathBuf {
+    f.paths.openshift_dir.join("auth/kubeconfig")
+}

@@ -1,0 +1,518 @@
+//! `waitForControlPlane` and the rest of the bootstrap post-phase: the bootstrap host stays up
+//! until the masters have joined, bootkube and the etcd bootstrap are done, the controller runs,
+//! (agent-based installs) no worker still needs this host's service, and the masters agree on
+//! their MachineConfig. Like the Go installer's, these waits poll with no time limit and log
+//! their errors instead of failing; only the stop token ends one early, with
+//! [`crate::clock::Stopped`] under the wait's name.
+
+use anyhow::{Context, Result};
+use std::collections::BTreeSet;
+
+use super::mcs_logs::host_ips;
+use super::{kubeconfig, run, Flow};
+use crate::config::Role;
+use crate::kube::install_config::{
+    has_valid_vsphere_credentials, needed_ready_masters, remove_uninitialized_taint, replicas,
+};
+use crate::kube::{
+    KubeApi, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
+    DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
+};
+use crate::service::models::{Host as ServiceHost, HostStatus};
+use crate::service::stages::{HostStage, LogsState};
+
+/// `waitForControlPlane` and the rest of the bootstrap post-phase, up to the log upload.
+pub fn bootstrap_post_phase(f: &Flow) -> Result<()> {
+    f.reporter.stage(
+        HostStage::WaitingForControlPlane,
+        "Waiting for bootstrap node preparation",
+    );
+    if !f.cfg.dry_run {
+        let hosts = run(f.host.commands.as_ref(), "cat", &["/etc/resolv.conf"])?;
+        std::fs::write(&f.paths.resolv_conf, hosts)
+            .with_context(|| format!("updating {}", f.paths.resolv_conf.display()))?;
+    }
+    let kube = (f.kube)(&kubeconfig(f)).context("connecting to the bootstrap control plane")?;
+    f.reporter.stage(
+        HostStage::WaitingForControlPlane,
+        "Waiting for masters to join bootstrap control plane",
+    );
+    let cluster = f
+        .client
+        .get_cluster(&f.cfg.cluster_id, true)
+        .context("getting the cluster")?;
+    let creds = cluster
+        .install_config_overrides
+        .as_deref()
+        .is_some_and(has_valid_vsphere_credentials);
+    tracing::info!(
+        "platform {:?}, valid vSphere credentials: {creds}",
+        cluster.platform_type()
+    );
+    let platform = cluster.platform_type().to_string();
+    wait_for_nodes(f, kube.as_ref(), &Role::Master, &platform, creds)?;
+    wait_for_nodes(f, kube.as_ref(), &Role::Arbiter, &platform, creds)?;
+    wait_for_bootkube(f)?;
+    wait_for_etcd_bootstrap(f)?;
+    wait_for_controller(f, kube.as_ref())?;
+    if invoker(kube.as_ref()) == "agent-installer" {
+        wait_for_workers(f)?;
+    }
+    wait_for_mc_annotations(f, kube.as_ref())
+}
+
+fn invoker(kube: &dyn KubeApi) -> String {
+    kube.get_config_map("openshift-config", "openshift-install-manifests")
+        .ok()
+        .flatten()
+        .and_then(|d| d.get("invoker").cloned())
+        .unwrap_or_else(|| "assisted-service".to_string())
+}
+
+/// `waitForNodes`: until enough nodes of `role` are Ready, reporting `Joined` for each
+/// matching host.
+fn wait_for_nodes(
+    f: &Flow,
+    kube: &dyn KubeApi,
+    role: &Role,
+    platform: &str,
+    creds: bool,
+) -> Result<()> {
+    let mut nodes = ReadyNodes {
+        f,
+        kube,
+        role,
+        platform,
+        creds,
+        counted: BTreeSet::new(),
+        inventory: None,
+    };
+    f.host
+        .clock
+        .poll_until(&f.stop, f.intervals.poll, || nodes.enough().then_some(()))
+        .with_context(|| format!("waiting for the {role} nodes"))
+}
+
+/// What `waitForNodes` keeps between polls.
+struct ReadyNodes<'a> {
+    f: &'a Flow,
+    kube: &'a dyn KubeApi,
+    role: &'a Role,
+    platform: &'a str,
+    creds: bool,
+    /// Ready nodes already counted (and reported).
+    counted: BTreeSet<String>,
+    /// The other enabled hosts, fetched once and again after a node matched none of them.
+    inventory: Option<Vec<ServiceHost>>,
+}
+
+impl ReadyNodes<'_> {
+    /// One poll: whether enough nodes are Ready (at once when the install-config wants none).
+    fn enough(&mut self) -> bool {
+        let (f, kube, role) = (self.f, self.kube, self.role);
+        let wanted = kube
+            .get_config_map("kube-system", "cluster-config-v1")
+            .ok()
+            .flatten()
+            .and_then(|d| d.get("install-config").cloned())
+            .and_then(|y| replicas(&y).ok())
+            .map(|r| {
+                if *role == Role::Arbiter {
+                    r.arbiter.unwrap_or(0)
+                } else {
+                    r.control_plane.unwrap_or(0)
+                }
+            });
+        let Some(replicas) = wanted else {
+            return false;
+        };
+        if replicas < 1 {
+            return true;
+        }
+        let needed = if *role == Role::Arbiter {
+            1
+        } else {
+            needed_ready_masters(replicas)
+        };
+        if self.inventory.is_none() {
+            self.inventory = f
+                .client
+                .get_cluster(&f.cfg.cluster_id, false)
+                .ok()
+                .map(|c| {
+                    c.hosts
+                        .into_iter()
+                        .filter(|h| h.id != f.cfg.host_id && !h.is_disabled())
+                        .collect()
+                });
+        }
+        let nodes = match kube.list_nodes(role.as_str()) {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                tracing::warn!("listing {role} nodes: {e:#}");
+                return false;
+            }
+        };
+        let untaint = !nodes.is_empty()
+            && remove_uninitialized_taint(
+                self.platform,
+                &invoker(kube),
+                &f.cfg.openshift_version,
+                self.creds,
+            );
+        for node in &nodes {
+            if untaint && !node.ready && node.taints.iter().any(|t| t == UNINITIALIZED_TAINT) {
+                if let Err(e) = kube.remove_node_taint(&node.name, UNINITIALIZED_TAINT) {
+                    tracing::warn!("removing the uninitialized taint of {}: {e:#}", node.name);
+                }
+            }
+            if !node.ready || self.counted.contains(&node.name) {
+                continue;
+            }
+            let hosts = self.inventory.as_deref().unwrap_or_default();
+            let matched = hosts.iter().find(|h| {
+                h.requested_hostname.to_lowercase() == node.name.to_lowercase()
+                    || h.inventory
+                        .as_deref()
+                        .map(host_ips)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|ip| node.internal_ips.iter().any(|n| n == ip))
+            });
+            match matched {
+                Some(h) if h.status != Some(HostStatus::Installed) => {
+                    f.reporter
+                        .other_host(&h.infra_env_id, &h.id, HostStage::Joined, "");
+                }
+                Some(_) => {}
+                // Counted anyway; the inventory may be stale.
+                None => self.inventory = None,
+            }
+            self.counted.insert(node.name.clone());
+        }
+        if self.counted.len() >= needed {
+            tracing::info!("{} {role} nodes are ready", self.counted.len());
+            return true;
+        }
+        false
+    }
+}
+
+/// `waitForBootkube`: `Waiting for bootkube` until bootkube marks itself done.
+pub fn wait_for_bootkube(f: &Flow) -> Result<()> {
+    f.reporter.stage(HostStage::WaitingForBootkube, "");
+    let done = f.paths.openshift_dir.join(".bootkube.done");
+    f.host
+        .clock
+        .poll_until(&f.stop, f.intervals.poll, || done.exists().then_some(()))
+        .context("waiting for bootkube")?;
+    tracing::info!(
+        "bootkube is done: {}",
+        f.host.systemd().status("bootkube.service")
+    );
+    Ok(())
+}
+
+/// `waitForETCDBootstrap`: until progress.service (etcd bootstrap) has finished.
+fn wait_for_etcd_bootstrap(f: &Flow) -> Result<()> {
+    f.reporter.stage(
+        HostStage::WaitingForBootkube,
+        "waiting for ETCD bootstrap to be complete",
+    );
+    f.host
+        .clock
+        .poll_until(&f.stop, f.intervals.poll, || {
+            match f.host.systemd().is_active("progress.service") {
+                Ok(s) if s.trim() == "inactive" => Some(()),
+                Err(e) if e.output.trim() == "inactive" => Some(()),
+                _ => None,
+            }
+        })
+        .context("waiting for the etcd bootstrap")?;
+    tracing::info!(
+        "etcd bootstrap is done: {}",
+        f.host.systemd().status("progress.service")
+    );
+    Ok(())
+}
+
+/// `waitForController`: until the assisted-installer-controller reports itself ready with an
+/// event, logging each new event of its namespace.
+fn wait_for_controller(f: &Flow, kube: &dyn KubeApi) -> Result<()> {
+    f.reporter.stage(
+        HostStage::WaitingForController,
+        "waiting for controller pod ready event",
+    );
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    f.host
+        .clock
+        .poll_until(&f.stop, f.intervals.poll, || {
+            match kube.list_events(CONTROLLER_NAMESPACE) {
+                Ok(events) => {
+                    for e in &events {
+                        if seen.insert(e.name.clone()) {
+                            tracing::info!(
+                                "controller event {}: {} {}",
+                                e.name,
+                                e.reason,
+                                e.message
+                            );
+                        }
+                    }
+                    events
+                        .iter()
+                        .any(|e| e.name == CONTROLLER_READY_EVENT)
+                        .then_some(())
+                }
+                Err(e) => {
+                    tracing::warn!("listing events in {CONTROLLER_NAMESPACE}: {e:#}");
+                    None
+                }
+            }
+        })
+        .context("waiting for the assisted-installer-controller")?;
+    if let Err(e) = f
+        .client
+        .update_cluster_logs_progress(&f.cfg.cluster_id, LogsState::Requested)
+    {
+        tracing::warn!("reporting the cluster logs as requested: {e:#}");
+    }
+    Ok(())
+}
+
+/// `waitForWorkers`: agent-based installs run the service on this host, so it waits until no
+/// worker still needs it.
+fn wait_for_workers(f: &Flow) -> Result<()> {
+    let busy = [
+        HostStage::WaitingForControlPlane,
+        HostStage::Installing,
+        HostStage::StartingInstallation,
+    ];
+    f.host
+        .clock
+        .poll_until(&f.stop, f.intervals.slow_poll, || {
+            match f
+                .client
+                .list_cluster_hosts(&f.cfg.cluster_id, Some(&Role::Worker))
+            {
+                Ok(hosts) => (!hosts
+                    .iter()
+                    .any(|h| h.stage().is_some_and(|s| busy.contains(&s))))
+                .then_some(()),
+                Err(e) => {
+                    tracing::warn!("listing workers: {e:#}");
+                    None
+                }
+            }
+        })
+        .context("waiting for the workers")
+}
+
+/// Pure: every master has both MachineConfig annotations, both configs exist, and all masters
+/// want the same config.
+pub fn mc_annotations_consistent(kube: &dyn KubeApi) -> Result<bool> {
+    let masters = kube.list_nodes(Role::Master.as_str())?;
+    if masters.is_empty() {
+        return Ok(false);
+    }
+    let mut desired: BTreeSet<&str> = BTreeSet::new();
+    for node in &masters {
+        let (Some(cur), Some(want)) = (
+            node.annotations.get(CURRENT_CONFIG_ANNOTATION),
+            node.annotations.get(DESIRED_CONFIG_ANNOTATION),
+        ) else {
+            return Ok(false);
+        };
+        if !kube.machine_config_exists(cur)? || !kube.machine_config_exists(want)? {
+            return Ok(false);
+        }
+        desired.insert(want);
+    }
+    Ok(desired.len() == 1)
+}
+
+/// `waitForMCAnnotationsConsistent`: the bootstrap must not reboot while masters point at
+/// MachineConfigs that do not exist.
+fn wait_for_mc_annotations(f: &Flow, kube: &dyn KubeApi) -> Result<()> {
+    f.host
+        .clock
+        .poll_until(&f.stop, f.intervals.poll, || {
+            match mc_annotations_consistent(kube) {
+                Ok(true) => return Some(()),
+                Ok(false) => tracing::info!(
+                    "waiting for consistent MachineConfig annotations on the masters"
+                ),
+                Err(e) => tracing::warn!("checking MachineConfig annotations: {e:#}"),
+            }
+            None
+        })
+        .context("waiting for consistent MachineConfig annotations")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Stopped;
+    use crate::flow::testing::TestFlow;
+    use crate::kube::{EventInfo, NodeInfo};
+    use std::collections::BTreeMap;
+
+    /// Masters and MachineConfigs in memory.
+    struct Kube {
+        masters: Vec<NodeInfo>,
+        configs: Vec<&'static str>,
+    }
+
+    impl KubeApi for Kube {
+        fn list_nodes(&self, role: &str) -> Result<Vec<NodeInfo>> {
+            Ok(if role == "master" {
+                self.masters.clone()
+            } else {
+                vec![]
+            })
+        }
+        fn list_events(&self, _: &str) -> Result<Vec<EventInfo>> {
+            Ok(vec![])
+        }
+        fn get_config_map(&self, _: &str, _: &str) -> Result<Option<BTreeMap<String, String>>> {
+            Ok(None)
+        }
+        fn machine_config_exists(&self, name: &str) -> Result<bool> {
+            Ok(self.configs.contains(&name))
+        }
+        fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn master(current: Option<&str>, desired: Option<&str>) -> NodeInfo {
+        let mut annotations = BTreeMap::new();
+        if let Some(c) = current {
+            annotations.insert(CURRENT_CONFIG_ANNOTATION.to_string(), c.to_string());
+        }
+        if let Some(d) = desired {
+            annotations.insert(DESIRED_CONFIG_ANNOTATION.to_string(), d.to_string());
+        }
+        NodeInfo {
+            name: "m".into(),
+            ready: true,
+            annotations,
+            ..NodeInfo::default()
+        }
+    }
+
+    fn consistent(masters: Vec<NodeInfo>, configs: Vec<&'static str>) -> bool {
+        mc_annotations_consistent(&Kube { masters, configs }).unwrap()
+    }
+
+    #[test]
+    fn machine_config_annotation_cases() {
+        let ok = || master(Some("rendered-a"), Some("rendered-a"));
+        assert!(
+            consistent(vec![ok()], vec!["rendered-a"]),
+            "one consistent master"
+        );
+        assert!(
+            consistent(vec![ok(), ok()], vec!["rendered-a"]),
+            "two consistent masters"
+        );
+        assert!(
+            !consistent(vec![], vec!["rendered-a"]),
+            "no masters: keep waiting"
+        );
+        assert!(
+            !consistent(vec![master(None, Some("rendered-a"))], vec!["rendered-a"]),
+            "currentConfig missing"
+        );
+        assert!(
+            !consistent(vec![master(Some("rendered-a"), None)], vec!["rendered-a"]),
+            "desiredConfig missing"
+        );
+        assert!(
+            !consistent(
+                vec![master(Some("rendered-old"), Some("rendered-a"))],
+                vec!["rendered-a"]
+            ),
+            "current MC missing"
+        );
+        assert!(
+            !consistent(
+                vec![master(Some("rendered-a"), Some("rendered-new"))],
+                vec!["rendered-a"]
+            ),
+            "desired MC missing"
+        );
+        assert!(
+            !consistent(
+                vec![ok(), master(Some("rendered-a"), Some("rendered-b"))],
+                vec!["rendered-a", "rendered-b"]
+            ),
+            "masters disagree on desiredConfig"
+        );
+    }
+
+    #[test]
+    fn a_stopped_token_ends_a_wait_at_once() {
+        let t = TestFlow::new("bootstrap");
+        t.flow.stop.cancel();
+        let e = wait_for_bootkube(&t.flow).unwrap_err();
+        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+        assert_eq!(format!("{e:#}"), "waiting for bootkube: stop requested");
+        assert!(t.clock.sleeps().is_empty(), "no poll interval slept");
+        let kube = Kube {
+            masters: vec![],
+            configs: vec![],
+        };
+        let e = wait_for_mc_annotations(&t.flow, &kube).unwrap_err();
+        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+        assert!(t.clock.sleeps().is_empty());
+    }
+
+    /// Masters that never agree, and a signal arriving during the third poll.
+    struct StopOnThirdPoll {
+        polls: std::sync::atomic::AtomicUsize,
+        stop: crate::image::Cancel,
+    }
+
+    impl KubeApi for StopOnThirdPoll {
+        fn list_nodes(&self, _: &str) -> Result<Vec<NodeInfo>> {
+            if self.polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {
+                self.stop.cancel();
+            }
+            Ok(vec![master(None, None)])
+        }
+        fn list_events(&self, _: &str) -> Result<Vec<EventInfo>> {
+            Ok(vec![])
+        }
+        fn get_config_map(&self, _: &str, _: &str) -> Result<Option<BTreeMap<String, String>>> {
+            Ok(None)
+        }
+        fn machine_config_exists(&self, _: &str) -> Result<bool> {
+            Ok(false)
+        }
+        fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stop_during_a_wait_ends_it_before_the_next_poll() {
+        let t = TestFlow::new("bootstrap");
+        let kube = StopOnThirdPoll {
+            polls: Default::default(),
+            stop: t.flow.stop.clone(),
+        };
+        let e = wait_for_mc_annotations(&t.flow, &kube).unwrap_err();
+        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+        assert_eq!(
+            format!("{e:#}"),
+            "waiting for consistent MachineConfig annotations: stop requested"
+        );
+        assert_eq!(kube.polls.into_inner(), 3);
+        assert_eq!(
+            t.clock.sleeps(),
+            vec![t.flow.intervals.poll; 2],
+            "the interval after the stop is not slept"
+        );
+    }
+}
