@@ -11,7 +11,7 @@ pub mod host;
 pub mod image;
 pub mod kube;
 pub mod logging;
-pub mod postinstall;
+pub(crate) mod postinstall;
 pub mod service;
 pub mod signals;
 mod wire;

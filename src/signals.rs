@@ -1,5 +1,6 @@
-//! SIGINT/SIGTERM turn into a cancellation of the running write, so it can reset the disk to an
-//! empty partition table and exit with one clear message instead of dying mid-stream.
+//! SIGINT/SIGTERM turn into a cancellation of the running install: a write resets the disk to an
+//! empty partition table and a flow's wait ends at once, with one clear message instead of dying
+//! mid-stream.
 
 use anyhow::{Context, Result};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -20,7 +21,7 @@ pub fn cancel_on_signal(cancel: &Cancel) -> Result<Arc<AtomicI32>> {
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 tracing::warn!(
-                    "received {}: stopping the write",
+                    "received {}: stopping the install",
                     if sig == SIGINT { "SIGINT" } else { "SIGTERM" }
                 );
                 cell.store(sig, Ordering::SeqCst);

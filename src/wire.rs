@@ -156,6 +156,9 @@ pub(crate) use wire_enum;
 
 #[cfg(test)]
 mod tests {
+    // The macro declares `pub` enums, as the service's are; these test ones stay private here.
+    #![allow(unreachable_pub)]
+
     wire_enum! {
         /// A closed test enum.
         pub enum Closed: "closed thing" {

@@ -46,60 +46,60 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 use sha2::{Digest, Sha256};
 
 /// Bump whenever the generated output changes; part of the cache key.
-pub const GENERATOR_VERSION: u32 = 1;
+pub(crate) const GENERATOR_VERSION: u32 = 1;
 /// Disk GUID shipped in CoreOS images; first boot randomises it only while it still has this value.
-pub const PLACEHOLDER_DISK_GUID: &str = "00000000-0000-4000-a000-000000000001";
+pub(crate) const PLACEHOLDER_DISK_GUID: &str = "00000000-0000-4000-a000-000000000001";
 
 /// GPT partition type GUIDs.
-pub const BIOS_BOOT_TYPE_GUID: &str = "21686148-6449-6E6F-744E-656564454649";
-pub const ESP_TYPE_GUID: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
-pub const LINUX_FS_TYPE_GUID: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+pub(crate) const BIOS_BOOT_TYPE_GUID: &str = "21686148-6449-6E6F-744E-656564454649";
+pub(crate) const ESP_TYPE_GUID: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
+pub(crate) const LINUX_FS_TYPE_GUID: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
 
 /// Fixed unique partition GUIDs.
-pub const BIOS_BOOT_PARTITION_GUID: &str = "c0de0001-0000-4000-8000-000000000001";
-pub const ESP_PARTITION_GUID: &str = "c0de0001-0000-4000-8000-000000000002";
-pub const BOOT_PARTITION_GUID: &str = "c0de0001-0000-4000-8000-000000000003";
-pub const ROOT_PARTITION_GUID: &str = "c0de0001-0000-4000-8000-000000000004";
+pub(crate) const BIOS_BOOT_PARTITION_GUID: &str = "c0de0001-0000-4000-8000-000000000001";
+pub(crate) const ESP_PARTITION_GUID: &str = "c0de0001-0000-4000-8000-000000000002";
+pub(crate) const BOOT_PARTITION_GUID: &str = "c0de0001-0000-4000-8000-000000000003";
+pub(crate) const ROOT_PARTITION_GUID: &str = "c0de0001-0000-4000-8000-000000000004";
 /// Fixed filesystem UUIDs (what `blkid` reports as UUID=).
-pub const BOOT_FS_UUID: &str = "c0de0002-0000-4000-8000-000000000003";
-pub const ROOT_FS_UUID: &str = "c0de0002-0000-4000-8000-000000000004";
+pub(crate) const BOOT_FS_UUID: &str = "c0de0002-0000-4000-8000-000000000003";
+pub(crate) const ROOT_FS_UUID: &str = "c0de0002-0000-4000-8000-000000000004";
 /// Fixed ext4 directory hash seeds.
-pub const BOOT_HASH_SEED: &str = "c0de0003-0000-4000-8000-000000000003";
-pub const ROOT_HASH_SEED: &str = "c0de0003-0000-4000-8000-000000000004";
+pub(crate) const BOOT_HASH_SEED: &str = "c0de0003-0000-4000-8000-000000000003";
+pub(crate) const ROOT_HASH_SEED: &str = "c0de0003-0000-4000-8000-000000000004";
 /// FAT volume id given to `mkfs.fat -i`; `blkid` shows it as `2A2B-2C2D`.
-pub const ESP_VOLUME_ID: &str = "2a2b2c2d";
+pub(crate) const ESP_VOLUME_ID: &str = "2a2b2c2d";
 /// Filesystem labels.
-pub const BOOT_LABEL: &str = "boot";
-pub const ROOT_LABEL: &str = "root";
-pub const ESP_LABEL: &str = "EFI-SYSTEM";
+pub(crate) const BOOT_LABEL: &str = "boot";
+pub(crate) const ROOT_LABEL: &str = "root";
+pub(crate) const ESP_LABEL: &str = "EFI-SYSTEM";
 /// Every timestamp in the generated filesystems (2023-11-14T22:13:20Z).
-pub const FIXED_EPOCH: u64 = 1_700_000_000;
+pub(crate) const FIXED_EPOCH: u64 = 1_700_000_000;
 
 /// Kernel version used in file names and the BLS entry.
-pub const KERNEL_VERSION: &str = "5.14.0-427.el9_4.x86_64";
+pub(crate) const KERNEL_VERSION: &str = "5.14.0-427.el9_4.x86_64";
 /// ostree OS name (`ostree/deploy/<os>`, `rhcos-<csum>` boot directory).
-pub const OS_NAME: &str = "rhcos";
+pub(crate) const OS_NAME: &str = "rhcos";
 /// Build id shown in the BLS title and the aleph file.
-pub const BUILD_ID: &str = "416.94.202406111011-0";
+pub(crate) const BUILD_ID: &str = "416.94.202406111011-0";
 /// The only boot loader entry a fresh image has (relative to the boot filesystem root).
-pub const BLS_ENTRY_PATH: &str = "loader/entries/ostree-1-rhcos.conf";
+pub(crate) const BLS_ENTRY_PATH: &str = "loader/entries/ostree-1-rhcos.conf";
 /// GRUB config (relative to the boot filesystem root) holding the console block.
-pub const GRUB_CFG_PATH: &str = "grub2/grub.cfg";
-pub const CONSOLE_SETTINGS_START: &str = "# CONSOLE-SETTINGS-START";
-pub const CONSOLE_SETTINGS_END: &str = "# CONSOLE-SETTINGS-END";
-pub const IGNITION_FIRSTBOOT_PATH: &str = "ignition.firstboot";
-pub const IGNITION_FIRSTBOOT_CONTENT: &str =
+pub(crate) const GRUB_CFG_PATH: &str = "grub2/grub.cfg";
+pub(crate) const CONSOLE_SETTINGS_START: &str = "# CONSOLE-SETTINGS-START";
+pub(crate) const CONSOLE_SETTINGS_END: &str = "# CONSOLE-SETTINGS-END";
+pub(crate) const IGNITION_FIRSTBOOT_PATH: &str = "ignition.firstboot";
+pub(crate) const IGNITION_FIRSTBOOT_CONTENT: &str =
     "# Remove this file to rerun Ignition\nset ignition_network_kcmdline=\"\"\n";
-pub const PLATFORMS_JSON_PATH: &str = "coreos/platforms.json";
+pub(crate) const PLATFORMS_JSON_PATH: &str = "coreos/platforms.json";
 
-pub const MIB: u64 = 1 << 20;
-pub const BIOS_BOOT_OFFSET: u64 = MIB;
-pub const BIOS_BOOT_SIZE: u64 = MIB;
-pub const ESP_OFFSET: u64 = 2 * MIB;
-pub const ESP_SIZE: u64 = 8 * MIB;
-pub const BOOT_OFFSET: u64 = 10 * MIB;
-pub const BOOT_SIZE: u64 = 32 * MIB;
-pub const ROOT_OFFSET: u64 = 42 * MIB;
+pub(crate) const MIB: u64 = 1 << 20;
+pub(crate) const BIOS_BOOT_OFFSET: u64 = MIB;
+pub(crate) const BIOS_BOOT_SIZE: u64 = MIB;
+pub(crate) const ESP_OFFSET: u64 = 2 * MIB;
+pub(crate) const ESP_SIZE: u64 = 8 * MIB;
+pub(crate) const BOOT_OFFSET: u64 = 10 * MIB;
+pub(crate) const BOOT_SIZE: u64 = 32 * MIB;
+pub(crate) const ROOT_OFFSET: u64 = 42 * MIB;
 
 const KERNEL_SIZE: usize = 6 * MIB as usize;
 const INITRAMFS_SIZE: usize = 12 * MIB as usize;
@@ -111,17 +111,18 @@ const ROOT_FILL_PERCENT: u64 = 65;
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Compression {
+pub(crate) enum Compression {
     Gzip,
     Xz,
     Zstd,
 }
 
 impl Compression {
-    pub const ALL: [Compression; 3] = [Compression::Gzip, Compression::Xz, Compression::Zstd];
+    pub(crate) const ALL: [Compression; 3] =
+        [Compression::Gzip, Compression::Xz, Compression::Zstd];
 
     /// File name extension without the dot.
-    pub fn extension(self) -> &'static str {
+    pub(crate) fn extension(self) -> &'static str {
         match self {
             Compression::Gzip => "gz",
             Compression::Xz => "xz",
@@ -132,7 +133,7 @@ impl Compression {
 
 /// Filesystem of the root partition.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum RootFs {
+pub(crate) enum RootFs {
     /// ext4 built with `mkfs.ext4 -d` (no mount needed): the default.
     #[default]
     Ext4,
@@ -142,10 +143,10 @@ pub enum RootFs {
 }
 
 /// Smallest root partition mkfs.xfs (>= 5.19) accepts.
-pub const XFS_MIN_ROOT_MIB: u64 = 300;
+pub(crate) const XFS_MIN_ROOT_MIB: u64 = 300;
 
 #[derive(Clone, Debug)]
-pub struct ImageSpec {
+pub(crate) struct ImageSpec {
     /// Logical sector size of the GPT: 512 or 4096.
     pub sector_size: u64,
     /// Size of the root partition in MiB.
@@ -162,7 +163,7 @@ pub struct ImageSpec {
 
 /// One GPT partition of the generated layout.
 #[derive(Clone, Debug)]
-pub struct PartitionInfo {
+pub(crate) struct PartitionInfo {
     /// 1-based partition number.
     pub number: u32,
     pub name: &'static str,
@@ -174,17 +175,17 @@ pub struct PartitionInfo {
 }
 
 impl PartitionInfo {
-    pub fn start_lba(&self, sector_size: u64) -> u64 {
+    pub(crate) fn start_lba(&self, sector_size: u64) -> u64 {
         self.offset / sector_size
     }
-    pub fn end_lba(&self, sector_size: u64) -> u64 {
+    pub(crate) fn end_lba(&self, sector_size: u64) -> u64 {
         (self.offset + self.size) / sector_size - 1
     }
 }
 
 impl ImageSpec {
     /// Small image (91 MiB in total) for integration tests.
-    pub fn test(sector_size: u64) -> Self {
+    pub(crate) fn test(sector_size: u64) -> Self {
         ImageSpec {
             sector_size,
             root_mib: 48,
@@ -195,7 +196,7 @@ impl ImageSpec {
     }
 
     /// Image larger than 1 GiB (1143 MiB in total) for benches.
-    pub fn bench(sector_size: u64) -> Self {
+    pub(crate) fn bench(sector_size: u64) -> Self {
         ImageSpec {
             sector_size,
             root_mib: 1100,
@@ -208,7 +209,7 @@ impl ImageSpec {
     /// The image behind the live-system fixture (see `live_fixture.rs`): XFS root with the boot
     /// files as objects, like the metal image a live ISO's osmet files describe. 363 MiB in
     /// total, or 1143 MiB with `bench`.
-    pub fn live(sector_size: u64, bench: bool) -> Self {
+    pub(crate) fn live(sector_size: u64, bench: bool) -> Self {
         ImageSpec {
             sector_size,
             root_mib: if bench { 1100 } else { 320 },
@@ -219,13 +220,13 @@ impl ImageSpec {
     }
 
     /// Total size of the raw image in bytes (a multiple of 1 MiB).
-    pub fn total_size(&self) -> u64 {
+    pub(crate) fn total_size(&self) -> u64 {
         ROOT_OFFSET + self.root_mib * MIB + MIB
     }
 
     /// Name of the cache subdirectory, e.g. `v1-ss512-root48-seed1`, with `-xfs` and `-bootobj`
     /// appended for the non-default options (so the default names stay as they were).
-    pub fn cache_name(&self) -> String {
+    pub(crate) fn cache_name(&self) -> String {
         format!(
             "v{}-ss{}-root{}-seed{}{}",
             GENERATOR_VERSION,
@@ -248,7 +249,7 @@ impl ImageSpec {
     }
 
     /// Base file name of the raw image, like the real artifacts.
-    pub fn raw_file_name(&self) -> String {
+    pub(crate) fn raw_file_name(&self) -> String {
         if self.sector_size == 4096 {
             "rhcos-metal4k.x86_64.raw".to_string()
         } else {
@@ -256,7 +257,7 @@ impl ImageSpec {
         }
     }
 
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         ensure!(
             self.sector_size == 512 || self.sector_size == 4096,
             "sector size must be 512 or 4096, not {}",
@@ -275,7 +276,7 @@ impl ImageSpec {
     }
 
     /// The four partitions, in order.
-    pub fn partitions(&self) -> [PartitionInfo; 4] {
+    pub(crate) fn partitions(&self) -> [PartitionInfo; 4] {
         [
             PartitionInfo {
                 number: 1,
@@ -313,48 +314,48 @@ impl ImageSpec {
     }
 
     /// ostree commit checksum of the (fake) deployment.
-    pub fn ostree_commit(&self) -> String {
+    pub(crate) fn ostree_commit(&self) -> String {
         hex_sha256(format!("ostree-commit:{}", self.seed).as_bytes())
     }
 
     /// ostree boot checksum (`/boot/ostree/rhcos-<csum>`).
-    pub fn boot_checksum(&self) -> String {
+    pub(crate) fn boot_checksum(&self) -> String {
         hex_sha256(format!("ostree-bootcsum:{}", self.seed).as_bytes())
     }
 
     /// Directory of kernel and initramfs inside the boot filesystem.
-    pub fn kernel_dir(&self) -> String {
+    pub(crate) fn kernel_dir(&self) -> String {
         format!("ostree/{}-{}", OS_NAME, self.boot_checksum())
     }
 
     /// Path of the kernel inside the boot filesystem (no leading slash).
-    pub fn kernel_path(&self) -> String {
+    pub(crate) fn kernel_path(&self) -> String {
         format!("{}/vmlinuz-{}", self.kernel_dir(), KERNEL_VERSION)
     }
 
     /// Path of the initramfs inside the boot filesystem (no leading slash).
-    pub fn initramfs_path(&self) -> String {
+    pub(crate) fn initramfs_path(&self) -> String {
         format!("{}/initramfs-{}.img", self.kernel_dir(), KERNEL_VERSION)
     }
 
     /// The deployment directory inside the root filesystem (no leading slash).
-    pub fn deployment_dir(&self) -> String {
+    pub(crate) fn deployment_dir(&self) -> String {
         format!("ostree/deploy/{OS_NAME}/deploy/{}.0", self.ostree_commit())
     }
 
     /// Path of the kernel inside the deployment (relative to the deployment directory); only
     /// present with [`ImageSpec::boot_objects`].
-    pub fn deployment_kernel_path(&self) -> String {
+    pub(crate) fn deployment_kernel_path(&self) -> String {
         format!("usr/lib/modules/{KERNEL_VERSION}/vmlinuz")
     }
 
     /// Path of the initramfs inside the deployment, see [`ImageSpec::deployment_kernel_path`].
-    pub fn deployment_initramfs_path(&self) -> String {
+    pub(crate) fn deployment_initramfs_path(&self) -> String {
         format!("usr/lib/modules/{KERNEL_VERSION}/initramfs.img")
     }
 
     /// The kernel and initramfs bytes on /boot (regenerated: 18 MiB of PRNG output).
-    pub fn boot_payloads(&self) -> (Vec<u8>, Vec<u8>) {
+    pub(crate) fn boot_payloads(&self) -> (Vec<u8>, Vec<u8>) {
         let mut rng = Prng::new(self.seed, 0xb007);
         let mut kernel = vec![0u8; KERNEL_SIZE];
         rng.fill(&mut kernel);
@@ -372,13 +373,13 @@ impl ImageSpec {
 
     /// Object names (64 hex digits, `<2>/<62>` without the slash) of the kernel and the
     /// initramfs in the root filesystem's repository; only there with [`ImageSpec::boot_objects`].
-    pub fn boot_payload_objects(&self) -> (String, String) {
+    pub(crate) fn boot_payload_objects(&self) -> (String, String) {
         let (kernel, initrd) = self.boot_payloads();
         (hex_sha256(&kernel), hex_sha256(&initrd))
     }
 
     /// The `options` value of the BLS entry (everything after `options `).
-    pub fn bls_options(&self) -> String {
+    pub(crate) fn bls_options(&self) -> String {
         format!(
             "ignition.platform.id=metal $ignition_firstboot ostree=/ostree/boot.1/{}/{}/0 \
              root=UUID={} rw rootflags=prjquota boot=UUID={}",
@@ -390,7 +391,7 @@ impl ImageSpec {
     }
 
     /// Full content of `loader/entries/ostree-1-rhcos.conf`.
-    pub fn bls_entry(&self) -> String {
+    pub(crate) fn bls_entry(&self) -> String {
         format!(
             "title Red Hat Enterprise Linux CoreOS {} (Plow) (ostree:0)\n\
              version 1\n\
@@ -406,21 +407,21 @@ impl ImageSpec {
 }
 
 /// Parse a textual GUID into the 16 on-disk (mixed-endian) bytes used by GPT and gptman.
-pub fn guid_to_gpt_bytes(text: &str) -> Result<[u8; 16]> {
+pub(crate) fn guid_to_gpt_bytes(text: &str) -> Result<[u8; 16]> {
     let u = uuid::Uuid::parse_str(text).with_context(|| format!("invalid GUID {text:?}"))?;
     Ok(u.to_bytes_le())
 }
 
 /// Inverse of [`guid_to_gpt_bytes`]: lowercase textual form of on-disk GUID bytes.
-pub fn gpt_bytes_to_guid(bytes: &[u8; 16]) -> String {
+pub(crate) fn gpt_bytes_to_guid(bytes: &[u8; 16]) -> String {
     uuid::Uuid::from_bytes_le(*bytes).hyphenated().to_string()
 }
 
-pub fn hex_sha256(data: &[u8]) -> String {
+pub(crate) fn hex_sha256(data: &[u8]) -> String {
     to_hex(&Sha256::digest(data))
 }
 
-pub fn to_hex(bytes: &[u8]) -> String {
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -435,14 +436,14 @@ pub fn to_hex(bytes: &[u8]) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// Console commands of the metal platform, also used inside the GRUB console block.
-pub const METAL_GRUB_COMMANDS: [&str; 3] = [
+pub(crate) const METAL_GRUB_COMMANDS: [&str; 3] = [
     "serial --speed=115200",
     "terminal_input serial console",
     "terminal_output serial console",
 ];
 
 /// Content of `grub2/grub.cfg`.
-pub fn grub_cfg() -> String {
+pub(crate) fn grub_cfg() -> String {
     let mut s = String::new();
     s.push_str(
         "# Boot menu for CoreOS-style systems.  Entries are generated by ostree as\n\
@@ -513,14 +514,14 @@ pub fn grub_cfg() -> String {
 }
 
 /// Content of `grub2/grubenv` (1024 bytes, '#'-padded).
-pub fn grubenv() -> Vec<u8> {
+pub(crate) fn grubenv() -> Vec<u8> {
     let mut v = b"# GRUB Environment Block\nboot_success=1\n".to_vec();
     v.resize(1024, b'#');
     v
 }
 
 /// (platform id, grub_commands, kernel_arguments) for `coreos/platforms.json`.
-pub fn platforms() -> Vec<(&'static str, Vec<&'static str>, Vec<&'static str>)> {
+pub(crate) fn platforms() -> Vec<(&'static str, Vec<&'static str>, Vec<&'static str>)> {
     let serial = METAL_GRUB_COMMANDS.to_vec();
     let tty_serial = vec!["console=tty0", "console=ttyS0,115200n8"];
     vec![
@@ -562,7 +563,7 @@ pub fn platforms() -> Vec<(&'static str, Vec<&'static str>, Vec<&'static str>)> 
 }
 
 /// Content of `coreos/platforms.json` (pretty-printed JSON object).
-pub fn platforms_json() -> String {
+pub(crate) fn platforms_json() -> String {
     fn list(items: &[&str]) -> String {
         if items.is_empty() {
             return "[]".to_string();
@@ -589,7 +590,7 @@ pub fn platforms_json() -> String {
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Clone)]
-pub struct Prng {
+pub(crate) struct Prng {
     s: [u64; 4],
 }
 
@@ -603,7 +604,7 @@ fn splitmix64(state: &mut u64) -> u64 {
 
 impl Prng {
     /// Independent stream `stream` derived from `seed`.
-    pub fn new(seed: u64, stream: u64) -> Self {
+    pub(crate) fn new(seed: u64, stream: u64) -> Self {
         let mut st = seed ^ stream.wrapping_mul(0xd134_2543_de82_ef95);
         let mut s = [0u64; 4];
         for x in s.iter_mut() {
@@ -615,7 +616,7 @@ impl Prng {
         Prng { s }
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let result = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
         let t = self.s[1] << 17;
         self.s[2] ^= self.s[0];
@@ -628,33 +629,33 @@ impl Prng {
     }
 
     /// Uniform in `0..n` (n > 0); the tiny modulo bias is irrelevant here.
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
 
     /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.below(hi - lo + 1)
     }
 
     /// True with probability `pct`/100.
-    pub fn chance(&mut self, pct: u64) -> bool {
+    pub(crate) fn chance(&mut self, pct: u64) -> bool {
         self.below(100) < pct
     }
 
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+    pub(crate) fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len() as u64) as usize]
     }
 
     /// Log-uniform size in `lo..=hi`.
-    pub fn log_size(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn log_size(&mut self, lo: u64, hi: u64) -> u64 {
         let u = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         let v = (lo as f64) * ((hi as f64) / (lo as f64)).powf(u);
         (v as u64).clamp(lo, hi)
     }
 
     /// Fill with pseudo-random bytes (8 at a time: fast even without optimisation).
-    pub fn fill(&mut self, buf: &mut [u8]) {
+    pub(crate) fn fill(&mut self, buf: &mut [u8]) {
         let mut chunks = buf.chunks_exact_mut(8);
         for c in &mut chunks {
             c.copy_from_slice(&self.next_u64().to_le_bytes());
@@ -668,7 +669,7 @@ impl Prng {
     }
 
     /// Append `n` pseudo-random bytes.
-    pub fn extend(&mut self, out: &mut Vec<u8>, n: usize) {
+    pub(crate) fn extend(&mut self, out: &mut Vec<u8>, n: usize) {
         let start = out.len();
         out.resize(start + n, 0);
         self.fill(&mut out[start..]);
@@ -981,7 +982,7 @@ const IDENT_PREFIXES: &[&str] = &[
 ];
 
 /// Shared pool of pseudo-random "realistic" material files are cut from.
-pub struct Corpus {
+pub(crate) struct Corpus {
     /// Documentation, configuration and source-code like text.
     pub text: Vec<u8>,
     /// ELF-section like binary material (code, tables, strings, constants).
@@ -1245,7 +1246,7 @@ fn gen_reloc_table(out: &mut Vec<u8>, rng: &mut Prng, target: usize) {
 }
 
 impl Corpus {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         let mut rng = Prng::new(seed, 0xc0_4905);
         let mut text = Vec::with_capacity(CORPUS_TEXT_SIZE + 65536);
         while text.len() < CORPUS_TEXT_SIZE {
@@ -1294,11 +1295,11 @@ impl Corpus {
         }
     }
 
-    pub fn push_text(&self, out: &mut Vec<u8>, rng: &mut Prng, n: usize) {
+    pub(crate) fn push_text(&self, out: &mut Vec<u8>, rng: &mut Prng, n: usize) {
         Self::push_slices(&self.text, out, rng, n, 1024, 16384)
     }
 
-    pub fn push_bin(&self, out: &mut Vec<u8>, rng: &mut Prng, n: usize) {
+    pub(crate) fn push_bin(&self, out: &mut Vec<u8>, rng: &mut Prng, n: usize) {
         Self::push_slices(&self.bin, out, rng, n, 1024, 16384)
     }
 }
@@ -1780,7 +1781,7 @@ fn set_fixed_times(p: &Path) -> Result<()> {
 }
 
 /// Find an executable in $PATH, /usr/sbin or /sbin.
-pub fn find_tool(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_tool(name: &str) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
@@ -1798,7 +1799,7 @@ fn require_tool(name: &str) -> Result<PathBuf> {
     find_tool(name).ok_or_else(|| anyhow!("{name} not found (install e2fsprogs)"))
 }
 
-pub fn run(cmd: &mut Command) -> Result<String> {
+pub(crate) fn run(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
@@ -1866,7 +1867,7 @@ fn make_ext4(
 
 /// Files of an XFS root rewritten in interleaved 1 MiB pieces (see [`make_xfs`]), relative to
 /// the deployment.
-pub const XFS_FRAGMENTED_FILES: [&str; 2] = ["usr/bin/hyperkube", "usr/lib64/libLLVM-17.so"];
+pub(crate) const XFS_FRAGMENTED_FILES: [&str; 2] = ["usr/bin/hyperkube", "usr/lib64/libLLVM-17.so"];
 
 /// Build an XFS image of `size` bytes at `img` holding `stage` (label [`ROOT_LABEL`], UUID
 /// [`ROOT_FS_UUID`], `sector_size`-byte sectors so it also mounts on 4Kn disks).
@@ -2190,14 +2191,14 @@ fn stage_root(spec: &ImageSpec, stage: &Path) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 
 /// Progress output on stderr when `COREOS_IMAGE_VERBOSE` is set.
-pub fn verbose(started: Instant, what: &str) {
+pub(crate) fn verbose(started: Instant, what: &str) {
     if std::env::var_os("COREOS_IMAGE_VERBOSE").is_some() {
         eprintln!("coreos_image: {:>7.2?} {what}", started.elapsed());
     }
 }
 
 /// Removes a directory tree when dropped.
-pub struct TempDir(pub PathBuf);
+pub(crate) struct TempDir(pub PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -2281,13 +2282,13 @@ fn write_gpt(spec: &ImageSpec, f: &mut File) -> Result<()> {
 }
 
 /// Write the raw image to `out` (created/truncated). Deterministic for a given spec.
-pub fn build_raw(spec: &ImageSpec, out: &Path) -> Result<()> {
+pub(crate) fn build_raw(spec: &ImageSpec, out: &Path) -> Result<()> {
     build_raw_staged(spec, out).map(drop)
 }
 
 /// What [`build_raw_staged`] leaves behind: the work directory with the staging trees the
 /// filesystems were made from. Everything is deleted on drop.
-pub struct RawBuild {
+pub(crate) struct RawBuild {
     work: TempDir,
     /// The boot filesystem's files, as staged (times and modes normalised).
     pub boot_stage: PathBuf,
@@ -2297,7 +2298,7 @@ pub struct RawBuild {
 
 impl RawBuild {
     /// The work directory (on the output's filesystem, so its trees can be renamed out).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.work.0
     }
 }
@@ -2305,7 +2306,7 @@ impl RawBuild {
 /// [`build_raw`], returning the work directory (staging trees, partition images) so the caller
 /// can reuse the staged trees or delete them in the background (unlinking thousands of staged
 /// files can take a while).
-pub fn build_raw_staged(spec: &ImageSpec, out: &Path) -> Result<RawBuild> {
+pub(crate) fn build_raw_staged(spec: &ImageSpec, out: &Path) -> Result<RawBuild> {
     spec.validate()?;
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -2423,7 +2424,7 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// xz block size: 4 MiB for small (test) images, 32 MiB for large (bench) ones.
-pub fn xz_block_size(raw_size: u64) -> u64 {
+pub(crate) fn xz_block_size(raw_size: u64) -> u64 {
     if raw_size <= 256 * MIB {
         4 * MIB
     } else {
@@ -2432,7 +2433,7 @@ pub fn xz_block_size(raw_size: u64) -> u64 {
 }
 
 /// Maximum input bytes per zstd frame.
-pub const ZSTD_FRAME_SIZE: usize = 32 << 20;
+pub(crate) const ZSTD_FRAME_SIZE: usize = 32 << 20;
 
 fn compress_hashed(raw: &Path, c: Compression, out: &Path) -> Result<ImageFile> {
     let mut input = File::open(raw).with_context(|| format!("opening {}", raw.display()))?;
@@ -2504,7 +2505,7 @@ fn compress_hashed(raw: &Path, c: Compression, out: &Path) -> Result<ImageFile> 
 /// Compress `raw` into `out`: gzip (one member, level 6), xz (preset 0, multi-block, 2 encoder
 /// threads, see [`xz_block_size`]), zstd (level 3, independent frames of at most
 /// [`ZSTD_FRAME_SIZE`] input bytes each, with content size and checksum).
-pub fn compress(raw: &Path, c: Compression, out: &Path) -> Result<()> {
+pub(crate) fn compress(raw: &Path, c: Compression, out: &Path) -> Result<()> {
     compress_hashed(raw, c, out).map(|_| ())
 }
 
@@ -2513,7 +2514,7 @@ pub fn compress(raw: &Path, c: Compression, out: &Path) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
-pub struct ImageFile {
+pub(crate) struct ImageFile {
     pub path: PathBuf,
     pub size: u64,
     /// Lowercase hex SHA-256 of the file's bytes.
@@ -2521,7 +2522,7 @@ pub struct ImageFile {
 }
 
 #[derive(Clone, Debug)]
-pub struct ImageSet {
+pub(crate) struct ImageSet {
     pub spec: ImageSpec,
     pub raw: ImageFile,
     pub gz: ImageFile,
@@ -2531,7 +2532,7 @@ pub struct ImageSet {
 
 impl ImageSet {
     /// `None` = the raw image.
-    pub fn compressed(&self, c: Option<Compression>) -> &ImageFile {
+    pub(crate) fn compressed(&self, c: Option<Compression>) -> &ImageFile {
         match c {
             None => &self.raw,
             Some(Compression::Gzip) => &self.gz,
@@ -2543,7 +2544,7 @@ impl ImageSet {
 
 /// Cache root: $AI_TESTDATA_DIR, else $CARGO_TARGET_DIR/testdata-cache, else
 /// <CARGO_MANIFEST_DIR at compile time>/target/testdata-cache.
-pub fn cache_root() -> PathBuf {
+pub(crate) fn cache_root() -> PathBuf {
     if let Some(d) = std::env::var_os("AI_TESTDATA_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
@@ -2563,7 +2564,7 @@ const MARKER_HEADER: &str = "coreos-test-image-set";
 
 /// The spec as one line; options at their defaults are left out, so markers written before the
 /// options existed still match.
-pub fn marker_spec_line(spec: &ImageSpec) -> String {
+pub(crate) fn marker_spec_line(spec: &ImageSpec) -> String {
     let mut s = format!(
         "spec generator_version={} sector_size={} root_mib={} seed={}",
         GENERATOR_VERSION, spec.sector_size, spec.root_mib, spec.seed
@@ -2643,7 +2644,7 @@ fn read_marker(dir: &Path, spec: &ImageSpec) -> Option<ImageSet> {
     })
 }
 
-pub fn sha256_file(path: &Path) -> Result<(u64, String)> {
+pub(crate) fn sha256_file(path: &Path) -> Result<(u64, String)> {
     let mut f = File::open(path)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 4 << 20];
@@ -2660,7 +2661,7 @@ pub fn sha256_file(path: &Path) -> Result<(u64, String)> {
 }
 
 /// Generate the raw image and its three compressed forms into `dir` (no locking, no marker).
-pub fn generate_image_set(spec: &ImageSpec, dir: &Path) -> Result<ImageSet> {
+pub(crate) fn generate_image_set(spec: &ImageSpec, dir: &Path) -> Result<ImageSet> {
     spec.validate()?;
     fs::create_dir_all(dir)?;
     let raw_name = spec.raw_file_name();
@@ -2708,7 +2709,7 @@ pub fn generate_image_set(spec: &ImageSpec, dir: &Path) -> Result<ImageSet> {
     })
 }
 
-pub fn lock_exclusive(file: File) -> Result<nix::fcntl::Flock<File>> {
+pub(crate) fn lock_exclusive(file: File) -> Result<nix::fcntl::Flock<File>> {
     let mut file = file;
     loop {
         match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive) {
@@ -2720,7 +2721,7 @@ pub fn lock_exclusive(file: File) -> Result<nix::fcntl::Flock<File>> {
 }
 
 /// Hold `<cache root>/<name>.lock` exclusively (across processes) while the guard lives.
-pub fn lock_cache(name: &str) -> Result<nix::fcntl::Flock<File>> {
+pub(crate) fn lock_cache(name: &str) -> Result<nix::fcntl::Flock<File>> {
     let root = cache_root();
     fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     let lock_path = root.join(format!("{name}.lock"));
@@ -2737,7 +2738,7 @@ pub fn lock_cache(name: &str) -> Result<nix::fcntl::Flock<File>> {
 /// The cache entry `<cache root>/<name>`: what `read` finds there when it is complete, else
 /// what `generate` makes there (from an empty directory). Safe for concurrent callers in many
 /// processes: generation holds `<name>.lock`, and `generate` writes its completion marker last.
-pub fn cached<T>(
+pub(crate) fn cached<T>(
     name: &str,
     what: &str,
     read: impl Fn(&Path) -> Option<T>,
@@ -2765,7 +2766,7 @@ pub fn cached<T>(
 /// Generate once and cache (see [`cache_root`]); subdirectory [`ImageSpec::cache_name`]
 /// (files are generated under temporary names and renamed; the `COMPLETE` marker is written
 /// last).
-pub fn cached_image_set(spec: &ImageSpec) -> Result<ImageSet> {
+pub(crate) fn cached_image_set(spec: &ImageSpec) -> Result<ImageSet> {
     spec.validate()?;
     cached(
         &spec.cache_name(),
@@ -2780,7 +2781,7 @@ pub fn cached_image_set(spec: &ImageSpec) -> Result<ImageSet> {
 }
 
 /// Read the GPT of an image file (for tests): disk GUID and used partitions.
-pub fn read_gpt(path: &Path, sector_size: u64) -> Result<gptman::GPT> {
+pub(crate) fn read_gpt(path: &Path, sector_size: u64) -> Result<gptman::GPT> {
     let mut f = File::open(path)?;
     f.seek(SeekFrom::Start(0))?;
     gptman::GPT::read_from(&mut f, sector_size).context("reading GPT")

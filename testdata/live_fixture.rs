@@ -37,16 +37,16 @@ use crate::coreos_image::{
 };
 
 /// Bump whenever the fixture's layout or packing changes; part of the cache key.
-pub const LIVE_FIXTURE_VERSION: u32 = 1;
+pub(crate) const LIVE_FIXTURE_VERSION: u32 = 1;
 /// The packer release the fixtures are made with.
-pub const COREOS_INSTALLER_VERSION: &str = "0.27.0";
+pub(crate) const COREOS_INSTALLER_VERSION: &str = "0.27.0";
 /// First 8 bytes of every osmet file.
-pub const OSMET_MAGIC: [u8; 8] = *b"OSMET\0\0\0";
+pub(crate) const OSMET_MAGIC: [u8; 8] = *b"OSMET\0\0\0";
 /// Environment variable naming the packer binary (else `coreos-installer` on PATH).
-pub const COREOS_INSTALLER_ENV: &str = "COREOS_INSTALLER";
+pub(crate) const COREOS_INSTALLER_ENV: &str = "COREOS_INSTALLER";
 
 #[derive(Clone, Debug)]
-pub struct LiveFixture {
+pub(crate) struct LiveFixture {
     pub sector_size: u64,
     /// The raw metal image.
     pub raw: PathBuf,
@@ -63,30 +63,30 @@ pub struct LiveFixture {
 
 impl LiveFixture {
     /// The spec the raw image was generated from.
-    pub fn spec(&self) -> ImageSpec {
+    pub(crate) fn spec(&self) -> ImageSpec {
         let mut spec = ImageSpec::live(self.sector_size, false);
         spec.root_mib = (self.raw_size - ROOT_OFFSET - MIB) / MIB;
         spec
     }
 
     /// Path of the kernel inside the boot filesystem (no leading slash).
-    pub fn kernel_boot_path(&self) -> String {
+    pub(crate) fn kernel_boot_path(&self) -> String {
         self.spec().kernel_path()
     }
 
     /// Path of the initramfs inside the boot filesystem (no leading slash).
-    pub fn initramfs_boot_path(&self) -> String {
+    pub(crate) fn initramfs_boot_path(&self) -> String {
         self.spec().initramfs_path()
     }
 
     /// Object names (64 hex digits) of the kernel and the initramfs: the packer maps /boot's
     /// copies to these objects.
-    pub fn boot_objects(&self) -> (String, String) {
+    pub(crate) fn boot_objects(&self) -> (String, String) {
         self.spec().boot_payload_objects()
     }
 
     /// `sysroot/ostree/repo/objects/<2>/<62>.file` for a 64-hex-digit object name.
-    pub fn object_path(&self, object: &str) -> PathBuf {
+    pub(crate) fn object_path(&self, object: &str) -> PathBuf {
         self.sysroot.join(format!(
             "ostree/repo/objects/{}/{}.file",
             &object[..2],
@@ -96,24 +96,24 @@ impl LiveFixture {
 
     /// The deployment directory inside `sysroot` (its `usr/lib/modules/<kver>/vmlinuz` is the
     /// kernel object's other name).
-    pub fn deployment(&self) -> PathBuf {
+    pub(crate) fn deployment(&self) -> PathBuf {
         self.sysroot.join(self.spec().deployment_dir())
     }
 }
 
 /// What the fixtures pass to `--description`: the image's `PRETTY_NAME`, as the real build does.
-pub fn description() -> String {
+pub(crate) fn description() -> String {
     format!("Red Hat Enterprise Linux CoreOS {BUILD_ID} (Plow)")
 }
 
 /// Base name of the osmet file, after the raw image's (`rhcos-metal[4k].x86_64.osmet`).
-pub fn osmet_file_name(spec: &ImageSpec) -> String {
+pub(crate) fn osmet_file_name(spec: &ImageSpec) -> String {
     let raw = spec.raw_file_name();
     format!("{}.osmet", raw.strip_suffix(".raw").unwrap_or(&raw))
 }
 
 /// The coreos-installer binary to use, checked to be 0.27.0, with a clear error otherwise.
-pub fn coreos_installer() -> Result<PathBuf> {
+pub(crate) fn coreos_installer() -> Result<PathBuf> {
     coreos_installer_with_version().map(|(p, _)| p)
 }
 
@@ -324,7 +324,7 @@ fn pack_osmet(
 
 /// The header of an osmet file (format version 1), as the fixtures' tests want to see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OsmetHeader {
+pub(crate) struct OsmetHeader {
     pub version: u32,
     /// Version of the packer that wrote it.
     pub app_version: String,
@@ -336,7 +336,7 @@ pub struct OsmetHeader {
 /// Read an osmet file's header: the magic, then bincode-1 varints and strings (see
 /// `osmet.md`, section 3). A small reader of its own, so the fixture does not depend on the
 /// implementation under test.
-pub fn read_osmet_header(path: &Path) -> Result<OsmetHeader> {
+pub(crate) fn read_osmet_header(path: &Path) -> Result<OsmetHeader> {
     let mut head = Vec::with_capacity(4096);
     File::open(path)
         .with_context(|| format!("opening {}", path.display()))?
@@ -386,7 +386,7 @@ pub fn read_osmet_header(path: &Path) -> Result<OsmetHeader> {
 // ---------------------------------------------------------------------------------------------
 
 /// Generate the fixture into `dir` (no locking, no marker); `installer` is the packer.
-pub fn generate_live_fixture(
+pub(crate) fn generate_live_fixture(
     spec: &ImageSpec,
     installer: &Path,
     dir: &Path,
@@ -527,7 +527,7 @@ fn read_marker(dir: &Path, spec: &ImageSpec, packer: &str) -> Option<LiveFixture
 }
 
 /// Cache subdirectory of a fixture, e.g. `live1-v1-ss512-root320-seed1-xfs-bootobj`.
-pub fn live_cache_name(spec: &ImageSpec) -> String {
+pub(crate) fn live_cache_name(spec: &ImageSpec) -> String {
     format!("live{LIVE_FIXTURE_VERSION}-{}", spec.cache_name())
 }
 
@@ -535,7 +535,7 @@ pub fn live_cache_name(spec: &ImageSpec) -> String {
 /// size (1143 MiB raw) with `bench`. Generated once and cached (see the module docs).
 ///
 /// Needs root and coreos-installer 0.27.0 (PATH, or $COREOS_INSTALLER).
-pub fn cached_live_fixture(sector_size: u64, bench: bool) -> Result<LiveFixture> {
+pub(crate) fn cached_live_fixture(sector_size: u64, bench: bool) -> Result<LiveFixture> {
     let spec = ImageSpec::live(sector_size, bench);
     spec.validate()?;
     let (installer, packer) = coreos_installer_with_version()?;

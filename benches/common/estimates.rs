@@ -3,7 +3,7 @@
 use std::path::Path;
 
 /// Median seconds of benchmark `group/id`, from criterion's `new/estimates.json`.
-pub fn median_secs(group: &str, id: &str) -> Option<f64> {
+pub(crate) fn median_secs(group: &str, id: &str) -> Option<f64> {
     let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("target")

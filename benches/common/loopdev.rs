@@ -3,14 +3,14 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-pub struct BenchLoop {
+pub(crate) struct BenchLoop {
     pub path: PathBuf,
     _backing: tempfile::TempDir,
 }
 
 impl BenchLoop {
     /// `size` bytes at 512-byte sectors, with extra `losetup` flags.
-    pub fn new(size: u64, flags: &[&str]) -> BenchLoop {
+    pub(crate) fn new(size: u64, flags: &[&str]) -> BenchLoop {
         let backing = tempfile::Builder::new()
             .prefix("bench-loop")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -37,7 +37,7 @@ impl BenchLoop {
 
 impl BenchLoop {
     /// Detach now: a bench's fixture lives in a static, which is never dropped.
-    pub fn detach(&self) {
+    pub(crate) fn detach(&self) {
         let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
     }
 }
@@ -45,7 +45,7 @@ impl BenchLoop {
 impl BenchLoop {
     /// `dd oflag=direct bs=4M` of `image` onto this device: the write limit benches compare
     /// against.
-    pub fn dd_direct(&self, image: &std::path::Path) {
+    pub(crate) fn dd_direct(&self, image: &std::path::Path) {
         let st = Command::new("dd")
             .arg(format!("if={}", image.display()))
             .arg(format!("of={}", self.path.display()))

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 static PEAKS: Mutex<Vec<(String, f64)>> = Mutex::new(Vec::new());
 
 /// Note the peak a run's stdout reports under `case`.
-pub fn record(case: &str, stdout: &str) {
+pub(crate) fn record(case: &str, stdout: &str) {
     if let Some(mib) = stdout
         .lines()
         .find_map(|l| l.strip_prefix("peak memory: "))
@@ -17,7 +17,7 @@ pub fn record(case: &str, stdout: &str) {
 }
 
 /// The highest peak (MiB) recorded under `case`.
-pub fn max(case: &str) -> Option<f64> {
+pub(crate) fn max(case: &str) -> Option<f64> {
     PEAKS
         .lock()
         .unwrap()

@@ -26,13 +26,13 @@ use std::path::PathBuf;
 use crate::config::{InstallerConfig, Role};
 
 /// Exit code for a command-line error (Go `flag.ExitOnError`).
-pub const USAGE_EXIT_CODE: i32 = 2;
+pub(crate) const USAGE_EXIT_CODE: i32 = 2;
 
 /// What the command line asks for.
 // Built once per run and moved straight out: boxing the config would only add noise.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ParseOutcome {
+pub(crate) enum ParseOutcome {
     Run(InstallerConfig),
     /// `-h`, `-help`: print [`usage`] and exit 0.
     Help,
@@ -41,7 +41,7 @@ pub enum ParseOutcome {
 /// A command-line error. Print [`UsageError::render`] to stderr and exit with `exit_code`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct UsageError {
+pub(crate) struct UsageError {
     pub message: String,
     pub exit_code: i32,
     /// Whether the usage text should follow the message.
@@ -58,7 +58,7 @@ impl UsageError {
     }
 
     /// The message, followed by the usage text when relevant.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         if self.show_usage {
             format!("{}\n{}", self.message, usage())
         } else {
@@ -255,12 +255,12 @@ fn find_flag(name: &str) -> Option<&'static Flag> {
 }
 
 /// The environment of this process, for [`parse`].
-pub fn process_env(name: &str) -> Option<String> {
+pub(crate) fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
 /// Go's `strconv.ParseBool`.
-pub fn parse_go_bool(s: &str) -> Option<bool> {
+pub(crate) fn parse_go_bool(s: &str) -> Option<bool> {
     match s {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
@@ -270,7 +270,7 @@ pub fn parse_go_bool(s: &str) -> Option<bool> {
 
 /// Go's `strconv.ParseInt(s, 0, 64)`: optional sign, `0x`/`0o`/`0b`/leading-`0` prefixes,
 /// `_` between digits. The error is Go's reason text.
-pub fn parse_go_int(s: &str) -> Result<i64, &'static str> {
+pub(crate) fn parse_go_int(s: &str) -> Result<i64, &'static str> {
     const PARSE: &str = "parse error";
     const RANGE: &str = "value out of range";
     let (neg, body) = match s.as_bytes().first() {
@@ -332,7 +332,7 @@ fn env_default(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<Strin
 
 /// Go's defaults, with the dry-run ones taken from the environment (`DRYCONFIG_<NAME>` first,
 /// then `<NAME>`).
-pub fn defaults_from_env(
+pub(crate) fn defaults_from_env(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<InstallerConfig, UsageError> {
     let mut cfg = InstallerConfig::default();
@@ -359,7 +359,7 @@ pub fn defaults_from_env(
 
 /// Parses the installer's arguments (without the program name) like Go's `flag` package, then
 /// applies Go's `SetDefaults`. `env` supplies the dry-run defaults.
-pub fn parse(
+pub(crate) fn parse(
     args: &[String],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ParseOutcome, UsageError> {
@@ -447,7 +447,7 @@ pub fn parse(
 }
 
 /// The usage text, in Go's `PrintDefaults` layout.
-pub fn usage() -> String {
+pub(crate) fn usage() -> String {
     let mut defaults = Parsed::default();
     let mut out = String::from("Usage of assisted-installer:\n");
     for f in FLAGS {

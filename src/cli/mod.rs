@@ -3,8 +3,8 @@
 //! `--installer-args` shares are defined with the write (`write::args`).
 
 pub mod embed;
-pub mod go_flags;
-pub mod postinstall;
+pub(crate) mod go_flags;
+pub(crate) mod postinstall;
 pub mod write_image;
 
 use clap::{Parser, Subcommand};

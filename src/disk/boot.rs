@@ -8,17 +8,17 @@ use super::direct::AlignedBuf;
 use super::partitions::PartitionSpec;
 use super::probe::{probe, FsType, PROBE_LEN};
 
-pub const BOOT_LABEL: &str = "boot";
+pub(crate) const BOOT_LABEL: &str = "boot";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BootPartition {
+pub(crate) struct BootPartition {
     pub number: u32,
     pub fstype: FsType,
 }
 
 /// Probe each partition of `table` on `dev` (superblocks read at the partition's offset, no
 /// partition node needed) and return the one labelled `boot`.
-pub fn find_boot(dev: &Device, table: &[PartitionSpec]) -> Result<BootPartition> {
+pub(crate) fn find_boot(dev: &Device, table: &[PartitionSpec]) -> Result<BootPartition> {
     let mut buf = AlignedBuf::new(PROBE_LEN);
     let mut found = Vec::new();
     for p in table {

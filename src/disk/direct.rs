@@ -4,19 +4,19 @@
 //! Linux supports here) and round lengths up to the sector size.
 
 /// Memory alignment of every buffer handed to an O_DIRECT write.
-pub const MEMORY_ALIGN: usize = 4096;
+pub(crate) const MEMORY_ALIGN: usize = 4096;
 
 /// A zero-initialised buffer whose first byte sits on a 4096-byte boundary. Built on a slightly
 /// larger `Vec` so no `unsafe` allocation is needed: the Vec's heap block never moves while the
 /// buffer lives, so the aligned window stays aligned.
-pub struct AlignedBuf {
+pub(crate) struct AlignedBuf {
     storage: Vec<u8>,
     start: usize,
     len: usize,
 }
 
 impl AlignedBuf {
-    pub fn new(len: usize) -> AlignedBuf {
+    pub(crate) fn new(len: usize) -> AlignedBuf {
         let storage = vec![0u8; len + MEMORY_ALIGN];
         let start = storage.as_ptr().align_offset(MEMORY_ALIGN);
         assert!(start < MEMORY_ALIGN, "cannot align a heap buffer");
@@ -27,25 +27,21 @@ impl AlignedBuf {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         &self.storage[self.start..self.start + self.len]
     }
 
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
     }
 }
 
 /// Round `len` up to a whole number of `sector`s.
-pub fn round_up(len: u64, sector: u64) -> u64 {
+pub(crate) fn round_up(len: u64, sector: u64) -> u64 {
     len.div_ceil(sector) * sector
 }
 
@@ -54,7 +50,7 @@ pub fn round_up(len: u64, sector: u64) -> u64 {
 /// (the buffer is reused, so they hold stale data) and return the padded length. Everything past
 /// the image's end but inside its last sector belongs to nobody, so padding it with zeroes is
 /// what a buffered write of the same bytes would do to the page cache.
-pub fn pad_to_sector(buf: &mut AlignedBuf, len: usize, sector: usize) -> usize {
+pub(crate) fn pad_to_sector(buf: &mut AlignedBuf, len: usize, sector: usize) -> usize {
     let padded = round_up(len as u64, sector as u64) as usize;
     assert!(
         padded <= buf.len(),

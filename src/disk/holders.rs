@@ -9,13 +9,13 @@ use super::sysfs;
 
 /// One block device we look for: the disk itself or one of its partitions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Node {
+pub(crate) struct Node {
     pub name: String,
     pub devno: String,
 }
 
 /// Mount points in `mountinfo` text whose source device number is `devno` ("7:3").
-pub fn mounts_of(mountinfo: &str, devno: &str) -> Vec<String> {
+pub(crate) fn mounts_of(mountinfo: &str, devno: &str) -> Vec<String> {
     mountinfo
         .lines()
         .filter_map(|line| {
@@ -48,7 +48,7 @@ fn unescape_mount_path(s: &str) -> String {
 }
 
 /// Whether `/proc/swaps` text lists `/dev/<name>` as swap.
-pub fn is_swap(swaps: &str, name: &str) -> bool {
+pub(crate) fn is_swap(swaps: &str, name: &str) -> bool {
     let dev = format!("/dev/{name}");
     swaps
         .lines()
@@ -77,7 +77,7 @@ fn nodes(sys_disk: &Path) -> Vec<(Node, PathBuf)> {
 }
 
 /// Human descriptions of everything that holds `disk` or one of its partitions.
-pub fn describe(disk: &Path) -> std::io::Result<Vec<String>> {
+pub(crate) fn describe(disk: &Path) -> std::io::Result<Vec<String>> {
     let rdev = std::fs::metadata(disk)?.rdev();
     let sys_disk = sysfs::block_dir(libc::major(rdev).into(), libc::minor(rdev).into())?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();

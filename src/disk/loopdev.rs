@@ -5,14 +5,14 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub struct LoopAttachment {
+pub(crate) struct LoopAttachment {
     path: PathBuf,
 }
 
 impl LoopAttachment {
     /// `losetup --find --show --sector-size SS FILE` (util-linux, present on the CoreOS live
     /// system and in the installer image).
-    pub fn attach(file: &Path, sector_size: u64) -> Result<LoopAttachment> {
+    pub(crate) fn attach(file: &Path, sector_size: u64) -> Result<LoopAttachment> {
         let out = Command::new("losetup")
             .args(["--find", "--show", "--sector-size"])
             .arg(sector_size.to_string())
@@ -31,7 +31,7 @@ impl LoopAttachment {
         Ok(LoopAttachment { path })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }

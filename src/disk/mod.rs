@@ -1,15 +1,15 @@
 //! Everything that touches a block device.
 
-pub mod boot;
-pub mod device;
-pub mod direct;
+pub(crate) mod boot;
+pub(crate) mod device;
+pub(crate) mod direct;
 pub mod gpt;
-pub mod holders;
-pub mod loopdev;
-pub mod mount;
-pub mod partitions;
-pub mod probe;
-pub mod saved;
+pub(crate) mod holders;
+pub(crate) mod loopdev;
+pub(crate) mod mount;
+pub(crate) mod partitions;
+pub(crate) mod probe;
+pub(crate) mod saved;
 mod sys;
 mod sysfs;
 mod table;

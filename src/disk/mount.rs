@@ -68,7 +68,7 @@ impl Drop for Mounted {
 
 /// Mount `source` (a partition node) as `fstype` on a fresh directory in a private mount
 /// namespace, call `f` with the mountpoint, and unmount (also when `f` fails).
-pub fn with_private_mount<T: Send>(
+pub(crate) fn with_private_mount<T: Send>(
     source: &Path,
     fstype: &str,
     f: impl FnOnce(&Path) -> Result<T> + Send,

@@ -19,7 +19,7 @@ use super::table;
 
 /// A partition as our own parse of the GPT sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PartitionSpec {
+pub(crate) struct PartitionSpec {
     pub number: u32,
     /// Byte offset and length on the disk.
     pub start: u64,
@@ -30,7 +30,7 @@ pub struct PartitionSpec {
 
 impl PartitionSpec {
     /// The used entries of a GPT, numbered as the kernel numbers them (1-based).
-    pub fn from_gpt(gpt: &gptman::GPT) -> Vec<PartitionSpec> {
+    pub(crate) fn from_gpt(gpt: &gptman::GPT) -> Vec<PartitionSpec> {
         gpt.iter()
             .filter(|(_, p)| p.is_used())
             .map(|(n, p)| {
@@ -48,7 +48,7 @@ impl PartitionSpec {
 
 /// Node name of partition `n` of disk `disk`: a `p` goes between when the disk name ends in a
 /// digit (loop0p3, nvme0n1p3, mmcblk0p3), not otherwise (sda3, vda3).
-pub fn partition_name(disk: &str, n: u32) -> String {
+pub(crate) fn partition_name(disk: &str, n: u32) -> String {
     if disk.ends_with(|c: char| c.is_ascii_digit()) {
         format!("{disk}p{n}")
     } else {
@@ -57,7 +57,7 @@ pub fn partition_name(disk: &str, n: u32) -> String {
 }
 
 /// What to do so the kernel's partitions match ours: (delete, add) lists. Pure.
-pub fn reconcile(
+pub(crate) fn reconcile(
     want: &[PartitionSpec],
     have: &[KernelPartition],
 ) -> (Vec<u32>, Vec<PartitionSpec>) {
@@ -84,7 +84,7 @@ pub fn reconcile(
 
 /// The partition nodes of a disk, and what we changed to get them.
 #[derive(Debug)]
-pub struct PartitionNodes {
+pub(crate) struct PartitionNodes {
     nodes: Vec<(u32, PathBuf)>,
     /// Partitions we added with BLKPG; removed again by `release`.
     added: Vec<u32>,
@@ -93,22 +93,17 @@ pub struct PartitionNodes {
 }
 
 impl PartitionNodes {
-    pub fn node(&self, number: u32) -> Option<&Path> {
+    pub(crate) fn node(&self, number: u32) -> Option<&Path> {
         self.nodes
             .iter()
             .find(|(n, _)| *n == number)
             .map(|(_, p)| p.as_path())
     }
 
-    /// Whether any partition had to be added by hand (the kernel did not parse the table).
-    pub fn added_any(&self) -> bool {
-        !self.added.is_empty()
-    }
-
     /// Undo what we did: the kernel would not have these partitions on its own (it did not
     /// create them on reread), so leaving our additions would leave it believing in a layout
     /// nobody will keep in sync when the disk is written again.
-    pub fn release(self, dev: &Device) -> Result<()> {
+    pub(crate) fn release(self, dev: &Device) -> Result<()> {
         for p in &self.made {
             let _ = std::fs::remove_file(p);
         }
@@ -178,7 +173,7 @@ fn settle_udev() {
 
 /// Make sure `/dev/<name>` exists for every partition in `want`, adding partitions with BLKPG
 /// where the kernel did not create them.
-pub fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<PartitionNodes> {
+pub(crate) fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<PartitionNodes> {
     let sys = sys_dir(dev)?;
     let disk_name = sys
         .file_name()

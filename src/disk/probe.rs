@@ -3,10 +3,10 @@
 //! libblkid or partition nodes.
 
 /// Bytes of a partition's start that cover the superblocks we know.
-pub const PROBE_LEN: usize = 64 << 10;
+pub(crate) const PROBE_LEN: usize = 64 << 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FsType {
+pub(crate) enum FsType {
     Ext4,
     Xfs,
     Vfat,
@@ -14,7 +14,7 @@ pub enum FsType {
 
 impl FsType {
     /// The name `mount(2)` wants.
-    pub fn mount_name(self) -> &'static str {
+    pub(crate) fn mount_name(self) -> &'static str {
         match self {
             FsType::Ext4 => "ext4",
             FsType::Xfs => "xfs",
@@ -31,7 +31,7 @@ fn label(bytes: &[u8]) -> String {
 }
 
 /// The filesystem type and label found at the start of a partition, if any.
-pub fn probe(head: &[u8]) -> Option<(FsType, String)> {
+pub(crate) fn probe(head: &[u8]) -> Option<(FsType, String)> {
     // ext2/3/4: superblock at 1024, magic 0xEF53 at +0x38, volume name at +0x78 (16 bytes).
     if head.len() >= 1024 + 0x88 && head[1024 + 0x38..1024 + 0x3a] == [0x53, 0xef] {
         return Some((FsType::Ext4, label(&head[1024 + 0x78..1024 + 0x88])));

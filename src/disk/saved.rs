@@ -31,7 +31,7 @@ impl PartitionFilter {
 }
 
 /// `--save-partlabel` values: repeatable and comma-separated globs.
-pub fn label_filters(values: &[String]) -> Vec<PartitionFilter> {
+pub(crate) fn label_filters(values: &[String]) -> Vec<PartitionFilter> {
     values
         .iter()
         .flat_map(|v| v.split(','))
@@ -41,7 +41,7 @@ pub fn label_filters(values: &[String]) -> Vec<PartitionFilter> {
 }
 
 /// `--save-partindex` values: repeatable and comma-separated `N`, `N-M`, `N-`, `-M` (1-based).
-pub fn index_filters(values: &[String]) -> Result<Vec<PartitionFilter>> {
+pub(crate) fn index_filters(values: &[String]) -> Result<Vec<PartitionFilter>> {
     let num = |s: &str, v: &str| -> Result<u32> {
         match s.parse::<u32>() {
             Ok(0) => bail!("--save-partindex {v:?}: partition numbers start at 1"),
@@ -77,7 +77,7 @@ pub fn index_filters(values: &[String]) -> Result<Vec<PartitionFilter>> {
 /// case-sensitive; `*` also matches `/`). coreos-installer refuses a pattern the crate cannot
 /// parse (an unclosed `[`); we match such a pattern literally instead, which keeps the
 /// `label_filters` call infallible for its callers.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     glob::Pattern::new(pattern)
         .or_else(|_| glob::Pattern::new(&glob::Pattern::escape(pattern)))
         .is_ok_and(|p| p.matches(text))

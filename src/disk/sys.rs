@@ -1,6 +1,8 @@
 //! The block-device ioctls. This is the only module of the crate with `unsafe`: every block
 //! below calls `ioctl(2)` on a descriptor we own, with an argument of exactly the type the
 //! kernel's `include/uapi/linux/fs.h` (and `blkpg.h`) declares for that request.
+// The one module allowed unsafe code (Cargo.toml denies it everywhere else).
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -71,18 +73,23 @@ fn blkpg(fd: BorrowedFd<'_>, op: libc::c_int, pno: u32, start: u64, length: u64)
 
 /// Tell the kernel partition `pno` spans `length` bytes from byte `start` (what `partx -a` does);
 /// devtmpfs then creates its node.
-pub fn add_partition(fd: BorrowedFd<'_>, pno: u32, start: u64, length: u64) -> io::Result<()> {
+pub(super) fn add_partition(
+    fd: BorrowedFd<'_>,
+    pno: u32,
+    start: u64,
+    length: u64,
+) -> io::Result<()> {
     blkpg(fd, BLKPG_ADD_PARTITION, pno, start, length)
 }
 
 /// Remove partition `pno` from the kernel's view of the disk (the table on disk is untouched).
-pub fn delete_partition(fd: BorrowedFd<'_>, pno: u32) -> io::Result<()> {
+pub(super) fn delete_partition(fd: BorrowedFd<'_>, pno: u32) -> io::Result<()> {
     blkpg(fd, BLKPG_DEL_PARTITION, pno, 0, 0)
 }
 
 /// Logical sector size (`BLKSSZGET`): the unit O_DIRECT offsets and lengths must be multiples of,
 /// and the LBA size the GPT is written in.
-pub fn logical_sector_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
+pub(super) fn logical_sector_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut size: libc::c_int = 0;
     // SAFETY: BLKSSZGET writes one `int` through the pointer, which points at a live local.
     unsafe { raw::blksszget(fd.as_raw_fd(), &mut size) }?;
@@ -90,7 +97,7 @@ pub fn logical_sector_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
 }
 
 /// Device size in bytes (`BLKGETSIZE64`).
-pub fn size_bytes(fd: BorrowedFd<'_>) -> io::Result<u64> {
+pub(super) fn size_bytes(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut size: u64 = 0;
     // SAFETY: BLKGETSIZE64 writes one `u64` (the kernel always stores a u64, whatever size_t
     // the request number encodes) through the pointer to a live local.
@@ -101,7 +108,7 @@ pub fn size_bytes(fd: BorrowedFd<'_>) -> io::Result<u64> {
 /// Ask the kernel to re-read the partition table (`BLKRRPART`). Fails with EBUSY while a
 /// partition of the disk is open, and succeeds without creating anything on kernels built
 /// without partition-table parsers.
-pub fn reread_partitions(fd: BorrowedFd<'_>) -> io::Result<()> {
+pub(super) fn reread_partitions(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: BLKRRPART takes no argument; the fd is open for the duration of the call.
     unsafe { raw::blkrrpart(fd.as_raw_fd()) }?;
     Ok(())

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// A partition as the kernel has it (sysfs counts in 512-byte units whatever the sector size).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelPartition {
+pub(crate) struct KernelPartition {
     pub number: u32,
     pub name: String,
     pub start: u64,
@@ -16,12 +16,12 @@ pub struct KernelPartition {
 
 /// The sysfs directory of block device `major:minor` (links resolved, so its file name is the
 /// kernel's name for the device).
-pub fn block_dir(major: u64, minor: u64) -> std::io::Result<PathBuf> {
+pub(super) fn block_dir(major: u64, minor: u64) -> std::io::Result<PathBuf> {
     std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}"))
 }
 
 /// `major:minor` from the `dev` file of a sysfs block directory.
-pub fn devno(dir: &Path) -> Option<(u64, u64)> {
+pub(super) fn devno(dir: &Path) -> Option<(u64, u64)> {
     let dev = std::fs::read_to_string(dir.join("dev")).ok()?;
     let (major, minor) = dev.trim().split_once(':')?;
     Some((major.parse().ok()?, minor.parse().ok()?))
@@ -32,7 +32,7 @@ fn read_num(p: &Path) -> Option<u64> {
 }
 
 /// The partitions sysfs lists under a disk's directory, in number order.
-pub fn partitions(sys_disk: &Path) -> Vec<KernelPartition> {
+pub(super) fn partitions(sys_disk: &Path) -> Vec<KernelPartition> {
     let Ok(entries) = std::fs::read_dir(sys_disk) else {
         return Vec::new();
     };

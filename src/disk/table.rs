@@ -12,7 +12,7 @@ use std::ops::Range;
 /// Write `gpt` (primary and backup header and entry arrays) and a protective MBR covering the
 /// disk. gptman refuses a table with duplicate partition GUIDs or overlapping or inverted
 /// partitions; `what` names the table in that error.
-pub fn write<D: Write + Seek>(disk: &mut D, gpt: &mut GPT, what: &str) -> Result<()> {
+pub(super) fn write<D: Write + Seek>(disk: &mut D, gpt: &mut GPT, what: &str) -> Result<()> {
     gpt.write_into(disk)
         .map_err(|e| anyhow!("writing {what}: {e}"))?;
     GPT::write_protective_mbr_into(disk, gpt.sector_size)
@@ -21,7 +21,7 @@ pub fn write<D: Write + Seek>(disk: &mut D, gpt: &mut GPT, what: &str) -> Result
 
 /// Write a new table sized to `disk` (128 entries), with a fresh random disk GUID, holding
 /// `entries` at their partition numbers (none: an empty table).
-pub fn write_new<D: Read + Write + Seek>(
+pub(super) fn write_new<D: Read + Write + Seek>(
     disk: &mut D,
     sector_size: u64,
     entries: &[(u32, GPTPartitionEntry)],
@@ -40,7 +40,7 @@ pub fn write_new<D: Read + Write + Seek>(
 /// The table on `disk`, read at the device's sector size, or at 512 then 4096 bytes when it has
 /// none of its own (an image file). gptman falls back to the backup header when the primary is
 /// damaged.
-pub fn read<D: Read + Seek>(disk: &mut D, sector_size: Option<u64>) -> gptman::Result<GPT> {
+pub(super) fn read<D: Read + Seek>(disk: &mut D, sector_size: Option<u64>) -> gptman::Result<GPT> {
     match sector_size {
         Some(ss) => GPT::read_from(disk, ss),
         None => GPT::find_from(disk),
@@ -48,7 +48,7 @@ pub fn read<D: Read + Seek>(disk: &mut D, sector_size: Option<u64>) -> gptman::R
 }
 
 /// The bytes a partition entry spans on a disk of `sector_size`-byte LBAs.
-pub fn byte_range(p: &GPTPartitionEntry, sector_size: u64) -> Range<u64> {
+pub(super) fn byte_range(p: &GPTPartitionEntry, sector_size: u64) -> Range<u64> {
     p.starting_lba * sector_size..(p.ending_lba + 1) * sector_size
 }
 

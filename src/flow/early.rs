@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use super::writer::{DiskWriter, PendingDisk, WriteRequest};
 use crate::service::reporter::Reporter;
 
-pub struct EarlyWrite {
+pub(crate) struct EarlyWrite {
     handle: JoinHandle<Result<Box<dyn PendingDisk>>>,
     done: Receiver<()>,
     percents: Receiver<u8>,
@@ -26,7 +26,7 @@ pub struct EarlyWrite {
 
 impl EarlyWrite {
     /// Start streaming the image of `req` on a thread of its own.
-    pub fn start(writer: Arc<dyn DiskWriter>, req: &WriteRequest) -> EarlyWrite {
+    pub(crate) fn start(writer: Arc<dyn DiskWriter>, req: &WriteRequest) -> EarlyWrite {
         let (pct_tx, percents) = bounded::<u8>(256);
         let (done_tx, done) = bounded::<()>(1);
         let req = req.clone();
@@ -57,7 +57,7 @@ impl EarlyWrite {
 
     /// At the normal write point, with `Writing image to disk` reported: forward the progress
     /// until the stream is done, then embed `ignition` and write the partition table.
-    pub fn complete(self, reporter: &Reporter, ignition: &Path) -> Result<()> {
+    pub(crate) fn complete(self, reporter: &Reporter, ignition: &Path) -> Result<()> {
         loop {
             select! {
                 recv(self.percents) -> p => if let Ok(p) = p { reporter.write_percent(p) },
@@ -78,7 +78,7 @@ impl EarlyWrite {
 
     /// The flow failed before the write point: the streamed disk must not be left looking
     /// half-installed; reset it (when the stream got that far) and report `why`.
-    pub fn abandon(self, why: anyhow::Error) -> anyhow::Error {
+    pub(crate) fn abandon(self, why: anyhow::Error) -> anyhow::Error {
         match self.handle.join() {
             Ok(Ok(pending)) => pending.abandon(why),
             _ => why,

@@ -4,9 +4,9 @@
 //! wait and retry sleeps through the host's clock and ends early when [`Flow::stop`] fires.
 
 pub mod bootstrap;
-pub mod early;
+pub(crate) mod early;
 pub mod node;
-pub mod wait;
+pub(crate) mod wait;
 pub mod writer;
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub(crate) struct TestFlow {
 }
 
 impl TestFlow {
-    pub fn new(role: &str) -> TestFlow {
+    pub(super) fn new(role: &str) -> TestFlow {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let d = dir.path();
         let stop = Cancel::new();
@@ -95,7 +95,7 @@ impl TestFlow {
     }
 
     /// This host's reports, as (stage, info), once the reporter has sent them.
-    pub fn reports(&self) -> Vec<(String, String)> {
+    pub(super) fn reports(&self) -> Vec<(String, String)> {
         self.flow.reporter.drain(std::time::Duration::from_secs(10));
         self.service.reports.lock().unwrap().clone()
     }

@@ -10,7 +10,7 @@ use crate::service::models::Host as ServiceHost;
 use crate::service::stages::HostStage;
 
 /// How often the worker looks at the control plane (Go: 5 s).
-pub const POLL: Duration = Duration::from_secs(5);
+pub(crate) const POLL: Duration = Duration::from_secs(5);
 
 fn done(hosts: &[ServiceHost]) -> usize {
     hosts
@@ -23,7 +23,7 @@ fn done(hosts: &[ServiceHost]) -> usize {
 /// control-plane hosts (masters, or a master and an arbiter) are Done; at once for day-2
 /// clusters (`AddHostsCluster`). Errors are logged and the poll goes on; only the stop token
 /// ends it otherwise.
-pub fn worker_wait_for_control_plane(f: &Flow) -> Result<()> {
+pub(crate) fn worker_wait_for_control_plane(f: &Flow) -> Result<()> {
     f.reporter.stage(HostStage::WaitingForControlPlane, "");
     let cluster_id = &f.cfg.cluster_id;
     let mut day2: Option<bool> = None;

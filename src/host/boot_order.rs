@@ -14,9 +14,9 @@ use super::commands::CommandRunner;
 use crate::clock::{Clock, Failure, NeverStop, Schedule, WaitError};
 
 /// The boot entry label.
-pub const BOOT_LABEL: &str = "Red Hat Enterprise Linux";
+pub(crate) const BOOT_LABEL: &str = "Red Hat Enterprise Linux";
 /// The EFI system partition of a CoreOS disk.
-pub const EFI_PARTITION: u32 = 2;
+pub(crate) const EFI_PARTITION: u32 = 2;
 
 const MOUNT_POINT: &str = "/mnt";
 const FIND_EFI_TIMEOUT: Duration = Duration::from_secs(20);
@@ -43,7 +43,7 @@ struct LsblkDevice {
 /// device in `lsblk --bytes --json <device>` output: `/dev/<child name>`, or
 /// `/dev/mapper/<child name>` when the disk's type is `mpath`. `device` is only used in error
 /// messages.
-pub fn partition_path_from_lsblk(
+pub(crate) fn partition_path_from_lsblk(
     lsblk_json: &str,
     device: &str,
     index: u32,
@@ -74,7 +74,7 @@ pub fn partition_path_from_lsblk(
 }
 
 /// Runs `lsblk --bytes --json <device>` and returns the path of partition `index`.
-pub fn partition_path(
+pub(crate) fn partition_path(
     runner: &dyn CommandRunner,
     device: &str,
     index: u32,
@@ -87,7 +87,7 @@ pub fn partition_path(
 
 /// `\EFI\<dir>\shimx64.efi`, or `shimaa64.efi` on aarch64 (`arch` as in
 /// `std::env::consts::ARCH`).
-pub fn efi_loader_path(efi_dir: &str, arch: &str) -> String {
+pub(crate) fn efi_loader_path(efi_dir: &str, arch: &str) -> String {
     let file = match arch {
         "aarch64" | "arm64" => "shimaa64.efi",
         _ => "shimx64.efi",
@@ -97,7 +97,7 @@ pub fn efi_loader_path(efi_dir: &str, arch: &str) -> String {
 
 /// The boot numbers named by `Boot#### has same label Red Hat Enterprise Linux` lines of
 /// `efibootmgr` output.
-pub fn duplicate_boot_entries(efibootmgr_output: &str) -> Vec<String> {
+pub(crate) fn duplicate_boot_entries(efibootmgr_output: &str) -> Vec<String> {
     let suffix = format!(" has same label {BOOT_LABEL}");
     efibootmgr_output
         .lines()
@@ -111,7 +111,7 @@ pub fn duplicate_boot_entries(efibootmgr_output: &str) -> Vec<String> {
 
 /// Sets the boot order for `device` (see the module documentation). `arch` selects the shim
 /// (`std::env::consts::ARCH` of the running binary, as Go uses `GOARCH`).
-pub fn set_boot_order(
+pub(crate) fn set_boot_order(
     runner: &dyn CommandRunner,
     clock: &dyn Clock,
     device: &str,

@@ -16,7 +16,7 @@ use super::commands::{CommandRunner, ExecError};
 /// udev/multipath `-partN` names are accepted too. Anchored, unlike Go's unanchored
 /// `<device>\d*` regex, so `/dev/sda` does not match `/dev/sdab`, nor `/dev/nvme0n1` match
 /// `/dev/nvme0n11`.
-pub fn is_device_or_partition(candidate: &str, device: &str) -> bool {
+pub(crate) fn is_device_or_partition(candidate: &str, device: &str) -> bool {
     if device.is_empty() {
         return false;
     }
@@ -38,7 +38,7 @@ pub fn is_device_or_partition(candidate: &str, device: &str) -> bool {
 }
 
 /// `vgs --noheadings -o vg_name,pv_name` → (VG, PV) pairs.
-pub fn parse_vgs(output: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_vgs(output: &str) -> Vec<(String, String)> {
     output
         .lines()
         .filter_map(|line| {
@@ -49,7 +49,7 @@ pub fn parse_vgs(output: &str) -> Vec<(String, String)> {
 }
 
 /// The volume groups with a physical volume on `device` (or one of its partitions), once each.
-pub fn volume_groups_on_device(vgs_output: &str, device: &str) -> Vec<String> {
+pub(crate) fn volume_groups_on_device(vgs_output: &str, device: &str) -> Vec<String> {
     let mut vgs: Vec<String> = Vec::new();
     for (vg, pv) in parse_vgs(vgs_output) {
         if is_device_or_partition(&pv, device) {
@@ -66,7 +66,7 @@ pub fn volume_groups_on_device(vgs_output: &str, device: &str) -> Vec<String> {
 }
 
 /// `pvs --noheadings -o pv_name` → the physical volumes on `device` or its partitions.
-pub fn physical_volumes_on_device(pvs_output: &str, device: &str) -> Vec<String> {
+pub(crate) fn physical_volumes_on_device(pvs_output: &str, device: &str) -> Vec<String> {
     pvs_output
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -76,7 +76,7 @@ pub fn physical_volumes_on_device(pvs_output: &str, device: &str) -> Vec<String>
 }
 
 /// `dmsetup ls` → device-mapper names (the text before the tab on each line).
-pub fn parse_dmsetup_ls(output: &str) -> Vec<String> {
+pub(crate) fn parse_dmsetup_ls(output: &str) -> Vec<String> {
     if output.trim() == "No devices found" {
         return Vec::new();
     }
@@ -93,7 +93,7 @@ pub fn parse_dmsetup_ls(output: &str) -> Vec<String> {
 }
 
 /// `dmsetup deps -o devname <dm>` (` 1 dependencies  : (sda2)`) → the names in parentheses.
-pub fn parse_dm_deps(output: &str) -> Vec<String> {
+pub(crate) fn parse_dm_deps(output: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut rest = output;
     while let Some(open) = rest.find('(') {
@@ -110,7 +110,7 @@ pub fn parse_dm_deps(output: &str) -> Vec<String> {
 
 /// Whether a `dmsetup deps -o devname` output names `device` (by its base name) or one of its
 /// partitions.
-pub fn dm_depends_on(deps_output: &str, device: &str) -> bool {
+pub(crate) fn dm_depends_on(deps_output: &str, device: &str) -> bool {
     let base = basename(device);
     parse_dm_deps(deps_output)
         .iter()
@@ -124,7 +124,7 @@ fn basename(device: &str) -> &str {
 /// The removal order for device-mapper devices: for a thin pool's `<pool>_tdata` the pool
 /// `<pool>` is added, and the `_tdata` / `_tmeta` parts go last, after the devices built on
 /// them.
-pub fn order_dm_devices_for_removal(devices: &[String]) -> Vec<String> {
+pub(crate) fn order_dm_devices_for_removal(devices: &[String]) -> Vec<String> {
     let mut all: Vec<String> = Vec::new();
     for d in devices {
         if !all.contains(d) {
@@ -145,14 +145,14 @@ pub fn order_dm_devices_for_removal(devices: &[String]) -> Vec<String> {
 
 /// One RAID array from `mdadm -v --query --detail --scan`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RaidArray {
+pub(crate) struct RaidArray {
     pub device: String,
     pub members: Vec<String>,
 }
 
 impl RaidArray {
     /// The members that are `device` or one of its partitions.
-    pub fn members_on(&self, device: &str) -> Vec<String> {
+    pub(crate) fn members_on(&self, device: &str) -> Vec<String> {
         self.members
             .iter()
             .filter(|m| is_device_or_partition(m, device))
@@ -169,7 +169,7 @@ impl RaidArray {
 /// ```
 ///
 /// An `ARRAY` line not followed by a `devices=` line is skipped.
-pub fn parse_mdadm_scan(output: &str) -> Vec<RaidArray> {
+pub(crate) fn parse_mdadm_scan(output: &str) -> Vec<RaidArray> {
     let lines: Vec<&str> = output.lines().collect();
     let mut arrays = Vec::new();
     let mut i = 0;
@@ -203,7 +203,7 @@ pub fn parse_mdadm_scan(output: &str) -> Vec<RaidArray> {
 /// The errors of an install-device cleanup, in the order they happened.
 #[derive(Debug, thiserror::Error)]
 #[error("{}", self.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-pub struct CleanupError {
+pub(crate) struct CleanupError {
     pub errors: Vec<ExecError>,
 }
 
@@ -218,7 +218,7 @@ pub struct CleanupError {
 /// 3. `wipefs --all --force <device>`, falling back to `wipefs --all <device>`.
 ///
 /// Every step runs even when an earlier one failed.
-pub fn cleanup_install_device(
+pub(crate) fn cleanup_install_device(
     runner: &dyn CommandRunner,
     device: &str,
 ) -> Result<(), CleanupError> {
@@ -276,7 +276,7 @@ pub fn cleanup_install_device(
 
 /// `wipefs --all --force <device>`, then `wipefs --all <device>` if that failed (older
 /// util-linux has no `--force`).
-pub fn wipefs(runner: &dyn CommandRunner, device: &str) -> Result<(), ExecError> {
+pub(crate) fn wipefs(runner: &dyn CommandRunner, device: &str) -> Result<(), ExecError> {
     match runner.run("wipefs", &["--all", "--force", device]) {
         Ok(_) => Ok(()),
         Err(_) => runner.run("wipefs", &["--all", device]).map(|_| ()),
@@ -349,7 +349,7 @@ fn cleanup_lvm_and_dm(runner: &dyn CommandRunner, device: &str, errors: &mut Vec
 
 /// `--format-disk`: zero the first sector (`dd if=/dev/zero of=<disk> bs=512 count=1`) so the
 /// disk no longer boots.
-pub fn format_disk(runner: &dyn CommandRunner, disk: &str) -> Result<(), ExecError> {
+pub(crate) fn format_disk(runner: &dyn CommandRunner, disk: &str) -> Result<(), ExecError> {
     tracing::info!("Formatting disk {disk}");
     runner
         .run(
@@ -361,7 +361,7 @@ pub fn format_disk(runner: &dyn CommandRunner, disk: &str) -> Result<(), ExecErr
 
 /// [`format_disk`] for each disk in order; failures are logged as warnings and the loop goes
 /// on. Returns how many failed.
-pub fn format_disks(runner: &dyn CommandRunner, disks: &[String]) -> usize {
+pub(crate) fn format_disks(runner: &dyn CommandRunner, disks: &[String]) -> usize {
     let mut failed = 0;
     for disk in disks {
         if let Err(e) = format_disk(runner, disk) {
@@ -374,7 +374,7 @@ pub fn format_disks(runner: &dyn CommandRunner, disks: &[String]) -> usize {
 
 /// Resolves symlinks such as `/dev/disk/by-id/wwn-…` to the real `/dev/…` node. On failure
 /// logs a warning and keeps the path as given.
-pub fn resolve_disk_symlink(path: impl AsRef<Path>) -> PathBuf {
+pub(crate) fn resolve_disk_symlink(path: impl AsRef<Path>) -> PathBuf {
     let path = path.as_ref();
     match std::fs::canonicalize(path) {
         Ok(target) => {

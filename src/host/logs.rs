@@ -6,7 +6,7 @@ use super::commands::{CommandRunner, ExecError, SECRET_PLACEHOLDER};
 
 /// What `logs_sender` needs; plain values so this module does not depend on the CLI types.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct LogsUpload {
+pub(crate) struct LogsUpload {
     pub agent_image: String,
     pub cluster_id: String,
     pub infra_env_id: String,
@@ -43,7 +43,7 @@ impl LogsUpload {
     /// `run --rm --privileged --net=host --pid=host -v <journal socket> -v /var/log:/var/log
     /// [-v CA:CA] <agent-image> logs_sender -cluster-id … -url … -host-id … -infra-env-id …
     /// -pull-secret-token … -insecure=<bool> -bootstrap=<bool> [-cacert=<path>]`.
-    pub fn podman_args(&self, is_bootstrap: bool) -> Vec<String> {
+    pub(crate) fn podman_args(&self, is_bootstrap: bool) -> Vec<String> {
         let mut args: Vec<String> = [
             "run",
             "--rm",
@@ -87,7 +87,7 @@ impl LogsUpload {
 
 /// Runs `logs_sender` on the host. `is_bootstrap` is true on the bootstrap and on a single
 /// node (it then also gathers the bootstrap's logs).
-pub fn upload_installation_logs(
+pub(crate) fn upload_installation_logs(
     runner: &dyn CommandRunner,
     upload: &LogsUpload,
     is_bootstrap: bool,

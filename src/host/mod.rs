@@ -10,13 +10,13 @@
 //! The helpers on top (`systemd`, `disk_prep`, `boot_order`, `logs`) take the narrow trait they
 //! need, not the bundle.
 
-pub mod boot_order;
+pub(crate) mod boot_order;
 pub mod commands;
-pub mod disk_prep;
-pub mod logs;
+pub(crate) mod disk_prep;
+pub(crate) mod logs;
 pub mod reboot;
 pub mod root;
-pub mod systemd;
+pub(crate) mod systemd;
 
 use std::path::PathBuf;
 use std::sync::Arc;

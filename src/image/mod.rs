@@ -1,10 +1,10 @@
 //! The streaming pipeline: source → decompress → digest → aligned buffers → device.
 
-pub mod cancel;
+pub(crate) mod cancel;
 pub mod digest;
 pub mod format;
 pub mod osmet;
-pub mod pipeline;
+pub(crate) mod pipeline;
 pub mod progress;
 pub mod retry;
 pub mod source;

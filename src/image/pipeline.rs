@@ -33,7 +33,7 @@ use crate::disk::gpt::{self, ImageLayout};
 use crate::disk::saved::SavedPartitions;
 
 /// Uncompressed bytes per buffer. Also the held-back head: block 0 is exactly the first MiB.
-pub const BLOCK: usize = 1 << 20;
+pub(crate) const BLOCK: usize = 1 << 20;
 /// Compressed bytes per message from the fetch stage.
 const CHUNK: usize = 256 << 10;
 /// How often the coordinator looks at progress, errors and signals.

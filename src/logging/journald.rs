@@ -27,9 +27,9 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::Layer;
 
-pub const SOCKET: &str = "/run/systemd/journal/socket";
+pub(crate) const SOCKET: &str = "/run/systemd/journal/socket";
 
-pub struct JournaldLayer {
+pub(crate) struct JournaldLayer {
     socket: UnixDatagram,
     path: PathBuf,
     /// Extra fields on every entry (`TAG=installer`, and `DRY_AGENT_ID` in dry-run mode).
@@ -38,7 +38,7 @@ pub struct JournaldLayer {
 
 impl JournaldLayer {
     /// A layer sending to `path`, or `None` when there is no journal there.
-    pub fn new(path: &Path, fields: Vec<(String, String)>) -> Option<JournaldLayer> {
+    pub(crate) fn new(path: &Path, fields: Vec<(String, String)>) -> Option<JournaldLayer> {
         if !path.exists() {
             return None;
         }
@@ -53,7 +53,7 @@ impl JournaldLayer {
 
 /// One field in the native format: `KEY=value\n`, or, when the value holds a newline,
 /// `KEY\n` + little-endian u64 length + value + `\n`.
-pub fn append_field(buf: &mut Vec<u8>, key: &str, value: &str) {
+pub(crate) fn append_field(buf: &mut Vec<u8>, key: &str, value: &str) {
     buf.extend_from_slice(key.as_bytes());
     if value.contains('\n') {
         buf.push(b'\n');

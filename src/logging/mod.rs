@@ -3,7 +3,7 @@
 //! /var/log/assisted-installer.log and sends them to journald with `TAG=installer` (what the
 //! agent's logs_sender collects).
 
-pub mod journald;
+pub(crate) mod journald;
 
 use std::fs::OpenOptions;
 use std::io::IsTerminal;

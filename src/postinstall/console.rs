@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 /// Markers around the console commands in CoreOS's GRUB config (written by coreos-assembler).
-pub const BLOCK_START: &str = "# CONSOLE-SETTINGS-START";
-pub const BLOCK_END: &str = "# CONSOLE-SETTINGS-END";
+pub(crate) const BLOCK_START: &str = "# CONSOLE-SETTINGS-START";
+pub(crate) const BLOCK_END: &str = "# CONSOLE-SETTINGS-END";
 
 /// Newer images keep the console block in its own file; older ones only in grub.cfg.
 const CONSOLE_CFG: &str = "grub2/console.cfg";
@@ -242,7 +242,7 @@ fn parse_serial_settings(s: &str) -> Result<(u32, Parity, u8)> {
 ///   order the consoles were given, so that GRUB's list reads like the kernel's `console=` order.
 ///
 /// No consoles, no commands.
-pub fn grub_commands(consoles: &[Console]) -> Vec<String> {
+pub(crate) fn grub_commands(consoles: &[Console]) -> Vec<String> {
     let mut commands = Vec::new();
     let mut serials = consoles.iter().filter_map(|c| c.grub_serial_command());
     if let Some(first) = serials.next() {
@@ -271,7 +271,7 @@ pub fn grub_commands(consoles: &[Console]) -> Vec<String> {
 /// Replace the lines strictly between the CONSOLE-SETTINGS markers with `commands`, one per line.
 /// Everything else, markers included, is kept byte for byte. Only the first block is replaced.
 /// A marker line matches after trimming trailing whitespace.
-pub fn replace_console_block(cfg: &str, commands: &[String]) -> Result<String> {
+pub(crate) fn replace_console_block(cfg: &str, commands: &[String]) -> Result<String> {
     // Byte offsets: just after the START line, and at the start of the END line.
     let mut body_start = None;
     let mut body_end = None;
@@ -306,7 +306,7 @@ pub fn replace_console_block(cfg: &str, commands: &[String]) -> Result<String> {
 }
 
 /// The GRUB file holding the console block: `grub2/console.cfg` if present, else `grub2/grub.cfg`.
-pub fn console_cfg_path(boot_root: &Path) -> PathBuf {
+pub(crate) fn console_cfg_path(boot_root: &Path) -> PathBuf {
     let console_cfg = boot_root.join(CONSOLE_CFG);
     if console_cfg.exists() {
         console_cfg
@@ -316,7 +316,7 @@ pub fn console_cfg_path(boot_root: &Path) -> PathBuf {
 }
 
 /// Rewrite the console block on /boot. Returns the file that was edited.
-pub fn write_console_block(boot_root: &Path, commands: &[String]) -> Result<PathBuf> {
+pub(crate) fn write_console_block(boot_root: &Path, commands: &[String]) -> Result<PathBuf> {
     let path = console_cfg_path(boot_root);
     let edit = || -> Result<()> {
         let cfg = std::fs::read_to_string(&path).context("reading the file")?;

@@ -11,12 +11,12 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// Relative to the /boot root.
-pub const FIRSTBOOT_FILE: &str = "ignition.firstboot";
+pub(crate) const FIRSTBOOT_FILE: &str = "ignition.firstboot";
 
 /// Reject what would break out of, or be reinterpreted inside, GRUB's double quotes: `"` ends the
 /// string, `\` escapes, `$` expands a variable, and a control character (newline above all) would
 /// start a new command.
-pub fn check_args(args: &str) -> Result<()> {
+pub(crate) fn check_args(args: &str) -> Result<()> {
     if let Some(c) = args
         .chars()
         .find(|&c| matches!(c, '"' | '\\' | '$') || c.is_control())
@@ -29,7 +29,7 @@ pub fn check_args(args: &str) -> Result<()> {
 }
 
 /// The GRUB line that sets the first-boot arguments.
-pub fn firstboot_line(args: &str) -> Result<String> {
+pub(crate) fn firstboot_line(args: &str) -> Result<String> {
     check_args(args)?;
     Ok(format!("set ignition_network_kcmdline=\"{args}\"\n"))
 }
@@ -37,7 +37,7 @@ pub fn firstboot_line(args: &str) -> Result<String> {
 /// Append the line to the EXISTING `ignition.firstboot`. Its absence means the image is not a
 /// CoreOS metal image we understand (or is too old), and creating it would make GRUB run
 /// Ignition again on every boot: fail instead. Returns the file's path.
-pub fn write_args(boot_root: &Path, args: &str) -> Result<PathBuf> {
+pub(crate) fn write_args(boot_root: &Path, args: &str) -> Result<PathBuf> {
     let path = boot_root.join(FIRSTBOOT_FILE);
     let write = || -> Result<()> {
         let line = firstboot_line(args)?;

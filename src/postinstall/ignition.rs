@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 /// Relative to the /boot root; ignition-setup-user picks it up on first boot.
-pub const CONFIG_DIR: &str = "ignition";
-pub const CONFIG_FILE: &str = "ignition/config.ign";
+pub(crate) const CONFIG_DIR: &str = "ignition";
+pub(crate) const CONFIG_FILE: &str = "ignition/config.ign";
 
 /// A `--ignition-hash` value: `sha256-<64 hex>` or `sha512-<128 hex>`, the form Ignition itself
 /// uses for `verification.hash`. Hex digits may be upper or lower case.
@@ -195,7 +195,7 @@ fn spec_version(bytes: &[u8]) -> Result<String> {
 /// CVE-2021-3917: the config must never be readable by others, not even for a moment, so the
 /// directory (when we create it) gets 0700 and the file is written by [`write_secret_file`].
 /// An existing file is refused: the written disk's /boot has none, and we do not reuse one.
-pub fn write_config(boot_root: &Path, config: &IgnitionConfig) -> Result<PathBuf> {
+pub(crate) fn write_config(boot_root: &Path, config: &IgnitionConfig) -> Result<PathBuf> {
     let dir = boot_root.join(CONFIG_DIR);
     let path = boot_root.join(CONFIG_FILE);
     let write = || -> Result<()> {
@@ -215,7 +215,7 @@ pub fn write_config(boot_root: &Path, config: &IgnitionConfig) -> Result<PathBuf
 
 /// What [`write_secret_file`] does with a file already at the path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Existing {
+pub(crate) enum Existing {
     /// Fail: the caller expects a fresh file.
     Refuse,
     /// Truncate it and make it 0600 before the secret goes in (a rerun of a step).
@@ -226,7 +226,7 @@ pub enum Existing {
 /// never readable by others: created with mode 0600 (the umask can only clear bits), set to
 /// exactly 0600 before any byte is written (an odd umask, or a replaced file's old mode), then
 /// fsynced. A symbolic link at `path` is refused rather than followed.
-pub fn write_secret_file(path: &Path, bytes: &[u8], existing: Existing) -> Result<()> {
+pub(crate) fn write_secret_file(path: &Path, bytes: &[u8], existing: Existing) -> Result<()> {
     let mut options = OpenOptions::new();
     options
         .write(true)

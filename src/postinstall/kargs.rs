@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 /// Where ostree keeps its Boot Loader Specification entries, relative to the /boot root.
-pub const BLS_ENTRIES_DIR: &str = "loader/entries";
+pub(crate) const BLS_ENTRIES_DIR: &str = "loader/entries";
 
 const OPTIONS_PREFIX: &str = "options ";
 
@@ -17,7 +17,7 @@ const OPTIONS_PREFIX: &str = "options ";
 /// of the names, exactly as coreos-installer does: `ostree-10-…` sorts before `ostree-2-…`. A
 /// freshly written image has a single entry, so this never matters in practice, and matching
 /// coreos-installer is safer than being clever.
-pub fn bls_entry_path(boot_root: &Path) -> Result<PathBuf> {
+pub(crate) fn bls_entry_path(boot_root: &Path) -> Result<PathBuf> {
     let dir = boot_root.join(BLS_ENTRIES_DIR);
     let mut names = Vec::new();
     for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
@@ -42,7 +42,7 @@ pub fn bls_entry_path(boot_root: &Path) -> Result<PathBuf> {
 }
 
 /// The value of the entry's single `options` line, trimmed.
-pub fn options_line(entry: &str) -> Result<&str> {
+pub(crate) fn options_line(entry: &str) -> Result<&str> {
     let mut found = entry
         .lines()
         .filter_map(|line| line.strip_prefix(OPTIONS_PREFIX));
@@ -62,7 +62,7 @@ pub fn options_line(entry: &str) -> Result<&str> {
 ///
 /// Every other line is kept, minus trailing whitespace (as coreos-installer does), and every line,
 /// including the last, ends with a newline.
-pub fn replace_options(entry: &str, new_options: &str) -> Result<String> {
+pub(crate) fn replace_options(entry: &str, new_options: &str) -> Result<String> {
     // Reuse the single-line check so the two functions agree on what a valid entry is.
     options_line(entry)?;
     let mut out = String::with_capacity(entry.len() + new_options.len());
@@ -97,20 +97,19 @@ struct Replacement {
 /// Because matching is on whole space-delimited words, deleting `console=tty0` never touches
 /// `console=tty0,115200`, and deleting `foo` never touches `foobar`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KargsEditor {
+pub(crate) struct KargsEditor {
     append: Vec<String>,
-    append_if_missing: Vec<String>,
     delete: Vec<String>,
     replace: Vec<Replacement>,
 }
 
 impl KargsEditor {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Append these kargs (even if already present).
-    pub fn append<I, S>(mut self, kargs: I) -> Self
+    pub(crate) fn append<I, S>(mut self, kargs: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -119,19 +118,8 @@ impl KargsEditor {
         self
     }
 
-    /// Append these kargs unless the exact word is already present.
-    pub fn append_if_missing<I, S>(mut self, kargs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.append_if_missing
-            .extend(kargs.into_iter().map(Into::into));
-        self
-    }
-
     /// Delete every occurrence of these kargs.
-    pub fn delete<I, S>(mut self, kargs: I) -> Self
+    pub(crate) fn delete<I, S>(mut self, kargs: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -141,7 +129,7 @@ impl KargsEditor {
     }
 
     /// Replace every `key=old` by `key=new`.
-    pub fn replace(mut self, key: &str, old: &str, new: &str) -> Self {
+    pub(crate) fn replace(mut self, key: &str, old: &str, new: &str) -> Self {
         self.replace.push(Replacement {
             key: key.to_string(),
             old: old.to_string(),
@@ -150,25 +138,14 @@ impl KargsEditor {
         self
     }
 
-    /// Replace given in coreos-installer's `KEY=OLD=NEW` form: exactly three non-empty parts.
-    pub fn replace_spec(self, spec: &str) -> Result<Self> {
-        let parts: Vec<&str> = spec.trim().split('=').collect();
-        match parts.as_slice() {
-            [key, old, new] if !key.is_empty() && !old.is_empty() && !new.is_empty() => {
-                Ok(self.replace(key, old, new))
-            }
-            _ => bail!("invalid karg replacement {spec:?}: expected KEY=OLD=NEW"),
-        }
-    }
-
     /// Whether applying this editor can change anything beyond whitespace.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self == &Self::default()
     }
 
-    /// Apply the edits in coreos-installer's order: delete, append, append-if-missing, replace.
+    /// Apply the edits in coreos-installer's order: delete, append, replace.
     /// The result has single spaces between kargs and none at either end.
-    pub fn apply(&self, options: &str) -> String {
+    pub(crate) fn apply(&self, options: &str) -> String {
         let mut s = format!(" {} ", collapse_whitespace(options));
         for karg in &self.delete {
             let karg = karg.trim();
@@ -178,12 +155,6 @@ impl KargsEditor {
         }
         for karg in &self.append {
             push_word(&mut s, karg);
-        }
-        for karg in &self.append_if_missing {
-            let karg = karg.trim();
-            if !karg.is_empty() && !s.contains(&format!(" {karg} ")) {
-                push_word(&mut s, karg);
-            }
         }
         for r in &self.replace {
             let old = format!("{}={}", r.key.trim(), r.old.trim());
@@ -276,20 +247,6 @@ mod tests {
     }
 
     #[test]
-    fn append_if_missing_only_when_absent() {
-        let e = KargsEditor::new().append_if_missing(["bar", "boo", "foo"]);
-        assert_eq!(edit(e, "foobar bar"), "foobar bar boo foo");
-    }
-
-    #[test]
-    fn append_if_missing_sees_earlier_appends() {
-        let e = KargsEditor::new()
-            .append(["console=ttyS1,115200n8"])
-            .append_if_missing(["console=ttyS1,115200n8", "boo"]);
-        assert_eq!(edit(e, "foo"), "foo console=ttyS1,115200n8 boo");
-    }
-
-    #[test]
     fn replace_changes_the_value_of_matching_kargs_only() {
         let e = KargsEditor::new().replace("ignition.platform.id", "metal", "aws");
         assert_eq!(
@@ -302,40 +259,23 @@ mod tests {
     }
 
     #[test]
-    fn replace_spec_form() {
-        let e = KargsEditor::new()
-            .replace_spec("mitigations=auto,nosmt=auto")
-            .unwrap();
-        assert_eq!(
-            edit(e, "a mitigations=auto,nosmt b"),
-            "a mitigations=auto b"
-        );
-        for bad in ["a=b", "a=b=c=d", "=b=c", "a==c", "a=b=", "", "abc"] {
-            let err = KargsEditor::new().replace_spec(bad).unwrap_err();
-            assert!(err.to_string().contains("KEY=OLD=NEW"), "{bad}: {err}");
-        }
-    }
-
-    #[test]
     fn replace_with_new_value_containing_the_old_does_not_loop() {
         let e = KargsEditor::new().replace("k", "v", "v k=v");
         assert_eq!(edit(e, "k=v k=v"), "k=v k=v k=v k=v");
     }
 
     #[test]
-    fn order_is_delete_append_append_if_missing_replace() {
+    fn order_is_delete_append_replace() {
         let e = KargsEditor::new()
             .append(["console=ttyS1,115200n8  "])
-            .replace_spec("mitigations=auto,nosmt=auto")
-            .unwrap()
-            .delete(["console=ttyS0,115200n8", "console=ttyS1,115200n8"])
-            .append_if_missing(["bar", "boo"]);
+            .replace("mitigations", "auto,nosmt", "auto")
+            .delete(["console=ttyS0,115200n8", "console=ttyS1,115200n8"]);
         assert_eq!(
             edit(
                 e,
                 "foo mitigations=auto,nosmt console=tty0 bar console=ttyS0,115200n8 baz"
             ),
-            "foo mitigations=auto console=tty0 bar baz console=ttyS1,115200n8 boo"
+            "foo mitigations=auto console=tty0 bar baz console=ttyS1,115200n8"
         );
     }
 

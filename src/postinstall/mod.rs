@@ -5,13 +5,13 @@
 //! Everything works on the root directory of an already-mounted boot filesystem, so it is
 //! testable on a tempdir; mounting is the caller's business (`disk::mount`).
 
-pub mod console;
+pub(crate) mod console;
 mod files;
-pub mod firstboot;
-pub mod ignition;
-pub mod kargs;
-pub mod network;
-pub mod platform;
+pub(crate) mod firstboot;
+pub(crate) mod ignition;
+pub(crate) mod kargs;
+pub(crate) mod network;
+pub(crate) mod platform;
 #[cfg(test)]
 mod testdata;
 
@@ -107,7 +107,7 @@ fn check_karg(karg: &str) -> Result<()> {
 ///
 /// Any error leaves /boot half-edited: the caller must then treat the install as failed (and
 /// reset the disk), exactly as for a failed image write.
-pub fn apply(boot_root: &Path, p: &PostInstall) -> Result<()> {
+pub(crate) fn apply(boot_root: &Path, p: &PostInstall) -> Result<()> {
     p.validate()?;
 
     if let Some(config) = &p.ignition {

@@ -10,7 +10,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// Relative to the /boot root.
-pub const NETWORK_DIR: &str = "coreos-firstboot-network";
+pub(crate) const NETWORK_DIR: &str = "coreos-firstboot-network";
 
 /// Copy every regular file directly in `src_dir` (symlinks to regular files are followed;
 /// directories, symlinks to directories or to nothing, sockets and FIFOs are skipped; no
@@ -21,7 +21,7 @@ pub const NETWORK_DIR: &str = "coreos-firstboot-network";
 /// create the directory 0700 and each file 0600 from the start instead, so nothing is ever
 /// world-readable on /boot, which any local user of the installed system can read. Contents are
 /// never logged, only names.
-pub fn copy_network_dir(src_dir: &Path, boot_root: &Path) -> Result<Vec<OsString>> {
+pub(crate) fn copy_network_dir(src_dir: &Path, boot_root: &Path) -> Result<Vec<OsString>> {
     let dest_dir = boot_root.join(NETWORK_DIR);
     let copy = || -> Result<Vec<OsString>> {
         let mut names = Vec::new();

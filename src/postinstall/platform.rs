@@ -12,16 +12,16 @@ use std::collections::HashMap;
 use std::path::Path;
 
 /// Relative to the /boot root. coreos-assembler writes it for the image's architecture.
-pub const PLATFORMS_JSON: &str = "coreos/platforms.json";
+pub(crate) const PLATFORMS_JSON: &str = "coreos/platforms.json";
 
 /// The platform every metal image is built for; `--platform metal` changes nothing.
-pub const METAL: &str = "metal";
+pub(crate) const METAL: &str = "metal";
 
 const PLATFORM_ID_KEY: &str = "ignition.platform.id";
 
 /// One platform's console defaults.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-pub struct PlatformSpec {
+pub(crate) struct PlatformSpec {
     #[serde(default)]
     pub grub_commands: Vec<String>,
     #[serde(default)]
@@ -30,20 +30,20 @@ pub struct PlatformSpec {
 
 /// `coreos/platforms.json`: platform ID → console defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PlatformTable(pub HashMap<String, PlatformSpec>);
+pub(crate) struct PlatformTable(pub HashMap<String, PlatformSpec>);
 
 impl PlatformTable {
-    pub fn parse(json: &str) -> Result<Self> {
+    pub(crate) fn parse(json: &str) -> Result<Self> {
         Ok(PlatformTable(serde_json::from_str(json)?))
     }
 
-    pub fn get(&self, platform: &str) -> Option<&PlatformSpec> {
+    pub(crate) fn get(&self, platform: &str) -> Option<&PlatformSpec> {
         self.0.get(platform)
     }
 }
 
 /// Read `coreos/platforms.json` from /boot. None if the image has none (older images).
-pub fn read_table(boot_root: &Path) -> Result<Option<PlatformTable>> {
+pub(crate) fn read_table(boot_root: &Path) -> Result<Option<PlatformTable>> {
     let path = boot_root.join(PLATFORMS_JSON);
     let json = match std::fs::read_to_string(&path) {
         Ok(json) => json,
@@ -58,7 +58,7 @@ pub fn read_table(boot_root: &Path) -> Result<Option<PlatformTable>> {
 }
 
 /// A platform ID as Ignition knows them: `metal`, `aws`, `openstack`, `ibmcloud`, `qemu`, …
-pub fn check_platform_id(platform: &str) -> Result<()> {
+pub(crate) fn check_platform_id(platform: &str) -> Result<()> {
     let ok = !platform.is_empty()
         && platform
             .bytes()
@@ -73,7 +73,7 @@ pub fn check_platform_id(platform: &str) -> Result<()> {
 ///
 /// Metal images always carry `ignition.platform.id=metal`; if it is missing we are not looking
 /// at a metal image (or at an already-edited one), so fail rather than guess.
-pub fn replace_platform_id(options: &str, platform: &str) -> Result<String> {
+pub(crate) fn replace_platform_id(options: &str, platform: &str) -> Result<String> {
     let padded = format!(
         " {} ",
         options.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -88,7 +88,7 @@ pub fn replace_platform_id(options: &str, platform: &str) -> Result<String> {
 
 /// What the platform and console options do to the kargs and to GRUB.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ConsolePlan {
+pub(crate) struct ConsolePlan {
     /// Kargs to delete (metal's console defaults), applied before `append_kargs`.
     pub delete_kargs: Vec<String>,
     pub append_kargs: Vec<String>,
@@ -97,7 +97,7 @@ pub struct ConsolePlan {
 }
 
 impl ConsolePlan {
-    pub fn kargs_editor(&self) -> KargsEditor {
+    pub(crate) fn kargs_editor(&self) -> KargsEditor {
         KargsEditor::new()
             .delete(&self.delete_kargs)
             .append(&self.append_kargs)
@@ -113,7 +113,7 @@ impl ConsolePlan {
 /// In the first two cases metal's `kernel_arguments` (baked into the image's BLS entry) are
 /// deleted, and GRUB is rewritten only if the new commands differ from metal's (which the image
 /// already has). Without a table there are no defaults to delete or compare against.
-pub fn console_plan(
+pub(crate) fn console_plan(
     table: Option<&PlatformTable>,
     platform: Option<&str>,
     consoles: &[Console],

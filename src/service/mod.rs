@@ -2,9 +2,9 @@
 //! (auth, request ids, retries, downloads) and the background progress reporter.
 
 pub mod client;
-pub mod models;
+pub(crate) mod models;
 pub mod reporter;
-pub mod stages;
+pub(crate) mod stages;
 
 pub use client::{
     ClientConfig, ClientRetry, InventoryClient, LogsType, LogsUpload, ServiceClient, ServiceError,

@@ -16,10 +16,10 @@ use crate::postinstall::PostInstall;
 
 /// Where `--copy-network` takes the keyfiles from when `--network-dir` is not given (a host
 /// path: the flows read it through the host's root).
-pub const DEFAULT_NETWORK_DIR: &str = "/etc/NetworkManager/system-connections";
+pub(crate) const DEFAULT_NETWORK_DIR: &str = "/etc/NetworkManager/system-connections";
 
 /// The help heading of the post-install options (`write-image` has many).
-pub const POST: &str = "Post-install";
+pub(crate) const POST: &str = "Post-install";
 
 /// What the install flows take from `--installer-args`; `write-image` has all of it, and more.
 /// The field order is the order `--installer-args` lists the supported options in.

@@ -4,12 +4,12 @@
 //! to the disk's /boot ([`post_install`]), and the partition table written last, or the disk
 //! reset.
 
-pub mod args;
-pub mod installer_args;
-pub mod plan;
-pub mod post_install;
+pub(crate) mod args;
+pub(crate) mod installer_args;
+pub(crate) mod plan;
+pub(crate) mod post_install;
 mod reset;
-pub mod run;
+pub(crate) mod run;
 
 pub use args::{KargsAndNetworkArgs, WriterArgs};
 pub use installer_args::parse_installer_args;

@@ -101,7 +101,7 @@ struct Image {
 
 /// Everything about the image in `args` that can be wrong, checked without touching anything
 /// (the flows call this before they clean the disk); the image's origin.
-pub fn check(args: &WriterArgs, settings: &PlanSettings) -> Result<Origin> {
+pub(crate) fn check(args: &WriterArgs, settings: &PlanSettings) -> Result<Origin> {
     Ok(image(args, settings)?.origin)
 }
 

@@ -21,7 +21,7 @@ use super::reset::reset;
 /// Apply `post` to the /boot partition of `dev`, whose partitions are `table` (the table on the
 /// disk, or the one about to be committed). Consumes the exclusive handle, because mount(2)
 /// refuses a partition of a disk held with O_EXCL, and returns it reopened.
-pub fn apply_to_disk(
+pub(crate) fn apply_to_disk(
     dev: Device,
     table: &[PartitionSpec],
     sector_size: u64,
@@ -72,7 +72,7 @@ fn apply_on_block(dev: Device, table: &[PartitionSpec], post: &PostInstall) -> R
 
 /// Best effort, after the final table is on disk: let a kernel that parses partition tables
 /// show it (on one that does not, this drops any partition we added).
-pub fn refresh_kernel_view(dev: &Device) {
+pub(crate) fn refresh_kernel_view(dev: &Device) {
     if dev.kind() == DeviceKind::Block {
         if let Err(e) = dev.reread_partitions() {
             tracing::debug!(
@@ -86,7 +86,7 @@ pub fn refresh_kernel_view(dev: &Device) {
 /// `post` on a disk written earlier, whose partition table is on the disk. A failure resets
 /// the table (a half-applied configuration must not boot: the rule of a failed write), unless
 /// `preserve_on_error`.
-pub fn apply_to_written_disk(
+pub(crate) fn apply_to_written_disk(
     device: &Path,
     post: &PostInstall,
     preserve_on_error: bool,

@@ -27,7 +27,7 @@ use super::http_server::{App, Reply, Request};
 const MACHINE_CONFIGS: &str = "/apis/machineconfiguration.openshift.io/v1/machineconfigs/";
 
 /// A kubeconfig at `dir/kubeconfig` for `server` (http, no credentials); returns its path.
-pub fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
+pub(crate) fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
     let path = dir.join("kubeconfig");
     let text = format!(
         "apiVersion: v1\nkind: Config\n\
@@ -99,7 +99,7 @@ impl State {
 
 /// See the module documentation. Clones share the state.
 #[derive(Clone, Default)]
-pub struct FakeKube {
+pub(crate) struct FakeKube {
     state: Arc<Mutex<State>>,
 }
 
@@ -112,7 +112,7 @@ fn ready_condition(ready: bool) -> Value {
 }
 
 impl FakeKube {
-    pub fn new() -> FakeKube {
+    pub(crate) fn new() -> FakeKube {
         FakeKube::default()
     }
 
@@ -123,7 +123,7 @@ impl FakeKube {
     /// Creates or replaces node `name`, labelled `node-role.kubernetes.io/<role>`, with a
     /// `Ready` condition, an `InternalIP` (none when `internal_ip` is empty) and these
     /// annotations. An existing node keeps its taints.
-    pub fn set_node(
+    pub(crate) fn set_node(
         &self,
         name: &str,
         role: &str,
@@ -164,7 +164,7 @@ impl FakeKube {
         st.nodes.insert(name.to_string(), node);
     }
 
-    pub fn set_node_ready(&self, name: &str, ready: bool) {
+    pub(crate) fn set_node_ready(&self, name: &str, ready: bool) {
         let mut st = self.state();
         let conditions = st.node_mut(name)["status"]["conditions"]
             .as_array_mut()
@@ -175,14 +175,14 @@ impl FakeKube {
     }
 
     /// Adds the label `node-role.kubernetes.io/<role>`.
-    pub fn add_node_role(&self, name: &str, role: &str) {
+    pub(crate) fn add_node_role(&self, name: &str, role: &str) {
         let mut st = self.state();
         st.node_mut(name)["metadata"]["labels"][role_label(role)] = json!("");
         st.touch_node(name);
     }
 
     /// Sets (or, with `None`, removes) an annotation.
-    pub fn set_node_annotation(&self, name: &str, key: &str, value: Option<&str>) {
+    pub(crate) fn set_node_annotation(&self, name: &str, key: &str, value: Option<&str>) {
         let mut st = self.state();
         let annotations = st.node_mut(name)["metadata"]["annotations"]
             .as_object_mut()
@@ -194,7 +194,7 @@ impl FakeKube {
         st.touch_node(name);
     }
 
-    pub fn add_node_taint(&self, name: &str, key: &str, effect: &str) {
+    pub(crate) fn add_node_taint(&self, name: &str, key: &str, effect: &str) {
         let mut st = self.state();
         let node = st.node_mut(name);
         if !node["spec"]["taints"].is_array() {
@@ -208,25 +208,31 @@ impl FakeKube {
     }
 
     /// Taint keys of a node, in order.
-    pub fn node_taints(&self, name: &str) -> Vec<String> {
+    pub(crate) fn node_taints(&self, name: &str) -> Vec<String> {
         let node = self.node_json(name).expect("fake kube: no such node");
         taint_keys(&node)
     }
 
     /// The stored JSON of a node.
-    pub fn node_json(&self, name: &str) -> Option<Value> {
+    pub(crate) fn node_json(&self, name: &str) -> Option<Value> {
         self.state().nodes.get(name).cloned()
     }
 
-    pub fn clear_events(&self, namespace: &str) {
+    pub(crate) fn clear_events(&self, namespace: &str) {
         self.state().events.retain(|(ns, _)| ns != namespace);
     }
 
-    pub fn add_event(&self, namespace: &str, name: &str, reason: &str) {
+    pub(crate) fn add_event(&self, namespace: &str, name: &str, reason: &str) {
         self.add_event_with_message(namespace, name, reason, "");
     }
 
-    pub fn add_event_with_message(&self, namespace: &str, name: &str, reason: &str, message: &str) {
+    pub(crate) fn add_event_with_message(
+        &self,
+        namespace: &str,
+        name: &str,
+        reason: &str,
+        message: &str,
+    ) {
         let mut st = self.state();
         let rv = st.next_version();
         let event = json!({
@@ -241,7 +247,12 @@ impl FakeKube {
     }
 
     /// Creates or replaces a ConfigMap.
-    pub fn set_config_map(&self, namespace: &str, name: &str, data: BTreeMap<String, String>) {
+    pub(crate) fn set_config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+        data: BTreeMap<String, String>,
+    ) {
         let mut st = self.state();
         let rv = st.next_version();
         let cm = json!({
@@ -254,7 +265,7 @@ impl FakeKube {
             .insert((namespace.to_string(), name.to_string()), cm);
     }
 
-    pub fn add_machine_config(&self, name: &str) {
+    pub(crate) fn add_machine_config(&self, name: &str) {
         let mut st = self.state();
         let rv = st.next_version();
         let mc = json!({
@@ -267,14 +278,14 @@ impl FakeKube {
 
     /// Makes the next call with this method whose path starts with `path_prefix` fail with
     /// `status`. Queue several by calling again.
-    pub fn fail_next(&self, method: &str, path_prefix: &str, status: u16) {
+    pub(crate) fn fail_next(&self, method: &str, path_prefix: &str, status: u16) {
         self.state()
             .failures
             .push((method.to_string(), path_prefix.to_string(), status));
     }
 
     /// On the socket: close every connection right after its answer, without saying so.
-    pub fn drop_connections_after_response(&self, on: bool) {
+    pub(crate) fn drop_connections_after_response(&self, on: bool) {
         self.state().hang_up = on;
     }
 

@@ -32,9 +32,9 @@ use serde_json::{json, Value};
 use super::http_server::{App, Reply, Request};
 
 /// Swagger `basePath`.
-pub const BASE_PATH: &str = API_BASE_PATH;
+pub(crate) const BASE_PATH: &str = API_BASE_PATH;
 /// The token the fake expects unless told otherwise.
-pub const DEFAULT_TOKEN: &str = "fake-agent-token-0123456789";
+pub(crate) const DEFAULT_TOKEN: &str = "fake-agent-token-0123456789";
 
 use HostStage::*;
 
@@ -91,7 +91,12 @@ fn stage_order(role: &str) -> &'static [HostStage] {
 }
 
 /// A host object as the service would list it.
-pub fn host_json(id: &str, infra_env_id: &str, role: &str, current_stage: Option<&str>) -> Value {
+pub(crate) fn host_json(
+    id: &str,
+    infra_env_id: &str,
+    role: &str,
+    current_stage: Option<&str>,
+) -> Value {
     let mut host = json!({
         "kind": "Host",
         "id": id,
@@ -152,7 +157,7 @@ struct State {
 
 /// See the module documentation. Clones share the state.
 #[derive(Clone)]
-pub struct FakeService {
+pub(crate) struct FakeService {
     state: Arc<Mutex<State>>,
 }
 
@@ -163,7 +168,7 @@ impl Default for FakeService {
 }
 
 impl FakeService {
-    pub fn new() -> FakeService {
+    pub(crate) fn new() -> FakeService {
         FakeService {
             state: Arc::new(Mutex::new(State {
                 token: DEFAULT_TOKEN.to_string(),
@@ -176,29 +181,29 @@ impl FakeService {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn token(&self) -> String {
+    pub(crate) fn token(&self) -> String {
         self.state().token.clone()
     }
 
-    pub fn set_token(&self, token: &str) {
+    pub(crate) fn set_token(&self, token: &str) {
         self.state().token = token.to_string();
     }
 
     /// The stage order enforced for this host: `master`, `arbiter`, `worker`, `bootstrap` or
     /// `sno`.
-    pub fn set_host_role(&self, host_id: &str, role: &str) {
+    pub(crate) fn set_host_role(&self, host_id: &str, role: &str) {
         self.state()
             .roles
             .insert(host_id.to_string(), role.to_string());
     }
 
-    pub fn set_host_ignition(&self, host_id: &str, bytes: impl Into<Vec<u8>>) {
+    pub(crate) fn set_host_ignition(&self, host_id: &str, bytes: impl Into<Vec<u8>>) {
         self.state()
             .ignitions
             .insert(host_id.to_string(), bytes.into());
     }
 
-    pub fn set_cluster_file(&self, file_name: &str, bytes: impl Into<Vec<u8>>) {
+    pub(crate) fn set_cluster_file(&self, file_name: &str, bytes: impl Into<Vec<u8>>) {
         self.state()
             .files
             .insert(file_name.to_string(), bytes.into());
@@ -206,7 +211,7 @@ impl FakeService {
 
     /// Fields merged (top level) over the default cluster object, e.g.
     /// `json!({"kind": "AddHostsCluster", "platform": {"type": "vsphere"}})`.
-    pub fn set_cluster(&self, fields: Value) {
+    pub(crate) fn set_cluster(&self, fields: Value) {
         let Value::Object(map) = fields else {
             panic!("set_cluster wants a JSON object")
         };
@@ -214,7 +219,7 @@ impl FakeService {
     }
 
     /// A fixed host list (the fields swagger requires are filled in when served).
-    pub fn set_hosts(&self, hosts: Vec<Value>) {
+    pub(crate) fn set_hosts(&self, hosts: Vec<Value>) {
         let mut state = self.state();
         state.hosts = hosts;
         state.hosts_script = None;
@@ -222,19 +227,19 @@ impl FakeService {
 
     /// A host list that changes with each answer: `script(n)` gives the hosts of the n-th
     /// host-list answer. Role filtering is applied afterwards.
-    pub fn set_hosts_script(&self, script: impl FnMut(u64) -> Vec<Value> + Send + 'static) {
+    pub(crate) fn set_hosts_script(&self, script: impl FnMut(u64) -> Vec<Value> + Send + 'static) {
         self.state().hosts_script = Some(Box::new(script));
     }
 
     /// The next `n` calls (any path) get `status`; calls queue up.
-    pub fn fail_next(&self, n: usize, status: u16) {
+    pub(crate) fn fail_next(&self, n: usize, status: u16) {
         self.state()
             .fail_next
             .extend(std::iter::repeat_n(status, n));
     }
 
     /// Every call whose full path contains `path_substring` gets `status`.
-    pub fn fail_path(&self, path_substring: &str, status: u16) {
+    pub(crate) fn fail_path(&self, path_substring: &str, status: u16) {
         self.state()
             .fail_paths
             .push((path_substring.to_string(), status));
@@ -242,12 +247,12 @@ impl FakeService {
 
     /// The calls made in memory, as `METHOD /path?query` below the base path (the socket's
     /// requests are in the server's log).
-    pub fn calls(&self) -> Vec<String> {
+    pub(crate) fn calls(&self) -> Vec<String> {
         self.state().calls.clone()
     }
 
     /// Accepted progress reports of a host: (stage, info), in order.
-    pub fn progress_reports(&self, host_id: &str) -> Vec<(String, String)> {
+    pub(crate) fn progress_reports(&self, host_id: &str) -> Vec<(String, String)> {
         self.state()
             .progress
             .get(host_id)
@@ -256,12 +261,12 @@ impl FakeService {
     }
 
     /// Accepted host logs-progress updates: (host_id, logs_state).
-    pub fn host_logs_reports(&self) -> Vec<(String, String)> {
+    pub(crate) fn host_logs_reports(&self) -> Vec<(String, String)> {
         self.state().host_logs.clone()
     }
 
     /// Accepted cluster logs-progress updates: (cluster_id, logs_state).
-    pub fn cluster_logs_reports(&self) -> Vec<(String, String)> {
+    pub(crate) fn cluster_logs_reports(&self) -> Vec<(String, String)> {
         self.state().cluster_logs.clone()
     }
 

@@ -11,14 +11,14 @@ use std::sync::{Arc, Mutex};
 
 /// One whole write the flow asked for.
 #[derive(Clone, Debug)]
-pub struct WriteCall {
+pub(crate) struct WriteCall {
     pub device: PathBuf,
     pub ignition: PathBuf,
     pub args: WriterArgs,
 }
 
 #[derive(Default)]
-pub struct FakeWriter {
+pub(crate) struct FakeWriter {
     pub calls: Mutex<Vec<WriteCall>>,
     /// Whole writes that fail before succeeding.
     pub failures: AtomicU32,
@@ -38,7 +38,7 @@ fn take_one(n: &AtomicU32) -> bool {
 }
 
 impl FakeWriter {
-    pub fn events(&self) -> Vec<String> {
+    pub(crate) fn events(&self) -> Vec<String> {
         self.events.lock().unwrap().clone()
     }
 
@@ -136,7 +136,7 @@ impl PendingDisk for FakePending {
     }
 }
 
-pub fn path_of(events: &[String], prefix: &str) -> Option<PathBuf> {
+pub(crate) fn path_of(events: &[String], prefix: &str) -> Option<PathBuf> {
     events
         .iter()
         .find_map(|e| e.strip_prefix(prefix).map(PathBuf::from))

@@ -22,11 +22,11 @@ use assisted_installer::service::reporter::Reporter;
 
 use super::fake_service::DEFAULT_TOKEN;
 
-pub const CLUSTER: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
-pub const INFRA: &str = "6a2b3c4d-5e6f-4a70-8b9c-0d1e2f3a4b5c";
-pub const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
+pub(crate) const CLUSTER: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
+pub(crate) const INFRA: &str = "6a2b3c4d-5e6f-4a70-8b9c-0d1e2f3a4b5c";
+pub(crate) const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
 
-pub struct FlowBuilder {
+pub(crate) struct FlowBuilder {
     role: String,
     dir: PathBuf,
     service: Arc<dyn InventoryClient>,
@@ -53,7 +53,7 @@ pub struct FlowBuilder {
 impl FlowBuilder {
     /// `--role role` for host [`HOST`] of cluster [`CLUSTER`], installing onto /dev/vda through
     /// `writer`, talking to `service`, with its files under `dir`.
-    pub fn new(
+    pub(crate) fn new(
         role: &str,
         dir: &Path,
         service: Arc<dyn InventoryClient>,
@@ -85,78 +85,78 @@ impl FlowBuilder {
     }
 
     /// `PULL_SECRET_TOKEN` (default: the fake service's).
-    pub fn token(mut self, token: &str) -> Self {
+    pub(crate) fn token(mut self, token: &str) -> Self {
         self.token = token.into();
         self
     }
-    pub fn commands(mut self, commands: Arc<dyn CommandRunner>) -> Self {
+    pub(crate) fn commands(mut self, commands: Arc<dyn CommandRunner>) -> Self {
         self.commands = commands;
         self
     }
     /// Default: `shutdown -r` through the host commands.
-    pub fn reboot(mut self, reboot: Arc<dyn Rebooter>) -> Self {
+    pub(crate) fn reboot(mut self, reboot: Arc<dyn Rebooter>) -> Self {
         self.reboot = Some(reboot);
         self
     }
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
     /// The API the flow finds behind the kubeconfig bootkube writes (which must exist).
-    pub fn kube(mut self, kube: Arc<dyn KubeApi>) -> Self {
+    pub(crate) fn kube(mut self, kube: Arc<dyn KubeApi>) -> Self {
         self.kube = Some(kube);
         self
     }
-    pub fn boot_device(mut self, device: &Path) -> Self {
+    pub(crate) fn boot_device(mut self, device: &Path) -> Self {
         self.boot_device = device.display().to_string();
         self
     }
-    pub fn installer_args(mut self, args: &[&str]) -> Self {
+    pub(crate) fn installer_args(mut self, args: &[&str]) -> Self {
         self.installer_args = args.iter().map(|a| a.to_string()).collect();
         self
     }
-    pub fn mco_image(mut self, image: &str) -> Self {
+    pub(crate) fn mco_image(mut self, image: &str) -> Self {
         self.mco_image = image.into();
         self
     }
-    pub fn control_plane_count(mut self, count: i64) -> Self {
+    pub(crate) fn control_plane_count(mut self, count: i64) -> Self {
         self.control_plane_count = count;
         self
     }
-    pub fn dry_run(mut self) -> Self {
+    pub(crate) fn dry_run(mut self) -> Self {
         self.dry_run = true;
         self
     }
-    pub fn skip_disk_cleanup(mut self) -> Self {
+    pub(crate) fn skip_disk_cleanup(mut self) -> Self {
         self.skip_disk_cleanup = true;
         self
     }
-    pub fn format_disks(mut self, disks: &[&str]) -> Self {
+    pub(crate) fn format_disks(mut self, disks: &[&str]) -> Self {
         self.format_disks = disks.iter().map(|d| d.to_string()).collect();
         self
     }
     /// A host path (read through the host root); default: a path under the directory that
     /// does not exist.
-    pub fn registry_marker(mut self, path: &Path) -> Self {
+    pub(crate) fn registry_marker(mut self, path: &Path) -> Self {
         self.registry_marker = Some(path.to_path_buf());
         self
     }
-    pub fn host_root(mut self, root: Result<HostRoot, Unreachable>) -> Self {
+    pub(crate) fn host_root(mut self, root: Result<HostRoot, Unreachable>) -> Self {
         self.host_root = root;
         self
     }
-    pub fn intervals(mut self, intervals: Intervals) -> Self {
+    pub(crate) fn intervals(mut self, intervals: Intervals) -> Self {
         self.intervals = intervals;
         self
     }
 
     /// Whether the bootstrap and single-node disks are streamed early (default: yes).
-    pub fn early_write(mut self, early: bool) -> Self {
+    pub(crate) fn early_write(mut self, early: bool) -> Self {
         self.early_write = early;
         self
     }
 
-    pub fn build(self) -> Flow {
+    pub(crate) fn build(self) -> Flow {
         let mut cfg = InstallerConfig {
             role: self.role.parse::<Role>().expect("a role"),
             cluster_id: CLUSTER.into(),

@@ -43,10 +43,10 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Fixed `Last-Modified` value sent on every route answer. An `If-Range` carrying exactly this
 /// date matches.
-pub const LAST_MODIFIED: &str = "Mon, 01 Jan 2024 00:00:00 GMT";
+pub(crate) const LAST_MODIFIED: &str = "Mon, 01 Jan 2024 00:00:00 GMT";
 
 /// How long a [`Fault::StallAfter`] answer keeps its socket open (unless the server is dropped).
-pub const STALL_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const STALL_LIMIT: Duration = Duration::from_secs(60);
 
 /// File bodies go out in chunks of this size (on loopback 1 MiB beats smaller ones).
 const COPY_CHUNK: usize = 1 << 20;
@@ -54,7 +54,7 @@ const THROTTLE_MAX_CHUNK: u64 = 64 * 1024;
 
 /// What a route serves.
 #[derive(Clone, Debug)]
-pub enum Content {
+pub(crate) enum Content {
     /// A file on disk, opened (and its size taken) anew for every request.
     File(PathBuf),
     Bytes(Bytes),
@@ -64,7 +64,7 @@ pub enum Content {
 /// outright; otherwise the smallest `CutAfter`/`StallAfter` limit applies (a cut wins a tie),
 /// the lowest `Throttle` rate applies and every `CorruptByte` is applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// Answer this status with a short `text/plain` body.
     Status(u16),
     /// Send the headers (with the full `Content-Length`), N body bytes, then close the socket.
@@ -81,7 +81,7 @@ pub enum Fault {
 
 /// A served resource and its fault script.
 #[derive(Clone, Debug)]
-pub struct Route {
+pub(crate) struct Route {
     pub content: Content,
     /// `faults[i]` applies to the i-th request (0-based) of this path; later ones get none.
     pub faults: Vec<Vec<Fault>>,
@@ -92,10 +92,10 @@ pub struct Route {
 }
 
 impl Route {
-    pub fn file(path: impl Into<PathBuf>) -> Route {
+    pub(crate) fn file(path: impl Into<PathBuf>) -> Route {
         Route::new(Content::File(path.into()))
     }
-    pub fn bytes(data: impl Into<Vec<u8>>) -> Route {
+    pub(crate) fn bytes(data: impl Into<Vec<u8>>) -> Route {
         Route::new(Content::Bytes(Bytes::from(data.into())))
     }
     fn new(content: Content) -> Route {
@@ -106,15 +106,15 @@ impl Route {
             etag: None,
         }
     }
-    pub fn with_faults(mut self, faults: Vec<Vec<Fault>>) -> Route {
+    pub(crate) fn with_faults(mut self, faults: Vec<Vec<Fault>>) -> Route {
         self.faults = faults;
         self
     }
-    pub fn with_sticky(mut self, sticky: Vec<Fault>) -> Route {
+    pub(crate) fn with_sticky(mut self, sticky: Vec<Fault>) -> Route {
         self.sticky = sticky;
         self
     }
-    pub fn with_etag(mut self, etag: impl Into<String>) -> Route {
+    pub(crate) fn with_etag(mut self, etag: impl Into<String>) -> Route {
         self.etag = Some(etag.into());
         self
     }
@@ -122,7 +122,7 @@ impl Route {
 
 /// A request as received.
 #[derive(Clone, Debug)]
-pub struct Request {
+pub(crate) struct Request {
     pub method: String,
     /// Without the query string.
     pub path: String,
@@ -135,7 +135,7 @@ pub struct Request {
 
 impl Request {
     /// First value of a header (name matched case-insensitively).
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -143,7 +143,7 @@ impl Request {
     }
 
     /// The query's pairs, percent-decoded (`+` is a space), by the `url` crate.
-    pub fn query_pairs(&self) -> Vec<(String, String)> {
+    pub(crate) fn query_pairs(&self) -> Vec<(String, String)> {
         let url = reqwest::Url::parse(&format!("http://query.invalid/?{}", self.query))
             .expect("a query string");
         url.query_pairs()
@@ -152,25 +152,25 @@ impl Request {
     }
 
     /// A query parameter, percent-decoded.
-    pub fn query_param(&self, name: &str) -> Option<String> {
+    pub(crate) fn query_param(&self, name: &str) -> Option<String> {
         self.query_pairs()
             .into_iter()
             .find_map(|(k, v)| (k == name).then_some(v))
     }
 
-    pub fn body_text(&self) -> String {
+    pub(crate) fn body_text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
     /// The body as JSON (`Null` when it is not JSON).
-    pub fn body_json(&self) -> serde_json::Value {
+    pub(crate) fn body_json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
     }
 }
 
 /// One request and how it was answered.
 #[derive(Clone, Debug)]
-pub struct RequestLog {
+pub(crate) struct RequestLog {
     pub request: Request,
     pub status: u16,
     /// Body bytes handed to the connection so far (final once the answer ended).
@@ -185,7 +185,7 @@ impl std::ops::Deref for RequestLog {
 }
 
 /// What answers the paths that are not routes.
-pub trait App: Send + Sync + 'static {
+pub(crate) trait App: Send + Sync + 'static {
     fn handle(&self, request: &Request) -> Reply;
     /// Keep connections open between requests (the Kubernetes API server does).
     fn keep_alive(&self) -> bool {
@@ -195,7 +195,7 @@ pub trait App: Send + Sync + 'static {
 
 /// An application's answer.
 #[derive(Clone, Debug)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub content_type: Option<&'static str>,
     pub body: Vec<u8>,
@@ -205,7 +205,7 @@ pub struct Reply {
 }
 
 impl Reply {
-    pub fn empty(status: u16) -> Reply {
+    pub(crate) fn empty(status: u16) -> Reply {
         Reply {
             status,
             content_type: None,
@@ -214,7 +214,7 @@ impl Reply {
         }
     }
 
-    pub fn json(status: u16, value: &serde_json::Value) -> Reply {
+    pub(crate) fn json(status: u16, value: &serde_json::Value) -> Reply {
         Reply {
             content_type: Some("application/json"),
             body: serde_json::to_vec(value).unwrap(),
@@ -222,7 +222,7 @@ impl Reply {
         }
     }
 
-    pub fn bytes(bytes: Vec<u8>) -> Reply {
+    pub(crate) fn bytes(bytes: Vec<u8>) -> Reply {
         Reply {
             content_type: Some("application/octet-stream"),
             body: bytes,
@@ -258,7 +258,7 @@ impl Shared {
 type Pause = (Duration, std::sync::mpsc::Sender<()>);
 
 /// The server. Dropping it closes every socket.
-pub struct TestServer {
+pub(crate) struct TestServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
     pause: Option<tokio::sync::mpsc::UnboundedSender<Pause>>,
@@ -267,17 +267,17 @@ pub struct TestServer {
 
 impl TestServer {
     /// Routes only, on an ephemeral port of 127.0.0.1.
-    pub fn start() -> TestServer {
+    pub(crate) fn start() -> TestServer {
         Self::launch(([127, 0, 0, 1], 0).into(), None)
     }
 
     /// `app` answers every path that is not a route.
-    pub fn with_app(app: impl App) -> TestServer {
+    pub(crate) fn with_app(app: impl App) -> TestServer {
         Self::launch(([127, 0, 0, 1], 0).into(), Some(Arc::new(app)))
     }
 
     /// As [`TestServer::with_app`] on a given address (e.g. one a client is already trying).
-    pub fn with_app_on(addr: SocketAddr, app: impl App) -> TestServer {
+    pub(crate) fn with_app_on(addr: SocketAddr, app: impl App) -> TestServer {
         Self::launch(addr, Some(Arc::new(app)))
     }
 
@@ -309,37 +309,37 @@ impl TestServer {
         }
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// `http://127.0.0.1:PORT`
-    pub fn base_url(&self) -> String {
+    pub(crate) fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// `/x` → `http://127.0.0.1:PORT/x`
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url())
     }
 
     /// Adds or replaces a route (replacing resets its request count).
-    pub fn route(&self, path: &str, route: Route) {
+    pub(crate) fn route(&self, path: &str, route: Route) {
         lock(&self.shared.routes).insert(path.to_string(), RouteState { route, hits: 0 });
     }
 
     /// Serves a file without faults; returns its URL.
-    pub fn serve_file(&self, path: &str, file: impl Into<PathBuf>) -> String {
+    pub(crate) fn serve_file(&self, path: &str, file: impl Into<PathBuf>) -> String {
         self.route(path, Route::file(file));
         self.url(path)
     }
 
     /// Every request so far, in arrival order.
-    pub fn requests(&self) -> Vec<RequestLog> {
+    pub(crate) fn requests(&self) -> Vec<RequestLog> {
         lock(&self.shared.log).clone()
     }
 
-    pub fn requests_for(&self, path: &str) -> Vec<RequestLog> {
+    pub(crate) fn requests_for(&self, path: &str) -> Vec<RequestLog> {
         self.requests()
             .into_iter()
             .filter(|r| r.path == path)
@@ -347,13 +347,13 @@ impl TestServer {
     }
 
     /// How many requests the current route at `path` has answered.
-    pub fn request_count(&self, path: &str) -> usize {
+    pub(crate) fn request_count(&self, path: &str) -> usize {
         lock(&self.shared.routes).get(path).map_or(0, |r| r.hits)
     }
 
     /// Closes the listening socket for `duration` (connections are refused), then listens on
     /// the same port again. Returns once the socket is closed.
-    pub fn unavailable_for(&self, duration: Duration) {
+    pub(crate) fn unavailable_for(&self, duration: Duration) {
         let (closed, wait) = std::sync::mpsc::channel();
         if let Some(pause) = &self.pause {
             pause

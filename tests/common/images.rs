@@ -4,7 +4,7 @@ use assisted_installer::disk::gpt::{empty_table, WINDOW};
 use std::io::Write;
 
 /// Deterministic, moderately compressible bytes.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..len)
         .map(|i| {
@@ -24,7 +24,7 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 /// A disk image of `size` bytes (a multiple of `ss`) with a valid, empty GPT at `ss`-byte sectors
 /// and pattern data everywhere outside the GPT structures, including in the first MiB.
-pub fn gpt_image(size: u64, ss: u64, seed: u64) -> Vec<u8> {
+pub(crate) fn gpt_image(size: u64, ss: u64, seed: u64) -> Vec<u8> {
     assert_eq!(size % ss, 0);
     let w = empty_table(size, ss).unwrap();
     let mut img = pattern(size as usize, seed);
@@ -37,13 +37,13 @@ pub fn gpt_image(size: u64, ss: u64, seed: u64) -> Vec<u8> {
     img
 }
 
-pub fn gz(data: &[u8]) -> Vec<u8> {
+pub(crate) fn gz(data: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     e.write_all(data).unwrap();
     e.finish().unwrap()
 }
 
-pub fn xz(data: &[u8]) -> Vec<u8> {
+pub(crate) fn xz(data: &[u8]) -> Vec<u8> {
     let stream = liblzma::stream::MtStreamBuilder::new()
         .threads(2)
         .block_size(1 << 20)
@@ -55,14 +55,14 @@ pub fn xz(data: &[u8]) -> Vec<u8> {
     e.finish().unwrap()
 }
 
-pub fn zst(data: &[u8]) -> Vec<u8> {
+pub(crate) fn zst(data: &[u8]) -> Vec<u8> {
     let mut e = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
     e.include_checksum(true).unwrap();
     e.write_all(data).unwrap();
     e.finish().unwrap()
 }
 
-pub fn sha256_hex(data: &[u8]) -> String {
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(data)
         .iter()
@@ -74,7 +74,7 @@ pub fn sha256_hex(data: &[u8]) -> String {
 /// the GPT fix-up rewrites by design (the protective MBR's partition record, the primary header
 /// at LBA 1, and the image's own backup table at its end), with the same disk GUID and the
 /// same partition entries in the disk's table.
-pub fn assert_image_on_disk(disk: &[u8], img: &[u8], ss: u64) {
+pub(crate) fn assert_image_on_disk(disk: &[u8], img: &[u8], ss: u64) {
     let ss = ss as usize;
     let array = (128 * 128usize).div_ceil(ss) * ss;
     let end_of_data = img.len() - array - ss;

@@ -33,7 +33,7 @@ fi
 exec "$@"
 "#;
 
-pub struct LiveLayout {
+pub(crate) struct LiveLayout {
     pub sysroot: PathBuf,
     /// Copied into /run/coreos-installer/osmet, in this order.
     pub osmets: Vec<PathBuf>,
@@ -45,7 +45,7 @@ pub struct LiveLayout {
 }
 
 impl LiveLayout {
-    pub fn new(sysroot: &Path, osmets: &[PathBuf]) -> LiveLayout {
+    pub(crate) fn new(sysroot: &Path, osmets: &[PathBuf]) -> LiveLayout {
         std::fs::create_dir_all("/sysroot").unwrap();
         let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         for d in ["upper", "work", "bin"] {
@@ -65,7 +65,7 @@ impl LiveLayout {
     }
 
     /// `program args…` inside the live layout.
-    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+    pub(crate) fn command(&self, program: impl AsRef<OsStr>) -> Command {
         let osmets: Vec<String> = self
             .osmets
             .iter()

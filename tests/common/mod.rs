@@ -3,12 +3,12 @@
 //! `Flow` builder and disk writer, small synthetic GPT images, root and loop-device helpers.
 #![allow(dead_code)]
 
-pub mod fake_kube;
-pub mod fake_service;
-pub mod fake_writer;
-pub mod flow_builder;
-pub mod http_server;
-pub mod images;
-pub mod live_ns;
-pub mod osmet_pack;
-pub mod root;
+pub(crate) mod fake_kube;
+pub(crate) mod fake_service;
+pub(crate) mod fake_writer;
+pub(crate) mod flow_builder;
+pub(crate) mod http_server;
+pub(crate) mod images;
+pub(crate) mod live_ns;
+pub(crate) mod osmet_pack;
+pub(crate) mod root;

@@ -11,7 +11,7 @@ use sha2::Digest;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub struct Packed {
+pub(crate) struct Packed {
     pub osmet: PathBuf,
     pub repo: PathBuf,
     /// Image offset and path of every object extent, in image order.
@@ -21,7 +21,7 @@ pub struct Packed {
 /// Pack `image` as an osmet file `<osmet_dir>/<name>` for `arch` and `ss`-byte sectors, with
 /// the objects under `<repo>/objects`. The image is changed where an object's last extent runs
 /// past its end: those bytes become zeros, as a filesystem block's slack is.
-pub fn pack(
+pub(crate) fn pack(
     image: &mut [u8],
     ss: u32,
     arch: &str,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Whether a root-only test can run here; prints why not, or panics under AI_REQUIRE_ROOT_TESTS.
-pub fn have_root(test: &str) -> bool {
+pub(crate) fn have_root(test: &str) -> bool {
     let euid = nix::unistd::geteuid();
     let losetup = Command::new("losetup").arg("--version").output().is_ok();
     if euid.is_root() && losetup {
@@ -23,7 +23,7 @@ pub fn have_root(test: &str) -> bool {
     false
 }
 
-pub fn run(cmd: &mut Command) -> String {
+pub(crate) fn run(cmd: &mut Command) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
@@ -37,19 +37,19 @@ pub fn run(cmd: &mut Command) -> String {
 }
 
 /// A loop device over a sparse backing file, detached (and the file removed) on drop.
-pub struct LoopDev {
+pub(crate) struct LoopDev {
     pub path: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl LoopDev {
-    pub fn new(size: u64, sector_size: u64) -> LoopDev {
+    pub(crate) fn new(size: u64, sector_size: u64) -> LoopDev {
         Self::with_flags(size, sector_size, &[])
     }
 
     /// With extra losetup flags, e.g. `--partscan` (then BLKRRPART succeeds, and on a kernel
     /// without partition parsers still creates nothing).
-    pub fn with_flags(size: u64, sector_size: u64, flags: &[&str]) -> LoopDev {
+    pub(crate) fn with_flags(size: u64, sector_size: u64, flags: &[&str]) -> LoopDev {
         let dir = tempfile::Builder::new()
             .prefix("loopdev")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -70,7 +70,7 @@ impl LoopDev {
         }
     }
 
-    pub fn read(&self, offset: u64, len: usize) -> Vec<u8> {
+    pub(crate) fn read(&self, offset: u64, len: usize) -> Vec<u8> {
         use std::os::unix::fs::FileExt;
         let f = std::fs::File::open(&self.path).unwrap();
         let mut buf = vec![0u8; len];
@@ -78,7 +78,7 @@ impl LoopDev {
         buf
     }
 
-    pub fn write(&self, offset: u64, data: &[u8]) {
+    pub(crate) fn write(&self, offset: u64, data: &[u8]) {
         use std::os::unix::fs::FileExt;
         let f = std::fs::OpenOptions::new()
             .write(true)
@@ -97,7 +97,7 @@ impl Drop for LoopDev {
 }
 
 /// `sgdisk -v` output, asserting it found no problems.
-pub fn sgdisk_verify(dev: &Path) -> String {
+pub(crate) fn sgdisk_verify(dev: &Path) -> String {
     let out = run(Command::new("sgdisk").arg("-v").arg(dev));
     assert!(
         out.contains("No problems found"),
@@ -108,7 +108,7 @@ pub fn sgdisk_verify(dev: &Path) -> String {
 }
 
 /// The device holds an empty, valid GPT at `ss`-byte sectors: nothing on it can boot.
-pub fn assert_empty_gpt(dev: &Path, ss: u64) {
+pub(crate) fn assert_empty_gpt(dev: &Path, ss: u64) {
     sgdisk_verify(dev);
     let mut f = std::fs::File::open(dev).unwrap();
     let gpt = gptman::GPT::read_from(&mut f, ss).expect("a valid GPT");

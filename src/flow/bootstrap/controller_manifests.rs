@@ -22,12 +22,12 @@ use std::path::Path;
 use crate::config::InstallerConfig;
 use crate::postinstall::ignition::{write_secret_file, Existing};
 
-pub const NAMESPACE: &str = "assisted-installer";
-pub const NAME: &str = "assisted-installer-controller";
+pub(crate) const NAMESPACE: &str = "assisted-installer";
+pub(crate) const NAME: &str = "assisted-installer-controller";
 
 /// What the manifests carry.
 #[derive(Clone)]
-pub struct ControllerSettings {
+pub(crate) struct ControllerSettings {
     pub cluster_id: String,
     pub inventory_url: String,
     pub skip_cert_verification: bool,
@@ -54,7 +54,7 @@ impl std::fmt::Debug for ControllerSettings {
 }
 
 impl ControllerSettings {
-    pub fn from_config(cfg: &InstallerConfig, token: &str, single_node: bool) -> Self {
+    pub(crate) fn from_config(cfg: &InstallerConfig, token: &str, single_node: bool) -> Self {
         ControllerSettings {
             cluster_id: cfg.cluster_id.clone(),
             inventory_url: cfg.url.clone(),
@@ -100,7 +100,7 @@ fn strings<const N: usize>(pairs: [(&str, &str); N]) -> BTreeMap<String, String>
 }
 
 /// The controller's settings, read by the Job's environment.
-pub fn config_map(s: &ControllerSettings) -> ConfigMap {
+pub(crate) fn config_map(s: &ControllerSettings) -> ConfigMap {
     ConfigMap {
         metadata: meta(&format!("{NAME}-config"), Some(NAMESPACE)),
         data: Some(strings([
@@ -123,7 +123,7 @@ pub fn config_map(s: &ControllerSettings) -> ConfigMap {
 }
 
 /// The agent token, mounted into the controller.
-pub fn secret(s: &ControllerSettings) -> Secret {
+pub(crate) fn secret(s: &ControllerSettings) -> Secret {
     Secret {
         metadata: meta(&format!("{NAME}-secret"), Some(NAMESPACE)),
         type_: Some("Opaque".into()),
@@ -150,7 +150,7 @@ fn env_value(name: &str, value: &str) -> EnvVar {
 }
 
 /// The Job running the controller on a master, on the host network.
-pub fn job(s: &ControllerSettings) -> Job {
+pub(crate) fn job(s: &ControllerSettings) -> Job {
     let from_config = [
         ("CLUSTER_ID", "cluster-id"),
         ("INVENTORY_URL", "inventory-url"),
@@ -263,7 +263,7 @@ pub fn job(s: &ControllerSettings) -> Job {
 }
 
 /// Privileged: the controller runs on the host network.
-pub fn namespace() -> Namespace {
+pub(crate) fn namespace() -> Namespace {
     let privileged = "privileged";
     Namespace {
         metadata: ObjectMeta {
@@ -280,7 +280,7 @@ pub fn namespace() -> Namespace {
     }
 }
 
-pub fn service_account() -> ServiceAccount {
+pub(crate) fn service_account() -> ServiceAccount {
     ServiceAccount {
         metadata: meta(NAME, Some(NAMESPACE)),
         ..ServiceAccount::default()
@@ -288,7 +288,7 @@ pub fn service_account() -> ServiceAccount {
 }
 
 /// Cluster-wide: it approves CSRs, labels nodes, reads operators.
-pub fn cluster_role() -> ClusterRole {
+pub(crate) fn cluster_role() -> ClusterRole {
     let all = || Some(vec!["*".to_string()]);
     ClusterRole {
         metadata: meta(NAME, None),
@@ -309,7 +309,7 @@ pub fn cluster_role() -> ClusterRole {
     }
 }
 
-pub fn cluster_role_binding() -> ClusterRoleBinding {
+pub(crate) fn cluster_role_binding() -> ClusterRoleBinding {
     ClusterRoleBinding {
         metadata: meta(NAME, None),
         role_ref: RoleRef {
@@ -327,7 +327,7 @@ pub fn cluster_role_binding() -> ClusterRoleBinding {
 }
 
 /// Lets the controller reach the API and the service.
-pub fn network_policy() -> NetworkPolicy {
+pub(crate) fn network_policy() -> NetworkPolicy {
     NetworkPolicy {
         metadata: meta(NAME, Some(NAMESPACE)),
         spec: Some(NetworkPolicySpec {
@@ -341,7 +341,7 @@ pub fn network_policy() -> NetworkPolicy {
 
 /// Every manifest as YAML (what cluster-bootstrap reads from the manifests directory), by file
 /// name.
-pub fn manifests(s: &ControllerSettings) -> Result<Vec<(&'static str, String)>> {
+pub(crate) fn manifests(s: &ControllerSettings) -> Result<Vec<(&'static str, String)>> {
     fn yaml<T: serde::Serialize>(name: &'static str, object: &T) -> Result<(&'static str, String)> {
         let text = serde_saphyr::to_string(object).with_context(|| format!("rendering {name}"))?;
         Ok((name, text))
@@ -368,7 +368,7 @@ pub fn manifests(s: &ControllerSettings) -> Result<Vec<(&'static str, String)>> 
 const SECRET_FILE: &str = "assisted-installer-controller-secret.yaml";
 
 /// Write every manifest into `dir` (created if needed); the Secret is private from the start.
-pub fn render_manifests(dir: &Path, s: &ControllerSettings) -> Result<()> {
+pub(crate) fn render_manifests(dir: &Path, s: &ControllerSettings) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (name, text) in manifests(s)? {
         let path = dir.join(name);

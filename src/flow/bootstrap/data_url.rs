@@ -9,14 +9,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use flate2::read::MultiGzDecoder;
 use std::io::Read;
 
-/// The media type RFC 2397 implies when the URL names none (`data:,…` or `data:;base64,…`).
-pub const DEFAULT_MEDIA_TYPE: &str = "text/plain;charset=US-ASCII";
-
 /// A parsed `data:` URL.
 #[derive(Clone, PartialEq, Eq)]
-pub struct DataUrl {
-    /// The media type with its parameters (without `;base64`), or [`DEFAULT_MEDIA_TYPE`] when
-    /// the URL gives none.
+pub(crate) struct DataUrl {
+    /// The media type with its parameters (without `;base64`), or RFC 2397's
+    /// `text/plain;charset=US-ASCII` when the URL gives none.
     pub media_type: String,
     /// The payload after percent- and base64-decoding.
     pub data: Vec<u8>,
@@ -33,7 +30,7 @@ impl std::fmt::Debug for DataUrl {
 }
 
 /// True when `url` uses the `data:` scheme (compared case-insensitively, as URL schemes are).
-pub fn is_data_url(url: &str) -> bool {
+pub(crate) fn is_data_url(url: &str) -> bool {
     url.get(..5)
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("data:"))
 }
@@ -45,7 +42,7 @@ pub fn is_data_url(url: &str) -> bool {
 /// Two differences from the WHATWG algorithm keep what Ignition's Go decoder does: a `%` that
 /// does not start a two-hex-digit escape is an error (not a literal `%`), and a `#` is data (not
 /// the start of a fragment).
-pub fn parse(url: &str) -> Result<DataUrl> {
+pub(crate) fn parse(url: &str) -> Result<DataUrl> {
     if !is_data_url(url) {
         bail!("not a data URL: it does not start with \"data:\"");
     }
@@ -71,18 +68,18 @@ pub fn parse(url: &str) -> Result<DataUrl> {
 }
 
 /// The payload of a `data:` URL.
-pub fn decode(url: &str) -> Result<Vec<u8>> {
+pub(crate) fn decode(url: &str) -> Result<Vec<u8>> {
     Ok(parse(url)?.data)
 }
 
 /// The payload of a `data:` URL, decompressed as an Ignition resource's `compression` field says.
-pub fn decode_with_compression(url: &str, compression: Option<&str>) -> Result<Vec<u8>> {
+pub(crate) fn decode_with_compression(url: &str, compression: Option<&str>) -> Result<Vec<u8>> {
     decompress(decode(url)?, compression)
 }
 
 /// Apply an Ignition `compression` value: absent or `""` means none, `"gzip"` means gzip
 /// (concatenated gzip members are accepted, as Go's gzip reader does). Anything else is an error.
-pub fn decompress(data: Vec<u8>, compression: Option<&str>) -> Result<Vec<u8>> {
+pub(crate) fn decompress(data: Vec<u8>, compression: Option<&str>) -> Result<Vec<u8>> {
     match compression {
         None | Some("") => Ok(data),
         Some("gzip") => {
@@ -133,6 +130,9 @@ fn first_non_base64(payload: &str) -> Option<usize> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// What a data URL without a media type means (RFC 2397).
+    const DEFAULT_MEDIA_TYPE: &str = "text/plain;charset=US-ASCII";
     use flate2::write::GzEncoder;
     use flate2::Compression;
     use std::io::Write;

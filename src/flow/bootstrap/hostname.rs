@@ -8,7 +8,7 @@
 use uuid::Uuid;
 
 /// Prefix of the replacement hostname, as the Go installer spells it.
-pub const RANDOM_HOSTNAME_PREFIX: &str = "random-hostname-";
+pub(crate) const RANDOM_HOSTNAME_PREFIX: &str = "random-hostname-";
 
 /// True when `hostname` must be replaced: it is `localhost`, or it does not match
 /// `^[a-z0-9][a-z0-9\-.]{0,61}[a-z0-9]$`.
@@ -17,12 +17,12 @@ pub const RANDOM_HOSTNAME_PREFIX: &str = "random-hostname-";
 /// letters make it invalid, as they do for the Go regex. Callers that read a file should trim it.
 /// A one-character name does not match the pattern (it needs a first and a last character) and is
 /// therefore replaced too, exactly like the Go installer does.
-pub fn needs_random_hostname(hostname: &str) -> bool {
+pub(crate) fn needs_random_hostname(hostname: &str) -> bool {
     hostname == "localhost" || !matches_hostname_pattern(hostname)
 }
 
 /// `random-hostname-<uuid4>`: 52 characters, all of them allowed by the pattern above.
-pub fn random_hostname() -> String {
+pub(crate) fn random_hostname() -> String {
     format!("{RANDOM_HOSTNAME_PREFIX}{}", Uuid::new_v4())
 }
 

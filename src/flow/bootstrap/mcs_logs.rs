@@ -32,7 +32,7 @@ const IGNITION_USER_AGENT: &str = "User-Agent:\"Ignition";
 
 /// A host the configuring goroutine still watches: its id, its role and its inventory addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct McsHost {
+pub(crate) struct McsHost {
     pub id: String,
     /// `None` when the service sent no role.
     pub role: Option<Role>,
@@ -45,7 +45,7 @@ pub struct McsHost {
 ///
 /// (The controller, which runs later on the cluster, reports `Configuring` for every role; that
 /// variant is not needed here.)
-pub fn status_for(role: Option<&Role>) -> HostStage {
+pub(crate) fn status_for(role: Option<&Role>) -> HostStage {
     if role == Some(&Role::Worker) {
         HostStage::WaitingForIgnition
     } else {
@@ -56,7 +56,7 @@ pub fn status_for(role: Option<&Role>) -> HostStage {
 /// True for the stages in which the bootstrap no longer checks a host (it stops watching hosts
 /// that reached them): Configuring, Joined, Done and Waiting for ignition. `None`: no stage
 /// yet, or one this build does not know.
-pub fn is_past_ignition_fetch(stage: Option<HostStage>) -> bool {
+pub(crate) fn is_past_ignition_fetch(stage: Option<HostStage>) -> bool {
     matches!(
         stage,
         Some(
@@ -69,7 +69,10 @@ pub fn is_past_ignition_fetch(stage: Option<HostStage>) -> bool {
 }
 
 /// The hosts of `hosts` that fetched their ignition according to `mcs_log`, in input order.
-pub fn hosts_that_fetched_ignition<'a>(mcs_log: &str, hosts: &'a [McsHost]) -> Vec<&'a McsHost> {
+pub(crate) fn hosts_that_fetched_ignition<'a>(
+    mcs_log: &str,
+    hosts: &'a [McsHost],
+) -> Vec<&'a McsHost> {
     let fetched = ignition_fetch_addresses(mcs_log);
     hosts
         .iter()
@@ -77,14 +80,9 @@ pub fn hosts_that_fetched_ignition<'a>(mcs_log: &str, hosts: &'a [McsHost]) -> V
         .collect()
 }
 
-/// Whether any of `ips` fetched its ignition according to `mcs_log`.
-pub fn fetched_ignition<S: AsRef<str>>(mcs_log: &str, ips: &[S]) -> bool {
-    any_address_in(ips, &ignition_fetch_addresses(mcs_log))
-}
-
 /// Every client address of an Ignition request in `mcs_log`, zones dropped and IPv4-mapped IPv6
 /// addresses turned into IPv4.
-pub fn ignition_fetch_addresses(mcs_log: &str) -> HashSet<IpAddr> {
+pub(crate) fn ignition_fetch_addresses(mcs_log: &str) -> HashSet<IpAddr> {
     let mut addresses = HashSet::new();
     for line in mcs_log.lines() {
         let mut searched = 0;
@@ -156,7 +154,7 @@ fn parse_inventory_ip(text: &str) -> Option<IpAddr> {
 /// `ipv6_addresses`, CIDR strings), without prefix lengths, in canonical text form, in inventory
 /// order (per interface: IPv4 then IPv6), without duplicates. Entries that are not addresses are
 /// skipped; an inventory that is not JSON gives no addresses (the host then simply never matches).
-pub fn host_ips(inventory_json: &str) -> Vec<String> {
+pub(crate) fn host_ips(inventory_json: &str) -> Vec<String> {
     let inventory: Value = match serde_json::from_str(inventory_json) {
         Ok(value) => value,
         Err(err) => {
@@ -184,6 +182,11 @@ pub fn host_ips(inventory_json: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether any of `ips` fetched its ignition according to `mcs_log`.
+    fn fetched_ignition<S: AsRef<str>>(mcs_log: &str, ips: &[S]) -> bool {
+        any_address_in(ips, &ignition_fetch_addresses(mcs_log))
+    }
 
     /// MCS log lines in the 4.5 (bare `ip:port`) and 4.12+ (`address:"…"`) shapes, with a curl
     /// request and an address mentioned outside a request line.

@@ -25,13 +25,13 @@
 //! - the `99-assisted-installer-master-ssh` MachineConfig (`CreateOpenshiftSshManifest`) in
 //!   [`ssh_manifest`].
 
-pub mod controller_manifests;
-pub mod data_url;
-pub mod hostname;
+pub(crate) mod controller_manifests;
+pub(crate) mod data_url;
+pub(crate) mod hostname;
 pub mod ignition_merge;
-pub mod mcs_logs;
-pub mod pull_secret;
-pub mod ssh_manifest;
+pub(crate) mod mcs_logs;
+pub(crate) mod pull_secret;
+pub(crate) mod ssh_manifest;
 
 mod configuring;
 mod prepare;

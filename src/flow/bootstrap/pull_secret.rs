@@ -10,13 +10,13 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 /// Where the bootstrap ignition carries the pull secret, and where it is installed on the host.
-pub const PULL_SECRET_PATH: &str = "/root/.docker/config.json";
+pub(crate) const PULL_SECRET_PATH: &str = "/root/.docker/config.json";
 
 /// The validated pull secret (the `config.json` bytes) from a bootstrap Ignition config.
 ///
 /// The config may be any spec version that has `storage.files[].contents` (2.2 and all 3.x): the
 /// extraction does not depend on anything else in the spec.
-pub fn extract_pull_secret(bootstrap_ignition: &[u8]) -> Result<Vec<u8>> {
+pub(crate) fn extract_pull_secret(bootstrap_ignition: &[u8]) -> Result<Vec<u8>> {
     let config: Value = serde_json::from_slice(bootstrap_ignition)
         .context("bootstrap ignition is not valid JSON")?;
     if config
@@ -39,7 +39,7 @@ pub fn extract_pull_secret(bootstrap_ignition: &[u8]) -> Result<Vec<u8>> {
 /// Only embedded (`data:`) contents are supported: the bootstrap ignition embeds everything, and
 /// fetching remote sources is not this module's business. `append` fragments are not applied (no
 /// file the installer reads has any).
-pub fn file_contents(config: &Value, path: &str) -> Result<Vec<u8>> {
+pub(crate) fn file_contents(config: &Value, path: &str) -> Result<Vec<u8>> {
     let file = config
         .pointer("/storage/files")
         .and_then(Value::as_array)
@@ -66,7 +66,7 @@ pub fn file_contents(config: &Value, path: &str) -> Result<Vec<u8>> {
 
 /// A pull secret must be a JSON object with an `auths` object (the docker `config.json` shape
 /// podman reads). Errors give a position, never the text.
-pub fn validate_pull_secret(bytes: &[u8]) -> Result<()> {
+pub(crate) fn validate_pull_secret(bytes: &[u8]) -> Result<()> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         // serde_json's syntax errors name no input, but keep to the position to be sure.
         anyhow::anyhow!(

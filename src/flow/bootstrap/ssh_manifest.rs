@@ -8,10 +8,10 @@
 use anyhow::{bail, Result};
 
 /// `metadata.name` of the MachineConfig.
-pub const SSH_MANIFEST_NAME: &str = "99-assisted-installer-master-ssh";
+pub(crate) const SSH_MANIFEST_NAME: &str = "99-assisted-installer-master-ssh";
 
 /// File name under `/opt/openshift/openshift/`, in the openshift-installer manifest naming scheme.
-pub const SSH_MANIFEST_FILE_NAME: &str =
+pub(crate) const SSH_MANIFEST_FILE_NAME: &str =
     "99_openshift-machineconfig_99-assisted-installer-master-ssh.yaml";
 
 /// Render the MachineConfig for `public_key` (the contents of `id_rsa.pub`).
@@ -19,7 +19,7 @@ pub const SSH_MANIFEST_FILE_NAME: &str =
 /// Surrounding whitespace, including the trailing newline `ssh-keygen` writes, is trimmed. An empty
 /// key is refused, and so is one with a line break or another control character inside: an
 /// `authorized_keys` entry is one line, so such input is not a public key.
-pub fn render_ssh_manifest(public_key: &str) -> Result<String> {
+pub(crate) fn render_ssh_manifest(public_key: &str) -> Result<String> {
     let key = public_key.trim();
     if key.is_empty() {
         bail!("cannot render the SSH manifest: the public key is empty");

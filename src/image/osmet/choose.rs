@@ -14,7 +14,7 @@ use super::plan::{plan, Piece};
 
 /// What we learnt of one file in the osmet directory.
 #[derive(Debug)]
-pub struct Found {
+pub(crate) struct Found {
     pub path: PathBuf,
     /// The header, or why the file could not be used.
     pub header: Result<Header, String>,
@@ -22,19 +22,19 @@ pub struct Found {
 
 /// What the target needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     pub architecture: String,
     pub sector_size: u64,
 }
 
 impl Wanted {
-    pub fn matches(&self, h: &Header) -> bool {
+    pub(crate) fn matches(&self, h: &Header) -> bool {
         h.os_architecture == self.architecture && u64::from(h.sector_size) == self.sector_size
     }
 }
 
 /// The chosen file, parsed and planned, positioned at its packed stream.
-pub struct Chosen {
+pub(crate) struct Chosen {
     pub path: PathBuf,
     pub header: Header,
     pub body: Body,
@@ -44,7 +44,7 @@ pub struct Chosen {
 
 /// The regular files of `dir` (one level, symlinks followed), in name order so the choice does
 /// not depend on the directory's on-disk order.
-pub fn list(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn list(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)
         .with_context(|| format!("reading the osmet directory {}", dir.display()))?
@@ -85,7 +85,7 @@ fn open(path: &Path, wanted: &Wanted) -> Result<(Header, Option<Chosen>), String
 
 /// Choose among `files` (in order) for `wanted`. Files that cannot be parsed are skipped with
 /// a warning naming them.
-pub fn choose(dir: &Path, files: &[PathBuf], wanted: &Wanted) -> Result<Chosen> {
+pub(crate) fn choose(dir: &Path, files: &[PathBuf], wanted: &Wanted) -> Result<Chosen> {
     let mut found = Vec::new();
     for path in files {
         match open(path, wanted) {
@@ -107,7 +107,7 @@ pub fn choose(dir: &Path, files: &[PathBuf], wanted: &Wanted) -> Result<Chosen> 
 }
 
 /// The error when no file serves the target: what was needed, and each file found.
-pub fn nothing_matches(dir: &Path, found: &[Found], wanted: &Wanted) -> anyhow::Error {
+pub(crate) fn nothing_matches(dir: &Path, found: &[Found], wanted: &Wanted) -> anyhow::Error {
     let needed = format!(
         "{} with {}-byte sectors",
         wanted.architecture, wanted.sector_size

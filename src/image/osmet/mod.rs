@@ -3,12 +3,12 @@
 //! does when given no image; here it is the default source, streamed through the same pipeline
 //! as a download (same checks, wipe, first MiB last, post-install, commit).
 
-pub mod choose;
+pub(crate) mod choose;
 pub mod format;
-pub mod objects;
-pub mod packed;
-pub mod plan;
-pub mod rebuild;
+pub(crate) mod objects;
+pub(crate) mod packed;
+pub(crate) mod plan;
+pub(crate) mod rebuild;
 
 use anyhow::{bail, Context, Result};
 use std::io::Read;

@@ -24,17 +24,17 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use super::format::ObjectId;
 
 /// The largest read, and the size of a batch (the plan cuts longer extents to this).
-pub const MAX_READ: u64 = 1 << 20;
+pub(crate) const MAX_READ: u64 = 1 << 20;
 /// Buffers, hence batches in flight, at most.
-pub const BUFFERS: usize = 12;
+pub(crate) const BUFFERS: usize = 12;
 /// Threads reading objects.
-pub const READERS: usize = 8;
+pub(crate) const READERS: usize = 8;
 /// Extents in one batch, at most (a batch of many tiny objects is read by one thread).
 const MAX_BATCH_EXTENTS: usize = 128;
 
 /// One extent of an object: `len` bytes from `logical`, needed at image offset `at`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Extent {
+pub(crate) struct Extent {
     pub object: ObjectId,
     pub logical: u64,
     pub len: u64,
@@ -88,7 +88,7 @@ fn reader_thread(repo: Arc<PathBuf>, jobs: Receiver<Job>) {
 }
 
 /// The concatenation of all extents' bytes, in order, as a stream.
-pub struct Objects {
+pub(crate) struct Objects {
     extents: Vec<Extent>,
     /// The next extent to dispatch.
     next: usize,
@@ -102,7 +102,7 @@ pub struct Objects {
 
 impl Objects {
     /// Start reading `extents` (in image order) from the objects of `repo`.
-    pub fn start(extents: Vec<Extent>, repo: &Path) -> io::Result<Objects> {
+    pub(crate) fn start(extents: Vec<Extent>, repo: &Path) -> io::Result<Objects> {
         let (jobs_tx, jobs_rx) = unbounded::<Job>();
         let repo = Arc::new(repo.to_path_buf());
         let threads = (0..READERS)
@@ -155,7 +155,7 @@ impl Objects {
     }
 
     /// The next object bytes; 0 once every extent was delivered.
-    pub fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.pos == self.batch.len() {
             let spent = std::mem::take(&mut self.batch);
             self.pos = 0;

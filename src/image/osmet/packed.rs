@@ -27,7 +27,7 @@ enum PackedChunk {
     Zeros(usize),
 }
 
-pub struct Packed {
+pub(crate) struct Packed {
     rx: Receiver<io::Result<PackedChunk>>,
     /// Buffers of consumed chunks, back to the decoder.
     free: Sender<Vec<u8>>,
@@ -43,7 +43,7 @@ impl Packed {
     /// Decode the xz stream `input` (the osmet file positioned after its body) on a new thread.
     /// The thread is not joined: it ends on its own once this reader is dropped (its sends and
     /// its wait for a free buffer then fail), after at most the chunk it is decoding.
-    pub fn spawn(input: BufReader<File>, name: String) -> io::Result<Packed> {
+    pub(crate) fn spawn(input: BufReader<File>, name: String) -> io::Result<Packed> {
         let (tx, rx) = bounded::<io::Result<PackedChunk>>(QUEUE);
         let (free_tx, free_rx) = bounded::<Vec<u8>>(BUFFERS);
         for _ in 0..BUFFERS {
@@ -72,7 +72,7 @@ impl Packed {
     }
 
     /// Up to `out.len()` packed bytes; 0 only at the end of the packed stream.
-    pub fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         while self.pos == self.cur.len() && self.zeros == 0 {
             match self.rx.recv() {
                 Ok(chunk) => match chunk? {

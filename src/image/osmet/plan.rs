@@ -9,7 +9,7 @@ use super::format::{Body, ObjectId};
 
 /// One step of the rebuild, in image order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Piece {
+pub(crate) enum Piece {
     /// The next `n` bytes come from the packed stream.
     Packed(u64),
     /// `len` bytes of `object` from offset `logical`, zeros past the object's end. `at` is the
@@ -24,7 +24,7 @@ pub enum Piece {
 
 /// The pieces that rebuild the image described by `body`; object extents are cut into reads of
 /// at most `max_read` bytes (so memory in flight stays bounded whatever the object size).
-pub fn plan(body: &Body, max_read: u64) -> Result<Vec<Piece>> {
+pub(crate) fn plan(body: &Body, max_read: u64) -> Result<Vec<Piece>> {
     assert!(max_read > 0);
     let mut out = Vec::new();
     let mut cursor = 0u64;

@@ -25,7 +25,7 @@ enum Current {
 
 /// The rebuilt image as a `Read`. It returns `Ok(0)` only once exactly the planned number of
 /// bytes was produced and the packed stream ended there; the SHA-256 is the caller's to check.
-pub struct Rebuild {
+pub(crate) struct Rebuild {
     pieces: Vec<Piece>,
     /// The next piece to emit.
     next: usize,
@@ -40,7 +40,7 @@ pub struct Rebuild {
 impl Rebuild {
     /// Start rebuilding: `xz` is the osmet file positioned at its packed stream, `repo` the
     /// OSTree repository holding the objects (`<repo>/objects/..`).
-    pub fn start(
+    pub(crate) fn start(
         pieces: Vec<Piece>,
         size: u64,
         xz: BufReader<File>,
