@@ -12,7 +12,7 @@ pub(crate) mod probe;
 pub(crate) mod saved;
 mod sys;
 mod sysfs;
-mod table;
+pub(crate) mod table;
 mod windows;
 
 pub use device::{Device, DeviceBusy, DeviceKind};

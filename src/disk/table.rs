@@ -40,7 +40,7 @@ pub(super) fn write_new<D: Read + Write + Seek>(
 /// The table on `disk`, read at the device's sector size, or at 512 then 4096 bytes when it has
 /// none of its own (an image file). gptman falls back to the backup header when the primary is
 /// damaged.
-pub(super) fn read<D: Read + Seek>(disk: &mut D, sector_size: Option<u64>) -> gptman::Result<GPT> {
+pub(crate) fn read<D: Read + Seek>(disk: &mut D, sector_size: Option<u64>) -> gptman::Result<GPT> {
     match sector_size {
         Some(ss) => GPT::read_from(disk, ss),
         None => GPT::find_from(disk),

@@ -12,6 +12,7 @@ use crate::disk::gpt::DiskWindows;
 use crate::disk::loopdev::LoopAttachment;
 use crate::disk::mount::with_private_mount;
 use crate::disk::partitions::{ensure_nodes, PartitionSpec};
+use crate::disk::table;
 use crate::disk::{Device, DeviceKind};
 use crate::image::WriteOptions;
 use crate::postinstall::{self, PostInstall};
@@ -93,11 +94,7 @@ pub(crate) fn apply_to_written_disk(
 ) -> Result<()> {
     let dev = Device::open_for_write(device)?;
     let mut w = DiskWindows::load(&dev)?;
-    let gpt = match dev.sector_size() {
-        Some(ss) => gptman::GPT::read_from(&mut w, ss),
-        None => gptman::GPT::find_from(&mut w),
-    }
-    .map_err(|e| {
+    let gpt = table::read(&mut w, dev.sector_size()).map_err(|e| {
         anyhow!(
             "{} has no readable GPT ({e}): write the image first",
             dev.path().display()
