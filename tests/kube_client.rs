@@ -2,6 +2,7 @@
 
 mod common;
 
+use assisted_installer::config::Role;
 use assisted_installer::kube::client::KubeClient;
 use assisted_installer::kube::install_config;
 use assisted_installer::kube::{
@@ -96,7 +97,7 @@ fn nodes_by_role_with_readiness_ips_annotations_and_taints() {
     s.fake
         .set_node("worker-0", "worker", true, "", BTreeMap::new());
 
-    let masters = s.client.list_nodes("master").unwrap();
+    let masters = s.client.list_nodes(&Role::Master).unwrap();
     assert_eq!(masters.len(), 2);
     let m0 = &masters[0];
     assert_eq!(m0.name, "master-0");
@@ -126,11 +127,11 @@ fn nodes_by_role_with_readiness_ips_annotations_and_taints() {
         [UNINITIALIZED_TAINT, "node.kubernetes.io/not-ready"]
     );
 
-    let workers = s.client.list_nodes("worker").unwrap();
+    let workers = s.client.list_nodes(&Role::Worker).unwrap();
     assert_eq!(workers.len(), 1);
     assert_eq!(workers[0].name, "worker-0");
     assert!(workers[0].internal_ips.is_empty());
-    assert!(s.client.list_nodes("arbiter").unwrap().is_empty());
+    assert!(s.client.list_nodes(&Role::Arbiter).unwrap().is_empty());
 
     let calls = calls(&s.server);
     for role in ["master", "worker", "arbiter"] {
@@ -148,7 +149,7 @@ fn nodes_become_ready_between_polls() {
         .set_node("master-1", "master", false, "10.0.0.11", BTreeMap::new());
     let ready = |s: &Setup| -> Vec<String> {
         s.client
-            .list_nodes("master")
+            .list_nodes(&Role::Master)
             .unwrap()
             .into_iter()
             .filter(|n| n.ready)
@@ -161,13 +162,16 @@ fn nodes_become_ready_between_polls() {
     s.fake.set_node_ready("master-1", true);
     s.fake.add_node_role("master-1", "worker");
     assert_eq!(ready(&s), ["master-0", "master-1"]);
-    assert_eq!(s.client.list_nodes("worker").unwrap()[0].name, "master-1");
+    assert_eq!(
+        s.client.list_nodes(&Role::Worker).unwrap()[0].name,
+        "master-1"
+    );
     s.fake.set_node_annotation(
         "master-1",
         DESIRED_CONFIG_ANNOTATION,
         Some("rendered-master-b"),
     );
-    let m1 = &s.client.list_nodes("master").unwrap()[1];
+    let m1 = &s.client.list_nodes(&Role::Master).unwrap()[1];
     assert_eq!(
         m1.annotations[DESIRED_CONFIG_ANNOTATION],
         "rendered-master-b"
@@ -312,7 +316,10 @@ fn taint_removal_keeps_other_taints() {
     // Effects survive the round trip.
     let node = s.fake.node_json("master-1").unwrap();
     assert_eq!(node["spec"]["taints"][1]["effect"], "NoExecute");
-    assert_eq!(s.client.list_nodes("master").unwrap()[0].taints.len(), 2);
+    assert_eq!(
+        s.client.list_nodes(&Role::Master).unwrap()[0].taints.len(),
+        2
+    );
     let calls = calls(&s.server);
     assert_eq!(count(&calls, "GET /api/v1/nodes/master-1"), 1, "{calls:?}");
     assert_eq!(
@@ -415,7 +422,7 @@ fn taint_removal_of_a_missing_node_fails() {
 fn errors_name_the_object() {
     let s = setup();
     s.fake.fail_next("GET", "/api/v1/nodes", 500);
-    let msg = format!("{:#}", s.client.list_nodes("master").unwrap_err());
+    let msg = format!("{:#}", s.client.list_nodes(&Role::Master).unwrap_err());
     assert!(msg.starts_with("listing nodes with role master: "), "{msg}");
     assert!(msg.contains("injected failure"), "{msg}");
 
@@ -459,7 +466,7 @@ fn errors_name_the_object() {
     );
 
     // The client keeps working after errors.
-    assert_eq!(s.client.list_nodes("master").unwrap().len(), 1);
+    assert_eq!(s.client.list_nodes(&Role::Master).unwrap().len(), 1);
 }
 
 #[test]
@@ -471,7 +478,7 @@ fn unreachable_server_is_an_error_not_a_hang() {
     };
     // The fake is gone: connections to its port are refused.
     let client = KubeClient::from_kubeconfig(&path).unwrap();
-    let msg = format!("{:#}", client.list_nodes("master").unwrap_err());
+    let msg = format!("{:#}", client.list_nodes(&Role::Master).unwrap_err());
     assert!(msg.starts_with("listing nodes with role master: "), "{msg}");
 }
 
@@ -481,7 +488,8 @@ fn the_client_refuses_to_run_inside_a_runtime() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let msg = rt.block_on(async { format!("{:#}", s.client.list_nodes("master").unwrap_err()) });
+    let msg =
+        rt.block_on(async { format!("{:#}", s.client.list_nodes(&Role::Master).unwrap_err()) });
     assert!(msg.contains("inside an async runtime"), "{msg}");
     assert!(msg.starts_with("listing nodes with role master"), "{msg}");
     let path = kubeconfig(s._dir.path(), &s.server.base_url());
@@ -489,7 +497,7 @@ fn the_client_refuses_to_run_inside_a_runtime() {
         rt.block_on(async { format!("{:#}", KubeClient::from_kubeconfig(&path).unwrap_err()) });
     assert!(msg.contains("inside an async runtime"), "{msg}");
     // Still usable from a plain thread afterwards.
-    assert!(s.client.list_nodes("master").unwrap().is_empty());
+    assert!(s.client.list_nodes(&Role::Master).unwrap().is_empty());
 }
 
 #[test]
@@ -503,7 +511,7 @@ fn the_client_can_be_shared_between_threads() {
             let client = client.clone();
             std::thread::spawn(move || {
                 for _ in 0..5 {
-                    assert_eq!(client.list_nodes("master").unwrap().len(), 1);
+                    assert_eq!(client.list_nodes(&Role::Master).unwrap().len(), 1);
                 }
             })
         })
@@ -693,7 +701,7 @@ fn connections_closed_by_the_server_between_calls() {
         .add_node_taint("master-0", UNINITIALIZED_TAINT, "NoSchedule");
     s.fake.drop_connections_after_response(true);
     for _ in 0..3 {
-        assert_eq!(s.client.list_nodes("master").unwrap().len(), 1);
+        assert_eq!(s.client.list_nodes(&Role::Master).unwrap().len(), 1);
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(s
             .client

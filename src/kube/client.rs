@@ -9,6 +9,7 @@
 
 use super::{role_label, EventInfo, KubeApi, NodeInfo};
 use crate::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
+use crate::config::Role;
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Taint};
 use kube::api::{
@@ -192,8 +193,8 @@ fn event_info(event: &Event) -> EventInfo {
 }
 
 impl KubeApi for KubeClient {
-    fn list_nodes(&self, role: &str) -> Result<Vec<NodeInfo>> {
-        let params = ListParams::default().labels(&role_label(role));
+    fn list_nodes(&self, role: &Role) -> Result<Vec<NodeInfo>> {
+        let params = ListParams::default().labels(&role_label(role.as_str()));
         let list = self.call(self.nodes().list(&params), || {
             format!("listing nodes with role {role}")
         })?;

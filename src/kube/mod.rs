@@ -5,6 +5,8 @@
 use anyhow::Result;
 use std::collections::BTreeMap;
 
+use crate::config::Role;
+
 pub mod client;
 pub mod install_config;
 
@@ -40,7 +42,7 @@ pub struct EventInfo {
 
 pub trait KubeApi: Send + Sync {
     /// Nodes labelled `node-role.kubernetes.io/<role>`.
-    fn list_nodes(&self, role: &str) -> Result<Vec<NodeInfo>>;
+    fn list_nodes(&self, role: &Role) -> Result<Vec<NodeInfo>>;
     /// Events of a namespace.
     fn list_events(&self, namespace: &str) -> Result<Vec<EventInfo>>;
     /// The data of a ConfigMap; `None` when it does not exist.

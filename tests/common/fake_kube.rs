@@ -16,6 +16,7 @@
 //! Anything else is a 404 `Status`. [`FakeKube::fail_next`] makes chosen calls fail (both faces).
 
 use anyhow::{anyhow, Result};
+use assisted_installer::config::Role;
 use assisted_installer::kube::{role_label, EventInfo, KubeApi, NodeInfo};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -341,9 +342,9 @@ fn node_info(node: &Value) -> NodeInfo {
 }
 
 impl KubeApi for FakeKube {
-    fn list_nodes(&self, role: &str) -> Result<Vec<NodeInfo>> {
+    fn list_nodes(&self, role: &Role) -> Result<Vec<NodeInfo>> {
         self.call("GET", "/api/v1/nodes", |st| {
-            st.nodes_with(&[(role_label(role), None)])
+            st.nodes_with(&[(role_label(role.as_str()), None)])
                 .iter()
                 .map(node_info)
                 .collect()

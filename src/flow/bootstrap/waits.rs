@@ -146,7 +146,7 @@ impl ReadyNodes<'_> {
                         .collect()
                 });
         }
-        let nodes = match kube.list_nodes(role.as_str()) {
+        let nodes = match kube.list_nodes(role) {
             Ok(nodes) => nodes,
             Err(e) => {
                 tracing::warn!("listing {role} nodes: {e:#}");
@@ -311,7 +311,7 @@ fn wait_for_workers(f: &Flow) -> Result<()> {
 /// Pure: every master has both MachineConfig annotations, both configs exist, and all masters
 /// want the same config.
 pub fn mc_annotations_consistent(kube: &dyn KubeApi) -> Result<bool> {
-    let masters = kube.list_nodes(Role::Master.as_str())?;
+    let masters = kube.list_nodes(&Role::Master)?;
     if masters.is_empty() {
         return Ok(false);
     }
@@ -364,8 +364,8 @@ mod tests {
     }
 
     impl KubeApi for Kube {
-        fn list_nodes(&self, role: &str) -> Result<Vec<NodeInfo>> {
-            Ok(if role == "master" {
+        fn list_nodes(&self, role: &Role) -> Result<Vec<NodeInfo>> {
+            Ok(if *role == Role::Master {
                 self.masters.clone()
             } else {
                 vec![]
@@ -475,7 +475,7 @@ mod tests {
     }
 
     impl KubeApi for StopOnThirdPoll {
-        fn list_nodes(&self, _: &str) -> Result<Vec<NodeInfo>> {
+        fn list_nodes(&self, _: &Role) -> Result<Vec<NodeInfo>> {
             if self.polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {
                 self.stop.cancel();
             }
