@@ -239,14 +239,7 @@ fn benches(c: &mut Criterion) {
 criterion_group!(group, benches);
 
 fn main() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("the offline bench needs root (loop devices, mounts); skipped");
-        return;
-    }
-    group();
-    Criterion::default().configure_from_args().final_summary();
-    report();
-    if let Some(f) = FIXTURE.get() {
-        f.target.detach();
-    }
+    loopdev::run_bench("offline", group, report, || {
+        FIXTURE.get().map(|f| &f.target)
+    });
 }

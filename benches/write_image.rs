@@ -376,14 +376,7 @@ fn benches(c: &mut Criterion) {
 criterion_group!(group, benches);
 
 fn main() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("the write-image bench needs root (loop devices); skipped");
-        return;
-    }
-    group();
-    Criterion::default().configure_from_args().final_summary();
-    report();
-    if let Some(f) = FIXTURE.get() {
-        f.target.detach();
-    }
+    loopdev::run_bench("write-image", group, report, || {
+        FIXTURE.get().map(|f| &f.target)
+    });
 }

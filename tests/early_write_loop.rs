@@ -60,7 +60,14 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
     .boot_device(&dev.path)
     .control_plane_count(1)
     .dry_run()
-    .installer_args(&["--image-url", &url, "--sha256", &set.gz.sha256])
+    .installer_args(&[
+        "--image-url",
+        &url,
+        "--sha256",
+        &set.gz.sha256,
+        "--append-karg",
+        "early.write=1",
+    ])
     .reboot(Arc::new(FakeReboot::new(&marker)))
     .clock(Arc::new(SystemClock))
     .intervals(Intervals {
@@ -153,5 +160,25 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
     assert!(
         on_disk.contains("data:,sno-0") && on_disk.contains("kubelet"),
         "{on_disk}"
+    );
+    // The kernel arguments of --installer-args, checked when the stream began, are applied
+    // with the Ignition config once it is known.
+    let entries = run(Command::new("debugfs")
+        .arg("-R")
+        .arg("ls -p /loader/entries")
+        .arg(&boot_fs));
+    let entry = entries
+        .lines()
+        .filter_map(|l| l.split('/').nth(5))
+        .find(|name| name.ends_with(".conf"))
+        .unwrap_or_else(|| panic!("no BLS entry in {entries}"));
+    let bls = run(Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("cat /loader/entries/{entry}"))
+        .arg(&boot_fs));
+    let options = bls.lines().find(|l| l.starts_with("options ")).unwrap();
+    assert!(
+        options.split_whitespace().any(|k| k == "early.write=1"),
+        "{options}"
     );
 }

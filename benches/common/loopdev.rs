@@ -61,3 +61,26 @@ impl Drop for BenchLoop {
         self.detach();
     }
 }
+
+/// A bench's `main`: root only (loop devices), then the criterion `group`, its summary and the
+/// bench's own `report`, and last the target loop device of the fixture, if one was made,
+/// detached (the fixture lives in a static, never dropped).
+pub(crate) fn run_bench(
+    name: &str,
+    group: fn(),
+    report: fn(),
+    target: impl FnOnce() -> Option<&'static BenchLoop>,
+) {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("the {name} bench needs root (loop devices); skipped");
+        return;
+    }
+    group();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
+    report();
+    if let Some(t) = target() {
+        t.detach();
+    }
+}

@@ -64,23 +64,15 @@ pub struct InProcessWriter {
 }
 
 impl InProcessWriter {
-    fn settings(&self, req: &WriteRequest) -> PlanSettings {
-        PlanSettings::for_flows(req.host_root.clone(), self.cacert.clone())
+    fn settings(&self, host_root: Option<&HostRoot>) -> PlanSettings {
+        PlanSettings::for_flows(host_root.cloned(), self.cacert.clone())
     }
 }
 
 /// The flow's Ignition config, the one post-install step `--installer-args` cannot carry.
-fn with_ignition(ignition: Option<&Path>) -> Result<PostInstall> {
-    let ignition = ignition
-        .map(|p| {
-            IgnitionConfig::from_file(p, None)
-                .with_context(|| format!("the Ignition config {}", p.display()))
-        })
-        .transpose()?;
-    Ok(PostInstall {
-        ignition,
-        ..PostInstall::default()
-    })
+fn ignition_config(path: &Path) -> Result<IgnitionConfig> {
+    IgnitionConfig::from_file(path, None)
+        .with_context(|| format!("the Ignition config {}", path.display()))
 }
 
 impl DiskWriter for InProcessWriter {
@@ -88,8 +80,7 @@ impl DiskWriter for InProcessWriter {
     /// through the host's root), so a host that is not a live system fails before its disk is
     /// cleaned, not after three write attempts.
     fn preflight(&self, args: &WriterArgs, host_root: Option<&HostRoot>) -> Result<()> {
-        let settings = PlanSettings::for_flows(host_root.cloned(), self.cacert.clone());
-        if let Origin::Live(live) = plan::check(args, &settings)? {
+        if let Origin::Live(live) = plan::check(args, &self.settings(host_root))? {
             live.locate()?;
         }
         Ok(())
@@ -104,8 +95,11 @@ impl DiskWriter for InProcessWriter {
         let plan = WritePlan::build(
             &req.device,
             &req.args,
-            with_ignition(Some(ignition))?,
-            &self.settings(req),
+            PostInstall {
+                ignition: Some(ignition_config(ignition)?),
+                ..PostInstall::default()
+            },
+            &self.settings(req.host_root.as_ref()),
         )?;
         let progress = PercentCallback::new(percent);
         let summary = crate::write::run(&plan, &progress, &self.stop)?;
@@ -121,14 +115,14 @@ impl DiskWriter for InProcessWriter {
         let plan = WritePlan::build(
             &req.device,
             &req.args,
-            with_ignition(None)?,
-            &self.settings(req),
+            PostInstall::default(),
+            &self.settings(req.host_root.as_ref()),
         )?;
         let progress = PercentCallback::new(percent);
         let streamed = crate::write::stream(&plan, &progress, &self.stop)?;
         Ok(Box::new(InProcessPending {
             streamed,
-            req: req.clone(),
+            post: plan.post,
             stop: self.stop.clone(),
         }))
     }
@@ -136,20 +130,19 @@ impl DiskWriter for InProcessWriter {
 
 struct InProcessPending {
     streamed: Streamed,
-    req: WriteRequest,
+    /// The plan's post-install steps (`--installer-args`' kargs and keyfiles, checked when the
+    /// stream began); the Ignition config joins them in `finish`.
+    post: PostInstall,
     stop: Cancel,
 }
 
 impl PendingDisk for InProcessPending {
     fn finish(self: Box<Self>, ignition: &Path) -> Result<()> {
-        let post = with_ignition(Some(ignition)).and_then(|rest| {
-            self.req
-                .args
-                .kargs_network
-                .post_install(rest, self.req.host_root.as_ref())
-        });
-        let post = match post {
-            Ok(p) => p,
+        let post = match ignition_config(ignition) {
+            Ok(config) => PostInstall {
+                ignition: Some(config),
+                ..self.post
+            },
             Err(e) => return Err(self.streamed.abandon(e)),
         };
         let summary = self.streamed.finish(&post, &self.stop)?;
