@@ -54,6 +54,9 @@ pub(crate) const PLACEHOLDER_DISK_GUID: &str = "00000000-0000-4000-a000-00000000
 pub(crate) const BIOS_BOOT_TYPE_GUID: &str = "21686148-6449-6E6F-744E-656564454649";
 pub(crate) const ESP_TYPE_GUID: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
 pub(crate) const LINUX_FS_TYPE_GUID: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+/// The boot partition's type in bootable images: systemd-boot reads BLS entries from the
+/// partition of this type (XBOOTLDR) on the ESP's disk.
+pub(crate) const XBOOTLDR_TYPE_GUID: &str = "BC13C2FF-59E6-4262-A352-B275FD6F7172";
 
 /// Fixed unique partition GUIDs.
 pub(crate) const BIOS_BOOT_PARTITION_GUID: &str = "c0de0001-0000-4000-8000-000000000001";
@@ -159,6 +162,21 @@ pub(crate) struct ImageSpec {
     /// (`usr/lib/modules/<kver>/vmlinuz` and `initramfs.img`, byte-identical to the copies on
     /// /boot), as real RHCOS does; an osmet packer then maps the /boot copies to those objects.
     pub boot_objects: bool,
+    /// A real boot chain instead of the fake kernel and initramfs, see [`ImageSpec::with_boot`].
+    pub boot: Option<BootParts>,
+}
+
+/// The files that make an image boot under UEFI (see `boot_parts.rs`, which builds them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BootParts {
+    pub kernel: PathBuf,
+    pub initramfs: PathBuf,
+    /// systemd-boot, installed as the ESP's removable-media loader.
+    pub systemd_boot: PathBuf,
+    /// A UEFI ext4 driver that systemd-boot loads to read the `boot` partition.
+    pub ext4_driver: PathBuf,
+    /// Short digest naming the parts' versions, part of the image cache key.
+    pub fingerprint: String,
 }
 
 /// One GPT partition of the generated layout.
@@ -192,6 +210,7 @@ impl ImageSpec {
             seed: 1,
             root_fs: RootFs::Ext4,
             boot_objects: false,
+            boot: None,
         }
     }
 
@@ -203,6 +222,7 @@ impl ImageSpec {
             seed: 1,
             root_fs: RootFs::Ext4,
             boot_objects: false,
+            boot: None,
         }
     }
 
@@ -216,7 +236,17 @@ impl ImageSpec {
             seed: 1,
             root_fs: RootFs::Xfs,
             boot_objects: true,
+            boot: None,
         }
+    }
+
+    /// This image with a real boot chain: the ESP holds systemd-boot and the ext4 driver, the
+    /// `boot` partition has the XBOOTLDR type, and /boot (and the deployment, with
+    /// `boot_objects`) holds a real kernel and the test initramfs. Firmware, systemd-boot and
+    /// the kernel then read what an install wrote; the BLS entry and layout stay the same.
+    pub(crate) fn with_boot(mut self, parts: BootParts) -> Self {
+        self.boot = Some(parts);
+        self
     }
 
     /// Total size of the raw image in bytes (a multiple of 1 MiB).
@@ -244,6 +274,9 @@ impl ImageSpec {
         }
         if self.boot_objects {
             s.push_str("-bootobj");
+        }
+        if let Some(b) = &self.boot {
+            s.push_str(&format!("-boot{}", b.fingerprint));
         }
         s
     }
@@ -297,7 +330,11 @@ impl ImageSpec {
             PartitionInfo {
                 number: 3,
                 name: "boot",
-                type_guid: LINUX_FS_TYPE_GUID,
+                type_guid: if self.boot.is_some() {
+                    XBOOTLDR_TYPE_GUID
+                } else {
+                    LINUX_FS_TYPE_GUID
+                },
                 partition_guid: BOOT_PARTITION_GUID,
                 offset: BOOT_OFFSET,
                 size: BOOT_SIZE,
@@ -354,8 +391,13 @@ impl ImageSpec {
         format!("usr/lib/modules/{KERNEL_VERSION}/initramfs.img")
     }
 
-    /// The kernel and initramfs bytes on /boot (regenerated: 18 MiB of PRNG output).
+    /// The kernel and initramfs bytes on /boot: the real ones of a bootable image, else
+    /// regenerated (18 MiB of PRNG output).
     pub(crate) fn boot_payloads(&self) -> (Vec<u8>, Vec<u8>) {
+        if let Some(b) = &self.boot {
+            let read = |p: &Path| fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            return (read(&b.kernel), read(&b.initramfs));
+        }
         let mut rng = Prng::new(self.seed, 0xb007);
         let mut kernel = vec![0u8; KERNEL_SIZE];
         rng.fill(&mut kernel);
@@ -2000,6 +2042,36 @@ fn make_esp(img: &Path, sector_size: u64) -> Result<bool> {
     Ok(true)
 }
 
+/// systemd-boot as the ESP's removable-media loader (what firmware runs without boot entries)
+/// and the ext4 driver where systemd-boot loads drivers from, with mtools (no vfat mount here).
+fn install_boot_loader(esp: &Path, parts: &BootParts) -> Result<()> {
+    let image = esp
+        .to_str()
+        .ok_or_else(|| anyhow!("non-UTF-8 path {}", esp.display()))?;
+    let mtools = |tool: &str, args: &[&std::ffi::OsStr]| -> Result<String> {
+        // mtools checks the FAT's geometry against a floppy's unless told not to.
+        run(Command::new(require_tool(tool)?)
+            .env("MTOOLS_SKIP_CHECK", "1")
+            .args(["-i", image])
+            .args(args))
+        .with_context(|| format!("{tool} on the ESP (mtools)"))
+    };
+    let dirs = [
+        "::/EFI",
+        "::/EFI/BOOT",
+        "::/EFI/systemd",
+        "::/EFI/systemd/drivers",
+    ];
+    mtools("mmd", &dirs.map(std::ffi::OsStr::new))?;
+    for (src, dst) in [
+        (&parts.systemd_boot, "::/EFI/BOOT/BOOTX64.EFI"),
+        (&parts.ext4_driver, "::/EFI/systemd/drivers/ext4_x64.efi"),
+    ] {
+        mtools("mcopy", &[src.as_os_str(), std::ffi::OsStr::new(dst)])?;
+    }
+    Ok(())
+}
+
 fn stage_boot(spec: &ImageSpec, stage: &Path) -> Result<()> {
     write_file(stage, BLS_ENTRY_PATH, spec.bls_entry().as_bytes(), 0o644)?;
 
@@ -2322,6 +2394,13 @@ pub(crate) fn build_raw_staged(spec: &ImageSpec, out: &Path) -> Result<RawBuild>
     let t = Instant::now();
     let esp_img = work.0.join("esp.img");
     let have_esp = make_esp(&esp_img, spec.sector_size)?;
+    if let Some(parts) = &spec.boot {
+        ensure!(
+            have_esp,
+            "a bootable image needs mkfs.fat (dosfstools) for its ESP"
+        );
+        install_boot_loader(&esp_img, parts)?;
+    }
     verbose(t, "ESP done");
 
     let boot_stage = work.0.join("boot-stage");
@@ -2574,6 +2653,9 @@ pub(crate) fn marker_spec_line(spec: &ImageSpec) -> String {
     }
     if spec.boot_objects {
         s.push_str(" boot_objects=1");
+    }
+    if let Some(b) = &spec.boot {
+        s.push_str(&format!(" boot={}", b.fingerprint));
     }
     s
 }

@@ -33,7 +33,7 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 
 use crate::coreos_image::{
     build_raw_staged, cached, find_tool, lock_cache, marker_spec_line, sha256_file, verbose,
-    ImageSpec, BUILD_ID, MIB, ROOT_OFFSET,
+    ImageSpec, BUILD_ID,
 };
 
 /// Bump whenever the fixture's layout or packing changes; part of the cache key.
@@ -59,14 +59,14 @@ pub(crate) struct LiveFixture {
     pub sysroot: PathBuf,
     /// What was passed to `--description`.
     pub description: String,
+    /// The spec the raw image was generated from.
+    pub spec: ImageSpec,
 }
 
 impl LiveFixture {
     /// The spec the raw image was generated from.
     pub(crate) fn spec(&self) -> ImageSpec {
-        let mut spec = ImageSpec::live(self.sector_size, false);
-        spec.root_mib = (self.raw_size - ROOT_OFFSET - MIB) / MIB;
-        spec
+        self.spec.clone()
     }
 
     /// Path of the kernel inside the boot filesystem (no leading slash).
@@ -188,6 +188,9 @@ impl PartitionedLoop {
             "losetup printed no device: {dev:?}"
         );
         let this = PartitionedLoop { dev };
+        // BLKPG partitions outlive `losetup -d`: an earlier user of this device may have left
+        // some, and `partx -a` would then fail with "error adding partitions".
+        let _ = Command::new("partx").arg("-d").arg(&this.dev).output();
         // This kernel may lack partition-table parsers (then `losetup -P` adds nothing), and
         // no udev may run: partx reads the GPT itself and adds each partition with BLKPG, and
         // devtmpfs creates the nodes.
@@ -447,6 +450,7 @@ pub(crate) fn generate_live_fixture(
         osmet,
         sysroot,
         description,
+        spec: spec.clone(),
     })
 }
 
@@ -523,6 +527,7 @@ fn read_marker(dir: &Path, spec: &ImageSpec, packer: &str) -> Option<LiveFixture
         osmet: osmet_path,
         sysroot,
         description,
+        spec: spec.clone(),
     })
 }
 
@@ -536,7 +541,11 @@ pub(crate) fn live_cache_name(spec: &ImageSpec) -> String {
 ///
 /// Needs root and coreos-installer 0.27.0 (PATH, or $COREOS_INSTALLER).
 pub(crate) fn cached_live_fixture(sector_size: u64, bench: bool) -> Result<LiveFixture> {
-    let spec = ImageSpec::live(sector_size, bench);
+    cached_live_fixture_of(ImageSpec::live(sector_size, bench))
+}
+
+/// The live fixture of another image spec (a bootable one, for the boot tests).
+pub(crate) fn cached_live_fixture_of(spec: ImageSpec) -> Result<LiveFixture> {
     spec.validate()?;
     let (installer, packer) = coreos_installer_with_version()?;
     cached(

@@ -37,7 +37,10 @@ impl BenchLoop {
 
 impl BenchLoop {
     /// Detach now: a bench's fixture lives in a static, which is never dropped.
+    /// Partitions added with BLKPG outlive `losetup -d`; remove them first so the next user of
+    /// the device does not inherit them.
     pub(crate) fn detach(&self) {
+        let _ = Command::new("partx").arg("-d").arg(&self.path).output();
         let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
     }
 }

@@ -3,6 +3,7 @@
 //! `Flow` builder and disk writer, small synthetic GPT images, root and loop-device helpers.
 #![allow(dead_code)]
 
+pub(crate) mod boot_vm;
 pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
 pub(crate) mod fake_writer;

@@ -64,10 +64,13 @@ impl LoopDev {
             .arg(sector_size.to_string())
             .args(flags)
             .arg(&backing));
-        LoopDev {
+        let dev = LoopDev {
             path: PathBuf::from(out.trim()),
             _dir: dir,
-        }
+        };
+        // An earlier user of this loop device may have left partitions behind (see drop).
+        delete_partitions(&dev.path);
+        dev
     }
 
     pub(crate) fn read(&self, offset: u64, len: usize) -> Vec<u8> {
@@ -92,8 +95,17 @@ impl LoopDev {
 impl Drop for LoopDev {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.path).output();
+        delete_partitions(&self.path);
         let _ = Command::new("losetup").arg("-d").arg(&self.path).output();
     }
+}
+
+/// Remove every partition the kernel has for `dev`. Partitions added with BLKPG (by our writer,
+/// or `partx -a`) outlive `losetup -d` on a loop device attached without `--partscan`: the next
+/// test that gets the same device would see them, and `partx -a` on it fails with "error
+/// adding partitions". `partx -d` fails when there are none; that is fine.
+pub(crate) fn delete_partitions(dev: &Path) {
+    let _ = Command::new("partx").arg("-d").arg(dev).output();
 }
 
 /// `sgdisk -v` output, asserting it found no problems.
