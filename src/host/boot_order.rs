@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use serde::Deserialize;
 
 use super::commands::CommandRunner;
+use super::lsblk::partition_path;
 use crate::clock::{Clock, Failure, NeverStop, Schedule, WaitError};
 
 /// The boot entry label.
@@ -22,68 +22,6 @@ const MOUNT_POINT: &str = "/mnt";
 const FIND_EFI_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL_INTERVAL: Duration = Duration::from_secs(5);
 const MOUNT_ATTEMPTS: u32 = 3;
-
-#[derive(Debug, Deserialize)]
-struct Lsblk {
-    #[serde(default)]
-    blockdevices: Vec<LsblkDevice>,
-}
-
-#[derive(Debug, Deserialize)]
-struct LsblkDevice {
-    #[serde(default)]
-    name: String,
-    #[serde(default, rename = "type")]
-    kind: Option<String>,
-    #[serde(default)]
-    children: Option<Vec<LsblkDevice>>,
-}
-
-/// The path of partition `index` (1-based, by position among the children) of the first
-/// device in `lsblk --bytes --json <device>` output: `/dev/<child name>`, or
-/// `/dev/mapper/<child name>` when the disk's type is `mpath`. `device` is only used in error
-/// messages.
-pub(crate) fn partition_path_from_lsblk(
-    lsblk_json: &str,
-    device: &str,
-    index: u32,
-) -> anyhow::Result<String> {
-    let parsed: Lsblk =
-        serde_json::from_str(lsblk_json).context("failed to unmarshal lsblk output")?;
-    let Some(disk) = parsed.blockdevices.first() else {
-        bail!("no block device information returned for {device}");
-    };
-    let children = match &disk.children {
-        Some(c) if !c.is_empty() => c,
-        _ => bail!("device {device} has no partitions"),
-    };
-    let Some(part) = (index as usize)
-        .checked_sub(1)
-        .and_then(|i| children.get(i))
-    else {
-        bail!("partition {index} not found on device {device}");
-    };
-    if part.name.is_empty() {
-        bail!("partition {index} of device {device} has no name in lsblk output");
-    }
-    Ok(if disk.kind.as_deref() == Some("mpath") {
-        format!("/dev/mapper/{}", part.name)
-    } else {
-        format!("/dev/{}", part.name)
-    })
-}
-
-/// Runs `lsblk --bytes --json <device>` and returns the path of partition `index`.
-pub(crate) fn partition_path(
-    runner: &dyn CommandRunner,
-    device: &str,
-    index: u32,
-) -> anyhow::Result<String> {
-    let out = runner
-        .run("lsblk", &["--bytes", "--json", device])
-        .context("failed to run lsblk command")?;
-    partition_path_from_lsblk(&out, device, index)
-}
 
 /// `\EFI\<dir>\shimx64.efi`, or `shimaa64.efi` on aarch64 (`arch` as in
 /// `std::env::consts::ARCH`).
@@ -215,103 +153,7 @@ mod tests {
     use super::*;
     use crate::clock::FakeClock;
 
-    fn lsblk(disk: &str, kind: &str, parts: &[&str]) -> String {
-        let children: Vec<String> = parts
-            .iter()
-            .map(|p| format!(r#"{{"name": "{p}", "type": "part", "size": 1048576}}"#))
-            .collect();
-        format!(
-            r#"{{"blockdevices": [{{"name": "{disk}", "size": 100000000000, "type": "{kind}",
-                "children": [{}]}}]}}"#,
-            children.join(",")
-        )
-    }
-
-    #[test]
-    fn partition_paths() {
-        let sda = lsblk("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]);
-        assert_eq!(
-            partition_path_from_lsblk(&sda, "/dev/sda", 3).unwrap(),
-            "/dev/sda3"
-        );
-        assert_eq!(
-            partition_path_from_lsblk(&sda, "/dev/sda", 4).unwrap(),
-            "/dev/sda4"
-        );
-        let nvme = lsblk(
-            "nvme0n1",
-            "disk",
-            &["nvme0n1p1", "nvme0n1p2", "nvme0n1p3", "nvme0n1p4"],
-        );
-        assert_eq!(
-            partition_path_from_lsblk(&nvme, "/dev/nvme0n1", 3).unwrap(),
-            "/dev/nvme0n1p3"
-        );
-        let mmc = lsblk(
-            "mmcblk1",
-            "disk",
-            &["mmcblk1P1", "mmcblk1P2", "mmcblk1P3", "mmcblk1P4"],
-        );
-        assert_eq!(
-            partition_path_from_lsblk(&mmc, "/dev/mmcblk1", 4).unwrap(),
-            "/dev/mmcblk1P4"
-        );
-        let dm = lsblk("dm-0", "mpath", &["dm-1", "dm-2", "dm-3", "dm-4"]);
-        assert_eq!(
-            partition_path_from_lsblk(&dm, "/dev/dm-0", 3).unwrap(),
-            "/dev/mapper/dm-3"
-        );
-        assert_eq!(
-            partition_path_from_lsblk(&dm, "/dev/dm-0", 4).unwrap(),
-            "/dev/mapper/dm-4"
-        );
-        let dm127 = lsblk("dm-127", "mpath", &["dm-128", "dm-129", "dm-130", "dm-131"]);
-        assert_eq!(
-            partition_path_from_lsblk(&dm127, "/dev/dm-127", 3).unwrap(),
-            "/dev/mapper/dm-130"
-        );
-        // A device-mapper disk that is not multipath keeps /dev/<name>.
-        let lvm = lsblk("dm-5", "lvm", &["dm-6", "dm-7"]);
-        assert_eq!(
-            partition_path_from_lsblk(&lvm, "/dev/dm-5", 2).unwrap(),
-            "/dev/dm-7"
-        );
-    }
-
-    #[test]
-    fn partition_path_errors() {
-        let err = |json: &str, dev: &str, idx: u32| {
-            format!(
-                "{:#}",
-                partition_path_from_lsblk(json, dev, idx).unwrap_err()
-            )
-        };
-        assert!(err("invalid json", "/dev/sda", 3).contains("failed to unmarshal lsblk output"));
-        assert!(err(r#"{"blockdevices": []}"#, "/dev/sdb", 1)
-            .contains("no block device information returned for /dev/sdb"));
-        assert!(err(
-            r#"{"blockdevices": [{"name": "sda", "type": "disk", "children": []}]}"#,
-            "/dev/sda",
-            1
-        )
-        .contains("device /dev/sda has no partitions"));
-        assert!(err(
-            r#"{"blockdevices": [{"name": "sda", "type": "disk", "children": null}]}"#,
-            "/dev/sda",
-            1
-        )
-        .contains("device /dev/sda has no partitions"));
-        assert!(err(
-            r#"{"blockdevices": [{"name": "sda", "type": "disk"}]}"#,
-            "/dev/sda",
-            1
-        )
-        .contains("device /dev/sda has no partitions"));
-        let one = lsblk("sda", "disk", &["sda1"]);
-        assert!(err(&one, "/dev/sda", 0).contains("partition 0 not found on device /dev/sda"));
-        let two = lsblk("sda", "disk", &["sda1", "sda2"]);
-        assert!(err(&two, "/dev/sda", 5).contains("partition 5 not found on device /dev/sda"));
-    }
+    use crate::host::lsblk::lsblk_json as lsblk;
 
     #[test]
     fn partition_path_runs_lsblk() {

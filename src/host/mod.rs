@@ -13,7 +13,9 @@
 pub(crate) mod boot_order;
 pub mod commands;
 pub(crate) mod disk_prep;
+pub(crate) mod free_space;
 pub(crate) mod logs;
+pub(crate) mod lsblk;
 pub mod reboot;
 pub mod root;
 pub(crate) mod systemd;

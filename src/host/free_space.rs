@@ -1,0 +1,114 @@
+//! How much of the install disk to leave unallocated when growing the root partition (Go
+//! `calculateFreePercent`): skip-MCO grows the root by the size of the root partition itself,
+//! the registry copy by what the registry data needs, and both leave the rest free, as a
+//! percentage of the disk for `growpart --free-percent`.
+
+use anyhow::{bail, Result};
+
+use super::commands::CommandRunner;
+use super::lsblk::{disk_sizes, DiskSizes};
+
+/// The root partition of a CoreOS disk, the one that is grown.
+pub(crate) const ROOT_PARTITION: u32 = 4;
+
+/// The whole percentage of the disk to leave free so the root partition can grow by
+/// `required` bytes (by the root partition's own size when `None`): `(disk − used − required)
+/// × 100 / disk`, rounded down, or 0 when that does not fit. A CoreOS disk has at least four
+/// partitions; fewer means this is not one.
+pub(crate) fn free_percent(sizes: &DiskSizes, required: Option<u64>, device: &str) -> Result<u64> {
+    if sizes.partitions.len() < ROOT_PARTITION as usize {
+        bail!(
+            "device {device} has {} partitions, expected at least {ROOT_PARTITION} (a CoreOS disk)",
+            sizes.partitions.len()
+        );
+    }
+    let used: u64 = sizes.partitions.iter().sum();
+    let required = required.unwrap_or(sizes.partitions[ROOT_PARTITION as usize - 1]);
+    let taken = used.saturating_add(required);
+    if sizes.disk == 0 || taken >= sizes.disk {
+        return Ok(0);
+    }
+    // u128: a multi-TiB disk times 100 fits in u64, but there is no reason to find out.
+    Ok(((sizes.disk - taken) as u128 * 100 / sizes.disk as u128) as u64)
+}
+
+/// `free_percent` of `device` as `lsblk --bytes --json` reports it now.
+pub(crate) fn calculate_free_percent(
+    runner: &dyn CommandRunner,
+    device: &str,
+    required: Option<u64>,
+) -> Result<u64> {
+    free_percent(&disk_sizes(runner, device)?, required, device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::RecordingRunner;
+
+    const GIB: u64 = 1 << 30;
+
+    fn disk(disk: u64, partitions: &[u64]) -> DiskSizes {
+        DiskSizes {
+            disk,
+            partitions: partitions.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_root_partition_grows_by_its_own_size_by_default() {
+        // 100 GiB disk, 1 + 127 MiB + 384 MiB + 3 GiB used: root 3 GiB more, the rest free.
+        let sizes = disk(100 * GIB, &[1 << 20, 127 << 20, 384 << 20, 3 * GIB]);
+        let used = (1u64 << 20) + (127 << 20) + (384 << 20) + 3 * GIB;
+        let expected = (100 * GIB - used - 3 * GIB) * 100 / (100 * GIB);
+        assert_eq!(free_percent(&sizes, None, "/dev/sda").unwrap(), expected);
+        assert_eq!(expected, 93);
+    }
+
+    #[test]
+    fn a_requested_size_replaces_the_root_size() {
+        let sizes = disk(100 * GIB, &[GIB, GIB, GIB, GIB]);
+        assert_eq!(
+            free_percent(&sizes, Some(46 * GIB), "/dev/sda").unwrap(),
+            50
+        );
+        // Rounded down.
+        assert_eq!(
+            free_percent(&sizes, Some(46 * GIB + 1), "/dev/sda").unwrap(),
+            49
+        );
+    }
+
+    #[test]
+    fn nothing_free_when_it_does_not_fit() {
+        let sizes = disk(10 * GIB, &[GIB, GIB, GIB, 3 * GIB]);
+        assert_eq!(free_percent(&sizes, None, "/dev/sda").unwrap(), 0);
+        assert_eq!(free_percent(&sizes, Some(4 * GIB), "/dev/sda").unwrap(), 0);
+        assert_eq!(free_percent(&sizes, Some(u64::MAX), "/dev/sda").unwrap(), 0);
+    }
+
+    #[test]
+    fn fewer_than_four_partitions_is_not_a_coreos_disk() {
+        let e = free_percent(&disk(10 * GIB, &[GIB, GIB, GIB]), None, "/dev/sdb").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "device /dev/sdb has 3 partitions, expected at least 4 (a CoreOS disk)"
+        );
+    }
+
+    #[test]
+    fn runs_lsblk_on_the_device() {
+        let r = RecordingRunner::new();
+        r.reply(
+            "lsblk --bytes --json /dev/vda",
+            crate::host::Reply::ok(
+                r#"{"blockdevices":[{"name":"vda","size":1000,"type":"disk","children":[
+                {"name":"vda1","size":100},{"name":"vda2","size":100},
+                {"name":"vda3","size":100},{"name":"vda4","size":200}]}]}"#,
+            ),
+        );
+        // used 500 + required 200 of 1000: 30 % free.
+        assert_eq!(calculate_free_percent(&r, "/dev/vda", None).unwrap(), 30);
+        assert_eq!(r.lines(), vec!["lsblk --bytes --json /dev/vda"]);
+    }
+}
