@@ -6,6 +6,7 @@
 pub mod bootstrap;
 pub(crate) mod early;
 pub mod node;
+pub(crate) mod skip_mco;
 pub(crate) mod wait;
 pub mod writer;
 
@@ -42,6 +43,9 @@ pub struct Paths {
     pub resolv_conf: PathBuf,
     /// Container logs, where the machine-config-server's shows who fetched Ignition.
     pub container_logs: PathBuf,
+    /// The live system's kernel command line (`/proc/cmdline`: the container shares the host's
+    /// kernel), whose `ignition.platform.id=` skip-MCO keeps for the deployed image.
+    pub live_cmdline: PathBuf,
     /// Where the host's own files are (network keyfiles, the live image, the registry marker):
     /// the installer container does not mount them. Decided once by the entrypoint; a flow
     /// that cannot reach them fails before touching the disk.
@@ -57,6 +61,7 @@ impl Default for Paths {
             extracted_pull_secret: PathBuf::from("/opt/extracted_from_ignition.json"),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             container_logs: PathBuf::from("/var/log/containers"),
+            live_cmdline: PathBuf::from("/proc/cmdline"),
             host_root: Ok(HostRoot::Here),
         }
     }
@@ -65,7 +70,8 @@ impl Default for Paths {
 /// How often the waits poll (the Go installer's values by default; tests shrink them).
 #[derive(Clone, Copy, Debug)]
 pub struct Intervals {
-    /// Node, bootkube, etcd, controller and annotation waits (Go: 5 s).
+    /// Node, bootkube, etcd, controller and annotation waits, and the skip-MCO fetch's tries
+    /// (Go: 5 s).
     pub poll: Duration,
     /// Other hosts' Configuring status from the MCS log, and the ABI worker wait (Go: 30 s).
     pub slow_poll: Duration,

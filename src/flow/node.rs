@@ -9,6 +9,7 @@ use super::bootstrap::{
     bootstrap_post_phase, single_node_master_ignition, start_bootstrap, ConfiguringStatus,
 };
 use super::early::EarlyWrite;
+use super::skip_mco::SkipMco;
 use super::wait::worker_wait_for_control_plane;
 use super::writer::WriteRequest;
 use super::Flow;
@@ -132,12 +133,15 @@ fn install_after_prologue(
     } else {
         download_ignition(f, &role)?
     };
+    // Fetched while the disk is written; deployed at Go's point, after the write (and a
+    // worker's wait), before the boot order.
+    let skip_mco = SkipMco::start(f, &ignition);
     write_image_to_disk(f, request, &ignition, early.take())?;
     if cfg.role == Role::Worker {
         worker_wait_for_control_plane(f)?;
     }
-    if cfg.enable_skip_mco_reboot {
-        tracing::warn!("--enable-skip-mco-reboot is not supported yet: the machine-config operator will update and reboot the node");
+    if let Some(skip_mco) = skip_mco {
+        skip_mco.finish(f, &dev, &request.args.kargs_network.append_kargs)?;
     }
     if !cfg.dry_run {
         if let Err(e) = set_boot_order(

@@ -76,6 +76,7 @@ impl TestFlow {
                 extracted_pull_secret: d.join("extracted_from_ignition.json"),
                 resolv_conf: d.join("resolv.conf"),
                 container_logs: d.join("containers"),
+                live_cmdline: d.join("cmdline"),
                 ..Paths::default()
             },
             arch: "x86_64".into(),

@@ -47,6 +47,8 @@ pub(crate) struct FlowBuilder {
     host_root: Result<HostRoot, Unreachable>,
     intervals: Intervals,
     early_write: bool,
+    skip_mco_reboot: bool,
+    arch: String,
     stop: Cancel,
 }
 
@@ -80,6 +82,8 @@ impl FlowBuilder {
             host_root: Ok(HostRoot::Here),
             intervals: Intervals::default(),
             early_write: true,
+            skip_mco_reboot: false,
+            arch: "x86_64".into(),
             stop: Cancel::new(),
         }
     }
@@ -156,6 +160,24 @@ impl FlowBuilder {
         self
     }
 
+    /// `--enable-skip-mco-reboot`.
+    pub(crate) fn skip_mco_reboot(mut self) -> Self {
+        self.skip_mco_reboot = true;
+        self
+    }
+
+    /// The host's `uname -m` (default: x86_64).
+    pub(crate) fn arch(mut self, arch: &str) -> Self {
+        self.arch = arch.into();
+        self
+    }
+
+    /// The flow's stop token (SIGTERM's), for a test to fire.
+    pub(crate) fn stop(mut self, stop: Cancel) -> Self {
+        self.stop = stop;
+        self
+    }
+
     pub(crate) fn build(self) -> Flow {
         let mut cfg = InstallerConfig {
             role: self.role.parse::<Role>().expect("a role"),
@@ -171,6 +193,7 @@ impl FlowBuilder {
             skip_installation_disk_cleanup: self.skip_disk_cleanup,
             format_disks: self.format_disks.into_iter().map(PathBuf::from).collect(),
             installer_args: self.installer_args,
+            enable_skip_mco_reboot: self.skip_mco_reboot,
             ..InstallerConfig::default()
         };
         cfg.set_defaults();
@@ -209,9 +232,10 @@ impl FlowBuilder {
                 extracted_pull_secret: d.join("extracted_from_ignition.json"),
                 resolv_conf: d.join("resolv.conf"),
                 container_logs: d.join("containers"),
+                live_cmdline: d.join("cmdline"),
                 host_root: self.host_root,
             },
-            arch: "x86_64".into(),
+            arch: self.arch,
             kube,
             intervals: self.intervals,
             early_write: self.early_write,

@@ -1,0 +1,432 @@
+//! Deploying the release OS image onto the freshly written disk (Go `OverwriteOsImage`), so the
+//! node's first boot runs the release image with its kernel arguments and the MCO has nothing
+//! to update and no reboot to do.
+//!
+//! The root partition is grown first, by its own size (what a second deployment needs), leaving
+//! the rest of the disk unallocated as Go does; then `ostree container image deploy` pulls the
+//! image into the disk's sysroot, and both filesystems are frozen before they are unmounted, so
+//! nothing of the live system writes to them before the reboot.
+//!
+//! The commands are Go's, each tried 3 times 5 s apart, with one addition first: `partx
+//! --update <disk>`. Our writer leaves the kernel's view of the partitions as it found it (a
+//! kernel without partition-table parsers, and no udev, gets no nodes from a reread, and the
+//! ones the writer adds with BLKPG are removed after the write); `partx --update` adds the
+//! partitions the kernel lacks, as coreos-installer's udev would have, and changes nothing
+//! where they exist. Its failure (a multipath disk, whose partitions are device-mapper's) is
+//! only logged: lsblk then says whether the partitions are there. Unlike Go, a failure after
+//! the mounts unmounts what was mounted (best effort) instead of leaving it mounted.
+
+use anyhow::{Context, Result};
+use std::time::Duration;
+
+use crate::clock::{Clock, Failure, Schedule, Stop, WaitError};
+use crate::host::commands::CommandRunner;
+use crate::host::free_space::{calculate_free_percent, ROOT_PARTITION};
+use crate::host::lsblk::partition_path;
+
+/// The disk's `boot` partition (the root is [`ROOT_PARTITION`]).
+pub(crate) const BOOT_PARTITION: u32 = 3;
+/// Each command's tries and the wait between them (Go: `utils.Retry(3, 5s)`).
+pub(crate) const COMMAND_TRIES: u32 = 3;
+pub(crate) const COMMAND_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// The live system's karg that names the platform; kept for the deployment.
+const PLATFORM_ID: &str = "ignition.platform.id=";
+const DEFAULT_PLATFORM_KARG: &str = "ignition.platform.id=metal";
+const ROOT_MOUNT: &str = "/mnt";
+const BOOT_MOUNT: &str = "/mnt/boot";
+
+/// What the deploy acts through, and on which disk.
+pub(crate) struct Target<'a> {
+    pub runner: &'a dyn CommandRunner,
+    pub clock: &'a dyn Clock,
+    pub stop: &'a dyn Stop,
+    pub device: &'a str,
+}
+
+/// The `ignition.platform.id=…` argument of the live system's kernel command line, or
+/// `ignition.platform.id=metal` when it has none.
+pub(crate) fn platform_karg(cmdline: &str) -> String {
+    cmdline
+        .split_whitespace()
+        .find(|a| a.starts_with(PLATFORM_ID))
+        .unwrap_or(DEFAULT_PLATFORM_KARG)
+        .to_string()
+}
+
+/// `growpart [--free-percent=N] <device> 4` (no option when nothing is to stay free).
+fn growpart_args(device: &str, free_percent: u64) -> Vec<String> {
+    let mut args = Vec::new();
+    if free_percent > 0 {
+        args.push(format!("--free-percent={free_percent}"));
+    }
+    args.extend([device.to_string(), ROOT_PARTITION.to_string()]);
+    args
+}
+
+/// The ostree deploy arguments: the image (unverified: the release payload pins it by digest),
+/// the platform karg, Ignition's first-boot karg (a variable the boot loader expands), then
+/// `extra_kargs` (`--karg v` pairs).
+fn ostree_args(os_image_url: &str, platform_karg: &str, extra_kargs: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "container",
+        "image",
+        "deploy",
+        "--sysroot",
+        ROOT_MOUNT,
+        "--authfile",
+        "/root/.docker/config.json",
+        "--imgref",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(format!("ostree-unverified-registry:{os_image_url}"));
+    args.extend(
+        [
+            "--karg",
+            platform_karg,
+            "--karg",
+            "$ignition_firstboot",
+            "--stateroot",
+            "rhcos",
+        ]
+        .map(String::from),
+    );
+    args.extend(extra_kargs.iter().cloned());
+    args
+}
+
+/// Deploys `os_image_url` onto `t.device` (see the module documentation). `extra_kargs` are
+/// `--karg v` pairs. An error says which command failed; the caller only logs it.
+pub(crate) fn overwrite_os_image(
+    t: &Target<'_>,
+    os_image_url: &str,
+    platform_karg: &str,
+    extra_kargs: &[String],
+) -> Result<()> {
+    let device = t.device;
+    if let Err(e) = t.runner.run("partx", &["--update", device]) {
+        tracing::warn!("partx --update {device}: {e}; going on with the partitions the kernel has");
+    }
+    let free_percent = calculate_free_percent(t.runner, device, None)
+        .with_context(|| format!("computing the free space to leave on {device}"))?;
+    let root = partition_path(t.runner, device, ROOT_PARTITION)?;
+    let boot = partition_path(t.runner, device, BOOT_PARTITION)?;
+    let steps: Vec<(&str, Vec<String>)> = vec![
+        ("mount", vec![root, ROOT_MOUNT.into()]),
+        ("mount", vec![boot, BOOT_MOUNT.into()]),
+        ("growpart", growpart_args(device, free_percent)),
+        ("xfs_growfs", vec![ROOT_MOUNT.into()]),
+        // ostree fails with SELinux enforcing on the live system (Go's comment: OCP 4.14).
+        ("setenforce", vec!["0".into()]),
+        (
+            "ostree",
+            ostree_args(os_image_url, platform_karg, extra_kargs),
+        ),
+        ("fsfreeze", vec!["--freeze".into(), BOOT_MOUNT.into()]),
+        ("umount", vec![BOOT_MOUNT.into()]),
+        ("fsfreeze", vec!["--freeze".into(), ROOT_MOUNT.into()]),
+        ("umount", vec![ROOT_MOUNT.into()]),
+    ];
+    let mut mounted: Vec<&str> = Vec::new();
+    for (program, args) in &steps {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        if let Err(e) = run_with_retries(t, program, &args) {
+            unmount_after_failure(t, &mounted);
+            return Err(e);
+        }
+        match (*program, args.as_slice()) {
+            ("mount", &[_, at]) => mounted.push(at),
+            ("umount", &[at]) => mounted.retain(|m| *m != at),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// One command, up to three tries 5 s apart on the flow's clock.
+fn run_with_retries(t: &Target<'_>, program: &str, args: &[&str]) -> Result<()> {
+    let line = std::iter::once(program)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    tracing::info!("running {line}");
+    let result = t.clock.retry(
+        t.stop,
+        &Schedule::tries(COMMAND_TRIES, COMMAND_RETRY_DELAY),
+        |_| t.runner.run(program, args).map_err(Failure::Retry),
+        |e, retrying| tracing::warn!("{line} ({retrying} after {:?}): {e}", retrying.delay),
+    );
+    match result {
+        Ok(_) => Ok(()),
+        Err(e @ WaitError::Stopped { .. }) => Err(e.into_anyhow()),
+        Err(e) => Err(e.into_anyhow())
+            .with_context(|| format!("failed after {COMMAND_TRIES} attempts to run {line}")),
+    }
+}
+
+/// Unmount, innermost first, what the failed deploy left mounted; failures are only logged.
+fn unmount_after_failure(t: &Target<'_>, mounted: &[&str]) {
+    for at in mounted.iter().rev() {
+        if let Err(e) = t.runner.run("umount", &[at]) {
+            tracing::warn!("unmounting {at} after the failed deploy: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{FakeClock, NeverStop};
+    use crate::host::{RecordingRunner, Reply};
+
+    const IMAGE: &str = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:0123";
+
+    /// lsblk of a 100 GiB disk with CoreOS's partitions: 1 MiB, 127 MiB, 384 MiB, 3 GiB.
+    fn lsblk(disk: &str, parts: [&str; 4], kind: &str) -> String {
+        let sizes = [1u64 << 20, 127 << 20, 384 << 20, 3 << 30];
+        let children: Vec<String> = parts
+            .iter()
+            .zip(sizes)
+            .map(|(p, s)| format!(r#"{{"name":"{p}","size":{s},"type":"part"}}"#))
+            .collect();
+        format!(
+            r#"{{"blockdevices":[{{"name":"{disk}","size":{},"type":"{kind}","children":[{}]}}]}}"#,
+            100u64 << 30,
+            children.join(",")
+        )
+    }
+
+    fn runner_for(device: &str, json: &str) -> RecordingRunner {
+        let r = RecordingRunner::new();
+        r.ok(&format!("lsblk --bytes --json {device}"), json);
+        r
+    }
+
+    fn deploy(r: &RecordingRunner, clock: &FakeClock, device: &str) -> Result<()> {
+        let t = Target {
+            runner: r,
+            clock,
+            stop: &NeverStop,
+            device,
+        };
+        overwrite_os_image(
+            &t,
+            IMAGE,
+            "ignition.platform.id=metal",
+            &["--karg".into(), "abc".into()],
+        )
+    }
+
+    /// The Go sequence for `device` with partitions `p3`/`p4`, after our `partx` and lsblk runs.
+    fn expected(device: &str, p3: &str, p4: &str, free: &str) -> Vec<String> {
+        let growpart = if free.is_empty() {
+            format!("growpart {device} 4")
+        } else {
+            format!("growpart --free-percent={free} {device} 4")
+        };
+        vec![
+            format!("partx --update {device}"),
+            format!("lsblk --bytes --json {device}"),
+            format!("lsblk --bytes --json {device}"),
+            format!("lsblk --bytes --json {device}"),
+            format!("mount {p4} /mnt"),
+            format!("mount {p3} /mnt/boot"),
+            growpart,
+            "xfs_growfs /mnt".into(),
+            "setenforce 0".into(),
+            format!(
+                "ostree container image deploy --sysroot /mnt --authfile /root/.docker/config.json \
+                 --imgref ostree-unverified-registry:{IMAGE} --karg ignition.platform.id=metal \
+                 --karg $ignition_firstboot --stateroot rhcos --karg abc"
+            ),
+            "fsfreeze --freeze /mnt/boot".into(),
+            "umount /mnt/boot".into(),
+            "fsfreeze --freeze /mnt".into(),
+            "umount /mnt".into(),
+        ]
+    }
+
+    #[test]
+    fn the_go_sequence_on_each_kind_of_disk() {
+        // Used 3.5 GiB and 3 GiB more for the root, of 100: 93 % stays free (Go's test: 92,
+        // with its fixture's sizes).
+        for (device, disk, parts, kind, p3, p4) in [
+            (
+                "/dev/sda",
+                "sda",
+                ["sda1", "sda2", "sda3", "sda4"],
+                "disk",
+                "/dev/sda3",
+                "/dev/sda4",
+            ),
+            (
+                "/dev/nvme0n1",
+                "nvme0n1",
+                ["nvme0n1p1", "nvme0n1p2", "nvme0n1p3", "nvme0n1p4"],
+                "disk",
+                "/dev/nvme0n1p3",
+                "/dev/nvme0n1p4",
+            ),
+            (
+                "/dev/mmcblk1",
+                "mmcblk1",
+                ["mmcblk1P1", "mmcblk1P2", "mmcblk1P3", "mmcblk1P4"],
+                "disk",
+                "/dev/mmcblk1P3",
+                "/dev/mmcblk1P4",
+            ),
+            (
+                "/dev/dm-0",
+                "dm-0",
+                ["dm-1", "dm-2", "dm-3", "dm-4"],
+                "mpath",
+                "/dev/mapper/dm-3",
+                "/dev/mapper/dm-4",
+            ),
+        ] {
+            let r = runner_for(device, &lsblk(disk, parts, kind));
+            let clock = FakeClock::new();
+            deploy(&r, &clock, device).unwrap();
+            assert_eq!(r.lines(), expected(device, p3, p4, "93"), "{device}");
+            assert!(clock.sleeps().is_empty());
+        }
+    }
+
+    #[test]
+    fn no_free_percent_option_when_nothing_stays_free() {
+        // A 7 GiB disk: 3.5 GiB used and 3 GiB more for the root leave 7 %; a 6 GiB one none.
+        for (size, free) in [(7u64 << 30, "7"), (6 << 30, "")] {
+            let json = lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk")
+                .replace(&(100u64 << 30).to_string(), &size.to_string());
+            let r = runner_for("/dev/sda", &json);
+            deploy(&r, &FakeClock::new(), "/dev/sda").unwrap();
+            assert_eq!(
+                r.lines()[6],
+                expected("/dev/sda", "", "", free)[6],
+                "{size}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failing_partx_is_only_logged() {
+        let r = runner_for(
+            "/dev/sda",
+            &lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk"),
+        );
+        r.fail(
+            "partx --update /dev/sda",
+            1,
+            "partx: /dev/sda: failed to read partition table",
+        );
+        deploy(&r, &FakeClock::new(), "/dev/sda").unwrap();
+        assert_eq!(
+            r.lines(),
+            expected("/dev/sda", "/dev/sda3", "/dev/sda4", "93")
+        );
+    }
+
+    #[test]
+    fn a_command_is_tried_three_times_five_seconds_apart() {
+        let r = runner_for(
+            "/dev/sda",
+            &lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk"),
+        );
+        r.reply("xfs_growfs /mnt", Reply::fail(1, "busy"));
+        r.reply("xfs_growfs /mnt", Reply::fail(1, "busy"));
+        r.reply("xfs_growfs /mnt", Reply::ok(""));
+        let clock = FakeClock::new();
+        deploy(&r, &clock, "/dev/sda").unwrap();
+        let lines = r.lines();
+        assert_eq!(lines.iter().filter(|l| *l == "xfs_growfs /mnt").count(), 3);
+        assert_eq!(clock.sleeps(), vec![COMMAND_RETRY_DELAY; 2]);
+        assert_eq!(lines.last().unwrap(), "umount /mnt");
+    }
+
+    #[test]
+    fn a_failing_ostree_deploy_stops_there_and_unmounts() {
+        let r = runner_for(
+            "/dev/sda",
+            &lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk"),
+        );
+        let ostree = expected("/dev/sda", "/dev/sda3", "/dev/sda4", "93")[9].clone();
+        r.fail(&ostree, 1, "error: Creating importer: manifest unknown");
+        let clock = FakeClock::new();
+        let e = deploy(&r, &clock, "/dev/sda").unwrap_err();
+        let text = format!("{e:#}");
+        assert!(
+            text.starts_with("failed after 3 attempts to run ostree container image deploy "),
+            "{text}"
+        );
+        assert!(text.contains("manifest unknown"), "{text}");
+        let lines = r.lines();
+        let ostree = lines.iter().filter(|l| l.starts_with("ostree ")).count();
+        assert_eq!(ostree, 3);
+        assert_eq!(clock.sleeps(), vec![COMMAND_RETRY_DELAY; 2]);
+        // No freeze; what was mounted is unmounted, innermost first.
+        assert_eq!(
+            &lines[lines.len() - 2..],
+            ["umount /mnt/boot", "umount /mnt"]
+        );
+        assert!(!lines.iter().any(|l| l.starts_with("fsfreeze")));
+    }
+
+    #[test]
+    fn a_failing_mount_leaves_nothing_to_unmount() {
+        let r = runner_for(
+            "/dev/sda",
+            &lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk"),
+        );
+        r.fail("mount /dev/sda4 /mnt", 32, "mount: /mnt: wrong fs type");
+        let e = deploy(&r, &FakeClock::new(), "/dev/sda").unwrap_err();
+        assert!(format!("{e:#}").contains("mount /dev/sda4 /mnt"), "{e:#}");
+        assert_eq!(r.lines().last().unwrap(), "mount /dev/sda4 /mnt");
+    }
+
+    #[test]
+    fn a_disk_that_is_not_coreos_stops_before_any_mount() {
+        let r = runner_for(
+            "/dev/sda",
+            r#"{"blockdevices":[{"name":"sda","size":1000,"type":"disk","children":[{"name":"sda1","size":10}]}]}"#,
+        );
+        let e = deploy(&r, &FakeClock::new(), "/dev/sda").unwrap_err();
+        assert!(format!("{e:#}").contains("expected at least 4"), "{e:#}");
+        assert!(r.lines().iter().all(|l| !l.starts_with("mount")));
+    }
+
+    #[test]
+    fn a_stop_ends_the_retries() {
+        let r = runner_for(
+            "/dev/sda",
+            &lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk"),
+        );
+        let stop = crate::image::Cancel::new();
+        stop.cancel();
+        let t = Target {
+            runner: &r,
+            clock: &FakeClock::new(),
+            stop: &stop,
+            device: "/dev/sda",
+        };
+        let e = overwrite_os_image(&t, IMAGE, DEFAULT_PLATFORM_KARG, &[]).unwrap_err();
+        assert!(e.downcast_ref::<crate::clock::Stopped>().is_some(), "{e:#}");
+        assert!(r.lines().iter().all(|l| !l.starts_with("mount")));
+    }
+
+    #[test]
+    fn the_platform_karg_of_the_live_system() {
+        assert_eq!(
+            platform_karg("BOOT_IMAGE=/images/pxeboot/vmlinuz coreos.liveiso=rhcos ignition.platform.id=openstack rd.neednet=1\n"),
+            "ignition.platform.id=openstack"
+        );
+        assert_eq!(
+            platform_karg("ignition.platform.id=metal"),
+            "ignition.platform.id=metal"
+        );
+        assert_eq!(
+            platform_karg("quiet ignition.firstboot"),
+            DEFAULT_PLATFORM_KARG
+        );
+        assert_eq!(platform_karg(""), DEFAULT_PLATFORM_KARG);
+    }
+}

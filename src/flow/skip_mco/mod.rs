@@ -1,0 +1,324 @@
+//! Skip-MCO reboot (`--enable-skip-mco-reboot`, Go `installer.skipMcoReboot`): after the disk
+//! is written, deploy the release OS image onto it with ostree, with the kernel arguments of
+//! the node's MachineConfig, so that the node boots straight into what the machine-config
+//! operator would otherwise update it to, and that update's reboot is saved.
+//!
+//! The release image and kernel arguments come from the MachineConfig the machine-config-server
+//! encapsulates in the config it serves for this node; the host's pointer Ignition config says
+//! where that server is and which CA it has. Best effort throughout, as in Go: any failure is
+//! a warning and the install goes on with the image as written (the MCO then updates and
+//! reboots the node as usual). Only a stop (SIGTERM) ends the install here.
+//!
+//! Not done in dry-run mode, with `--coreos-image` (Go never calls it there), nor on s390x
+//! (Go fetches the MachineConfig and computes the free space there, then deploys nothing).
+//!
+//! The pieces, one file each: what is read from the configs and the `--karg` list
+//! ([`machine_config`], pure), one fetch of the served config ([`fetch`]), the fetch started
+//! early on a thread of its own and its budget ([`poll`]), and the commands of the deploy
+//! ([`deploy`]).
+
+pub(crate) mod deploy;
+pub(crate) mod fetch;
+pub(crate) mod machine_config;
+pub(crate) mod poll;
+
+use anyhow::{Context, Result};
+use std::path::Path;
+
+use super::Flow;
+use crate::clock::Stopped;
+use deploy::{overwrite_os_image, platform_karg, Target};
+use fetch::McsFetcher;
+use machine_config::{overwrite_kargs, pointer_config, EncapsulatedMc};
+use poll::{EarlyFetch, FETCH_BUDGET};
+
+const CONTINUING: &str = "Continuing installation without skipping MCO reboot";
+
+/// The skip-MCO step of one install: its fetch runs from [`SkipMco::start`] (the Ignition config
+/// is known) to [`SkipMco::finish`] (Go's point, after the write). Dropped unfinished when the
+/// flow fails in between: the fetch then ends.
+pub(crate) struct SkipMco {
+    fetch: EarlyFetch<EncapsulatedMc>,
+}
+
+impl SkipMco {
+    /// Starts fetching the MachineConfig behind `ignition` (the host's pointer config) when the
+    /// flow does skip-MCO; `None` when it does not, or when the pointer config cannot lead to
+    /// a MachineConfig (logged as Go's warning).
+    pub(crate) fn start(f: &Flow, ignition: &Path) -> Option<SkipMco> {
+        let cfg = &f.cfg;
+        if !cfg.enable_skip_mco_reboot {
+            return None;
+        }
+        let skipped = if cfg.dry_run {
+            Some("in dry-run mode")
+        } else if cfg.coreos_image.is_some() {
+            Some("with --coreos-image")
+        } else if f.arch == "s390x" {
+            Some("on s390x")
+        } else {
+            None
+        };
+        if let Some(why) = skipped {
+            tracing::info!("--enable-skip-mco-reboot: no OS image is deployed {why}");
+            return None;
+        }
+        let fetcher = match pointed_fetcher(ignition) {
+            Ok(fetcher) => fetcher,
+            Err(e) => {
+                tracing::warn!("failed getting encapsulated machine config: {e:#}. {CONTINUING}");
+                return None;
+            }
+        };
+        let shown = fetcher.shown();
+        tracing::info!(
+            "skip-MCO reboot: fetching the encapsulated MachineConfig from {shown} while the disk is written"
+        );
+        let fetch = EarlyFetch::start(
+            f.host.clock.clone(),
+            f.stop.clone(),
+            f.intervals.poll,
+            move || fetcher.fetch(),
+            move |e, n| {
+                tracing::warn!(
+                    "failed to get the encapsulated MachineConfig from {shown} (try {n}): {e:#}"
+                )
+            },
+        );
+        Some(SkipMco { fetch })
+    }
+
+    /// Go's point (after the write, and a worker's control-plane wait): wait for the
+    /// MachineConfig (at most 20 minutes from now), then deploy its OS image onto `device`
+    /// with the `--append-karg`s of `--installer-args` (`installer_appends`) and its kernel
+    /// arguments. Failures are warnings; the error is only a stop.
+    pub(crate) fn finish(self, f: &Flow, device: &str, installer_appends: &[String]) -> Result<()> {
+        stop_or_warn(self.deploy(f, device, installer_appends)).context("skip-MCO reboot")
+    }
+
+    fn deploy(self, f: &Flow, device: &str, installer_appends: &[String]) -> Result<()> {
+        let clock = f.host.clock.as_ref();
+        let mc = self
+            .fetch
+            .finish(clock, FETCH_BUDGET)
+            .map_err(|e| unless_stopped(e, "failed getting encapsulated machine config"))?;
+        if mc.os_image_url.is_empty() {
+            anyhow::bail!("the encapsulated machine config has no osImageURL to deploy");
+        }
+        let cmdline = &f.paths.live_cmdline;
+        let platform = match std::fs::read_to_string(cmdline) {
+            Ok(text) => platform_karg(&text),
+            Err(e) => {
+                tracing::warn!(
+                    "reading {}: {e}; the platform is taken to be metal",
+                    cmdline.display()
+                );
+                platform_karg("")
+            }
+        };
+        let kargs = overwrite_kargs(installer_appends, &mc.kernel_arguments);
+        tracing::info!(
+            "deploying {} onto {device} with {} kernel arguments of the MachineConfig",
+            mc.os_image_url,
+            mc.kernel_arguments.len()
+        );
+        let target = Target {
+            runner: f.host.commands.as_ref(),
+            clock,
+            stop: &f.stop,
+            device,
+        };
+        overwrite_os_image(&target, &mc.os_image_url, &platform, &kargs)
+            .map_err(|e| unless_stopped(e, "failed overwriting OS image"))?;
+        tracing::info!(
+            "{} deployed onto {device}: the first boot needs no MCO reboot",
+            mc.os_image_url
+        );
+        Ok(())
+    }
+}
+
+/// The pointer config's fetcher: everything that trying again cannot fix fails here, at once
+/// (Go would retry it for 20 minutes).
+fn pointed_fetcher(ignition: &Path) -> Result<McsFetcher> {
+    let bytes =
+        std::fs::read(ignition).with_context(|| format!("reading {}", ignition.display()))?;
+    let pointer = pointer_config(&bytes)
+        .with_context(|| format!("the Ignition config {}", ignition.display()))?;
+    McsFetcher::new(&pointer)
+}
+
+/// `e` with the context `what`, unless it is a stop (which says enough).
+fn unless_stopped(e: anyhow::Error, what: &'static str) -> anyhow::Error {
+    if e.downcast_ref::<Stopped>().is_some() {
+        e
+    } else {
+        e.context(what)
+    }
+}
+
+/// A stop stays an error; anything else becomes Go's warning.
+fn stop_or_warn(result: Result<()>) -> Result<()> {
+    match result {
+        Err(e) if e.downcast_ref::<Stopped>().is_some() => Err(e),
+        Err(e) => {
+            tracing::warn!("{e:#}. {CONTINUING}");
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::bootstrap::data_url::tests::{encode_base64, gzip};
+    use crate::flow::testing::TestFlow;
+    use crate::host::lsblk::lsblk_json;
+
+    const IMAGE: &str = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:4242";
+
+    /// A pointer config whose merge source embeds (gzipped) a config holding a MachineConfig
+    /// with `mc_spec`.
+    fn pointer_with(mc_spec: serde_json::Value) -> String {
+        let mc = serde_json::to_vec(&serde_json::json!({"spec": mc_spec})).unwrap();
+        let served = serde_json::to_vec(&serde_json::json!({"storage": {"files": [{
+            "path": machine_config::ENCAPSULATED_MC_PATH,
+            "contents": {"source": format!("data:;base64,{}", encode_base64(&mc))}
+        }]}}))
+        .unwrap();
+        serde_json::json!({"ignition": {"version": "3.2.0", "config": {"merge": [
+            {"source": format!("data:;base64,{}", encode_base64(&gzip(&served)))}
+        ]}}})
+        .to_string()
+    }
+
+    /// A master flow with skip-MCO on, its pointer config written; returns the config's path.
+    fn flow_with(pointer: &str) -> (TestFlow, std::path::PathBuf) {
+        let mut t = TestFlow::new("master");
+        t.flow.cfg.enable_skip_mco_reboot = true;
+        t.flow.cfg.installer_args = vec!["--append-karg".into(), "ip=ens3:dhcp".into()];
+        let dir = t.flow.paths.install_dir.clone();
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("master-host.ign");
+        std::fs::write(&path, pointer).unwrap();
+        std::fs::write(
+            &t.flow.paths.live_cmdline,
+            "BOOT_IMAGE=/images/pxeboot/vmlinuz ignition.platform.id=openstack coreos.liveiso=x\n",
+        )
+        .unwrap();
+        t.runner.ok(
+            "lsblk --bytes --json /dev/vda",
+            &lsblk_json("vda", "disk", &["vda1", "vda2", "vda3", "vda4"]),
+        );
+        (t, path)
+    }
+
+    fn finish(t: &TestFlow, path: &Path) -> Result<()> {
+        let s = SkipMco::start(&t.flow, path).expect("skip-MCO starts");
+        s.finish(&t.flow, "/dev/vda", &["ip=ens3:dhcp".to_string()])
+    }
+
+    #[test]
+    fn an_embedded_machine_config_is_deployed_with_the_live_platform_and_all_kargs() {
+        let (t, path) = flow_with(&pointer_with(serde_json::json!({
+            "osImageURL": IMAGE, "kernelArguments": ["arg1", "arg2=val2"]
+        })));
+        finish(&t, &path).unwrap();
+        let ostree = t
+            .runner
+            .lines()
+            .into_iter()
+            .find(|l| l.starts_with("ostree "))
+            .expect("ostree ran");
+        assert_eq!(
+            ostree,
+            format!(
+                "ostree container image deploy --sysroot /mnt --authfile /root/.docker/config.json \
+                 --imgref ostree-unverified-registry:{IMAGE} --karg ignition.platform.id=openstack \
+                 --karg $ignition_firstboot --stateroot rhcos --karg ip=ens3:dhcp --karg arg1 \
+                 --karg arg2=val2"
+            )
+        );
+        assert_eq!(t.runner.lines().last().unwrap(), "umount /mnt");
+    }
+
+    #[test]
+    fn an_unreadable_cmdline_means_metal() {
+        let (t, path) = flow_with(&pointer_with(serde_json::json!({"osImageURL": IMAGE})));
+        std::fs::remove_file(&t.flow.paths.live_cmdline).unwrap();
+        finish(&t, &path).unwrap();
+        let lines = t.runner.lines();
+        let ostree = lines.iter().find(|l| l.starts_with("ostree ")).unwrap();
+        assert!(
+            ostree.contains("--karg ignition.platform.id=metal --karg $ignition_firstboot"),
+            "{ostree}"
+        );
+    }
+
+    #[test]
+    fn nothing_is_started_in_dry_run_with_coreos_image_on_s390x_or_when_off() {
+        let pointer = pointer_with(serde_json::json!({"osImageURL": IMAGE}));
+        type Change = fn(&mut TestFlow);
+        let changes: [(&str, Change); 4] = [
+            ("dry run", |t| t.flow.cfg.dry_run = true),
+            ("--coreos-image", |t| {
+                t.flow.cfg.coreos_image = Some("quay.io/x/y:z".into())
+            }),
+            ("s390x", |t| t.flow.arch = "s390x".into()),
+            ("off", |t| t.flow.cfg.enable_skip_mco_reboot = false),
+        ];
+        for (what, change) in changes {
+            let (mut t, path) = flow_with(&pointer);
+            change(&mut t);
+            assert!(SkipMco::start(&t.flow, &path).is_none(), "{what}");
+            assert!(t.runner.lines().is_empty(), "{what}");
+            // The same flow with skip-MCO as it should be does start (the test can fail).
+            let (t, path) = flow_with(&pointer);
+            assert!(SkipMco::start(&t.flow, &path).is_some(), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_pointer_that_leads_nowhere_is_given_up_at_once() {
+        for pointer in [
+            r#"{"ignition":{"version":"3.2.0"}}"#.to_string(),
+            r#"{"ignition":{"config":{"merge":[{"source":"https://api-int.x:22623/config/master"}]}}}"#.to_string(),
+            "not json".to_string(),
+        ] {
+            let (t, path) = flow_with(&pointer);
+            assert!(SkipMco::start(&t.flow, &path).is_none(), "{pointer}");
+            assert!(t.clock.sleeps().is_empty());
+        }
+    }
+
+    #[test]
+    fn a_machine_config_without_an_image_deploys_nothing() {
+        let (t, path) = flow_with(&pointer_with(serde_json::json!({"kernelArguments": ["a"]})));
+        finish(&t, &path).unwrap();
+        assert!(t.runner.lines().is_empty(), "{:?}", t.runner.lines());
+    }
+
+    #[test]
+    fn a_failing_deploy_is_a_warning() {
+        let (t, path) = flow_with(&pointer_with(serde_json::json!({"osImageURL": IMAGE})));
+        t.runner
+            .fail("setenforce 0", 1, "setenforce: SELinux is disabled");
+        finish(&t, &path).unwrap();
+        let lines = t.runner.lines();
+        assert_eq!(lines.iter().filter(|l| *l == "setenforce 0").count(), 3);
+        assert!(!lines.iter().any(|l| l.starts_with("ostree")));
+    }
+
+    #[test]
+    fn a_stop_is_an_error() {
+        let (t, path) = flow_with(&pointer_with(serde_json::json!({"osImageURL": IMAGE})));
+        let s = SkipMco::start(&t.flow, &path).unwrap();
+        t.flow.stop.cancel();
+        let e = s
+            .finish(&t.flow, "/dev/vda", &[])
+            .expect_err("a stop ends the install");
+        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+        assert_eq!(format!("{e:#}"), "skip-MCO reboot: stop requested");
+    }
+}
