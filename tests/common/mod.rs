@@ -1,6 +1,7 @@
 //! Support shared by the integration tests: the one test HTTP server and the fakes of the
 //! assisted-service and the Kubernetes API (in memory and on that server), the scenario
-//! `Flow` builder and disk writer, small synthetic GPT images, root and loop-device helpers.
+//! `Flow` builder and disk writer, small synthetic GPT images, root and loop-device helpers, and
+//! an HTTPS server with a CA of its own.
 #![allow(dead_code)]
 
 pub(crate) mod boot_vm;
@@ -13,3 +14,4 @@ pub(crate) mod images;
 pub(crate) mod live_ns;
 pub(crate) mod osmet_pack;
 pub(crate) mod root;
+pub(crate) mod tls_server;

@@ -1,0 +1,513 @@
+//! `--enable-skip-mco-reboot` in the master and worker flows, against the in-memory fake
+//! assisted-service, with recorded host commands, a fake clock and a scripted disk writer: the
+//! machine-config-server over https with a CA of its own (and with another CA), over http, as
+//! an embedded `data:` URL, never answering, a failing ostree deploy, a stop, and dry-run mode.
+//! The deploy's host commands are compared command by command with Go's `OverwriteOsImage`.
+
+mod common;
+
+use anyhow::Result;
+use assisted_installer::clock::FakeClock;
+use assisted_installer::flow::node::run_installer;
+use assisted_installer::flow::writer::{DiskWriter, PendingDisk, WriteRequest};
+use assisted_installer::host::commands::RecordingRunner;
+use assisted_installer::image::Cancel;
+use base64::Engine;
+use common::fake_service::{host_json, FakeService};
+use common::fake_writer::FakeWriter;
+use common::flow_builder::{FlowBuilder, HOST, INFRA};
+use common::http_server::{Fault, Route, TestServer};
+use common::tls_server::{Pki, TlsServer};
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const IMAGE: &str = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:5e1f";
+const ACCEPT: &str = "application/vnd.coreos.ignition+json; version=3.4.0";
+const TWENTY_MINUTES: Duration = Duration::from_secs(20 * 60);
+const OSTREE_FAILED: &str =
+    "error: Creating importer: failed to invoke method OpenImage: manifest unknown";
+
+/// lsblk of /dev/vda: 100 GiB with CoreOS's partitions (1 MiB, 127 MiB, 384 MiB, 3 GiB).
+const LSBLK: &str = r#"{"blockdevices":[{"name":"vda","size":107374182400,"type":"disk","children":[
+    {"name":"vda1","size":1048576,"type":"part"},{"name":"vda2","size":133169152,"type":"part"},
+    {"name":"vda3","size":402653184,"type":"part"},{"name":"vda4","size":3221225472,"type":"part"}]}]}"#;
+
+fn base64(data: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// What the MCS serves: a config holding the pull secret and the encapsulated MachineConfig.
+fn served_config(kargs: &[&str]) -> Vec<u8> {
+    let mc = serde_json::json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfig",
+        "metadata": {"name": "rendered-master-0123"},
+        "spec": {"osImageURL": IMAGE, "kernelArguments": kargs}
+    });
+    let mc = serde_json::to_vec(&mc).unwrap();
+    serde_json::to_vec(&serde_json::json!({
+        "ignition": {"version": "3.4.0"},
+        "storage": {"files": [
+            {"path": "/var/lib/kubelet/config.json",
+             "contents": {"source": "data:,%7B%22auths%22%3A%7B%7D%7D"}},
+            {"path": "/etc/ignition-machine-config-encapsulated.json",
+             "contents": {"source": format!("data:;base64,{}", base64(&mc))}}
+        ]}
+    }))
+    .unwrap()
+}
+
+/// The host's pointer Ignition config, as the service makes it.
+fn pointer(source: &str, ca_pem: Option<&str>) -> String {
+    let mut ign = serde_json::json!({
+        "ignition": {
+            "version": "3.2.0",
+            "config": {"merge": [{"source": source,
+                "httpHeaders": [{"name": "Authorization", "value": "Bearer s3cret-header"}]}]}
+        }
+    });
+    if let Some(pem) = ca_pem {
+        ign["ignition"]["security"] = serde_json::json!({"tls": {"certificateAuthorities": [
+            {"source": format!("data:text/plain;charset=utf-8;base64,{}", base64(pem.as_bytes()))}
+        ]}});
+    }
+    ign.to_string()
+}
+
+/// Go's `OverwriteOsImage` on /dev/vda (our `partx --update` first, then its lsblk runs),
+/// with the `--installer-args` karg and the MachineConfig's.
+fn go_sequence(mc_kargs: &[&str]) -> Vec<String> {
+    let mut ostree = format!(
+        "ostree container image deploy --sysroot /mnt --authfile /root/.docker/config.json \
+         --imgref ostree-unverified-registry:{IMAGE} --karg ignition.platform.id=metal \
+         --karg $ignition_firstboot --stateroot rhcos --karg nameserver=8.8.8.8"
+    );
+    for k in mc_kargs {
+        ostree.push_str(&format!(" --karg {k}"));
+    }
+    [
+        "partx --update /dev/vda",
+        "lsblk --bytes --json /dev/vda",
+        "lsblk --bytes --json /dev/vda",
+        "lsblk --bytes --json /dev/vda",
+        "mount /dev/vda4 /mnt",
+        "mount /dev/vda3 /mnt/boot",
+        // (100 GiB − 3.5 GiB used − 3 GiB more for the root) × 100 / 100 GiB.
+        "growpart --free-percent=93 /dev/vda 4",
+        "xfs_growfs /mnt",
+        "setenforce 0",
+        &ostree,
+        "fsfreeze --freeze /mnt/boot",
+        "umount /mnt/boot",
+        "fsfreeze --freeze /mnt",
+        "umount /mnt",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+struct Harness {
+    svc: FakeService,
+    runner: Arc<RecordingRunner>,
+    clock: Arc<FakeClock>,
+    dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn new(role: &str) -> Harness {
+        let svc = FakeService::new();
+        svc.set_host_role(HOST, role);
+        let runner = Arc::new(RecordingRunner::new());
+        // A BIOS machine, not PowerVM: the boot order needs nothing.
+        runner.fail("test -f /usr/sbin/bootlist", 1, "");
+        runner.fail("test -d /sys/firmware/efi", 1, "");
+        runner.ok("lsblk --bytes --json /dev/vda", LSBLK);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("cmdline"),
+            "BOOT_IMAGE=/images/pxeboot/vmlinuz coreos.liveiso=rhcos-416 ignition.firstboot ignition.platform.id=metal\n",
+        )
+        .unwrap();
+        Harness {
+            svc,
+            runner,
+            clock: Arc::new(FakeClock::new()),
+            dir,
+        }
+    }
+
+    fn flow(&self, role: &str, writer: Arc<dyn DiskWriter>) -> FlowBuilder {
+        FlowBuilder::new(role, self.dir.path(), Arc::new(self.svc.clone()), writer)
+            .commands(self.runner.clone())
+            .clock(self.clock.clone())
+            .installer_args(&["--append-karg", "nameserver=8.8.8.8"])
+            .skip_mco_reboot()
+    }
+
+    fn reports(&self) -> Vec<(String, String)> {
+        self.svc.progress_reports(HOST)
+    }
+
+    /// The commands of the skip-MCO step (from `partx` to the last `umount`), checked to come
+    /// after the disk cleanup and before the boot order.
+    fn deploy_commands(&self) -> Vec<String> {
+        let lines = self.runner.lines();
+        let Some(start) = lines.iter().position(|l| l.starts_with("partx ")) else {
+            return Vec::new();
+        };
+        let end = lines
+            .iter()
+            .rposition(|l| l.starts_with("umount "))
+            .unwrap();
+        let wipefs = lines.iter().position(|l| l.starts_with("wipefs ")).unwrap();
+        let boot_order = lines
+            .iter()
+            .position(|l| l == "test -f /usr/sbin/bootlist")
+            .unwrap();
+        assert!(wipefs < start && end < boot_order, "{lines:#?}");
+        lines[start..=end].to_vec()
+    }
+
+    fn ran(&self, prefix: &str) -> bool {
+        self.runner.lines().iter().any(|l| l.starts_with(prefix))
+    }
+}
+
+fn s(stage: &str, info: &str) -> (String, String) {
+    (stage.to_string(), info.to_string())
+}
+
+/// A master's reports: skip-MCO adds none.
+fn master_sequence() -> Vec<(String, String)> {
+    let mut v = vec![
+        s("Starting installation", "master"),
+        s("Installing", "master"),
+        s("Writing image to disk", ""),
+    ];
+    v.extend(
+        (5..=100)
+            .step_by(5)
+            .map(|p| s("Writing image to disk", &format!("{p}%"))),
+    );
+    v.push(s("Rebooting", ""));
+    v
+}
+
+/// Everything tracing writes on the test's thread and the threads that take its subscriber.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Runs the flow with its logs captured.
+fn run_logged(flow: FlowBuilder) -> (Result<()>, String) {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, || run_installer(&flow.build()));
+    (result, logs.text())
+}
+
+/// A writer that, before writing, waits (up to 10 s) for `seen` to hold: the fetch must be
+/// under way while the disk is written. `then` runs after the write.
+struct WatchingWriter {
+    inner: FakeWriter,
+    seen: Box<dyn Fn() -> bool + Send + Sync>,
+    saw: AtomicBool,
+    then: Box<dyn Fn() + Send + Sync>,
+}
+
+impl WatchingWriter {
+    fn new(seen: impl Fn() -> bool + Send + Sync + 'static) -> WatchingWriter {
+        WatchingWriter {
+            inner: FakeWriter::default(),
+            seen: Box::new(seen),
+            saw: AtomicBool::new(false),
+            then: Box::new(|| {}),
+        }
+    }
+}
+
+impl DiskWriter for WatchingWriter {
+    fn write(
+        &self,
+        req: &WriteRequest,
+        ignition: &Path,
+        percent: &(dyn Fn(u8) + Send + Sync),
+    ) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(self.seen)() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.saw.store((self.seen)(), Ordering::SeqCst);
+        let written = self.inner.write(req, ignition, percent);
+        (self.then)();
+        written
+    }
+
+    fn stream(
+        &self,
+        req: &WriteRequest,
+        percent: &(dyn Fn(u8) + Send + Sync),
+    ) -> Result<Box<dyn PendingDisk>> {
+        self.inner.stream(req, percent)
+    }
+}
+
+#[test]
+fn https_with_its_own_ca_deploys_the_release_image_fetched_while_the_disk_is_written() {
+    let h = Harness::new("master");
+    let pki = Pki::new(h.dir.path(), "mcs");
+    let mcs = Arc::new(TlsServer::start(
+        h.dir.path(),
+        &pki,
+        &served_config(&["arg1", "arg2=val2"]),
+    ));
+    let source = format!(
+        "https://core:s3cret-pass@127.0.0.1:{}/config/master?token=s3cret-token",
+        mcs.port
+    );
+    h.svc
+        .set_host_ignition(HOST, pointer(&source, Some(&pki.ca_pem)));
+    let watched = mcs.clone();
+    let writer = Arc::new(WatchingWriter::new(move || !watched.requests().is_empty()));
+    let (result, logs) = run_logged(h.flow("master", writer.clone()));
+    result.unwrap();
+    assert!(
+        writer.saw.load(Ordering::SeqCst),
+        "the MCS was asked while the disk was written"
+    );
+    assert_eq!(h.deploy_commands(), go_sequence(&["arg1", "arg2=val2"]));
+    assert_eq!(h.reports(), master_sequence());
+    let requests = mcs.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].path, "/config/master?token=s3cret-token");
+    assert_eq!(requests[0].header("Accept"), Some(ACCEPT));
+    assert!(
+        h.clock.sleeps().is_empty(),
+        "nothing waited: {:?}",
+        h.clock.sleeps()
+    );
+    // The source is logged without its credentials; the pointer's headers never.
+    assert!(
+        logs.contains(&format!("https://127.0.0.1:{}/config/master", mcs.port)),
+        "{logs}"
+    );
+    assert!(!logs.contains("s3cret"), "{logs}");
+}
+
+#[test]
+fn https_with_another_ca_is_given_up_after_twenty_minutes_and_the_install_goes_on() {
+    let h = Harness::new("master");
+    let pki = Pki::new(h.dir.path(), "mcs");
+    let other = Pki::new(h.dir.path(), "other");
+    let mcs = TlsServer::start(h.dir.path(), &pki, &served_config(&[]));
+    h.svc.set_host_ignition(
+        HOST,
+        pointer(&mcs.url("/config/master"), Some(&other.ca_pem)),
+    );
+    let (result, logs) = run_logged(h.flow("master", Arc::new(FakeWriter::default())));
+    result.unwrap();
+    assert_eq!(h.reports(), master_sequence());
+    assert!(mcs.requests().is_empty(), "no request got past TLS");
+    assert!(h.deploy_commands().is_empty(), "{:?}", h.runner.lines());
+    assert!(h.clock.elapsed() >= TWENTY_MINUTES);
+    assert!(
+        logs.contains("failed getting encapsulated machine config")
+            && logs.contains("Continuing installation without skipping MCO reboot"),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("certificate"),
+        "the TLS error is told: {logs}"
+    );
+}
+
+#[test]
+fn http_sends_the_ignition_accept_header_and_a_worker_deploys_after_its_wait() {
+    let h = Harness::new("worker");
+    let srv = TestServer::start();
+    srv.route("/config/worker", Route::bytes(served_config(&["a=1"])));
+    h.svc
+        .set_host_ignition(HOST, pointer(&srv.url("/config/worker"), None));
+    // Two masters are Done at the third poll; until then no deploy command may have run.
+    let runner = h.runner.clone();
+    let early_deploy = Arc::new(AtomicBool::new(false));
+    let seen = early_deploy.clone();
+    h.svc.set_hosts_script(move |poll| {
+        if runner.lines().iter().any(|l| l.starts_with("partx ")) {
+            seen.store(true, Ordering::SeqCst);
+        }
+        let stage = if poll >= 3 { "Done" } else { "Rebooting" };
+        vec![
+            host_json(
+                "8c4d5e6f-7081-4b92-8d1e-2f3a4b5c6d7e",
+                INFRA,
+                "master",
+                Some(stage),
+            ),
+            host_json(
+                "9d5e6f70-8192-4ca3-9e2f-3a4b5c6d7e8f",
+                INFRA,
+                "master",
+                Some(stage),
+            ),
+        ]
+    });
+    run_logged(h.flow("worker", Arc::new(FakeWriter::default())))
+        .0
+        .unwrap();
+    assert!(
+        !early_deploy.load(Ordering::SeqCst),
+        "deployed before the wait ended"
+    );
+    assert_eq!(h.deploy_commands(), go_sequence(&["a=1"]));
+    let requests = srv.requests_for("/config/worker");
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].header("accept"), Some(ACCEPT));
+    assert_eq!(requests[0].method, "GET");
+    assert!(h.reports().contains(&s("Waiting for control plane", "")));
+    assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
+}
+
+#[test]
+fn an_embedded_gzipped_config_needs_no_server() {
+    let h = Harness::new("master");
+    let source = format!("data:;base64,{}", base64(&gzip(&served_config(&["x"]))));
+    h.svc.set_host_ignition(HOST, pointer(&source, None));
+    run_logged(h.flow("master", Arc::new(FakeWriter::default())))
+        .0
+        .unwrap();
+    assert_eq!(h.deploy_commands(), go_sequence(&["x"]));
+    assert_eq!(h.reports(), master_sequence());
+}
+
+#[test]
+fn an_mcs_that_never_answers_is_tried_every_five_seconds_for_twenty_minutes() {
+    let h = Harness::new("master");
+    let srv = TestServer::start();
+    srv.route(
+        "/config/master",
+        Route::bytes(Vec::new()).with_sticky(vec![Fault::Status(503)]),
+    );
+    h.svc
+        .set_host_ignition(HOST, pointer(&srv.url("/config/master"), None));
+    let (result, logs) = run_logged(h.flow("master", Arc::new(FakeWriter::default())));
+    result.unwrap();
+    assert_eq!(h.reports(), master_sequence());
+    assert!(h.deploy_commands().is_empty(), "{:?}", h.runner.lines());
+    let tries = srv.request_count("/config/master");
+    // At least Go's 20 minutes of 5 s polls after the write (more if tries began during it).
+    assert!(tries >= 241, "{tries} tries");
+    assert!(
+        logs.contains(&format!("gave up after {tries} tries")),
+        "{tries}: {logs}"
+    );
+    assert!(h.clock.elapsed() >= TWENTY_MINUTES);
+    let sleeps = h.clock.sleeps();
+    assert!(
+        sleeps.iter().all(|d| *d == Duration::from_secs(5)),
+        "{sleeps:?}"
+    );
+    assert_eq!(sleeps.len(), tries - 1);
+}
+
+#[test]
+fn a_failing_ostree_deploy_is_a_warning_and_the_install_completes() {
+    let h = Harness::new("master");
+    let source = format!("data:;base64,{}", base64(&gzip(&served_config(&[]))));
+    h.svc.set_host_ignition(HOST, pointer(&source, None));
+    let ostree = go_sequence(&[])[9].clone();
+    h.runner.fail(&ostree, 1, OSTREE_FAILED);
+    let (result, logs) = run_logged(h.flow("master", Arc::new(FakeWriter::default())));
+    result.unwrap();
+    assert_eq!(h.reports(), master_sequence());
+    let mut want = go_sequence(&[])[..10].to_vec();
+    want.extend([ostree.clone(), ostree]);
+    want.extend(["umount /mnt/boot".to_string(), "umount /mnt".to_string()]);
+    assert_eq!(h.deploy_commands(), want);
+    assert_eq!(h.clock.sleeps(), vec![Duration::from_secs(5); 2]);
+    assert!(
+        logs.contains("failed overwriting OS image") && logs.contains("manifest unknown"),
+        "{logs}"
+    );
+    assert_eq!(
+        h.runner.lines().last().unwrap(),
+        "shutdown -r +1 'Installation completed, server is going to reboot.'"
+    );
+}
+
+#[test]
+fn a_stop_while_waiting_for_the_mcs_fails_the_install() {
+    let h = Harness::new("master");
+    let srv = TestServer::start();
+    srv.route(
+        "/config/master",
+        Route::bytes(Vec::new()).with_sticky(vec![Fault::Status(503)]),
+    );
+    h.svc
+        .set_host_ignition(HOST, pointer(&srv.url("/config/master"), None));
+    let stop = Cancel::new();
+    let fire = stop.clone();
+    let mut writer = WatchingWriter::new(|| true);
+    writer.then = Box::new(move || fire.cancel());
+    let flow = h.flow("master", Arc::new(writer)).stop(stop);
+    run_logged(flow).0.unwrap_err();
+    assert_eq!(
+        h.reports().last().unwrap(),
+        &s("Failed", "skip-MCO reboot: stop requested")
+    );
+    assert!(h.deploy_commands().is_empty());
+    assert!(!h.ran("shutdown"));
+}
+
+#[test]
+fn dry_run_does_nothing() {
+    let h = Harness::new("master");
+    let srv = TestServer::start();
+    srv.route("/config/master", Route::bytes(served_config(&[])));
+    h.svc
+        .set_host_ignition(HOST, pointer(&srv.url("/config/master"), None));
+    run_logged(h.flow("master", Arc::new(FakeWriter::default())).dry_run())
+        .0
+        .unwrap();
+    assert_eq!(srv.request_count("/config/master"), 0);
+    assert!(!h.ran("partx") && !h.ran("mount") && !h.ran("ostree"));
+    assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
+    // The same flow not in dry-run mode does deploy (so this test can fail).
+    let h2 = Harness::new("master");
+    h2.svc
+        .set_host_ignition(HOST, pointer(&srv.url("/config/master"), None));
+    run_logged(h2.flow("master", Arc::new(FakeWriter::default())))
+        .0
+        .unwrap();
+    assert_eq!(srv.request_count("/config/master"), 1);
+    assert!(h2.ran("ostree"));
+}
