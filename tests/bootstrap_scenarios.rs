@@ -253,9 +253,21 @@ fn bootstrap_happy_path() {
     )
     .unwrap();
     assert!(manifest.contains(PUB_KEY), "{manifest}");
-    assert!(openshift
-        .join("manifests/assisted-installer-controller-job.yaml")
-        .exists());
+    for manifest in [
+        "nm",
+        "sa",
+        "role",
+        "role-binding",
+        "network-policy",
+        "cm",
+        "secret",
+        "pod",
+    ] {
+        let path = openshift.join(format!(
+            "manifests/assisted-installer-controller-{manifest}.yaml"
+        ));
+        assert!(path.exists(), "{}", path.display());
+    }
     assert_eq!(
         std::fs::read_to_string(h.dir.path().join("extracted_from_ignition.json")).unwrap(),
         r#"{"auths":{"quay.io":{"auth":"dXNlcjpwYXNz"}}}"#

@@ -15,7 +15,8 @@
 //! Their pure building blocks work on bytes and strings only, so their rules are tested without
 //! root:
 //! - the assisted-installer-controller manifests (`PrepareController`) in
-//!   [`controller_manifests`];
+//!   [`controller_manifests`], with the ClusterRole's rules in [`controller_role`] and the Job
+//!   in [`controller_job`];
 //! - RFC 2397 `data:` URL decoding, with Ignition's optional gzip compression, in [`data_url`];
 //! - the hostname check and the random replacement name (`checkHostname`) in [`hostname`];
 //! - Ignition v3 config merging, to fold the host Ignition into the single-node `master.ign`
@@ -25,7 +26,9 @@
 //! - the `99-assisted-installer-master-ssh` MachineConfig (`CreateOpenshiftSshManifest`) in
 //!   [`ssh_manifest`].
 
+pub(crate) mod controller_job;
 pub(crate) mod controller_manifests;
+pub(crate) mod controller_role;
 pub(crate) mod data_url;
 pub(crate) mod hostname;
 pub mod ignition_merge;
