@@ -354,7 +354,7 @@ mod tests {
     use super::*;
     use crate::clock::Stopped;
     use crate::flow::testing::TestFlow;
-    use crate::kube::{EventInfo, NodeInfo};
+    use crate::kube::{EventInfo, NodeInfo, PodInfo};
     use std::collections::BTreeMap;
 
     /// Masters and MachineConfigs in memory.
@@ -382,6 +382,12 @@ mod tests {
         }
         fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
             Ok(())
+        }
+        fn list_pods(&self, _: &str, _: &str) -> Result<Vec<PodInfo>> {
+            Ok(vec![])
+        }
+        fn pod_logs(&self, _: &str, _: &str, _: Option<i64>) -> Result<String> {
+            Ok(String::new())
         }
     }
 
@@ -492,6 +498,12 @@ mod tests {
         }
         fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
             Ok(())
+        }
+        fn list_pods(&self, _: &str, _: &str) -> Result<Vec<PodInfo>> {
+            Ok(vec![])
+        }
+        fn pod_logs(&self, _: &str, _: &str, _: Option<i64>) -> Result<String> {
+            Ok(String::new())
         }
     }
 
