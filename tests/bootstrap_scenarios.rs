@@ -5,10 +5,13 @@
 mod common;
 
 use assisted_installer::clock::{FakeClock, SystemClock};
+use assisted_installer::commands::install::dry_run_commands;
 use assisted_installer::config::Role;
+use assisted_installer::flow::bootstrap::ConfiguringStatus;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::Intervals;
 use assisted_installer::host::commands::RecordingRunner;
+use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::kube::{EventInfo, KubeApi, NodeInfo, PodInfo};
 use assisted_installer::service::client::LogsType;
 use common::fake_kube::FakeKube;
@@ -18,6 +21,7 @@ use common::flow_builder::{FlowBuilder, HOST, INFRA};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -802,4 +806,183 @@ fn no_controller_log_upload_while_its_pod_is_not_running() {
     assert_eq!(h.reports(), bootstrap_sequence());
     assert!(h.svc.uploads().is_empty());
     assert!(h.kube.log_reads().is_empty());
+}
+
+/// A cluster-hosts file: each (hostname, ip) with its reboot marker under `dir`, created when
+/// `rebooted`.
+fn cluster_hosts(dir: &Path, hosts: &[(&str, &str, bool)]) -> PathBuf {
+    let list: Vec<serde_json::Value> = hosts
+        .iter()
+        .map(|(name, ip, rebooted)| {
+            let marker = dir.join(format!("{name}.rebooted"));
+            if *rebooted {
+                std::fs::write(&marker, "").unwrap();
+            }
+            json!({"hostname": name, "ip": ip, "rebootMarkerPath": marker})
+        })
+        .collect();
+    let path = dir.join("cluster-hosts.json");
+    std::fs::write(&path, serde_json::Value::from(list).to_string()).unwrap();
+    path
+}
+
+const MASTER3: &str = "bf708192-a3b4-4ec5-9a4b-5c6d7e8f90a1";
+
+#[test]
+fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
+    let h = Harness::new("bootstrap");
+    h.svc.set_host_role(MASTER3, "master");
+    h.svc.set_hosts(vec![
+        host(HOST, "bootstrap", "master-0", "192.0.2.10"),
+        host(MASTER1, "master", "master-1", "192.0.2.11"),
+        host(MASTER2, "master", "master-2", "192.0.2.12"),
+        host(MASTER3, "master", "master-3", "192.0.2.13"),
+    ]);
+    let hosts = cluster_hosts(
+        h.dir.path(),
+        &[
+            ("master-1", "192.0.2.11", true),
+            ("master-2", "192.0.2.12", true),
+            ("master-3", "192.0.2.13", false),
+        ],
+    );
+    // No kubeconfig: bootkube never runs in dry run. Its done marker is the harness's to
+    // create, as in Go's dry run (the harness above did).
+    std::fs::remove_file(h.dir.path().join("openshift/auth/kubeconfig")).unwrap();
+    let runner = Arc::new(dry_run_commands());
+    let marker = h.dir.path().join("bootstrap.rebooted");
+    let flow = FlowBuilder::new(
+        "bootstrap",
+        h.dir.path(),
+        Arc::new(h.svc.clone()),
+        h.writer.clone(),
+    )
+    .dry_run()
+    .cluster_hosts(&hosts)
+    .commands(runner.clone())
+    .reboot(Arc::new(FakeReboot::new(&marker)))
+    .clock(Arc::new(SystemClock))
+    .mco_image(MCO)
+    .control_plane_count(3)
+    .installer_args(&["--image-url", "http://mirror.example/rhcos.raw.gz"])
+    .intervals(Intervals {
+        poll: Duration::from_millis(5),
+        slow_poll: Duration::from_millis(20),
+    });
+    run(flow).unwrap();
+    assert_eq!(h.reports(), bootstrap_sequence());
+    assert!(marker.exists(), "the fake reboot");
+    // The rebooted masters joined (the Configuring watcher, which runs in dry run too, may
+    // have reported them first); master-3 has not rebooted.
+    for id in [MASTER1, MASTER2] {
+        let reports = h.svc.progress_reports(id);
+        assert_eq!(reports.last(), Some(&s("Joined", "")), "{reports:?}");
+        assert!(
+            reports
+                .iter()
+                .all(|r| *r == s("Joined", "") || *r == s("Configuring", "")),
+            "{reports:?}"
+        );
+    }
+    assert!(h.svc.progress_reports(MASTER3).is_empty());
+    // The host list was fetched twice: by the node wait and by the Configuring watcher.
+    let host_fetches = h
+        .svc
+        .calls()
+        .iter()
+        .filter(|c| c.ends_with("?exclude-hosts=false"))
+        .count();
+    assert_eq!(host_fetches, 2, "{:#?}", h.svc.calls());
+    // The pretend controller's canned log, once it is ready.
+    let logs = controller_logs_uploaded(&h);
+    assert_eq!(logs.len(), 1);
+    assert!(logs[0].starts_with("Dry run"), "{logs:?}");
+    // Nothing ran that changes the host.
+    let lines = runner.lines();
+    for absent in [
+        "podman run --net host",
+        "ssh-keygen",
+        "hostname",
+        "shutdown",
+    ] {
+        assert!(
+            !lines.iter().any(|l| l.starts_with(absent)),
+            "{absent}: {lines:#?}"
+        );
+    }
+    assert!(!h
+        .dir
+        .path()
+        .join("openshift/manifests/assisted-installer-controller-pod.yaml")
+        .exists());
+}
+
+#[test]
+fn the_configuring_watcher_reads_the_dry_run_cluster_in_dry_run() {
+    let h = Harness::new("bootstrap");
+    let worker = "c0819203-b4c5-4fd6-8b5c-6d7e8f90a1b2";
+    h.svc.set_host_role(worker, "worker");
+    h.svc.set_hosts(vec![
+        host(HOST, "bootstrap", "master-0", "192.0.2.10"),
+        host(MASTER1, "master", "master-1", "192.0.2.11"),
+        host(MASTER2, "master", "master-2", "192.0.2.12"),
+        host(worker, "worker", "worker-1", "192.0.2.21"),
+    ]);
+    let hosts = cluster_hosts(
+        h.dir.path(),
+        &[
+            ("master-1", "192.0.2.11", true),
+            ("master-2", "192.0.2.12", false),
+            ("worker-1", "192.0.2.21", true),
+        ],
+    );
+    // A real machine-config-server log naming master-2 is not read in dry run.
+    let logs = h.dir.path().join("containers");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(
+        logs.join("machine-config-server-abc.log"),
+        "I1121 api.go:117] Pool master requested by address:\"192.0.2.12:52428\" User-Agent:\"Ignition/2.16.2\"\n",
+    )
+    .unwrap();
+    let flow = FlowBuilder::new(
+        "bootstrap",
+        h.dir.path(),
+        Arc::new(h.svc.clone()),
+        h.writer.clone(),
+    )
+    .dry_run()
+    .cluster_hosts(&hosts)
+    .intervals(Intervals {
+        poll: Duration::from_millis(5),
+        slow_poll: Duration::from_millis(5),
+    })
+    .build();
+    let watcher = ConfiguringStatus::spawn(&flow);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.svc.progress_reports(worker).is_empty() || h.svc.progress_reports(MASTER1).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no report in 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    flow.reporter.drain(Duration::from_secs(10));
+    assert!(
+        h.svc.progress_reports(MASTER2).is_empty(),
+        "master-2 has not rebooted (the real MCS log is not read)"
+    );
+    // master-2 reboots later: seen on a later look.
+    std::fs::write(h.dir.path().join("master-2.rebooted"), "").unwrap();
+    while h.svc.progress_reports(MASTER2).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "master-2 not seen in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(watcher);
+    flow.reporter.drain(Duration::from_secs(10));
+    assert_eq!(h.svc.progress_reports(MASTER1), [s("Configuring", "")]);
+    assert_eq!(h.svc.progress_reports(MASTER2), [s("Configuring", "")]);
+    assert_eq!(
+        h.svc.progress_reports(worker),
+        [s("Waiting for ignition", "")]
+    );
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use crate::config::Role;
 
 pub mod client;
+pub mod dry_cluster;
 pub mod install_config;
 
 /// Label selecting the nodes of a role (`master`, `arbiter`, `worker`).
