@@ -4,24 +4,34 @@
 
 mod common;
 
-use assisted_installer::clock::SystemClock;
+use assisted_installer::clock::{FakeClock, SystemClock};
+use assisted_installer::commands::install::dry_run_commands;
+use assisted_installer::config::Role;
+use assisted_installer::flow::bootstrap::ConfiguringStatus;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::Intervals;
 use assisted_installer::host::commands::RecordingRunner;
+use assisted_installer::host::reboot::FakeReboot;
+use assisted_installer::kube::{EventInfo, KubeApi, NodeInfo, PodInfo};
+use assisted_installer::service::client::LogsType;
 use common::fake_kube::FakeKube;
 use common::fake_service::FakeService;
 use common::fake_writer::FakeWriter;
 use common::flow_builder::{FlowBuilder, HOST, INFRA};
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const MASTER1: &str = "8c4d5e6f-7081-4b92-8d1e-2f3a4b5c6d7e";
 const MASTER2: &str = "9d5e6f70-8192-4ca3-9e2f-3a4b5c6d7e8f";
 const ARBITER: &str = "ae6f7081-92a3-4db4-8f3a-4b5c6d7e8f90";
 const MCO: &str = "quay.io/openshift/mco@sha256:1234";
+const CONTROLLER_POD: &str = "assisted-installer-controller-x7k2p";
+const CONTROLLER_LOG: &str = "controller started\ncontroller ready\n";
 const PUB_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBootstrapKey root@bootstrap";
 
 fn pull_secret_ign() -> String {
@@ -111,6 +121,16 @@ impl Harness {
             "AssistedControllerIsReady",
             "AssistedControllerIsReady",
         );
+        kube.set_pod(
+            "assisted-installer",
+            CONTROLLER_POD,
+            &[
+                ("app", "assisted-installer-controller"),
+                ("job-name", "assisted-installer-controller"),
+            ],
+            "Running",
+        );
+        kube.set_pod_log("assisted-installer", CONTROLLER_POD, CONTROLLER_LOG);
         let dir = tempfile::tempdir().unwrap();
         let openshift = dir.path().join("openshift");
         std::fs::create_dir_all(openshift.join("auth")).unwrap();
@@ -157,6 +177,44 @@ impl Harness {
     fn reports(&self) -> Vec<(String, String)> {
         self.svc.progress_reports(HOST)
     }
+}
+
+/// The files of a tar.gz: (name, bytes).
+fn untar_gz(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut tar = Vec::new();
+    flate2::read::GzDecoder::new(archive)
+        .read_to_end(&mut tar)
+        .unwrap();
+    let mut files = Vec::new();
+    let mut at = 0;
+    while at + 512 <= tar.len() && tar[at..at + 512].iter().any(|&b| b != 0) {
+        let h = &tar[at..at + 512];
+        let name_end = h[..100].iter().position(|&b| b == 0).unwrap_or(100);
+        let name = String::from_utf8(h[..name_end].to_vec()).unwrap();
+        let size_text = std::str::from_utf8(&h[124..136]).unwrap();
+        let size =
+            usize::from_str_radix(size_text.trim_matches(|c| c == '\0' || c == ' '), 8).unwrap();
+        files.push((name, tar[at + 512..at + 512 + size].to_vec()));
+        at += 512 + size.div_ceil(512) * 512;
+    }
+    files
+}
+
+/// The controller log of each upload the service accepted, in order.
+fn controller_logs_uploaded(h: &Harness) -> Vec<String> {
+    h.svc
+        .uploads()
+        .iter()
+        .map(|u| {
+            assert_eq!(u.logs_type, LogsType::Controller);
+            assert_eq!(u.host, None);
+            assert_eq!(u.file_name, "controller_logs.tar.gz");
+            let files = untar_gz(&u.data);
+            assert_eq!(files.len(), 1);
+            assert_eq!(files[0].0, "assisted-installer-controller.logs");
+            String::from_utf8(files[0].1.clone()).unwrap()
+        })
+        .collect()
 }
 
 fn run(flow: FlowBuilder) -> anyhow::Result<()> {
@@ -253,9 +311,31 @@ fn bootstrap_happy_path() {
     )
     .unwrap();
     assert!(manifest.contains(PUB_KEY), "{manifest}");
-    assert!(openshift
-        .join("manifests/assisted-installer-controller-job.yaml")
-        .exists());
+    for manifest in [
+        "nm",
+        "sa",
+        "role",
+        "role-binding",
+        "network-policy",
+        "cm",
+        "secret",
+        "pod",
+    ] {
+        let path = openshift.join(format!(
+            "manifests/assisted-installer-controller-{manifest}.yaml"
+        ));
+        assert!(path.exists(), "{}", path.display());
+    }
+    // The controller's logs, once it is ready.
+    assert_eq!(controller_logs_uploaded(&h), [CONTROLLER_LOG]);
+    assert_eq!(
+        h.kube.log_reads(),
+        [(
+            "assisted-installer".to_string(),
+            CONTROLLER_POD.to_string(),
+            Some(3600)
+        )]
+    );
     assert_eq!(
         std::fs::read_to_string(h.dir.path().join("extracted_from_ignition.json")).unwrap(),
         r#"{"auths":{"quay.io":{"auth":"dXNlcjpwYXNz"}}}"#
@@ -599,4 +679,310 @@ fn the_uninitialized_taint_is_removed_on_nutanix_and_vsphere_only() {
         );
         assert_eq!(h.reports(), bootstrap_sequence(), "{platform}");
     }
+}
+
+/// The in-memory API seen through the flow's fake clock: the controller's ready event appears
+/// `ready_after` into the controller wait, and the times of the log reads are kept.
+struct ControllerOnTheClock {
+    kube: FakeKube,
+    clock: Arc<FakeClock>,
+    ready_after: Duration,
+    /// The fake time of the first event listing (the wait's start).
+    wait_started: Mutex<Option<Duration>>,
+    /// Log reads, in time since the wait started.
+    log_reads_at: Mutex<Vec<Duration>>,
+}
+
+impl ControllerOnTheClock {
+    fn since_start(&self) -> Duration {
+        let now = self.clock.elapsed();
+        now - *self.wait_started.lock().unwrap().get_or_insert(now)
+    }
+}
+
+impl KubeApi for ControllerOnTheClock {
+    fn list_nodes(&self, role: &Role) -> anyhow::Result<Vec<NodeInfo>> {
+        self.kube.list_nodes(role)
+    }
+    fn list_events(&self, namespace: &str) -> anyhow::Result<Vec<EventInfo>> {
+        if self.since_start() >= self.ready_after {
+            self.kube.add_event(
+                namespace,
+                "AssistedControllerIsReady",
+                "AssistedControllerIsReady",
+            );
+        }
+        self.kube.list_events(namespace)
+    }
+    fn get_config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+        self.kube.get_config_map(namespace, name)
+    }
+    fn machine_config_exists(&self, name: &str) -> anyhow::Result<bool> {
+        self.kube.machine_config_exists(name)
+    }
+    fn remove_node_taint(&self, node: &str, key: &str) -> anyhow::Result<()> {
+        self.kube.remove_node_taint(node, key)
+    }
+    fn list_pods(&self, namespace: &str, selector: &str) -> anyhow::Result<Vec<PodInfo>> {
+        self.kube.list_pods(namespace, selector)
+    }
+    fn pod_logs(&self, ns: &str, pod: &str, since: Option<i64>) -> anyhow::Result<String> {
+        self.log_reads_at.lock().unwrap().push(self.since_start());
+        self.kube.pod_logs(ns, pod, since)
+    }
+}
+
+#[test]
+fn controller_logs_are_uploaded_every_five_minutes_while_waiting_and_once_ready() {
+    let h = Harness::new("bootstrap");
+    h.kube.clear_events("assisted-installer");
+    let clock = Arc::new(FakeClock::new());
+    let kube = Arc::new(ControllerOnTheClock {
+        kube: h.kube.clone(),
+        clock: clock.clone(),
+        // 12 min 30 s: uploads at 5 and 10 min, then once ready.
+        ready_after: Duration::from_secs(750),
+        wait_started: Mutex::default(),
+        log_reads_at: Mutex::default(),
+    });
+    run(h
+        .flow("bootstrap", 3)
+        .kube(kube.clone())
+        .clock(clock.clone())
+        .intervals(Intervals::default()))
+    .unwrap();
+    assert_eq!(h.reports(), bootstrap_sequence());
+    let secs: Vec<u64> = kube
+        .log_reads_at
+        .lock()
+        .unwrap()
+        .iter()
+        .map(Duration::as_secs)
+        .collect();
+    assert_eq!(secs, [300, 600, 750]);
+    assert_eq!(controller_logs_uploaded(&h), [CONTROLLER_LOG; 3]);
+    assert_eq!(
+        h.svc.cluster_logs_reports().len(),
+        1,
+        "the cluster's logs are requested once, when the controller is ready"
+    );
+    // The controller wait polled every 5 s on the flow's clock, 150 times.
+    let polls = clock
+        .sleeps()
+        .iter()
+        .filter(|d| **d == Duration::from_secs(5))
+        .count();
+    assert_eq!(polls, 150);
+}
+
+#[test]
+fn failed_controller_log_uploads_do_not_stop_the_install() {
+    let h = Harness::new("bootstrap");
+    // The upload and the cluster logs-progress both fail, every time.
+    h.svc.fail_path(
+        &format!("/clusters/{}/logs", common::flow_builder::CLUSTER),
+        500,
+    );
+    run(h.flow("bootstrap", 3)).unwrap();
+    assert_eq!(h.reports(), bootstrap_sequence());
+    assert!(h.svc.uploads().is_empty());
+    assert_eq!(h.kube.log_reads().len(), 1, "the upload was tried");
+}
+
+#[test]
+fn no_controller_log_upload_while_its_pod_is_not_running() {
+    let h = Harness::new("bootstrap");
+    h.kube.set_pod(
+        "assisted-installer",
+        CONTROLLER_POD,
+        &[("job-name", "assisted-installer-controller")],
+        "Pending",
+    );
+    run(h.flow("bootstrap", 3)).unwrap();
+    assert_eq!(h.reports(), bootstrap_sequence());
+    assert!(h.svc.uploads().is_empty());
+    assert!(h.kube.log_reads().is_empty());
+}
+
+/// A cluster-hosts file: each (hostname, ip) with its reboot marker under `dir`, created when
+/// `rebooted`.
+fn cluster_hosts(dir: &Path, hosts: &[(&str, &str, bool)]) -> PathBuf {
+    let list: Vec<serde_json::Value> = hosts
+        .iter()
+        .map(|(name, ip, rebooted)| {
+            let marker = dir.join(format!("{name}.rebooted"));
+            if *rebooted {
+                std::fs::write(&marker, "").unwrap();
+            }
+            json!({"hostname": name, "ip": ip, "rebootMarkerPath": marker})
+        })
+        .collect();
+    let path = dir.join("cluster-hosts.json");
+    std::fs::write(&path, serde_json::Value::from(list).to_string()).unwrap();
+    path
+}
+
+const MASTER3: &str = "bf708192-a3b4-4ec5-9a4b-5c6d7e8f90a1";
+
+#[test]
+fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
+    let h = Harness::new("bootstrap");
+    h.svc.set_host_role(MASTER3, "master");
+    h.svc.set_hosts(vec![
+        host(HOST, "bootstrap", "master-0", "192.0.2.10"),
+        host(MASTER1, "master", "master-1", "192.0.2.11"),
+        host(MASTER2, "master", "master-2", "192.0.2.12"),
+        host(MASTER3, "master", "master-3", "192.0.2.13"),
+    ]);
+    let hosts = cluster_hosts(
+        h.dir.path(),
+        &[
+            ("master-1", "192.0.2.11", true),
+            ("master-2", "192.0.2.12", true),
+            ("master-3", "192.0.2.13", false),
+        ],
+    );
+    // No kubeconfig: bootkube never runs in dry run. Its done marker is the harness's to
+    // create, as in Go's dry run (the harness above did).
+    std::fs::remove_file(h.dir.path().join("openshift/auth/kubeconfig")).unwrap();
+    let runner = Arc::new(dry_run_commands());
+    let marker = h.dir.path().join("bootstrap.rebooted");
+    let flow = FlowBuilder::new(
+        "bootstrap",
+        h.dir.path(),
+        Arc::new(h.svc.clone()),
+        h.writer.clone(),
+    )
+    .dry_run()
+    .cluster_hosts(&hosts)
+    .commands(runner.clone())
+    .reboot(Arc::new(FakeReboot::new(&marker)))
+    .clock(Arc::new(SystemClock))
+    .mco_image(MCO)
+    .control_plane_count(3)
+    .installer_args(&["--image-url", "http://mirror.example/rhcos.raw.gz"])
+    .intervals(Intervals {
+        poll: Duration::from_millis(5),
+        slow_poll: Duration::from_millis(20),
+    });
+    run(flow).unwrap();
+    assert_eq!(h.reports(), bootstrap_sequence());
+    assert!(marker.exists(), "the fake reboot");
+    // The rebooted masters joined (the Configuring watcher, which runs in dry run too, may
+    // have reported them first); master-3 has not rebooted.
+    for id in [MASTER1, MASTER2] {
+        let reports = h.svc.progress_reports(id);
+        assert_eq!(reports.last(), Some(&s("Joined", "")), "{reports:?}");
+        assert!(
+            reports
+                .iter()
+                .all(|r| *r == s("Joined", "") || *r == s("Configuring", "")),
+            "{reports:?}"
+        );
+    }
+    assert!(h.svc.progress_reports(MASTER3).is_empty());
+    // The host list was fetched twice: by the node wait and by the Configuring watcher.
+    let host_fetches = h
+        .svc
+        .calls()
+        .iter()
+        .filter(|c| c.ends_with("?exclude-hosts=false"))
+        .count();
+    assert_eq!(host_fetches, 2, "{:#?}", h.svc.calls());
+    // The pretend controller's canned log, once it is ready.
+    let logs = controller_logs_uploaded(&h);
+    assert_eq!(logs.len(), 1);
+    assert!(logs[0].starts_with("Dry run"), "{logs:?}");
+    // Nothing ran that changes the host.
+    let lines = runner.lines();
+    for absent in [
+        "podman run --net host",
+        "ssh-keygen",
+        "hostname",
+        "shutdown",
+    ] {
+        assert!(
+            !lines.iter().any(|l| l.starts_with(absent)),
+            "{absent}: {lines:#?}"
+        );
+    }
+    assert!(!h
+        .dir
+        .path()
+        .join("openshift/manifests/assisted-installer-controller-pod.yaml")
+        .exists());
+}
+
+#[test]
+fn the_configuring_watcher_reads_the_dry_run_cluster_in_dry_run() {
+    let h = Harness::new("bootstrap");
+    let worker = "c0819203-b4c5-4fd6-8b5c-6d7e8f90a1b2";
+    h.svc.set_host_role(worker, "worker");
+    h.svc.set_hosts(vec![
+        host(HOST, "bootstrap", "master-0", "192.0.2.10"),
+        host(MASTER1, "master", "master-1", "192.0.2.11"),
+        host(MASTER2, "master", "master-2", "192.0.2.12"),
+        host(worker, "worker", "worker-1", "192.0.2.21"),
+    ]);
+    let hosts = cluster_hosts(
+        h.dir.path(),
+        &[
+            ("master-1", "192.0.2.11", true),
+            ("master-2", "192.0.2.12", false),
+            ("worker-1", "192.0.2.21", true),
+        ],
+    );
+    // A real machine-config-server log naming master-2 is not read in dry run.
+    let logs = h.dir.path().join("containers");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(
+        logs.join("machine-config-server-abc.log"),
+        "I1121 api.go:117] Pool master requested by address:\"192.0.2.12:52428\" User-Agent:\"Ignition/2.16.2\"\n",
+    )
+    .unwrap();
+    let flow = FlowBuilder::new(
+        "bootstrap",
+        h.dir.path(),
+        Arc::new(h.svc.clone()),
+        h.writer.clone(),
+    )
+    .dry_run()
+    .cluster_hosts(&hosts)
+    .intervals(Intervals {
+        poll: Duration::from_millis(5),
+        slow_poll: Duration::from_millis(5),
+    })
+    .build();
+    let watcher = ConfiguringStatus::spawn(&flow);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.svc.progress_reports(worker).is_empty() || h.svc.progress_reports(MASTER1).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no report in 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    flow.reporter.drain(Duration::from_secs(10));
+    assert!(
+        h.svc.progress_reports(MASTER2).is_empty(),
+        "master-2 has not rebooted (the real MCS log is not read)"
+    );
+    // master-2 reboots later: seen on a later look.
+    std::fs::write(h.dir.path().join("master-2.rebooted"), "").unwrap();
+    while h.svc.progress_reports(MASTER2).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "master-2 not seen in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(watcher);
+    flow.reporter.drain(Duration::from_secs(10));
+    assert_eq!(h.svc.progress_reports(MASTER1), [s("Configuring", "")]);
+    assert_eq!(h.svc.progress_reports(MASTER2), [s("Configuring", "")]);
+    assert_eq!(
+        h.svc.progress_reports(worker),
+        [s("Waiting for ignition", "")]
+    );
 }

@@ -6,8 +6,10 @@
 mod common;
 
 use assisted_installer::clock::FakeClock;
+use assisted_installer::commands::install::dry_run_commands;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::host::commands::RecordingRunner;
+use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::host::root::{HostRoot, Unreachable};
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
 use assisted_installer::service::InventoryClient;
@@ -546,4 +548,54 @@ fn a_reboot_failure_is_fatal() {
     );
     run(h.flow("master")).unwrap_err();
     assert_eq!(h.reports().last().unwrap().0, "Failed");
+}
+
+#[test]
+fn dry_run_worker_completes_with_a_cluster_hosts_file() {
+    let h = Harness::new("worker");
+    h.svc.set_hosts(vec![
+        host_json(
+            "8c4d5e6f-7081-4b92-8d1e-2f3a4b5c6d7e",
+            INFRA,
+            "master",
+            Some("Done"),
+        ),
+        host_json(
+            "9d5e6f70-8192-4ca3-9e2f-3a4b5c6d7e8f",
+            INFRA,
+            "master",
+            Some("Done"),
+        ),
+    ]);
+    let hosts = h.dir.path().join("cluster-hosts.json");
+    let list = json!([
+        {"hostname": "master-1", "ip": "192.0.2.11", "rebootMarkerPath": h.dir.path().join("m1")},
+        {"hostname": "worker-1", "ip": "192.0.2.21", "rebootMarkerPath": h.dir.path().join("w1")},
+    ]);
+    std::fs::write(&hosts, list.to_string()).unwrap();
+    let runner = Arc::new(dry_run_commands());
+    let marker = h.dir.path().join("w1");
+    run(h
+        .flow("worker")
+        .dry_run()
+        .cluster_hosts(&hosts)
+        .commands(runner.clone())
+        .reboot(Arc::new(FakeReboot::new(&marker))))
+    .unwrap();
+    let mut want = vec![
+        s("Starting installation", "worker"),
+        s("Installing", "worker"),
+    ];
+    want.extend(writing());
+    want.push(s("Waiting for control plane", ""));
+    want.push(s("Rebooting", ""));
+    assert_eq!(h.reports(), want);
+    assert!(marker.exists(), "the fake reboot touched its marker");
+    let lines = runner.lines();
+    for absent in ["wipefs", "efibootmgr", "shutdown", "systemctl stop"] {
+        assert!(
+            !lines.iter().any(|l| l.starts_with(absent)),
+            "{absent}: {lines:#?}"
+        );
+    }
 }

@@ -6,8 +6,8 @@ use assisted_installer::config::Role;
 use assisted_installer::kube::client::KubeClient;
 use assisted_installer::kube::install_config;
 use assisted_installer::kube::{
-    EventInfo, KubeApi, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
-    DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
+    EventInfo, KubeApi, PodInfo, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT,
+    CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
 };
 use common::fake_kube::{kubeconfig, FakeKube};
 use common::http_server::TestServer;
@@ -416,6 +416,104 @@ fn taint_removal_of_a_missing_node_fails() {
         .unwrap_err();
     let msg = format!("{err:#}");
     assert!(msg.contains("reading node ghost"), "{msg}");
+}
+
+#[test]
+fn pods_by_label_with_their_phase() {
+    let s = setup();
+    let job = [("job-name", "assisted-installer-controller")];
+    s.fake.set_pod(
+        CONTROLLER_NAMESPACE,
+        "assisted-installer-controller-a",
+        &job,
+        "Running",
+    );
+    s.fake.set_pod(
+        CONTROLLER_NAMESPACE,
+        "other",
+        &[("app", "other")],
+        "Pending",
+    );
+    s.fake.set_pod(
+        "default",
+        "assisted-installer-controller-b",
+        &job,
+        "Running",
+    );
+    let pods = s
+        .client
+        .list_pods(
+            CONTROLLER_NAMESPACE,
+            "job-name=assisted-installer-controller",
+        )
+        .unwrap();
+    assert_eq!(
+        pods,
+        [PodInfo {
+            name: "assisted-installer-controller-a".into(),
+            phase: "Running".into()
+        }]
+    );
+    assert!(calls(&s.server).contains(
+        &"GET /api/v1/namespaces/assisted-installer/pods?labelSelector=job-name=assisted-installer-controller"
+            .to_string()
+    ));
+    assert!(s
+        .client
+        .list_pods(CONTROLLER_NAMESPACE, "job-name=none")
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn pod_logs_with_and_without_since_seconds() {
+    let s = setup();
+    let pod = "assisted-installer-controller-a";
+    s.fake.set_pod(CONTROLLER_NAMESPACE, pod, &[], "Running");
+    s.fake
+        .set_pod_log(CONTROLLER_NAMESPACE, pod, "line 1\nline 2\n");
+    let log = s
+        .client
+        .pod_logs(CONTROLLER_NAMESPACE, pod, Some(3600))
+        .unwrap();
+    assert_eq!(log, "line 1\nline 2\n");
+    assert_eq!(
+        s.client.pod_logs(CONTROLLER_NAMESPACE, pod, None).unwrap(),
+        log
+    );
+    assert_eq!(
+        s.fake.log_reads(),
+        [
+            (
+                CONTROLLER_NAMESPACE.to_string(),
+                pod.to_string(),
+                Some(3600)
+            ),
+            (CONTROLLER_NAMESPACE.to_string(), pod.to_string(), None),
+        ]
+    );
+    let msg = format!(
+        "{:#}",
+        s.client
+            .pod_logs(CONTROLLER_NAMESPACE, "gone", None)
+            .unwrap_err()
+    );
+    assert!(
+        msg.starts_with("reading the log of pod assisted-installer/gone: "),
+        "{msg}"
+    );
+    s.fake
+        .fail_next("GET", "/api/v1/namespaces/assisted-installer/pods", 500);
+    let msg = format!(
+        "{:#}",
+        s.client
+            .list_pods(CONTROLLER_NAMESPACE, "job-name=x")
+            .unwrap_err()
+    );
+    assert!(
+        msg.starts_with("listing pods job-name=x in namespace assisted-installer: "),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -15,6 +15,7 @@ use crate::host::reboot::{FakeReboot, Rebooter, ShutdownRebooter};
 use crate::host::HostEffects;
 use crate::image::Cancel;
 use crate::kube::client::KubeClient;
+use crate::kube::dry_cluster::DryCluster;
 use crate::kube::KubeApi;
 use crate::service::client::{ClientConfig, ClientRetry, InventoryClient, ServiceClient};
 use crate::service::reporter::Reporter;
@@ -115,8 +116,7 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         cfg.host_id.clone(),
     ));
     let commands: Arc<dyn CommandRunner> = if cfg.dry_run {
-        // Dry-run: no host command runs; each is logged and answered with empty output.
-        Arc::new(RecordingRunner::new())
+        Arc::new(dry_run_commands())
     } else {
         Arc::new(NsenterRunner::new(
             cfg.child_proxy_env(),
@@ -140,6 +140,12 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         cacert: cfg.cacert.clone(),
     });
     let dry = cfg.dry_run;
+    let kube = if dry {
+        // Go parses the cluster-hosts file at start too: a bad one ends the run here.
+        dry_run_kube(Arc::new(DryCluster::from_config(&cfg)?))
+    } else {
+        kube_factory()
+    };
     Ok(Flow {
         cfg,
         token,
@@ -152,11 +158,30 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
             ..Paths::default()
         },
         arch: std::env::consts::ARCH.to_string(),
-        kube: kube_factory(),
+        kube,
         intervals: Intervals::default(),
         early_write: true,
         stop,
     })
+}
+
+/// Dry run: no host command runs; each is logged and answered with empty output, except the
+/// queries a flow waits on, answered as a host where nothing was started would answer them:
+/// progress.service (the etcd bootstrap, which the bootstrap waits to see end) is `inactive`.
+pub fn dry_run_commands() -> RecordingRunner {
+    let runner = RecordingRunner::new();
+    runner.ok("systemctl is-active progress.service", "inactive");
+    runner
+}
+
+/// Dry run: the pretend cluster, whatever the kubeconfig (bootkube never ran).
+pub fn dry_run_kube(cluster: Arc<DryCluster>) -> KubeFactory {
+    Arc::new(
+        move |_: &std::path::Path| -> anyhow::Result<Arc<dyn KubeApi>> {
+            let api: Arc<dyn KubeApi> = cluster.clone();
+            Ok(api)
+        },
+    )
 }
 
 /// The new cluster's API through kube-rs, from the kubeconfig bootkube writes.

@@ -121,9 +121,10 @@ fn install_after_prologue(
     let mut role = cfg.role.clone();
     let _configuring = if bootstrap {
         start_bootstrap(f, false)?;
-        let watcher = (!cfg.dry_run).then(|| ConfiguringStatus::spawn(f));
+        // Dry run too: its machine-config-server log is made up from the cluster-hosts file.
+        let watcher = ConfiguringStatus::spawn(f);
         role = Role::Master;
-        watcher
+        Some(watcher)
     } else {
         None
     };

@@ -40,6 +40,7 @@ impl TestFlow {
             reports: Mutex::default(),
             stop: stop.clone(),
             stop_when_listing_hosts: AtomicBool::new(false),
+            uploads: Mutex::default(),
         });
         let client: Arc<dyn InventoryClient> = service.clone();
         let clock = Arc::new(FakeClock::new());
@@ -109,6 +110,8 @@ pub(crate) struct TestService {
     stop: Cancel,
     /// Fires the stop token on the next `list_cluster_hosts` (a signal during a wait).
     pub stop_when_listing_hosts: AtomicBool,
+    /// Log uploads, in order.
+    pub uploads: Mutex<Vec<LogsUpload>>,
 }
 
 impl InventoryClient for TestService {
@@ -150,7 +153,8 @@ impl InventoryClient for TestService {
     fn update_cluster_logs_progress(&self, _: &str, _: LogsState) -> Result<()> {
         Ok(())
     }
-    fn upload_logs(&self, _: &LogsUpload) -> Result<()> {
+    fn upload_logs(&self, upload: &LogsUpload) -> Result<()> {
+        self.uploads.lock().unwrap().push(upload.clone());
         Ok(())
     }
 }

@@ -7,13 +7,13 @@
 //! connection (`Connection: close`): the flows poll every few seconds, and a pooled connection
 //! idles unseen between calls.
 
-use super::{role_label, EventInfo, KubeApi, NodeInfo};
+use super::{role_label, EventInfo, KubeApi, NodeInfo, PodInfo};
 use crate::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
 use crate::config::Role;
 use anyhow::{bail, Context, Result};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Taint};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Taint};
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, LogParams, Patch, PatchParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -192,6 +192,17 @@ fn event_info(event: &Event) -> EventInfo {
     }
 }
 
+fn pod_info(pod: &Pod) -> PodInfo {
+    PodInfo {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        phase: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default(),
+    }
+}
+
 impl KubeApi for KubeClient {
     fn list_nodes(&self, role: &Role) -> Result<Vec<NodeInfo>> {
         let params = ListParams::default().labels(&role_label(role.as_str()));
@@ -233,6 +244,26 @@ impl KubeApi for KubeClient {
             format!("reading MachineConfig {name}")
         })?;
         Ok(mc.is_some())
+    }
+
+    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<PodInfo>> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = ListParams::default().labels(label_selector);
+        let list = self.call(api.list(&params), || {
+            format!("listing pods {label_selector} in namespace {namespace}")
+        })?;
+        Ok(list.items.iter().map(pod_info).collect())
+    }
+
+    fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = LogParams {
+            since_seconds,
+            ..LogParams::default()
+        };
+        self.call(api.logs(pod, &params), || {
+            format!("reading the log of pod {namespace}/{pod}")
+        })
     }
 
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use crate::config::Role;
 
 pub mod client;
+pub mod dry_cluster;
 pub mod install_config;
 
 /// Label selecting the nodes of a role (`master`, `arbiter`, `worker`).
@@ -20,6 +21,8 @@ pub const CURRENT_CONFIG_ANNOTATION: &str = "machineconfiguration.openshift.io/c
 pub const DESIRED_CONFIG_ANNOTATION: &str = "machineconfiguration.openshift.io/desiredConfig";
 pub const CONTROLLER_NAMESPACE: &str = "assisted-installer";
 pub const CONTROLLER_READY_EVENT: &str = "AssistedControllerIsReady";
+/// The controller's Job name: the `job-name` label of its pod and the prefix of the pod's name.
+pub const CONTROLLER_JOB: &str = "assisted-installer-controller";
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -40,6 +43,13 @@ pub struct EventInfo {
     pub message: String,
 }
 
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodInfo {
+    pub name: String,
+    /// `status.phase`: `Pending`, `Running`, `Succeeded`, `Failed`, `Unknown` (empty if unset).
+    pub phase: String,
+}
+
 pub trait KubeApi: Send + Sync {
     /// Nodes labelled `node-role.kubernetes.io/<role>`.
     fn list_nodes(&self, role: &Role) -> Result<Vec<NodeInfo>>;
@@ -55,4 +65,8 @@ pub trait KubeApi: Send + Sync {
     fn machine_config_exists(&self, name: &str) -> Result<bool>;
     /// Remove the taint with `key` from a node (no-op when absent).
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()>;
+    /// Pods of a namespace matching a label selector (`key=value`, comma-joined).
+    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<PodInfo>>;
+    /// The log of a pod (its only container); with `since_seconds`, only that recent part.
+    fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String>;
 }

@@ -1,6 +1,6 @@
 #![allow(dead_code)]
 //! The fake Kubernetes API: the few objects the installer reads (nodes, events, ConfigMaps,
-//! MachineConfigs) as one model with two faces:
+//! MachineConfigs, pods and their logs) as one model with two faces:
 //! * in memory, as a [`KubeApi`] (the bootstrap scenarios);
 //! * on the socket, as an [`App`] of the test HTTP server for `KubeClient` (kube-rs), with
 //!   keep-alive: `TestServer::with_app(fake.clone())` and [`kubeconfig`] to point at it.
@@ -12,12 +12,14 @@
 //! - `GET /api/v1/namespaces/{ns}/events`
 //! - `GET /api/v1/namespaces/{ns}/configmaps/{name}`
 //! - `GET /apis/machineconfiguration.openshift.io/v1/machineconfigs/{name}`
+//! - `GET /api/v1/namespaces/{ns}/pods[?labelSelector=…]`
+//! - `GET /api/v1/namespaces/{ns}/pods/{name}/log[?sinceSeconds=…]` (text)
 //!
 //! Anything else is a 404 `Status`. [`FakeKube::fail_next`] makes chosen calls fail (both faces).
 
 use anyhow::{anyhow, Result};
 use assisted_installer::config::Role;
-use assisted_installer::kube::{role_label, EventInfo, KubeApi, NodeInfo};
+use assisted_installer::kube::{role_label, EventInfo, KubeApi, NodeInfo, PodInfo};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +50,12 @@ struct State {
     events: Vec<(String, Value)>,
     config_maps: BTreeMap<(String, String), Value>,
     machine_configs: BTreeMap<String, Value>,
+    /// (namespace, name) → pod.
+    pods: BTreeMap<(String, String), Value>,
+    /// (namespace, name) → the pod's log.
+    pod_logs: BTreeMap<(String, String), String>,
+    /// Log reads: (namespace, pod, sinceSeconds).
+    log_reads: Vec<(String, String, Option<i64>)>,
     /// (method, path prefix, status), used once each.
     failures: Vec<(String, String, u16)>,
     resource_version: u64,
@@ -87,6 +95,30 @@ impl State {
             })
         };
         self.nodes.values().filter(matches).cloned().collect()
+    }
+
+    fn pods_with(&self, namespace: &str, labels: &[(String, Option<String>)]) -> Vec<Value> {
+        self.pods
+            .iter()
+            .filter(|((ns, _), _)| ns == namespace)
+            .map(|(_, pod)| pod)
+            .filter(|pod| {
+                labels.iter().all(|(k, v)| {
+                    let have = pod["metadata"]["labels"][k].as_str();
+                    have.is_some() && v.as_ref().is_none_or(|v| have == Some(v.as_str()))
+                })
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// A pod's log, the read recorded; `None` when there is no such pod.
+    fn read_log(&mut self, namespace: &str, pod: &str, since: Option<i64>) -> Option<String> {
+        let key = (namespace.to_string(), pod.to_string());
+        self.pods.get(&key)?;
+        self.log_reads
+            .push((namespace.to_string(), pod.to_string(), since));
+        Some(self.pod_logs.get(&key).cloned().unwrap_or_default())
     }
 
     fn events_of(&self, namespace: &str) -> Vec<Value> {
@@ -277,6 +309,43 @@ impl FakeKube {
         st.machine_configs.insert(name.to_string(), mc);
     }
 
+    /// Creates or replaces pod `namespace/name` with these labels, in `phase`.
+    pub(crate) fn set_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        phase: &str,
+    ) {
+        let mut st = self.state();
+        let rv = st.next_version();
+        let labels: Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv, "labels": labels},
+            "spec": {"containers": [{"name": "main", "image": "example"}]},
+            "status": {"phase": phase},
+        });
+        st.pods
+            .insert((namespace.to_string(), name.to_string()), pod);
+    }
+
+    /// What pod `namespace/name` logged.
+    pub(crate) fn set_pod_log(&self, namespace: &str, name: &str, log: &str) {
+        self.state()
+            .pod_logs
+            .insert((namespace.to_string(), name.to_string()), log.to_string());
+    }
+
+    /// The pod-log reads so far: (namespace, pod, sinceSeconds).
+    pub(crate) fn log_reads(&self) -> Vec<(String, String, Option<i64>)> {
+        self.state().log_reads.clone()
+    }
+
     /// Makes the next call with this method whose path starts with `path_prefix` fail with
     /// `status`. Queue several by calling again.
     pub(crate) fn fail_next(&self, method: &str, path_prefix: &str, status: u16) {
@@ -382,6 +451,29 @@ impl KubeApi for FakeKube {
         self.call("GET", &format!("{MACHINE_CONFIGS}{name}"), |st| {
             st.machine_configs.contains_key(name)
         })
+    }
+
+    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<PodInfo>> {
+        let labels = parse_selector(label_selector)
+            .ok_or_else(|| anyhow!("fake kube: selector {label_selector:?}"))?;
+        let path = format!("/api/v1/namespaces/{namespace}/pods");
+        self.call("GET", &path, |st| {
+            st.pods_with(namespace, &labels)
+                .iter()
+                .map(|p| PodInfo {
+                    name: p["metadata"]["name"].as_str().unwrap_or_default().into(),
+                    phase: p["status"]["phase"].as_str().unwrap_or_default().into(),
+                })
+                .collect()
+        })
+    }
+
+    fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}/log");
+        self.call("GET", &path, |st| {
+            st.read_log(namespace, pod, since_seconds)
+        })?
+        .ok_or_else(|| anyhow!("pods \"{pod}\" not found"))
     }
 
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
@@ -515,6 +607,23 @@ impl FakeKube {
                 match st.config_maps.get(&(ns.to_string(), name.to_string())) {
                     Some(cm) => Reply::json(200, cm),
                     None => not_found("configmaps", name),
+                }
+            }
+            ("GET", ["api", "v1", "namespaces", ns, "pods"]) => {
+                let selector = req.query_param("labelSelector").unwrap_or_default();
+                match parse_selector(&selector) {
+                    Some(labels) => list("PodList", st, st.pods_with(ns, &labels)),
+                    None => status(400, "BadRequest", &format!("selector {selector:?}")),
+                }
+            }
+            ("GET", ["api", "v1", "namespaces", ns, "pods", name, "log"]) => {
+                let since = req.query_param("sinceSeconds").map(|s| s.parse().unwrap());
+                match st.read_log(ns, name, since) {
+                    Some(log) => Reply {
+                        content_type: Some("text/plain"),
+                        ..Reply::bytes(log.into_bytes())
+                    },
+                    None => not_found("pods", name),
                 }
             }
             (

@@ -153,6 +153,7 @@ struct State {
     fail_paths: Vec<(String, u16)>,
     host_logs: Vec<(String, String)>,
     cluster_logs: Vec<(String, String)>,
+    uploads: Vec<LogsUpload>,
 }
 
 /// See the module documentation. Clones share the state.
@@ -268,6 +269,11 @@ impl FakeService {
     /// Accepted cluster logs-progress updates: (cluster_id, logs_state).
     pub(crate) fn cluster_logs_reports(&self) -> Vec<(String, String)> {
         self.state().cluster_logs.clone()
+    }
+
+    /// Accepted log uploads, in order.
+    pub(crate) fn uploads(&self) -> Vec<LogsUpload> {
+        self.state().uploads.clone()
     }
 
     /// One in-memory call: recorded, faults applied, refusals turned into the error the REST
@@ -514,7 +520,10 @@ impl InventoryClient for FakeService {
             query.push_str(&format!("&infra_env_id={infra_env_id}&host_id={host_id}"));
         }
         let path = format!("/v2/clusters/{}/logs?{query}", upload.cluster_id);
-        self.call("V2UploadLogs", "POST", path, |_| Ok(()))
+        self.call("V2UploadLogs", "POST", path, |s| {
+            s.uploads.push(upload.clone());
+            Ok(())
+        })
     }
 }
 

@@ -2,12 +2,13 @@
 //! The `Flow` of a scenario, built in one place: the Go flags the agent would pass, the
 //! effects the flow acts through, and where it keeps its files (all under one directory).
 //! Defaults: recorded host commands, a real-looking reboot over them, a fake clock, no
-//! Kubernetes API, the Go poll intervals.
+//! Kubernetes API (in dry-run mode: the entrypoint's pretend cluster), the Go poll intervals.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use assisted_installer::clock::{Clock, FakeClock};
+use assisted_installer::commands::install::dry_run_kube;
 use assisted_installer::config::{InstallerConfig, Role};
 use assisted_installer::flow::writer::DiskWriter;
 use assisted_installer::flow::{Flow, Intervals, KubeFactory, Paths};
@@ -16,6 +17,7 @@ use assisted_installer::host::reboot::{Rebooter, ShutdownRebooter};
 use assisted_installer::host::root::{HostRoot, Unreachable};
 use assisted_installer::host::HostEffects;
 use assisted_installer::image::Cancel;
+use assisted_installer::kube::dry_cluster::DryCluster;
 use assisted_installer::kube::KubeApi;
 use assisted_installer::service::client::InventoryClient;
 use assisted_installer::service::reporter::Reporter;
@@ -41,6 +43,7 @@ pub(crate) struct FlowBuilder {
     mco_image: String,
     control_plane_count: i64,
     dry_run: bool,
+    cluster_hosts: Option<PathBuf>,
     skip_disk_cleanup: bool,
     format_disks: Vec<String>,
     registry_marker: Option<PathBuf>,
@@ -76,6 +79,7 @@ impl FlowBuilder {
             mco_image: String::new(),
             control_plane_count: 0,
             dry_run: false,
+            cluster_hosts: None,
             skip_disk_cleanup: false,
             format_disks: Vec::new(),
             registry_marker: None,
@@ -129,6 +133,11 @@ impl FlowBuilder {
     }
     pub(crate) fn dry_run(mut self) -> Self {
         self.dry_run = true;
+        self
+    }
+    /// `--dry-run-cluster-hosts-path`.
+    pub(crate) fn cluster_hosts(mut self, path: &Path) -> Self {
+        self.cluster_hosts = Some(path.to_path_buf());
         self
     }
     pub(crate) fn skip_disk_cleanup(mut self) -> Self {
@@ -190,6 +199,7 @@ impl FlowBuilder {
             mco_image: self.mco_image,
             control_plane_count: self.control_plane_count,
             dry_run: self.dry_run,
+            dry_run_cluster_hosts_path: self.cluster_hosts,
             skip_installation_disk_cleanup: self.skip_disk_cleanup,
             format_disks: self.format_disks.into_iter().map(PathBuf::from).collect(),
             installer_args: self.installer_args,
@@ -209,6 +219,10 @@ impl FlowBuilder {
                 );
                 Ok(api.clone())
             }),
+            // What the entrypoint builds in dry-run mode.
+            None if self.dry_run => dry_run_kube(Arc::new(
+                DryCluster::from_config(&cfg).expect("the cluster hosts"),
+            )),
             None => Arc::new(|_: &Path| anyhow::bail!("no Kubernetes API in this scenario")),
         };
         let d = &self.dir;

@@ -1,6 +1,7 @@
 //! The Go installer's `updateConfiguringStatus` goroutine, as a thread: while the bootstrap
 //! control plane forms, other hosts are reported `Configuring` (or `Waiting for ignition` for
-//! workers) once the machine-config-server log shows them fetching their Ignition.
+//! workers) once the machine-config-server log shows them fetching their Ignition. In dry-run
+//! mode the log is made up from the cluster-hosts file (see `mcs_logs::dry_run_mcs_log`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -8,10 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::mcs_logs::{
-    host_ips, hosts_that_fetched_ignition, is_past_ignition_fetch, status_for, McsHost,
+    dry_run_mcs_log, host_ips, hosts_that_fetched_ignition, is_past_ignition_fetch, status_for,
+    McsHost,
 };
 use super::Flow;
 use crate::clock::SYSTEM_CLOCK;
+use crate::config::cluster_hosts::{self, ClusterHost};
 use crate::image::Cancel;
 use crate::service::client::InventoryClient;
 use crate::service::reporter::Reporter;
@@ -34,7 +37,7 @@ impl ConfiguringStatus {
             reporter: f.reporter.clone(),
             cluster: f.cfg.cluster_id.clone(),
             me: f.cfg.host_id.clone(),
-            logs: f.paths.container_logs.clone(),
+            logs: McsLog::of(f),
             hosts: None,
         };
         let (every, thread_stop) = (f.intervals.slow_poll, stop.clone());
@@ -67,8 +70,7 @@ struct Watch {
     cluster: String,
     /// This host, never watched.
     me: String,
-    /// The container logs directory holding the machine-config-server's log.
-    logs: PathBuf,
+    logs: McsLog,
     /// The other enabled hosts, fetched once.
     hosts: Option<Vec<Watched>>,
 }
@@ -113,7 +115,7 @@ impl Watch {
         if list.is_empty() {
             return true;
         }
-        let log = read_mcs_logs(&self.logs);
+        let log = self.logs.read();
         let mcs: Vec<McsHost> = list.iter().map(|(h, _, _)| h.clone()).collect();
         let fetched: BTreeSet<String> = hosts_that_fetched_ignition(&log, &mcs)
             .into_iter()
@@ -127,6 +129,35 @@ impl Watch {
             }
         }
         false
+    }
+}
+
+/// Where the machine-config-server's log comes from.
+enum McsLog {
+    /// The container logs directory.
+    Files(PathBuf),
+    /// Dry run: made up from the cluster-hosts file.
+    DryRun(Vec<ClusterHost>),
+}
+
+impl McsLog {
+    fn of(f: &Flow) -> McsLog {
+        if !f.cfg.dry_run {
+            return McsLog::Files(f.paths.container_logs.clone());
+        }
+        let path = f.cfg.dry_run_cluster_hosts_path.as_deref();
+        McsLog::DryRun(cluster_hosts::load_optional(path).unwrap_or_else(|e| {
+            // The entrypoint read it at start; it can only have gone since.
+            tracing::warn!("dry run: no host will be seen fetching its Ignition: {e:#}");
+            Vec::new()
+        }))
+    }
+
+    fn read(&self) -> String {
+        match self {
+            McsLog::Files(dir) => read_mcs_logs(dir),
+            McsLog::DryRun(hosts) => dry_run_mcs_log(hosts),
+        }
     }
 }
 

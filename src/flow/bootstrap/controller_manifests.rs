@@ -2,23 +2,19 @@
 //! /opt/openshift/manifests, so bootkube creates them with the cluster: a ConfigMap with the
 //! controller's settings, a Secret with the agent token, the Job that runs the controller on a
 //! master, and its namespace, service account, RBAC and network policy. Built as typed
-//! Kubernetes objects and written as YAML, the form the Go installer's templates produce.
+//! Kubernetes objects and written as YAML, the form the Go installer's templates produce; the
+//! ClusterRole's rules are in `controller_role`, the Job in `controller_job`.
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapKeySelector, Container, EnvVar, EnvVarSource, HostAlias,
-    HostPathVolumeSource, KeyToPath, Namespace, PodSpec, PodTemplateSpec, Secret,
-    SecretVolumeSource, ServiceAccount, Toleration, Volume, VolumeMount,
-};
-use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicySpec,
-};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::controller_job::job;
+use super::controller_role::cluster_role;
 use crate::config::InstallerConfig;
 use crate::postinstall::ignition::{write_secret_file, Existing};
 
@@ -84,7 +80,7 @@ impl ControllerSettings {
 }
 
 /// A name and namespace.
-fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+pub(super) fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_string()),
         namespace: namespace.map(str::to_string),
@@ -92,17 +88,30 @@ fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
     }
 }
 
-fn strings<const N: usize>(pairs: [(&str, &str); N]) -> BTreeMap<String, String> {
+pub(super) fn strings<const N: usize>(pairs: [(&str, &str); N]) -> BTreeMap<String, String> {
     pairs
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
+/// `app: assisted-installer-controller`, on the ConfigMap, the Secret and the controller's pod.
+pub(super) fn app_label() -> BTreeMap<String, String> {
+    strings([("app", NAME)])
+}
+
+/// A name, the namespace and the app label.
+fn labelled(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        labels: Some(app_label()),
+        ..meta(name, Some(NAMESPACE))
+    }
+}
+
 /// The controller's settings, read by the Job's environment.
 pub(crate) fn config_map(s: &ControllerSettings) -> ConfigMap {
     ConfigMap {
-        metadata: meta(&format!("{NAME}-config"), Some(NAMESPACE)),
+        metadata: labelled(CONFIG_MAP_NAME),
         data: Some(strings([
             ("cluster-id", &s.cluster_id),
             ("inventory-url", &s.inventory_url),
@@ -122,158 +131,29 @@ pub(crate) fn config_map(s: &ControllerSettings) -> ConfigMap {
     }
 }
 
-/// The agent token, mounted into the controller.
+/// The agent token, mounted into the controller as a file (not an environment variable, which
+/// would show in the pod's spec).
 pub(crate) fn secret(s: &ControllerSettings) -> Secret {
     Secret {
-        metadata: meta(&format!("{NAME}-secret"), Some(NAMESPACE)),
+        metadata: labelled(SECRET_NAME),
         type_: Some("Opaque".into()),
         string_data: Some(strings([("pull-secret-token", &s.token)])),
         ..Secret::default()
     }
 }
 
-fn toleration(key: &str) -> Toleration {
-    Toleration {
-        key: Some(key.into()),
-        operator: Some("Exists".into()),
-        effect: Some("NoSchedule".into()),
-        ..Toleration::default()
-    }
-}
-
-fn env_value(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        ..EnvVar::default()
-    }
-}
-
-/// The Job running the controller on a master, on the host network.
-pub(crate) fn job(s: &ControllerSettings) -> Job {
-    let from_config = [
-        ("CLUSTER_ID", "cluster-id"),
-        ("INVENTORY_URL", "inventory-url"),
-        ("SKIP_CERT_VERIFICATION", "skip-cert-verification"),
-        ("CA_CERT_PATH", "ca-cert-path"),
-        ("CHECK_CLUSTER_VERSION", "check-cluster-version"),
-        ("CONTROL_PLANE_COUNT", "control-plane-count"),
-        ("MUST_GATHER_IMAGE", "must-gather-image"),
-    ];
-    let mut env: Vec<EnvVar> = from_config
-        .into_iter()
-        .map(|(var, key)| EnvVar {
-            name: var.into(),
-            value_from: Some(EnvVarSource {
-                config_map_key_ref: Some(ConfigMapKeySelector {
-                    name: format!("{NAME}-config"),
-                    key: key.into(),
-                    ..ConfigMapKeySelector::default()
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        })
-        .collect();
-    env.extend([
-        env_value("OPENSHIFT_VERSION", &s.openshift_version),
-        env_value("NOTIFY_NUM_REBOOTS", &s.notify_num_reboots.to_string()),
-        env_value("NAMESPACE", NAMESPACE),
-    ]);
-    let mut mounts = vec![VolumeMount {
-        name: "token".into(),
-        mount_path: "/etc/assisted-installer-controller".into(),
-        read_only: Some(true),
-        ..VolumeMount::default()
-    }];
-    let mut volumes = vec![Volume {
-        name: "token".into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(format!("{NAME}-secret")),
-            items: Some(vec![KeyToPath {
-                key: "pull-secret-token".into(),
-                path: "token".into(),
-                ..KeyToPath::default()
-            }]),
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    }];
-    let mut tolerations = vec![toleration("node-role.kubernetes.io/master")];
-    if s.single_node {
-        // Single node: the controller starts before the node is Ready and needs the bootstrap
-        // kubeconfig.
-        mounts.push(VolumeMount {
-            name: "bootstrap-secrets".into(),
-            mount_path: "/tmp/bootstrap-secrets".into(),
-            ..VolumeMount::default()
-        });
-        volumes.push(Volume {
-            name: "bootstrap-secrets".into(),
-            host_path: Some(HostPathVolumeSource {
-                path: "/etc/kubernetes/bootstrap-secrets".into(),
-                ..HostPathVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
-        tolerations.push(toleration("node.kubernetes.io/not-ready"));
-        tolerations.push(toleration("node.kubernetes.io/network-unavailable"));
-    }
-    let host_aliases = (!s.service_ips.is_empty()).then(|| {
-        s.service_ips
-            .iter()
-            .map(|ip| HostAlias {
-                ip: ip.clone(),
-                hostnames: Some(vec!["assisted-api.local.openshift.io".into()]),
-            })
-            .collect()
-    });
-    Job {
-        metadata: meta(NAME, Some(NAMESPACE)),
-        spec: Some(JobSpec {
-            backoff_limit: Some(100),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(strings([("job-name", NAME)])),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: Some(NAME.into()),
-                    restart_policy: Some("OnFailure".into()),
-                    host_network: Some(true),
-                    node_selector: Some(strings([("node-role.kubernetes.io/master", "")])),
-                    tolerations: Some(tolerations),
-                    host_aliases,
-                    containers: vec![Container {
-                        name: NAME.into(),
-                        image: Some(s.controller_image.clone()),
-                        image_pull_policy: Some("IfNotPresent".into()),
-                        env: Some(env),
-                        volume_mounts: Some(mounts),
-                        ..Container::default()
-                    }],
-                    volumes: Some(volumes),
-                    ..PodSpec::default()
-                }),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    }
-}
-
-/// Privileged: the controller runs on the host network.
+/// Privileged: the controller's pod uses the host network and host paths. Pod-security label
+/// syncing is off, so that OpenShift does not lower the level again.
 pub(crate) fn namespace() -> Namespace {
     let privileged = "privileged";
     Namespace {
         metadata: ObjectMeta {
             labels: Some(strings([
+                ("security.openshift.io/scc.podSecurityLabelSync", "false"),
                 ("pod-security.kubernetes.io/enforce", privileged),
                 ("pod-security.kubernetes.io/audit", privileged),
                 ("pod-security.kubernetes.io/warn", privileged),
-                ("openshift.io/run-level", "0"),
             ])),
-            annotations: Some(strings([("openshift.io/node-selector", "")])),
             ..meta(NAMESPACE, None)
         },
         ..Namespace::default()
@@ -287,31 +167,11 @@ pub(crate) fn service_account() -> ServiceAccount {
     }
 }
 
-/// Cluster-wide: it approves CSRs, labels nodes, reads operators.
-pub(crate) fn cluster_role() -> ClusterRole {
-    let all = || Some(vec!["*".to_string()]);
-    ClusterRole {
-        metadata: meta(NAME, None),
-        rules: Some(vec![
-            PolicyRule {
-                api_groups: all(),
-                resources: all(),
-                verbs: vec!["*".into()],
-                ..PolicyRule::default()
-            },
-            PolicyRule {
-                non_resource_urls: all(),
-                verbs: vec!["*".into()],
-                ..PolicyRule::default()
-            },
-        ]),
-        ..ClusterRole::default()
-    }
-}
-
+/// Binds the ClusterRole to the service account. Like Go's, it carries a namespace although
+/// cluster-scoped (the API server ignores it).
 pub(crate) fn cluster_role_binding() -> ClusterRoleBinding {
     ClusterRoleBinding {
-        metadata: meta(NAME, None),
+        metadata: meta(NAME, Some(NAMESPACE)),
         role_ref: RoleRef {
             api_group: "rbac.authorization.k8s.io".into(),
             kind: "ClusterRole".into(),
@@ -326,18 +186,31 @@ pub(crate) fn cluster_role_binding() -> ClusterRoleBinding {
     }
 }
 
-/// Lets the controller reach the API and the service.
+/// No spec at all, as in Go: the API defaults it to every pod of the namespace and policy type
+/// Ingress with no rule, which denies ingress to the namespace's pods that are not on the host
+/// network. The controller is on the host network and only calls out, so it is not affected;
+/// the policy is there so that the namespace has one.
 pub(crate) fn network_policy() -> NetworkPolicy {
     NetworkPolicy {
-        metadata: meta(NAME, Some(NAMESPACE)),
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector::default()),
-            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
-            egress: Some(vec![NetworkPolicyEgressRule::default()]),
-            ingress: Some(vec![NetworkPolicyIngressRule::default()]),
-        }),
+        metadata: meta("assisted-installer-network-policy", Some(NAMESPACE)),
+        spec: None,
     }
 }
+
+pub(super) const CONFIG_MAP_NAME: &str = "assisted-installer-controller-config";
+pub(super) const SECRET_NAME: &str = "assisted-installer-controller-secret";
+
+// The file names of Go's deploy directory and templates (cluster-bootstrap applies whatever is
+// in the directory; keeping the names keeps the logs and the must-gathers comparable).
+pub(super) const NAMESPACE_FILE: &str = "assisted-installer-controller-nm.yaml";
+pub(super) const SERVICE_ACCOUNT_FILE: &str = "assisted-installer-controller-sa.yaml";
+pub(super) const ROLE_FILE: &str = "assisted-installer-controller-role.yaml";
+pub(super) const ROLE_BINDING_FILE: &str = "assisted-installer-controller-role-binding.yaml";
+pub(super) const NETWORK_POLICY_FILE: &str = "assisted-installer-controller-network-policy.yaml";
+pub(super) const CONFIG_MAP_FILE: &str = "assisted-installer-controller-cm.yaml";
+/// The manifest holding the token.
+pub(super) const SECRET_FILE: &str = "assisted-installer-controller-secret.yaml";
+pub(super) const JOB_FILE: &str = "assisted-installer-controller-pod.yaml";
 
 /// Every manifest as YAML (what cluster-bootstrap reads from the manifests directory), by file
 /// name.
@@ -347,25 +220,16 @@ pub(crate) fn manifests(s: &ControllerSettings) -> Result<Vec<(&'static str, Str
         Ok((name, text))
     }
     Ok(vec![
-        yaml("assisted-installer-controller-nm.yaml", &namespace())?,
-        yaml("assisted-installer-controller-sa.yaml", &service_account())?,
-        yaml("assisted-installer-controller-role.yaml", &cluster_role())?,
-        yaml(
-            "assisted-installer-controller-rolebinding.yaml",
-            &cluster_role_binding(),
-        )?,
-        yaml(
-            "assisted-installer-controller-networkpolicy.yaml",
-            &network_policy(),
-        )?,
-        yaml("assisted-installer-controller-cm.yaml", &config_map(s))?,
+        yaml(NAMESPACE_FILE, &namespace())?,
+        yaml(SERVICE_ACCOUNT_FILE, &service_account())?,
+        yaml(ROLE_FILE, &cluster_role())?,
+        yaml(ROLE_BINDING_FILE, &cluster_role_binding())?,
+        yaml(NETWORK_POLICY_FILE, &network_policy())?,
+        yaml(CONFIG_MAP_FILE, &config_map(s))?,
         yaml(SECRET_FILE, &secret(s))?,
-        yaml("assisted-installer-controller-job.yaml", &job(s))?,
+        yaml(JOB_FILE, &job(s))?,
     ])
 }
-
-/// The manifest holding the token.
-const SECRET_FILE: &str = "assisted-installer-controller-secret.yaml";
 
 /// Write every manifest into `dir` (created if needed); the Secret is private from the start.
 pub(crate) fn render_manifests(dir: &Path, s: &ControllerSettings) -> Result<()> {
@@ -382,19 +246,21 @@ pub(crate) fn render_manifests(dir: &Path, s: &ControllerSettings) -> Result<()>
     Ok(())
 }
 
+/// The manifests as cluster-bootstrap reads them, for the tests of this file and of the Job's
+/// and the role's.
 #[cfg(test)]
-mod tests {
+pub(super) mod testing {
     use super::*;
-    use serde_json::{json, Value};
+    use serde_json::Value;
 
-    fn settings(sno: bool) -> ControllerSettings {
+    pub(crate) fn settings(sno: bool) -> ControllerSettings {
         ControllerSettings {
             cluster_id: "c-1".into(),
             inventory_url: "https://svc:8090".into(),
             skip_cert_verification: false,
             ca_cert_path: String::new(),
             check_cluster_version: true,
-            control_plane_count: 3,
+            control_plane_count: if sno { 1 } else { 3 },
             must_gather_image: r#"{"ocp":"quay.io/mg:1"}"#.into(),
             controller_image: "quay.io/ai/controller:1".into(),
             openshift_version: "4.17".into(),
@@ -405,27 +271,40 @@ mod tests {
         }
     }
 
-    /// The manifest `name` as cluster-bootstrap reads it: YAML into an untyped tree, so that a
+    /// The manifest `name` rendered with `s`, as YAML read into an untyped tree, so that a
     /// number or a boolean where a string belongs shows (`"3"` is not `3`).
-    fn read(sno: bool, name: &str) -> Value {
-        let (_, text) = manifests(&settings(sno))
+    pub(crate) fn read_with(s: &ControllerSettings, name: &str) -> Value {
+        let (_, text) = manifests(s)
             .unwrap()
             .into_iter()
             .find(|(n, _)| *n == name)
-            .unwrap();
+            .unwrap_or_else(|| panic!("no manifest {name}"));
         serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"))
     }
 
+    pub(crate) fn read(sno: bool, name: &str) -> Value {
+        read_with(&settings(sno), name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{read, settings};
+    use super::*;
+    use serde_json::json;
+
     #[test]
     fn config_map_values_read_back_as_strings() {
-        let cm = read(false, "assisted-installer-controller-cm.yaml");
+        let cm = read(false, CONFIG_MAP_FILE);
         assert_eq!(cm["kind"], "ConfigMap");
         assert_eq!(
-            cm["metadata"]["name"],
-            "assisted-installer-controller-config"
+            cm["metadata"],
+            json!({"name": "assisted-installer-controller-config", "namespace": NAMESPACE,
+                "labels": {"app": "assisted-installer-controller"}})
         );
         let data = &cm["data"];
         assert_eq!(data["cluster-id"], json!("c-1"));
+        assert_eq!(data["inventory-url"], json!("https://svc:8090"));
         assert_eq!(data["control-plane-count"], json!("3"));
         assert_eq!(data["skip-cert-verification"], json!("false"));
         assert_eq!(data["check-cluster-version"], json!("true"));
@@ -443,91 +322,69 @@ mod tests {
         let secret = read(false, SECRET_FILE);
         assert_eq!(secret["type"], "Opaque");
         assert_eq!(
-            secret["stringData"]["pull-secret-token"],
-            json!("s3cr3t\"token")
+            secret["metadata"],
+            json!({"name": "assisted-installer-controller-secret", "namespace": NAMESPACE,
+                "labels": {"app": "assisted-installer-controller"}})
+        );
+        assert_eq!(
+            secret["stringData"],
+            json!({"pull-secret-token": "s3cr3t\"token"})
         );
         assert!(!format!("{s:?}").contains("s3cr3t"));
     }
 
     #[test]
-    fn job_has_the_image_env_and_aliases_and_sno_extras_only_on_sno() {
-        let ha = read(false, "assisted-installer-controller-job.yaml");
-        assert_eq!(ha["apiVersion"], "batch/v1");
-        assert_eq!(ha["spec"]["backoffLimit"], json!(100));
-        let pod = &ha["spec"]["template"]["spec"];
-        assert_eq!(pod["hostNetwork"], json!(true));
+    fn namespace_has_exactly_the_pod_security_labels() {
+        let ns = read(false, NAMESPACE_FILE);
+        assert_eq!(ns["apiVersion"], "v1");
+        assert_eq!(ns["kind"], "Namespace");
         assert_eq!(
-            pod["nodeSelector"]["node-role.kubernetes.io/master"],
-            json!("")
+            ns["metadata"],
+            json!({"name": NAMESPACE, "labels": {
+                "security.openshift.io/scc.podSecurityLabelSync": "false",
+                "pod-security.kubernetes.io/enforce": "privileged",
+                "pod-security.kubernetes.io/audit": "privileged",
+                "pod-security.kubernetes.io/warn": "privileged",
+            }})
         );
-        let container = &pod["containers"][0];
-        assert_eq!(container["image"], json!("quay.io/ai/controller:1"));
-        let env = container["env"].as_array().unwrap();
-        assert!(env.contains(&json!({"name": "OPENSHIFT_VERSION", "value": "4.17"})));
-        assert!(env.contains(&json!({"name": "NOTIFY_NUM_REBOOTS", "value": "false"})));
-        assert!(env.contains(&json!({"name": "CONTROL_PLANE_COUNT", "valueFrom": {
-            "configMapKeyRef": {"name": "assisted-installer-controller-config", "key": "control-plane-count"}
-        }})));
-        assert_eq!(
-            pod["hostAliases"],
-            json!([{"ip": "192.0.2.5", "hostnames": ["assisted-api.local.openshift.io"]}])
-        );
-        let text = |v: &Value| v.to_string();
-        assert!(!text(&ha).contains("bootstrap-secrets") && !text(&ha).contains("not-ready"));
-        let sno = read(true, "assisted-installer-controller-job.yaml");
-        assert!(
-            text(&sno).contains("/etc/kubernetes/bootstrap-secrets")
-                && text(&sno).contains("node.kubernetes.io/not-ready")
-        );
-        let mut no_ips = settings(false);
-        no_ips.service_ips.clear();
-        assert!(job(&no_ips)
-            .spec
-            .unwrap()
-            .template
-            .spec
-            .unwrap()
-            .host_aliases
-            .is_none());
+        assert!(ns.get("spec").is_none());
     }
 
     #[test]
-    fn fixed_manifests_keep_their_content() {
-        let ns = read(false, "assisted-installer-controller-nm.yaml");
+    fn service_account_and_binding() {
+        let sa = read(false, SERVICE_ACCOUNT_FILE);
+        assert_eq!(sa["kind"], "ServiceAccount");
         assert_eq!(
-            ns["metadata"]["labels"]["openshift.io/run-level"],
-            json!("0")
+            sa["metadata"],
+            json!({"name": NAME, "namespace": NAMESPACE})
+        );
+        let binding = read(false, ROLE_BINDING_FILE);
+        assert_eq!(binding["apiVersion"], "rbac.authorization.k8s.io/v1");
+        assert_eq!(binding["kind"], "ClusterRoleBinding");
+        assert_eq!(
+            binding["metadata"],
+            json!({"name": NAME, "namespace": NAMESPACE})
         );
         assert_eq!(
-            ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
-            "privileged"
+            binding["roleRef"],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME})
         );
-        assert_eq!(
-            ns["metadata"]["annotations"]["openshift.io/node-selector"],
-            json!("")
-        );
-        let role = read(false, "assisted-installer-controller-role.yaml");
-        assert_eq!(
-            role["rules"],
-            json!([
-                {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                {"nonResourceURLs": ["*"], "verbs": ["*"]}
-            ])
-        );
-        let binding = read(false, "assisted-installer-controller-rolebinding.yaml");
         assert_eq!(
             binding["subjects"],
             json!([{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}])
         );
-        let policy = read(false, "assisted-installer-controller-networkpolicy.yaml");
+    }
+
+    #[test]
+    fn network_policy_has_no_spec() {
+        let policy = read(false, NETWORK_POLICY_FILE);
         assert_eq!(
-            policy["spec"],
-            json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "egress": [{}], "ingress": [{}]})
-        );
-        let sa = read(false, "assisted-installer-controller-sa.yaml");
-        assert_eq!(
-            sa["metadata"],
-            json!({"name": NAME, "namespace": NAMESPACE})
+            policy,
+            json!({
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"name": "assisted-installer-network-policy", "namespace": NAMESPACE},
+            })
         );
     }
 
@@ -536,11 +393,24 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         render_manifests(dir.path(), &settings(false)).unwrap();
-        let names: Vec<String> = std::fs::read_dir(dir.path())
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(names.len(), 8, "{names:?}");
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                CONFIG_MAP_FILE,
+                NETWORK_POLICY_FILE,
+                NAMESPACE_FILE,
+                JOB_FILE,
+                ROLE_BINDING_FILE,
+                ROLE_FILE,
+                SERVICE_ACCOUNT_FILE,
+                SECRET_FILE,
+            ]
+        );
         let mode = |name: &str| {
             std::fs::metadata(dir.path().join(name))
                 .unwrap()

@@ -24,6 +24,7 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::net::IpAddr;
 
+use crate::config::cluster_hosts::ClusterHost;
 use crate::config::Role;
 use crate::service::stages::HostStage;
 
@@ -177,6 +178,27 @@ pub(crate) fn host_ips(inventory_json: &str) -> Vec<String> {
         }
     }
     ips
+}
+
+/// Dry run: the machine-config-server log of the pretend cluster, one Ignition request line per
+/// host of the cluster-hosts file whose reboot marker exists (a host that has not rebooted has
+/// not fetched its Ignition).
+///
+/// Go writes `<ip>.(Ignition)` per host, a shape its matcher stopped recognizing when it began
+/// to require the `:port` and the `User-Agent`, so Go's dry run no longer reports anyone
+/// `Configuring`. Same rule, in the shape of a real request line, which the matcher above reads.
+pub(crate) fn dry_run_mcs_log(hosts: &[ClusterHost]) -> String {
+    hosts
+        .iter()
+        .filter(|h| h.rebooted())
+        .map(|h| {
+            let address = match h.ip.parse::<IpAddr>() {
+                Ok(IpAddr::V6(v6)) => format!("[{v6}]:0"),
+                _ => format!("{}:0", h.ip),
+            };
+            format!("dry run: Pool requested by {address} {IGNITION_USER_AGENT}/dry-run\"\n")
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -379,5 +401,35 @@ mod tests {
         let inventory =
             r#"{"interfaces": [{"ipv4_addresses": ["192.168.126.11/24"], "ipv6_addresses": []}]}"#;
         assert!(fetched_ignition(MCS_LOG, &host_ips(inventory)));
+    }
+
+    #[test]
+    fn dry_run_log_lists_the_rebooted_hosts_and_matches_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster_host = |name: &str, ip: &str| ClusterHost {
+            hostname: name.into(),
+            ip: ip.into(),
+            reboot_marker_path: dir.path().join(name),
+        };
+        let hosts = vec![
+            cluster_host("m1", "192.168.126.11"),
+            cluster_host("m2", "192.168.126.12"),
+            cluster_host("m3", "fd00::13"),
+        ];
+        assert_eq!(dry_run_mcs_log(&hosts), "");
+        std::fs::write(dir.path().join("m1"), "").unwrap();
+        std::fs::write(dir.path().join("m3"), "").unwrap();
+        let log = dry_run_mcs_log(&hosts);
+        assert_eq!(log.lines().count(), 2, "{log}");
+        let watched = [
+            host("m1", "master", &["192.168.126.11/24"]),
+            host("m2", "master", &["192.168.126.12/24"]),
+            host("m3", "worker", &["fd00::13/64"]),
+        ];
+        let ids: Vec<&str> = hosts_that_fetched_ignition(&log, &watched)
+            .iter()
+            .map(|h| h.id.as_str())
+            .collect();
+        assert_eq!(ids, ["m1", "m3"]);
     }
 }

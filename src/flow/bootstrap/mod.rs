@@ -10,12 +10,15 @@
 //! - `waitForControlPlane` and the rest of the post-phase in `waits` (nodes, bootkube, etcd,
 //!   controller, workers, MachineConfig annotations);
 //! - the `updateConfiguringStatus` goroutine, as a thread, in `configuring`;
+//! - the controller's log uploads while it is waited for (`uploadControllerLogs`) in
+//!   `controller_logs`;
 //! - `createSingleNodeMasterIgnition` in `single_node`.
 //!
 //! Their pure building blocks work on bytes and strings only, so their rules are tested without
 //! root:
 //! - the assisted-installer-controller manifests (`PrepareController`) in
-//!   [`controller_manifests`];
+//!   [`controller_manifests`], with the ClusterRole's rules in [`controller_role`] and the Job
+//!   in [`controller_job`];
 //! - RFC 2397 `data:` URL decoding, with Ignition's optional gzip compression, in [`data_url`];
 //! - the hostname check and the random replacement name (`checkHostname`) in [`hostname`];
 //! - Ignition v3 config merging, to fold the host Ignition into the single-node `master.ign`
@@ -23,17 +26,22 @@
 //! - which hosts fetched their Ignition from the machine-config-server, in [`mcs_logs`];
 //! - the pull secret taken out of `bootstrap.ign` (`ExtractFromIgnition`) in [`pull_secret`];
 //! - the `99-assisted-installer-master-ssh` MachineConfig (`CreateOpenshiftSshManifest`) in
-//!   [`ssh_manifest`].
+//!   [`ssh_manifest`];
+//! - the tar.gz archive of a log upload (`WriteToTarGz`) in [`tar_gz`].
 
+pub(crate) mod controller_job;
 pub(crate) mod controller_manifests;
+pub(crate) mod controller_role;
 pub(crate) mod data_url;
 pub(crate) mod hostname;
 pub mod ignition_merge;
 pub(crate) mod mcs_logs;
 pub(crate) mod pull_secret;
 pub(crate) mod ssh_manifest;
+pub(crate) mod tar_gz;
 
 mod configuring;
+mod controller_logs;
 mod prepare;
 mod single_node;
 mod waits;

@@ -8,6 +8,7 @@
 use anyhow::{Context, Result};
 use std::collections::BTreeSet;
 
+use super::controller_logs::{upload_controller_logs, UPLOAD_EVERY};
 use super::mcs_logs::host_ips;
 use super::{kubeconfig, run, Flow};
 use crate::config::Role;
@@ -237,47 +238,59 @@ fn wait_for_etcd_bootstrap(f: &Flow) -> Result<()> {
 }
 
 /// `waitForController`: until the assisted-installer-controller reports itself ready with an
-/// event, logging each new event of its namespace.
+/// event, logging each new event of its namespace. Meanwhile its logs are uploaded every
+/// [`UPLOAD_EVERY`] of the flow's clock (the first after that long), and once more when it is
+/// ready, after the cluster's logs are requested.
 fn wait_for_controller(f: &Flow, kube: &dyn KubeApi) -> Result<()> {
     f.reporter.stage(
         HostStage::WaitingForController,
         "waiting for controller pod ready event",
     );
+    let clock = f.host.clock.as_ref();
     let mut seen: BTreeSet<String> = BTreeSet::new();
-    f.host
-        .clock
+    let mut next_upload = clock.now() + UPLOAD_EVERY;
+    clock
         .poll_until(&f.stop, f.intervals.poll, || {
-            match kube.list_events(CONTROLLER_NAMESPACE) {
-                Ok(events) => {
-                    for e in &events {
-                        if seen.insert(e.name.clone()) {
-                            tracing::info!(
-                                "controller event {}: {} {}",
-                                e.name,
-                                e.reason,
-                                e.message
-                            );
-                        }
-                    }
-                    events
-                        .iter()
-                        .any(|e| e.name == CONTROLLER_READY_EVENT)
-                        .then_some(())
-                }
-                Err(e) => {
-                    tracing::warn!("listing events in {CONTROLLER_NAMESPACE}: {e:#}");
-                    None
+            if controller_ready(kube, &mut seen) {
+                return Some(());
+            }
+            if clock.now() >= next_upload {
+                upload_controller_logs(f, kube);
+                // As Go's ticker: uploads missed while one was slow are dropped, not caught up.
+                while next_upload <= clock.now() {
+                    next_upload += UPLOAD_EVERY;
                 }
             }
+            None
         })
         .context("waiting for the assisted-installer-controller")?;
+    tracing::info!("the assisted-installer-controller is ready");
     if let Err(e) = f
         .client
         .update_cluster_logs_progress(&f.cfg.cluster_id, LogsState::Requested)
     {
         tracing::warn!("reporting the cluster logs as requested: {e:#}");
     }
+    upload_controller_logs(f, kube);
     Ok(())
+}
+
+/// One look at the controller's events: whether the ready one is there. New events are logged.
+fn controller_ready(kube: &dyn KubeApi, seen: &mut BTreeSet<String>) -> bool {
+    match kube.list_events(CONTROLLER_NAMESPACE) {
+        Ok(events) => {
+            for e in &events {
+                if seen.insert(e.name.clone()) {
+                    tracing::info!("controller event {}: {} {}", e.name, e.reason, e.message);
+                }
+            }
+            events.iter().any(|e| e.name == CONTROLLER_READY_EVENT)
+        }
+        Err(e) => {
+            tracing::warn!("listing events in {CONTROLLER_NAMESPACE}: {e:#}");
+            false
+        }
+    }
 }
 
 /// `waitForWorkers`: agent-based installs run the service on this host, so it waits until no
@@ -354,7 +367,7 @@ mod tests {
     use super::*;
     use crate::clock::Stopped;
     use crate::flow::testing::TestFlow;
-    use crate::kube::{EventInfo, NodeInfo};
+    use crate::kube::{EventInfo, NodeInfo, PodInfo};
     use std::collections::BTreeMap;
 
     /// Masters and MachineConfigs in memory.
@@ -382,6 +395,12 @@ mod tests {
         }
         fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
             Ok(())
+        }
+        fn list_pods(&self, _: &str, _: &str) -> Result<Vec<PodInfo>> {
+            Ok(vec![])
+        }
+        fn pod_logs(&self, _: &str, _: &str, _: Option<i64>) -> Result<String> {
+            Ok(String::new())
         }
     }
 
@@ -492,6 +511,12 @@ mod tests {
         }
         fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
             Ok(())
+        }
+        fn list_pods(&self, _: &str, _: &str) -> Result<Vec<PodInfo>> {
+            Ok(vec![])
+        }
+        fn pod_logs(&self, _: &str, _: &str, _: Option<i64>) -> Result<String> {
+            Ok(String::new())
         }
     }
 

@@ -1,0 +1,241 @@
+//! The bootstrap's upload of the assisted-installer-controller's logs (Go's
+//! `uploadControllerLogs`): while it waits for the controller, every few minutes, and once more
+//! when the controller is ready, since the bootstrap reboots soon after and the controller's
+//! first minutes are the part most often needed to triage a failed install.
+//!
+//! The service keeps the archive as `controller_logs.tar.gz` (`logs_type=controller`), holding
+//! `assisted-installer-controller.logs`: the last hour of the controller pod's log. Nothing is
+//! uploaded while the pod is not Running; failures are only logged.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::tar_gz::{tar_gz, Entry};
+use super::Flow;
+use crate::kube::{KubeApi, CONTROLLER_JOB, CONTROLLER_NAMESPACE};
+use crate::service::client::{LogsType, LogsUpload};
+
+/// How often the logs are uploaded while the bootstrap waits for the controller (Go: 5 min).
+pub(crate) const UPLOAD_EVERY: Duration = Duration::from_secs(5 * 60);
+/// How much of the pod's log is uploaded (Go: `ControllerLogsSecondsAgo`, one hour).
+const SINCE_SECONDS: i64 = 3600;
+/// The archive's file name, and the one entry in it.
+pub(crate) const ARCHIVE_NAME: &str = "controller_logs.tar.gz";
+pub(crate) const ENTRY_NAME: &str = "assisted-installer-controller.logs";
+
+/// Go's `GetPodInStatus`: among the pods of the controller's Job, the first whose name has the
+/// Job's name as prefix, if that one is Running.
+fn running_controller_pod(kube: &dyn KubeApi) -> Option<String> {
+    let selector = format!("job-name={CONTROLLER_JOB}");
+    let pods = match kube.list_pods(CONTROLLER_NAMESPACE, &selector) {
+        Ok(pods) => pods,
+        Err(e) => {
+            tracing::warn!("listing the controller pods: {e:#}");
+            return None;
+        }
+    };
+    let pod = pods
+        .into_iter()
+        .find(|p| p.name.starts_with(CONTROLLER_JOB))?;
+    tracing::info!("found controller pod {} in phase {}", pod.name, pod.phase);
+    (pod.phase == "Running").then_some(pod.name)
+}
+
+/// The last hour of the pod's log; when it cannot be read, or is empty, a line saying so (what
+/// the service then shows instead, as Go's upload does).
+fn pod_log(kube: &dyn KubeApi, pod: &str) -> Vec<u8> {
+    match kube.pod_logs(CONTROLLER_NAMESPACE, pod, Some(SINCE_SECONDS)) {
+        Ok(log) if !log.is_empty() => log.into_bytes(),
+        Ok(_) => format!("The log of pod {pod} is empty\n").into_bytes(),
+        Err(e) => {
+            tracing::warn!("reading the log of controller pod {pod}: {e:#}");
+            format!("Failed to get logs of pod {pod}: {e:#}\n").into_bytes()
+        }
+    }
+}
+
+/// One upload of the controller pod's log, when the pod is Running. Failures are logged.
+pub(crate) fn upload_controller_logs(f: &Flow, kube: &dyn KubeApi) {
+    let Some(pod) = running_controller_pod(kube) else {
+        tracing::info!("no running controller pod: its logs are not uploaded");
+        return;
+    };
+    let log = pod_log(kube, &pod);
+    let mtime = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let archive = tar_gz(&[Entry {
+        name: ENTRY_NAME,
+        mode: 0o644,
+        mtime,
+        data: &log,
+    }]);
+    let result = archive.and_then(|data| {
+        f.client.upload_logs(&LogsUpload {
+            cluster_id: f.cfg.cluster_id.clone(),
+            logs_type: LogsType::Controller,
+            host: None,
+            file_name: ARCHIVE_NAME.into(),
+            data,
+        })
+    });
+    match result {
+        Ok(()) => tracing::info!("uploaded the logs of controller pod {pod}"),
+        Err(e) => tracing::warn!("uploading the logs of controller pod {pod}: {e:#}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Role;
+    use crate::flow::bootstrap::tar_gz::read::entries;
+    use crate::flow::testing::TestFlow;
+    use crate::kube::{EventInfo, NodeInfo, PodInfo};
+    use anyhow::{bail, Result};
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    /// The controller's pods and what reading a log gives.
+    struct Pods {
+        pods: Vec<PodInfo>,
+        log: Result<String, String>,
+        reads: Mutex<Vec<(String, String, Option<i64>)>>,
+    }
+
+    impl Pods {
+        fn new(pods: &[(&str, &str)], log: Result<&str, &str>) -> Pods {
+            Pods {
+                pods: pods
+                    .iter()
+                    .map(|(name, phase)| PodInfo {
+                        name: name.to_string(),
+                        phase: phase.to_string(),
+                    })
+                    .collect(),
+                log: log.map(str::to_string).map_err(str::to_string),
+                reads: Mutex::default(),
+            }
+        }
+    }
+
+    impl KubeApi for Pods {
+        fn list_nodes(&self, _: &Role) -> Result<Vec<NodeInfo>> {
+            unreachable!()
+        }
+        fn list_events(&self, _: &str) -> Result<Vec<EventInfo>> {
+            unreachable!()
+        }
+        fn get_config_map(&self, _: &str, _: &str) -> Result<Option<BTreeMap<String, String>>> {
+            unreachable!()
+        }
+        fn machine_config_exists(&self, _: &str) -> Result<bool> {
+            unreachable!()
+        }
+        fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
+            unreachable!()
+        }
+        fn list_pods(&self, namespace: &str, selector: &str) -> Result<Vec<PodInfo>> {
+            assert_eq!(
+                (namespace, selector),
+                (
+                    "assisted-installer",
+                    "job-name=assisted-installer-controller"
+                )
+            );
+            Ok(self.pods.clone())
+        }
+        fn pod_logs(&self, namespace: &str, pod: &str, since: Option<i64>) -> Result<String> {
+            self.reads
+                .lock()
+                .unwrap()
+                .push((namespace.into(), pod.into(), since));
+            match &self.log {
+                Ok(log) => Ok(log.clone()),
+                Err(e) => bail!("{e}"),
+            }
+        }
+    }
+
+    /// The one entry of each upload: (name, mode, text).
+    fn uploaded(t: &TestFlow) -> Vec<(String, u32, String)> {
+        t.service
+            .uploads
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|u| {
+                assert_eq!(u.cluster_id, crate::flow::testing::CLUSTER);
+                assert_eq!(u.logs_type, LogsType::Controller);
+                assert_eq!(u.host, None);
+                assert_eq!(u.file_name, "controller_logs.tar.gz");
+                let mut all = entries(&u.data);
+                assert_eq!(all.len(), 1);
+                let (name, mode, _, data) = all.remove(0);
+                (name, mode, String::from_utf8(data).unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_running_pods_last_hour_is_uploaded() {
+        let t = TestFlow::new("bootstrap");
+        let kube = Pods::new(
+            &[("assisted-installer-controller-x7k2p", "Running")],
+            Ok("started\nready\n"),
+        );
+        upload_controller_logs(&t.flow, &kube);
+        assert_eq!(
+            kube.reads.lock().unwrap().clone(),
+            [(
+                "assisted-installer".to_string(),
+                "assisted-installer-controller-x7k2p".to_string(),
+                Some(3600)
+            )]
+        );
+        assert_eq!(
+            uploaded(&t),
+            [(
+                "assisted-installer-controller.logs".to_string(),
+                0o644,
+                "started\nready\n".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn nothing_is_uploaded_without_a_running_controller_pod() {
+        for pods in [
+            vec![],
+            vec![("assisted-installer-controller-x7k2p", "Pending")],
+            vec![("other-pod", "Running")],
+            // Go looks at the first pod with the prefix only.
+            vec![
+                ("assisted-installer-controller-old", "Failed"),
+                ("assisted-installer-controller-new", "Running"),
+            ],
+        ] {
+            let t = TestFlow::new("bootstrap");
+            let kube = Pods::new(&pods, Ok("log"));
+            upload_controller_logs(&t.flow, &kube);
+            assert!(uploaded(&t).is_empty(), "{pods:?}");
+            assert!(kube.reads.lock().unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn an_unreadable_or_empty_log_uploads_a_line_saying_so() {
+        let t = TestFlow::new("bootstrap");
+        let pod = [("assisted-installer-controller-x7k2p", "Running")];
+        upload_controller_logs(&t.flow, &Pods::new(&pod, Err("connection refused")));
+        upload_controller_logs(&t.flow, &Pods::new(&pod, Ok("")));
+        let texts: Vec<String> = uploaded(&t).into_iter().map(|u| u.2).collect();
+        assert_eq!(
+            texts,
+            [
+                "Failed to get logs of pod assisted-installer-controller-x7k2p: connection refused\n",
+                "The log of pod assisted-installer-controller-x7k2p is empty\n"
+            ]
+        );
+    }
+}
