@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use super::commands::CommandRunner;
 use super::lsblk::partition_path;

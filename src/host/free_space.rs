@@ -81,7 +81,7 @@ mod tests {
 
     #[test]
     fn nothing_free_when_it_does_not_fit() {
-        let sizes = disk(10 * GIB, &[GIB, GIB, GIB, 3 * GIB]);
+        let sizes = disk(10 * GIB, &[GIB, GIB, GIB, 4 * GIB]);
         assert_eq!(free_percent(&sizes, None, "/dev/sda").unwrap(), 0);
         assert_eq!(free_percent(&sizes, Some(4 * GIB), "/dev/sda").unwrap(), 0);
         assert_eq!(free_percent(&sizes, Some(u64::MAX), "/dev/sda").unwrap(), 0);
