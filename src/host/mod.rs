@@ -7,8 +7,8 @@
 //! - [`crate::clock::Clock`]: sleeps and time for polls and retries (its own module: the
 //!   disk and image layers wait through it too).
 //!
-//! The helpers on top (`systemd`, `disk_prep`, `boot_order`, `logs`) take the narrow trait they
-//! need, not the bundle.
+//! The helpers on top (`systemd`, `disk_prep`, `boot_order`, `logs`,
+//! `registry_copy`) take the narrow trait they need, not the bundle.
 
 pub(crate) mod boot_order;
 pub mod commands;
@@ -17,7 +17,9 @@ pub(crate) mod free_space;
 pub(crate) mod logs;
 pub(crate) mod lsblk;
 pub mod reboot;
+pub(crate) mod registry_copy;
 pub mod root;
+pub(crate) mod rsync_progress;
 pub(crate) mod systemd;
 
 use std::path::PathBuf;
