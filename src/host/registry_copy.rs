@@ -3,11 +3,12 @@
 //! (`/mnt/agentdata`), and the new node serves them from `/var/lib/iri-registry` on its first
 //! boot, before any registry is reachable.
 //!
-//! The freshly written root partition is far too small for them, so it is grown first: the
-//! CoreOS root filesystem is moved aside with the initramfs' own `transposefs` script (its
-//! size threshold set to 0, so it always saves), the partition is grown to leave the rest of
-//! the disk free for later growth, the filesystem is restored and grown, then the data is
-//! copied with rsync, whose progress is reported. Every step is a host command, tried three
+//! The freshly written root partition is far too small for them, so it is grown first, to
+//! leave only a given percentage of the disk free: with the initramfs' own `transposefs`
+//! script the root filesystem is saved to memory and restored into a fresh XFS made for the
+//! grown partition (an XFS grown this much would have far too many allocation groups; the
+//! script's size threshold is set to 0 so that it always does this), then the data is copied
+//! with rsync, whose progress is reported. Every step is a host command, tried three
 //! times five seconds apart; any failure is fatal (the node would come up without the images
 //! it needs).
 
@@ -16,7 +17,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::commands::CommandRunner;
-use super::free_space::{free_percent, ROOT_PARTITION};
+use super::free_space::{calculate_free_percent, ROOT_PARTITION};
 use super::lsblk::{disk_sizes, partition_path, DiskSizes};
 use super::rsync_progress::RsyncProgress;
 use crate::clock::{Clock, Failure, Schedule, Stop, Stopped, WaitError};
@@ -78,8 +79,8 @@ pub(crate) fn parse_du(output: &str) -> Result<u64> {
 }
 
 /// The host commands after the checks, in order: the root partition (`root`) is grown with
-/// `growpart` to leave `free_percent` of `device` free, its filesystem moved aside and back
-/// around that, grown, and the data copied into it.
+/// `growpart` to leave `free_percent` of `device` free, its filesystem saved and restored
+/// around that and grown, and the data copied into it.
 pub(crate) fn copy_steps(device: &str, root: &str, free_percent: u64) -> Vec<Step> {
     let free = format!("--free-percent={free_percent}");
     let part = ROOT_PARTITION.to_string();
@@ -87,7 +88,8 @@ pub(crate) fn copy_steps(device: &str, root: &str, free_percent: u64) -> Vec<Ste
     let rsync = format!("rsync -ah --info=progress2 {REGISTRY_DATA}/ {REGISTRY_DIR}/");
     vec![
         Step::new("mkdir", &["-p", ROOT_MOUNT]),
-        // The write left the filesystem frozen? Thaw it so that it unmounts cleanly.
+        // An earlier step may have left the filesystem frozen (skip-MCO freezes it before
+        // unmounting it, and a frozen superblock stays frozen when mounted again).
         Step::new("mount", &[root, ROOT_MOUNT]),
         Step::new(
             "sh",
@@ -114,29 +116,38 @@ pub(crate) fn copy_steps(device: &str, root: &str, free_percent: u64) -> Vec<Ste
             streamed: true,
             ..Step::new("sh", &["-c", &rsync])
         },
-        // Flushed and frozen before the unmount, as the disk is not used again before reboot.
+        // Freezing flushes everything to the disk before the unmount; the reboot follows.
         Step::new("fsfreeze", &["--freeze", ROOT_MOUNT]),
         Step::new("umount", &[ROOT_MOUNT]),
     ]
 }
 
-/// Why `device` cannot take `data` bytes of registry data, and what to do.
-fn not_large_enough(device: &str, data: u64, requested: u64, sizes: &DiskSizes) -> String {
-    let used: u64 = sizes.partitions.iter().sum();
-    // The smallest disk leaving 1 % free: disk × 99 ≥ (used + requested) × 100.
-    let needed = (u128::from(used) + u128::from(requested)) * 100;
-    let min_disk = needed.div_ceil(99);
-    format!(
+/// Why `device` cannot take `data` bytes of registry data, and what to do: with its sizes
+/// (`None`: unknown), the smallest disk that would do.
+fn not_large_enough(device: &str, data: u64, requested: u64, sizes: Option<&DiskSizes>) -> String {
+    let mut text = format!(
         "device {device} is not large enough for the registry data: {REGISTRY_DATA} holds {} \
          and needs {} (2.5 times as much) on the root partition, with at least 1% of the disk \
-         left free; the disk has {} of which its partitions use {}. Install on a disk of at \
-         least {}, or ship less registry data",
+         left free",
         gib(u128::from(data)),
         gib(u128::from(requested)),
-        gib(u128::from(sizes.disk)),
-        gib(u128::from(used)),
-        gib(min_disk),
-    )
+    );
+    match sizes {
+        Some(sizes) => {
+            let used: u64 = sizes.partitions.iter().sum();
+            // The smallest disk leaving 1 % free: disk × 99 ≥ (used + requested) × 100.
+            let needed = (u128::from(used) + u128::from(requested)) * 100;
+            text.push_str(&format!(
+                "; the disk has {} of which its partitions use {}. Install on a disk of at \
+                 least {}, or ship less registry data",
+                gib(u128::from(sizes.disk)),
+                gib(u128::from(used)),
+                gib(needed.div_ceil(99)),
+            ));
+        }
+        None => text.push_str(". Install on a larger disk, or ship less registry data"),
+    }
+    text
 }
 
 fn gib(bytes: u128) -> String {
@@ -160,10 +171,11 @@ pub(crate) fn copy_registry_data(
         .with_context(|| format!("measuring the registry data in {REGISTRY_DATA}"))?;
     let data = parse_du(&du)?;
     let requested = requested_bytes(data);
-    let sizes = disk_sizes(runner, device)?;
-    let free = free_percent(&sizes, Some(requested), device)?;
+    let free = calculate_free_percent(runner, device, Some(requested))?;
     if free < 1 {
-        bail!(not_large_enough(device, data, requested, &sizes));
+        // Read again only to say which disk would do (the common path reads it once, as Go).
+        let sizes = disk_sizes(runner, device).ok();
+        bail!(not_large_enough(device, data, requested, sizes.as_ref()));
     }
     tracing::info!("copying {data} bytes of registry data to {device}, leaving {free}% of it free");
     let root = partition_path(runner, device, ROOT_PARTITION)?;
@@ -380,8 +392,18 @@ mod tests {
         assert!(reported.is_empty());
         assert_eq!(
             r.lines(),
-            vec!["du -sb /mnt/agentdata", "lsblk --bytes --json /dev/sda"],
+            vec![
+                "du -sb /mnt/agentdata",
+                "lsblk --bytes --json /dev/sda",
+                "lsblk --bytes --json /dev/sda"
+            ],
             "nothing touched"
+        );
+        // Without the sizes the advice is shorter.
+        let e = not_large_enough("/dev/sda", GIB, requested_bytes(GIB), None);
+        assert!(
+            e.ends_with("left free. Install on a larger disk, or ship less registry data"),
+            "{e}"
         );
     }
 
