@@ -986,3 +986,42 @@ fn the_configuring_watcher_reads_the_dry_run_cluster_in_dry_run() {
         [s("Waiting for ignition", "")]
     );
 }
+
+#[test]
+fn a_single_node_appliance_copies_the_registry_data_as_a_master() {
+    // Go installs the single node as a master once bootkube is done, whatever --role said;
+    // the registry copy needs that role.
+    let h = Harness::new("sno");
+    std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
+    h.runner
+        .ok("du -sb /mnt/agentdata", "1073741824\t/mnt/agentdata");
+    h.runner.ok(
+        "lsblk --bytes --json /dev/vda",
+        r#"{"blockdevices":[{"name":"vda","size":100000000000,"type":"disk","children":[
+            {"name":"vda1","size":1048576},{"name":"vda2","size":133169152},
+            {"name":"vda3","size":402653184},{"name":"vda4","size":3272588800}]}]}"#,
+    );
+    run(h.flow("bootstrap", 1).registry_marker_on_host()).unwrap();
+    let mut expected = vec![
+        s("Starting installation", "bootstrap"),
+        s("Installing", "bootstrap"),
+        s("Waiting for bootkube", ""),
+    ];
+    expected.extend(writing());
+    expected.push(s("Copying registry data to disk", ""));
+    expected.push(s("Rebooting", ""));
+    assert_eq!(h.reports(), expected);
+    let lines = h.runner.lines();
+    // 1 GiB of data needs 2.5 GiB: 93 % of the disk stays free.
+    assert!(
+        lines.contains(&"growpart --free-percent=93 /dev/vda 4".to_string()),
+        "{lines:#?}"
+    );
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("rsync -ah --info=progress2")));
+    assert_eq!(
+        lines.last().unwrap(),
+        "shutdown -r now 'Installation completed, server is going to reboot.'"
+    );
+}

@@ -464,6 +464,7 @@ fn the_registry_marker_is_looked_for_on_the_host() {
     // The appliance's /run/media/iso/registry exists on the host only (the container does not
     // mount /run/media): the flow must see it through the host's root.
     let h = Harness::new("master");
+    appliance_disk(&h.runner, GIB);
     let host = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(host.path().join("run/media/iso/registry")).unwrap();
     let marker = std::path::Path::new("/run/media/iso/registry");
@@ -471,17 +472,23 @@ fn the_registry_marker_is_looked_for_on_the_host() {
         .flow("master")
         .registry_marker(marker)
         .host_root(Ok(HostRoot::At(host.path().to_path_buf())));
-    run(flow).unwrap_err();
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
-    assert!(info.contains("registry data"), "{info}");
-    // Without it on the host, the same install goes on.
+    run(flow).unwrap();
+    assert!(h
+        .reports()
+        .contains(&s("Copying registry data to disk", "")));
+    assert!(h
+        .runner
+        .lines()
+        .contains(&"du -sb /mnt/agentdata".to_string()));
+    // Without it on the host, the same install copies nothing.
     let h = Harness::new("master");
     let flow = h
         .flow("master")
         .registry_marker(marker)
         .host_root(Ok(HostRoot::At(tempfile::tempdir().unwrap().path().into())));
     run(flow).unwrap();
+    assert_eq!(h.reports(), master_sequence());
+    assert!(!h.runner.lines().iter().any(|l| l.starts_with("du ")));
 }
 
 #[test]
@@ -598,4 +605,317 @@ fn dry_run_worker_completes_with_a_cluster_hosts_file() {
             "{absent}: {lines:#?}"
         );
     }
+}
+
+const GIB: u64 = 1 << 30;
+const COREOS_IMAGE: &str = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:d21f2ed754a66d18b0a13a59434fa4dc36abd4320e78f3be83a3e29e21e3c2f9";
+const RSYNC: &str = "sh -c rsync -ah --info=progress2 /mnt/agentdata/ /mnt/root/ostree/deploy/rhcos/var/lib/iri-registry/";
+
+/// /dev/vda as written (the Go test's layout: 100 GB, 3.5 GiB of partitions) and `data`
+/// bytes of registry data in /mnt/agentdata; rsync rewrites its status line with \r from 0 %
+/// to 100 %.
+fn appliance_disk(runner: &RecordingRunner, data: u64) {
+    runner.ok("du -sb /mnt/agentdata", &format!("{data}\t/mnt/agentdata"));
+    runner.ok(
+        "lsblk --bytes --json /dev/vda",
+        r#"{"blockdevices":[{"name":"vda","size":100000000000,"type":"disk","children":[
+            {"name":"vda1","size":1048576,"type":"part"},
+            {"name":"vda2","size":133169152,"type":"part"},
+            {"name":"vda3","size":402653184,"type":"part"},
+            {"name":"vda4","size":3272588800,"type":"part"}]}]}"#,
+    );
+    let status: String = (0..=100)
+        .chain([100])
+        .map(|p| {
+            format!(
+                "  {}M  {p}%  85.21MB/s  0:00:{:02} (xfr#{p}, to-chk=0/4137)\r",
+                p * 10,
+                p % 60
+            )
+        })
+        .collect();
+    runner.ok(RSYNC, &format!("sending incremental file list\n{status}\n"));
+}
+
+/// `Copying registry data to disk`: "" then 5%, 10%, … 100%.
+fn copying() -> Vec<(String, String)> {
+    std::iter::once(s("Copying registry data to disk", ""))
+        .chain(
+            (5..=100)
+                .step_by(5)
+                .map(|p| s("Copying registry data to disk", &format!("{p}%"))),
+        )
+        .collect()
+}
+
+#[test]
+fn registry_data_is_copied_after_the_write_with_its_progress() {
+    let h = Harness::new("master");
+    // 20 GiB of data need 50 GiB: 42 % of the disk stays free, as in Go's test.
+    appliance_disk(&h.runner, 20 * GIB);
+    run(h.flow("master").registry_marker_on_host()).unwrap();
+    let mut expected = vec![
+        s("Starting installation", "master"),
+        s("Installing", "master"),
+    ];
+    expected.extend(writing());
+    expected.extend(copying());
+    expected.push(s("Rebooting", ""));
+    assert_eq!(h.reports(), expected);
+    let script = "/usr/lib/dracut/modules.d/40ignition-ostree/ignition-ostree-transposefs.sh";
+    let copy: Vec<String> = vec![
+        "du -sb /mnt/agentdata".into(),
+        "lsblk --bytes --json /dev/vda".into(),
+        "lsblk --bytes --json /dev/vda".into(),
+        "mkdir -p /mnt/root".into(),
+        "mount /dev/vda4 /mnt/root".into(),
+        "sh -c fsfreeze --unfreeze /mnt/root || true".into(),
+        "umount /mnt/root".into(),
+        "growpart --free-percent=42 /dev/vda 4".into(),
+        format!("bash -c sed 's/threshold=[0-9]*/threshold=0/' {script} | bash -s autosave-xfs"),
+        format!("bash -c {script} restore"),
+        format!("bash -c {script} cleanup"),
+        "mount /dev/vda4 /mnt/root".into(),
+        "xfs_growfs /mnt/root".into(),
+        "mkdir -p /mnt/root/ostree/deploy/rhcos/var/lib/iri-registry".into(),
+        RSYNC.into(),
+        "fsfreeze --freeze /mnt/root".into(),
+        "umount /mnt/root".into(),
+    ];
+    let lines = h.runner.lines();
+    let at = lines
+        .iter()
+        .position(|l| l == "du -sb /mnt/agentdata")
+        .unwrap();
+    assert_eq!(lines[at..at + copy.len()], copy[..], "{lines:#?}");
+    // After the boot entry, before the logs.
+    assert_eq!(lines[at - 1], "test -d /sys/firmware/efi");
+    assert!(
+        lines[at + copy.len()].starts_with("podman run"),
+        "{lines:#?}"
+    );
+    assert_eq!(h.writer.calls.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn registry_data_on_a_too_small_disk_fails_the_install_and_says_what_to_do() {
+    let h = Harness::new("master");
+    appliance_disk(&h.runner, 40 * GIB);
+    run(h.flow("master").registry_marker_on_host()).unwrap_err();
+    let reports = h.reports();
+    let n = reports.len();
+    assert_eq!(reports[n - 2], s("Copying registry data to disk", ""));
+    let (stage, info) = &reports[n - 1];
+    assert_eq!(stage, "Failed");
+    assert!(
+        info.starts_with(
+            "copying the registry data to /dev/vda: device /dev/vda is not large enough for the registry data"
+        ),
+        "{info}"
+    );
+    assert!(
+        info.contains("Install on a disk of at least 104.6 GiB"),
+        "{info}"
+    );
+    let lines = h.runner.lines();
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("growpart") || l.starts_with("mount")),
+        "the disk is left as written: {lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.starts_with("shutdown")),
+        "no reboot"
+    );
+}
+
+#[test]
+fn a_failing_registry_copy_step_is_tried_three_times_then_fails_the_install() {
+    let h = Harness::new("master");
+    appliance_disk(&h.runner, GIB);
+    h.runner.fail(
+        "xfs_growfs /mnt/root",
+        1,
+        "xfs_growfs: /mnt/root is not a mounted XFS filesystem",
+    );
+    run(h.flow("master").registry_marker_on_host()).unwrap_err();
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert_eq!(
+        info,
+        "copying the registry data to /dev/vda: failed after 3 attempts, last error: failed \
+         executing xfs_growfs [/mnt/root], Error exit status 1, LastOutput \"xfs_growfs: \
+         /mnt/root is not a mounted XFS filesystem\""
+    );
+    assert_eq!(
+        h.clock.sleeps(),
+        vec![Duration::from_secs(5), Duration::from_secs(5)],
+        "5 s apart"
+    );
+    assert!(!h.runner.lines().contains(&RSYNC.to_string()));
+}
+
+#[test]
+fn a_worker_on_an_appliance_copies_no_registry_data() {
+    let h = Harness::new("worker");
+    appliance_disk(&h.runner, GIB);
+    h.svc.set_cluster(json!({"kind": "AddHostsCluster"}));
+    run(h.flow("worker").registry_marker_on_host()).unwrap();
+    let mut want = vec![
+        s("Starting installation", "worker"),
+        s("Installing", "worker"),
+    ];
+    want.extend(writing());
+    want.push(s("Waiting for control plane", ""));
+    want.push(s("Rebooting", ""));
+    assert_eq!(h.reports(), want);
+    assert!(!h.runner.lines().iter().any(|l| l.starts_with("du ")));
+}
+
+#[test]
+fn a_dry_run_reports_the_registry_copy_without_running_it() {
+    let h = Harness::new("master");
+    run(h.flow("master").dry_run().registry_marker_on_host()).unwrap();
+    let mut expected = vec![
+        s("Starting installation", "master"),
+        s("Installing", "master"),
+    ];
+    expected.extend(writing());
+    expected.push(s("Copying registry data to disk", ""));
+    expected.push(s("Rebooting", ""));
+    assert_eq!(h.reports(), expected);
+    assert!(!h.runner.lines().iter().any(|l| l.starts_with("du ")));
+}
+
+/// What `--coreos-image` runs on the host (Go's `WriteImageToExistingRoot` test sequence,
+/// `mkdir -p` for `mkdir`), without the node-image ref, with two appended kernel arguments, a
+/// deleted one and the keyfiles.
+fn existing_root_sequence(ignition: &std::path::Path) -> Vec<String> {
+    vec![
+        "mount /sysroot -o remount,rw".into(),
+        "mount /boot -o remount,rw".into(),
+        "stat /ostree/repo/refs/heads/coreos/node-image".into(),
+        "ostree admin stateroot-init install".into(),
+        format!(
+            "ostree container image deploy --stateroot install --sysroot / --authfile \
+             /root/.docker/config.json --karg $ignition_firstboot --karg \
+             ignition.platform.id=metal --image {COREOS_IMAGE}"
+        ),
+        "ostree admin finalize-staged".into(),
+        "rpm-ostree kargs --os install --append nameserver=8.8.8.8 --append ip=dhcp6 \
+         --delete-if-present rhgb"
+            .into(),
+        "ostree admin finalize-staged".into(),
+        "mkdir -p /boot/coreos-firstboot-network".into(),
+        "rsync -av /etc/NetworkManager/system-connections/ /boot/coreos-firstboot-network/".into(),
+        "mkdir -p /boot/ignition".into(),
+        format!("cp {} /boot/ignition/config.ign", ignition.display()),
+        "touch /boot/ignition.firstboot".into(),
+    ]
+}
+
+fn coreos_image_flow(h: &Harness) -> FlowBuilder {
+    h.runner.fail(
+        "stat /ostree/repo/refs/heads/coreos/node-image",
+        1,
+        "stat: cannot statx '/ostree/repo/refs/heads/coreos/node-image': No such file or directory",
+    );
+    h.flow("master")
+        .coreos_image(COREOS_IMAGE)
+        // The image options only a disk write uses are ignored, not refused.
+        .installer_args(&[
+            "--image-url",
+            "http://mirror.example/rhcos-metal.x86_64.raw.gz",
+            "--append-karg",
+            "nameserver=8.8.8.8",
+            "--delete-karg",
+            "rhgb",
+            "--append-karg",
+            "ip=dhcp6",
+            "--copy-network",
+        ])
+        // Not copied with --coreos-image, even on an appliance.
+        .registry_marker_on_host()
+}
+
+fn existing_root_reports() -> Vec<(String, String)> {
+    vec![
+        s("Starting installation", "master"),
+        s("Installing", "master"),
+        s("Writing image to disk", ""),
+        s("Rebooting", ""),
+    ]
+}
+
+#[test]
+fn coreos_image_deploys_onto_the_running_root_and_skips_the_disk_steps() {
+    let h = Harness::new("master");
+    run(coreos_image_flow(&h)).unwrap();
+    assert_eq!(h.reports(), existing_root_reports());
+    assert!(h.writer.calls.lock().unwrap().is_empty(), "no disk write");
+    let ignition = h
+        .dir
+        .path()
+        .join("install-dir")
+        .join(format!("master-{HOST}.ign"));
+    let expected = existing_root_sequence(&ignition);
+    let lines = h.runner.lines();
+    assert_eq!(lines[..expected.len()], expected[..], "{lines:#?}");
+    // Then only the logs and the reboot: no disk cleanup, boot entry or registry copy.
+    let rest = &lines[expected.len()..];
+    assert!(rest[0].starts_with("podman run"), "{rest:#?}");
+    assert_eq!(
+        rest[1..],
+        [
+            "systemctl list-units --no-legend ironic-agent.service".to_string(),
+            "shutdown -r +1 'Installation completed, server is going to reboot.'".to_string(),
+        ]
+    );
+}
+
+#[test]
+fn a_coreos_image_deploy_failing_three_times_fails_the_install() {
+    let h = Harness::new("master");
+    let flow = coreos_image_flow(&h);
+    let ignition = h
+        .dir
+        .path()
+        .join("install-dir")
+        .join(format!("master-{HOST}.ign"));
+    let deploy = existing_root_sequence(&ignition)[4].clone();
+    h.runner
+        .fail(&deploy, 1, "error: Error: pulling image: unauthorized");
+    run(flow).unwrap_err();
+    let (stage, info) = h.reports().last().unwrap().clone();
+    assert_eq!(stage, "Failed");
+    assert!(
+        info.starts_with(&format!(
+            "failed after 3 attempts, last error: deploying {COREOS_IMAGE} with ostree: failed executing ostree [container image deploy"
+        )),
+        "{info}"
+    );
+    assert!(
+        info.ends_with("LastOutput \"Error: pulling image: unauthorized\""),
+        "{info}"
+    );
+    assert_eq!(h.clock.sleeps(), vec![Duration::from_secs(1); 2]);
+    let lines = h.runner.lines();
+    assert_eq!(lines.iter().filter(|l| **l == deploy).count(), 3);
+    assert!(!lines.iter().any(|l| l.starts_with("shutdown")));
+}
+
+#[test]
+fn a_coreos_image_dry_run_runs_no_host_command_for_it() {
+    let h = Harness::new("master");
+    run(coreos_image_flow(&h).dry_run()).unwrap();
+    assert_eq!(h.reports(), existing_root_reports());
+    let lines = h.runner.lines();
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("mount") || l.starts_with("ostree") || l.starts_with("stat")),
+        "{lines:#?}"
+    );
+    assert!(h.writer.calls.lock().unwrap().is_empty());
 }

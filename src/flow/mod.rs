@@ -5,6 +5,7 @@
 
 pub mod bootstrap;
 pub(crate) mod early;
+mod existing_root;
 pub mod node;
 pub(crate) mod skip_mco;
 pub(crate) mod wait;

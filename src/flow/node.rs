@@ -1,7 +1,7 @@
 //! `RunInstaller` / `InstallNode` for masters and workers, in the Go installer's order and with
 //! its stage and info strings (they appear in the UI and in triage signatures).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use super::bootstrap::{
     bootstrap_post_phase, single_node_master_ignition, start_bootstrap, ConfiguringStatus,
 };
 use super::early::EarlyWrite;
+use super::existing_root;
 use super::skip_mco::SkipMco;
 use super::wait::worker_wait_for_control_plane;
 use super::writer::WriteRequest;
@@ -17,8 +18,10 @@ use crate::clock::{Failure, Schedule, Stopped, WaitError};
 use crate::config::Role;
 use crate::host::boot_order::set_boot_order;
 use crate::host::disk_prep::{cleanup_install_device, format_disks, resolve_disk_symlink};
+use crate::host::existing_root::write_image_to_existing_root;
 use crate::host::logs::{upload_installation_logs, LogsUpload};
 use crate::host::reboot::ironic_agent_present;
+use crate::host::registry_copy;
 use crate::host::root::HostRoot;
 use crate::service::stages::{HostStage, LogsState};
 use crate::write::parse_installer_args;
@@ -65,16 +68,26 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
     let cfg = &f.cfg;
     f.reporter
         .stage(HostStage::StartingInstallation, cfg.role.as_str());
-    if cfg.coreos_image.is_some() {
-        bail!("--coreos-image (installing onto the running root with ostree) is not supported by this installer");
-    }
     // --installer-args must be usable (and their host paths reachable) before anything is
     // touched.
     let writer_args = parse_installer_args(&cfg.installer_args)?;
-    f.writer.preflight(&writer_args, Some(&host_root))?;
+    match &cfg.coreos_image {
+        // Deployed with ostree onto the running root: no disk write to prepare for.
+        Some(image) => {
+            let unused = existing_root::unused_options(&writer_args);
+            if !unused.is_empty() {
+                tracing::warn!(
+                    "--coreos-image {image}: ignoring the --installer-args options that only a disk write uses: {}",
+                    unused.join(", ")
+                );
+            }
+        }
+        None => f.writer.preflight(&writer_args, Some(&host_root))?,
+    }
     let device = resolve_disk_symlink(&cfg.boot_device);
     let dev = device.display().to_string();
-    if !cfg.dry_run && !cfg.skip_installation_disk_cleanup {
+    // With --coreos-image the disk holds the running system.
+    if !cfg.dry_run && !cfg.skip_installation_disk_cleanup && cfg.coreos_image.is_none() {
         if let Err(e) = cleanup_install_device(f.host.commands.as_ref(), &dev) {
             f.reporter.stage(
                 HostStage::StartingInstallation,
@@ -97,7 +110,7 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
     };
     // The bootstrap and single-node disks are not needed by the live system: write them while
     // the control plane forms (see flow::early).
-    let mut early = ((bootstrap || single_node) && f.early_write)
+    let mut early = ((bootstrap || single_node) && f.early_write && cfg.coreos_image.is_none())
         .then(|| EarlyWrite::start(f.writer.clone(), &request));
     let result =
         install_after_prologue(f, &host_root, &request, bootstrap, single_node, &mut early);
@@ -130,7 +143,10 @@ fn install_after_prologue(
     };
     f.reporter.stage(HostStage::Installing, role.as_str());
     let ignition = if single_node {
-        single_node_master_ignition(f)?
+        let ignition = single_node_master_ignition(f)?;
+        // Go installs the single node as a master from here on (it gets the registry copy).
+        role = Role::Master;
+        ignition
     } else {
         download_ignition(f, &role)?
     };
@@ -141,10 +157,13 @@ fn install_after_prologue(
     if cfg.role == Role::Worker {
         worker_wait_for_control_plane(f)?;
     }
+    // Skip-MCO, the boot entry and the registry copy are about a written disk: not with
+    // --coreos-image (SkipMco::start is None then).
+    let on_disk = cfg.coreos_image.is_none();
     if let Some(skip_mco) = skip_mco {
         skip_mco.finish(f, &dev, &request.args.kargs_network.append_kargs)?;
     }
-    if !cfg.dry_run {
+    if !cfg.dry_run && on_disk {
         if let Err(e) = set_boot_order(
             f.host.commands.as_ref(),
             f.host.clock.as_ref(),
@@ -154,8 +173,8 @@ fn install_after_prologue(
             tracing::warn!("failed to set the boot order of {dev}: {e:#}");
         }
     }
-    if role == Role::Master && host_root.local(&f.paths.registry_marker)?.exists() {
-        bail!("this host carries registry data (appliance install), which this installer cannot copy yet");
+    if on_disk && role == Role::Master && host_root.local(&f.paths.registry_marker)?.exists() {
+        copy_registry_data(f, &dev)?;
     }
     if bootstrap {
         bootstrap_post_phase(f)?;
@@ -179,7 +198,9 @@ fn download_ignition(f: &Flow, role: &Role) -> Result<PathBuf> {
 }
 
 /// Report `Writing image to disk`, finish the early write if there is one, else (or if it
-/// failed) write with up to three attempts about a second apart, with percentages.
+/// failed) write with up to three attempts about a second apart, with percentages. With
+/// `--coreos-image`, deploy that image onto the running root instead, with the same attempts
+/// (ostree prints no percentages: the stage alone is reported).
 fn write_image_to_disk(
     f: &Flow,
     req: &WriteRequest,
@@ -187,6 +208,17 @@ fn write_image_to_disk(
     early: Option<EarlyWrite>,
 ) -> Result<()> {
     f.reporter.stage(HostStage::WritingImageToDisk, "");
+    if let Some(image) = &f.cfg.coreos_image {
+        if f.cfg.dry_run {
+            // Go's dry run swaps only coreos-installer for a fake; ours runs no host command.
+            tracing::info!("dry run: not deploying {image} onto the running root");
+            return Ok(());
+        }
+        let root = existing_root::request(image, &req.args, ignition);
+        return write_attempts(f, "the running root", || {
+            write_image_to_existing_root(f.host.commands.as_ref(), &root)
+        });
+    }
     if let Some(early) = early {
         match early.complete(&f.reporter, ignition) {
             Ok(()) => return Ok(()),
@@ -198,16 +230,22 @@ fn write_image_to_disk(
     }
     let reporter = &f.reporter;
     let percent = |p: u8| reporter.write_percent(p);
+    write_attempts(f, &req.device.display().to_string(), || {
+        f.writer.write(req, ignition, &percent)
+    })
+}
+
+/// Up to [`WRITE_ATTEMPTS`] of `write` onto `target`, about a second apart.
+fn write_attempts(f: &Flow, target: &str, mut write: impl FnMut() -> Result<()>) -> Result<()> {
     let schedule = Schedule::tries(WRITE_ATTEMPTS, Duration::from_secs(1));
     let written = f.host.clock.retry(
         &f.stop,
         &schedule,
         |failures| {
-            f.writer.write(req, ignition, &percent).map_err(|e| {
+            write().map_err(|e| {
                 let attempt = failures + 1;
                 tracing::warn!(
-                    "writing the image to {} (attempt {attempt} of {WRITE_ATTEMPTS}): {e:#}",
-                    req.device.display()
+                    "writing the image to {target} (attempt {attempt} of {WRITE_ATTEMPTS}): {e:#}"
                 );
                 Failure::Retry(e)
             })
@@ -227,10 +265,31 @@ fn write_image_to_disk(
                 Some(last) => last.context(Stopped),
                 None => Stopped.into(),
             };
-            Err(stopped.context(format!("writing the image to {}", req.device.display())))
+            Err(stopped.context(format!("writing the image to {target}")))
         }
         Err(WaitError::Fatal { error, .. }) => Err(error),
     }
+}
+
+/// `Copying registry data to disk`, then the copy with its percentages (Go
+/// `Ops.CopyRegistryData`); any failure is fatal. In dry-run mode only the stage is reported:
+/// Go's dry run would run the copy's host commands, ours runs none.
+fn copy_registry_data(f: &Flow, device: &str) -> Result<()> {
+    let stage = HostStage::CopyingRegistryDataToDisk;
+    f.reporter.stage(stage, "");
+    if f.cfg.dry_run {
+        tracing::info!("dry run: not copying the registry data to {device}");
+        return Ok(());
+    }
+    let reporter = &f.reporter;
+    registry_copy::copy_registry_data(
+        f.host.commands.as_ref(),
+        f.host.clock.as_ref(),
+        &f.stop,
+        device,
+        &mut |percent| reporter.stage(stage, format!("{percent}%")),
+    )
+    .with_context(|| format!("copying the registry data to {device}"))
 }
 
 /// logs-progress `requested`, then the agent's logs_sender; failures are only logged.

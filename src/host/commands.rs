@@ -477,6 +477,7 @@ impl Reply {
 type Script = Box<dyn Fn(&str, &[String]) -> Option<Reply> + Send + Sync>;
 
 /// Records every call and answers from a script; unknown commands succeed with empty output.
+/// `run_streaming` hands the scripted output over in `\n`/`\r`-terminated pieces.
 ///
 /// Answers are looked up by the whole command line (`program arg1 arg2…`, single spaces):
 /// first the replies queued with [`RecordingRunner::reply`] (several replies for one line are
@@ -560,17 +561,50 @@ impl std::fmt::Debug for RecordingRunner {
     }
 }
 
-impl CommandRunner for RecordingRunner {
-    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError> {
+impl RecordingRunner {
+    /// Records the call and returns its scripted answer, untrimmed.
+    fn respond(&self, program: &str, args: &[&str]) -> (Vec<String>, Reply) {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         self.calls.lock().unwrap().push(Call {
             program: program.to_string(),
             args: args.clone(),
         });
-        match self.answer(program, &args) {
-            Reply::Ok(out) => Ok(out.trim().to_string()),
-            Reply::Fail { code, output } => Err(ExecError::exit(program, &args, code, &output)),
+        let reply = self.answer(program, &args);
+        (args, reply)
+    }
+}
+
+fn finish(program: &str, args: &[String], reply: Reply) -> Result<String, ExecError> {
+    match reply {
+        Reply::Ok(out) => Ok(out.trim().to_string()),
+        Reply::Fail { code, output } => Err(ExecError::exit(program, args, code, &output)),
+    }
+}
+
+impl CommandRunner for RecordingRunner {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError> {
+        let (args, reply) = self.respond(program, args);
+        finish(program, &args, reply)
+    }
+
+    /// Hands the scripted output to `sink` as a program writing it line by line would: one
+    /// chunk per `\n`- or `\r`-terminated piece (rsync rewrites its status line with `\r`),
+    /// untrimmed; then returns it as [`CommandRunner::run`] does.
+    fn run_streaming(
+        &self,
+        program: &str,
+        args: &[&str],
+        sink: &mut dyn FnMut(&[u8]),
+    ) -> Result<String, ExecError> {
+        let (args, reply) = self.respond(program, args);
+        let output = match &reply {
+            Reply::Ok(out) => out,
+            Reply::Fail { output, .. } => output,
+        };
+        for piece in output.split_inclusive(['\n', '\r']) {
+            sink(piece.as_bytes());
         }
+        finish(program, &args, reply)
     }
 }
 
@@ -817,5 +851,36 @@ mod tests {
         r.run_streaming("uname", &[], &mut |c| got.extend_from_slice(c))
             .unwrap();
         assert_eq!(got, b"x86_64 0");
+    }
+
+    #[test]
+    fn recording_runner_streams_line_by_line() {
+        let r = RecordingRunner::new();
+        r.ok("rsync", "list\n  1G  5%  8MB/s\r  2G 10%  8MB/s\r\n tail ")
+            .fail("false", 1, "out\nError: x\r");
+        let mut chunks = Vec::new();
+        let out = r
+            .run_streaming("rsync", &[], &mut |c| {
+                chunks.push(String::from_utf8(c.to_vec()).unwrap())
+            })
+            .unwrap();
+        assert_eq!(
+            chunks,
+            [
+                "list\n",
+                "  1G  5%  8MB/s\r",
+                "  2G 10%  8MB/s\r",
+                "\n",
+                " tail "
+            ]
+        );
+        assert_eq!(out, "list\n  1G  5%  8MB/s\r  2G 10%  8MB/s\r\n tail");
+        let mut chunks = Vec::new();
+        let err = r
+            .run_streaming("false", &[], &mut |c| chunks.push(c.to_vec()))
+            .unwrap_err();
+        assert_eq!(chunks, [b"out\n".to_vec(), b"Error: x\r".to_vec()]);
+        assert_eq!(err.output, "Error: x");
+        assert_eq!(r.lines(), ["rsync", "false"]);
     }
 }

@@ -7,17 +7,20 @@
 //! - [`crate::clock::Clock`]: sleeps and time for polls and retries (its own module: the
 //!   disk and image layers wait through it too).
 //!
-//! The helpers on top (`systemd`, `disk_prep`, `boot_order`, `logs`) take the narrow trait they
-//! need, not the bundle.
+//! The helpers on top (`systemd`, `disk_prep`, `boot_order`, `logs`, `existing_root`,
+//! `registry_copy`) take the narrow trait they need, not the bundle.
 
 pub(crate) mod boot_order;
 pub mod commands;
 pub(crate) mod disk_prep;
+pub(crate) mod existing_root;
 pub(crate) mod free_space;
 pub(crate) mod logs;
 pub(crate) mod lsblk;
 pub mod reboot;
+pub(crate) mod registry_copy;
 pub mod root;
+pub(crate) mod rsync_progress;
 pub(crate) mod systemd;
 
 use std::path::PathBuf;

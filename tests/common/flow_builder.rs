@@ -40,6 +40,7 @@ pub(crate) struct FlowBuilder {
     kube: Option<Arc<dyn KubeApi>>,
     boot_device: String,
     installer_args: Vec<String>,
+    coreos_image: Option<String>,
     mco_image: String,
     control_plane_count: i64,
     dry_run: bool,
@@ -76,6 +77,7 @@ impl FlowBuilder {
             kube: None,
             boot_device: "/dev/vda".into(),
             installer_args: Vec::new(),
+            coreos_image: None,
             mco_image: String::new(),
             control_plane_count: 0,
             dry_run: false,
@@ -123,6 +125,11 @@ impl FlowBuilder {
         self.installer_args = args.iter().map(|a| a.to_string()).collect();
         self
     }
+    /// `--coreos-image`: deploy this container image onto the running root with ostree.
+    pub(crate) fn coreos_image(mut self, image: &str) -> Self {
+        self.coreos_image = Some(image.into());
+        self
+    }
     pub(crate) fn mco_image(mut self, image: &str) -> Self {
         self.mco_image = image.into();
         self
@@ -152,6 +159,16 @@ impl FlowBuilder {
     /// does not exist.
     pub(crate) fn registry_marker(mut self, path: &Path) -> Self {
         self.registry_marker = Some(path.to_path_buf());
+        self
+    }
+    /// An appliance host: `/run/media/iso/registry` exists in a host root of its own (under
+    /// the directory), which the flow reads the host's files through.
+    pub(crate) fn registry_marker_on_host(mut self) -> Self {
+        let root = self.dir.join("host-root");
+        std::fs::create_dir_all(root.join("run/media/iso/registry"))
+            .expect("creating the registry marker");
+        self.registry_marker = Some(PathBuf::from("/run/media/iso/registry"));
+        self.host_root = Ok(HostRoot::At(root));
         self
     }
     pub(crate) fn host_root(mut self, root: Result<HostRoot, Unreachable>) -> Self {
@@ -204,6 +221,7 @@ impl FlowBuilder {
             format_disks: self.format_disks.into_iter().map(PathBuf::from).collect(),
             installer_args: self.installer_args,
             enable_skip_mco_reboot: self.skip_mco_reboot,
+            coreos_image: self.coreos_image,
             ..InstallerConfig::default()
         };
         cfg.set_defaults();
