@@ -1,0 +1,100 @@
+//! Shared state of the controller's tasks (§3.3): an error counter and the set of operators
+//! that ended in error. Post-install and the completion wait count errors, the OLM wait names
+//! the operators it gave up on, and the log upload reads both (must-gather or not, which image).
+//! Shared between threads behind an `Arc`.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+#[derive(Debug, Default)]
+pub struct ControllerStatus {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    errors: u64,
+    operators_in_error: BTreeSet<String>,
+}
+
+impl ControllerStatus {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // The state stays consistent whatever panicked while holding the lock.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one error (Go `Error()`).
+    pub fn error(&self) {
+        self.lock().errors += 1;
+    }
+
+    /// Whether any error was counted.
+    pub fn has_error(&self) -> bool {
+        self.lock().errors > 0
+    }
+
+    /// Adds `name` to the operators in error (Go `OperatorError`).
+    pub fn operator_error(&self, name: &str) {
+        self.lock().operators_in_error.insert(name.to_string());
+    }
+
+    pub fn has_operator_error(&self) -> bool {
+        !self.lock().operators_in_error.is_empty()
+    }
+
+    /// The operators in error, sorted (Go returns them in map order).
+    pub fn operators_in_error(&self) -> Vec<String> {
+        self.lock().operators_in_error.iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn starts_clean() {
+        let s = ControllerStatus::new();
+        assert!(!s.has_error());
+        assert!(!s.has_operator_error());
+        assert!(s.operators_in_error().is_empty());
+    }
+
+    #[test]
+    fn errors_and_operators_are_independent() {
+        let s = ControllerStatus::new();
+        s.operator_error("lso");
+        assert!(s.has_operator_error());
+        assert!(!s.has_error(), "an operator error is not an error");
+        s.error();
+        assert!(s.has_error());
+        s.operator_error("cnv");
+        s.operator_error("lso");
+        assert_eq!(s.operators_in_error(), ["cnv", "lso"]);
+    }
+
+    #[test]
+    fn is_shared_between_threads() {
+        let s = Arc::new(ControllerStatus::new());
+        let threads: Vec<_> = (0..4)
+            .map(|i| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    s.error();
+                    s.operator_error(&format!("op{i}"));
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(s.has_error());
+        assert_eq!(s.operators_in_error(), ["op0", "op1", "op2", "op3"]);
+        assert_eq!(s.lock().errors, 4);
+    }
+}
