@@ -10,9 +10,16 @@ use assisted_installer::{commands, logging, signals};
 
 /// Subcommands are parsed with clap; anything else is the installer entrypoint with the Go
 /// installer's flags, exactly as the assisted-service agent runs it.
-const SUBCOMMANDS: &[&str] = &["write-image", "embed"];
+const SUBCOMMANDS: &[&str] = &["write-image", "embed", "controller"];
 
 fn main() -> ExitCode {
+    // The controller's image runs the binary under the controller's name, without arguments.
+    if std::env::args_os()
+        .next()
+        .is_some_and(|argv0| commands::controller::is_controller_argv0(&argv0))
+    {
+        return fail_or_ok(commands::controller::run());
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args
         .first()
@@ -21,6 +28,10 @@ fn main() -> ExitCode {
         return ExitCode::from(commands::install::run(&args).clamp(0, 255) as u8);
     }
     let cli = Cli::parse();
+    if let Command::Controller = cli.command {
+        // The controller sets up its own log (stdout and its log file).
+        return fail_or_ok(commands::controller::run());
+    }
     logging::init(cli.verbose);
     match cli.command {
         Command::WriteImage(args) => {
@@ -46,6 +57,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Embed(args) => fail_or_ok(commands::embed::run(&args)),
+        Command::Controller => unreachable!("dispatched above"),
     }
 }
 

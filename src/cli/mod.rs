@@ -32,4 +32,8 @@ pub enum Command {
     WriteImage(write_image::WriteImageArgs),
     /// Apply the post-install steps (Ignition, kernel arguments, network) to a disk written earlier.
     Embed(embed::EmbedArgs),
+    /// Run the assisted-installer-controller (the Job in the new cluster), configured by its
+    /// environment as the Go one; also what the binary does when run as
+    /// `assisted-installer-controller`.
+    Controller,
 }

@@ -13,7 +13,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, EnvFilter, Layer};
 
-fn filter(verbose: bool) -> EnvFilter {
+pub(crate) fn filter(verbose: bool) -> EnvFilter {
     let default = if verbose { "debug" } else { "info" };
     EnvFilter::try_from_env("ASSISTED_INSTALLER_LOG").unwrap_or_else(|_| EnvFilter::new(default))
 }

@@ -1,0 +1,140 @@
+//! The controller's log (§2.6): every line to stdout and to `/tmp/controller_logs.log`, opened
+//! for appending (created with mode 0666 less the umask, as Go's `os.OpenFile` does). The file is
+//! uploaded as `assisted-installer-controller.logs`; people and triage tools read it, nothing
+//! parses it. Opening it is a startup step whose failure ends the process (§3.1 step 4).
+
+use anyhow::{Context, Result};
+use std::fs::{File, OpenOptions};
+use std::io::IsTerminal;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Mutex;
+use tracing::Subscriber;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{fmt, Layer};
+
+/// The controller's own log file.
+pub const LOG_PATH: &str = "/tmp/controller_logs.log";
+
+/// Opens (creating) the log file for appending.
+pub fn open_log_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o666)
+        .open(path)
+        .with_context(|| format!("opening the log file {}", path.display()))
+}
+
+/// The subscriber writing to both: `stdout` (colour when `ansi`) and `file` (plain).
+fn subscriber<O, F>(stdout: O, ansi: bool, file: F) -> impl Subscriber + Send + Sync
+where
+    O: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+    F: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::registry()
+        .with(
+            fmt::layer()
+                .with_writer(stdout)
+                .with_ansi(ansi)
+                .with_target(false)
+                .with_filter(crate::logging::filter(false)),
+        )
+        .with(
+            fmt::layer()
+                .with_writer(file)
+                .with_ansi(false)
+                .with_target(false)
+                .with_filter(crate::logging::filter(false)),
+        )
+}
+
+/// Sends the process's logs to stdout and `file` from now on (a no-op when a subscriber is
+/// already set).
+pub fn init(file: File) {
+    let _ = subscriber(
+        std::io::stdout,
+        std::io::stdout().is_terminal(),
+        Mutex::new(file),
+    )
+    .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::Arc;
+
+    /// A writer into shared memory.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    #[test]
+    fn appends_to_an_existing_file_and_creates_a_missing_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("controller_logs.log");
+        std::fs::write(&path, "earlier run\n").unwrap();
+        let mut f = open_log_file(&path).unwrap();
+        f.write_all(b"this run\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "earlier run\nthis run\n"
+        );
+        let fresh = dir.path().join("new.log");
+        open_log_file(&fresh).unwrap();
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & !0o666, 0, "never more than 0666: {mode:o}");
+        assert_eq!(mode & 0o600, 0o600, "owner read-write: {mode:o}");
+    }
+
+    #[test]
+    fn an_unopenable_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing-dir").join("log");
+        let e = format!("{:#}", open_log_file(&path).unwrap_err());
+        assert!(e.starts_with("opening the log file "), "{e}");
+        assert!(e.contains("missing-dir"), "{e}");
+    }
+
+    #[test]
+    fn every_line_goes_to_both() {
+        let (out, file) = (Buf::default(), Buf::default());
+        let (o, f) = (out.clone(), file.clone());
+        let sub = subscriber(move || o.clone(), false, move || f.clone());
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!("first line");
+            tracing::warn!("second line");
+        });
+        for text in [out.text(), file.text()] {
+            assert!(
+                text.contains("INFO") && text.contains("first line"),
+                "{text}"
+            );
+            assert!(
+                text.contains("WARN") && text.contains("second line"),
+                "{text}"
+            );
+            assert!(!text.contains('\u{1b}'), "no colour codes: {text:?}");
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! §3.1 steps 1–4: what the controller knows before it touches any API. Each failure here is
+//! a startup error, which the process turns into exit code 1 (the Job restarts the container).
+//!
+//! 1. The environment (§2.1): `required key CLUSTER_ID missing value` and the like.
+//! 2. The token (§2.2).
+//! 3. Dry mode only: the cluster-hosts file is parsed, then the controller waits, checking every
+//!    second, for the fake-reboot marker file.
+//! 4. The log file is opened (§2.6); the caller then installs the log and writes the
+//!    configuration, token masked, as the first line ([`config_line`]).
+//!
+//! Deliberate differences from Go, both in dry mode only (load testing): an unset
+//! `DRY_CLUSTER_HOSTS_PATH` is reported as such (Go fails reading the path ""), and an empty
+//! `DRY_FAKE_REBOOT_MARKER_PATH` is an error instead of a wait that can never end.
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::config::ControllerConfig;
+use super::log::LOG_PATH;
+use super::loops::poll;
+use super::token::{read_token, TOKEN_PATH};
+use crate::clock::{Clock, Stop};
+use crate::config::cluster_hosts::{self, ClusterHost};
+
+/// How often dry mode looks for the fake-reboot marker.
+pub const DRY_MARKER_POLL: Duration = Duration::from_secs(1);
+
+/// Test hooks: the environment variables that move the token and log files (the Go
+/// controller has none; the Job never sets them).
+pub const TOKEN_FILE_ENV: &str = "ASSISTED_CONTROLLER_TOKEN_FILE";
+pub const LOG_FILE_ENV: &str = "ASSISTED_CONTROLLER_LOG_FILE";
+
+/// The files startup reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub token: PathBuf,
+    pub log_file: PathBuf,
+}
+
+impl Default for Paths {
+    fn default() -> Self {
+        Paths {
+            token: PathBuf::from(TOKEN_PATH),
+            log_file: PathBuf::from(LOG_PATH),
+        }
+    }
+}
+
+impl Paths {
+    /// The Go paths, unless the test hooks move them.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Self {
+        let d = Paths::default();
+        Paths {
+            token: env(TOKEN_FILE_ENV).map(PathBuf::from).unwrap_or(d.token),
+            log_file: env(LOG_FILE_ENV).map(PathBuf::from).unwrap_or(d.log_file),
+        }
+    }
+}
+
+/// What startup steps 1–4 produce.
+#[derive(Debug)]
+pub struct Startup {
+    /// The configuration, with the token from §2.2 in `pull_secret_token`.
+    pub config: ControllerConfig,
+    /// Dry mode's pretend hosts (empty otherwise).
+    pub dry_hosts: Vec<ClusterHost>,
+    /// The log file, open for appending.
+    pub log_file: File,
+}
+
+/// Runs steps 1–4 over the variables `env` gives; `stop` ends the dry-mode wait.
+pub fn prepare(
+    env: &dyn Fn(&str) -> Option<String>,
+    paths: &Paths,
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+) -> Result<Startup> {
+    let mut config = ControllerConfig::from_env(env)?;
+    config.pull_secret_token = read_token(&paths.token, env("PULL_SECRET_TOKEN").as_deref())?;
+    let dry_hosts = if config.dry_enable {
+        dry_mode(&config, clock, stop)?
+    } else {
+        Vec::new()
+    };
+    let log_file = super::log::open_log_file(&paths.log_file)?;
+    Ok(Startup {
+        config,
+        dry_hosts,
+        log_file,
+    })
+}
+
+/// Step 3: the hosts file, then the wait for the marker.
+fn dry_mode(
+    config: &ControllerConfig,
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+) -> Result<Vec<ClusterHost>> {
+    let hosts_path = config
+        .dry_cluster_hosts_path
+        .as_deref()
+        .ok_or_else(|| anyhow!("DRY_ENABLE is set but DRY_CLUSTER_HOSTS_PATH is not"))?;
+    let hosts = cluster_hosts::load(Path::new(hosts_path))?;
+    let marker = Path::new(&config.dry_fake_reboot_marker_path);
+    if marker.as_os_str().is_empty() {
+        bail!("DRY_ENABLE is set but DRY_FAKE_REBOOT_MARKER_PATH is empty");
+    }
+    poll(clock, stop, DRY_MARKER_POLL, None, || marker.exists())
+        .with_context(|| format!("waiting for the dry-run reboot marker {}", marker.display()))?;
+    Ok(hosts)
+}
+
+/// The log's first line: the configuration, token masked.
+pub fn config_line(config: &ControllerConfig) -> String {
+    format!("Start running the assisted-installer-controller. Configuration: {config}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{FakeClock, NeverStop};
+    use std::collections::HashMap;
+    use std::io::Write;
+
+    struct Env(HashMap<String, String>);
+
+    impl Env {
+        fn new(vars: &[(&str, &str)]) -> Env {
+            let mut map: HashMap<String, String> = [
+                ("CLUSTER_ID", "c-1"),
+                ("INVENTORY_URL", "http://svc:8090"),
+                ("OPENSHIFT_VERSION", "4.17"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            for (k, v) in vars {
+                map.insert(k.to_string(), v.to_string());
+            }
+            Env(map)
+        }
+        fn without(mut self, key: &str) -> Env {
+            self.0.remove(key);
+            self
+        }
+        fn get(&self) -> impl Fn(&str) -> Option<String> + '_ {
+            |k| self.0.get(k).cloned()
+        }
+    }
+
+    fn paths(dir: &Path) -> Paths {
+        Paths {
+            token: dir.join("token"),
+            log_file: dir.join("controller_logs.log"),
+        }
+    }
+
+    #[test]
+    fn the_go_paths_unless_the_test_hooks_move_them() {
+        let d = Paths::from_env(&|_| None);
+        assert_eq!(
+            d.token,
+            Path::new("/etc/assisted-installer-controller/token")
+        );
+        assert_eq!(d.log_file, Path::new("/tmp/controller_logs.log"));
+        let moved = Paths::from_env(&|k| match k {
+            TOKEN_FILE_ENV => Some("/x/token".into()),
+            LOG_FILE_ENV => Some("/x/log".into()),
+            _ => None,
+        });
+        assert_eq!(moved.token, Path::new("/x/token"));
+        assert_eq!(moved.log_file, Path::new("/x/log"));
+    }
+
+    #[test]
+    fn prepares_config_token_and_log_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        std::fs::write(&p.token, "file-token\n").unwrap();
+        let env = Env::new(&[("PULL_SECRET_TOKEN", "env-token")]);
+        let clock = FakeClock::new();
+        let mut s = prepare(&env.get(), &p, &clock, &NeverStop).unwrap();
+        assert_eq!(s.config.cluster_id, "c-1");
+        assert_eq!(s.config.pull_secret_token, "file-token");
+        assert!(s.dry_hosts.is_empty());
+        assert!(clock.sleeps().is_empty());
+        s.log_file.write_all(b"line\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p.log_file).unwrap(), "line\n");
+        let line = config_line(&s.config);
+        assert!(
+            line.contains("CLUSTER_ID=c-1") && line.contains("<masked>"),
+            "{line}"
+        );
+        assert!(!line.contains("file-token"), "{line}");
+    }
+
+    #[test]
+    fn the_env_token_when_there_is_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env::new(&[("PULL_SECRET_TOKEN", "env-token")]);
+        let s = prepare(
+            &env.get(),
+            &paths(dir.path()),
+            &FakeClock::new(),
+            &NeverStop,
+        )
+        .unwrap();
+        assert_eq!(s.config.pull_secret_token, "env-token");
+    }
+
+    #[test]
+    fn each_step_fails_before_the_log_file_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        let clock = FakeClock::new();
+        let env = Env::new(&[]).without("CLUSTER_ID");
+        let e = prepare(&env.get(), &p, &clock, &NeverStop).unwrap_err();
+        assert_eq!(format!("{e:#}"), "required key CLUSTER_ID missing value");
+        let env = Env::new(&[("NOTIFY_NUM_REBOOTS", "yes")]);
+        let e = prepare(&env.get(), &p, &clock, &NeverStop).unwrap_err();
+        assert!(format!("{e:#}").contains("NOTIFY_NUM_REBOOTS"), "{e:#}");
+        // A token path that exists but cannot be read as a file.
+        std::fs::create_dir(&p.token).unwrap();
+        let e = prepare(&Env::new(&[]).get(), &p, &clock, &NeverStop).unwrap_err();
+        assert!(
+            format!("{e:#}").starts_with("reading the token file"),
+            "{e:#}"
+        );
+        assert!(!p.log_file.exists());
+        // And the log file's own failure.
+        let bad = Paths {
+            token: dir.path().join("none"),
+            log_file: dir.path().join("no-dir").join("log"),
+        };
+        let e = prepare(&Env::new(&[]).get(), &bad, &clock, &NeverStop).unwrap_err();
+        assert!(
+            format!("{e:#}").starts_with("opening the log file"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn dry_mode_parses_the_hosts_and_waits_for_the_marker_every_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = dir.path().join("hosts.json");
+        let marker = dir.path().join("rebooted");
+        let json = serde_json::json!([
+            {"hostname": "master-1", "ip": "192.0.2.11", "rebootMarkerPath": marker},
+        ]);
+        std::fs::write(&hosts, json.to_string()).unwrap();
+        let (h, m) = (hosts.display().to_string(), marker.display().to_string());
+        let env = Env::new(&[
+            ("DRY_ENABLE", "true"),
+            ("DRY_CLUSTER_HOSTS_PATH", &h),
+            ("DRY_FAKE_REBOOT_MARKER_PATH", &m),
+        ]);
+        // The marker appears during the third wait.
+        struct MarkerClock<'a> {
+            fake: FakeClock,
+            marker: &'a Path,
+        }
+        impl Clock for MarkerClock<'_> {
+            fn sleep(&self, d: Duration) {
+                self.fake.sleep(d);
+                if self.fake.sleeps().len() == 3 {
+                    std::fs::write(self.marker, "").unwrap();
+                }
+            }
+            fn now(&self) -> std::time::Instant {
+                self.fake.now()
+            }
+        }
+        let clock = MarkerClock {
+            fake: FakeClock::new(),
+            marker: &marker,
+        };
+        let s = prepare(&env.get(), &paths(dir.path()), &clock, &NeverStop).unwrap();
+        assert_eq!(s.dry_hosts.len(), 1);
+        assert_eq!(s.dry_hosts[0].hostname, "master-1");
+        assert_eq!(clock.fake.sleeps(), vec![Duration::from_secs(1); 3]);
+    }
+
+    #[test]
+    fn dry_mode_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = paths(dir.path());
+        let clock = FakeClock::new();
+        let env = Env::new(&[("DRY_ENABLE", "1")]);
+        let e = prepare(&env.get(), &p, &clock, &NeverStop).unwrap_err();
+        assert!(e.to_string().contains("DRY_CLUSTER_HOSTS_PATH"), "{e:#}");
+        let hosts = dir.path().join("hosts.json");
+        std::fs::write(&hosts, "not json").unwrap();
+        let h = hosts.display().to_string();
+        let env = Env::new(&[("DRY_ENABLE", "1"), ("DRY_CLUSTER_HOSTS_PATH", &h)]);
+        let e = prepare(&env.get(), &p, &clock, &NeverStop).unwrap_err();
+        assert!(
+            format!("{e:#}").starts_with("parsing the dry-run cluster hosts"),
+            "{e:#}"
+        );
+        std::fs::write(&hosts, "[]").unwrap();
+        let e = prepare(&env.get(), &p, &clock, &NeverStop).unwrap_err();
+        assert!(
+            e.to_string().contains("DRY_FAKE_REBOOT_MARKER_PATH"),
+            "{e:#}"
+        );
+        // A stop ends the marker wait.
+        let env = Env::new(&[
+            ("DRY_ENABLE", "1"),
+            ("DRY_CLUSTER_HOSTS_PATH", &h),
+            ("DRY_FAKE_REBOOT_MARKER_PATH", "/nonexistent/marker"),
+        ]);
+        let stop = crate::image::Cancel::new();
+        stop.cancel();
+        let e = prepare(&env.get(), &p, &clock, &stop).unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "waiting for the dry-run reboot marker /nonexistent/marker: context canceled"
+        );
+        assert!(!p.log_file.exists());
+    }
+}
