@@ -47,7 +47,7 @@ pub fn run(args: &[String]) -> i32 {
         Ok(ParseOutcome::Help) => {
             println!("{}", go_flags::usage());
             println!(
-                "\nSubcommands: write-image, embed (see `assisted-installer write-image --help`)."
+                "\nSubcommands: write-image, embed, controller (see `assisted-installer write-image --help`)."
             );
             return 0;
         }

@@ -1,0 +1,131 @@
+//! The controller's process: `assisted-installer controller` and the binary run under the name
+//! `assisted-installer-controller` (the Job's entrypoint), through the startup steps 1–4 of the
+//! behaviour spec's §3.1, with a clean environment.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
+
+/// The three required variables, and the token and log files moved into `dir`.
+fn base_env(dir: &Path) -> Vec<(String, String)> {
+    vec![
+        ("CLUSTER_ID".into(), "c-1".into()),
+        ("INVENTORY_URL".into(), "http://127.0.0.1:9".into()),
+        ("OPENSHIFT_VERSION".into(), "4.17".into()),
+        (
+            "ASSISTED_CONTROLLER_TOKEN_FILE".into(),
+            dir.join("token").display().to_string(),
+        ),
+        (
+            "ASSISTED_CONTROLLER_LOG_FILE".into(),
+            dir.join("controller_logs.log").display().to_string(),
+        ),
+    ]
+}
+
+fn run(program: &Path, args: &[&str], env: &[(String, String)]) -> Output {
+    Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn without(env: &[(String, String)], key: &str) -> Vec<(String, String)> {
+    env.iter().filter(|(k, _)| k != key).cloned().collect()
+}
+
+#[test]
+fn a_missing_required_key_exits_1_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = without(&base_env(dir.path()), "CLUSTER_ID");
+    let out = run(Path::new(BIN), &["controller"], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("required key CLUSTER_ID missing value"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("controller_logs.log").exists(),
+        "step 1 fails before the log file is opened"
+    );
+}
+
+#[test]
+fn an_invalid_bool_exits_1_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = base_env(dir.path());
+    env.push(("SKIP_CERT_VERIFICATION".into(), "yes".into()));
+    let out = run(Path::new(BIN), &["controller"], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains("SKIP_CERT_VERIFICATION"), "{err}");
+}
+
+#[test]
+fn the_binary_named_assisted_installer_controller_is_the_controller() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("assisted-installer-controller");
+    std::os::unix::fs::symlink(BIN, &link).unwrap();
+    let env = without(&base_env(dir.path()), "INVENTORY_URL");
+    let out = run(&link, &[], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("required key INVENTORY_URL missing value"),
+        "{err}"
+    );
+    // Under its own name, the same binary with no arguments is the installer, which says
+    // something else.
+    let out = run(Path::new(BIN), &[], &env);
+    assert!(
+        !text(&out.stderr).contains("required key"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_installer_help_names_the_controller_subcommand() {
+    let out = run(Path::new(BIN), &["-help"], &[]);
+    let all = text(&out.stdout) + &text(&out.stderr);
+    assert!(
+        all.contains("Subcommands: write-image, embed, controller"),
+        "{all}"
+    );
+    let out = run(Path::new(BIN), &["controller", "--help"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text(&out.stdout).contains("assisted-installer-controller"));
+}
+
+#[test]
+fn startup_runs_to_the_log_line_then_says_what_is_not_built() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), "s3cr3t-from-file\n").unwrap();
+    let log = dir.path().join("controller_logs.log");
+    std::fs::write(&log, "an earlier run\n").unwrap();
+    let mut env = base_env(dir.path());
+    env.push(("PULL_SECRET_TOKEN".into(), "s3cr3t-from-env".into()));
+    let out = run(Path::new(BIN), &["controller"], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stderr.contains("not built yet"), "{stderr}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.starts_with("an earlier run\n"), "appended: {logged}");
+    let first = logged.lines().nth(1).unwrap();
+    for text in [first, stdout.as_str()] {
+        assert!(text.contains("CLUSTER_ID=c-1"), "{text}");
+        assert!(text.contains("token=\"<masked>\""), "{text}");
+    }
+    for text in [&logged, &stdout, &stderr] {
+        assert!(!text.contains("s3cr3t"), "the token leaked: {text}");
+    }
+    assert!(logged.contains("not built yet"), "{logged}");
+}
