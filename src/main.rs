@@ -28,13 +28,11 @@ fn main() -> ExitCode {
         return ExitCode::from(commands::install::run(&args).clamp(0, 255) as u8);
     }
     let cli = Cli::parse();
-    if let Command::Controller = cli.command {
-        // The controller sets up its own log (stdout and its log file).
-        return fail_or_ok(commands::controller::run());
-    }
-    logging::init(cli.verbose);
     match cli.command {
+        // The controller sets up its own log (stdout and its log file).
+        Command::Controller => fail_or_ok(commands::controller::run()),
         Command::WriteImage(args) => {
+            logging::init(cli.verbose);
             let stop = Cancel::new();
             let signal = match signals::cancel_on_signal(&stop) {
                 Ok(s) => s,
@@ -56,8 +54,10 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e, 1),
             }
         }
-        Command::Embed(args) => fail_or_ok(commands::embed::run(&args)),
-        Command::Controller => unreachable!("dispatched above"),
+        Command::Embed(args) => {
+            logging::init(cli.verbose);
+            fail_or_ok(commands::embed::run(&args))
+        }
     }
 }
 

@@ -72,15 +72,8 @@ pub enum ConfigError {
     },
 }
 
-/// How a variable is read.
-enum Kind {
-    Str,
-    Bool,
-    Int,
-}
-
-/// A variable's raw value: present (even empty), or its default, or nothing.
-fn lookup(
+/// A string variable: present (any value, the empty one too), or its default, or nothing.
+fn string(
     env: &dyn Fn(&str) -> Option<String>,
     name: &'static str,
     default: Option<&str>,
@@ -96,55 +89,59 @@ fn lookup(
     }
 }
 
-fn check(name: &'static str, value: &str, kind: Kind) -> Result<(), ConfigError> {
-    let invalid = |reason: String| ConfigError::Invalid {
+fn invalid(name: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
         name,
         value: value.to_string(),
-        reason,
-    };
-    match kind {
-        Kind::Str => Ok(()),
-        Kind::Bool => parse_go_bool(value).map(|_| ()).ok_or_else(|| {
-            invalid("want one of 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False".into())
+        reason: reason.into(),
+    }
+}
+
+/// An optional bool variable, false when absent.
+fn boolean(env: &dyn Fn(&str) -> Option<String>, name: &'static str) -> Result<bool, ConfigError> {
+    match env(name) {
+        None => Ok(false),
+        Some(v) => parse_go_bool(&v).ok_or_else(|| {
+            invalid(
+                name,
+                &v,
+                "want one of 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False",
+            )
         }),
-        Kind::Int => parse_go_int(value)
-            .map(|_| ())
-            .map_err(|e| invalid(format!("not an integer ({e})"))),
+    }
+}
+
+/// An optional int variable, `default` when absent.
+fn int(
+    env: &dyn Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: i64,
+) -> Result<i64, ConfigError> {
+    match env(name) {
+        None => Ok(default),
+        Some(v) => parse_go_int(&v).map_err(|e| invalid(name, &v, format!("not an integer ({e})"))),
     }
 }
 
 impl ControllerConfig {
     /// Parses the variables `env` gives (`None`: not set), in the spec's table order.
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let string = |name, default: Option<&str>, required| -> Result<Option<String>, _> {
-            let v = lookup(env, name, default, required)?;
-            if let Some(v) = &v {
-                check(name, v, Kind::Str)?;
-            }
-            Ok(v)
-        };
-        let boolean = |name| -> Result<bool, ConfigError> {
-            let v = lookup(env, name, Some("false"), false)?.unwrap_or_default();
-            check(name, &v, Kind::Bool)?;
-            Ok(parse_go_bool(&v).unwrap_or(false))
-        };
-        let cluster_id = string("CLUSTER_ID", None, true)?.unwrap_or_default();
-        let inventory_url = string("INVENTORY_URL", None, true)?.unwrap_or_default();
-        let skip_cert_verification = boolean("SKIP_CERT_VERIFICATION")?;
-        let ca_cert_path = string("CA_CERT_PATH", None, false)?.unwrap_or_default();
-        let namespace = string("NAMESPACE", Some(DEFAULT_NAMESPACE), false)?.unwrap_or_default();
-        let openshift_version = string("OPENSHIFT_VERSION", None, true)?.unwrap_or_default();
-        let count = lookup(env, "CONTROL_PLANE_COUNT", Some("3"), false)?.unwrap_or_default();
-        check("CONTROL_PLANE_COUNT", &count, Kind::Int)?;
-        let control_plane_count = parse_go_int(&count).unwrap_or(DEFAULT_CONTROL_PLANE_COUNT);
-        let check_cluster_version = boolean("CHECK_CLUSTER_VERSION")?;
-        let must_gather_image = string("MUST_GATHER_IMAGE", None, false)?.unwrap_or_default();
-        let notify_num_reboots = boolean("NOTIFY_NUM_REBOOTS")?;
-        let dry_enable = boolean("DRY_ENABLE")?;
+        let cluster_id = string(env, "CLUSTER_ID", None, true)?.unwrap_or_default();
+        let inventory_url = string(env, "INVENTORY_URL", None, true)?.unwrap_or_default();
+        let skip_cert_verification = boolean(env, "SKIP_CERT_VERIFICATION")?;
+        let ca_cert_path = string(env, "CA_CERT_PATH", None, false)?.unwrap_or_default();
+        let namespace =
+            string(env, "NAMESPACE", Some(DEFAULT_NAMESPACE), false)?.unwrap_or_default();
+        let openshift_version = string(env, "OPENSHIFT_VERSION", None, true)?.unwrap_or_default();
+        let control_plane_count = int(env, "CONTROL_PLANE_COUNT", DEFAULT_CONTROL_PLANE_COUNT)?;
+        let check_cluster_version = boolean(env, "CHECK_CLUSTER_VERSION")?;
+        let must_gather_image = string(env, "MUST_GATHER_IMAGE", None, false)?.unwrap_or_default();
+        let notify_num_reboots = boolean(env, "NOTIFY_NUM_REBOOTS")?;
+        let dry_enable = boolean(env, "DRY_ENABLE")?;
         let dry_fake_reboot_marker_path =
-            string("DRY_FAKE_REBOOT_MARKER_PATH", None, false)?.unwrap_or_default();
-        let dry_cluster_hosts_path = string("DRY_CLUSTER_HOSTS_PATH", None, false)?;
-        let pull_secret_token = string("PULL_SECRET_TOKEN", None, false)?.unwrap_or_default();
+            string(env, "DRY_FAKE_REBOOT_MARKER_PATH", None, false)?.unwrap_or_default();
+        let dry_cluster_hosts_path = string(env, "DRY_CLUSTER_HOSTS_PATH", None, false)?;
+        let pull_secret_token = string(env, "PULL_SECRET_TOKEN", None, false)?.unwrap_or_default();
         Ok(ControllerConfig {
             cluster_id,
             inventory_url,
