@@ -1,7 +1,8 @@
 //! The loop helpers of §3.2. Their exact semantics fix the call counts the Go tests expect, so
-//! they are kept apart from the crate's [`Clock::retry`] (which checks the stop token before the
-//! first try, where Go's helpers always make the first call), but they sleep through the same
-//! [`Clock`] and end a wait at once on the same [`Stop`] token (Go's context cancellation).
+//! they are kept apart from the crate's `retry` on `dyn Clock` (which checks the stop token
+//! before the first try, where Go's helpers always make the first call), but they sleep through
+//! the same [`Clock`] and end a wait at once on the same [`Stop`] token (Go's context
+//! cancellation).
 //!
 //! - [`poll`]: P at once, then every interval, until P holds, the stop token fires
 //!   ([`PollError::Canceled`]) or the deadline passes ([`PollError::TimedOut`]). P runs at least
