@@ -443,3 +443,23 @@ fn event_creation_posts_the_event() {
     );
     assert!(body["involvedObject"].get("kind").is_none());
 }
+
+#[test]
+fn one_client_serves_several_threads_at_once() {
+    let s = setup();
+    let client = Arc::new(s.client);
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let client = Arc::clone(&client);
+            std::thread::spawn(move || {
+                for _ in 0..5 {
+                    client.get_node(&format!("node-{i}")).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(s.server.requests().len(), 20);
+}
