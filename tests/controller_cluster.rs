@@ -463,3 +463,24 @@ fn one_client_serves_several_threads_at_once() {
     }
     assert_eq!(s.server.requests().len(), 20);
 }
+
+#[test]
+fn a_service_account_token_is_sent_as_bearer() {
+    let app = KubeApp::default();
+    let server = TestServer::with_app(app);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), "sa-token-1").unwrap();
+    let client = KubeCluster::from_service_account(&server.base_url(), dir.path()).unwrap();
+    client.list_csrs().unwrap();
+    let r = only_request(&server);
+    assert_eq!(r.header("authorization"), Some("Bearer sa-token-1"));
+}
+
+#[test]
+fn a_service_account_without_its_token_fails_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = KubeCluster::from_service_account("http://127.0.0.1:1", dir.path())
+        .and_then(|c| c.list_csrs().map(drop))
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("token"), "{err:#}");
+}

@@ -85,15 +85,41 @@ impl KubeCluster {
     pub fn from_kubeconfig(path: &Path) -> Result<KubeCluster> {
         let kubeconfig = Kubeconfig::read_from(path)
             .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+        KubeCluster::from_loaded(kubeconfig)
+            .with_context(|| format!("kubeconfig {}", path.display()))
+    }
+
+    /// A service account's credentials as a pod has them mounted, for an API server at `server`:
+    /// the token in `dir/token` (read again as it rotates) and, when present, the cluster's CA in
+    /// `dir/ca.crt`. [`KubeCluster::in_cluster`] is this with the pod's own mount and address.
+    pub fn from_service_account(server: &str, dir: &Path) -> Result<KubeCluster> {
+        let ca = dir.join("ca.crt");
+        let mut cluster = json!({ "server": server });
+        if ca.exists() {
+            cluster["certificate-authority"] = json!(ca.display().to_string());
+        }
+        let kubeconfig: Kubeconfig = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "cluster", "cluster": cluster}],
+            "users": [{"name": "sa", "user": {"tokenFile": dir.join("token").display().to_string()}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "cluster", "user": "sa"}}],
+            "current-context": "sa",
+        }))
+        .context("building the service account's kubeconfig")?;
+        KubeCluster::from_loaded(kubeconfig)
+            .with_context(|| format!("service account {} for {server}", dir.display()))
+    }
+
+    fn from_loaded(kubeconfig: Kubeconfig) -> Result<KubeCluster> {
         let runtime = runtime()?;
         let config = runtime
             .block_on(Config::from_custom_kubeconfig(
                 kubeconfig,
                 &KubeConfigOptions::default(),
             ))
-            .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+            .context("loading the kubeconfig")?;
         KubeCluster::build(runtime, config)
-            .with_context(|| format!("kubeconfig {}", path.display()))
     }
 
     fn with_config(config: Config) -> Result<KubeCluster> {
