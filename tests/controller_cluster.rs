@@ -484,3 +484,17 @@ fn a_service_account_without_its_token_fails_naming_it() {
         .unwrap_err();
     assert!(format!("{err:#}").contains("token"), "{err:#}");
 }
+
+#[test]
+fn the_kubeconfig_is_used_when_it_exists() {
+    let server = TestServer::with_app(KubeApp::default());
+    let dir = tempfile::tempdir().unwrap();
+    let path = kubeconfig(dir.path(), &server.base_url());
+    let client = KubeCluster::kubeconfig_or_in_cluster(&path).unwrap();
+    assert_eq!(client.server().trim_end_matches('/'), server.base_url());
+    client.get_proxy("cluster").unwrap();
+    assert_eq!(
+        only_request(&server).path,
+        "/apis/config.openshift.io/v1/proxies/cluster"
+    );
+}

@@ -66,7 +66,11 @@ fn ensure_outside_runtime() -> Result<()> {
 impl KubeCluster {
     /// As the Go controller: [`BOOTSTRAP_KUBECONFIG`] if it exists, else in-cluster.
     pub fn for_controller() -> Result<KubeCluster> {
-        let path = Path::new(BOOTSTRAP_KUBECONFIG);
+        KubeCluster::kubeconfig_or_in_cluster(Path::new(BOOTSTRAP_KUBECONFIG))
+    }
+
+    /// The kubeconfig at `path` if it exists, else the in-cluster service account.
+    pub fn kubeconfig_or_in_cluster(path: &Path) -> Result<KubeCluster> {
         match path.exists() {
             true => KubeCluster::from_kubeconfig(path),
             false => KubeCluster::in_cluster(),
