@@ -498,3 +498,29 @@ fn the_kubeconfig_is_used_when_it_exists() {
         "/apis/config.openshift.io/v1/proxies/cluster"
     );
 }
+
+#[test]
+fn an_error_answer_without_a_status_body_keeps_its_code() {
+    let s = setup();
+    let path = "/api/v1/namespaces/assisted-installer/configmaps/olm-operator-manifests";
+    s.app.answer("GET", path, Reply::empty(401));
+    let err = s
+        .client
+        .get_config_map("assisted-installer", "olm-operator-manifests")
+        .unwrap_err();
+    assert_eq!(api_error_code(&err), Some(401), "{err:#}");
+    s.app.answer(
+        "GET",
+        path,
+        Reply {
+            content_type: Some("text/plain"),
+            body: b"forbidden by a proxy".to_vec(),
+            ..Reply::empty(403)
+        },
+    );
+    let err = s
+        .client
+        .get_config_map("assisted-installer", "olm-operator-manifests")
+        .unwrap_err();
+    assert_eq!(api_error_code(&err), Some(403), "{err:#}");
+}

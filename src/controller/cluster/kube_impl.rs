@@ -194,7 +194,8 @@ impl KubeCluster {
             None => Vec::new(),
         };
         let request = request
-            .header(http::header::ACCEPT, JSON)
+            // As client-go: JSON where the API has a choice; a log comes as text.
+            .header(http::header::ACCEPT, "application/json, */*")
             .body(bytes)
             .with_context(|| format!("building the request {uri}"))?;
         match self.block_on(self.client.request_text(request))? {
