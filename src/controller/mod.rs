@@ -18,19 +18,16 @@
 //! - `startup`: §3.1 steps 1–4 (environment, token, dry-mode hosts and reboot marker, log file)
 //!   as a library function that returns the parsed startup state; `log` sets up the log
 //!   (stdout and `/tmp/controller_logs.log`, §2.6).
-//!
-//! Built in parallel, joined at the merge (declared there, not here, so that this slice builds
-//! alone):
-//!
 //! - `cluster` (`src/controller/cluster/`): the narrow Kubernetes API trait the tasks use, its
 //!   kube-rs implementation and an in-memory fake.
-//! - `service` (`src/controller/service.rs`): the assisted-service calls the controller makes.
+//! - `service` (`src/controller/service/`): the assisted-service calls the controller makes.
 //! - `hosts` (`src/controller/hosts.rs`): the host map and node matching (§3.4).
 //!
 //! # Status
 //!
-//! Exists: configuration, token, shared status, loop helpers, startup steps 1–4, logging, and
-//! both entry points (subcommand and argv\[0\] name). `run` stops after step 4 with an error
+//! Exists: configuration, token, shared status, loop helpers, startup steps 1–4, logging, both
+//! entry points (subcommand and argv\[0\] name), the Kubernetes API trait with its client, fake
+//! and RBAC proof, the service calls with their fake, and the host map. `run` stops after step 4 with an error
 //! that says the remaining steps are not built, so the process exits 1 (the Job would retry);
 //! nothing pretends to work.
 //!
@@ -44,7 +41,6 @@ pub mod loops;
 pub mod startup;
 pub mod status;
 pub mod token;
-// Joined at the merge (built on other branches):
-// pub mod cluster;
-// pub mod hosts;
-// pub mod service;
+pub mod cluster;
+pub mod hosts;
+pub mod service;

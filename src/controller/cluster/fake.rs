@@ -1,0 +1,853 @@
+//! An in-memory [`ClusterApi`] for the controller's task tests (unit and integration): state set
+//! with `set_*`, every call recorded in order with its arguments ([`FakeCluster::calls`]), writes
+//! applied to the state, and failures injected per method as [`ApiError`]s.
+//!
+//! Selectors: label selectors of `key` and `key=value` requirements, comma-joined; the field
+//! selector `status.phase=<phase>` for pods.
+
+use anyhow::{anyhow, Result};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{
+    ApiError, ClusterApi, ClusterOperator, ClusterVersion, Condition, Csr, CsrApproval, Csv,
+    InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, Pod, ProxyStatus, Service,
+    Subscription,
+};
+
+/// One recorded call: the trait method's name and its arguments as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub method: &'static str,
+    pub args: Vec<String>,
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}({})", self.method, self.args.join(", "))
+    }
+}
+
+type Key = (String, String);
+
+fn key(namespace: &str, name: &str) -> Key {
+    (namespace.to_string(), name.to_string())
+}
+
+#[derive(Default)]
+struct State {
+    calls: Vec<Call>,
+    /// (method, error, sticky): the first matching entry answers the call.
+    failures: Vec<(String, ApiError, bool)>,
+    proxy: ProxyStatus,
+    cluster_versions: BTreeMap<String, ClusterVersion>,
+    cluster_operators: BTreeMap<String, ClusterOperator>,
+    config_maps: BTreeMap<Key, BTreeMap<String, String>>,
+    events: Vec<(String, NewEvent)>,
+    nodes: BTreeMap<String, Node>,
+    services: Vec<Service>,
+    pods: Vec<Pod>,
+    pod_logs: BTreeMap<Key, String>,
+    csrs: BTreeMap<String, Csr>,
+    subscriptions: BTreeMap<Key, Subscription>,
+    csvs: BTreeMap<Key, Csv>,
+    install_plans: Vec<InstallPlan>,
+    jobs: Vec<Job>,
+    bmhs: BTreeMap<Key, Value>,
+    provisionings: BTreeSet<String>,
+    machines: Vec<Machine>,
+    mcps: BTreeMap<String, MachineConfigPool>,
+}
+
+/// The fake cluster; clones share their state.
+#[derive(Clone, Default)]
+pub struct FakeCluster {
+    state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for FakeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeCluster").finish_non_exhaustive()
+    }
+}
+
+fn not_found(what: &str) -> anyhow::Error {
+    anyhow::Error::new(ApiError::new(404, "NotFound", &format!("{what} not found")))
+}
+
+/// Whether `labels` satisfy a selector of `key` and `key=value` requirements, comma-joined.
+fn selects(selector: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+    selector.unwrap_or("").split(',').all(|req| {
+        let req = req.trim();
+        match req.split_once('=') {
+            _ if req.is_empty() => true,
+            Some((k, v)) => labels.get(k.trim()).map(String::as_str) == Some(v.trim()),
+            None => labels.contains_key(req),
+        }
+    })
+}
+
+fn opt(s: Option<&str>) -> String {
+    s.map_or_else(|| "-".to_string(), str::to_string)
+}
+
+impl FakeCluster {
+    pub fn new() -> FakeCluster {
+        FakeCluster::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record a call, then answer with an injected failure if one matches.
+    fn enter(&self, method: &'static str, args: &[&str]) -> Result<MutexGuard<'_, State>> {
+        let mut state = self.lock();
+        state.calls.push(Call {
+            method,
+            args: args.iter().map(|a| a.to_string()).collect(),
+        });
+        if let Some(i) = state.failures.iter().position(|(m, _, _)| m == method) {
+            let (_, err, sticky) = state.failures[i].clone();
+            if !sticky {
+                state.failures.remove(i);
+            }
+            return Err(anyhow::Error::new(err).context(format!("fake {method}")));
+        }
+        Ok(state)
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.lock().calls.clone()
+    }
+
+    /// The calls so far as `method(arg, …)`, in order, and forget them.
+    pub fn take_calls(&self) -> Vec<String> {
+        let calls = std::mem::take(&mut self.lock().calls);
+        calls.iter().map(Call::to_string).collect()
+    }
+
+    /// How many times `method` was called.
+    pub fn count(&self, method: &str) -> usize {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.method == method)
+            .count()
+    }
+
+    /// The next call of `method` fails with `err`.
+    pub fn fail_next(&self, method: &str, err: ApiError) {
+        self.lock().failures.push((method.to_string(), err, false));
+    }
+
+    /// Every call of `method` fails with `err` (until [`FakeCluster::clear_failures`]).
+    pub fn fail_always(&self, method: &str, err: ApiError) {
+        self.lock().failures.push((method.to_string(), err, true));
+    }
+
+    pub fn clear_failures(&self) {
+        self.lock().failures.clear();
+    }
+
+    pub fn set_proxy(&self, proxy: ProxyStatus) {
+        self.lock().proxy = proxy;
+    }
+
+    pub fn set_cluster_version(&self, name: &str, cv: ClusterVersion) {
+        self.lock().cluster_versions.insert(name.to_string(), cv);
+    }
+
+    pub fn set_cluster_operator(&self, co: ClusterOperator) {
+        self.lock().cluster_operators.insert(co.name.clone(), co);
+    }
+
+    pub fn set_config_map(&self, namespace: &str, name: &str, data: &[(&str, &str)]) {
+        let data = data
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.lock().config_maps.insert(key(namespace, name), data);
+    }
+
+    /// The Events created, with their namespaces.
+    pub fn events(&self) -> Vec<(String, NewEvent)> {
+        self.lock().events.clone()
+    }
+
+    /// Add or replace a Node.
+    pub fn set_node(&self, node: Node) {
+        self.lock().nodes.insert(node.name.clone(), node);
+    }
+
+    pub fn node(&self, name: &str) -> Option<Node> {
+        self.lock().nodes.get(name).cloned()
+    }
+
+    pub fn add_service(&self, service: Service) {
+        self.lock().services.push(service);
+    }
+
+    pub fn services(&self) -> Vec<Service> {
+        self.lock().services.clone()
+    }
+
+    /// Add a Pod with its log.
+    pub fn add_pod(&self, pod: Pod, log: &str) {
+        let mut state = self.lock();
+        state
+            .pod_logs
+            .insert(key(&pod.namespace, &pod.name), log.to_string());
+        state.pods.push(pod);
+    }
+
+    pub fn pods(&self) -> Vec<Pod> {
+        self.lock().pods.clone()
+    }
+
+    /// Add or replace a CSR; its `object` gets a `metadata.name` and the conditions when empty.
+    pub fn set_csr(&self, mut csr: Csr) {
+        if csr.object.is_null() {
+            let conditions: Vec<Value> = csr.conditions.iter().map(condition_json).collect();
+            csr.object = json!({
+                "metadata": {"name": csr.name},
+                "status": {"conditions": conditions},
+            });
+        }
+        self.lock().csrs.insert(csr.name.clone(), csr);
+    }
+
+    pub fn csr(&self, name: &str) -> Option<Csr> {
+        self.lock().csrs.get(name).cloned()
+    }
+
+    pub fn set_subscription(&self, sub: Subscription) {
+        self.lock()
+            .subscriptions
+            .insert(key(&sub.namespace, &sub.name), sub);
+    }
+
+    pub fn set_csv(&self, csv: Csv) {
+        self.lock().csvs.insert(key(&csv.namespace, &csv.name), csv);
+    }
+
+    pub fn add_install_plan(&self, plan: InstallPlan) {
+        self.lock().install_plans.push(plan);
+    }
+
+    pub fn install_plans(&self) -> Vec<InstallPlan> {
+        self.lock().install_plans.clone()
+    }
+
+    pub fn add_job(&self, job: Job) {
+        self.lock().jobs.push(job);
+    }
+
+    pub fn jobs(&self) -> Vec<Job> {
+        self.lock().jobs.clone()
+    }
+
+    /// Add or replace a BareMetalHost (keyed by its `metadata.namespace` and `metadata.name`).
+    pub fn set_bmh(&self, bmh: Value) {
+        let k = key(
+            bmh["metadata"]["namespace"].as_str().unwrap_or_default(),
+            bmh["metadata"]["name"].as_str().unwrap_or_default(),
+        );
+        self.lock().bmhs.insert(k, bmh);
+    }
+
+    pub fn bmh(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.lock().bmhs.get(&key(namespace, name)).cloned()
+    }
+
+    pub fn add_provisioning(&self, name: &str) {
+        self.lock().provisionings.insert(name.to_string());
+    }
+
+    pub fn add_machine(&self, machine: Machine) {
+        self.lock().machines.push(machine);
+    }
+
+    pub fn set_machine_config_pool(&self, pool: MachineConfigPool) {
+        self.lock().mcps.insert(pool.name.clone(), pool);
+    }
+
+    pub fn machine_config_pool(&self, name: &str) -> Option<MachineConfigPool> {
+        self.lock().mcps.get(name).cloned()
+    }
+}
+
+fn condition_json(c: &Condition) -> Value {
+    json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message})
+}
+
+fn bmh_name(bmh: &Value) -> Result<&str> {
+    bmh["metadata"]["name"]
+        .as_str()
+        .ok_or_else(|| anyhow!("the BareMetalHost has no metadata.name"))
+}
+
+impl ClusterApi for FakeCluster {
+    fn get_proxy(&self, name: &str) -> Result<ProxyStatus> {
+        let state = self.enter("get_proxy", &[name])?;
+        Ok(state.proxy.clone())
+    }
+
+    fn get_cluster_version(&self, name: &str) -> Result<ClusterVersion> {
+        let state = self.enter("get_cluster_version", &[name])?;
+        state
+            .cluster_versions
+            .get(name)
+            .cloned()
+            .ok_or_else(|| not_found(&format!("ClusterVersion {name}")))
+    }
+
+    fn list_cluster_operators(&self) -> Result<Vec<ClusterOperator>> {
+        let state = self.enter("list_cluster_operators", &[])?;
+        Ok(state.cluster_operators.values().cloned().collect())
+    }
+
+    fn get_cluster_operator(&self, name: &str) -> Result<ClusterOperator> {
+        let state = self.enter("get_cluster_operator", &[name])?;
+        state
+            .cluster_operators
+            .get(name)
+            .cloned()
+            .ok_or_else(|| not_found(&format!("ClusterOperator {name}")))
+    }
+
+    fn get_config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>> {
+        let state = self.enter("get_config_map", &[namespace, name])?;
+        Ok(state.config_maps.get(&key(namespace, name)).cloned())
+    }
+
+    fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()> {
+        let mut state = self.enter("create_event", &[namespace, &event.name])?;
+        if state
+            .events
+            .iter()
+            .any(|(ns, e)| ns == namespace && e.name == event.name)
+        {
+            let msg = format!("events \"{}\" already exists", event.name);
+            return Err(ApiError::new(409, "AlreadyExists", &msg).into());
+        }
+        state.events.push((namespace.to_string(), event.clone()));
+        Ok(())
+    }
+
+    fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>> {
+        let state = self.enter("list_nodes", &[&opt(label_selector)])?;
+        Ok(state
+            .nodes
+            .values()
+            .filter(|n| selects(label_selector, &n.labels))
+            .cloned()
+            .collect())
+    }
+
+    fn get_node(&self, name: &str) -> Result<Node> {
+        let state = self.enter("get_node", &[name])?;
+        state
+            .nodes
+            .get(name)
+            .cloned()
+            .ok_or_else(|| not_found(&format!("node {name}")))
+    }
+
+    fn remove_node_taint(&self, name: &str, index: usize) -> Result<()> {
+        let mut state = self.enter("remove_node_taint", &[name, &index.to_string()])?;
+        let node = state
+            .nodes
+            .get_mut(name)
+            .ok_or_else(|| not_found(&format!("node {name}")))?;
+        if index >= node.taints.len() {
+            let msg = format!("no taint {index} on node {name}");
+            return Err(ApiError::new(422, "Invalid", &msg).into());
+        }
+        node.taints.remove(index);
+        Ok(())
+    }
+
+    fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()> {
+        let mut state = self.enter("patch_node_labels", &[name, &labels.to_string()])?;
+        let node = state
+            .nodes
+            .get_mut(name)
+            .ok_or_else(|| not_found(&format!("node {name}")))?;
+        for (k, v) in labels.as_object().into_iter().flatten() {
+            match v {
+                Value::Null => {
+                    node.labels.remove(k);
+                }
+                Value::String(s) => {
+                    node.labels.insert(k.clone(), s.clone());
+                }
+                other => {
+                    let msg = format!("label {k}: {other} is not a string");
+                    return Err(ApiError::new(400, "BadRequest", &msg).into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn list_services(&self) -> Result<Vec<Service>> {
+        let state = self.enter("list_services", &[])?;
+        Ok(state.services.clone())
+    }
+
+    fn delete_service(&self, namespace: &str, name: &str) -> Result<()> {
+        let mut state = self.enter("delete_service", &[namespace, name])?;
+        let before = state.services.len();
+        state
+            .services
+            .retain(|s| !(s.namespace == namespace && s.name == name));
+        match state.services.len() < before {
+            true => Ok(()),
+            false => Err(not_found(&format!("service {namespace}/{name}"))),
+        }
+    }
+
+    fn list_pods(
+        &self,
+        namespace: &str,
+        label_selector: Option<&str>,
+        field_selector: Option<&str>,
+    ) -> Result<Vec<Pod>> {
+        let args = [namespace, &opt(label_selector), &opt(field_selector)];
+        let state = self.enter("list_pods", &args)?;
+        let phase = field_selector.and_then(|f| f.strip_prefix("status.phase="));
+        Ok(state
+            .pods
+            .iter()
+            .filter(|p| p.namespace == namespace && selects(label_selector, &p.labels))
+            .filter(|p| phase.is_none_or(|ph| p.phase == ph))
+            .cloned()
+            .collect())
+    }
+
+    fn pod_log(&self, namespace: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
+        let since = since_seconds.map_or_else(|| "-".to_string(), |s| s.to_string());
+        let state = self.enter("pod_log", &[namespace, name, &since])?;
+        state
+            .pod_logs
+            .get(&key(namespace, name))
+            .cloned()
+            .ok_or_else(|| not_found(&format!("pod {namespace}/{name}")))
+    }
+
+    fn delete_pods(&self, namespace: &str, label_selector: Option<&str>) -> Result<()> {
+        let mut state = self.enter("delete_pods", &[namespace, &opt(label_selector)])?;
+        state
+            .pods
+            .retain(|p| !(p.namespace == namespace && selects(label_selector, &p.labels)));
+        Ok(())
+    }
+
+    fn list_csrs(&self) -> Result<Vec<Csr>> {
+        let state = self.enter("list_csrs", &[])?;
+        Ok(state.csrs.values().cloned().collect())
+    }
+
+    fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()> {
+        let mut state = self.enter("approve_csr", &[&csr.name, &approval.condition.type_])?;
+        let stored = state
+            .csrs
+            .get_mut(&csr.name)
+            .ok_or_else(|| not_found(&format!("CSR {}", csr.name)))?;
+        stored.conditions.push(approval.condition.clone());
+        let mut object = csr.object.clone();
+        let condition = condition_json(&approval.condition);
+        match object["status"]["conditions"].as_array_mut() {
+            Some(list) => list.push(condition),
+            None => object["status"]["conditions"] = json!([condition]),
+        }
+        stored.object = object;
+        Ok(())
+    }
+
+    fn get_subscription(&self, namespace: &str, name: &str) -> Result<Option<Subscription>> {
+        let state = self.enter("get_subscription", &[namespace, name])?;
+        Ok(state.subscriptions.get(&key(namespace, name)).cloned())
+    }
+
+    fn get_csv(&self, namespace: &str, name: &str) -> Result<Option<Csv>> {
+        let state = self.enter("get_csv", &[namespace, name])?;
+        Ok(state.csvs.get(&key(namespace, name)).cloned())
+    }
+
+    fn list_install_plans(&self, namespace: &str) -> Result<Vec<InstallPlan>> {
+        let state = self.enter("list_install_plans", &[namespace])?;
+        Ok(state
+            .install_plans
+            .iter()
+            .filter(|p| p.namespace == namespace)
+            .cloned()
+            .collect())
+    }
+
+    fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()> {
+        let mut state = self.enter("delete_install_plan", &[namespace, name])?;
+        state
+            .install_plans
+            .retain(|p| !(p.namespace == namespace && p.name == name));
+        Ok(())
+    }
+
+    fn list_jobs(&self, namespace: &str) -> Result<Vec<Job>> {
+        let state = self.enter("list_jobs", &[namespace])?;
+        Ok(state
+            .jobs
+            .iter()
+            .filter(|j| j.namespace == namespace)
+            .cloned()
+            .collect())
+    }
+
+    fn delete_job(&self, namespace: &str, name: &str) -> Result<()> {
+        let mut state = self.enter("delete_job", &[namespace, name])?;
+        state
+            .jobs
+            .retain(|j| !(j.namespace == namespace && j.name == name));
+        Ok(())
+    }
+
+    fn list_bmhs(&self, namespace: &str) -> Result<Vec<Value>> {
+        let state = self.enter("list_bmhs", &[namespace])?;
+        Ok(state
+            .bmhs
+            .iter()
+            .filter(|((ns, _), _)| ns == namespace)
+            .map(|(_, v)| v.clone())
+            .collect())
+    }
+
+    fn get_bmh(&self, namespace: &str, name: &str) -> Result<Value> {
+        let state = self.enter("get_bmh", &[namespace, name])?;
+        state
+            .bmhs
+            .get(&key(namespace, name))
+            .cloned()
+            .ok_or_else(|| not_found(&format!("BareMetalHost {namespace}/{name}")))
+    }
+
+    fn update_bmh(&self, namespace: &str, bmh: &Value) -> Result<Value> {
+        let name = bmh["metadata"]["name"].as_str().unwrap_or_default();
+        let mut state = self.enter("update_bmh", &[namespace, name])?;
+        let name = bmh_name(bmh)?;
+        let stored = state
+            .bmhs
+            .get_mut(&key(namespace, name))
+            .ok_or_else(|| not_found(&format!("BareMetalHost {namespace}/{name}")))?;
+        // As the API server does on the main resource: the status is not written.
+        let status = stored.get("status").cloned();
+        *stored = bmh.clone();
+        match status {
+            Some(status) => stored["status"] = status,
+            None => {
+                if let Some(o) = stored.as_object_mut() {
+                    o.remove("status");
+                }
+            }
+        }
+        Ok(stored.clone())
+    }
+
+    fn update_bmh_status(&self, namespace: &str, bmh: &Value) -> Result<Value> {
+        let name = bmh["metadata"]["name"].as_str().unwrap_or_default();
+        let mut state = self.enter("update_bmh_status", &[namespace, name])?;
+        let name = bmh_name(bmh)?;
+        let stored = state
+            .bmhs
+            .get_mut(&key(namespace, name))
+            .ok_or_else(|| not_found(&format!("BareMetalHost {namespace}/{name}")))?;
+        // Only the status is written through the subresource.
+        stored["status"] = bmh.get("status").cloned().unwrap_or(Value::Null);
+        Ok(stored.clone())
+    }
+
+    fn provisioning_exists(&self, name: &str) -> Result<bool> {
+        let state = self.enter("provisioning_exists", &[name])?;
+        Ok(state.provisionings.contains(name))
+    }
+
+    fn list_machines(&self, namespace: &str) -> Result<Vec<Machine>> {
+        let state = self.enter("list_machines", &[namespace])?;
+        Ok(state
+            .machines
+            .iter()
+            .filter(|m| m.namespace == namespace)
+            .cloned()
+            .collect())
+    }
+
+    fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool> {
+        let state = self.enter("get_machine_config_pool", &[name])?;
+        state
+            .mcps
+            .get(name)
+            .cloned()
+            .ok_or_else(|| not_found(&format!("MachineConfigPool {name}")))
+    }
+
+    fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()> {
+        let mut state = self.enter(
+            "set_machine_config_pool_paused",
+            &[name, &paused.to_string()],
+        )?;
+        let pool = state
+            .mcps
+            .get_mut(name)
+            .ok_or_else(|| not_found(&format!("MachineConfigPool {name}")))?;
+        pool.paused = paused;
+        Ok(())
+    }
+}
+
+/// Call every [`ClusterApi`] method once, in trait order, ignoring the results: the RBAC tests run
+/// it on the fake (every method is declared) and on the real client against an HTTP fake (every
+/// request sent is declared and allowed).
+pub fn exercise_all(api: &dyn ClusterApi) {
+    let ns = "openshift-machine-api";
+    let time = std::time::UNIX_EPOCH;
+    let csr = Csr {
+        name: "csr-1".into(),
+        conditions: vec![],
+        object: json!({"metadata": {"name": "csr-1"}, "status": {}}),
+    };
+    let approval = CsrApproval {
+        condition: Condition {
+            type_: "Approved".into(),
+            status: "True".into(),
+            reason: "NodeCSRApprove".into(),
+            message: "approved".into(),
+        },
+        time,
+    };
+    let event = NewEvent {
+        name: "e".into(),
+        reason: "r".into(),
+        type_: "Normal".into(),
+        message: "m".into(),
+        involved_namespace: "assisted-installer".into(),
+        involved_name: "assisted-installer-controller".into(),
+        time,
+    };
+    let bmh = json!({"metadata": {"name": "bmh-0", "namespace": ns}, "spec": {}, "status": {}});
+    let _ = api.get_proxy("cluster");
+    let _ = api.get_cluster_version("version");
+    let _ = api.list_cluster_operators();
+    let _ = api.get_cluster_operator("console");
+    let _ = api.get_config_map("kube-system", "cluster-config-v1");
+    let _ = api.create_event("assisted-installer", &event);
+    let _ = api.list_nodes(Some("node-role.kubernetes.io/master"));
+    let _ = api.get_node("master-0");
+    let _ = api.remove_node_taint("master-0", 0);
+    let _ = api.patch_node_labels("master-0", &json!({"a": "b"}));
+    let _ = api.list_services();
+    let _ = api.delete_service("openshift-dns", "dns-default");
+    let _ = api.list_pods(
+        "assisted-installer",
+        Some("job-name=x"),
+        Some("status.phase=Running"),
+    );
+    let _ = api.pod_log("assisted-installer", "pod-0", Some(300));
+    let _ = api.delete_pods("openshift-dns-operator", None);
+    let _ = api.list_csrs();
+    let _ = api.approve_csr(&csr, &approval);
+    let _ = api.get_subscription("openshift-storage", "odf-operator");
+    let _ = api.get_csv("openshift-storage", "odf-operator.v4.15.0");
+    let _ = api.list_install_plans("openshift-storage");
+    let _ = api.delete_install_plan("openshift-storage", "install-1");
+    let _ = api.list_jobs("openshift-marketplace");
+    let _ = api.delete_job("openshift-marketplace", "job-1");
+    let _ = api.list_bmhs(ns);
+    let _ = api.get_bmh(ns, "bmh-0");
+    let _ = api.update_bmh(ns, &bmh);
+    let _ = api.update_bmh_status(ns, &bmh);
+    let _ = api.provisioning_exists("provisioning-configuration");
+    let _ = api.list_machines(ns);
+    let _ = api.get_machine_config_pool("worker");
+    let _ = api.set_machine_config_pool_paused("worker", true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::cluster::Taint;
+
+    fn node(name: &str, labels: &[(&str, &str)]) -> Node {
+        Node {
+            name: name.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn records_calls_in_order_with_arguments() {
+        let fake = FakeCluster::new();
+        fake.set_node(node("m0", &[("node-role.kubernetes.io/master", "")]));
+        fake.set_node(node("w0", &[]));
+        let masters = fake
+            .list_nodes(Some("node-role.kubernetes.io/master"))
+            .unwrap();
+        assert_eq!(masters.len(), 1);
+        assert_eq!(fake.list_nodes(None).unwrap().len(), 2);
+        fake.pod_log("ns", "p", Some(300)).unwrap_err();
+        assert_eq!(
+            fake.take_calls(),
+            vec![
+                "list_nodes(node-role.kubernetes.io/master)",
+                "list_nodes(-)",
+                "pod_log(ns, p, 300)"
+            ]
+        );
+        assert!(fake.calls().is_empty());
+    }
+
+    #[test]
+    fn failures_once_and_sticky_carry_their_code() {
+        let fake = FakeCluster::new();
+        fake.fail_next("list_csrs", ApiError::new(500, "InternalError", "boom"));
+        let err = fake.list_csrs().unwrap_err();
+        assert_eq!(super::super::api_error_code(&err), Some(500));
+        assert!(fake.list_csrs().is_ok());
+        fake.fail_always("get_config_map", ApiError::new(403, "Forbidden", "no"));
+        for _ in 0..2 {
+            let err = fake.get_config_map("a", "b").unwrap_err();
+            assert_eq!(super::super::api_error_code(&err), Some(403));
+        }
+        fake.clear_failures();
+        assert_eq!(fake.get_config_map("a", "b").unwrap(), None);
+        assert_eq!(fake.count("get_config_map"), 3);
+    }
+
+    #[test]
+    fn writes_change_the_state() {
+        let fake = FakeCluster::new();
+        let mut n = node("m0", &[]);
+        n.taints = vec![
+            Taint {
+                key: "a".into(),
+                ..Taint::default()
+            },
+            Taint {
+                key: "b".into(),
+                ..Taint::default()
+            },
+        ];
+        fake.set_node(n);
+        fake.remove_node_taint("m0", 0).unwrap();
+        assert_eq!(fake.node("m0").unwrap().taints[0].key, "b");
+        fake.remove_node_taint("m0", 5).unwrap_err();
+        fake.patch_node_labels("m0", &json!({"x": "1"})).unwrap();
+        assert_eq!(fake.node("m0").unwrap().labels["x"], "1");
+
+        fake.set_machine_config_pool(MachineConfigPool {
+            name: "worker".into(),
+            paused: false,
+        });
+        fake.set_machine_config_pool_paused("worker", true).unwrap();
+        assert!(fake.machine_config_pool("worker").unwrap().paused);
+
+        let event = NewEvent {
+            name: "e".into(),
+            reason: "r".into(),
+            type_: "Normal".into(),
+            message: "m".into(),
+            involved_namespace: "ns".into(),
+            involved_name: "x".into(),
+            time: std::time::UNIX_EPOCH,
+        };
+        fake.create_event("ns", &event).unwrap();
+        let again = fake.create_event("ns", &event).unwrap_err();
+        assert_eq!(super::super::api_error_code(&again), Some(409));
+        assert_eq!(fake.events().len(), 1);
+
+        fake.add_pod(
+            Pod {
+                namespace: "dns".into(),
+                name: "p".into(),
+                ..Pod::default()
+            },
+            "log",
+        );
+        fake.delete_pods("dns", None).unwrap();
+        assert!(fake.pods().is_empty());
+    }
+
+    #[test]
+    fn csr_approval_appends_the_condition() {
+        let fake = FakeCluster::new();
+        fake.set_csr(Csr {
+            name: "csr-1".into(),
+            ..Csr::default()
+        });
+        let csr = fake.list_csrs().unwrap().remove(0);
+        let approval = CsrApproval {
+            condition: Condition {
+                type_: "Approved".into(),
+                status: "True".into(),
+                ..Condition::default()
+            },
+            time: std::time::UNIX_EPOCH,
+        };
+        fake.approve_csr(&csr, &approval).unwrap();
+        let stored = fake.csr("csr-1").unwrap();
+        assert!(stored.conditions[0].is_true("Approved"));
+        assert_eq!(stored.object["status"]["conditions"][0]["type"], "Approved");
+    }
+
+    #[test]
+    fn bmh_update_keeps_status_and_status_update_only_status() {
+        let fake = FakeCluster::new();
+        let ns = "openshift-machine-api";
+        fake.set_bmh(json!({"metadata": {"name": "b", "namespace": ns}, "status": {"s": 1}}));
+        let mut bmh = fake.get_bmh(ns, "b").unwrap();
+        bmh["spec"] = json!({"externallyProvisioned": true});
+        bmh["status"] = json!({"s": 2});
+        let stored = fake.update_bmh(ns, &bmh).unwrap();
+        assert_eq!(stored["status"]["s"], 1);
+        assert_eq!(stored["spec"]["externallyProvisioned"], true);
+        bmh["spec"] = json!({});
+        let stored = fake.update_bmh_status(ns, &bmh).unwrap();
+        assert_eq!(stored["status"]["s"], 2);
+        assert_eq!(stored["spec"]["externallyProvisioned"], true);
+    }
+
+    #[test]
+    fn pods_by_label_and_phase() {
+        let fake = FakeCluster::new();
+        for (name, phase) in [("a", "Running"), ("b", "Pending")] {
+            fake.add_pod(
+                Pod {
+                    namespace: "ns".into(),
+                    name: name.into(),
+                    phase: phase.into(),
+                    labels: BTreeMap::from([("job-name".to_string(), "x".to_string())]),
+                },
+                "",
+            );
+        }
+        let running = fake
+            .list_pods("ns", Some("job-name=x"), Some("status.phase=Running"))
+            .unwrap();
+        assert_eq!(running.len(), 1);
+        assert_eq!(running[0].name, "a");
+        assert!(fake
+            .list_pods("ns", Some("job-name=y"), None)
+            .unwrap()
+            .is_empty());
+        assert!(fake.list_pods("other", None, None).unwrap().is_empty());
+    }
+}
