@@ -5,6 +5,7 @@ pub mod cli;
 pub mod clock;
 pub mod commands;
 pub mod config;
+pub mod controller;
 pub mod disk;
 pub mod flow;
 pub mod host;
