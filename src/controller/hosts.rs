@@ -249,7 +249,7 @@ impl HostMap {
             .iter()
             .filter(|(kind, _)| *kind == INTERNAL_IP)
             .filter_map(|(_, ip)| index.get(ip))
-            .last()
+            .next_back()
             .and_then(|key| by_ip.hosts.get(*key))
     }
 
