@@ -165,6 +165,7 @@ struct State {
     ingress_certs: Vec<String>,
     completions: Vec<Value>,
     events: Vec<Value>,
+    behind_prism: bool,
 }
 
 /// See the module documentation. Clones share the state.
@@ -285,6 +286,12 @@ impl FakeService {
     /// Accepted log uploads, in order.
     pub(crate) fn uploads(&self) -> Vec<LogsUpload> {
         self.state().uploads.clone()
+    }
+
+    /// Served through Prism's proxy, which forwards a JSON-string body (the ingress CA) decoded,
+    /// without its quotes: accept that text as the string (Prism has validated it already).
+    pub(crate) fn set_behind_prism(&self) {
+        self.state().behind_prism = true;
     }
 
     /// A `V2DownloadClusterCredentials` file (e.g. `kubeconfig-noingress`).
@@ -780,6 +787,10 @@ impl FakeService {
                 match serde_json::from_slice::<Value>(&req.body) {
                     Ok(Value::String(pem)) => {
                         state.ingress_certs.push(pem);
+                        Ok(Reply::empty(201))
+                    }
+                    Err(_) if state.behind_prism => {
+                        state.ingress_certs.push(req.body_text());
                         Ok(Reply::empty(201))
                     }
                     _ => refuse(400, "the body must be a JSON string (ingress-cert-params)"),
