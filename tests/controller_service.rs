@@ -433,3 +433,49 @@ fn a_wrong_token_is_401_and_not_retried() {
     assert!(!format!("{err:#}").contains("wrong-token-secret"));
     assert_eq!(srv.requests().len(), 1);
 }
+
+/// TLS as §2.4: the `CA_CERT_PATH` bundle trusted on top of the system roots; without it the
+/// service's private CA is refused (and not retried); `SKIP_CERT_VERIFICATION` trusts anything
+/// and ignores the CA path, even an unreadable one.
+#[test]
+fn tls_ca_file_and_skip_verification() {
+    use common::tls_server::{Pki, TlsServer};
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "svc");
+    let ca = dir.path().join("service-ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let srv = TlsServer::start(
+        dir.path(),
+        &pki,
+        br#"{"kind":"Cluster","id":"3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f","status":"installing"}"#,
+    );
+    let url = srv.url("");
+    let build = |skip: bool, ca_cert_path: Option<std::path::PathBuf>| {
+        let config = ControllerServiceConfig {
+            inventory_url: url.clone(),
+            token: "tls-token".into(),
+            skip_cert_verification: skip,
+            ca_cert_path,
+        };
+        ControllerClient::new(&config, CLUSTER, Arc::new(FakeClock::new())).unwrap()
+    };
+
+    let cluster = build(false, Some(ca.clone())).get_cluster(true).unwrap();
+    assert_eq!(cluster.status, "installing");
+    let requests = srv.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].path,
+        format!("{BASE_PATH}/v2/clusters/{CLUSTER}?exclude-hosts=true")
+    );
+    assert_eq!(requests[0].header("x-secret-key"), Some("tls-token"));
+
+    let err = build(false, None).get_cluster(true).unwrap_err();
+    let se = service_error(&err);
+    assert_eq!((se.status, se.attempts), (None, 1), "{err:#}");
+    assert_eq!(srv.requests().len(), 1, "the handshake failed");
+
+    let unreadable = Some(dir.path().join("no-such-ca.pem"));
+    build(true, unreadable).get_cluster(true).unwrap();
+    assert_eq!(srv.requests().len(), 2);
+}
