@@ -99,6 +99,34 @@ pub fn wire_report(report: &OperatorMonitorReport) -> OperatorMonitorReport {
     body
 }
 
+/// The monitored operators as the availability checks and the OLM list look them up (§3.8.2,
+/// §3.9): on OpenShift 4.8 (`>= 4.8, < 4.9`) the service's `odf` is known in the cluster as
+/// `ocs`, with subscription `ocs-operator`; other versions are unchanged. `OPENSHIFT_VERSION`
+/// must parse (`4.8`, `v4.8.2`, `4.8.0-rc.1`…) unless the list is empty, as in Go.
+///
+/// A pre-release suffix is ignored here (`4.9.0-rc.1` is 4.9); Go's version library may order
+/// pre-releases differently at the 4.8/4.9 bounds, which only matters for 4.8/4.9 release
+/// candidates.
+pub fn operators_for_version(
+    mut list: Vec<MonitoredOperator>,
+    openshift_version: &str,
+) -> Result<Vec<MonitoredOperator>> {
+    if list.is_empty() {
+        return Ok(list);
+    }
+    let Some((major, minor, _)) = crate::kube::install_config::parse_version(openshift_version)
+    else {
+        anyhow::bail!("invalid OPENSHIFT_VERSION {openshift_version:?}");
+    };
+    if (major, minor) == (4, 8) {
+        for op in list.iter_mut().filter(|o| o.name == "odf") {
+            op.name = "ocs".to_string();
+            op.subscription_name = "ocs-operator".to_string();
+        }
+    }
+    Ok(list)
+}
+
 /// What the reboots notifier reports for one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RebootsEvent {

@@ -356,3 +356,40 @@ fn memory_service_records_calls_and_applies_them() {
         }
     );
 }
+
+#[test]
+fn odf_is_looked_up_as_ocs_on_4_8_only() {
+    let list = || {
+        vec![
+            MonitoredOperator {
+                subscription_name: "odf-operator".into(),
+                ..op("odf", "")
+            },
+            op("console", ""),
+        ]
+    };
+    for v in ["4.8", "4.8.0", "v4.8.2", "4.8.9-rc.1"] {
+        let got = operators_for_version(list(), v).unwrap();
+        assert_eq!(
+            (got[0].name.as_str(), got[0].subscription_name.as_str()),
+            ("ocs", "ocs-operator"),
+            "{v}"
+        );
+        assert_eq!(got[1].name, "console");
+    }
+    for v in ["4.7.9", "4.9", "4.9.0", "4.18.0-ec.2", "5.8"] {
+        assert_eq!(operators_for_version(list(), v).unwrap(), list(), "{v}");
+    }
+    for v in ["", "four", "4.x"] {
+        assert!(operators_for_version(list(), v).is_err(), "{v:?}");
+        assert!(operators_for_version(vec![], v).unwrap().is_empty());
+    }
+    // A report of the renamed operator goes back under the service's name.
+    let report = OperatorMonitorReport {
+        name: operators_for_version(list(), "4.8").unwrap()[0]
+            .name
+            .clone(),
+        ..OperatorMonitorReport::default()
+    };
+    assert_eq!(wire_report(&report).name, "odf");
+}
