@@ -61,8 +61,13 @@ impl ServiceCall {
     }
 }
 
+/// Runs at every call, before it is answered: the call, how many calls came before it, and the
+/// service's state to change (the cluster and the operators).
+type Hook = Box<dyn FnMut(&ServiceCall, usize, &mut Cluster, &mut Vec<MonitoredOperator>) + Send>;
+
 #[derive(Default)]
 struct State {
+    hook: Option<Hook>,
     cluster: Cluster,
     operators: Vec<MonitoredOperator>,
     custom_manifests: Vec<u8>,
@@ -143,6 +148,17 @@ impl MemoryService {
             .extend(std::iter::repeat_n(status, times));
     }
 
+    /// `hook` runs at every call before it is answered (and before an injected failure), e.g.
+    /// to move the cluster to `installed` at the n-th call while a task polls.
+    pub fn on_call(
+        &self,
+        hook: impl FnMut(&ServiceCall, usize, &mut Cluster, &mut Vec<MonitoredOperator>)
+            + Send
+            + 'static,
+    ) {
+        self.state().hook = Some(Box::new(hook));
+    }
+
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<ServiceCall> {
         self.state().calls.clone()
@@ -161,6 +177,11 @@ impl MemoryService {
     fn call<T>(&self, call: ServiceCall, apply: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
         let mut state = self.state();
         let operation = call.operation();
+        if let Some(mut hook) = state.hook.take() {
+            let s = &mut *state;
+            hook(&call, s.calls.len(), &mut s.cluster, &mut s.operators);
+            s.hook = Some(hook);
+        }
         state.calls.push(call);
         let injected = state
             .failures

@@ -393,3 +393,28 @@ fn odf_is_looked_up_as_ocs_on_4_8_only() {
     };
     assert_eq!(wire_report(&report).name, "odf");
 }
+
+#[test]
+fn memory_service_hook_changes_the_state_per_call() {
+    let svc = MemoryService::new(CLUSTER, Arc::new(FakeClock::new()));
+    svc.on_call(|call, n, cluster, operators| {
+        if n == 2 {
+            cluster.status = "installed".into();
+        }
+        if matches!(call, ServiceCall::ListMonitoredOperators) {
+            operators.push(op("console", "available"));
+        }
+    });
+    let statuses: Vec<String> = (0..4)
+        .map(|_| svc.get_cluster(true).unwrap().status)
+        .collect();
+    assert_eq!(
+        statuses,
+        ["installing", "installing", "installed", "installed"]
+    );
+    assert_eq!(svc.monitored_operators(false).unwrap().len(), 1);
+    // The hook runs before an injected failure, which still fails the call.
+    svc.fail("v2GetCluster", 1, 404);
+    assert!(svc.get_cluster(true).is_err());
+    assert_eq!(svc.calls().len(), 6);
+}
