@@ -18,6 +18,10 @@
 //! - **Transport errors.** Every failure without an answer that is not a TLS or request-building
 //!   error is retried (Go: "temporary" net errors and ECONNREFUSED).
 //!
+//! The client has no stop token: its retries run to the end of their budget even after the
+//! tasks are told to stop, because the final calls (the last log upload, `logs_state`
+//! `completed`, a completion attempt after a cancellation) must still reach the service.
+//!
 //! The monitored-operators list is cached per cluster for [`MONITORED_OPERATORS_TTL`] on the
 //! controller's [`Clock`] ([`OperatorsCache`]): a cached value is only used when the caller asks
 //! (`use_cache`), every fetch refreshes it, and reading it does not extend its life.
