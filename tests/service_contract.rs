@@ -505,3 +505,191 @@ fn every_client_request_is_valid_against_the_swagger() {
         eprintln!("{}", prism.log_text());
     }
 }
+
+/// The controller's calls (`ControllerClient`, every §5 operation) through the same validator.
+#[test]
+fn every_controller_request_is_valid_against_the_swagger() {
+    use assisted_installer::clock::FakeClock;
+    use assisted_installer::controller::service::{
+        ControllerClient, ControllerService, ControllerServiceConfig, RebootsEvent,
+    };
+    use assisted_installer::service::{
+        CompletionParams, FinalizingStage, OperatorMonitorReport, OperatorStatus,
+    };
+
+    if let Some(reason) = missing_prerequisite() {
+        eprintln!("SKIPPED controller contract test: {reason}");
+        return;
+    }
+    let fake = FakeService::new();
+    fake.set_behind_prism();
+    fake.set_hosts(hosts());
+    fake.set_operators(vec![
+        json!({"cluster_id": CLUSTER, "name": "console", "operator_type": "builtin", "status": "progressing"}),
+        json!({"cluster_id": CLUSTER, "name": "odf", "operator_type": "olm", "namespace": "openshift-storage",
+               "subscription_name": "odf-operator", "timeout_seconds": 1800}),
+    ]);
+    fake.set_cluster_file("custom_manifests.json", b"[]".to_vec());
+    fake.set_credentials_file("kubeconfig-noingress", b"apiVersion: v1\n".to_vec());
+    let srv = TestServer::with_app(fake.clone());
+    let prism = Prism::start(&srv.base_url());
+    let config = ControllerServiceConfig {
+        inventory_url: prism.url(),
+        token: fake.token(),
+        ..ControllerServiceConfig::default()
+    };
+    // Retries wait on a fake clock: a rejected request fails at once or after instant retries.
+    let c = ControllerClient::new(&config, CLUSTER, Arc::new(FakeClock::new())).unwrap();
+    let fail = |what: &str, e: anyhow::Error| -> ! {
+        let last = srv
+            .requests()
+            .last()
+            .map(|r| (r.headers.clone(), r.body_text()));
+        panic!(
+            "{what}: {e:#}\nlast request: {last:?}\n--- prism log ---\n{}",
+            prism.log_text()
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+
+    c.get_cluster(true)
+        .unwrap_or_else(|e| fail("get cluster", e));
+    let cluster = c
+        .get_cluster(false)
+        .unwrap_or_else(|e| fail("get cluster + hosts", e));
+    assert_eq!(cluster.hosts.len(), 5);
+    for stage in [HostStage::Configuring, HostStage::Joined, HostStage::Done] {
+        c.update_host_stage(IE, MASTER2, stage)
+            .unwrap_or_else(|e| fail(&format!("host stage {stage}"), e));
+    }
+    for stage in FinalizingStage::ALL {
+        c.update_finalizing_stage(stage)
+            .unwrap_or_else(|e| fail(&format!("finalizing stage {stage}"), e));
+    }
+    let ops = c
+        .monitored_operators(false)
+        .unwrap_or_else(|e| fail("monitored operators", e));
+    assert_eq!(ops.len(), 2);
+    for report in [
+        OperatorMonitorReport {
+            name: "console".into(),
+            version: "4.18.0".into(),
+            status: Some(OperatorStatus::Available),
+            status_info: "All is well".into(),
+        },
+        OperatorMonitorReport {
+            name: "ocs".into(),
+            status: Some(OperatorStatus::Failed),
+            status_info: "Waiting for operator timed out".into(),
+            ..OperatorMonitorReport::default()
+        },
+    ] {
+        c.report_operator_status(&report)
+            .unwrap_or_else(|e| fail(&format!("report {}", report.name), e));
+    }
+    c.upload_ingress_cert("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+        .unwrap_or_else(|e| fail("ingress cert", e));
+    c.download_custom_manifests(&dir.path().join("custom_manifests.json"))
+        .unwrap_or_else(|e| fail("custom manifests", e));
+    c.download_kubeconfig_noingress(&dir.path().join("kubeconfig-noingress"))
+        .unwrap_or_else(|e| fail("kubeconfig-noingress", e));
+    c.complete_installation(&CompletionParams {
+        is_success: true,
+        ..CompletionParams::default()
+    })
+    .unwrap_or_else(|e| fail("complete installation (success)", e));
+    let mut data = serde_json::Map::new();
+    data.insert(
+        "CLUSTER_OPERATORS_REPORT".into(),
+        json!([{"name": "console", "status": "failed", "status_info": "Degraded"}]),
+    );
+    // Go's failure body does not validate: the swagger types each `data` value as an object,
+    // and the controller sends the operators report as an array. The service's generated model
+    // takes any JSON value there and reads that array (its event lists the failed operators),
+    // so the body stays Go's; this pins the known mismatch.
+    let before = srv.requests().len();
+    let err = c
+        .complete_installation(&CompletionParams {
+            is_success: false,
+            error_info: "Stopped waiting for router ca data: context canceled".into(),
+            data: Some(data.clone()),
+        })
+        .unwrap_err();
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("422") && text.contains("UNPROCESSABLE_ENTITY"),
+        "{text}"
+    );
+    // The same body sent raw, for Prism's whole answer: the complaint is about `data`.
+    let body = json!({
+        "is_success": false,
+        "error_info": "Stopped waiting for router ca data: context canceled",
+        "data": data,
+    });
+    let raw = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(format!(
+            "{}{BASE_PATH}/v2/clusters/{CLUSTER}/actions/complete-installation",
+            prism.url()
+        ))
+        .header("X-Secret-Key", fake.token())
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(raw.status().as_u16(), 422);
+    let text = raw.text().unwrap();
+    assert!(
+        text.contains("data.CLUSTER_OPERATORS_REPORT must be object"),
+        "{text}"
+    );
+    assert_eq!(srv.requests().len(), before, "Prism did not forward it");
+    // Without `data` (the operators could not be listed) the failure body is valid.
+    c.complete_installation(&CompletionParams {
+        is_success: false,
+        error_info: "Stopped waiting for router ca data: context canceled".into(),
+        data: None,
+    })
+    .unwrap_or_else(|e| fail("complete installation (failure, no data)", e));
+    c.upload_controller_logs(vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3])
+        .unwrap_or_else(|e| fail("controller logs", e));
+    for state in [LogsState::Requested, LogsState::Completed] {
+        c.update_logs_progress(state)
+            .unwrap_or_else(|e| fail(&format!("logs progress {state}"), e));
+    }
+    c.trigger_reboots_event(&RebootsEvent {
+        cluster_id: CLUSTER.into(),
+        host_id: MASTER2.into(),
+        infra_env_id: IE.into(),
+        node_name: "master-2".into(),
+        reboots: 2,
+    })
+    .unwrap_or_else(|e| fail("reboots event", e));
+
+    let calls = srv.requests();
+    assert_eq!(
+        calls.len(),
+        2 + 3 + 7 + 1 + 2 + 1 + 2 + 2 + 1 + 2 + 1,
+        "the fake saw every request"
+    );
+    for call in &calls {
+        assert!(
+            (200..300).contains(&call.status),
+            "{} {} → {}",
+            call.method,
+            call.path,
+            call.status
+        );
+        assert_eq!(call.header("x-secret-key"), Some(fake.token().as_str()));
+    }
+    assert_eq!(fake.finalizing_stages().len(), 7);
+    assert_eq!(fake.operator_reports().len(), 2);
+    assert_eq!(fake.operator_reports()[1]["name"], "odf");
+    assert_eq!(fake.completions().len(), 2);
+    assert_eq!(fake.events().len(), 1);
+    assert_eq!(fake.ingress_certs().len(), 1);
+    if std::env::var_os("AI_PRISM_LOG").is_some() {
+        eprintln!("{}", prism.log_text());
+    }
+}

@@ -154,6 +154,18 @@ impl ClientRetry {
         }
     }
 
+    /// Go `maxRetries` for the assisted-installer-controller.
+    pub const CONTROLLER_MAX_RETRIES: u32 = 15;
+
+    /// The controller's policy: as [`ClientRetry::installer`] with 15 retries for the "max"
+    /// classes (408/429/5xx/no answer) instead of 360.
+    pub fn controller() -> Self {
+        ClientRetry {
+            max_retries: Self::CONTROLLER_MAX_RETRIES,
+            ..Self::installer()
+        }
+    }
+
     /// The dry-run policy: as [`ClientRetry::installer`] with 3 retries for the "max" classes.
     pub fn dry_run() -> Self {
         ClientRetry {
@@ -537,7 +549,8 @@ impl ServiceClient {
         }
     }
 
-    fn send_json<B: serde::Serialize>(
+    /// Sends `body` as JSON; any 2xx answer is success and its body is not read.
+    pub(crate) fn send_json<B: serde::Serialize>(
         &self,
         name: &'static str,
         method: Method,
@@ -555,7 +568,12 @@ impl ServiceClient {
         self.execute(&call, |_| Ok(()))
     }
 
-    fn get_json<T: DeserializeOwned>(&self, name: &'static str, path: String) -> Result<T> {
+    /// GETs `path` and decodes the JSON answer.
+    pub(crate) fn get_json<T: DeserializeOwned>(
+        &self,
+        name: &'static str,
+        path: String,
+    ) -> Result<T> {
         let call = Call {
             name,
             method: Method::GET,
@@ -574,7 +592,7 @@ impl ServiceClient {
 
     /// Streams a GET answer into `dest` through a temporary file in the same directory, fsyncs
     /// it and renames it into place. A body cut short is retried like a failed connection.
-    fn download(&self, name: &'static str, path: String, dest: &Path) -> Result<()> {
+    pub(crate) fn download(&self, name: &'static str, path: String, dest: &Path) -> Result<()> {
         let call = Call {
             name,
             method: Method::GET,
@@ -709,7 +727,7 @@ fn is_loopback(url: &reqwest::Url) -> bool {
 
 /// Percent-encodes everything but RFC 3986 unreserved characters (ids are UUIDs, so this is
 /// normally the identity).
-fn encode(text: &str) -> String {
+pub(crate) fn encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
@@ -861,6 +879,17 @@ mod tests {
         assert_eq!(r.delay_cap, Duration::from_secs(10));
         assert_eq!(ClientRetry::dry_run().max_retries, 3);
         assert_eq!(ClientRetry::dry_run().min_retries, 10);
+        let c = ClientRetry::controller();
+        assert_eq!((c.min_retries, c.max_retries), (10, 15));
+        assert_eq!((c.delay_base, c.delay_cap), (r.delay_base, r.delay_cap));
+        for s in [404, 423, 425] {
+            assert!(c.retry_status(s, 9) && !c.retry_status(s, 10), "{s}");
+        }
+        for s in [408, 429, 500, 503, 599] {
+            assert!(c.retry_status(s, 14) && !c.retry_status(s, 15), "{s}");
+        }
+        assert!(c.retry_transport(14) && !c.retry_transport(15));
+        assert!(!c.retry_status(401, 0) && !c.retry_status(409, 0));
     }
 
     #[test]

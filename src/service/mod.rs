@@ -10,8 +10,9 @@ pub use client::{
     ClientConfig, ClientRetry, InventoryClient, LogsType, LogsUpload, ServiceClient, ServiceError,
 };
 pub use models::{
-    ApiError, Cluster, Host, HostProgress, HostProgressInfo, HostStatus, InfraError,
-    LogsProgressParams, Platform,
+    ApiError, Cluster, ClusterFinalizingProgress, ClusterProgressInfo, CompletionParams,
+    EventParams, Host, HostProgress, HostProgressInfo, HostStatus, InfraError, LogsProgressParams,
+    MonitoredOperator, OperatorMonitorReport, Platform,
 };
 pub use reporter::Reporter;
-pub use stages::{HostStage, LogsState, UnknownValue};
+pub use stages::{FinalizingStage, HostStage, LogsState, OperatorStatus, UnknownValue};

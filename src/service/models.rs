@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::stages::{HostStage, LogsState};
+use super::stages::{FinalizingStage, HostStage, LogsState, OperatorStatus};
 use crate::config::Role;
 use crate::wire::wire_enum;
 
@@ -50,6 +50,20 @@ pub struct Cluster {
     /// Empty when fetched with `exclude-hosts=true`.
     #[serde(deserialize_with = "null_as_default")]
     pub hosts: Vec<Host>,
+    /// The finalizing stage and whether the service timed it out (the controller's OLM waits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ClusterProgressInfo>,
+}
+
+/// Swagger `cluster-progress-info` (subset).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClusterProgressInfo {
+    /// Kept as the wire string, as [`HostProgressInfo::current_stage`] is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finalizing_stage: Option<String>,
+    #[serde(deserialize_with = "null_as_default")]
+    pub finalizing_stage_timed_out: bool,
 }
 
 impl Cluster {
@@ -101,6 +115,12 @@ pub struct Host {
     /// The agent's inventory, a JSON document as a string.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inventory: Option<String>,
+    /// Labels for the host's Node, a JSON object as a string ("" when none).
+    #[serde(deserialize_with = "null_as_default")]
+    pub node_labels: String,
+    /// The MachineConfigPool the host joins ("" for the role's default).
+    #[serde(deserialize_with = "null_as_default")]
+    pub machine_config_pool_name: String,
 }
 
 wire_enum! {
@@ -190,6 +210,86 @@ pub struct HostProgress {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LogsProgressParams {
     pub logs_state: LogsState,
+}
+
+/// Swagger `monitored-operator` (subset): an element of `GET …/monitored-operators`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MonitoredOperator {
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub version: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub namespace: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub subscription_name: String,
+    /// `builtin` or `olm`.
+    #[serde(deserialize_with = "null_as_default")]
+    pub operator_type: String,
+    /// `failed`, `progressing`, `available`, or "" before the first report.
+    #[serde(deserialize_with = "null_as_default")]
+    pub status: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub status_info: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<i64>,
+}
+
+/// Swagger `operator-monitor-report`: the body of `PUT …/monitored-operators`. Like the Go
+/// model (`omitempty` everywhere), empty fields are left out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OperatorMonitorReport {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<OperatorStatus>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub status_info: String,
+}
+
+/// Swagger `cluster-finalizing-progress`: the body of `PUT /v2/clusters/{id}/progress`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClusterFinalizingProgress {
+    pub finalizing_stage: FinalizingStage,
+}
+
+/// Swagger `completion-params`: the body of `complete-installation`. `error_info` and `data`
+/// are left out when empty, as the Go model's `omitempty` does.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompletionParams {
+    pub is_success: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub error_info: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Swagger `event` (the fields a client sets): the body of `POST /v2/events`. Absent ids are
+/// left out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EventParams {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub infra_env_id: Option<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// `user` or `metrics`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub category: String,
+    /// `info`, `warning`, `error` or `critical`.
+    pub severity: String,
+    pub message: String,
+    /// RFC 3339.
+    pub event_time: String,
 }
 
 /// Swagger `error`: the body of most 4xx/5xx answers.

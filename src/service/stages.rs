@@ -36,6 +36,29 @@ wire_enum! {
     }
 }
 
+wire_enum! {
+    /// A cluster's finalizing stage (swagger `finalizing-stage`), reported by the controller
+    /// with `PUT /v2/clusters/{cluster_id}/progress`.
+    pub enum FinalizingStage: "finalizing stage" {
+        WaitingForClusterOperators = "Waiting for cluster operators",
+        AddingRouterCa = "Adding router ca",
+        ApplyingOlmManifests = "Applying olm manifests",
+        WaitingForOlmOperatorsCsvInitialization = "Waiting for olm operators csv initialization",
+        WaitingForOlmOperatorsCsv = "Waiting for olm operators csv",
+        WaitingForOlmOperatorSetupJobs = "Waiting for OLM operator setup jobs",
+        Done = "Done",
+    }
+}
+
+wire_enum! {
+    /// A monitored operator's state (swagger `operator-status`).
+    pub enum OperatorStatus: "operator status" {
+        Failed = "failed",
+        Progressing = "progressing",
+        Available = "available",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,5 +124,24 @@ mod tests {
         }
         assert!("Requested".parse::<LogsState>().is_err());
         assert!("".parse::<LogsState>().is_err());
+    }
+    #[test]
+    fn finalizing_stage_and_operator_status_wire_strings() {
+        let wire: Vec<&str> = FinalizingStage::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            wire,
+            [
+                "Waiting for cluster operators",
+                "Adding router ca",
+                "Applying olm manifests",
+                "Waiting for olm operators csv initialization",
+                "Waiting for olm operators csv",
+                "Waiting for OLM operator setup jobs",
+                "Done",
+            ]
+        );
+        let wire: Vec<&str> = OperatorStatus::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(wire, ["failed", "progressing", "available"]);
+        assert!("Available".parse::<OperatorStatus>().is_err());
     }
 }

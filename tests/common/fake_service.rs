@@ -15,7 +15,10 @@
 //!   (calls whose path contains a string); on the socket they come after the token check.
 //!
 //! On the socket only: `X-Secret-Key` must be the token (else 401 with the swagger's
-//! `infra_error` body), and bodies are checked (an unknown stage is a 400).
+//! `infra_error` body), and bodies are checked (an unknown stage is a 400). The controller's
+//! calls are served there too: finalizing stages, monitored operators (list and reports, which
+//! update the list), the ingress CA, credentials downloads, `complete-installation` and events,
+//! each recorded.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -154,6 +157,15 @@ struct State {
     host_logs: Vec<(String, String)>,
     cluster_logs: Vec<(String, String)>,
     uploads: Vec<LogsUpload>,
+    // The controller's calls (on the socket).
+    credentials: HashMap<String, Vec<u8>>,
+    operators: Vec<Value>,
+    finalizing_stages: Vec<String>,
+    operator_reports: Vec<Value>,
+    ingress_certs: Vec<String>,
+    completions: Vec<Value>,
+    events: Vec<Value>,
+    behind_prism: bool,
 }
 
 /// See the module documentation. Clones share the state.
@@ -276,6 +288,53 @@ impl FakeService {
         self.state().uploads.clone()
     }
 
+    /// Served through Prism's proxy, which forwards a JSON-string body (the ingress CA) decoded,
+    /// without its quotes: accept that text as the string (Prism has validated it already).
+    pub(crate) fn set_behind_prism(&self) {
+        self.state().behind_prism = true;
+    }
+
+    /// A `V2DownloadClusterCredentials` file (e.g. `kubeconfig-noingress`).
+    pub(crate) fn set_credentials_file(&self, file_name: &str, bytes: impl Into<Vec<u8>>) {
+        self.state()
+            .credentials
+            .insert(file_name.to_string(), bytes.into());
+    }
+
+    /// The monitored operators (swagger `monitored-operator` objects); reports update them.
+    pub(crate) fn set_operators(&self, operators: Vec<Value>) {
+        self.state().operators = operators;
+    }
+
+    pub(crate) fn operators(&self) -> Vec<Value> {
+        self.state().operators.clone()
+    }
+
+    /// Accepted finalizing stages, in order.
+    pub(crate) fn finalizing_stages(&self) -> Vec<String> {
+        self.state().finalizing_stages.clone()
+    }
+
+    /// Accepted operator reports (the bodies), in order.
+    pub(crate) fn operator_reports(&self) -> Vec<Value> {
+        self.state().operator_reports.clone()
+    }
+
+    /// Accepted ingress CA uploads (the PEM text), in order.
+    pub(crate) fn ingress_certs(&self) -> Vec<String> {
+        self.state().ingress_certs.clone()
+    }
+
+    /// Accepted `complete-installation` bodies, in order.
+    pub(crate) fn completions(&self) -> Vec<Value> {
+        self.state().completions.clone()
+    }
+
+    /// Accepted events (the bodies), in order.
+    pub(crate) fn events(&self) -> Vec<Value> {
+        self.state().events.clone()
+    }
+
     /// One in-memory call: recorded, faults applied, refusals turned into the error the REST
     /// client gives for them.
     fn call<T>(
@@ -374,6 +433,41 @@ impl State {
             Some(bytes) => Ok(bytes.clone()),
             None => refuse(404, format!("no cluster file {name}")),
         }
+    }
+
+    fn credentials_file(&self, name: &str) -> Result<Vec<u8>, Refusal> {
+        match self.credentials.get(name) {
+            Some(bytes) => Ok(bytes.clone()),
+            None => refuse(404, format!("no credentials file {name}")),
+        }
+    }
+
+    fn set_finalizing_stage(&mut self, stage: &str) {
+        self.finalizing_stages.push(stage.to_string());
+        self.cluster.insert(
+            "progress".into(),
+            json!({"finalizing_stage": stage, "finalizing_stage_timed_out": false}),
+        );
+    }
+
+    /// Records a report and applies it to the operator of that name (404 when there is none,
+    /// as the service answers).
+    fn report_operator(&mut self, report: Value) -> Result<(), Refusal> {
+        let name = report["name"].as_str().unwrap_or("").to_string();
+        let Some(op) = self
+            .operators
+            .iter_mut()
+            .find(|o| o["name"] == name.as_str())
+        else {
+            return refuse(404, format!("no monitored operator {name:?}"));
+        };
+        for field in ["status", "status_info", "version"] {
+            if let Some(v) = report.get(field) {
+                op[field] = v.clone();
+            }
+        }
+        self.operator_reports.push(report);
+        Ok(())
     }
 
     fn current_hosts(&mut self) -> Vec<Value> {
@@ -551,6 +645,38 @@ fn logs_state(body: &[u8]) -> Result<String, Refusal> {
     }
 }
 
+/// The body as a JSON object whose string `fields` (if present) hold one of their enum values.
+fn object_body(body: &[u8], what: &str) -> Result<serde_json::Map<String, Value>, Refusal> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => refuse(400, format!("the body must be a {what} JSON object")),
+    }
+}
+
+fn enum_field(
+    map: &serde_json::Map<String, Value>,
+    field: &str,
+    allowed: &[&str],
+    required: bool,
+) -> Result<(), Refusal> {
+    match map.get(field) {
+        None if !required => Ok(()),
+        None => refuse(400, format!("{field} is required")),
+        Some(Value::String(v)) if allowed.contains(&v.as_str()) => Ok(()),
+        Some(v) => refuse(400, format!("{field}: {v} is not one of {allowed:?}")),
+    }
+}
+
+const FINALIZING_STAGES: &[&str] = &[
+    "Waiting for cluster operators",
+    "Adding router ca",
+    "Applying olm manifests",
+    "Waiting for olm operators csv initialization",
+    "Waiting for olm operators csv",
+    "Waiting for OLM operator setup jobs",
+    "Done",
+];
+
 fn progress_body(body: &[u8]) -> Result<(HostStage, String), Refusal> {
     let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
         return refuse(400, "the body must be a host-progress JSON object");
@@ -628,6 +754,80 @@ impl FakeService {
                     return refuse(400, "a log upload is multipart/form-data");
                 }
                 Ok(Reply::empty(204))
+            }
+            ("PUT", ["v2", "clusters", _, "progress"]) => {
+                let body = object_body(&req.body, "cluster-finalizing-progress")?;
+                enum_field(&body, "finalizing_stage", FINALIZING_STAGES, true)?;
+                let stage = body["finalizing_stage"].as_str().unwrap_or("").to_string();
+                state.set_finalizing_stage(&stage);
+                Ok(Reply::empty(200))
+            }
+            ("GET", ["v2", "clusters", _, "monitored-operators"]) => {
+                let name = query("operator_name");
+                let ops: Vec<Value> = state
+                    .operators
+                    .iter()
+                    .filter(|o| name.as_deref().is_none_or(|n| o["name"] == n))
+                    .cloned()
+                    .collect();
+                Ok(Reply::json(200, &Value::Array(ops)))
+            }
+            ("PUT", ["v2", "clusters", _, "monitored-operators"]) => {
+                let body = object_body(&req.body, "operator-monitor-report")?;
+                enum_field(
+                    &body,
+                    "status",
+                    &["failed", "progressing", "available"],
+                    false,
+                )?;
+                state.report_operator(Value::Object(body))?;
+                Ok(Reply::empty(200))
+            }
+            ("POST", ["v2", "clusters", _, "uploads", "ingress-cert"]) => {
+                match serde_json::from_slice::<Value>(&req.body) {
+                    Ok(Value::String(pem)) => {
+                        state.ingress_certs.push(pem);
+                        Ok(Reply::empty(201))
+                    }
+                    Err(_) if state.behind_prism => {
+                        state.ingress_certs.push(req.body_text());
+                        Ok(Reply::empty(201))
+                    }
+                    _ => refuse(400, "the body must be a JSON string (ingress-cert-params)"),
+                }
+            }
+            ("GET", ["v2", "clusters", _, "downloads", "credentials"]) => {
+                match query("file_name").as_deref() {
+                    Some(name @ ("kubeadmin-password" | "kubeconfig" | "kubeconfig-noingress")) => {
+                        Ok(Reply::bytes(state.credentials_file(name)?))
+                    }
+                    other => refuse(400, format!("file_name: {other:?}")),
+                }
+            }
+            ("POST", ["v2", "clusters", cluster, "actions", "complete-installation"]) => {
+                let body = object_body(&req.body, "completion-params")?;
+                if !body.get("is_success").is_some_and(Value::is_boolean) {
+                    return refuse(400, "is_success (a boolean) is required");
+                }
+                state.completions.push(Value::Object(body));
+                Ok(Reply::json(202, &state.cluster(cluster, true)))
+            }
+            ("POST", ["v2", "events"]) => {
+                let body = object_body(&req.body, "event")?;
+                enum_field(
+                    &body,
+                    "severity",
+                    &["info", "warning", "error", "critical"],
+                    true,
+                )?;
+                enum_field(&body, "category", &["user", "metrics"], false)?;
+                for field in ["message", "event_time"] {
+                    if !body.get(field).is_some_and(Value::is_string) {
+                        return refuse(400, format!("{field} (a string) is required"));
+                    }
+                }
+                state.events.push(Value::Object(body));
+                Ok(Reply::empty(201))
             }
             _ => refuse(404, format!("no route for {} {}", req.method, req.path)),
         }

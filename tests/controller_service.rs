@@ -1,0 +1,481 @@
+//! The controller's service calls (`ControllerClient`) against the fake assisted-service on a
+//! socket: method, path, query, headers and body of every §5 call, the retry budget per status
+//! class (on a fake clock, so the waits take no time), and the monitored-operators cache.
+
+mod common;
+
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use assisted_installer::clock::FakeClock;
+use assisted_installer::controller::hosts::{HostMap, NODE_STATUS_SKIP};
+use assisted_installer::controller::service::{
+    ControllerClient, ControllerService, ControllerServiceConfig, RebootsEvent,
+};
+use assisted_installer::service::{
+    ClientRetry, CompletionParams, FinalizingStage, HostStage, LogsState, OperatorMonitorReport,
+    OperatorStatus, ServiceError,
+};
+use common::fake_service::{host_json, FakeService, BASE_PATH};
+use common::http_server::{RequestLog, TestServer};
+use serde_json::json;
+
+const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
+const IE: &str = "6b1f2e0a-8d7c-4c1e-9a51-3f0d9c2b7e11";
+const HOST: &str = "0b5a7c3e-2f4d-4e8a-9b1c-5d6e7f8a9b0c";
+
+fn served() -> (FakeService, TestServer) {
+    let fake = FakeService::new();
+    let srv = TestServer::with_app(fake.clone());
+    (fake, srv)
+}
+
+/// The controller's client as main builds it, waiting between retries on `clock`.
+fn controller(url: &str, token: &str, clock: Arc<FakeClock>) -> ControllerClient {
+    let config = ControllerServiceConfig {
+        inventory_url: url.to_string(),
+        token: token.to_string(),
+        skip_cert_verification: false,
+        ca_cert_path: None,
+    };
+    ControllerClient::new(&config, CLUSTER, clock).unwrap()
+}
+
+fn client(fake: &FakeService, srv: &TestServer) -> (ControllerClient, Arc<FakeClock>) {
+    let clock = Arc::new(FakeClock::new());
+    (
+        controller(&srv.base_url(), &fake.token(), clock.clone()),
+        clock,
+    )
+}
+
+fn api_path(call: &RequestLog) -> &str {
+    call.path.strip_prefix(BASE_PATH).unwrap()
+}
+
+fn service_error(e: &anyhow::Error) -> &ServiceError {
+    e.downcast_ref::<ServiceError>()
+        .unwrap_or_else(|| panic!("not a ServiceError: {e:#}"))
+}
+
+fn operators() -> Vec<serde_json::Value> {
+    vec![
+        json!({"cluster_id": CLUSTER, "name": "console", "operator_type": "builtin"}),
+        json!({"cluster_id": CLUSTER, "name": "cvo", "operator_type": "builtin", "status": "progressing"}),
+        json!({"cluster_id": CLUSTER, "name": "odf", "operator_type": "olm", "namespace": "openshift-storage",
+               "subscription_name": "odf-operator", "timeout_seconds": 1800}),
+    ]
+}
+
+#[test]
+fn every_call_method_path_query_headers_and_body() {
+    let (fake, srv) = served();
+    let mut host = host_json(HOST, IE, "master", Some("Rebooting"));
+    host["requested_hostname"] = json!("Master-0");
+    host["inventory"] = json!(
+        "{\"interfaces\":[{\"ipv4_addresses\":[\"192.168.126.10/24\"],\"ipv6_addresses\":[\"fd00::10/64\"]}]}"
+    );
+    host["node_labels"] = json!("{\"node.ocs.openshift.io/storage\":\"\"}");
+    fake.set_hosts(vec![host]);
+    fake.set_operators(operators());
+    fake.set_cluster_file(
+        "custom_manifests.json",
+        br#"[{"Name":"odf","Content":"eA=="}]"#.to_vec(),
+    );
+    fake.set_credentials_file(
+        "kubeconfig-noingress",
+        b"apiVersion: v1\nkind: Config\n".to_vec(),
+    );
+    let (c, _) = client(&fake, &srv);
+    let dir = tempfile::tempdir().unwrap();
+
+    let cluster = c.get_cluster(true).unwrap();
+    assert!(cluster.hosts.is_empty());
+    let map = HostMap::fetch(&c, NODE_STATUS_SKIP).unwrap();
+    let h = map.get("master-0").unwrap();
+    assert_eq!(
+        (h.id(), h.ips.as_slice()),
+        (
+            HOST,
+            ["192.168.126.10".to_string(), "fd00::10".to_string()].as_slice()
+        )
+    );
+    assert_eq!(h.node_labels(), "{\"node.ocs.openshift.io/storage\":\"\"}");
+    c.update_host_stage(IE, HOST, HostStage::Joined).unwrap();
+    c.update_finalizing_stage(FinalizingStage::WaitingForClusterOperators)
+        .unwrap();
+    let ops = c.monitored_operators(false).unwrap();
+    assert_eq!(ops.len(), 3);
+    assert_eq!(
+        (ops[2].subscription_name.as_str(), ops[2].timeout_seconds),
+        ("odf-operator", Some(1800))
+    );
+    c.report_operator_status(&OperatorMonitorReport {
+        name: "ocs".into(),
+        version: "4.8.0".into(),
+        status: Some(OperatorStatus::Available),
+        status_info: String::new(),
+    })
+    .unwrap();
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    c.upload_ingress_cert(pem).unwrap();
+    let manifests = dir.path().join("custom_manifests.json");
+    c.download_custom_manifests(&manifests).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig-noingress");
+    c.download_kubeconfig_noingress(&kubeconfig).unwrap();
+    c.complete_installation(&CompletionParams {
+        is_success: true,
+        ..CompletionParams::default()
+    })
+    .unwrap();
+    c.upload_controller_logs(b"\x1f\x8b-archive".to_vec())
+        .unwrap();
+    c.update_logs_progress(LogsState::Requested).unwrap();
+    c.trigger_reboots_event(&RebootsEvent {
+        cluster_id: CLUSTER.into(),
+        host_id: HOST.into(),
+        infra_env_id: IE.into(),
+        node_name: "master-0".into(),
+        reboots: 3,
+    })
+    .unwrap();
+
+    let calls = srv.requests();
+    let cl = format!("/v2/clusters/{CLUSTER}");
+    let expected: Vec<(&str, String, &str)> = vec![
+        ("GET", cl.clone(), "exclude-hosts=true"),
+        ("GET", cl.clone(), "exclude-hosts=false"),
+        (
+            "PUT",
+            format!("/v2/infra-envs/{IE}/hosts/{HOST}/progress"),
+            "",
+        ),
+        ("PUT", format!("{cl}/progress"), ""),
+        ("GET", format!("{cl}/monitored-operators"), ""),
+        ("PUT", format!("{cl}/monitored-operators"), ""),
+        ("POST", format!("{cl}/uploads/ingress-cert"), ""),
+        (
+            "GET",
+            format!("{cl}/downloads/files"),
+            "file_name=custom_manifests.json",
+        ),
+        (
+            "GET",
+            format!("{cl}/downloads/credentials"),
+            "file_name=kubeconfig-noingress",
+        ),
+        ("POST", format!("{cl}/actions/complete-installation"), ""),
+        ("POST", format!("{cl}/logs"), "logs_type=controller"),
+        ("PUT", format!("{cl}/logs-progress"), ""),
+        ("POST", "/v2/events".to_string(), ""),
+    ];
+    let got: Vec<(&str, &str, &str)> = calls
+        .iter()
+        .map(|c| (c.method.as_str(), api_path(c), c.query.as_str()))
+        .collect();
+    let want: Vec<(&str, &str, &str)> = expected
+        .iter()
+        .map(|(m, p, q)| (*m, p.as_str(), *q))
+        .collect();
+    assert_eq!(got, want);
+    let mut ids = std::collections::HashSet::new();
+    for call in &calls {
+        assert_eq!(
+            call.status / 100,
+            2,
+            "{} {}: {}",
+            call.method,
+            call.path,
+            call.status
+        );
+        assert_eq!(call.header("x-secret-key"), Some(fake.token().as_str()));
+        let id = call.header("x-request-id").expect("X-Request-ID");
+        assert_eq!((id.len(), id.as_bytes()[14]), (36, b'4'), "a v4 UUID: {id}");
+        ids.insert(id.to_string());
+    }
+    assert_eq!(ids.len(), calls.len(), "one request id per call");
+
+    let body = |i: usize| calls[i].body_text();
+    assert_eq!(body(2), r#"{"current_stage":"Joined"}"#);
+    assert_eq!(
+        body(3),
+        r#"{"finalizing_stage":"Waiting for cluster operators"}"#
+    );
+    assert_eq!(
+        body(5),
+        r#"{"name":"odf","version":"4.8.0","status":"available"}"#
+    );
+    assert_eq!(calls[6].body_json(), json!(pem));
+    assert_eq!(body(9), r#"{"is_success":true}"#);
+    for i in [2, 3, 5, 6, 9, 11, 12] {
+        assert_eq!(
+            calls[i].header("content-type"),
+            Some("application/json"),
+            "{i}"
+        );
+    }
+    let upload = &calls[10];
+    assert!(upload
+        .header("content-type")
+        .unwrap()
+        .starts_with("multipart/form-data; boundary="));
+    let text = upload.body_text();
+    assert!(
+        text.contains("name=\"upfile\"; filename=\"controller_logs.tar.gz\""),
+        "{text}"
+    );
+    assert!(text.contains("-archive"));
+    assert_eq!(body(11), r#"{"logs_state":"requested"}"#);
+    let event = calls[12].body_json();
+    let time = event["event_time"].as_str().unwrap().to_string();
+    assert_eq!(
+        event,
+        json!({
+            "cluster_id": CLUSTER, "host_id": HOST, "infra_env_id": IE,
+            "name": "reboots_for_node", "category": "user", "severity": "info",
+            "message": "Node master-0 has been rebooted 3 times before completing installation",
+            "event_time": time,
+        })
+    );
+    assert!(time.ends_with('Z') && time.len() == 20, "{time}");
+
+    // What the fake made of them.
+    assert_eq!(
+        fake.progress_reports(HOST),
+        [("Joined".to_string(), String::new())]
+    );
+    assert_eq!(fake.finalizing_stages(), ["Waiting for cluster operators"]);
+    assert_eq!(fake.operators()[2]["status"], "available");
+    assert_eq!(fake.ingress_certs(), [pem]);
+    assert_eq!(fake.completions(), [json!({"is_success": true})]);
+    assert_eq!(
+        fake.cluster_logs_reports(),
+        [(CLUSTER.to_string(), "requested".to_string())]
+    );
+    assert_eq!(fake.events().len(), 1);
+    assert_eq!(
+        std::fs::read(&manifests).unwrap(),
+        br#"[{"Name":"odf","Content":"eA=="}]"#
+    );
+    assert_eq!(
+        std::fs::read(&kubeconfig).unwrap(),
+        b"apiVersion: v1\nkind: Config\n"
+    );
+    let mode = std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "credentials are private");
+}
+
+#[test]
+fn failure_bodies_reach_the_service() {
+    let (fake, srv) = served();
+    let (c, _) = client(&fake, &srv);
+    let mut data = serde_json::Map::new();
+    data.insert(
+        "CLUSTER_OPERATORS_REPORT".into(),
+        json!([{"name": "console", "status": "failed", "status_info": "Degraded"}]),
+    );
+    let params = CompletionParams {
+        is_success: false,
+        error_info:
+            "Stopped waiting for cluster operators to be available: context deadline exceeded"
+                .into(),
+        data: Some(data),
+    };
+    c.complete_installation(&params).unwrap();
+    assert_eq!(
+        fake.completions(),
+        [json!({
+            "is_success": false,
+            "error_info": "Stopped waiting for cluster operators to be available: context deadline exceeded",
+            "data": {"CLUSTER_OPERATORS_REPORT": [{"name": "console", "status": "failed", "status_info": "Degraded"}]}
+        })]
+    );
+    for stage in FinalizingStage::ALL {
+        c.update_finalizing_stage(stage).unwrap();
+    }
+    let want: Vec<&str> = FinalizingStage::ALL.iter().map(|s| s.as_str()).collect();
+    assert_eq!(fake.finalizing_stages(), want);
+    for stage in [HostStage::Configuring, HostStage::Joined, HostStage::Done] {
+        c.update_host_stage(IE, HOST, stage).unwrap();
+    }
+    assert_eq!(fake.progress_reports(HOST).len(), 3);
+    c.update_logs_progress(LogsState::Completed).unwrap();
+    assert_eq!(fake.cluster_logs_reports()[0].1, "completed");
+    // A report for an operator the service does not monitor: 404, after the 10 retries.
+    let err = c
+        .report_operator_status(&OperatorMonitorReport {
+            name: "nope".into(),
+            status: Some(OperatorStatus::Failed),
+            status_info: "Waiting for operator timed out".into(),
+            ..OperatorMonitorReport::default()
+        })
+        .unwrap_err();
+    assert_eq!(
+        (service_error(&err).status, service_error(&err).attempts),
+        (Some(404), 11)
+    );
+}
+
+/// Requests made for one call whose every answer is `status`.
+fn requests_for_status(status: u16) -> (usize, Vec<Duration>, anyhow::Error) {
+    let (fake, srv) = served();
+    fake.fail_path("/progress", status);
+    let (c, clock) = client(&fake, &srv);
+    let err = c
+        .update_finalizing_stage(FinalizingStage::Done)
+        .unwrap_err();
+    (srv.requests().len(), clock.sleeps(), err)
+}
+
+#[test]
+fn retry_budget_per_status_class() {
+    let retry = ClientRetry::controller();
+    for (statuses, requests) in [
+        (&[404u16, 423, 425][..], 11),
+        (&[408, 429, 500, 502, 503, 599][..], 16),
+        (&[400, 401, 403, 405, 409][..], 1),
+    ] {
+        for &status in statuses {
+            let (n, sleeps, err) = requests_for_status(status);
+            assert_eq!(n, requests, "status {status}");
+            assert_eq!(sleeps.len(), requests - 1, "status {status}");
+            for (attempt, d) in (0..).zip(&sleeps) {
+                assert!(
+                    *d < retry.delay_bound(attempt),
+                    "status {status}: {sleeps:?}"
+                );
+            }
+            let se = service_error(&err);
+            assert_eq!((se.status, se.attempts as usize), (Some(status), requests));
+        }
+    }
+}
+
+#[test]
+fn retries_end_at_the_first_success() {
+    let (fake, srv) = served();
+    let (c, clock) = client(&fake, &srv);
+    // 500, 503, 200: three requests (the Go client test).
+    fake.fail_next(1, 500);
+    fake.fail_next(1, 503);
+    c.update_finalizing_stage(FinalizingStage::AddingRouterCa)
+        .unwrap();
+    assert_eq!(srv.requests().len(), 3);
+    assert_eq!(clock.sleeps().len(), 2);
+    assert_eq!(fake.finalizing_stages(), ["Adding router ca"]);
+    // Nine 404s then a success: still within the 404 budget.
+    fake.fail_next(9, 404);
+    c.get_cluster(true).unwrap();
+    assert_eq!(srv.requests().len(), 13);
+}
+
+#[test]
+fn no_answer_is_retried_15_times() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let clock = Arc::new(FakeClock::new());
+    let c = controller(&format!("http://127.0.0.1:{port}"), "tok", clock.clone());
+    let err = c.get_cluster(true).unwrap_err();
+    let se = service_error(&err);
+    assert_eq!((se.status, se.attempts), (None, 16));
+    assert_eq!(clock.sleeps().len(), 15);
+}
+
+#[test]
+fn monitored_operators_cache_over_http() {
+    let (fake, srv) = served();
+    fake.set_operators(operators());
+    let (c, clock) = client(&fake, &srv);
+    let path = format!("{BASE_PATH}/v2/clusters/{CLUSTER}/monitored-operators");
+    let count = || srv.requests_for(&path).len();
+
+    assert_eq!(c.monitored_operators(true).unwrap().len(), 3);
+    assert_eq!(count(), 1);
+    clock.advance(Duration::from_secs(19));
+    c.monitored_operators(true).unwrap();
+    assert_eq!(count(), 1, "served from the cache");
+    // The service's answer changes; the cache still serves the old one until 20 s.
+    fake.set_operators(operators()[..1].to_vec());
+    assert_eq!(c.monitored_operators(true).unwrap().len(), 3);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(c.monitored_operators(true).unwrap().len(), 1);
+    assert_eq!(count(), 2);
+    // Uncached reads always ask, and refresh the cache.
+    clock.advance(Duration::from_secs(10));
+    fake.set_operators(operators());
+    assert_eq!(c.monitored_operators(false).unwrap().len(), 3);
+    assert_eq!(count(), 3);
+    clock.advance(Duration::from_secs(15));
+    assert_eq!(c.monitored_operators(true).unwrap().len(), 3);
+    assert_eq!(count(), 3);
+    // A failed fetch (after its retries) is an error and caches nothing.
+    clock.advance(Duration::from_secs(20));
+    fake.fail_path("/monitored-operators", 401);
+    assert!(c.monitored_operators(true).is_err());
+    assert_eq!(count(), 4);
+}
+
+#[test]
+fn a_wrong_token_is_401_and_not_retried() {
+    let (_fake, srv) = served();
+    let clock = Arc::new(FakeClock::new());
+    let c = controller(&srv.base_url(), "wrong-token-secret", clock);
+    let err = c.get_cluster(true).unwrap_err();
+    assert_eq!(
+        (service_error(&err).status, service_error(&err).attempts),
+        (Some(401), 1)
+    );
+    assert!(!format!("{err:#}").contains("wrong-token-secret"));
+    assert_eq!(srv.requests().len(), 1);
+}
+
+/// TLS as §2.4: the `CA_CERT_PATH` bundle trusted on top of the system roots; without it the
+/// service's private CA is refused (and not retried); `SKIP_CERT_VERIFICATION` trusts anything
+/// and ignores the CA path, even an unreadable one.
+#[test]
+fn tls_ca_file_and_skip_verification() {
+    use common::tls_server::{Pki, TlsServer};
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "svc");
+    let ca = dir.path().join("service-ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let srv = TlsServer::start(
+        dir.path(),
+        &pki,
+        br#"{"kind":"Cluster","id":"3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f","status":"installing"}"#,
+    );
+    let url = srv.url("");
+    let build = |skip: bool, ca_cert_path: Option<std::path::PathBuf>| {
+        let config = ControllerServiceConfig {
+            inventory_url: url.clone(),
+            token: "tls-token".into(),
+            skip_cert_verification: skip,
+            ca_cert_path,
+        };
+        ControllerClient::new(&config, CLUSTER, Arc::new(FakeClock::new())).unwrap()
+    };
+
+    let cluster = build(false, Some(ca.clone())).get_cluster(true).unwrap();
+    assert_eq!(cluster.status, "installing");
+    let requests = srv.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].path,
+        format!("{BASE_PATH}/v2/clusters/{CLUSTER}?exclude-hosts=true")
+    );
+    assert_eq!(requests[0].header("x-secret-key"), Some("tls-token"));
+
+    let err = build(false, None).get_cluster(true).unwrap_err();
+    let se = service_error(&err);
+    assert_eq!((se.status, se.attempts), (None, 1), "{err:#}");
+    assert_eq!(srv.requests().len(), 1, "the handshake failed");
+
+    let unreadable = Some(dir.path().join("no-such-ca.pem"));
+    build(true, unreadable).get_cluster(true).unwrap();
+    assert_eq!(srv.requests().len(), 2);
+}
