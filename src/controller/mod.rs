@@ -35,12 +35,12 @@
 //! tasks of §3.5–§3.15 on the `cluster` and `service` traits, the completion wait and its exit
 //! codes, and the end-to-end tests of issue 13.
 
+pub mod cluster;
 pub mod config;
+pub mod hosts;
 pub mod log;
 pub mod loops;
+pub mod service;
 pub mod startup;
 pub mod status;
 pub mod token;
-pub mod cluster;
-pub mod hosts;
-pub mod service;
