@@ -43,4 +43,5 @@ pub mod loops;
 pub mod service;
 pub mod startup;
 pub mod status;
+pub mod tasks;
 pub mod token;
