@@ -1,1 +1,546 @@
-//! (being built)
+//! SetReadyState (§3.5), the invoker lookup (§3.1 step 11), the install-config platform fallback
+//! (§3.1 step 12, ABI multi-node) and the `removeUninitializedTaint` decision (§3.5.1).
+//!
+//! - [`set_ready_state`]: every second until its limit, `v2GetCluster` (hosts excluded), a Node
+//!   list and the `AssistedControllerIsReady` Event; an AlreadyExists answer to the Event counts
+//!   as created (a restarted controller). It returns the cluster of the **last** GetCluster,
+//!   which may be there although the limit ran out before the Event, and is `None` when that
+//!   last call failed.
+//! - [`invoker`]: `openshift-config/openshift-install-manifests` key `invoker`; a failed GET
+//!   (a missing ConfigMap too) gives `assisted-service`, a ConfigMap without the key "".
+//! - [`install_config_platform`]: the first key under `platform` of the install-config, in
+//!   document order.
+//! - [`remove_uninitialized_taint`]: nutanix and vsphere, except the agent-based installer on
+//!   vsphere from OpenShift 4.15.0 with valid vSphere credentials. Go panics on a version it
+//!   cannot parse; here that is an error, and it is only asked for when the version matters
+//!   (ABI on vsphere), as Go only parses it then.
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use std::time::{Duration, SystemTime};
+
+use crate::clock::{Clock, Stop};
+use crate::controller::cluster::{api_error_code, ClusterApi, NewEvent};
+use crate::controller::loops::poll;
+use crate::controller::service::ControllerService;
+use crate::kube::install_config::{
+    has_valid_vsphere_credentials as overrides_have_vsphere_credentials,
+    install_config_has_vsphere_server, INSTALL_CONFIG_KEY, INSTALL_CONFIG_NAME,
+    INSTALL_CONFIG_NAMESPACE, INVOKER_AGENT, INVOKER_ASSISTED, INVOKER_CONFIG_MAP, INVOKER_KEY,
+    INVOKER_NAMESPACE,
+};
+use crate::service::Cluster;
+
+/// The ready Event's name and reason.
+pub const READY_EVENT_NAME: &str = "AssistedControllerIsReady";
+/// The ready Event's message.
+pub const READY_EVENT_MESSAGE: &str = "Assisted controller managed to connect to assisted service \
+     and kube-apiserver and is ready to start";
+/// The ready Event's involvedObject name (the Job's name).
+pub const CONTROLLER_NAME: &str = "assisted-installer-controller";
+/// How often SetReadyState tries.
+pub const READY_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// SetReadyState's limit for the assisted-service invoker (the general wait timeout).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(70 * 60);
+/// SetReadyState's limit for the agent-based installer, multi-node.
+pub const ABI_READY_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The version from which the agent-based installer's vSphere credentials untaint the nodes.
+const ABI_VSPHERE_UNTAINT_SINCE: (u64, u64, u64) = (4, 15, 0);
+
+/// The `AssistedControllerIsReady` Event in `namespace`, stamped `time`.
+pub fn ready_event(namespace: &str, time: SystemTime) -> NewEvent {
+    NewEvent {
+        name: READY_EVENT_NAME.to_string(),
+        reason: READY_EVENT_NAME.to_string(),
+        type_: "Normal".to_string(),
+        message: READY_EVENT_MESSAGE.to_string(),
+        involved_namespace: namespace.to_string(),
+        involved_name: CONTROLLER_NAME.to_string(),
+        time,
+    }
+}
+
+/// §3.5: polls every [`READY_POLL_INTERVAL`] until the service, the API and the ready Event
+/// are all done, `timeout` passes or `stop` fires; returns the last cluster fetched (see the
+/// module documentation).
+pub fn set_ready_state(
+    cluster_api: &dyn ClusterApi,
+    service: &dyn ControllerService,
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    namespace: &str,
+    timeout: Duration,
+) -> Option<Cluster> {
+    tracing::info!("Start waiting to be ready");
+    let mut last: Option<Cluster> = None;
+    let result = poll(clock, stop, READY_POLL_INTERVAL, Some(timeout), || {
+        match service.get_cluster(true) {
+            Ok(c) => last = Some(c),
+            Err(e) => {
+                last = None;
+                tracing::warn!("Failed to connect to assisted service: {e:#}");
+                return false;
+            }
+        }
+        tracing::info!("Connected to assisted service");
+        if let Err(e) = cluster_api.list_nodes(None) {
+            tracing::warn!("Failed to list nodes through the kube-apiserver: {e:#}");
+            return false;
+        }
+        tracing::info!("Connected to kube-apiserver");
+        let event = ready_event(namespace, SystemTime::now());
+        match cluster_api.create_event(namespace, &event) {
+            Ok(()) => {}
+            Err(e) if api_error_code(&e) == Some(409) => {
+                tracing::info!("Event {READY_EVENT_NAME} already exists");
+            }
+            Err(e) => {
+                tracing::warn!("Failed to create the {READY_EVENT_NAME} event: {e:#}");
+                return false;
+            }
+        }
+        tracing::info!("Assisted controller is ready");
+        true
+    });
+    if let Err(e) = result {
+        tracing::warn!("Stopped waiting to be ready: {e}");
+    }
+    last
+}
+
+/// §3.1 step 11: who invoked the OpenShift installer.
+pub fn invoker(cluster_api: &dyn ClusterApi) -> String {
+    match cluster_api.get_config_map(INVOKER_NAMESPACE, INVOKER_CONFIG_MAP) {
+        Ok(Some(data)) => data.get(INVOKER_KEY).cloned().unwrap_or_default(),
+        Ok(None) => {
+            tracing::info!(
+                "ConfigMap {INVOKER_NAMESPACE}/{INVOKER_CONFIG_MAP} not found, \
+                 invoker {INVOKER_ASSISTED}"
+            );
+            INVOKER_ASSISTED.to_string()
+        }
+        Err(e) => {
+            tracing::warn!(
+                "Failed to get ConfigMap {INVOKER_NAMESPACE}/{INVOKER_CONFIG_MAP}, \
+                 invoker {INVOKER_ASSISTED}: {e:#}"
+            );
+            INVOKER_ASSISTED.to_string()
+        }
+    }
+}
+
+/// The install-config YAML stored in the cluster (`kube-system/cluster-config-v1`).
+pub fn read_install_config(cluster_api: &dyn ClusterApi) -> Result<String> {
+    let what = format!("ConfigMap {INSTALL_CONFIG_NAMESPACE}/{INSTALL_CONFIG_NAME}");
+    let data = cluster_api
+        .get_config_map(INSTALL_CONFIG_NAMESPACE, INSTALL_CONFIG_NAME)
+        .with_context(|| format!("getting {what}"))?
+        .ok_or_else(|| anyhow!("{what} not found"))?;
+    data.get(INSTALL_CONFIG_KEY)
+        .cloned()
+        .ok_or_else(|| anyhow!("{what} has no key {INSTALL_CONFIG_KEY}"))
+}
+
+/// The first key of a YAML mapping, in document order (the rest is skipped).
+struct FirstKey(Option<String>);
+
+impl<'de> Deserialize<'de> for FirstKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FirstKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<FirstKey, A::Error> {
+                let first = map.next_entry::<String, IgnoredAny>()?.map(|(k, _)| k);
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(FirstKey(first))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<FirstKey, E> {
+                Ok(FirstKey(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Deserialize)]
+struct PlatformDoc {
+    #[serde(default)]
+    platform: Option<FirstKey>,
+}
+
+/// The platform type of an install-config YAML: the first key under `platform`.
+pub fn platform_of_install_config(yaml: &str) -> Result<String> {
+    let doc: Option<PlatformDoc> =
+        serde_saphyr::from_str(yaml).context("parsing the install-config YAML")?;
+    doc.and_then(|d| d.platform)
+        .and_then(|p| p.0)
+        .ok_or_else(|| anyhow!("the install-config has no platform"))
+}
+
+/// §3.1 step 12 (ABI multi-node without a cluster): the platform type from the install-config.
+pub fn install_config_platform(cluster_api: &dyn ClusterApi) -> Result<String> {
+    platform_of_install_config(&read_install_config(cluster_api)?)
+}
+
+/// An OPENSHIFT_VERSION as the vSphere check reads it: everything from the first `-` dropped,
+/// `X.Y` read as `X.Y.0`, then a strict `X.Y.Z` (build metadata after `+` ignored).
+pub fn parse_untaint_version(version: &str) -> Result<(u64, u64, u64)> {
+    let core = version.split('-').next().unwrap_or_default();
+    let core = core.split('+').next().unwrap_or_default();
+    let parts: Vec<&str> = core.split('.').collect();
+    let parts = match parts.len() {
+        2 => vec![parts[0], parts[1], "0"],
+        3 => parts,
+        _ => bail!("invalid OPENSHIFT_VERSION {version:?}: want X.Y or X.Y.Z"),
+    };
+    let num = |s: &str| -> Result<u64> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            bail!("invalid OPENSHIFT_VERSION {version:?}: {s:?} is not a number");
+        }
+        s.parse()
+            .map_err(|e| anyhow!("invalid OPENSHIFT_VERSION {version:?}: {e}"))
+    };
+    Ok((num(parts[0])?, num(parts[1])?, num(parts[2])?))
+}
+
+/// §3.5.1 "valid vSphere credentials": from the service's `install_config_overrides` when
+/// `v2GetCluster` answers (the platform must be vsphere), else from the install-config's vCenter
+/// server.
+pub fn has_valid_vsphere_credentials(
+    cluster_api: &dyn ClusterApi,
+    service: &dyn ControllerService,
+) -> bool {
+    match service.get_cluster(true) {
+        Ok(cluster) => {
+            cluster.platform_type() == "vsphere"
+                && cluster
+                    .install_config_overrides
+                    .as_deref()
+                    .is_some_and(|o| !o.is_empty() && overrides_have_vsphere_credentials(o))
+        }
+        Err(e) => {
+            tracing::warn!(
+                "Failed to get the cluster, checking the vSphere credentials in the \
+                 install-config: {e:#}"
+            );
+            match read_install_config(cluster_api) {
+                Ok(yaml) => install_config_has_vsphere_server(&yaml),
+                Err(e) => {
+                    tracing::warn!("Failed to read the install-config: {e:#}");
+                    false
+                }
+            }
+        }
+    }
+}
+
+/// §3.5.1: whether the node-status task removes the `uninitialized` taint.
+pub fn remove_uninitialized_taint(
+    cluster_api: &dyn ClusterApi,
+    service: &dyn ControllerService,
+    platform: &str,
+    invoker: &str,
+    openshift_version: &str,
+) -> Result<bool> {
+    if invoker == INVOKER_AGENT && platform == "vsphere" {
+        let version = parse_untaint_version(openshift_version)?;
+        if version >= ABI_VSPHERE_UNTAINT_SINCE
+            && has_valid_vsphere_credentials(cluster_api, service)
+        {
+            tracing::info!(
+                "vSphere credentials are set: the vSphere cloud controller removes the \
+                 uninitialized taint"
+            );
+            return Ok(false);
+        }
+    }
+    Ok(matches!(platform, "nutanix" | "vsphere"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{FakeClock, NeverStop};
+    use crate::controller::cluster::fake::FakeCluster;
+    use crate::controller::cluster::ApiError;
+    use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use crate::service::Platform;
+    use std::sync::Arc;
+
+    const NS: &str = "assisted-installer";
+
+    fn fakes() -> (FakeCluster, MemoryService, Arc<FakeClock>) {
+        let clock = Arc::new(FakeClock::new());
+        let service = MemoryService::new("c-1", clock.clone());
+        (FakeCluster::new(), service, clock)
+    }
+
+    fn boom(code: u16) -> ApiError {
+        ApiError::new(code, "InternalError", "boom")
+    }
+
+    #[test]
+    fn set_ready_state_retries_each_step_until_the_event_is_created() {
+        let (k8s, svc, clock) = fakes();
+        svc.fail("v2GetCluster", 1, 500);
+        k8s.fail_next("list_nodes", boom(500));
+        k8s.fail_next("create_event", boom(500));
+        let got = set_ready_state(&k8s, &svc, &*clock, &NeverStop, NS, READY_TIMEOUT);
+        assert_eq!(got.map(|c| c.id), Some("c-1".to_string()));
+        assert_eq!(
+            svc.calls(),
+            vec![
+                ServiceCall::GetCluster {
+                    exclude_hosts: true
+                };
+                4
+            ]
+        );
+        assert_eq!(
+            k8s.take_calls(),
+            [
+                "list_nodes(-)",
+                "list_nodes(-)",
+                "create_event(assisted-installer, AssistedControllerIsReady)",
+                "list_nodes(-)",
+                "create_event(assisted-installer, AssistedControllerIsReady)",
+            ]
+        );
+        assert_eq!(clock.sleeps(), vec![READY_POLL_INTERVAL; 3]);
+        let events = k8s.events();
+        assert_eq!(events.len(), 1);
+        let (ns, e) = &events[0];
+        assert_eq!(ns, NS);
+        assert_eq!(e.name, "AssistedControllerIsReady");
+        assert_eq!(e.reason, "AssistedControllerIsReady");
+        assert_eq!(e.type_, "Normal");
+        assert_eq!(e.involved_namespace, NS);
+        assert_eq!(e.involved_name, "assisted-installer-controller");
+        assert_eq!(
+            e.message,
+            "Assisted controller managed to connect to assisted service and kube-apiserver \
+             and is ready to start"
+        );
+    }
+
+    #[test]
+    fn an_existing_ready_event_counts_as_created() {
+        let (k8s, svc, clock) = fakes();
+        let first = set_ready_state(&k8s, &svc, &*clock, &NeverStop, "ns", READY_TIMEOUT);
+        assert!(first.is_some());
+        // A restarted controller: the Event is there already (409), which is success.
+        let again = set_ready_state(&k8s, &svc, &*clock, &NeverStop, "ns", READY_TIMEOUT);
+        assert!(again.is_some());
+        assert_eq!(k8s.count("create_event"), 2);
+        assert_eq!(k8s.events().len(), 1);
+        assert!(clock.sleeps().is_empty());
+    }
+
+    #[test]
+    fn the_limit_returns_the_last_cluster_or_none() {
+        // The Event never gets created: the cluster of the last GetCluster comes back anyway.
+        let (k8s, svc, clock) = fakes();
+        k8s.fail_always("create_event", boom(403));
+        let got = set_ready_state(&k8s, &svc, &*clock, &NeverStop, NS, ABI_READY_TIMEOUT);
+        assert!(got.is_some());
+        assert_eq!(svc.calls().len(), 300, "every second for 5 minutes");
+        assert_eq!(clock.elapsed(), ABI_READY_TIMEOUT);
+        // The last GetCluster failed: none, though earlier ones answered.
+        struct FailLater {
+            fake: FakeClock,
+            svc: MemoryService,
+        }
+        impl Clock for FailLater {
+            fn sleep(&self, d: Duration) {
+                self.fake.sleep(d);
+                if self.fake.sleeps().len() == 2 {
+                    self.svc.fail("v2GetCluster", 100, 500);
+                }
+            }
+            fn now(&self) -> std::time::Instant {
+                self.fake.now()
+            }
+        }
+        let (k8s, svc, _) = fakes();
+        k8s.fail_always("list_nodes", boom(500));
+        let clock = FailLater {
+            fake: FakeClock::new(),
+            svc: svc.clone(),
+        };
+        let got = set_ready_state(&k8s, &svc, &clock, &NeverStop, NS, Duration::from_secs(5));
+        assert!(got.is_none());
+        assert_eq!(svc.calls().len(), 5, "at 0, 1, 2, 3 and 4 s");
+        assert_eq!(k8s.count("list_nodes"), 2, "after the two answers only");
+    }
+
+    #[test]
+    fn a_stop_ends_the_wait() {
+        let (k8s, svc, clock) = fakes();
+        svc.fail("v2GetCluster", 100, 500);
+        let stop = crate::image::Cancel::new();
+        stop.cancel();
+        let got = set_ready_state(&k8s, &svc, &*clock, &stop, NS, READY_TIMEOUT);
+        assert!(got.is_none());
+        assert_eq!(svc.calls().len(), 1, "one round even when stopped");
+    }
+
+    #[test]
+    fn the_invoker_from_the_install_manifests_config_map() {
+        let k8s = FakeCluster::new();
+        assert_eq!(invoker(&k8s), "assisted-service", "no ConfigMap");
+        k8s.fail_next("get_config_map", boom(500));
+        assert_eq!(invoker(&k8s), "assisted-service", "GET error");
+        k8s.set_config_map("openshift-config", "openshift-install-manifests", &[]);
+        assert_eq!(invoker(&k8s), "", "no key");
+        k8s.set_config_map(
+            "openshift-config",
+            "openshift-install-manifests",
+            &[("invoker", "agent-installer")],
+        );
+        assert_eq!(invoker(&k8s), "agent-installer");
+        assert_eq!(
+            k8s.take_calls(),
+            vec!["get_config_map(openshift-config, openshift-install-manifests)"; 4]
+        );
+    }
+
+    #[test]
+    fn the_platform_is_the_first_key_under_platform() {
+        let yaml = "apiVersion: v1\nplatform:\n  vsphere:\n    vcenters: []\n  none: {}\n";
+        assert_eq!(platform_of_install_config(yaml).unwrap(), "vsphere");
+        let yaml = "platform:\n  none: {}\n  baremetal: {}\n";
+        assert_eq!(platform_of_install_config(yaml).unwrap(), "none");
+        assert!(platform_of_install_config("apiVersion: v1\n").is_err());
+        assert!(platform_of_install_config("platform: {}\n").is_err());
+        assert!(platform_of_install_config("platform: [\n").is_err());
+        let k8s = FakeCluster::new();
+        assert!(install_config_platform(&k8s).is_err(), "no ConfigMap");
+        k8s.set_config_map(
+            "kube-system",
+            "cluster-config-v1",
+            &[(
+                "install-config",
+                "platform:\n  baremetal:\n    apiVIPs: []\n",
+            )],
+        );
+        assert_eq!(install_config_platform(&k8s).unwrap(), "baremetal");
+        assert_eq!(
+            k8s.take_calls(),
+            vec!["get_config_map(kube-system, cluster-config-v1)"; 2]
+        );
+    }
+
+    #[test]
+    fn versions_as_the_vsphere_check_reads_them() {
+        assert_eq!(parse_untaint_version("4.15").unwrap(), (4, 15, 0));
+        assert_eq!(parse_untaint_version("4.15.2").unwrap(), (4, 15, 2));
+        assert_eq!(parse_untaint_version("4.14.0-rc0").unwrap(), (4, 14, 0));
+        assert_eq!(parse_untaint_version("4.16-ec.1").unwrap(), (4, 16, 0));
+        for bad in ["", "4", "v4.15", "4.x", "4.15.0.1", "latest"] {
+            assert!(parse_untaint_version(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    const VALID: &str = r#"{"platform":{"vsphere":{"vcenters":[{"server":"vc.example.com","user":"admin","password":"secret"}]}}}"#;
+    const PLACEHOLDERS: &str = r#"{"platform":{"vsphere":{"vcenters":[{"server":"vcenterplaceholder","user":"usernameplaceholder","password":"passwordplaceholder"}]}}}"#;
+    const LEGACY: &str = r#"{"platform":{"vsphere":{"vCenter":"vc.example.com","username":"admin","password":"secret"}}}"#;
+    const EMPTY_SERVER: &str = r#"{"platform":{"vsphere":{"vcenters":[{"server":"","user":"usernameplaceholder","password":"secret"}]}}}"#;
+
+    fn with_platform(svc: &MemoryService, platform: &str, overrides: Option<&str>) {
+        svc.update_cluster(|c| {
+            c.platform = Some(Platform {
+                type_: platform.to_string(),
+            });
+            c.install_config_overrides = overrides.map(str::to_string);
+        });
+    }
+
+    #[test]
+    fn vsphere_credentials_from_the_service() {
+        let (k8s, svc, _) = fakes();
+        for (platform, overrides, want) in [
+            ("vsphere", Some(VALID), true),
+            ("vsphere", Some(LEGACY), false),
+            ("vsphere", Some(PLACEHOLDERS), false),
+            ("vsphere", Some(EMPTY_SERVER), false),
+            ("vsphere", Some(""), false),
+            ("vsphere", None, false),
+            ("baremetal", Some(VALID), false),
+        ] {
+            with_platform(&svc, platform, overrides);
+            assert_eq!(
+                has_valid_vsphere_credentials(&k8s, &svc),
+                want,
+                "{platform} {overrides:?}"
+            );
+        }
+        assert!(k8s.calls().is_empty(), "no install-config read");
+    }
+
+    #[test]
+    fn vsphere_credentials_from_the_install_config_when_the_service_fails() {
+        let (k8s, svc, _) = fakes();
+        let ic = |server: &str| {
+            format!(
+                "platform:\n  vsphere:\n    vcenters:\n    - server: {server}\n      \
+                 user: admin\n      password: secret\n"
+            )
+        };
+        k8s.set_config_map(
+            "kube-system",
+            "cluster-config-v1",
+            &[("install-config", &ic("vc.example.com"))],
+        );
+        svc.fail("v2GetCluster", 1, 500);
+        assert!(has_valid_vsphere_credentials(&k8s, &svc));
+        k8s.set_config_map(
+            "kube-system",
+            "cluster-config-v1",
+            &[("install-config", &ic("vcenterplaceholder"))],
+        );
+        svc.fail("v2GetCluster", 1, 500);
+        assert!(!has_valid_vsphere_credentials(&k8s, &svc));
+        svc.fail("v2GetCluster", 1, 500);
+        k8s.fail_next("get_config_map", boom(500));
+        assert!(!has_valid_vsphere_credentials(&k8s, &svc));
+        assert_eq!(k8s.count("get_config_map"), 3);
+    }
+
+    #[test]
+    fn remove_uninitialized_taint_table() {
+        let (k8s, svc, _) = fakes();
+        let decide = |platform: &str, invoker: &str, version: &str| {
+            remove_uninitialized_taint(&k8s, &svc, platform, invoker, version).unwrap()
+        };
+        // Not ABI: by platform only, whatever the version says.
+        assert!(decide("nutanix", "assisted-service", "4.17"));
+        assert!(decide("vsphere", "assisted-service", "4.17"));
+        assert!(decide("vsphere", "", "garbage"));
+        for p in ["none", "baremetal", "", "external"] {
+            assert!(!decide(p, "assisted-service", "4.17"), "{p}");
+            assert!(!decide(p, "agent-installer", "4.17"), "{p}");
+        }
+        assert!(svc.calls().is_empty());
+        // ABI on vsphere.
+        with_platform(&svc, "vsphere", Some(PLACEHOLDERS));
+        assert!(decide("vsphere", "agent-installer", "4.14.0-rc0"));
+        assert!(decide("vsphere", "agent-installer", "4.15.0"));
+        with_platform(&svc, "vsphere", Some(VALID));
+        assert!(decide("vsphere", "agent-installer", "4.14.0"));
+        assert!(!decide("vsphere", "agent-installer", "4.15"));
+        assert!(!decide("vsphere", "agent-installer", "4.16.3-rc.1"));
+        assert!(decide("nutanix", "agent-installer", "4.16"));
+        // Go panics on an unparsable version here; an error in the port.
+        let e =
+            remove_uninitialized_taint(&k8s, &svc, "vsphere", "agent-installer", "x").unwrap_err();
+        assert!(e.to_string().contains("OPENSHIFT_VERSION"), "{e:#}");
+    }
+}
