@@ -2,5 +2,6 @@
 //! traits, the `loops` helpers and the shared `status`.
 
 pub mod completion;
+pub mod dns_fix;
 pub mod nodes;
 pub mod ready;

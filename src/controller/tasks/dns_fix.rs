@@ -1,0 +1,391 @@
+//! The DNS ".10" fix (§3.6, Go's HackDNSAddressConflict): the cluster DNS Service
+//! `openshift-dns/dns-default` must get the service network's `.10` address; when another
+//! Service holds it, that Service is deleted and the DNS operator's pods are restarted, so the
+//! operator creates its Service again and gets the address.
+//!
+//! - The target: `networking.serviceNetwork[0]` of the install-config, the address as written
+//!   (not masked) with its last byte set to 10 (`172.30.0.0/16` → `172.30.0.10`, `fd02::/112` →
+//!   `fd02::a`), compared as canonical text (dotted IPv4, compressed IPv6) with each Service's
+//!   `spec.clusterIP` as written. No target (no ConfigMap, no list, a bad CIDR): logged, done.
+//! - Up to [`DNS_FIX_ATTEMPTS`] attempts. A failed Service list, or no Service on the address:
+//!   [`DNS_FIX_INTERVAL`] of sleep, then the next attempt. `dns-default` on it: done. Another
+//!   Service on it: deleted (Retry [`DELETE_ATTEMPTS`] × [`DELETE_INTERVAL`]; if all fail, the
+//!   next attempt at once), then every pod of `openshift-dns-operator` deleted (same Retry; a
+//!   failure is only logged), then the next attempt at once.
+//!
+//! Like Go, it ignores cancellation: it is started at startup and ends on its own (at worst
+//! after about 45 × 20 s, or 45 × 5 × 10 s when deletes keep failing), or with the process.
+
+use anyhow::{anyhow, Context, Result};
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use super::ready::read_install_config;
+use crate::clock::{Clock, NeverStop};
+use crate::controller::cluster::ClusterApi;
+use crate::controller::loops::retry;
+
+/// How many times the fix looks for the address.
+pub const DNS_FIX_ATTEMPTS: u32 = 45;
+/// The wait after an attempt that found nothing to do (or could not list).
+pub const DNS_FIX_INTERVAL: Duration = Duration::from_secs(20);
+/// Attempts of each delete.
+pub const DELETE_ATTEMPTS: u32 = 5;
+/// The wait between failed deletes.
+pub const DELETE_INTERVAL: Duration = Duration::from_secs(10);
+/// The Service that must hold the address.
+pub const DNS_NAMESPACE: &str = "openshift-dns";
+pub const DNS_SERVICE: &str = "dns-default";
+/// The namespace whose pods are deleted after a conflicting Service is.
+pub const DNS_OPERATOR_NAMESPACE: &str = "openshift-dns-operator";
+
+/// How the fix ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DnsFixOutcome {
+    /// `dns-default` holds the address.
+    Done,
+    /// No target address (the reason, as logged).
+    NoTarget(String),
+    /// The attempts ran out.
+    GaveUp,
+}
+
+#[derive(Deserialize)]
+struct Doc {
+    #[serde(default)]
+    networking: Option<Networking>,
+}
+
+#[derive(Deserialize)]
+struct Networking {
+    #[serde(rename = "serviceNetwork", default)]
+    service_network: Vec<String>,
+}
+
+/// `networking.serviceNetwork[0]` of an install-config YAML.
+pub fn first_service_network(install_config_yaml: &str) -> Result<String> {
+    let doc: Option<Doc> =
+        serde_saphyr::from_str(install_config_yaml).context("parsing the install-config YAML")?;
+    doc.and_then(|d| d.networking)
+        .and_then(|n| n.service_network.into_iter().next())
+        .ok_or_else(|| anyhow!("the install-config has no networking.serviceNetwork"))
+}
+
+/// The `.10` address of a CIDR, as canonical text.
+pub fn dns_address(cidr: &str) -> Result<String> {
+    let bad = || anyhow!("invalid service network CIDR {cidr:?}");
+    let (addr, prefix) = cidr.split_once('/').ok_or_else(bad)?;
+    let ip: IpAddr = addr.parse().map_err(|_| bad())?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let prefix_ok = !prefix.is_empty()
+        && prefix.bytes().all(|b| b.is_ascii_digit())
+        && prefix.parse::<u32>().is_ok_and(|p| p <= max);
+    if !prefix_ok {
+        return Err(bad());
+    }
+    Ok(match ip {
+        IpAddr::V4(v4) => {
+            let mut o = v4.octets();
+            o[3] = 10;
+            std::net::Ipv4Addr::from(o).to_string()
+        }
+        IpAddr::V6(v6) => {
+            let mut o = v6.octets();
+            o[15] = 10;
+            let v6 = std::net::Ipv6Addr::from(o);
+            // Go prints an IPv4-mapped address as dotted IPv4.
+            match v6.to_ipv4_mapped() {
+                Some(v4) => v4.to_string(),
+                None => v6.to_string(),
+            }
+        }
+    })
+}
+
+/// §3.6 on `cluster_api`, sleeping on `clock`.
+pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock) -> DnsFixOutcome {
+    let target = read_install_config(cluster_api)
+        .and_then(|yaml| first_service_network(&yaml))
+        .and_then(|cidr| dns_address(&cidr));
+    let target = match target {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("DNS address fix: no service network address to check: {e:#}");
+            return DnsFixOutcome::NoTarget(format!("{e:#}"));
+        }
+    };
+    for attempt in 1..=DNS_FIX_ATTEMPTS {
+        let services = match cluster_api.list_services() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("DNS address fix: failed to list services: {e:#}");
+                clock.sleep(DNS_FIX_INTERVAL);
+                continue;
+            }
+        };
+        let Some(holder) = services.iter().find(|s| s.cluster_ip == target) else {
+            tracing::info!("DNS address fix: no service has IP {target} yet (attempt {attempt})");
+            clock.sleep(DNS_FIX_INTERVAL);
+            continue;
+        };
+        if holder.namespace == DNS_NAMESPACE && holder.name == DNS_SERVICE {
+            tracing::info!("DNS address fix: {DNS_NAMESPACE}/{DNS_SERVICE} has IP {target}");
+            return DnsFixOutcome::Done;
+        }
+        tracing::warn!(
+            "DNS address fix: service {}/{} holds the DNS IP {target}, deleting it",
+            holder.namespace,
+            holder.name
+        );
+        let deleted = retry(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
+            cluster_api.delete_service(&holder.namespace, &holder.name)
+        });
+        if let Err(e) = deleted {
+            tracing::warn!(
+                "DNS address fix: failed to delete service {}/{}: {e:#}",
+                holder.namespace,
+                holder.name
+            );
+            continue;
+        }
+        let restarted = retry(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
+            cluster_api.delete_pods(DNS_OPERATOR_NAMESPACE, None)
+        });
+        if let Err(e) = restarted {
+            tracing::warn!(
+                "DNS address fix: failed to delete the pods of {DNS_OPERATOR_NAMESPACE}: {e:#}"
+            );
+        }
+    }
+    tracing::warn!("DNS address fix: gave up after {DNS_FIX_ATTEMPTS} attempts");
+    DnsFixOutcome::GaveUp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::FakeClock;
+    use crate::controller::cluster::fake::FakeCluster;
+    use crate::controller::cluster::{ApiError, Service};
+
+    fn boom() -> ApiError {
+        ApiError::new(500, "InternalError", "boom")
+    }
+
+    fn cluster_with_network(cidr: &str) -> FakeCluster {
+        let k8s = FakeCluster::new();
+        let ic = format!("apiVersion: v1\nnetworking:\n  serviceNetwork:\n  - {cidr}\n");
+        k8s.set_config_map(
+            "kube-system",
+            "cluster-config-v1",
+            &[("install-config", &ic)],
+        );
+        k8s
+    }
+
+    fn svc(namespace: &str, name: &str, ip: &str) -> Service {
+        Service {
+            namespace: namespace.into(),
+            name: name.into(),
+            cluster_ip: ip.into(),
+        }
+    }
+
+    fn dns_default(ip: &str) -> Service {
+        svc("openshift-dns", "dns-default", ip)
+    }
+
+    #[test]
+    fn the_dot_ten_address() {
+        assert_eq!(dns_address("172.30.0.0/16").unwrap(), "172.30.0.10");
+        assert_eq!(dns_address("10.56.20.0/24").unwrap(), "10.56.20.10");
+        assert_eq!(dns_address("10.56.20.7/24").unwrap(), "10.56.20.10");
+        assert_eq!(dns_address("fd02::/112").unwrap(), "fd02::a");
+        assert_eq!(dns_address("2002:db8::/64").unwrap(), "2002:db8::a");
+        assert_eq!(dns_address("2002:0db8:0:0::0/64").unwrap(), "2002:db8::a");
+        assert_eq!(dns_address("::ffff:10.1.0.0/112").unwrap(), "10.1.0.10");
+        for bad in [
+            "172.30.0.0",
+            "172.30.0.0/33",
+            "fd02::/129",
+            "x/16",
+            "1.2.3.4/",
+            "",
+        ] {
+            assert!(dns_address(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn no_service_network_ends_at_once() {
+        let clock = FakeClock::new();
+        let k8s = FakeCluster::new();
+        k8s.fail_next("get_config_map", boom());
+        let out = hack_dns_address_conflict(&k8s, &clock);
+        assert!(matches!(out, DnsFixOutcome::NoTarget(_)), "{out:?}");
+        assert_eq!(
+            k8s.take_calls(),
+            ["get_config_map(kube-system, cluster-config-v1)"]
+        );
+        for ic in [
+            "networking:\n  serviceNetwork: []\n",
+            "networking:\n  serviceNetwork:\n  - bad\n",
+        ] {
+            k8s.set_config_map(
+                "kube-system",
+                "cluster-config-v1",
+                &[("install-config", ic)],
+            );
+            let out = hack_dns_address_conflict(&k8s, &clock);
+            assert!(matches!(out, DnsFixOutcome::NoTarget(_)), "{out:?}");
+            assert_eq!(k8s.count("list_services"), 0);
+        }
+        assert!(clock.sleeps().is_empty());
+    }
+
+    #[test]
+    fn ipv6_conflict_is_deleted_then_dns_default_holds_the_address() {
+        let clock = FakeClock::new();
+        let k8s = cluster_with_network("2002:db8::/64");
+        k8s.add_service(svc("testing", "conflict", "2002:db8::a"));
+        k8s.add_service(dns_default("2002:db8::a"));
+        assert_eq!(hack_dns_address_conflict(&k8s, &clock), DnsFixOutcome::Done);
+        assert_eq!(
+            k8s.take_calls(),
+            [
+                "get_config_map(kube-system, cluster-config-v1)",
+                "list_services()",
+                "delete_service(testing, conflict)",
+                "delete_pods(openshift-dns-operator, -)",
+                "list_services()",
+            ]
+        );
+        assert!(clock.sleeps().is_empty(), "no wait after a delete");
+    }
+
+    #[test]
+    fn ipv4_conflict_is_deleted() {
+        let clock = FakeClock::new();
+        let k8s = cluster_with_network("10.56.20.0/24");
+        k8s.add_service(svc("default", "other", "10.56.20.1"));
+        k8s.add_service(svc("testing", "conflict", "10.56.20.10"));
+        k8s.add_service(dns_default("10.56.20.10"));
+        assert_eq!(hack_dns_address_conflict(&k8s, &clock), DnsFixOutcome::Done);
+        assert_eq!(k8s.count("delete_service"), 1);
+        assert_eq!(k8s.calls()[2].args, ["testing", "conflict"]);
+        assert_eq!(k8s.count("delete_pods"), 1);
+        assert_eq!(k8s.count("list_services"), 2);
+    }
+
+    #[test]
+    fn a_failed_list_waits_and_tries_again() {
+        let clock = FakeClock::new();
+        let k8s = cluster_with_network("172.30.0.0/16");
+        k8s.add_service(dns_default("172.30.0.10"));
+        k8s.fail_next("list_services", boom());
+        assert_eq!(hack_dns_address_conflict(&k8s, &clock), DnsFixOutcome::Done);
+        assert_eq!(k8s.count("list_services"), 2);
+        assert_eq!(clock.sleeps(), [DNS_FIX_INTERVAL]);
+    }
+
+    #[test]
+    fn deletes_are_retried_five_times() {
+        let clock = FakeClock::new();
+        let k8s = cluster_with_network("172.30.0.0/16");
+        k8s.add_service(svc("testing", "conflict", "172.30.0.10"));
+        k8s.add_service(dns_default("172.30.0.10"));
+        for _ in 0..4 {
+            k8s.fail_next("delete_service", boom());
+            k8s.fail_next("delete_pods", boom());
+        }
+        assert_eq!(hack_dns_address_conflict(&k8s, &clock), DnsFixOutcome::Done);
+        assert_eq!(k8s.count("delete_service"), 5);
+        assert_eq!(k8s.count("delete_pods"), 5);
+        assert_eq!(k8s.count("list_services"), 2);
+        assert_eq!(clock.sleeps(), vec![DELETE_INTERVAL; 8]);
+    }
+
+    #[test]
+    fn a_list_that_always_fails_makes_45_attempts() {
+        let clock = FakeClock::new();
+        let k8s = cluster_with_network("172.30.0.0/16");
+        k8s.fail_always("list_services", boom());
+        assert_eq!(
+            hack_dns_address_conflict(&k8s, &clock),
+            DnsFixOutcome::GaveUp
+        );
+        assert_eq!(k8s.count("list_services"), 45);
+        assert_eq!(clock.sleeps(), vec![DNS_FIX_INTERVAL; 45]);
+    }
+
+    #[test]
+    fn an_address_never_found_makes_45_attempts() {
+        let clock = FakeClock::new();
+        let k8s = cluster_with_network("172.30.0.0/16");
+        k8s.add_service(dns_default("172.30.0.11"));
+        assert_eq!(
+            hack_dns_address_conflict(&k8s, &clock),
+            DnsFixOutcome::GaveUp
+        );
+        assert_eq!(k8s.count("list_services"), 45);
+        assert_eq!(k8s.count("delete_service"), 0);
+    }
+
+    #[test]
+    fn service_deletion_always_failing() {
+        let clock = FakeClock::new();
+        let k8s = cluster_with_network("172.30.0.0/16");
+        k8s.add_service(svc("testing", "conflict", "172.30.0.10"));
+        k8s.fail_always("delete_service", boom());
+        assert_eq!(
+            hack_dns_address_conflict(&k8s, &clock),
+            DnsFixOutcome::GaveUp
+        );
+        assert_eq!(k8s.count("list_services"), 45);
+        assert_eq!(k8s.count("delete_service"), 225);
+        assert_eq!(k8s.count("delete_pods"), 0);
+        assert_eq!(
+            clock.sleeps(),
+            vec![DELETE_INTERVAL; 45 * 4],
+            "no 20 s waits"
+        );
+    }
+
+    #[test]
+    fn pod_deletion_always_failing() {
+        let k8s = cluster_with_network("172.30.0.0/16");
+        // A conflict that comes back after each delete (the fake removes it).
+        let conflict = svc("testing", "conflict", "172.30.0.10");
+        k8s.add_service(conflict.clone());
+        k8s.fail_always("delete_pods", boom());
+        struct Recreate<'a> {
+            fake: FakeClock,
+            k8s: &'a FakeCluster,
+            svc: Service,
+        }
+        impl Clock for Recreate<'_> {
+            fn sleep(&self, d: Duration) {
+                self.fake.sleep(d);
+                if self.k8s.services().is_empty() {
+                    self.k8s.add_service(self.svc.clone());
+                }
+            }
+            fn now(&self) -> std::time::Instant {
+                self.fake.now()
+            }
+        }
+        let clock = Recreate {
+            fake: FakeClock::new(),
+            k8s: &k8s,
+            svc: conflict,
+        };
+        assert_eq!(
+            hack_dns_address_conflict(&k8s, &clock),
+            DnsFixOutcome::GaveUp
+        );
+        assert_eq!(k8s.count("list_services"), 45);
+        assert_eq!(k8s.count("delete_service"), 45);
+        assert_eq!(k8s.count("delete_pods"), 225);
+    }
+}
