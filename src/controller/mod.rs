@@ -18,6 +18,11 @@
 //! - `startup`: §3.1 steps 1–4 (environment, token, dry-mode hosts and reboot marker, log file)
 //!   as a library function that returns the parsed startup state; `log` sets up the log
 //!   (stdout and `/tmp/controller_logs.log`, §2.6).
+//! - `bootstrap`: §3.1 steps 5–7 (Kubernetes client, proxy environment from the cluster's Proxy,
+//!   service client, in that order) as a library function over constructors and an env setter.
+//! - `tasks` (`src/controller/tasks/`): one file per task; `ready` (SetReadyState, invoker,
+//!   install-config platform, the untaint decision: §3.5, §3.5.1, §3.1 steps 11–12) and
+//!   `dns_fix` (§3.6) exist.
 //! - `cluster` (`src/controller/cluster/`): the narrow Kubernetes API trait the tasks use, its
 //!   kube-rs implementation and an in-memory fake.
 //! - `service` (`src/controller/service/`): the assisted-service calls the controller makes.
@@ -35,6 +40,7 @@
 //! tasks of §3.5–§3.15 on the `cluster` and `service` traits, the completion wait and its exit
 //! codes, and the end-to-end tests of issue 13.
 
+pub mod bootstrap;
 pub mod cluster;
 pub mod config;
 pub mod hosts;

@@ -1,0 +1,254 @@
+//! §3.1 steps 5–7 as a library function over trait objects, so the order of its effects is
+//! tested with the fakes: the Kubernetes client (step 5), the proxy environment from the
+//! cluster's Proxy status (step 6), then the service client (step 7), built only once the proxy
+//! environment is set, because the REST client reads `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` when
+//! it is built. Every failure is a startup error (exit 1: the Job restarts the container).
+//!
+//! [`connect`] takes the two clients as constructors and the environment as a setter;
+//! [`kube_cluster`], [`service_client`] and [`set_process_env`] are the real ones. Not here:
+//! step 8 (the reboots notifier, §3.7.3) and step 9 (the tasks' stop token, a
+//! `crate::image::Cancel` the caller creates); the invoker (step 11) is
+//! [`super::tasks::ready::invoker`].
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::cluster::kube_impl::KubeCluster;
+use super::cluster::{ClusterApi, ProxyStatus};
+use super::config::ControllerConfig;
+use super::service::{ControllerClient, ControllerService, ControllerServiceConfig};
+use crate::clock::Clock;
+
+/// The cluster-scoped `config.openshift.io/v1 Proxy` the controller reads.
+pub const PROXY_NAME: &str = "cluster";
+
+/// What steps 5–7 produce.
+pub struct Connected {
+    pub cluster: Arc<dyn ClusterApi>,
+    pub service: Arc<dyn ControllerService>,
+    /// The cluster's Proxy status, as copied into the environment.
+    pub proxy: ProxyStatus,
+}
+
+impl std::fmt::Debug for Connected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connected")
+            .field("proxy", &self.proxy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Step 6: GET Proxy `cluster` and set `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` through
+/// `set_env` for each non-empty field of its status (the others are left as they are).
+pub fn apply_cluster_proxy(
+    cluster: &dyn ClusterApi,
+    set_env: &mut dyn FnMut(&str, &str),
+) -> Result<ProxyStatus> {
+    let proxy = cluster
+        .get_proxy(PROXY_NAME)
+        .with_context(|| format!("getting the cluster proxy settings (Proxy {PROXY_NAME})"))?;
+    for (name, value) in [
+        ("HTTP_PROXY", &proxy.http_proxy),
+        ("HTTPS_PROXY", &proxy.https_proxy),
+        ("NO_PROXY", &proxy.no_proxy),
+    ] {
+        if !value.is_empty() {
+            tracing::info!("Setting {name} from the cluster proxy settings");
+            set_env(name, value);
+        }
+    }
+    Ok(proxy)
+}
+
+/// Steps 5–7: the Kubernetes client, the proxy environment, then the service client.
+pub fn connect(
+    build_cluster: impl FnOnce() -> Result<Arc<dyn ClusterApi>>,
+    set_env: &mut dyn FnMut(&str, &str),
+    build_service: impl FnOnce() -> Result<Arc<dyn ControllerService>>,
+) -> Result<Connected> {
+    let cluster = build_cluster().context("creating the Kubernetes client")?;
+    let proxy = apply_cluster_proxy(&*cluster, set_env)?;
+    let service = build_service().context("creating the assisted-service client")?;
+    Ok(Connected {
+        cluster,
+        service,
+        proxy,
+    })
+}
+
+/// Step 5 for real: the SNO kubeconfig if present, else in-cluster (§2.5). Dry mode's fake
+/// Kubernetes (§3.16) is not built.
+pub fn kube_cluster(config: &ControllerConfig) -> Result<Arc<dyn ClusterApi>> {
+    if config.dry_enable {
+        bail!("dry mode's fake Kubernetes API (DRY_ENABLE) is not built");
+    }
+    Ok(Arc::new(KubeCluster::for_controller()?))
+}
+
+/// How the configuration reaches the service (§2.4): `CA_CERT_PATH` "" is no CA file.
+pub fn service_config(config: &ControllerConfig) -> ControllerServiceConfig {
+    ControllerServiceConfig {
+        inventory_url: config.inventory_url.clone(),
+        token: config.pull_secret_token.clone(),
+        skip_cert_verification: config.skip_cert_verification,
+        ca_cert_path: (!config.ca_cert_path.is_empty())
+            .then(|| PathBuf::from(&config.ca_cert_path)),
+    }
+}
+
+/// Step 7 for real: the REST client for `CLUSTER_ID`.
+pub fn service_client(
+    config: &ControllerConfig,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<dyn ControllerService>> {
+    let client = ControllerClient::new(&service_config(config), &config.cluster_id, clock)?;
+    Ok(Arc::new(client))
+}
+
+/// Sets a variable of the process environment (before any thread that reads it starts).
+pub fn set_process_env(name: &str, value: &str) {
+    std::env::set_var(name, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::FakeClock;
+    use crate::controller::cluster::fake::FakeCluster;
+    use crate::controller::cluster::ApiError;
+    use crate::controller::service::memory::MemoryService;
+    use std::sync::Mutex;
+
+    fn steps() -> Arc<Mutex<Vec<String>>> {
+        Arc::new(Mutex::new(Vec::new()))
+    }
+
+    #[test]
+    fn the_proxy_env_is_set_before_the_service_client_is_built() {
+        let k8s = FakeCluster::new();
+        k8s.set_proxy(ProxyStatus {
+            http_proxy: "http://proxy:3128".into(),
+            https_proxy: String::new(),
+            no_proxy: ".cluster.local,10.0.0.0/8".into(),
+        });
+        let log = steps();
+        let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
+        let k = k8s.clone();
+        let connected = connect(
+            move || {
+                l1.lock().unwrap().push("cluster".into());
+                Ok(Arc::new(k))
+            },
+            &mut |name, value| l2.lock().unwrap().push(format!("{name}={value}")),
+            move || {
+                l3.lock().unwrap().push("service".into());
+                Ok(Arc::new(MemoryService::new(
+                    "c-1",
+                    Arc::new(FakeClock::new()),
+                )))
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "cluster",
+                "HTTP_PROXY=http://proxy:3128",
+                "NO_PROXY=.cluster.local,10.0.0.0/8",
+                "service",
+            ]
+        );
+        assert_eq!(k8s.take_calls(), ["get_proxy(cluster)"]);
+        assert_eq!(connected.proxy.http_proxy, "http://proxy:3128");
+    }
+
+    #[test]
+    fn an_empty_proxy_status_sets_nothing() {
+        let k8s = FakeCluster::new();
+        let mut set = Vec::new();
+        let proxy = apply_cluster_proxy(&k8s, &mut |n, v| set.push(format!("{n}={v}"))).unwrap();
+        assert_eq!(proxy, ProxyStatus::default());
+        assert!(set.is_empty());
+        assert_eq!(k8s.count("get_proxy"), 1);
+    }
+
+    #[test]
+    fn a_proxy_read_failure_is_a_startup_error_before_the_service_client() {
+        let k8s = FakeCluster::new();
+        k8s.fail_next("get_proxy", ApiError::new(403, "Forbidden", "no"));
+        let mut built = false;
+        let mut set = 0;
+        let e = connect(
+            || Ok(Arc::new(k8s.clone())),
+            &mut |_, _| set += 1,
+            || {
+                built = true;
+                Ok(Arc::new(MemoryService::new(
+                    "c-1",
+                    Arc::new(FakeClock::new()),
+                )))
+            },
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e:#}").starts_with("getting the cluster proxy settings (Proxy cluster)"),
+            "{e:#}"
+        );
+        assert!(!built);
+        assert_eq!(set, 0);
+    }
+
+    #[test]
+    fn client_failures_are_startup_errors() {
+        let e = connect(
+            || bail!("no in-cluster config"),
+            &mut |_, _| panic!("no env"),
+            || panic!("no service"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "creating the Kubernetes client: no in-cluster config"
+        );
+        let e = connect(
+            || Ok(Arc::new(FakeCluster::new())),
+            &mut |_, _| {},
+            || bail!("bad CA file"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "creating the assisted-service client: bad CA file"
+        );
+    }
+
+    #[test]
+    fn the_service_config_from_the_environment() {
+        let env = |k: &str| match k {
+            "CLUSTER_ID" => Some("c-1".to_string()),
+            "INVENTORY_URL" => Some("https://svc:8090".to_string()),
+            "OPENSHIFT_VERSION" => Some("4.17".to_string()),
+            _ => None,
+        };
+        let mut config = ControllerConfig::from_env(&env).unwrap();
+        config.pull_secret_token = "tok".into();
+        let s = service_config(&config);
+        assert_eq!(s.inventory_url, "https://svc:8090");
+        assert_eq!(s.token, "tok");
+        assert_eq!(s.ca_cert_path, None);
+        config.ca_cert_path = "/etc/ca.pem".into();
+        assert_eq!(
+            service_config(&config).ca_cert_path,
+            Some(PathBuf::from("/etc/ca.pem"))
+        );
+        // An unreadable CA file is fatal (Go: exit 1); without it the client builds.
+        config.ca_cert_path = "/nonexistent/ca.pem".into();
+        assert!(service_client(&config, Arc::new(FakeClock::new())).is_err());
+        config.ca_cert_path = String::new();
+        assert!(service_client(&config, Arc::new(FakeClock::new())).is_ok());
+        config.dry_enable = true;
+        let e = kube_cluster(&config).err().unwrap();
+        assert!(e.to_string().contains("dry mode"), "{e:#}");
+    }
+}
