@@ -265,6 +265,76 @@ pub fn remove_uninitialized_taint(
     Ok(matches!(platform, "nutanix" | "vsphere"))
 }
 
+/// What §3.1 steps 11–14 decide before the tasks start.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReadyPhase {
+    /// The agent-based installer on a single node: no ready Event, straight to the ABI
+    /// completion wait (§3.1 step 12, first branch).
+    AbiSingleNode { invoker: String },
+    /// Every other case.
+    Ready(Box<Readiness>),
+}
+
+/// The result of SetReadyState and what follows from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readiness {
+    pub invoker: String,
+    /// The cluster of the last GetCluster, if it answered.
+    pub cluster: Option<Cluster>,
+    /// `platform.type` of the cluster, or (ABI without a cluster) of the install-config; "" when
+    /// neither is known.
+    pub platform: String,
+    pub remove_uninitialized_taint: bool,
+}
+
+/// §3.1 steps 11–14: the invoker, then SetReadyState with the invoker's limit, the platform
+/// and the untaint decision. The assisted-service invoker without a cluster is a startup error
+/// (exit 1, the Job retries); the agent-based installer then falls back to the install-config.
+pub fn ready_phase(
+    cluster_api: &dyn ClusterApi,
+    service: &dyn ControllerService,
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    namespace: &str,
+    control_plane_count: i64,
+    openshift_version: &str,
+) -> Result<ReadyPhase> {
+    let invoker = invoker(cluster_api);
+    let abi = invoker == INVOKER_AGENT;
+    if abi && control_plane_count == 1 {
+        tracing::warn!("Agent-based installer on a single node: not waiting to be ready");
+        return Ok(ReadyPhase::AbiSingleNode { invoker });
+    }
+    let timeout = if abi {
+        ABI_READY_TIMEOUT
+    } else {
+        READY_TIMEOUT
+    };
+    let cluster = set_ready_state(cluster_api, service, clock, stop, namespace, timeout);
+    let platform = match &cluster {
+        Some(c) => c.platform_type().to_string(),
+        None if abi => {
+            tracing::warn!("No cluster from the assisted service, reading the platform from the install-config");
+            install_config_platform(cluster_api).unwrap_or_else(|e| {
+                tracing::warn!("Failed to get the platform from the install-config: {e:#}");
+                String::new()
+            })
+        }
+        None => bail!(
+            "failed to connect to the assisted service and the kube-apiserver within {} minutes",
+            timeout.as_secs() / 60
+        ),
+    };
+    let remove_uninitialized_taint =
+        remove_uninitialized_taint(cluster_api, service, &platform, &invoker, openshift_version)?;
+    Ok(ReadyPhase::Ready(Box::new(Readiness {
+        invoker,
+        cluster,
+        platform,
+        remove_uninitialized_taint,
+    })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,5 +612,92 @@ mod tests {
         let e =
             remove_uninitialized_taint(&k8s, &svc, "vsphere", "agent-installer", "x").unwrap_err();
         assert!(e.to_string().contains("OPENSHIFT_VERSION"), "{e:#}");
+    }
+
+    fn set_invoker(k8s: &FakeCluster, invoker: &str) {
+        k8s.set_config_map(
+            "openshift-config",
+            "openshift-install-manifests",
+            &[("invoker", invoker)],
+        );
+    }
+
+    #[test]
+    fn ready_phase_assisted_service() {
+        let (k8s, svc, clock) = fakes();
+        with_platform(&svc, "nutanix", None);
+        let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.17").unwrap();
+        let ReadyPhase::Ready(r) = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(r.invoker, "assisted-service");
+        assert_eq!(r.platform, "nutanix");
+        assert!(r.remove_uninitialized_taint);
+        assert_eq!(r.cluster.unwrap().id, "c-1");
+        assert_eq!(k8s.events().len(), 1);
+        // No cluster in 70 minutes: a startup error, after 4200 tries.
+        let (k8s, svc, clock) = fakes();
+        svc.fail("v2GetCluster", 5000, 500);
+        let e = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.17").unwrap_err();
+        assert!(e.to_string().contains("within 70 minutes"), "{e:#}");
+        assert_eq!(svc.calls().len(), 4200);
+        assert_eq!(clock.elapsed(), READY_TIMEOUT);
+    }
+
+    #[test]
+    fn ready_phase_abi_single_node_sends_no_event() {
+        let (k8s, svc, clock) = fakes();
+        set_invoker(&k8s, "agent-installer");
+        let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 1, "4.17").unwrap();
+        assert_eq!(
+            got,
+            ReadyPhase::AbiSingleNode {
+                invoker: "agent-installer".into()
+            }
+        );
+        assert!(svc.calls().is_empty());
+        assert_eq!(k8s.count("create_event"), 0);
+    }
+
+    #[test]
+    fn ready_phase_abi_multi_node_falls_back_to_the_install_config() {
+        let (k8s, svc, clock) = fakes();
+        set_invoker(&k8s, "agent-installer");
+        svc.fail("v2GetCluster", 5000, 500);
+        k8s.set_config_map(
+            "kube-system",
+            "cluster-config-v1",
+            &[(
+                "install-config",
+                "platform:\n  vsphere:\n    vcenters:\n    - server: vc.example.com\n",
+            )],
+        );
+        let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.16").unwrap();
+        let ReadyPhase::Ready(r) = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            svc.calls().len(),
+            300 + 1,
+            "5 minutes, then the credentials check"
+        );
+        assert_eq!(clock.elapsed(), ABI_READY_TIMEOUT);
+        assert_eq!(r.cluster, None);
+        assert_eq!(r.platform, "vsphere");
+        // The service is down, the install-config names a real vCenter: the cloud controller
+        // untaints.
+        assert!(!r.remove_uninitialized_taint);
+        // An install-config that cannot be read is only a warning.
+        let (k8s, svc, clock) = fakes();
+        set_invoker(&k8s, "agent-installer");
+        svc.fail("v2GetCluster", 5000, 500);
+        let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.16").unwrap();
+        let ReadyPhase::Ready(r) = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            (r.platform.as_str(), r.remove_uninitialized_taint),
+            ("", false)
+        );
     }
 }
