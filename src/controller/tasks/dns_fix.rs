@@ -162,6 +162,18 @@ pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock
     DnsFixOutcome::GaveUp
 }
 
+/// §3.1 step 10: the fix on its own thread (not in dry mode; the caller decides). Nothing needs
+/// to join it: like Go's goroutine, it ends on its own or with the process.
+pub fn spawn(
+    cluster_api: std::sync::Arc<dyn ClusterApi>,
+    clock: std::sync::Arc<dyn Clock>,
+) -> Result<std::thread::JoinHandle<DnsFixOutcome>> {
+    std::thread::Builder::new()
+        .name("dns-fix".to_string())
+        .spawn(move || hack_dns_address_conflict(&*cluster_api, &*clock))
+        .context("starting the DNS address fix")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,5 +399,18 @@ mod tests {
         assert_eq!(k8s.count("list_services"), 45);
         assert_eq!(k8s.count("delete_service"), 45);
         assert_eq!(k8s.count("delete_pods"), 225);
+    }
+
+    #[test]
+    fn spawned_on_its_own_thread() {
+        let k8s = cluster_with_network("172.30.0.0/16");
+        k8s.add_service(dns_default("172.30.0.10"));
+        let handle = spawn(
+            std::sync::Arc::new(k8s.clone()),
+            std::sync::Arc::new(FakeClock::new()),
+        )
+        .unwrap();
+        assert_eq!(handle.join().unwrap(), DnsFixOutcome::Done);
+        assert_eq!(k8s.count("list_services"), 1);
     }
 }
