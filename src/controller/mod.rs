@@ -36,8 +36,11 @@
 //! that says the remaining steps are not built, so the process exits 1 (the Job would retry);
 //! nothing pretends to work.
 //!
-//! Next: step 5 on (Kubernetes client, proxy env, service client, reboots notifier), then the
-//! tasks of §3.5–§3.15 on the `cluster` and `service` traits, the completion wait and its exit
+//! Also built as library functions, not yet called by `run`: steps 5–7 (`bootstrap`), the DNS
+//! fix (step 10) and the ready phase (steps 11–14, `tasks::ready`).
+//!
+//! Next: the reboots notifier (step 8), wiring steps 5–14 into `run`, then the
+//! tasks of §3.7–§3.15 on the `cluster` and `service` traits, the completion wait and its exit
 //! codes, and the end-to-end tests of issue 13.
 
 pub mod bootstrap;
