@@ -3,4 +3,5 @@
 
 pub mod completion;
 pub mod nodes;
+pub mod operators;
 pub mod ready;
