@@ -2,6 +2,7 @@
 //! traits, the `loops` helpers and the shared `status`.
 
 pub mod completion;
+pub mod logs;
 pub mod nodes;
 pub mod operators;
 pub mod ready;
