@@ -123,6 +123,65 @@ pub fn wait_for_installation(
     }
 }
 
+/// The master-role selector of the ABI completion wait.
+pub const MASTER_SELECTOR: &str = "node-role.kubernetes.io/master";
+
+/// §3.14, the ABI completion wait: every `interval` from now until it returns or `stop` fires
+/// (false). Each round untaints the nodes when asked (`untaint` is §3.7.1's per-node step, with
+/// its own error logging), then waits for ClusterVersion `Available=True` (latched once seen),
+/// then for `expected_masters` master nodes (none expected: done at once).
+pub fn wait_for_installation_abi(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    cluster: &dyn ClusterApi,
+    interval: Duration,
+    expected_masters: i64,
+    untaint: Option<&mut dyn FnMut(&crate::controller::cluster::Node)>,
+) -> bool {
+    let mut untaint = untaint;
+    let mut available = false;
+    poll(clock, stop, interval, None, || {
+        if let Some(untaint) = untaint.as_mut() {
+            let nodes = cluster.list_nodes(None).unwrap_or_else(|err| {
+                tracing::warn!("listing the nodes: {err:#}");
+                Vec::new()
+            });
+            for node in &nodes {
+                untaint(node);
+            }
+        }
+        if !available {
+            match cluster
+                .get_cluster_version(crate::controller::tasks::operators::CLUSTER_VERSION_NAME)
+            {
+                Ok(cv) => available = cv.conditions.iter().any(|c| c.is_true("Available")),
+                Err(err) => tracing::warn!("reading ClusterVersion: {err:#}"),
+            }
+            if !available {
+                return false;
+            }
+        }
+        if expected_masters <= 0 {
+            return true;
+        }
+        match cluster.list_nodes(Some(MASTER_SELECTOR)) {
+            Ok(nodes) if nodes.len() as i64 >= expected_masters => true,
+            Ok(nodes) => {
+                tracing::info!(
+                    "{} of {expected_masters} control-plane nodes joined",
+                    nodes.len()
+                );
+                false
+            }
+            Err(err) => {
+                tracing::warn!("listing the control-plane nodes: {err:#}");
+                false
+            }
+        }
+    })
+    .is_ok()
+}
+
 /// Why post-install failed (§4.2), with the cause as Go's context error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PostInstallFailure {

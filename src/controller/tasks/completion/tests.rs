@@ -482,3 +482,121 @@ fn completion_bodies_on_the_wire() {
         "Stopped waiting for router ca data: context deadline exceeded"
     );
 }
+
+fn master(name: &str) -> crate::controller::cluster::Node {
+    crate::controller::cluster::Node {
+        name: name.into(),
+        labels: [("node-role.kubernetes.io/master".to_string(), String::new())].into(),
+        ..Default::default()
+    }
+}
+
+fn available_cv(cluster: &FakeCluster) {
+    cluster.set_cluster_version(
+        "version",
+        ClusterVersion {
+            conditions: vec![cond("Available", "True", "")],
+            ..ClusterVersion::default()
+        },
+    );
+}
+
+#[test]
+fn abi_wait_untaints_then_returns_with_no_expected_masters() {
+    let clock = FakeClock::new();
+    let cluster = FakeCluster::new();
+    available_cv(&cluster);
+    cluster.set_node(master("node0"));
+    let mut untainted = Vec::new();
+    let mut untaint = |n: &crate::controller::cluster::Node| untainted.push(n.name.clone());
+    assert!(wait_for_installation_abi(
+        &clock,
+        &NeverStop,
+        &cluster,
+        INSTALL_STATUS_INTERVAL,
+        0,
+        Some(&mut untaint),
+    ));
+    assert_eq!(untainted, ["node0"]);
+    assert_eq!(
+        cluster.take_calls(),
+        ["list_nodes(-)", "get_cluster_version(version)"]
+    );
+}
+
+/// Changes the fake cluster as the fake clock passes whole minutes (checked between rounds), and
+/// stops after 10 minutes so a wrong loop cannot hang the test.
+struct Script<'a> {
+    clock: &'a FakeClock,
+    cluster: FakeCluster,
+}
+
+impl Stop for Script<'_> {
+    fn is_stopped(&self) -> bool {
+        let minutes = self.clock.elapsed().as_secs() / 60;
+        if minutes >= 1 {
+            available_cv(&self.cluster);
+        }
+        if minutes >= 2 {
+            self.cluster.set_node(master("m2"));
+        }
+        minutes > 10
+    }
+    fn sleep(&self, _: Duration) -> bool {
+        self.is_stopped()
+    }
+}
+
+#[test]
+fn abi_wait_latches_availability_and_counts_masters() {
+    let clock = FakeClock::new();
+    let cluster = FakeCluster::new();
+    cluster.set_cluster_version("version", ClusterVersion::default());
+    cluster.set_node(master("m0"));
+    cluster.set_node(master("m1"));
+    let script = Script {
+        clock: &clock,
+        cluster: cluster.clone(),
+    };
+    assert!(wait_for_installation_abi(
+        &clock,
+        &script,
+        &cluster,
+        INSTALL_STATUS_INTERVAL,
+        3,
+        None
+    ));
+    // Round 1: not available. Round 2: available, 2 masters. Round 3: 3 masters.
+    assert_eq!(
+        cluster.take_calls(),
+        [
+            "get_cluster_version(version)",
+            "get_cluster_version(version)",
+            "list_nodes(node-role.kubernetes.io/master)",
+            "list_nodes(node-role.kubernetes.io/master)",
+        ]
+    );
+    assert_eq!(clock.elapsed(), 2 * INSTALL_STATUS_INTERVAL);
+}
+
+#[test]
+fn abi_wait_ends_false_on_stop() {
+    let clock = FakeClock::new();
+    let cluster = FakeCluster::new();
+    cluster.fail_always("get_cluster_version", ApiError::new(500, "", "x"));
+    let stop = Cancel::new();
+    stop.cancel();
+    assert!(!wait_for_installation_abi(
+        &clock,
+        &stop,
+        &cluster,
+        INSTALL_STATUS_INTERVAL,
+        0,
+        None
+    ));
+    assert_eq!(
+        cluster.count("get_cluster_version"),
+        1,
+        "one round even when stopped"
+    );
+}
