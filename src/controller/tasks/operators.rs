@@ -729,4 +729,82 @@ mod tests {
         assert_eq!(reports(&svc).len(), 10, "one report a minute for 10 min");
         assert_eq!(clock.elapsed(), Duration::from_secs(600));
     }
+
+    /// The Go table through the whole wait (console available in the service, CVO on): a
+    /// report only when the rule says so, and success only when the CVO became available.
+    #[test]
+    fn wait_table_through_the_cvo_handler() {
+        let rows = [
+            ("progressing", "", "Progressing", "", false),
+            ("progressing", "", "Progressing", "message", true),
+            ("progressing", "message", "Progressing", "message", false),
+            ("progressing", "message", "Progressing", "new", true),
+            ("progressing", "message", "Progressing", "", false),
+            ("progressing", "", "Available", "", true),
+            ("progressing", "", "Available", "message", true),
+            ("available", "", "Progressing", "x", false),
+        ];
+        for (rs, ri, ct, cm, sent) in rows {
+            let clock = FakeClock::new();
+            let cluster = FakeCluster::new();
+            cluster.set_cluster_version(
+                "version",
+                ClusterVersion {
+                    conditions: vec![cond(ct, "True", cm)],
+                    desired_version: "4.12.0".into(),
+                    ..ClusterVersion::default()
+                },
+            );
+            let svc = service(vec![
+                record("console", "available", ""),
+                record("cvo", rs, ri),
+            ]);
+            // One round: the deadline falls before the second tick.
+            let result = wait_for_cluster_operators(
+                &clock,
+                &NeverStop,
+                CLUSTER_OPERATORS_INTERVAL,
+                Duration::from_secs(30),
+                &cluster,
+                &svc,
+                "4.12",
+                true,
+            );
+            let row = format!("{rs}/{ri:?} vs {ct}/{cm:?}");
+            assert_eq!(reports(&svc).len(), usize::from(sent), "{row}");
+            let available = rs == "available" || ct == "Available";
+            assert_eq!(result.is_ok(), available, "{row}");
+            if !available {
+                assert_eq!(result.map_err(ctx_cause), Err("context deadline exceeded"));
+            }
+            assert_eq!(
+                cluster.count("get_cluster_operator"),
+                0,
+                "{row}: console not read"
+            );
+        }
+    }
+
+    #[test]
+    fn wait_ends_canceled_when_stopped() {
+        let clock = FakeClock::new();
+        let cluster = FakeCluster::new();
+        cluster.fail_always("get_cluster_version", ApiError::new(500, "", "x"));
+        let svc = service(vec![]);
+        let stop = crate::image::Cancel::new();
+        stop.cancel();
+        let err = wait_for_cluster_operators(
+            &clock,
+            &stop,
+            CLUSTER_OPERATORS_INTERVAL,
+            CVO_MAX_TIMEOUT,
+            &cluster,
+            &svc,
+            "4.12",
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(ctx_cause(err), "context canceled");
+        assert_eq!(cluster.count("get_cluster_version"), 1);
+    }
 }

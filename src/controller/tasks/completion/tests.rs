@@ -600,3 +600,49 @@ fn abi_wait_ends_false_on_stop() {
         "one round even when stopped"
     );
 }
+
+#[test]
+fn post_install_rides_out_many_console_failures() {
+    let (clock, svc, status) = setup();
+    let cluster = ready_cluster();
+    for _ in 0..9 {
+        cluster.fail_next("get_cluster_operator", ApiError::new(500, "", "x"));
+    }
+    svc.update_cluster(|c| c.status = "finalizing".into());
+    svc.set_operators(vec![
+        record("console", "progressing"),
+        record("cvo", "available"),
+    ]);
+    svc.fail("v2CompleteInstallation", 1, 500);
+    let out = post_install_configs(
+        &*clock,
+        &NeverStop,
+        &cluster,
+        &svc,
+        &status,
+        &PostInstallSettings::new("4.12", true),
+        &mut || Ok(()),
+    );
+    let PostInstallOutcome::Completed { params, sent } = out else {
+        panic!("{out:?}")
+    };
+    assert!(params.is_success && sent);
+    // Ten rounds a minute apart, then the router CA at once; one completion retry.
+    assert_eq!(cluster.count("get_cluster_operator"), 10);
+    assert_eq!(
+        reports(&svc),
+        [(
+            "console".to_string(),
+            Some(OperatorStatus::Available),
+            String::new(),
+            String::new()
+        )]
+    );
+    assert_eq!(completions(&svc).len(), 2);
+    assert_eq!(
+        clock.elapsed(),
+        9 * CLUSTER_OPERATORS_INTERVAL + CLUSTER_OPERATORS_INTERVAL,
+        "9 min of console rounds, then 1 min before the completion retry"
+    );
+    assert!(!status.has_error());
+}
