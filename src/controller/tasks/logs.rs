@@ -6,7 +6,7 @@
 //! images, the reuse of an earlier tarball, the credentials download and the archive are here
 //! and tested on fakes.
 //!
-//! Not built yet: the SNO router probe of the final upload (§3.12, it only logs).
+//! The SNO router probe of the final upload is in [`super::router_probe`].
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -19,7 +19,11 @@ use crate::controller::cluster::ClusterApi;
 use crate::controller::loops::{poll, ticker};
 use crate::controller::service::{ControllerService, KUBECONFIG_NOINGRESS};
 use crate::controller::status::ControllerStatus;
+use crate::controller::tasks::router_probe::{
+    probe_needed, run_router_probe, HttpProbe, ROUTER_PROBE_PERIOD, ROUTER_PROBE_WINDOW,
+};
 use crate::flow::bootstrap::tar_gz::{tar_gz, Entry};
+use crate::image::Cancel;
 use crate::service::LogsState;
 
 /// Periodic upload period.
@@ -153,6 +157,10 @@ pub struct LogUploader<'a> {
     pub resolv_conf_files: Vec<PathBuf>,
     /// The own pod's name once found.
     pub pod_name: Option<String>,
+    /// `CONTROL_PLANE_COUNT` (the SNO router probe runs when it is 1 and the error flag is set).
+    pub control_plane_count: i64,
+    /// The router probe's HTTP client; `None`: no probe.
+    pub router_probe: Option<&'a dyn HttpProbe>,
 }
 
 fn now_secs() -> u64 {
@@ -181,6 +189,8 @@ impl<'a> LogUploader<'a> {
             must_gather_dir: PathBuf::from(MUST_GATHER_DIR),
             resolv_conf_files: RESOLV_CONF_FILES.iter().map(PathBuf::from).collect(),
             pod_name: None,
+            control_plane_count: 3,
+            router_probe: None,
         }
     }
 
@@ -332,16 +342,44 @@ impl<'a> LogUploader<'a> {
         if let Err(err) = self.service.update_logs_progress(LogsState::Requested) {
             tracing::warn!("reporting logs requested: {err:#}");
         }
-        let ok = poll(clock, &NeverStop, period, Some(window), || {
-            match self.summary_upload() {
-                Ok(()) => true,
-                Err(err) => {
-                    tracing::warn!("uploading the summary logs: {err:#}");
-                    false
+        let summary = || {
+            poll(clock, &NeverStop, period, Some(window), || {
+                match self.summary_upload() {
+                    Ok(()) => true,
+                    Err(err) => {
+                        tracing::warn!("uploading the summary logs: {err:#}");
+                        false
+                    }
                 }
+            })
+            .is_ok()
+        };
+        let probe = self
+            .router_probe
+            .filter(|_| probe_needed(self.status.has_error(), self.control_plane_count));
+        let ok = match probe {
+            None => summary(),
+            Some(probe) => {
+                let done = Cancel::new();
+                std::thread::scope(|scope| {
+                    let service = self.service;
+                    let done_probe = &done;
+                    scope.spawn(move || {
+                        run_router_probe(
+                            clock,
+                            done_probe,
+                            service,
+                            probe,
+                            ROUTER_PROBE_PERIOD,
+                            ROUTER_PROBE_WINDOW,
+                        )
+                    });
+                    let ok = summary();
+                    done.cancel();
+                    ok
+                })
             }
-        })
-        .is_ok();
+        };
         if let Err(err) = self.service.update_logs_progress(LogsState::Completed) {
             tracing::warn!("reporting logs completed: {err:#}");
         }

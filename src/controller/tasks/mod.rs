@@ -6,3 +6,4 @@ pub mod logs;
 pub mod nodes;
 pub mod operators;
 pub mod ready;
+pub mod router_probe;

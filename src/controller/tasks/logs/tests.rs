@@ -5,6 +5,7 @@ use crate::clock::FakeClock;
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, Pod};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::tasks::router_probe::HttpProbe;
 use crate::flow::bootstrap::tar_gz::read::entries;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -298,4 +299,71 @@ fn finds_the_first_must_gather_directory() {
         find_must_gather_dir(&dir.path().join("a/must-gather.local.1")),
         None
     );
+}
+
+struct OkProbe;
+
+impl HttpProbe for OkProbe {
+    fn get(&self, _: &str) -> Result<(u16, String)> {
+        Ok((200, "ok".into()))
+    }
+}
+
+#[test]
+fn sno_without_error_runs_no_router_probe() {
+    let e = env();
+    e.status.operator_error("lso");
+    let mut u = e.uploader();
+    u.control_plane_count = 1;
+    u.router_probe = Some(&OkProbe);
+    assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
+    assert_eq!(e.count("v2GetCluster"), 0);
+    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn sno_with_error_probes_without_blocking_the_upload() {
+    for probe_fails in [true, false] {
+        let e = env();
+        e.status.error();
+        if probe_fails {
+            e.svc.fail("v2GetCluster", 10_000, 500);
+        }
+        let mut u = e.uploader();
+        u.control_plane_count = 1;
+        u.router_probe = Some(&OkProbe);
+        assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
+        assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+        assert!(e.count("v2GetCluster") >= 1, "the probe ran at least once");
+        if !probe_fails {
+            assert_eq!(e.count("v2GetCluster"), 1, "the cluster is learnt once");
+        }
+        assert_eq!(
+            e.svc.calls().last(),
+            Some(&ServiceCall::UpdateLogsProgress(LogsState::Completed))
+        );
+    }
+}
+
+#[test]
+fn multi_node_with_error_runs_no_router_probe() {
+    let e = env();
+    e.status.error();
+    let mut u = e.uploader();
+    u.router_probe = Some(&OkProbe);
+    assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
+    assert_eq!(e.count("v2GetCluster"), 0);
+}
+
+#[test]
+fn resolv_conf_read_failures_do_not_stop_must_gather() {
+    let e = env();
+    e.status.error();
+    let mut u = e.uploader();
+    u.resolv_conf_files = vec![
+        e.dir.path().join("missing-1"),
+        e.dir.path().join("missing-2"),
+    ];
+    u.summary_upload().unwrap();
+    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
 }
