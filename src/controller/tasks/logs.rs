@@ -335,6 +335,24 @@ impl<'a> LogUploader<'a> {
         Ok(())
     }
 
+    /// §3.12 final upload step 1: the agent-based installer skips it (its service is gone);
+    /// otherwise [`LogUploader::final_upload`]. `None` when skipped.
+    pub fn final_logs(
+        &self,
+        agent_installer: bool,
+        clock: &dyn Clock,
+        period: Duration,
+        window: Duration,
+    ) -> Option<bool> {
+        if agent_installer {
+            tracing::info!(
+                "assisted-service is offline in agent installer mode. final log uploads skipped."
+            );
+            return None;
+        }
+        Some(self.final_upload(clock, period, window))
+    }
+
     /// §3.12 final upload (assisted-service invoker; ABI skips it): `requested`, the summary
     /// retried every `period` for `window` starting at once, then `completed` whatever the
     /// result. Runs after the main stop fired, so it has no stop of its own.

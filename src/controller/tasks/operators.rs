@@ -167,6 +167,63 @@ impl OperatorHandler for CvoHandler<'_> {
     }
 }
 
+/// An OLM operator: Subscription `namespace/subscription` → its `currentCSV` → the CSV's phase
+/// (`Succeeded` available, `Failed` failed, else progressing), message and `spec.version`
+/// (`0.0.0` when unset).
+///
+/// Quirk 5, reproduced as Go behaves: a `failed` status is never reported (Go means to
+/// tolerate 10 failures first, but its counter never advances), so `on_change` refuses it.
+pub struct OlmHandler<'a> {
+    pub cluster: &'a dyn ClusterApi,
+    pub name: String,
+    pub namespace: String,
+    pub subscription: String,
+}
+
+/// §3.8.2 OLM handler: a CSV phase as an operator status.
+pub fn csv_status(phase: &str) -> OperatorStatus {
+    match phase {
+        "Succeeded" => OperatorStatus::Available,
+        "Failed" => OperatorStatus::Failed,
+        _ => OperatorStatus::Progressing,
+    }
+}
+
+impl OperatorHandler for OlmHandler<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn get_status(&self) -> anyhow::Result<Observed> {
+        let (ns, sub) = (&self.namespace, &self.subscription);
+        let subscription = self
+            .cluster
+            .get_subscription(ns, sub)?
+            .ok_or_else(|| anyhow::anyhow!("subscription {ns}/{sub} not found"))?;
+        if subscription.current_csv.is_empty() {
+            anyhow::bail!("subscription {ns}/{sub} has no current CSV yet");
+        }
+        let csv_name = &subscription.current_csv;
+        let csv = self
+            .cluster
+            .get_csv(ns, csv_name)?
+            .ok_or_else(|| anyhow::anyhow!("CSV {ns}/{csv_name} not found"))?;
+        Ok(Observed {
+            status: csv_status(&csv.phase),
+            message: csv.message,
+            version: if csv.version.is_empty() {
+                "0.0.0".to_string()
+            } else {
+                csv.version
+            },
+        })
+    }
+
+    fn on_change(&mut self, status: OperatorStatus) -> bool {
+        status != OperatorStatus::Failed
+    }
+}
+
 /// The service's record for `name` (§3.8.2 step 1): none on a list error, an unparsable
 /// `OPENSHIFT_VERSION` with a non-empty list, or a missing name.
 pub fn find_record(
@@ -806,5 +863,90 @@ mod tests {
         .unwrap_err();
         assert_eq!(ctx_cause(err), "context canceled");
         assert_eq!(cluster.count("get_cluster_version"), 1);
+    }
+
+    fn olm_cluster(phase: &str, message: &str) -> FakeCluster {
+        use crate::controller::cluster::{Csv, Subscription};
+        let cluster = FakeCluster::new();
+        cluster.set_subscription(Subscription {
+            namespace: "openshift-local-storage".into(),
+            name: "local-storage-operator".into(),
+            current_csv: "lso.v4.12.0".into(),
+        });
+        cluster.set_csv(Csv {
+            namespace: "openshift-local-storage".into(),
+            name: "lso.v4.12.0".into(),
+            phase: phase.into(),
+            message: message.into(),
+            version: "4.12.0".into(),
+        });
+        cluster
+    }
+
+    fn lso<'a>(cluster: &'a FakeCluster) -> OlmHandler<'a> {
+        OlmHandler {
+            cluster,
+            name: "lso".into(),
+            namespace: "openshift-local-storage".into(),
+            subscription: "local-storage-operator".into(),
+        }
+    }
+
+    #[test]
+    fn olm_failed_csv_is_never_reported_then_success_is() {
+        let svc = service(vec![record("lso", "progressing", "")]);
+        let cluster = olm_cluster("Failed", "broken");
+        assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
+        assert!(reports(&svc).is_empty(), "quirk 5");
+        let cluster = olm_cluster("Succeeded", "");
+        assert!(is_available(&svc, "4.12", &mut lso(&cluster), false));
+        assert_eq!(
+            reports(&svc),
+            [OperatorMonitorReport {
+                name: "lso".into(),
+                version: "4.12.0".into(),
+                status: Some(OperatorStatus::Available),
+                status_info: String::new(),
+            }]
+        );
+    }
+
+    #[test]
+    fn olm_progressing_message_rules() {
+        // Empty message: no update. Same message: no update. New message: one update.
+        for (record_info, message, sent) in [("", "", 0), ("m", "m", 0), ("m", "new", 1)] {
+            let svc = service(vec![record("lso", "progressing", record_info)]);
+            let cluster = olm_cluster("Installing", message);
+            assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
+            assert_eq!(reports(&svc).len(), sent, "{record_info:?} vs {message:?}");
+        }
+    }
+
+    #[test]
+    fn olm_status_errors() {
+        use crate::controller::cluster::Subscription;
+        let cluster = FakeCluster::new();
+        assert!(lso(&cluster).get_status().is_err(), "no subscription");
+        cluster.set_subscription(Subscription {
+            namespace: "openshift-local-storage".into(),
+            name: "local-storage-operator".into(),
+            current_csv: String::new(),
+        });
+        assert!(lso(&cluster).get_status().is_err(), "no current CSV");
+        let cluster = olm_cluster("Pending", "");
+        let mut c = crate::controller::cluster::Csv {
+            namespace: "openshift-local-storage".into(),
+            name: "lso.v4.12.0".into(),
+            ..Default::default()
+        };
+        c.phase = "Pending".into();
+        cluster.set_csv(c);
+        let o = lso(&cluster).get_status().unwrap();
+        assert_eq!(
+            (o.status, o.version.as_str()),
+            (OperatorStatus::Progressing, "0.0.0")
+        );
+        assert_eq!(csv_status("Succeeded"), OperatorStatus::Available);
+        assert_eq!(csv_status("Failed"), OperatorStatus::Failed);
     }
 }
