@@ -9,7 +9,9 @@
 //!
 //! Go's context errors become the [`PollError`] of the loops: the 10 h cap of the cluster-operator
 //! wait is its timeout ("context deadline exceeded"), the main context is the stop token
-//! ("context canceled").
+//! ("context canceled"). Go's tests give the main context a deadline, so their router-CA
+//! failure reads "context deadline exceeded"; in production the main context is only ever
+//! cancelled, which is what the stop token models, so ours reads "context canceled".
 
 use std::time::Duration;
 

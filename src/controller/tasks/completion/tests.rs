@@ -646,3 +646,51 @@ fn post_install_rides_out_many_console_failures() {
     );
     assert!(!status.has_error());
 }
+
+/// Fires once the fake clock reaches `at` (the main context cancelled then).
+struct StopAt<'a>(&'a FakeClock, Duration);
+
+impl Stop for StopAt<'_> {
+    fn is_stopped(&self) -> bool {
+        self.0.elapsed() >= self.1
+    }
+    fn sleep(&self, _: Duration) -> bool {
+        self.is_stopped()
+    }
+}
+
+#[test]
+fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion() {
+    let (clock, svc, status) = setup();
+    let cluster = ready_cluster();
+    cluster.fail_always("get_cluster_operator", ApiError::new(500, "", "x"));
+    svc.update_cluster(|c| c.status = "finalizing".into());
+    svc.set_operators(vec![record("console", "progressing")]);
+    svc.fail("v2CompleteInstallation", 5, 500);
+    let out = post_install_configs(
+        &*clock,
+        &StopAt(&clock, Duration::from_secs(30 * 60)),
+        &cluster,
+        &svc,
+        &status,
+        &PostInstallSettings::new("4.12", false),
+        &mut || panic!("no OLM step after a failure"),
+    );
+    let PostInstallOutcome::Completed { params, sent } = out else {
+        panic!("{out:?}")
+    };
+    assert!(!sent, "the single attempt failed and the context is over");
+    assert_eq!(
+        params.error_info,
+        "Stopped waiting for cluster operators to be available: context canceled"
+    );
+    assert!(params.data.is_some());
+    assert_eq!(completions(&svc).len(), 1);
+    assert_eq!(
+        cluster.count("get_cluster_operator"),
+        30,
+        "one round a minute"
+    );
+    assert_eq!(stages(&svc), [FinalizingStage::WaitingForClusterOperators]);
+    assert!(status.has_error());
+}
