@@ -1,1 +1,434 @@
-//! (being built)
+//! The end of the install for the assisted-service invoker: post-install (§3.8, with the OLM
+//! step of §3.9 passed in), the `complete-installation` body and its retries (§4.2), and the
+//! completion wait (§3.15).
+//!
+//! Go's completion wait calls `os.Exit(0)` when the service answers 404 once or 401 three
+//! times (quirk 7). A library must not end the process, so [`wait_for_installation`] returns
+//! [`WaitOutcome::ExitNow`]; the caller exits 0 at once, skipping the final log upload and the
+//! shutdown steps, as Go does.
+//!
+//! Go's context errors become the [`PollError`] of the loops: the 10 h cap of the cluster-operator
+//! wait is its timeout ("context deadline exceeded"), the main context is the stop token
+//! ("context canceled"). Go's tests give the main context a deadline, so their router-CA
+//! failure reads "context deadline exceeded"; in production the main context is only ever
+//! cancelled, which is what the stop token models, so ours reads "context canceled".
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::clock::{Clock, Stop};
+use crate::controller::cluster::ClusterApi;
+use crate::controller::loops::{poll, PollError};
+use crate::controller::service::ControllerService;
+use crate::controller::status::ControllerStatus;
+use crate::controller::tasks::operators::{
+    ctx_cause, status_from_conditions, wait_for_cluster_operators, CLUSTER_OPERATORS_INTERVAL,
+    CVO_MAX_TIMEOUT,
+};
+use crate::service::{CompletionParams, FinalizingStage, OperatorMonitorReport, ServiceError};
+
+/// The completion wait's interval (Go's install-status poll).
+pub const INSTALL_STATUS_INTERVAL: Duration = Duration::from_secs(60);
+/// Go's general wait interval: waiting for `finalizing`, stage-report retries.
+pub const GENERAL_WAIT_INTERVAL: Duration = Duration::from_secs(30);
+/// Router-CA poll.
+pub const ROUTER_CA_INTERVAL: Duration = Duration::from_secs(10);
+/// The ConfigMap holding the router CA, and its key.
+pub const INGRESS_CERT_NAMESPACE: &str = "openshift-config-managed";
+pub const INGRESS_CERT_NAME: &str = "default-ingress-cert";
+pub const INGRESS_CERT_KEY: &str = "ca-bundle.crt";
+/// The `data` key of a failed completion.
+pub const CLUSTER_OPERATORS_REPORT: &str = "CLUSTER_OPERATORS_REPORT";
+
+/// How the completion wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// The cluster is `installed`, `cancelled`, `adding-hosts` or `error` (the error flag set).
+    Finished,
+    /// The stop token fired first (not a Go outcome: Go's wait has no context).
+    Stopped,
+    /// Go's `os.Exit(0)`: the service lost the cluster (404) or the token (401 ×3). The caller
+    /// exits 0 at once, with no final log upload and no cleanup.
+    ExitNow,
+}
+
+/// What an error of the completion wait adds to its counter: 404 → 3, 401 → 1, others 0.
+pub fn error_weight(err: &anyhow::Error) -> u32 {
+    let status = err
+        .chain()
+        .find_map(|e| e.downcast_ref::<ServiceError>())
+        .and_then(|e| e.status);
+    match status {
+        Some(404) => 3,
+        Some(401) => 1,
+        _ => 0,
+    }
+}
+
+/// The completion wait's counter: 404 adds 3, 401 adds 1, other errors nothing; a success
+/// resets it; 3 or more means exit.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ExitCounter(u32);
+
+impl ExitCounter {
+    /// Counts `err`; whether the process should now exit.
+    pub fn error(&mut self, err: &anyhow::Error) -> bool {
+        self.0 += error_weight(err);
+        self.0 >= 3
+    }
+
+    pub fn success(&mut self) {
+        self.0 = 0;
+    }
+}
+
+/// §3.15: sleep `interval` first, then `v2GetCluster` (hosts excluded), forever.
+pub fn wait_for_installation(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    service: &dyn ControllerService,
+    status: &ControllerStatus,
+    interval: Duration,
+) -> WaitOutcome {
+    let mut counter = ExitCounter::default();
+    loop {
+        if clock.sleep_or_stop(interval, stop) {
+            return WaitOutcome::Stopped;
+        }
+        match service.get_cluster(true) {
+            Err(err) => {
+                tracing::warn!("getting the cluster's status: {err:#}");
+                if counter.error(&err) {
+                    tracing::error!(
+                        "the service lost the cluster or refuses the token; exiting at once"
+                    );
+                    return WaitOutcome::ExitNow;
+                }
+            }
+            Ok(cluster) => {
+                counter.success();
+                match cluster.status.as_str() {
+                    "error" => {
+                        tracing::error!("the cluster is in error: {}", cluster.status_info);
+                        status.error();
+                        return WaitOutcome::Finished;
+                    }
+                    "cancelled" | "installed" | "adding-hosts" => {
+                        tracing::info!("the cluster is {}", cluster.status);
+                        return WaitOutcome::Finished;
+                    }
+                    other => tracing::info!("the cluster is {other}; waiting"),
+                }
+            }
+        }
+    }
+}
+
+/// The master-role selector of the ABI completion wait.
+pub const MASTER_SELECTOR: &str = "node-role.kubernetes.io/master";
+
+/// §3.14, the ABI completion wait: every `interval` from now until it returns or `stop` fires
+/// (false). Each round untaints the nodes when asked (`untaint` is §3.7.1's per-node step, with
+/// its own error logging), then waits for ClusterVersion `Available=True` (latched once seen),
+/// then for `expected_masters` master nodes (none expected: done at once).
+pub fn wait_for_installation_abi(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    cluster: &dyn ClusterApi,
+    interval: Duration,
+    expected_masters: i64,
+    untaint: Option<&mut dyn FnMut(&crate::controller::cluster::Node)>,
+) -> bool {
+    let mut untaint = untaint;
+    let mut available = false;
+    poll(clock, stop, interval, None, || {
+        if let Some(untaint) = untaint.as_mut() {
+            let nodes = cluster.list_nodes(None).unwrap_or_else(|err| {
+                tracing::warn!("listing the nodes: {err:#}");
+                Vec::new()
+            });
+            for node in &nodes {
+                untaint(node);
+            }
+        }
+        if !available {
+            match cluster
+                .get_cluster_version(crate::controller::tasks::operators::CLUSTER_VERSION_NAME)
+            {
+                Ok(cv) => available = cv.conditions.iter().any(|c| c.is_true("Available")),
+                Err(err) => tracing::warn!("reading ClusterVersion: {err:#}"),
+            }
+            if !available {
+                return false;
+            }
+        }
+        if expected_masters <= 0 {
+            return true;
+        }
+        match cluster.list_nodes(Some(MASTER_SELECTOR)) {
+            Ok(nodes) if nodes.len() as i64 >= expected_masters => true,
+            Ok(nodes) => {
+                tracing::info!(
+                    "{} of {expected_masters} control-plane nodes joined",
+                    nodes.len()
+                );
+                false
+            }
+            Err(err) => {
+                tracing::warn!("listing the control-plane nodes: {err:#}");
+                false
+            }
+        }
+    })
+    .is_ok()
+}
+
+/// Why post-install failed (§4.2), with the cause as Go's context error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostInstallFailure {
+    ClusterOperators(PollError),
+    RouterCa(PollError),
+}
+
+impl PostInstallFailure {
+    /// The exact `error_info` Go sends.
+    pub fn error_info(&self) -> String {
+        match self {
+            PostInstallFailure::ClusterOperators(e) => format!(
+                "Stopped waiting for cluster operators to be available: {}",
+                ctx_cause(*e)
+            ),
+            PostInstallFailure::RouterCa(e) => {
+                format!("Stopped waiting for router ca data: {}", ctx_cause(*e))
+            }
+        }
+    }
+}
+
+/// The body of `complete-installation` (§4.2): success carries nothing else; a failure its
+/// `error_info` and the operator report when there is one.
+pub fn completion_params(
+    result: Result<(), PostInstallFailure>,
+    report: Option<Map<String, Value>>,
+) -> CompletionParams {
+    match result {
+        Ok(()) => CompletionParams {
+            is_success: true,
+            error_info: String::new(),
+            data: None,
+        },
+        Err(failure) => CompletionParams {
+            is_success: false,
+            error_info: failure.error_info(),
+            data: report,
+        },
+    }
+}
+
+/// §3.8 step 4: `{"CLUSTER_OPERATORS_REPORT": [{name, status, status_info}…]}` from the
+/// ClusterOperators' conditions, or `None` when they cannot be listed.
+pub fn operators_report(cluster: &dyn ClusterApi) -> Option<Map<String, Value>> {
+    let operators = match cluster.list_cluster_operators() {
+        Ok(list) => list,
+        Err(err) => {
+            tracing::warn!("listing the cluster operators: {err:#}");
+            return None;
+        }
+    };
+    let entries: Vec<Value> = operators
+        .iter()
+        .map(|co| {
+            tracing::info!("cluster operator {}: {:?}", co.name, co.conditions);
+            let (status, message) = status_from_conditions(&co.conditions);
+            let entry = OperatorMonitorReport {
+                name: co.name.clone(),
+                version: String::new(),
+                status: Some(status),
+                status_info: message,
+            };
+            serde_json::to_value(entry).unwrap_or(Value::Null)
+        })
+        .collect();
+    let mut data = Map::new();
+    data.insert(CLUSTER_OPERATORS_REPORT.to_string(), Value::Array(entries));
+    Some(data)
+}
+
+/// A finalizing-stage report, retried every `interval` until it succeeds or `stop` fires; the
+/// first attempt is always made and the error is swallowed.
+pub fn report_stage(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    service: &dyn ControllerService,
+    stage: FinalizingStage,
+    interval: Duration,
+) {
+    let _ = poll(clock, stop, interval, None, || {
+        match service.update_finalizing_stage(stage) {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::warn!("reporting finalizing stage {stage}: {err:#}");
+                false
+            }
+        }
+    });
+}
+
+/// `v2CompleteInstallation`, every `interval` until it succeeds or `stop` fires; at least one
+/// attempt, even when already stopped. Whether it went through.
+pub fn complete_installation(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    service: &dyn ControllerService,
+    params: &CompletionParams,
+    interval: Duration,
+) -> bool {
+    poll(clock, stop, interval, None, || {
+        match service.complete_installation(params) {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::warn!("sending complete-installation: {err:#}");
+                false
+            }
+        }
+    })
+    .is_ok()
+}
+
+/// One router-CA attempt: read the ConfigMap and upload `ca-bundle.crt` (empty when the key is
+/// missing, as Go's map read gives).
+pub fn upload_router_ca(cluster: &dyn ClusterApi, service: &dyn ControllerService) -> bool {
+    let data = match cluster.get_config_map(INGRESS_CERT_NAMESPACE, INGRESS_CERT_NAME) {
+        Ok(Some(data)) => data,
+        Ok(None) => {
+            tracing::warn!("ConfigMap {INGRESS_CERT_NAMESPACE}/{INGRESS_CERT_NAME} not found");
+            return false;
+        }
+        Err(err) => {
+            tracing::warn!("reading the router CA: {err:#}");
+            return false;
+        }
+    };
+    let ca = data.get(INGRESS_CERT_KEY).map(String::as_str).unwrap_or("");
+    match service.upload_ingress_cert(ca) {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::warn!("uploading the router CA: {err:#}");
+            false
+        }
+    }
+}
+
+/// The settings of post-install; [`PostInstallSettings::new`] has Go's intervals.
+#[derive(Debug, Clone)]
+pub struct PostInstallSettings {
+    pub openshift_version: String,
+    pub check_cluster_version: bool,
+    /// Waiting for `finalizing`, stage-report retries (30 s).
+    pub wait_interval: Duration,
+    /// Console/CVO poll and completion retry (60 s).
+    pub progress_interval: Duration,
+    /// The console/CVO cap (10 h).
+    pub cvo_timeout: Duration,
+    /// Router-CA poll (10 s).
+    pub router_ca_interval: Duration,
+}
+
+impl PostInstallSettings {
+    pub fn new(openshift_version: &str, check_cluster_version: bool) -> PostInstallSettings {
+        PostInstallSettings {
+            openshift_version: openshift_version.to_string(),
+            check_cluster_version,
+            wait_interval: GENERAL_WAIT_INTERVAL,
+            progress_interval: CLUSTER_OPERATORS_INTERVAL,
+            cvo_timeout: CVO_MAX_TIMEOUT,
+            router_ca_interval: ROUTER_CA_INTERVAL,
+        }
+    }
+}
+
+/// How post-install ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PostInstallOutcome {
+    /// Stopped before the cluster reached `finalizing`: nothing reported.
+    Stopped,
+    /// The completion that was sent (or last attempted) and whether it went through.
+    Completed {
+        params: CompletionParams,
+        sent: bool,
+    },
+}
+
+/// §3.8 (assisted-service invoker). `olm` is the OLM step of §3.9, which reports its own stages;
+/// its error is only logged.
+pub fn post_install_configs(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    cluster: &dyn ClusterApi,
+    service: &dyn ControllerService,
+    status: &ControllerStatus,
+    settings: &PostInstallSettings,
+    olm: &mut dyn FnMut() -> anyhow::Result<()>,
+) -> PostInstallOutcome {
+    let finalizing = poll(clock, stop, settings.wait_interval, None, || match service
+        .get_cluster(true)
+    {
+        Ok(c) => c.status == "finalizing",
+        Err(err) => {
+            tracing::warn!("getting the cluster's status: {err:#}");
+            false
+        }
+    });
+    if finalizing.is_err() {
+        tracing::info!("stopped before the cluster reached finalizing");
+        return PostInstallOutcome::Stopped;
+    }
+
+    let stage = |s| report_stage(clock, stop, service, s, settings.wait_interval);
+    stage(FinalizingStage::WaitingForClusterOperators);
+    let waited = wait_for_cluster_operators(
+        clock,
+        stop,
+        settings.progress_interval,
+        settings.cvo_timeout,
+        cluster,
+        service,
+        &settings.openshift_version,
+        settings.check_cluster_version,
+    );
+    let report = operators_report(cluster);
+    let result = match waited {
+        Err(e) => Err(PostInstallFailure::ClusterOperators(e)),
+        Ok(()) => {
+            stage(FinalizingStage::AddingRouterCa);
+            match poll(clock, stop, settings.router_ca_interval, None, || {
+                upload_router_ca(cluster, service)
+            }) {
+                Err(e) => Err(PostInstallFailure::RouterCa(e)),
+                Ok(()) => {
+                    if let Err(err) = olm() {
+                        tracing::warn!("Error while initializing OLM operators: {err:#}");
+                    }
+                    Ok(())
+                }
+            }
+        }
+    };
+    let params = match result {
+        Ok(()) => {
+            stage(FinalizingStage::Done);
+            completion_params(Ok(()), None)
+        }
+        Err(failure) => {
+            tracing::error!("post-install failed: {}", failure.error_info());
+            status.error();
+            completion_params(Err(failure), report)
+        }
+    };
+    let sent = complete_installation(clock, stop, service, &params, settings.progress_interval);
+    PostInstallOutcome::Completed { params, sent }
+}
+
+#[cfg(test)]
+mod tests;

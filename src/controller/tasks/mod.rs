@@ -3,5 +3,8 @@
 
 pub mod completion;
 pub mod dns_fix;
+pub mod logs;
 pub mod nodes;
+pub mod operators;
 pub mod ready;
+pub mod router_probe;

@@ -1,0 +1,696 @@
+//! §6.1 post-install and §6.3 completion-wait checklist items, on the fake clock, the fake
+//! cluster and the in-memory service.
+
+use super::*;
+use crate::clock::{FakeClock, NeverStop};
+use crate::controller::cluster::fake::FakeCluster;
+use crate::controller::cluster::{ApiError, ClusterOperator, ClusterVersion, Condition};
+use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::image::Cancel;
+use crate::service::{MonitoredOperator, OperatorStatus};
+use std::sync::Arc;
+
+fn setup() -> (Arc<FakeClock>, MemoryService, ControllerStatus) {
+    let clock = Arc::new(FakeClock::new());
+    let svc = MemoryService::new("cluster-id", clock.clone());
+    (clock, svc, ControllerStatus::new())
+}
+
+/// The cluster status answered at each `v2GetCluster`, in order; the last one stays.
+fn statuses(svc: &MemoryService, list: &'static [&'static str]) {
+    let mut n = 0;
+    svc.on_call(move |call, _, cluster, _| {
+        if matches!(call, ServiceCall::GetCluster { .. }) {
+            cluster.status = list[n.min(list.len() - 1)].to_string();
+            n += 1;
+        }
+    });
+}
+
+fn get_clusters(svc: &MemoryService) -> usize {
+    svc.operations()
+        .iter()
+        .filter(|o| **o == "v2GetCluster")
+        .count()
+}
+
+#[test]
+fn wait_sleeps_first_and_tolerates_errors() {
+    let (clock, svc, status) = setup();
+    // The hook also sees the failed first call.
+    statuses(&svc, &["installing", "installing", "installed"]);
+    svc.fail("v2GetCluster", 1, 500);
+    let out = wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL);
+    assert_eq!(out, WaitOutcome::Finished);
+    // error, installing, installed.
+    assert_eq!(get_clusters(&svc), 3);
+    assert_eq!(clock.sleeps(), vec![INSTALL_STATUS_INTERVAL; 3]);
+    assert_eq!(
+        svc.calls()[0],
+        ServiceCall::GetCluster {
+            exclude_hosts: true
+        }
+    );
+    assert!(!status.has_error());
+}
+
+#[test]
+fn wait_ends_on_cancelled_and_flags_error() {
+    for (s, flagged) in [
+        ("cancelled", false),
+        ("adding-hosts", false),
+        ("installed", false),
+        ("error", true),
+    ] {
+        let (clock, svc, status) = setup();
+        svc.update_cluster(|c| c.status = s.to_string());
+        let out =
+            wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL);
+        assert_eq!(out, WaitOutcome::Finished, "{s}");
+        assert_eq!(status.has_error(), flagged, "{s}");
+        assert_eq!(get_clusters(&svc), 1);
+    }
+}
+
+#[test]
+fn wait_exits_after_three_401_or_one_404() {
+    for (code, times, calls) in [(401, 3, 3), (404, 3, 1), (404, 1, 1)] {
+        let (clock, svc, status) = setup();
+        svc.update_cluster(|c| c.status = "installed".to_string());
+        svc.fail("v2GetCluster", times, code);
+        let out =
+            wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL);
+        assert_eq!(out, WaitOutcome::ExitNow, "{code} ×{times}");
+        assert_eq!(get_clusters(&svc), calls, "{code} ×{times}");
+        assert!(!status.has_error());
+    }
+}
+
+#[test]
+fn wait_counter_other_errors_neither_add_nor_reset_success_resets() {
+    // 401 ×1 then installed: no exit.
+    let (clock, svc, status) = setup();
+    svc.update_cluster(|c| c.status = "installed".to_string());
+    svc.fail("v2GetCluster", 1, 401);
+    assert_eq!(
+        wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL),
+        WaitOutcome::Finished
+    );
+
+    // 401, 500, 401, 500, 401: the 500s change nothing, the third 401 exits.
+    let (clock, svc, status) = setup();
+    svc.update_cluster(|c| c.status = "installed".to_string());
+    for code in [401, 500, 401, 500, 401] {
+        svc.fail("v2GetCluster", 1, code);
+    }
+    assert_eq!(
+        wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL),
+        WaitOutcome::ExitNow
+    );
+    assert_eq!(get_clusters(&svc), 5);
+}
+
+#[test]
+fn exit_counter_resets_on_success_only() {
+    let e = |code: u16| -> anyhow::Error {
+        ServiceError {
+            call: "v2GetCluster",
+            method: "GET".into(),
+            path: String::new(),
+            status: Some(code),
+            reason: String::new(),
+            attempts: 1,
+        }
+        .into()
+    };
+    let mut c = ExitCounter::default();
+    assert!(!c.error(&e(401)));
+    assert!(!c.error(&e(401)));
+    c.success();
+    assert!(!c.error(&e(401)));
+    assert!(!c.error(&e(500)));
+    assert!(!c.error(&anyhow::anyhow!("no answer")));
+    assert!(!c.error(&e(401)));
+    assert!(c.error(&e(401)), "third 401 since the success");
+    let mut c = ExitCounter::default();
+    assert!(c.error(&e(404).context("wrapped")), "found under context");
+}
+
+#[test]
+fn wait_returns_when_stopped() {
+    let (clock, svc, status) = setup();
+    let stop = Cancel::new();
+    stop.cancel();
+    let out = wait_for_installation(&*clock, &stop, &svc, &status, INSTALL_STATUS_INTERVAL);
+    assert_eq!(out, WaitOutcome::Stopped);
+    assert!(svc.calls().is_empty());
+}
+
+fn cond(t: &str, s: &str, m: &str) -> Condition {
+    Condition {
+        type_: t.into(),
+        status: s.into(),
+        reason: String::new(),
+        message: m.into(),
+    }
+}
+
+fn record(name: &str, status: &str) -> MonitoredOperator {
+    MonitoredOperator {
+        name: name.into(),
+        status: status.into(),
+        operator_type: "builtin".into(),
+        ..MonitoredOperator::default()
+    }
+}
+
+fn stages(svc: &MemoryService) -> Vec<FinalizingStage> {
+    svc.calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            ServiceCall::UpdateFinalizingStage(s) => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
+fn completions(svc: &MemoryService) -> Vec<CompletionParams> {
+    svc.calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            ServiceCall::CompleteInstallation(p) => Some(p),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reports(svc: &MemoryService) -> Vec<(String, Option<OperatorStatus>, String, String)> {
+    svc.calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            ServiceCall::ReportOperatorStatus(r) => {
+                Some((r.name, r.status, r.status_info, r.version))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A cluster whose console is available and whose CVO is available with "done".
+fn ready_cluster() -> FakeCluster {
+    let cluster = FakeCluster::new();
+    cluster.set_cluster_version(
+        "version",
+        ClusterVersion {
+            conditions: vec![cond("Available", "True", "done")],
+            enabled_capabilities: vec!["Console".into()],
+            known_capabilities: vec!["Console".into()],
+            desired_version: "4.12.0".into(),
+        },
+    );
+    cluster.set_cluster_operator(ClusterOperator {
+        name: "console".into(),
+        conditions: vec![cond("Available", "True", "")],
+        versions: vec![],
+    });
+    cluster.set_config_map(
+        INGRESS_CERT_NAMESPACE,
+        INGRESS_CERT_NAME,
+        &[(INGRESS_CERT_KEY, "CA")],
+    );
+    cluster
+}
+
+#[test]
+fn post_install_with_cvo_succeeds() {
+    let (clock, svc, status) = setup();
+    let cluster = ready_cluster();
+    statuses(&svc, &["installing", "installing", "finalizing"]);
+    svc.set_operators(vec![
+        record("console", "progressing"),
+        record("cvo", "progressing"),
+    ]);
+    svc.fail("v2ReportMonitoredOperatorStatus", 1, 500);
+    svc.fail("v2CompleteInstallation", 1, 500);
+    let mut olm_calls = 0;
+    let out = post_install_configs(
+        &*clock,
+        &NeverStop,
+        &cluster,
+        &svc,
+        &status,
+        &PostInstallSettings::new("4.12", true),
+        &mut || {
+            olm_calls += 1;
+            Ok(())
+        },
+    );
+    let ok = CompletionParams {
+        is_success: true,
+        error_info: String::new(),
+        data: None,
+    };
+    assert_eq!(
+        out,
+        PostInstallOutcome::Completed {
+            params: ok.clone(),
+            sent: true
+        }
+    );
+    assert_eq!(get_clusters(&svc), 3);
+    assert_eq!(olm_calls, 1);
+    assert_eq!(
+        stages(&svc),
+        [
+            FinalizingStage::WaitingForClusterOperators,
+            FinalizingStage::AddingRouterCa,
+            FinalizingStage::Done
+        ]
+    );
+    let a = Some(OperatorStatus::Available);
+    assert_eq!(
+        reports(&svc),
+        [
+            ("console".into(), a, String::new(), String::new()),
+            ("cvo".into(), a, "done".into(), "4.12.0".into()),
+            ("console".into(), a, String::new(), String::new()),
+        ]
+    );
+    assert!(svc
+        .calls()
+        .contains(&ServiceCall::UploadIngressCert("CA".into())));
+    assert_eq!(completions(&svc), [ok.clone(), ok]);
+    assert!(!status.has_error());
+    // Completion comes after the Done stage.
+    let ops = svc.operations();
+    let done = ops
+        .iter()
+        .rposition(|o| *o == "v2UpdateClusterFinalizingProgress")
+        .unwrap();
+    assert!(ops[done..].contains(&"v2CompleteInstallation"));
+}
+
+#[test]
+fn post_install_without_cvo_never_reads_it_and_olm_errors_do_not_fail() {
+    let (clock, svc, status) = setup();
+    let cluster = ready_cluster();
+    svc.update_cluster(|c| c.status = "finalizing".into());
+    svc.set_operators(vec![record("console", "available")]);
+    let out = post_install_configs(
+        &*clock,
+        &NeverStop,
+        &cluster,
+        &svc,
+        &status,
+        &PostInstallSettings::new("4.12", false),
+        &mut || anyhow::bail!("olm broke"),
+    );
+    let PostInstallOutcome::Completed { params, sent } = out else {
+        panic!("{out:?}")
+    };
+    assert!(params.is_success && sent);
+    // Only the capability read: no CVO status read, no console read (the record says available).
+    assert_eq!(cluster.count("get_cluster_version"), 1);
+    assert_eq!(cluster.count("get_cluster_operator"), 0);
+    assert!(!status.has_error());
+}
+
+#[test]
+fn post_install_cluster_operators_timeout_sends_the_report() {
+    let (clock, svc, status) = setup();
+    let cluster = ready_cluster();
+    cluster.fail_always("get_cluster_operator", ApiError::new(500, "", "x"));
+    cluster.set_cluster_version("version", ClusterVersion::default());
+    cluster.set_cluster_operator(ClusterOperator {
+        name: "authentication".into(),
+        conditions: vec![cond("Available", "False", "This is a test message")],
+        versions: vec![],
+    });
+    svc.update_cluster(|c| c.status = "finalizing".into());
+    svc.set_operators(vec![
+        record("console", "progressing"),
+        record("cvo", "progressing"),
+    ]);
+    let mut settings = PostInstallSettings::new("4.12", true);
+    settings.cvo_timeout = Duration::from_secs(600);
+    let out = post_install_configs(
+        &*clock,
+        &NeverStop,
+        &cluster,
+        &svc,
+        &status,
+        &settings,
+        &mut || panic!("no OLM step after a failure"),
+    );
+    let PostInstallOutcome::Completed { params, sent } = out else {
+        panic!("{out:?}")
+    };
+    assert!(sent);
+    assert!(!params.is_success);
+    assert_eq!(
+        params.error_info,
+        "Stopped waiting for cluster operators to be available: context deadline exceeded"
+    );
+    let data = serde_json::Value::Object(params.data.clone().unwrap());
+    assert_eq!(
+        data[CLUSTER_OPERATORS_REPORT][0],
+        serde_json::json!({"name": "authentication", "status": "failed",
+            "status_info": "This is a test message"})
+    );
+    assert_eq!(stages(&svc), [FinalizingStage::WaitingForClusterOperators]);
+    assert_eq!(completions(&svc).len(), 1);
+    assert!(status.has_error());
+    assert_eq!(cluster.count("get_config_map"), 0);
+}
+
+#[test]
+fn post_install_router_ca_stopped_still_sends_one_completion() {
+    let (clock, svc, status) = setup();
+    let cluster = ready_cluster();
+    cluster.fail_always("get_config_map", ApiError::new(500, "", "x"));
+    cluster.fail_always("list_cluster_operators", ApiError::new(500, "", "x"));
+    svc.update_cluster(|c| c.status = "finalizing".into());
+    svc.set_operators(vec![record("console", "available")]);
+    let stop = Cancel::new();
+    // The main context ends after 5 minutes of router-CA polling.
+    let stop2 = stop.clone();
+    let clock2 = clock.clone();
+    struct AtTime(Cancel, Arc<FakeClock>);
+    impl Stop for AtTime {
+        fn is_stopped(&self) -> bool {
+            if self.1.elapsed() >= Duration::from_secs(300) {
+                self.0.cancel();
+            }
+            self.0.is_cancelled()
+        }
+        fn sleep(&self, _: Duration) -> bool {
+            self.is_stopped()
+        }
+    }
+    let at = AtTime(stop2, clock2);
+    let out = post_install_configs(
+        &*clock,
+        &at,
+        &cluster,
+        &svc,
+        &status,
+        &PostInstallSettings::new("4.12", false),
+        &mut || panic!("no OLM step after a failure"),
+    );
+    assert!(stop.is_cancelled());
+    let PostInstallOutcome::Completed { params, sent } = out else {
+        panic!("{out:?}")
+    };
+    assert!(sent, "the one attempt made after the stop went through");
+    assert_eq!(
+        params,
+        CompletionParams {
+            is_success: false,
+            error_info: "Stopped waiting for router ca data: context canceled".into(),
+            data: None,
+        }
+    );
+    assert_eq!(
+        stages(&svc),
+        [
+            FinalizingStage::WaitingForClusterOperators,
+            FinalizingStage::AddingRouterCa
+        ]
+    );
+    // 0 s, 10 s, … 290 s: 30 reads, then the stop.
+    assert_eq!(cluster.count("get_config_map"), 30);
+    assert_eq!(completions(&svc).len(), 1);
+    assert!(status.has_error());
+}
+
+#[test]
+fn post_install_stopped_before_finalizing_reports_nothing() {
+    let (clock, svc, status) = setup();
+    let cluster = ready_cluster();
+    let stop = Cancel::new();
+    stop.cancel();
+    let out = post_install_configs(
+        &*clock,
+        &stop,
+        &cluster,
+        &svc,
+        &status,
+        &PostInstallSettings::new("4.12", false),
+        &mut || Ok(()),
+    );
+    assert_eq!(out, PostInstallOutcome::Stopped);
+    assert_eq!(svc.operations(), ["v2GetCluster"]);
+    assert!(!status.has_error());
+}
+
+#[test]
+fn stage_reports_retry_every_30_s_until_they_go_through() {
+    let (clock, svc, _) = setup();
+    svc.fail("v2UpdateClusterFinalizingProgress", 3, 500);
+    report_stage(
+        &*clock,
+        &NeverStop,
+        &svc,
+        FinalizingStage::AddingRouterCa,
+        GENERAL_WAIT_INTERVAL,
+    );
+    assert_eq!(stages(&svc).len(), 4);
+    assert_eq!(clock.elapsed(), Duration::from_secs(90));
+}
+
+#[test]
+fn completion_bodies_on_the_wire() {
+    let ok = completion_params(Ok(()), None);
+    assert_eq!(
+        serde_json::to_value(&ok).unwrap(),
+        serde_json::json!({"is_success": true})
+    );
+    let mut data = Map::new();
+    data.insert(CLUSTER_OPERATORS_REPORT.into(), serde_json::json!([]));
+    let failed = completion_params(
+        Err(PostInstallFailure::ClusterOperators(PollError::Canceled)),
+        Some(data),
+    );
+    assert_eq!(
+        serde_json::to_value(&failed).unwrap(),
+        serde_json::json!({"is_success": false,
+            "error_info": "Stopped waiting for cluster operators to be available: context canceled",
+            "data": {"CLUSTER_OPERATORS_REPORT": []}})
+    );
+    assert_eq!(
+        PostInstallFailure::RouterCa(PollError::TimedOut).error_info(),
+        "Stopped waiting for router ca data: context deadline exceeded"
+    );
+}
+
+fn master(name: &str) -> crate::controller::cluster::Node {
+    crate::controller::cluster::Node {
+        name: name.into(),
+        labels: [("node-role.kubernetes.io/master".to_string(), String::new())].into(),
+        ..Default::default()
+    }
+}
+
+fn available_cv(cluster: &FakeCluster) {
+    cluster.set_cluster_version(
+        "version",
+        ClusterVersion {
+            conditions: vec![cond("Available", "True", "")],
+            ..ClusterVersion::default()
+        },
+    );
+}
+
+#[test]
+fn abi_wait_untaints_then_returns_with_no_expected_masters() {
+    let clock = FakeClock::new();
+    let cluster = FakeCluster::new();
+    available_cv(&cluster);
+    cluster.set_node(master("node0"));
+    let mut untainted = Vec::new();
+    let mut untaint = |n: &crate::controller::cluster::Node| untainted.push(n.name.clone());
+    assert!(wait_for_installation_abi(
+        &clock,
+        &NeverStop,
+        &cluster,
+        INSTALL_STATUS_INTERVAL,
+        0,
+        Some(&mut untaint),
+    ));
+    assert_eq!(untainted, ["node0"]);
+    assert_eq!(
+        cluster.take_calls(),
+        ["list_nodes(-)", "get_cluster_version(version)"]
+    );
+}
+
+/// Changes the fake cluster as the fake clock passes whole minutes (checked between rounds), and
+/// stops after 10 minutes so a wrong loop cannot hang the test.
+struct Script<'a> {
+    clock: &'a FakeClock,
+    cluster: FakeCluster,
+}
+
+impl Stop for Script<'_> {
+    fn is_stopped(&self) -> bool {
+        let minutes = self.clock.elapsed().as_secs() / 60;
+        if minutes >= 1 {
+            available_cv(&self.cluster);
+        }
+        if minutes >= 2 {
+            self.cluster.set_node(master("m2"));
+        }
+        minutes > 10
+    }
+    fn sleep(&self, _: Duration) -> bool {
+        self.is_stopped()
+    }
+}
+
+#[test]
+fn abi_wait_latches_availability_and_counts_masters() {
+    let clock = FakeClock::new();
+    let cluster = FakeCluster::new();
+    cluster.set_cluster_version("version", ClusterVersion::default());
+    cluster.set_node(master("m0"));
+    cluster.set_node(master("m1"));
+    let script = Script {
+        clock: &clock,
+        cluster: cluster.clone(),
+    };
+    assert!(wait_for_installation_abi(
+        &clock,
+        &script,
+        &cluster,
+        INSTALL_STATUS_INTERVAL,
+        3,
+        None
+    ));
+    // Round 1: not available. Round 2: available, 2 masters. Round 3: 3 masters.
+    assert_eq!(
+        cluster.take_calls(),
+        [
+            "get_cluster_version(version)",
+            "get_cluster_version(version)",
+            "list_nodes(node-role.kubernetes.io/master)",
+            "list_nodes(node-role.kubernetes.io/master)",
+        ]
+    );
+    assert_eq!(clock.elapsed(), 2 * INSTALL_STATUS_INTERVAL);
+}
+
+#[test]
+fn abi_wait_ends_false_on_stop() {
+    let clock = FakeClock::new();
+    let cluster = FakeCluster::new();
+    cluster.fail_always("get_cluster_version", ApiError::new(500, "", "x"));
+    let stop = Cancel::new();
+    stop.cancel();
+    assert!(!wait_for_installation_abi(
+        &clock,
+        &stop,
+        &cluster,
+        INSTALL_STATUS_INTERVAL,
+        0,
+        None
+    ));
+    assert_eq!(
+        cluster.count("get_cluster_version"),
+        1,
+        "one round even when stopped"
+    );
+}
+
+#[test]
+fn post_install_rides_out_many_console_failures() {
+    let (clock, svc, status) = setup();
+    let cluster = ready_cluster();
+    for _ in 0..9 {
+        cluster.fail_next("get_cluster_operator", ApiError::new(500, "", "x"));
+    }
+    svc.update_cluster(|c| c.status = "finalizing".into());
+    svc.set_operators(vec![
+        record("console", "progressing"),
+        record("cvo", "available"),
+    ]);
+    svc.fail("v2CompleteInstallation", 1, 500);
+    let out = post_install_configs(
+        &*clock,
+        &NeverStop,
+        &cluster,
+        &svc,
+        &status,
+        &PostInstallSettings::new("4.12", true),
+        &mut || Ok(()),
+    );
+    let PostInstallOutcome::Completed { params, sent } = out else {
+        panic!("{out:?}")
+    };
+    assert!(params.is_success && sent);
+    // Ten rounds a minute apart, then the router CA at once; one completion retry.
+    assert_eq!(cluster.count("get_cluster_operator"), 10);
+    assert_eq!(
+        reports(&svc),
+        [(
+            "console".to_string(),
+            Some(OperatorStatus::Available),
+            String::new(),
+            String::new()
+        )]
+    );
+    assert_eq!(completions(&svc).len(), 2);
+    assert_eq!(
+        clock.elapsed(),
+        9 * CLUSTER_OPERATORS_INTERVAL + CLUSTER_OPERATORS_INTERVAL,
+        "9 min of console rounds, then 1 min before the completion retry"
+    );
+    assert!(!status.has_error());
+}
+
+/// Fires once the fake clock reaches `at` (the main context cancelled then).
+struct StopAt<'a>(&'a FakeClock, Duration);
+
+impl Stop for StopAt<'_> {
+    fn is_stopped(&self) -> bool {
+        self.0.elapsed() >= self.1
+    }
+    fn sleep(&self, _: Duration) -> bool {
+        self.is_stopped()
+    }
+}
+
+#[test]
+fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion() {
+    let (clock, svc, status) = setup();
+    let cluster = ready_cluster();
+    cluster.fail_always("get_cluster_operator", ApiError::new(500, "", "x"));
+    svc.update_cluster(|c| c.status = "finalizing".into());
+    svc.set_operators(vec![record("console", "progressing")]);
+    svc.fail("v2CompleteInstallation", 5, 500);
+    let out = post_install_configs(
+        &*clock,
+        &StopAt(&clock, Duration::from_secs(30 * 60)),
+        &cluster,
+        &svc,
+        &status,
+        &PostInstallSettings::new("4.12", false),
+        &mut || panic!("no OLM step after a failure"),
+    );
+    let PostInstallOutcome::Completed { params, sent } = out else {
+        panic!("{out:?}")
+    };
+    assert!(!sent, "the single attempt failed and the context is over");
+    assert_eq!(
+        params.error_info,
+        "Stopped waiting for cluster operators to be available: context canceled"
+    );
+    assert!(params.data.is_some());
+    assert_eq!(completions(&svc).len(), 1);
+    assert_eq!(
+        cluster.count("get_cluster_operator"),
+        30,
+        "one round a minute"
+    );
+    assert_eq!(stages(&svc), [FinalizingStage::WaitingForClusterOperators]);
+    assert!(status.has_error());
+}

@@ -1,0 +1,409 @@
+//! Log upload (§3.12): the periodic upload of the controller's own log, and the final summary
+//! upload with must-gather when errors were flagged.
+//!
+//! Must-gather itself is `oc adm must-gather` run through `bash` in Go. It stays behind the
+//! narrow [`MustGatherRunner`] trait ([`OcMustGather`] is the shell-out); the decision, the
+//! images, the reuse of an earlier tarball, the credentials download and the archive are here
+//! and tested on fakes.
+//!
+//! The SNO router probe of the final upload is in [`super::router_probe`].
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+
+use crate::clock::{Clock, NeverStop, Stop};
+use crate::controller::cluster::ClusterApi;
+use crate::controller::loops::{poll, ticker};
+use crate::controller::service::{ControllerService, KUBECONFIG_NOINGRESS};
+use crate::controller::status::ControllerStatus;
+use crate::controller::tasks::router_probe::{
+    probe_needed, run_router_probe, HttpProbe, ROUTER_PROBE_PERIOD, ROUTER_PROBE_WINDOW,
+};
+use crate::flow::bootstrap::tar_gz::{tar_gz, Entry};
+use crate::image::Cancel;
+use crate::service::LogsState;
+
+/// Periodic upload period.
+pub const LOGS_UPLOAD_PERIOD: Duration = Duration::from_secs(5 * 60);
+/// Retry period of the final summary upload.
+pub const SUMMARY_LOGS_PERIOD: Duration = Duration::from_secs(30);
+/// How long the final summary upload is retried.
+pub const SUMMARY_LOGS_WINDOW: Duration = Duration::from_secs(70 * 60);
+/// The tar entry of the controller's own log.
+pub const CONTROLLER_LOG_ENTRY: &str = "assisted-installer-controller.logs";
+/// The tar entry (and file name) of the must-gather tarball.
+pub const MUST_GATHER_ENTRY: &str = "must-gather.tar.gz";
+/// Must-gather's work directory.
+pub const MUST_GATHER_DIR: &str = "/tmp/must-gather-logs";
+/// The resolv.conf files logged on failure.
+pub const RESOLV_CONF_FILES: [&str; 3] = [
+    "/etc/resolv.conf",
+    "/tmp/var-run-resolv.conf",
+    "/tmp/host-resolv.conf",
+];
+/// The selectors that find the controller's own pod.
+pub const OWN_POD_LABELS: &str = "job-name=assisted-installer-controller";
+pub const RUNNING_PODS: &str = "status.phase=Running";
+
+/// §3.12 summary step 3: the must-gather images from `MUST_GATHER_IMAGE`. Empty → none (oc's
+/// default); not JSON → that string; a JSON object → the `ocp` entry when the error flag is set
+/// (empty when missing, as Go's map read), then each operator in error with a non-empty entry.
+pub fn must_gather_images(
+    setting: &str,
+    has_error: bool,
+    operators_in_error: &[String],
+) -> Vec<String> {
+    if setting.is_empty() {
+        return Vec::new();
+    }
+    let Ok(map) = serde_json::from_str::<std::collections::HashMap<String, String>>(setting) else {
+        return vec![setting.to_string()];
+    };
+    let mut images = Vec::new();
+    if has_error {
+        images.push(map.get("ocp").cloned().unwrap_or_default());
+    }
+    for name in operators_in_error {
+        if let Some(img) = map.get(name).filter(|i| !i.is_empty()) {
+            images.push(img.clone());
+        }
+    }
+    images
+}
+
+/// The shell-out part of must-gather: run it in `work_dir` with `kubeconfig` and the `images`,
+/// and return the path of the tarball it made.
+pub trait MustGatherRunner: Send + Sync {
+    fn run(&self, work_dir: &Path, kubeconfig: &Path, images: &[String]) -> Result<PathBuf>;
+}
+
+/// Go's commands: `bash -c "cd <dir> && oc --kubeconfig=<kc> adm must-gather[ --image=…]…"`,
+/// then `tar zcf must-gather.tar.gz <the first must-gather* directory>` in the same dir.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OcMustGather;
+
+fn bash(script: &str) -> Result<()> {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .with_context(|| format!("running bash -c {script:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "bash -c {script:?}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// The first directory named `must-gather*` under `dir` (depth-first, names sorted).
+pub fn find_must_gather_dir(dir: &Path) -> Option<PathBuf> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let path = e.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if e.file_name().to_string_lossy().starts_with("must-gather") {
+            return Some(path);
+        }
+        if let Some(found) = find_must_gather_dir(&path) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+impl MustGatherRunner for OcMustGather {
+    fn run(&self, work_dir: &Path, kubeconfig: &Path, images: &[String]) -> Result<PathBuf> {
+        let mut cmd = format!(
+            "cd {} && oc --kubeconfig={} adm must-gather",
+            work_dir.display(),
+            kubeconfig.display()
+        );
+        for img in images {
+            cmd.push_str(&format!(" --image={img}"));
+        }
+        bash(&cmd)?;
+        let found = find_must_gather_dir(work_dir)
+            .with_context(|| format!("no must-gather directory in {}", work_dir.display()))?;
+        let base = found.file_name().unwrap_or_default().to_string_lossy();
+        bash(&format!(
+            "cd {} && tar zcf {MUST_GATHER_ENTRY} {base}",
+            work_dir.display()
+        ))?;
+        Ok(work_dir.join(MUST_GATHER_ENTRY))
+    }
+}
+
+/// What the log upload needs; [`LogUploader::new`] has Go's paths.
+pub struct LogUploader<'a> {
+    pub cluster: &'a dyn ClusterApi,
+    pub service: &'a dyn ControllerService,
+    pub status: &'a ControllerStatus,
+    pub must_gather: &'a dyn MustGatherRunner,
+    pub namespace: String,
+    pub must_gather_image: String,
+    /// `/tmp/controller_logs.log`.
+    pub log_file: PathBuf,
+    /// `/tmp/must-gather-logs`.
+    pub must_gather_dir: PathBuf,
+    pub resolv_conf_files: Vec<PathBuf>,
+    /// The own pod's name once found.
+    pub pod_name: Option<String>,
+    /// `CONTROL_PLANE_COUNT` (the SNO router probe runs when it is 1 and the error flag is set).
+    pub control_plane_count: i64,
+    /// The router probe's HTTP client; `None`: no probe.
+    pub router_probe: Option<&'a dyn HttpProbe>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl<'a> LogUploader<'a> {
+    pub fn new(
+        cluster: &'a dyn ClusterApi,
+        service: &'a dyn ControllerService,
+        status: &'a ControllerStatus,
+        must_gather: &'a dyn MustGatherRunner,
+        namespace: &str,
+        must_gather_image: &str,
+    ) -> LogUploader<'a> {
+        LogUploader {
+            cluster,
+            service,
+            status,
+            must_gather,
+            namespace: namespace.to_string(),
+            must_gather_image: must_gather_image.to_string(),
+            log_file: PathBuf::from(crate::controller::log::LOG_PATH),
+            must_gather_dir: PathBuf::from(MUST_GATHER_DIR),
+            resolv_conf_files: RESOLV_CONF_FILES.iter().map(PathBuf::from).collect(),
+            pod_name: None,
+            control_plane_count: 3,
+            router_probe: None,
+        }
+    }
+
+    /// Periodic step 1: learn the own pod's name from the running Job pods.
+    pub fn find_pod_name(&mut self) {
+        if self.pod_name.is_some() {
+            return;
+        }
+        match self
+            .cluster
+            .list_pods(&self.namespace, Some(OWN_POD_LABELS), Some(RUNNING_PODS))
+        {
+            Ok(pods) => match pods.into_iter().next() {
+                Some(p) => self.pod_name = Some(p.name),
+                None => tracing::warn!("no running controller pod in {}", self.namespace),
+            },
+            Err(err) => tracing::warn!("listing the controller's pods: {err:#}"),
+        }
+    }
+
+    /// The own log: the pod's full log, else the log file, else a placeholder naming both
+    /// errors.
+    pub fn controller_log(&self) -> Vec<u8> {
+        let pod_err = match &self.pod_name {
+            None => "the controller's pod name is unknown".to_string(),
+            Some(name) => match self.cluster.pod_log(&self.namespace, name, None) {
+                Ok(log) if !log.is_empty() => return log.into_bytes(),
+                Ok(_) => format!("pod {name} has an empty log"),
+                Err(err) => format!("{err:#}"),
+            },
+        };
+        match std::fs::read(&self.log_file) {
+            Ok(bytes) => bytes,
+            Err(err) => format!(
+                "Failed to get logs from pod ({pod_err}) and from {} ({err})",
+                self.log_file.display()
+            )
+            .into_bytes(),
+        }
+    }
+
+    fn log_entry_archive(&self, must_gather: Option<&[u8]>) -> Result<Vec<u8>> {
+        let log = self.controller_log();
+        let mtime = now_secs();
+        let mut entries = Vec::new();
+        if let Some(mg) = must_gather {
+            entries.push(Entry {
+                name: MUST_GATHER_ENTRY,
+                mode: 0o644,
+                mtime,
+                data: mg,
+            });
+        }
+        entries.push(Entry {
+            name: CONTROLLER_LOG_ENTRY,
+            mode: 0o644,
+            mtime,
+            data: &log,
+        });
+        tar_gz(&entries)
+    }
+
+    /// Periodic step 2: upload the own log on its own.
+    pub fn upload_controller_logs(&self) -> Result<()> {
+        let archive = self.log_entry_archive(None)?;
+        self.service.upload_controller_logs(archive)
+    }
+
+    /// §3.12 periodic upload: every `period` (first after one), until `stop` fires; errors are
+    /// only logged.
+    pub fn periodic(&mut self, clock: &dyn Clock, stop: &dyn Stop, period: Duration) {
+        ticker(clock, stop, period, || {
+            self.find_pod_name();
+            if let Err(err) = self.upload_controller_logs() {
+                tracing::warn!("uploading the controller's logs: {err:#}");
+            }
+            ControlFlow::Continue(())
+        });
+    }
+
+    fn log_resolv_conf(&self) {
+        for path in &self.resolv_conf_files {
+            match std::fs::read_to_string(path) {
+                Ok(text) => tracing::info!("{}:\n{text}", path.display()),
+                Err(err) => tracing::warn!("reading {}: {err}", path.display()),
+            }
+        }
+    }
+
+    /// Summary step 1.4: the must-gather tarball, reused when one is already there.
+    pub fn collect_must_gather(&self, images: &[String]) -> Result<Vec<u8>> {
+        let existing = self.must_gather_dir.join(MUST_GATHER_ENTRY);
+        if existing.exists() {
+            return std::fs::read(&existing)
+                .with_context(|| format!("reading {}", existing.display()));
+        }
+        let dir = &self.must_gather_dir;
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .recursive(true)
+                .create(dir)
+                .with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let kubeconfig = dir.join(KUBECONFIG_NOINGRESS);
+        self.service.download_kubeconfig_noingress(&kubeconfig)?;
+        let tarball = self.must_gather.run(dir, &kubeconfig, images)?;
+        std::fs::read(&tarball).with_context(|| format!("reading {}", tarball.display()))
+    }
+
+    /// One summary upload attempt (§3.12).
+    pub fn summary_upload(&self) -> Result<()> {
+        let mut must_gather = None;
+        let mut collected = true;
+        if self.status.has_error() || self.status.has_operator_error() {
+            self.log_resolv_conf();
+            if let Err(err) = self.upload_controller_logs() {
+                tracing::warn!("uploading the controller's logs: {err:#}");
+            }
+            let images = must_gather_images(
+                &self.must_gather_image,
+                self.status.has_error(),
+                &self.status.operators_in_error(),
+            );
+            match self.collect_must_gather(&images) {
+                Ok(bytes) => must_gather = Some(bytes),
+                Err(err) => {
+                    tracing::warn!("collecting must-gather: {err:#}");
+                    collected = false;
+                }
+            }
+        }
+        let archive = self.log_entry_archive(must_gather.as_deref())?;
+        self.service.upload_controller_logs(archive)?;
+        if !collected {
+            bail!("Some Logs were not collected in summary");
+        }
+        Ok(())
+    }
+
+    /// §3.12 final upload step 1: the agent-based installer skips it (its service is gone);
+    /// otherwise [`LogUploader::final_upload`]. `None` when skipped.
+    pub fn final_logs(
+        &self,
+        agent_installer: bool,
+        clock: &dyn Clock,
+        period: Duration,
+        window: Duration,
+    ) -> Option<bool> {
+        if agent_installer {
+            tracing::info!(
+                "assisted-service is offline in agent installer mode. final log uploads skipped."
+            );
+            return None;
+        }
+        Some(self.final_upload(clock, period, window))
+    }
+
+    /// §3.12 final upload (assisted-service invoker; ABI skips it): `requested`, the summary
+    /// retried every `period` for `window` starting at once, then `completed` whatever the
+    /// result. Runs after the main stop fired, so it has no stop of its own.
+    pub fn final_upload(&self, clock: &dyn Clock, period: Duration, window: Duration) -> bool {
+        if let Err(err) = self.service.update_logs_progress(LogsState::Requested) {
+            tracing::warn!("reporting logs requested: {err:#}");
+        }
+        let summary = || {
+            poll(clock, &NeverStop, period, Some(window), || {
+                match self.summary_upload() {
+                    Ok(()) => true,
+                    Err(err) => {
+                        tracing::warn!("uploading the summary logs: {err:#}");
+                        false
+                    }
+                }
+            })
+            .is_ok()
+        };
+        let probe = self
+            .router_probe
+            .filter(|_| probe_needed(self.status.has_error(), self.control_plane_count));
+        let ok = match probe {
+            None => summary(),
+            Some(probe) => {
+                let done = Cancel::new();
+                std::thread::scope(|scope| {
+                    let service = self.service;
+                    let done_probe = &done;
+                    scope.spawn(move || {
+                        run_router_probe(
+                            clock,
+                            done_probe,
+                            service,
+                            probe,
+                            ROUTER_PROBE_PERIOD,
+                            ROUTER_PROBE_WINDOW,
+                        )
+                    });
+                    let ok = summary();
+                    done.cancel();
+                    ok
+                })
+            }
+        };
+        if let Err(err) = self.service.update_logs_progress(LogsState::Completed) {
+            tracing::warn!("reporting logs completed: {err:#}");
+        }
+        ok
+    }
+}
+
+#[cfg(test)]
+mod tests;

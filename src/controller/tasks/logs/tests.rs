@@ -1,0 +1,387 @@
+//! §6.1 log-upload and must-gather checklist items.
+
+use super::*;
+use crate::clock::FakeClock;
+use crate::controller::cluster::fake::FakeCluster;
+use crate::controller::cluster::{ApiError, Pod};
+use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::tasks::router_probe::HttpProbe;
+use crate::flow::bootstrap::tar_gz::read::entries;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Records its calls; fails the first `failures` runs; writes a tarball otherwise.
+#[derive(Default)]
+struct FakeMustGather {
+    runs: AtomicUsize,
+    failures: usize,
+    images: Mutex<Vec<Vec<String>>>,
+}
+
+impl MustGatherRunner for FakeMustGather {
+    fn run(&self, work_dir: &Path, kubeconfig: &Path, images: &[String]) -> Result<PathBuf> {
+        let n = self.runs.fetch_add(1, Ordering::SeqCst);
+        self.images.lock().unwrap().push(images.to_vec());
+        assert!(kubeconfig.exists(), "credentials downloaded first");
+        if n < self.failures {
+            bail!("must-gather failed");
+        }
+        let path = work_dir.join(MUST_GATHER_ENTRY);
+        std::fs::write(&path, b"MG")?;
+        Ok(path)
+    }
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    cluster: FakeCluster,
+    svc: MemoryService,
+    status: ControllerStatus,
+    mg: FakeMustGather,
+}
+
+fn env() -> Env {
+    let svc = MemoryService::new("cid", Arc::new(FakeClock::new()));
+    svc.set_kubeconfig("kubeconfig");
+    Env {
+        dir: tempfile::tempdir().unwrap(),
+        cluster: FakeCluster::new(),
+        svc,
+        status: ControllerStatus::new(),
+        mg: FakeMustGather::default(),
+    }
+}
+
+impl Env {
+    fn uploader(&self) -> LogUploader<'_> {
+        let mut u = LogUploader::new(
+            &self.cluster,
+            &self.svc,
+            &self.status,
+            &self.mg,
+            "assisted-installer",
+            "quay.io/test-must-gather:latest",
+        );
+        u.log_file = self.dir.path().join("controller_logs.log");
+        u.must_gather_dir = self.dir.path().join("must-gather-logs");
+        u.resolv_conf_files = vec![self.dir.path().join("resolv.conf")];
+        u
+    }
+
+    fn uploads(&self) -> Vec<Vec<(String, Vec<u8>)>> {
+        self.svc
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                ServiceCall::UploadControllerLogs(a) => Some(
+                    entries(&a)
+                        .into_iter()
+                        .map(|(name, mode, _, data)| {
+                            assert_eq!(mode, 0o644);
+                            (name, data)
+                        })
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn count(&self, op: &str) -> usize {
+        self.svc.operations().iter().filter(|o| **o == op).count()
+    }
+}
+
+fn log_entry(data: &str) -> Vec<(String, Vec<u8>)> {
+    vec![(CONTROLLER_LOG_ENTRY.to_string(), data.as_bytes().to_vec())]
+}
+
+#[test]
+fn images_from_the_setting() {
+    assert!(must_gather_images("", true, &[]).is_empty());
+    assert_eq!(
+        must_gather_images("quay.io/mg:1", false, &[]),
+        ["quay.io/mg:1"]
+    );
+    let json =
+        r#"{"ocp":"quay.io/openshift/must-gather","cnv":"blah","ocs":"quay.io/ocs-must-gather"}"#;
+    assert_eq!(
+        must_gather_images(json, true, &["cnv".to_string()]),
+        ["quay.io/openshift/must-gather", "blah"]
+    );
+    assert_eq!(
+        must_gather_images(json, false, &["lso".to_string()]),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        must_gather_images(r#"{"cnv":"x"}"#, true, &[]),
+        [""],
+        "missing ocp adds \"\""
+    );
+}
+
+#[test]
+fn periodic_upload_finds_the_pod_and_uploads_its_full_log() {
+    let e = env();
+    e.cluster.add_pod(
+        Pod {
+            namespace: "assisted-installer".into(),
+            name: "assisted-installer-controller-abc".into(),
+            phase: "Running".into(),
+            labels: [(
+                "job-name".to_string(),
+                "assisted-installer-controller".to_string(),
+            )]
+            .into(),
+        },
+        "pod log",
+    );
+    let clock = FakeClock::new();
+    let mut u = e.uploader();
+    // The main context ends at 16 minutes.
+    struct Until<'a>(&'a FakeClock);
+    impl Stop for Until<'_> {
+        fn is_stopped(&self) -> bool {
+            self.0.elapsed() > Duration::from_secs(16 * 60)
+        }
+        fn sleep(&self, _: Duration) -> bool {
+            self.is_stopped()
+        }
+    }
+    u.periodic(&clock, &Until(&clock), LOGS_UPLOAD_PERIOD);
+    assert_eq!(
+        e.uploads(),
+        vec![log_entry("pod log"); 3],
+        "at 5, 10 and 15 min"
+    );
+    assert_eq!(e.cluster.count("list_pods"), 1, "the name is remembered");
+    assert_eq!(
+        e.cluster.calls()[1].to_string(),
+        "pod_log(assisted-installer, assisted-installer-controller-abc, -)"
+    );
+    assert_eq!(
+        e.cluster.calls()[0].to_string(),
+        "list_pods(assisted-installer, job-name=assisted-installer-controller, status.phase=Running)"
+    );
+}
+
+#[test]
+fn pod_list_or_log_failure_falls_back_to_the_file() {
+    let e = env();
+    std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
+    e.cluster
+        .fail_always("list_pods", ApiError::new(500, "", "x"));
+    let mut u = e.uploader();
+    u.find_pod_name();
+    u.upload_controller_logs().unwrap();
+    assert_eq!(e.uploads(), [log_entry("file log")]);
+
+    // Known pod whose log read fails.
+    u.pod_name = Some("p".into());
+    u.upload_controller_logs().unwrap();
+    assert_eq!(e.uploads()[1], log_entry("file log"));
+    assert_eq!(e.cluster.count("pod_log"), 1);
+}
+
+#[test]
+fn missing_file_still_uploads_a_placeholder() {
+    let e = env();
+    let mut u = e.uploader();
+    u.pod_name = Some("p".into());
+    u.upload_controller_logs().unwrap();
+    let up = e.uploads();
+    let text = String::from_utf8(up[0][0].1.clone()).unwrap();
+    assert!(text.starts_with("Failed to get logs from pod ("), "{text}");
+    assert!(text.contains("controller_logs.log"), "{text}");
+}
+
+#[test]
+fn summary_without_errors_has_no_must_gather() {
+    let e = env();
+    std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
+    e.uploader().summary_upload().unwrap();
+    assert_eq!(e.uploads(), [log_entry("file log")]);
+    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(e.count("V2DownloadClusterCredentials"), 0);
+
+    // The upload failing: an error, and still no must-gather.
+    e.svc.fail("V2UploadLogs", 1, 500);
+    assert!(e.uploader().summary_upload().is_err());
+    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn summary_with_error_runs_must_gather_and_orders_the_entries() {
+    let e = env();
+    std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
+    e.status.error();
+    e.uploader().summary_upload().unwrap();
+    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        *e.mg.images.lock().unwrap(),
+        [vec!["quay.io/test-must-gather:latest".to_string()]]
+    );
+    assert_eq!(e.count("V2DownloadClusterCredentials"), 1);
+    let up = e.uploads();
+    assert_eq!(up.len(), 2, "the own logs alone, then the summary");
+    assert_eq!(up[0], log_entry("file log"));
+    assert_eq!(
+        up[1],
+        [
+            (MUST_GATHER_ENTRY.to_string(), b"MG".to_vec()),
+            (CONTROLLER_LOG_ENTRY.to_string(), b"file log".to_vec())
+        ]
+    );
+    // A tarball already there is reused: no new download, no new run.
+    e.uploader().summary_upload().unwrap();
+    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(e.count("V2DownloadClusterCredentials"), 1);
+}
+
+#[test]
+fn final_upload_retries_a_failed_must_gather() {
+    let mut e = env();
+    e.mg.failures = 1;
+    e.status.operator_error("lso");
+    let clock = FakeClock::new();
+    assert!(e
+        .uploader()
+        .final_upload(&clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
+    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(e.count("V2DownloadClusterCredentials"), 2);
+    assert_eq!(clock.elapsed(), SUMMARY_LOGS_PERIOD);
+    let states: Vec<_> = e
+        .svc
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            ServiceCall::UpdateLogsProgress(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(states, [LogsState::Requested, LogsState::Completed]);
+    let ops = e.svc.operations();
+    assert_eq!(ops.first(), Some(&"v2UpdateClusterLogsProgress"));
+    assert_eq!(ops.last(), Some(&"v2UpdateClusterLogsProgress"));
+    // A plain image setting is used as it is, whatever is in error.
+    assert_eq!(
+        *e.mg.images.lock().unwrap(),
+        vec![vec!["quay.io/test-must-gather:latest".to_string()]; 2]
+    );
+}
+
+#[test]
+fn final_upload_gives_up_after_the_window_and_still_completes() {
+    let e = env();
+    e.svc.fail("V2UploadLogs", 10_000, 500);
+    let clock = FakeClock::new();
+    assert!(!e
+        .uploader()
+        .final_upload(&clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
+    assert_eq!(e.count("V2UploadLogs"), 140, "every 30 s for 70 min");
+    assert_eq!(
+        e.svc.calls().last(),
+        Some(&ServiceCall::UpdateLogsProgress(LogsState::Completed))
+    );
+}
+
+#[test]
+fn finds_the_first_must_gather_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("a/must-gather.local.1")).unwrap();
+    std::fs::create_dir_all(dir.path().join("b/must-gather.local.2")).unwrap();
+    std::fs::write(dir.path().join("must-gather.txt"), "").unwrap();
+    assert_eq!(
+        find_must_gather_dir(dir.path()),
+        Some(dir.path().join("a/must-gather.local.1"))
+    );
+    assert_eq!(
+        find_must_gather_dir(&dir.path().join("a/must-gather.local.1")),
+        None
+    );
+}
+
+struct OkProbe;
+
+impl HttpProbe for OkProbe {
+    fn get(&self, _: &str) -> Result<(u16, String)> {
+        Ok((200, "ok".into()))
+    }
+}
+
+#[test]
+fn sno_without_error_runs_no_router_probe() {
+    let e = env();
+    e.status.operator_error("lso");
+    let mut u = e.uploader();
+    u.control_plane_count = 1;
+    u.router_probe = Some(&OkProbe);
+    assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
+    assert_eq!(e.count("v2GetCluster"), 0);
+    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn sno_with_error_probes_without_blocking_the_upload() {
+    for probe_fails in [true, false] {
+        let e = env();
+        e.status.error();
+        if probe_fails {
+            e.svc.fail("v2GetCluster", 10_000, 500);
+        }
+        let mut u = e.uploader();
+        u.control_plane_count = 1;
+        u.router_probe = Some(&OkProbe);
+        assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
+        assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+        assert!(e.count("v2GetCluster") >= 1, "the probe ran at least once");
+        if !probe_fails {
+            assert_eq!(e.count("v2GetCluster"), 1, "the cluster is learnt once");
+        }
+        assert_eq!(
+            e.svc.calls().last(),
+            Some(&ServiceCall::UpdateLogsProgress(LogsState::Completed))
+        );
+    }
+}
+
+#[test]
+fn multi_node_with_error_runs_no_router_probe() {
+    let e = env();
+    e.status.error();
+    let mut u = e.uploader();
+    u.router_probe = Some(&OkProbe);
+    assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
+    assert_eq!(e.count("v2GetCluster"), 0);
+}
+
+#[test]
+fn resolv_conf_read_failures_do_not_stop_must_gather() {
+    let e = env();
+    e.status.error();
+    let mut u = e.uploader();
+    u.resolv_conf_files = vec![
+        e.dir.path().join("missing-1"),
+        e.dir.path().join("missing-2"),
+    ];
+    u.summary_upload().unwrap();
+    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn agent_installer_skips_the_final_upload() {
+    let e = env();
+    e.status.error();
+    let clock = FakeClock::new();
+    let u = e.uploader();
+    assert_eq!(
+        u.final_logs(true, &clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW),
+        None
+    );
+    assert!(e.svc.calls().is_empty());
+    assert_eq!(
+        u.final_logs(false, &clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW),
+        Some(true)
+    );
+    assert_eq!(e.count("v2UpdateClusterLogsProgress"), 2);
+}

@@ -1,0 +1,952 @@
+//! Operator availability (§3.8.1–§3.8.4): the status read from conditions, the decision whether
+//! to report a change to the service, the console and CVO handlers, the cluster-operator wait
+//! and the stage-timeout check the OLM waits use.
+//!
+//! The rules are pure functions ([`status_from_conditions`], [`console_enabled`],
+//! [`decide`], [`stage_timed_out`]); [`is_available`] and [`wait_for_cluster_operators`] put
+//! them on the [`ClusterApi`] and [`ControllerService`] traits.
+
+use std::time::Duration;
+
+use crate::clock::{Clock, Stop};
+use crate::controller::cluster::{ClusterApi, Condition};
+use crate::controller::loops::{poll, PollError};
+use crate::controller::service::{operators_for_version, ControllerService};
+use crate::service::{
+    Cluster, FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus,
+};
+
+/// Console/CVO poll interval (Go's progress-update interval).
+pub const CLUSTER_OPERATORS_INTERVAL: Duration = Duration::from_secs(60);
+/// Cap on the console/CVO wait (Go's CVO max timeout).
+pub const CVO_MAX_TIMEOUT: Duration = Duration::from_secs(10 * 60 * 60);
+/// The ClusterOperator and the service record of the console.
+pub const CONSOLE_NAME: &str = "console";
+/// The service record of the cluster-version operator.
+pub const CVO_NAME: &str = "cvo";
+/// The ClusterVersion object.
+pub const CLUSTER_VERSION_NAME: &str = "version";
+
+/// §3.8.3: the first condition in order that is `Available=True` (`available`, its message),
+/// `Progressing=True` (`progressing`) or `Degraded=True`/`Available=False` (`failed`); none →
+/// `progressing` with no message.
+pub fn status_from_conditions(conditions: &[Condition]) -> (OperatorStatus, String) {
+    for c in conditions {
+        let status = match (c.type_.as_str(), c.status.as_str()) {
+            ("Available", "True") => OperatorStatus::Available,
+            ("Progressing", "True") => OperatorStatus::Progressing,
+            ("Degraded", "True") | ("Available", "False") => OperatorStatus::Failed,
+            _ => continue,
+        };
+        return (status, c.message.clone());
+    }
+    (OperatorStatus::Progressing, String::new())
+}
+
+/// §3.8.1 step 1: `Console` is enabled, or not a known capability at all.
+pub fn console_enabled(cv: &crate::controller::cluster::ClusterVersion) -> bool {
+    cv.enabled_capabilities.iter().any(|c| c == "Console")
+        || !cv.known_capabilities.iter().any(|c| c == "Console")
+}
+
+/// §3.8.4 on a fetched cluster: the current finalizing stage is `stage` and timed out.
+pub fn stage_timed_out(cluster: &Cluster, stage: FinalizingStage) -> bool {
+    cluster.progress.as_ref().is_some_and(|p| {
+        p.finalizing_stage.as_deref() == Some(stage.to_string().as_str())
+            && p.finalizing_stage_timed_out
+    })
+}
+
+/// §3.8.4: `v2GetCluster` (hosts excluded) and [`stage_timed_out`]; an error is false.
+pub fn check_stage_timed_out(service: &dyn ControllerService, stage: FinalizingStage) -> bool {
+    match service.get_cluster(true) {
+        Ok(cluster) => stage_timed_out(&cluster, stage),
+        Err(err) => {
+            tracing::warn!("checking whether stage {stage} timed out: {err:#}");
+            false
+        }
+    }
+}
+
+/// What a handler reads from the cluster (§3.8.2 step 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub status: OperatorStatus,
+    pub message: String,
+    pub version: String,
+}
+
+/// What §3.8.2 steps 2, 4 and 5 decide once the record and (if needed) the cluster are known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The service already says `available`: true, without reading the cluster.
+    AlreadyAvailable,
+    /// Report the observed status; the answer is then whether it is `available`.
+    Report,
+    /// Nothing to report: not available (the record says otherwise).
+    NotAvailable,
+}
+
+/// §3.8.2 step 2: whether the service's record already says `available`.
+pub fn record_available(record: Option<&MonitoredOperator>) -> bool {
+    record.is_some_and(|r| r.status == OperatorStatus::Available.to_string())
+}
+
+/// §3.8.2 steps 4–5: report when a record exists and the status differs, or the message differs
+/// and is not empty.
+pub fn decide(record: Option<&MonitoredOperator>, observed: &Observed) -> Decision {
+    if record_available(record) {
+        return Decision::AlreadyAvailable;
+    }
+    match record {
+        Some(r)
+            if observed.status.to_string() != r.status
+                || (observed.message != r.status_info && !observed.message.is_empty()) =>
+        {
+            Decision::Report
+        }
+        _ => Decision::NotAvailable,
+    }
+}
+
+/// A handler of §3.8.2: a service record name, how to read its status from the cluster and
+/// whether a change may be reported.
+pub trait OperatorHandler {
+    fn name(&self) -> &str;
+    fn get_status(&self) -> anyhow::Result<Observed>;
+    /// Go `OnChange`: false keeps the change from being reported.
+    fn on_change(&mut self, _status: OperatorStatus) -> bool {
+        true
+    }
+}
+
+/// ClusterOperator `console`: conditions, and `status.versions[0].version`.
+pub struct ConsoleHandler<'a> {
+    pub cluster: &'a dyn ClusterApi,
+}
+
+impl OperatorHandler for ConsoleHandler<'_> {
+    fn name(&self) -> &str {
+        CONSOLE_NAME
+    }
+
+    fn get_status(&self) -> anyhow::Result<Observed> {
+        let co = self.cluster.get_cluster_operator(CONSOLE_NAME)?;
+        let (status, message) = status_from_conditions(&co.conditions);
+        let version = co
+            .versions
+            .first()
+            .map(|v| v.version.clone())
+            .unwrap_or_default();
+        Ok(Observed {
+            status,
+            message,
+            version,
+        })
+    }
+}
+
+/// ClusterVersion `version`: conditions, and `status.desired.version`.
+pub struct CvoHandler<'a> {
+    pub cluster: &'a dyn ClusterApi,
+}
+
+impl OperatorHandler for CvoHandler<'_> {
+    fn name(&self) -> &str {
+        CVO_NAME
+    }
+
+    fn get_status(&self) -> anyhow::Result<Observed> {
+        let cv = self.cluster.get_cluster_version(CLUSTER_VERSION_NAME)?;
+        let (status, message) = status_from_conditions(&cv.conditions);
+        Ok(Observed {
+            status,
+            message,
+            version: cv.desired_version,
+        })
+    }
+}
+
+/// An OLM operator: Subscription `namespace/subscription` → its `currentCSV` → the CSV's phase
+/// (`Succeeded` available, `Failed` failed, else progressing), message and `spec.version`
+/// (`0.0.0` when unset).
+///
+/// Quirk 5, reproduced as Go behaves: a `failed` status is never reported (Go means to
+/// tolerate 10 failures first, but its counter never advances), so `on_change` refuses it.
+pub struct OlmHandler<'a> {
+    pub cluster: &'a dyn ClusterApi,
+    pub name: String,
+    pub namespace: String,
+    pub subscription: String,
+}
+
+/// §3.8.2 OLM handler: a CSV phase as an operator status.
+pub fn csv_status(phase: &str) -> OperatorStatus {
+    match phase {
+        "Succeeded" => OperatorStatus::Available,
+        "Failed" => OperatorStatus::Failed,
+        _ => OperatorStatus::Progressing,
+    }
+}
+
+impl OperatorHandler for OlmHandler<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn get_status(&self) -> anyhow::Result<Observed> {
+        let (ns, sub) = (&self.namespace, &self.subscription);
+        let subscription = self
+            .cluster
+            .get_subscription(ns, sub)?
+            .ok_or_else(|| anyhow::anyhow!("subscription {ns}/{sub} not found"))?;
+        if subscription.current_csv.is_empty() {
+            anyhow::bail!("subscription {ns}/{sub} has no current CSV yet");
+        }
+        let csv_name = &subscription.current_csv;
+        let csv = self
+            .cluster
+            .get_csv(ns, csv_name)?
+            .ok_or_else(|| anyhow::anyhow!("CSV {ns}/{csv_name} not found"))?;
+        Ok(Observed {
+            status: csv_status(&csv.phase),
+            message: csv.message,
+            version: if csv.version.is_empty() {
+                "0.0.0".to_string()
+            } else {
+                csv.version
+            },
+        })
+    }
+
+    fn on_change(&mut self, status: OperatorStatus) -> bool {
+        status != OperatorStatus::Failed
+    }
+}
+
+/// The service's record for `name` (§3.8.2 step 1): none on a list error, an unparsable
+/// `OPENSHIFT_VERSION` with a non-empty list, or a missing name.
+pub fn find_record(
+    service: &dyn ControllerService,
+    openshift_version: &str,
+    name: &str,
+    use_cache: bool,
+) -> Option<MonitoredOperator> {
+    let list = service
+        .monitored_operators(use_cache)
+        .and_then(|l| operators_for_version(l, openshift_version));
+    match list {
+        Ok(list) => list.into_iter().find(|o| o.name == name),
+        Err(err) => {
+            tracing::warn!("getting the service's record of operator {name}: {err:#}");
+            None
+        }
+    }
+}
+
+/// §3.8.2, the availability check.
+pub fn is_available(
+    service: &dyn ControllerService,
+    openshift_version: &str,
+    handler: &mut dyn OperatorHandler,
+    use_cache: bool,
+) -> bool {
+    let name = handler.name().to_string();
+    let record = find_record(service, openshift_version, &name, use_cache);
+    if record_available(record.as_ref()) {
+        return true;
+    }
+    let observed = match handler.get_status() {
+        Ok(o) => o,
+        Err(err) => {
+            tracing::warn!("reading the status of operator {name}: {err:#}");
+            return false;
+        }
+    };
+    if decide(record.as_ref(), &observed) != Decision::Report {
+        tracing::info!("operator {name} is not available yet ({})", observed.status);
+        return false;
+    }
+    if !handler.on_change(observed.status) {
+        return false;
+    }
+    let report = OperatorMonitorReport {
+        name: name.clone(),
+        version: observed.version.clone(),
+        status: Some(observed.status),
+        status_info: observed.message.clone(),
+    };
+    if let Err(err) = service.report_operator_status(&report) {
+        tracing::warn!("reporting the status of operator {name}: {err:#}");
+        return false;
+    }
+    observed.status == OperatorStatus::Available
+}
+
+/// One round of §3.8.1.
+pub fn cluster_operators_round(
+    cluster: &dyn ClusterApi,
+    service: &dyn ControllerService,
+    openshift_version: &str,
+    check_cluster_version: bool,
+) -> bool {
+    let enabled = match cluster.get_cluster_version(CLUSTER_VERSION_NAME) {
+        Ok(cv) => console_enabled(&cv),
+        Err(err) => {
+            tracing::warn!("reading ClusterVersion {CLUSTER_VERSION_NAME}: {err:#}");
+            return false;
+        }
+    };
+    let ok_console = !enabled
+        || is_available(
+            service,
+            openshift_version,
+            &mut ConsoleHandler { cluster },
+            true,
+        );
+    if !check_cluster_version {
+        return ok_console;
+    }
+    // Run even when the console is not available (the Go order).
+    let ok_cvo = is_available(
+        service,
+        openshift_version,
+        &mut CvoHandler { cluster },
+        true,
+    );
+    ok_cvo && ok_console
+}
+
+/// §3.8.1: rounds every [`CLUSTER_OPERATORS_INTERVAL`] until one holds, `stop` fires
+/// ([`PollError::Canceled`]) or `timeout` ([`CVO_MAX_TIMEOUT`] in production) passes
+/// ([`PollError::TimedOut`], Go's "context deadline exceeded").
+#[allow(clippy::too_many_arguments)]
+pub fn wait_for_cluster_operators(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    interval: Duration,
+    timeout: Duration,
+    cluster: &dyn ClusterApi,
+    service: &dyn ControllerService,
+    openshift_version: &str,
+    check_cluster_version: bool,
+) -> Result<(), PollError> {
+    poll(clock, stop, interval, Some(timeout), || {
+        cluster_operators_round(cluster, service, openshift_version, check_cluster_version)
+    })
+}
+
+/// Go's context error text for how a wait ended: the capped context's deadline or the main
+/// context's cancellation.
+pub fn ctx_cause(err: PollError) -> &'static str {
+    match err {
+        PollError::Canceled => "context canceled",
+        PollError::TimedOut => "context deadline exceeded",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{FakeClock, NeverStop};
+    use crate::controller::cluster::fake::FakeCluster;
+    use crate::controller::cluster::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
+    use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use crate::service::ClusterProgressInfo;
+    use std::sync::Arc;
+
+    fn cond(t: &str, s: &str, m: &str) -> Condition {
+        Condition {
+            type_: t.into(),
+            status: s.into(),
+            reason: String::new(),
+            message: m.into(),
+        }
+    }
+
+    fn record(name: &str, status: &str, info: &str) -> MonitoredOperator {
+        MonitoredOperator {
+            name: name.into(),
+            status: status.into(),
+            status_info: info.into(),
+            operator_type: "builtin".into(),
+            ..MonitoredOperator::default()
+        }
+    }
+
+    fn observed(status: OperatorStatus, message: &str) -> Observed {
+        Observed {
+            status,
+            message: message.into(),
+            version: String::new(),
+        }
+    }
+
+    #[test]
+    fn conditions_first_match_wins() {
+        use OperatorStatus::*;
+        let cases: Vec<(Vec<Condition>, OperatorStatus, &str)> = vec![
+            (vec![cond("Available", "True", "up")], Available, "up"),
+            (vec![cond("Progressing", "True", "p")], Progressing, "p"),
+            (vec![cond("Degraded", "True", "d")], Failed, "d"),
+            (
+                vec![cond("Available", "False", "This is a test message")],
+                Failed,
+                "This is a test message",
+            ),
+            (
+                vec![
+                    cond("Degraded", "True", "d"),
+                    cond("Available", "True", "a"),
+                ],
+                Failed,
+                "d",
+            ),
+            (
+                vec![
+                    cond("Degraded", "False", "x"),
+                    cond("Available", "True", "a"),
+                ],
+                Available,
+                "a",
+            ),
+            (
+                vec![
+                    cond("Progressing", "False", "x"),
+                    cond("Upgradeable", "True", "u"),
+                ],
+                Progressing,
+                "",
+            ),
+            (vec![], Progressing, ""),
+        ];
+        for (conds, status, message) in cases {
+            assert_eq!(
+                status_from_conditions(&conds),
+                (status, message.to_string()),
+                "{conds:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn console_capability_rule() {
+        let cv = |enabled: &[&str], known: &[&str]| ClusterVersion {
+            enabled_capabilities: enabled.iter().map(|s| s.to_string()).collect(),
+            known_capabilities: known.iter().map(|s| s.to_string()).collect(),
+            ..ClusterVersion::default()
+        };
+        assert!(console_enabled(&cv(&["Console"], &["Console"])));
+        assert!(console_enabled(&cv(&[], &[])), "unknown capability");
+        assert!(!console_enabled(&cv(
+            &["baremetal"],
+            &["Console", "baremetal"]
+        )));
+    }
+
+    #[test]
+    fn stage_timeout_needs_the_stage_and_the_flag() {
+        let with = |stage: Option<&str>, out: bool| Cluster {
+            progress: Some(ClusterProgressInfo {
+                finalizing_stage: stage.map(str::to_string),
+                finalizing_stage_timed_out: out,
+            }),
+            ..Cluster::default()
+        };
+        let s = FinalizingStage::WaitingForOlmOperatorsCsv;
+        assert!(stage_timed_out(
+            &with(Some("Waiting for olm operators csv"), true),
+            s
+        ));
+        assert!(!stage_timed_out(
+            &with(Some("Waiting for olm operators csv"), false),
+            s
+        ));
+        assert!(!stage_timed_out(
+            &with(Some("Applying olm manifests"), true),
+            s
+        ));
+        assert!(!stage_timed_out(&with(None, true), s));
+        assert!(!stage_timed_out(&Cluster::default(), s));
+    }
+
+    #[test]
+    fn check_stage_timed_out_is_false_on_error() {
+        let svc = MemoryService::new("c", Arc::new(FakeClock::new()));
+        svc.update_cluster(|c| {
+            c.progress = Some(ClusterProgressInfo {
+                finalizing_stage: Some("Adding router ca".into()),
+                finalizing_stage_timed_out: true,
+            })
+        });
+        assert!(check_stage_timed_out(&svc, FinalizingStage::AddingRouterCa));
+        svc.fail("v2GetCluster", 1, 500);
+        assert!(!check_stage_timed_out(
+            &svc,
+            FinalizingStage::AddingRouterCa
+        ));
+        assert_eq!(
+            svc.calls(),
+            vec![
+                ServiceCall::GetCluster {
+                    exclude_hosts: true
+                };
+                2
+            ]
+        );
+    }
+
+    /// The Go table of the cluster-operator wait, on the pure decision.
+    #[test]
+    fn decision_table() {
+        use OperatorStatus::*;
+        let rows = [
+            ("progressing", "", Progressing, "", Decision::NotAvailable),
+            ("progressing", "", Progressing, "message", Decision::Report),
+            (
+                "progressing",
+                "message",
+                Progressing,
+                "message",
+                Decision::NotAvailable,
+            ),
+            (
+                "progressing",
+                "message",
+                Progressing,
+                "new",
+                Decision::Report,
+            ),
+            (
+                "progressing",
+                "message",
+                Progressing,
+                "",
+                Decision::NotAvailable,
+            ),
+            ("progressing", "", Available, "", Decision::Report),
+            ("progressing", "", Available, "message", Decision::Report),
+            (
+                "available",
+                "",
+                Progressing,
+                "x",
+                Decision::AlreadyAvailable,
+            ),
+        ];
+        for (rs, ri, os, om, want) in rows {
+            let r = record("cvo", rs, ri);
+            assert_eq!(
+                decide(Some(&r), &observed(os, om)),
+                want,
+                "{rs}/{ri} vs {os}/{om}"
+            );
+        }
+        // No record: never reported.
+        assert_eq!(
+            decide(None, &observed(Available, "m")),
+            Decision::NotAvailable
+        );
+    }
+
+    struct Fixed {
+        observed: anyhow::Result<Observed>,
+        allow: bool,
+        reads: usize,
+    }
+
+    impl OperatorHandler for Fixed {
+        fn name(&self) -> &str {
+            "lso"
+        }
+        fn get_status(&self) -> anyhow::Result<Observed> {
+            match &self.observed {
+                Ok(o) => Ok(o.clone()),
+                Err(e) => Err(anyhow::anyhow!("{e}")),
+            }
+        }
+        fn on_change(&mut self, _: OperatorStatus) -> bool {
+            self.reads += 1;
+            self.allow
+        }
+    }
+
+    fn service(records: Vec<MonitoredOperator>) -> MemoryService {
+        let svc = MemoryService::new("c", Arc::new(FakeClock::new()));
+        svc.set_operators(records);
+        svc
+    }
+
+    fn reports(svc: &MemoryService) -> Vec<OperatorMonitorReport> {
+        svc.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                ServiceCall::ReportOperatorStatus(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn available_record_answers_without_reading_the_cluster() {
+        let svc = service(vec![record("lso", "available", "")]);
+        let mut h = Fixed {
+            observed: Err(anyhow::anyhow!("must not be read")),
+            allow: true,
+            reads: 0,
+        };
+        assert!(is_available(&svc, "4.12", &mut h, true));
+        assert_eq!(svc.operations(), ["V2ListOfClusterOperators"]);
+    }
+
+    #[test]
+    fn a_change_is_reported_and_its_status_answers() {
+        let svc = service(vec![record("lso", "progressing", "")]);
+        let mut h = Fixed {
+            observed: Ok(Observed {
+                status: OperatorStatus::Available,
+                message: "done".into(),
+                version: "4.12.0".into(),
+            }),
+            allow: true,
+            reads: 0,
+        };
+        assert!(is_available(&svc, "4.12", &mut h, false));
+        assert_eq!(
+            reports(&svc),
+            [OperatorMonitorReport {
+                name: "lso".into(),
+                version: "4.12.0".into(),
+                status: Some(OperatorStatus::Available),
+                status_info: "done".into(),
+            }]
+        );
+        // A progressing change is reported but is not availability.
+        let svc = service(vec![record("lso", "", "")]);
+        h.observed = Ok(observed(OperatorStatus::Progressing, "p"));
+        assert!(!is_available(&svc, "4.12", &mut h, false));
+        assert_eq!(reports(&svc).len(), 1);
+    }
+
+    #[test]
+    fn on_change_false_or_report_error_or_read_error_is_false() {
+        let svc = service(vec![record("lso", "progressing", "")]);
+        let mut h = Fixed {
+            observed: Ok(observed(OperatorStatus::Failed, "bad")),
+            allow: false,
+            reads: 0,
+        };
+        assert!(!is_available(&svc, "4.12", &mut h, false));
+        assert_eq!(h.reads, 1);
+        assert!(reports(&svc).is_empty());
+
+        h.observed = Ok(observed(OperatorStatus::Available, ""));
+        h.allow = true;
+        svc.fail("v2ReportMonitoredOperatorStatus", 1, 500);
+        assert!(!is_available(&svc, "4.12", &mut h, false));
+        assert_eq!(reports(&svc).len(), 1, "attempted once");
+
+        h.observed = Err(anyhow::anyhow!("boom"));
+        assert!(!is_available(&svc, "4.12", &mut h, false));
+        assert_eq!(reports(&svc).len(), 1);
+    }
+
+    #[test]
+    fn missing_record_or_bad_version_is_not_reported() {
+        let mut h = Fixed {
+            observed: Ok(observed(OperatorStatus::Available, "m")),
+            allow: true,
+            reads: 0,
+        };
+        let svc = service(vec![record("other", "progressing", "")]);
+        assert!(!is_available(&svc, "4.12", &mut h, false));
+        let svc = service(vec![record("lso", "progressing", "")]);
+        assert!(!is_available(&svc, "not-a-version", &mut h, false));
+        assert!(reports(&svc).is_empty());
+    }
+
+    #[test]
+    fn the_list_is_cached_for_20_seconds() {
+        let clock = Arc::new(FakeClock::new());
+        let svc = MemoryService::new("c", clock.clone());
+        svc.set_operators(vec![record("lso", "progressing", "")]);
+        let mut h = Fixed {
+            observed: Ok(observed(OperatorStatus::Progressing, "")),
+            allow: true,
+            reads: 0,
+        };
+        is_available(&svc, "4.12", &mut h, true);
+        is_available(&svc, "4.12", &mut h, true);
+        clock.advance(Duration::from_secs(19));
+        is_available(&svc, "4.12", &mut h, true);
+        assert_eq!(svc.operations(), ["V2ListOfClusterOperators"]);
+        clock.advance(Duration::from_secs(1));
+        is_available(&svc, "4.12", &mut h, true);
+        is_available(&svc, "4.12", &mut h, false);
+        assert_eq!(svc.operations().len(), 3);
+    }
+
+    fn available_console(cluster: &FakeCluster) {
+        cluster.set_cluster_operator(ClusterOperator {
+            name: "console".into(),
+            conditions: vec![cond("Available", "True", "")],
+            versions: vec![OperatorVersion {
+                name: "operator".into(),
+                version: "4.12.0".into(),
+            }],
+        });
+    }
+
+    #[test]
+    fn round_reads_console_then_cvo_even_when_console_is_not_available() {
+        let cluster = FakeCluster::new();
+        cluster.set_cluster_version(
+            "version",
+            ClusterVersion {
+                conditions: vec![cond("Available", "True", "done")],
+                desired_version: "4.12.0".into(),
+                ..ClusterVersion::default()
+            },
+        );
+        cluster.fail_next("get_cluster_operator", ApiError::new(500, "", "x"));
+        let svc = service(vec![
+            record("console", "progressing", ""),
+            record("cvo", "progressing", ""),
+        ]);
+        assert!(!cluster_operators_round(&cluster, &svc, "4.12", true));
+        assert_eq!(
+            reports(&svc),
+            [OperatorMonitorReport {
+                name: "cvo".into(),
+                version: "4.12.0".into(),
+                status: Some(OperatorStatus::Available),
+                status_info: "done".into(),
+            }]
+        );
+        available_console(&cluster);
+        assert!(cluster_operators_round(&cluster, &svc, "4.12", true));
+        // The cached list (20 s, clock not moved) still says cvo is progressing, so the cvo
+        // change is reported again, after the console's.
+        let names: Vec<_> = reports(&svc)
+            .into_iter()
+            .map(|r| (r.name, r.version))
+            .collect();
+        assert_eq!(
+            names,
+            [("cvo", "4.12.0"), ("console", "4.12.0"), ("cvo", "4.12.0")]
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        assert_eq!(
+            svc.operations()
+                .iter()
+                .filter(|o| **o == "V2ListOfClusterOperators")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn disabled_console_is_not_read_and_cluster_version_error_ends_the_round() {
+        let cluster = FakeCluster::new();
+        cluster.set_cluster_version(
+            "version",
+            ClusterVersion {
+                known_capabilities: vec!["Console".into()],
+                ..ClusterVersion::default()
+            },
+        );
+        let svc = service(vec![]);
+        assert!(cluster_operators_round(&cluster, &svc, "4.12", false));
+        assert_eq!(cluster.count("get_cluster_operator"), 0);
+        cluster.fail_next("get_cluster_version", ApiError::new(500, "", "x"));
+        assert!(!cluster_operators_round(&cluster, &svc, "4.12", false));
+        assert!(svc.calls().is_empty());
+    }
+
+    #[test]
+    fn wait_times_out_at_the_cap_when_the_service_never_syncs() {
+        let clock = FakeClock::new();
+        let cluster = FakeCluster::new();
+        cluster.set_cluster_version("version", ClusterVersion::default());
+        available_console(&cluster);
+        let svc = service(vec![record("console", "progressing", "")]);
+        svc.fail("v2ReportMonitoredOperatorStatus", 1000, 500);
+        let err = wait_for_cluster_operators(
+            &clock,
+            &NeverStop,
+            CLUSTER_OPERATORS_INTERVAL,
+            Duration::from_secs(600),
+            &cluster,
+            &svc,
+            "4.12",
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(ctx_cause(err), "context deadline exceeded");
+        assert_eq!(reports(&svc).len(), 10, "one report a minute for 10 min");
+        assert_eq!(clock.elapsed(), Duration::from_secs(600));
+    }
+
+    /// The Go table through the whole wait (console available in the service, CVO on): a
+    /// report only when the rule says so, and success only when the CVO became available.
+    #[test]
+    fn wait_table_through_the_cvo_handler() {
+        let rows = [
+            ("progressing", "", "Progressing", "", false),
+            ("progressing", "", "Progressing", "message", true),
+            ("progressing", "message", "Progressing", "message", false),
+            ("progressing", "message", "Progressing", "new", true),
+            ("progressing", "message", "Progressing", "", false),
+            ("progressing", "", "Available", "", true),
+            ("progressing", "", "Available", "message", true),
+            ("available", "", "Progressing", "x", false),
+        ];
+        for (rs, ri, ct, cm, sent) in rows {
+            let clock = FakeClock::new();
+            let cluster = FakeCluster::new();
+            cluster.set_cluster_version(
+                "version",
+                ClusterVersion {
+                    conditions: vec![cond(ct, "True", cm)],
+                    desired_version: "4.12.0".into(),
+                    ..ClusterVersion::default()
+                },
+            );
+            let svc = service(vec![
+                record("console", "available", ""),
+                record("cvo", rs, ri),
+            ]);
+            // One round: the deadline falls before the second tick.
+            let result = wait_for_cluster_operators(
+                &clock,
+                &NeverStop,
+                CLUSTER_OPERATORS_INTERVAL,
+                Duration::from_secs(30),
+                &cluster,
+                &svc,
+                "4.12",
+                true,
+            );
+            let row = format!("{rs}/{ri:?} vs {ct}/{cm:?}");
+            assert_eq!(reports(&svc).len(), usize::from(sent), "{row}");
+            let available = rs == "available" || ct == "Available";
+            assert_eq!(result.is_ok(), available, "{row}");
+            if !available {
+                assert_eq!(result.map_err(ctx_cause), Err("context deadline exceeded"));
+            }
+            assert_eq!(
+                cluster.count("get_cluster_operator"),
+                0,
+                "{row}: console not read"
+            );
+        }
+    }
+
+    #[test]
+    fn wait_ends_canceled_when_stopped() {
+        let clock = FakeClock::new();
+        let cluster = FakeCluster::new();
+        cluster.fail_always("get_cluster_version", ApiError::new(500, "", "x"));
+        let svc = service(vec![]);
+        let stop = crate::image::Cancel::new();
+        stop.cancel();
+        let err = wait_for_cluster_operators(
+            &clock,
+            &stop,
+            CLUSTER_OPERATORS_INTERVAL,
+            CVO_MAX_TIMEOUT,
+            &cluster,
+            &svc,
+            "4.12",
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(ctx_cause(err), "context canceled");
+        assert_eq!(cluster.count("get_cluster_version"), 1);
+    }
+
+    fn olm_cluster(phase: &str, message: &str) -> FakeCluster {
+        use crate::controller::cluster::{Csv, Subscription};
+        let cluster = FakeCluster::new();
+        cluster.set_subscription(Subscription {
+            namespace: "openshift-local-storage".into(),
+            name: "local-storage-operator".into(),
+            current_csv: "lso.v4.12.0".into(),
+        });
+        cluster.set_csv(Csv {
+            namespace: "openshift-local-storage".into(),
+            name: "lso.v4.12.0".into(),
+            phase: phase.into(),
+            message: message.into(),
+            version: "4.12.0".into(),
+        });
+        cluster
+    }
+
+    fn lso<'a>(cluster: &'a FakeCluster) -> OlmHandler<'a> {
+        OlmHandler {
+            cluster,
+            name: "lso".into(),
+            namespace: "openshift-local-storage".into(),
+            subscription: "local-storage-operator".into(),
+        }
+    }
+
+    #[test]
+    fn olm_failed_csv_is_never_reported_then_success_is() {
+        let svc = service(vec![record("lso", "progressing", "")]);
+        let cluster = olm_cluster("Failed", "broken");
+        assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
+        assert!(reports(&svc).is_empty(), "quirk 5");
+        let cluster = olm_cluster("Succeeded", "");
+        assert!(is_available(&svc, "4.12", &mut lso(&cluster), false));
+        assert_eq!(
+            reports(&svc),
+            [OperatorMonitorReport {
+                name: "lso".into(),
+                version: "4.12.0".into(),
+                status: Some(OperatorStatus::Available),
+                status_info: String::new(),
+            }]
+        );
+    }
+
+    #[test]
+    fn olm_progressing_message_rules() {
+        // Empty message: no update. Same message: no update. New message: one update.
+        for (record_info, message, sent) in [("", "", 0), ("m", "m", 0), ("m", "new", 1)] {
+            let svc = service(vec![record("lso", "progressing", record_info)]);
+            let cluster = olm_cluster("Installing", message);
+            assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
+            assert_eq!(reports(&svc).len(), sent, "{record_info:?} vs {message:?}");
+        }
+    }
+
+    #[test]
+    fn olm_status_errors() {
+        use crate::controller::cluster::Subscription;
+        let cluster = FakeCluster::new();
+        assert!(lso(&cluster).get_status().is_err(), "no subscription");
+        cluster.set_subscription(Subscription {
+            namespace: "openshift-local-storage".into(),
+            name: "local-storage-operator".into(),
+            current_csv: String::new(),
+        });
+        assert!(lso(&cluster).get_status().is_err(), "no current CSV");
+        let cluster = olm_cluster("Pending", "");
+        let mut c = crate::controller::cluster::Csv {
+            namespace: "openshift-local-storage".into(),
+            name: "lso.v4.12.0".into(),
+            ..Default::default()
+        };
+        c.phase = "Pending".into();
+        cluster.set_csv(c);
+        let o = lso(&cluster).get_status().unwrap();
+        assert_eq!(
+            (o.status, o.version.as_str()),
+            (OperatorStatus::Progressing, "0.0.0")
+        );
+        assert_eq!(csv_status("Succeeded"), OperatorStatus::Available);
+        assert_eq!(csv_status("Failed"), OperatorStatus::Failed);
+    }
+}

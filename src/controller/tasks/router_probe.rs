@@ -1,0 +1,183 @@
+//! The SNO router probe of the final log upload (§3.12): on a single-node cluster whose install
+//! failed, probe the ingress canary and the router's health endpoint every 30 s for up to
+//! 70 min, and only log what they answer.
+//!
+//! Go runs it in a goroutine that dies with the process. [`run_router_probe`] runs until its
+//! stop token fires or the window ends; the final upload runs it on a scoped thread and stops it
+//! once the summary upload is over (the process exits right after in Go too).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::clock::{Clock, Stop};
+use crate::controller::loops::poll;
+use crate::controller::service::ControllerService;
+
+/// Probe period.
+pub const ROUTER_PROBE_PERIOD: Duration = Duration::from_secs(30);
+/// Probe window.
+pub const ROUTER_PROBE_WINDOW: Duration = Duration::from_secs(70 * 60);
+/// Timeout of one HTTP probe.
+pub const HTTP_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether the probe runs: the error flag set on a single-control-plane cluster.
+pub fn probe_needed(has_error: bool, control_plane_count: i64) -> bool {
+    has_error && control_plane_count == 1
+}
+
+/// The ingress canary's health URL.
+pub fn canary_url(cluster_name: &str, base_dns_domain: &str) -> String {
+    format!("https://canary-openshift-ingress-canary.apps.{cluster_name}.{base_dns_domain}/health")
+}
+
+/// The router's internal health URL on `ip`.
+pub fn router_health_url(ip: &str) -> String {
+    format!("http://{ip}/_______internal_router_healthz")
+}
+
+/// The local address of a UDP "connection" to 8.8.8.8:80, or `localhost`.
+pub fn outbound_ip() -> String {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            s.connect("8.8.8.8:80")?;
+            s.local_addr()
+        })
+        .map_or_else(|_| "localhost".to_string(), |a| a.ip().to_string())
+}
+
+/// An HTTP GET that returns the status and the body (TLS verification off).
+pub trait HttpProbe: Send + Sync {
+    fn get(&self, url: &str) -> Result<(u16, String)>;
+}
+
+/// [`HttpProbe`] over reqwest, with a 10 s timeout and no certificate check.
+pub struct ReqwestProbe {
+    client: reqwest::blocking::Client,
+}
+
+impl ReqwestProbe {
+    pub fn new() -> Result<ReqwestProbe> {
+        let client = reqwest::blocking::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .timeout(HTTP_PROBE_TIMEOUT)
+            .build()
+            .context("building the router probe's HTTP client")?;
+        Ok(ReqwestProbe { client })
+    }
+}
+
+impl HttpProbe for ReqwestProbe {
+    fn get(&self, url: &str) -> Result<(u16, String)> {
+        let resp = self
+            .client
+            .get(url)
+            .send()
+            .with_context(|| format!("GET {url}"))?;
+        let status = resp.status().as_u16();
+        let body = resp.text().with_context(|| format!("reading {url}"))?;
+        Ok((status, body))
+    }
+}
+
+fn log_probe(probe: &dyn HttpProbe, url: &str) {
+    match probe.get(url) {
+        Ok((status, body)) => tracing::info!("router probe {url}: {status} {body}"),
+        Err(err) => tracing::warn!("router probe {url}: {err:#}"),
+    }
+}
+
+/// One round: learn the cluster's name and domain until known (a failure skips the round),
+/// then probe the canary and the router.
+pub fn router_probe_round(
+    service: &dyn ControllerService,
+    probe: &dyn HttpProbe,
+    cluster: &mut Option<(String, String)>,
+    ip: &str,
+) {
+    if cluster.is_none() {
+        match service.get_cluster(true) {
+            Ok(c) => *cluster = Some((c.name, c.base_dns_domain)),
+            Err(err) => {
+                tracing::warn!("router probe: getting the cluster: {err:#}");
+                return;
+            }
+        }
+    }
+    if let Some((name, domain)) = cluster.as_ref() {
+        log_probe(probe, &canary_url(name, domain));
+    }
+    log_probe(probe, &router_health_url(ip));
+}
+
+/// Rounds every `period` from now, for `window` or until `stop` fires.
+pub fn run_router_probe(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    service: &dyn ControllerService,
+    probe: &dyn HttpProbe,
+    period: Duration,
+    window: Duration,
+) {
+    let ip = outbound_ip();
+    let mut cluster = None;
+    let _ = poll(clock, stop, period, Some(window), || {
+        router_probe_round(service, probe, &mut cluster, &ip);
+        false
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{FakeClock, NeverStop};
+    use crate::controller::service::memory::MemoryService;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    struct Urls(Mutex<Vec<String>>);
+
+    impl HttpProbe for Urls {
+        fn get(&self, url: &str) -> Result<(u16, String)> {
+            self.0.lock().unwrap().push(url.to_string());
+            Ok((200, "ok".into()))
+        }
+    }
+
+    #[test]
+    fn only_failed_single_node_clusters_are_probed() {
+        assert!(probe_needed(true, 1));
+        assert!(!probe_needed(false, 1));
+        assert!(!probe_needed(true, 3));
+    }
+
+    #[test]
+    fn rounds_learn_the_cluster_once_and_probe_both_urls() {
+        let clock = FakeClock::new();
+        let svc = MemoryService::new("cid", Arc::new(FakeClock::new()));
+        svc.update_cluster(|c| {
+            c.name = "sno".into();
+            c.base_dns_domain = "example.com".into();
+        });
+        svc.fail("v2GetCluster", 1, 500);
+        let urls = Urls::default();
+        run_router_probe(
+            &clock,
+            &NeverStop,
+            &svc,
+            &urls,
+            ROUTER_PROBE_PERIOD,
+            Duration::from_secs(90),
+        );
+        // Rounds at 0 (GetCluster fails: nothing probed), 30 and 60 s.
+        assert_eq!(svc.operations(), ["v2GetCluster", "v2GetCluster"]);
+        let urls = urls.0.lock().unwrap().clone();
+        assert_eq!(urls.len(), 4);
+        assert_eq!(
+            urls[0],
+            "https://canary-openshift-ingress-canary.apps.sno.example.com/health"
+        );
+        assert!(urls[1].starts_with("http://"), "{}", urls[1]);
+        assert!(urls[1].ends_with("/_______internal_router_healthz"));
+    }
+}
