@@ -2,5 +2,7 @@
 //! traits, the `loops` helpers and the shared `status`.
 
 pub mod completion;
+pub mod csr;
 pub mod nodes;
 pub mod ready;
+pub mod reboots;
