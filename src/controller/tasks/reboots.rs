@@ -199,10 +199,11 @@ impl Inner {
         Ok(path)
     }
 
-    fn job(&self, event: RebootsEvent) {
+    /// One node's job; `deadline` is [`JOB_TIMEOUT`] after [`RebootsNotify::start`].
+    fn job(&self, event: RebootsEvent, deadline: Instant) {
         let deadline = Deadline {
             clock: &*self.clock,
-            at: self.clock.now() + JOB_TIMEOUT,
+            at: deadline,
         };
         let kubeconfig = match self.kubeconfig() {
             Ok(path) => path,
@@ -260,7 +261,8 @@ impl RebootsNotify for RebootsNotifier {
             reboots: 0,
         };
         let inner = self.inner.clone();
-        let job = std::thread::spawn(move || inner.job(event));
+        let deadline = inner.clock.now() + JOB_TIMEOUT;
+        let job = std::thread::spawn(move || inner.job(event, deadline));
         self.jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -438,6 +440,34 @@ mod tests {
         n.start("node1", "h1", "ie", "c1");
         n.finalize();
         assert_eq!(counter.asked().len(), 10);
+        assert_eq!(s.service.operations(), ["V2DownloadClusterCredentials"]);
+    }
+
+    /// Counting that hangs: the job gives up at its 6 min limit, before the 10 attempts.
+    #[test]
+    fn the_job_ends_at_its_six_minute_limit() {
+        struct Slow(Arc<FakeClock>, AtomicU32);
+        impl RebootCounter for Slow {
+            fn count(&self, _: &Path, _: &str) -> Result<u32> {
+                self.1.fetch_add(1, Ordering::SeqCst);
+                self.0.advance(Duration::from_secs(120));
+                anyhow::bail!("oc debug timed out")
+            }
+        }
+        let s = setup();
+        let slow = Arc::new(Slow(s.clock.clone(), AtomicU32::new(0)));
+        let n = RebootsNotifier::with_temp_root(
+            true,
+            Arc::new(s.service.clone()),
+            slow.clone(),
+            s.clock.clone(),
+            s.dir.path().to_path_buf(),
+        );
+        n.start("node0", "h", "ie", "c1");
+        n.finalize();
+        // 0 → 2:00, wait → 2:15 → 4:15, wait → 4:30 → 6:30: past the limit, no more waits.
+        assert_eq!(slow.1.load(Ordering::SeqCst), 3);
+        assert_eq!(s.clock.sleeps(), vec![COUNT_INTERVAL; 2]);
         assert_eq!(s.service.operations(), ["V2DownloadClusterCredentials"]);
     }
 
