@@ -103,7 +103,27 @@ fn stage_is(host: &HostInfo, stages: &[HostStage]) -> bool {
     host.host.stage().is_some_and(|s| stages.contains(&s))
 }
 
-impl NodeStatus<'_> {
+impl<'a> NodeStatus<'a> {
+    /// The task as main starts it: rounds and CSR approval every [`GENERAL_WAIT`] on `clock`.
+    pub fn new(
+        cluster: &'a dyn ClusterApi,
+        service: &'a dyn ControllerService,
+        clock: &'a dyn Clock,
+        notifier: &'a dyn RebootsNotify,
+        remove_uninitialized_taint: bool,
+    ) -> NodeStatus<'a> {
+        NodeStatus {
+            cluster,
+            service,
+            clock,
+            notifier,
+            remove_uninitialized_taint,
+            interval: GENERAL_WAIT,
+            csr_clock: clock,
+            csr_interval: GENERAL_WAIT,
+        }
+    }
+
     /// CSR approval in the background, rounds until one finishes or `stop` fires.
     pub fn run(&self, stop: &dyn Stop) -> Result<(), loops::PollError> {
         let child = ChildStop {

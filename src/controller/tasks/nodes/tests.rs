@@ -99,15 +99,13 @@ fn add_nodes(s: &Setup, n: usize, ready: bool) {
 }
 
 fn task(s: &Setup, untaint: bool) -> NodeStatus<'_> {
+    let t = NodeStatus::new(&s.cluster, &s.service, &*s.clock, &s.notified, untaint);
+    assert_eq!((t.interval, t.csr_interval), (GENERAL_WAIT, GENERAL_WAIT));
+    // CSR approval on real time, 10 ms apart (as Go's test): a fake clock would spin.
     NodeStatus {
-        cluster: &s.cluster,
-        service: &s.service,
-        clock: &*s.clock,
-        notifier: &s.notified,
-        remove_uninitialized_taint: untaint,
-        interval: GENERAL_WAIT,
         csr_clock: &SystemClock,
         csr_interval: Duration::from_millis(10),
+        ..t
     }
 }
 
