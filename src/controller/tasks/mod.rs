@@ -2,9 +2,11 @@
 //! traits, the `loops` helpers and the shared `status`.
 
 pub mod completion;
+pub mod csr;
 pub mod dns_fix;
 pub mod logs;
 pub mod nodes;
 pub mod operators;
 pub mod ready;
+pub mod reboots;
 pub mod router_probe;

@@ -1,1 +1,338 @@
-//! (being built)
+//! Node status, host stages and "Configuring" detection (§3.7, Go
+//! `WaitAndUpdateNodesStatus`).
+//!
+//! [`NodeStatus::run`] starts CSR approval ([`super::csr`]) under a child stop token, then
+//! polls [`NodeStatus::round`] at once and every general-wait interval (30 s) with no deadline,
+//! until a round finishes or `stop` fires; then it stops CSR approval and waits for it.
+//!
+//! One round (§3.7.1):
+//! 1. Host map without `disabled` hosts (a failure ends the round); log every host.
+//! 2. P = the hosts not `installed`; finish when P is empty, or when every host of P is `error`.
+//! 3. List Nodes (a failure ends the round). For each Node, match it by name among P, else by
+//!    `InternalIP` among all hosts (quirk 2); no match → warn and skip. The stage read is the
+//!    round's snapshot (quirk 3), so a Ready node whose host is `Configuring`/`Rebooting` gets
+//!    `Joined` **and** `Done` in one round:
+//!    - stage `Configuring` or `Rebooting` → `Joined` (a failure skips the node);
+//!    - not Ready and untaint on → remove the `node.cloudprovider.kubernetes.io/uninitialized`
+//!      taint (a failure skips the node);
+//!    - Ready and stage ≠ `Done` → `Done`, and on success start the reboots notifier.
+//! 4. Host map again, and the MCS "Configuring" detection on it: the machine-config-server
+//!    pods' logs of the last 300 s; each host whose stage is not `Configuring`, `Joined` or
+//!    `Done` and that fetched its Ignition → `Configuring` (failures logged, next host).
+//! 5. The round does not finish.
+//!
+//! **MCS matching** reuses the installer's bootstrap matcher
+//! ([`crate::flow::bootstrap::mcs_logs`]): the same rule as Go's regex (quirk 4), made exact.
+//! Knowingly different from Go: the dots of an IPv4 address are literal and an address cannot
+//! match inside a longer one (Go's `\b` binds only to the last IP of the alternation, so e.g.
+//! `2.168.126.100` matched a request from `192.168.126.100`). Kept from Go: a host with **no
+//! IPs** matches as soon as the log holds any Ignition request (Go's pattern is then empty);
+//! the logs of all pods are one text, and any failed log read empties it.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::csr;
+use super::reboots::RebootsNotify;
+use crate::clock::{Clock, Stop};
+use crate::controller::cluster::{ClusterApi, Node};
+use crate::controller::hosts::{HostInfo, HostMap, NODE_STATUS_SKIP};
+use crate::controller::loops;
+use crate::controller::service::ControllerService;
+use crate::flow::bootstrap::mcs_logs::{
+    hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost,
+};
+use crate::image::Cancel;
+use crate::service::{HostStage, HostStatus};
+
+/// The general wait interval: node-status rounds and CSR approval.
+pub const GENERAL_WAIT: Duration = Duration::from_secs(30);
+/// Where the machine-config-server pods run.
+pub const MCS_NAMESPACE: &str = "openshift-machine-config-operator";
+/// Their label selector.
+pub const MCS_SELECTOR: &str = "k8s-app=machine-config-server";
+/// How far back their logs are read.
+pub const MCS_LOG_SINCE_SECONDS: i64 = 300;
+/// The taint removed from not-Ready nodes on nutanix and vSphere (§3.5.1).
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+
+/// The node-status task; see the module documentation.
+pub struct NodeStatus<'a> {
+    pub cluster: &'a dyn ClusterApi,
+    pub service: &'a dyn ControllerService,
+    pub clock: &'a dyn Clock,
+    pub notifier: &'a dyn RebootsNotify,
+    /// §3.5.1: remove the uninitialized taint from nodes that are not Ready.
+    pub remove_uninitialized_taint: bool,
+    /// Between rounds ([`GENERAL_WAIT`]).
+    pub interval: Duration,
+    /// Clock and interval of the CSR approval it owns (the same as the rounds' in production).
+    pub csr_clock: &'a dyn Clock,
+    pub csr_interval: Duration,
+}
+
+/// `parent` or its own token: CSR approval stops with the tasks or when node status ends.
+struct ChildStop<'a> {
+    parent: &'a dyn Stop,
+    own: Cancel,
+}
+
+impl Stop for ChildStop<'_> {
+    fn is_stopped(&self) -> bool {
+        self.own.is_cancelled() || self.parent.is_stopped()
+    }
+
+    fn sleep(&self, d: Duration) -> bool {
+        // Wake on our own token at once, and look at the parent's every 100 ms.
+        let step = Duration::from_millis(100);
+        let mut left = d;
+        while !left.is_zero() {
+            let now = left.min(step);
+            if self.own.sleep(now) || self.parent.is_stopped() {
+                return true;
+            }
+            left -= now;
+        }
+        self.is_stopped()
+    }
+}
+
+fn stage_is(host: &HostInfo, stages: &[HostStage]) -> bool {
+    host.host.stage().is_some_and(|s| stages.contains(&s))
+}
+
+impl<'a> NodeStatus<'a> {
+    /// The task as main starts it: rounds and CSR approval every [`GENERAL_WAIT`] on `clock`.
+    pub fn new(
+        cluster: &'a dyn ClusterApi,
+        service: &'a dyn ControllerService,
+        clock: &'a dyn Clock,
+        notifier: &'a dyn RebootsNotify,
+        remove_uninitialized_taint: bool,
+    ) -> NodeStatus<'a> {
+        NodeStatus {
+            cluster,
+            service,
+            clock,
+            notifier,
+            remove_uninitialized_taint,
+            interval: GENERAL_WAIT,
+            csr_clock: clock,
+            csr_interval: GENERAL_WAIT,
+        }
+    }
+
+    /// CSR approval in the background, rounds until one finishes or `stop` fires.
+    pub fn run(&self, stop: &dyn Stop) -> Result<(), loops::PollError> {
+        let child = ChildStop {
+            parent: stop,
+            own: Cancel::new(),
+        };
+        std::thread::scope(|s| {
+            let approver =
+                s.spawn(|| csr::run(self.cluster, self.csr_clock, &child, self.csr_interval));
+            let result = loops::poll(self.clock, stop, self.interval, None, || self.round());
+            child.own.cancel();
+            if approver.join().is_err() {
+                tracing::error!("CSR approval panicked");
+            }
+            match &result {
+                Ok(()) => tracing::info!("finished waiting for the nodes"),
+                Err(e) => tracing::info!("stopped waiting for the nodes: {e}"),
+            }
+            result
+        })
+    }
+
+    /// One round (§3.7.1): true when the task is done.
+    pub fn round(&self) -> bool {
+        tracing::info!("checking the status of the nodes");
+        let hosts = match HostMap::fetch(self.service, NODE_STATUS_SKIP) {
+            Ok(hosts) => hosts,
+            Err(e) => {
+                tracing::error!("failed to get the hosts' info: {e:#}");
+                return false;
+            }
+        };
+        for (name, h) in hosts.iter() {
+            tracing::info!(
+                "host {name}: status {:?}, stage {:?}, progress info {:?}",
+                h.status().map(ToString::to_string).unwrap_or_default(),
+                h.current_stage(),
+                h.progress_info()
+            );
+        }
+        let pending = hosts.filter(|h| h.status() != Some(&HostStatus::Installed));
+        let in_error = pending
+            .iter()
+            .filter(|(_, h)| h.status() == Some(&HostStatus::Error))
+            .count();
+        if in_error > 0 && in_error == pending.len() {
+            tracing::info!("all {in_error} unfinished hosts are in error, stop waiting");
+            return true;
+        }
+        if pending.is_empty() {
+            tracing::info!("all nodes were successfully installed");
+            return true;
+        }
+        let nodes = match self.cluster.list_nodes(None) {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                tracing::error!("failed to list the nodes: {e:#}");
+                return false;
+            }
+        };
+        for node in &nodes {
+            self.update_node(&pending, &hosts, node);
+        }
+        match HostMap::fetch(self.service, NODE_STATUS_SKIP) {
+            Ok(fresh) => self.update_configuring(&fresh),
+            Err(e) => tracing::error!("failed to get the hosts' info: {e:#}"),
+        }
+        false
+    }
+
+    /// Step 7 for one Node; an error ends the Node's turn.
+    fn update_node(&self, pending: &HostMap, all: &HostMap, node: &Node) {
+        let addresses: Vec<(&str, &str)> = node
+            .addresses
+            .iter()
+            .map(|a| (a.type_.as_str(), a.address.as_str()))
+            .collect();
+        let Some(host) = pending.match_node(all, &node.name, &addresses) else {
+            tracing::warn!("Node {} is not in inventory hosts", node.name);
+            return;
+        };
+        if let Some(ip) = all.changed_ip(&addresses) {
+            tracing::warn!(
+                "node {} has IP {ip}, which is not among its host's IPs: it may have changed",
+                node.name
+            );
+        }
+        // The round's snapshot (quirk 3): not re-read after the updates below.
+        let stage = host.host.stage();
+        if matches!(stage, Some(HostStage::Configuring | HostStage::Rebooting)) {
+            if let Err(e) = self.set_stage(host, HostStage::Joined) {
+                tracing::error!("failed to update the stage of node {}: {e:#}", node.name);
+                return;
+            }
+        }
+        let ready = node.is_ready();
+        if !ready && self.remove_uninitialized_taint {
+            if let Err(e) = self.untaint(&node.name) {
+                tracing::error!(
+                    "failed to remove the uninitialized taint of node {}: {e:#}",
+                    node.name
+                );
+                return;
+            }
+        }
+        if ready && stage != Some(HostStage::Done) {
+            if let Err(e) = self.set_stage(host, HostStage::Done) {
+                tracing::error!("failed to update the stage of node {}: {e:#}", node.name);
+                return;
+            }
+            self.notifier.start(
+                &node.name,
+                host.id(),
+                host.infra_env_id(),
+                host.cluster_id(),
+            );
+        }
+    }
+
+    fn set_stage(&self, host: &HostInfo, stage: HostStage) -> Result<()> {
+        tracing::info!("reporting host {} stage {stage}", host.id());
+        self.service
+            .update_host_stage(host.infra_env_id(), host.id(), stage)
+    }
+
+    /// GET the Node; remove its first uninitialized taint, if any (JSON patch by index).
+    fn untaint(&self, name: &str) -> Result<()> {
+        let node = self.cluster.get_node(name)?;
+        if let Some(i) = node
+            .taints
+            .iter()
+            .position(|t| t.key == UNINITIALIZED_TAINT)
+        {
+            tracing::info!("removing the taint {UNINITIALIZED_TAINT} from node {name}");
+            self.cluster.remove_node_taint(name, i)?;
+        }
+        Ok(())
+    }
+
+    /// The machine-config-server pods' recent logs, concatenated; "" when the list or any log
+    /// read fails.
+    fn mcs_log(&self) -> String {
+        let pods = match self
+            .cluster
+            .list_pods(MCS_NAMESPACE, Some(MCS_SELECTOR), None)
+        {
+            Ok(pods) => pods,
+            Err(e) => {
+                tracing::warn!("failed to list the machine-config-server pods: {e:#}");
+                return String::new();
+            }
+        };
+        let mut log = String::new();
+        for pod in &pods {
+            match self
+                .cluster
+                .pod_log(MCS_NAMESPACE, &pod.name, Some(MCS_LOG_SINCE_SECONDS))
+            {
+                Ok(text) => log.push_str(&text),
+                Err(e) => {
+                    tracing::warn!("failed to read the log of pod {}: {e:#}", pod.name);
+                    return String::new();
+                }
+            }
+        }
+        log
+    }
+
+    /// Step 9: `Configuring` for the hosts that fetched their Ignition.
+    fn update_configuring(&self, hosts: &HostMap) {
+        let log = self.mcs_log();
+        let watched: Vec<&HostInfo> = hosts
+            .iter()
+            .map(|(_, h)| h)
+            .filter(|h| {
+                !stage_is(
+                    h,
+                    &[HostStage::Configuring, HostStage::Joined, HostStage::Done],
+                )
+            })
+            .collect();
+        let with_ips: Vec<McsHost> = watched
+            .iter()
+            .filter(|h| !h.ips.is_empty())
+            .map(|h| McsHost {
+                id: h.id().to_string(),
+                role: h.role().cloned(),
+                ips: h.ips.clone(),
+            })
+            .collect();
+        let fetched: HashSet<&str> = hosts_that_fetched_ignition(&log, &with_ips)
+            .into_iter()
+            .map(|h| h.id.as_str())
+            .collect();
+        let any_request = !ignition_fetch_addresses(&log).is_empty();
+        for host in watched {
+            let matched = if host.ips.is_empty() {
+                any_request
+            } else {
+                fetched.contains(host.id())
+            };
+            if matched {
+                if let Err(e) = self.set_stage(host, HostStage::Configuring) {
+                    tracing::error!("failed to update the stage of host {}: {e:#}", host.id());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

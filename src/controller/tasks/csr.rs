@@ -1,0 +1,227 @@
+//! CSR approval (§3.7.2, Go `ApproveCsrs`): every general-wait interval (30 s; the first pass
+//! after one interval, Go's ticker) list every CertificateSigningRequest and approve each one
+//! that carries no `Approved` condition.
+//!
+//! - Denied and Failed CSRs are approved too (quirk 1 of §8): only an `Approved` condition,
+//!   whatever its status, makes a CSR already handled.
+//! - No requester, usages or node-name check: every pending CSR in the cluster is approved.
+//! - A list error skips the tick; an approval error is ignored (logged), the next CSR is tried.
+//!
+//! The node-status task owns it (§3.7): it runs under a child stop token that the node-status
+//! task fires when it ends, see [`super::nodes`].
+
+use std::ops::ControlFlow;
+use std::time::{Duration, SystemTime};
+
+use crate::clock::{Clock, Stop};
+use crate::controller::cluster::{ClusterApi, Condition, Csr, CsrApproval};
+use crate::controller::loops;
+
+/// The condition type an approval appends, and the one that marks a CSR as handled.
+pub const APPROVED: &str = "Approved";
+/// `reason` of the approval condition.
+pub const APPROVAL_REASON: &str = "NodeCSRApprove";
+/// `message` of the approval condition.
+pub const APPROVAL_MESSAGE: &str = "This CSR was approved by the assisted-installer-controller";
+
+/// The condition appended to an approved CSR, stamped `now` (its `lastUpdateTime`).
+pub fn approval(now: SystemTime) -> CsrApproval {
+    CsrApproval {
+        condition: Condition {
+            type_: APPROVED.to_string(),
+            status: "True".to_string(),
+            reason: APPROVAL_REASON.to_string(),
+            message: APPROVAL_MESSAGE.to_string(),
+        },
+        time: now,
+    }
+}
+
+/// Whether the CSR still waits for approval: no condition of type `Approved`, whatever its
+/// other conditions (`Denied`, `Failed`) say.
+pub fn is_pending(csr: &Csr) -> bool {
+    !csr.conditions.iter().any(|c| c.type_ == APPROVED)
+}
+
+/// One pass: list the CSRs and approve the pending ones. Returns how many approvals were
+/// accepted (0 when the list failed).
+pub fn approve_pending(cluster: &dyn ClusterApi) -> usize {
+    let csrs = match cluster.list_csrs() {
+        Ok(csrs) => csrs,
+        Err(e) => {
+            tracing::error!("failed to list CSRs: {e:#}");
+            return 0;
+        }
+    };
+    let mut approved = 0;
+    for csr in csrs.iter().filter(|c| is_pending(c)) {
+        tracing::info!("approving CSR {}", csr.name);
+        match cluster.approve_csr(csr, &approval(SystemTime::now())) {
+            Ok(()) => approved += 1,
+            Err(e) => tracing::warn!("failed to approve CSR {}: {e:#}", csr.name),
+        }
+    }
+    approved
+}
+
+/// [`approve_pending`] every `interval`, the first time after one interval, until `stop`
+/// fires.
+pub fn run(cluster: &dyn ClusterApi, clock: &dyn Clock, stop: &dyn Stop, interval: Duration) {
+    tracing::info!("start approving CSRs");
+    loops::ticker(clock, stop, interval, || {
+        approve_pending(cluster);
+        ControlFlow::Continue(())
+    });
+    tracing::info!("stopped approving CSRs");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{FakeClock, SystemClock};
+    use crate::controller::cluster::fake::FakeCluster;
+    use crate::controller::cluster::ApiError;
+    use crate::image::Cancel;
+
+    fn cond(type_: &str, status: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            ..Condition::default()
+        }
+    }
+
+    fn csr(name: &str, conditions: Vec<Condition>) -> Csr {
+        Csr {
+            name: name.into(),
+            conditions,
+            ..Csr::default()
+        }
+    }
+
+    struct CancelStop(Cancel);
+
+    impl Stop for CancelStop {
+        fn is_stopped(&self) -> bool {
+            self.0.is_cancelled()
+        }
+        fn sleep(&self, d: Duration) -> bool {
+            self.0.sleep(d)
+        }
+    }
+
+    #[test]
+    fn denied_and_failed_are_approved_approved_ones_are_not() {
+        let cluster = FakeCluster::new();
+        cluster.set_csr(csr("pending", vec![]));
+        cluster.set_csr(csr("denied", vec![cond("Denied", "True")]));
+        cluster.set_csr(csr("failed", vec![cond("Failed", "True")]));
+        cluster.set_csr(csr("approved", vec![cond("Approved", "True")]));
+        // An Approved condition of any status counts as handled.
+        cluster.set_csr(csr("approved-false", vec![cond("Approved", "False")]));
+        assert_eq!(approve_pending(&cluster), 3);
+        assert_eq!(
+            cluster.take_calls(),
+            [
+                "list_csrs()",
+                "approve_csr(denied, Approved)",
+                "approve_csr(failed, Approved)",
+                "approve_csr(pending, Approved)",
+            ]
+        );
+        let denied = cluster.csr("denied").unwrap();
+        let added = denied.conditions.last().unwrap();
+        assert_eq!(
+            added,
+            &Condition {
+                type_: "Approved".into(),
+                status: "True".into(),
+                reason: "NodeCSRApprove".into(),
+                message: "This CSR was approved by the assisted-installer-controller".into(),
+            }
+        );
+        // The object put back carries the Denied condition and the approval.
+        let conds = denied.object["status"]["conditions"].as_array().unwrap();
+        assert_eq!(conds.len(), 2);
+        assert_eq!(conds[1]["reason"], "NodeCSRApprove");
+        // A second pass has nothing left to do.
+        assert_eq!(approve_pending(&cluster), 0);
+        assert_eq!(cluster.take_calls(), ["list_csrs()"]);
+    }
+
+    #[test]
+    fn errors_are_tolerated() {
+        let cluster = FakeCluster::new();
+        cluster.set_csr(csr("a", vec![]));
+        cluster.set_csr(csr("b", vec![]));
+        cluster.fail_next("list_csrs", ApiError::new(500, "InternalError", "boom"));
+        assert_eq!(approve_pending(&cluster), 0);
+        cluster.fail_next("approve_csr", ApiError::new(409, "Conflict", "changed"));
+        assert_eq!(approve_pending(&cluster), 1, "b is approved after a failed");
+        assert_eq!(cluster.count("approve_csr"), 2);
+    }
+
+    #[test]
+    fn the_ticker_acts_after_one_interval_until_stopped() {
+        let clock = FakeClock::new();
+        let cluster = FakeCluster::new();
+        cluster.set_csr(csr("a", vec![]));
+        // Stop from inside the third list.
+        struct StopAfter<'a>(&'a FakeCluster, usize);
+        impl Stop for StopAfter<'_> {
+            fn is_stopped(&self) -> bool {
+                self.0.count("list_csrs") >= self.1
+            }
+            fn sleep(&self, _: Duration) -> bool {
+                self.is_stopped()
+            }
+        }
+        run(
+            &cluster,
+            &clock,
+            &StopAfter(&cluster, 3),
+            Duration::from_secs(30),
+        );
+        assert_eq!(cluster.count("list_csrs"), 3);
+        assert_eq!(cluster.count("approve_csr"), 1);
+        assert_eq!(clock.sleeps(), vec![Duration::from_secs(30); 3]);
+        // Nothing happens before the first interval.
+        let cluster = FakeCluster::new();
+        let stop = CancelStop(Cancel::new());
+        stop.0.cancel();
+        run(&cluster, &clock, &stop, Duration::from_secs(30));
+        assert_eq!(cluster.count("list_csrs"), 0);
+    }
+
+    /// Go: an empty list or a list error, 10 ms interval, about 30 ms → 2 to 5 lists, and the
+    /// loop ends on cancel. On a loaded machine the thread may start late, so wait for the
+    /// second list (bounded) rather than a fixed 30 ms, and bound the count by the time taken.
+    #[test]
+    fn real_time_ten_ms_interval_then_cancel() {
+        for fail in [false, true] {
+            let cluster = FakeCluster::new();
+            if fail {
+                cluster.fail_always("list_csrs", ApiError::new(500, "InternalError", "boom"));
+            }
+            let stop = CancelStop(Cancel::new());
+            let started = std::time::Instant::now();
+            let elapsed = std::thread::scope(|s| {
+                let t = s.spawn(|| run(&cluster, &SystemClock, &stop, Duration::from_millis(10)));
+                while cluster.count("list_csrs") < 2 && started.elapsed() < Duration::from_secs(5) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                stop.0.cancel();
+                t.join().unwrap();
+                started.elapsed()
+            });
+            let n = cluster.count("list_csrs");
+            assert!(n >= 2, "{n} lists (fail: {fail})");
+            // One list per 10 ms tick at most, plus the one buffered tick.
+            let bound = (elapsed.as_millis() / 10) as usize + 1;
+            assert!(n <= bound, "{n} lists in {elapsed:?} (fail: {fail})");
+            // Cancelled: no more lists.
+            std::thread::sleep(Duration::from_millis(30));
+            assert_eq!(cluster.count("list_csrs"), n);
+        }
+    }
+}

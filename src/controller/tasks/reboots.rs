@@ -1,0 +1,496 @@
+//! The reboots notifier (§3.7.3): once a host is reported `Done`, count how many times its node
+//! rebooted and send the service the `reboots_for_node` event. Enabled by `NOTIFY_NUM_REBOOTS`.
+//!
+//! - [`RebootsNotifier::start`] does nothing when disabled; otherwise it starts a background job
+//!   with its own 6 min limit (not the tasks' stop token: a job outlives the shutdown, as in Go).
+//! - A job gets the shared kubeconfig ([`RebootsNotifier::kubeconfig`]: on first success
+//!   `kubeconfig-noingress` is downloaded into a fresh temp dir `kubedir*` and cached; a failure
+//!   removes the dir and is not cached), then counts the reboots (10 attempts, 15 s apart, within
+//!   the limit), then sends the event with Go's exact message. Any failure is logged and ends
+//!   that job.
+//! - [`RebootsNotifier::finalize`] (when the controller's main returns) waits for every job,
+//!   then deletes the cached kubeconfig file; the temp dir stays, as in Go.
+//!
+//! **How reboots are counted.** Go runs `oc --kubeconfig <file> debug node/<node> -- chroot
+//! /host last reboot` and counts the output lines starting with `reboot ` (with the space). The
+//! number comes from the node's wtmp, which no Kubernetes API serves: the Node object and its
+//! events do not keep a reboot history, and reading wtmp needs a privileged pod on that node
+//! with the host's root mounted, which is what `oc debug node` builds (pod create, wait,
+//! attach, delete) with the admin kubeconfig. Re-implementing that over the API would need
+//! the debug pod spec, the attach protocol and RBAC the controller's ServiceAccount does not
+//! have; so we keep the `oc` command, behind [`RebootCounter`], and [`count_reboots`] is the
+//! pure parser.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::clock::{Clock, Stop};
+use crate::controller::loops;
+use crate::controller::service::{ControllerService, RebootsEvent};
+use crate::host::commands::CommandRunner;
+
+/// Each job's limit.
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(6 * 60);
+/// Attempts at counting a node's reboots.
+pub const COUNT_ATTEMPTS: u32 = 10;
+/// Wait between two attempts.
+pub const COUNT_INTERVAL: Duration = Duration::from_secs(15);
+/// The downloaded kubeconfig's file name in the temp dir.
+pub const KUBECONFIG_FILE: &str = "kubeconfig-noingress";
+
+/// What the node-status task calls once a host is `Done` (§3.7.1 step 7.5).
+pub trait RebootsNotify: Send + Sync {
+    fn start(&self, node_name: &str, host_id: &str, infra_env_id: &str, cluster_id: &str);
+}
+
+/// Counts the reboots of a node with the given kubeconfig.
+pub trait RebootCounter: Send + Sync {
+    fn count(&self, kubeconfig: &Path, node_name: &str) -> Result<u32>;
+}
+
+/// The number of lines of `last reboot` output that start with `reboot ` (the trailing `wtmp
+/// begins …` line and blank lines do not count).
+pub fn count_reboots(output: &str) -> u32 {
+    output
+        .lines()
+        .filter(|line| line.starts_with("reboot "))
+        .count() as u32
+}
+
+/// [`RebootCounter`] running `oc debug node/<node> -- chroot /host last reboot`.
+pub struct OcRebootCounter {
+    pub runner: Arc<dyn CommandRunner>,
+}
+
+impl RebootCounter for OcRebootCounter {
+    fn count(&self, kubeconfig: &Path, node_name: &str) -> Result<u32> {
+        let kubeconfig = kubeconfig.to_string_lossy();
+        let node = format!("node/{node_name}");
+        let args = [
+            "--kubeconfig",
+            kubeconfig.as_ref(),
+            "debug",
+            node.as_str(),
+            "--",
+            "chroot",
+            "/host",
+            "last",
+            "reboot",
+        ];
+        let output = self
+            .runner
+            .run("oc", &args)
+            .with_context(|| format!("counting the reboots of node {node_name}"))?;
+        Ok(count_reboots(&output))
+    }
+}
+
+/// A stop token that fires once the clock passes a deadline.
+struct Deadline<'a> {
+    clock: &'a dyn Clock,
+    at: Instant,
+}
+
+impl Stop for Deadline<'_> {
+    fn is_stopped(&self) -> bool {
+        self.clock.now() >= self.at
+    }
+
+    fn sleep(&self, d: Duration) -> bool {
+        let left = self.at.saturating_duration_since(self.clock.now());
+        self.clock.sleep(d.min(left));
+        self.is_stopped()
+    }
+}
+
+/// See the module documentation.
+pub struct RebootsNotifier {
+    inner: Arc<Inner>,
+    jobs: Mutex<Vec<JoinHandle<()>>>,
+}
+
+struct Inner {
+    enabled: bool,
+    service: Arc<dyn ControllerService>,
+    counter: Arc<dyn RebootCounter>,
+    clock: Arc<dyn Clock>,
+    /// Where the temp dir is made (the system's temp dir in production).
+    temp_root: PathBuf,
+    kubeconfig: Mutex<Option<PathBuf>>,
+}
+
+impl RebootsNotifier {
+    pub fn new(
+        enabled: bool,
+        service: Arc<dyn ControllerService>,
+        counter: Arc<dyn RebootCounter>,
+        clock: Arc<dyn Clock>,
+    ) -> RebootsNotifier {
+        Self::with_temp_root(enabled, service, counter, clock, std::env::temp_dir())
+    }
+
+    /// [`RebootsNotifier::new`] making its `kubedir*` under `temp_root`.
+    pub fn with_temp_root(
+        enabled: bool,
+        service: Arc<dyn ControllerService>,
+        counter: Arc<dyn RebootCounter>,
+        clock: Arc<dyn Clock>,
+        temp_root: PathBuf,
+    ) -> RebootsNotifier {
+        RebootsNotifier {
+            inner: Arc::new(Inner {
+                enabled,
+                service,
+                counter,
+                clock,
+                temp_root,
+                kubeconfig: Mutex::new(None),
+            }),
+            jobs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The shared kubeconfig: downloaded on first success, then cached.
+    pub fn kubeconfig(&self) -> Result<PathBuf> {
+        self.inner.kubeconfig()
+    }
+
+    /// Waits for every job, then deletes the cached kubeconfig file (the dir stays).
+    pub fn finalize(&self) {
+        let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(|p| p.into_inner()));
+        for job in jobs {
+            if job.join().is_err() {
+                tracing::error!("a reboots-notifier job panicked");
+            }
+        }
+        let cached = self
+            .inner
+            .kubeconfig
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(path) = cached {
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!("failed to remove {}: {e}", path.display());
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn kubeconfig(&self) -> Result<PathBuf> {
+        let mut cached = self.kubeconfig.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(path) = &*cached {
+            return Ok(path.clone());
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("kubedir")
+            .tempdir_in(&self.temp_root)
+            .with_context(|| format!("creating a temp dir in {}", self.temp_root.display()))?;
+        let path = dir.path().join(KUBECONFIG_FILE);
+        // On failure `dir` is dropped, which removes it.
+        self.service.download_kubeconfig_noingress(&path)?;
+        let _kept = dir.keep();
+        *cached = Some(path.clone());
+        Ok(path)
+    }
+
+    /// One node's job; `deadline` is [`JOB_TIMEOUT`] after [`RebootsNotify::start`].
+    fn job(&self, event: RebootsEvent, deadline: Instant) {
+        let deadline = Deadline {
+            clock: &*self.clock,
+            at: deadline,
+        };
+        let kubeconfig = match self.kubeconfig() {
+            Ok(path) => path,
+            Err(e) => {
+                tracing::warn!(
+                    "failed to get the kubeconfig to count the reboots of node {}: {e:#}",
+                    event.node_name
+                );
+                return;
+            }
+        };
+        let counted = loops::retry(
+            &*self.clock,
+            &deadline,
+            COUNT_ATTEMPTS,
+            COUNT_INTERVAL,
+            || self.counter.count(&kubeconfig, &event.node_name),
+        );
+        let reboots = match counted {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(
+                    "failed to count the reboots of node {}: {}",
+                    event.node_name,
+                    match &e {
+                        loops::RetryError::Canceled => "context deadline exceeded".to_string(),
+                        loops::RetryError::Exhausted { attempts, last } =>
+                            format!("failed after {attempts} attempts, last error: {last:#}"),
+                    }
+                );
+                return;
+            }
+        };
+        let event = RebootsEvent { reboots, ..event };
+        tracing::info!("{}", event.message());
+        if let Err(e) = self.service.trigger_reboots_event(&event) {
+            tracing::error!(
+                "failed to send the reboots event of node {}: {e:#}",
+                event.node_name
+            );
+        }
+    }
+}
+
+impl RebootsNotify for RebootsNotifier {
+    fn start(&self, node_name: &str, host_id: &str, infra_env_id: &str, cluster_id: &str) {
+        if !self.inner.enabled {
+            return;
+        }
+        let event = RebootsEvent {
+            cluster_id: cluster_id.to_string(),
+            host_id: host_id.to_string(),
+            infra_env_id: infra_env_id.to_string(),
+            node_name: node_name.to_string(),
+            reboots: 0,
+        };
+        let inner = self.inner.clone();
+        let deadline = inner.clock.now() + JOB_TIMEOUT;
+        let job = std::thread::spawn(move || inner.job(event, deadline));
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(job);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::FakeClock;
+    use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Answers `fail` errors, then `reboots`; records the nodes asked.
+    struct FakeCounter {
+        fail: AtomicU32,
+        reboots: u32,
+        asked: Mutex<Vec<(PathBuf, String)>>,
+    }
+
+    impl FakeCounter {
+        fn new(fail: u32, reboots: u32) -> Arc<FakeCounter> {
+            Arc::new(FakeCounter {
+                fail: AtomicU32::new(fail),
+                reboots,
+                asked: Mutex::new(Vec::new()),
+            })
+        }
+        fn asked(&self) -> Vec<(PathBuf, String)> {
+            self.asked.lock().unwrap().clone()
+        }
+    }
+
+    impl RebootCounter for FakeCounter {
+        fn count(&self, kubeconfig: &Path, node_name: &str) -> Result<u32> {
+            self.asked
+                .lock()
+                .unwrap()
+                .push((kubeconfig.to_path_buf(), node_name.to_string()));
+            if self.fail.load(Ordering::SeqCst) > 0 {
+                self.fail.fetch_sub(1, Ordering::SeqCst);
+                anyhow::bail!("oc debug failed");
+            }
+            Ok(self.reboots)
+        }
+    }
+
+    struct Setup {
+        clock: Arc<FakeClock>,
+        service: MemoryService,
+        dir: tempfile::TempDir,
+    }
+
+    fn setup() -> Setup {
+        let clock = Arc::new(FakeClock::new());
+        let service = MemoryService::new("c1", clock.clone());
+        service.set_kubeconfig("apiVersion: v1\n");
+        Setup {
+            clock,
+            service,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn notifier(s: &Setup, enabled: bool, counter: Arc<FakeCounter>) -> RebootsNotifier {
+        RebootsNotifier::with_temp_root(
+            enabled,
+            Arc::new(s.service.clone()),
+            counter,
+            s.clock.clone(),
+            s.dir.path().to_path_buf(),
+        )
+    }
+
+    fn downloads(service: &MemoryService) -> usize {
+        service
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, ServiceCall::DownloadKubeconfigNoingress))
+            .count()
+    }
+
+    #[test]
+    fn counts_lines_starting_with_reboot_and_a_space() {
+        let out = "reboot   system boot  5.14.0-284.el9 Mon Nov 23 10:01   still running\n\
+                   reboot   system boot  5.14.0-284.el9 Mon Nov 23 09:40 - 10:00  (00:19)\n\
+                   rebooted something\n \
+                   reboot indented\n\
+                   \n\
+                   wtmp begins Mon Nov 23 09:38:11 2026";
+        assert_eq!(count_reboots(out), 2);
+        assert_eq!(count_reboots(""), 0);
+    }
+
+    #[test]
+    fn kubeconfig_failure_is_not_cached_success_is() {
+        let s = setup();
+        let n = notifier(&s, true, FakeCounter::new(0, 1));
+        s.service.fail("V2DownloadClusterCredentials", 1, 500);
+        assert!(n.kubeconfig().is_err());
+        // The failed attempt's dir was removed.
+        assert_eq!(std::fs::read_dir(s.dir.path()).unwrap().count(), 0);
+        let path = n.kubeconfig().unwrap();
+        assert!(path.ends_with(KUBECONFIG_FILE));
+        let dir_name = path
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy();
+        assert!(dir_name.starts_with("kubedir"), "{dir_name}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "apiVersion: v1\n");
+        assert_eq!(n.kubeconfig().unwrap(), path);
+        assert_eq!(downloads(&s.service), 2);
+        // Finalize deletes the file, not the dir.
+        n.finalize();
+        assert!(!path.exists());
+        assert!(path.parent().unwrap().is_dir());
+    }
+
+    #[test]
+    fn enabled_happy_path_sends_go_s_event() {
+        let s = setup();
+        let counter = FakeCounter::new(0, 1);
+        let n = notifier(&s, true, counter.clone());
+        n.start("node0", "host-0", "ie-0", "c1");
+        n.finalize();
+        assert_eq!(downloads(&s.service), 1);
+        assert_eq!(counter.asked().len(), 1);
+        assert_eq!(counter.asked()[0].1, "node0");
+        let events: Vec<RebootsEvent> = s
+            .service
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                ServiceCall::TriggerRebootsEvent(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(events.len(), 1);
+        let params = events[0].params(std::time::SystemTime::UNIX_EPOCH);
+        assert_eq!(params.cluster_id.as_deref(), Some("c1"));
+        assert_eq!(params.host_id.as_deref(), Some("host-0"));
+        assert_eq!(params.infra_env_id.as_deref(), Some("ie-0"));
+        assert_eq!(params.name, "reboots_for_node");
+        assert_eq!(params.category, "user");
+        assert_eq!(params.severity, "info");
+        assert_eq!(
+            params.message,
+            "Node node0 has been rebooted 1 times before completing installation"
+        );
+    }
+
+    #[test]
+    fn counting_is_retried_fifteen_seconds_apart_ten_times() {
+        let s = setup();
+        let counter = FakeCounter::new(3, 4);
+        let n = notifier(&s, true, counter.clone());
+        n.start("node1", "h1", "ie", "c1");
+        n.finalize();
+        assert_eq!(counter.asked().len(), 4);
+        assert_eq!(s.clock.sleeps(), vec![COUNT_INTERVAL; 3]);
+        assert!(matches!(
+            s.service.calls().last(),
+            Some(ServiceCall::TriggerRebootsEvent(RebootsEvent {
+                reboots: 4,
+                ..
+            }))
+        ));
+        // Always failing: 10 attempts, no event.
+        let s = setup();
+        let counter = FakeCounter::new(100, 4);
+        let n = notifier(&s, true, counter.clone());
+        n.start("node1", "h1", "ie", "c1");
+        n.finalize();
+        assert_eq!(counter.asked().len(), 10);
+        assert_eq!(s.service.operations(), ["V2DownloadClusterCredentials"]);
+    }
+
+    /// Counting that hangs: the job gives up at its 6 min limit, before the 10 attempts.
+    #[test]
+    fn the_job_ends_at_its_six_minute_limit() {
+        struct Slow(Arc<FakeClock>, AtomicU32);
+        impl RebootCounter for Slow {
+            fn count(&self, _: &Path, _: &str) -> Result<u32> {
+                self.1.fetch_add(1, Ordering::SeqCst);
+                self.0.advance(Duration::from_secs(120));
+                anyhow::bail!("oc debug timed out")
+            }
+        }
+        let s = setup();
+        let slow = Arc::new(Slow(s.clock.clone(), AtomicU32::new(0)));
+        let n = RebootsNotifier::with_temp_root(
+            true,
+            Arc::new(s.service.clone()),
+            slow.clone(),
+            s.clock.clone(),
+            s.dir.path().to_path_buf(),
+        );
+        n.start("node0", "h", "ie", "c1");
+        n.finalize();
+        // 0 → 2:00, wait → 2:15 → 4:15, wait → 4:30 → 6:30: past the limit, no more waits.
+        assert_eq!(slow.1.load(Ordering::SeqCst), 3);
+        assert_eq!(s.clock.sleeps(), vec![COUNT_INTERVAL; 2]);
+        assert_eq!(s.service.operations(), ["V2DownloadClusterCredentials"]);
+    }
+
+    #[test]
+    fn download_failure_means_no_count_and_no_event() {
+        let s = setup();
+        let counter = FakeCounter::new(0, 1);
+        let n = notifier(&s, true, counter.clone());
+        s.service.fail("V2DownloadClusterCredentials", 1, 500);
+        n.start("node0", "h", "ie", "c1");
+        n.finalize();
+        assert!(counter.asked().is_empty());
+        assert_eq!(s.service.operations(), ["V2DownloadClusterCredentials"]);
+    }
+
+    #[test]
+    fn disabled_makes_no_calls() {
+        let s = setup();
+        let counter = FakeCounter::new(0, 1);
+        let n = notifier(&s, false, counter.clone());
+        n.start("node0", "h", "ie", "c1");
+        n.finalize();
+        assert!(counter.asked().is_empty());
+        assert!(s.service.calls().is_empty());
+    }
+}
