@@ -6,6 +6,7 @@ pub mod csr;
 pub mod dns_fix;
 pub mod logs;
 pub mod nodes;
+pub mod olm;
 pub mod operators;
 pub mod ready;
 pub mod reboots;
