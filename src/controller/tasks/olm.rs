@@ -459,3 +459,6 @@ fn wait_for_csvs(
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

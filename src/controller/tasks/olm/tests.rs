@@ -1,0 +1,665 @@
+//! §6.1 "CSVs created", "Post-install with OLM" and "OLM waits", on FakeCluster, MemoryService
+//! and FakeClock.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::clock::{FakeClock, NeverStop};
+use crate::controller::cluster::fake::FakeCluster;
+use crate::controller::cluster::{ApiError, Condition, Csv, InstallPlan, Subscription};
+use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::host::commands::RecordingRunner;
+
+const NS: &str = "openshift-local-storage";
+const SUB: &str = "local-storage-operator";
+const CSV: &str = "lso-csv";
+
+fn lso(status: &str) -> MonitoredOperator {
+    MonitoredOperator {
+        name: "lso".into(),
+        namespace: NS.into(),
+        subscription_name: SUB.into(),
+        operator_type: OLM_TYPE.into(),
+        status: status.into(),
+        ..Default::default()
+    }
+}
+
+fn setup() -> (Arc<FakeClock>, MemoryService, FakeCluster, ControllerStatus) {
+    let clock = Arc::new(FakeClock::new());
+    let svc = MemoryService::new("c", clock.clone());
+    (clock, svc, FakeCluster::new(), ControllerStatus::new())
+}
+
+fn with_csv(cluster: &FakeCluster, phase: &str, message: &str) {
+    cluster.set_subscription(Subscription {
+        namespace: NS.into(),
+        name: SUB.into(),
+        current_csv: CSV.into(),
+    });
+    cluster.set_csv(Csv {
+        namespace: NS.into(),
+        name: CSV.into(),
+        phase: phase.into(),
+        message: message.into(),
+        version: "4.12.0".into(),
+    });
+}
+
+/// Records what would be applied: (kubeconfig, manifest content).
+#[derive(Default)]
+struct Recorder {
+    applied: Mutex<Vec<(PathBuf, String)>>,
+    fail: bool,
+}
+
+impl ManifestApplier for Recorder {
+    fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()> {
+        let content = std::fs::read_to_string(manifest)?;
+        self.applied
+            .lock()
+            .unwrap()
+            .push((kubeconfig.to_path_buf(), content));
+        if self.fail {
+            anyhow::bail!("apply failed");
+        }
+        Ok(())
+    }
+}
+
+impl Recorder {
+    fn contents(&self) -> Vec<String> {
+        self.applied
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+}
+
+fn stages(svc: &MemoryService) -> Vec<FinalizingStage> {
+    svc.calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            ServiceCall::UpdateFinalizingStage(s) => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reports(svc: &MemoryService) -> Vec<OperatorMonitorReport> {
+    svc.calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            ServiceCall::ReportOperatorStatus(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+fn b64(s: &str) -> String {
+    crate::flow::bootstrap::data_url::tests::encode_base64(s.as_bytes())
+}
+
+// --- CSVs created ---
+
+#[test]
+fn empty_operator_list_is_initialized() {
+    let cluster = FakeCluster::new();
+    assert!(all_initialized(&cluster, &[]));
+    assert!(cluster.calls().is_empty());
+}
+
+#[test]
+fn subscription_error_is_false_after_one_cleanup() {
+    let cluster = FakeCluster::new();
+    cluster.fail_always("get_subscription", ApiError::new(500, "", "boom"));
+    assert!(!is_initialized(&cluster, &lso("")));
+    assert_eq!(
+        cluster.take_calls(),
+        [
+            format!("list_jobs({MARKETPLACE_NAMESPACE})"),
+            format!("list_install_plans({NS})"),
+            format!("get_subscription({NS}, {SUB})"),
+        ]
+    );
+}
+
+#[test]
+fn csv_get_error_or_not_found_is_false_and_existing_csv_is_true() {
+    let cluster = FakeCluster::new();
+    cluster.set_subscription(Subscription {
+        namespace: NS.into(),
+        name: SUB.into(),
+        current_csv: CSV.into(),
+    });
+    assert!(!is_initialized(&cluster, &lso("")), "CSV not found");
+    cluster.fail_next("get_csv", ApiError::new(500, "", "boom"));
+    with_csv(&cluster, "", "");
+    assert!(!is_initialized(&cluster, &lso("")), "CSV GET error");
+    assert!(is_initialized(&cluster, &lso("")), "CSV exists, any phase");
+    assert_eq!(cluster.count("get_csv"), 3);
+}
+
+#[test]
+fn empty_current_csv_is_not_initialized_and_no_csv_is_read() {
+    let cluster = FakeCluster::new();
+    cluster.set_subscription(Subscription {
+        namespace: NS.into(),
+        name: SUB.into(),
+        current_csv: String::new(),
+    });
+    assert!(!is_initialized(&cluster, &lso("")));
+    assert_eq!(cluster.count("get_csv"), 0);
+}
+
+#[test]
+fn cleanup_deletes_failed_jobs_and_failed_owned_install_plans() {
+    let cluster = FakeCluster::new();
+    let job = |name: &str, failed: i64, cond: Option<&str>| Job {
+        namespace: MARKETPLACE_NAMESPACE.into(),
+        name: name.into(),
+        failed,
+        conditions: cond
+            .map(|s| {
+                vec![Condition {
+                    type_: "Failed".into(),
+                    status: s.into(),
+                    ..Default::default()
+                }]
+            })
+            .unwrap_or_default(),
+    };
+    cluster.add_job(job("failed-count", 1, None));
+    cluster.add_job(job("succeeded", 0, Some("False")));
+    cluster.add_job(job("failed-cond", 0, Some("True")));
+    let plan = |name: &str, owner: &str, phase: &str| InstallPlan {
+        namespace: "test".into(),
+        name: name.into(),
+        owner_names: vec![owner.into()],
+        phase: phase.into(),
+    };
+    cluster.add_install_plan(plan("test-name", "test-sub", "Failed"));
+    cluster.add_install_plan(plan("complete", "test-sub", "Complete"));
+    cluster.add_install_plan(plan("installing", "test-sub", "Installing"));
+    cluster.add_install_plan(plan("other-owner", "someone-else", "Failed"));
+    let op = MonitoredOperator {
+        name: "test".into(),
+        namespace: "test".into(),
+        subscription_name: "test-sub".into(),
+        operator_type: OLM_TYPE.into(),
+        ..Default::default()
+    };
+    assert!(!is_initialized(&cluster, &op), "no subscription");
+    let deletes: Vec<String> = cluster
+        .take_calls()
+        .into_iter()
+        .filter(|c| c.starts_with("delete_"))
+        .collect();
+    assert_eq!(
+        deletes,
+        [
+            format!("delete_job({MARKETPLACE_NAMESPACE}, failed-count)"),
+            format!("delete_job({MARKETPLACE_NAMESPACE}, failed-cond)"),
+            "delete_install_plan(test, test-name)".to_string(),
+        ]
+    );
+}
+
+#[test]
+fn cleanup_errors_are_only_warnings() {
+    let cluster = FakeCluster::new();
+    cluster.fail_always("list_jobs", ApiError::new(500, "", "x"));
+    cluster.fail_always("list_install_plans", ApiError::new(500, "", "x"));
+    with_csv(&cluster, "", "");
+    assert!(is_initialized(&cluster, &lso("")));
+}
+
+// --- manifests ---
+
+#[test]
+fn custom_manifests_keys_are_case_insensitive() {
+    let parsed = parse_custom_manifests(
+        br#"[{"Name":"lso","Content":"YQ=="},{"name":"x","content":"Yg=="}]"#,
+    )
+    .unwrap();
+    assert_eq!(
+        parsed,
+        [
+            ("lso".to_string(), "YQ==".to_string()),
+            ("x".to_string(), "Yg==".to_string())
+        ]
+    );
+    assert!(parse_custom_manifests(b"{}").is_err());
+    assert!(parse_custom_manifests(br#"[{"Name":1}]"#).is_err());
+}
+
+#[test]
+fn apply_manifests_skips_unknown_operators_and_goes_on_after_a_bad_one() {
+    let cluster = FakeCluster::new();
+    with_csv(&cluster, "Installing", "");
+    let rec = Recorder::default();
+    let kubeconfig = Path::new("/k/kubeconfig-noingress");
+    let manifests = vec![
+        ("lso".to_string(), "not base64!!".to_string()),
+        ("cnv".to_string(), b64("kind: Other")),
+        ("lso".to_string(), b64("kind: LocalVolume")),
+    ];
+    assert!(!apply_manifests(
+        &cluster,
+        &rec,
+        "4.12",
+        &[lso("")],
+        &manifests,
+        kubeconfig
+    ));
+    assert_eq!(rec.contents(), ["kind: LocalVolume"]);
+    assert_eq!(rec.applied.lock().unwrap()[0].0, kubeconfig);
+
+    let good = vec![("lso".to_string(), b64("kind: LocalVolume"))];
+    assert!(apply_manifests(
+        &cluster,
+        &rec,
+        "4.12",
+        &[lso("")],
+        &good,
+        kubeconfig
+    ));
+    assert!(!apply_manifests(
+        &cluster,
+        &rec,
+        "bad",
+        &[lso("")],
+        &good,
+        kubeconfig
+    ));
+    let failing = Recorder {
+        fail: true,
+        ..Default::default()
+    };
+    assert!(!apply_manifests(
+        &cluster,
+        &failing,
+        "4.12",
+        &[lso("")],
+        &good,
+        kubeconfig
+    ));
+    assert!(apply_manifests(
+        &cluster,
+        &rec,
+        "4.12",
+        &[lso("")],
+        &[],
+        kubeconfig
+    ));
+}
+
+#[test]
+fn apply_manifests_needs_every_operator_initialized() {
+    let cluster = FakeCluster::new();
+    let rec = Recorder::default();
+    let good = vec![("lso".to_string(), b64("kind: LocalVolume"))];
+    assert!(!apply_manifests(
+        &cluster,
+        &rec,
+        "4.12",
+        &[lso("")],
+        &good,
+        Path::new("/k")
+    ));
+    assert!(rec.contents().is_empty());
+}
+
+#[test]
+fn odf_manifest_is_renamed_ocs_on_4_8() {
+    let cluster = FakeCluster::new();
+    let mut ocs = lso("");
+    ocs.name = "ocs".into();
+    with_csv(&cluster, "", "");
+    let rec = Recorder::default();
+    let m = vec![("odf".to_string(), b64("kind: StorageCluster"))];
+    assert!(apply_manifests(
+        &cluster,
+        &rec,
+        "4.8.2",
+        &[ocs.clone()],
+        &m,
+        Path::new("/k")
+    ));
+    assert_eq!(rec.contents().len(), 1);
+    assert!(apply_manifests(
+        &cluster,
+        &rec,
+        "4.9.0",
+        &[ocs],
+        &m,
+        Path::new("/k")
+    ));
+    assert_eq!(rec.contents().len(), 1, "no rename on 4.9: skipped");
+}
+
+#[test]
+fn apply_from_service_downloads_both_files() {
+    let (_, svc, cluster, _) = setup();
+    with_csv(&cluster, "", "");
+    svc.set_custom_manifests(format!(
+        r#"[{{"Name":"lso","Content":"{}"}}]"#,
+        b64("kind: X")
+    ));
+    svc.set_kubeconfig("kubeconfig");
+    let rec = Recorder::default();
+    assert!(apply_from_service(&cluster, &svc, &rec, "4.12", &[lso("")]));
+    assert_eq!(
+        svc.operations(),
+        ["V2DownloadClusterFiles", "V2DownloadClusterCredentials"]
+    );
+    let (k, content) = rec.applied.lock().unwrap()[0].clone();
+    assert_eq!(content, "kind: X");
+    assert!(k.ends_with(KUBECONFIG_NOINGRESS_FILE));
+    assert!(!k.exists(), "the temp dir is removed");
+
+    svc.fail("V2DownloadClusterCredentials", 1, 500);
+    assert!(!apply_from_service(
+        &cluster,
+        &svc,
+        &rec,
+        "4.12",
+        &[lso("")]
+    ));
+    svc.set_custom_manifests("not json");
+    assert!(!apply_from_service(
+        &cluster,
+        &svc,
+        &rec,
+        "4.12",
+        &[lso("")]
+    ));
+}
+
+#[test]
+fn oc_applier_runs_oc_apply_through_bash() {
+    let runner = RecordingRunner::new();
+    let applier = OcApplier { runner: &runner };
+    applier
+        .apply(
+            Path::new("/d/kubeconfig-noingress"),
+            Path::new("/t/operator-manifest1"),
+        )
+        .unwrap();
+    assert_eq!(
+        runner.lines(),
+        ["bash -c oc --kubeconfig=/d/kubeconfig-noingress apply -f /t/operator-manifest1"]
+    );
+    let line = "bash -c oc --kubeconfig=/k apply -f /m";
+    runner.fail(line, 1, "error");
+    assert!(applier.apply(Path::new("/k"), Path::new("/m")).is_err());
+}
+
+// --- the OLM step ---
+
+struct StopAt<'a>(&'a FakeClock, Duration);
+
+impl Stop for StopAt<'_> {
+    fn is_stopped(&self) -> bool {
+        self.0.elapsed() >= self.1
+    }
+    fn sleep(&self, _: Duration) -> bool {
+        self.is_stopped()
+    }
+}
+
+#[test]
+fn empty_olm_list_reports_only_the_initialization_stage() {
+    let (clock, svc, cluster, status) = setup();
+    svc.set_operators(vec![MonitoredOperator {
+        name: "console".into(),
+        operator_type: "builtin".into(),
+        ..Default::default()
+    }]);
+    let rec = Recorder::default();
+    let out = wait_for_olm_operators(
+        &*clock,
+        &NeverStop,
+        &cluster,
+        &svc,
+        &rec,
+        &status,
+        &OlmSettings::new("4.12"),
+    );
+    assert!(out.is_ok());
+    assert_eq!(
+        stages(&svc),
+        [FinalizingStage::WaitingForOlmOperatorsCsvInitialization]
+    );
+    assert!(cluster.calls().is_empty());
+}
+
+#[test]
+fn single_operator_goes_installing_then_succeeded() {
+    let (clock, svc, cluster, status) = setup();
+    with_csv(&cluster, "Installing", "installing");
+    svc.set_operators(vec![lso("")]);
+    svc.set_custom_manifests(format!(
+        r#"[{{"Name":"lso","Content":"{}"}}]"#,
+        b64("kind: X")
+    ));
+    // The CSV succeeds once the progressing status has been reported.
+    let c = cluster.clone();
+    svc.on_call(move |call, _, _, _| {
+        if let ServiceCall::ReportOperatorStatus(r) = call {
+            if r.status == Some(OperatorStatus::Progressing) {
+                with_csv(&c, "Succeeded", "done");
+            }
+        }
+    });
+    let rec = Recorder::default();
+    let out = wait_for_olm_operators(
+        &*clock,
+        &NeverStop,
+        &cluster,
+        &svc,
+        &rec,
+        &status,
+        &OlmSettings::new("4.12"),
+    );
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(
+        stages(&svc),
+        [
+            FinalizingStage::WaitingForOlmOperatorsCsvInitialization,
+            FinalizingStage::ApplyingOlmManifests,
+            FinalizingStage::WaitingForOlmOperatorsCsv,
+        ]
+    );
+    let r: Vec<_> = reports(&svc)
+        .into_iter()
+        .map(|r| (r.name, r.version, r.status.unwrap(), r.status_info))
+        .collect();
+    assert_eq!(
+        r,
+        [
+            (
+                "lso".into(),
+                "4.12.0".into(),
+                OperatorStatus::Progressing,
+                "installing".into()
+            ),
+            (
+                "lso".into(),
+                "4.12.0".into(),
+                OperatorStatus::Available,
+                "done".into()
+            ),
+        ]
+    );
+    assert_eq!(rec.contents(), ["kind: X"]);
+    assert!(!status.has_operator_error());
+    assert!(!status.has_error());
+}
+
+fn stuck_operator_run(stop: &dyn Stop, svc: &MemoryService, clock: &FakeClock) -> Result<()> {
+    let cluster = FakeCluster::new();
+    with_csv(&cluster, "Installing", "");
+    let status = ControllerStatus::new();
+    let rec = Recorder::default();
+    let out = wait_for_olm_operators(
+        clock,
+        stop,
+        &cluster,
+        svc,
+        &rec,
+        &status,
+        &OlmSettings::new("4.12"),
+    );
+    assert_eq!(status.operators_in_error(), ["lso"]);
+    assert!(!status.has_error());
+    out
+}
+
+fn assert_marked_once(svc: &MemoryService) {
+    assert_eq!(
+        reports(svc),
+        [OperatorMonitorReport {
+            name: "lso".into(),
+            version: String::new(),
+            status: Some(OperatorStatus::Failed),
+            status_info: TIMED_OUT_INFO.into(),
+        }]
+    );
+    assert_eq!(stages(svc).len(), 3);
+}
+
+#[test]
+fn operator_that_never_succeeds_is_marked_failed_when_stopped() {
+    let (clock, svc, _, _) = setup();
+    svc.set_operators(vec![lso("progressing")]);
+    svc.set_custom_manifests("[]");
+    let stop = StopAt(&clock, Duration::from_secs(100));
+    let err = stuck_operator_run(&stop, &svc, &clock).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Stopped waiting for OLM operators be installed: context canceled"
+    );
+    assert_marked_once(&svc);
+}
+
+#[test]
+fn operator_that_never_succeeds_is_marked_failed_on_stage_timeouts() {
+    let (clock, svc, _, _) = setup();
+    svc.set_operators(vec![lso("progressing")]);
+    svc.set_custom_manifests("[]");
+    // The service times the current stage out whenever asked after a stage report.
+    svc.on_call(|call, _, cluster, _| {
+        if matches!(call, ServiceCall::GetCluster { .. }) {
+            if let Some(p) = cluster.progress.as_mut() {
+                p.finalizing_stage_timed_out = true;
+            }
+        }
+    });
+    let err = stuck_operator_run(&NeverStop, &svc, &clock).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Stopped waiting for OLM operators be installed: context canceled"
+    );
+    assert_marked_once(&svc);
+    let gets = svc
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, ServiceCall::GetCluster { .. }))
+        .count();
+    assert_eq!(gets, 1, "only the CSV wait's stage-timeout check");
+}
+
+#[test]
+fn csvs_never_created_remembers_every_failure_and_marks() {
+    let (clock, svc, cluster, status) = setup();
+    svc.set_operators(vec![lso("")]);
+    svc.on_call(|call, _, cluster, _| {
+        if matches!(call, ServiceCall::GetCluster { .. }) {
+            if let Some(p) = cluster.progress.as_mut() {
+                p.finalizing_stage_timed_out = true;
+            }
+        }
+    });
+    let rec = Recorder::default();
+    let err = wait_for_olm_operators(
+        &*clock,
+        &NeverStop,
+        &cluster,
+        &svc,
+        &rec,
+        &status,
+        &OlmSettings::new("4.12"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            "Failed to wait for some of the OLM operators to be initialized: context canceled",
+            "Stopped applying post manifests: context canceled",
+            "Stopped waiting for OLM operators be installed: context canceled",
+        ]
+    );
+    assert_eq!(status.operators_in_error(), ["lso"]);
+    assert!(rec.contents().is_empty());
+}
+
+#[test]
+fn marking_retries_ten_times_then_gives_up() {
+    let (clock, svc, _, status) = setup();
+    svc.set_operators(vec![lso("progressing")]);
+    svc.fail("V2ListOfClusterOperators", 100, 500);
+    let out = retry(&*clock, &NeverStop, 10, Duration::from_secs(30), || {
+        mark_timed_out(&svc, &status, "4.12")
+    });
+    assert!(out.is_err());
+    assert_eq!(svc.operations().len(), 10);
+    assert_eq!(clock.elapsed(), Duration::from_secs(9 * 30));
+    assert!(status.operators_in_error().is_empty());
+}
+
+#[test]
+fn marking_skips_available_and_failed_operators() {
+    let (_, svc, _, status) = setup();
+    let mut a = lso("available");
+    a.name = "a".into();
+    let mut f = lso("failed");
+    f.name = "f".into();
+    let mut p = lso("");
+    p.name = "p".into();
+    p.version = "1.0".into();
+    svc.set_operators(vec![a, f, p]);
+    mark_timed_out(&svc, &status, "4.12").unwrap();
+    assert_eq!(status.operators_in_error(), ["p"]);
+    let r = reports(&svc);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].version, "1.0");
+}
+
+#[test]
+fn failed_fetch_returns_without_marking() {
+    let (clock, svc, cluster, status) = setup();
+    svc.fail("V2ListOfClusterOperators", 100, 500);
+    let stop = StopAt(&clock, Duration::from_secs(25));
+    let err = wait_for_olm_operators(
+        &*clock,
+        &stop,
+        &cluster,
+        &svc,
+        &Recorder::default(),
+        &status,
+        &OlmSettings::new("4.12"),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Failed to fetch monitored operators: context canceled"
+    );
+    assert!(reports(&svc).is_empty());
+    assert!(status.operators_in_error().is_empty());
+    assert_eq!(clock.elapsed(), Duration::from_secs(30), "10 s fetch polls");
+}
