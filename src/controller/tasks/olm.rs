@@ -124,7 +124,7 @@ pub fn cleanup(cluster: &dyn ClusterApi, op: &MonitoredOperator) {
         Ok(plans) => {
             let owned = plans
                 .iter()
-                .filter(|p| p.owner_names.iter().any(|n| *n == op.subscription_name));
+                .filter(|p| p.owner_names.contains(&op.subscription_name));
             for plan in owned.filter(|p| p.phase == "Failed") {
                 tracing::info!(
                     "deleting failed install plan {}/{}",
