@@ -460,5 +460,145 @@ fn wait_for_csvs(
     Ok(())
 }
 
+/// §3.10: the ConfigMap (in the controller's namespace) carrying the OLM manifests for ABI.
+pub const OLM_MANIFESTS_CONFIG_MAP: &str = "olm-operator-manifests";
+/// The data keys describing one operator end with this.
+pub const METADATA_SUFFIX: &str = ".metadata.yaml";
+/// The kubeconfig of the ABI SNO path.
+pub const SNO_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
+
+/// One `<operator>.metadata.yaml` of [`OLM_MANIFESTS_CONFIG_MAP`].
+#[derive(Debug, Default, serde::Deserialize)]
+struct OperatorMetadata {
+    #[serde(default)]
+    namespace: String,
+    #[serde(default, rename = "subscriptionName")]
+    subscription_name: String,
+    #[serde(default)]
+    manifests: Vec<String>,
+}
+
+/// Where the ABI post-install gets its kubeconfig: the SNO file, or the notifier's shared
+/// download (§3.7.3), asked until it succeeds and then reused.
+pub enum AbiKubeconfig<'a> {
+    Fixed(std::path::PathBuf),
+    Download(&'a mut dyn FnMut() -> Result<std::path::PathBuf>),
+}
+
+/// One round of §3.10; true ends the task (applied, or a Forbidden/Unauthorized read, or a
+/// malformed metadata file).
+pub fn abi_post_install_round(
+    cluster: &dyn ClusterApi,
+    applier: &dyn ManifestApplier,
+    namespace: &str,
+    openshift_version: &str,
+    kubeconfig: &mut AbiKubeconfig<'_>,
+) -> bool {
+    let data = match cluster.get_config_map(namespace, OLM_MANIFESTS_CONFIG_MAP) {
+        Ok(Some(data)) => data,
+        Ok(None) => {
+            tracing::info!("ConfigMap {namespace}/{OLM_MANIFESTS_CONFIG_MAP} not found yet");
+            return false;
+        }
+        Err(err) => {
+            let code = crate::controller::cluster::api_error_code(&err);
+            if matches!(code, Some(401) | Some(403)) {
+                tracing::error!("reading the OLM manifests ConfigMap: {err:#}; giving up");
+                return true;
+            }
+            tracing::warn!("reading the OLM manifests ConfigMap: {err:#}");
+            return false;
+        }
+    };
+    let mut operators = Vec::new();
+    let mut manifests = Vec::new();
+    for (key, value) in &data {
+        let Some(name) = key.strip_suffix(METADATA_SUFFIX) else {
+            continue;
+        };
+        let meta: OperatorMetadata = match serde_saphyr::from_str(value) {
+            Ok(m) => m,
+            Err(err) => {
+                tracing::warn!("parsing {key}: {err}; stopping");
+                return true;
+            }
+        };
+        for file in &meta.manifests {
+            match data.get(file) {
+                Some(content) => manifests.push((name.to_string(), content.clone())),
+                None => {
+                    tracing::error!("{key} lists {file}, which the ConfigMap lacks");
+                    return false;
+                }
+            }
+        }
+        operators.push(MonitoredOperator {
+            name: name.to_string(),
+            namespace: meta.namespace,
+            subscription_name: meta.subscription_name,
+            operator_type: OLM_TYPE.to_string(),
+            ..Default::default()
+        });
+    }
+    let path = match kubeconfig {
+        AbiKubeconfig::Fixed(path) => path.clone(),
+        AbiKubeconfig::Download(get) => match get() {
+            Ok(path) => {
+                *kubeconfig = AbiKubeconfig::Fixed(path.clone());
+                path
+            }
+            Err(err) => {
+                tracing::warn!("getting the kubeconfig: {err:#}");
+                return false;
+            }
+        },
+    };
+    if apply_manifests(
+        cluster,
+        applier,
+        openshift_version,
+        &operators,
+        &manifests,
+        &path,
+    ) {
+        tracing::info!("applied the OLM operator manifests");
+        true
+    } else {
+        false
+    }
+}
+
+/// §3.10 (PostInstallConfigsK8sClient): [`abi_post_install_round`] every `interval` until it
+/// ends the task or `stop` fires. No finalizing stages, no completion.
+#[allow(clippy::too_many_arguments)]
+pub fn abi_post_install(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    cluster: &dyn ClusterApi,
+    applier: &dyn ManifestApplier,
+    namespace: &str,
+    openshift_version: &str,
+    mut kubeconfig: AbiKubeconfig<'_>,
+    interval: Duration,
+) -> bool {
+    poll_with_cancel(
+        clock,
+        stop,
+        interval,
+        None,
+        || {
+            abi_post_install_round(
+                cluster,
+                applier,
+                namespace,
+                openshift_version,
+                &mut kubeconfig,
+            )
+        },
+        || false,
+    )
+    .is_ok()
+}
+
 #[cfg(test)]
 mod tests;

@@ -663,3 +663,224 @@ fn failed_fetch_returns_without_marking() {
     assert!(status.operators_in_error().is_empty());
     assert_eq!(clock.elapsed(), Duration::from_secs(30), "10 s fetch polls");
 }
+
+// --- ABI post-install (§3.10) ---
+
+const CTRL_NS: &str = "assisted-installer";
+
+fn abi_cluster() -> FakeCluster {
+    let cluster = FakeCluster::new();
+    for (op, ns) in [
+        ("kube-descheduler", "openshift-kube-descheduler-operator"),
+        ("nmstate", "openshift-nmstate"),
+    ] {
+        let sub = format!("{op}-sub");
+        cluster.set_subscription(Subscription {
+            namespace: ns.into(),
+            name: sub.clone(),
+            current_csv: format!("{op}.v1"),
+        });
+        cluster.set_csv(Csv {
+            namespace: ns.into(),
+            name: format!("{op}.v1"),
+            ..Default::default()
+        });
+    }
+    cluster
+}
+
+fn abi_config_map(cluster: &FakeCluster, with_files: bool) {
+    let meta = |ns: &str, op: &str| {
+        format!("namespace: {ns}\nsubscriptionName: {op}-sub\nmanifests:\n  - {op}-1.yaml\n")
+    };
+    let d = meta("openshift-kube-descheduler-operator", "kube-descheduler");
+    let n = meta("openshift-nmstate", "nmstate");
+    let (dc, nc) = (b64("kind: KubeDescheduler"), b64("kind: NMState"));
+    let mut data = vec![
+        ("kube-descheduler.metadata.yaml", d.as_str()),
+        ("nmstate.metadata.yaml", n.as_str()),
+        ("nmstate-1.yaml", nc.as_str()),
+    ];
+    if with_files {
+        data.push(("kube-descheduler-1.yaml", dc.as_str()));
+    }
+    cluster.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &data);
+}
+
+fn run_abi(
+    clock: &FakeClock,
+    stop: &dyn Stop,
+    cluster: &FakeCluster,
+    rec: &Recorder,
+    kubeconfig: AbiKubeconfig<'_>,
+) -> bool {
+    abi_post_install(
+        clock,
+        stop,
+        cluster,
+        rec,
+        CTRL_NS,
+        "4.14",
+        kubeconfig,
+        Duration::from_secs(30),
+    )
+}
+
+#[test]
+fn abi_applies_every_operator_s_manifests_once() {
+    let clock = FakeClock::new();
+    let cluster = abi_cluster();
+    abi_config_map(&cluster, true);
+    let rec = Recorder::default();
+    let mut lookups = 0;
+    let mut get = || {
+        lookups += 1;
+        Ok(PathBuf::from("/k/kubeconfig"))
+    };
+    assert!(run_abi(
+        &clock,
+        &NeverStop,
+        &cluster,
+        &rec,
+        AbiKubeconfig::Download(&mut get)
+    ));
+    assert_eq!(lookups, 1);
+    assert_eq!(cluster.count("get_subscription"), 2);
+    assert_eq!(cluster.count("get_csv"), 2);
+    assert_eq!(cluster.count("list_install_plans"), 2);
+    assert_eq!(rec.contents(), ["kind: KubeDescheduler", "kind: NMState"]);
+    assert_eq!(
+        rec.applied.lock().unwrap()[0].0,
+        PathBuf::from("/k/kubeconfig")
+    );
+}
+
+#[test]
+fn abi_keeps_waiting_while_subscriptions_fail_until_stopped() {
+    let clock = FakeClock::new();
+    let cluster = abi_cluster();
+    abi_config_map(&cluster, true);
+    cluster.fail_always("get_subscription", ApiError::new(500, "", "x"));
+    let rec = Recorder::default();
+    let stop = StopAt(&clock, Duration::from_secs(100));
+    assert!(!run_abi(
+        &clock,
+        &stop,
+        &cluster,
+        &rec,
+        AbiKubeconfig::Fixed(SNO_KUBECONFIG.into())
+    ));
+    assert_eq!(
+        cluster.count("get_config_map"),
+        4,
+        "rounds at 0, 30, 60, 90 s"
+    );
+    assert!(rec.contents().is_empty());
+}
+
+#[test]
+fn abi_config_map_not_found_keeps_retrying_forbidden_stops() {
+    let clock = FakeClock::new();
+    let cluster = FakeCluster::new();
+    let rec = Recorder::default();
+    let stop = StopAt(&clock, Duration::from_secs(60));
+    assert!(!run_abi(
+        &clock,
+        &stop,
+        &cluster,
+        &rec,
+        AbiKubeconfig::Fixed("/k".into())
+    ));
+    assert_eq!(cluster.count("get_config_map"), 2);
+
+    let clock = FakeClock::new();
+    cluster.fail_always("get_config_map", ApiError::new(403, "Forbidden", "no"));
+    assert!(run_abi(
+        &clock,
+        &NeverStop,
+        &cluster,
+        &rec,
+        AbiKubeconfig::Fixed("/k".into())
+    ));
+    assert_eq!(cluster.count("get_config_map"), 3);
+}
+
+#[test]
+fn abi_malformed_metadata_stops_and_missing_file_keeps_waiting() {
+    let clock = FakeClock::new();
+    let cluster = FakeCluster::new();
+    cluster.set_config_map(
+        CTRL_NS,
+        OLM_MANIFESTS_CONFIG_MAP,
+        &[("x.metadata.yaml", "manifests: {{{")],
+    );
+    let rec = Recorder::default();
+    assert!(run_abi(
+        &clock,
+        &NeverStop,
+        &cluster,
+        &rec,
+        AbiKubeconfig::Fixed("/k".into())
+    ));
+    assert_eq!(cluster.count("get_config_map"), 1);
+
+    let cluster = abi_cluster();
+    abi_config_map(&cluster, false);
+    let stop = StopAt(&clock, Duration::from_secs(60));
+    assert!(!run_abi(
+        &clock,
+        &stop,
+        &cluster,
+        &rec,
+        AbiKubeconfig::Fixed("/k".into())
+    ));
+    assert!(cluster.count("get_config_map") >= 2);
+    assert!(rec.contents().is_empty());
+}
+
+#[test]
+fn abi_kubeconfig_failure_then_success() {
+    let clock = FakeClock::new();
+    let cluster = abi_cluster();
+    abi_config_map(&cluster, true);
+    let rec = Recorder::default();
+    let mut lookups = 0;
+    let mut get = || {
+        lookups += 1;
+        if lookups == 1 {
+            anyhow::bail!("not yet");
+        }
+        Ok(PathBuf::from("/k"))
+    };
+    assert!(run_abi(
+        &clock,
+        &NeverStop,
+        &cluster,
+        &rec,
+        AbiKubeconfig::Download(&mut get)
+    ));
+    assert_eq!(lookups, 2);
+    assert_eq!(cluster.count("get_config_map"), 2);
+    assert_eq!(rec.contents().len(), 2);
+}
+
+#[test]
+fn abi_empty_config_map_is_done_in_one_round() {
+    let clock = FakeClock::new();
+    let cluster = FakeCluster::new();
+    cluster.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &[]);
+    let rec = Recorder::default();
+    assert!(run_abi(
+        &clock,
+        &NeverStop,
+        &cluster,
+        &rec,
+        AbiKubeconfig::Fixed("/k".into())
+    ));
+    assert_eq!(
+        cluster.take_calls(),
+        [format!(
+            "get_config_map({CTRL_NS}, {OLM_MANIFESTS_CONFIG_MAP})"
+        )]
+    );
+}
