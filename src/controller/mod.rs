@@ -49,6 +49,7 @@ pub mod config;
 pub mod hosts;
 pub mod log;
 pub mod loops;
+pub mod run;
 pub mod service;
 pub mod startup;
 pub mod status;
