@@ -374,3 +374,42 @@ fn no_cluster_within_70_minutes_is_a_startup_error() {
     assert!(h.k8s.events().is_empty());
     assert!(h.svc.operations().iter().all(|o| *o == "v2GetCluster"));
 }
+
+#[test]
+fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let h = Harness::new(clock.clone());
+    h.k8s.set_config_map(
+        INVOKER_NAMESPACE,
+        INVOKER_CONFIG_MAP,
+        &[(INVOKER_KEY, INVOKER_AGENT)],
+    );
+    available_cluster(&h.k8s);
+    for name in ["m0", "m1", "m2"] {
+        h.k8s.set_node(crate::controller::cluster::Node {
+            name: name.into(),
+            labels: [("node-role.kubernetes.io/master".to_string(), String::new())].into(),
+            ..Default::default()
+        });
+    }
+    let (tx, rx) = mpsc::channel();
+    let extra = ExtraTasks {
+        abi_post_install: Some(Box::new(move |_, kubeconfig| {
+            tx.send(kubeconfig.to_string()).unwrap();
+        })),
+        ..ExtraTasks::default()
+    };
+    let out = run(h.controller(config(&[]), clock, fast(), extra)).unwrap();
+    assert_eq!(out, Outcome::Done { error: false });
+    assert_eq!(h.k8s.events().len(), 1);
+    // The ABI post-install gets no kubeconfig path on this branch.
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "");
+    let calls = h.svc.calls();
+    assert!(
+        !calls.iter().any(|c| matches!(
+            c,
+            ServiceCall::CompleteInstallation(_) | ServiceCall::UpdateLogsProgress(_)
+        )),
+        "no post-install of §3.8 and no final upload for ABI: {calls:?}"
+    );
+}
