@@ -18,6 +18,9 @@
 //!    upload once stopped), node labels;
 //! 7. step 17: the completion wait (§3.15, or §3.14 for ABI); [`Outcome::ExitNow`] is Go's
 //!    `os.Exit(0)`: returned at once, nothing joined, nothing finalized;
+//!    A signal (the stop token firing) ends the wait with an error and no shutdown step: Go
+//!    has no signal handling and dies of SIGTERM, so the Job restarts it; running the final
+//!    log upload (up to 70 min) would only be cut short by the pod's SIGKILL;
 //! 8. step 18: the shutdown step (cancel the tasks' token, join every thread including the DNS
 //!    fix and the final log upload), then the notifier's finalize; [`Outcome::Done`].
 //!
@@ -33,7 +36,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use super::bootstrap;
 use super::cluster::ClusterApi;
@@ -58,6 +61,9 @@ use crate::kube::install_config::INVOKER_AGENT;
 
 /// The kubeconfig the ABI single-node branch gives the ABI post-install task.
 pub const ABI_SNO_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
+/// The error when the signal token ends the completion wait.
+pub const STOPPED_BY_SIGNAL: &str =
+    "stopped by a signal before the installation finished; the tasks are abandoned";
 /// The platform type for which the BMH task runs.
 pub const BAREMETAL: &str = "baremetal";
 
@@ -276,14 +282,16 @@ pub fn run(controller: Controller) -> Result<Outcome> {
                 }
                 None => tracing::warn!("the ABI post-install task is not wired in: not started"),
             }
-            wait_for_installation_abi(
+            if !wait_for_installation_abi(
                 &*env.clock,
                 &*env.stop,
                 &*env.cluster,
                 intervals.install_status,
                 0,
                 None,
-            );
+            ) {
+                bail!(STOPPED_BY_SIGNAL);
+            }
             // Go returns from main here: no thread is waited for.
             notifier.finalize();
             return Ok(Outcome::Done {
@@ -419,14 +427,16 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         } else {
             None
         };
-        wait_for_installation_abi(
+        if !wait_for_installation_abi(
             &*env.clock,
             &*env.stop,
             &*env.cluster,
             intervals.install_status,
             env.config.control_plane_count,
             untaint_fn,
-        );
+        ) {
+            bail!(STOPPED_BY_SIGNAL);
+        }
     } else {
         let outcome = wait_for_installation(
             &*env.clock,
@@ -435,8 +445,10 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             &env.status,
             intervals.install_status,
         );
-        if outcome == WaitOutcome::ExitNow {
-            return Ok(Outcome::ExitNow);
+        match outcome {
+            WaitOutcome::Finished => {}
+            WaitOutcome::ExitNow => return Ok(Outcome::ExitNow),
+            WaitOutcome::Stopped => bail!(STOPPED_BY_SIGNAL),
         }
     }
 

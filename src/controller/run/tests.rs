@@ -417,3 +417,14 @@ fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
         "no post-install of §3.8 and no final upload for ABI: {calls:?}"
     );
 }
+
+#[test]
+fn a_signal_ends_the_completion_wait_with_an_error_and_no_final_upload() {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let h = Harness::new(clock.clone());
+    h.signal.cancel();
+    let err = run(h.controller(config(&[]), clock, fast(), ExtraTasks::default())).unwrap_err();
+    assert_eq!(err.to_string(), STOPPED_BY_SIGNAL);
+    // SetReadyState still made its one attempt (Go's poll always runs once).
+    assert_eq!(h.k8s.events().len(), 1);
+}
