@@ -43,7 +43,8 @@
 //! §3.12, §3.14 and §3.15, and the whole main sequence (`run`), wired for real in
 //! `commands::controller::run` with Go's exit codes (startup failure 1; done 0; the completion
 //! wait's immediate exit 0). Tested on the fakes: success, cluster in error (failed completion
-//! and must-gather), the immediate exit, ABI single node, Proxy failure and no cluster in 70 min.
+//! and must-gather), the immediate exit, ABI single and multi node, a signal (exit 1, no
+//! shutdown step), Proxy failure and no cluster in 70 min.
 //!
 //! Missing:
 //! - OLM operators (§3.9), the ABI post-install (§3.10), BMH updates (§3.11) and node labels
