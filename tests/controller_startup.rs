@@ -1,6 +1,7 @@
 //! The controller's process: `assisted-installer controller` and the binary run under the name
-//! `assisted-installer-controller` (the Job's entrypoint), through the startup steps 1–4 of the
-//! behaviour spec's §3.1, with a clean environment.
+//! `assisted-installer-controller` (the Job's entrypoint), through the startup steps of the
+//! behaviour spec's §3.1, with a clean environment: outside a cluster they end at step 5 (the
+//! Kubernetes client) with exit 1.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -106,7 +107,7 @@ fn the_installer_help_names_the_controller_subcommand() {
 }
 
 #[test]
-fn startup_runs_to_the_log_line_then_says_what_is_not_built() {
+fn outside_a_cluster_startup_fails_at_the_kubernetes_client_with_exit_1() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("token"), "s3cr3t-from-file\n").unwrap();
     let log = dir.path().join("controller_logs.log");
@@ -116,7 +117,11 @@ fn startup_runs_to_the_log_line_then_says_what_is_not_built() {
     let out = run(Path::new(BIN), &["controller"], &env);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(stderr.contains("not built yet"), "{stderr}");
+    // Step 5: no SNO kubeconfig and no in-cluster service account here.
+    assert!(
+        stderr.contains("creating the Kubernetes client"),
+        "{stderr}"
+    );
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.starts_with("an earlier run\n"), "appended: {logged}");
     let first = logged.lines().nth(1).unwrap();
@@ -127,5 +132,31 @@ fn startup_runs_to_the_log_line_then_says_what_is_not_built() {
     for text in [&logged, &stdout, &stderr] {
         assert!(!text.contains("s3cr3t"), "the token leaked: {text}");
     }
-    assert!(logged.contains("not built yet"), "{logged}");
+    assert!(
+        logged.contains("creating the Kubernetes client"),
+        "{logged}"
+    );
+}
+
+#[test]
+fn dry_mode_is_an_explicit_startup_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts.json");
+    std::fs::write(&hosts, "[]").unwrap();
+    let marker = dir.path().join("rebooted");
+    std::fs::write(&marker, "").unwrap();
+    let mut env = base_env(dir.path());
+    env.push(("DRY_ENABLE".into(), "true".into()));
+    env.push(("DRY_CLUSTER_HOSTS_PATH".into(), hosts.display().to_string()));
+    env.push((
+        "DRY_FAKE_REBOOT_MARKER_PATH".into(),
+        marker.display().to_string(),
+    ));
+    let out = run(Path::new(BIN), &["controller"], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("dry mode's fake Kubernetes API (DRY_ENABLE) is not built"),
+        "{err}"
+    );
 }

@@ -1,21 +1,25 @@
 //! `assisted-installer controller`, and the binary run as `assisted-installer-controller`: the
 //! assisted-installer-controller Job's process (see `crate::controller`).
 
-use anyhow::{anyhow, Result};
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use crate::clock::SYSTEM_CLOCK;
+use anyhow::Result;
+
+use crate::clock::{Clock, SystemClock};
+use crate::controller::bootstrap;
+use crate::controller::run::{self, Controller, ExtraTasks, Intervals, LogPaths, Outcome};
 use crate::controller::startup::{self, Paths};
+use crate::controller::tasks::logs::{OcMustGather, MUST_GATHER_DIR};
+use crate::controller::tasks::reboots::OcRebootCounter;
+use crate::controller::tasks::router_probe::{HttpProbe, ReqwestProbe};
 use crate::controller::{self as ctrl};
+use crate::host::commands::LocalRunner;
 use crate::image::Cancel;
 use crate::signals;
 
 /// The file name under which the binary is the controller (the Job's image entrypoint).
 pub const ARGV0_NAME: &str = "assisted-installer-controller";
-
-/// What this slice does not build yet; `run` ends with it after the startup steps.
-pub const NOT_BUILT: &str = "the assisted-installer-controller is not complete: startup steps \
-     1-4 (environment, token, dry mode, log file) ran, but the Kubernetes and service clients \
-     and the controller's tasks (issue 13) are not built yet";
 
 /// Whether the program name `argv0` (a path) makes this process the controller.
 pub fn is_controller_argv0(argv0: &std::ffi::OsStr) -> bool {
@@ -24,17 +28,70 @@ pub fn is_controller_argv0(argv0: &std::ffi::OsStr) -> bool {
         .is_some_and(|name| name == ARGV0_NAME)
 }
 
-/// Runs the controller from the process environment. Every error is a startup failure (exit 1).
+/// Runs the controller from the process environment (§3.1), with Go's exit codes: `Ok` is exit
+/// 0 (the Job completes), every error is a startup failure (exit 1: the Job restarts the
+/// container), and the completion wait's `os.Exit(0)` ends the process here at once.
+///
+/// Dry mode (`DRY_ENABLE=true`, §3.16) has no fake Kubernetes API in this port: step 5 fails
+/// with an error that says so (exit 1) instead of pretending to run.
+///
+/// The OLM step (§3.9), the ABI post-install task (§3.10), the BMH task (§3.11) and the node
+/// labels (§3.13) are [`ExtraTasks`] of [`run::run`]; those not built yet are not started, and
+/// the run logs a warning where Go would start each.
 pub fn run() -> Result<()> {
     let env = |name: &str| std::env::var(name).ok();
     let stop = Cancel::new();
     signals::cancel_on_signal(&stop)?;
-    let started = startup::prepare(&env, &Paths::from_env(&env), SYSTEM_CLOCK, &stop)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let started = startup::prepare(&env, &Paths::from_env(&env), &*clock, &stop)?;
     ctrl::log::init(started.log_file);
     tracing::info!("{}", startup::config_line(&started.config));
-    let e = anyhow!(NOT_BUILT);
-    tracing::error!("{e}");
-    Err(e)
+    // Step 4's command executor (`oc` for the reboot count). Its children inherit the process
+    // environment, so unlike Go's (which snapshots it here) they also see step 6's proxy
+    // variables.
+    let runner = Arc::new(LocalRunner::default());
+    let router_probe = match ReqwestProbe::new() {
+        Ok(probe) => Some(Arc::new(probe) as Arc<dyn HttpProbe>),
+        Err(err) => {
+            tracing::warn!("no HTTP client for the router probe: {err:#}");
+            None
+        }
+    };
+    let config = started.config;
+    let (kube_config, service_config, service_clock) =
+        (config.clone(), config.clone(), clock.clone());
+    let log_file = Paths::from_env(&env).log_file;
+    let controller = Controller {
+        config,
+        build_cluster: Box::new(move || bootstrap::kube_cluster(&kube_config)),
+        set_env: Box::new(bootstrap::set_process_env),
+        build_service: Box::new(move || bootstrap::service_client(&service_config, service_clock)),
+        clock,
+        signal: Arc::new(stop.clone()),
+        must_gather: Arc::new(OcMustGather),
+        reboot_counter: Arc::new(OcRebootCounter { runner }),
+        router_probe,
+        intervals: Intervals::production(),
+        log_paths: LogPaths {
+            log_file,
+            must_gather_dir: PathBuf::from(MUST_GATHER_DIR),
+        },
+        extra: ExtraTasks::default(),
+    };
+    match run::run(controller) {
+        Ok(Outcome::Done { error }) => {
+            tracing::info!("the assisted-installer-controller is done (errors: {error})");
+            Ok(())
+        }
+        Ok(Outcome::ExitNow) => {
+            tracing::info!("exiting at once");
+            std::process::exit(0)
+        }
+        Err(err) => {
+            tracing::error!("{err:#}");
+            Err(err)
+        }
+    }
 }
 
 #[cfg(test)]

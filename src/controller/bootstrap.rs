@@ -5,10 +5,8 @@
 //! it is built. Every failure is a startup error (exit 1: the Job restarts the container).
 //!
 //! [`connect`] takes the two clients as constructors and the environment as a setter;
-//! [`kube_cluster`], [`service_client`] and [`set_process_env`] are the real ones. Not here:
-//! step 8 (the reboots notifier, §3.7.3) and step 9 (the tasks' stop token, a
-//! `crate::image::Cancel` the caller creates); the invoker (step 11) is
-//! [`super::tasks::ready::invoker`].
+//! [`kube_cluster`], [`service_client`] and [`set_process_env`] are the real ones. The steps
+//! after them are [`super::run`].
 
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;

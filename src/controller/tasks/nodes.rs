@@ -250,7 +250,7 @@ impl<'a> NodeStatus<'a> {
     }
 
     /// GET the Node; remove its first uninitialized taint, if any (JSON patch by index).
-    fn untaint(&self, name: &str) -> Result<()> {
+    pub fn untaint(&self, name: &str) -> Result<()> {
         let node = self.cluster.get_node(name)?;
         if let Some(i) = node
             .taints

@@ -1,0 +1,475 @@
+//! §3.1 steps 5–18, the controller's main sequence after startup, as a library function over
+//! trait objects: [`run`] takes the Kubernetes and service clients as constructors, the clock,
+//! the signal stop token, the must-gather runner and the reboot counter, and returns how the
+//! process ends. Startup failures (steps 5–7, no cluster within SetReadyState's limit) are
+//! errors: the caller exits 1 and the Job restarts the container.
+//!
+//! Order, as Go's `main`:
+//! 1. steps 5–7: [`super::bootstrap::connect`] (Kubernetes client, Proxy env, service client);
+//! 2. step 8: the [`RebootsNotifier`], finalized last (after the shutdown step);
+//! 3. step 9: the tasks' stop token ([`MainStop`]: the signal token or our own cancel);
+//! 4. step 10: the DNS fix on its own thread (not in dry mode);
+//! 5. steps 11–14: [`super::tasks::ready::ready_phase`];
+//!    - ABI on a single node: the ABI post-install hook, the ABI completion wait with no
+//!      untaint and no expected masters, the notifier's finalize, [`Outcome::Done`] at once,
+//!      without waiting for any thread (Go returns from main);
+//! 6. step 16: threads, in Go's order: node status (with CSR approval), post-install (§3.8, or
+//!    the ABI hook), BMH (only for a `baremetal` cluster), log upload (periodic, then the final
+//!    upload once stopped), node labels;
+//! 7. step 17: the completion wait (§3.15, or §3.14 for ABI); [`Outcome::ExitNow`] is Go's
+//!    `os.Exit(0)`: returned at once, nothing joined, nothing finalized;
+//!    A signal (the stop token firing) ends the wait with an error and no shutdown step: Go
+//!    has no signal handling and dies of SIGTERM, so the Job restarts it; running the final
+//!    log upload (up to 70 min) would only be cut short by the pod's SIGKILL;
+//! 8. step 18: the shutdown step (cancel the tasks' token, join every thread including the DNS
+//!    fix and the final log upload), then the notifier's finalize; [`Outcome::Done`].
+//!
+//! # Hooks for the tasks built elsewhere
+//!
+//! The OLM step of post-install (§3.9), the ABI post-install task (§3.10), the BMH task (§3.11)
+//! and the node-labels task (§3.13) live in their own modules; [`ExtraTasks`] carries them as
+//! closures over a [`TaskEnv`]. One left `None` is not run and its absence is logged as a
+//! warning at the point where Go would start it: nothing stands in for it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use super::bootstrap;
+use super::cluster::ClusterApi;
+use super::config::ControllerConfig;
+use super::service::ControllerService;
+use super::status::ControllerStatus;
+use super::tasks::completion::{
+    self, post_install_configs, wait_for_installation, wait_for_installation_abi,
+    PostInstallSettings, WaitOutcome,
+};
+use super::tasks::dns_fix;
+use super::tasks::logs::{
+    LogUploader, MustGatherRunner, LOGS_UPLOAD_PERIOD, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW,
+};
+use super::tasks::nodes::{NodeStatus, GENERAL_WAIT};
+use super::tasks::ready::{ready_phase, ReadyPhase};
+use super::tasks::reboots::{RebootCounter, RebootsNotifier};
+use super::tasks::router_probe::HttpProbe;
+use crate::clock::{Clock, Stop};
+use crate::image::Cancel;
+use crate::kube::install_config::INVOKER_AGENT;
+
+/// The kubeconfig the ABI single-node branch gives the ABI post-install task.
+pub const ABI_SNO_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
+/// The error when the signal token ends the completion wait.
+pub const STOPPED_BY_SIGNAL: &str =
+    "stopped by a signal before the installation finished; the tasks are abandoned";
+/// The platform type for which the BMH task runs.
+pub const BAREMETAL: &str = "baremetal";
+
+/// How the main sequence ended (startup failures are `Err`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The completion wait returned and the shutdown ran: exit 0. `error` is the shared error
+    /// flag at the end (the exit code is 0 either way, as Go).
+    Done { error: bool },
+    /// The completion wait asked for Go's `os.Exit(0)`: exit 0 at once, no cleanup.
+    ExitNow,
+}
+
+/// The intervals of the tasks; [`Intervals::production`] has Go's, tests shrink them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Intervals {
+    /// Node-status rounds, CSR approval, waiting for `finalizing`, stage-report retries (30 s).
+    pub general: Duration,
+    /// Console/CVO poll, completion retry (60 s).
+    pub progress: Duration,
+    /// The console/CVO cap (10 h).
+    pub cvo_timeout: Duration,
+    /// Router-CA poll (10 s).
+    pub router_ca: Duration,
+    /// The completion waits (1 min).
+    pub install_status: Duration,
+    /// Periodic log upload (5 min).
+    pub logs_upload: Duration,
+    /// Final log upload retry (30 s) and window (70 min).
+    pub summary_logs: Duration,
+    pub summary_logs_window: Duration,
+}
+
+impl Intervals {
+    pub fn production() -> Intervals {
+        let post = PostInstallSettings::new("", false);
+        Intervals {
+            general: GENERAL_WAIT,
+            progress: post.progress_interval,
+            cvo_timeout: post.cvo_timeout,
+            router_ca: post.router_ca_interval,
+            install_status: completion::INSTALL_STATUS_INTERVAL,
+            logs_upload: LOGS_UPLOAD_PERIOD,
+            summary_logs: SUMMARY_LOGS_PERIOD,
+            summary_logs_window: SUMMARY_LOGS_WINDOW,
+        }
+    }
+}
+
+/// The tasks' stop token (Go's main ctx): fired by the signal token or by the shutdown step.
+pub struct MainStop {
+    pub signal: Arc<dyn Stop>,
+    pub own: Cancel,
+}
+
+impl Stop for MainStop {
+    fn is_stopped(&self) -> bool {
+        self.own.is_cancelled() || self.signal.is_stopped()
+    }
+
+    fn sleep(&self, d: Duration) -> bool {
+        // Wake on our own token at once; look at the signal token every 100 ms.
+        let step = Duration::from_millis(100);
+        let mut left = d;
+        while !left.is_zero() {
+            let now = left.min(step);
+            if self.own.sleep(now) || self.signal.is_stopped() {
+                return true;
+            }
+            left -= now;
+        }
+        self.is_stopped()
+    }
+}
+
+/// What a task started by main gets: shared handles and what the ready phase decided.
+#[derive(Clone)]
+pub struct TaskEnv {
+    pub config: Arc<ControllerConfig>,
+    pub cluster: Arc<dyn ClusterApi>,
+    pub service: Arc<dyn ControllerService>,
+    pub clock: Arc<dyn Clock>,
+    /// Go's main ctx.
+    pub stop: Arc<MainStop>,
+    pub status: Arc<ControllerStatus>,
+    pub intervals: Intervals,
+    pub invoker: String,
+    /// `platform.type` of the cluster (or of the install-config for ABI); "" when unknown.
+    pub platform: String,
+}
+
+/// A task main starts on its own thread; it runs until it ends or `env.stop` fires.
+pub type Task = Box<dyn FnOnce(&TaskEnv) + Send>;
+/// The ABI post-install task (§3.10), with the kubeconfig path main gives it.
+pub type AbiPostInstall = Box<dyn FnOnce(&TaskEnv, &str) + Send>;
+/// The OLM step inside post-install (§3.9); its error is only logged.
+pub type OlmStep = Box<dyn FnMut(&TaskEnv) -> Result<()> + Send>;
+
+/// The tasks built in other modules; see the module documentation.
+#[derive(Default)]
+pub struct ExtraTasks {
+    pub olm: Option<OlmStep>,
+    pub abi_post_install: Option<AbiPostInstall>,
+    pub bmh: Option<Task>,
+    pub labels: Option<Task>,
+}
+
+/// Where the log upload reads and writes.
+#[derive(Debug, Clone)]
+pub struct LogPaths {
+    pub log_file: PathBuf,
+    pub must_gather_dir: PathBuf,
+}
+
+/// Step 6's setter of a process environment variable.
+pub type SetEnv = Box<dyn FnMut(&str, &str)>;
+
+/// Everything [`run`] needs.
+pub struct Controller {
+    pub config: ControllerConfig,
+    /// Step 5.
+    pub build_cluster: Box<dyn FnOnce() -> Result<Arc<dyn ClusterApi>>>,
+    /// Step 6's environment setter.
+    pub set_env: SetEnv,
+    /// Step 7, called once the proxy environment is set.
+    pub build_service: Box<dyn FnOnce() -> Result<Arc<dyn ControllerService>>>,
+    pub clock: Arc<dyn Clock>,
+    /// The signal stop token.
+    pub signal: Arc<dyn Stop>,
+    pub must_gather: Arc<dyn MustGatherRunner>,
+    pub reboot_counter: Arc<dyn RebootCounter>,
+    /// The SNO router probe's client (`None`: no probe).
+    pub router_probe: Option<Arc<dyn HttpProbe>>,
+    pub intervals: Intervals,
+    pub log_paths: LogPaths,
+    pub extra: ExtraTasks,
+}
+
+fn spawn(
+    handles: &mut Vec<(&'static str, JoinHandle<()>)>,
+    name: &'static str,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<()> {
+    let handle = std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .with_context(|| format!("starting the {name} task"))?;
+    handles.push((name, handle));
+    Ok(())
+}
+
+/// §3.1 steps 5–18; see the module documentation.
+pub fn run(controller: Controller) -> Result<Outcome> {
+    let Controller {
+        config,
+        build_cluster,
+        mut set_env,
+        build_service,
+        clock,
+        signal,
+        must_gather,
+        reboot_counter,
+        router_probe,
+        intervals,
+        log_paths,
+        mut extra,
+    } = controller;
+    let connected = bootstrap::connect(build_cluster, &mut *set_env, build_service)?;
+    let (cluster, service) = (connected.cluster, connected.service);
+    let notifier = Arc::new(RebootsNotifier::new(
+        config.notify_num_reboots,
+        service.clone(),
+        reboot_counter,
+        clock.clone(),
+    ));
+    let stop = Arc::new(MainStop {
+        signal,
+        own: Cancel::new(),
+    });
+    let status = Arc::new(ControllerStatus::new());
+    let mut dns = None;
+    if !config.dry_enable {
+        dns = Some(dns_fix::spawn(cluster.clone(), clock.clone())?);
+    }
+
+    let phase = ready_phase(
+        &*cluster,
+        &*service,
+        &*clock,
+        &*stop,
+        &config.namespace,
+        config.control_plane_count,
+        &config.openshift_version,
+    )?;
+    let mut env = TaskEnv {
+        config: Arc::new(config),
+        cluster,
+        service,
+        clock,
+        stop,
+        status,
+        intervals,
+        invoker: String::new(),
+        platform: String::new(),
+    };
+    let mut handles = Vec::new();
+    let readiness = match phase {
+        ReadyPhase::AbiSingleNode { invoker } => {
+            env.invoker = invoker;
+            match extra.abi_post_install.take() {
+                Some(task) => {
+                    let env2 = env.clone();
+                    spawn(&mut handles, "abi-post-install", move || {
+                        task(&env2, ABI_SNO_KUBECONFIG)
+                    })?;
+                }
+                None => tracing::warn!("the ABI post-install task is not wired in: not started"),
+            }
+            if !wait_for_installation_abi(
+                &*env.clock,
+                &*env.stop,
+                &*env.cluster,
+                intervals.install_status,
+                0,
+                None,
+            ) {
+                bail!(STOPPED_BY_SIGNAL);
+            }
+            // Go returns from main here: no thread is waited for.
+            notifier.finalize();
+            return Ok(Outcome::Done {
+                error: env.status.has_error(),
+            });
+        }
+        ReadyPhase::Ready(readiness) => readiness,
+    };
+    env.invoker = readiness.invoker.clone();
+    env.platform = readiness.platform.clone();
+    let abi = env.invoker == INVOKER_AGENT;
+    let untaint = readiness.remove_uninitialized_taint;
+
+    // 1. Node status, with CSR approval.
+    {
+        let env = env.clone();
+        let notifier = notifier.clone();
+        spawn(&mut handles, "node-status", move || {
+            let mut nodes = NodeStatus::new(
+                &*env.cluster,
+                &*env.service,
+                &*env.clock,
+                &*notifier,
+                untaint,
+            );
+            nodes.interval = env.intervals.general;
+            nodes.csr_interval = env.intervals.general;
+            let _ = nodes.run(&*env.stop);
+        })?;
+    }
+    // 2. Post-install.
+    if abi {
+        match extra.abi_post_install.take() {
+            Some(task) => {
+                let env = env.clone();
+                spawn(&mut handles, "abi-post-install", move || task(&env, ""))?;
+            }
+            None => tracing::warn!("the ABI post-install task is not wired in: not started"),
+        }
+    } else {
+        let env = env.clone();
+        let mut olm = extra.olm.take();
+        spawn(&mut handles, "post-install", move || {
+            let mut settings = PostInstallSettings::new(
+                &env.config.openshift_version,
+                env.config.check_cluster_version,
+            );
+            settings.wait_interval = env.intervals.general;
+            settings.progress_interval = env.intervals.progress;
+            settings.cvo_timeout = env.intervals.cvo_timeout;
+            settings.router_ca_interval = env.intervals.router_ca;
+            let mut step = || match olm.as_mut() {
+                Some(olm) => olm(&env),
+                None => {
+                    tracing::warn!("the OLM step (§3.9) is not wired in: skipped");
+                    Ok(())
+                }
+            };
+            post_install_configs(
+                &*env.clock,
+                &*env.stop,
+                &*env.cluster,
+                &*env.service,
+                &env.status,
+                &settings,
+                &mut step,
+            );
+        })?;
+    }
+    // 3. BMH, only for a bare-metal cluster.
+    if readiness.cluster.is_some() && env.platform == BAREMETAL {
+        match extra.bmh.take() {
+            Some(task) => {
+                let env = env.clone();
+                spawn(&mut handles, "bmh", move || task(&env))?;
+            }
+            None => tracing::warn!("the BMH task is not wired in: not started"),
+        }
+    } else {
+        tracing::info!("Cluster platform is not baremetal, skipping BMH");
+    }
+    // 4. Log upload: periodic until stopped, then the final upload.
+    {
+        let env = env.clone();
+        spawn(&mut handles, "logs", move || {
+            let mut uploader = LogUploader::new(
+                &*env.cluster,
+                &*env.service,
+                &env.status,
+                &*must_gather,
+                &env.config.namespace,
+                &env.config.must_gather_image,
+            );
+            uploader.log_file = log_paths.log_file;
+            uploader.must_gather_dir = log_paths.must_gather_dir;
+            uploader.control_plane_count = env.config.control_plane_count;
+            uploader.router_probe = router_probe.as_deref();
+            uploader.periodic(&*env.clock, &*env.stop, env.intervals.logs_upload);
+            uploader.final_logs(
+                abi,
+                &*env.clock,
+                env.intervals.summary_logs,
+                env.intervals.summary_logs_window,
+            );
+        })?;
+    }
+    // 5. Node labels.
+    match extra.labels.take() {
+        Some(task) => {
+            let env = env.clone();
+            spawn(&mut handles, "labels", move || task(&env))?;
+        }
+        None => tracing::warn!("the node-labels task is not wired in: not started"),
+    }
+
+    // Step 17: the completion wait.
+    if abi {
+        let untaint_env = env.clone();
+        let mut untaint_node = |node: &super::cluster::Node| {
+            let nodes = NodeStatus::new(
+                &*untaint_env.cluster,
+                &*untaint_env.service,
+                &*untaint_env.clock,
+                &*notifier,
+                true,
+            );
+            if let Err(err) = nodes.untaint(&node.name) {
+                tracing::warn!("removing the uninitialized taint of {}: {err:#}", node.name);
+            }
+        };
+        let untaint_fn: Option<&mut dyn FnMut(&super::cluster::Node)> = if untaint {
+            Some(&mut untaint_node)
+        } else {
+            None
+        };
+        if !wait_for_installation_abi(
+            &*env.clock,
+            &*env.stop,
+            &*env.cluster,
+            intervals.install_status,
+            env.config.control_plane_count,
+            untaint_fn,
+        ) {
+            bail!(STOPPED_BY_SIGNAL);
+        }
+    } else {
+        let outcome = wait_for_installation(
+            &*env.clock,
+            &*env.stop,
+            &*env.service,
+            &env.status,
+            intervals.install_status,
+        );
+        match outcome {
+            WaitOutcome::Finished => {}
+            WaitOutcome::ExitNow => return Ok(Outcome::ExitNow),
+            WaitOutcome::Stopped => bail!(STOPPED_BY_SIGNAL),
+        }
+    }
+
+    // Step 18: the shutdown step, then the notifier.
+    tracing::info!("stopping the controller's tasks");
+    env.stop.own.cancel();
+    for (name, handle) in handles {
+        if handle.join().is_err() {
+            tracing::error!("the {name} task panicked");
+        }
+    }
+    if let Some(dns) = dns {
+        if dns.join().is_err() {
+            tracing::error!("the DNS fix panicked");
+        }
+    }
+    notifier.finalize();
+    Ok(Outcome::Done {
+        error: env.status.has_error(),
+    })
+}
+
+#[cfg(test)]
+mod tests;
