@@ -11,6 +11,7 @@ use crate::controller::bootstrap;
 use crate::controller::run::{self, Controller, ExtraTasks, Intervals, LogPaths, Outcome};
 use crate::controller::startup::{self, Paths};
 use crate::controller::tasks::logs::{OcMustGather, MUST_GATHER_DIR};
+use crate::controller::tasks::olm::{wait_for_olm_operators, OcApplier, OlmSettings};
 use crate::controller::tasks::reboots::OcRebootCounter;
 use crate::controller::tasks::router_probe::{HttpProbe, ReqwestProbe};
 use crate::controller::{self as ctrl};
@@ -69,14 +70,19 @@ pub fn run() -> Result<()> {
         clock,
         signal: Arc::new(stop.clone()),
         must_gather: Arc::new(OcMustGather),
-        reboot_counter: Arc::new(OcRebootCounter { runner }),
+        reboot_counter: Arc::new(OcRebootCounter {
+            runner: runner.clone(),
+        }),
         router_probe,
         intervals: Intervals::production(),
         log_paths: LogPaths {
             log_file,
             must_gather_dir: PathBuf::from(MUST_GATHER_DIR),
         },
-        extra: ExtraTasks::default(),
+        extra: ExtraTasks {
+            olm: Some(olm_step(runner)),
+            ..ExtraTasks::default()
+        },
     };
     match run::run(controller) {
         Ok(Outcome::Done { error }) => {
@@ -92,6 +98,25 @@ pub fn run() -> Result<()> {
             Err(err)
         }
     }
+}
+
+/// §3.9 inside post-install: the OLM operators' manifests applied with `oc` (the admin
+/// kubeconfig: the controller's ServiceAccount may not create arbitrary objects) and their
+/// CSVs waited for.
+fn olm_step(runner: Arc<LocalRunner>) -> run::OlmStep {
+    Box::new(move |env: &run::TaskEnv| {
+        wait_for_olm_operators(
+            env.clock.as_ref(),
+            env.stop.as_ref(),
+            env.cluster.as_ref(),
+            env.service.as_ref(),
+            &OcApplier {
+                runner: runner.as_ref(),
+            },
+            &env.status,
+            &OlmSettings::new(&env.config.openshift_version),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -120,3 +145,4 @@ mod tests {
         assert!(!is_controller_argv0(OsStr::new("")));
     }
 }
+
