@@ -166,14 +166,18 @@ fn provisioning_leaves_managed_hosts_alone() {
     cluster.add_provisioning(PROVISIONING_NAME);
     assert!(task(&cluster, &clock).round());
     assert_eq!(cluster.count("update_bmh"), 0);
-    // Unmanaged, already set up: nothing changes, nothing is written.
-    let mut b = bmh(json!({}));
+    // Unmanaged and paused: only the annotation changes.
+    let mut b = bmh(json!({ PAUSED_ANNOTATION: "" }));
     b["spec"]["externallyProvisioned"] = json!(true);
     b["spec"]["consumerRef"] = machine_ref("m");
     b["status"] = json!({"provisioning": {"state": "unmanaged"}});
     cluster.set_bmh(b);
     assert!(task(&cluster, &clock).round());
-    assert_eq!(cluster.count("update_bmh"), 0);
+    assert_eq!(cluster.count("update_bmh"), 1);
+    assert!(stored(&cluster)["metadata"].get("annotations").is_none());
+    // Unmanaged, already set up: nothing changes, nothing is written.
+    assert!(task(&cluster, &clock).round());
+    assert_eq!(cluster.count("update_bmh"), 1);
 }
 
 #[test]
