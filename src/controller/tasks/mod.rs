@@ -1,9 +1,11 @@
 //! The controller's tasks (§3.5–§3.15), one file each, built on the `cluster` and `service`
 //! traits, the `loops` helpers and the shared `status`.
 
+pub mod bmh;
 pub mod completion;
 pub mod csr;
 pub mod dns_fix;
+pub mod labels;
 pub mod logs;
 pub mod nodes;
 pub mod olm;

@@ -1,0 +1,298 @@
+//! BareMetalHost update (§3.11, Go `UpdateBMHs`), started only on the `baremetal` platform.
+//!
+//! [`BmhUpdate::run`] polls [`BmhUpdate::round`] at once and every general-wait interval
+//! (30 s), with no deadline, until one round updates every BMH or `stop` fires (main ctx).
+//!
+//! One round:
+//! 1. List the BareMetalHosts of `openshift-machine-api`; a failure ends the round.
+//! 2. Unallocated workers: list the Machines there (a failure ends the round) and keep those
+//!    labelled `machine.openshift.io/cluster-api-machine-role=worker` that no BMH's
+//!    `spec.consumerRef.name` names.
+//! 3. Whether the Provisioning `provisioning-configuration` exists; a failure ends the round.
+//! 4. Each BMH in turn (an error is logged, marks the round unfinished, and the next BMH goes on):
+//!    - **with Provisioning**, and only when `status.provisioning.state` is `""` or `unmanaged`
+//!      (other BMHs count as done): `spec.externallyProvisioned = true`, the paused annotation
+//!      removed, an empty consumerRef filled; PUT when anything changed. The status annotation
+//!      stays.
+//!    - **without Provisioning**: a non-empty status annotation becomes `.status` (its
+//!      `lastUpdated` set to now when unset), PUT to `/status`, then the BMH is read again;
+//!      the status annotation is removed (from the annotations as first read, Go's map), an
+//!      empty consumerRef filled; PUT when anything changed.
+//!
+//!    Filling a consumerRef takes the **first** unallocated machine off the list:
+//!    `{apiVersion, kind: Machine, namespace, name}`; with none left it is an error.
+//!
+//! Knowingly different from Go: the status annotation is copied as JSON as it is (it must be an
+//! object), where Go decodes it into the typed status and encodes that (dropping unknown fields).
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Map, Value};
+
+use crate::clock::{Clock, Stop};
+use crate::controller::cluster::{ClusterApi, Machine};
+use crate::controller::loops;
+use crate::controller::service::rfc3339;
+
+/// Between rounds: the general wait interval.
+pub const GENERAL_WAIT: Duration = Duration::from_secs(30);
+/// Where the BareMetalHosts and Machines are.
+pub const MACHINE_API_NAMESPACE: &str = "openshift-machine-api";
+/// The cluster-scoped metal3 Provisioning whose existence picks the update.
+pub const PROVISIONING_NAME: &str = "provisioning-configuration";
+/// The Machine label and value of workers.
+pub const MACHINE_ROLE_LABEL: &str = "machine.openshift.io/cluster-api-machine-role";
+pub const WORKER_ROLE: &str = "worker";
+/// metal3's paused annotation, removed when Provisioning exists.
+pub const PAUSED_ANNOTATION: &str = "baremetalhost.metal3.io/paused";
+/// metal3's status annotation, moved into `.status` when Provisioning does not exist.
+pub const STATUS_ANNOTATION: &str = "baremetalhost.metal3.io/status";
+
+/// The BMH task; see the module documentation.
+pub struct BmhUpdate<'a> {
+    pub cluster: &'a dyn ClusterApi,
+    pub clock: &'a dyn Clock,
+    /// Between rounds ([`GENERAL_WAIT`]).
+    pub interval: Duration,
+    /// The wall clock, for `status.lastUpdated`.
+    pub wall_now: fn() -> SystemTime,
+}
+
+fn bmh_name(bmh: &Value) -> &str {
+    bmh.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// `spec.consumerRef` when set (Go's non-nil pointer).
+fn consumer_ref(bmh: &Value) -> Option<&Value> {
+    bmh.pointer("/spec/consumerRef").filter(|v| !v.is_null())
+}
+
+fn annotations(bmh: &Value) -> Map<String, Value> {
+    bmh.pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Sets `metadata.annotations` (left out when empty, as Go's `omitempty` encodes it).
+fn set_annotations(bmh: &mut Value, annotations: Map<String, Value>) {
+    if !bmh["metadata"].is_object() {
+        bmh["metadata"] = json!({});
+    }
+    let meta = bmh["metadata"].as_object_mut().expect("an object");
+    if annotations.is_empty() {
+        meta.remove("annotations");
+    } else {
+        meta.insert("annotations".into(), Value::Object(annotations));
+    }
+}
+
+fn spec_mut(bmh: &mut Value) -> &mut Map<String, Value> {
+    if !bmh["spec"].is_object() {
+        bmh["spec"] = json!({});
+    }
+    bmh["spec"].as_object_mut().expect("an object")
+}
+
+/// Fills an empty consumerRef from the first of `machines` (taken off the list).
+fn fill_consumer_ref(bmh: &mut Value, machines: &mut Vec<Machine>) -> Result<()> {
+    if machines.is_empty() {
+        bail!(
+            "no available machine for bmh {}, need to wait for machineset controller to create one",
+            bmh_name(bmh)
+        );
+    }
+    let machine = machines.remove(0);
+    tracing::info!(
+        "setting the consumerRef of BareMetalHost {} to Machine {}",
+        bmh_name(bmh),
+        machine.name
+    );
+    spec_mut(bmh).insert(
+        "consumerRef".into(),
+        json!({
+            "apiVersion": machine.api_version,
+            "kind": "Machine",
+            "namespace": machine.namespace,
+            "name": machine.name,
+        }),
+    );
+    Ok(())
+}
+
+/// Whether a `lastUpdated` counts as unset (Go's `IsZero` on a nil or zero time).
+fn unset_time(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.starts_with("0001-01-01T00:00:00"),
+        Some(_) => false,
+    }
+}
+
+impl<'a> BmhUpdate<'a> {
+    /// The task as main starts it: rounds every [`GENERAL_WAIT`] on `clock`.
+    pub fn new(cluster: &'a dyn ClusterApi, clock: &'a dyn Clock) -> BmhUpdate<'a> {
+        BmhUpdate {
+            cluster,
+            clock,
+            interval: GENERAL_WAIT,
+            wall_now: SystemTime::now,
+        }
+    }
+
+    /// Rounds until one updates everything or `stop` fires.
+    pub fn run(&self, stop: &dyn Stop) -> Result<(), loops::PollError> {
+        let result = loops::poll(self.clock, stop, self.interval, None, || self.round());
+        match &result {
+            Ok(()) => tracing::info!("Updated all the BMH CRs, finished successfully"),
+            Err(e) => tracing::info!("stopped updating the BMH CRs: {e}"),
+        }
+        result
+    }
+
+    /// One round: true when every BMH is updated.
+    pub fn round(&self) -> bool {
+        let bmhs = match self.cluster.list_bmhs(MACHINE_API_NAMESPACE) {
+            Ok(bmhs) => bmhs,
+            Err(e) => {
+                tracing::error!("failed to list the BareMetalHosts: {e:#}");
+                return false;
+            }
+        };
+        tracing::info!("Number of BMHs is {}", bmhs.len());
+        let mut machines = match self.unallocated_machines(&bmhs) {
+            Ok(machines) => machines,
+            Err(e) => {
+                tracing::error!("failed to find the unallocated machines: {e:#}");
+                return false;
+            }
+        };
+        tracing::info!("Number of unallocated Machines is {}", machines.len());
+        let provisioning = match self.cluster.provisioning_exists(PROVISIONING_NAME) {
+            Ok(exists) => exists,
+            Err(e) => {
+                tracing::error!("failed to read the Provisioning {PROVISIONING_NAME}: {e:#}");
+                return false;
+            }
+        };
+        let mut all = true;
+        for bmh in bmhs {
+            let name = bmh_name(&bmh).to_string();
+            tracing::info!("checking BareMetalHost {name}");
+            let result = if provisioning {
+                self.update_with_provisioning(bmh, &mut machines)
+            } else {
+                self.update_without_provisioning(bmh, &mut machines)
+            };
+            if let Err(e) = result {
+                tracing::error!("failed to update BareMetalHost {name}: {e:#}");
+                all = false;
+            }
+        }
+        all
+    }
+
+    /// The worker Machines no BMH's consumerRef names, in list order.
+    fn unallocated_machines(&self, bmhs: &[Value]) -> Result<Vec<Machine>> {
+        let machines = self.cluster.list_machines(MACHINE_API_NAMESPACE)?;
+        let allocated: HashSet<&str> = bmhs
+            .iter()
+            .filter_map(consumer_ref)
+            .map(|r| r.get("name").and_then(Value::as_str).unwrap_or(""))
+            .collect();
+        Ok(machines
+            .into_iter()
+            .filter(|m| m.labels.get(MACHINE_ROLE_LABEL).map(String::as_str) == Some(WORKER_ROLE))
+            .filter(|m| !allocated.contains(m.name.as_str()))
+            .collect())
+    }
+
+    fn update_with_provisioning(&self, mut bmh: Value, machines: &mut Vec<Machine>) -> Result<()> {
+        let state = bmh
+            .pointer("/status/provisioning/state")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !matches!(state, "" | "unmanaged") {
+            tracing::info!(
+                "BareMetalHost {} has provisioning state {state:?}, leaving it",
+                bmh_name(&bmh)
+            );
+            return Ok(());
+        }
+        let mut changed = false;
+        let spec = spec_mut(&mut bmh);
+        if spec.get("externallyProvisioned").and_then(Value::as_bool) != Some(true) {
+            spec.insert("externallyProvisioned".into(), Value::Bool(true));
+            changed = true;
+        }
+        let mut annotations = annotations(&bmh);
+        if annotations.remove(PAUSED_ANNOTATION).is_some() {
+            set_annotations(&mut bmh, annotations);
+            changed = true;
+        }
+        if consumer_ref(&bmh).is_none() {
+            fill_consumer_ref(&mut bmh, machines)?;
+            changed = true;
+        }
+        if changed {
+            tracing::info!("updating BareMetalHost {}", bmh_name(&bmh));
+            self.cluster.update_bmh(MACHINE_API_NAMESPACE, &bmh)?;
+        }
+        Ok(())
+    }
+
+    fn update_without_provisioning(
+        &self,
+        mut bmh: Value,
+        machines: &mut Vec<Machine>,
+    ) -> Result<()> {
+        let mut changed = false;
+        let mut annotations = annotations(&bmh);
+        let status_text = annotations
+            .get(STATUS_ANNOTATION)
+            .map(|v| v.as_str().unwrap_or_default().to_string());
+        if let Some(text) = status_text.as_deref().filter(|t| !t.is_empty()) {
+            let mut status = parse_status(text)
+                .with_context(|| format!("parsing the status annotation of {}", bmh_name(&bmh)))?;
+            if unset_time(status.get("lastUpdated")) {
+                status.insert("lastUpdated".into(), rfc3339((self.wall_now)()).into());
+            }
+            bmh["status"] = Value::Object(status);
+            let name = bmh_name(&bmh).to_string();
+            tracing::info!("updating the status of BareMetalHost {name}");
+            self.cluster
+                .update_bmh_status(MACHINE_API_NAMESPACE, &bmh)?;
+            // The status update changed the resourceVersion: read it again.
+            bmh = self.cluster.get_bmh(MACHINE_API_NAMESPACE, &name)?;
+        }
+        if annotations.remove(STATUS_ANNOTATION).is_some() {
+            set_annotations(&mut bmh, annotations);
+            changed = true;
+        }
+        if consumer_ref(&bmh).is_none() {
+            fill_consumer_ref(&mut bmh, machines)?;
+            changed = true;
+        }
+        if changed {
+            tracing::info!("updating BareMetalHost {}", bmh_name(&bmh));
+            self.cluster.update_bmh(MACHINE_API_NAMESPACE, &bmh)?;
+        }
+        Ok(())
+    }
+}
+
+/// The status annotation: a JSON object (`null` is an empty status, as Go decodes it).
+fn parse_status(text: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(text)? {
+        Value::Object(status) => Ok(status),
+        Value::Null => Ok(Map::new()),
+        other => Err(anyhow!("{other} is not a BareMetalHost status object")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

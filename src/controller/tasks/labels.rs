@@ -1,0 +1,187 @@
+//! Node labels (§3.13, Go `UpdateNodeLabels`).
+//!
+//! [`NodeLabels::run`] polls [`NodeLabels::round`] at once and every general-wait interval
+//! (30 s), with no deadline, until a round finishes or `stop` fires (main ctx).
+//!
+//! One round:
+//! 1. Host map without `disabled` and `error` hosts; a failure ends the round.
+//! 2. L = the hosts with non-empty `node_labels`. L empty → log and **finish**.
+//! 3. When a host of L has role `worker` and a `machine_config_pool_name`, pause the `worker`
+//!    MachineConfigPool: GET it, merge-patch `spec.paused` only when it differs. A failure ends
+//!    the round.
+//! 4. List Nodes (a failure counts 0). For each Ready Node that matches a host of L (by name,
+//!    else by InternalIP, both within L): labels already there (or malformed `node_labels`) →
+//!    counted; otherwise merge-patch `{"metadata":{"labels":<node_labels>}}`, counted on success.
+//! 5. Fewer than |L| counted → the round ends; the pool stays paused.
+//! 6. Unpause when step 3 paused (same GET-then-patch); a failure ends the round and the next
+//!    one re-pauses (a no-op) and retries.
+//! 7. Finish.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde_json::Value;
+
+use crate::clock::{Clock, Stop};
+use crate::config::Role;
+use crate::controller::cluster::{ClusterApi, Node};
+use crate::controller::hosts::{HostInfo, HostMap, NODE_LABELS_SKIP};
+use crate::controller::loops;
+use crate::controller::service::ControllerService;
+
+/// Between rounds: the general wait interval.
+pub const GENERAL_WAIT: Duration = Duration::from_secs(30);
+/// The pool paused while labels are applied.
+pub const WORKER_POOL: &str = "worker";
+
+/// The node-labels task; see the module documentation.
+pub struct NodeLabels<'a> {
+    pub cluster: &'a dyn ClusterApi,
+    pub service: &'a dyn ControllerService,
+    pub clock: &'a dyn Clock,
+    /// Between rounds ([`GENERAL_WAIT`]).
+    pub interval: Duration,
+}
+
+/// Whether every label of `labels` (a JSON object of strings) is already on `node`. Text that
+/// is not such an object counts as "already there", as in Go.
+fn labels_up_to_date(node: &Node, labels: &str) -> bool {
+    match serde_json::from_str::<Option<BTreeMap<String, String>>>(labels) {
+        Ok(wanted) => wanted
+            .unwrap_or_default()
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v)),
+        Err(e) => {
+            tracing::warn!(
+                "failed to parse the labels {labels:?} of node {}: {e}",
+                node.name
+            );
+            true
+        }
+    }
+}
+
+impl<'a> NodeLabels<'a> {
+    /// The task as main starts it: rounds every [`GENERAL_WAIT`] on `clock`.
+    pub fn new(
+        cluster: &'a dyn ClusterApi,
+        service: &'a dyn ControllerService,
+        clock: &'a dyn Clock,
+    ) -> NodeLabels<'a> {
+        NodeLabels {
+            cluster,
+            service,
+            clock,
+            interval: GENERAL_WAIT,
+        }
+    }
+
+    /// Rounds until one finishes or `stop` fires.
+    pub fn run(&self, stop: &dyn Stop) -> Result<(), loops::PollError> {
+        let result = loops::poll(self.clock, stop, self.interval, None, || self.round());
+        match &result {
+            Ok(()) => tracing::info!("finished updating the node labels"),
+            Err(e) => tracing::info!("stopped updating the node labels: {e}"),
+        }
+        result
+    }
+
+    /// One round: true when the task is done.
+    pub fn round(&self) -> bool {
+        let hosts = match HostMap::fetch(self.service, NODE_LABELS_SKIP) {
+            Ok(hosts) => hosts,
+            Err(e) => {
+                tracing::error!("failed to get the hosts' info: {e:#}");
+                return false;
+            }
+        };
+        let labelled = hosts.filter(|h| !h.node_labels().is_empty());
+        if labelled.is_empty() {
+            tracing::info!("No hosts with labels, skipping update node labels");
+            return true;
+        }
+        let pause = labelled.iter().any(|(_, h)| pauses_workers(h));
+        if pause {
+            if let Err(e) = self.set_workers_paused(true) {
+                tracing::error!("failed to pause the {WORKER_POOL} MachineConfigPool: {e:#}");
+                return false;
+            }
+        }
+        let updated = self.label_nodes(&labelled);
+        if updated < labelled.len() {
+            tracing::info!(
+                "labels are applied on {updated} of {} nodes, waiting",
+                labelled.len()
+            );
+            return false;
+        }
+        if pause {
+            if let Err(e) = self.set_workers_paused(false) {
+                tracing::error!("failed to unpause the {WORKER_POOL} MachineConfigPool: {e:#}");
+                return false;
+            }
+        }
+        true
+    }
+
+    /// GET the worker pool; merge-patch `spec.paused` when it is not `paused` already.
+    fn set_workers_paused(&self, paused: bool) -> Result<()> {
+        let pool = self.cluster.get_machine_config_pool(WORKER_POOL)?;
+        if pool.paused == paused {
+            tracing::info!("MachineConfigPool {WORKER_POOL} already has paused={paused}");
+            return Ok(());
+        }
+        tracing::info!("setting paused={paused} on MachineConfigPool {WORKER_POOL}");
+        self.cluster
+            .set_machine_config_pool_paused(WORKER_POOL, paused)
+    }
+
+    /// Step 4: how many Nodes of `labelled` carry their labels now.
+    fn label_nodes(&self, labelled: &HostMap) -> usize {
+        let nodes = match self.cluster.list_nodes(None) {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                tracing::error!("failed to list the nodes: {e:#}");
+                return 0;
+            }
+        };
+        let mut count = 0;
+        for node in nodes.iter().filter(|n| n.is_ready()) {
+            let addresses: Vec<(&str, &str)> = node
+                .addresses
+                .iter()
+                .map(|a| (a.type_.as_str(), a.address.as_str()))
+                .collect();
+            let Some(host) = labelled.match_node(labelled, &node.name, &addresses) else {
+                continue;
+            };
+            let labels = host.node_labels();
+            if labels_up_to_date(node, labels) {
+                count += 1;
+                continue;
+            }
+            match self.patch(node, labels) {
+                Ok(()) => count += 1,
+                Err(e) => {
+                    tracing::error!("failed to set the labels of node {}: {e:#}", node.name)
+                }
+            }
+        }
+        count
+    }
+
+    fn patch(&self, node: &Node, labels: &str) -> Result<()> {
+        // Parses: `labels_up_to_date` accepted it as an object of strings.
+        let labels: Value = serde_json::from_str(labels)?;
+        tracing::info!("setting labels {labels} on node {}", node.name);
+        self.cluster.patch_node_labels(&node.name, &labels)
+    }
+}
+
+fn pauses_workers(host: &HostInfo) -> bool {
+    host.role() == Some(&Role::Worker) && !host.machine_config_pool_name().is_empty()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,388 @@
+//! The §6.1 "node labels" checklist on `FakeCluster`, `MemoryService` and `FakeClock`.
+
+use super::*;
+use crate::clock::{FakeClock, NeverStop};
+use crate::controller::cluster::fake::FakeCluster;
+use crate::controller::cluster::{ApiError, Condition, MachineConfigPool, NodeAddress};
+use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::service::Host;
+use serde_json::json;
+use std::sync::Arc;
+
+const LABELS: &str = r#"{"node.ocs.openshift.io/storage":""}"#;
+const ROLE_LABELS: &str = r#"{"node-role.kubernetes.io":"infra"}"#;
+
+struct Setup {
+    clock: Arc<FakeClock>,
+    service: MemoryService,
+    cluster: FakeCluster,
+}
+
+fn ip(i: usize) -> String {
+    format!("192.168.126.{}", 10 + i)
+}
+
+fn host(i: usize, status: &str, role: &str, labels: &str, pool: &str) -> Host {
+    let inventory = json!({"interfaces": [{"ipv4_addresses": [format!("{}/24", ip(i))]}]});
+    serde_json::from_value(json!({
+        "id": format!("host-{i}"),
+        "infra_env_id": "ie-1",
+        "cluster_id": "c1",
+        "status": status,
+        "role": role,
+        "requested_hostname": format!("node{i}"),
+        "node_labels": labels,
+        "machine_config_pool_name": pool,
+        "inventory": inventory.to_string(),
+    }))
+    .unwrap()
+}
+
+/// Hosts `node0..` as given, plus a `disabled` and an `error` host with labels (skipped).
+fn setup(hosts: Vec<Host>) -> Setup {
+    let clock = Arc::new(FakeClock::new());
+    let service = MemoryService::new("c1", clock.clone());
+    let n = hosts.len();
+    service.update_cluster(|c| {
+        c.hosts = hosts;
+        c.hosts.push(host(n, "disabled", "master", LABELS, ""));
+        c.hosts.push(host(n + 1, "error", "master", LABELS, ""));
+    });
+    let cluster = FakeCluster::new();
+    cluster.set_machine_config_pool(MachineConfigPool {
+        name: "worker".into(),
+        paused: false,
+    });
+    Setup {
+        clock,
+        service,
+        cluster,
+    }
+}
+
+fn labelled(n: usize) -> Vec<Host> {
+    (0..n)
+        .map(|i| host(i, "installing", "master", LABELS, ""))
+        .collect()
+}
+
+fn node(i: usize, ready: bool) -> Node {
+    Node {
+        name: format!("node{i}"),
+        conditions: vec![Condition {
+            type_: "Ready".into(),
+            status: if ready { "True" } else { "False" }.into(),
+            ..Condition::default()
+        }],
+        addresses: vec![NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip(i),
+        }],
+        ..Node::default()
+    }
+}
+
+fn add_nodes(cluster: &FakeCluster, n: usize) {
+    for i in 0..n {
+        cluster.set_node(node(i, true));
+    }
+}
+
+fn task(s: &Setup) -> NodeLabels<'_> {
+    let t = NodeLabels::new(&s.cluster, &s.service, &*s.clock);
+    assert_eq!(t.interval, GENERAL_WAIT);
+    t
+}
+
+fn host_maps(s: &Setup) -> usize {
+    s.service
+        .calls()
+        .iter()
+        .filter(|c| {
+            **c == ServiceCall::GetCluster {
+                exclude_hosts: false,
+            }
+        })
+        .count()
+}
+
+fn patches(s: &Setup) -> Vec<String> {
+    s.cluster
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == "patch_node_labels")
+        .map(|c| c.to_string())
+        .collect()
+}
+
+fn patch(i: usize, labels: &str) -> String {
+    format!("patch_node_labels(node{i}, {labels})")
+}
+
+fn mcp_calls(s: &Setup) -> Vec<String> {
+    s.cluster
+        .calls()
+        .into_iter()
+        .filter(|c| c.method.contains("machine_config_pool"))
+        .map(|c| c.to_string())
+        .collect()
+}
+
+#[test]
+fn three_labelled_hosts_with_ready_nodes() {
+    let s = setup(labelled(3));
+    add_nodes(&s.cluster, 3);
+    assert!(task(&s).round());
+    assert_eq!(host_maps(&s), 1);
+    assert_eq!(s.service.calls().len(), 1);
+    assert_eq!(
+        patches(&s),
+        (0..3).map(|i| patch(i, LABELS)).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        s.cluster.node("node1").unwrap().labels["node.ocs.openshift.io/storage"],
+        ""
+    );
+    assert!(mcp_calls(&s).is_empty());
+}
+
+#[test]
+fn host_map_error_then_ok() {
+    let s = setup(labelled(3));
+    add_nodes(&s.cluster, 3);
+    s.service.fail("v2GetCluster", 1, 500);
+    task(&s).run(&NeverStop).unwrap();
+    assert_eq!(host_maps(&s), 2);
+    assert_eq!(patches(&s).len(), 3);
+    assert_eq!(s.clock.sleeps(), [GENERAL_WAIT]);
+}
+
+#[test]
+fn node_list_errors_twice_then_ok() {
+    let s = setup(labelled(3));
+    add_nodes(&s.cluster, 3);
+    for _ in 0..2 {
+        s.cluster
+            .fail_next("list_nodes", ApiError::new(500, "InternalError", "boom"));
+    }
+    task(&s).run(&NeverStop).unwrap();
+    assert_eq!(host_maps(&s), 3);
+    assert_eq!(s.cluster.count("list_nodes"), 3);
+    assert_eq!(patches(&s).len(), 3);
+    assert_eq!(s.clock.sleeps(), [GENERAL_WAIT, GENERAL_WAIT]);
+}
+
+#[test]
+fn empty_node_list_then_the_full_list() {
+    let s = setup(labelled(3));
+    let cluster = s.cluster.clone();
+    // The nodes appear when the second round asks for the hosts.
+    s.service.on_call(move |call, before, _, _| {
+        if matches!(call, ServiceCall::GetCluster { .. }) && before == 1 {
+            add_nodes(&cluster, 3);
+        }
+    });
+    task(&s).run(&NeverStop).unwrap();
+    assert_eq!(host_maps(&s), 2);
+    assert_eq!(patches(&s).len(), 3);
+}
+
+#[test]
+fn no_labelled_hosts_lists_no_nodes() {
+    let s = setup(
+        (0..3)
+            .map(|i| host(i, "installing", "worker", "", "infra"))
+            .collect(),
+    );
+    add_nodes(&s.cluster, 3);
+    // Only skipped hosts carry labels: L is empty.
+    task(&s).run(&NeverStop).unwrap();
+    assert_eq!(host_maps(&s), 1);
+    assert_eq!(s.cluster.calls(), []);
+}
+
+#[test]
+fn two_of_three_hosts_labelled() {
+    let mut hosts = labelled(3);
+    hosts[1] = host(1, "installing", "master", "", "");
+    let s = setup(hosts);
+    add_nodes(&s.cluster, 3);
+    assert!(task(&s).round());
+    assert_eq!(patches(&s), [patch(0, LABELS), patch(2, LABELS)]);
+}
+
+#[test]
+fn a_node_not_ready_is_patched_in_the_next_round() {
+    let s = setup(labelled(3));
+    add_nodes(&s.cluster, 3);
+    let mut not_ready = node(1, false);
+    not_ready.labels.clear();
+    s.cluster.set_node(not_ready);
+    for i in [0, 2] {
+        let mut n = node(i, true);
+        n.labels
+            .insert("node.ocs.openshift.io/storage".into(), String::new());
+        s.cluster.set_node(n);
+    }
+    let t = task(&s);
+    assert!(!t.round());
+    assert_eq!(
+        patches(&s),
+        Vec::<String>::new(),
+        "the two are counted unpatched"
+    );
+    s.cluster.set_node(node(1, true));
+    assert!(t.round());
+    assert_eq!(patches(&s), [patch(1, LABELS)]);
+}
+
+#[test]
+fn labels_are_matched_by_internal_ip() {
+    let s = setup(labelled(1));
+    let mut n = node(0, true);
+    n.name = "some-fake-name".into();
+    s.cluster.set_node(n);
+    assert!(task(&s).round());
+    assert_eq!(
+        patches(&s),
+        [format!("patch_node_labels(some-fake-name, {LABELS})")]
+    );
+}
+
+#[test]
+fn malformed_labels_count_as_applied() {
+    let s = setup(vec![host(0, "installing", "master", "{not json", "")]);
+    add_nodes(&s.cluster, 1);
+    assert!(task(&s).round());
+    assert!(patches(&s).is_empty());
+}
+
+#[test]
+fn role_label_on_masters_makes_no_pool_calls() {
+    let s = setup(
+        (0..3)
+            .map(|i| host(i, "installing", "master", ROLE_LABELS, "infra"))
+            .collect(),
+    );
+    add_nodes(&s.cluster, 3);
+    assert!(task(&s).round());
+    assert_eq!(patches(&s).len(), 3);
+    assert!(mcp_calls(&s).is_empty());
+}
+
+#[test]
+fn a_worker_without_a_pool_name_makes_no_pool_calls() {
+    let mut hosts = labelled(3);
+    hosts[2] = host(2, "installing", "worker", ROLE_LABELS, "");
+    let s = setup(hosts);
+    add_nodes(&s.cluster, 3);
+    assert!(task(&s).round());
+    assert_eq!(patches(&s).len(), 3);
+    assert!(mcp_calls(&s).is_empty());
+}
+
+#[test]
+fn a_worker_in_a_pool_pauses_the_worker_pool_around_the_patches() {
+    let mut hosts = labelled(3);
+    hosts[2] = host(2, "installing", "worker", ROLE_LABELS, "infra");
+    let s = setup(hosts);
+    add_nodes(&s.cluster, 3);
+    assert!(task(&s).round());
+    let calls: Vec<String> = s
+        .cluster
+        .take_calls()
+        .into_iter()
+        .filter(|c| !c.starts_with("list_nodes"))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            "get_machine_config_pool(worker)".to_string(),
+            "set_machine_config_pool_paused(worker, true)".into(),
+            patch(0, LABELS),
+            patch(1, LABELS),
+            patch(2, ROLE_LABELS),
+            "get_machine_config_pool(worker)".into(),
+            "set_machine_config_pool_paused(worker, false)".into(),
+        ]
+    );
+    assert!(!s.cluster.machine_config_pool("worker").unwrap().paused);
+}
+
+#[test]
+fn the_pool_stays_paused_while_nodes_are_missing() {
+    let mut hosts = labelled(3);
+    hosts[2] = host(2, "installing", "worker", ROLE_LABELS, "infra");
+    let s = setup(hosts);
+    add_nodes(&s.cluster, 2);
+    let t = task(&s);
+    assert!(!t.round());
+    assert!(s.cluster.machine_config_pool("worker").unwrap().paused);
+    assert_eq!(
+        mcp_calls(&s),
+        [
+            "get_machine_config_pool(worker)",
+            "set_machine_config_pool_paused(worker, true)"
+        ]
+    );
+    add_nodes(&s.cluster, 3);
+    s.cluster.take_calls();
+    assert!(t.round());
+    // Already paused: no second pause patch, then the unpause.
+    assert_eq!(
+        mcp_calls(&s),
+        [
+            "get_machine_config_pool(worker)",
+            "get_machine_config_pool(worker)",
+            "set_machine_config_pool_paused(worker, false)"
+        ]
+    );
+}
+
+#[test]
+fn pause_failure_ends_the_round() {
+    let mut hosts = labelled(3);
+    hosts[0] = host(0, "installing", "worker", LABELS, "infra");
+    let s = setup(hosts);
+    add_nodes(&s.cluster, 3);
+    s.cluster.fail_next(
+        "set_machine_config_pool_paused",
+        ApiError::new(500, "InternalError", "boom"),
+    );
+    assert!(!task(&s).round());
+    assert_eq!(s.cluster.count("list_nodes"), 0);
+    assert!(patches(&s).is_empty());
+}
+
+#[test]
+fn unpause_failure_ends_the_round() {
+    let mut hosts = labelled(3);
+    hosts[0] = host(0, "installing", "worker", LABELS, "infra");
+    let s = setup(hosts);
+    add_nodes(&s.cluster, 3);
+    // Already paused: the pause is a GET only, the unpause patch is the one that fails.
+    s.cluster.set_machine_config_pool(MachineConfigPool {
+        name: "worker".into(),
+        paused: true,
+    });
+    s.cluster.fail_next(
+        "set_machine_config_pool_paused",
+        ApiError::new(500, "InternalError", "boom"),
+    );
+    let t = task(&s);
+    assert!(!t.round());
+    assert_eq!(patches(&s).len(), 3);
+    assert_eq!(s.cluster.count("set_machine_config_pool_paused"), 1);
+    // The next round retries and finishes.
+    assert!(t.round());
+    assert!(!s.cluster.machine_config_pool("worker").unwrap().paused);
+}
+
+#[test]
+fn run_ends_on_stop() {
+    let s = setup(labelled(3));
+    let stop = crate::image::Cancel::new();
+    stop.cancel();
+    assert_eq!(task(&s).run(&stop), Err(loops::PollError::Canceled));
+    assert_eq!(host_maps(&s), 1, "one round even when stopped");
+}
