@@ -10,6 +10,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::controller::bootstrap;
 use crate::controller::run::{self, Controller, ExtraTasks, Intervals, LogPaths, Outcome};
 use crate::controller::startup::{self, Paths};
+use crate::controller::tasks::bmh::BmhUpdate;
+use crate::controller::tasks::labels::NodeLabels;
 use crate::controller::tasks::logs::{OcMustGather, MUST_GATHER_DIR};
 use crate::controller::tasks::olm::{wait_for_olm_operators, OcApplier, OlmSettings};
 use crate::controller::tasks::reboots::OcRebootCounter;
@@ -81,6 +83,24 @@ pub fn run() -> Result<()> {
         },
         extra: ExtraTasks {
             olm: Some(olm_step(runner)),
+            bmh: Some(Box::new(|env: &run::TaskEnv| {
+                if let Err(e) =
+                    BmhUpdate::new(env.cluster.as_ref(), env.clock.as_ref()).run(env.stop.as_ref())
+                {
+                    tracing::warn!("updating the BareMetalHosts ended: {e}");
+                }
+            })),
+            labels: Some(Box::new(|env: &run::TaskEnv| {
+                if let Err(e) = NodeLabels::new(
+                    env.cluster.as_ref(),
+                    env.service.as_ref(),
+                    env.clock.as_ref(),
+                )
+                .run(env.stop.as_ref())
+                {
+                    tracing::warn!("updating the node labels ended: {e}");
+                }
+            })),
             ..ExtraTasks::default()
         },
     };
@@ -145,4 +165,3 @@ mod tests {
         assert!(!is_controller_argv0(OsStr::new("")));
     }
 }
-
