@@ -13,11 +13,10 @@ use assisted_installer::{commands, logging, signals};
 const SUBCOMMANDS: &[&str] = &["write-image", "embed", "controller"];
 
 fn main() -> ExitCode {
-    // The controller's image runs the binary under the controller's name, without arguments.
-    if std::env::args_os()
-        .next()
-        .is_some_and(|argv0| commands::controller::is_controller_argv0(&argv0))
-    {
+    // The controller's Job runs the image's entrypoint without arguments; the image also has
+    // the binary under the controller's name (Go's entrypoint paths). The agent always passes
+    // the installer its flags, so a run without any argument is the controller.
+    if commands::controller::is_controller_invocation(std::env::args_os()) {
         return fail_or_ok(commands::controller::run());
     }
     let args: Vec<String> = std::env::args().skip(1).collect();

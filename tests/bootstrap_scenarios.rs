@@ -18,9 +18,9 @@ use common::fake_kube::FakeKube;
 use common::fake_service::FakeService;
 use common::fake_writer::FakeWriter;
 use common::flow_builder::{FlowBuilder, HOST, INFRA};
+use common::untar::untar_gz;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -177,27 +177,6 @@ impl Harness {
     fn reports(&self) -> Vec<(String, String)> {
         self.svc.progress_reports(HOST)
     }
-}
-
-/// The files of a tar.gz: (name, bytes).
-fn untar_gz(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
-    let mut tar = Vec::new();
-    flate2::read::GzDecoder::new(archive)
-        .read_to_end(&mut tar)
-        .unwrap();
-    let mut files = Vec::new();
-    let mut at = 0;
-    while at + 512 <= tar.len() && tar[at..at + 512].iter().any(|&b| b != 0) {
-        let h = &tar[at..at + 512];
-        let name_end = h[..100].iter().position(|&b| b == 0).unwrap_or(100);
-        let name = String::from_utf8(h[..name_end].to_vec()).unwrap();
-        let size_text = std::str::from_utf8(&h[124..136]).unwrap();
-        let size =
-            usize::from_str_radix(size_text.trim_matches(|c| c == '\0' || c == ' '), 8).unwrap();
-        files.push((name, tar[at + 512..at + 512 + size].to_vec()));
-        at += 512 + size.div_ceil(512) * 512;
-    }
-    files
 }
 
 /// The controller log of each upload the service accepted, in order.

@@ -83,9 +83,9 @@ fn the_binary_named_assisted_installer_controller_is_the_controller() {
         err.contains("required key INVENTORY_URL missing value"),
         "{err}"
     );
-    // Under its own name, the same binary with no arguments is the installer, which says
+    // Under its own name with any argument, the same binary is the installer, which says
     // something else.
-    let out = run(Path::new(BIN), &[], &env);
+    let out = run(Path::new(BIN), &["--role", "master"], &env);
     assert!(
         !text(&out.stderr).contains("required key"),
         "{}",
@@ -159,4 +159,30 @@ fn dry_mode_is_an_explicit_startup_error() {
         err.contains("dry mode's fake Kubernetes API (DRY_ENABLE) is not built"),
         "{err}"
     );
+}
+
+#[test]
+fn without_any_argument_the_binary_is_the_controller_and_says_so() {
+    // The Job runs the image's entrypoint (the installer's) without arguments.
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        Path::new(BIN),
+        &[],
+        &without(&base_env(dir.path()), "CLUSTER_ID"),
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains("no arguments were given"), "{err}");
+    assert!(err.contains("pass the installer's flags"), "{err}");
+    assert!(
+        err.contains("required key CLUSTER_ID missing value"),
+        "{err}"
+    );
+    // With the Job's environment it goes on to the Kubernetes client.
+    std::fs::write(dir.path().join("token"), "t0ken\n").unwrap();
+    let out = run(Path::new(BIN), &[], &base_env(dir.path()));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains("creating the Kubernetes client"), "{err}");
+    assert!(err.contains("KUBERNETES_SERVICE_HOST is not set"), "{err}");
 }

@@ -12,8 +12,10 @@ use crate::controller::run::{self, Controller, ExtraTasks, Intervals, LogPaths, 
 use crate::controller::startup::{self, Paths};
 use crate::controller::tasks::bmh::BmhUpdate;
 use crate::controller::tasks::labels::NodeLabels;
-use crate::controller::tasks::logs::{OcMustGather, MUST_GATHER_DIR};
-use crate::controller::tasks::olm::{wait_for_olm_operators, OcApplier, OlmSettings};
+use crate::controller::tasks::logs::OcMustGather;
+use crate::controller::tasks::olm::{
+    abi_post_install, wait_for_olm_operators, AbiKubeconfig, OcApplier, OlmSettings,
+};
 use crate::controller::tasks::reboots::OcRebootCounter;
 use crate::controller::tasks::router_probe::{HttpProbe, ReqwestProbe};
 use crate::controller::{self as ctrl};
@@ -31,6 +33,15 @@ pub fn is_controller_argv0(argv0: &std::ffi::OsStr) -> bool {
         .is_some_and(|name| name == ARGV0_NAME)
 }
 
+/// Whether a process started with `args` (argv[0] first) is the controller: named
+/// [`ARGV0_NAME`], or started without any argument (how the Job runs the image's entrypoint).
+pub fn is_controller_invocation(mut args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    match args.next() {
+        Some(argv0) => is_controller_argv0(&argv0) || args.next().is_none(),
+        None => true,
+    }
+}
+
 /// Runs the controller from the process environment (§3.1), with Go's exit codes: `Ok` is exit
 /// 0 (the Job completes), every error is a startup failure (exit 1: the Job restarts the
 /// container), and the completion wait's `os.Exit(0)` ends the process here at once.
@@ -39,20 +50,32 @@ pub fn is_controller_argv0(argv0: &std::ffi::OsStr) -> bool {
 /// with an error that says so (exit 1) instead of pretending to run.
 ///
 /// The OLM step (§3.9), the ABI post-install task (§3.10), the BMH task (§3.11) and the node
-/// labels (§3.13) are [`ExtraTasks`] of [`run::run`]; those not built yet are not started, and
-/// the run logs a warning where Go would start each.
+/// labels (§3.13) are [`ExtraTasks`] of [`run::run`], all given here.
 pub fn run() -> Result<()> {
     let env = |name: &str| std::env::var(name).ok();
     let stop = Cancel::new();
     signals::cancel_on_signal(&stop)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let started = startup::prepare(&env, &Paths::from_env(&env), &*clock, &stop)?;
+    let paths = Paths::from_env(&env);
+    let started = startup::prepare(&env, &paths, &*clock, &stop).map_err(|err| {
+        match env("CLUSTER_ID") {
+            // Most likely the installer run without its flags, not the Job.
+            None => err.context(
+                "running as the assisted-installer-controller (no arguments were given) \
+                 without the Job's environment; to install this host, pass the installer's \
+                 flags (--role, --cluster-id, …)",
+            ),
+            Some(_) => err,
+        }
+    })?;
     ctrl::log::init(started.log_file);
     tracing::info!("{}", startup::config_line(&started.config));
-    // Step 4's command executor (`oc` for the reboot count). Its children inherit the process
-    // environment, so unlike Go's (which snapshots it here) they also see step 6's proxy
-    // variables.
-    let runner = Arc::new(LocalRunner::default());
+    // Step 4's command executor (`oc`, `bash`): as Go's, it keeps the proxy variables of now,
+    // not those step 6 sets from the cluster Proxy (quirk 9).
+    let runner = Arc::new(LocalRunner::new(
+        bootstrap::command_proxy_snapshot(&env),
+        None,
+    ));
     let router_probe = match ReqwestProbe::new() {
         Ok(probe) => Some(Arc::new(probe) as Arc<dyn HttpProbe>),
         Err(err) => {
@@ -61,17 +84,21 @@ pub fn run() -> Result<()> {
         }
     };
     let config = started.config;
+    let log_file = paths.log_file.clone();
     let (kube_config, service_config, service_clock) =
         (config.clone(), config.clone(), clock.clone());
-    let log_file = Paths::from_env(&env).log_file;
     let controller = Controller {
         config,
-        build_cluster: Box::new(move || bootstrap::kube_cluster(&kube_config)),
+        build_cluster: Box::new(move || {
+            bootstrap::kube_cluster(&kube_config, &paths.service_account_dir)
+        }),
         set_env: Box::new(bootstrap::set_process_env),
         build_service: Box::new(move || bootstrap::service_client(&service_config, service_clock)),
         clock,
         signal: Arc::new(stop.clone()),
-        must_gather: Arc::new(OcMustGather),
+        must_gather: Arc::new(OcMustGather {
+            runner: runner.clone(),
+        }),
         reboot_counter: Arc::new(OcRebootCounter {
             runner: runner.clone(),
         }),
@@ -79,10 +106,11 @@ pub fn run() -> Result<()> {
         intervals: Intervals::production(),
         log_paths: LogPaths {
             log_file,
-            must_gather_dir: PathBuf::from(MUST_GATHER_DIR),
+            must_gather_dir: paths.must_gather_dir.clone(),
         },
         extra: ExtraTasks {
-            olm: Some(olm_step(runner)),
+            olm: Some(olm_step(runner.clone())),
+            abi_post_install: Some(abi_post_install_task(runner)),
             bmh: Some(Box::new(|env: &run::TaskEnv| {
                 if let Err(e) =
                     BmhUpdate::new(env.cluster.as_ref(), env.clock.as_ref()).run(env.stop.as_ref())
@@ -101,7 +129,6 @@ pub fn run() -> Result<()> {
                     tracing::warn!("updating the node labels ended: {e}");
                 }
             })),
-            ..ExtraTasks::default()
         },
     };
     match run::run(controller) {
@@ -139,10 +166,38 @@ fn olm_step(runner: Arc<LocalRunner>) -> run::OlmStep {
     })
 }
 
+/// §3.10, the ABI invoker's post-install: the OLM manifests of the `olm-operator-manifests`
+/// ConfigMap applied with `oc`, every 30 s until done. `kubeconfig` is the SNO path, or "" for
+/// the reboots notifier's shared download.
+fn abi_post_install_task(runner: Arc<LocalRunner>) -> run::AbiPostInstall {
+    Box::new(move |env: &run::TaskEnv, kubeconfig: &str| {
+        let mut download = || env.notifier.kubeconfig();
+        let source = match kubeconfig {
+            "" => AbiKubeconfig::Download(&mut download),
+            path => AbiKubeconfig::Fixed(PathBuf::from(path)),
+        };
+        let applier = OcApplier {
+            runner: runner.as_ref(),
+        };
+        if !abi_post_install(
+            env.clock.as_ref(),
+            env.stop.as_ref(),
+            env.cluster.as_ref(),
+            &applier,
+            &env.config.namespace,
+            &env.config.openshift_version,
+            source,
+            env.intervals.general,
+        ) {
+            tracing::info!("the ABI post-install task stopped before the manifests were applied");
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsStr;
+    use std::ffi::{OsStr, OsString};
 
     #[test]
     fn the_controller_name_is_matched_on_the_file_name_only() {
@@ -163,5 +218,16 @@ mod tests {
             "assisted-installer-controller2"
         )));
         assert!(!is_controller_argv0(OsStr::new("")));
+    }
+
+    #[test]
+    fn no_argument_at_all_is_the_controller_and_any_argument_the_installer() {
+        let run = |args: &[&str]| is_controller_invocation(args.iter().map(OsString::from));
+        assert!(run(&["/usr/bin/installer"]));
+        assert!(run(&["/usr/bin/assisted-installer-controller"]));
+        assert!(run(&["assisted-installer-controller", "--anything"]));
+        assert!(!run(&["/usr/bin/installer", "--role", "master"]));
+        assert!(!run(&["assisted-installer", "controller"]));
+        assert!(!run(&["assisted-installer", "--help"]));
     }
 }

@@ -9,10 +9,10 @@
 //! after them are [`super::run`].
 
 use anyhow::{bail, Context, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::cluster::kube_impl::KubeCluster;
+use super::cluster::kube_impl::{KubeCluster, BOOTSTRAP_KUBECONFIG};
 use super::cluster::{ClusterApi, ProxyStatus};
 use super::config::ControllerConfig;
 use super::service::{ControllerClient, ControllerService, ControllerServiceConfig};
@@ -20,6 +20,19 @@ use crate::clock::Clock;
 
 /// The cluster-scoped `config.openshift.io/v1 Proxy` the controller reads.
 pub const PROXY_NAME: &str = "cluster";
+/// The variables step 6 sets from the cluster Proxy.
+pub const PROXY_VARIABLES: [&str; 3] = ["HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"];
+
+/// Step 4's view of the proxy variables for the commands the controller runs (`oc`, `bash`):
+/// their values before step 6, "" for unset (a Go client reads "" as no proxy). Go's executor
+/// snapshots the environment at step 4, so its children never see the cluster proxy (quirk 9);
+/// `oc` then reaches the API server directly, as the controller's own client does.
+pub fn command_proxy_snapshot(env: &dyn Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    PROXY_VARIABLES
+        .iter()
+        .map(|name| (name.to_string(), env(name).unwrap_or_default()))
+        .collect()
+}
 
 /// What steps 5–7 produce.
 pub struct Connected {
@@ -46,11 +59,11 @@ pub fn apply_cluster_proxy(
     let proxy = cluster
         .get_proxy(PROXY_NAME)
         .with_context(|| format!("getting the cluster proxy settings (Proxy {PROXY_NAME})"))?;
-    for (name, value) in [
-        ("HTTP_PROXY", &proxy.http_proxy),
-        ("HTTPS_PROXY", &proxy.https_proxy),
-        ("NO_PROXY", &proxy.no_proxy),
-    ] {
+    for (name, value) in
+        PROXY_VARIABLES
+            .into_iter()
+            .zip([&proxy.http_proxy, &proxy.https_proxy, &proxy.no_proxy])
+    {
         if !value.is_empty() {
             tracing::info!("Setting {name} from the cluster proxy settings");
             set_env(name, value);
@@ -77,11 +90,17 @@ pub fn connect(
 
 /// Step 5 for real: the SNO kubeconfig if present, else in-cluster (§2.5). Dry mode's fake
 /// Kubernetes (§3.16) is not built.
-pub fn kube_cluster(config: &ControllerConfig) -> Result<Arc<dyn ClusterApi>> {
+pub fn kube_cluster(
+    config: &ControllerConfig,
+    service_account_dir: &Path,
+) -> Result<Arc<dyn ClusterApi>> {
     if config.dry_enable {
         bail!("dry mode's fake Kubernetes API (DRY_ENABLE) is not built");
     }
-    Ok(Arc::new(KubeCluster::for_controller()?))
+    Ok(Arc::new(KubeCluster::for_controller(
+        Path::new(BOOTSTRAP_KUBECONFIG),
+        service_account_dir,
+    )?))
 }
 
 /// How the configuration reaches the service (§2.4): `CA_CERT_PATH` "" is no CA file.
@@ -120,6 +139,19 @@ mod tests {
 
     fn steps() -> Arc<Mutex<Vec<String>>> {
         Arc::new(Mutex::new(Vec::new()))
+    }
+
+    #[test]
+    fn commands_keep_the_proxy_variables_of_before_step_6() {
+        let env = |name: &str| (name == "NO_PROXY").then(|| ".example.com".to_string());
+        assert_eq!(
+            command_proxy_snapshot(&env),
+            [
+                ("HTTP_PROXY".to_string(), String::new()),
+                ("HTTPS_PROXY".to_string(), String::new()),
+                ("NO_PROXY".to_string(), ".example.com".to_string()),
+            ]
+        );
     }
 
     #[test]
@@ -246,7 +278,9 @@ mod tests {
         config.ca_cert_path = String::new();
         assert!(service_client(&config, Arc::new(FakeClock::new())).is_ok());
         config.dry_enable = true;
-        let e = kube_cluster(&config).err().unwrap();
+        let e = kube_cluster(&config, Path::new("/nonexistent"))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("dry mode"), "{e:#}");
     }
 }

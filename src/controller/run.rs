@@ -153,6 +153,8 @@ pub struct TaskEnv {
     pub invoker: String,
     /// `platform.type` of the cluster (or of the install-config for ABI); "" when unknown.
     pub platform: String,
+    /// The reboots notifier, whose kubeconfig download the ABI post-install shares (§3.10).
+    pub notifier: Arc<RebootsNotifier>,
 }
 
 /// A task main starts on its own thread; it runs until it ends or `env.stop` fires.
@@ -268,6 +270,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         intervals,
         invoker: String::new(),
         platform: String::new(),
+        notifier: notifier.clone(),
     };
     let mut handles = Vec::new();
     let readiness = match phase {

@@ -17,9 +17,11 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::cluster::kube_impl::SERVICE_ACCOUNT_DIR;
 use super::config::ControllerConfig;
 use super::log::LOG_PATH;
 use super::loops::poll;
+use super::tasks::logs::MUST_GATHER_DIR;
 use super::token::{read_token, TOKEN_PATH};
 use crate::clock::{Clock, Stop};
 use crate::config::cluster_hosts::{self, ClusterHost};
@@ -27,16 +29,22 @@ use crate::config::cluster_hosts::{self, ClusterHost};
 /// How often dry mode looks for the fake-reboot marker.
 pub const DRY_MARKER_POLL: Duration = Duration::from_secs(1);
 
-/// Test hooks: the environment variables that move the token and log files (the Go
-/// controller has none; the Job never sets them).
+/// Test hooks: the environment variables that move the token and log files, the service
+/// account and the must-gather directory (the Go controller has none; the Job never sets them).
 pub const TOKEN_FILE_ENV: &str = "ASSISTED_CONTROLLER_TOKEN_FILE";
 pub const LOG_FILE_ENV: &str = "ASSISTED_CONTROLLER_LOG_FILE";
+pub const SERVICE_ACCOUNT_DIR_ENV: &str = "ASSISTED_CONTROLLER_SERVICE_ACCOUNT_DIR";
+pub const MUST_GATHER_DIR_ENV: &str = "ASSISTED_CONTROLLER_MUST_GATHER_DIR";
 
 /// The files startup reads and writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
     pub token: PathBuf,
     pub log_file: PathBuf,
+    /// The pod's service account (token and CA), used when there is no bootstrap kubeconfig.
+    pub service_account_dir: PathBuf,
+    /// Where must-gather runs and leaves its tarball.
+    pub must_gather_dir: PathBuf,
 }
 
 impl Default for Paths {
@@ -44,6 +52,8 @@ impl Default for Paths {
         Paths {
             token: PathBuf::from(TOKEN_PATH),
             log_file: PathBuf::from(LOG_PATH),
+            service_account_dir: PathBuf::from(SERVICE_ACCOUNT_DIR),
+            must_gather_dir: PathBuf::from(MUST_GATHER_DIR),
         }
     }
 }
@@ -55,6 +65,12 @@ impl Paths {
         Paths {
             token: env(TOKEN_FILE_ENV).map(PathBuf::from).unwrap_or(d.token),
             log_file: env(LOG_FILE_ENV).map(PathBuf::from).unwrap_or(d.log_file),
+            service_account_dir: env(SERVICE_ACCOUNT_DIR_ENV)
+                .map(PathBuf::from)
+                .unwrap_or(d.service_account_dir),
+            must_gather_dir: env(MUST_GATHER_DIR_ENV)
+                .map(PathBuf::from)
+                .unwrap_or(d.must_gather_dir),
         }
     }
 }
@@ -154,6 +170,8 @@ mod tests {
         Paths {
             token: dir.join("token"),
             log_file: dir.join("controller_logs.log"),
+            service_account_dir: dir.join("serviceaccount"),
+            must_gather_dir: dir.join("must-gather"),
         }
     }
 
@@ -165,13 +183,22 @@ mod tests {
             Path::new("/etc/assisted-installer-controller/token")
         );
         assert_eq!(d.log_file, Path::new("/tmp/controller_logs.log"));
+        assert_eq!(
+            d.service_account_dir,
+            Path::new("/var/run/secrets/kubernetes.io/serviceaccount")
+        );
         let moved = Paths::from_env(&|k| match k {
             TOKEN_FILE_ENV => Some("/x/token".into()),
             LOG_FILE_ENV => Some("/x/log".into()),
+            SERVICE_ACCOUNT_DIR_ENV => Some("/x/sa".into()),
+            MUST_GATHER_DIR_ENV => Some("/x/mg".into()),
             _ => None,
         });
         assert_eq!(moved.token, Path::new("/x/token"));
         assert_eq!(moved.log_file, Path::new("/x/log"));
+        assert_eq!(moved.service_account_dir, Path::new("/x/sa"));
+        assert_eq!(moved.must_gather_dir, Path::new("/x/mg"));
+        assert_eq!(d.must_gather_dir, Path::new("/tmp/must-gather-logs"));
     }
 
     #[test]
@@ -233,6 +260,7 @@ mod tests {
         let bad = Paths {
             token: dir.path().join("none"),
             log_file: dir.path().join("no-dir").join("log"),
+            ..paths(dir.path())
         };
         let e = prepare(&Env::new(&[]).get(), &bad, &clock, &NeverStop).unwrap_err();
         assert!(

@@ -14,6 +14,8 @@
 //! * injected answers: [`FakeService::fail_next`] (any call) and [`FakeService::fail_path`]
 //!   (calls whose path contains a string); on the socket they come after the token check.
 //!
+//! Log uploads are recorded on both faces (on the socket, the multipart body's file part).
+//!
 //! On the socket only: `X-Secret-Key` must be the token (else 401 with the swagger's
 //! `infra_error` body), and bodies are checked (an unknown stage is a 400). The controller's
 //! calls are served there too: finalizing stages, monitored operators (list and reports, which
@@ -28,7 +30,7 @@ use anyhow::{Context, Result};
 use assisted_installer::config::Role;
 use assisted_installer::service::client::{API_BASE_PATH, MAX_PROGRESS_INFO_CHARS};
 use assisted_installer::service::{
-    Cluster, Host, HostStage, InventoryClient, LogsState, LogsUpload, ServiceError,
+    Cluster, Host, HostStage, InventoryClient, LogsState, LogsType, LogsUpload, ServiceError,
 };
 use serde_json::{json, Value};
 
@@ -166,6 +168,8 @@ struct State {
     completions: Vec<Value>,
     events: Vec<Value>,
     behind_prism: bool,
+    /// Listed hosts carry their last accepted stage, and `Done` makes a host `installed`.
+    hosts_follow_progress: bool,
 }
 
 /// See the module documentation. Clones share the state.
@@ -242,6 +246,12 @@ impl FakeService {
     /// host-list answer. Role filtering is applied afterwards.
     pub(crate) fn set_hosts_script(&self, script: impl FnMut(u64) -> Vec<Value> + Send + 'static) {
         self.state().hosts_script = Some(Box::new(script));
+    }
+
+    /// As the service: the listed hosts show the stage last reported for them, and a host
+    /// reported `Done` is `installed`.
+    pub(crate) fn hosts_follow_progress(&self) {
+        self.state().hosts_follow_progress = true;
     }
 
     /// The next `n` calls (any path) get `status`; calls queue up.
@@ -477,7 +487,22 @@ impl State {
             Some(script) => script(n),
             None => self.hosts.clone(),
         };
-        hosts.into_iter().map(complete_host).collect()
+        let hosts = hosts.into_iter().map(complete_host);
+        if !self.hosts_follow_progress {
+            return hosts.collect();
+        }
+        hosts
+            .map(|mut host| {
+                let id = host["id"].as_str().unwrap_or_default().to_string();
+                if let Some(stage) = self.progress.get(&id).and_then(|p| p.current) {
+                    host["progress"]["current_stage"] = json!(stage.to_string());
+                    if stage == Done {
+                        host["status"] = json!("installed");
+                    }
+                }
+                host
+            })
+            .collect()
     }
 
     fn hosts(&mut self, role: Option<&str>) -> Vec<Value> {
@@ -621,6 +646,29 @@ impl InventoryClient for FakeService {
     }
 }
 
+/// The first part of a multipart body with a `filename`: (file name, bytes).
+fn multipart_file(body: &[u8], boundary: &str) -> Option<(String, Vec<u8>)> {
+    let delimiter = format!("--{boundary}");
+    let find = |hay: &[u8], needle: &[u8], from: usize| {
+        hay[from..]
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .map(|i| i + from)
+    };
+    let mut at = find(body, delimiter.as_bytes(), 0)?;
+    loop {
+        let headers_start = at + delimiter.len() + 2;
+        let headers_end = find(body, b"\r\n\r\n", headers_start)?;
+        let next = find(body, format!("\r\n{delimiter}").as_bytes(), headers_end)?;
+        let headers = String::from_utf8_lossy(&body[headers_start..headers_end]);
+        if let Some((_, rest)) = headers.split_once("filename=\"") {
+            let name = rest.split('"').next().unwrap_or_default().to_string();
+            return Some((name, body[headers_end + 4..next].to_vec()));
+        }
+        at = next + 2;
+    }
+}
+
 /// Swagger `error` (401 and 403 use `infra_error`, as the spec says).
 fn error_reply(status: u16, reason: &str) -> Reply {
     if status == 401 || status == 403 {
@@ -744,15 +792,33 @@ impl FakeService {
                 state.cluster_logs.push((cluster.to_string(), s));
                 Ok(Reply::empty(204))
             }
-            ("POST", ["v2", "clusters", _, "logs"]) => {
-                let logs_type = query("logs_type");
-                if !matches!(logs_type.as_deref(), Some("host" | "controller")) {
-                    return refuse(400, format!("logs_type: {logs_type:?}"));
-                }
+            ("POST", ["v2", "clusters", cluster, "logs"]) => {
+                let logs_type = match query("logs_type").as_deref() {
+                    Some("host") => LogsType::Host,
+                    Some("controller") => LogsType::Controller,
+                    other => return refuse(400, format!("logs_type: {other:?}")),
+                };
                 let content_type = req.header("content-type").unwrap_or("");
-                if !content_type.starts_with("multipart/form-data") {
-                    return refuse(400, "a log upload is multipart/form-data");
-                }
+                let Some(boundary) = content_type
+                    .strip_prefix("multipart/form-data")
+                    .and_then(|rest| rest.split_once("boundary="))
+                    .map(|(_, b)| b.trim_matches('"').to_string())
+                else {
+                    return refuse(400, "a log upload is multipart/form-data with a boundary");
+                };
+                let (file_name, data) =
+                    multipart_file(&req.body, &boundary).ok_or_else(|| Refusal {
+                        status: 400,
+                        reason: "no file part (upfile) in the multipart body".into(),
+                    })?;
+                let host = query("infra_env_id").zip(query("host_id"));
+                state.uploads.push(LogsUpload {
+                    cluster_id: cluster.to_string(),
+                    logs_type,
+                    host,
+                    file_name,
+                    data,
+                });
                 Ok(Reply::empty(204))
             }
             ("PUT", ["v2", "clusters", _, "progress"]) => {

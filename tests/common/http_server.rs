@@ -9,6 +9,8 @@
 //! * an **application** ([`App`]) for every other path: the fake assisted-service or the fake
 //!   Kubernetes API, which route the requests themselves and hold their own state.
 //!
+//! [`TestServer::with_app_tls`] serves an application over HTTPS instead.
+//!
 //! Every request is logged ([`TestServer::requests`]), with its body, the status answered and
 //! how many body bytes went out. [`TestServer::unavailable_for`] closes the listening socket for
 //! a while (connections are refused), then listens on the same port again.
@@ -26,7 +28,7 @@ use std::fs::File;
 use std::future::Future;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,8 +40,11 @@ use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 /// Fixed `Last-Modified` value sent on every route answer. An `If-Range` carrying exactly this
 /// date matches.
@@ -268,20 +273,42 @@ pub(crate) struct TestServer {
 impl TestServer {
     /// Routes only, on an ephemeral port of 127.0.0.1.
     pub(crate) fn start() -> TestServer {
-        Self::launch(([127, 0, 0, 1], 0).into(), None)
+        Self::launch(([127, 0, 0, 1], 0).into(), None, None)
     }
 
     /// `app` answers every path that is not a route.
     pub(crate) fn with_app(app: impl App) -> TestServer {
-        Self::launch(([127, 0, 0, 1], 0).into(), Some(Arc::new(app)))
+        Self::launch(([127, 0, 0, 1], 0).into(), Some(Arc::new(app)), None)
     }
 
     /// As [`TestServer::with_app`] on a given address (e.g. one a client is already trying).
     pub(crate) fn with_app_on(addr: SocketAddr, app: impl App) -> TestServer {
-        Self::launch(addr, Some(Arc::new(app)))
+        Self::launch(addr, Some(Arc::new(app)), None)
     }
 
-    fn launch(addr: SocketAddr, app: Option<Arc<dyn App>>) -> TestServer {
+    /// As [`TestServer::with_app`] over HTTPS (TLS 1.2 or 1.3), with the certificate chain and
+    /// private key of the PEM files `cert` and `key` (e.g. a `tls_server::Pki`'s).
+    pub(crate) fn with_app_tls(app: impl App, cert: &Path, key: &Path) -> TestServer {
+        let certs = CertificateDer::pem_file_iter(cert)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .expect("test https server: certificate PEM");
+        let key = PrivateKeyDer::from_pem_file(key).expect("test https server: key PEM");
+        let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("test https server: protocol versions")
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("test https server: certificate and key");
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        Self::launch(
+            ([127, 0, 0, 1], 0).into(),
+            Some(Arc::new(app)),
+            Some(acceptor),
+        )
+    }
+
+    fn launch(addr: SocketAddr, app: Option<Arc<dyn App>>, tls: Option<TlsAcceptor>) -> TestServer {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("test-http")
@@ -300,7 +327,7 @@ impl TestServer {
             let _inside = runtime.enter();
             TcpListener::from_std(listener).expect("test http server: listener")
         };
-        runtime.spawn(accept_loop(shared.clone(), listener, pauses));
+        runtime.spawn(accept_loop(shared.clone(), tls, listener, pauses));
         TestServer {
             addr,
             shared,
@@ -384,6 +411,7 @@ fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 
 async fn accept_loop(
     shared: Arc<Shared>,
+    tls: Option<TlsAcceptor>,
     listener: TcpListener,
     mut pauses: tokio::sync::mpsc::UnboundedReceiver<Pause>,
 ) {
@@ -396,7 +424,21 @@ async fn accept_loop(
         };
         match event {
             Ok(Ok((stream, _))) => {
-                tokio::spawn(serve_connection(shared.clone(), stream));
+                let _ = stream.set_nodelay(true);
+                match tls.clone() {
+                    None => {
+                        tokio::spawn(serve_connection(shared.clone(), stream));
+                    }
+                    Some(acceptor) => {
+                        let shared = shared.clone();
+                        tokio::spawn(async move {
+                            // A failed handshake (a client refusing our CA) just closes.
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                serve_connection(shared, stream).await;
+                            }
+                        });
+                    }
+                }
             }
             Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(5)).await,
             Err(None) => return,
@@ -415,8 +457,10 @@ async fn accept_loop(
     }
 }
 
-async fn serve_connection(shared: Arc<Shared>, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
+async fn serve_connection<S>(shared: Arc<Shared>, stream: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let probe = Arc::new(Probe::default());
     let keep_alive = shared.app.as_ref().is_some_and(|a| a.keep_alive());
     let io = TokioIo::new(ProbedIo {
@@ -853,12 +897,12 @@ impl Probe {
 }
 
 /// The socket, watched by a [`Probe`].
-struct ProbedIo {
-    stream: TcpStream,
+struct ProbedIo<S> {
+    stream: S,
     probe: Arc<Probe>,
 }
 
-impl AsyncRead for ProbedIo {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ProbedIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -872,7 +916,7 @@ impl AsyncRead for ProbedIo {
     }
 }
 
-impl AsyncWrite for ProbedIo {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ProbedIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

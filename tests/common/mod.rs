@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod boot_vm;
+pub(crate) mod fake_cluster;
 pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
 pub(crate) mod fake_writer;
@@ -15,3 +16,4 @@ pub(crate) mod live_ns;
 pub(crate) mod osmet_pack;
 pub(crate) mod root;
 pub(crate) mod tls_server;
+pub(crate) mod untar;

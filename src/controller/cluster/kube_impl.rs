@@ -32,6 +32,11 @@ use super::{
 /// The kubeconfig the single-node bootstrap leaves for the controller (§2.5): used when present,
 /// else the in-cluster service account.
 pub const BOOTSTRAP_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
+/// Where a pod has its service account's token and the cluster's CA.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The API server's address in a pod's environment.
+pub const SERVICE_HOST_ENV: &str = "KUBERNETES_SERVICE_HOST";
+pub const SERVICE_PORT_ENV: &str = "KUBERNETES_SERVICE_PORT";
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time to wait for a response (a full pod log included).
@@ -64,25 +69,43 @@ fn ensure_outside_runtime() -> Result<()> {
 }
 
 impl KubeCluster {
-    /// As the Go controller: [`BOOTSTRAP_KUBECONFIG`] if it exists, else in-cluster.
-    pub fn for_controller() -> Result<KubeCluster> {
-        KubeCluster::kubeconfig_or_in_cluster(Path::new(BOOTSTRAP_KUBECONFIG))
-    }
-
-    /// The kubeconfig at `path` if it exists, else the in-cluster service account.
-    pub fn kubeconfig_or_in_cluster(path: &Path) -> Result<KubeCluster> {
-        match path.exists() {
-            true => KubeCluster::from_kubeconfig(path),
-            false => KubeCluster::in_cluster(),
+    /// As the Go controller (§2.5): the kubeconfig at `kubeconfig` (the single-node bootstrap
+    /// leaves one at [`BOOTSTRAP_KUBECONFIG`]) if it exists, else the pod's service account in
+    /// `service_account_dir` ([`SERVICE_ACCOUNT_DIR`]).
+    pub fn for_controller(kubeconfig: &Path, service_account_dir: &Path) -> Result<KubeCluster> {
+        match kubeconfig.exists() {
+            true => KubeCluster::from_kubeconfig(kubeconfig),
+            false => KubeCluster::in_cluster(service_account_dir),
         }
     }
 
-    /// The in-cluster service account: `KUBERNETES_SERVICE_HOST`/`_PORT`, and the token and CA
-    /// under `/var/run/secrets/kubernetes.io/serviceaccount/`.
-    pub fn in_cluster() -> Result<KubeCluster> {
-        let config =
-            Config::incluster().context("loading the in-cluster service account config")?;
-        KubeCluster::with_config(config).context("the in-cluster Kubernetes client")
+    /// The kubeconfig at `path` if it exists, else the pod's own service account.
+    pub fn kubeconfig_or_in_cluster(path: &Path) -> Result<KubeCluster> {
+        KubeCluster::for_controller(path, Path::new(SERVICE_ACCOUNT_DIR))
+    }
+
+    /// The in-cluster service account, as client-go's `InClusterConfig`: the API server at
+    /// `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`, the token and CA in `dir`.
+    pub fn in_cluster(dir: &Path) -> Result<KubeCluster> {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    anyhow!(
+                        "{name} is not set: not running in a pod, and no kubeconfig; \
+                     the controller runs as the assisted-installer-controller Job"
+                    )
+                })
+        };
+        let (host, port) = (var(SERVICE_HOST_ENV)?, var(SERVICE_PORT_ENV)?);
+        // An IPv6 service address needs brackets in a URL.
+        let host = match host.contains(':') {
+            true => format!("[{host}]"),
+            false => host,
+        };
+        KubeCluster::from_service_account(&format!("https://{host}:{port}"), dir)
+            .context("the in-cluster Kubernetes client")
     }
 
     /// A kubeconfig's current context.
@@ -124,10 +147,6 @@ impl KubeCluster {
             ))
             .context("loading the kubeconfig")?;
         KubeCluster::build(runtime, config)
-    }
-
-    fn with_config(config: Config) -> Result<KubeCluster> {
-        KubeCluster::build(runtime()?, config)
     }
 
     fn build(runtime: tokio::runtime::Runtime, mut config: Config) -> Result<KubeCluster> {

@@ -10,9 +10,10 @@
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use crate::clock::{Clock, NeverStop, Stop};
 use crate::controller::cluster::ClusterApi;
@@ -23,6 +24,7 @@ use crate::controller::tasks::router_probe::{
     probe_needed, run_router_probe, HttpProbe, ROUTER_PROBE_PERIOD, ROUTER_PROBE_WINDOW,
 };
 use crate::flow::bootstrap::tar_gz::{tar_gz, Entry};
+use crate::host::commands::CommandRunner;
 use crate::image::Cancel;
 use crate::service::LogsState;
 
@@ -82,23 +84,18 @@ pub trait MustGatherRunner: Send + Sync {
 
 /// Go's commands: `bash -c "cd <dir> && oc --kubeconfig=<kc> adm must-gather[ --image=…]…"`,
 /// then `tar zcf must-gather.tar.gz <the first must-gather* directory>` in the same dir.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct OcMustGather;
+/// The commands run through `runner` (step 4's executor: its proxy variables are Go's).
+pub struct OcMustGather {
+    pub runner: Arc<dyn CommandRunner>,
+}
 
-fn bash(script: &str) -> Result<()> {
-    let out = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .output()
-        .with_context(|| format!("running bash -c {script:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "bash -c {script:?}: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+impl OcMustGather {
+    fn bash(&self, script: &str) -> Result<()> {
+        self.runner
+            .run("bash", &["-c", script])
+            .map(drop)
+            .map_err(|e| anyhow!("{e}"))
     }
-    Ok(())
 }
 
 /// The first directory named `must-gather*` under `dir` (depth-first, names sorted).
@@ -130,11 +127,11 @@ impl MustGatherRunner for OcMustGather {
         for img in images {
             cmd.push_str(&format!(" --image={img}"));
         }
-        bash(&cmd)?;
+        self.bash(&cmd)?;
         let found = find_must_gather_dir(work_dir)
             .with_context(|| format!("no must-gather directory in {}", work_dir.display()))?;
         let base = found.file_name().unwrap_or_default().to_string_lossy();
-        bash(&format!(
+        self.bash(&format!(
             "cd {} && tar zcf {MUST_GATHER_ENTRY} {base}",
             work_dir.display()
         ))?;
