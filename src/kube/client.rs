@@ -1,12 +1,10 @@
 //! [`super::KubeApi`] over kube-rs, built from the kubeconfig bootkube writes
 //! (`/opt/openshift/auth/kubeconfig`).
 //!
-//! The trait is synchronous: the client owns a current-thread tokio runtime and blocks on it for
-//! each call. It must therefore be created and used outside any async runtime (from plain threads
-//! of the flows); doing otherwise returns an error instead of panicking. Every call opens its own
-//! connection (`Connection: close`): the flows poll every few seconds, and a pooled connection
-//! idles unseen between calls.
+//! The trait is synchronous: the transport is [`super::blocking::BlockingKube`] (its own runtime,
+//! blocked on for each call, outside any async runtime; a connection per call).
 
+use super::blocking::BlockingKube;
 use super::{role_label, EventInfo, KubeApi, NodeInfo, PodInfo};
 use crate::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
 use crate::config::Role;
@@ -15,15 +13,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Taint};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, LogParams, Patch, PatchParams,
 };
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::config::Kubeconfig;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-/// Time to establish a connection (TCP and TLS) to the API server.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time to wait for a response; the flows poll, so a hung call must not block them for long.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Attempts of the read-modify-write of a node's taints when the node changed in between (409).
@@ -35,77 +30,32 @@ const MACHINE_CONFIG_KIND: &str = "MachineConfig";
 const MACHINE_CONFIG_PLURAL: &str = "machineconfigs";
 
 /// A Kubernetes API client for the bootstrap and single-node flows.
+#[derive(Debug)]
 pub struct KubeClient {
-    runtime: tokio::runtime::Runtime,
-    client: Client,
-    server: String,
-}
-
-impl std::fmt::Debug for KubeClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeClient")
-            .field("server", &self.server)
-            .finish_non_exhaustive()
-    }
+    kube: BlockingKube,
 }
 
 impl KubeClient {
     /// Load a kubeconfig (its current context) and build a client for its cluster: https with
     /// `certificate-authority-data` and client certificate/key data as bootkube writes them, or
-    /// plain http without credentials (tests).
-    ///
-    /// The API is always reached directly: `HTTPS_PROXY`/`HTTP_PROXY` from the environment are not
-    /// applied to it (the cluster's internal API is on the machine network).
+    /// plain http without credentials (tests). The API is always reached directly (see
+    /// [`BlockingKube`]).
     pub fn from_kubeconfig(path: &Path) -> Result<KubeClient> {
-        ensure_outside_runtime().context("creating the Kubernetes client")?;
         let kubeconfig = Kubeconfig::read_from(path)
             .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("building the runtime of the Kubernetes client")?;
-        let (client, server) = runtime
-            .block_on(async {
-                let mut config =
-                    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                        .await
-                        .context("loading the kubeconfig")?;
-                if config.root_cert.as_ref().is_some_and(Vec::is_empty) {
-                    bail!("the certificate authority of the cluster holds no PEM certificate");
-                }
-                config.proxy_url = None;
-                config.connect_timeout = Some(CONNECT_TIMEOUT);
-                config.read_timeout = Some(READ_TIMEOUT);
-                config.reset_reader_on_write = true;
-                // A fresh connection per call: between calls nothing drives the runtime, so a pooled
-                // connection closed meanwhile by the server or a load balancer would go unnoticed
-                // and fail the next call ("connection closed before message completed").
-                config.headers.push((
-                    http::header::CONNECTION,
-                    http::HeaderValue::from_static("close"),
-                ));
-                let server = config.cluster_url.to_string();
-                let client = Client::try_from(config).context("building the client")?;
-                anyhow::Ok((client, server))
-            })
+        let kube = BlockingKube::new(kubeconfig, READ_TIMEOUT)
             .with_context(|| format!("kubeconfig {}", path.display()))?;
-        tracing::debug!(server = %server, "Kubernetes client ready");
-        Ok(KubeClient {
-            runtime,
-            client,
-            server,
-        })
+        Ok(KubeClient { kube })
     }
 
     /// The API server URL of the kubeconfig's current context.
     pub fn server(&self) -> &str {
-        &self.server
+        self.kube.server()
     }
 
     /// Run one request on the client's runtime.
     fn block_on<F: Future>(&self, fut: F) -> Result<F::Output> {
-        ensure_outside_runtime()?;
-        Ok(self.runtime.block_on(fut))
+        self.kube.block_on(fut)
     }
 
     /// Run one request; errors (including being called inside a runtime) carry `what`.
@@ -118,7 +68,7 @@ impl KubeClient {
     }
 
     fn nodes(&self) -> Api<Node> {
-        Api::all(self.client.clone())
+        Api::all(self.kube.client().clone())
     }
 
     fn remove_taint_once(&self, api: &Api<Node>, node: &str, key: &str) -> Result<RemoveOutcome> {
@@ -145,13 +95,6 @@ impl KubeClient {
 enum RemoveOutcome {
     Done,
     Conflict,
-}
-
-fn ensure_outside_runtime() -> Result<()> {
-    if tokio::runtime::Handle::try_current().is_ok() {
-        bail!("the Kubernetes client blocks and must not be used inside an async runtime");
-    }
-    Ok(())
 }
 
 fn node_info(node: &Node) -> NodeInfo {
@@ -213,7 +156,7 @@ impl KubeApi for KubeClient {
     }
 
     fn list_events(&self, namespace: &str) -> Result<Vec<EventInfo>> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<Event> = Api::namespaced(self.kube.client().clone(), namespace);
         let list = self.call(api.list(&ListParams::default()), || {
             format!("listing events in namespace {namespace}")
         })?;
@@ -225,7 +168,7 @@ impl KubeApi for KubeClient {
         namespace: &str,
         name: &str,
     ) -> Result<Option<BTreeMap<String, String>>> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<ConfigMap> = Api::namespaced(self.kube.client().clone(), namespace);
         let cm = self.call(api.get_opt(name), || {
             format!("reading ConfigMap {namespace}/{name}")
         })?;
@@ -239,7 +182,7 @@ impl KubeApi for KubeClient {
             MACHINE_CONFIG_KIND,
         );
         let resource = ApiResource::from_gvk_with_plural(&gvk, MACHINE_CONFIG_PLURAL);
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let api: Api<DynamicObject> = Api::all_with(self.kube.client().clone(), &resource);
         let mc = self.call(api.get_opt(name), || {
             format!("reading MachineConfig {name}")
         })?;
@@ -247,7 +190,7 @@ impl KubeApi for KubeClient {
     }
 
     fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<PodInfo>> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<Pod> = Api::namespaced(self.kube.client().clone(), namespace);
         let params = ListParams::default().labels(label_selector);
         let list = self.call(api.list(&params), || {
             format!("listing pods {label_selector} in namespace {namespace}")
@@ -256,7 +199,7 @@ impl KubeApi for KubeClient {
     }
 
     fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<Pod> = Api::namespaced(self.kube.client().clone(), namespace);
         let params = LogParams {
             since_seconds,
             ..LogParams::default()

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::config::Role;
 
+pub mod blocking;
 pub mod client;
 pub mod dry_cluster;
 pub mod install_config;

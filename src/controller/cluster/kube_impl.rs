@@ -3,18 +3,17 @@
 //! declared there is what is sent. Objects come back as JSON and pure parsers take out the fields
 //! the tasks read; BareMetalHosts stay whole.
 //!
-//! Like `kube::client::KubeClient`, the trait is synchronous: the client owns a current-thread
-//! tokio runtime and blocks on it for each call (callable from several threads at once; never
-//! from inside a runtime), and every call opens its own connection (`Connection: close`).
+//! Like `kube::client::KubeClient`, the trait is synchronous, on the same transport
+//! ([`crate::kube::blocking::BlockingKube`]: its own runtime blocked on for each call, callable
+//! from several threads at once, never from inside a runtime; a connection per call).
 
+use crate::kube::blocking::BlockingKube;
 use anyhow::{anyhow, bail, Context, Result};
 use http::{Method, Request};
 use k8s_openapi::jiff;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::config::Kubeconfig;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -38,7 +37,6 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 pub const SERVICE_HOST_ENV: &str = "KUBERNETES_SERVICE_HOST";
 pub const SERVICE_PORT_ENV: &str = "KUBERNETES_SERVICE_PORT";
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time to wait for a response (a full pod log included).
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -47,25 +45,9 @@ const MERGE_PATCH: &str = "application/merge-patch+json";
 const JSON_PATCH: &str = "application/json-patch+json";
 
 /// The controller's Kubernetes client.
+#[derive(Debug)]
 pub struct KubeCluster {
-    runtime: tokio::runtime::Runtime,
-    client: Client,
-    server: String,
-}
-
-impl std::fmt::Debug for KubeCluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeCluster")
-            .field("server", &self.server)
-            .finish_non_exhaustive()
-    }
-}
-
-fn ensure_outside_runtime() -> Result<()> {
-    if tokio::runtime::Handle::try_current().is_ok() {
-        bail!("the Kubernetes client blocks and must not be used inside an async runtime");
-    }
-    Ok(())
+    kube: BlockingKube,
 }
 
 impl KubeCluster {
@@ -139,52 +121,14 @@ impl KubeCluster {
     }
 
     fn from_loaded(kubeconfig: Kubeconfig) -> Result<KubeCluster> {
-        let runtime = runtime()?;
-        let config = runtime
-            .block_on(Config::from_custom_kubeconfig(
-                kubeconfig,
-                &KubeConfigOptions::default(),
-            ))
-            .context("loading the kubeconfig")?;
-        KubeCluster::build(runtime, config)
-    }
-
-    fn build(runtime: tokio::runtime::Runtime, mut config: Config) -> Result<KubeCluster> {
-        if config.root_cert.as_ref().is_some_and(Vec::is_empty) {
-            bail!("the certificate authority of the cluster holds no PEM certificate");
-        }
-        // The API server is reached directly, not through the cluster-wide proxy the controller
-        // puts into its environment.
-        config.proxy_url = None;
-        config.connect_timeout = Some(CONNECT_TIMEOUT);
-        config.read_timeout = Some(READ_TIMEOUT);
-        // Nothing drives the runtime between calls: a pooled connection closed meanwhile would
-        // fail the next call, so each call has its own.
-        config.headers.push((
-            http::header::CONNECTION,
-            http::HeaderValue::from_static("close"),
-        ));
-        let server = config.cluster_url.to_string();
-        let client = {
-            let _guard = runtime.enter();
-            Client::try_from(config).context("building the Kubernetes client")?
-        };
-        tracing::debug!(server = %server, "controller Kubernetes client ready");
         Ok(KubeCluster {
-            runtime,
-            client,
-            server,
+            kube: BlockingKube::new(kubeconfig, READ_TIMEOUT)?,
         })
     }
 
     /// The API server's URL.
     pub fn server(&self) -> &str {
-        &self.server
-    }
-
-    fn block_on<F: Future>(&self, fut: F) -> Result<F::Output> {
-        ensure_outside_runtime()?;
-        Ok(self.runtime.block_on(fut))
+        self.kube.server()
     }
 
     /// Send one request; the answer's body as text. An API error answer becomes an [`ApiError`].
@@ -217,7 +161,10 @@ impl KubeCluster {
             .header(http::header::ACCEPT, "application/json, */*")
             .body(bytes)
             .with_context(|| format!("building the request {uri}"))?;
-        match self.block_on(self.client.request_text(request))? {
+        match self
+            .kube
+            .block_on(self.kube.client().request_text(request))?
+        {
             Ok(text) => Ok(text),
             Err(kube::Error::Api(status)) => {
                 Err(ApiError::new(status.code, &status.reason, &status.message).into())
@@ -274,14 +221,6 @@ impl KubeCluster {
         self.send(Method::PATCH, &path, &[], Some((content_type, body)))
             .map(drop)
     }
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    ensure_outside_runtime().context("creating the Kubernetes client")?;
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("building the runtime of the Kubernetes client")
 }
 
 /// Percent-encode a query value (everything but RFC 3986 unreserved characters).
