@@ -164,6 +164,39 @@ impl MemoryService {
         self.state().calls.clone()
     }
 
+    /// The finalizing stages reported so far, in order.
+    pub fn finalizing_stages(&self) -> Vec<FinalizingStage> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                ServiceCall::UpdateFinalizingStage(s) => Some(s),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The `complete-installation` bodies sent so far, in order.
+    pub fn completions(&self) -> Vec<CompletionParams> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                ServiceCall::CompleteInstallation(p) => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The operator reports sent so far, in order.
+    pub fn operator_reports(&self) -> Vec<OperatorMonitorReport> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                ServiceCall::ReportOperatorStatus(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The operationIds of the calls so far, in order.
     pub fn operations(&self) -> Vec<&'static str> {
         self.state()

@@ -164,35 +164,10 @@ fn record(name: &str, status: &str) -> MonitoredOperator {
     }
 }
 
-fn stages(svc: &MemoryService) -> Vec<FinalizingStage> {
-    svc.calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            ServiceCall::UpdateFinalizingStage(s) => Some(s),
-            _ => None,
-        })
-        .collect()
-}
-
-fn completions(svc: &MemoryService) -> Vec<CompletionParams> {
-    svc.calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            ServiceCall::CompleteInstallation(p) => Some(p),
-            _ => None,
-        })
-        .collect()
-}
-
 fn reports(svc: &MemoryService) -> Vec<(String, Option<OperatorStatus>, String, String)> {
-    svc.calls()
+    svc.operator_reports()
         .into_iter()
-        .filter_map(|c| match c {
-            ServiceCall::ReportOperatorStatus(r) => {
-                Some((r.name, r.status, r.status_info, r.version))
-            }
-            _ => None,
-        })
+        .map(|r| (r.name, r.status, r.status_info, r.version))
         .collect()
 }
 
@@ -260,7 +235,7 @@ fn post_install_with_cvo_succeeds() {
     assert_eq!(get_clusters(&svc), 3);
     assert_eq!(olm_calls, 1);
     assert_eq!(
-        stages(&svc),
+        svc.finalizing_stages(),
         [
             FinalizingStage::WaitingForClusterOperators,
             FinalizingStage::AddingRouterCa,
@@ -279,7 +254,7 @@ fn post_install_with_cvo_succeeds() {
     assert!(svc
         .calls()
         .contains(&ServiceCall::UploadIngressCert("CA".into())));
-    assert_eq!(completions(&svc), [ok.clone(), ok]);
+    assert_eq!(svc.completions(), [ok.clone(), ok]);
     assert!(!status.has_error());
     // Completion comes after the Done stage.
     let ops = svc.operations();
@@ -357,8 +332,11 @@ fn post_install_cluster_operators_timeout_sends_the_report() {
         serde_json::json!({"name": "authentication", "status": "failed",
             "status_info": "This is a test message"})
     );
-    assert_eq!(stages(&svc), [FinalizingStage::WaitingForClusterOperators]);
-    assert_eq!(completions(&svc).len(), 1);
+    assert_eq!(
+        svc.finalizing_stages(),
+        [FinalizingStage::WaitingForClusterOperators]
+    );
+    assert_eq!(svc.completions().len(), 1);
     assert!(status.has_error());
     assert_eq!(cluster.count("get_config_map"), 0);
 }
@@ -411,7 +389,7 @@ fn post_install_router_ca_stopped_still_sends_one_completion() {
         }
     );
     assert_eq!(
-        stages(&svc),
+        svc.finalizing_stages(),
         [
             FinalizingStage::WaitingForClusterOperators,
             FinalizingStage::AddingRouterCa
@@ -419,7 +397,7 @@ fn post_install_router_ca_stopped_still_sends_one_completion() {
     );
     // 0 s, 10 s, … 290 s: 30 reads, then the stop.
     assert_eq!(cluster.count("get_config_map"), 30);
-    assert_eq!(completions(&svc).len(), 1);
+    assert_eq!(svc.completions().len(), 1);
     assert!(status.has_error());
 }
 
@@ -454,7 +432,7 @@ fn stage_reports_retry_every_30_s_until_they_go_through() {
         FinalizingStage::AddingRouterCa,
         GENERAL_WAIT_INTERVAL,
     );
-    assert_eq!(stages(&svc).len(), 4);
+    assert_eq!(svc.finalizing_stages().len(), 4);
     assert_eq!(clock.elapsed(), Duration::from_secs(90));
 }
 
@@ -638,7 +616,7 @@ fn post_install_rides_out_many_console_failures() {
             String::new()
         )]
     );
-    assert_eq!(completions(&svc).len(), 2);
+    assert_eq!(svc.completions().len(), 2);
     assert_eq!(
         clock.elapsed(),
         9 * CLUSTER_OPERATORS_INTERVAL + CLUSTER_OPERATORS_INTERVAL,
@@ -685,12 +663,15 @@ fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion()
         "Stopped waiting for cluster operators to be available: context canceled"
     );
     assert!(params.data.is_some());
-    assert_eq!(completions(&svc).len(), 1);
+    assert_eq!(svc.completions().len(), 1);
     assert_eq!(
         cluster.count("get_cluster_operator"),
         30,
         "one round a minute"
     );
-    assert_eq!(stages(&svc), [FinalizingStage::WaitingForClusterOperators]);
+    assert_eq!(
+        svc.finalizing_stages(),
+        [FinalizingStage::WaitingForClusterOperators]
+    );
     assert!(status.has_error());
 }

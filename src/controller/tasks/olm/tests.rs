@@ -79,26 +79,6 @@ impl Recorder {
     }
 }
 
-fn stages(svc: &MemoryService) -> Vec<FinalizingStage> {
-    svc.calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            ServiceCall::UpdateFinalizingStage(s) => Some(s),
-            _ => None,
-        })
-        .collect()
-}
-
-fn reports(svc: &MemoryService) -> Vec<OperatorMonitorReport> {
-    svc.calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            ServiceCall::ReportOperatorStatus(r) => Some(r),
-            _ => None,
-        })
-        .collect()
-}
-
 fn b64(s: &str) -> String {
     crate::flow::bootstrap::data_url::tests::encode_base64(s.as_bytes())
 }
@@ -431,7 +411,7 @@ fn empty_olm_list_reports_only_the_initialization_stage() {
     );
     assert!(out.is_ok());
     assert_eq!(
-        stages(&svc),
+        svc.finalizing_stages(),
         [FinalizingStage::WaitingForOlmOperatorsCsvInitialization]
     );
     assert!(cluster.calls().is_empty());
@@ -467,14 +447,15 @@ fn single_operator_goes_installing_then_succeeded() {
     );
     assert!(out.is_ok(), "{out:?}");
     assert_eq!(
-        stages(&svc),
+        svc.finalizing_stages(),
         [
             FinalizingStage::WaitingForOlmOperatorsCsvInitialization,
             FinalizingStage::ApplyingOlmManifests,
             FinalizingStage::WaitingForOlmOperatorsCsv,
         ]
     );
-    let r: Vec<_> = reports(&svc)
+    let r: Vec<_> = svc
+        .operator_reports()
         .into_iter()
         .map(|r| (r.name, r.version, r.status.unwrap(), r.status_info))
         .collect();
@@ -521,7 +502,7 @@ fn stuck_operator_run(stop: &dyn Stop, svc: &MemoryService, clock: &FakeClock) -
 
 fn assert_marked_once(svc: &MemoryService) {
     assert_eq!(
-        reports(svc),
+        svc.operator_reports(),
         [OperatorMonitorReport {
             name: "lso".into(),
             version: String::new(),
@@ -529,7 +510,7 @@ fn assert_marked_once(svc: &MemoryService) {
             status_info: TIMED_OUT_INFO.into(),
         }]
     );
-    assert_eq!(stages(svc).len(), 3);
+    assert_eq!(svc.finalizing_stages().len(), 3);
 }
 
 #[test]
@@ -635,7 +616,7 @@ fn marking_skips_available_and_failed_operators() {
     svc.set_operators(vec![a, f, p]);
     mark_timed_out(&svc, &status, "4.12").unwrap();
     assert_eq!(status.operators_in_error(), ["p"]);
-    let r = reports(&svc);
+    let r = svc.operator_reports();
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].version, "1.0");
 }
@@ -659,7 +640,7 @@ fn failed_fetch_returns_without_marking() {
         err.to_string(),
         "Failed to fetch monitored operators: context canceled"
     );
-    assert!(reports(&svc).is_empty());
+    assert!(svc.operator_reports().is_empty());
     assert!(status.operators_in_error().is_empty());
     assert_eq!(clock.elapsed(), Duration::from_secs(30), "10 s fetch polls");
 }
