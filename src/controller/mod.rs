@@ -4,9 +4,9 @@
 //! `complete-installation`). The behaviour it reproduces is `assisted-installer-controller-
 //! behaviour.md` in the shared reference; section numbers (§) below are that file's.
 //!
-//! The same binary runs it: `assisted-installer controller`, or the binary invoked under the
-//! name `assisted-installer-controller` (what the Job's image entrypoint runs), both through
-//! `commands::controller::run`.
+//! The same binary runs it: `assisted-installer controller`, the binary invoked under the name
+//! `assisted-installer-controller`, or the binary without any argument (how the Job runs the
+//! image's entrypoint), all through `commands::controller::run`.
 //!
 //! # Layout
 //!
@@ -29,34 +29,22 @@
 //! - `tasks` (`src/controller/tasks/`): one file per task: `ready` (SetReadyState, invoker,
 //!   platform, untaint decision), `dns_fix`, `nodes` and `csr`, `reboots`, `operators`,
 //!   `completion` (post-install, completion body, both completion waits), `logs` (periodic and
-//!   final upload, must-gather), `router_probe`.
+//!   final upload, must-gather), `router_probe`, `olm` (§3.9 and the ABI post-install §3.10),
+//!   `bmh` (§3.11), `labels` (§3.13).
 //! - `cluster` (`src/controller/cluster/`): the narrow Kubernetes API trait the tasks use, its
 //!   kube-rs implementation and an in-memory fake.
 //! - `service` (`src/controller/service/`): the assisted-service calls the controller makes.
 //! - `hosts` (`src/controller/hosts.rs`): the host map and node matching (§3.4).
 //!
-//! # Status
+//! # Entry points and tests
 //!
-//! Exists: configuration, token, shared status, loop helpers, startup steps 1–4, logging, both
-//! entry points (subcommand and argv\[0\] name), the Kubernetes API trait with its client, fake
-//! and RBAC proof, the service calls with their fake, the host map, the tasks of §3.5–§3.8,
-//! §3.12, §3.14 and §3.15, and the whole main sequence (`run`), wired for real in
-//! `commands::controller::run` with Go's exit codes (startup failure 1; done 0; the completion
-//! wait's immediate exit 0). Tested on the fakes: success, cluster in error (failed completion
-//! and must-gather), the immediate exit, ABI single and multi node, a signal (exit 1, no
-//! shutdown step), Proxy failure and no cluster in 70 min.
-//!
-//! Missing:
-//! - OLM operators (§3.9), the ABI post-install (§3.10), BMH updates (§3.11) and node labels
-//!   (§3.13), being built in `tasks/olm.rs`, `tasks/bmh.rs` and `tasks/labels.rs`: until they
-//!   are merged and passed as [`run::ExtraTasks`] by `commands::controller::run`, they are not
-//!   started and a warning says so;
-//! - dry mode (§3.16): no fake Kubernetes API, so `DRY_ENABLE=true` is a startup error saying so;
-//! - `oc` children inherit step 6's proxy variables (Go's executor snapshots the environment
-//!   before step 6);
-//! - the end-to-end tests of issue 13 (the process against the fake service and an HTTP fake
-//!   of the Kubernetes API, success and an operator failure);
-//! - the image's entrypoint arrangement and the README section on the controller.
+//! `commands::controller::run` wires [`run::run`] with the real clients (kube-rs with the
+//! bootstrap kubeconfig or the pod's service account; the assisted-service REST client), `oc`
+//! for must-gather, OLM manifests and reboot counts (with the proxy variables of the start, as
+//! Go's executor), and Go's exit codes (startup failure 1; done 0; the completion wait's
+//! immediate exit 0). Tested on the in-memory fakes and a fake clock (every task and the whole
+//! sequence), on sockets (both clients, request by request), and as a process end to end
+//! (`tests/controller_process.rs`).
 
 pub mod bootstrap;
 pub mod cluster;
