@@ -31,7 +31,8 @@
 //!   `completion` (post-install, completion body, both completion waits), `logs` (periodic and
 //!   final upload, must-gather), `router_probe`.
 //! - `cluster` (`src/controller/cluster/`): the narrow Kubernetes API trait the tasks use, its
-//!   kube-rs implementation and an in-memory fake.
+//!   kube-rs implementation, an in-memory fake, and dry mode's pretend cluster (§3.16: nodes,
+//!   MCS log and Ready nodes from the hosts' reboot markers, every operator available).
 //! - `service` (`src/controller/service/`): the assisted-service calls the controller makes.
 //! - `hosts` (`src/controller/hosts.rs`): the host map and node matching (§3.4).
 //!
@@ -40,7 +41,7 @@
 //! Exists: configuration, token, shared status, loop helpers, startup steps 1–4, logging, both
 //! entry points (subcommand and argv\[0\] name), the Kubernetes API trait with its client, fake
 //! and RBAC proof, the service calls with their fake, the host map, the tasks of §3.5–§3.8,
-//! §3.12, §3.14 and §3.15, and the whole main sequence (`run`), wired for real in
+//! §3.12, §3.14 and §3.15, dry mode's pretend cluster (§3.16), and the whole main sequence (`run`), wired for real in
 //! `commands::controller::run` with Go's exit codes (startup failure 1; done 0; the completion
 //! wait's immediate exit 0). Tested on the fakes: success, cluster in error (failed completion
 //! and must-gather), the immediate exit, ABI single and multi node, a signal (exit 1, no
@@ -51,7 +52,6 @@
 //!   (§3.13), being built in `tasks/olm.rs`, `tasks/bmh.rs` and `tasks/labels.rs`: until they
 //!   are merged and passed as [`run::ExtraTasks`] by `commands::controller::run`, they are not
 //!   started and a warning says so;
-//! - dry mode (§3.16): no fake Kubernetes API, so `DRY_ENABLE=true` is a startup error saying so;
 //! - `oc` children inherit step 6's proxy variables (Go's executor snapshots the environment
 //!   before step 6);
 //! - the end-to-end tests of issue 13 (the process against the fake service and an HTTP fake
