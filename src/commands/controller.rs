@@ -46,8 +46,8 @@ pub fn is_controller_invocation(mut args: impl Iterator<Item = std::ffi::OsStrin
 /// 0 (the Job completes), every error is a startup failure (exit 1: the Job restarts the
 /// container), and the completion wait's `os.Exit(0)` ends the process here at once.
 ///
-/// Dry mode (`DRY_ENABLE=true`, §3.16) has no fake Kubernetes API in this port: step 5 fails
-/// with an error that says so (exit 1) instead of pretending to run.
+/// Dry mode (`DRY_ENABLE=true`, §3.16): step 5 builds the pretend cluster of the dry-run hosts
+/// that startup parsed (`controller::cluster::dry`) instead of a client; the service is real.
 ///
 /// The OLM step (§3.9), the ABI post-install task (§3.10), the BMH task (§3.11) and the node
 /// labels (§3.13) are [`ExtraTasks`] of [`run::run`], all given here.
@@ -85,12 +85,13 @@ pub fn run() -> Result<()> {
     };
     let config = started.config;
     let log_file = paths.log_file.clone();
+    let dry_hosts = started.dry_hosts;
     let (kube_config, service_config, service_clock) =
         (config.clone(), config.clone(), clock.clone());
     let controller = Controller {
         config,
         build_cluster: Box::new(move || {
-            bootstrap::kube_cluster(&kube_config, &paths.service_account_dir)
+            bootstrap::kube_cluster(&kube_config, &paths.service_account_dir, &dry_hosts)
         }),
         set_env: Box::new(bootstrap::set_process_env),
         build_service: Box::new(move || bootstrap::service_client(&service_config, service_clock)),

@@ -8,15 +8,17 @@
 //! [`kube_cluster`], [`service_client`] and [`set_process_env`] are the real ones. The steps
 //! after them are [`super::run`].
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::cluster::dry::DryCluster;
 use super::cluster::kube_impl::{KubeCluster, BOOTSTRAP_KUBECONFIG};
 use super::cluster::{ClusterApi, ProxyStatus};
 use super::config::ControllerConfig;
 use super::service::{ControllerClient, ControllerService, ControllerServiceConfig};
 use crate::clock::Clock;
+use crate::config::cluster_hosts::ClusterHost;
 
 /// The cluster-scoped `config.openshift.io/v1 Proxy` the controller reads.
 pub const PROXY_NAME: &str = "cluster";
@@ -88,14 +90,20 @@ pub fn connect(
     })
 }
 
-/// Step 5 for real: the SNO kubeconfig if present, else in-cluster (§2.5). Dry mode's fake
-/// Kubernetes (§3.16) is not built.
+/// Step 5 for real: the SNO kubeconfig if present, else the pod's service account in
+/// `service_account_dir` (§2.5); in dry mode (§3.16), the pretend cluster of `dry_hosts`
+/// (startup step 3 parsed them), with no API server.
 pub fn kube_cluster(
     config: &ControllerConfig,
     service_account_dir: &Path,
+    dry_hosts: &[ClusterHost],
 ) -> Result<Arc<dyn ClusterApi>> {
     if config.dry_enable {
-        bail!("dry mode's fake Kubernetes API (DRY_ENABLE) is not built");
+        tracing::info!(
+            "dry mode: a pretend Kubernetes API over {} hosts",
+            dry_hosts.len()
+        );
+        return Ok(Arc::new(DryCluster::new(dry_hosts.to_vec())));
     }
     Ok(Arc::new(KubeCluster::for_controller(
         Path::new(BOOTSTRAP_KUBECONFIG),
@@ -135,6 +143,7 @@ mod tests {
     use crate::controller::cluster::fake::FakeCluster;
     use crate::controller::cluster::ApiError;
     use crate::controller::service::memory::MemoryService;
+    use anyhow::bail;
     use std::sync::Mutex;
 
     fn steps() -> Arc<Mutex<Vec<String>>> {
@@ -277,10 +286,50 @@ mod tests {
         assert!(service_client(&config, Arc::new(FakeClock::new())).is_err());
         config.ca_cert_path = String::new();
         assert!(service_client(&config, Arc::new(FakeClock::new())).is_ok());
-        config.dry_enable = true;
-        let e = kube_cluster(&config, Path::new("/nonexistent"))
-            .err()
+    }
+
+    #[test]
+    fn dry_mode_builds_the_pretend_cluster_of_the_dry_hosts() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("m0.rebooted");
+        std::fs::write(&marker, "").unwrap();
+        let hosts = [ClusterHost {
+            hostname: "m0".into(),
+            ip: "192.0.2.10".into(),
+            reboot_marker_path: marker,
+        }];
+        let env = |k: &str| match k {
+            "CLUSTER_ID" => Some("c-1".to_string()),
+            "INVENTORY_URL" => Some("https://svc:8090".to_string()),
+            "OPENSHIFT_VERSION" => Some("4.17".to_string()),
+            "DRY_ENABLE" => Some("true".to_string()),
+            _ => None,
+        };
+        let config = ControllerConfig::from_env(&env).unwrap();
+        // No API server behind it: the proxy read of step 6 answers at once.
+        let cluster = kube_cluster(&config, Path::new("/nonexistent"), &hosts).unwrap();
+        assert_eq!(
+            cluster.get_proxy(PROXY_NAME).unwrap(),
+            ProxyStatus::default()
+        );
+        let mcs = cluster
+            .list_pods(
+                crate::controller::tasks::nodes::MCS_NAMESPACE,
+                Some(crate::controller::tasks::nodes::MCS_SELECTOR),
+                None,
+            )
             .unwrap();
-        assert!(e.to_string().contains("dry mode"), "{e:#}");
+        assert_eq!(mcs.len(), 1);
+        let log = cluster
+            .pod_log(
+                crate::controller::tasks::nodes::MCS_NAMESPACE,
+                &mcs[0].name,
+                None,
+            )
+            .unwrap();
+        assert!(log.contains("192.0.2.10:"), "{log}");
+        let nodes = cluster.list_nodes(None).unwrap();
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0].name, "m0");
     }
 }

@@ -32,7 +32,8 @@
 //!   final upload, must-gather), `router_probe`, `olm` (§3.9 and the ABI post-install §3.10),
 //!   `bmh` (§3.11), `labels` (§3.13).
 //! - `cluster` (`src/controller/cluster/`): the narrow Kubernetes API trait the tasks use, its
-//!   kube-rs implementation and an in-memory fake.
+//!   kube-rs implementation, an in-memory fake, and dry mode's pretend cluster (§3.16: nodes,
+//!   MCS log and Ready nodes from the hosts' reboot markers, every operator available).
 //! - `service` (`src/controller/service/`): the assisted-service calls the controller makes.
 //! - `hosts` (`src/controller/hosts.rs`): the host map and node matching (§3.4).
 //!
@@ -44,7 +45,8 @@
 //! Go's executor), and Go's exit codes (startup failure 1; done 0; the completion wait's
 //! immediate exit 0). Tested on the in-memory fakes and a fake clock (every task and the whole
 //! sequence), on sockets (both clients, request by request), and as a process end to end
-//! (`tests/controller_process.rs`).
+//! (`tests/controller_process.rs`). Dry mode (§3.16) runs the same sequence on the pretend
+//! cluster of `cluster::dry`.
 
 pub mod bootstrap;
 pub mod cluster;

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{
-    ApiError, ClusterApi, ClusterOperator, ClusterVersion, Condition, Csr, CsrApproval, Csv,
-    InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, Pod, ProxyStatus, Service,
-    Subscription,
+    selector_matches, ApiError, ClusterApi, ClusterOperator, ClusterVersion, Condition, Csr,
+    CsrApproval, Csv, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, Pod,
+    ProxyStatus, Service, Subscription,
 };
 
 /// One recorded call: the trait method's name and its arguments as text.
@@ -74,18 +74,6 @@ impl std::fmt::Debug for FakeCluster {
 
 fn not_found(what: &str) -> anyhow::Error {
     anyhow::Error::new(ApiError::new(404, "NotFound", &format!("{what} not found")))
-}
-
-/// Whether `labels` satisfy a selector of `key` and `key=value` requirements, comma-joined.
-fn selects(selector: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
-    selector.unwrap_or("").split(',').all(|req| {
-        let req = req.trim();
-        match req.split_once('=') {
-            _ if req.is_empty() => true,
-            Some((k, v)) => labels.get(k.trim()).map(String::as_str) == Some(v.trim()),
-            None => labels.contains_key(req),
-        }
-    })
 }
 
 fn opt(s: Option<&str>) -> String {
@@ -346,7 +334,7 @@ impl ClusterApi for FakeCluster {
         Ok(state
             .nodes
             .values()
-            .filter(|n| selects(label_selector, &n.labels))
+            .filter(|n| selector_matches(label_selector, &n.labels))
             .cloned()
             .collect())
     }
@@ -426,7 +414,7 @@ impl ClusterApi for FakeCluster {
         Ok(state
             .pods
             .iter()
-            .filter(|p| p.namespace == namespace && selects(label_selector, &p.labels))
+            .filter(|p| p.namespace == namespace && selector_matches(label_selector, &p.labels))
             .filter(|p| phase.is_none_or(|ph| p.phase == ph))
             .cloned()
             .collect())
@@ -446,7 +434,7 @@ impl ClusterApi for FakeCluster {
         let mut state = self.enter("delete_pods", &[namespace, &opt(label_selector)])?;
         state
             .pods
-            .retain(|p| !(p.namespace == namespace && selects(label_selector, &p.labels)));
+            .retain(|p| !(p.namespace == namespace && selector_matches(label_selector, &p.labels)));
         Ok(())
     }
 

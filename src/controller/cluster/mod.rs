@@ -6,6 +6,8 @@
 //! - [`kube_impl::KubeCluster`]: the real one (kube-rs transport, in-cluster service account or a
 //!   kubeconfig);
 //! - [`fake::FakeCluster`]: in memory, recording every call in order (task tests);
+//! - [`dry::DryCluster`]: dry mode's pretend cluster (`DRY_ENABLE`, §3.16), built from the
+//!   dry-run hosts and their reboot markers;
 //! - [`rbac`]: the API requests each method makes, checked against the controller's ClusterRole.
 //!
 //! Errors the API server answered carry an [`ApiError`] in their chain, so that a task can branch
@@ -17,6 +19,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
+pub mod dry;
 pub mod fake;
 pub mod kube_impl;
 pub mod rbac;
@@ -47,6 +50,21 @@ pub fn api_error_code(err: &anyhow::Error) -> Option<u16> {
     err.chain()
         .find_map(|e| e.downcast_ref::<ApiError>())
         .map(|e| e.code)
+}
+
+/// Whether `labels` satisfy a label selector of `key` and `key=value` requirements,
+/// comma-joined: the forms the controller sends (`node-role.kubernetes.io/master`,
+/// `k8s-app=machine-config-server`). `None` or "" selects everything. The in-memory clusters
+/// (the fake and dry mode's) filter with it; the real API server does its own.
+pub fn selector_matches(selector: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+    selector.unwrap_or("").split(',').all(|req| {
+        let req = req.trim();
+        match req.split_once('=') {
+            _ if req.is_empty() => true,
+            Some((k, v)) => labels.get(k.trim()).map(String::as_str) == Some(v.trim()),
+            None => labels.contains_key(req),
+        }
+    })
 }
 
 /// A condition of a Node, ClusterOperator, ClusterVersion, CSR or Job (absent fields empty).

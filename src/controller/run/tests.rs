@@ -428,3 +428,5 @@ fn a_signal_ends_the_completion_wait_with_an_error_and_no_final_upload() {
     // SetReadyState still made its one attempt (Go's poll always runs once).
     assert_eq!(h.k8s.events().len(), 1);
 }
+
+mod dry;
