@@ -153,18 +153,6 @@ fn cluster(console_fails: bool) -> FakeCluster {
         &format!("{mcs}/machine-config-server-abcde"),
         "I1123 10:00:00.000000       1 api.go:99] Pool worker requested by address:\"192.168.111.23:40548\" User-Agent:\"Ignition/2.14.0\" Accept-Header: \"application/vnd.coreos.ignition+json;version=3.4.0\"\n",
     );
-    let own = "/api/v1/namespaces/assisted-installer/pods";
-    k.put(
-        own,
-        json!({"metadata": {"name": "assisted-installer-controller-x7k2p",
-                            "namespace": "assisted-installer",
-                            "labels": {"job-name": "assisted-installer-controller"}},
-               "status": {"phase": "Running"}}),
-    );
-    k.set_pod_log(
-        &format!("{own}/assisted-installer-controller-x7k2p"),
-        "the controller pod's own log\n",
-    );
     k.put(
         "/apis/config.openshift.io/v1/clusterversions",
         json!({"metadata": {"name": "version"},
@@ -372,8 +360,8 @@ impl Run {
         text
     }
 
-    /// Plays the service and the cluster until the controller exits; `end` is the cluster
-    /// status the service moves to once the console wait has gone on for a while.
+    /// Plays the service and the cluster up to `finalizing`: the worker's node joins once the
+    /// controller reported it `Configuring`, and the cluster finalizes once the masters are done.
     fn play(&mut self) {
         // The worker's Ignition request is in the MCS log: Configuring, then its node joins.
         self.wait_for("the worker Configuring", |r| {

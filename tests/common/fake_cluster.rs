@@ -32,6 +32,32 @@ struct State {
     created: u64,
 }
 
+impl State {
+    /// Stores `object` at `key` with the next resourceVersion; returns what was stored.
+    fn store(&mut self, key: String, mut object: Value) -> Value {
+        self.version += 1;
+        object["metadata"]["resourceVersion"] = json!(self.version.to_string());
+        self.objects.insert(key, object.clone());
+        object
+    }
+
+    /// The keys of the objects `GET collection?query` lists (every namespace's when the
+    /// collection names none).
+    fn matching_keys(&self, collection: &str, query: &[(String, String)]) -> Vec<String> {
+        let cluster_wide = without_namespace(collection) == collection;
+        self.objects
+            .iter()
+            .filter(|(key, object)| {
+                let (of, _, sub) = split(key);
+                sub.is_none()
+                    && (of == collection || (cluster_wide && without_namespace(&of) == collection))
+                    && selected(object, query)
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+}
+
 /// See the module documentation. Clones share the store.
 #[derive(Clone)]
 pub(crate) struct FakeCluster {
@@ -198,31 +224,17 @@ impl FakeCluster {
     }
 
     /// Puts `object` at `collection/<metadata.name>` (replacing any), with a resourceVersion.
-    pub(crate) fn put(&self, collection: &str, mut object: Value) {
+    pub(crate) fn put(&self, collection: &str, object: Value) {
         let name = object["metadata"]["name"]
             .as_str()
             .expect("an object with metadata.name")
             .to_string();
-        let mut st = self.state();
-        st.version += 1;
-        object["metadata"]["resourceVersion"] = json!(st.version.to_string());
-        st.objects.insert(format!("{collection}/{name}"), object);
+        self.state().store(format!("{collection}/{name}"), object);
     }
 
     /// The object at `path`.
     pub(crate) fn get(&self, path: &str) -> Option<Value> {
         self.state().objects.get(path).cloned()
-    }
-
-    /// The objects right under `collection` (no selectors).
-    pub(crate) fn list(&self, collection: &str) -> Vec<Value> {
-        let prefix = format!("{collection}/");
-        self.state()
-            .objects
-            .iter()
-            .filter(|(k, _)| k.strip_prefix(&prefix).is_some_and(|n| !n.contains('/')))
-            .map(|(_, v)| v.clone())
-            .collect()
     }
 
     /// The log `GET {pod}/log` answers, `pod` being the pod's object path.
@@ -245,7 +257,11 @@ impl FakeCluster {
                 None => status(404, "NotFound", &format!("{key} not found")),
             },
             ("GET", None, _) => {
-                let items = self.matching(&st, &collection, &query);
+                let items: Vec<Value> = st
+                    .matching_keys(&collection, &query)
+                    .iter()
+                    .map(|key| st.objects[key].clone())
+                    .collect();
                 let version = st.version.to_string();
                 Reply::json(
                     200,
@@ -273,20 +289,13 @@ impl FakeCluster {
                 if st.objects.contains_key(&key) {
                     return status(409, "AlreadyExists", &format!("{key} already exists"));
                 }
-                st.version += 1;
-                object["metadata"]["resourceVersion"] = json!(st.version.to_string());
-                st.objects.insert(key, object.clone());
-                Reply::json(201, &object)
+                Reply::json(201, &st.store(key, object))
             }
             ("PUT", Some(key), _) => {
                 if !st.objects.contains_key(&key) {
                     return status(404, "NotFound", &format!("{key} not found"));
                 }
-                let mut object = req.body_json();
-                st.version += 1;
-                object["metadata"]["resourceVersion"] = json!(st.version.to_string());
-                st.objects.insert(key, object.clone());
-                Reply::json(200, &object)
+                Reply::json(200, &st.store(key, req.body_json()))
             }
             ("PATCH", Some(key), _) => {
                 let Some(mut object) = st.objects.get(&key).cloned() else {
@@ -303,53 +312,20 @@ impl FakeCluster {
                 } else {
                     return status(415, "UnsupportedMediaType", kind);
                 }
-                st.version += 1;
-                object["metadata"]["resourceVersion"] = json!(st.version.to_string());
-                st.objects.insert(key, object.clone());
-                Reply::json(200, &object)
+                Reply::json(200, &st.store(key, object))
             }
             ("DELETE", Some(key), None) => match st.objects.remove(&key) {
                 Some(object) => Reply::json(200, &object),
                 None => status(404, "NotFound", &format!("{key} not found")),
             },
             ("DELETE", None, _) => {
-                let doomed: Vec<String> = self
-                    .matching_keys(&st, &collection, &query)
-                    .into_iter()
-                    .collect();
-                for key in doomed {
+                for key in st.matching_keys(&collection, &query) {
                     st.objects.remove(&key);
                 }
                 Reply::json(200, &json!({"kind": "Status", "status": "Success"}))
             }
             _ => status(405, "MethodNotAllowed", &req.path),
         }
-    }
-
-    fn matching_keys(
-        &self,
-        st: &State,
-        collection: &str,
-        query: &[(String, String)],
-    ) -> Vec<String> {
-        let cluster_wide = without_namespace(collection) == collection;
-        st.objects
-            .iter()
-            .filter(|(key, object)| {
-                let (of, _, sub) = split(key);
-                sub.is_none()
-                    && (of == collection || (cluster_wide && without_namespace(&of) == collection))
-                    && selected(object, query)
-            })
-            .map(|(key, _)| key.clone())
-            .collect()
-    }
-
-    fn matching(&self, st: &State, collection: &str, query: &[(String, String)]) -> Vec<Value> {
-        self.matching_keys(st, collection, query)
-            .iter()
-            .map(|key| st.objects[key].clone())
-            .collect()
     }
 }
 
