@@ -218,6 +218,85 @@ fn a_corrupt_byte_fails_the_digest_and_leaves_an_empty_gpt() {
     }
 }
 
+/// The partitions the kernel has for `dev` (from sysfs): number, byte offset, byte length,
+/// and whether its /dev node is there.
+fn kernel_partitions(dev: &LoopDev) -> Vec<(u32, u64, u64, bool)> {
+    let name = dev.path.file_name().unwrap().to_string_lossy().into_owned();
+    let sys = Path::new("/sys/block").join(&name);
+    let num = |p: &Path| -> u64 {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let mut parts: Vec<_> = std::fs::read_dir(&sys)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("partition").exists())
+        .map(|e| {
+            let dir = e.path();
+            let node = Path::new("/dev").join(e.file_name());
+            (
+                num(&dir.join("partition")) as u32,
+                num(&dir.join("start")) * 512,
+                num(&dir.join("size")) * 512,
+                node.exists(),
+            )
+        })
+        .collect();
+    parts.sort();
+    parts
+}
+
+/// This kernel parses no partition table: the nodes after a write are the writer's. They stay
+/// after a successful install (the steps after the write and the user's tools need them), at
+/// the table's offsets, and go with a failed one (no node for a partition the disk lost).
+#[test]
+fn partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one() {
+    if !have_root("partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one") {
+        return;
+    }
+    let set = images(4096);
+    let dev = LoopDev::new(set.raw.size + 16 * MIB, 4096);
+    let out = write_image(
+        &[
+            "--image-file",
+            set.raw.path.to_str().unwrap(),
+            "--sha256",
+            &set.raw.sha256,
+        ],
+        &dev.path,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let want: Vec<_> = set
+        .spec
+        .partitions()
+        .iter()
+        .map(|p| (p.number, p.offset, p.size, true))
+        .collect();
+    assert_eq!(kernel_partitions(&dev), want, "{}", text(&out));
+
+    // The same disk again, with an image that fails its digest half-way.
+    let srv = TestServer::start();
+    srv.route(
+        "/img.raw",
+        Route::file(&set.raw.path).with_sticky(vec![Fault::CorruptByte(set.raw.size / 2)]),
+    );
+    let out = write_image(
+        &[
+            "--image-url",
+            &srv.url("/img.raw"),
+            "--sha256",
+            &set.raw.sha256,
+        ],
+        &dev.path,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_empty_gpt(&dev, 4096);
+    assert_eq!(kernel_partitions(&dev), vec![], "{}", text(&out));
+}
+
 #[test]
 fn a_mounted_device_is_refused_naming_the_mountpoint() {
     if !have_root("a_mounted_device_is_refused_naming_the_mountpoint") {

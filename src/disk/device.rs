@@ -4,12 +4,12 @@
 
 use anyhow::{bail, Context, Result};
 use std::fs::{File, OpenOptions};
-use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::holders;
+use super::partitions;
 use super::sys;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,11 +64,26 @@ impl Device {
     }
 
     fn open_block(path: &Path) -> Result<Device> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_EXCL | libc::O_DIRECT | libc::O_CLOEXEC)
-            .open(path);
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_EXCL | libc::O_DIRECT | libc::O_CLOEXEC)
+                .open(path)
+        };
+        let file = match open() {
+            // A device-mapper disk (multipath, linear) held by nothing but its own partition
+            // maps is ours to take, as coreos-installer takes a /dev/dm-* target: the maps are
+            // removed here and made again from the new table after the write.
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY)
+                    && partitions::release_own_maps(path)
+                        .with_context(|| format!("cannot use {}", path.display()))? =>
+            {
+                open()
+            }
+            other => other,
+        };
         let file = match file {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
@@ -189,15 +204,6 @@ impl Device {
         self.file
             .sync_all()
             .with_context(|| format!("fsync of {}", self.path.display()))
-    }
-
-    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.file.as_fd()
-    }
-
-    /// Ask the kernel to re-read the partition table (block devices only).
-    pub fn reread_partitions(&self) -> io::Result<()> {
-        sys::reread_partitions(self.file.as_fd())
     }
 
     /// `major:minor` of a block device.

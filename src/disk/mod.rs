@@ -3,16 +3,19 @@
 pub(crate) mod boot;
 pub(crate) mod device;
 pub(crate) mod direct;
+mod dm;
 pub mod gpt;
 pub(crate) mod holders;
 pub(crate) mod loopdev;
 pub(crate) mod mount;
+mod partition_maps;
 pub(crate) mod partitions;
 pub(crate) mod probe;
 pub(crate) mod saved;
 mod sys;
 mod sysfs;
 pub(crate) mod table;
+mod udev;
 mod windows;
 
 pub use device::{Device, DeviceBusy, DeviceKind};

@@ -1,10 +1,13 @@
-//! Make the partitions of a freshly written disk appear as device nodes without udev.
+//! Make the partitions of a freshly written disk appear as device nodes without udev, and keep
+//! the kernel's view in step with the table on the disk.
 //!
 //! `BLKRRPART` asks the kernel to parse the table, but kernels built without partition-table
 //! parsers (and some container setups) succeed without creating anything. So after the reread
 //! we compare what sysfs shows with our own GPT parse, and add what is missing (or wrong) with
 //! `BLKPG`, as `partx -a` does. devtmpfs then creates the nodes; where /dev is not devtmpfs we
-//! create them ourselves. udev is used only when it runs, and only to settle.
+//! create them ourselves. udev is used only when it runs, and only to settle. Device-mapper
+//! disks (multipath, linear) have no kernel partitions at all: they get kpartx-style partition
+//! maps (`partition_maps`).
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -12,39 +15,12 @@ use std::time::Duration;
 
 use crate::clock::{Failure, NeverStop, Schedule, WaitError, SYSTEM_CLOCK};
 
-use super::device::Device;
+use super::partition_maps::{self, DmDisk};
 use super::sys;
 use super::sysfs::{self, KernelPartition};
-use super::table;
+use super::udev::settle_udev;
 
-/// A partition as our own parse of the GPT sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct PartitionSpec {
-    pub number: u32,
-    /// Byte offset and length on the disk.
-    pub start: u64,
-    pub length: u64,
-    /// GPT partition name (PARTLABEL).
-    pub label: String,
-}
-
-impl PartitionSpec {
-    /// The used entries of a GPT, numbered as the kernel numbers them (1-based).
-    pub(crate) fn from_gpt(gpt: &gptman::GPT) -> Vec<PartitionSpec> {
-        gpt.iter()
-            .filter(|(_, p)| p.is_used())
-            .map(|(n, p)| {
-                let bytes = table::byte_range(p, gpt.sector_size);
-                PartitionSpec {
-                    number: n,
-                    start: bytes.start,
-                    length: bytes.end - bytes.start,
-                    label: p.partition_name.as_str().to_string(),
-                }
-            })
-            .collect()
-    }
-}
+pub(crate) use super::table::PartitionSpec;
 
 /// Node name of partition `n` of disk `disk`: a `p` goes between when the disk name ends in a
 /// digit (loop0p3, nvme0n1p3, mmcblk0p3), not otherwise (sda3, vda3).
@@ -82,12 +58,21 @@ pub(crate) fn reconcile(
     (delete, add)
 }
 
+/// What we changed in the kernel to get a disk's partition nodes, so it can be undone.
+#[derive(Debug)]
+enum Changes {
+    /// Partitions added with BLKPG.
+    Blkpg(Vec<u32>),
+    /// The device-mapper partition maps now on the disk (made or given a new table).
+    DmMaps(Vec<String>),
+}
+
 /// The partition nodes of a disk, and what we changed to get them.
 #[derive(Debug)]
 pub(crate) struct PartitionNodes {
+    disk: PathBuf,
     nodes: Vec<(u32, PathBuf)>,
-    /// Partitions we added with BLKPG; removed again by `release`.
-    added: Vec<u32>,
+    changes: Changes,
     /// Nodes we created with mknod because /dev did not.
     made: Vec<PathBuf>,
 }
@@ -100,42 +85,79 @@ impl PartitionNodes {
             .map(|(_, p)| p.as_path())
     }
 
-    /// Undo what we did: the kernel would not have these partitions on its own (it did not
-    /// create them on reread), so leaving our additions would leave it believing in a layout
-    /// nobody will keep in sync when the disk is written again.
-    pub(crate) fn release(self, dev: &Device) -> Result<()> {
+    /// Undo what we did, while the partition table is not the one on the disk yet (the
+    /// post-install steps run before the commit): the kernel must not keep partitions for a
+    /// table that may never be written, and device-mapper maps would keep the disk from being
+    /// opened exclusively again.
+    pub(crate) fn release(self) -> Result<()> {
         for p in &self.made {
             let _ = std::fs::remove_file(p);
         }
-        for n in self.added.iter().rev() {
-            dev.delete_partition(*n)
-                .with_context(|| format!("removing partition {n} of {}", dev.path().display()))?;
+        match &self.changes {
+            Changes::Blkpg(added) => {
+                let view = KernelView::open(&self.disk)?;
+                for n in added.iter().rev() {
+                    sys::delete_partition(view.fd(), *n).with_context(|| {
+                        format!("removing partition {n} of {}", self.disk.display())
+                    })?;
+                }
+                Ok(())
+            }
+            Changes::DmMaps(names) => partition_maps::remove(names),
         }
-        Ok(())
     }
 }
 
-fn sys_dir(dev: &Device) -> Result<PathBuf> {
-    let (maj, min) = dev
-        .devno()
-        .context("partition nodes exist only for block devices")?;
-    sysfs::block_dir(maj, min).with_context(|| format!("finding {} in sysfs", dev.path().display()))
+/// A plain (shared, read-only) descriptor of a disk for the partition ioctls: the writer's own
+/// handle is exclusive, and device-mapper cannot build a map over a disk held that way.
+struct KernelView {
+    file: std::fs::File,
+    path: PathBuf,
+    sys: PathBuf,
+}
+
+impl KernelView {
+    fn open(path: &Path) -> Result<KernelView> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("opening {} to update its partitions", path.display()))?;
+        let meta = file.metadata()?;
+        if !meta.file_type().is_block_device() {
+            bail!(
+                "partition nodes exist only for block devices ({})",
+                path.display()
+            );
+        }
+        let rdev = meta.rdev();
+        let sys = sysfs::block_dir(libc::major(rdev).into(), libc::minor(rdev).into())
+            .with_context(|| format!("finding {} in sysfs", path.display()))?;
+        Ok(KernelView {
+            file,
+            path: path.to_path_buf(),
+            sys,
+        })
+    }
+
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.file.as_fd()
+    }
 }
 
 /// BLKRRPART, retried while the kernel reports the disk busy (a node still closing). EINVAL
 /// means the kernel does not scan partitions of this disk at all (a loop device without
 /// partscan, for one): not an error, BLKPG still works there.
-fn reread(dev: &Device) -> Result<()> {
+fn reread(view: &KernelView) -> Result<()> {
     let busy = Schedule::tries(20, Duration::from_millis(100));
     let reread = SYSTEM_CLOCK.retry(
         &NeverStop,
         &busy,
-        |_| match dev.reread_partitions() {
+        |_| match sys::reread_partitions(view.fd()) {
             Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 tracing::debug!(
                     "the kernel does not scan partitions of {} ({e}); adding them ourselves",
-                    dev.path().display()
+                    view.path.display()
                 );
                 Ok(())
             }
@@ -149,46 +171,48 @@ fn reread(dev: &Device) -> Result<()> {
         Err(WaitError::GaveUp { last, .. }) => Err(last).with_context(|| {
             format!(
                 "rereading the partition table of {}: still busy after 2 s",
-                dev.path().display()
+                view.path.display()
             )
         }),
         Err(e) => Err(e.into_anyhow())
-            .with_context(|| format!("rereading the partition table of {}", dev.path().display())),
+            .with_context(|| format!("rereading the partition table of {}", view.path.display())),
     }
 }
 
-/// Let udev catch up when it runs (it may be renaming or probing the new nodes); without
-/// /run/udev there is no udev and nothing to wait for.
-fn settle_udev() {
-    if !Path::new("/run/udev/control").exists() {
-        return;
+/// Make the kernel's partitions of `disk` (a block device) match `want`, and return their
+/// nodes: on an ordinary disk through BLKRRPART, then BLKPG for what the kernel did not create
+/// (kernels without partition-table parsers, loop devices without partscan), removing stale
+/// partitions; on a device-mapper disk (multipath, linear) as kpartx's partition maps. The
+/// caller must not hold `disk` exclusively (device-mapper needs to claim it).
+pub(crate) fn ensure_nodes(disk: &Path, want: &[PartitionSpec]) -> Result<PartitionNodes> {
+    let view = KernelView::open(disk)?;
+    if let Some(dm) = DmDisk::of(&view.sys) {
+        let (nodes, names) = partition_maps::ensure(&dm, want).with_context(|| {
+            format!(
+                "making the partition maps of {} ({})",
+                disk.display(),
+                dm.name
+            )
+        })?;
+        return Ok(PartitionNodes {
+            disk: disk.to_path_buf(),
+            nodes,
+            changes: Changes::DmMaps(names),
+            made: Vec::new(),
+        });
     }
-    let status = std::process::Command::new("udevadm")
-        .args(["settle", "--timeout=30"])
-        .status();
-    if let Err(e) = status {
-        tracing::debug!("udevadm settle: {e}");
-    }
-}
-
-/// Make sure `/dev/<name>` exists for every partition in `want`, adding partitions with BLKPG
-/// where the kernel did not create them.
-pub(crate) fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<PartitionNodes> {
-    let sys = sys_dir(dev)?;
-    let disk_name = sys
+    let disk_name = view
+        .sys
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    reread(dev)?;
+    reread(&view)?;
     settle_udev();
-    let (delete, add) = reconcile(want, &sysfs::partitions(&sys));
+    let (delete, add) = reconcile(want, &sysfs::partitions(&view.sys));
     for n in &delete {
-        tracing::debug!("removing stale partition {n} of {}", dev.path().display());
-        dev.delete_partition(*n).with_context(|| {
-            format!(
-                "BLKPG: removing stale partition {n} of {}",
-                dev.path().display()
-            )
+        tracing::debug!("removing stale partition {n} of {}", disk.display());
+        sys::delete_partition(view.fd(), *n).with_context(|| {
+            format!("BLKPG: removing stale partition {n} of {}", disk.display())
         })?;
     }
     let mut added = Vec::new();
@@ -198,29 +222,28 @@ pub(crate) fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<Parti
             p.number,
             p.length,
             p.start,
-            dev.path().display()
+            disk.display()
         );
-        dev.add_partition(p.number, p.start, p.length)
-            .with_context(|| {
-                format!(
-                    "BLKPG: adding partition {} of {} (the kernel did not create it on reread)",
-                    p.number,
-                    dev.path().display()
-                )
-            })?;
+        sys::add_partition(view.fd(), p.number, p.start, p.length).with_context(|| {
+            format!(
+                "BLKPG: adding partition {} of {} (the kernel did not create it on reread)",
+                p.number,
+                disk.display()
+            )
+        })?;
         added.push(p.number);
     }
     if !add.is_empty() {
         tracing::info!(
             "the kernel did not create the partitions of {}; added {} with BLKPG",
-            dev.path().display(),
+            disk.display(),
             add.len()
         );
         settle_udev();
     }
     let mut nodes = Vec::new();
     let mut made = Vec::new();
-    let have = sysfs::partitions(&sys);
+    let have = sysfs::partitions(&view.sys);
     for w in want {
         let name = have
             .iter()
@@ -240,7 +263,7 @@ pub(crate) fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<Parti
             bail!(
                 "partition {} of {} has no device number in sysfs",
                 w.number,
-                dev.path().display()
+                disk.display()
             );
         };
         // /dev is not devtmpfs (a container with a static /dev): make the node ourselves.
@@ -254,7 +277,34 @@ pub(crate) fn ensure_nodes(dev: &Device, want: &[PartitionSpec]) -> Result<Parti
         made.push(node.clone());
         nodes.push((w.number, node));
     }
-    Ok(PartitionNodes { nodes, added, made })
+    Ok(PartitionNodes {
+        disk: disk.to_path_buf(),
+        nodes,
+        changes: Changes::Blkpg(added),
+        made,
+    })
+}
+
+/// After the partition table on `disk` changed for good (a commit, a reset): leave the kernel
+/// with exactly its partitions and their nodes, as a kernel that parses partition tables
+/// (or kpartx, on a device-mapper disk) would, so the steps after the write, and the user's
+/// own tools, find them.
+pub(crate) fn publish(disk: &Path, table: &[PartitionSpec]) -> Result<Vec<(u32, PathBuf)>> {
+    let nodes = ensure_nodes(disk, table)?;
+    Ok(nodes.nodes)
+}
+
+/// Before an exclusive open of the block device `path`: a device-mapper disk held only by its
+/// own partition maps is released from them (removed; [`publish`] makes them again). Returns
+/// whether anything was removed.
+pub(crate) fn release_own_maps(path: &Path) -> Result<bool> {
+    let Ok(view) = KernelView::open(path) else {
+        return Ok(false);
+    };
+    match DmDisk::of(&view.sys) {
+        Some(dm) => partition_maps::release_own_maps(&dm),
+        None => Ok(false),
+    }
 }
 
 fn wait_for_node(node: &Path, limit: Duration) -> bool {
@@ -267,16 +317,6 @@ fn wait_for_node(node: &Path, limit: Duration) -> bool {
             |_, _| {},
         )
         .is_ok()
-}
-
-impl Device {
-    pub fn add_partition(&self, number: u32, start: u64, length: u64) -> std::io::Result<()> {
-        sys::add_partition(self.fd(), number, start, length)
-    }
-
-    pub fn delete_partition(&self, number: u32) -> std::io::Result<()> {
-        sys::delete_partition(self.fd(), number)
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The block-device ioctls. This is the only module of the crate with `unsafe`: every block
 //! below calls `ioctl(2)` on a descriptor we own, with an argument of exactly the type the
-//! kernel's `include/uapi/linux/fs.h` (and `blkpg.h`) declares for that request.
+//! kernel's `include/uapi/linux/fs.h` (and `blkpg.h`) declares for that request, or, for
+//! device-mapper, a buffer that starts with a `struct dm_ioctl` (`dm-ioctl.h`) and is as long
+//! as that header's `data_size` says.
 // The one module allowed unsafe code (Cargo.toml denies it everywhere else).
 #![allow(unsafe_code)]
 
@@ -87,6 +89,31 @@ pub(super) fn delete_partition(fd: BorrowedFd<'_>, pno: u32) -> io::Result<()> {
     blkpg(fd, BLKPG_DEL_PARTITION, pno, 0, 0)
 }
 
+/// `sizeof(struct dm_ioctl)` in include/uapi/linux/dm-ioctl.h: the size every device-mapper
+/// request number encodes, whatever the length of the buffer that follows the header.
+pub(super) const DM_IOCTL_HEADER: usize = 312;
+
+/// Device-mapper command `cmd` (`DM_DEV_CREATE_CMD`, …) on `/dev/mapper/control`, with `buf`
+/// holding a `struct dm_ioctl` header (its `data_size` no larger than `buf`) and its payload.
+/// The kernel writes its answer back into the same buffer.
+pub(super) fn dm_ioctl(control: BorrowedFd<'_>, cmd: u8, buf: &mut [u8]) -> io::Result<()> {
+    let data_size = buf
+        .get(12..16)
+        .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")) as usize);
+    if buf.len() < DM_IOCTL_HEADER || data_size.is_none_or(|n| n > buf.len() || n < DM_IOCTL_HEADER)
+    {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let request = nix::request_code_readwrite!(0xfd, cmd, DM_IOCTL_HEADER) as ioctl_num_type;
+    // SAFETY: the kernel reads and writes at most `data_size` bytes from the pointer (checked
+    // above to be within `buf`, which we borrow mutably for the call).
+    let rc = unsafe { libc::ioctl(control.as_raw_fd(), request, buf.as_mut_ptr()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Logical sector size (`BLKSSZGET`): the unit O_DIRECT offsets and lengths must be multiples of,
 /// and the LBA size the GPT is written in.
 pub(super) fn logical_sector_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
@@ -140,5 +167,22 @@ mod tests {
     fn computed_request_numbers_are_the_kernels() {
         assert_eq!(BLKGETSIZE64 as u32, 0x8008_1272);
         assert_eq!(BLKPG as u32, 0x1269);
+        // DM_DEV_CREATE = _IOWR(0xfd, 3, struct dm_ioctl).
+        assert_eq!(
+            nix::request_code_readwrite!(0xfd, 3, DM_IOCTL_HEADER) as u32,
+            0xc138_fd03
+        );
+    }
+
+    #[test]
+    fn a_device_mapper_buffer_shorter_than_its_header_is_refused_before_the_call() {
+        let f = tempfile::tempfile().unwrap();
+        let mut short = vec![0u8; 100];
+        let err = dm_ioctl(f.as_fd(), 3, &mut short).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+        let mut lying = vec![0u8; DM_IOCTL_HEADER];
+        lying[12..16].copy_from_slice(&1000u32.to_ne_bytes());
+        let err = dm_ioctl(f.as_fd(), 3, &mut lying).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
     }
 }

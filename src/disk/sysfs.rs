@@ -27,6 +27,27 @@ pub(super) fn devno(dir: &Path) -> Option<(u64, u64)> {
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
+/// The device-mapper name and uuid of a dm device (`dm/name`, `dm/uuid`; the uuid may be
+/// empty); `None` for any other block device.
+pub(super) fn dm_identity(dir: &Path) -> Option<(String, String)> {
+    let name = std::fs::read_to_string(dir.join("dm/name")).ok()?;
+    let uuid = std::fs::read_to_string(dir.join("dm/uuid")).unwrap_or_default();
+    Some((name.trim().to_string(), uuid.trim().to_string()))
+}
+
+/// The kernel names of the entries of a sysfs list directory (`holders`, `slaves`), sorted.
+pub(super) fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 fn read_num(p: &Path) -> Option<u64> {
     std::fs::read_to_string(p).ok()?.trim().parse().ok()
 }
@@ -76,5 +97,26 @@ mod tests {
         assert_eq!(parts[0].start, 2048 * 512);
         assert_eq!(parts[1].length, 16384 * 512);
         assert_eq!(parts[1].devno, Some((259, 2)));
+    }
+
+    #[test]
+    fn device_mapper_identity_and_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(dm_identity(dir.path()), None, "not a dm device");
+        std::fs::create_dir_all(dir.path().join("dm")).unwrap();
+        std::fs::write(dir.path().join("dm/name"), "mpatha\n").unwrap();
+        assert_eq!(
+            dm_identity(dir.path()),
+            Some(("mpatha".into(), String::new()))
+        );
+        std::fs::write(dir.path().join("dm/uuid"), "mpath-3600a\n").unwrap();
+        assert_eq!(
+            dm_identity(dir.path()),
+            Some(("mpatha".into(), "mpath-3600a".into()))
+        );
+        std::fs::create_dir_all(dir.path().join("holders/dm-3")).unwrap();
+        std::fs::create_dir_all(dir.path().join("holders/dm-1")).unwrap();
+        assert_eq!(names_in(&dir.path().join("holders")), ["dm-1", "dm-3"]);
+        assert!(names_in(&dir.path().join("slaves")).is_empty());
     }
 }

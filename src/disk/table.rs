@@ -52,6 +52,35 @@ pub(super) fn byte_range(p: &GPTPartitionEntry, sector_size: u64) -> Range<u64> 
     p.starting_lba * sector_size..(p.ending_lba + 1) * sector_size
 }
 
+/// A partition as our own parse of the GPT sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PartitionSpec {
+    pub number: u32,
+    /// Byte offset and length on the disk.
+    pub start: u64,
+    pub length: u64,
+    /// GPT partition name (PARTLABEL).
+    pub label: String,
+}
+
+impl PartitionSpec {
+    /// The used entries of a GPT, numbered as the kernel numbers them (1-based).
+    pub(crate) fn from_gpt(gpt: &gptman::GPT) -> Vec<PartitionSpec> {
+        gpt.iter()
+            .filter(|(_, p)| p.is_used())
+            .map(|(n, p)| {
+                let bytes = byte_range(p, gpt.sector_size);
+                PartitionSpec {
+                    number: n,
+                    start: bytes.start,
+                    length: bytes.end - bytes.start,
+                    label: p.partition_name.as_str().to_string(),
+                }
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,7 +29,8 @@ struct LsblkDevice {
 
 /// The path of partition `index` (1-based, by position among the children) of the first
 /// device in `lsblk --bytes --json <device>` output: `/dev/<child name>`, or
-/// `/dev/mapper/<child name>` when the disk's type is `mpath`. `device` is only used in error
+/// `/dev/mapper/<child name>` when the disk is a device-mapper disk of type `mpath` or `dm` (a
+/// linear map). `device` is only used in error
 /// messages.
 pub(crate) fn partition_path_from_lsblk(
     lsblk_json: &str,
@@ -54,7 +55,10 @@ pub(crate) fn partition_path_from_lsblk(
     if part.name.is_empty() {
         bail!("partition {index} of device {device} has no name in lsblk output");
     }
-    Ok(if disk.kind.as_deref() == Some("mpath") {
+    // lsblk names device-mapper devices by their map name, whose node is /dev/mapper/<name>.
+    // Go does this for multipath disks only; the appliance's linear `agent` disk (type `dm`)
+    // has its partition maps there too (`/dev/agent4` does not exist).
+    Ok(if matches!(disk.kind.as_deref(), Some("mpath" | "dm")) {
         format!("/dev/mapper/{}", part.name)
     } else {
         format!("/dev/{}", part.name)
@@ -191,7 +195,13 @@ mod tests {
             partition_path_from_lsblk(&dm127, "/dev/dm-127", 3).unwrap(),
             "/dev/mapper/dm-130"
         );
-        // A device-mapper disk that is not multipath keeps /dev/<name>.
+        // The appliance's linear disk and its kpartx-style partition maps, as lsblk names them.
+        let agent = lsblk("agent", "dm", &["agent1", "agent2", "agent3", "agent4"]);
+        assert_eq!(
+            partition_path_from_lsblk(&agent, "/dev/dm-0", 4).unwrap(),
+            "/dev/mapper/agent4"
+        );
+        // An LVM volume keeps /dev/<name>, as in Go.
         let lvm = lsblk("dm-5", "lvm", &["dm-6", "dm-7"]);
         assert_eq!(
             partition_path_from_lsblk(&lvm, "/dev/dm-5", 2).unwrap(),

@@ -1,7 +1,8 @@
 //! The post-install steps on a disk (`postinstall` works on a mounted /boot; this mounts it):
-//! make its partitions appear (BLKRRPART, then BLKPG from our own GPT parse), find /boot by
-//! label, mount it in a private namespace, apply the edits, and put the kernel's view back as
-//! it was. During a write (before the partition table is committed), or on a disk written
+//! make its partitions appear (BLKRRPART, then BLKPG from our own GPT parse, or partition maps
+//! on a device-mapper disk), find /boot by label, mount it in a private namespace, apply the
+//! edits, and put the kernel's view back as it was; and, once a table is on the disk for good,
+//! the kernel's view of it (`show_partitions`). During a write (before the partition table is committed), or on a disk written
 //! earlier (`embed`).
 
 use anyhow::{anyhow, Context, Result};
@@ -11,7 +12,7 @@ use crate::disk::boot::find_boot;
 use crate::disk::gpt::DiskWindows;
 use crate::disk::loopdev::LoopAttachment;
 use crate::disk::mount::with_private_mount;
-use crate::disk::partitions::{ensure_nodes, PartitionSpec};
+use crate::disk::partitions::{ensure_nodes, publish, PartitionSpec};
 use crate::disk::table;
 use crate::disk::{Device, DeviceKind};
 use crate::image::WriteOptions;
@@ -46,41 +47,72 @@ pub(crate) fn apply_to_disk(
 
 fn apply_on_block(dev: Device, table: &[PartitionSpec], post: &PostInstall) -> Result<Device> {
     let boot = find_boot(&dev, table)?;
-    let nodes = ensure_nodes(&dev, table)?;
-    let node = nodes
-        .node(boot.number)
-        .with_context(|| {
-            format!(
-                "no device node for partition {} of {}",
-                boot.number,
-                dev.path().display()
-            )
-        })?
-        .to_path_buf();
     let path = dev.path().to_path_buf();
+    // mount(2) refuses a partition of a disk held with O_EXCL, and device-mapper cannot build
+    // partition maps over one: let go of the disk until the steps are done.
     drop(dev);
-    tracing::info!("applying post-install steps to /boot on {}", node.display());
-    let applied = with_private_mount(&node, boot.fstype.mount_name(), |root| {
-        postinstall::apply(root, post)
-    });
+    let nodes = ensure_nodes(&path, table)?;
+    let applied = match nodes.node(boot.number) {
+        Some(node) => {
+            tracing::info!("applying post-install steps to /boot on {}", node.display());
+            with_private_mount(node, boot.fstype.mount_name(), |root| {
+                postinstall::apply(root, post)
+            })
+            .with_context(|| format!("post-install steps on {}", node.display()))
+        }
+        None => Err(anyhow!(
+            "no device node for partition {} of {}",
+            boot.number,
+            path.display()
+        )),
+    };
+    // The table is not on the disk yet: the kernel must not keep these partitions, and
+    // partition maps would keep the disk from being opened exclusively again.
+    let released = nodes.release();
     let dev = Device::open_for_write(&path)
         .with_context(|| format!("reopening {} after the post-install steps", path.display()))?;
-    let released = nodes.release(&dev);
-    applied.with_context(|| format!("post-install steps on {}", node.display()))?;
+    applied?;
     released?;
     Ok(dev)
 }
 
-/// Best effort, after the final table is on disk: let a kernel that parses partition tables
-/// show it (on one that does not, this drops any partition we added).
-pub(crate) fn refresh_kernel_view(dev: &Device) {
-    if dev.kind() == DeviceKind::Block {
-        if let Err(e) = dev.reread_partitions() {
-            tracing::debug!(
-                "rereading the partition table of {}: {e}",
-                dev.path().display()
-            );
-        }
+/// Once the partition table on `dev` changed for good (written, reset, or a failed write that
+/// left it as it was): let go of the disk and leave the kernel with exactly the partitions of
+/// the table now on it, with their nodes, as a kernel that parses partition tables (or kpartx,
+/// on a device-mapper disk) would. Then `lsblk`, the steps after the write and the user's own
+/// tools find them, and no node is left for a partition that is gone. Best effort: the disk is
+/// what it is whatever the kernel shows, so a failure here is only logged.
+pub(crate) fn show_partitions(dev: Device) {
+    if dev.kind() != DeviceKind::Block {
+        return;
+    }
+    let table = DiskWindows::load(&dev)
+        .and_then(|mut w| Ok(table::read(&mut w, dev.sector_size())?))
+        .map(|gpt| PartitionSpec::from_gpt(&gpt));
+    let path = dev.path().to_path_buf();
+    drop(dev);
+    let table = table.unwrap_or_else(|e| {
+        tracing::debug!("no readable partition table on {}: {e:#}", path.display());
+        Vec::new()
+    });
+    match publish(&path, &table) {
+        Ok(nodes) => tracing::info!(
+            "partitions of {}: {}",
+            path.display(),
+            if nodes.is_empty() {
+                "none".to_string()
+            } else {
+                nodes
+                    .iter()
+                    .map(|(_, n)| n.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+        ),
+        Err(e) => tracing::warn!(
+            "the kernel's partitions of {} could not be brought in line with its partition table ({e:#}); the disk itself is as reported, but steps that look for its partitions may not find them",
+            path.display()
+        ),
     }
 }
 
@@ -108,7 +140,7 @@ pub(crate) fn apply_to_written_disk(
     match apply_to_disk(dev, &table, ss, post) {
         Ok(dev) => {
             dev.sync()?;
-            refresh_kernel_view(&dev);
+            show_partitions(dev);
             Ok(())
         }
         Err(e) if preserve_on_error => Err(e),

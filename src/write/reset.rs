@@ -7,6 +7,8 @@ use std::path::Path;
 use crate::disk::Device;
 use crate::image::{reset_after_failure, WriteOptions};
 
+use super::post_install::show_partitions;
+
 /// The one reset after a streamed write failed or was given up (and after a failed `embed`):
 /// the disk, reopened when the failure came while it was not held.
 pub(super) fn reset(
@@ -28,5 +30,7 @@ pub(super) fn reset(
             }
         },
     };
-    reset_after_failure(&dev, sector_size, opts, e)
+    let e = reset_after_failure(&dev, sector_size, opts, e);
+    show_partitions(dev);
+    e
 }

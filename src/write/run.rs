@@ -6,7 +6,7 @@
 use anyhow::{Context, Result};
 
 use super::plan::WritePlan;
-use super::post_install::{apply_to_disk, refresh_kernel_view};
+use super::post_install::{apply_to_disk, show_partitions};
 use super::reset::reset;
 use crate::disk::gpt::DiskWindows;
 use crate::disk::partitions::PartitionSpec;
@@ -59,9 +59,14 @@ pub fn stream(plan: &WritePlan, progress: &dyn ProgressSink, stop: &Cancel) -> R
                 )
             })?;
     }
-    let staged = stream_image(input, &dev, &opts, progress, stop)
-        .with_context(|| format!("writing the image to {}", plan.device.display()))?;
-    Ok(Streamed { dev, staged, opts })
+    match stream_image(input, &dev, &opts, progress, stop) {
+        Ok(staged) => Ok(Streamed { dev, staged, opts }),
+        Err(e) => {
+            // Reset (or left untouched): the kernel must not keep partitions the disk lost.
+            show_partitions(dev);
+            Err(e).with_context(|| format!("writing the image to {}", plan.device.display()))
+        }
+    }
 }
 
 impl Streamed {
@@ -72,9 +77,13 @@ impl Streamed {
         let path = dev.path().to_path_buf();
         let ss = staged.layout().sector_size;
         let mut held = Some(dev);
-        post_install_then_commit(&mut held, staged, &opts.saved, post, stop)
-            .map_err(|e| reset(held, &path, ss, &opts, e))
-            .with_context(|| format!("writing the image to {}", path.display()))
+        let summary = post_install_then_commit(&mut held, staged, &opts.saved, post, stop)
+            .map_err(|e| reset(held.take(), &path, ss, &opts, e))
+            .with_context(|| format!("writing the image to {}", path.display()))?;
+        if let Some(dev) = held {
+            show_partitions(dev);
+        }
+        Ok(summary)
     }
 
     /// Give up: reset the disk to an empty partition table (keeping saved partitions).
@@ -110,8 +119,5 @@ fn post_install_then_commit(
     if stop.is_cancelled() {
         return Err(Interrupted.into());
     }
-    let dev = held.as_ref().expect(HELD);
-    let summary = staged.commit(dev, saved)?;
-    refresh_kernel_view(dev);
-    Ok(summary)
+    staged.commit(held.as_ref().expect(HELD), saved)
 }

@@ -1,0 +1,25 @@
+//! udev, where it runs: it makes the /dev links of new block devices (and, on a multipath host,
+//! may make partition maps itself). We never need it, but when it runs we wait for it rather
+//! than race it.
+
+use std::path::Path;
+
+/// Whether udev runs on this system (its control socket is there): then it makes the /dev
+/// links, and we wait for it instead of making them.
+pub(crate) fn udev_running() -> bool {
+    Path::new("/run/udev/control").exists()
+}
+
+/// Let udev catch up when it runs (it may be renaming or probing the new nodes); without
+/// /run/udev there is no udev and nothing to wait for.
+pub(crate) fn settle_udev() {
+    if !udev_running() {
+        return;
+    }
+    let status = std::process::Command::new("udevadm")
+        .args(["settle", "--timeout=30"])
+        .status();
+    if let Err(e) = status {
+        tracing::debug!("udevadm settle: {e}");
+    }
+}
