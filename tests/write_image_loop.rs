@@ -223,13 +223,7 @@ fn a_corrupt_byte_fails_the_digest_and_leaves_an_empty_gpt() {
 fn kernel_partitions(dev: &LoopDev) -> Vec<(u32, u64, u64, bool)> {
     let name = dev.path.file_name().unwrap().to_string_lossy().into_owned();
     let sys = Path::new("/sys/block").join(&name);
-    let num = |p: &Path| -> u64 {
-        std::fs::read_to_string(p)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
+    let num = |p: &Path| -> u64 { std::fs::read_to_string(p).unwrap().trim().parse().unwrap() };
     let mut parts: Vec<_> = std::fs::read_dir(&sys)
         .unwrap()
         .flatten()
@@ -276,6 +270,18 @@ fn partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one() {
         .map(|p| (p.number, p.offset, p.size, true))
         .collect();
     assert_eq!(kernel_partitions(&dev), want, "{}", text(&out));
+    // What the Go-ported steps after the write (registry copy, boot order) read: lsblk lists
+    // the four partitions as the disk's children, by their node names.
+    let lsblk = run(Command::new("lsblk")
+        .args(["--bytes", "--json", "-o", "NAME,TYPE"])
+        .arg(&dev.path));
+    let name = dev.path.file_name().unwrap().to_string_lossy().into_owned();
+    for n in 1..=4 {
+        assert!(
+            lsblk.contains(&format!("\"{name}p{n}\"")),
+            "partition {n} missing from lsblk: {lsblk}"
+        );
+    }
 
     // The same disk again, with an image that fails its digest half-way.
     let srv = TestServer::start();
