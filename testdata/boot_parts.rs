@@ -25,6 +25,10 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::coreos_image::{cached, hex_sha256, run, BootParts};
 
+#[path = "cpio.rs"]
+pub(crate) mod cpio;
+pub(crate) use cpio::Cpio;
+
 /// Bump whenever the parts or the initramfs change; part of the cache key.
 pub(crate) const BOOT_PARTS_VERSION: u32 = 1;
 
@@ -84,9 +88,8 @@ poweroff -f
 const MARKER_NAME: &str = "COMPLETE";
 const MARKER_HEADER: &str = "boot-parts";
 
-/// The Debian packages the parts come from: the three fixed ones and the kernel that
-/// `linux-image-amd64` currently depends on.
-fn package_names() -> Result<Vec<String>> {
+/// The kernel package `linux-image-amd64` currently depends on (`linux-image-<version>`).
+pub(crate) fn kernel_package() -> Result<String> {
     let out = Command::new("apt-cache")
         .args(["depends", "linux-image-amd64"])
         .output()
@@ -101,16 +104,21 @@ fn package_names() -> Result<Vec<String>> {
                 "apt-cache depends linux-image-amd64 names no kernel package (run apt-get update?)"
             )
         })?;
+    Ok(kernel.to_string())
+}
+
+/// The Debian packages the parts come from: the three fixed ones and the kernel.
+fn package_names() -> Result<Vec<String>> {
     Ok(vec![
         "systemd-boot-efi".into(),
         "refind".into(),
         "busybox-static".into(),
-        kernel.to_string(),
+        kernel_package()?,
     ])
 }
 
 /// `apt-get download` the packages into `dir`; returns the .deb paths, in the given order.
-fn download(packages: &[String], dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn download(packages: &[String], dir: &Path) -> Result<Vec<PathBuf>> {
     run(Command::new("apt-get")
         .arg("download")
         .args(packages)
@@ -122,7 +130,7 @@ fn download(packages: &[String], dir: &Path) -> Result<Vec<PathBuf>> {
         .collect()
 }
 
-fn unpack(deb: &Path, into: &Path) -> Result<()> {
+pub(crate) fn unpack(deb: &Path, into: &Path) -> Result<()> {
     run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(into))?;
     Ok(())
 }
@@ -134,7 +142,7 @@ fn module_name(file: &Path) -> Option<String> {
 }
 
 /// The `depends=` field of a module's `.modinfo` section (a NUL-separated list of `key=value`).
-fn module_depends(ko: &[u8]) -> Vec<String> {
+pub(crate) fn module_depends(ko: &[u8]) -> Vec<String> {
     ko.split(|&b| b == 0)
         .filter_map(|field| field.strip_prefix(b"depends="))
         .flat_map(|v| {
@@ -148,9 +156,9 @@ fn module_depends(ko: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// The modules to load, dependencies first, with their files under `tree` (a kernel's
-/// `lib/modules/<ver>/kernel`).
-fn modules_in_load_order(tree: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+/// The modules `roots` (names as the kernel spells them) and their dependencies, dependencies
+/// first, with their files under `tree` (a kernel's `lib/modules/<ver>/kernel`).
+pub(crate) fn modules_in_load_order(tree: &Path, roots: &[&str]) -> Result<Vec<(String, Vec<u8>)>> {
     let mut files = std::collections::HashMap::new();
     let mut stack = vec![tree.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -185,70 +193,10 @@ fn modules_in_load_order(tree: &Path) -> Result<Vec<(String, Vec<u8>)>> {
     }
     let mut order = Vec::new();
     let mut seen = Vec::new();
-    for m in ROOT_MODULES {
+    for m in roots {
         visit(m, &files, &mut order, &mut seen)?;
     }
     Ok(order)
-}
-
-/// A `newc` cpio archive, the format the kernel unpacks into its initial root.
-struct Cpio {
-    out: Vec<u8>,
-    ino: u32,
-}
-
-impl Cpio {
-    fn new() -> Self {
-        Cpio {
-            out: Vec::new(),
-            ino: 1,
-        }
-    }
-
-    fn entry(&mut self, name: &str, mode: u32, rdev: (u32, u32), data: &[u8]) {
-        let header = format!(
-            "070701{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
-            self.ino,
-            mode,
-            0,
-            0,
-            1,
-            0,
-            data.len(),
-            0,
-            0,
-            rdev.0,
-            rdev.1,
-            name.len() + 1,
-            0
-        );
-        self.ino += 1;
-        self.out.extend_from_slice(header.as_bytes());
-        self.out.extend_from_slice(name.as_bytes());
-        self.out.push(0);
-        self.pad();
-        self.out.extend_from_slice(data);
-        self.pad();
-    }
-
-    fn pad(&mut self) {
-        while !self.out.len().is_multiple_of(4) {
-            self.out.push(0);
-        }
-    }
-
-    fn dir(&mut self, name: &str) {
-        self.entry(name, 0o040755, (0, 0), &[]);
-    }
-
-    fn file(&mut self, name: &str, mode: u32, data: &[u8]) {
-        self.entry(name, 0o100000 | mode, (0, 0), data);
-    }
-
-    fn finish(mut self) -> Vec<u8> {
-        self.entry("TRAILER!!!", 0, (0, 0), &[]);
-        self.out
-    }
 }
 
 /// The gzip-compressed initramfs: busybox, the modules and `/init`. Compressed also because
@@ -270,7 +218,7 @@ fn initramfs(busybox: &[u8], modules: &[(String, Vec<u8>)]) -> Result<Vec<u8>> {
     Ok(gz.finish()?)
 }
 
-fn first_match(dir: &Path, prefix: &str) -> Result<PathBuf> {
+pub(crate) fn first_match(dir: &Path, prefix: &str) -> Result<PathBuf> {
     fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -299,7 +247,10 @@ fn generate(dir: &Path) -> Result<BootParts> {
         .and_then(|n| n.strip_prefix("vmlinuz-"))
         .ok_or_else(|| anyhow!("odd kernel name {}", kernel_src.display()))?
         .to_string();
-    let modules = modules_in_load_order(&tree.join(format!("lib/modules/{kver}/kernel")))?;
+    let modules = modules_in_load_order(
+        &tree.join(format!("lib/modules/{kver}/kernel")),
+        &ROOT_MODULES,
+    )?;
     let busybox = fs::read(tree.join("bin/busybox")).context("busybox-static's /bin/busybox")?;
     // The fingerprint comes from the marker, written last.
     let parts = parts_in(dir, String::new());
