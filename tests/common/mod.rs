@@ -10,6 +10,7 @@ pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
 pub(crate) mod fake_writer;
 pub(crate) mod flow_builder;
+pub(crate) mod guest_vm;
 pub(crate) mod http_server;
 pub(crate) mod images;
 pub(crate) mod live_ns;
