@@ -13,6 +13,7 @@ mod live_fixture;
 use common::fake_service::FakeService;
 use common::http_server::TestServer;
 use common::live_ns::LiveLayout;
+use common::master_run::{assert_master_stages, master_args, IGNITION};
 use common::root::{have_root, run, sgdisk_verify, LoopDev};
 use coreos_image::{cached_image_set, ImageSpec};
 use live_fixture::cached_live_fixture;
@@ -20,13 +21,6 @@ use std::path::Path;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
-const CLUSTER: &str = "1e2f3a4b-5c6d-4e7f-8a9b-0c1d2e3f4a5b";
-const INFRA: &str = "2f3a4b5c-6d7e-4f80-9bac-1d2e3f4a5b6c";
-const IGNITION: &str = r#"{"ignition":{"version":"3.4.0","config":{"merge":[{"source":"https://api-int.example:22623/config/master"}]}}}"#;
-
-fn s(stage: &str, info: &str) -> (String, String) {
-    (stage.to_string(), info.to_string())
-}
 
 /// One dry-run master install against the fake service.
 struct MasterRun {
@@ -46,30 +40,13 @@ fn run_master(mut cmd: Command, boot_device: &Path, installer_args: &str) -> Mas
     svc.set_host_ignition(&host, IGNITION);
     let dir = tempfile::tempdir().unwrap();
     let out = cmd
-        .args([
-            "--role",
-            "master",
-            "--infra-env-id",
-            INFRA,
-            "--cluster-id",
-            CLUSTER,
-        ])
-        .args(["--host-id", &host, "--boot-device"])
-        .arg(boot_device)
-        .args(["--url", &server.base_url(), "--openshift-version", "4.17"])
-        .args([
-            "--controller-image",
-            "quay.io/example/controller:1",
-            "--agent-image",
-            "quay.io/example/agent:1",
-        ])
-        .args([
-            "--installer-args",
+        .args(master_args(
+            &host,
+            boot_device,
+            &server.base_url(),
             installer_args,
-            "--dry-run",
-            "--fake-reboot-marker-path",
-        ])
-        .arg(dir.path().join("rebooted"))
+            &dir.path().join("rebooted"),
+        ))
         .env("PULL_SECRET_TOKEN", svc.token())
         .env(
             "ASSISTED_INSTALLER_LOG_FILE",
@@ -91,38 +68,14 @@ impl MasterRun {
         String::from_utf8_lossy(&self.out.stderr).into_owned()
     }
 
-    /// Success, the reboot marker, and the exact Go stage sequence for a master; the
-    /// percentages depend on timing, but each is at least 5 points above the last, and the
-    /// last is 100.
+    /// Success, the reboot marker, and the exact Go stage sequence for a master.
     fn assert_installed(&self) {
         assert!(self.out.status.success(), "{}", self.stderr());
         assert!(
             self.dir.path().join("rebooted").exists(),
             "dry-run reboot marker"
         );
-        let reports = self.svc.progress_reports(&self.host);
-        let percents: Vec<u32> = reports
-            .iter()
-            .filter(|(st, info)| st == "Writing image to disk" && !info.is_empty())
-            .map(|(_, info)| info.trim_end_matches('%').parse().unwrap())
-            .collect();
-        assert_eq!(percents.last(), Some(&100), "{reports:?}");
-        assert!(
-            percents.windows(2).all(|w| w[1] >= w[0] + 5 || w[1] == 100),
-            "{percents:?}"
-        );
-        let mut want = vec![
-            s("Starting installation", "master"),
-            s("Installing", "master"),
-            s("Writing image to disk", ""),
-        ];
-        want.extend(
-            percents
-                .iter()
-                .map(|p| s("Writing image to disk", &format!("{p}%"))),
-        );
-        want.push(s("Rebooting", ""));
-        assert_eq!(reports, want);
+        assert_master_stages(&self.svc.progress_reports(&self.host), false);
         // The token never reaches the log.
         let log = std::fs::read_to_string(self.dir.path().join("installer.log")).unwrap();
         assert!(

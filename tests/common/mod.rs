@@ -1,10 +1,12 @@
 //! Support shared by the integration tests: the one test HTTP server and the fakes of the
 //! assisted-service and the Kubernetes API (in memory and on that server), the scenario
-//! `Flow` builder and disk writer, small synthetic GPT images, root and loop-device helpers, and
-//! an HTTPS server with a CA of its own.
+//! `Flow` builder and disk writer, small synthetic GPT images, root and loop-device helpers, an
+//! HTTPS server with a CA of its own, the package's example programs (built on demand), the
+//! standalone fake service's report, and the dry-run master install the entrypoint tests run.
 #![allow(dead_code)]
 
 pub(crate) mod boot_vm;
+pub(crate) mod examples;
 pub(crate) mod fake_cluster;
 pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
@@ -14,7 +16,9 @@ pub(crate) mod guest_vm;
 pub(crate) mod http_server;
 pub(crate) mod images;
 pub(crate) mod live_ns;
+pub(crate) mod master_run;
 pub(crate) mod osmet_pack;
 pub(crate) mod root;
+pub(crate) mod service_report;
 pub(crate) mod tls_server;
 pub(crate) mod untar;

@@ -1,0 +1,81 @@
+//! The entrypoint's dry-run master install as the tests run it, wherever the service is (in
+//! the test process, or the `fake-assisted-service` example as a process, on the host or in a
+//! guest): the ids and the Ignition config served, the Go flags the agent passes, and the Go
+//! stage sequence the service must have seen.
+
+use std::path::Path;
+
+pub(crate) const CLUSTER: &str = "1e2f3a4b-5c6d-4e7f-8a9b-0c1d2e3f4a5b";
+pub(crate) const INFRA: &str = "2f3a4b5c-6d7e-4f80-9bac-1d2e3f4a5b6c";
+/// The pointer config the service serves a master.
+pub(crate) const IGNITION: &str = r#"{"ignition":{"version":"3.4.0","config":{"merge":[{"source":"https://api-int.example:22623/config/master"}]}}}"#;
+
+/// The agent's flags for a dry-run master install of `host` onto `boot_device` (a device or a
+/// disk-image file) from the service at `url`; the token goes in `PULL_SECRET_TOKEN`, not here.
+pub(crate) fn master_args(
+    host: &str,
+    boot_device: &Path,
+    url: &str,
+    installer_args: &str,
+    reboot_marker: &Path,
+) -> Vec<String> {
+    let flags: [(&str, String); 11] = [
+        ("--role", "master".into()),
+        ("--infra-env-id", INFRA.into()),
+        ("--cluster-id", CLUSTER.into()),
+        ("--host-id", host.into()),
+        ("--boot-device", boot_device.display().to_string()),
+        ("--url", url.into()),
+        ("--openshift-version", "4.17".into()),
+        ("--controller-image", "quay.io/example/controller:1".into()),
+        ("--agent-image", "quay.io/example/agent:1".into()),
+        ("--installer-args", installer_args.into()),
+        (
+            "--fake-reboot-marker-path",
+            reboot_marker.display().to_string(),
+        ),
+    ];
+    let mut args: Vec<String> = flags
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect();
+    args.push("--dry-run".into());
+    args
+}
+
+fn s(stage: &str, info: &str) -> (String, String) {
+    (stage.to_string(), info.to_string())
+}
+
+/// The exact Go stage sequence of a dry-run master, from the service's accepted reports
+/// (stage, info) in order: the percentages of the write depend on timing, but each is at least
+/// 5 points above the last and the last is 100. An appliance master (`registry_copy`: the
+/// host has the registry marker) reports the registry copy between the write and the reboot.
+pub(crate) fn assert_master_stages(reports: &[(String, String)], registry_copy: bool) {
+    let percents: Vec<u32> = reports
+        .iter()
+        .filter(|(st, info)| st == "Writing image to disk" && !info.is_empty())
+        .map(|(_, info)| info.trim_end_matches('%').parse().unwrap())
+        .collect();
+    assert_eq!(percents.last(), Some(&100), "{reports:?}");
+    assert!(
+        percents.windows(2).all(|w| w[1] >= w[0] + 5 || w[1] == 100),
+        "{percents:?}"
+    );
+    let mut want = vec![
+        s("Starting installation", "master"),
+        s("Installing", "master"),
+        s("Writing image to disk", ""),
+    ];
+    want.extend(
+        percents
+            .iter()
+            .map(|p| s("Writing image to disk", &format!("{p}%"))),
+    );
+    if registry_copy {
+        // The dry run reports the stage and runs none of the copy's host commands.
+        want.push(s("Copying registry data to disk", ""));
+    }
+    want.push(s("Rebooting", ""));
+    assert_eq!(reports, want);
+}

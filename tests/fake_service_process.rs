@@ -1,0 +1,282 @@
+//! The standalone fake assisted-service (the `fake-assisted-service` example) as a process, as
+//! a guest without a network runs it: its command line, readiness and token files, and the
+//! report it writes on SIGTERM; then the entrypoint's dry-run master installs against it onto a
+//! disk-image file (root: the entrypoint keeps the Ignition config in /opt/install-dir), the
+//! report holding the exact Go stage sequence (with the registry copy for an appliance master).
+
+mod common;
+#[path = "../testdata/coreos_image.rs"]
+mod coreos_image;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::examples::example_binary;
+use common::master_run::{assert_master_stages, master_args, IGNITION};
+use common::root::have_root;
+use common::service_report::ServiceReport;
+use coreos_image::{cached_image_set, ImageSpec};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
+const EXAMPLE: &str = "fake-assisted-service";
+
+/// The service process and its files; killed on drop if still running.
+struct ServiceProcess {
+    child: Child,
+    dir: tempfile::TempDir,
+    addr: String,
+    token: String,
+}
+
+impl ServiceProcess {
+    /// Started on any free port of the loopback, serving `host` as a master with [`IGNITION`];
+    /// returns once its address file is there.
+    fn start(host: &str) -> ServiceProcess {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let file = |name: &str| dir.path().join(name);
+        std::fs::write(file("master.ign"), IGNITION).unwrap();
+        let mut child = Command::new(example_binary(EXAMPLE))
+            .args(["--listen", "127.0.0.1:0", "--address-file"])
+            .arg(file("address"))
+            .args(["--host-id", host, "--role", "master", "--ignition-file"])
+            .arg(file("master.ign"))
+            .arg("--token-file")
+            .arg(file("token"))
+            .arg("--report-file")
+            .arg(file("report.json"))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !file("address").exists() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("{EXAMPLE} exited before it was ready: {status}");
+            }
+            assert!(Instant::now() < deadline, "{EXAMPLE} not ready in 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let read = |name: &str| std::fs::read_to_string(file(name)).unwrap();
+        let (addr, token) = (read("address"), read("token"));
+        assert!(
+            addr.ends_with('\n') && token.ends_with('\n'),
+            "one line each"
+        );
+        ServiceProcess {
+            child,
+            addr: addr.trim().to_string(),
+            token: token.trim().to_string(),
+            dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops it with `signal`; it must exit 0 having written its report.
+    fn stop(mut self, signal: Signal) -> ServiceReport {
+        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{EXAMPLE} still running 30 s after {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{EXAMPLE} stopped by {signal}: {status}");
+        ServiceReport::read(&self.dir.path().join("report.json")).unwrap()
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn the_service_process_serves_until_a_signal_then_reports_what_it_saw() {
+    let host = uuid::Uuid::new_v4().to_string();
+    let svc = ServiceProcess::start(&host);
+    let http = reqwest::blocking::Client::new();
+    let base = format!("{}/api/assisted-install/v2", svc.url());
+    let ignition = |token: &str| {
+        http.get(format!(
+            "{base}/infra-env/{}/hosts/{host}/downloads/ignition",
+            common::master_run::INFRA
+        ))
+        .header("X-Secret-Key", token)
+        .send()
+        .unwrap()
+    };
+    assert_eq!(ignition("not-the-token").status(), 401);
+    let served = ignition(&svc.token);
+    assert_eq!(served.status(), 200);
+    assert_eq!(served.text().unwrap(), IGNITION);
+    let progress = http
+        .put(format!(
+            "{base}/infra-envs/{}/hosts/{host}/progress",
+            common::master_run::INFRA
+        ))
+        .header("X-Secret-Key", &svc.token)
+        .json(&serde_json::json!({"current_stage": "Starting installation", "progress_info": "master"}))
+        .send()
+        .unwrap();
+    assert_eq!(progress.status(), 200);
+    // The master's stage order is enforced: a worker's stage is refused.
+    let refused = http
+        .put(format!(
+            "{base}/infra-envs/{}/hosts/{host}/progress",
+            common::master_run::INFRA
+        ))
+        .header("X-Secret-Key", &svc.token)
+        .json(&serde_json::json!({"current_stage": "Waiting for control plane"}))
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), 409);
+    // SIGINT as well as SIGTERM ends it with a report.
+    let report = svc.stop(Signal::SIGINT);
+    assert_eq!(report.host_id, host);
+    assert_eq!(
+        report.progress,
+        [("Starting installation".to_string(), "master".to_string())]
+    );
+    assert_eq!(
+        report.current_stage.as_deref(),
+        Some("Starting installation")
+    );
+    let statuses: Vec<(&str, u16)> = report
+        .requests
+        .iter()
+        .map(|r| (r.method.as_str(), r.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        [("GET", 401), ("GET", 200), ("PUT", 200), ("PUT", 409)]
+    );
+    assert_eq!(report.refused().len(), 2, "{:?}", report.refused());
+}
+
+#[test]
+fn the_service_process_refuses_port_0_without_an_address_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(example_binary(EXAMPLE))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--host-id",
+            "h",
+            "--ignition-file",
+        ])
+        .arg(dir.path().join("missing.ign"))
+        .arg("--report-file")
+        .arg(dir.path().join("report.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--address-file"), "{stderr}");
+}
+
+/// One dry-run master install, the entrypoint run as the agent runs it, against the service
+/// process, onto a disk-image file; `host_root` is where the installer finds the host's files.
+fn install_master(installer_args: &str, host_root: &Path) -> ServiceReport {
+    let host = uuid::Uuid::new_v4().to_string();
+    let svc = ServiceProcess::start(&host);
+    let set = cached_image_set(&ImageSpec::test(512)).unwrap();
+    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let disk = work.path().join("disk.img");
+    std::fs::File::create(&disk)
+        .unwrap()
+        .set_len(set.raw.size + 64 * (1 << 20))
+        .unwrap();
+    let marker = work.path().join("rebooted");
+    let out = Command::new(BIN)
+        .args(master_args(
+            &host,
+            &disk,
+            &svc.url(),
+            installer_args,
+            &marker,
+        ))
+        .env("PULL_SECRET_TOKEN", &svc.token)
+        .env("ASSISTED_INSTALLER_HOST_ROOT", host_root)
+        .env(
+            "ASSISTED_INSTALLER_LOG_FILE",
+            work.path().join("installer.log"),
+        )
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(format!("/opt/install-dir/master-{host}.ign"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(marker.exists(), "dry-run reboot marker");
+    // The image went onto the file, Ignition included.
+    let found = Command::new("grep")
+        .args(["-qaF", IGNITION])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(
+        found.success(),
+        "the served Ignition config is not on the disk image"
+    );
+    let report = svc.stop(Signal::SIGTERM);
+    assert_eq!(report.host_id, host);
+    assert!(report.refused().is_empty(), "{:?}", report.refused());
+    assert_eq!(
+        report.host_logs_progress,
+        [(host.clone(), "requested".to_string())]
+    );
+    report
+}
+
+/// The test image's gz and its digest, as `--installer-args` naming it at `host_path`.
+fn image_args(host_path: &Path) -> String {
+    let set = cached_image_set(&ImageSpec::test(512)).unwrap();
+    serde_json::to_string(&[
+        "--image-file",
+        host_path.to_str().unwrap(),
+        "--sha256",
+        &set.gz.sha256,
+    ])
+    .unwrap()
+}
+
+#[test]
+fn dry_run_master_against_the_service_process_reports_the_go_stages() {
+    if !have_root("dry_run_master_against_the_service_process_reports_the_go_stages") {
+        return;
+    }
+    let set = cached_image_set(&ImageSpec::test(512)).unwrap();
+    let report = install_master(&image_args(&set.gz.path), Path::new("/"));
+    assert_master_stages(&report.progress, false);
+    assert_eq!(report.current_stage.as_deref(), Some("Rebooting"));
+}
+
+#[test]
+fn dry_run_appliance_master_against_the_service_process_copies_the_registry() {
+    if !have_root("dry_run_appliance_master_against_the_service_process_copies_the_registry") {
+        return;
+    }
+    // The host: the appliance's registry marker, and the image.
+    let set = cached_image_set(&ImageSpec::test(512)).unwrap();
+    let host_root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::create_dir_all(host_root.path().join("run/media/iso/registry")).unwrap();
+    let image: PathBuf = host_root.path().join("image.raw.gz");
+    if std::fs::hard_link(&set.gz.path, &image).is_err() {
+        std::fs::copy(&set.gz.path, &image).unwrap();
+    }
+    let report = install_master(&image_args(Path::new("/image.raw.gz")), host_root.path());
+    assert_master_stages(&report.progress, true);
+}
