@@ -14,7 +14,8 @@
 //! `AI-GUEST ready`, runs [`GuestSpec::script`] with busybox `sh` (output to the console and to
 //! `/share/case.log`), syncs, prints `AI-GUEST exit <status>` and powers off. In the script,
 //! `PATH` has the host tools first and busybox's applets last, `/tmp` and `/run` are tmpfs, `lo`
-//! is up (no other network), there is no udev and no modprobe, and `ai-disk SERIAL` prints the
+//! is up (no other network), there is no udev (so `lsblk` shows no PARTLABEL, and
+//! `dmsetup mknodes` makes `/dev/mapper` nodes) and no modprobe, and `ai-disk SERIAL` prints the
 //! `/dev` path of each whole disk with that serial (SCSI and ATA disks' kernel names depend on
 //! probe order; the serials do not).
 //!
@@ -245,6 +246,8 @@ impl GuestRun {
 
 /// `kvm` when KVM boots the guest kernel here, else `tcg`; decided once per test binary (the
 /// probe boots `boot` with `ai.probe`, which powers off at once). `AI_GUEST_ACCEL` overrides.
+/// Some nested hosts' KVM cannot: QEMU aborts setting `-cpu host`'s MSRs, or the kernel stalls
+/// in its first steps.
 pub(crate) fn accel(boot: &GuestBoot) -> &'static str {
     static ACCEL: OnceLock<&'static str> = OnceLock::new();
     ACCEL.get_or_init(|| match std::env::var("AI_GUEST_ACCEL").as_deref() {
