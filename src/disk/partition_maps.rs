@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
+use super::device::DeviceBusy;
 use super::dm::{self, Control, Linear};
 use super::sysfs;
 use super::table::PartitionSpec;
@@ -149,6 +150,20 @@ impl DmDisk {
             start: p.start / 512,
         }
     }
+}
+
+/// Whether the map `name` of `disk` is open exclusively by someone (a mount, a holder): the
+/// kernel then refuses our exclusive open of it, which we close at once.
+fn map_in_use(disk: &DmDisk, name: &str) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(kname) = kernel_name(disk, name) else {
+        return false;
+    };
+    let open = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL | libc::O_CLOEXEC)
+        .open(Path::new("/dev").join(kname));
+    matches!(open, Err(e) if e.raw_os_error() == Some(libc::EBUSY))
 }
 
 /// `/dev/mapper/<name>`.
@@ -304,7 +319,7 @@ pub(crate) fn ensure(
 /// Before an exclusive open of `disk`: when its own partition maps are all that holds it,
 /// remove them (they are made again after the write, as kpartx would). Returns whether it
 /// removed any. A map in use (mounted) makes this fail with its name.
-pub(crate) fn release_own_maps(disk: &DmDisk) -> Result<bool> {
+pub(crate) fn release_own_maps(path: &Path, disk: &DmDisk) -> Result<bool> {
     let (own, others) = disk.holders();
     if own.is_empty() || !others.is_empty() {
         return Ok(false);
@@ -315,6 +330,22 @@ pub(crate) fn release_own_maps(disk: &DmDisk) -> Result<bool> {
             disk.name,
             dm::CONTROL
         );
+    }
+    // All or nothing: a map in use (a mounted partition) refuses the disk before any map goes.
+    let busy: Vec<String> = own
+        .iter()
+        .filter(|m| map_in_use(disk, &m.name))
+        .map(|m| m.name.clone())
+        .collect();
+    if !busy.is_empty() {
+        bail!(DeviceBusy {
+            path: path.display().to_string(),
+            holders: format!(
+                "the partition map {} of {} is mounted, or used by LVM, MD or another map",
+                busy.join(", "),
+                disk.name
+            ),
+        });
     }
     let names: Vec<String> = own.into_iter().map(|m| m.name).collect();
     tracing::info!(

@@ -302,7 +302,7 @@ pub(crate) fn release_own_maps(path: &Path) -> Result<bool> {
         return Ok(false);
     };
     match DmDisk::of(&view.sys) {
-        Some(dm) => partition_maps::release_own_maps(&dm),
+        Some(dm) => partition_maps::release_own_maps(path, &dm),
         None => Ok(false),
     }
 }
