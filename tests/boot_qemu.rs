@@ -14,6 +14,8 @@ mod boot_parts;
 mod common;
 #[path = "../testdata/coreos_image.rs"]
 mod coreos_image;
+#[path = "../testdata/guest_parts.rs"]
+mod guest_parts;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
@@ -21,6 +23,7 @@ use common::boot_vm::{
     as_kernel_sees, boot, boot_kernel, check_gpt, have_qemu, read_ext4_file, Boot, DirectKernel,
     Entries, Expected, GptCheck,
 };
+use common::guest_vm::{have_guest, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestSpec};
 use common::http_server::TestServer;
 use common::images::sha256_hex;
 use common::live_ns::LiveLayout;
@@ -69,6 +72,8 @@ const DELETE_KARG: &str = "rootflags=prjquota";
 struct Inputs {
     dir: tempfile::TempDir,
     ignition: Vec<u8>,
+    /// More `--append-karg`s, after [`APPEND_KARGS`] (what the service adds for a disk kind).
+    extra_kargs: Vec<&'static str>,
 }
 
 impl Inputs {
@@ -85,13 +90,17 @@ impl Inputs {
             )
             .unwrap();
         }
-        Inputs { dir, ignition }
+        Inputs {
+            dir,
+            ignition,
+            extra_kargs: Vec::new(),
+        }
     }
 
     fn args(&self) -> Vec<String> {
         let p = |n: &str| self.dir.path().join(n).display().to_string();
         let mut args = vec!["-i".to_string(), p("config.ign")];
-        for karg in APPEND_KARGS {
+        for karg in APPEND_KARGS.iter().chain(&self.extra_kargs) {
             args.extend(["--append-karg".to_string(), karg.to_string()]);
         }
         args.extend(["--delete-karg".to_string(), DELETE_KARG.to_string()]);
@@ -119,6 +128,7 @@ impl Inputs {
                 .split_whitespace()
                 .filter(|a| *a != DELETE_KARG)
                 .chain(APPEND_KARGS)
+                .chain(self.extra_kargs.iter().copied())
                 .map(str::to_string),
         );
         if loader == Loader::Direct {
@@ -394,4 +404,234 @@ fn a_raw_copy_without_the_install_steps_fails_the_boot_checks() {
             booted.transcript()
         );
     }
+}
+
+/// The case script of the multipath test: a dm-multipath map over the two paths to one disk,
+/// as multipathd makes it (`dm-0`, uuid `mpath-<wwid>`), then the installs and refusals. Each
+/// step leaves `<step>.rc` and `<step>.out` in the share, and what the guest sees after it.
+const MULTIPATH_CASE: &str = r#"failed=0
+# run STEP COMMAND...: its status and output into the share
+run() {
+  step=$1; shift
+  "$@" >/share/$step.out 2>&1
+  rc=$?
+  echo $rc >/share/$step.rc
+  echo "$step exited $rc"
+  return $rc
+}
+seen() {
+  lsblk --json -o NAME,TYPE,PARTLABEL /dev/dm-0 >/share/$1.lsblk.json 2>&1
+  dmsetup info -c --noheadings -o name,uuid >/share/$1.maps 2>&1
+  ls -l /dev/mapper >/share/$1.mapper 2>&1
+}
+set -- $(ai-disk ai-mpath)
+[ $# -eq 2 ] || { echo "expected two paths, got: $*"; exit 99; }
+a=${1#/dev/}; b=${2#/dev/}
+dmsetup create mpatha --uuid mpath-36001405aa0000000000000000000001 --table \
+  "0 $(cat /sys/block/$a/size) multipath 0 0 1 1 round-robin 0 2 1 $(cat /sys/block/$a/dev) 1 $(cat /sys/block/$b/dev) 1" \
+  || exit 98
+[ "$(cat /sys/block/dm-0/dm/name)" = mpatha ] || exit 97
+# The /dev/mapper node udev makes on a real host (lsblk looks dm devices up there).
+dmsetup mknodes mpatha
+dmsetup table >/share/multipath.table
+
+run install sh /share/install.sh || failed=$((failed + 1))
+seen install
+
+# The earlier system's user made a data partition after the image (a multipath host has no
+# partition rescan: kpartx's maps stay as they were).
+run data sh -c "sgdisk -n 5:$DATA_FIRST:$DATA_LAST -c 5:data /dev/dm-0; dd if=/share/data.bin of=/dev/dm-0 bs=1M seek=$DATA_MIB conv=fsync" \
+  || failed=$((failed + 1))
+
+# Anything but the disk's own partition maps holding it refuses the install.
+dmsetup create other --table "0 2048 linear $(cat /sys/block/dm-0/dev) 0" || failed=$((failed + 1))
+run held_by_other sh /share/reinstall.sh && failed=$((failed + 1))
+dmsetup remove other || failed=$((failed + 1))
+# So does one of its partition maps in use, and then no map is removed.
+mkdir -p /mnt/boot
+mount -t ext4 /dev/mapper/mpatha3 /mnt/boot || failed=$((failed + 1))
+run mounted sh /share/reinstall.sh && failed=$((failed + 1))
+seen mounted
+umount /mnt/boot || failed=$((failed + 1))
+
+# Over the earlier install, its kpartx maps still there, keeping the user's partition.
+run reinstall sh /share/reinstall.sh || failed=$((failed + 1))
+seen reinstall
+exit $failed
+"#;
+
+/// A multipath host (all paths to one SAN disk): two SCSI paths to one disk file, a
+/// dm-multipath map over them in a guest on Debian's kernel, `write-image` onto `/dev/dm-0`
+/// with the kernel arguments the service adds for multipath; then, over that install and
+/// its partition maps, a reinstall keeping a user's partition (`--save-partlabel`), after two
+/// refusals (another map on the disk; a partition map mounted). The maps are named and
+/// identified as kpartx makes them, so lsblk shows them as the disk's partitions. Then the
+/// disk file boots under OVMF like the loop-device installs above.
+#[test]
+fn boots_after_writing_onto_a_multipath_map_in_a_guest() {
+    let test = "boots_after_writing_onto_a_multipath_map_in_a_guest";
+    if !(runnable(test) && have_guest(test)) {
+        return;
+    }
+    let ss = 512;
+    let set = images(ss);
+    let mut inputs = Inputs::new();
+    inputs.extra_kargs = vec!["rw", "rd.multipath=default"];
+    let share = inputs.dir.path().to_path_buf();
+    std::fs::hard_link(&set.zst.path, share.join("image.raw.zst"))
+        .or_else(|_| std::fs::copy(&set.zst.path, share.join("image.raw.zst")).map(|_| ()))
+        .unwrap();
+    let disk = share.join("mpath-disk.img");
+    sparse_disk(&disk, set.raw.size + EXTRA);
+    // The user's data partition: 8 MiB, 8 MiB past the image.
+    let data_mib = set.raw.size / MIB + 8;
+    let data = common::images::pattern((8 * MIB) as usize, 7);
+    std::fs::write(share.join("data.bin"), &data).unwrap();
+
+    let guest_args = |extra: &[&str]| -> String {
+        let mut args = vec![
+            "--image-file".to_string(),
+            "/share/image.raw.zst".into(),
+            "--sha256".into(),
+            set.zst.sha256.clone(),
+        ];
+        args.extend(
+            inputs
+                .args()
+                .into_iter()
+                .map(|a| a.replace(share.to_str().unwrap(), "/share")),
+        );
+        args.extend(extra.iter().map(|a| a.to_string()));
+        format!(
+            "assisted-installer write-image {} /dev/dm-0\n",
+            args.join(" ")
+        )
+    };
+    std::fs::write(share.join("install.sh"), guest_args(&[])).unwrap();
+    std::fs::write(
+        share.join("reinstall.sh"),
+        guest_args(&["--save-partlabel", "data"]),
+    )
+    .unwrap();
+
+    let parts = guest_parts::cached_guest_parts().expect("guest parts");
+    let mut spec = GuestSpec::new(
+        GuestBoot {
+            kernel: parts.kernel,
+            initramfs: parts.initramfs,
+        },
+        &share,
+    );
+    let wwn = 0x6001_405a_a000_0001;
+    spec.disks = vec![
+        GuestDisk::new(&disk, Bus::VirtioScsi, ss, "ai-mpath").with_wwn(wwn),
+        GuestDisk::new(&disk, Bus::VirtioScsi, ss, "ai-mpath").with_wwn(wwn),
+    ];
+    spec.expect_disks = vec!["sda".into(), "sdb".into()];
+    let lba = |mib: u64| mib * MIB / ss;
+    spec.script = format!(
+        "DATA_FIRST={} DATA_LAST={} DATA_MIB={data_mib}\n{MULTIPATH_CASE}",
+        lba(data_mib),
+        lba(data_mib + 8) - 1
+    );
+    let run = run_guest(&spec);
+    let shared = |name: &str| std::fs::read_to_string(share.join(name)).unwrap_or_default();
+    if std::env::var_os("AI_KEEP_GUEST_SHARE").is_some() {
+        let kept = share.with_extension("kept");
+        let _ = std::fs::remove_dir_all(&kept);
+        run_cmd_quiet(Command::new("cp").arg("-a").arg(&share).arg(&kept));
+        eprintln!("share kept in {}", kept.display());
+    }
+    assert_eq!(
+        run.exit_code,
+        Some(0),
+        "{}\n--- case log:\n{}\n--- install:\n{}\n--- reinstall:\n{}",
+        run.transcript(),
+        run.case_log,
+        shared("install.out"),
+        shared("reinstall.out")
+    );
+    eprintln!(
+        "multipath guest: {:.1?} in all, boot {:?}, case {:?} ({})",
+        run.elapsed,
+        run.ready_after,
+        run.case_time(),
+        run.accel
+    );
+
+    // The partitions, as lsblk (and so the Go-ported steps after the write) sees them: the
+    // first install's four, then five with the saved one, each a kpartx-style map.
+    let uuid = "mpath-36001405aa0000000000000000000001";
+    for (step, count) in [("install", 4), ("reinstall", 5)] {
+        let lsblk = shared(&format!("{step}.lsblk.json"));
+        let maps = shared(&format!("{step}.maps"));
+        let children = lsblk_children(&lsblk);
+        let want: Vec<(String, String)> = (1..=count)
+            .map(|n| (format!("mpatha{n}"), "part".to_string()))
+            .collect();
+        assert_eq!(
+            children
+                .iter()
+                .map(|(n, t, _)| (n.clone(), t.clone()))
+                .collect::<Vec<_>>(),
+            want,
+            "{step}: lsblk of /dev/dm-0:\n{lsblk}"
+        );
+        for n in 1..=count {
+            assert!(
+                maps.contains(&format!("mpatha{n}:part{n}-{uuid}")),
+                "{step}: no map mpatha{n} with kpartx's uuid:\n{maps}"
+            );
+        }
+        assert!(
+            shared(&format!("{step}.mapper")).contains(&format!("mpatha{count} -> ../dm-")),
+            "{step}: no /dev/mapper link: {}",
+            shared(&format!("{step}.mapper"))
+        );
+    }
+    // The refusals name what holds the disk, and leave its maps as they were.
+    let other = shared("held_by_other.out");
+    assert!(
+        other.contains("in use") && other.contains("(other)"),
+        "held by another map: {other}"
+    );
+    let mounted = shared("mounted.out");
+    assert!(
+        mounted.contains("in use") && mounted.contains("mpatha3"),
+        "a mounted partition map: {mounted}"
+    );
+    assert!(
+        (1..=4).all(|n| shared("mounted.maps").contains(&format!("mpatha{n}:"))),
+        "a refused install removed maps: {}",
+        shared("mounted.maps")
+    );
+
+    let on_disk = std::fs::read(&disk).unwrap();
+    let at = (data_mib * MIB) as usize;
+    assert!(
+        on_disk[at..at + data.len()] == data[..],
+        "the saved partition's bytes changed"
+    );
+    drop(on_disk);
+    let booted = assert_boots(&disk, &set.spec, &inputs, 5);
+    assert_eq!(booted.report.partitions[4].name, "data");
+}
+
+/// (name, type, partlabel) of the children of the first device in `lsblk --json` output.
+fn lsblk_children(json: &str) -> Vec<(String, String, String)> {
+    let v: serde_json::Value = serde_json::from_str(json)
+        .unwrap_or_else(|e| panic!("lsblk output is not JSON ({e}):\n{json}"));
+    let text = |c: &serde_json::Value, k: &str| c[k].as_str().unwrap_or_default().to_string();
+    v["blockdevices"][0]["children"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| (text(c, "name"), text(c, "type"), text(c, "partlabel")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn run_cmd_quiet(cmd: &mut Command) {
+    let _ = cmd.status();
 }

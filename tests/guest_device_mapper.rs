@@ -1,0 +1,455 @@
+//! Device-mapper installation disks, in a QEMU guest on Debian's kernel (this host's kernel has
+//! no device-mapper): the entrypoint as the service starts it for a multipath host, the
+//! appliance's linear `agent` disk with the registry marker, and a disk that fails writes part
+//! of the way through. All in one guest boot; the fake assisted-service runs in the guest, on
+//! its loopback (the guest has no network device). The image is the live ISO's (osmet file and
+//! OSTree objects), as the service never passes an image: the live fixture's files reach the
+//! guest through the share as a host root (`ASSISTED_INSTALLER_HOST_ROOT`).
+//!
+//! The multipath install (`write-image` onto a multipath map, a reinstall over its partition
+//! maps, and the written disk booted under OVMF) is in tests/boot_qemu.rs; md, NVMe, SCSI and
+//! AHCI disks in tests/guest_disks.rs.
+//!
+//! Root and QEMU are needed; without them the test skips with a message, and fails instead
+//! under AI_REQUIRE_ROOT_TESTS=1. `cargo test --test guest_device_mapper -- --nocapture` prints
+//! the guest's times.
+
+#[path = "../testdata/boot_parts.rs"]
+mod boot_parts;
+mod common;
+#[path = "../testdata/coreos_image.rs"]
+mod coreos_image;
+#[path = "../testdata/guest_parts.rs"]
+mod guest_parts;
+#[path = "../testdata/live_fixture.rs"]
+mod live_fixture;
+
+use common::boot_vm::{read_ext4_file, Entries};
+use common::examples::example_binary;
+use common::guest_vm::{have_guest, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestSpec};
+use common::images::assert_image_on_disk;
+use common::master_run::{assert_master_stages, master_args, IGNITION};
+use common::root::{assert_empty_gpt, sgdisk_verify};
+use common::service_report::ServiceReport;
+use coreos_image::{BLS_ENTRY_PATH, BOOT_LABEL};
+use live_fixture::cached_live_fixture;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+const EXTRA: u64 = 64 * MIB;
+/// Exactly what the service passes for a multipath installation disk.
+const MULTIPATH_INSTALLER_ARGS: &str =
+    r#"["--append-karg","rw","--append-karg","rd.multipath=default","--copy-network"]"#;
+const MPATH_UUID: &str = "mpath-36001405aa0000000000000000000002";
+/// Where the faulty disk refuses writes: 8 MiB from 64 MiB on, inside the image.
+const ERROR_FROM: u64 = 64 * MIB;
+const ERROR_LEN: u64 = 8 * MIB;
+/// The first-boot network keyfile of the guest's "host".
+const KEYFILE: &str = "[connection]\nid=eno1\ntype=ethernet\ninterface-name=eno1\n";
+
+/// `'…'` for busybox sh.
+fn quote(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', r"'\''"))
+}
+
+/// One dry-run master install in the guest: the fake service started on the guest's loopback
+/// for `host`, the entrypoint onto `device` with the agent's flags, the service's report and
+/// what lsblk then shows left in the share as `<label>.*`.
+fn master_install(label: &str, host: &str, device: &str, installer_args: &str) -> String {
+    let args: Vec<String> = master_args(
+        host,
+        Path::new(device),
+        "http://127.0.0.1:8090",
+        installer_args,
+        &Path::new("/tmp").join(format!("{label}.rebooted")),
+    )
+    .iter()
+    .map(|a| quote(a))
+    .collect();
+    format!(
+        r#"/share/fake-assisted-service --listen 127.0.0.1:8090 --host-id {host} --role master \
+  --ignition-file /share/pointer.ign --token-file /tmp/{label}.token --report-file /share/{label}.report.json &
+svc=$!
+n=0; while [ ! -s /tmp/{label}.token ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n+1)); done
+PULL_SECRET_TOKEN=$(cat /tmp/{label}.token) ASSISTED_INSTALLER_LOG_FILE=/tmp/{label}.log \
+  assisted-installer {} >/share/{label}.out 2>&1
+echo $? >/share/{label}.rc
+echo "{label}: the entrypoint exited $(cat /share/{label}.rc)"
+kill $svc; wait $svc
+lsblk --json -o NAME,TYPE {device} >/share/{label}.lsblk.json 2>&1
+ls -l /dev/mapper >/share/{label}.mapper 2>&1
+"#,
+        args.join(" ")
+    )
+}
+
+/// The case script.
+fn script(hosts: &[String; 3], image_sha256: &str) -> String {
+    let mut s = String::from(
+        r#"export ASSISTED_INSTALLER_HOST_ROOT=/share/hostroot
+mkdir -p /opt/install-dir /var/log
+sectors() { cat /sys/block/${1#/dev/}/size; }
+devno() { cat /sys/block/${1#/dev/}/dev; }
+
+# A multipath host: the map multipathd makes over the two paths (dm-0), with its node.
+set -- $(ai-disk ai-mpath)
+[ $# -eq 2 ] || { echo "expected two paths, got: $*"; exit 99; }
+dmsetup create mpatha --uuid MPATH_UUID --table \
+  "0 $(sectors $1) multipath 0 0 1 1 round-robin 0 2 1 $(devno $1) 1 $(devno $2) 1" || exit 98
+[ "$(cat /sys/block/dm-0/dm/name)" = mpatha ] || exit 97
+dmsetup mknodes mpatha
+"#,
+    )
+    .replace("MPATH_UUID", MPATH_UUID);
+    s.push_str(&master_install(
+        "mpath",
+        &hosts[0],
+        "/dev/dm-0",
+        MULTIPATH_INSTALLER_ARGS,
+    ));
+    s.push_str(
+        r#"
+# The appliance: a linear map named agent over its disk, and the registry marker.
+a=$(ai-disk ai-agent)
+dmsetup create agent --table "0 $(sectors $a) linear $(devno $a) 0" || exit 96
+dmsetup mknodes agent
+mkdir -p /share/hostroot/run/media/iso/registry
+"#,
+    );
+    s.push_str(&master_install(
+        "agent",
+        &hosts[1],
+        "/dev/mapper/agent",
+        r#"["--copy-network"]"#,
+    ));
+    let from = ERROR_FROM / 512;
+    let len = ERROR_LEN / 512;
+    let _ = write!(
+        s,
+        r#"
+rmdir /share/hostroot/run/media/iso/registry
+# A disk that fails writes part of the way in: an error target between two linear ones.
+f=$(ai-disk ai-faulty)
+rest=$(( $(sectors $f) - {from} - {len} ))
+printf '0 {from} linear %s 0\n{from} {len} error\n{end} %s linear %s {end}\n' \
+  "$(devno $f)" "$rest" "$(devno $f)" | dmsetup create faulty || exit 95
+dmsetup mknodes faulty
+assisted-installer write-image --image-file /share/image.raw.zst --sha256 {image_sha256} \
+  /dev/mapper/faulty >/share/faulty.out 2>&1
+echo $? >/share/faulty.rc
+echo "faulty: write-image exited $(cat /share/faulty.rc)"
+"#,
+        end = from + len
+    );
+    s.push_str(&master_install(
+        "faulty-entrypoint",
+        &hosts[2],
+        "/dev/mapper/faulty",
+        r#"[]"#,
+    ));
+    s.push_str("exit 0\n");
+    s
+}
+
+fn shared(share: &Path, name: &str) -> String {
+    std::fs::read_to_string(share.join(name)).unwrap_or_default()
+}
+
+/// (name, type) of the children of the first device in `lsblk --json` output.
+fn lsblk_children(json: &str) -> Vec<(String, String)> {
+    let v: serde_json::Value = serde_json::from_str(json)
+        .unwrap_or_else(|e| panic!("lsblk output is not JSON ({e}):\n{json}"));
+    v["blockdevices"][0]["children"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+                    (text("name"), text("type"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The used entries of the GPT at the start of the disk file.
+fn entries(disk: &Path, ss: u64) -> Entries {
+    let mut f = std::fs::File::open(disk).unwrap();
+    let gpt = gptman::GPT::read_from(&mut f, ss).expect("a GPT on the written disk");
+    gpt.iter()
+        .filter(|(_, p)| p.is_used())
+        .map(|(n, p)| (n, p.clone()))
+        .collect()
+}
+
+/// A written disk file, from the host: the live image's bytes outside the GPT areas, a clean
+/// GPT, the served Ignition config, the kernel arguments and the network keyfile on /boot.
+fn check_installed(disk: &Path, raw: &Path, kargs: &str) {
+    let entries = entries(disk, 512);
+    // The post-install steps write into the boot file system: compare everything but it.
+    let (_, boot) = entries
+        .iter()
+        .find(|(_, p)| p.partition_name.as_str() == BOOT_LABEL)
+        .expect("a boot partition");
+    let boot = (boot.starting_lba * 512) as usize..((boot.ending_lba + 1) * 512) as usize;
+    let (mut on_disk, mut image) = (std::fs::read(disk).unwrap(), std::fs::read(raw).unwrap());
+    on_disk[boot.clone()].fill(0);
+    image[boot].fill(0);
+    assert_image_on_disk(&on_disk, &image, 512);
+    drop((on_disk, image));
+    sgdisk_verify(disk);
+    let read = |p: &str| read_ext4_file(disk, 512, &entries, BOOT_LABEL, p);
+    assert_eq!(
+        read("/ignition/config.ign"),
+        IGNITION.as_bytes(),
+        "{}",
+        disk.display()
+    );
+    let bls = String::from_utf8(read(&format!("/{BLS_ENTRY_PATH}"))).unwrap();
+    let options = bls
+        .lines()
+        .find_map(|l| l.strip_prefix("options "))
+        .unwrap_or_default();
+    assert!(
+        options.ends_with(kargs),
+        "{}: options {options:?}",
+        disk.display()
+    );
+    assert_eq!(
+        read("/coreos-firstboot-network/eno1.nmconnection"),
+        KEYFILE.as_bytes()
+    );
+}
+
+#[test]
+fn multipath_linear_and_faulty_device_mapper_disks_in_one_guest() {
+    if !have_guest("multipath_linear_and_faulty_device_mapper_disks_in_one_guest") {
+        return;
+    }
+    let fx = cached_live_fixture(512, false).expect("live fixture");
+    let set = coreos_image::cached_image_set(&coreos_image::ImageSpec::test(512)).unwrap();
+    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let share = work.path();
+
+    // The host's files as the installer container reaches them: the live image (osmet file
+    // and the running root's OSTree objects, hard links into the cached fixture) and the
+    // NetworkManager keyfiles.
+    let root = share.join("hostroot");
+    let osmet_dir = root.join("run/coreos-installer/osmet");
+    std::fs::create_dir_all(&osmet_dir).unwrap();
+    std::fs::create_dir_all(root.join("sysroot")).unwrap();
+    let copied = Command::new("cp")
+        .arg("-al")
+        .arg(fx.sysroot.join("ostree"))
+        .arg(root.join("sysroot"))
+        .status()
+        .unwrap();
+    assert!(copied.success(), "hard-linking the live root's objects");
+    std::fs::copy(&fx.osmet, osmet_dir.join(fx.osmet.file_name().unwrap())).unwrap();
+    let nm = root.join("etc/NetworkManager/system-connections");
+    std::fs::create_dir_all(&nm).unwrap();
+    std::fs::write(nm.join("eno1.nmconnection"), KEYFILE).unwrap();
+    std::fs::write(share.join("pointer.ign"), IGNITION).unwrap();
+    std::fs::copy(&set.zst.path, share.join("image.raw.zst")).unwrap();
+    let svc_bin = example_binary("fake-assisted-service");
+    let stripped = Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(&svc_bin)
+        .arg(share.join("fake-assisted-service"))
+        .status()
+        .unwrap();
+    assert!(stripped.success(), "objcopy --strip-debug");
+
+    let disk = |name: &str| {
+        let p = share.join(name);
+        sparse_disk(&p, fx.raw_size + EXTRA);
+        p
+    };
+    let (mpath, agent, faulty) = (disk("mpath.img"), disk("agent.img"), disk("faulty.img"));
+    let hosts = [(); 3].map(|_| uuid::Uuid::new_v4().to_string());
+    let parts = guest_parts::cached_guest_parts().expect("guest parts");
+    let mut spec = GuestSpec::new(
+        GuestBoot {
+            kernel: parts.kernel,
+            initramfs: parts.initramfs,
+        },
+        share,
+    );
+    let wwn = 0x6001_405a_a000_0002;
+    spec.disks = vec![
+        GuestDisk::new(&mpath, Bus::VirtioScsi, 512, "ai-mpath").with_wwn(wwn),
+        GuestDisk::new(&mpath, Bus::VirtioScsi, 512, "ai-mpath").with_wwn(wwn),
+        GuestDisk::new(&agent, Bus::VirtioBlk, 512, "ai-agent"),
+        GuestDisk::new(&faulty, Bus::VirtioBlk, 512, "ai-faulty"),
+    ];
+    spec.expect_disks = ["sda", "sdb", "vda", "vdb"].map(String::from).to_vec();
+    spec.memory_mib = 1024;
+    // The service client loads the system's trusted roots (the installer container has the
+    // host's /etc/pki); the guest's busybox root has none.
+    spec.extra_files = vec![(
+        "/etc/ssl/certs/ca-certificates.crt".into(),
+        "/etc/ssl/certs/ca-certificates.crt".into(),
+        0o644,
+    )];
+    spec.script = script(&hosts, &set.zst.sha256);
+    let run = run_guest(&spec);
+    let report = |label: &str| {
+        ServiceReport::read(&share.join(format!("{label}.report.json"))).unwrap_or_else(|e| {
+            panic!(
+                "{label}: no service report ({e:#})\n{}\n--- {label}.out:\n{}",
+                run.transcript(),
+                shared(share, &format!("{label}.out"))
+            )
+        })
+    };
+    assert_eq!(run.exit_code, Some(0), "{}", run.transcript());
+    eprintln!(
+        "device-mapper guest: {:.1?} in all, boot {:?}, case {:?} ({})",
+        run.elapsed,
+        run.ready_after,
+        run.case_time(),
+        run.accel
+    );
+
+    // The multipath host, as the service starts it: the Go stage sequence, the disk as the
+    // live image with the multipath kernel arguments, and kpartx's partition maps left.
+    assert_eq!(
+        shared(share, "mpath.rc").trim(),
+        "0",
+        "{}",
+        shared(share, "mpath.out")
+    );
+    let r = report("mpath");
+    assert!(r.refused().is_empty(), "{:?}", r.refused());
+    assert_master_stages(&r.progress, false);
+    check_installed(&mpath, &fx.raw, "rw rd.multipath=default");
+    assert_eq!(
+        lsblk_children(&shared(share, "mpath.lsblk.json")),
+        (1..=4)
+            .map(|n| (format!("mpatha{n}"), "part".to_string()))
+            .collect::<Vec<_>>(),
+        "{}",
+        shared(share, "mpath.lsblk.json")
+    );
+
+    // The appliance: the registry copy's stage (the dry run runs none of its commands) and
+    // the partitions under /dev/mapper, where the steps after the write look for them.
+    assert_eq!(
+        shared(share, "agent.rc").trim(),
+        "0",
+        "{}",
+        shared(share, "agent.out")
+    );
+    let r = report("agent");
+    assert_master_stages(&r.progress, true);
+    check_installed(&agent, &fx.raw, "");
+    let children = lsblk_children(&shared(share, "agent.lsblk.json"));
+    assert_eq!(
+        children.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["agent1", "agent2", "agent3", "agent4"],
+        "{}",
+        shared(share, "agent.lsblk.json")
+    );
+    assert!(
+        shared(share, "agent.mapper").contains("agent4 -> ../dm-"),
+        "{}",
+        shared(share, "agent.mapper")
+    );
+
+    // The faulty disk: the error names the device and the byte offset; the service is told
+    // the install failed; the disk is left with an empty valid table.
+    let out = shared(share, "faulty.out");
+    assert_eq!(shared(share, "faulty.rc").trim(), "1", "{out}");
+    assert!(
+        out.contains("/dev/mapper/faulty") && out.contains(&format!("at offset {ERROR_FROM}")),
+        "the write error must name the device and the offset:\n{out}"
+    );
+    eprintln!(
+        "faulty disk: {}",
+        out.lines()
+            .find(|l| l.starts_with("error"))
+            .unwrap_or_default()
+    );
+    let r = report("faulty-entrypoint");
+    let last = r.progress.last().cloned().unwrap_or_default();
+    assert_eq!(last.0, "Failed", "{:?}", r.progress);
+    assert!(
+        last.1.contains("/dev/mapper/faulty") && last.1.contains("offset"),
+        "{last:?}"
+    );
+    assert_empty_gpt(&faulty, 512);
+}
+
+/// A power cut in the middle of a write (the guest killed once 40 MiB of the 91 MiB image are
+/// on the disk) leaves a disk no firmware boots: the table written before the stream is empty,
+/// since the first MiB, with the image's own table, is written last.
+#[test]
+fn a_power_cut_mid_write_leaves_a_disk_that_does_not_boot() {
+    if !have_guest("a_power_cut_mid_write_leaves_a_disk_that_does_not_boot") {
+        return;
+    }
+    let set = coreos_image::cached_image_set(&coreos_image::ImageSpec::test(512)).unwrap();
+    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let share = work.path();
+    std::fs::copy(&set.zst.path, share.join("image.raw.zst")).unwrap();
+    let disk = share.join("disk.img");
+    sparse_disk(&disk, set.raw.size + EXTRA);
+    // An earlier install, bootable, that the new one is writing over.
+    std::fs::write(&disk, std::fs::read(&set.raw.path).unwrap()).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&disk)
+        .unwrap()
+        .set_len(set.raw.size + EXTRA)
+        .unwrap();
+    let parts = guest_parts::cached_guest_parts().expect("guest parts");
+    let mut spec = GuestSpec::new(
+        GuestBoot {
+            kernel: parts.kernel,
+            initramfs: parts.initramfs,
+        },
+        share,
+    );
+    spec.disks = vec![GuestDisk::new(&disk, Bus::VirtioBlk, 512, "ai-cut")];
+    spec.expect_disks = vec!["vda".into()];
+    spec.kill_when = Some(("AI-CUT".into(), std::time::Duration::ZERO));
+    spec.script = format!(
+        r#"d=$(ai-disk ai-cut)
+written() {{ set -- $(cat /sys/block/${{d#/dev/}}/stat); echo $7; }}
+before=$(written)
+assisted-installer write-image --image-file /share/image.raw.zst --sha256 {} $d >/share/out 2>&1 &
+while [ $(( $(written) - before )) -lt 81920 ]; do
+  kill -0 $! 2>/dev/null || {{ echo "write-image ended before the cut"; exit 1; }}
+  sleep 0.01
+done
+echo AI-CUT
+sleep 60
+"#,
+        set.zst.sha256
+    );
+    let run = run_guest(&spec);
+    assert!(run.killed, "the guest was not cut:\n{}", run.transcript());
+    assert_eq!(run.exit_code, None);
+    let on_disk = std::fs::read(&disk).unwrap();
+    let image = std::fs::read(&set.raw.path).unwrap();
+    // Mid-write: the image's bytes from the stream are there (the ESP, right after the
+    // first MiB), but not the image's table.
+    let esp = (2 * MIB) as usize..(10 * MIB) as usize;
+    assert!(
+        on_disk[esp.clone()] == image[esp],
+        "the stream had not begun when the power was cut"
+    );
+    assert_ne!(
+        on_disk[512..1024],
+        image[512..1024],
+        "the image's GPT header is on the disk"
+    );
+    drop((on_disk, image));
+    assert_empty_gpt(&disk, 512);
+    eprintln!(
+        "power cut: the guest was killed {:.1?} after its start",
+        run.elapsed
+    );
+}
