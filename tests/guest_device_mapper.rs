@@ -86,7 +86,7 @@ ls -l /dev/mapper >/share/{label}.mapper 2>&1
 }
 
 /// The case script.
-fn script(hosts: &[String; 3], image_sha256: &str) -> String {
+fn script(hosts: &[String; 4], image_sha256: &str) -> String {
     let mut s = String::from(
         r#"export ASSISTED_INSTALLER_HOST_ROOT=/share/hostroot
 mkdir -p /opt/install-dir /var/log
@@ -122,6 +122,14 @@ mkdir -p /share/hostroot/run/media/iso/registry
         "agent",
         &hosts[1],
         "/dev/mapper/agent",
+        r#"["--copy-network"]"#,
+    ));
+    // A loop device (no partition scanning there either), with the marker still there.
+    s.push_str("losetup /dev/loop0 /share/loop.img || exit 94\n");
+    s.push_str(&master_install(
+        "loop",
+        &hosts[3],
+        "/dev/loop0",
         r#"["--copy-network"]"#,
     ));
     let from = ERROR_FROM / 512;
@@ -268,7 +276,8 @@ fn multipath_linear_and_faulty_device_mapper_disks_in_one_guest() {
         p
     };
     let (mpath, agent, faulty) = (disk("mpath.img"), disk("agent.img"), disk("faulty.img"));
-    let hosts = [(); 3].map(|_| uuid::Uuid::new_v4().to_string());
+    let loop_file = disk("loop.img");
+    let hosts = [(); 4].map(|_| uuid::Uuid::new_v4().to_string());
     let parts = guest_parts::cached_guest_parts().expect("guest parts");
     let mut spec = GuestSpec::new(
         GuestBoot {
@@ -356,6 +365,25 @@ fn multipath_linear_and_faulty_device_mapper_disks_in_one_guest() {
         shared(share, "agent.mapper").contains("agent4 -> ../dm-"),
         "{}",
         shared(share, "agent.mapper")
+    );
+
+    // The loop device: the registry copy's stage, and the partitions the writer added with
+    // BLKPG still there for lsblk (the copy looks for them there).
+    assert_eq!(
+        shared(share, "loop.rc").trim(),
+        "0",
+        "{}",
+        shared(share, "loop.out")
+    );
+    assert_master_stages(&report("loop").progress, true);
+    check_installed(&loop_file, &fx.raw, "");
+    assert_eq!(
+        lsblk_children(&shared(share, "loop.lsblk.json")),
+        (1..=4)
+            .map(|n| (format!("loop0p{n}"), "part".to_string()))
+            .collect::<Vec<_>>(),
+        "{}",
+        shared(share, "loop.lsblk.json")
     );
 
     // The faulty disk: the error names the device and the byte offset; the service is told
