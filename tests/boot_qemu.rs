@@ -23,7 +23,9 @@ use common::boot_vm::{
     as_kernel_sees, boot, boot_kernel, check_gpt, have_qemu, read_ext4_file, Boot, DirectKernel,
     Entries, Expected, GptCheck,
 };
-use common::guest_vm::{have_guest, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestSpec};
+use common::guest_vm::{
+    have_guest, lsblk_children, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestSpec,
+};
 use common::http_server::TestServer;
 use common::images::sha256_hex;
 use common::live_ns::LiveLayout;
@@ -569,14 +571,7 @@ fn boots_after_writing_onto_a_multipath_map_in_a_guest() {
         let want: Vec<(String, String)> = (1..=count)
             .map(|n| (format!("mpatha{n}"), "part".to_string()))
             .collect();
-        assert_eq!(
-            children
-                .iter()
-                .map(|(n, t, _)| (n.clone(), t.clone()))
-                .collect::<Vec<_>>(),
-            want,
-            "{step}: lsblk of /dev/dm-0:\n{lsblk}"
-        );
+        assert_eq!(children, want, "{step}: lsblk of /dev/dm-0:\n{lsblk}");
         for n in 1..=count {
             assert!(
                 maps.contains(&format!("mpatha{n}:part{n}-{uuid}")),
@@ -615,21 +610,6 @@ fn boots_after_writing_onto_a_multipath_map_in_a_guest() {
     drop(on_disk);
     let booted = assert_boots(&disk, &set.spec, &inputs, 5);
     assert_eq!(booted.report.partitions[4].name, "data");
-}
-
-/// (name, type, partlabel) of the children of the first device in `lsblk --json` output.
-fn lsblk_children(json: &str) -> Vec<(String, String, String)> {
-    let v: serde_json::Value = serde_json::from_str(json)
-        .unwrap_or_else(|e| panic!("lsblk output is not JSON ({e}):\n{json}"));
-    let text = |c: &serde_json::Value, k: &str| c[k].as_str().unwrap_or_default().to_string();
-    v["blockdevices"][0]["children"]
-        .as_array()
-        .map(|cs| {
-            cs.iter()
-                .map(|c| (text(c, "name"), text(c, "type"), text(c, "partlabel")))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn run_cmd_quiet(cmd: &mut Command) {

@@ -26,7 +26,9 @@ mod live_fixture;
 
 use common::boot_vm::{read_ext4_file, Entries};
 use common::examples::example_binary;
-use common::guest_vm::{have_guest, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestSpec};
+use common::guest_vm::{
+    have_guest, lsblk_children, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestSpec,
+};
 use common::images::assert_image_on_disk;
 use common::master_run::{assert_master_stages, master_args, IGNITION};
 use common::root::{assert_empty_gpt, sgdisk_verify};
@@ -165,23 +167,6 @@ fn shared(share: &Path, name: &str) -> String {
     std::fs::read_to_string(share.join(name)).unwrap_or_default()
 }
 
-/// (name, type) of the children of the first device in `lsblk --json` output.
-fn lsblk_children(json: &str) -> Vec<(String, String)> {
-    let v: serde_json::Value = serde_json::from_str(json)
-        .unwrap_or_else(|e| panic!("lsblk output is not JSON ({e}):\n{json}"));
-    v["blockdevices"][0]["children"]
-        .as_array()
-        .map(|cs| {
-            cs.iter()
-                .map(|c| {
-                    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-                    (text("name"), text("type"))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The used entries of the GPT at the start of the disk file.
 fn entries(disk: &Path, ss: u64) -> Entries {
     let mut f = std::fs::File::open(disk).unwrap();
@@ -295,6 +280,8 @@ fn multipath_linear_and_faulty_device_mapper_disks_in_one_guest() {
     ];
     spec.expect_disks = ["sda", "sdb", "vda", "vdb"].map(String::from).to_vec();
     spec.memory_mib = 1024;
+    // About a minute alone here under TCG; four times that while a build shares the cores.
+    spec.limit = std::time::Duration::from_secs(900);
     // The service client loads the system's trusted roots (the installer container has the
     // host's /etc/pki); the guest's busybox root has none.
     spec.extra_files = vec![(
@@ -322,45 +309,36 @@ fn multipath_linear_and_faulty_device_mapper_disks_in_one_guest() {
         run.accel
     );
 
+    // One install that must have succeeded, as the guest left it: the service's report, and
+    // the names and types lsblk gave the disk's partitions.
+    let installed = |label: &str| -> (ServiceReport, Vec<(String, String)>) {
+        let out = shared(share, &format!("{label}.out"));
+        assert_eq!(shared(share, &format!("{label}.rc")).trim(), "0", "{out}");
+        let r = report(label);
+        assert!(r.refused().is_empty(), "{label}: {:?}", r.refused());
+        let lsblk = shared(share, &format!("{label}.lsblk.json"));
+        (r, lsblk_children(&lsblk))
+    };
+    let partitions = |names: &str, kind: &str| -> Vec<(String, String)> {
+        (1..=4)
+            .map(|n| (format!("{names}{n}"), kind.to_string()))
+            .collect()
+    };
+
     // The multipath host, as the service starts it: the Go stage sequence, the disk as the
     // live image with the multipath kernel arguments, and kpartx's partition maps left.
-    assert_eq!(
-        shared(share, "mpath.rc").trim(),
-        "0",
-        "{}",
-        shared(share, "mpath.out")
-    );
-    let r = report("mpath");
-    assert!(r.refused().is_empty(), "{:?}", r.refused());
+    let (r, children) = installed("mpath");
     assert_master_stages(&r.progress, false);
     check_installed(&mpath, &fx.raw, "rw rd.multipath=default");
-    assert_eq!(
-        lsblk_children(&shared(share, "mpath.lsblk.json")),
-        (1..=4)
-            .map(|n| (format!("mpatha{n}"), "part".to_string()))
-            .collect::<Vec<_>>(),
-        "{}",
-        shared(share, "mpath.lsblk.json")
-    );
+    assert_eq!(children, partitions("mpatha", "part"));
 
     // The appliance: the registry copy's stage (the dry run runs none of its commands) and
-    // the partitions under /dev/mapper, where the steps after the write look for them.
-    assert_eq!(
-        shared(share, "agent.rc").trim(),
-        "0",
-        "{}",
-        shared(share, "agent.out")
-    );
-    let r = report("agent");
+    // the partitions under /dev/mapper, where the steps after the write look for them (maps
+    // of a disk without a uuid have none either: lsblk's type is `dm`).
+    let (r, children) = installed("agent");
     assert_master_stages(&r.progress, true);
     check_installed(&agent, &fx.raw, "");
-    let children = lsblk_children(&shared(share, "agent.lsblk.json"));
-    assert_eq!(
-        children.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-        ["agent1", "agent2", "agent3", "agent4"],
-        "{}",
-        shared(share, "agent.lsblk.json")
-    );
+    assert_eq!(children, partitions("agent", "dm"));
     assert!(
         shared(share, "agent.mapper").contains("agent4 -> ../dm-"),
         "{}",
@@ -369,22 +347,10 @@ fn multipath_linear_and_faulty_device_mapper_disks_in_one_guest() {
 
     // The loop device: the registry copy's stage, and the partitions the writer added with
     // BLKPG still there for lsblk (the copy looks for them there).
-    assert_eq!(
-        shared(share, "loop.rc").trim(),
-        "0",
-        "{}",
-        shared(share, "loop.out")
-    );
-    assert_master_stages(&report("loop").progress, true);
+    let (r, children) = installed("loop");
+    assert_master_stages(&r.progress, true);
     check_installed(&loop_file, &fx.raw, "");
-    assert_eq!(
-        lsblk_children(&shared(share, "loop.lsblk.json")),
-        (1..=4)
-            .map(|n| (format!("loop0p{n}"), "part".to_string()))
-            .collect::<Vec<_>>(),
-        "{}",
-        shared(share, "loop.lsblk.json")
-    );
+    assert_eq!(children, partitions("loop0p", "part"));
 
     // The faulty disk: the error names the device and the byte offset; the service is told
     // the install failed; the disk is left with an empty valid table.

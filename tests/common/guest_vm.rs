@@ -590,3 +590,21 @@ pub(crate) fn run_guest(spec: &GuestSpec) -> GuestRun {
     );
     run
 }
+
+/// (name, type) of the children of the first device in `lsblk --json` output, as a case
+/// script in the guest recorded it.
+pub(crate) fn lsblk_children(json: &str) -> Vec<(String, String)> {
+    let v: serde_json::Value = serde_json::from_str(json)
+        .unwrap_or_else(|e| panic!("lsblk output is not JSON ({e}):\n{json}"));
+    v["blockdevices"][0]["children"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+                    (text("name"), text("type"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
