@@ -163,6 +163,14 @@ echo "faulty: write-image exited $(cat /share/faulty.rc)"
     s
 }
 
+fn guest_boot() -> GuestBoot {
+    let parts = guest_parts::cached_guest_parts().expect("guest parts");
+    GuestBoot {
+        kernel: parts.kernel,
+        initramfs: parts.initramfs,
+    }
+}
+
 fn shared(share: &Path, name: &str) -> String {
     std::fs::read_to_string(share.join(name)).unwrap_or_default()
 }
@@ -263,14 +271,7 @@ fn multipath_linear_and_faulty_device_mapper_disks_in_one_guest() {
     let (mpath, agent, faulty) = (disk("mpath.img"), disk("agent.img"), disk("faulty.img"));
     let loop_file = disk("loop.img");
     let hosts = [(); 4].map(|_| uuid::Uuid::new_v4().to_string());
-    let parts = guest_parts::cached_guest_parts().expect("guest parts");
-    let mut spec = GuestSpec::new(
-        GuestBoot {
-            kernel: parts.kernel,
-            initramfs: parts.initramfs,
-        },
-        share,
-    );
+    let mut spec = GuestSpec::new(guest_boot(), share);
     let wwn = 0x6001_405a_a000_0002;
     spec.disks = vec![
         GuestDisk::new(&mpath, Bus::VirtioScsi, 512, "ai-mpath").with_wwn(wwn),
@@ -398,14 +399,7 @@ fn a_power_cut_mid_write_leaves_a_disk_that_does_not_boot() {
         .unwrap()
         .set_len(set.raw.size + EXTRA)
         .unwrap();
-    let parts = guest_parts::cached_guest_parts().expect("guest parts");
-    let mut spec = GuestSpec::new(
-        GuestBoot {
-            kernel: parts.kernel,
-            initramfs: parts.initramfs,
-        },
-        share,
-    );
+    let mut spec = GuestSpec::new(guest_boot(), share);
     spec.disks = vec![GuestDisk::new(&disk, Bus::VirtioBlk, 512, "ai-cut")];
     spec.expect_disks = vec!["vda".into()];
     spec.kill_when = Some(("AI-CUT".into(), std::time::Duration::ZERO));
