@@ -307,6 +307,12 @@ pub(crate) fn release_own_maps(path: &Path) -> Result<bool> {
     }
 }
 
+/// Whether the block device `path` is a device-mapper disk, whose partitions are partition
+/// maps rather than the kernel's.
+pub(crate) fn has_partition_maps(path: &Path) -> bool {
+    KernelView::open(path).is_ok_and(|view| DmDisk::of(&view.sys).is_some())
+}
+
 fn wait_for_node(node: &Path, limit: Duration) -> bool {
     let appears = Schedule::within(limit, Duration::from_millis(20));
     SYSTEM_CLOCK

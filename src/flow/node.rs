@@ -16,15 +16,17 @@ use super::writer::WriteRequest;
 use super::Flow;
 use crate::clock::{Failure, Schedule, Stopped, WaitError};
 use crate::config::Role;
+use crate::disk::partitions::has_partition_maps;
 use crate::host::boot_order::set_boot_order;
 use crate::host::disk_prep::{cleanup_install_device, format_disks, resolve_disk_symlink};
 use crate::host::existing_root::write_image_to_existing_root;
 use crate::host::logs::{upload_installation_logs, LogsUpload};
 use crate::host::reboot::ironic_agent_present;
-use crate::host::registry_copy;
+use crate::host::registry_copy::{self, PartitionMaps};
 use crate::host::root::HostRoot;
 use crate::service::stages::{HostStage, LogsState};
 use crate::write::parse_installer_args;
+use crate::write::post_install::reload_partitions;
 
 /// Attempts at the disk write, about a second apart (Go: `utils.Retry(3, …)`).
 pub const WRITE_ATTEMPTS: u32 = 3;
@@ -282,11 +284,18 @@ fn copy_registry_data(f: &Flow, device: &str) -> Result<()> {
         return Ok(());
     }
     let reporter = &f.reporter;
+    let reload = || reload_partitions(Path::new(device));
+    let maps = if has_partition_maps(Path::new(device)) {
+        PartitionMaps::Reload(&reload)
+    } else {
+        PartitionMaps::Kernel
+    };
     registry_copy::copy_registry_data(
         f.host.commands.as_ref(),
         f.host.clock.as_ref(),
         &f.stop,
         device,
+        maps,
         &mut |percent| reporter.stage(stage, format!("{percent}%")),
     )
     .with_context(|| format!("copying the registry data to {device}"))

@@ -43,6 +43,9 @@ pub(crate) struct Step {
     pub args: Vec<String>,
     /// Its output goes to the rsync progress parser.
     pub streamed: bool,
+    /// It changed the partition table: the disk's partition maps must follow (device-mapper
+    /// disks only, see [`PartitionMaps`]).
+    pub resized: bool,
 }
 
 impl Step {
@@ -51,6 +54,7 @@ impl Step {
             program,
             args: args.iter().map(|a| a.to_string()).collect(),
             streamed: false,
+            resized: false,
         }
     }
 
@@ -78,12 +82,28 @@ pub(crate) fn parse_du(output: &str) -> Result<u64> {
         .with_context(|| format!("unexpected output of du -sb {REGISTRY_DATA}: {output:?}"))
 }
 
+/// How the kernel learns of the grown root partition. On an ordinary disk `growpart` tells it
+/// itself (`partx --update`, as Go relies on). A device-mapper disk (multipath, the
+/// appliance's linear `agent` disk) has partition maps instead, which `partx` cannot change
+/// and which make `growpart` fail and roll back: there it runs with `-u off`, and `reload`
+/// gives the maps the grown table.
+pub(crate) enum PartitionMaps<'a> {
+    Kernel,
+    Reload(&'a dyn Fn() -> Result<()>),
+}
+
 /// The host commands after the checks, in order: the root partition (`root`) is grown with
 /// `growpart` to leave `free_percent` of `device` free, its filesystem saved and restored
-/// around that and grown, and the data copied into it.
-pub(crate) fn copy_steps(device: &str, root: &str, free_percent: u64) -> Vec<Step> {
+/// around that and grown, and the data copied into it. `maps`: whether `device` has
+/// device-mapper partition maps (see [`PartitionMaps`]).
+pub(crate) fn copy_steps(device: &str, root: &str, free_percent: u64, maps: bool) -> Vec<Step> {
     let free = format!("--free-percent={free_percent}");
     let part = ROOT_PARTITION.to_string();
+    let growpart = if maps {
+        Step::new("growpart", &[&free, "-u", "off", device, &part])
+    } else {
+        Step::new("growpart", &[&free, device, &part])
+    };
     let transposefs = |action: &str| format!("{TRANSPOSEFS} {action}");
     let rsync = format!("rsync -ah --info=progress2 {REGISTRY_DATA}/ {REGISTRY_DIR}/");
     vec![
@@ -96,7 +116,10 @@ pub(crate) fn copy_steps(device: &str, root: &str, free_percent: u64) -> Vec<Ste
             &["-c", &format!("fsfreeze --unfreeze {ROOT_MOUNT} || true")],
         ),
         Step::new("umount", &[ROOT_MOUNT]),
-        Step::new("growpart", &[&free, device, &part]),
+        Step {
+            resized: true,
+            ..growpart
+        },
         // The threshold would make the script skip the save on a small root; it must save.
         Step::new(
             "bash",
@@ -164,6 +187,7 @@ pub(crate) fn copy_registry_data(
     clock: &dyn Clock,
     stop: &dyn Stop,
     device: &str,
+    maps: PartitionMaps<'_>,
     report: &mut dyn FnMut(u32),
 ) -> Result<()> {
     let du = runner
@@ -180,8 +204,17 @@ pub(crate) fn copy_registry_data(
     tracing::info!("copying {data} bytes of registry data to {device}, leaving {free}% of it free");
     let root = partition_path(runner, device, ROOT_PARTITION)?;
     let mut progress = RsyncProgress::new();
-    for step in copy_steps(device, &root, free) {
+    let reload = match maps {
+        PartitionMaps::Kernel => None,
+        PartitionMaps::Reload(reload) => Some(reload),
+    };
+    for step in copy_steps(device, &root, free, reload.is_some()) {
         run_step(runner, clock, stop, &step, &mut progress, report)?;
+        if let Some(reload) = reload.filter(|_| step.resized) {
+            reload().with_context(|| {
+                format!("giving the partition maps of {device} the grown root partition")
+            })?;
+        }
     }
     Ok(())
 }
@@ -286,7 +319,14 @@ mod tests {
 
     fn copy(r: &RecordingRunner, clock: &FakeClock, device: &str) -> (Result<()>, Vec<u32>) {
         let mut reported = Vec::new();
-        let result = copy_registry_data(r, clock, &NeverStop, device, &mut |p| reported.push(p));
+        let result = copy_registry_data(
+            r,
+            clock,
+            &NeverStop,
+            device,
+            PartitionMaps::Kernel,
+            &mut |p| reported.push(p),
+        );
         (result, reported)
     }
 
@@ -344,6 +384,69 @@ mod tests {
             assert_eq!(r.lines(), expected, "{device} ({kind})");
             assert!(clock.sleeps().is_empty());
         }
+    }
+
+    /// On a device-mapper disk `growpart` cannot update the partition maps (its `partx
+    /// --update` fails there, and it then rolls the table back): it runs with `-u off`, and the
+    /// maps are reloaded right after it, before the root file system is saved and remade.
+    #[test]
+    fn on_a_device_mapper_disk_the_partition_maps_follow_growpart() {
+        let r = runner_for(
+            "/dev/dm-0",
+            &lsblk("agent", "dm", ["agent1", "agent2", "agent3", "agent4"]),
+            &format!("{}\t/mnt/agentdata", 20 * GIB),
+        );
+        let at = std::sync::Mutex::new(Vec::new());
+        let reload = || {
+            at.lock().unwrap().push(r.lines().len());
+            Ok(())
+        };
+        copy_registry_data(
+            &r,
+            &FakeClock::new(),
+            &NeverStop,
+            "/dev/dm-0",
+            PartitionMaps::Reload(&reload),
+            &mut |_| {},
+        )
+        .unwrap();
+        let lines = r.lines();
+        let growpart = lines
+            .iter()
+            .position(|l| l.starts_with("growpart"))
+            .unwrap();
+        assert_eq!(
+            lines[growpart],
+            "growpart --free-percent=42 -u off /dev/dm-0 4"
+        );
+        assert_eq!(
+            *at.lock().unwrap(),
+            [growpart + 1],
+            "reloaded once, right after growpart"
+        );
+        assert_eq!(lines[4], "mount /dev/mapper/agent4 /mnt/root");
+
+        // A failed reload is fatal, naming the disk.
+        let r = runner_for(
+            "/dev/dm-0",
+            &lsblk("agent", "dm", ["agent1", "agent2", "agent3", "agent4"]),
+            &format!("{}\t/mnt/agentdata", 20 * GIB),
+        );
+        let failing = || -> Result<()> { anyhow::bail!("no maps") };
+        let e = copy_registry_data(
+            &r,
+            &FakeClock::new(),
+            &NeverStop,
+            "/dev/dm-0",
+            PartitionMaps::Reload(&failing),
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("partition maps of /dev/dm-0"),
+            "{e:#}"
+        );
+        assert!(r.lines().last().unwrap().starts_with("growpart"));
     }
 
     #[test]
@@ -531,8 +634,15 @@ mod tests {
             "lsblk --bytes --json /dev/sda",
             &lsblk("sda", "disk", ["sda1", "sda2", "sda3", "sda4"]),
         );
-        let e =
-            copy_registry_data(&r, &FakeClock::new(), &stop, "/dev/sda", &mut |_| {}).unwrap_err();
+        let e = copy_registry_data(
+            &r,
+            &FakeClock::new(),
+            &stop,
+            "/dev/sda",
+            PartitionMaps::Kernel,
+            &mut |_| {},
+        )
+        .unwrap_err();
         assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
         assert!(
             format!("{e:#}")

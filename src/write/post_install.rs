@@ -86,9 +86,7 @@ pub(crate) fn show_partitions(dev: Device) {
     if dev.kind() != DeviceKind::Block {
         return;
     }
-    let table = DiskWindows::load(&dev)
-        .and_then(|mut w| Ok(table::read(&mut w, dev.sector_size())?))
-        .map(|gpt| PartitionSpec::from_gpt(&gpt));
+    let table = table_on(&dev);
     let path = dev.path().to_path_buf();
     drop(dev);
     let table = table.unwrap_or_else(|e| {
@@ -114,6 +112,34 @@ pub(crate) fn show_partitions(dev: Device) {
             path.display()
         ),
     }
+}
+
+/// The partitions of the table on `dev`.
+fn table_on(dev: &Device) -> Result<Vec<PartitionSpec>> {
+    let mut w = DiskWindows::load(dev)?;
+    let gpt = table::read(&mut w, dev.sector_size())?;
+    Ok(PartitionSpec::from_gpt(&gpt))
+}
+
+/// After a host command changed the partition table of the block device `path` (growpart):
+/// give the kernel's partitions, or a device-mapper disk's partition maps, the new table.
+/// Unlike [`show_partitions`] a failure is an error: the caller's next step needs them.
+pub(crate) fn reload_partitions(path: &Path) -> Result<()> {
+    let dev = Device::open_for_write(path)?;
+    let table = table_on(&dev)
+        .with_context(|| format!("reading the partition table of {}", path.display()))?;
+    drop(dev);
+    let nodes = publish(path, &table)?;
+    tracing::info!(
+        "partitions of {} reloaded: {}",
+        path.display(),
+        nodes
+            .iter()
+            .map(|(_, n)| n.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    Ok(())
 }
 
 /// `post` on a disk written earlier, whose partition table is on the disk. A failure resets
