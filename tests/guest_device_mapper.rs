@@ -60,16 +60,27 @@ fn quote(arg: &str) -> String {
 /// for `host`, the entrypoint onto `device` with the agent's flags, the service's report and
 /// what lsblk then shows left in the share as `<label>.*`.
 fn master_install(label: &str, host: &str, device: &str, installer_args: &str) -> String {
-    let args: Vec<String> = master_args(
+    master_install_as(label, host, device, installer_args, (&[], &[]))
+}
+
+/// [`master_install`], with the flags `removed` left out and `added` added.
+fn master_install_as(
+    label: &str,
+    host: &str,
+    device: &str,
+    installer_args: &str,
+    (removed, added): (&[&str], &[&str]),
+) -> String {
+    let mut args = master_args(
         host,
         Path::new(device),
         "http://127.0.0.1:8090",
         installer_args,
         &Path::new("/tmp").join(format!("{label}.rebooted")),
-    )
-    .iter()
-    .map(|a| quote(a))
-    .collect();
+    );
+    args.retain(|a| !removed.contains(&a.as_str()));
+    args.extend(added.iter().map(|a| a.to_string()));
+    let args: Vec<String> = args.iter().map(|a| quote(a)).collect();
     format!(
         r#"/share/fake-assisted-service --listen 127.0.0.1:8090 --host-id {host} --role master \
   --ignition-file /share/pointer.ign --token-file /tmp/{label}.token --report-file /share/{label}.report.json &
@@ -86,6 +97,40 @@ ls -l /dev/mapper >/share/{label}.mapper 2>&1
         args.join(" ")
     )
 }
+
+/// The appliance: a linear map named `agent` over its disk, the registry marker and the
+/// registry data, and what the live ISO has that the guest lacks: the initramfs script the
+/// registry copy runs around growpart (here a stand-in that records its calls: XFS grows in
+/// place with `xfs_growfs` all the same), and `systemctl` and `shutdown` for the end of a real
+/// install (recording too).
+const APPLIANCE_SETUP: &str = r#"
+a=$(ai-disk ai-agent)
+dmsetup create agent --table "0 $(sectors $a) linear $(devno $a) 0" || exit 96
+dmsetup mknodes agent
+mkdir -p /share/hostroot/run/media/iso/registry /mnt/agentdata/blobs /usr/local/sbin
+for n in 1 2 3 4 5 6 7 8; do dd if=/dev/urandom of=/mnt/agentdata/blobs/layer$n bs=1M count=1 2>/dev/null; done
+(cd /mnt/agentdata && find . -type f | sort | xargs sha256sum) >/share/agent.registry.want
+t=/usr/lib/dracut/modules.d/40ignition-ostree/ignition-ostree-transposefs.sh
+mkdir -p ${t%/*}
+printf '#!/bin/sh
+threshold=90
+echo "transposefs $*" >>/share/agent.transposefs
+' >$t
+printf '#!/bin/sh
+exit 0
+' >/usr/local/sbin/systemctl
+printf '#!/bin/sh
+echo "shutdown $*" >>/share/agent.shutdown
+' >/usr/local/sbin/shutdown
+chmod 755 $t /usr/local/sbin/systemctl /usr/local/sbin/shutdown
+export PATH=/usr/local/sbin:$PATH
+"#;
+
+/// After the appliance install: the partition sizes the kernel has for the disk's maps (the
+/// installed root is read from the host: its file system stays frozen until the reboot).
+const APPLIANCE_CHECK: &str = r#"
+lsblk --bytes --json -o NAME,SIZE /dev/mapper/agent >/share/agent.sizes.json 2>&1
+"#;
 
 /// The case script.
 fn script(hosts: &[String; 4], image_sha256: &str) -> String {
@@ -111,21 +156,17 @@ dmsetup mknodes mpatha
         "/dev/dm-0",
         MULTIPATH_INSTALLER_ARGS,
     ));
-    s.push_str(
-        r#"
-# The appliance: a linear map named agent over its disk, and the registry marker.
-a=$(ai-disk ai-agent)
-dmsetup create agent --table "0 $(sectors $a) linear $(devno $a) 0" || exit 96
-dmsetup mknodes agent
-mkdir -p /share/hostroot/run/media/iso/registry
-"#,
-    );
-    s.push_str(&master_install(
+    s.push_str(APPLIANCE_SETUP);
+    // Not a dry run: the registry copy's host commands run (the install-disk cleanup is
+    // skipped: LVM's and mdadm's tools are not in the guest).
+    s.push_str(&master_install_as(
         "agent",
         &hosts[1],
         "/dev/mapper/agent",
         r#"["--copy-network"]"#,
+        (&["--dry-run"], &["--skip-installation-disk-cleanup"]),
     ));
+    s.push_str(APPLIANCE_CHECK);
     // A loop device (no partition scanning there either), with the marker still there.
     s.push_str("losetup /dev/loop0 /share/loop.img || exit 94\n");
     s.push_str(&master_install(
@@ -171,6 +212,45 @@ fn guest_boot() -> GuestBoot {
     }
 }
 
+/// `sha256sum` lines (`<digest>  ./<path>`, sorted) of the registry directory in the XFS root
+/// partition of the disk file, mounted read-only here through a loop device; and the file
+/// system's size in bytes.
+fn registry_in_installed_root(disk: &Path) -> (String, u64) {
+    let (_, root) = entries(disk, 512)
+        .into_iter()
+        .find(|(_, p)| p.partition_name.as_str() == "root")
+        .expect("a root partition");
+    let mnt = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let options = format!(
+        "ro,norecovery,loop,offset={},sizelimit={}",
+        root.starting_lba * 512,
+        (root.ending_lba + 1 - root.starting_lba) * 512
+    );
+    common::root::run(
+        Command::new("mount")
+            .args(["-t", "xfs", "-o", &options])
+            .arg(disk)
+            .arg(mnt.path()),
+    );
+    let listed = Command::new("sh")
+        .arg("-c")
+        .arg("cd ostree/deploy/rhcos/var/lib/iri-registry && find . -type f | sort | xargs sha256sum")
+        .current_dir(mnt.path())
+        .output()
+        .unwrap();
+    let size = common::root::run(
+        Command::new("df")
+            .args(["-B1", "--output=size"])
+            .arg(mnt.path()),
+    );
+    common::root::run(Command::new("umount").arg(mnt.path()));
+    let size = size.lines().last().and_then(|l| l.trim().parse().ok());
+    (
+        String::from_utf8_lossy(&listed.stdout).into_owned(),
+        size.unwrap_or_default(),
+    )
+}
+
 fn shared(share: &Path, name: &str) -> String {
     std::fs::read_to_string(share.join(name)).unwrap_or_default()
 }
@@ -188,17 +268,36 @@ fn entries(disk: &Path, ss: u64) -> Entries {
 /// A written disk file, from the host: the live image's bytes outside the GPT areas, a clean
 /// GPT, the served Ignition config, the kernel arguments and the network keyfile on /boot.
 fn check_installed(disk: &Path, raw: &Path, kargs: &str) {
+    check_installed_but(disk, raw, kargs, &[]);
+}
+
+/// [`check_installed`], the partitions labelled `changed` (and /boot, which the post-install
+/// steps write into) left out of the byte comparison.
+fn check_installed_but(disk: &Path, raw: &Path, kargs: &str, changed: &[&str]) {
     let entries = entries(disk, 512);
-    // The post-install steps write into the boot file system: compare everything but it.
-    let (_, boot) = entries
-        .iter()
-        .find(|(_, p)| p.partition_name.as_str() == BOOT_LABEL)
-        .expect("a boot partition");
-    let boot = (boot.starting_lba * 512) as usize..((boot.ending_lba + 1) * 512) as usize;
     let (mut on_disk, mut image) = (std::fs::read(disk).unwrap(), std::fs::read(raw).unwrap());
-    on_disk[boot.clone()].fill(0);
-    image[boot].fill(0);
-    assert_image_on_disk(&on_disk, &image, 512);
+    for (_, p) in entries.iter().filter(|(_, p)| {
+        let label = p.partition_name.as_str();
+        label == BOOT_LABEL || changed.contains(&label)
+    }) {
+        let start = (p.starting_lba * 512) as usize;
+        let end = ((p.ending_lba + 1) * 512) as usize;
+        let (d, i) = (on_disk.len(), image.len());
+        on_disk[start..end.min(d)].fill(0);
+        image[start.min(i)..end.min(i)].fill(0);
+    }
+    if changed.is_empty() {
+        assert_image_on_disk(&on_disk, &image, 512);
+    } else {
+        // Resizing a partition rewrote the table too: compare what lies between the tables.
+        let m = MIB as usize;
+        let end = image.len() - m;
+        assert!(
+            on_disk[m..end] == image[m..end],
+            "{}: the image's bytes outside the changed partitions differ",
+            disk.display()
+        );
+    }
     drop((on_disk, image));
     sgdisk_verify(disk);
     let read = |p: &str| read_ext4_file(disk, 512, &entries, BOOT_LABEL, p);
@@ -290,6 +389,19 @@ fn multipath_linear_and_faulty_device_mapper_disks_in_one_guest() {
         "/etc/ssl/certs/ca-certificates.crt".into(),
         0o644,
     )];
+    // What a real (not dry-run) install runs on the live ISO that the guest's base lacks.
+    for tool in [
+        "/usr/bin/nsenter",
+        "/usr/bin/bash",
+        "/usr/bin/du",
+        "/usr/sbin/xfs_growfs",
+        "/usr/sbin/fsfreeze",
+        "/usr/bin/growpart",
+        "/usr/sbin/sfdisk",
+        "/usr/bin/flock",
+    ] {
+        spec.extra_files.push((tool.into(), tool.into(), 0o755));
+    }
     spec.script = script(&hosts, &set.zst.sha256);
     let run = run_guest(&spec);
     let report = |label: &str| {
@@ -338,8 +450,55 @@ fn multipath_linear_and_faulty_device_mapper_disks_in_one_guest() {
     // of a disk without a uuid have none either: lsblk's type is `dm`).
     let (r, children) = installed("agent");
     assert_master_stages(&r.progress, true);
-    check_installed(&agent, &fx.raw, "");
+    assert!(
+        r.progress
+            .contains(&("Copying registry data to disk".into(), "100%".into())),
+        "{:?}",
+        r.progress
+    );
+    check_installed_but(&agent, &fx.raw, "", &["root"]);
     assert_eq!(children, partitions("agent", "dm"));
+    // The copy as Go runs it: the stand-in initramfs script around growpart, the data in
+    // the installed root, then the reboot.
+    assert_eq!(
+        shared(share, "agent.transposefs"),
+        "transposefs autosave-xfs\ntransposefs restore\ntransposefs cleanup\n"
+    );
+    let want = shared(share, "agent.registry.want");
+    assert!(want.lines().count() == 8, "{want}");
+    let (registry, fs_bytes) = registry_in_installed_root(&agent);
+    assert_eq!(
+        registry,
+        want,
+        "the registry data in the installed root; the install:\n{}",
+        shared(share, "agent.out")
+    );
+    assert!(
+        shared(share, "agent.shutdown").starts_with("shutdown -r +1"),
+        "{}",
+        shared(share, "agent.shutdown")
+    );
+    // growpart grew the root partition to the disk's end (less the free share), and the
+    // kernel's map of it, and the file system, grew with it.
+    let root = entries(&agent, 512)
+        .into_iter()
+        .find(|(_, p)| p.partition_name.as_str() == "root")
+        .map(|(_, p)| (p.ending_lba + 1 - p.starting_lba) * 512)
+        .unwrap();
+    let image_root = fx.spec.root_mib * MIB;
+    assert!(root > image_root + 16 * MIB, "root partition {root} bytes");
+    let sizes: serde_json::Value =
+        serde_json::from_str(&shared(share, "agent.sizes.json")).unwrap();
+    assert_eq!(
+        sizes["blockdevices"][0]["children"][3]["size"].as_u64(),
+        Some(root),
+        "the kernel's map of the grown partition: {sizes}"
+    );
+    let (_, image_fs_bytes) = registry_in_installed_root(&fx.raw);
+    assert!(
+        fs_bytes > image_fs_bytes + 16 * MIB,
+        "the root file system was not grown: {fs_bytes} bytes, {image_fs_bytes} in the image"
+    );
     assert!(
         shared(share, "agent.mapper").contains("agent4 -> ../dm-"),
         "{}",

@@ -73,8 +73,27 @@ pub(crate) fn assert_master_stages(reports: &[(String, String)], registry_copy: 
             .map(|p| s("Writing image to disk", &format!("{p}%"))),
     );
     if registry_copy {
-        // The dry run reports the stage and runs none of the copy's host commands.
+        // A dry run reports the stage and runs none of the copy's host commands; a real copy
+        // then reports rsync's percentages, each at least 5 points above the last, 100 last.
         want.push(s("Copying registry data to disk", ""));
+        let copied: Vec<u32> = reports
+            .iter()
+            .filter(|(st, info)| st == "Copying registry data to disk" && !info.is_empty())
+            .map(|(_, info)| info.trim_end_matches('%').parse().unwrap())
+            .collect();
+        assert!(
+            copied.is_empty() || copied.last() == Some(&100),
+            "{copied:?}"
+        );
+        assert!(
+            copied.windows(2).all(|w| w[1] >= w[0] + 5 || w[1] == 100),
+            "{copied:?}"
+        );
+        want.extend(
+            copied
+                .iter()
+                .map(|p| s("Copying registry data to disk", &format!("{p}%"))),
+        );
     }
     want.push(s("Rebooting", ""));
     assert_eq!(reports, want);
