@@ -85,8 +85,9 @@ pub(crate) fn parse_du(output: &str) -> Result<u64> {
 /// How the kernel learns of the grown root partition. On an ordinary disk `growpart` tells it
 /// itself (`partx --update`, as Go relies on). A device-mapper disk (multipath, the
 /// appliance's linear `agent` disk) has partition maps instead, which `partx` cannot change
-/// and which make `growpart` fail and roll back: there it runs with `-u off`, and `reload`
-/// gives the maps the grown table.
+/// (the kernel refuses BLKPG there): the table on the disk grows, the map of the root keeps
+/// its old length, and `xfs_growfs` then finds no room to grow into (as in Go). There
+/// `growpart` runs with `-u off`, and `reload` gives the maps the grown table.
 pub(crate) enum PartitionMaps<'a> {
     Kernel,
     Reload(&'a dyn Fn() -> Result<()>),
@@ -386,9 +387,9 @@ mod tests {
         }
     }
 
-    /// On a device-mapper disk `growpart` cannot update the partition maps (its `partx
-    /// --update` fails there, and it then rolls the table back): it runs with `-u off`, and the
-    /// maps are reloaded right after it, before the root file system is saved and remade.
+    /// On a device-mapper disk `growpart` cannot update the partition maps (`partx --update`
+    /// cannot change them): it runs with `-u off`, and the maps are reloaded right after it,
+    /// before the root file system is saved and remade.
     #[test]
     fn on_a_device_mapper_disk_the_partition_maps_follow_growpart() {
         let r = runner_for(
