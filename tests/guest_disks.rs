@@ -1,6 +1,6 @@
 //! `write-image` in a QEMU guest on Debian's kernel (tests/common/guest_vm.rs) onto real disks
-//! of several kinds, in one boot: an NVMe disk (512-byte sectors), a virtio-scsi disk (4096),
-//! an AHCI disk (512) and an md RAID1 of two virtio disks (metadata 1.0, so each member holds
+//! of several kinds, in one boot: an NVMe disk (512-byte sectors), virtio-scsi disks at 512 and
+//! 4096, an AHCI disk (512) and an md RAID1 of two virtio disks (metadata 1.0, so each member holds
 //! the array's bytes from offset 0). Each disk is a sparse file 64 MiB larger than the image.
 //!
 //! In the guest, after each install the case records `lsblk --json` and /proc/partitions into
@@ -61,12 +61,18 @@ struct Target {
     serial: &'static str,
 }
 
-const TARGETS: [Target; 3] = [
+const TARGETS: [Target; 4] = [
     Target {
         label: "nvme",
         bus: Bus::Nvme,
         ss: 512,
         serial: "ai-nvme",
+    },
+    Target {
+        label: "scsi",
+        bus: Bus::VirtioScsi,
+        ss: 512,
+        serial: "ai-scsi",
     },
     Target {
         label: "scsi4k",
@@ -317,7 +323,7 @@ fn link_or_copy(from: &Path, to: &Path) {
 }
 
 #[test]
-fn write_image_onto_nvme_scsi_4k_ahci_and_md_raid1_in_one_guest() {
+fn write_image_onto_nvme_scsi_512_and_4k_ahci_and_md_raid1_in_one_guest() {
     if !have_guest("write_image_onto_nvme_scsi_4k_ahci_and_md_raid1_in_one_guest") {
         return;
     }
@@ -350,7 +356,7 @@ fn write_image_onto_nvme_scsi_4k_ahci_and_md_raid1_in_one_guest() {
         spec.disks
             .push(GuestDisk::new(file, Bus::VirtioBlk, 512, serial));
     }
-    spec.expect_disks = ["nvme0n1", "sda", "sdb", "vda", "vdb"]
+    spec.expect_disks = ["nvme0n1", "sda", "sdb", "sdc", "vda", "vdb"]
         .map(String::from)
         .to_vec();
     spec.script = script();
