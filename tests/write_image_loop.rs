@@ -51,6 +51,24 @@ fn assert_written(dev: &LoopDev, set: &ImageSet) {
     sgdisk_verify(&dev.path);
 }
 
+/// `write-image` of the raw image served by `srv` with one byte corrupted past the first MiB
+/// (the write is under way when it comes), and the raw image's digest: it must fail.
+fn write_corrupted(srv: &TestServer, set: &ImageSet, dev: &LoopDev) -> Output {
+    srv.route(
+        "/img.raw",
+        Route::file(&set.raw.path).with_sticky(vec![Fault::CorruptByte(set.raw.size / 2 + 12345)]),
+    );
+    write_image(
+        &[
+            "--image-url",
+            &srv.url("/img.raw"),
+            "--sha256",
+            &set.raw.sha256,
+        ],
+        &dev.path,
+    )
+}
+
 fn whole_device_sha256(dev: &LoopDev) -> String {
     let out = run(Command::new("sha256sum").arg(&dev.path));
     out.split_whitespace().next().unwrap().to_string()
@@ -193,21 +211,8 @@ fn a_corrupt_byte_fails_the_digest_and_leaves_an_empty_gpt() {
         let set = images(ss);
         let srv = TestServer::start();
         // Raw: nothing but the digest can notice. Past the first MiB, so the write is under way.
-        srv.route(
-            "/img.raw",
-            Route::file(&set.raw.path)
-                .with_sticky(vec![Fault::CorruptByte(set.raw.size / 2 + 12345)]),
-        );
         let dev = LoopDev::new(set.raw.size + 16 * MIB, ss);
-        let out = write_image(
-            &[
-                "--image-url",
-                &srv.url("/img.raw"),
-                "--sha256",
-                &set.raw.sha256,
-            ],
-            &dev.path,
-        );
+        let out = write_corrupted(&srv, set, &dev);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -284,20 +289,7 @@ fn partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one() {
     }
 
     // The same disk again, with an image that fails its digest half-way.
-    let srv = TestServer::start();
-    srv.route(
-        "/img.raw",
-        Route::file(&set.raw.path).with_sticky(vec![Fault::CorruptByte(set.raw.size / 2)]),
-    );
-    let out = write_image(
-        &[
-            "--image-url",
-            &srv.url("/img.raw"),
-            "--sha256",
-            &set.raw.sha256,
-        ],
-        &dev.path,
-    );
+    let out = write_corrupted(&TestServer::start(), set, &dev);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_empty_gpt(&dev, 4096);
     assert_eq!(kernel_partitions(&dev), vec![], "{}", text(&out));

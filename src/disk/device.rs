@@ -76,9 +76,7 @@ impl Device {
             // maps is ours to take, as coreos-installer takes a /dev/dm-* target: the maps are
             // removed here and made again from the new table after the write.
             Err(e)
-                if e.raw_os_error() == Some(libc::EBUSY)
-                    && partitions::release_own_maps(path)
-                        .with_context(|| format!("cannot use {}", path.display()))? =>
+                if e.raw_os_error() == Some(libc::EBUSY) && partitions::release_own_maps(path)? =>
             {
                 open()
             }

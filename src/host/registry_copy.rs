@@ -392,24 +392,30 @@ mod tests {
     /// before the root file system is saved and remade.
     #[test]
     fn on_a_device_mapper_disk_the_partition_maps_follow_growpart() {
-        let r = runner_for(
-            "/dev/dm-0",
-            &lsblk("agent", "dm", ["agent1", "agent2", "agent3", "agent4"]),
-            &format!("{}\t/mnt/agentdata", 20 * GIB),
-        );
+        let agent = || {
+            runner_for(
+                "/dev/dm-0",
+                &lsblk("agent", "dm", ["agent1", "agent2", "agent3", "agent4"]),
+                &format!("{}\t/mnt/agentdata", 20 * GIB),
+            )
+        };
+        // The copy onto the appliance's linear disk, with `reload` for its maps.
+        let copy_with = |r: &RecordingRunner, reload: &dyn Fn() -> Result<()>| {
+            copy_registry_data(
+                r,
+                &FakeClock::new(),
+                &NeverStop,
+                "/dev/dm-0",
+                PartitionMaps::Reload(reload),
+                &mut |_| {},
+            )
+        };
+        let r = agent();
         let at = std::sync::Mutex::new(Vec::new());
-        let reload = || {
+        copy_with(&r, &|| {
             at.lock().unwrap().push(r.lines().len());
             Ok(())
-        };
-        copy_registry_data(
-            &r,
-            &FakeClock::new(),
-            &NeverStop,
-            "/dev/dm-0",
-            PartitionMaps::Reload(&reload),
-            &mut |_| {},
-        )
+        })
         .unwrap();
         let lines = r.lines();
         let growpart = lines
@@ -427,22 +433,9 @@ mod tests {
         );
         assert_eq!(lines[4], "mount /dev/mapper/agent4 /mnt/root");
 
-        // A failed reload is fatal, naming the disk.
-        let r = runner_for(
-            "/dev/dm-0",
-            &lsblk("agent", "dm", ["agent1", "agent2", "agent3", "agent4"]),
-            &format!("{}\t/mnt/agentdata", 20 * GIB),
-        );
-        let failing = || -> Result<()> { anyhow::bail!("no maps") };
-        let e = copy_registry_data(
-            &r,
-            &FakeClock::new(),
-            &NeverStop,
-            "/dev/dm-0",
-            PartitionMaps::Reload(&failing),
-            &mut |_| {},
-        )
-        .unwrap_err();
+        // A failed reload is fatal, naming the disk, before any further command.
+        let r = agent();
+        let e = copy_with(&r, &|| anyhow::bail!("no maps")).unwrap_err();
         assert!(
             format!("{e:#}").contains("partition maps of /dev/dm-0"),
             "{e:#}"

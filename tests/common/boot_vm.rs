@@ -32,11 +32,7 @@ pub(crate) fn have_qemu(test: &str) -> bool {
     } else {
         format!("{QEMU} is missing (Debian package qemu-system-x86)")
     };
-    if std::env::var("AI_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
-        panic!("{test}: {why}, but AI_REQUIRE_ROOT_TESTS=1 forbids skipping");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    false
+    super::root::skip(test, &why)
 }
 
 /// A partition as the booted kernel sees it (sysfs counts 512-byte units whatever the disk's
