@@ -12,6 +12,7 @@ pub mod host;
 pub mod image;
 pub mod kube;
 pub mod logging;
+pub mod openshift;
 pub(crate) mod postinstall;
 pub mod service;
 pub mod signals;

@@ -5,9 +5,10 @@ mod common;
 use assisted_installer::config::Role;
 use assisted_installer::kube::client::KubeClient;
 use assisted_installer::kube::install_config;
-use assisted_installer::kube::{
-    EventInfo, KubeApi, PodInfo, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT,
-    CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
+use assisted_installer::kube::{EventInfo, KubeApi, PodInfo};
+use assisted_installer::openshift::{
+    CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
+    DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
 };
 use common::fake_kube::{kubeconfig, FakeKube};
 use common::http_server::TestServer;

@@ -5,9 +5,10 @@
 //! blocked on for each call, outside any async runtime; a connection per call).
 
 use super::blocking::BlockingKube;
-use super::{role_label, EventInfo, KubeApi, NodeInfo, PodInfo};
+use super::{EventInfo, KubeApi, NodeInfo, PodInfo};
 use crate::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
 use crate::config::Role;
+use crate::openshift::role_label;
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Taint};
 use kube::api::{

@@ -17,12 +17,13 @@
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 
-use super::{
-    EventInfo, KubeApi, NodeInfo, PodInfo, CONTROLLER_JOB, CONTROLLER_NAMESPACE,
-    CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION,
-};
+use super::{EventInfo, KubeApi, NodeInfo, PodInfo};
 use crate::config::cluster_hosts::{self, ClusterHost};
 use crate::config::{InstallerConfig, Role};
+use crate::openshift::{
+    CONTROLLER_JOB, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
+    DESIRED_CONFIG_ANNOTATION,
+};
 
 /// The one MachineConfig every pretend node is on.
 pub const DRY_RENDERED_CONFIG: &str = "rendered-master-dry-run";

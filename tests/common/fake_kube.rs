@@ -19,7 +19,8 @@
 
 use anyhow::{anyhow, Result};
 use assisted_installer::config::Role;
-use assisted_installer::kube::{role_label, EventInfo, KubeApi, NodeInfo, PodInfo};
+use assisted_installer::kube::{EventInfo, KubeApi, NodeInfo, PodInfo};
+use assisted_installer::openshift::role_label;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -22,7 +22,7 @@
 //! 5. The round does not finish.
 //!
 //! **MCS matching** reuses the installer's bootstrap matcher
-//! ([`crate::flow::bootstrap::mcs_logs`]): the same rule as Go's regex (quirk 4), made exact.
+//! ([`crate::openshift::mcs_logs`]): the same rule as Go's regex (quirk 4), made exact.
 //! Knowingly different from Go: the dots of an IPv4 address are literal and an address cannot
 //! match inside a longer one (Go's `\b` binds only to the last IP of the alternation, so e.g.
 //! `2.168.126.100` matched a request from `192.168.126.100`). Kept from Go: a host with **no
@@ -41,10 +41,8 @@ use crate::controller::cluster::{ClusterApi, Node};
 use crate::controller::hosts::{HostInfo, HostMap, NODE_STATUS_SKIP};
 use crate::controller::loops;
 use crate::controller::service::ControllerService;
-use crate::flow::bootstrap::mcs_logs::{
-    hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost,
-};
 use crate::image::Cancel;
+use crate::openshift::mcs_logs::{hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost};
 use crate::service::{HostStage, HostStatus};
 
 /// The general wait interval: node-status rounds and CSR approval.

@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::mcs_logs::{
-    dry_run_mcs_log, host_ips, hosts_that_fetched_ignition, is_past_ignition_fetch, status_for,
-    McsHost,
-};
 use super::Flow;
 use crate::clock::SYSTEM_CLOCK;
 use crate::config::cluster_hosts::{self, ClusterHost};
 use crate::image::Cancel;
+use crate::openshift::mcs_logs::{
+    dry_run_mcs_log, host_ips, hosts_that_fetched_ignition, is_past_ignition_fetch, status_for,
+    McsHost,
+};
 use crate::service::client::InventoryClient;
 use crate::service::reporter::Reporter;
 use crate::service::stages::HostStage;

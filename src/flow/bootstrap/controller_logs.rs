@@ -11,7 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::tar_gz::{tar_gz, Entry};
 use super::Flow;
-use crate::kube::{KubeApi, CONTROLLER_JOB, CONTROLLER_NAMESPACE};
+use crate::kube::KubeApi;
+use crate::openshift::{CONTROLLER_JOB, CONTROLLER_NAMESPACE};
 use crate::service::client::{LogsType, LogsUpload};
 
 /// How often the logs are uploaded while the bootstrap waits for the controller (Go: 5 min).

@@ -35,7 +35,6 @@ pub(crate) mod controller_role;
 pub(crate) mod data_url;
 pub(crate) mod hostname;
 pub mod ignition_merge;
-pub(crate) mod mcs_logs;
 pub(crate) mod pull_secret;
 pub(crate) mod ssh_manifest;
 pub(crate) mod tar_gz;

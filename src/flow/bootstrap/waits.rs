@@ -9,14 +9,15 @@ use anyhow::{Context, Result};
 use std::collections::BTreeSet;
 
 use super::controller_logs::{upload_controller_logs, UPLOAD_EVERY};
-use super::mcs_logs::host_ips;
 use super::{kubeconfig, run, Flow};
 use crate::config::Role;
 use crate::kube::install_config::{
     has_valid_vsphere_credentials, needed_ready_masters, remove_uninitialized_taint, replicas,
 };
-use crate::kube::{
-    KubeApi, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
+use crate::kube::KubeApi;
+use crate::openshift::mcs_logs::host_ips;
+use crate::openshift::{
+    CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
     DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
 };
 use crate::service::models::{Host as ServiceHost, HostStatus};

@@ -12,10 +12,8 @@ use crate::controller::tasks::operators::{
     cluster_operators_round, console_enabled, is_available, status_from_conditions, OlmHandler,
 };
 use crate::controller::tasks::reboots::RebootsNotify;
-use crate::flow::bootstrap::mcs_logs::{
-    hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost,
-};
 use crate::kube::install_config::INVOKER_ASSISTED;
+use crate::openshift::mcs_logs::{hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost};
 use crate::service::{HostStage, MonitoredOperator, OperatorStatus};
 use serde_json::json;
 use std::collections::HashSet;
