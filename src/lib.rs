@@ -1,6 +1,7 @@
 //! The on-host OpenShift assisted-installer: a streaming CoreOS disk writer (`image`, `disk`,
 //! and `write` from plan to partition table) and, on top of it, the install flows. `main.rs` only parses arguments and dispatches here.
 
+mod archive;
 pub mod cli;
 pub mod clock;
 pub mod commands;

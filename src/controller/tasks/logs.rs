@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::archive::{tar_gz, Entry};
 use crate::clock::{Clock, NeverStop, Stop};
 use crate::controller::cluster::ClusterApi;
 use crate::controller::loops::{poll, ticker};
@@ -23,7 +24,6 @@ use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::router_probe::{
     probe_needed, run_router_probe, HttpProbe, ROUTER_PROBE_PERIOD, ROUTER_PROBE_WINDOW,
 };
-use crate::flow::bootstrap::tar_gz::{tar_gz, Entry};
 use crate::host::commands::CommandRunner;
 use crate::image::Cancel;
 use crate::service::LogsState;

@@ -9,8 +9,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::tar_gz::{tar_gz, Entry};
 use super::Flow;
+use crate::archive::{tar_gz, Entry};
 use crate::kube::KubeApi;
 use crate::openshift::{CONTROLLER_JOB, CONTROLLER_NAMESPACE};
 use crate::service::client::{LogsType, LogsUpload};
@@ -89,8 +89,8 @@ pub(crate) fn upload_controller_logs(f: &Flow, kube: &dyn KubeApi) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::archive::read::entries;
     use crate::config::Role;
-    use crate::flow::bootstrap::tar_gz::read::entries;
     use crate::flow::testing::TestFlow;
     use crate::kube::{EventInfo, NodeInfo, PodInfo};
     use anyhow::{bail, Result};

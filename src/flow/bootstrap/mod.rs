@@ -27,7 +27,7 @@
 //! - the pull secret taken out of `bootstrap.ign` (`ExtractFromIgnition`) in [`pull_secret`];
 //! - the `99-assisted-installer-master-ssh` MachineConfig (`CreateOpenshiftSshManifest`) in
 //!   [`ssh_manifest`];
-//! - the tar.gz archive of a log upload (`WriteToTarGz`) in [`tar_gz`].
+//! - the tar.gz archive of a log upload (`WriteToTarGz`) in [`crate::archive`].
 
 pub(crate) mod controller_job;
 pub(crate) mod controller_manifests;
@@ -37,7 +37,6 @@ pub(crate) mod hostname;
 pub mod ignition_merge;
 pub(crate) mod pull_secret;
 pub(crate) mod ssh_manifest;
-pub(crate) mod tar_gz;
 
 mod configuring;
 mod controller_logs;

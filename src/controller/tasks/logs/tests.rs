@@ -1,12 +1,12 @@
 //! §6.1 log-upload and must-gather checklist items.
 
 use super::*;
+use crate::archive::read::entries;
 use crate::clock::FakeClock;
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, Pod};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
-use crate::flow::bootstrap::tar_gz::read::entries;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
