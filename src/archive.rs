@@ -5,9 +5,7 @@
 use anyhow::{ensure, Context, Result};
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use std::io::Write;
 
-const BLOCK: usize = 512;
 /// ustar's name field; longer names would need a prefix or a PAX header.
 const NAME_LEN: usize = 100;
 
@@ -20,61 +18,32 @@ pub(crate) struct Entry<'a> {
     pub data: &'a [u8],
 }
 
-/// `value` in octal, right-aligned in `field` with zeros and ended by a NUL.
-fn octal(field: &mut [u8], value: u64) -> Result<()> {
-    let digits = format!("{value:o}");
-    let width = field.len() - 1;
-    ensure!(
-        digits.len() <= width,
-        "{value} does not fit a tar header field"
-    );
-    let padded = format!("{digits:0>width$}");
-    field[..width].copy_from_slice(padded.as_bytes());
-    field[width] = 0;
-    Ok(())
-}
-
-fn header(entry: &Entry<'_>) -> Result<[u8; BLOCK]> {
-    let name = entry.name.as_bytes();
-    ensure!(
-        !name.is_empty() && name.len() <= NAME_LEN,
-        "tar entry name {:?} must be 1 to {NAME_LEN} bytes",
-        entry.name
-    );
-    let mut h = [0u8; BLOCK];
-    h[..name.len()].copy_from_slice(name);
-    octal(&mut h[100..108], u64::from(entry.mode))?;
-    octal(&mut h[108..116], 0)?; // uid
-    octal(&mut h[116..124], 0)?; // gid
-    octal(&mut h[124..136], entry.data.len() as u64)?;
-    octal(&mut h[136..148], entry.mtime)?;
-    h[156] = b'0'; // a regular file
-    h[257..263].copy_from_slice(b"ustar\0");
-    h[263..265].copy_from_slice(b"00");
-    // The checksum is summed with its own field as spaces, then written as six octal digits,
-    // a NUL and a space.
-    h[148..156].fill(b' ');
-    let sum: u64 = h.iter().map(|&b| u64::from(b)).sum();
-    octal(&mut h[148..155], sum)?;
-    h[155] = b' ';
-    Ok(h)
-}
-
 /// The archive of `entries`, gzip-compressed.
 pub(crate) fn tar_gz(entries: &[Entry<'_>]) -> Result<Vec<u8>> {
-    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    let mut tar = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::default()));
     for entry in entries {
-        gz.write_all(&header(entry)?)
-            .and_then(|()| gz.write_all(entry.data))
+        ensure!(
+            !entry.name.is_empty() && entry.name.len() <= NAME_LEN,
+            "tar entry name {:?} must be 1 to {NAME_LEN} bytes",
+            entry.name
+        );
+        let mut header = tar::Header::new_ustar();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(entry.mode);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_size(entry.data.len() as u64);
+        header.set_mtime(entry.mtime);
+        header
+            .set_path(entry.name)
             .and_then(|()| {
-                let pad = (BLOCK - entry.data.len() % BLOCK) % BLOCK;
-                gz.write_all(&[0u8; BLOCK][..pad])
+                header.set_cksum();
+                tar.append(&header, entry.data)
             })
             .with_context(|| format!("archiving {}", entry.name))?;
     }
-    // The end of the archive: two zero blocks.
-    gz.write_all(&[0u8; 2 * BLOCK])
-        .and_then(|()| gz.finish())
+    tar.into_inner()
+        .and_then(GzEncoder::finish)
         .context("finishing the tar.gz archive")
 }
 
@@ -84,39 +53,32 @@ pub(crate) mod read {
 
     use std::io::Read;
 
-    /// (name, mode, mtime, data) of each entry; checks the checksums and the end blocks.
+    /// (name, mode, mtime, data) of each entry: ustar regular files (the reader checks the
+    /// checksums), then the two zero end blocks and nothing after them.
     pub(crate) fn entries(archive: &[u8]) -> Vec<(String, u32, u64, Vec<u8>)> {
-        let mut tar = Vec::new();
+        let mut raw = Vec::new();
         flate2::read::GzDecoder::new(archive)
-            .read_to_end(&mut tar)
+            .read_to_end(&mut raw)
             .expect("gzip");
-        assert_eq!(tar.len() % 512, 0);
-        let octal = |f: &[u8]| {
-            let text = std::str::from_utf8(f).unwrap();
-            u64::from_str_radix(text.trim_matches(|c| c == '\0' || c == ' '), 8).unwrap()
-        };
+        assert_eq!(raw.len() % 512, 0);
         let mut out = Vec::new();
-        let mut at = 0;
-        loop {
-            let h = &tar[at..at + 512];
-            if h.iter().all(|&b| b == 0) {
-                assert!(tar[at..].iter().all(|&b| b == 0), "data after the end");
-                assert!(tar.len() - at >= 1024, "two end blocks");
-                return out;
-            }
-            let mut summed = h.to_vec();
-            summed[148..156].fill(b' ');
-            let sum: u64 = summed.iter().map(|&b| u64::from(b)).sum();
-            assert_eq!(octal(&h[148..156]), sum, "checksum");
-            assert_eq!(&h[257..265], b"ustar\x0000");
-            assert_eq!(h[156], b'0');
-            let name_end = h[..100].iter().position(|&b| b == 0).unwrap_or(100);
-            let name = String::from_utf8(h[..name_end].to_vec()).unwrap();
-            let size = octal(&h[124..136]) as usize;
-            let data = tar[at + 512..at + 512 + size].to_vec();
-            out.push((name, octal(&h[100..108]) as u32, octal(&h[136..148]), data));
-            at += 512 + size.div_ceil(512) * 512;
+        let mut tar = tar::Archive::new(raw.as_slice());
+        let mut end = 0;
+        for entry in tar.entries().expect("a tar stream") {
+            let mut entry = entry.expect("a valid tar entry");
+            let h = entry.header();
+            assert_eq!(&h.as_bytes()[257..265], b"ustar\x0000");
+            assert_eq!(h.entry_type(), tar::EntryType::Regular);
+            let name = h.path().unwrap().to_string_lossy().into_owned();
+            let (mode, mtime) = (h.mode().unwrap(), h.mtime().unwrap());
+            let mut data = Vec::new();
+            entry.read_to_end(&mut data).unwrap();
+            end = entry.raw_file_position() as usize + data.len().div_ceil(512) * 512;
+            out.push((name, mode, mtime, data));
         }
+        assert!(raw.len() - end >= 1024, "two end blocks");
+        assert!(raw[end..].iter().all(|&b| b == 0), "data after the end");
+        out
     }
 }
 

@@ -10,6 +10,7 @@ pub mod controller;
 pub mod disk;
 pub mod flow;
 pub mod host;
+pub mod ignition;
 pub mod image;
 pub mod kube;
 pub mod logging;

@@ -553,7 +553,7 @@ fn sno_master_ign() -> String {
 fn single_node_happy_path_merges_the_host_ignition_and_reboots_now() {
     let h = Harness::new("sno");
     std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
-    let expected = assisted_installer::flow::bootstrap::ignition_merge::merge_host_into_sno(
+    let expected = assisted_installer::ignition::merge::merge_host_into_sno(
         sno_master_ign().as_bytes(),
         host_ign("master-0").as_bytes(),
     )

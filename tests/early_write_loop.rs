@@ -7,11 +7,11 @@ mod common;
 mod coreos_image;
 
 use assisted_installer::clock::SystemClock;
-use assisted_installer::flow::bootstrap::ignition_merge::merge_host_into_sno;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::writer::InProcessWriter;
 use assisted_installer::flow::Intervals;
 use assisted_installer::host::reboot::FakeReboot;
+use assisted_installer::ignition::merge::merge_host_into_sno;
 use assisted_installer::image::Cancel;
 use common::fake_service::FakeService;
 use common::flow_builder::{FlowBuilder, HOST};

@@ -12,7 +12,7 @@ mod coreos_image;
 use assisted_installer::clock::FakeClock;
 use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::writer::InProcessWriter;
-use assisted_installer::host::commands::{CommandRunner, LocalRunner, RecordingRunner, Reply};
+use assisted_installer::host::commands::{CommandRunner, HostRunner, RecordingRunner, Reply};
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::image::Cancel;
 use base64::Engine;
@@ -101,7 +101,7 @@ fn runner(
             "lsblk" | "partx" | "mount" | "umount" | "growpart" | "xfs_growfs" | "fsfreeze" => {
                 let args: Vec<String> = args.iter().map(rebase).collect();
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let reply = match LocalRunner::default().run(program, &args) {
+                let reply = match HostRunner::default().run(program, &args) {
                     Ok(out) => Reply::ok(out),
                     Err(e) => Reply::fail(e.exit_code.unwrap_or(1), e.to_string()),
                 };

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
 
-use crate::postinstall::ignition::{IgnitionConfig, IgnitionHash};
+use crate::ignition::{IgnitionConfig, IgnitionHash};
 use crate::postinstall::PostInstall;
 use crate::write::args::POST;
 

@@ -19,7 +19,7 @@ use crate::controller::tasks::olm::{
 use crate::controller::tasks::reboots::OcRebootCounter;
 use crate::controller::tasks::router_probe::{HttpProbe, ReqwestProbe};
 use crate::controller::{self as ctrl};
-use crate::host::commands::LocalRunner;
+use crate::host::commands::HostRunner;
 use crate::image::Cancel;
 use crate::signals;
 
@@ -72,7 +72,7 @@ pub fn run() -> Result<()> {
     tracing::info!("{}", startup::config_line(&started.config));
     // Step 4's command executor (`oc`, `bash`): as Go's, it keeps the proxy variables of now,
     // not those step 6 sets from the cluster Proxy (quirk 9).
-    let runner = Arc::new(LocalRunner::new(
+    let runner = Arc::new(HostRunner::local(
         bootstrap::command_proxy_snapshot(&env),
         None,
     ));
@@ -151,7 +151,7 @@ pub fn run() -> Result<()> {
 /// §3.9 inside post-install: the OLM operators' manifests applied with `oc` (the admin
 /// kubeconfig: the controller's ServiceAccount may not create arbitrary objects) and their
 /// CSVs waited for.
-fn olm_step(runner: Arc<LocalRunner>) -> run::OlmStep {
+fn olm_step(runner: Arc<HostRunner>) -> run::OlmStep {
     Box::new(move |env: &run::TaskEnv| {
         wait_for_olm_operators(
             env.clock.as_ref(),
@@ -170,7 +170,7 @@ fn olm_step(runner: Arc<LocalRunner>) -> run::OlmStep {
 /// §3.10, the ABI invoker's post-install: the OLM manifests of the `olm-operator-manifests`
 /// ConfigMap applied with `oc`, every 30 s until done. `kubeconfig` is the SNO path, or "" for
 /// the reboots notifier's shared download.
-fn abi_post_install_task(runner: Arc<LocalRunner>) -> run::AbiPostInstall {
+fn abi_post_install_task(runner: Arc<HostRunner>) -> run::AbiPostInstall {
     Box::new(move |env: &run::TaskEnv, kubeconfig: &str| {
         let mut download = || env.notifier.kubeconfig();
         let source = match kubeconfig {

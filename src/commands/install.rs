@@ -10,7 +10,7 @@ use crate::config::InstallerConfig;
 use crate::flow::node::run_installer;
 use crate::flow::writer::InProcessWriter;
 use crate::flow::{Flow, Intervals, KubeFactory, Paths};
-use crate::host::commands::{CommandRunner, NsenterRunner, RecordingRunner};
+use crate::host::commands::{CommandRunner, HostRunner, RecordingRunner};
 use crate::host::reboot::{FakeReboot, Rebooter, ShutdownRebooter};
 use crate::host::HostEffects;
 use crate::image::Cancel;
@@ -118,7 +118,7 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
     let commands: Arc<dyn CommandRunner> = if cfg.dry_run {
         Arc::new(dry_run_commands())
     } else {
-        Arc::new(NsenterRunner::new(
+        Arc::new(HostRunner::nsenter(
             cfg.child_proxy_env(),
             Some(token.clone()),
         ))

@@ -7,9 +7,9 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 use crate::host::root::HostRoot;
+use crate::ignition::IgnitionConfig;
 use crate::image::progress::PercentCallback;
 use crate::image::{Cancel, Origin};
-use crate::postinstall::ignition::IgnitionConfig;
 use crate::postinstall::PostInstall;
 use crate::write::{plan, PlanSettings, Streamed, WritePlan, WriterArgs};
 

@@ -1,8 +1,8 @@
 //! Running host commands: the one effect boundary every host-side step goes through.
 //!
-//! [`NsenterRunner`] runs a program in the host's namespaces, as the Go installer does from its
-//! privileged container (`nsenter --target 1 --cgroup --mount --ipc --pid -- <program> <args…>`);
-//! [`LocalRunner`] runs it directly (when this binary runs on the host itself);
+//! [`HostRunner`] runs a program in the host's namespaces, as the Go installer does from its
+//! privileged container (`nsenter --target 1 --cgroup --mount --ipc --pid -- <program> <args…>`),
+//! or directly (when this binary runs on the host itself);
 //! [`RecordingRunner`] records every call and answers from a script (tests, rehearsals).
 //!
 //! Output is stdout and stderr merged into one buffer and trimmed. A failure is an
@@ -11,7 +11,6 @@
 
 use std::collections::VecDeque;
 use std::io::Read;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
@@ -182,94 +181,70 @@ pub fn redact(text: &str, secret: Option<&str>) -> String {
 }
 
 /// The options that put a command into the host's namespaces (PID 1's).
-pub const NSENTER_PREFIX: [&str; 7] = [
+pub(crate) const NSENTER_PREFIX: [&str; 7] = [
     "--target", "1", "--cgroup", "--mount", "--ipc", "--pid", "--",
 ];
 
-/// Runs commands in the host's namespaces through `nsenter`.
+/// Runs host commands: through `nsenter` into the host's namespaces (from the installer's
+/// privileged container), or directly (when this binary itself runs on the host).
 #[derive(Clone, Default)]
-pub struct NsenterRunner {
+pub struct HostRunner {
+    nsenter: bool,
     env: Vec<(String, String)>,
     secret: Option<String>,
 }
 
-impl NsenterRunner {
+impl HostRunner {
     /// `env`: extra variables for every child (the proxy variables when `--http-proxy` or
     /// `--https-proxy` is set). `secret`: redacted as `<SECRET>` in errors and logs.
-    pub fn new(env: Vec<(String, String)>, secret: Option<String>) -> Self {
-        NsenterRunner { env, secret }
+    pub fn nsenter(env: Vec<(String, String)>, secret: Option<String>) -> Self {
+        HostRunner {
+            nsenter: true,
+            env,
+            secret,
+        }
     }
 
-    /// The full argument list given to `nsenter`.
-    pub fn nsenter_args(program: &str, args: &[&str]) -> Vec<String> {
-        NSENTER_PREFIX
-            .iter()
-            .copied()
-            .chain(std::iter::once(program))
-            .chain(args.iter().copied())
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-impl std::fmt::Debug for NsenterRunner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NsenterRunner")
-            .field("env", &env_strings(&self.env, self.secret.as_deref()))
-            .field("secret", &self.secret.as_ref().map(|_| SECRET_PLACEHOLDER))
-            .finish()
-    }
-}
-
-impl CommandRunner for NsenterRunner {
-    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError> {
-        let full = NsenterRunner::nsenter_args(program, args);
-        execute("nsenter", &full, &self.env, self.secret.as_deref(), None)
+    /// Runs programs directly.
+    pub fn local(env: Vec<(String, String)>, secret: Option<String>) -> Self {
+        HostRunner {
+            nsenter: false,
+            env,
+            secret,
+        }
     }
 
-    fn run_streaming(
+    /// The executable and the full argument list run for `program args…`.
+    pub(crate) fn command_line<'a>(
         &self,
-        program: &str,
+        program: &'a str,
         args: &[&str],
-        sink: &mut dyn FnMut(&[u8]),
-    ) -> Result<String, ExecError> {
-        let full = NsenterRunner::nsenter_args(program, args);
-        execute(
+    ) -> (&'a str, Vec<String>) {
+        let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        if !self.nsenter {
+            return (program, strings(args));
+        }
+        (
             "nsenter",
-            &full,
-            &self.env,
-            self.secret.as_deref(),
-            Some(sink),
+            strings(&[&NSENTER_PREFIX[..], &[program], args].concat()),
         )
     }
 }
 
-/// Runs commands directly, for when this binary itself runs on the host.
-#[derive(Clone, Default)]
-pub struct LocalRunner {
-    env: Vec<(String, String)>,
-    secret: Option<String>,
-}
-
-impl LocalRunner {
-    pub fn new(env: Vec<(String, String)>, secret: Option<String>) -> Self {
-        LocalRunner { env, secret }
-    }
-}
-
-impl std::fmt::Debug for LocalRunner {
+impl std::fmt::Debug for HostRunner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalRunner")
+        f.debug_struct("HostRunner")
+            .field("nsenter", &self.nsenter)
             .field("env", &env_strings(&self.env, self.secret.as_deref()))
             .field("secret", &self.secret.as_ref().map(|_| SECRET_PLACEHOLDER))
             .finish()
     }
 }
 
-impl CommandRunner for LocalRunner {
+impl CommandRunner for HostRunner {
     fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError> {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        execute(program, &args, &self.env, self.secret.as_deref(), None)
+        let (exe, args) = self.command_line(program, args);
+        execute(exe, &args, &self.env, self.secret.as_deref(), None)
     }
 
     fn run_streaming(
@@ -278,14 +253,8 @@ impl CommandRunner for LocalRunner {
         args: &[&str],
         sink: &mut dyn FnMut(&[u8]),
     ) -> Result<String, ExecError> {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        execute(
-            program,
-            &args,
-            &self.env,
-            self.secret.as_deref(),
-            Some(sink),
-        )
+        let (exe, args) = self.command_line(program, args);
+        execute(exe, &args, &self.env, self.secret.as_deref(), Some(sink))
     }
 }
 
@@ -300,26 +269,10 @@ fn look_path(program: &str) -> String {
     if program.contains('/') {
         return program.to_string();
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".").to_path_buf()
-        } else {
-            dir
-        };
-        let candidate = dir.join(program);
-        if is_executable(&candidate) {
-            return candidate.to_string_lossy().into_owned();
-        }
-    }
-    program.to_string()
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    which::which(program).map_or_else(
+        |_| program.to_string(),
+        |path| path.to_string_lossy().into_owned(),
+    )
 }
 
 /// Go's text for a signal death (`ProcessState.String()`).
@@ -699,10 +652,20 @@ mod tests {
     }
 
     #[test]
-    fn nsenter_args_wrap_the_program() {
+    fn nsenter_wraps_the_program_and_local_does_not() {
+        let args = ["-p", "/opt/install-dir"];
+        let (exe, full) = HostRunner::nsenter(vec![], None).command_line("mkdir", &args);
         assert_eq!(
-            NsenterRunner::nsenter_args("mkdir", &["-p", "/opt/install-dir"]).join(" "),
-            "--target 1 --cgroup --mount --ipc --pid -- mkdir -p /opt/install-dir"
+            (exe, full.join(" ").as_str()),
+            (
+                "nsenter",
+                "--target 1 --cgroup --mount --ipc --pid -- mkdir -p /opt/install-dir"
+            )
+        );
+        let (exe, full) = HostRunner::default().command_line("mkdir", &args);
+        assert_eq!(
+            (exe, full.join(" ").as_str()),
+            ("mkdir", "-p /opt/install-dir")
         );
     }
 
@@ -710,7 +673,7 @@ mod tests {
     fn nsenter_runner_error_names_nsenter_and_redacts() {
         // Whether nsenter works here or not, a failing program gives an error in Go's form
         // with the nsenter command line.
-        let r = NsenterRunner::new(
+        let r = HostRunner::nsenter(
             vec![("HTTPS_PROXY".into(), "http://p:1".into())],
             Some("tok-9".into()),
         );
@@ -729,7 +692,7 @@ mod tests {
 
     #[test]
     fn local_runner_merges_and_trims_output() {
-        let r = LocalRunner::default();
+        let r = HostRunner::default();
         let out = r
             .run("sh", &["-c", "echo out; echo err >&2; echo"])
             .unwrap();
@@ -740,7 +703,7 @@ mod tests {
     #[test]
     fn stdout_and_stderr_keep_the_order_of_the_writes() {
         // Two pipes read by two threads could reorder these; Go's single buffer cannot.
-        let r = LocalRunner::new(vec![], None);
+        let r = HostRunner::local(vec![], None);
         for _ in 0..20 {
             let out = r
                 .run(
@@ -754,7 +717,7 @@ mod tests {
 
     #[test]
     fn local_runner_failure_is_exec_error() {
-        let r = LocalRunner::new(vec![], Some("s3cret".into()));
+        let r = HostRunner::local(vec![], Some("s3cret".into()));
         let err = r
             .run(
                 "sh",
@@ -778,7 +741,7 @@ mod tests {
 
     #[test]
     fn local_runner_passes_env_and_streams() {
-        let r = LocalRunner::new(
+        let r = HostRunner::local(
             vec![("HTTP_PROXY".into(), "http://proxy:3128".into())],
             None,
         );
@@ -794,7 +757,7 @@ mod tests {
 
     #[test]
     fn local_runner_missing_program() {
-        let err = LocalRunner::default()
+        let err = HostRunner::default()
             .run("definitely-not-a-program-xyz", &[])
             .unwrap_err();
         assert_eq!(err.exit_code, None);
@@ -805,7 +768,7 @@ mod tests {
 
     #[test]
     fn local_runner_signal() {
-        let err = LocalRunner::default()
+        let err = HostRunner::default()
             .run("sh", &["-c", "kill -9 $$"])
             .unwrap_err();
         assert_eq!(err.exit_error, "signal: killed");

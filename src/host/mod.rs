@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::clock::{Clock, SystemClock};
-pub use commands::{CommandRunner, ExecError, LocalRunner, NsenterRunner, RecordingRunner, Reply};
+pub use commands::{CommandRunner, ExecError, HostRunner, RecordingRunner, Reply};
 pub use reboot::{FakeReboot, Rebooter, ShutdownRebooter};
 pub use systemd::Systemd;
 
@@ -57,8 +57,8 @@ impl HostEffects {
         }
     }
 
-    /// The usual set-up: `commands` run host commands (an [`NsenterRunner`] from the installer
-    /// container, a [`LocalRunner`] on the host), the real clock, and a real reboot, or in
+    /// The usual set-up: `commands` run host commands (a [`HostRunner`], through nsenter from the
+    /// installer container), the real clock, and a real reboot, or in
     /// dry-run mode a fake one touching `fake_reboot_marker` through a host `touch`.
     pub fn with_runner(
         commands: Arc<dyn CommandRunner>,

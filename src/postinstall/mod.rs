@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 /// `apply` on the mounted /boot.
 #[derive(Clone, Debug, Default)]
 pub struct PostInstall {
-    pub ignition: Option<ignition::IgnitionConfig>,
+    pub ignition: Option<crate::ignition::IgnitionConfig>,
     pub append_kargs: Vec<String>,
     pub delete_kargs: Vec<String>,
     /// `--platform` ID; `metal` (what the image already has) changes nothing.
@@ -196,9 +196,9 @@ fn edit_bls_entry(
 #[cfg(test)]
 mod tests {
     use super::console::Console;
-    use super::ignition::IgnitionConfig;
     use super::testdata::*;
     use super::*;
+    use crate::ignition::IgnitionConfig;
     use std::os::unix::fs::PermissionsExt;
 
     const CONFIG: &[u8] = br#"{"ignition":{"version":"3.4.0"},"storage":{"files":[]}}"#;

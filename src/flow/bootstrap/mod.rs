@@ -19,12 +19,8 @@
 //! - the assisted-installer-controller manifests (`PrepareController`) in
 //!   [`controller_manifests`], with the ClusterRole's rules in [`controller_role`] and the Job
 //!   in [`controller_job`];
-//! - RFC 2397 `data:` URL decoding, with Ignition's optional gzip compression, in [`data_url`];
 //! - the hostname check and the random replacement name (`checkHostname`) in [`hostname`];
-//! - Ignition v3 config merging, to fold the host Ignition into the single-node `master.ign`
-//!   (`updateSingleNodeIgnition`), in [`ignition_merge`];
 //! - which hosts fetched their Ignition from the machine-config-server, in [`mcs_logs`];
-//! - the pull secret taken out of `bootstrap.ign` (`ExtractFromIgnition`) in [`pull_secret`];
 //! - the `99-assisted-installer-master-ssh` MachineConfig (`CreateOpenshiftSshManifest`) in
 //!   [`ssh_manifest`];
 //! - the tar.gz archive of a log upload (`WriteToTarGz`) in [`crate::archive`].
@@ -32,10 +28,7 @@
 pub(crate) mod controller_job;
 pub(crate) mod controller_manifests;
 pub(crate) mod controller_role;
-pub(crate) mod data_url;
 pub(crate) mod hostname;
-pub mod ignition_merge;
-pub(crate) mod pull_secret;
 pub(crate) mod ssh_manifest;
 
 mod configuring;

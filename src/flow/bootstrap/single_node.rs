@@ -4,8 +4,8 @@
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
-use super::ignition_merge::merge_host_into_sno;
 use super::{start_bootstrap, wait_for_bootkube, Flow};
+use crate::ignition::merge::merge_host_into_sno;
 use crate::postinstall::ignition::{write_secret_file, Existing};
 
 /// Bootstrap in place, wait for bootkube, and merge the host's own Ignition into the

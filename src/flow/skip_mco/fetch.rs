@@ -14,7 +14,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::time::Duration;
 
 use super::machine_config::{display_source, encapsulated_mc, EncapsulatedMc, PointerConfig};
-use crate::flow::bootstrap::data_url;
+use crate::ignition::data_url;
 
 /// What the MCS needs to serve a spec 3 config with the encapsulated MachineConfig.
 pub(crate) const IGNITION_ACCEPT: &str = "application/vnd.coreos.ignition+json; version=3.4.0";
@@ -136,7 +136,7 @@ fn chain(e: reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::bootstrap::data_url::tests::{encode_base64, gzip};
+    use crate::ignition::data_url::tests::{encode_base64, gzip};
     use std::io::{Read, Write};
     use std::net::TcpListener;
 

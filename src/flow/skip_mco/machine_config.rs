@@ -11,7 +11,7 @@
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
-use crate::flow::bootstrap::data_url;
+use crate::ignition::data_url;
 
 /// The file of a served config that holds the node's rendered MachineConfig.
 pub(crate) const ENCAPSULATED_MC_PATH: &str = "/etc/ignition-machine-config-encapsulated.json";
@@ -216,7 +216,7 @@ pub(crate) fn display_source(source: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::bootstrap::data_url::tests::{encode_base64, gzip};
+    use crate::ignition::data_url::tests::{encode_base64, gzip};
     use crate::write::parse_installer_args;
 
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";

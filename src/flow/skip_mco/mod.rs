@@ -172,9 +172,9 @@ fn stop_or_warn(result: Result<()>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::bootstrap::data_url::tests::{encode_base64, gzip};
     use crate::flow::testing::TestFlow;
     use crate::host::lsblk::lsblk_json;
+    use crate::ignition::data_url::tests::{encode_base64, gzip};
 
     const IMAGE: &str = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:4242";
 

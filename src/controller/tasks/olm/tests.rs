@@ -80,7 +80,7 @@ impl Recorder {
 }
 
 fn b64(s: &str) -> String {
-    crate::flow::bootstrap::data_url::tests::encode_base64(s.as_bytes())
+    crate::ignition::data_url::tests::encode_base64(s.as_bytes())
 }
 
 // --- CSVs created ---

@@ -85,7 +85,7 @@ pub(crate) fn validate_pull_secret(bytes: &[u8]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::data_url::tests::{encode_base64, gzip};
+    use super::data_url::tests::{encode_base64, gzip};
     use super::*;
     use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! Tests of `ignition_merge` (kept apart: the rules file is long enough on its own).
+//! Tests of `ignition::merge` (kept apart: the rules file is long enough on its own).
 
 use super::*;
 use serde_json::json;

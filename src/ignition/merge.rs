@@ -457,5 +457,5 @@ fn describe(path: &[&str], name: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "ignition_merge_tests.rs"]
+#[path = "merge_tests.rs"]
 mod tests;
