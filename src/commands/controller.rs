@@ -42,15 +42,15 @@ pub fn is_controller_invocation(mut args: impl Iterator<Item = std::ffi::OsStrin
     }
 }
 
-/// Runs the controller from the process environment (§3.1), with Go's exit codes: `Ok` is exit
+/// Runs the controller from the process environment (Go's controller `main`), with Go's exit codes: `Ok` is exit
 /// 0 (the Job completes), every error is a startup failure (exit 1: the Job restarts the
 /// container), and the completion wait's `os.Exit(0)` ends the process here at once.
 ///
-/// Dry mode (`DRY_ENABLE=true`, §3.16): step 5 builds the pretend cluster of the dry-run hosts
-/// that startup parsed (`controller::cluster::dry`) instead of a client; the service is real.
+/// Dry mode (`DRY_ENABLE=true`): the cluster is the pretend cluster of the dry-run hosts that
+/// startup parsed (`controller::cluster::dry`) instead of a client; the service is real.
 ///
-/// The OLM step (§3.9), the ABI post-install task (§3.10), the BMH task (§3.11) and the node
-/// labels (§3.13) are [`ExtraTasks`] of [`run::run`], all given here.
+/// The OLM operators' wait, the agent-based installer's post-install task, the BareMetalHost
+/// updates and the node labels are [`ExtraTasks`] of [`run::run`], all given here.
 pub fn run() -> Result<()> {
     let env = |name: &str| std::env::var(name).ok();
     let stop = Cancel::new();
@@ -70,8 +70,8 @@ pub fn run() -> Result<()> {
     })?;
     ctrl::log::init(started.log_file);
     tracing::info!("{}", startup::config_line(&started.config));
-    // Step 4's command executor (`oc`, `bash`): as Go's, it keeps the proxy variables of now,
-    // not those step 6 sets from the cluster Proxy (quirk 9).
+    // The command executor (`oc`, `bash`): as Go's, it keeps the proxy variables the process
+    // started with, not those set later from the cluster's Proxy object.
     let runner = Arc::new(HostRunner::local(
         bootstrap::command_proxy_snapshot(&env),
         None,
@@ -148,7 +148,7 @@ pub fn run() -> Result<()> {
     }
 }
 
-/// §3.9 inside post-install: the OLM operators' manifests applied with `oc` (the admin
+/// Part of the post-install (the Go `PostInstallConfigs`): the OLM operators' manifests applied with `oc` (the admin
 /// kubeconfig: the controller's ServiceAccount may not create arbitrary objects) and their
 /// CSVs waited for.
 fn olm_step(runner: Arc<HostRunner>) -> run::OlmStep {
@@ -167,7 +167,7 @@ fn olm_step(runner: Arc<HostRunner>) -> run::OlmStep {
     })
 }
 
-/// §3.10, the ABI invoker's post-install: the OLM manifests of the `olm-operator-manifests`
+/// The agent-based installer's post-install (Go `PostInstallConfigsK8sClient`): the OLM manifests of the `olm-operator-manifests`
 /// ConfigMap applied with `oc`, every 30 s until done. `kubeconfig` is the SNO path, or "" for
 /// the reboots notifier's shared download.
 fn abi_post_install_task(runner: Arc<HostRunner>) -> run::AbiPostInstall {

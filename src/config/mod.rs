@@ -1,5 +1,5 @@
 //! The installer's configuration: every flag of the Go installer, typed, with Go's defaults.
-//! `cli::go_flags` parses the command line into it; the flows read it.
+//! The dispatch layer parses the command line into it; the flows read it.
 //!
 //! Paths are `PathBuf`s, and a flag whose empty value means "not given" is an `Option` (`None`
 //! for an empty value too, as the Go installer tests for `""`). Values passed through verbatim

@@ -213,7 +213,7 @@ pub(crate) struct CleanupError {
 ///    `pvremove <pv> -y -ff`; `dmsetup ls` + `dmsetup deps -o devname <dm>` →
 ///    `dmsetup remove --retry <dm>`.
 /// 2. RAID: when the device or a partition is an array member (`mdadm -v --query --detail
-///    --scan`), step 1 on each such array, then `mdadm --stop <md>` and
+///    --scan`), the LVM and device-mapper removal on each such array, then `mdadm --stop <md>` and
 ///    `mdadm --zero-superblock <member>` for each member on the device.
 /// 3. `wipefs --all --force <device>`, falling back to `wipefs --all <device>`.
 ///

@@ -182,7 +182,8 @@ fn gib(bytes: u128) -> String {
 }
 
 /// Copies the registry data onto `device` (see the module documentation); `report` gets the
-/// copy's percentages as they become due (§6.2 of the Go behaviour: every 5 points and 100).
+/// copy's percentages as they become due (as the Go installer reports them: every 5 points and
+/// 100).
 pub(crate) fn copy_registry_data(
     runner: &dyn CommandRunner,
     clock: &dyn Clock,

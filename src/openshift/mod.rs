@@ -15,3 +15,24 @@ pub const CONTROLLER_NAMESPACE: &str = "assisted-installer";
 pub const CONTROLLER_READY_EVENT: &str = "AssistedControllerIsReady";
 /// The controller's Job name: the `job-name` label of its pod and the prefix of the pod's name.
 pub const CONTROLLER_JOB: &str = "assisted-installer-controller";
+
+/// The ConfigMap naming who invoked the OpenShift installer, and its key.
+pub const INVOKER_NAMESPACE: &str = "openshift-config";
+pub const INVOKER_CONFIG_MAP: &str = "openshift-install-manifests";
+pub const INVOKER_KEY: &str = "invoker";
+/// The invoker when that ConfigMap cannot be read.
+pub const INVOKER_ASSISTED: &str = "assisted-service";
+/// The agent-based installer.
+pub const INVOKER_AGENT: &str = "agent-installer";
+
+/// Who invoked the OpenShift installer, from the data of the invoker ConfigMap (`None` when it
+/// does not exist or cannot be read): its `invoker` value, empty when the key is missing.
+pub fn invoker(config_map_data: Option<&std::collections::BTreeMap<String, String>>) -> String {
+    match config_map_data {
+        None => INVOKER_ASSISTED.to_string(),
+        Some(data) => data.get(INVOKER_KEY).cloned().unwrap_or_default(),
+    }
+}
+
+/// The file name of the controller's log upload (`logs_type=controller`).
+pub const CONTROLLER_LOGS_ARCHIVE: &str = "controller_logs.tar.gz";

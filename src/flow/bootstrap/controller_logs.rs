@@ -12,15 +12,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::Flow;
 use crate::archive::{tar_gz, Entry};
 use crate::kube::KubeApi;
-use crate::openshift::{CONTROLLER_JOB, CONTROLLER_NAMESPACE};
+use crate::openshift::{CONTROLLER_JOB, CONTROLLER_LOGS_ARCHIVE, CONTROLLER_NAMESPACE};
 use crate::service::client::{LogsType, LogsUpload};
 
 /// How often the logs are uploaded while the bootstrap waits for the controller (Go: 5 min).
 pub(crate) const UPLOAD_EVERY: Duration = Duration::from_secs(5 * 60);
 /// How much of the pod's log is uploaded (Go: `ControllerLogsSecondsAgo`, one hour).
 const SINCE_SECONDS: i64 = 3600;
-/// The archive's file name, and the one entry in it.
-pub(crate) const ARCHIVE_NAME: &str = "controller_logs.tar.gz";
+/// The one entry of the archive.
 pub(crate) const ENTRY_NAME: &str = "assisted-installer-controller.logs";
 
 /// Go's `GetPodInStatus`: among the pods of the controller's Job, the first whose name has the
@@ -76,7 +75,7 @@ pub(crate) fn upload_controller_logs(f: &Flow, kube: &dyn KubeApi) {
             cluster_id: f.cfg.cluster_id.clone(),
             logs_type: LogsType::Controller,
             host: None,
-            file_name: ARCHIVE_NAME.into(),
+            file_name: CONTROLLER_LOGS_ARCHIVE.into(),
             data,
         })
     });

@@ -16,6 +16,7 @@ use crate::kube::install_config::{
 };
 use crate::kube::KubeApi;
 use crate::openshift::mcs_logs::host_ips;
+use crate::openshift;
 use crate::openshift::{
     CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
     DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
@@ -57,18 +58,16 @@ pub fn bootstrap_post_phase(f: &Flow) -> Result<()> {
     wait_for_bootkube(f)?;
     wait_for_etcd_bootstrap(f)?;
     wait_for_controller(f, kube.as_ref())?;
-    if invoker(kube.as_ref()) == "agent-installer" {
+    if invoker(kube.as_ref()) == openshift::INVOKER_AGENT {
         wait_for_workers(f)?;
     }
     wait_for_mc_annotations(f, kube.as_ref())
 }
 
+/// The Go `getInvoker`: a ConfigMap that cannot be read means the assisted-service.
 fn invoker(kube: &dyn KubeApi) -> String {
-    kube.get_config_map("openshift-config", "openshift-install-manifests")
-        .ok()
-        .flatten()
-        .and_then(|d| d.get("invoker").cloned())
-        .unwrap_or_else(|| "assisted-service".to_string())
+    let data = kube.get_config_map(openshift::INVOKER_NAMESPACE, openshift::INVOKER_CONFIG_MAP);
+    openshift::invoker(data.ok().flatten().as_ref())
 }
 
 /// `waitForNodes`: until enough nodes of `role` are Ready, reporting `Joined` for each
