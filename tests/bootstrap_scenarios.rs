@@ -4,12 +4,10 @@
 
 mod common;
 
-use assisted_installer::clock::{FakeClock, SystemClock};
+use assisted_installer::clock::FakeClock;
 use assisted_installer::commands::install::dry_run_commands;
 use assisted_installer::config::Role;
-use assisted_installer::flow::bootstrap::ConfiguringStatus;
 use assisted_installer::flow::node::run_installer;
-use assisted_installer::flow::Intervals;
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::kube::{EventInfo, KubeApi, NodeInfo, PodInfo};
@@ -153,25 +151,32 @@ impl Harness {
         }
     }
 
-    /// The flow of the host, with the in-memory service and Kubernetes API. Real sleeps of a
-    /// few milliseconds: some scenarios change the cluster from another thread meanwhile.
+    /// The flow of the host, with the in-memory service and Kubernetes API, on the fake clock
+    /// (scenarios that change the cluster while the flow waits do it through [`OnTheClock`]).
     fn flow(&self, role: &str, control_plane_count: i64) -> FlowBuilder {
+        self.builder(role)
+            .commands(self.runner.clone())
+            .kube(Arc::new(self.kube.clone()))
+            .control_plane_count(control_plane_count)
+    }
+
+    /// What every flow of these scenarios shares.
+    fn builder(&self, role: &str) -> FlowBuilder {
         FlowBuilder::new(
             role,
             self.dir.path(),
             Arc::new(self.svc.clone()),
             self.writer.clone(),
         )
-        .commands(self.runner.clone())
-        .clock(Arc::new(SystemClock))
-        .kube(Arc::new(self.kube.clone()))
         .mco_image(MCO)
-        .control_plane_count(control_plane_count)
         .installer_args(&["--image-url", "http://mirror.example/rhcos.raw.gz"])
-        .intervals(Intervals {
-            poll: Duration::from_millis(5),
-            slow_poll: Duration::from_millis(20),
-        })
+    }
+
+    /// The flow with the cluster seen through `kube`, on `kube`'s clock.
+    fn flow_on_the_clock(&self, kube: &Arc<OnTheClock>) -> FlowBuilder {
+        self.flow("bootstrap", 3)
+            .kube(kube.clone())
+            .clock(kube.clock.clone())
     }
 
     fn reports(&self) -> Vec<(String, String)> {
@@ -194,6 +199,16 @@ fn controller_logs_uploaded(h: &Harness) -> Vec<String> {
             String::from_utf8(files[0].1.clone()).unwrap()
         })
         .collect()
+}
+
+/// The machine-config-daemon run that lays the bootstrap Ignition down.
+fn mco_line(h: &Harness) -> String {
+    format!(
+        "podman run --net host --pid=host --volume /:/rootfs:rw --volume /usr/bin/rpm-ostree:/usr/bin/rpm-ostree \
+         --privileged --entrypoint /usr/bin/machine-config-daemon {MCO} start --node-name localhost --root-mount /rootfs \
+         --once-from {} --skip-reboot",
+        h.dir.path().join("install-dir/bootstrap.ign").display()
+    )
 }
 
 fn run(flow: FlowBuilder) -> anyhow::Result<()> {
@@ -251,13 +266,7 @@ fn bootstrap_happy_path() {
     assert_eq!(h.svc.progress_reports(MASTER1), vec![s("Joined", "")]);
     assert_eq!(h.svc.progress_reports(MASTER2), vec![s("Joined", "")]);
     let lines = h.runner.lines();
-    let mco = format!(
-        "podman run --net host --pid=host --volume /:/rootfs:rw --volume /usr/bin/rpm-ostree:/usr/bin/rpm-ostree \
-         --privileged --entrypoint /usr/bin/machine-config-daemon {MCO} start --node-name localhost --root-mount /rootfs \
-         --once-from {} --skip-reboot",
-        h.dir.path().join("install-dir/bootstrap.ign").display()
-    );
-    assert!(lines.contains(&mco), "{lines:#?}");
+    assert!(lines.contains(&mco_line(&h)), "{lines:#?}");
     for want in [
         "ssh-keygen -q -f /root/.ssh/id_rsa -N ",
         "systemctl daemon-reload",
@@ -374,14 +383,6 @@ fn an_invalid_hostname_is_replaced_by_a_random_one() {
 #[test]
 fn mco_extraction_failing_once_is_retried() {
     let h = Harness::new("bootstrap");
-    let mco_line = |h: &Harness| {
-        format!(
-            "podman run --net host --pid=host --volume /:/rootfs:rw --volume /usr/bin/rpm-ostree:/usr/bin/rpm-ostree \
-             --privileged --entrypoint /usr/bin/machine-config-daemon {MCO} start --node-name localhost --root-mount /rootfs \
-             --once-from {} --skip-reboot",
-            h.dir.path().join("install-dir/bootstrap.ign").display()
-        )
-    };
     h.runner.fail(&mco_line(&h), 1, "Error: extract failed");
     h.runner.ok(&mco_line(&h), "");
     run(h.flow("bootstrap", 3)).unwrap();
@@ -398,12 +399,7 @@ fn mco_extraction_failing_once_is_retried() {
 #[test]
 fn mco_extraction_failing_three_times_fails_the_install() {
     let h = Harness::new("bootstrap");
-    let line = format!(
-        "podman run --net host --pid=host --volume /:/rootfs:rw --volume /usr/bin/rpm-ostree:/usr/bin/rpm-ostree \
-         --privileged --entrypoint /usr/bin/machine-config-daemon {MCO} start --node-name localhost --root-mount /rootfs \
-         --once-from {} --skip-reboot",
-        h.dir.path().join("install-dir/bootstrap.ign").display()
-    );
+    let line = mco_line(&h);
     h.runner.fail(&line, 1, "Error: extract failed");
     run(h.flow("bootstrap", 3)).unwrap_err();
     let (stage, info) = h.reports().last().unwrap().clone();
@@ -458,34 +454,6 @@ fn the_node_image_overlay_is_waited_for_when_oc_is_missing() {
 }
 
 #[test]
-fn the_bootstrap_waits_for_the_controller_ready_event() {
-    let h = Harness::new("bootstrap");
-    h.kube.clear_events("assisted-installer");
-    h.kube.add_event(
-        "assisted-installer",
-        "assisted-installer-controller-abc.1",
-        "Scheduled",
-    );
-    let kube = h.kube.clone();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
-        kube.add_event(
-            "assisted-installer",
-            "AssistedControllerIsReady",
-            "AssistedControllerIsReady",
-        );
-    });
-    run(h.flow("bootstrap", 3)).unwrap();
-    t.join().unwrap();
-    assert_eq!(h.reports(), bootstrap_sequence());
-    assert_eq!(
-        h.svc.cluster_logs_reports().len(),
-        1,
-        "cluster logs requested once the controller is ready"
-    );
-}
-
-#[test]
 fn other_hosts_are_reported_configuring_from_the_mcs_log() {
     let h = Harness::new("bootstrap");
     let logs = h.dir.path().join("containers");
@@ -495,28 +463,25 @@ fn other_hosts_are_reported_configuring_from_the_mcs_log() {
         "I1121 10:00:00.000000 1 api.go:117] Pool master requested by address:\"192.0.2.11:52428\" User-Agent:\"Ignition/2.16.2\"\n",
     )
     .unwrap();
-    // The masters join only once master-1's Configuring is in (or after 10 s, to fail rather
-    // than hang): the watcher's first pass and the node wait race otherwise, and the service
-    // refuses Configuring after Joined.
+    // The masters join only once master-1's Configuring is in (or after a fake day, to fail
+    // rather than hang): the watcher's first pass and the node wait race otherwise, and the
+    // service refuses Configuring after Joined.
     for node in ["master-1", "master-2"] {
         h.kube.set_node_ready(node, false);
     }
-    let (svc, kube) = (h.svc.clone(), h.kube.clone());
-    let joiner = std::thread::spawn(move || {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !svc
+    let svc = h.svc.clone();
+    let kube = OnTheClock::new(&h, move |cluster, _, since_start| {
+        if svc
             .progress_reports(MASTER1)
             .contains(&s("Configuring", ""))
-            && std::time::Instant::now() < deadline
+            || since_start > Duration::from_secs(86_400)
         {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        for node in ["master-1", "master-2"] {
-            kube.set_node_ready(node, true);
+            for node in ["master-1", "master-2"] {
+                cluster.set_node_ready(node, true);
+            }
         }
     });
-    run(h.flow("bootstrap", 3)).unwrap();
-    joiner.join().unwrap();
+    run(h.flow_on_the_clock(&kube)).unwrap();
     let m1 = h.svc.progress_reports(MASTER1);
     assert_eq!(m1.first(), Some(&s("Configuring", "")), "{m1:?}");
     assert_eq!(m1.last(), Some(&s("Joined", "")));
@@ -620,18 +585,19 @@ fn a_failed_early_write_is_written_again_in_the_normal_place() {
     assert!(events[1].starts_with("write "), "{events:?}");
 }
 
-/// A not-Ready master with the cloud provider's uninitialized taint; it becomes Ready shortly.
-fn tainted_master(h: &Harness) -> std::thread::JoinHandle<()> {
+/// A not-Ready master with the cloud provider's uninitialized taint; it becomes Ready a minute
+/// into the node wait.
+fn tainted_master(h: &Harness) -> Arc<OnTheClock> {
     h.kube.set_node_ready("master-2", false);
     h.kube.add_node_taint(
         "master-2",
         "node.cloudprovider.kubernetes.io/uninitialized",
         "NoSchedule",
     );
-    let kube = h.kube.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
-        kube.set_node_ready("master-2", true);
+    OnTheClock::new(h, |cluster, _, since_start| {
+        if since_start >= Duration::from_secs(60) {
+            cluster.set_node_ready("master-2", true);
+        }
     })
 }
 
@@ -645,9 +611,8 @@ fn the_uninitialized_taint_is_removed_on_nutanix_and_vsphere_only() {
     ] {
         let h = Harness::new("bootstrap");
         h.svc.set_cluster(json!({"platform": {"type": platform}}));
-        let ready = tainted_master(&h);
-        run(h.flow("bootstrap", 3)).unwrap();
-        ready.join().unwrap();
+        let kube = tainted_master(&h);
+        run(h.flow_on_the_clock(&kube)).unwrap();
         let taints = h.kube.node_taints("master-2");
         assert_eq!(
             !taints
@@ -660,37 +625,51 @@ fn the_uninitialized_taint_is_removed_on_nutanix_and_vsphere_only() {
     }
 }
 
-/// The in-memory API seen through the flow's fake clock: the controller's ready event appears
-/// `ready_after` into the controller wait, and the times of the log reads are kept.
-struct ControllerOnTheClock {
+type Change = Box<dyn Fn(&FakeKube, &str, Duration) + Send + Sync>;
+
+/// The in-memory API seen through the flow's fake clock: before each call, `change` may change
+/// the cluster, given the method called and the fake time since the first call; the times of the
+/// log reads are kept.
+struct OnTheClock {
     kube: FakeKube,
     clock: Arc<FakeClock>,
-    ready_after: Duration,
-    /// The fake time of the first event listing (the wait's start).
-    wait_started: Mutex<Option<Duration>>,
-    /// Log reads, in time since the wait started.
+    change: Change,
+    /// The fake time of the first call.
+    started: Mutex<Option<Duration>>,
+    /// Log reads, in time since the first call.
     log_reads_at: Mutex<Vec<Duration>>,
 }
 
-impl ControllerOnTheClock {
-    fn since_start(&self) -> Duration {
+impl OnTheClock {
+    fn new(
+        h: &Harness,
+        change: impl Fn(&FakeKube, &str, Duration) + Send + Sync + 'static,
+    ) -> Arc<OnTheClock> {
+        Arc::new(OnTheClock {
+            kube: h.kube.clone(),
+            clock: Arc::new(FakeClock::new()),
+            change: Box::new(change),
+            started: Mutex::default(),
+            log_reads_at: Mutex::default(),
+        })
+    }
+
+    /// Applies the change due now, before `method`; the fake time since the first call.
+    fn now(&self, method: &str) -> Duration {
         let now = self.clock.elapsed();
-        now - *self.wait_started.lock().unwrap().get_or_insert(now)
+        let since_start = now - *self.started.lock().unwrap().get_or_insert(now);
+        (self.change)(&self.kube, method, since_start);
+        since_start
     }
 }
 
-impl KubeApi for ControllerOnTheClock {
+impl KubeApi for OnTheClock {
     fn list_nodes(&self, role: &Role) -> anyhow::Result<Vec<NodeInfo>> {
+        self.now("list_nodes");
         self.kube.list_nodes(role)
     }
     fn list_events(&self, namespace: &str) -> anyhow::Result<Vec<EventInfo>> {
-        if self.since_start() >= self.ready_after {
-            self.kube.add_event(
-                namespace,
-                "AssistedControllerIsReady",
-                "AssistedControllerIsReady",
-            );
-        }
+        self.now("list_events");
         self.kube.list_events(namespace)
     }
     fn get_config_map(
@@ -698,19 +677,24 @@ impl KubeApi for ControllerOnTheClock {
         namespace: &str,
         name: &str,
     ) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+        self.now("get_config_map");
         self.kube.get_config_map(namespace, name)
     }
     fn machine_config_exists(&self, name: &str) -> anyhow::Result<bool> {
+        self.now("machine_config_exists");
         self.kube.machine_config_exists(name)
     }
     fn remove_node_taint(&self, node: &str, key: &str) -> anyhow::Result<()> {
+        self.now("remove_node_taint");
         self.kube.remove_node_taint(node, key)
     }
     fn list_pods(&self, namespace: &str, selector: &str) -> anyhow::Result<Vec<PodInfo>> {
+        self.now("list_pods");
         self.kube.list_pods(namespace, selector)
     }
     fn pod_logs(&self, ns: &str, pod: &str, since: Option<i64>) -> anyhow::Result<String> {
-        self.log_reads_at.lock().unwrap().push(self.since_start());
+        let at = self.now("pod_logs");
+        self.log_reads_at.lock().unwrap().push(at);
         self.kube.pod_logs(ns, pod, since)
     }
 }
@@ -719,28 +703,32 @@ impl KubeApi for ControllerOnTheClock {
 fn controller_logs_are_uploaded_every_five_minutes_while_waiting_and_once_ready() {
     let h = Harness::new("bootstrap");
     h.kube.clear_events("assisted-installer");
-    let clock = Arc::new(FakeClock::new());
-    let kube = Arc::new(ControllerOnTheClock {
-        kube: h.kube.clone(),
-        clock: clock.clone(),
-        // 12 min 30 s: uploads at 5 and 10 min, then once ready.
-        ready_after: Duration::from_secs(750),
-        wait_started: Mutex::default(),
-        log_reads_at: Mutex::default(),
+    // The controller's ready event appears 12 min 30 s into the controller wait (its first
+    // event listing): uploads at 5 and 10 min, then once ready.
+    let wait_started = Arc::new(Mutex::new(None));
+    let started = wait_started.clone();
+    let kube = OnTheClock::new(&h, move |cluster, method, since_start| {
+        if method != "list_events" {
+            return;
+        }
+        let started = *started.lock().unwrap().get_or_insert(since_start);
+        if since_start - started >= Duration::from_secs(750) {
+            cluster.add_event(
+                "assisted-installer",
+                "AssistedControllerIsReady",
+                "AssistedControllerIsReady",
+            );
+        }
     });
-    run(h
-        .flow("bootstrap", 3)
-        .kube(kube.clone())
-        .clock(clock.clone())
-        .intervals(Intervals::default()))
-    .unwrap();
+    run(h.flow_on_the_clock(&kube)).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
+    let started = wait_started.lock().unwrap().unwrap();
     let secs: Vec<u64> = kube
         .log_reads_at
         .lock()
         .unwrap()
         .iter()
-        .map(Duration::as_secs)
+        .map(|at| (*at - started).as_secs())
         .collect();
     assert_eq!(secs, [300, 600, 750]);
     assert_eq!(controller_logs_uploaded(&h), [CONTROLLER_LOG; 3]);
@@ -750,7 +738,8 @@ fn controller_logs_are_uploaded_every_five_minutes_while_waiting_and_once_ready(
         "the cluster's logs are requested once, when the controller is ready"
     );
     // The controller wait polled every 5 s on the flow's clock, 150 times.
-    let polls = clock
+    let polls = kube
+        .clock
         .sleeps()
         .iter()
         .filter(|d| **d == Duration::from_secs(5))
@@ -830,24 +819,13 @@ fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
     std::fs::remove_file(h.dir.path().join("openshift/auth/kubeconfig")).unwrap();
     let runner = Arc::new(dry_run_commands());
     let marker = h.dir.path().join("bootstrap.rebooted");
-    let flow = FlowBuilder::new(
-        "bootstrap",
-        h.dir.path(),
-        Arc::new(h.svc.clone()),
-        h.writer.clone(),
-    )
-    .dry_run()
-    .cluster_hosts(&hosts)
-    .commands(runner.clone())
-    .reboot(Arc::new(FakeReboot::new(&marker)))
-    .clock(Arc::new(SystemClock))
-    .mco_image(MCO)
-    .control_plane_count(3)
-    .installer_args(&["--image-url", "http://mirror.example/rhcos.raw.gz"])
-    .intervals(Intervals {
-        poll: Duration::from_millis(5),
-        slow_poll: Duration::from_millis(20),
-    });
+    let flow = h
+        .builder("bootstrap")
+        .dry_run()
+        .cluster_hosts(&hosts)
+        .commands(runner.clone())
+        .reboot(Arc::new(FakeReboot::new(&marker)))
+        .control_plane_count(3);
     run(flow).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
     assert!(marker.exists(), "the fake reboot");
@@ -894,76 +872,6 @@ fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
         .path()
         .join("openshift/manifests/assisted-installer-controller-pod.yaml")
         .exists());
-}
-
-#[test]
-fn the_configuring_watcher_reads_the_dry_run_cluster_in_dry_run() {
-    let h = Harness::new("bootstrap");
-    let worker = "c0819203-b4c5-4fd6-8b5c-6d7e8f90a1b2";
-    h.svc.set_host_role(worker, "worker");
-    h.svc.set_hosts(vec![
-        host(HOST, "bootstrap", "master-0", "192.0.2.10"),
-        host(MASTER1, "master", "master-1", "192.0.2.11"),
-        host(MASTER2, "master", "master-2", "192.0.2.12"),
-        host(worker, "worker", "worker-1", "192.0.2.21"),
-    ]);
-    let hosts = cluster_hosts(
-        h.dir.path(),
-        &[
-            ("master-1", "192.0.2.11", true),
-            ("master-2", "192.0.2.12", false),
-            ("worker-1", "192.0.2.21", true),
-        ],
-    );
-    // A real machine-config-server log naming master-2 is not read in dry run.
-    let logs = h.dir.path().join("containers");
-    std::fs::create_dir_all(&logs).unwrap();
-    std::fs::write(
-        logs.join("machine-config-server-abc.log"),
-        "I1121 api.go:117] Pool master requested by address:\"192.0.2.12:52428\" User-Agent:\"Ignition/2.16.2\"\n",
-    )
-    .unwrap();
-    let flow = FlowBuilder::new(
-        "bootstrap",
-        h.dir.path(),
-        Arc::new(h.svc.clone()),
-        h.writer.clone(),
-    )
-    .dry_run()
-    .cluster_hosts(&hosts)
-    .intervals(Intervals {
-        poll: Duration::from_millis(5),
-        slow_poll: Duration::from_millis(5),
-    })
-    .build();
-    let watcher = ConfiguringStatus::spawn(&flow);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while h.svc.progress_reports(worker).is_empty() || h.svc.progress_reports(MASTER1).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "no report in 10 s");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    flow.reporter.drain(Duration::from_secs(10));
-    assert!(
-        h.svc.progress_reports(MASTER2).is_empty(),
-        "master-2 has not rebooted (the real MCS log is not read)"
-    );
-    // master-2 reboots later: seen on a later look.
-    std::fs::write(h.dir.path().join("master-2.rebooted"), "").unwrap();
-    while h.svc.progress_reports(MASTER2).is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "master-2 not seen in 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    drop(watcher);
-    flow.reporter.drain(Duration::from_secs(10));
-    assert_eq!(h.svc.progress_reports(MASTER1), [s("Configuring", "")]);
-    assert_eq!(h.svc.progress_reports(MASTER2), [s("Configuring", "")]);
-    assert_eq!(
-        h.svc.progress_reports(worker),
-        [s("Waiting for ignition", "")]
-    );
 }
 
 #[test]

@@ -41,6 +41,8 @@ impl TestFlow {
             stop: stop.clone(),
             stop_when_listing_hosts: AtomicBool::new(false),
             uploads: Mutex::default(),
+            hosts: Mutex::default(),
+            other_reports: Mutex::default(),
         });
         let client: Arc<dyn InventoryClient> = service.clone();
         let clock = Arc::new(FakeClock::new());
@@ -112,6 +114,10 @@ pub(crate) struct TestService {
     pub stop_when_listing_hosts: AtomicBool,
     /// Log uploads, in order.
     pub uploads: Mutex<Vec<LogsUpload>>,
+    /// The cluster's hosts.
+    pub hosts: Mutex<Vec<Host>>,
+    /// Reports about other hosts, as (host, stage).
+    pub other_reports: Mutex<Vec<(String, String)>>,
 }
 
 impl InventoryClient for TestService {
@@ -125,6 +131,9 @@ impl InventoryClient for TestService {
         if host == HOST {
             let report = (stage.to_string(), info.to_string());
             self.reports.lock().unwrap().push(report);
+        } else {
+            let report = (host.to_string(), stage.to_string());
+            self.other_reports.lock().unwrap().push(report);
         }
         Ok(())
     }
@@ -138,6 +147,7 @@ impl InventoryClient for TestService {
         Ok(Cluster {
             id: CLUSTER.into(),
             kind: "Cluster".into(),
+            hosts: self.hosts.lock().unwrap().clone(),
             ..Cluster::default()
         })
     }

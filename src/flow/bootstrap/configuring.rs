@@ -32,14 +32,7 @@ impl ConfiguringStatus {
     /// past its Ignition fetch or the watcher is dropped.
     pub fn spawn(f: &Flow) -> ConfiguringStatus {
         let stop = Cancel::new();
-        let mut watch = Watch {
-            client: f.client.clone(),
-            reporter: f.reporter.clone(),
-            cluster: f.cfg.cluster_id.clone(),
-            me: f.cfg.host_id.clone(),
-            logs: McsLog::of(f),
-            hosts: None,
-        };
+        let mut watch = Watch::of(f);
         let (every, thread_stop) = (f.intervals.slow_poll, stop.clone());
         let handle = std::thread::Builder::new()
             .name("configuring".into())
@@ -76,6 +69,17 @@ struct Watch {
 }
 
 impl Watch {
+    fn of(f: &Flow) -> Watch {
+        Watch {
+            client: f.client.clone(),
+            reporter: f.reporter.clone(),
+            cluster: f.cfg.cluster_id.clone(),
+            me: f.cfg.host_id.clone(),
+            logs: McsLog::of(f),
+            hosts: None,
+        }
+    }
+
     /// Polls until no host is left to watch or `stop` fires. The thread sleeps on the real
     /// clock: it runs beside the flow, whose (in tests, fake) clock records the flow's own
     /// waits only.
@@ -174,4 +178,74 @@ fn read_mcs_logs(dir: &Path) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Role;
+    use crate::flow::testing::TestFlow;
+    use crate::service::models::Host;
+
+    #[test]
+    fn in_dry_run_the_hosts_are_seen_fetching_their_ignition_once_rebooted() {
+        let mut t = TestFlow::new("bootstrap");
+        let dir = tempfile::tempdir().unwrap();
+        let rebooted = |name: &str| dir.path().join(format!("{name}.rebooted"));
+        let hosts = [
+            ("m1", Role::Master, "master-1", "192.0.2.11"),
+            ("m2", Role::Master, "master-2", "192.0.2.12"),
+            ("w1", Role::Worker, "worker-1", "192.0.2.21"),
+        ];
+        let list: Vec<_> = hosts
+            .iter()
+            .map(|(_, _, name, ip)| {
+                serde_json::json!({"hostname": name, "ip": ip, "rebootMarkerPath": rebooted(name)})
+            })
+            .collect();
+        let path = dir.path().join("cluster-hosts.json");
+        std::fs::write(&path, serde_json::Value::from(list).to_string()).unwrap();
+        for name in ["master-1", "worker-1"] {
+            std::fs::write(rebooted(name), "").unwrap();
+        }
+        *t.service.hosts.lock().unwrap() = hosts
+            .iter()
+            .map(|(id, role, _, ip)| Host {
+                id: id.to_string(),
+                infra_env_id: "infra".into(),
+                role: Some(role.clone()),
+                inventory: Some(format!(
+                    r#"{{"interfaces": [{{"ipv4_addresses": ["{ip}/24"]}}]}}"#
+                )),
+                ..Host::default()
+            })
+            .collect();
+        // A real machine-config-server log naming master-2 is not read in dry run.
+        let logs = &t.flow.paths.container_logs;
+        std::fs::create_dir_all(logs).unwrap();
+        std::fs::write(
+            logs.join("machine-config-server-abc.log"),
+            "I1121 api.go:117] Pool master requested by address:\"192.0.2.12:52428\" \
+             User-Agent:\"Ignition/2.16.2\"\n",
+        )
+        .unwrap();
+        t.flow.cfg.dry_run = true;
+        t.flow.cfg.dry_run_cluster_hosts_path = Some(path);
+        let mut watch = Watch::of(&t.flow);
+        let reports = || {
+            t.flow.reporter.drain(Duration::from_secs(10));
+            t.service.other_reports.lock().unwrap().clone()
+        };
+        let report = |id: &str, stage: &str| (id.to_string(), stage.to_string());
+
+        assert!(!watch.poll());
+        let first = [report("m1", "Configuring"), report("w1", "Waiting for ignition")];
+        assert_eq!(reports(), first, "master-2 has not rebooted");
+        // master-2 reboots later: seen on a later look, then no host is left to watch.
+        std::fs::write(rebooted("master-2"), "").unwrap();
+        assert!(!watch.poll());
+        assert!(watch.poll());
+        let [m1, w1] = first;
+        assert_eq!(reports(), [m1, w1, report("m2", "Configuring")]);
+    }
 }

@@ -15,8 +15,8 @@ use crate::kube::install_config::{
     has_valid_vsphere_credentials, needed_ready_masters, remove_uninitialized_taint, replicas,
 };
 use crate::kube::KubeApi;
-use crate::openshift::mcs_logs::host_ips;
 use crate::openshift;
+use crate::openshift::mcs_logs::host_ips;
 use crate::openshift::{
     CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
     DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
