@@ -23,10 +23,9 @@ pub mod root;
 pub(crate) mod rsync_progress;
 pub(crate) mod systemd;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 pub use commands::{CommandRunner, ExecError, HostRunner, RecordingRunner, Reply};
 pub use reboot::{FakeReboot, Rebooter, ShutdownRebooter};
 pub use systemd::Systemd;
@@ -57,25 +56,6 @@ impl HostEffects {
         }
     }
 
-    /// The usual set-up: `commands` run host commands (a [`HostRunner`], through nsenter from the
-    /// installer container), the real clock, and a real reboot, or in
-    /// dry-run mode a fake one touching `fake_reboot_marker` through a host `touch`.
-    pub fn with_runner(
-        commands: Arc<dyn CommandRunner>,
-        dry_run: bool,
-        fake_reboot_marker: Option<PathBuf>,
-    ) -> Self {
-        let reboot: Arc<dyn Rebooter> = if dry_run {
-            Arc::new(FakeReboot::with_runner(
-                fake_reboot_marker.unwrap_or_default(),
-                commands.clone(),
-            ))
-        } else {
-            Arc::new(ShutdownRebooter::new(commands.clone()))
-        };
-        HostEffects::new(commands, reboot, Arc::new(SystemClock), dry_run)
-    }
-
     /// systemd helpers over this host's runner (actions are no-ops in dry-run mode).
     pub fn systemd(&self) -> Systemd<'_> {
         Systemd::new(&*self.commands, self.dry_run)
@@ -87,37 +67,5 @@ impl std::fmt::Debug for HostEffects {
         f.debug_struct("HostEffects")
             .field("dry_run", &self.dry_run)
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn real_host_reboots_with_shutdown() {
-        let r = Arc::new(RecordingRunner::new());
-        let host = HostEffects::with_runner(r.clone(), false, None);
-        host.reboot.reboot("+1").unwrap();
-        host.systemd().systemctl("daemon-reload", &[]).unwrap();
-        assert_eq!(
-            r.lines(),
-            vec![
-                "shutdown -r +1 'Installation completed, server is going to reboot.'",
-                "systemctl daemon-reload"
-            ]
-        );
-    }
-
-    #[test]
-    fn dry_host_touches_marker_and_skips_systemctl_actions() {
-        let r = Arc::new(RecordingRunner::new());
-        let host = HostEffects::with_runner(r.clone(), true, Some("/tmp/fake-reboot".into()));
-        host.systemd()
-            .systemctl("stop", &["agent.service"])
-            .unwrap();
-        host.reboot.reboot("now").unwrap();
-        assert_eq!(r.lines(), vec!["touch /tmp/fake-reboot"]);
-        assert!(format!("{host:?}").contains("dry_run: true"));
     }
 }

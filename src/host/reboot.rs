@@ -42,25 +42,15 @@ impl Rebooter for ShutdownRebooter {
     }
 }
 
-/// Dry-run reboot: touch the fake reboot marker file instead. With a runner, `touch <marker>`
-/// runs as a host command (as the Go installer does); without, the file is touched here.
+/// Dry-run reboot: touch the fake reboot marker file instead.
 pub struct FakeReboot {
     marker: PathBuf,
-    runner: Option<Arc<dyn CommandRunner>>,
 }
 
 impl FakeReboot {
     pub fn new(marker: impl Into<PathBuf>) -> Self {
         FakeReboot {
             marker: marker.into(),
-            runner: None,
-        }
-    }
-
-    pub fn with_runner(marker: impl Into<PathBuf>, runner: Arc<dyn CommandRunner>) -> Self {
-        FakeReboot {
-            marker: marker.into(),
-            runner: Some(runner),
         }
     }
 
@@ -78,14 +68,8 @@ impl Rebooter for FakeReboot {
         if self.marker.as_os_str().is_empty() {
             anyhow::bail!("dry run: no fake reboot marker path given (--fake-reboot-marker-path)");
         }
-        match &self.runner {
-            Some(runner) => runner
-                .run("touch", &[&self.marker.to_string_lossy()])
-                .map(|_| ())
-                .map_err(anyhow::Error::new),
-            None => touch(&self.marker)
-                .with_context(|| format!("touching fake reboot marker {}", self.marker.display())),
-        }
+        touch(&self.marker)
+            .with_context(|| format!("touching fake reboot marker {}", self.marker.display()))
     }
 }
 
@@ -164,15 +148,6 @@ mod tests {
         assert!(dry_reboot_happened(&marker));
         fake.reboot("now").unwrap();
         assert_eq!(fake.marker(), marker.as_path());
-    }
-
-    #[test]
-    fn fake_reboot_via_host_touch() {
-        let r = Arc::new(RecordingRunner::new());
-        FakeReboot::with_runner("/tmp/marker-1", r.clone())
-            .reboot("+1")
-            .unwrap();
-        assert_eq!(r.lines(), vec!["touch /tmp/marker-1"]);
     }
 
     #[test]
