@@ -7,7 +7,6 @@ mod common;
 use assisted_installer::clock::FakeClock;
 use assisted_installer::commands::install::dry_run_commands;
 use assisted_installer::config::Role;
-use assisted_installer::flow::node::run_installer;
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::kube::{EventInfo, KubeApi, NodeInfo, PodInfo};
@@ -15,7 +14,7 @@ use assisted_installer::service::client::LogsType;
 use common::fake_kube::FakeKube;
 use common::fake_service::FakeService;
 use common::fake_writer::FakeWriter;
-use common::flow_builder::{FlowBuilder, HOST, INFRA};
+use common::flow_builder::{failed_info, run, s, writing, FlowBuilder, Report, HOST, INFRA};
 use common::untar::untar_gz;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -179,7 +178,7 @@ impl Harness {
             .clock(kube.clock.clone())
     }
 
-    fn reports(&self) -> Vec<(String, String)> {
+    fn reports(&self) -> Vec<Report> {
         self.svc.progress_reports(HOST)
     }
 }
@@ -211,25 +210,7 @@ fn mco_line(h: &Harness) -> String {
     )
 }
 
-fn run(flow: FlowBuilder) -> anyhow::Result<()> {
-    run_installer(&flow.build())
-}
-
-fn s(stage: &str, info: &str) -> (String, String) {
-    (stage.to_string(), info.to_string())
-}
-
-fn writing() -> Vec<(String, String)> {
-    std::iter::once(s("Writing image to disk", ""))
-        .chain(
-            (5..=100)
-                .step_by(5)
-                .map(|p| s("Writing image to disk", &format!("{p}%"))),
-        )
-        .collect()
-}
-
-fn bootstrap_sequence() -> Vec<(String, String)> {
+fn bootstrap_sequence() -> Vec<Report> {
     let mut v = vec![
         s("Starting installation", "bootstrap"),
         s("Installing", "master"),
@@ -402,8 +383,7 @@ fn mco_extraction_failing_three_times_fails_the_install() {
     let line = mco_line(&h);
     h.runner.fail(&line, 1, "Error: extract failed");
     run(h.flow("bootstrap", 3)).unwrap_err();
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&h.reports());
     assert!(info.contains("extract failed"), "{info}");
     assert_eq!(h.runner.lines().iter().filter(|l| **l == line).count(), 3);
     // The early-written disk is reset, not left half-installed.
@@ -423,8 +403,7 @@ fn a_failed_node_image_overlay_fails_the_install() {
         "failed",
     );
     run(h.flow("bootstrap", 3)).unwrap_err();
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&h.reports());
     assert!(info.contains("node-image-pull.service failed"), "{info}");
     assert!(h.runner.lines().contains(
         &"systemctl start --no-block node-image-pull.service node-image-overlay.service"
@@ -491,7 +470,7 @@ fn other_hosts_are_reported_configuring_from_the_mcs_log() {
         .contains(&s("Configuring", "")));
 }
 
-fn sno_sequence() -> Vec<(String, String)> {
+fn sno_sequence() -> Vec<Report> {
     let mut v = vec![
         s("Starting installation", "master"),
         s("Installing", "master"),
@@ -564,8 +543,7 @@ fn single_node_happy_path_merges_the_host_ignition_and_reboots_now() {
 fn single_node_without_master_ign_fails_and_resets_the_early_write() {
     let h = Harness::new("sno");
     run(h.flow("master", 1)).unwrap_err();
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&h.reports());
     assert!(
         info.contains("master.ign was not created by bootkube"),
         "{info}"

@@ -7,7 +7,6 @@ mod common;
 
 use assisted_installer::clock::FakeClock;
 use assisted_installer::commands::install::dry_run_commands;
-use assisted_installer::flow::node::run_installer;
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::host::root::{HostRoot, Unreachable};
@@ -15,7 +14,9 @@ use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClie
 use assisted_installer::service::InventoryClient;
 use common::fake_service::{host_json, FakeService};
 use common::fake_writer::FakeWriter;
-use common::flow_builder::{FlowBuilder, HOST, INFRA};
+use common::flow_builder::{
+    failed_info, installed_as, run, s, writing, FlowBuilder, Report, HOST, INFRA,
+};
 use common::http_server::TestServer;
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -86,13 +87,9 @@ impl Harness {
             ])
     }
 
-    fn reports(&self) -> Vec<(String, String)> {
+    fn reports(&self) -> Vec<Report> {
         self.svc.progress_reports(HOST)
     }
-}
-
-fn run(flow: FlowBuilder) -> anyhow::Result<()> {
-    run_installer(&flow.build())
 }
 
 fn fast_retry() -> ClientRetry {
@@ -104,36 +101,11 @@ fn fast_retry() -> ClientRetry {
     }
 }
 
-fn s(stage: &str, info: &str) -> (String, String) {
-    (stage.to_string(), info.to_string())
-}
-
-/// The reports of a successful write: "" then 5%, 10%, … 100%.
-fn writing() -> Vec<(String, String)> {
-    std::iter::once(s("Writing image to disk", ""))
-        .chain(
-            (5..=100)
-                .step_by(5)
-                .map(|p| s("Writing image to disk", &format!("{p}%"))),
-        )
-        .collect()
-}
-
-fn master_sequence() -> Vec<(String, String)> {
-    let mut v = vec![
-        s("Starting installation", "master"),
-        s("Installing", "master"),
-    ];
-    v.extend(writing());
-    v.push(s("Rebooting", ""));
-    v
-}
-
 #[test]
 fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
     let h = Harness::new("master");
     run(h.flow("master")).unwrap();
-    assert_eq!(h.reports(), master_sequence());
+    assert_eq!(h.reports(), installed_as("master"));
     // The write got the device, the downloaded Ignition and the installer args.
     let calls = h.writer.calls.lock().unwrap();
     assert_eq!(calls.len(), 1);
@@ -177,8 +149,12 @@ fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
     let count = |suffix: &str| calls.iter().filter(|c| c.ends_with(suffix)).count();
     assert_eq!(count("/downloads/ignition"), 1, "{calls:#?}");
     assert_eq!(count("/logs-progress"), 1, "{calls:#?}");
-    assert_eq!(count("/progress"), master_sequence().len(), "{calls:#?}");
-    assert_eq!(calls.len(), master_sequence().len() + 2, "{calls:#?}");
+    assert_eq!(
+        count("/progress"),
+        installed_as("master").len(),
+        "{calls:#?}"
+    );
+    assert_eq!(calls.len(), installed_as("master").len() + 2, "{calls:#?}");
 }
 
 #[test]
@@ -301,8 +277,7 @@ fn a_write_failing_three_times_reports_failed() {
     h.writer.failures.store(3, Ordering::SeqCst);
     run(h.flow("master")).unwrap_err();
     assert_eq!(h.writer.calls.lock().unwrap().len(), 3);
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&h.reports());
     assert!(
         info.starts_with("failed after 3 attempts, last error: "),
         "{info}"
@@ -324,7 +299,7 @@ fn a_write_failing_twice_then_succeeding_installs() {
     h.writer.failures.store(2, Ordering::SeqCst);
     run(h.flow("master")).unwrap();
     assert_eq!(h.writer.calls.lock().unwrap().len(), 3);
-    assert_eq!(h.reports(), master_sequence());
+    assert_eq!(h.reports(), installed_as("master"));
 }
 
 #[test]
@@ -368,7 +343,7 @@ fn service_answering_503_then_200_is_retried() {
     h.svc.fail_next(2, 503);
     let srv = TestServer::with_app(h.svc.clone());
     run(h.flow_over_http("master", &srv, fast_retry())).unwrap();
-    assert_eq!(h.reports(), master_sequence());
+    assert_eq!(h.reports(), installed_as("master"));
 }
 
 #[test]
@@ -383,7 +358,7 @@ fn a_service_unreachable_for_a_while_loses_no_stage_and_keeps_the_order() {
         delay_cap: Duration::from_millis(50),
     };
     run(h.flow_over_http("master", &srv, retry)).unwrap();
-    assert_eq!(h.reports(), master_sequence());
+    assert_eq!(h.reports(), installed_as("master"));
 }
 
 #[test]
@@ -410,8 +385,7 @@ fn ironic_present_stops_the_agent_instead_of_rebooting() {
 fn unsupported_installer_args_fail_before_anything_is_touched() {
     let h = Harness::new("master");
     run(h.flow("master").installer_args(&["--platform", "aws"])).unwrap_err();
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&h.reports());
     assert!(info.contains("--platform"), "{info}");
     assert!(
         h.runner.lines().iter().all(|l| !l.starts_with("wipefs")),
@@ -444,8 +418,7 @@ fn an_unreachable_host_root_fails_before_the_disk_is_touched() {
         "this is a container (/run/.containerenv exists) whose PID 1 shares its mount namespace: it was started without --pid=host".into(),
     )));
     run(flow).unwrap_err();
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&h.reports());
     assert!(info.contains("started without --pid=host"), "{info}");
     assert!(info.contains("--privileged --pid=host"), "{info}");
     assert!(
@@ -487,7 +460,7 @@ fn the_registry_marker_is_looked_for_on_the_host() {
         .registry_marker(marker)
         .host_root(Ok(HostRoot::At(tempfile::tempdir().unwrap().path().into())));
     run(flow).unwrap();
-    assert_eq!(h.reports(), master_sequence());
+    assert_eq!(h.reports(), installed_as("master"));
     assert!(!h.runner.lines().iter().any(|l| l.starts_with("du ")));
 }
 
@@ -505,10 +478,7 @@ fn any_other_role_takes_the_master_path_under_its_own_name() {
             .registry_marker(std::path::Path::new("/run/media/iso/registry"))
             .host_root(Ok(HostRoot::At(host.path().to_path_buf())));
         run(flow).unwrap();
-        let mut expected = vec![s("Starting installation", role), s("Installing", role)];
-        expected.extend(writing());
-        expected.push(s("Rebooting", ""));
-        assert_eq!(h.reports(), expected, "{role}");
+        assert_eq!(h.reports(), installed_as(role), "{role}");
         let calls = h.writer.calls.lock().unwrap();
         assert_eq!(
             calls[0].ignition,
@@ -535,8 +505,7 @@ fn a_malformed_digest_in_installer_args_fails_before_the_disk_is_touched() {
         "not-a-digest",
     ]);
     run(flow).unwrap_err();
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&h.reports());
     assert!(info.contains("--sha256"), "{info}");
     assert!(
         h.runner.lines().iter().all(|l| !l.starts_with("wipefs")),
@@ -638,7 +607,7 @@ fn appliance_disk(runner: &RecordingRunner, data: u64) {
 }
 
 /// `Copying registry data to disk`: "" then 5%, 10%, … 100%.
-fn copying() -> Vec<(String, String)> {
+fn copying() -> Vec<Report> {
     std::iter::once(s("Copying registry data to disk", ""))
         .chain(
             (5..=100)
@@ -740,8 +709,7 @@ fn a_failing_registry_copy_step_is_tried_three_times_then_fails_the_install() {
         "xfs_growfs: /mnt/root is not a mounted XFS filesystem",
     );
     run(h.flow("master").registry_marker_on_host()).unwrap_err();
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&h.reports());
     assert_eq!(
         info,
         "copying the registry data to /dev/vda: failed after 3 attempts, last error: failed \
@@ -839,7 +807,7 @@ fn coreos_image_flow(h: &Harness) -> FlowBuilder {
         .registry_marker_on_host()
 }
 
-fn existing_root_reports() -> Vec<(String, String)> {
+fn existing_root_reports() -> Vec<Report> {
     vec![
         s("Starting installation", "master"),
         s("Installing", "master"),
@@ -887,8 +855,7 @@ fn a_coreos_image_deploy_failing_three_times_fails_the_install() {
     h.runner
         .fail(&deploy, 1, "error: Error: pulling image: unauthorized");
     run(flow).unwrap_err();
-    let (stage, info) = h.reports().last().unwrap().clone();
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&h.reports());
     assert!(
         info.starts_with(&format!(
             "failed after 3 attempts, last error: deploying {COREOS_IMAGE} with ostree: failed executing ostree [container image deploy"

@@ -15,7 +15,7 @@ use assisted_installer::image::Cancel;
 use base64::Engine;
 use common::fake_service::{host_json, FakeService};
 use common::fake_writer::FakeWriter;
-use common::flow_builder::{FlowBuilder, HOST, INFRA};
+use common::flow_builder::{installed_as, s, FlowBuilder, Report, HOST, INFRA};
 use common::http_server::{Fault, Route, TestServer};
 use common::tls_server::{Pki, TlsServer};
 use std::io::Write;
@@ -153,7 +153,7 @@ impl Harness {
             .skip_mco_reboot()
     }
 
-    fn reports(&self) -> Vec<(String, String)> {
+    fn reports(&self) -> Vec<Report> {
         self.svc.progress_reports(HOST)
     }
 
@@ -180,26 +180,6 @@ impl Harness {
     fn ran(&self, prefix: &str) -> bool {
         self.runner.lines().iter().any(|l| l.starts_with(prefix))
     }
-}
-
-fn s(stage: &str, info: &str) -> (String, String) {
-    (stage.to_string(), info.to_string())
-}
-
-/// A master's reports: skip-MCO adds none.
-fn master_sequence() -> Vec<(String, String)> {
-    let mut v = vec![
-        s("Starting installation", "master"),
-        s("Installing", "master"),
-        s("Writing image to disk", ""),
-    ];
-    v.extend(
-        (5..=100)
-            .step_by(5)
-            .map(|p| s("Writing image to disk", &format!("{p}%"))),
-    );
-    v.push(s("Rebooting", ""));
-    v
 }
 
 /// Everything tracing writes on the test's thread and the threads that take its subscriber.
@@ -305,7 +285,7 @@ fn https_with_its_own_ca_deploys_the_release_image_fetched_while_the_disk_is_wri
         "the MCS was asked while the disk was written"
     );
     assert_eq!(h.deploy_commands(), go_sequence(&["arg1", "arg2=val2"]));
-    assert_eq!(h.reports(), master_sequence());
+    assert_eq!(h.reports(), installed_as("master"));
     let requests = mcs.requests();
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert_eq!(requests[0].path, "/config/master?token=s3cret-token");
@@ -335,7 +315,7 @@ fn https_with_another_ca_is_given_up_after_twenty_minutes_and_the_install_goes_o
     );
     let (result, logs) = run_logged(h.flow("master", Arc::new(FakeWriter::default())));
     result.unwrap();
-    assert_eq!(h.reports(), master_sequence());
+    assert_eq!(h.reports(), installed_as("master"));
     assert!(mcs.requests().is_empty(), "no request got past TLS");
     assert!(h.deploy_commands().is_empty(), "{:?}", h.runner.lines());
     assert!(h.clock.elapsed() >= TWENTY_MINUTES);
@@ -406,7 +386,7 @@ fn an_embedded_gzipped_config_needs_no_server() {
         .0
         .unwrap();
     assert_eq!(h.deploy_commands(), go_sequence(&["x"]));
-    assert_eq!(h.reports(), master_sequence());
+    assert_eq!(h.reports(), installed_as("master"));
 }
 
 #[test]
@@ -421,7 +401,7 @@ fn an_mcs_that_never_answers_is_tried_every_five_seconds_for_twenty_minutes() {
         .set_host_ignition(HOST, pointer(&srv.url("/config/master"), None));
     let (result, logs) = run_logged(h.flow("master", Arc::new(FakeWriter::default())));
     result.unwrap();
-    assert_eq!(h.reports(), master_sequence());
+    assert_eq!(h.reports(), installed_as("master"));
     assert!(h.deploy_commands().is_empty(), "{:?}", h.runner.lines());
     let tries = srv.request_count("/config/master");
     // At least Go's 20 minutes of 5 s polls after the write (more if tries began during it).
@@ -448,7 +428,7 @@ fn a_failing_ostree_deploy_is_a_warning_and_the_install_completes() {
     h.runner.fail(&ostree, 1, OSTREE_FAILED);
     let (result, logs) = run_logged(h.flow("master", Arc::new(FakeWriter::default())));
     result.unwrap();
-    assert_eq!(h.reports(), master_sequence());
+    assert_eq!(h.reports(), installed_as("master"));
     let mut want = go_sequence(&[])[..10].to_vec();
     want.extend([ostree.clone(), ostree]);
     want.extend(["umount /mnt/boot".to_string(), "umount /mnt".to_string()]);

@@ -275,3 +275,41 @@ impl FlowBuilder {
         }
     }
 }
+
+/// Builds the flow and runs the installer's flow for its role.
+pub(crate) fn run(flow: FlowBuilder) -> anyhow::Result<()> {
+    assisted_installer::flow::node::run_installer(&flow.build())
+}
+
+/// A progress report: (stage, info).
+pub(crate) type Report = (String, String);
+
+pub(crate) fn s(stage: &str, info: &str) -> Report {
+    (stage.to_string(), info.to_string())
+}
+
+/// The reports of a successful write: "" then 5%, 10%, … 100%.
+pub(crate) fn writing() -> Vec<Report> {
+    std::iter::once(s("Writing image to disk", ""))
+        .chain(
+            (5..=100)
+                .step_by(5)
+                .map(|p| s("Writing image to disk", &format!("{p}%"))),
+        )
+        .collect()
+}
+
+/// The reports of a host that installs as `role` like a master: started, written, rebooting.
+pub(crate) fn installed_as(role: &str) -> Vec<Report> {
+    let mut v = vec![s("Starting installation", role), s("Installing", role)];
+    v.extend(writing());
+    v.push(s("Rebooting", ""));
+    v
+}
+
+/// The info of the last report, which must be `Failed`.
+pub(crate) fn failed_info(reports: &[Report]) -> String {
+    let (stage, info) = reports.last().expect("a report");
+    assert_eq!(stage, "Failed", "{reports:#?}");
+    info.clone()
+}

@@ -239,7 +239,10 @@ mod tests {
         let report = |id: &str, stage: &str| (id.to_string(), stage.to_string());
 
         assert!(!watch.poll());
-        let first = [report("m1", "Configuring"), report("w1", "Waiting for ignition")];
+        let first = [
+            report("m1", "Configuring"),
+            report("w1", "Waiting for ignition"),
+        ];
         assert_eq!(reports(), first, "master-2 has not rebooted");
         // master-2 reboots later: seen on a later look, then no host is left to watch.
         std::fs::write(rebooted("master-2"), "").unwrap();
