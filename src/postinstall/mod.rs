@@ -255,24 +255,6 @@ mod tests {
     }
 
     #[test]
-    fn metal_platform_changes_nothing() {
-        let root = boot(true);
-        let p = PostInstall {
-            platform: Some("metal".into()),
-            ..Default::default()
-        };
-        apply(root.path(), &p).unwrap();
-        assert_eq!(
-            read(root.path(), &format!("loader/entries/{BLS_ENTRY_NAME}")),
-            bls_entry()
-        );
-        assert_eq!(
-            read(root.path(), "grub2/grub.cfg"),
-            grub_cfg(GRUB_METAL_BLOCK)
-        );
-    }
-
-    #[test]
     fn everything_on_an_rhcos_boot() {
         let root = boot(true);
         let r = root.path();
@@ -340,70 +322,60 @@ mod tests {
         );
     }
 
+    /// The options line and grub.cfg after `--platform` and `--console` on a boot partition
+    /// with or without `platforms.json`.
     #[test]
-    fn platform_with_its_own_grub_commands() {
-        let root = boot(true);
-        let p = PostInstall {
-            platform: Some("vmware".into()),
-            ..Default::default()
-        };
-        apply(root.path(), &p).unwrap();
-        assert_eq!(
-            options(root.path()),
-            OPTIONS.replace("id=metal", "id=vmware").replace(
-                " console=tty0 console=ttyS0,115200n8",
-                " console=ttyS0,115200n8 console=tty0"
-            )
-        );
-        assert_eq!(
-            read(root.path(), "grub2/grub.cfg"),
-            grub_cfg(
-                "serial --speed=115200\nterminal_input console serial\nterminal_output console serial\n"
-            )
-        );
-    }
-
-    #[test]
-    fn platform_without_platforms_json_only_changes_the_id() {
-        let root = boot(false);
-        let p = PostInstall {
-            platform: Some("openstack".into()),
-            ..Default::default()
-        };
-        apply(root.path(), &p).unwrap();
-        assert_eq!(
-            options(root.path()),
-            OPTIONS.replace("id=metal", "id=openstack")
-        );
-        assert_eq!(
-            read(root.path(), "grub2/grub.cfg"),
-            grub_cfg(GRUB_METAL_BLOCK)
-        );
-    }
-
-    #[test]
-    fn console_overrides_the_platform_defaults() {
-        let root = boot(true);
-        let p = PostInstall {
-            platform: Some("vmware".into()),
-            consoles: consoles(&["tty0", "ttyS1,115200n8"]),
-            ..Default::default()
-        };
-        apply(root.path(), &p).unwrap();
-        assert_eq!(
-            options(root.path()),
-            OPTIONS.replace("id=metal", "id=vmware").replace(
-                " console=tty0 console=ttyS0,115200n8",
-                " console=tty0 console=ttyS1,115200n8"
-            )
-        );
-        assert_eq!(
-            read(root.path(), "grub2/grub.cfg"),
-            grub_cfg(
-                "serial --unit=1 --speed=115200 --word=8 --parity=no\n\
-                 terminal_input console serial\nterminal_output console serial\n"
-            )
-        );
+    fn platform_and_console_set_the_kargs_and_grub_commands() {
+        let serial = "serial --speed=115200\nterminal_input console serial\n\
+                      terminal_output console serial\n";
+        let unit1 = "serial --unit=1 --speed=115200 --word=8 --parity=no\n\
+                     terminal_input console serial\nterminal_output console serial\n";
+        let defaults = " console=tty0 console=ttyS0,115200n8";
+        let cases: [(&str, bool, &[&str], String, &str); 4] = [
+            // metal changes nothing
+            ("metal", true, &[], OPTIONS.into(), GRUB_METAL_BLOCK),
+            // a platform with its own GRUB commands and console kargs
+            (
+                "vmware",
+                true,
+                &[],
+                OPTIONS
+                    .replace("id=metal", "id=vmware")
+                    .replace(defaults, " console=ttyS0,115200n8 console=tty0"),
+                serial,
+            ),
+            // without platforms.json only the ID changes
+            (
+                "openstack",
+                false,
+                &[],
+                OPTIONS.replace("id=metal", "id=openstack"),
+                GRUB_METAL_BLOCK,
+            ),
+            // --console overrides the platform's defaults
+            (
+                "vmware",
+                true,
+                &["tty0", "ttyS1,115200n8"],
+                OPTIONS
+                    .replace("id=metal", "id=vmware")
+                    .replace(defaults, " console=tty0 console=ttyS1,115200n8"),
+                unit1,
+            ),
+        ];
+        for (platform, with_platforms, console, options_line, grub) in cases {
+            let root = boot(with_platforms);
+            let p = PostInstall {
+                platform: Some(platform.into()),
+                consoles: consoles(console),
+                ..Default::default()
+            };
+            apply(root.path(), &p).unwrap();
+            let entry = read(root.path(), &format!("loader/entries/{BLS_ENTRY_NAME}"));
+            assert_eq!(entry.replace(&options(root.path()), OPTIONS), bls_entry());
+            assert_eq!(options(root.path()), options_line, "{platform} {console:?}");
+            assert_eq!(read(root.path(), "grub2/grub.cfg"), grub_cfg(grub));
+        }
     }
 
     #[test]
