@@ -11,8 +11,6 @@ pub(crate) mod skip_mco;
 pub(crate) mod wait;
 pub mod writer;
 
-#[cfg(test)]
-mod testing;
 
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -110,3 +108,6 @@ pub struct Flow {
     /// [`crate::clock::Stopped`], which the flow reports as `Failed` like any other error.
     pub stop: Cancel,
 }
+
+#[cfg(test)]
+mod testing;

@@ -12,8 +12,6 @@ pub(crate) mod ignition;
 pub(crate) mod kargs;
 pub(crate) mod network;
 pub(crate) mod platform;
-#[cfg(test)]
-mod testdata;
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -192,6 +190,9 @@ fn edit_bls_entry(
     tracing::info!("kernel arguments in {}: {options}", path.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod testdata;
 
 #[cfg(test)]
 mod tests {
