@@ -35,7 +35,7 @@ pub fn load(path: &Path) -> Result<Vec<ClusterHost>> {
 }
 
 /// The hosts of `path` when given; none otherwise.
-pub fn load_optional(path: Option<&Path>) -> Result<Vec<ClusterHost>> {
+pub(crate) fn load_optional(path: Option<&Path>) -> Result<Vec<ClusterHost>> {
     path.map(load).transpose().map(Option::unwrap_or_default)
 }
 

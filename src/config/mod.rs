@@ -12,9 +12,10 @@ pub use role::Role;
 
 use std::path::PathBuf;
 
-pub const DEFAULT_OPENSHIFT_VERSION: &str = "4.4";
-pub const DEFAULT_CONTROLLER_IMAGE: &str = "quay.io/ocpmetal/assisted-installer-controller:latest";
-pub const DEFAULT_AGENT_IMAGE: &str = "quay.io/ocpmetal/assisted-installer-agent:latest";
+pub(crate) const DEFAULT_OPENSHIFT_VERSION: &str = "4.4";
+pub(crate) const DEFAULT_CONTROLLER_IMAGE: &str =
+    "quay.io/ocpmetal/assisted-installer-controller:latest";
+pub(crate) const DEFAULT_AGENT_IMAGE: &str = "quay.io/ocpmetal/assisted-installer-agent:latest";
 
 /// Every flag of the Go installer, with Go's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,12 +111,12 @@ impl InstallerConfig {
     }
 
     /// Single node (bootstrap in place).
-    pub fn is_single_node(&self) -> bool {
+    pub(crate) fn is_single_node(&self) -> bool {
         self.control_plane_count == 1
     }
 
     /// The warning to log when arguments were ignored, naming them.
-    pub fn ignored_args_warning(&self) -> Option<String> {
+    pub(crate) fn ignored_args_warning(&self) -> Option<String> {
         if self.ignored_args.is_empty() {
             return None;
         }
@@ -130,7 +131,7 @@ impl InstallerConfig {
 
     /// The proxy variables children get (Go's executor): `HTTP_PROXY`, `HTTPS_PROXY` and
     /// `NO_PROXY` from the flags, only when `--http-proxy` or `--https-proxy` is set.
-    pub fn child_proxy_env(&self) -> Vec<(String, String)> {
+    pub(crate) fn child_proxy_env(&self) -> Vec<(String, String)> {
         if self.http_proxy.is_none() && self.https_proxy.is_none() {
             return Vec::new();
         }
@@ -146,7 +147,7 @@ impl InstallerConfig {
 
     /// The configuration for the log: the flags hold no secret, but proxy URLs may carry a
     /// password, which is masked.
-    pub fn redacted(&self) -> String {
+    pub(crate) fn redacted(&self) -> String {
         let mut c = self.clone();
         c.http_proxy = c.http_proxy.as_deref().map(mask_url_password);
         c.https_proxy = c.https_proxy.as_deref().map(mask_url_password);

@@ -11,7 +11,6 @@ pub(crate) mod skip_mco;
 pub(crate) mod wait;
 pub mod writer;
 
-
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// Replacement text for the pull-secret token wherever a command line is rendered.
-pub const SECRET_PLACEHOLDER: &str = "<SECRET>";
+pub(crate) const SECRET_PLACEHOLDER: &str = "<SECRET>";
 
 /// How many trailing bytes of output `ExecError`'s `Display` keeps (Go: 200).
 const LAST_OUTPUT_LEN: usize = 200;
@@ -110,19 +110,19 @@ impl ExecError {
         )
     }
 
-    pub fn with_env(mut self, env: Vec<String>) -> Self {
+    pub(crate) fn with_env(mut self, env: Vec<String>) -> Self {
         self.env = env.into_boxed_slice();
         self
     }
 
-    pub fn with_wait_status(mut self, wait_status: i32) -> Self {
+    pub(crate) fn with_wait_status(mut self, wait_status: i32) -> Self {
         self.wait_status = wait_status;
         self
     }
 
     /// Replaces `secret` by `<SECRET>` in the arguments, the environment and the output.
     /// An empty secret changes nothing.
-    pub fn redact(mut self, secret: Option<&str>) -> Self {
+    pub(crate) fn redact(mut self, secret: Option<&str>) -> Self {
         if let Some(secret) = secret.filter(|s| !s.is_empty()) {
             for s in self.args.iter_mut().chain(self.env.iter_mut()) {
                 *s = s.replace(secret, SECRET_PLACEHOLDER);
@@ -133,7 +133,7 @@ impl ExecError {
     }
 
     /// Go's `DetailedError()`: also the environment, the wait status and the whole output.
-    pub fn detailed(&self) -> String {
+    pub(crate) fn detailed(&self) -> String {
         format!(
             "failed executing {} [{}], env vars [{}], error {}, waitStatus {}, Output \"{}\"",
             self.command,
@@ -152,7 +152,7 @@ impl ExecError {
 }
 
 /// Go keeps only the text from the first `Error` on, when the output contains it.
-pub fn keep_from_error(output: &str) -> &str {
+pub(crate) fn keep_from_error(output: &str) -> &str {
     match output.find("Error") {
         Some(i) => &output[i..],
         None => output,
@@ -173,7 +173,7 @@ fn last_output(output: &str) -> String {
 }
 
 /// Replaces `secret` (when non-empty) by `<SECRET>` in `text`.
-pub fn redact(text: &str, secret: Option<&str>) -> String {
+pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
     match secret.filter(|s| !s.is_empty()) {
         Some(secret) => text.replace(secret, SECRET_PLACEHOLDER),
         None => text.to_string(),

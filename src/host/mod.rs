@@ -28,7 +28,7 @@ use std::sync::Arc;
 use crate::clock::Clock;
 pub use commands::{CommandRunner, ExecError, HostRunner, RecordingRunner, Reply};
 pub use reboot::{FakeReboot, Rebooter, ShutdownRebooter};
-pub use systemd::Systemd;
+pub(crate) use systemd::Systemd;
 
 /// The host effects of one installation run (not to be confused with the service's host
 /// model, `service::models::Host`).
@@ -57,7 +57,7 @@ impl HostEffects {
     }
 
     /// systemd helpers over this host's runner (actions are no-ops in dry-run mode).
-    pub fn systemd(&self) -> Systemd<'_> {
+    pub(crate) fn systemd(&self) -> Systemd<'_> {
         Systemd::new(&*self.commands, self.dry_run)
     }
 }

@@ -10,7 +10,7 @@ use super::commands::{CommandRunner, ExecError};
 
 /// The wall message given to `shutdown`. It is ONE argument and includes the single quotes,
 /// exactly as the Go installer passes it.
-pub const REBOOT_MESSAGE: &str = "'Installation completed, server is going to reboot.'";
+pub(crate) const REBOOT_MESSAGE: &str = "'Installation completed, server is going to reboot.'";
 
 pub trait Rebooter: Send + Sync {
     /// Schedules the reboot. `when` is `now` (single node) or `+1` (everything else).
@@ -84,7 +84,7 @@ fn touch(path: &Path) -> std::io::Result<()> {
 /// Whether the ironic agent (converged flow) runs on this host: the output of
 /// `systemctl list-units --no-legend ironic-agent.service` names the unit. Then Ironic, not the
 /// installer, reboots the host.
-pub fn ironic_agent_present(runner: &dyn CommandRunner) -> Result<bool, ExecError> {
+pub(crate) fn ironic_agent_present(runner: &dyn CommandRunner) -> Result<bool, ExecError> {
     let out = runner.run(
         "systemctl",
         &["list-units", "--no-legend", "ironic-agent.service"],

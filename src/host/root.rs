@@ -19,9 +19,9 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 /// Overrides the decision (tests, unusual set-ups): the directory to use as the host's root.
-pub const OVERRIDE_ENV: &str = "ASSISTED_INSTALLER_HOST_ROOT";
+pub(crate) const OVERRIDE_ENV: &str = "ASSISTED_INSTALLER_HOST_ROOT";
 /// The host's root from a container that shares the host's PID namespace.
-pub const PID1_ROOT: &str = "/proc/1/root";
+pub(crate) const PID1_ROOT: &str = "/proc/1/root";
 /// Files container engines leave in their containers (podman, docker).
 const CONTAINER_MARKERS: [&str; 2] = ["/run/.containerenv", "/.dockerenv"];
 /// Symbolic links followed in one path, at most (as the kernel's limit).
@@ -57,7 +57,7 @@ pub struct Observed {
 }
 
 /// Decide where the host's files are (pure).
-pub fn decide(o: &Observed) -> Result<HostRoot, Unreachable> {
+pub(crate) fn decide(o: &Observed) -> Result<HostRoot, Unreachable> {
     if let Some(root) = &o.override_root {
         return Ok(if root == Path::new("/") {
             HostRoot::Here
@@ -108,7 +108,7 @@ pub fn observe() -> Observed {
 }
 
 /// Decide for this process, and log the outcome.
-pub fn detect() -> Result<HostRoot, Unreachable> {
+pub(crate) fn detect() -> Result<HostRoot, Unreachable> {
     let root = decide(&observe());
     match &root {
         Ok(HostRoot::Here) => tracing::info!(

@@ -9,18 +9,18 @@ use anyhow::Context;
 use super::commands::{CommandRunner, ExecError};
 
 #[derive(Clone, Copy)]
-pub struct Systemd<'a> {
+pub(crate) struct Systemd<'a> {
     runner: &'a dyn CommandRunner,
     dry_run: bool,
 }
 
 impl<'a> Systemd<'a> {
-    pub fn new(runner: &'a dyn CommandRunner, dry_run: bool) -> Self {
+    pub(crate) fn new(runner: &'a dyn CommandRunner, dry_run: bool) -> Self {
         Systemd { runner, dry_run }
     }
 
     /// `systemctl <action> <args…>`; a no-op in dry-run mode.
-    pub fn systemctl(&self, action: &str, args: &[&str]) -> anyhow::Result<()> {
+    pub(crate) fn systemctl(&self, action: &str, args: &[&str]) -> anyhow::Result<()> {
         if self.dry_run {
             tracing::info!("dry run: skipping systemctl {action} {}", args.join(" "));
             return Ok(());
@@ -38,7 +38,7 @@ impl<'a> Systemd<'a> {
     /// `systemctl is-active <unit>`: the state word it prints (`active`, `inactive`, `failed`,
     /// `activating`…). A non-zero exit is not an error here, since systemctl exits 3 for any
     /// state but `active`; only a command that did not run (or printed nothing) is.
-    pub fn is_active(&self, unit: &str) -> Result<String, ExecError> {
+    pub(crate) fn is_active(&self, unit: &str) -> Result<String, ExecError> {
         match self.runner.run("systemctl", &["is-active", unit]) {
             Ok(out) => Ok(out),
             Err(e) if e.exited() && !e.output.is_empty() => Ok(e.output),
@@ -47,13 +47,13 @@ impl<'a> Systemd<'a> {
     }
 
     /// `systemctl show -P ActiveState <unit>`.
-    pub fn show_active_state(&self, unit: &str) -> Result<String, ExecError> {
+    pub(crate) fn show_active_state(&self, unit: &str) -> Result<String, ExecError> {
         self.runner
             .run("systemctl", &["show", "-P", "ActiveState", unit])
     }
 
     /// `systemctl status <unit>` output for the log, whatever its exit code.
-    pub fn status(&self, unit: &str) -> String {
+    pub(crate) fn status(&self, unit: &str) -> String {
         match self.runner.run("systemctl", &["status", unit]) {
             Ok(out) => out,
             Err(e) => e.output,

@@ -34,7 +34,7 @@ impl IgnitionHash {
     }
 
     /// Check `bytes` against this digest. `what` names the config in the error.
-    pub fn verify(&self, bytes: &[u8], what: &str) -> Result<()> {
+    pub(crate) fn verify(&self, bytes: &[u8], what: &str) -> Result<()> {
         let actual: Vec<u8> = match self {
             IgnitionHash::Sha256(_) => Sha256::digest(bytes).to_vec(),
             IgnitionHash::Sha512(_) => Sha512::digest(bytes).to_vec(),
@@ -120,14 +120,15 @@ pub struct IgnitionConfig {
 
 impl IgnitionConfig {
     /// Read and check a config file. The digest is checked before anything else.
-    pub fn from_file(path: &Path, hash: Option<&IgnitionHash>) -> Result<Self> {
+    pub(crate) fn from_file(path: &Path, hash: Option<&IgnitionHash>) -> Result<Self> {
         let bytes = std::fs::read(path)
             .with_context(|| format!("reading the Ignition config {}", path.display()))?;
         Self::check(bytes, hash, &path.display().to_string())
     }
 
-    /// Check a config already in memory (e.g. fetched from a URL).
-    pub fn from_bytes(bytes: Vec<u8>, hash: Option<&IgnitionHash>) -> Result<Self> {
+    /// Check a config already in memory.
+    #[cfg(test)]
+    pub(crate) fn from_bytes(bytes: Vec<u8>, hash: Option<&IgnitionHash>) -> Result<Self> {
         Self::check(bytes, hash, "the Ignition config")
     }
 
@@ -144,12 +145,8 @@ impl IgnitionConfig {
         &self.bytes
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.bytes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
     }
 
     /// The config's `ignition.version`, e.g. `3.2.0` (not secret; useful in logs).

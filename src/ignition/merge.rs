@@ -72,12 +72,12 @@ use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 
 /// The Ignition spec versions this module reads and writes.
-pub const SUPPORTED_VERSIONS: [&str; 5] = ["3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0"];
+pub(crate) const SUPPORTED_VERSIONS: [&str; 5] = ["3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0"];
 
 /// Parse an Ignition v3 config (spec 3.0.0 to 3.4.0) into a JSON value.
 ///
 /// Errors name the problem and the version, never the config's contents (it holds secrets).
-pub fn parse_config(bytes: &[u8]) -> Result<Value> {
+pub(crate) fn parse_config(bytes: &[u8]) -> Result<Value> {
     let config: Value =
         serde_json::from_slice(bytes).context("ignition config is not valid JSON")?;
     if !config.is_object() {
@@ -88,7 +88,7 @@ pub fn parse_config(bytes: &[u8]) -> Result<Value> {
 }
 
 /// The config's `ignition.version`, checked to be one of [`SUPPORTED_VERSIONS`].
-pub fn spec_version(config: &Value) -> Result<&str> {
+pub(crate) fn spec_version(config: &Value) -> Result<&str> {
     let version = config
         .pointer("/ignition/version")
         .context("ignition config has no ignition.version")?
@@ -118,7 +118,7 @@ fn spec_minor(config: &Value) -> Result<u32> {
 /// SNO flow does to the host config before merging: the host ignition from the assisted-service
 /// points at the MCS, which does not exist yet on a single node, and the merged result must not
 /// make Ignition fetch or replace anything on first boot.
-pub fn clear_config_pointers(host: &mut Value) {
+pub(crate) fn clear_config_pointers(host: &mut Value) {
     if let Some(ignition) = host.get_mut("ignition").and_then(Value::as_object_mut) {
         ignition.remove("config");
     }

@@ -24,7 +24,11 @@ pub fn init(verbose: bool) {
 
 /// stderr, plus `file` (appended) when given, plus journald with these extra fields when
 /// given; a file or journal that cannot be used is skipped, never fatal.
-pub fn init_with_file(verbose: bool, file: Option<&Path>, journal: Option<Vec<(String, String)>>) {
+pub(crate) fn init_with_file(
+    verbose: bool,
+    file: Option<&Path>,
+    journal: Option<Vec<(String, String)>>,
+) {
     let stderr = fmt::layer()
         .with_writer(std::io::stderr)
         // Colour only for people: journals and CI logs get plain text.

@@ -80,7 +80,7 @@ impl Console {
     }
 
     /// The GRUB terminal that reaches this console: `serial` or `console` (the firmware's).
-    pub fn grub_terminal(&self) -> &'static str {
+    pub(crate) fn grub_terminal(&self) -> &'static str {
         match self {
             Console::Graphical(_) => "console",
             Console::Serial { .. } => "serial",
@@ -88,7 +88,7 @@ impl Console {
     }
 
     /// The GRUB `serial` command that sets the port up, for serial consoles.
-    pub fn grub_serial_command(&self) -> Option<String> {
+    pub(crate) fn grub_serial_command(&self) -> Option<String> {
         match self {
             Console::Graphical(_) => None,
             Console::Serial {

@@ -22,7 +22,7 @@ use crate::service::stages::HostStage;
 
 /// The running watcher; dropping it stops the thread (the Go installer cancels the goroutine's
 /// context when `InstallNode` returns) and waits for it.
-pub struct ConfiguringStatus {
+pub(crate) struct ConfiguringStatus {
     stop: Cancel,
     handle: Option<std::thread::JoinHandle<()>>,
 }
@@ -30,7 +30,7 @@ pub struct ConfiguringStatus {
 impl ConfiguringStatus {
     /// Starts watching, every `Flow::intervals.slow_poll` (Go: 30 s), until every other host is
     /// past its Ignition fetch or the watcher is dropped.
-    pub fn spawn(f: &Flow) -> ConfiguringStatus {
+    pub(crate) fn spawn(f: &Flow) -> ConfiguringStatus {
         let stop = Cancel::new();
         let mut watch = Watch::of(f);
         let (every, thread_stop) = (f.intervals.slow_poll, stop.clone());

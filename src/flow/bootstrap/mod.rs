@@ -37,10 +37,10 @@ mod prepare;
 mod single_node;
 mod waits;
 
-pub use configuring::ConfiguringStatus;
-pub use prepare::{start_bootstrap, MCO_ATTEMPTS};
-pub use single_node::single_node_master_ignition;
-pub use waits::{bootstrap_post_phase, mc_annotations_consistent, wait_for_bootkube};
+pub(crate) use configuring::ConfiguringStatus;
+pub(crate) use prepare::start_bootstrap;
+pub(crate) use single_node::single_node_master_ignition;
+pub(crate) use waits::{bootstrap_post_phase, wait_for_bootkube};
 
 use std::path::PathBuf;
 

@@ -15,11 +15,11 @@ use crate::ignition::pull_secret::extract_pull_secret;
 use crate::postinstall::ignition::{write_secret_file, Existing};
 
 /// Attempts at laying down the bootstrap Ignition with the MCO (Go: 3, immediate).
-pub const MCO_ATTEMPTS: u32 = 3;
+pub(crate) const MCO_ATTEMPTS: u32 = 3;
 
 /// `startBootstrap`. `sno`: single-node (no SSH key, no NetworkManager restart, controller
 /// with SNO=true).
-pub fn start_bootstrap(f: &Flow, sno: bool) -> Result<()> {
+pub(crate) fn start_bootstrap(f: &Flow, sno: bool) -> Result<()> {
     let r = f.host.commands.as_ref();
     let dry = f.cfg.dry_run;
     run(r, "mkdir", &["-p", "/root/.ssh"])?;

@@ -11,7 +11,7 @@ use crate::postinstall::ignition::{write_secret_file, Existing};
 /// Bootstrap in place, wait for bootkube, and merge the host's own Ignition into the
 /// single-node master.ign it produced (`updateSingleNodeIgnition`, mode 0600). Returns
 /// master.ign.
-pub fn single_node_master_ignition(f: &Flow) -> Result<PathBuf> {
+pub(crate) fn single_node_master_ignition(f: &Flow) -> Result<PathBuf> {
     start_bootstrap(f, true)?;
     wait_for_bootkube(f)?;
     let master = f.paths.openshift_dir.join("master.ign");

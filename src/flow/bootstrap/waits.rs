@@ -25,7 +25,7 @@ use crate::service::models::{Host as ServiceHost, HostStatus};
 use crate::service::stages::{HostStage, LogsState};
 
 /// `waitForControlPlane` and the rest of the bootstrap post-phase, up to the log upload.
-pub fn bootstrap_post_phase(f: &Flow) -> Result<()> {
+pub(crate) fn bootstrap_post_phase(f: &Flow) -> Result<()> {
     f.reporter.stage(
         HostStage::WaitingForControlPlane,
         "Waiting for bootstrap node preparation",
@@ -200,7 +200,7 @@ impl ReadyNodes<'_> {
 }
 
 /// `waitForBootkube`: `Waiting for bootkube` until bootkube marks itself done.
-pub fn wait_for_bootkube(f: &Flow) -> Result<()> {
+pub(crate) fn wait_for_bootkube(f: &Flow) -> Result<()> {
     f.reporter.stage(HostStage::WaitingForBootkube, "");
     let done = f.paths.openshift_dir.join(".bootkube.done");
     f.host
@@ -323,7 +323,7 @@ fn wait_for_workers(f: &Flow) -> Result<()> {
 
 /// Pure: every master has both MachineConfig annotations, both configs exist, and all masters
 /// want the same config.
-pub fn mc_annotations_consistent(kube: &dyn KubeApi) -> Result<bool> {
+pub(crate) fn mc_annotations_consistent(kube: &dyn KubeApi) -> Result<bool> {
     let masters = kube.list_nodes(&Role::Master)?;
     if masters.is_empty() {
         return Ok(false);
