@@ -15,7 +15,7 @@ use assisted_installer::service::InventoryClient;
 use common::fake_service::{host_json, FakeService};
 use common::fake_writer::FakeWriter;
 use common::flow_builder::{
-    failed_info, installed_as, run, s, writing, FlowBuilder, Report, HOST, INFRA,
+    failed_info, installed_as, installed_with, run, s, FlowBuilder, Report, HOST, INFRA,
 };
 use common::http_server::TestServer;
 use serde_json::json;
@@ -188,13 +188,7 @@ fn worker_waits_for_two_done_masters_after_the_write() {
         ]
     });
     run(h.flow("worker")).unwrap();
-    let mut want = vec![
-        s("Starting installation", "worker"),
-        s("Installing", "worker"),
-    ];
-    want.extend(writing());
-    want.push(s("Waiting for control plane", ""));
-    want.push(s("Rebooting", ""));
+    let want = installed_with("worker", vec![s("Waiting for control plane", "")]);
     assert_eq!(h.reports(), want);
     let master_polls = h
         .svc
@@ -256,14 +250,12 @@ fn a_failed_ignition_download_reports_failed_with_the_reason() {
     let h = Harness::new("master");
     h.svc.fail_path("downloads/ignition", 404);
     let err = run(h.flow("master")).unwrap_err();
-    let reports = h.reports();
-    let (stage, info) = reports.last().unwrap();
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&h.reports());
     assert!(
         info.contains("downloading the host Ignition config") && info.contains("404"),
         "{info}"
     );
-    assert_eq!(info, &format!("{err:#}"));
+    assert_eq!(info, format!("{err:#}"));
     assert!(h.writer.calls.lock().unwrap().is_empty(), "nothing written");
     assert!(
         !h.runner.lines().iter().any(|l| l.starts_with("shutdown")),
@@ -316,13 +308,8 @@ fn a_failed_disk_cleanup_is_reported_and_the_install_continues() {
         "wipefs: error: /dev/vda: probing initialization failed",
     );
     run(h.flow("master")).unwrap();
-    let mut want = vec![
-        s("Starting installation", "master"),
-        s("Starting installation", CLEAN_FAILED),
-        s("Installing", "master"),
-    ];
-    want.extend(writing());
-    want.push(s("Rebooting", ""));
+    let mut want = installed_as("master");
+    want.insert(1, s("Starting installation", CLEAN_FAILED));
     assert_eq!(h.reports(), want);
 }
 
@@ -523,7 +510,7 @@ fn a_reboot_failure_is_fatal() {
         "Failed to set wall message",
     );
     run(h.flow("master")).unwrap_err();
-    assert_eq!(h.reports().last().unwrap().0, "Failed");
+    failed_info(&h.reports());
 }
 
 #[test]
@@ -558,13 +545,7 @@ fn dry_run_worker_completes_with_a_cluster_hosts_file() {
         .commands(runner.clone())
         .reboot(Arc::new(FakeReboot::new(&marker))))
     .unwrap();
-    let mut want = vec![
-        s("Starting installation", "worker"),
-        s("Installing", "worker"),
-    ];
-    want.extend(writing());
-    want.push(s("Waiting for control plane", ""));
-    want.push(s("Rebooting", ""));
+    let want = installed_with("worker", vec![s("Waiting for control plane", "")]);
     assert_eq!(h.reports(), want);
     assert!(marker.exists(), "the fake reboot touched its marker");
     let lines = runner.lines();
@@ -623,14 +604,7 @@ fn registry_data_is_copied_after_the_write_with_its_progress() {
     // 20 GiB of data need 50 GiB: 42 % of the disk stays free, as in Go's test.
     appliance_disk(&h.runner, 20 * GIB);
     run(h.flow("master").registry_marker_on_host()).unwrap();
-    let mut expected = vec![
-        s("Starting installation", "master"),
-        s("Installing", "master"),
-    ];
-    expected.extend(writing());
-    expected.extend(copying());
-    expected.push(s("Rebooting", ""));
-    assert_eq!(h.reports(), expected);
+    assert_eq!(h.reports(), installed_with("master", copying()));
     let script = "/usr/lib/dracut/modules.d/40ignition-ostree/ignition-ostree-transposefs.sh";
     let copy: Vec<String> = vec![
         "du -sb /mnt/agentdata".into(),
@@ -674,8 +648,7 @@ fn registry_data_on_a_too_small_disk_fails_the_install_and_says_what_to_do() {
     let reports = h.reports();
     let n = reports.len();
     assert_eq!(reports[n - 2], s("Copying registry data to disk", ""));
-    let (stage, info) = &reports[n - 1];
-    assert_eq!(stage, "Failed");
+    let info = failed_info(&reports);
     assert!(
         info.starts_with(
             "copying the registry data to /dev/vda: device /dev/vda is not large enough for the registry data"
@@ -730,13 +703,7 @@ fn a_worker_on_an_appliance_copies_no_registry_data() {
     appliance_disk(&h.runner, GIB);
     h.svc.set_cluster(json!({"kind": "AddHostsCluster"}));
     run(h.flow("worker").registry_marker_on_host()).unwrap();
-    let mut want = vec![
-        s("Starting installation", "worker"),
-        s("Installing", "worker"),
-    ];
-    want.extend(writing());
-    want.push(s("Waiting for control plane", ""));
-    want.push(s("Rebooting", ""));
+    let want = installed_with("worker", vec![s("Waiting for control plane", "")]);
     assert_eq!(h.reports(), want);
     assert!(!h.runner.lines().iter().any(|l| l.starts_with("du ")));
 }
@@ -745,14 +712,8 @@ fn a_worker_on_an_appliance_copies_no_registry_data() {
 fn a_dry_run_reports_the_registry_copy_without_running_it() {
     let h = Harness::new("master");
     run(h.flow("master").dry_run().registry_marker_on_host()).unwrap();
-    let mut expected = vec![
-        s("Starting installation", "master"),
-        s("Installing", "master"),
-    ];
-    expected.extend(writing());
-    expected.push(s("Copying registry data to disk", ""));
-    expected.push(s("Rebooting", ""));
-    assert_eq!(h.reports(), expected);
+    let copy = vec![s("Copying registry data to disk", "")];
+    assert_eq!(h.reports(), installed_with("master", copy));
     assert!(!h.runner.lines().iter().any(|l| l.starts_with("du ")));
 }
 

@@ -126,12 +126,6 @@ impl IgnitionConfig {
         Self::check(bytes, hash, &path.display().to_string())
     }
 
-    /// Check a config already in memory.
-    #[cfg(test)]
-    pub(crate) fn from_bytes(bytes: Vec<u8>, hash: Option<&IgnitionHash>) -> Result<Self> {
-        Self::check(bytes, hash, "the Ignition config")
-    }
-
     fn check(bytes: Vec<u8>, hash: Option<&IgnitionHash>, what: &str) -> Result<Self> {
         if let Some(hash) = hash {
             hash.verify(&bytes, what)?;
@@ -177,6 +171,14 @@ fn spec_version(bytes: &[u8]) -> Result<String> {
         Some(serde_json::Value::String(version)) => Ok(version.clone()),
         Some(_) => bail!("\"ignition.version\" is not a string"),
         None => bail!("it has no \"ignition.version\""),
+    }
+}
+
+#[cfg(test)]
+impl IgnitionConfig {
+    /// Check a config already in memory.
+    pub(crate) fn from_bytes(bytes: Vec<u8>, hash: Option<&IgnitionHash>) -> Result<Self> {
+        Self::check(bytes, hash, "the Ignition config")
     }
 }
 

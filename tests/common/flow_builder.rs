@@ -301,8 +301,14 @@ pub(crate) fn writing() -> Vec<Report> {
 
 /// The reports of a host that installs as `role` like a master: started, written, rebooting.
 pub(crate) fn installed_as(role: &str) -> Vec<Report> {
+    installed_with(role, vec![])
+}
+
+/// The reports of a host installing as `role`, with `then` between the write and the reboot.
+pub(crate) fn installed_with(role: &str, then: Vec<Report>) -> Vec<Report> {
     let mut v = vec![s("Starting installation", role), s("Installing", role)];
     v.extend(writing());
+    v.extend(then);
     v.push(s("Rebooting", ""));
     v
 }
