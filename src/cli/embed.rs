@@ -24,7 +24,7 @@ pub struct EmbedArgs {
 
 impl EmbedArgs {
     /// The post-install steps to apply, read and checked; at least one.
-    pub fn post_install(&self) -> Result<PostInstall> {
+    pub(crate) fn post_install(&self) -> Result<PostInstall> {
         let post = self.kargs_network.post_install(self.post.read()?, None)?;
         if post.is_empty() {
             bail!("nothing to embed: pass -i/--ignition-file, --append-karg, --delete-karg, -n, --platform, --console or --firstboot-args");

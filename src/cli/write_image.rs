@@ -49,7 +49,7 @@ pub struct WriteImageArgs {
 }
 
 impl WriteImageArgs {
-    pub fn plan(&self) -> Result<WritePlan> {
+    pub(crate) fn plan(&self) -> Result<WritePlan> {
         let settings = PlanSettings {
             fetch_retries: self.fetch_retries,
             unverified: if self.insecure {

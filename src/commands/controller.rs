@@ -24,10 +24,10 @@ use crate::image::Cancel;
 use crate::signals;
 
 /// The file name under which the binary is the controller (the Job's image entrypoint).
-pub const ARGV0_NAME: &str = "assisted-installer-controller";
+pub(crate) const ARGV0_NAME: &str = "assisted-installer-controller";
 
 /// Whether the program name `argv0` (a path) makes this process the controller.
-pub fn is_controller_argv0(argv0: &std::ffi::OsStr) -> bool {
+pub(crate) fn is_controller_argv0(argv0: &std::ffi::OsStr) -> bool {
     std::path::Path::new(argv0)
         .file_name()
         .is_some_and(|name| name == ARGV0_NAME)
