@@ -32,7 +32,7 @@ struct LsblkDevice {
 /// `/dev/mapper/<child name>` when the disk is a device-mapper disk of type `mpath` or `dm` (a
 /// linear map). `device` is only used in error
 /// messages.
-pub(crate) fn partition_path_from_lsblk(
+pub(crate) fn partition_path_from_lsblk_json(
     lsblk_json: &str,
     device: &str,
     index: u32,
@@ -74,7 +74,7 @@ pub(crate) fn partition_path(
     let out = runner
         .run("lsblk", &["--bytes", "--json", device])
         .context("failed to run lsblk command")?;
-    partition_path_from_lsblk(&out, device, index)
+    partition_path_from_lsblk_json(&out, device, index)
 }
 
 fn number_or_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -99,7 +99,7 @@ pub(crate) struct DiskSizes {
 }
 
 /// The sizes in `lsblk --bytes --json <device>` output (`device` names it in errors).
-pub(crate) fn sizes_from_lsblk(lsblk_json: &str, device: &str) -> anyhow::Result<DiskSizes> {
+pub(crate) fn sizes_from_lsblk_json(lsblk_json: &str, device: &str) -> anyhow::Result<DiskSizes> {
     let parsed: Lsblk =
         serde_json::from_str(lsblk_json).context("failed to unmarshal lsblk output")?;
     let Some(disk) = parsed.blockdevices.first() else {
@@ -128,18 +128,21 @@ pub(crate) fn disk_sizes(runner: &dyn CommandRunner, device: &str) -> anyhow::Re
     let out = runner
         .run("lsblk", &["--bytes", "--json", device])
         .context("failed to run lsblk command")?;
-    sizes_from_lsblk(&out, device)
+    sizes_from_lsblk_json(&out, device)
 }
 
+/// lsblk of Go's fixture: a 100 GB `kind` device `disk` with the CoreOS partitions as written
+/// (1 MiB, 127 MiB, 384 MiB, 3.05 GiB), named `parts`.
 #[cfg(test)]
 pub(crate) fn lsblk_json(disk: &str, kind: &str, parts: &[&str]) -> String {
+    let sizes = [1_048_576u64, 133_169_152, 402_653_184, 3_272_588_800];
     let children: Vec<String> = parts
         .iter()
-        .map(|p| format!(r#"{{"name": "{p}", "type": "part", "size": 1048576}}"#))
+        .zip(sizes)
+        .map(|(p, size)| format!(r#"{{"name":"{p}","size":{size},"type":"part"}}"#))
         .collect();
     format!(
-        r#"{{"blockdevices": [{{"name": "{disk}", "size": 100000000000, "type": "{kind}",
-            "children": [{}]}}]}}"#,
+        r#"{{"blockdevices":[{{"name":"{disk}","size":100000000000,"type":"{kind}","children":[{}]}}]}}"#,
         children.join(",")
     )
 }
@@ -148,63 +151,59 @@ pub(crate) fn lsblk_json(disk: &str, kind: &str, parts: &[&str]) -> String {
 mod tests {
     use super::*;
 
-    fn lsblk(disk: &str, kind: &str, parts: &[&str]) -> String {
-        lsblk_json(disk, kind, parts)
-    }
-
     #[test]
     fn partition_paths() {
-        let sda = lsblk("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]);
+        let sda = lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]);
         assert_eq!(
-            partition_path_from_lsblk(&sda, "/dev/sda", 3).unwrap(),
+            partition_path_from_lsblk_json(&sda, "/dev/sda", 3).unwrap(),
             "/dev/sda3"
         );
         assert_eq!(
-            partition_path_from_lsblk(&sda, "/dev/sda", 4).unwrap(),
+            partition_path_from_lsblk_json(&sda, "/dev/sda", 4).unwrap(),
             "/dev/sda4"
         );
-        let nvme = lsblk(
+        let nvme = lsblk_json(
             "nvme0n1",
             "disk",
             &["nvme0n1p1", "nvme0n1p2", "nvme0n1p3", "nvme0n1p4"],
         );
         assert_eq!(
-            partition_path_from_lsblk(&nvme, "/dev/nvme0n1", 3).unwrap(),
+            partition_path_from_lsblk_json(&nvme, "/dev/nvme0n1", 3).unwrap(),
             "/dev/nvme0n1p3"
         );
-        let mmc = lsblk(
+        let mmc = lsblk_json(
             "mmcblk1",
             "disk",
             &["mmcblk1P1", "mmcblk1P2", "mmcblk1P3", "mmcblk1P4"],
         );
         assert_eq!(
-            partition_path_from_lsblk(&mmc, "/dev/mmcblk1", 4).unwrap(),
+            partition_path_from_lsblk_json(&mmc, "/dev/mmcblk1", 4).unwrap(),
             "/dev/mmcblk1P4"
         );
-        let dm = lsblk("dm-0", "mpath", &["dm-1", "dm-2", "dm-3", "dm-4"]);
+        let dm = lsblk_json("dm-0", "mpath", &["dm-1", "dm-2", "dm-3", "dm-4"]);
         assert_eq!(
-            partition_path_from_lsblk(&dm, "/dev/dm-0", 3).unwrap(),
+            partition_path_from_lsblk_json(&dm, "/dev/dm-0", 3).unwrap(),
             "/dev/mapper/dm-3"
         );
         assert_eq!(
-            partition_path_from_lsblk(&dm, "/dev/dm-0", 4).unwrap(),
+            partition_path_from_lsblk_json(&dm, "/dev/dm-0", 4).unwrap(),
             "/dev/mapper/dm-4"
         );
-        let dm127 = lsblk("dm-127", "mpath", &["dm-128", "dm-129", "dm-130", "dm-131"]);
+        let dm127 = lsblk_json("dm-127", "mpath", &["dm-128", "dm-129", "dm-130", "dm-131"]);
         assert_eq!(
-            partition_path_from_lsblk(&dm127, "/dev/dm-127", 3).unwrap(),
+            partition_path_from_lsblk_json(&dm127, "/dev/dm-127", 3).unwrap(),
             "/dev/mapper/dm-130"
         );
         // The appliance's linear disk and its kpartx-style partition maps, as lsblk names them.
-        let agent = lsblk("agent", "dm", &["agent1", "agent2", "agent3", "agent4"]);
+        let agent = lsblk_json("agent", "dm", &["agent1", "agent2", "agent3", "agent4"]);
         assert_eq!(
-            partition_path_from_lsblk(&agent, "/dev/dm-0", 4).unwrap(),
+            partition_path_from_lsblk_json(&agent, "/dev/dm-0", 4).unwrap(),
             "/dev/mapper/agent4"
         );
         // An LVM volume keeps /dev/<name>, as in Go.
-        let lvm = lsblk("dm-5", "lvm", &["dm-6", "dm-7"]);
+        let lvm = lsblk_json("dm-5", "lvm", &["dm-6", "dm-7"]);
         assert_eq!(
-            partition_path_from_lsblk(&lvm, "/dev/dm-5", 2).unwrap(),
+            partition_path_from_lsblk_json(&lvm, "/dev/dm-5", 2).unwrap(),
             "/dev/dm-7"
         );
     }
@@ -214,7 +213,7 @@ mod tests {
         let err = |json: &str, dev: &str, idx: u32| {
             format!(
                 "{:#}",
-                partition_path_from_lsblk(json, dev, idx).unwrap_err()
+                partition_path_from_lsblk_json(json, dev, idx).unwrap_err()
             )
         };
         assert!(err("invalid json", "/dev/sda", 3).contains("failed to unmarshal lsblk output"));
@@ -238,9 +237,9 @@ mod tests {
             1
         )
         .contains("device /dev/sda has no partitions"));
-        let one = lsblk("sda", "disk", &["sda1"]);
+        let one = lsblk_json("sda", "disk", &["sda1"]);
         assert!(err(&one, "/dev/sda", 0).contains("partition 0 not found on device /dev/sda"));
-        let two = lsblk("sda", "disk", &["sda1", "sda2"]);
+        let two = lsblk_json("sda", "disk", &["sda1", "sda2"]);
         assert!(err(&two, "/dev/sda", 5).contains("partition 5 not found on device /dev/sda"));
     }
 
@@ -249,7 +248,7 @@ mod tests {
         let json = r#"{"blockdevices":[{"name":"sda","size":"1000","type":"disk","children":[
             {"name":"sda1","size":"10","type":"part"},{"name":"sda2","size":20,"type":"part"}]}]}"#;
         assert_eq!(
-            sizes_from_lsblk(json, "/dev/sda").unwrap(),
+            sizes_from_lsblk_json(json, "/dev/sda").unwrap(),
             DiskSizes {
                 disk: 1000,
                 partitions: vec![10, 20]
@@ -257,12 +256,12 @@ mod tests {
         );
         let no_size = r#"{"blockdevices":[{"name":"sda","type":"disk"}]}"#;
         assert!(
-            format!("{:#}", sizes_from_lsblk(no_size, "/dev/sda").unwrap_err())
+            format!("{:#}", sizes_from_lsblk_json(no_size, "/dev/sda").unwrap_err())
                 .contains("lsblk gave no size for /dev/sda")
         );
         let bare = r#"{"blockdevices":[{"name":"sda","size":5,"type":"disk"}]}"#;
         assert_eq!(
-            sizes_from_lsblk(bare, "/dev/sda").unwrap().partitions,
+            sizes_from_lsblk_json(bare, "/dev/sda").unwrap().partitions,
             Vec::<u64>::new()
         );
     }

@@ -273,22 +273,11 @@ fn run_step(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::lsblk::lsblk_json;
     use crate::clock::{FakeClock, NeverStop};
     use crate::host::{ExecError, RecordingRunner};
 
     const GIB: u64 = 1 << 30;
-
-    /// Go's fixture: a 100 GB disk with the four CoreOS partitions as written.
-    fn lsblk(disk: &str, kind: &str, parts: [&str; 4]) -> String {
-        format!(
-            r#"{{"blockdevices":[{{"name":"{disk}","size":100000000000,"type":"{kind}","children":[
-            {{"name":"{}","size":1048576,"type":"part"}},
-            {{"name":"{}","size":133169152,"type":"part"}},
-            {{"name":"{}","size":402653184,"type":"part"}},
-            {{"name":"{}","size":3272588800,"type":"part"}}]}}]}}"#,
-            parts[0], parts[1], parts[2], parts[3]
-        )
-    }
 
     /// The Go test's expected sequence (`CopyRegistryData` in ops_test.go) after the du and
     /// the two lsblk calls.
@@ -371,7 +360,7 @@ mod tests {
             // 20 GiB of data, as Go's test: 42 % of the disk stays free.
             let r = runner_for(
                 device,
-                &lsblk(name, kind, parts),
+                &lsblk_json(name, kind, &parts),
                 &format!("{}\t/mnt/agentdata", 20 * GIB),
             );
             let clock = FakeClock::new();
@@ -396,7 +385,7 @@ mod tests {
         let agent = || {
             runner_for(
                 "/dev/dm-0",
-                &lsblk("agent", "dm", ["agent1", "agent2", "agent3", "agent4"]),
+                &lsblk_json("agent", "dm", &["agent1", "agent2", "agent3", "agent4"]),
                 &format!("{}\t/mnt/agentdata", 20 * GIB),
             )
         };
@@ -448,7 +437,7 @@ mod tests {
     fn the_rsync_progress_is_reported() {
         let r = runner_for(
             "/dev/sda",
-            &lsblk("sda", "disk", ["sda1", "sda2", "sda3", "sda4"]),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
             "1000",
         );
         let entries: String = [0, 3, 5, 7, 10, 12, 40, 44, 45, 99, 100, 100]
@@ -469,7 +458,7 @@ mod tests {
         // 40 GiB of data needs 100 GiB: nothing left free on a 100 GB disk.
         let r = runner_for(
             "/dev/sda",
-            &lsblk("sda", "disk", ["sda1", "sda2", "sda3", "sda4"]),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
             &(40 * GIB).to_string(),
         );
         let (result, reported) = copy(&r, &FakeClock::new(), "/dev/sda");
@@ -511,7 +500,7 @@ mod tests {
         let limit = 99_000_000_000 - 3_809_459_712u64;
         let data = limit * 2 / 5;
         assert!(requested_bytes(data) <= limit && requested_bytes(data + 1) > limit);
-        let lsblk_out = lsblk("sda", "disk", ["sda1", "sda2", "sda3", "sda4"]);
+        let lsblk_out = lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]);
         let r = runner_for("/dev/sda", &lsblk_out, &data.to_string());
         copy(&r, &FakeClock::new(), "/dev/sda").0.unwrap();
         assert!(r
@@ -530,7 +519,7 @@ mod tests {
     fn each_step_is_tried_three_times_five_seconds_apart() {
         let r = runner_for(
             "/dev/sda",
-            &lsblk("sda", "disk", ["sda1", "sda2", "sda3", "sda4"]),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
             "1000",
         );
         r.fail("xfs_growfs /mnt/root", 1, "xfs_growfs: busy")
@@ -555,7 +544,7 @@ mod tests {
         // Three failures end the copy, with Go's retry text over the command's error.
         let r = runner_for(
             "/dev/sda",
-            &lsblk("sda", "disk", ["sda1", "sda2", "sda3", "sda4"]),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
             "1000",
         );
         r.fail(
@@ -603,7 +592,7 @@ mod tests {
         assert!(e.contains("failed to unmarshal lsblk output"), "{e}");
         let r = runner_for(
             "/dev/sda",
-            &lsblk("sda", "disk", ["sda1", "sda2", "sda3", "sda4"]),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
             "",
         );
         let e = format!(
@@ -627,7 +616,7 @@ mod tests {
         r.ok("du -sb /mnt/agentdata", "1000");
         r.ok(
             "lsblk --bytes --json /dev/sda",
-            &lsblk("sda", "disk", ["sda1", "sda2", "sda3", "sda4"]),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
         );
         let e = copy_registry_data(
             &r,
