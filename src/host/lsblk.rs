@@ -255,10 +255,11 @@ mod tests {
             }
         );
         let no_size = r#"{"blockdevices":[{"name":"sda","type":"disk"}]}"#;
-        assert!(
-            format!("{:#}", sizes_from_lsblk_json(no_size, "/dev/sda").unwrap_err())
-                .contains("lsblk gave no size for /dev/sda")
-        );
+        assert!(format!(
+            "{:#}",
+            sizes_from_lsblk_json(no_size, "/dev/sda").unwrap_err()
+        )
+        .contains("lsblk gave no size for /dev/sda"));
         let bare = r#"{"blockdevices":[{"name":"sda","size":5,"type":"disk"}]}"#;
         assert_eq!(
             sizes_from_lsblk_json(bare, "/dev/sda").unwrap().partitions,

@@ -273,8 +273,8 @@ fn run_step(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::lsblk::lsblk_json;
     use crate::clock::{FakeClock, NeverStop};
+    use crate::host::lsblk::lsblk_json;
     use crate::host::{ExecError, RecordingRunner};
 
     const GIB: u64 = 1 << 30;
