@@ -300,17 +300,6 @@ mod tests {
     }
 
     #[test]
-    fn a_failing_deploy_is_a_warning() {
-        let (t, path) = flow_with(&pointer_with(serde_json::json!({"osImageURL": IMAGE})));
-        t.runner
-            .fail("setenforce 0", 1, "setenforce: SELinux is disabled");
-        finish(&t, &path).unwrap();
-        let lines = t.runner.lines();
-        assert_eq!(lines.iter().filter(|l| *l == "setenforce 0").count(), 3);
-        assert!(!lines.iter().any(|l| l.starts_with("ostree")));
-    }
-
-    #[test]
     fn a_stop_is_an_error() {
         let (t, path) = flow_with(&pointer_with(serde_json::json!({"osImageURL": IMAGE})));
         let s = SkipMco::start(&t.flow, &path).unwrap();
