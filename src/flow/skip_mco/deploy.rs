@@ -177,24 +177,10 @@ fn unmount_after_failure(t: &Target<'_>, mounted: &[&str]) {
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
+    use crate::host::lsblk::lsblk_json;
     use crate::host::{RecordingRunner, Reply};
 
     const IMAGE: &str = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:0123";
-
-    /// lsblk of a 100 GiB disk with CoreOS's partitions: 1 MiB, 127 MiB, 384 MiB, 3 GiB.
-    fn lsblk(disk: &str, parts: [&str; 4], kind: &str) -> String {
-        let sizes = [1u64 << 20, 127 << 20, 384 << 20, 3 << 30];
-        let children: Vec<String> = parts
-            .iter()
-            .zip(sizes)
-            .map(|(p, s)| format!(r#"{{"name":"{p}","size":{s},"type":"part"}}"#))
-            .collect();
-        format!(
-            r#"{{"blockdevices":[{{"name":"{disk}","size":{},"type":"{kind}","children":[{}]}}]}}"#,
-            100u64 << 30,
-            children.join(",")
-        )
-    }
 
     fn runner_for(device: &str, json: &str) -> RecordingRunner {
         let r = RecordingRunner::new();
@@ -248,8 +234,8 @@ mod tests {
 
     #[test]
     fn the_go_sequence_on_each_kind_of_disk() {
-        // Used 3.5 GiB and 3 GiB more for the root, of 100: 93 % stays free (Go's test: 92,
-        // with its fixture's sizes).
+        // Go's fixture: 3.8 GB used and 3.3 GB more for the root, of 100 GB: 92 % stays free,
+        // as in Go's test.
         for (device, disk, parts, kind, p3, p4) in [
             (
                 "/dev/sda",
@@ -284,20 +270,20 @@ mod tests {
                 "/dev/mapper/dm-4",
             ),
         ] {
-            let r = runner_for(device, &lsblk(disk, parts, kind));
+            let r = runner_for(device, &lsblk_json(disk, kind, &parts));
             let clock = FakeClock::new();
             deploy(&r, &clock, device).unwrap();
-            assert_eq!(r.lines(), expected(device, p3, p4, "93"), "{device}");
+            assert_eq!(r.lines(), expected(device, p3, p4, "92"), "{device}");
             assert!(clock.sleeps().is_empty());
         }
     }
 
     #[test]
     fn no_free_percent_option_when_nothing_stays_free() {
-        // A 7 GiB disk: 3.5 GiB used and 3 GiB more for the root leave 7 %; a 6 GiB one none.
-        for (size, free) in [(7u64 << 30, "7"), (6 << 30, "")] {
-            let json = lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk")
-                .replace(&(100u64 << 30).to_string(), &size.to_string());
+        // 7.08 GB taken (used and the root's size again): 7.5 GB leave 5 %, 7 GB none.
+        for (size, free) in [(7_500_000_000u64, "5"), (7_000_000_000, "")] {
+            let json = lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"])
+                .replace("100000000000", &size.to_string());
             let r = runner_for("/dev/sda", &json);
             deploy(&r, &FakeClock::new(), "/dev/sda").unwrap();
             assert_eq!(
@@ -312,7 +298,7 @@ mod tests {
     fn a_failing_partx_is_only_logged() {
         let r = runner_for(
             "/dev/sda",
-            &lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk"),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
         );
         r.fail(
             "partx --update /dev/sda",
@@ -322,7 +308,7 @@ mod tests {
         deploy(&r, &FakeClock::new(), "/dev/sda").unwrap();
         assert_eq!(
             r.lines(),
-            expected("/dev/sda", "/dev/sda3", "/dev/sda4", "93")
+            expected("/dev/sda", "/dev/sda3", "/dev/sda4", "92")
         );
     }
 
@@ -330,7 +316,7 @@ mod tests {
     fn a_command_is_tried_three_times_five_seconds_apart() {
         let r = runner_for(
             "/dev/sda",
-            &lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk"),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
         );
         r.reply("xfs_growfs /mnt", Reply::fail(1, "busy"));
         r.reply("xfs_growfs /mnt", Reply::fail(1, "busy"));
@@ -347,9 +333,9 @@ mod tests {
     fn a_failing_ostree_deploy_stops_there_and_unmounts() {
         let r = runner_for(
             "/dev/sda",
-            &lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk"),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
         );
-        let ostree = expected("/dev/sda", "/dev/sda3", "/dev/sda4", "93")[9].clone();
+        let ostree = expected("/dev/sda", "/dev/sda3", "/dev/sda4", "92")[9].clone();
         r.fail(&ostree, 1, "error: Creating importer: manifest unknown");
         let clock = FakeClock::new();
         let e = deploy(&r, &clock, "/dev/sda").unwrap_err();
@@ -375,7 +361,7 @@ mod tests {
     fn a_failing_mount_leaves_nothing_to_unmount() {
         let r = runner_for(
             "/dev/sda",
-            &lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk"),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
         );
         r.fail("mount /dev/sda4 /mnt", 32, "mount: /mnt: wrong fs type");
         let e = deploy(&r, &FakeClock::new(), "/dev/sda").unwrap_err();
@@ -398,7 +384,7 @@ mod tests {
     fn a_stop_ends_the_retries() {
         let r = runner_for(
             "/dev/sda",
-            &lsblk("sda", ["sda1", "sda2", "sda3", "sda4"], "disk"),
+            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
         );
         let stop = crate::image::Cancel::new();
         stop.cancel();
