@@ -15,7 +15,7 @@ use assisted_installer::service::InventoryClient;
 use common::fake_service::{host_json, FakeService};
 use common::fake_writer::FakeWriter;
 use common::flow_builder::{
-    failed_info, installed_as, installed_with, run, s, FlowBuilder, Report, HOST, INFRA,
+    failed_info, installed_as, installed_with, run, s, FlowBuilder, Report, HOST, INFRA, LSBLK_VDA,
 };
 use common::http_server::TestServer;
 use serde_json::json;
@@ -566,14 +566,7 @@ const RSYNC: &str = "sh -c rsync -ah --info=progress2 /mnt/agentdata/ /mnt/root/
 /// to 100 %.
 fn appliance_disk(runner: &RecordingRunner, data: u64) {
     runner.ok("du -sb /mnt/agentdata", &format!("{data}\t/mnt/agentdata"));
-    runner.ok(
-        "lsblk --bytes --json /dev/vda",
-        r#"{"blockdevices":[{"name":"vda","size":100000000000,"type":"disk","children":[
-            {"name":"vda1","size":1048576,"type":"part"},
-            {"name":"vda2","size":133169152,"type":"part"},
-            {"name":"vda3","size":402653184,"type":"part"},
-            {"name":"vda4","size":3272588800,"type":"part"}]}]}"#,
-    );
+    runner.ok("lsblk --bytes --json /dev/vda", LSBLK_VDA);
     let status: String = (0..=100)
         .chain([100])
         .map(|p| {

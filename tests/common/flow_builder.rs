@@ -319,3 +319,9 @@ pub(crate) fn failed_info(reports: &[Report]) -> String {
     assert_eq!(stage, "Failed", "{reports:#?}");
     info.clone()
 }
+
+/// `lsblk --bytes --json /dev/vda` on Go's fixture: a 100 GB disk with the CoreOS partitions as
+/// written (1 MiB, 127 MiB, 384 MiB, 3.05 GiB).
+pub(crate) const LSBLK_VDA: &str = r#"{"blockdevices":[{"name":"vda","size":100000000000,"type":"disk","children":[
+    {"name":"vda1","size":1048576,"type":"part"},{"name":"vda2","size":133169152,"type":"part"},
+    {"name":"vda3","size":402653184,"type":"part"},{"name":"vda4","size":3272588800,"type":"part"}]}]}"#;
