@@ -1,4 +1,4 @@
-//! `write-image` in a QEMU guest on Debian's kernel (tests/common/guest_vm.rs) onto real disks
+//! `write-image` in a QEMU guest on Debian's kernel (tests/common/vm.rs) onto real disks
 //! of several kinds, in one boot: an NVMe disk (512-byte sectors), virtio-scsi disks at 512 and
 //! 4096, an AHCI disk (512) and an md RAID1 of two virtio disks (metadata 1.0, so each member holds
 //! the array's bytes from offset 0). Each disk is a sparse file 64 MiB larger than the image.
@@ -26,12 +26,12 @@ mod coreos_image;
 #[path = "../testdata/guest_parts.rs"]
 mod guest_parts;
 
-use common::boot_vm::{read_ext4_file, Entries};
-use common::guest_vm::{
-    have_guest, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestRun, GuestSpec,
-};
 use common::images::assert_image_on_disk;
 use common::root::sgdisk_verify;
+use common::vm::{
+    have_guest, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestRun, GuestSpec,
+};
+use common::vm::{read_ext4_file, Entries};
 use coreos_image::{cached_image_set, ImageSet, ImageSpec, BLS_ENTRY_PATH, BOOT_LABEL};
 use std::fmt::Write as _;
 use std::path::Path;
