@@ -27,7 +27,7 @@ use uuid::Uuid;
 
 pub use super::inventory::{InventoryClient, LogsType, LogsUpload};
 pub use super::retry::ClientRetry;
-use crate::clock::{Clock, Failure, NeverStop, Retrying, Stop, Stopped, SystemClock, WaitError};
+use crate::clock::{Clock, Failure, NeverStop, Retrying, Stopped, SystemClock, WaitError};
 
 /// Appended to `--url` (swagger `basePath`).
 pub const API_BASE_PATH: &str = "/api/assisted-install";
@@ -131,8 +131,6 @@ pub struct ServiceClient {
     retry: ClientRetry,
     /// Waits between retries; the real clock unless a test gives another.
     clock: Arc<dyn Clock>,
-    /// Ends a wait between retries at once (never, unless given one).
-    stop: Arc<dyn Stop>,
 }
 
 impl fmt::Debug for ServiceClient {
@@ -229,20 +227,12 @@ impl ServiceClient {
             token_text: config.token,
             retry: config.retry,
             clock: Arc::new(SystemClock),
-            stop: Arc::new(NeverStop),
         })
     }
 
     /// Waits between retries on `clock` (tests drive the policy with a fake one).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
-        self
-    }
-
-    /// A wait between retries ends at once when `stop` fires; the call then fails with
-    /// [`Stopped`] (an attempt in flight is not interrupted).
-    pub fn with_stop(mut self, stop: Arc<dyn Stop>) -> Self {
-        self.stop = stop;
         self
     }
 
@@ -349,7 +339,7 @@ impl ServiceClient {
             }
         };
         let what = || format!("{} ({} {})", call.name, call.method, call.path);
-        match self.clock.retry(&*self.stop, &schedule, attempt, on_retry) {
+        match self.clock.retry(&NeverStop, &schedule, attempt, on_retry) {
             Ok(value) => Ok(value),
             Err(WaitError::Stopped { .. }) => Err(anyhow!(Stopped).context(what())),
             Err(e) => {
@@ -597,74 +587,6 @@ fn stream_to_file(mut response: Response, dest: &Path) -> Result<u64, HandleErro
 mod tests {
     use super::*;
 
-    #[test]
-    fn default_policy_matches_go() {
-        let r = ClientRetry::default();
-        assert_eq!(r.min_retries, 10);
-        assert_eq!(r.max_retries, 360);
-        assert_eq!(r.delay_base, Duration::from_secs(2));
-        assert_eq!(r.delay_cap, Duration::from_secs(10));
-        assert_eq!(ClientRetry::dry_run().max_retries, 3);
-        assert_eq!(ClientRetry::dry_run().min_retries, 10);
-        let c = ClientRetry::controller();
-        assert_eq!((c.min_retries, c.max_retries), (10, 15));
-        assert_eq!((c.delay_base, c.delay_cap), (r.delay_base, r.delay_cap));
-        for s in [404, 423, 425] {
-            assert!(c.retry_status(s, 9) && !c.retry_status(s, 10), "{s}");
-        }
-        for s in [408, 429, 500, 503, 599] {
-            assert!(c.retry_status(s, 14) && !c.retry_status(s, 15), "{s}");
-        }
-        assert!(c.retry_transport(14) && !c.retry_transport(15));
-        assert!(!c.retry_status(401, 0) && !c.retry_status(409, 0));
-    }
-
-    #[test]
-    fn retry_classes() {
-        let r = ClientRetry::installer();
-        for s in [404, 423, 425] {
-            assert!(r.retry_status(s, 0));
-            assert!(r.retry_status(s, 9));
-            assert!(!r.retry_status(s, 10));
-        }
-        for s in [408, 429, 500, 502, 503, 504, 599] {
-            assert!(r.retry_status(s, 0));
-            assert!(r.retry_status(s, 359));
-            assert!(!r.retry_status(s, 360));
-        }
-        for s in [200, 204, 301, 400, 401, 403, 405, 409, 410, 422, 600] {
-            assert!(!r.retry_status(s, 0), "{s}");
-        }
-        assert!(r.retry_transport(359));
-        assert!(!r.retry_transport(360));
-        let d = ClientRetry::dry_run();
-        assert!(d.retry_status(500, 2));
-        assert!(!d.retry_status(500, 3));
-        assert!(d.retry_status(404, 5));
-    }
-
-    #[test]
-    fn delay_is_full_jitter_with_cap() {
-        let r = ClientRetry::installer();
-        assert_eq!(r.delay_bound(0), Duration::from_secs(2));
-        assert_eq!(r.delay_bound(1), Duration::from_secs(4));
-        assert_eq!(r.delay_bound(2), Duration::from_secs(8));
-        assert_eq!(r.delay_bound(3), Duration::from_secs(10));
-        assert_eq!(r.delay_bound(40), Duration::from_secs(10));
-        let mut distinct = std::collections::HashSet::new();
-        for attempt in 0..200 {
-            let d = r.delay(attempt % 5);
-            assert!(d < r.delay_bound(attempt % 5));
-            distinct.insert(d);
-        }
-        assert!(distinct.len() > 150, "delays should be random");
-        let zero = ClientRetry {
-            delay_base: Duration::ZERO,
-            ..ClientRetry::installer()
-        };
-        assert_eq!(zero.delay(3), Duration::ZERO);
-    }
-
     /// A port on 127.0.0.1 with nothing listening: every attempt fails at once.
     fn refusing_client(retry: ClientRetry) -> ServiceClient {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -696,24 +618,6 @@ mod tests {
                 "{sleeps:?}"
             );
         }
-    }
-
-    #[test]
-    fn a_stopped_client_fails_with_stopped() {
-        let clock = Arc::new(crate::clock::FakeClock::new());
-        let stop = crate::image::Cancel::new();
-        stop.cancel();
-        let client = refusing_client(ClientRetry::installer())
-            .with_clock(clock.clone())
-            .with_stop(Arc::new(stop));
-        let err = client.get_cluster("c", true).unwrap_err();
-        assert!(err.downcast_ref::<Stopped>().is_some(), "{err:#}");
-        assert!(
-            err.to_string()
-                .starts_with("GetCluster (GET /v2/clusters/c"),
-            "{err}"
-        );
-        assert!(clock.sleeps().is_empty());
     }
 
     #[test]

@@ -82,31 +82,106 @@ impl ClientRetry {
         }
     }
 
-    /// Whether a response with `status` to attempt number `attempt` (0-based) is retried.
-    pub fn retry_status(&self, status: u16, attempt: u32) -> bool {
-        self.schedule()
-            .permits(&self.classify(status, ()), attempt + 1)
-    }
-
-    /// Whether a failure without a usable response (connection refused or reset, timeout, a body
-    /// cut short) on attempt number `attempt` (0-based) is retried.
-    pub fn retry_transport(&self, attempt: u32) -> bool {
-        self.schedule().permits(&Failure::Retry(()), attempt + 1)
-    }
-
     /// Upper bound (exclusive) of the wait after attempt number `attempt`.
     pub fn delay_bound(&self, attempt: u32) -> Duration {
         self.schedule().delay.bound(attempt + 1)
-    }
-
-    /// A random wait in `[0, delay_bound(attempt))`.
-    pub fn delay(&self, attempt: u32) -> Duration {
-        self.schedule().delay.after(attempt + 1)
     }
 }
 
 impl Default for ClientRetry {
     fn default() -> Self {
         Self::installer()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl ClientRetry {
+        /// Whether a response with `status` to attempt number `attempt` (0-based) is retried.
+        fn retry_status(&self, status: u16, attempt: u32) -> bool {
+            self.schedule()
+                .permits(&self.classify(status, ()), attempt + 1)
+        }
+
+        /// Whether a failure without a usable response (connection refused or reset, timeout, a body
+        /// cut short) on attempt number `attempt` (0-based) is retried.
+        fn retry_transport(&self, attempt: u32) -> bool {
+            self.schedule().permits(&Failure::Retry(()), attempt + 1)
+        }
+
+        /// A random wait in `[0, delay_bound(attempt))`.
+        fn delay(&self, attempt: u32) -> Duration {
+            self.schedule().delay.after(attempt + 1)
+        }
+    }
+
+    #[test]
+    fn default_policy_matches_go() {
+        let r = ClientRetry::default();
+        assert_eq!(r.min_retries, 10);
+        assert_eq!(r.max_retries, 360);
+        assert_eq!(r.delay_base, Duration::from_secs(2));
+        assert_eq!(r.delay_cap, Duration::from_secs(10));
+        assert_eq!(ClientRetry::dry_run().max_retries, 3);
+        assert_eq!(ClientRetry::dry_run().min_retries, 10);
+        let c = ClientRetry::controller();
+        assert_eq!((c.min_retries, c.max_retries), (10, 15));
+        assert_eq!((c.delay_base, c.delay_cap), (r.delay_base, r.delay_cap));
+        for s in [404, 423, 425] {
+            assert!(c.retry_status(s, 9) && !c.retry_status(s, 10), "{s}");
+        }
+        for s in [408, 429, 500, 503, 599] {
+            assert!(c.retry_status(s, 14) && !c.retry_status(s, 15), "{s}");
+        }
+        assert!(c.retry_transport(14) && !c.retry_transport(15));
+        assert!(!c.retry_status(401, 0) && !c.retry_status(409, 0));
+    }
+
+    #[test]
+    fn retry_classes() {
+        let r = ClientRetry::installer();
+        for s in [404, 423, 425] {
+            assert!(r.retry_status(s, 0));
+            assert!(r.retry_status(s, 9));
+            assert!(!r.retry_status(s, 10));
+        }
+        for s in [408, 429, 500, 502, 503, 504, 599] {
+            assert!(r.retry_status(s, 0));
+            assert!(r.retry_status(s, 359));
+            assert!(!r.retry_status(s, 360));
+        }
+        for s in [200, 204, 301, 400, 401, 403, 405, 409, 410, 422, 600] {
+            assert!(!r.retry_status(s, 0), "{s}");
+        }
+        assert!(r.retry_transport(359));
+        assert!(!r.retry_transport(360));
+        let d = ClientRetry::dry_run();
+        assert!(d.retry_status(500, 2));
+        assert!(!d.retry_status(500, 3));
+        assert!(d.retry_status(404, 5));
+    }
+
+    #[test]
+    fn delay_is_full_jitter_with_cap() {
+        let r = ClientRetry::installer();
+        assert_eq!(r.delay_bound(0), Duration::from_secs(2));
+        assert_eq!(r.delay_bound(1), Duration::from_secs(4));
+        assert_eq!(r.delay_bound(2), Duration::from_secs(8));
+        assert_eq!(r.delay_bound(3), Duration::from_secs(10));
+        assert_eq!(r.delay_bound(40), Duration::from_secs(10));
+        let mut distinct = std::collections::HashSet::new();
+        for attempt in 0..200 {
+            let d = r.delay(attempt % 5);
+            assert!(d < r.delay_bound(attempt % 5));
+            distinct.insert(d);
+        }
+        assert!(distinct.len() > 150, "delays should be random");
+        let zero = ClientRetry {
+            delay_base: Duration::ZERO,
+            ..ClientRetry::installer()
+        };
+        assert_eq!(zero.delay(3), Duration::ZERO);
     }
 }
