@@ -59,10 +59,6 @@ fn assert_is_the_raw_image(dev: &LoopDev, fx: &LiveFixture) {
     assert_image_on_disk(&disk, &raw, fx.sector_size);
 }
 
-fn assert_empty_gpt(dev: &LoopDev, ss: u64) {
-    common::root::assert_empty_gpt(&dev.path, ss);
-}
-
 /// A repo whose objects are symlinks to the fixture's, so one can be changed or removed
 /// without touching the shared fixture.
 fn repo_copy(fx: &LiveFixture, dir: &Path) -> PathBuf {
@@ -213,7 +209,7 @@ fn a_changed_object_byte_fails_the_checksum_and_leaves_an_empty_gpt() {
         stderr.contains(&format!("expected {}", fx.raw_sha256)),
         "{stderr}"
     );
-    assert_empty_gpt(&dev, 512);
+    common::root::assert_empty_gpt(&dev.path, 512);
 }
 
 #[test]
@@ -240,7 +236,7 @@ fn a_missing_object_is_named_and_leaves_an_empty_gpt() {
         "offset {offset} is not in /boot: {stderr}"
     );
     assert!(stderr.contains("cannot be opened"), "{stderr}");
-    assert_empty_gpt(&dev, 4096);
+    common::root::assert_empty_gpt(&dev.path, 4096);
 }
 
 #[test]

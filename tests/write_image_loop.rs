@@ -74,11 +74,6 @@ fn whole_device_sha256(dev: &LoopDev) -> String {
     out.split_whitespace().next().unwrap().to_string()
 }
 
-/// The device holds an empty, valid GPT (no partitions) that `sgdisk -v` accepts.
-fn assert_empty_gpt(dev: &LoopDev, ss: u64) {
-    common::root::assert_empty_gpt(&dev.path, ss);
-}
-
 fn each_format_over_http(ss: u64) {
     let set = images(ss);
     let srv = TestServer::start();
@@ -219,7 +214,7 @@ fn a_corrupt_byte_fails_the_digest_and_leaves_an_empty_gpt() {
             stderr.contains("sha256") && stderr.contains(&set.raw.sha256),
             "{stderr}"
         );
-        assert_empty_gpt(&dev, ss);
+        common::root::assert_empty_gpt(&dev.path, ss);
     }
 }
 
@@ -291,7 +286,7 @@ fn partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one() {
     // The same disk again, with an image that fails its digest half-way.
     let out = write_corrupted(&TestServer::start(), set, &dev);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert_empty_gpt(&dev, 4096);
+    common::root::assert_empty_gpt(&dev.path, 4096);
     assert_eq!(kernel_partitions(&dev), vec![], "{}", text(&out));
 }
 
@@ -436,5 +431,5 @@ fn sigterm_mid_write_leaves_an_empty_gpt_and_exits_143() {
         stderr.contains("SIGTERM") && stderr.contains("interrupted"),
         "{stderr}"
     );
-    assert_empty_gpt(&dev, 512);
+    common::root::assert_empty_gpt(&dev.path, 512);
 }

@@ -15,7 +15,6 @@ pub(crate) mod http_server;
 pub(crate) mod images;
 pub(crate) mod live_ns;
 pub(crate) mod master_run;
-pub(crate) mod osmet_pack;
 pub(crate) mod root;
 pub(crate) mod service_report;
 pub(crate) mod tls_server;
