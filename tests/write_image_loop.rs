@@ -149,33 +149,6 @@ fn a_connection_cut_at_half_is_resumed_and_the_disk_is_identical() {
 }
 
 #[test]
-fn service_unavailable_twice_is_retried() {
-    if !have_root("service_unavailable_twice_is_retried") {
-        return;
-    }
-    let set = images(512);
-    let srv = TestServer::start();
-    srv.route(
-        "/img.zst",
-        Route::file(&set.zst.path)
-            .with_faults(vec![vec![Fault::Status(503)], vec![Fault::Status(503)]]),
-    );
-    let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
-    let out = write_image(
-        &[
-            "--image-url",
-            &srv.url("/img.zst"),
-            "--sha256",
-            &set.zst.sha256,
-        ],
-        &dev.path,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(srv.request_count("/img.zst"), 3);
-    assert_written(&dev, set);
-}
-
-#[test]
 fn not_found_is_a_clear_error_and_the_disk_is_untouched() {
     if !have_root("not_found_is_a_clear_error_and_the_disk_is_untouched") {
         return;
