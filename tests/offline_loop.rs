@@ -134,4 +134,3 @@ fn offline_write_through_osmet_dir_and_ostree_repo() {
     assert!(out.status.success(), "{:?}", text(&out));
     assert_is_the_raw_image(&dev, &fx);
 }
-
