@@ -1,5 +1,7 @@
-# The two commands a newcomer needs: `make demo` and `make test`. `.ci/run` installs the system
-# packages first, then runs `make test`.
+# The two commands a newcomer needs: `make demo` and `make test`. Both install what they need
+# first (.ci/install-deps checks each tool and installs only what is missing, so it is quick on a
+# machine that has everything). `.ci/run` is CI's entrypoint: it sets CI's strictness and runs
+# `make test`.
 
 CARGO ?= cargo
 DEMO_DIR ?= target/demo
@@ -8,16 +10,16 @@ DEMO_DIR ?= target/demo
 
 # The whole suite: formatting, lints, unit and integration tests. The loop-device tests need
 # root; they skip with a message otherwise (CI sets AI_REQUIRE_ROOT_TESTS=1 so they cannot).
-test: lint
+test: deps lint
 	$(CARGO) test --locked
 
-lint:
+lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
 # Generate a small CoreOS-like image, serve it on 127.0.0.1, write it to a 256 MiB disk-image
 # file with write-image, and print the summary.
-demo:
+demo: deps
 	$(CARGO) build --release --locked --bin assisted-installer --example make-test-image
 	bash scripts/demo.sh $(DEMO_DIR)
 
@@ -36,6 +38,6 @@ images:
 	$(CARGO) run --release --locked --example make-test-image -- --sector-size 512
 	$(CARGO) run --release --locked --example make-test-image -- --sector-size 4096
 
-# System packages the tests use (Debian names).
+# What the build and the tests need: Debian packages, coreos-installer, rustfmt/clippy, Prism.
 deps:
 	bash .ci/install-deps

@@ -5,7 +5,7 @@
 //!
 //! Used by the boot fixture (testdata/boot_parts.rs, which re-exports [`Cpio`]), the guest
 //! fixture built on it (testdata/guest_parts.rs) and the QEMU guest rig
-//! (tests/common/guest_vm.rs). The rig cannot reach the test data modules (tests/common is
+//! (tests/common/vm.rs). The rig cannot reach the test data modules (tests/common is
 //! built into every test binary, most without them), so it includes this file as a module of
 //! its own; it depends on nothing but std and anyhow for that reason.
 

@@ -1,6 +1,6 @@
 #![allow(dead_code)]
 //! The kernel and base initramfs of the QEMU guests that run our binary against real disks
-//! (tests/common/guest_vm.rs), built at test time and cached like the other test data.
+//! (tests/common/vm.rs), built at test time and cached like the other test data.
 //!
 //! | part                          | comes from                                              |
 //! |-------------------------------|---------------------------------------------------------|

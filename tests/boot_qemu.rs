@@ -19,17 +19,17 @@ mod guest_parts;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
-use common::boot_vm::{
-    as_kernel_sees, boot, boot_kernel, check_gpt, have_qemu, read_ext4_file, Boot, DirectKernel,
-    Entries, Expected, GptCheck,
-};
-use common::guest_vm::{
-    have_guest, lsblk_children, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestSpec,
-};
 use common::http_server::TestServer;
 use common::images::sha256_hex;
 use common::live_ns::LiveLayout;
 use common::root::{have_root, run, LoopDev};
+use common::vm::{
+    as_kernel_sees, boot, boot_kernel, check_gpt, have_qemu, read_ext4_file, Boot, DirectKernel,
+    Entries, Expected, GptCheck,
+};
+use common::vm::{
+    have_guest, lsblk_children, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestSpec,
+};
 use coreos_image::{cached_image_set, BootParts, ImageSet, ImageSpec, BLS_ENTRY_PATH, BOOT_LABEL};
 use live_fixture::{cached_live_fixture_of, LiveFixture};
 use std::path::Path;

@@ -1,6 +1,5 @@
-//! The standalone fake assisted-service (the `fake-assisted-service` example) as a process, as
-//! a guest without a network runs it: its command line, readiness and token files, and the
-//! report it writes on SIGTERM; then the entrypoint's dry-run master installs against it onto a
+//! The entrypoint's dry-run master installs against the standalone fake assisted-service (the
+//! `fake-assisted-service` example) as a process, as a guest without a network runs it, onto a
 //! disk-image file (root: the entrypoint keeps the Ignition config in /opt/install-dir), the
 //! report holding the exact Go stage sequence (with the registry copy for an appliance master).
 
@@ -102,90 +101,6 @@ impl Drop for ServiceProcess {
             let _ = self.child.wait();
         }
     }
-}
-
-#[test]
-fn the_service_process_serves_until_a_signal_then_reports_what_it_saw() {
-    let host = uuid::Uuid::new_v4().to_string();
-    let svc = ServiceProcess::start(&host);
-    let http = reqwest::blocking::Client::new();
-    let base = format!("{}/api/assisted-install/v2", svc.url());
-    let ignition = |token: &str| {
-        http.get(format!(
-            "{base}/infra-env/{}/hosts/{host}/downloads/ignition",
-            common::master_run::INFRA
-        ))
-        .header("X-Secret-Key", token)
-        .send()
-        .unwrap()
-    };
-    assert_eq!(ignition("not-the-token").status(), 401);
-    let served = ignition(&svc.token);
-    assert_eq!(served.status(), 200);
-    assert_eq!(served.text().unwrap(), IGNITION);
-    let progress = http
-        .put(format!(
-            "{base}/infra-envs/{}/hosts/{host}/progress",
-            common::master_run::INFRA
-        ))
-        .header("X-Secret-Key", &svc.token)
-        .json(&serde_json::json!({"current_stage": "Starting installation", "progress_info": "master"}))
-        .send()
-        .unwrap();
-    assert_eq!(progress.status(), 200);
-    // The master's stage order is enforced: a worker's stage is refused.
-    let refused = http
-        .put(format!(
-            "{base}/infra-envs/{}/hosts/{host}/progress",
-            common::master_run::INFRA
-        ))
-        .header("X-Secret-Key", &svc.token)
-        .json(&serde_json::json!({"current_stage": "Waiting for control plane"}))
-        .send()
-        .unwrap();
-    assert_eq!(refused.status(), 409);
-    // SIGINT as well as SIGTERM ends it with a report.
-    let report = svc.stop(Signal::SIGINT);
-    assert_eq!(report.host_id, host);
-    assert_eq!(
-        report.progress,
-        [("Starting installation".to_string(), "master".to_string())]
-    );
-    assert_eq!(
-        report.current_stage.as_deref(),
-        Some("Starting installation")
-    );
-    let statuses: Vec<(&str, u16)> = report
-        .requests
-        .iter()
-        .map(|r| (r.method.as_str(), r.status))
-        .collect();
-    assert_eq!(
-        statuses,
-        [("GET", 401), ("GET", 200), ("PUT", 200), ("PUT", 409)]
-    );
-    assert_eq!(report.refused().len(), 2, "{:?}", report.refused());
-}
-
-#[test]
-fn the_service_process_refuses_port_0_without_an_address_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(example_binary(EXAMPLE))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--host-id",
-            "h",
-            "--ignition-file",
-        ])
-        .arg(dir.path().join("missing.ign"))
-        .arg("--report-file")
-        .arg(dir.path().join("report.json"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("--address-file"), "{stderr}");
 }
 
 /// One dry-run master install, the entrypoint run as the agent runs it, against the service

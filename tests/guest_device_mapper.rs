@@ -24,15 +24,15 @@ mod guest_parts;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
-use common::boot_vm::{read_ext4_file, Entries};
 use common::examples::example_binary;
-use common::guest_vm::{
-    have_guest, lsblk_children, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestSpec,
-};
 use common::images::assert_image_on_disk;
 use common::master_run::{assert_master_stages, master_args, IGNITION};
 use common::root::{assert_empty_gpt, sgdisk_verify};
 use common::service_report::ServiceReport;
+use common::vm::{
+    have_guest, lsblk_children, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestSpec,
+};
+use common::vm::{read_ext4_file, Entries};
 use coreos_image::{BLS_ENTRY_PATH, BOOT_LABEL};
 use live_fixture::cached_live_fixture;
 use std::fmt::Write as _;

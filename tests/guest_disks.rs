@@ -1,4 +1,4 @@
-//! `write-image` in a QEMU guest on Debian's kernel (tests/common/guest_vm.rs) onto real disks
+//! `write-image` in a QEMU guest on Debian's kernel (tests/common/vm.rs) onto real disks
 //! of several kinds, in one boot: an NVMe disk (512-byte sectors), virtio-scsi disks at 512 and
 //! 4096, an AHCI disk (512) and an md RAID1 of two virtio disks (metadata 1.0, so each member holds
 //! the array's bytes from offset 0). Each disk is a sparse file 64 MiB larger than the image.
@@ -26,12 +26,12 @@ mod coreos_image;
 #[path = "../testdata/guest_parts.rs"]
 mod guest_parts;
 
-use common::boot_vm::{read_ext4_file, Entries};
-use common::guest_vm::{
-    have_guest, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestRun, GuestSpec,
-};
 use common::images::assert_image_on_disk;
 use common::root::sgdisk_verify;
+use common::vm::{
+    have_guest, run_guest, sparse_disk, Bus, GuestBoot, GuestDisk, GuestRun, GuestSpec,
+};
+use common::vm::{read_ext4_file, Entries};
 use coreos_image::{cached_image_set, ImageSet, ImageSpec, BLS_ENTRY_PATH, BOOT_LABEL};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -406,79 +406,4 @@ fn write_image_onto_nvme_scsi_512_and_4k_ahci_and_md_raid1_in_one_guest() {
         run.exit_code,
         run.transcript()
     );
-}
-
-/// What the tests built on the rig rely on: a file attached twice is one disk seen through two
-/// paths (and dm-multipath maps the pair), extra files reach the guest, and `kill_when` cuts the
-/// power mid-case: what the case synced before is on the disk, and the rest never ran.
-#[test]
-fn the_rig_attaches_multipath_pairs_adds_files_and_cuts_the_power() {
-    if !have_guest("the_rig_attaches_multipath_pairs_adds_files_and_cuts_the_power") {
-        return;
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("guest-rig")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
-    let share = dir.path().join("share");
-    std::fs::create_dir(&share).unwrap();
-    let disk = dir.path().join("mpath.img");
-    sparse_disk(&disk, 64 * MIB);
-    let helper = dir.path().join("hello");
-    std::fs::write(&helper, "#!/bin/sh\necho \"hello from $0\"\n").unwrap();
-
-    let mut spec = GuestSpec::new(guest_boot(), &share);
-    for _ in 0..2 {
-        spec.disks.push(
-            GuestDisk::new(&disk, Bus::VirtioScsi, 512, "ai-mpath").with_wwn(0x5000_c500_a1b2_c3d4),
-        );
-    }
-    spec.expect_disks = vec!["sda".into(), "sdb".into()];
-    spec.extra_files = vec![("/usr/local/bin/ai-hello".into(), helper, 0o755)];
-    spec.kill_when = Some(("AI-TEST cut".into(), std::time::Duration::from_millis(500)));
-    spec.script = r#"set -e
-ai-hello
-set -- $(ai-disk ai-mpath)
-echo "paths: $*"
-[ $# -eq 2 ]
-printf 'written through the first path' | dd of=$1 bs=512 seek=8 conv=notrunc,fsync 2>/dev/null
-sync
-echo 3 >/proc/sys/vm/drop_caches
-echo "second path reads: $(dd if=$2 bs=512 skip=8 count=1 2>/dev/null | tr -d '\000')"
-size=$(cat /sys/block/${1#/dev/}/size)
-dmsetup create ai-mpath --table "0 $size multipath 0 0 1 1 round-robin 0 2 1 $1 1 $2 1"
-dmsetup status ai-mpath
-# No udev to make /dev/mapper/ai-mpath.
-dmsetup mknodes ai-mpath
-echo "multipath reads: $(dd if=/dev/mapper/ai-mpath bs=512 skip=8 count=1 2>/dev/null | tr -d '\000')"
-dmsetup remove ai-mpath
-printf 'synced before the cut' | dd of=$1 bs=512 seek=16 conv=notrunc,fsync 2>/dev/null
-echo "AI-TEST cut"
-sleep 60
-echo "never printed"
-"#
-    .to_string();
-    let run = run_guest(&spec);
-    eprintln!("--- console:\n{}", run.console);
-    let log = &run.case_log;
-    assert!(
-        run.killed && !run.timed_out && run.exit_code.is_none(),
-        "the guest was not cut off:\n{}",
-        run.transcript()
-    );
-    for wanted in [
-        "hello from /usr/local/bin/ai-hello",
-        "second path reads: written through the first path",
-        "multipath reads: written through the first path",
-    ] {
-        assert!(
-            log.contains(wanted),
-            "no {wanted:?} in the case log:\n{}",
-            run.transcript()
-        );
-    }
-    assert!(!log.contains("never printed"), "{}", run.transcript());
-    let bytes = std::fs::read(&disk).unwrap();
-    assert!(bytes[8 * 512..].starts_with(b"written through the first path"));
-    assert!(bytes[16 * 512..].starts_with(b"synced before the cut"));
 }

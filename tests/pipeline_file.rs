@@ -14,6 +14,7 @@ use assisted_installer::image::{
     stream_image, Cancel, Input, Interrupted, WriteOptions, WriteSummary,
 };
 use common::images::{assert_image_on_disk, gpt_image, gz, sha256_hex, xz, zst};
+use common::root::assert_empty_gpt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -85,23 +86,6 @@ fn stream_and_commit(
 fn write(src: Box<dyn ImageSource>, disk: &Path, o: &WriteOptions) -> Result<WriteSummary> {
     let dev = Device::open_for_write(disk)?;
     stream_and_commit(src, &dev, o, &NoProgress, &Cancel::new())
-}
-
-/// The disk holds an empty, valid GPT at `ss` and nothing bootable.
-fn assert_empty_gpt(disk: &Path, ss: u64) {
-    let mut f = std::fs::File::open(disk).unwrap();
-    let gpt = gptman::GPT::read_from(&mut f, ss).expect("a valid GPT");
-    assert_eq!(
-        gpt.iter().filter(|(_, p)| p.is_used()).count(),
-        0,
-        "no partitions"
-    );
-    let len = std::fs::metadata(disk).unwrap().len();
-    assert_eq!(
-        gpt.header.backup_lba,
-        len / ss - 1,
-        "backup at the end of the disk"
-    );
 }
 
 /// A stream error can surface before the disk is wiped (then it is untouched: still all

@@ -506,7 +506,7 @@ fn every_client_request_is_valid_against_the_swagger() {
     }
 }
 
-/// The controller's calls (`ControllerClient`, every §5 operation) through the same validator.
+/// The controller's calls (`ControllerClient`, every operation it makes) through the same validator.
 #[test]
 fn every_controller_request_is_valid_against_the_swagger() {
     use assisted_installer::clock::FakeClock;

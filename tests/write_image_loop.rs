@@ -74,11 +74,6 @@ fn whole_device_sha256(dev: &LoopDev) -> String {
     out.split_whitespace().next().unwrap().to_string()
 }
 
-/// The device holds an empty, valid GPT (no partitions) that `sgdisk -v` accepts.
-fn assert_empty_gpt(dev: &LoopDev, ss: u64) {
-    common::root::assert_empty_gpt(&dev.path, ss);
-}
-
 fn each_format_over_http(ss: u64) {
     let set = images(ss);
     let srv = TestServer::start();
@@ -154,33 +149,6 @@ fn a_connection_cut_at_half_is_resumed_and_the_disk_is_identical() {
 }
 
 #[test]
-fn service_unavailable_twice_is_retried() {
-    if !have_root("service_unavailable_twice_is_retried") {
-        return;
-    }
-    let set = images(512);
-    let srv = TestServer::start();
-    srv.route(
-        "/img.zst",
-        Route::file(&set.zst.path)
-            .with_faults(vec![vec![Fault::Status(503)], vec![Fault::Status(503)]]),
-    );
-    let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
-    let out = write_image(
-        &[
-            "--image-url",
-            &srv.url("/img.zst"),
-            "--sha256",
-            &set.zst.sha256,
-        ],
-        &dev.path,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(srv.request_count("/img.zst"), 3);
-    assert_written(&dev, set);
-}
-
-#[test]
 fn not_found_is_a_clear_error_and_the_disk_is_untouched() {
     if !have_root("not_found_is_a_clear_error_and_the_disk_is_untouched") {
         return;
@@ -219,7 +187,7 @@ fn a_corrupt_byte_fails_the_digest_and_leaves_an_empty_gpt() {
             stderr.contains("sha256") && stderr.contains(&set.raw.sha256),
             "{stderr}"
         );
-        assert_empty_gpt(&dev, ss);
+        common::root::assert_empty_gpt(&dev.path, ss);
     }
 }
 
@@ -291,7 +259,7 @@ fn partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one() {
     // The same disk again, with an image that fails its digest half-way.
     let out = write_corrupted(&TestServer::start(), set, &dev);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert_empty_gpt(&dev, 4096);
+    common::root::assert_empty_gpt(&dev.path, 4096);
     assert_eq!(kernel_partitions(&dev), vec![], "{}", text(&out));
 }
 
@@ -436,5 +404,5 @@ fn sigterm_mid_write_leaves_an_empty_gpt_and_exits_143() {
         stderr.contains("SIGTERM") && stderr.contains("interrupted"),
         "{stderr}"
     );
-    assert_empty_gpt(&dev, 512);
+    common::root::assert_empty_gpt(&dev.path, 512);
 }

@@ -8,6 +8,7 @@ pub(crate) mod pipeline;
 pub mod progress;
 pub mod retry;
 pub mod source;
+mod stages;
 
 pub use cancel::Cancel;
 pub use pipeline::{

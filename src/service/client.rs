@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::blocking::{Client, Response};
 use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
@@ -24,12 +25,9 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
-use super::models::{Cluster, Host, HostProgress, LogsProgressParams};
-use super::stages::{HostStage, LogsState};
-use crate::clock::{
-    Clock, Delay, Failure, NeverStop, Retrying, Schedule, Stop, Stopped, SystemClock, WaitError,
-};
-use crate::config::Role;
+pub use super::inventory::{InventoryClient, LogsType, LogsUpload};
+pub use super::retry::ClientRetry;
+use crate::clock::{Clock, Failure, NeverStop, Retrying, Stopped, SystemClock, WaitError};
 
 /// Appended to `--url` (swagger `basePath`).
 pub const API_BASE_PATH: &str = "/api/assisted-install";
@@ -45,186 +43,6 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 const REASON_EXCERPT_CHARS: usize = 200;
 const REDACTED: &str = "<SECRET>";
-
-/// The calls the install flows make to the assisted-service. Narrow on purpose, so that flows
-/// can be tested against a fake.
-pub trait InventoryClient: Send + Sync {
-    /// `PUT /v2/infra-envs/{infra_env_id}/hosts/{host_id}/progress`; an empty `info` is omitted.
-    fn update_host_progress(
-        &self,
-        infra_env_id: &str,
-        host_id: &str,
-        stage: HostStage,
-        info: &str,
-    ) -> Result<()>;
-    /// `GET /v2/infra-env/{infra_env_id}/hosts/{host_id}/downloads/ignition` into `dest`.
-    fn download_host_ignition(&self, infra_env_id: &str, host_id: &str, dest: &Path) -> Result<()>;
-    /// `GET /v2/clusters/{cluster_id}/downloads/files?file_name=…` into `dest`.
-    fn download_cluster_file(&self, cluster_id: &str, file_name: &str, dest: &Path) -> Result<()>;
-    /// `GET /v2/clusters/{cluster_id}?exclude-hosts=…`.
-    fn get_cluster(&self, cluster_id: &str, exclude_hosts: bool) -> Result<Cluster>;
-    /// `GET /v2/clusters/{cluster_id}/hosts[?role=…]`.
-    fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&Role>) -> Result<Vec<Host>>;
-    /// `PUT /v2/infra-envs/{infra_env_id}/hosts/{host_id}/logs-progress`.
-    fn update_host_logs_progress(
-        &self,
-        infra_env_id: &str,
-        host_id: &str,
-        state: LogsState,
-    ) -> Result<()>;
-    /// `PUT /v2/clusters/{cluster_id}/logs-progress`.
-    fn update_cluster_logs_progress(&self, cluster_id: &str, state: LogsState) -> Result<()>;
-    /// `POST /v2/clusters/{cluster_id}/logs?logs_type=…[&infra_env_id=…&host_id=…]` with the
-    /// archive as the multipart field `upfile`.
-    fn upload_logs(&self, upload: &LogsUpload) -> Result<()>;
-}
-
-/// `logs_type` of a log upload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogsType {
-    Host,
-    Controller,
-}
-
-impl LogsType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogsType::Host => "host",
-            LogsType::Controller => "controller",
-        }
-    }
-}
-
-/// One log archive to upload.
-#[derive(Clone)]
-pub struct LogsUpload {
-    pub cluster_id: String,
-    pub logs_type: LogsType,
-    /// `(infra_env_id, host_id)` for host logs.
-    pub host: Option<(String, String)>,
-    /// File name of the upload (e.g. `controller_logs.tar.gz`).
-    pub file_name: String,
-    pub data: Vec<u8>,
-}
-
-impl std::fmt::Debug for LogsUpload {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogsUpload")
-            .field("cluster_id", &self.cluster_id)
-            .field("logs_type", &self.logs_type)
-            .field("host", &self.host)
-            .field("file_name", &self.file_name)
-            .field("bytes", &self.data.len())
-            .finish()
-    }
-}
-
-/// Retry policy (Go `CreateInventoryClientWithDelay`). With `attempt` counted from 0, a call is
-/// retried when:
-/// * the status is 404, 423 or 425 and `attempt < min_retries`;
-/// * the status is 408, 429 or 5xx and `attempt < max_retries`;
-/// * the request failed without a response (refused, reset, timed out…) and `attempt < max_retries`.
-///
-/// The wait before the next attempt is a random duration in
-/// `[0, min(delay_cap, delay_base × 2^attempt))` ("full jitter"). This is data for the one retry
-/// loop (`Clock::retry`): [`ClientRetry::schedule`] and [`ClientRetry::classify`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientRetry {
-    pub min_retries: u32,
-    pub max_retries: u32,
-    pub delay_base: Duration,
-    pub delay_cap: Duration,
-}
-
-impl ClientRetry {
-    /// Go `minRetries`.
-    pub const MIN_RETRIES: u32 = 10;
-    /// Go `maxRetries` for the installer.
-    pub const MAX_RETRIES: u32 = 360;
-    /// Go `maxRetries` in dry-run mode.
-    pub const DRY_RUN_MAX_RETRIES: u32 = 3;
-
-    /// The installer's policy: 10 / 360 retries, delays from 2 s capped at 10 s.
-    pub fn installer() -> Self {
-        ClientRetry {
-            min_retries: Self::MIN_RETRIES,
-            max_retries: Self::MAX_RETRIES,
-            delay_base: Duration::from_secs(2),
-            delay_cap: Duration::from_secs(10),
-        }
-    }
-
-    /// Go `maxRetries` for the assisted-installer-controller.
-    pub const CONTROLLER_MAX_RETRIES: u32 = 15;
-
-    /// The controller's policy: as [`ClientRetry::installer`] with 15 retries for the "max"
-    /// classes (408/429/5xx/no answer) instead of 360.
-    pub fn controller() -> Self {
-        ClientRetry {
-            max_retries: Self::CONTROLLER_MAX_RETRIES,
-            ..Self::installer()
-        }
-    }
-
-    /// The dry-run policy: as [`ClientRetry::installer`] with 3 retries for the "max" classes.
-    pub fn dry_run() -> Self {
-        ClientRetry {
-            max_retries: Self::DRY_RUN_MAX_RETRIES,
-            ..Self::installer()
-        }
-    }
-
-    /// `max_retries` retries with full-jitter delays; no overall deadline (the Go client sets
-    /// none).
-    pub fn schedule(&self) -> Schedule {
-        Schedule {
-            retries: Some(self.max_retries),
-            timeout: None,
-            delay: Delay::FullJitter {
-                base: self.delay_base,
-                cap: self.delay_cap,
-            },
-        }
-    }
-
-    /// An answer with a failed `status`: 404/423/425 have a budget of their own
-    /// (`min_retries`), 408/429/5xx the schedule's, anything else is final.
-    pub fn classify<E>(&self, status: u16, error: E) -> Failure<E> {
-        match status {
-            404 | 423 | 425 => Failure::RetryWithin(self.min_retries, error),
-            408 | 429 | 500..=599 => Failure::Retry(error),
-            _ => Failure::Fatal(error),
-        }
-    }
-
-    /// Whether a response with `status` to attempt number `attempt` (0-based) is retried.
-    pub fn retry_status(&self, status: u16, attempt: u32) -> bool {
-        self.schedule()
-            .permits(&self.classify(status, ()), attempt + 1)
-    }
-
-    /// Whether a failure without a usable response (connection refused or reset, timeout, a body
-    /// cut short) on attempt number `attempt` (0-based) is retried.
-    pub fn retry_transport(&self, attempt: u32) -> bool {
-        self.schedule().permits(&Failure::Retry(()), attempt + 1)
-    }
-
-    /// Upper bound (exclusive) of the wait after attempt number `attempt`.
-    pub fn delay_bound(&self, attempt: u32) -> Duration {
-        self.schedule().delay.bound(attempt + 1)
-    }
-
-    /// A random wait in `[0, delay_bound(attempt))`.
-    pub fn delay(&self, attempt: u32) -> Duration {
-        self.schedule().delay.after(attempt + 1)
-    }
-}
-
-impl Default for ClientRetry {
-    fn default() -> Self {
-        Self::installer()
-    }
-}
 
 /// How to reach the service.
 #[derive(Clone, Default)]
@@ -313,8 +131,6 @@ pub struct ServiceClient {
     retry: ClientRetry,
     /// Waits between retries; the real clock unless a test gives another.
     clock: Arc<dyn Clock>,
-    /// Ends a wait between retries at once (never, unless given one).
-    stop: Arc<dyn Stop>,
 }
 
 impl fmt::Debug for ServiceClient {
@@ -411,20 +227,12 @@ impl ServiceClient {
             token_text: config.token,
             retry: config.retry,
             clock: Arc::new(SystemClock),
-            stop: Arc::new(NeverStop),
         })
     }
 
     /// Waits between retries on `clock` (tests drive the policy with a fake one).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
-        self
-    }
-
-    /// A wait between retries ends at once when `stop` fires; the call then fails with
-    /// [`Stopped`] (an attempt in flight is not interrupted).
-    pub fn with_stop(mut self, stop: Arc<dyn Stop>) -> Self {
-        self.stop = stop;
         self
     }
 
@@ -531,7 +339,7 @@ impl ServiceClient {
             }
         };
         let what = || format!("{} ({} {})", call.name, call.method, call.path);
-        match self.clock.retry(&*self.stop, &schedule, attempt, on_retry) {
+        match self.clock.retry(&NeverStop, &schedule, attempt, on_retry) {
             Ok(value) => Ok(value),
             Err(WaitError::Stopped { .. }) => Err(anyhow!(Stopped).context(what())),
             Err(e) => {
@@ -592,6 +400,25 @@ impl ServiceClient {
 
     /// Streams a GET answer into `dest` through a temporary file in the same directory, fsyncs
     /// it and renames it into place. A body cut short is retried like a failed connection.
+    /// POSTs `data` as the multipart field `field`, named `file_name`.
+    pub(crate) fn upload(
+        &self,
+        name: &'static str,
+        path: String,
+        field: &'static str,
+        file_name: &str,
+        data: &[u8],
+    ) -> Result<()> {
+        let call = Call {
+            name,
+            method: Method::POST,
+            path,
+            body: None,
+            file: Some((field, file_name.to_string(), data.to_vec())),
+        };
+        self.execute(&call, |_| Ok(()))
+    }
+
     pub(crate) fn download(&self, name: &'static str, path: String, dest: &Path) -> Result<()> {
         let call = Call {
             name,
@@ -603,113 +430,6 @@ impl ServiceClient {
         let bytes = self.execute(&call, |response| stream_to_file(response, dest))?;
         debug!(call = name, dest = %dest.display(), bytes, "download complete");
         Ok(())
-    }
-}
-
-impl InventoryClient for ServiceClient {
-    fn update_host_progress(
-        &self,
-        infra_env_id: &str,
-        host_id: &str,
-        stage: HostStage,
-        info: &str,
-    ) -> Result<()> {
-        let info = if info.chars().count() > MAX_PROGRESS_INFO_CHARS {
-            debug!(stage = %stage, "progress info longer than {MAX_PROGRESS_INFO_CHARS} characters, cut");
-            info.chars().take(MAX_PROGRESS_INFO_CHARS).collect()
-        } else {
-            info.to_string()
-        };
-        let body = HostProgress {
-            current_stage: Some(stage),
-            progress_info: info,
-        };
-        let path = format!(
-            "/v2/infra-envs/{}/hosts/{}/progress",
-            encode(infra_env_id),
-            encode(host_id)
-        );
-        self.send_json("UpdateHostInstallProgress", Method::PUT, path, &body)
-    }
-
-    fn download_host_ignition(&self, infra_env_id: &str, host_id: &str, dest: &Path) -> Result<()> {
-        // Singular `infra-env`: that is how the API defines this one path.
-        let path = format!(
-            "/v2/infra-env/{}/hosts/{}/downloads/ignition",
-            encode(infra_env_id),
-            encode(host_id)
-        );
-        self.download("DownloadHostIgnition", path, dest)
-    }
-
-    fn download_cluster_file(&self, cluster_id: &str, file_name: &str, dest: &Path) -> Result<()> {
-        let path = format!(
-            "/v2/clusters/{}/downloads/files?file_name={}",
-            encode(cluster_id),
-            encode(file_name)
-        );
-        self.download("DownloadClusterFiles", path, dest)
-    }
-
-    fn get_cluster(&self, cluster_id: &str, exclude_hosts: bool) -> Result<Cluster> {
-        let path = format!(
-            "/v2/clusters/{}?exclude-hosts={exclude_hosts}",
-            encode(cluster_id)
-        );
-        self.get_json("GetCluster", path)
-    }
-
-    fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&Role>) -> Result<Vec<Host>> {
-        let mut path = format!("/v2/clusters/{}/hosts", encode(cluster_id));
-        if let Some(role) = role {
-            path.push_str("?role=");
-            path.push_str(&encode(role.as_str()));
-        }
-        self.get_json("ListClusterHosts", path)
-    }
-
-    fn update_host_logs_progress(
-        &self,
-        infra_env_id: &str,
-        host_id: &str,
-        state: LogsState,
-    ) -> Result<()> {
-        let path = format!(
-            "/v2/infra-envs/{}/hosts/{}/logs-progress",
-            encode(infra_env_id),
-            encode(host_id)
-        );
-        let body = LogsProgressParams { logs_state: state };
-        self.send_json("UpdateHostLogsProgress", Method::PUT, path, &body)
-    }
-
-    fn update_cluster_logs_progress(&self, cluster_id: &str, state: LogsState) -> Result<()> {
-        let path = format!("/v2/clusters/{}/logs-progress", encode(cluster_id));
-        let body = LogsProgressParams { logs_state: state };
-        self.send_json("UpdateClusterLogsProgress", Method::PUT, path, &body)
-    }
-
-    fn upload_logs(&self, upload: &LogsUpload) -> Result<()> {
-        let mut path = format!(
-            "/v2/clusters/{}/logs?logs_type={}",
-            encode(&upload.cluster_id),
-            upload.logs_type.as_str()
-        );
-        if let Some((infra_env_id, host_id)) = &upload.host {
-            path.push_str(&format!(
-                "&infra_env_id={}&host_id={}",
-                encode(infra_env_id),
-                encode(host_id)
-            ));
-        }
-        let call = Call {
-            name: "V2UploadLogs",
-            method: Method::POST,
-            path,
-            body: None,
-            file: Some(("upfile", upload.file_name.clone(), upload.data.clone())),
-        };
-        self.execute(&call, |_| Ok(()))
     }
 }
 
@@ -728,15 +448,12 @@ fn is_loopback(url: &reqwest::Url) -> bool {
 /// Percent-encodes everything but RFC 3986 unreserved characters (ids are UUIDs, so this is
 /// normally the identity).
 pub(crate) fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    utf8_percent_encode(text, UNRESERVED).to_string()
 }
 
 /// The reason the service gave: `reason` (swagger `error`), else `message` (`infra_error`), else
@@ -870,74 +587,6 @@ fn stream_to_file(mut response: Response, dest: &Path) -> Result<u64, HandleErro
 mod tests {
     use super::*;
 
-    #[test]
-    fn default_policy_matches_go() {
-        let r = ClientRetry::default();
-        assert_eq!(r.min_retries, 10);
-        assert_eq!(r.max_retries, 360);
-        assert_eq!(r.delay_base, Duration::from_secs(2));
-        assert_eq!(r.delay_cap, Duration::from_secs(10));
-        assert_eq!(ClientRetry::dry_run().max_retries, 3);
-        assert_eq!(ClientRetry::dry_run().min_retries, 10);
-        let c = ClientRetry::controller();
-        assert_eq!((c.min_retries, c.max_retries), (10, 15));
-        assert_eq!((c.delay_base, c.delay_cap), (r.delay_base, r.delay_cap));
-        for s in [404, 423, 425] {
-            assert!(c.retry_status(s, 9) && !c.retry_status(s, 10), "{s}");
-        }
-        for s in [408, 429, 500, 503, 599] {
-            assert!(c.retry_status(s, 14) && !c.retry_status(s, 15), "{s}");
-        }
-        assert!(c.retry_transport(14) && !c.retry_transport(15));
-        assert!(!c.retry_status(401, 0) && !c.retry_status(409, 0));
-    }
-
-    #[test]
-    fn retry_classes() {
-        let r = ClientRetry::installer();
-        for s in [404, 423, 425] {
-            assert!(r.retry_status(s, 0));
-            assert!(r.retry_status(s, 9));
-            assert!(!r.retry_status(s, 10));
-        }
-        for s in [408, 429, 500, 502, 503, 504, 599] {
-            assert!(r.retry_status(s, 0));
-            assert!(r.retry_status(s, 359));
-            assert!(!r.retry_status(s, 360));
-        }
-        for s in [200, 204, 301, 400, 401, 403, 405, 409, 410, 422, 600] {
-            assert!(!r.retry_status(s, 0), "{s}");
-        }
-        assert!(r.retry_transport(359));
-        assert!(!r.retry_transport(360));
-        let d = ClientRetry::dry_run();
-        assert!(d.retry_status(500, 2));
-        assert!(!d.retry_status(500, 3));
-        assert!(d.retry_status(404, 5));
-    }
-
-    #[test]
-    fn delay_is_full_jitter_with_cap() {
-        let r = ClientRetry::installer();
-        assert_eq!(r.delay_bound(0), Duration::from_secs(2));
-        assert_eq!(r.delay_bound(1), Duration::from_secs(4));
-        assert_eq!(r.delay_bound(2), Duration::from_secs(8));
-        assert_eq!(r.delay_bound(3), Duration::from_secs(10));
-        assert_eq!(r.delay_bound(40), Duration::from_secs(10));
-        let mut distinct = std::collections::HashSet::new();
-        for attempt in 0..200 {
-            let d = r.delay(attempt % 5);
-            assert!(d < r.delay_bound(attempt % 5));
-            distinct.insert(d);
-        }
-        assert!(distinct.len() > 150, "delays should be random");
-        let zero = ClientRetry {
-            delay_base: Duration::ZERO,
-            ..ClientRetry::installer()
-        };
-        assert_eq!(zero.delay(3), Duration::ZERO);
-    }
-
     /// A port on 127.0.0.1 with nothing listening: every attempt fails at once.
     fn refusing_client(retry: ClientRetry) -> ServiceClient {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -969,24 +618,6 @@ mod tests {
                 "{sleeps:?}"
             );
         }
-    }
-
-    #[test]
-    fn a_stopped_client_fails_with_stopped() {
-        let clock = Arc::new(crate::clock::FakeClock::new());
-        let stop = crate::image::Cancel::new();
-        stop.cancel();
-        let client = refusing_client(ClientRetry::installer())
-            .with_clock(clock.clone())
-            .with_stop(Arc::new(stop));
-        let err = client.get_cluster("c", true).unwrap_err();
-        assert!(err.downcast_ref::<Stopped>().is_some(), "{err:#}");
-        assert!(
-            err.to_string()
-                .starts_with("GetCluster (GET /v2/clusters/c"),
-            "{err}"
-        );
-        assert!(clock.sleeps().is_empty());
     }
 
     #[test]

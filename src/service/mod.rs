@@ -2,8 +2,10 @@
 //! (auth, request ids, retries, downloads) and the background progress reporter.
 
 pub mod client;
+mod inventory;
 pub(crate) mod models;
 pub mod reporter;
+mod retry;
 pub(crate) mod stages;
 
 pub use client::{

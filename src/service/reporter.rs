@@ -266,9 +266,6 @@ mod tests {
         fn reports(&self) -> Vec<Report> {
             self.reports.lock().unwrap().clone()
         }
-        fn infos(&self) -> Vec<String> {
-            self.reports().into_iter().map(|r| r.3).collect()
-        }
         fn release(&self) {
             self.blocking.store(false, Ordering::SeqCst);
             *self.gate.lock().unwrap() = true;
@@ -400,63 +397,46 @@ mod tests {
         assert!(r.drain(Duration::ZERO));
     }
 
+    /// Percentages: the first once at least 5, then every 5 points, 100 always and once, each
+    /// stage throttled on its own.
     #[test]
-    fn go_example_sequence_is_throttled() {
-        let client = Arc::new(FakeClient::default());
-        let r = spawn(&client, "h-1");
-        for p in [55, 60, 62, 56, 66, 98, 99, 100, 100] {
-            r.write_percent(p);
+    fn percentages_are_throttled_per_stage() {
+        const W: &str = "Writing image to disk";
+        const C: &str = "Copying registry data to disk";
+        let every_five: Vec<String> = (1..=20).map(|i| format!("{W} {}%", i * 5)).collect();
+        let cases: [(Vec<u8>, Vec<u8>, Vec<String>); 3] = [
+            // Go's own example.
+            (
+                vec![55, 60, 62, 56, 66, 98, 99, 100, 100],
+                vec![],
+                ["55", "60", "66", "98", "100"]
+                    .map(|p| format!("{W} {p}%"))
+                    .to_vec(),
+            ),
+            ((0..=100).chain([100, 250]).collect(), vec![], every_five),
+            (
+                vec![4, 96, 97, 100, 100, 99],
+                vec![3, 7, 8, 12, 100],
+                [(W, 96), (W, 100), (C, 7), (C, 12), (C, 100)]
+                    .map(|(s, p)| format!("{s} {p}%"))
+                    .to_vec(),
+            ),
+        ];
+        for (writes, copies, want) in cases {
+            let client = Arc::new(FakeClient::default());
+            let r = spawn(&client, "h-1");
+            writes.iter().for_each(|&p| r.write_percent(p));
+            for p in copies {
+                r.stage_percent(HostStage::CopyingRegistryDataToDisk, p);
+            }
+            assert!(r.drain(Duration::from_secs(10)));
+            let got: Vec<String> = client
+                .reports()
+                .into_iter()
+                .map(|(_, _, s, i)| format!("{s} {i}"))
+                .collect();
+            assert_eq!(got, want, "{writes:?}");
         }
-        assert!(r.drain(Duration::from_secs(10)));
-        assert_eq!(client.infos(), ["55%", "60%", "66%", "98%", "100%"]);
-        assert!(client
-            .reports()
-            .iter()
-            .all(|r| r.2 == "Writing image to disk"));
-    }
-
-    #[test]
-    fn first_percentage_once_at_least_five_and_every_five_points() {
-        let client = Arc::new(FakeClient::default());
-        let r = spawn(&client, "h-1");
-        for p in 0..=100u8 {
-            r.write_percent(p);
-        }
-        r.write_percent(100);
-        r.write_percent(250);
-        assert!(r.drain(Duration::from_secs(10)));
-        let expected: Vec<String> = (1..=20).map(|i| format!("{}%", i * 5)).collect();
-        assert_eq!(client.infos(), expected);
-    }
-
-    #[test]
-    fn hundred_always_reported_once_and_stages_throttle_separately() {
-        let client = Arc::new(FakeClient::default());
-        let r = spawn(&client, "h-1");
-        for p in [4, 96, 97, 100, 100, 99] {
-            r.write_percent(p);
-        }
-        for p in [3, 7, 8, 12, 100] {
-            r.stage_percent(HostStage::CopyingRegistryDataToDisk, p);
-        }
-        assert!(r.drain(Duration::from_secs(10)));
-        let got: Vec<(String, String)> = client
-            .reports()
-            .into_iter()
-            .map(|(_, _, s, i)| (s, i))
-            .collect();
-        let w = "Writing image to disk".to_string();
-        let c = "Copying registry data to disk".to_string();
-        assert_eq!(
-            got,
-            [
-                (w.clone(), "96%".into()),
-                (w, "100%".into()),
-                (c.clone(), "7%".into()),
-                (c.clone(), "12%".into()),
-                (c, "100%".into()),
-            ]
-        );
     }
 
     #[test]

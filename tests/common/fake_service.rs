@@ -41,58 +41,24 @@ pub(crate) const BASE_PATH: &str = API_BASE_PATH;
 /// The token the fake expects unless told otherwise.
 pub(crate) const DEFAULT_TOKEN: &str = "fake-agent-token-0123456789";
 
-use HostStage::*;
+use HostStage::{Done, Failed};
 
 /// The stage order the service accepts per role (`arbiter` and unknown roles: the master's).
-fn stage_order(role: &str) -> &'static [HostStage] {
-    match role {
-        "worker" => &[
-            StartingInstallation,
-            Installing,
-            WritingImageToDisk,
-            WaitingForControlPlane,
-            Rebooting,
-            WaitingForIgnition,
-            Configuring,
-            Joined,
-            Done,
-        ],
-        "bootstrap" => &[
-            StartingInstallation,
-            Installing,
-            WritingImageToDisk,
-            CopyingRegistryDataToDisk,
-            WaitingForControlPlane,
-            WaitingForBootkube,
-            WaitingForController,
-            Rebooting,
-            Configuring,
-            Joined,
-            Done,
-        ],
-        // Not a role the service stores: the fake's name for a single-node cluster's host,
-        // whose bootkube finishes before the disk is written.
-        "sno" => &[
-            StartingInstallation,
-            Installing,
-            WaitingForBootkube,
-            WritingImageToDisk,
-            CopyingRegistryDataToDisk,
-            Rebooting,
-            Joined,
-            Done,
-        ],
-        _ => &[
-            StartingInstallation,
-            Installing,
-            WritingImageToDisk,
-            CopyingRegistryDataToDisk,
-            Rebooting,
-            Configuring,
-            Joined,
-            Done,
-        ],
-    }
+/// `sno` is not a role the service stores: the fake's name for a single-node cluster's host,
+/// whose bootkube finishes before the disk is written.
+fn stage_order(role: &str) -> Vec<HostStage> {
+    let order = match role {
+        "worker" => "Starting installation,Installing,Writing image to disk,Waiting for control plane,\
+                     Rebooting,Waiting for ignition,Configuring,Joined,Done",
+        "bootstrap" => "Starting installation,Installing,Writing image to disk,\
+                        Copying registry data to disk,Waiting for control plane,\
+                        Waiting for bootkube,Waiting for controller,Rebooting,Configuring,Joined,Done",
+        "sno" => "Starting installation,Installing,Waiting for bootkube,Writing image to disk,\
+                  Copying registry data to disk,Rebooting,Joined,Done",
+        _ => "Starting installation,Installing,Writing image to disk,\
+              Copying registry data to disk,Rebooting,Configuring,Joined,Done",
+    };
+    order.split(',').map(|s| s.parse().unwrap()).collect()
 }
 
 /// A host object as the service would list it.

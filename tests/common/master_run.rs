@@ -47,53 +47,43 @@ fn s(stage: &str, info: &str) -> (String, String) {
     (stage.to_string(), info.to_string())
 }
 
+/// The percentages reported with `stage`, each at least 5 points above the last or 100.
+fn percents(reports: &[(String, String)], stage: &str) -> Vec<u32> {
+    let percents: Vec<u32> = reports
+        .iter()
+        .filter(|(st, info)| st == stage && !info.is_empty())
+        .map(|(_, info)| info.trim_end_matches('%').parse().unwrap())
+        .collect();
+    assert!(
+        percents.windows(2).all(|w| w[1] >= w[0] + 5 || w[1] == 100),
+        "{stage}: {percents:?}"
+    );
+    percents
+}
+
 /// The exact Go stage sequence of a dry-run master, from the service's accepted reports
 /// (stage, info) in order: the percentages of the write depend on timing, but each is at least
 /// 5 points above the last and the last is 100. An appliance master (`registry_copy`: the
-/// host has the registry marker) reports the registry copy between the write and the reboot.
+/// host has the registry marker) reports the registry copy between the write and the reboot:
+/// a dry run reports the stage and runs none of the copy's host commands; a real copy then
+/// reports rsync's percentages the same way.
 pub(crate) fn assert_master_stages(reports: &[(String, String)], registry_copy: bool) {
-    let percents: Vec<u32> = reports
-        .iter()
-        .filter(|(st, info)| st == "Writing image to disk" && !info.is_empty())
-        .map(|(_, info)| info.trim_end_matches('%').parse().unwrap())
-        .collect();
-    assert_eq!(percents.last(), Some(&100), "{reports:?}");
-    assert!(
-        percents.windows(2).all(|w| w[1] >= w[0] + 5 || w[1] == 100),
-        "{percents:?}"
-    );
     let mut want = vec![
         s("Starting installation", "master"),
         s("Installing", "master"),
-        s("Writing image to disk", ""),
     ];
-    want.extend(
-        percents
-            .iter()
-            .map(|p| s("Writing image to disk", &format!("{p}%"))),
-    );
+    let mut stage_with_percents = |stage: &str, must_end: bool| {
+        let p = percents(reports, stage);
+        assert!(
+            p.last() == Some(&100) || (!must_end && p.is_empty()),
+            "{stage}: {reports:?}"
+        );
+        want.push(s(stage, ""));
+        want.extend(p.iter().map(|p| s(stage, &format!("{p}%"))));
+    };
+    stage_with_percents("Writing image to disk", true);
     if registry_copy {
-        // A dry run reports the stage and runs none of the copy's host commands; a real copy
-        // then reports rsync's percentages, each at least 5 points above the last, 100 last.
-        want.push(s("Copying registry data to disk", ""));
-        let copied: Vec<u32> = reports
-            .iter()
-            .filter(|(st, info)| st == "Copying registry data to disk" && !info.is_empty())
-            .map(|(_, info)| info.trim_end_matches('%').parse().unwrap())
-            .collect();
-        assert!(
-            copied.is_empty() || copied.last() == Some(&100),
-            "{copied:?}"
-        );
-        assert!(
-            copied.windows(2).all(|w| w[1] >= w[0] + 5 || w[1] == 100),
-            "{copied:?}"
-        );
-        want.extend(
-            copied
-                .iter()
-                .map(|p| s("Copying registry data to disk", &format!("{p}%"))),
-        );
+        stage_with_percents("Copying registry data to disk", false);
     }
     want.push(s("Rebooting", ""));
     assert_eq!(reports, want);

@@ -5,20 +5,18 @@
 //! standalone fake service's report, and the dry-run master install the entrypoint tests run.
 #![allow(dead_code)]
 
-pub(crate) mod boot_vm;
 pub(crate) mod examples;
 pub(crate) mod fake_cluster;
 pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
 pub(crate) mod fake_writer;
 pub(crate) mod flow_builder;
-pub(crate) mod guest_vm;
 pub(crate) mod http_server;
 pub(crate) mod images;
 pub(crate) mod live_ns;
 pub(crate) mod master_run;
-pub(crate) mod osmet_pack;
 pub(crate) mod root;
 pub(crate) mod service_report;
 pub(crate) mod tls_server;
 pub(crate) mod untar;
+pub(crate) mod vm;

@@ -125,7 +125,8 @@ pub(crate) fn sgdisk_verify(dev: &Path) -> String {
     out
 }
 
-/// The device holds an empty, valid GPT at `ss`-byte sectors: nothing on it can boot.
+/// The device (or disk-image file) holds an empty, valid GPT at `ss`-byte sectors, its backup
+/// at the end: nothing on it can boot.
 pub(crate) fn assert_empty_gpt(dev: &Path, ss: u64) {
     sgdisk_verify(dev);
     let mut f = std::fs::File::open(dev).unwrap();
@@ -135,4 +136,6 @@ pub(crate) fn assert_empty_gpt(dev: &Path, ss: u64) {
         0,
         "partitions left: the disk could boot"
     );
+    let len = std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap();
+    assert_eq!(gpt.header.backup_lba, len / ss - 1, "backup at the end");
 }

@@ -4,21 +4,6 @@
 //! JSON when the process stops, and read back by the tests (on the host, or from a guest's
 //! disk). One definition for both sides, so that the writer and the readers agree.
 //!
-//! ```json
-//! {
-//!   "host_id": "…",
-//!   "progress": [["Starting installation", "master"], ["Installing", "master"], …],
-//!   "current_stage": "Rebooting",
-//!   "host_logs_progress": [["<host id>", "requested"]],
-//!   "cluster_logs_progress": [],
-//!   "uploads": [{"cluster_id": "…", "logs_type": "host", "infra_env_id": "…",
-//!                "host_id": "…", "file_name": "…", "bytes": 123}],
-//!   "events": [],
-//!   "requests": [{"method": "PUT", "path": "/api/assisted-install/v2/…", "query": "",
-//!                 "status": 200}]
-//! }
-//! ```
-//!
 //! Include it next to `fake_service` and `http_server` (it names them through `super`).
 
 use std::path::Path;

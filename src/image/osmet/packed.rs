@@ -13,7 +13,7 @@ use std::io::{self, BufReader};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::image::format::{Decompressor, Format, XzSettings};
-use crate::image::pipeline::fill;
+use crate::image::stages::fill;
 
 /// Decoded bytes per chunk.
 const CHUNK: usize = 1 << 20;

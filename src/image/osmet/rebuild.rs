@@ -347,24 +347,6 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_object_is_named_with_its_offset() {
-        let f = fixture();
-        let path = f.dir.path().join(id(2).relative_path());
-        std::fs::remove_file(&path).unwrap();
-        let e = read_all(&mut f.start(&xz(&f.packed())), 1 << 20)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains(&format!(
-                "OSTree object {} (needed at image offset {}) cannot be opened",
-                path.display(),
-                2 * MAX_READ
-            )),
-            "{e}"
-        );
-    }
-
-    #[test]
     fn dropping_a_rebuild_midway_stops_its_threads() {
         let f = fixture();
         let mut r = f.start(&xz(&f.packed()));

@@ -1,0 +1,342 @@
+//! The pipeline's stages, each on its own thread: fetch, decode, hash and write, with the
+//! channels and the shared first-error slot that join them.
+
+use anyhow::{anyhow, bail, Context, Result};
+use crossbeam_channel::{select, Receiver, Sender};
+use sha2::Digest;
+use std::io::{self, BufRead, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::cancel::Cancel;
+use super::digest::{Sha256, Sha256Sum};
+use super::format::{sniff, Decompressor, Format, XzSettings, SNIFF_LEN};
+use super::pipeline::{RawImage, BLOCK, CHUNK};
+use super::source::ImageSource;
+use crate::disk::device::Device;
+use crate::disk::direct::{pad_to_sector, AlignedBuf};
+
+pub(super) struct Block {
+    pub(super) offset: u64,
+    pub(super) buf: AlignedBuf,
+    pub(super) len: usize,
+}
+
+pub(super) enum Msg {
+    Data(Vec<u8>),
+    End,
+}
+
+/// State shared by the stages: the first error wins (later ones are usually its echoes, e.g.
+/// a closed channel), and it cancels everything else.
+pub(super) struct Shared {
+    pub(super) error: Mutex<Option<anyhow::Error>>,
+    /// Set by the decoder once it has sniffed the stream, before it sends the first MiB.
+    pub(super) format: std::sync::OnceLock<Format>,
+    pub(super) cancel: Cancel,
+    pub(super) written: AtomicU64,
+    pub(super) downloaded: AtomicU64,
+}
+
+impl Shared {
+    pub(super) fn fail(&self, e: anyhow::Error) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() && !self.cancel.is_cancelled() {
+            *slot = Some(e);
+        }
+        drop(slot);
+        self.cancel.cancel();
+    }
+
+    pub(super) fn take_error(&self) -> Option<anyhow::Error> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// The decoder's input: compressed chunks from the fetch stage, as a `BufRead`.
+pub(super) struct ChannelReader {
+    rx: Receiver<Msg>,
+    cancel: Cancel,
+    cur: Vec<u8>,
+    pos: usize,
+    ended: bool,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        super::format::read_from_buf(self, out)
+    }
+}
+
+impl BufRead for ChannelReader {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        while self.pos == self.cur.len() && !self.ended {
+            select! {
+                recv(self.rx) -> m => match m {
+                    Ok(Msg::Data(v)) => { self.cur = v; self.pos = 0; }
+                    Ok(Msg::End) => self.ended = true,
+                    Err(_) => return Err(io::Error::other("the image download stopped")),
+                },
+                recv(self.cancel.receiver()) -> _ => return Err(io::Error::other("cancelled")),
+            }
+        }
+        Ok(&self.cur[self.pos..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+    }
+}
+
+/// Read until `buf` is full or the stream ends; the count read.
+pub(crate) fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Sends block 0 to the coordinator and every other block to the writers.
+pub(super) struct Router {
+    pub(super) head: Sender<Block>,
+    pub(super) write: Sender<Block>,
+}
+
+impl Router {
+    pub(super) fn send(&self, b: Block, cancel: &Cancel) -> bool {
+        let tx = if b.offset == 0 {
+            &self.head
+        } else {
+            &self.write
+        };
+        select! {
+            send(tx, b) -> r => r.is_ok(),
+            recv(cancel.receiver()) -> _ => false,
+        }
+    }
+}
+
+/// Where a block goes after the decoder: straight to the router, or through the hasher.
+pub(super) enum Next {
+    Route(Router),
+    Hash(Sender<Block>),
+}
+
+pub(super) fn fetch_stage(
+    source: &mut dyn ImageSource,
+    tx: Sender<Msg>,
+    sh: &Shared,
+) -> Option<(u64, Sha256Sum)> {
+    let mut hasher = Sha256::new();
+    let mut total = 0u64;
+    loop {
+        let mut buf = Vec::with_capacity(CHUNK + (64 << 10));
+        let mut eof = false;
+        while buf.len() < CHUNK {
+            match source.read_more(&mut buf, &sh.cancel) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    sh.downloaded.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    sh.fail(e);
+                    return None;
+                }
+            }
+        }
+        hasher.update(&buf);
+        total += buf.len() as u64;
+        let msgs = (!buf.is_empty())
+            .then_some(Msg::Data(buf))
+            .into_iter()
+            .chain(eof.then_some(Msg::End));
+        for m in msgs {
+            select! {
+                send(tx, m) -> r => if r.is_err() { return None },
+                recv(sh.cancel.receiver()) -> _ => return None,
+            }
+        }
+        if eof {
+            return Some((total, Sha256Sum::of(hasher)));
+        }
+    }
+}
+
+/// What the decode stage reads: compressed chunks from the fetch stage, or a raw image.
+pub(super) enum DecodeInput {
+    Channel(Receiver<Msg>, XzSettings),
+    Raw(Box<dyn RawImage>),
+}
+
+pub(super) enum Decoding {
+    Decoded(Box<Decompressor<ChannelReader>>),
+    Raw(Box<dyn RawImage>),
+}
+
+impl Read for Decoding {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Decoding::Decoded(d) => d.read(out),
+            Decoding::Raw(r) => r.read(out),
+        }
+    }
+}
+
+pub(super) fn decode_stage(
+    input: DecodeInput,
+    pool: Receiver<AlignedBuf>,
+    next: Next,
+    sh: &Shared,
+) -> Option<(u64, Format)> {
+    let run = || -> Result<Option<(u64, Format)>> {
+        let (mut dec, format) = match input {
+            DecodeInput::Channel(rx, xz) => {
+                let mut input = ChannelReader {
+                    rx,
+                    cancel: sh.cancel.clone(),
+                    cur: Vec::new(),
+                    pos: 0,
+                    ended: false,
+                };
+                let head = input.fill_buf().context("reading the image")?;
+                let format = sniff(&head[..head.len().min(SNIFF_LEN)]);
+                tracing::debug!("image format: {format}");
+                (
+                    Decoding::Decoded(Box::new(Decompressor::new(format, input, xz)?)),
+                    format,
+                )
+            }
+            DecodeInput::Raw(r) => (Decoding::Raw(r), Format::Raw),
+        };
+        let rebuilt = matches!(dec, Decoding::Raw(_));
+        let _ = sh.format.set(format);
+        let mut offset = 0u64;
+        loop {
+            let mut buf = if offset == 0 {
+                AlignedBuf::new(BLOCK)
+            } else {
+                select! {
+                    recv(pool) -> b => match b { Ok(b) => b, Err(_) => return Ok(None) },
+                    recv(sh.cancel.receiver()) -> _ => return Ok(None),
+                }
+            };
+            let len = fill(&mut dec, buf.as_mut_slice()).with_context(|| {
+                if rebuilt {
+                    format!("rebuilding the image at offset {offset}")
+                } else {
+                    format!("decoding the {format} image at uncompressed offset {offset}")
+                }
+            })?;
+            if rebuilt {
+                sh.downloaded.fetch_add(len as u64, Ordering::Relaxed);
+            }
+            if len == 0 {
+                if offset == 0 {
+                    bail!("the image is empty");
+                }
+                break;
+            }
+            let block = Block { offset, buf, len };
+            let sent = match &next {
+                Next::Route(r) => r.send(block, &sh.cancel),
+                Next::Hash(tx) => select! {
+                    send(tx, block) -> r => r.is_ok(),
+                    recv(sh.cancel.receiver()) -> _ => false,
+                },
+            };
+            if !sent {
+                return Ok(None);
+            }
+            offset += len as u64;
+            if len < BLOCK {
+                break;
+            }
+        }
+        if let Decoding::Decoded(d) = dec {
+            d.finish()
+                .with_context(|| format!("after {offset} bytes of the {format} image"))?;
+        }
+        Ok(Some((offset, format)))
+    };
+    match run() {
+        Ok(r) => r,
+        Err(e) => {
+            sh.fail(e);
+            None
+        }
+    }
+}
+
+pub(super) fn hash_stage(rx: Receiver<Block>, router: Router, sh: &Shared) -> Option<Sha256Sum> {
+    let mut hasher = Sha256::new();
+    loop {
+        let block = select! {
+            recv(rx) -> b => match b { Ok(b) => b, Err(_) => break },
+            recv(sh.cancel.receiver()) -> _ => return None,
+        };
+        hasher.update(&block.buf.as_slice()[..block.len]);
+        if !router.send(block, &sh.cancel) {
+            return None;
+        }
+    }
+    Some(Sha256Sum::of(hasher))
+}
+
+pub(super) fn write_stage(
+    dev: &Device,
+    sector: usize,
+    limit: Option<(u32, &str, u64)>,
+    rx: Receiver<Block>,
+    pool: Sender<AlignedBuf>,
+    sh: &Shared,
+) {
+    loop {
+        let mut block = select! {
+            recv(rx) -> b => match b { Ok(b) => b, Err(_) => return },
+            recv(sh.cancel.receiver()) -> _ => return,
+        };
+        let len = if dev.is_direct() {
+            pad_to_sector(&mut block.buf, block.len, sector)
+        } else {
+            block.len
+        };
+        let end = block.offset + len as u64;
+        if end > dev.size() {
+            sh.fail(anyhow!(
+                "the image is larger than {} ({} bytes): it continues past byte {}",
+                dev.path().display(),
+                dev.size(),
+                dev.size()
+            ));
+            return;
+        }
+        if let Some((n, label, start)) = limit {
+            if end > start {
+                sh.fail(anyhow!(
+                    "collision with saved partition {n} ({label:?}) at offset {start}: the image continues past it"
+                ));
+                return;
+            }
+        }
+        if let Err(e) = dev.write_at(&block.buf.as_slice()[..len], block.offset) {
+            sh.fail(e);
+            return;
+        }
+        sh.written.fetch_add(block.len as u64, Ordering::Relaxed);
+        // The pool has room for every buffer; a closed pool means the decoder is gone.
+        let _ = pool.send(block.buf);
+    }
+}
+
+pub(super) fn joined<T>(r: std::thread::Result<T>) -> Result<T> {
+    r.map_err(|_| anyhow!("a pipeline thread panicked"))
+}

@@ -1,0 +1,187 @@
+//! The client's retry policy, as data for the one retry loop (`Clock::retry`).
+
+use std::time::Duration;
+
+use crate::clock::{Delay, Failure, Schedule};
+
+/// Retry policy (Go `CreateInventoryClientWithDelay`). With `attempt` counted from 0, a call is
+/// retried when:
+/// * the status is 404, 423 or 425 and `attempt < min_retries`;
+/// * the status is 408, 429 or 5xx and `attempt < max_retries`;
+/// * the request failed without a response (refused, reset, timed out…) and `attempt < max_retries`.
+///
+/// The wait before the next attempt is a random duration in
+/// `[0, min(delay_cap, delay_base × 2^attempt))` ("full jitter"). This is data for the one retry
+/// loop (`Clock::retry`): [`ClientRetry::schedule`] and [`ClientRetry::classify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientRetry {
+    pub min_retries: u32,
+    pub max_retries: u32,
+    pub delay_base: Duration,
+    pub delay_cap: Duration,
+}
+
+impl ClientRetry {
+    /// Go `minRetries`.
+    pub const MIN_RETRIES: u32 = 10;
+    /// Go `maxRetries` for the installer.
+    pub const MAX_RETRIES: u32 = 360;
+    /// Go `maxRetries` in dry-run mode.
+    pub const DRY_RUN_MAX_RETRIES: u32 = 3;
+
+    /// The installer's policy: 10 / 360 retries, delays from 2 s capped at 10 s.
+    pub fn installer() -> Self {
+        ClientRetry {
+            min_retries: Self::MIN_RETRIES,
+            max_retries: Self::MAX_RETRIES,
+            delay_base: Duration::from_secs(2),
+            delay_cap: Duration::from_secs(10),
+        }
+    }
+
+    /// Go `maxRetries` for the assisted-installer-controller.
+    pub const CONTROLLER_MAX_RETRIES: u32 = 15;
+
+    /// The controller's policy: as [`ClientRetry::installer`] with 15 retries for the "max"
+    /// classes (408/429/5xx/no answer) instead of 360.
+    pub fn controller() -> Self {
+        ClientRetry {
+            max_retries: Self::CONTROLLER_MAX_RETRIES,
+            ..Self::installer()
+        }
+    }
+
+    /// The dry-run policy: as [`ClientRetry::installer`] with 3 retries for the "max" classes.
+    pub fn dry_run() -> Self {
+        ClientRetry {
+            max_retries: Self::DRY_RUN_MAX_RETRIES,
+            ..Self::installer()
+        }
+    }
+
+    /// `max_retries` retries with full-jitter delays; no overall deadline (the Go client sets
+    /// none).
+    pub fn schedule(&self) -> Schedule {
+        Schedule {
+            retries: Some(self.max_retries),
+            timeout: None,
+            delay: Delay::FullJitter {
+                base: self.delay_base,
+                cap: self.delay_cap,
+            },
+        }
+    }
+
+    /// An answer with a failed `status`: 404/423/425 have a budget of their own
+    /// (`min_retries`), 408/429/5xx the schedule's, anything else is final.
+    pub fn classify<E>(&self, status: u16, error: E) -> Failure<E> {
+        match status {
+            404 | 423 | 425 => Failure::RetryWithin(self.min_retries, error),
+            408 | 429 | 500..=599 => Failure::Retry(error),
+            _ => Failure::Fatal(error),
+        }
+    }
+
+    /// Upper bound (exclusive) of the wait after attempt number `attempt`.
+    pub fn delay_bound(&self, attempt: u32) -> Duration {
+        self.schedule().delay.bound(attempt + 1)
+    }
+}
+
+impl Default for ClientRetry {
+    fn default() -> Self {
+        Self::installer()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl ClientRetry {
+        /// Whether a response with `status` to attempt number `attempt` (0-based) is retried.
+        fn retry_status(&self, status: u16, attempt: u32) -> bool {
+            self.schedule()
+                .permits(&self.classify(status, ()), attempt + 1)
+        }
+
+        /// Whether a failure without a usable response (connection refused or reset, timeout, a body
+        /// cut short) on attempt number `attempt` (0-based) is retried.
+        fn retry_transport(&self, attempt: u32) -> bool {
+            self.schedule().permits(&Failure::Retry(()), attempt + 1)
+        }
+
+        /// A random wait in `[0, delay_bound(attempt))`.
+        fn delay(&self, attempt: u32) -> Duration {
+            self.schedule().delay.after(attempt + 1)
+        }
+    }
+
+    #[test]
+    fn default_policy_matches_go() {
+        let r = ClientRetry::default();
+        assert_eq!(r.min_retries, 10);
+        assert_eq!(r.max_retries, 360);
+        assert_eq!(r.delay_base, Duration::from_secs(2));
+        assert_eq!(r.delay_cap, Duration::from_secs(10));
+        assert_eq!(ClientRetry::dry_run().max_retries, 3);
+        assert_eq!(ClientRetry::dry_run().min_retries, 10);
+        let c = ClientRetry::controller();
+        assert_eq!((c.min_retries, c.max_retries), (10, 15));
+        assert_eq!((c.delay_base, c.delay_cap), (r.delay_base, r.delay_cap));
+        for s in [404, 423, 425] {
+            assert!(c.retry_status(s, 9) && !c.retry_status(s, 10), "{s}");
+        }
+        for s in [408, 429, 500, 503, 599] {
+            assert!(c.retry_status(s, 14) && !c.retry_status(s, 15), "{s}");
+        }
+        assert!(c.retry_transport(14) && !c.retry_transport(15));
+        assert!(!c.retry_status(401, 0) && !c.retry_status(409, 0));
+    }
+
+    #[test]
+    fn retry_classes() {
+        let r = ClientRetry::installer();
+        for s in [404, 423, 425] {
+            assert!(r.retry_status(s, 0));
+            assert!(r.retry_status(s, 9));
+            assert!(!r.retry_status(s, 10));
+        }
+        for s in [408, 429, 500, 502, 503, 504, 599] {
+            assert!(r.retry_status(s, 0));
+            assert!(r.retry_status(s, 359));
+            assert!(!r.retry_status(s, 360));
+        }
+        for s in [200, 204, 301, 400, 401, 403, 405, 409, 410, 422, 600] {
+            assert!(!r.retry_status(s, 0), "{s}");
+        }
+        assert!(r.retry_transport(359));
+        assert!(!r.retry_transport(360));
+        let d = ClientRetry::dry_run();
+        assert!(d.retry_status(500, 2));
+        assert!(!d.retry_status(500, 3));
+        assert!(d.retry_status(404, 5));
+    }
+
+    #[test]
+    fn delay_is_full_jitter_with_cap() {
+        let r = ClientRetry::installer();
+        assert_eq!(r.delay_bound(0), Duration::from_secs(2));
+        assert_eq!(r.delay_bound(1), Duration::from_secs(4));
+        assert_eq!(r.delay_bound(2), Duration::from_secs(8));
+        assert_eq!(r.delay_bound(3), Duration::from_secs(10));
+        assert_eq!(r.delay_bound(40), Duration::from_secs(10));
+        let mut distinct = std::collections::HashSet::new();
+        for attempt in 0..200 {
+            let d = r.delay(attempt % 5);
+            assert!(d < r.delay_bound(attempt % 5));
+            distinct.insert(d);
+        }
+        assert!(distinct.len() > 150, "delays should be random");
+        let zero = ClientRetry {
+            delay_base: Duration::ZERO,
+            ..ClientRetry::installer()
+        };
+        assert_eq!(zero.delay(3), Duration::ZERO);
+    }
+}
