@@ -12,7 +12,7 @@ use assisted_installer::flow::node::run_installer;
 use assisted_installer::flow::Intervals;
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
-use assisted_installer::kube::{EventInfo, KubeApi, NodeInfo, PodInfo};
+use assisted_installer::kube::{Event, KubeApi, Node, Pod};
 use assisted_installer::service::client::LogsType;
 use common::fake_kube::FakeKube;
 use common::fake_service::FakeService;
@@ -680,10 +680,10 @@ impl ControllerOnTheClock {
 }
 
 impl KubeApi for ControllerOnTheClock {
-    fn list_nodes(&self, role: &Role) -> anyhow::Result<Vec<NodeInfo>> {
+    fn list_nodes(&self, role: &Role) -> anyhow::Result<Vec<Node>> {
         self.kube.list_nodes(role)
     }
-    fn list_events(&self, namespace: &str) -> anyhow::Result<Vec<EventInfo>> {
+    fn list_events(&self, namespace: &str) -> anyhow::Result<Vec<Event>> {
         if self.since_start() >= self.ready_after {
             self.kube.add_event(
                 namespace,
@@ -706,7 +706,7 @@ impl KubeApi for ControllerOnTheClock {
     fn remove_node_taint(&self, node: &str, key: &str) -> anyhow::Result<()> {
         self.kube.remove_node_taint(node, key)
     }
-    fn list_pods(&self, namespace: &str, selector: &str) -> anyhow::Result<Vec<PodInfo>> {
+    fn list_pods(&self, namespace: &str, selector: &str) -> anyhow::Result<Vec<Pod>> {
         self.kube.list_pods(namespace, selector)
     }
     fn pod_logs(&self, ns: &str, pod: &str, since: Option<i64>) -> anyhow::Result<String> {

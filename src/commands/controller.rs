@@ -47,7 +47,7 @@ pub fn is_controller_invocation(mut args: impl Iterator<Item = std::ffi::OsStrin
 /// container), and the completion wait's `os.Exit(0)` ends the process here at once.
 ///
 /// Dry mode (`DRY_ENABLE=true`, §3.16): step 5 builds the pretend cluster of the dry-run hosts
-/// that startup parsed (`controller::cluster::dry`) instead of a client; the service is real.
+/// that startup parsed (`kube::dry`) instead of a client; the service is real.
 ///
 /// The OLM step (§3.9), the ABI post-install task (§3.10), the BMH task (§3.11) and the node
 /// labels (§3.13) are [`ExtraTasks`] of [`run::run`], all given here.

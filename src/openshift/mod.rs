@@ -15,3 +15,13 @@ pub const CONTROLLER_NAMESPACE: &str = "assisted-installer";
 pub const CONTROLLER_READY_EVENT: &str = "AssistedControllerIsReady";
 /// The controller's Job name: the `job-name` label of its pod and the prefix of the pod's name.
 pub const CONTROLLER_JOB: &str = "assisted-installer-controller";
+
+/// The cluster-scoped Proxy and ClusterVersion objects OpenShift keeps one of, by these names.
+pub const PROXY_NAME: &str = "cluster";
+pub const CLUSTER_VERSION_NAME: &str = "version";
+/// The ConfigMap holding the router's CA, and its key.
+pub const INGRESS_CERT_NAMESPACE: &str = "openshift-config-managed";
+pub const INGRESS_CERT_NAME: &str = "default-ingress-cert";
+pub const INGRESS_CERT_KEY: &str = "ca-bundle.crt";
+/// The namespace of the machine-config-server pods.
+pub const MCS_NAMESPACE: &str = "openshift-machine-config-operator";

@@ -7,7 +7,6 @@
 
 pub(crate) mod boot_vm;
 pub(crate) mod examples;
-pub(crate) mod fake_cluster;
 pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
 pub(crate) mod fake_writer;

@@ -1,6 +1,6 @@
-//! An in-memory [`ClusterApi`] for the controller's task tests (unit and integration): state set
-//! with `set_*`, every call recorded in order with its arguments ([`FakeCluster::calls`]), writes
-//! applied to the state, and failures injected per method as [`ApiError`]s.
+//! An in-memory cluster for the tests of both programs ([`ClusterApi`] and [`KubeApi`]): state
+//! set with `set_*`, every call recorded in order with its arguments ([`FakeCluster::calls`]),
+//! writes applied to the state, and failures injected per method as [`ApiError`]s.
 //!
 //! Selectors: label selectors of `key` and `key=value` requirements, comma-joined; the field
 //! selector `status.phase=<phase>` for pods.
@@ -12,9 +12,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{
     selector_matches, ApiError, ClusterApi, ClusterOperator, ClusterVersion, Condition, Csr,
-    CsrApproval, Csv, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, Pod,
+    CsrApproval, Csv, Event, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, Pod,
     ProxyStatus, Service, Subscription,
 };
+use crate::config::Role;
+use crate::openshift::role_label;
 
 /// One recorded call: the trait method's name and its arguments as text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +58,7 @@ struct State {
     jobs: Vec<Job>,
     bmhs: BTreeMap<Key, Value>,
     provisionings: BTreeSet<String>,
+    machine_configs: BTreeSet<String>,
     machines: Vec<Machine>,
     mcps: BTreeMap<String, MachineConfigPool>,
 }
@@ -165,6 +168,11 @@ impl FakeCluster {
         self.lock().events.clone()
     }
 
+    /// Forget the Events of `namespace`.
+    pub fn clear_events(&self, namespace: &str) {
+        self.lock().events.retain(|(ns, _)| ns != namespace);
+    }
+
     /// Add or replace a Node.
     pub fn set_node(&self, node: Node) {
         self.lock().nodes.insert(node.name.clone(), node);
@@ -189,6 +197,21 @@ impl FakeCluster {
             .pod_logs
             .insert(key(&pod.namespace, &pod.name), log.to_string());
         state.pods.push(pod);
+    }
+
+    /// Add or replace a Pod (by namespace and name), keeping its log.
+    pub fn set_pod(&self, pod: Pod) {
+        let mut state = self.lock();
+        state
+            .pods
+            .retain(|p| (&p.namespace, &p.name) != (&pod.namespace, &pod.name));
+        state.pods.push(pod);
+    }
+
+    pub fn set_pod_log(&self, namespace: &str, name: &str, log: &str) {
+        self.lock()
+            .pod_logs
+            .insert(key(namespace, name), log.to_string());
     }
 
     pub fn pods(&self) -> Vec<Pod> {
@@ -252,6 +275,10 @@ impl FakeCluster {
 
     pub fn add_provisioning(&self, name: &str) {
         self.lock().provisionings.insert(name.to_string());
+    }
+
+    pub fn add_machine_config(&self, name: &str) {
+        self.lock().machine_configs.insert(name.to_string());
     }
 
     pub fn add_machine(&self, machine: Machine) {
@@ -348,14 +375,15 @@ impl ClusterApi for FakeCluster {
             .ok_or_else(|| not_found(&format!("node {name}")))
     }
 
-    fn remove_node_taint(&self, name: &str, index: usize) -> Result<()> {
+    fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
         let mut state = self.enter("remove_node_taint", &[name, &index.to_string()])?;
         let node = state
             .nodes
             .get_mut(name)
             .ok_or_else(|| not_found(&format!("node {name}")))?;
-        if index >= node.taints.len() {
-            let msg = format!("no taint {index} on node {name}");
+        // The patch's `test` op: taint `index` must still have `key`.
+        if node.taints.get(index).is_none_or(|t| t.key != key) {
+            let msg = format!("taint {index} of node {name} is not {key}");
             return Err(ApiError::new(422, "Invalid", &msg).into());
         }
         node.taints.remove(index);
@@ -598,6 +626,55 @@ impl ClusterApi for FakeCluster {
     }
 }
 
+/// The installer's view of the same state: events are those created, MachineConfigs are the
+/// names given to [`FakeCluster::add_machine_config`].
+impl super::KubeApi for FakeCluster {
+    fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
+        ClusterApi::list_nodes(self, Some(&role_label(role.as_str())))
+    }
+
+    fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
+        let state = self.enter("list_events", &[namespace])?;
+        let events = state.events.iter().filter(|(ns, _)| ns == namespace);
+        Ok(events
+            .map(|(_, e)| Event {
+                name: e.name.clone(),
+                reason: e.reason.clone(),
+                message: e.message.clone(),
+            })
+            .collect())
+    }
+
+    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        ClusterApi::get_config_map(self, ns, name)
+    }
+
+    fn machine_config_exists(&self, name: &str) -> Result<bool> {
+        let state = self.enter("machine_config_exists", &[name])?;
+        Ok(state.machine_configs.contains(name))
+    }
+
+    fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
+        let index = self
+            .get_node(node)?
+            .taints
+            .iter()
+            .position(|t| t.key == key);
+        match index {
+            Some(i) => ClusterApi::remove_node_taint(self, node, i, key),
+            None => Ok(()),
+        }
+    }
+
+    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
+        ClusterApi::list_pods(self, namespace, Some(label_selector), None)
+    }
+
+    fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
+        self.pod_log(namespace, pod, since_seconds)
+    }
+}
+
 /// Call every [`ClusterApi`] method once, in trait order, ignoring the results: the RBAC tests run
 /// it on the fake (every method is declared) and on the real client against an HTTP fake (every
 /// request sent is declared and allowed).
@@ -607,7 +684,7 @@ pub fn exercise_all(api: &dyn ClusterApi) {
     let csr = Csr {
         name: "csr-1".into(),
         conditions: vec![],
-        object: json!({"metadata": {"name": "csr-1"}, "status": {}}),
+        object: json!({"metadata": {"name": "csr-1"}, "spec": {"request": "", "signerName": ""}}),
     };
     let approval = CsrApproval {
         condition: Condition {
@@ -636,7 +713,7 @@ pub fn exercise_all(api: &dyn ClusterApi) {
     let _ = api.create_event("assisted-installer", &event);
     let _ = api.list_nodes(Some("node-role.kubernetes.io/master"));
     let _ = api.get_node("master-0");
-    let _ = api.remove_node_taint("master-0", 0);
+    let _ = api.remove_node_taint("master-0", 0, "k");
     let _ = api.patch_node_labels("master-0", &json!({"a": "b"}));
     let _ = api.list_services();
     let _ = api.delete_service("openshift-dns", "dns-default");
@@ -668,7 +745,7 @@ pub fn exercise_all(api: &dyn ClusterApi) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::cluster::Taint;
+    use crate::kube::Taint;
 
     fn node(name: &str, labels: &[(&str, &str)]) -> Node {
         Node {
@@ -735,9 +812,11 @@ mod tests {
             },
         ];
         fake.set_node(n);
-        fake.remove_node_taint("m0", 0).unwrap();
+        fake.remove_node_taint("m0", 0, "a").unwrap();
         assert_eq!(fake.node("m0").unwrap().taints[0].key, "b");
-        fake.remove_node_taint("m0", 5).unwrap_err();
+        fake.remove_node_taint("m0", 5, "b").unwrap_err();
+        let moved = fake.remove_node_taint("m0", 0, "a").unwrap_err();
+        assert_eq!(super::super::api_error_code(&moved), Some(422));
         fake.patch_node_labels("m0", &json!({"x": "1"})).unwrap();
         assert_eq!(fake.node("m0").unwrap().labels["x"], "1");
 
