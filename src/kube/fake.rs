@@ -1,9 +1,7 @@
 //! An in-memory cluster for the tests of both programs ([`ClusterApi`] and [`KubeApi`]): state
 //! set with `set_*`, every call recorded in order with its arguments ([`FakeCluster::calls`]),
 //! writes applied to the state, and failures injected per method as [`ApiError`]s.
-//!
-//! Selectors: label selectors of `key` and `key=value` requirements, comma-joined; the field
-//! selector `status.phase=<phase>` for pods.
+//! Selectors: as [`selector_matches`]; the field selector `status.phase=<phase>` for pods.
 
 use anyhow::{anyhow, Result};
 use serde_json::{json, Value};
@@ -18,7 +16,7 @@ use super::{
 use crate::config::Role;
 use crate::openshift::role_label;
 
-/// One recorded call: the trait method's name and its arguments as text.
+/// One recorded call: the method's name and its arguments as text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     pub method: &'static str,
@@ -32,12 +30,11 @@ impl std::fmt::Display for Call {
 }
 
 type Key = (String, String);
-
 fn key(namespace: &str, name: &str) -> Key {
     (namespace.to_string(), name.to_string())
 }
 
-#[derive(Default)]
+#[derive(Default, Debug)]
 struct State {
     calls: Vec<Call>,
     /// (method, error, sticky): the first matching entry answers the call.
@@ -64,15 +61,9 @@ struct State {
 }
 
 /// The fake cluster; clones share their state.
-#[derive(Clone, Default)]
+#[derive(Clone, Default, Debug)]
 pub struct FakeCluster {
     state: Arc<Mutex<State>>,
-}
-
-impl std::fmt::Debug for FakeCluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeCluster").finish_non_exhaustive()
-    }
 }
 
 fn not_found(what: &str) -> anyhow::Error {
@@ -87,7 +78,6 @@ impl FakeCluster {
     pub fn new() -> FakeCluster {
         FakeCluster::default()
     }
-
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -95,10 +85,8 @@ impl FakeCluster {
     /// Record a call, then answer with an injected failure if one matches.
     fn enter(&self, method: &'static str, args: &[&str]) -> Result<MutexGuard<'_, State>> {
         let mut state = self.lock();
-        state.calls.push(Call {
-            method,
-            args: args.iter().map(|a| a.to_string()).collect(),
-        });
+        let args = args.iter().map(|a| a.to_string()).collect();
+        state.calls.push(Call { method, args });
         if let Some(i) = state.failures.iter().position(|(m, _, _)| m == method) {
             let (_, err, sticky) = state.failures[i].clone();
             if !sticky {
@@ -122,11 +110,7 @@ impl FakeCluster {
 
     /// How many times `method` was called.
     pub fn count(&self, method: &str) -> usize {
-        self.lock()
-            .calls
-            .iter()
-            .filter(|c| c.method == method)
-            .count()
+        self.calls().iter().filter(|c| c.method == method).count()
     }
 
     /// The next call of `method` fails with `err`.
@@ -134,13 +118,9 @@ impl FakeCluster {
         self.lock().failures.push((method.to_string(), err, false));
     }
 
-    /// Every call of `method` fails with `err` (until [`FakeCluster::clear_failures`]).
+    /// Every call of `method` fails with `err`.
     pub fn fail_always(&self, method: &str, err: ApiError) {
         self.lock().failures.push((method.to_string(), err, true));
-    }
-
-    pub fn clear_failures(&self) {
-        self.lock().failures.clear();
     }
 
     pub fn set_proxy(&self, proxy: ProxyStatus) {
@@ -156,11 +136,10 @@ impl FakeCluster {
     }
 
     pub fn set_config_map(&self, namespace: &str, name: &str, data: &[(&str, &str)]) {
-        let data = data
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        self.lock().config_maps.insert(key(namespace, name), data);
+        let data = data.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        self.lock()
+            .config_maps
+            .insert(key(namespace, name), data.collect());
     }
 
     /// The Events created, with their namespaces.
@@ -192,30 +171,21 @@ impl FakeCluster {
 
     /// Add a Pod with its log.
     pub fn add_pod(&self, pod: Pod, log: &str) {
-        let mut state = self.lock();
-        state
-            .pod_logs
-            .insert(key(&pod.namespace, &pod.name), log.to_string());
-        state.pods.push(pod);
+        self.set_pod_log(&pod.namespace, &pod.name, log);
+        self.lock().pods.push(pod);
     }
 
     /// Add or replace a Pod (by namespace and name), keeping its log.
     pub fn set_pod(&self, pod: Pod) {
         let mut state = self.lock();
-        state
-            .pods
-            .retain(|p| (&p.namespace, &p.name) != (&pod.namespace, &pod.name));
+        let same = |p: &Pod| (&p.namespace, &p.name) == (&pod.namespace, &pod.name);
+        state.pods.retain(|p| !same(p));
         state.pods.push(pod);
     }
 
     pub fn set_pod_log(&self, namespace: &str, name: &str, log: &str) {
-        self.lock()
-            .pod_logs
-            .insert(key(namespace, name), log.to_string());
-    }
-
-    pub fn pods(&self) -> Vec<Pod> {
-        self.lock().pods.clone()
+        let log = log.to_string();
+        self.lock().pod_logs.insert(key(namespace, name), log);
     }
 
     /// Add or replace a CSR; its `object` gets a `metadata.name` and the conditions when empty.
@@ -235,9 +205,8 @@ impl FakeCluster {
     }
 
     pub fn set_subscription(&self, sub: Subscription) {
-        self.lock()
-            .subscriptions
-            .insert(key(&sub.namespace, &sub.name), sub);
+        let k = key(&sub.namespace, &sub.name);
+        self.lock().subscriptions.insert(k, sub);
     }
 
     pub fn set_csv(&self, csv: Csv) {
@@ -248,25 +217,16 @@ impl FakeCluster {
         self.lock().install_plans.push(plan);
     }
 
-    pub fn install_plans(&self) -> Vec<InstallPlan> {
-        self.lock().install_plans.clone()
-    }
-
     pub fn add_job(&self, job: Job) {
         self.lock().jobs.push(job);
     }
 
-    pub fn jobs(&self) -> Vec<Job> {
-        self.lock().jobs.clone()
-    }
-
     /// Add or replace a BareMetalHost (keyed by its `metadata.namespace` and `metadata.name`).
     pub fn set_bmh(&self, bmh: Value) {
-        let k = key(
-            bmh["metadata"]["namespace"].as_str().unwrap_or_default(),
-            bmh["metadata"]["name"].as_str().unwrap_or_default(),
-        );
-        self.lock().bmhs.insert(k, bmh);
+        let meta = |k: &str| bmh["metadata"][k].as_str().unwrap_or_default().to_string();
+        self.lock()
+            .bmhs
+            .insert((meta("namespace"), meta("name")), bmh);
     }
 
     pub fn bmh(&self, namespace: &str, name: &str) -> Option<Value> {
@@ -292,31 +252,54 @@ impl FakeCluster {
     pub fn machine_config_pool(&self, name: &str) -> Option<MachineConfigPool> {
         self.lock().mcps.get(name).cloned()
     }
+
+    /// Record the call, then `write` `bmh` over the stored BareMetalHost of its name.
+    fn put_bmh(
+        &self,
+        method: &'static str,
+        namespace: &str,
+        bmh: &Value,
+        write: impl FnOnce(&mut Value, &Value),
+    ) -> Result<Value> {
+        let name = bmh["metadata"]["name"].as_str();
+        let mut state = self.enter(method, &[namespace, name.unwrap_or_default()])?;
+        let name = name.ok_or_else(|| anyhow!("the BareMetalHost has no metadata.name"))?;
+        let stored = state.bmhs.get_mut(&key(namespace, name));
+        let stored =
+            stored.ok_or_else(|| not_found(&format!("BareMetalHost {namespace}/{name}")))?;
+        write(stored, bmh);
+        Ok(stored.clone())
+    }
 }
 
 fn condition_json(c: &Condition) -> Value {
     json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message})
 }
 
-fn bmh_name(bmh: &Value) -> Result<&str> {
-    bmh["metadata"]["name"]
-        .as_str()
-        .ok_or_else(|| anyhow!("the BareMetalHost has no metadata.name"))
+/// The stored object, or NotFound.
+fn found<T: Clone>(object: Option<&T>, what: impl FnOnce() -> String) -> Result<T> {
+    object.cloned().ok_or_else(|| not_found(&what()))
+}
+
+/// The items of `namespace`.
+fn of<T: Clone>(items: &[T], namespace: &str, ns: impl Fn(&T) -> &str) -> Vec<T> {
+    items
+        .iter()
+        .filter(|i| ns(i) == namespace)
+        .cloned()
+        .collect()
 }
 
 impl ClusterApi for FakeCluster {
     fn get_proxy(&self, name: &str) -> Result<ProxyStatus> {
-        let state = self.enter("get_proxy", &[name])?;
-        Ok(state.proxy.clone())
+        Ok(self.enter("get_proxy", &[name])?.proxy.clone())
     }
 
     fn get_cluster_version(&self, name: &str) -> Result<ClusterVersion> {
         let state = self.enter("get_cluster_version", &[name])?;
-        state
-            .cluster_versions
-            .get(name)
-            .cloned()
-            .ok_or_else(|| not_found(&format!("ClusterVersion {name}")))
+        found(state.cluster_versions.get(name), || {
+            format!("ClusterVersion {name}")
+        })
     }
 
     fn list_cluster_operators(&self) -> Result<Vec<ClusterOperator>> {
@@ -326,61 +309,46 @@ impl ClusterApi for FakeCluster {
 
     fn get_cluster_operator(&self, name: &str) -> Result<ClusterOperator> {
         let state = self.enter("get_cluster_operator", &[name])?;
-        state
-            .cluster_operators
-            .get(name)
-            .cloned()
-            .ok_or_else(|| not_found(&format!("ClusterOperator {name}")))
+        found(state.cluster_operators.get(name), || {
+            format!("ClusterOperator {name}")
+        })
     }
 
-    fn get_config_map(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
-        let state = self.enter("get_config_map", &[namespace, name])?;
-        Ok(state.config_maps.get(&key(namespace, name)).cloned())
+    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        let state = self.enter("get_config_map", &[ns, name])?;
+        Ok(state.config_maps.get(&key(ns, name)).cloned())
     }
 
     fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()> {
         let mut state = self.enter("create_event", &[namespace, &event.name])?;
-        if state
-            .events
+        let events = &mut state.events;
+        if events
             .iter()
             .any(|(ns, e)| ns == namespace && e.name == event.name)
         {
             let msg = format!("events \"{}\" already exists", event.name);
             return Err(ApiError::new(409, "AlreadyExists", &msg).into());
         }
-        state.events.push((namespace.to_string(), event.clone()));
+        events.push((namespace.to_string(), event.clone()));
         Ok(())
     }
 
     fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>> {
         let state = self.enter("list_nodes", &[&opt(label_selector)])?;
-        Ok(state
-            .nodes
-            .values()
-            .filter(|n| selector_matches(label_selector, &n.labels))
-            .cloned()
-            .collect())
+        let nodes = state.nodes.values();
+        let selected = nodes.filter(|n| selector_matches(label_selector, &n.labels));
+        Ok(selected.cloned().collect())
     }
 
     fn get_node(&self, name: &str) -> Result<Node> {
         let state = self.enter("get_node", &[name])?;
-        state
-            .nodes
-            .get(name)
-            .cloned()
-            .ok_or_else(|| not_found(&format!("node {name}")))
+        found(state.nodes.get(name), || format!("node {name}"))
     }
 
     fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
         let mut state = self.enter("remove_node_taint", &[name, &index.to_string()])?;
-        let node = state
-            .nodes
-            .get_mut(name)
-            .ok_or_else(|| not_found(&format!("node {name}")))?;
+        let node = state.nodes.get_mut(name);
+        let node = node.ok_or_else(|| not_found(&format!("node {name}")))?;
         // The patch's `test` op: taint `index` must still have `key`.
         if node.taints.get(index).is_none_or(|t| t.key != key) {
             let msg = format!("taint {index} of node {name} is not {key}");
@@ -392,30 +360,23 @@ impl ClusterApi for FakeCluster {
 
     fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()> {
         let mut state = self.enter("patch_node_labels", &[name, &labels.to_string()])?;
-        let node = state
-            .nodes
-            .get_mut(name)
-            .ok_or_else(|| not_found(&format!("node {name}")))?;
+        let node = state.nodes.get_mut(name);
+        let node = node.ok_or_else(|| not_found(&format!("node {name}")))?;
         for (k, v) in labels.as_object().into_iter().flatten() {
             match v {
-                Value::Null => {
-                    node.labels.remove(k);
-                }
-                Value::String(s) => {
-                    node.labels.insert(k.clone(), s.clone());
-                }
+                Value::Null => node.labels.remove(k),
+                Value::String(s) => node.labels.insert(k.clone(), s.clone()),
                 other => {
                     let msg = format!("label {k}: {other} is not a string");
                     return Err(ApiError::new(400, "BadRequest", &msg).into());
                 }
-            }
+            };
         }
         Ok(())
     }
 
     fn list_services(&self) -> Result<Vec<Service>> {
-        let state = self.enter("list_services", &[])?;
-        Ok(state.services.clone())
+        Ok(self.enter("list_services", &[])?.services.clone())
     }
 
     fn delete_service(&self, namespace: &str, name: &str) -> Result<()> {
@@ -423,60 +384,52 @@ impl ClusterApi for FakeCluster {
         let before = state.services.len();
         state
             .services
-            .retain(|s| !(s.namespace == namespace && s.name == name));
+            .retain(|s| (s.namespace.as_str(), s.name.as_str()) != (namespace, name));
         match state.services.len() < before {
             true => Ok(()),
             false => Err(not_found(&format!("service {namespace}/{name}"))),
         }
     }
 
-    fn list_pods(
-        &self,
-        namespace: &str,
-        label_selector: Option<&str>,
-        field_selector: Option<&str>,
-    ) -> Result<Vec<Pod>> {
-        let args = [namespace, &opt(label_selector), &opt(field_selector)];
-        let state = self.enter("list_pods", &args)?;
-        let phase = field_selector.and_then(|f| f.strip_prefix("status.phase="));
-        Ok(state
-            .pods
-            .iter()
-            .filter(|p| p.namespace == namespace && selector_matches(label_selector, &p.labels))
+    fn list_pods(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
+        let state = self.enter("list_pods", &[ns, &opt(label), &opt(field)])?;
+        let phase = field.and_then(|f| f.strip_prefix("status.phase="));
+        let pods = of(&state.pods, ns, |p| &p.namespace).into_iter();
+        let pods = pods.filter(|p| selector_matches(label, &p.labels));
+        Ok(pods
             .filter(|p| phase.is_none_or(|ph| p.phase == ph))
-            .cloned()
             .collect())
     }
 
     fn pod_log(&self, namespace: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
         let since = since_seconds.map_or_else(|| "-".to_string(), |s| s.to_string());
         let state = self.enter("pod_log", &[namespace, name, &since])?;
-        state
-            .pod_logs
-            .get(&key(namespace, name))
-            .cloned()
-            .ok_or_else(|| not_found(&format!("pod {namespace}/{name}")))
+        found(state.pod_logs.get(&key(namespace, name)), || {
+            format!("pod {namespace}/{name}")
+        })
     }
 
     fn delete_pods(&self, namespace: &str, label_selector: Option<&str>) -> Result<()> {
         let mut state = self.enter("delete_pods", &[namespace, &opt(label_selector)])?;
-        state
-            .pods
-            .retain(|p| !(p.namespace == namespace && selector_matches(label_selector, &p.labels)));
+        let doomed =
+            |p: &Pod| p.namespace == namespace && selector_matches(label_selector, &p.labels);
+        state.pods.retain(|p| !doomed(p));
         Ok(())
     }
 
     fn list_csrs(&self) -> Result<Vec<Csr>> {
-        let state = self.enter("list_csrs", &[])?;
-        Ok(state.csrs.values().cloned().collect())
+        Ok(self
+            .enter("list_csrs", &[])?
+            .csrs
+            .values()
+            .cloned()
+            .collect())
     }
 
     fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()> {
         let mut state = self.enter("approve_csr", &[&csr.name, &approval.condition.type_])?;
-        let stored = state
-            .csrs
-            .get_mut(&csr.name)
-            .ok_or_else(|| not_found(&format!("CSR {}", csr.name)))?;
+        let stored = state.csrs.get_mut(&csr.name);
+        let stored = stored.ok_or_else(|| not_found(&format!("CSR {}", csr.name)))?;
         stored.conditions.push(approval.condition.clone());
         let mut object = csr.object.clone();
         let condition = condition_json(&approval.condition);
@@ -500,128 +453,83 @@ impl ClusterApi for FakeCluster {
 
     fn list_install_plans(&self, namespace: &str) -> Result<Vec<InstallPlan>> {
         let state = self.enter("list_install_plans", &[namespace])?;
-        Ok(state
-            .install_plans
-            .iter()
-            .filter(|p| p.namespace == namespace)
-            .cloned()
-            .collect())
+        Ok(of(&state.install_plans, namespace, |p| &p.namespace))
     }
 
     fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()> {
         let mut state = self.enter("delete_install_plan", &[namespace, name])?;
-        state
-            .install_plans
-            .retain(|p| !(p.namespace == namespace && p.name == name));
+        let plans = &mut state.install_plans;
+        plans.retain(|p| (p.namespace.as_str(), p.name.as_str()) != (namespace, name));
         Ok(())
     }
 
     fn list_jobs(&self, namespace: &str) -> Result<Vec<Job>> {
         let state = self.enter("list_jobs", &[namespace])?;
-        Ok(state
-            .jobs
-            .iter()
-            .filter(|j| j.namespace == namespace)
-            .cloned()
-            .collect())
+        Ok(of(&state.jobs, namespace, |j| &j.namespace))
     }
 
     fn delete_job(&self, namespace: &str, name: &str) -> Result<()> {
         let mut state = self.enter("delete_job", &[namespace, name])?;
-        state
-            .jobs
-            .retain(|j| !(j.namespace == namespace && j.name == name));
+        let jobs = &mut state.jobs;
+        jobs.retain(|j| (j.namespace.as_str(), j.name.as_str()) != (namespace, name));
         Ok(())
     }
 
     fn list_bmhs(&self, namespace: &str) -> Result<Vec<Value>> {
         let state = self.enter("list_bmhs", &[namespace])?;
-        Ok(state
-            .bmhs
-            .iter()
-            .filter(|((ns, _), _)| ns == namespace)
-            .map(|(_, v)| v.clone())
-            .collect())
+        let bmhs = state.bmhs.iter().filter(|((ns, _), _)| ns == namespace);
+        Ok(bmhs.map(|(_, v)| v.clone()).collect())
     }
 
     fn get_bmh(&self, namespace: &str, name: &str) -> Result<Value> {
         let state = self.enter("get_bmh", &[namespace, name])?;
-        state
-            .bmhs
-            .get(&key(namespace, name))
-            .cloned()
-            .ok_or_else(|| not_found(&format!("BareMetalHost {namespace}/{name}")))
+        let what = || format!("BareMetalHost {namespace}/{name}");
+        found(state.bmhs.get(&key(namespace, name)), what)
     }
 
     fn update_bmh(&self, namespace: &str, bmh: &Value) -> Result<Value> {
-        let name = bmh["metadata"]["name"].as_str().unwrap_or_default();
-        let mut state = self.enter("update_bmh", &[namespace, name])?;
-        let name = bmh_name(bmh)?;
-        let stored = state
-            .bmhs
-            .get_mut(&key(namespace, name))
-            .ok_or_else(|| not_found(&format!("BareMetalHost {namespace}/{name}")))?;
-        // As the API server does on the main resource: the status is not written.
-        let status = stored.get("status").cloned();
-        *stored = bmh.clone();
-        match status {
-            Some(status) => stored["status"] = status,
-            None => {
-                if let Some(o) = stored.as_object_mut() {
-                    o.remove("status");
-                }
+        self.put_bmh("update_bmh", namespace, bmh, |stored, bmh| {
+            // As the API server does on the main resource: the status is not written.
+            let status = stored.get("status").cloned();
+            *stored = bmh.clone();
+            match (status, stored.as_object_mut()) {
+                (Some(status), _) => stored["status"] = status,
+                (None, Some(o)) => drop(o.remove("status")),
+                (None, None) => {}
             }
-        }
-        Ok(stored.clone())
+        })
     }
 
     fn update_bmh_status(&self, namespace: &str, bmh: &Value) -> Result<Value> {
-        let name = bmh["metadata"]["name"].as_str().unwrap_or_default();
-        let mut state = self.enter("update_bmh_status", &[namespace, name])?;
-        let name = bmh_name(bmh)?;
-        let stored = state
-            .bmhs
-            .get_mut(&key(namespace, name))
-            .ok_or_else(|| not_found(&format!("BareMetalHost {namespace}/{name}")))?;
-        // Only the status is written through the subresource.
-        stored["status"] = bmh.get("status").cloned().unwrap_or(Value::Null);
-        Ok(stored.clone())
+        self.put_bmh("update_bmh_status", namespace, bmh, |stored, bmh| {
+            // Only the status is written through the subresource.
+            stored["status"] = bmh.get("status").cloned().unwrap_or(Value::Null);
+        })
     }
 
     fn provisioning_exists(&self, name: &str) -> Result<bool> {
-        let state = self.enter("provisioning_exists", &[name])?;
-        Ok(state.provisionings.contains(name))
+        Ok(self
+            .enter("provisioning_exists", &[name])?
+            .provisionings
+            .contains(name))
     }
 
     fn list_machines(&self, namespace: &str) -> Result<Vec<Machine>> {
         let state = self.enter("list_machines", &[namespace])?;
-        Ok(state
-            .machines
-            .iter()
-            .filter(|m| m.namespace == namespace)
-            .cloned()
-            .collect())
+        Ok(of(&state.machines, namespace, |m| &m.namespace))
     }
 
     fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool> {
         let state = self.enter("get_machine_config_pool", &[name])?;
-        state
-            .mcps
-            .get(name)
-            .cloned()
-            .ok_or_else(|| not_found(&format!("MachineConfigPool {name}")))
+        found(state.mcps.get(name), || format!("MachineConfigPool {name}"))
     }
 
     fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()> {
-        let mut state = self.enter(
-            "set_machine_config_pool_paused",
-            &[name, &paused.to_string()],
-        )?;
-        let pool = state
-            .mcps
-            .get_mut(name)
-            .ok_or_else(|| not_found(&format!("MachineConfigPool {name}")))?;
-        pool.paused = paused;
+        let args = [name, &paused.to_string()];
+        let mut state = self.enter("set_machine_config_pool_paused", &args)?;
+        let pool = state.mcps.get_mut(name);
+        pool.ok_or_else(|| not_found(&format!("MachineConfigPool {name}")))?
+            .paused = paused;
         Ok(())
     }
 }
@@ -636,13 +544,12 @@ impl super::KubeApi for FakeCluster {
     fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
         let state = self.enter("list_events", &[namespace])?;
         let events = state.events.iter().filter(|(ns, _)| ns == namespace);
-        Ok(events
-            .map(|(_, e)| Event {
-                name: e.name.clone(),
-                reason: e.reason.clone(),
-                message: e.message.clone(),
-            })
-            .collect())
+        let event = |e: &NewEvent| Event {
+            name: e.name.clone(),
+            reason: e.reason.clone(),
+            message: e.message.clone(),
+        };
+        Ok(events.map(|(_, e)| event(e)).collect())
     }
 
     fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
@@ -655,12 +562,8 @@ impl super::KubeApi for FakeCluster {
     }
 
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
-        let index = self
-            .get_node(node)?
-            .taints
-            .iter()
-            .position(|t| t.key == key);
-        match index {
+        let taints = self.get_node(node)?.taints;
+        match taints.iter().position(|t| t.key == key) {
             Some(i) => ClusterApi::remove_node_taint(self, node, i, key),
             None => Ok(()),
         }
@@ -681,27 +584,25 @@ impl super::KubeApi for FakeCluster {
 pub fn exercise_all(api: &dyn ClusterApi) {
     let ns = "openshift-machine-api";
     let time = std::time::UNIX_EPOCH;
+    let object = json!({"metadata": {"name": "csr-1"}, "spec": {"request": "", "signerName": ""}});
     let csr = Csr {
         name: "csr-1".into(),
         conditions: vec![],
-        object: json!({"metadata": {"name": "csr-1"}, "spec": {"request": "", "signerName": ""}}),
+        object,
     };
-    let approval = CsrApproval {
-        condition: Condition {
-            type_: "Approved".into(),
-            status: "True".into(),
-            reason: "NodeCSRApprove".into(),
-            message: "approved".into(),
-        },
-        time,
+    let condition = Condition {
+        type_: "Approved".into(),
+        ..Condition::default()
     };
+    let approval = CsrApproval { condition, time };
+    let (e, ns_ai) = (String::from("e"), String::from("assisted-installer"));
     let event = NewEvent {
-        name: "e".into(),
-        reason: "r".into(),
-        type_: "Normal".into(),
-        message: "m".into(),
-        involved_namespace: "assisted-installer".into(),
-        involved_name: "assisted-installer-controller".into(),
+        name: e.clone(),
+        reason: e.clone(),
+        type_: e.clone(),
+        message: e,
+        involved_namespace: ns_ai.clone(),
+        involved_name: ns_ai,
         time,
     };
     let bmh = json!({"metadata": {"name": "bmh-0", "namespace": ns}, "spec": {}, "status": {}});
@@ -719,7 +620,7 @@ pub fn exercise_all(api: &dyn ClusterApi) {
     let _ = api.delete_service("openshift-dns", "dns-default");
     let _ = api.list_pods(
         "assisted-installer",
-        Some("job-name=x"),
+        Some("a=b"),
         Some("status.phase=Running"),
     );
     let _ = api.pod_log("assisted-installer", "pod-0", Some(300));
@@ -745,87 +646,61 @@ pub fn exercise_all(api: &dyn ClusterApi) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::Taint;
+    use crate::kube::{api_error_code, Taint};
 
-    fn node(name: &str, labels: &[(&str, &str)]) -> Node {
-        Node {
-            name: name.into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+    #[test]
+    fn calls_are_recorded_and_failures_injected_once_or_always() {
+        let fake = FakeCluster::new();
+        let labels =
+            BTreeMap::from([("node-role.kubernetes.io/master".to_string(), String::new())]);
+        fake.set_node(Node {
+            name: "m0".into(),
+            labels,
             ..Node::default()
-        }
-    }
-
-    #[test]
-    fn records_calls_in_order_with_arguments() {
-        let fake = FakeCluster::new();
-        fake.set_node(node("m0", &[("node-role.kubernetes.io/master", "")]));
-        fake.set_node(node("w0", &[]));
-        let masters = fake
-            .list_nodes(Some("node-role.kubernetes.io/master"))
-            .unwrap();
-        assert_eq!(masters.len(), 1);
-        assert_eq!(fake.list_nodes(None).unwrap().len(), 2);
-        fake.pod_log("ns", "p", Some(300)).unwrap_err();
+        });
+        fake.set_node(Node {
+            name: "w0".into(),
+            ..Node::default()
+        });
         assert_eq!(
-            fake.take_calls(),
-            vec![
-                "list_nodes(node-role.kubernetes.io/master)",
-                "list_nodes(-)",
-                "pod_log(ns, p, 300)"
-            ]
+            fake.list_nodes(Some("node-role.kubernetes.io/master"))
+                .unwrap()
+                .len(),
+            1
         );
-        assert!(fake.calls().is_empty());
-    }
-
-    #[test]
-    fn failures_once_and_sticky_carry_their_code() {
-        let fake = FakeCluster::new();
         fake.fail_next("list_csrs", ApiError::new(500, "InternalError", "boom"));
-        let err = fake.list_csrs().unwrap_err();
-        assert_eq!(super::super::api_error_code(&err), Some(500));
+        assert_eq!(api_error_code(&fake.list_csrs().unwrap_err()), Some(500));
         assert!(fake.list_csrs().is_ok());
-        fake.fail_always("get_config_map", ApiError::new(403, "Forbidden", "no"));
+        fake.fail_always("get_proxy", ApiError::new(403, "Forbidden", "no"));
         for _ in 0..2 {
-            let err = fake.get_config_map("a", "b").unwrap_err();
-            assert_eq!(super::super::api_error_code(&err), Some(403));
+            assert_eq!(
+                api_error_code(&fake.get_proxy("cluster").unwrap_err()),
+                Some(403)
+            );
         }
-        fake.clear_failures();
-        assert_eq!(fake.get_config_map("a", "b").unwrap(), None);
-        assert_eq!(fake.count("get_config_map"), 3);
+        let calls = fake.take_calls();
+        assert_eq!(calls[0], "list_nodes(node-role.kubernetes.io/master)");
+        assert_eq!((calls.len(), fake.calls().len()), (5, 0));
     }
 
     #[test]
-    fn writes_change_the_state() {
+    fn writes_change_the_state_as_the_api_server_would() {
         let fake = FakeCluster::new();
-        let mut n = node("m0", &[]);
-        n.taints = vec![
-            Taint {
-                key: "a".into(),
-                ..Taint::default()
-            },
-            Taint {
-                key: "b".into(),
-                ..Taint::default()
-            },
-        ];
-        fake.set_node(n);
-        fake.remove_node_taint("m0", 0, "a").unwrap();
-        assert_eq!(fake.node("m0").unwrap().taints[0].key, "b");
-        fake.remove_node_taint("m0", 5, "b").unwrap_err();
-        let moved = fake.remove_node_taint("m0", 0, "a").unwrap_err();
-        assert_eq!(super::super::api_error_code(&moved), Some(422));
+        let taint = |key: &str| Taint {
+            key: key.into(),
+            ..Taint::default()
+        };
+        fake.set_node(Node {
+            name: "m0".into(),
+            taints: vec![taint("a"), taint("b")],
+            ..Node::default()
+        });
+        let moved = ClusterApi::remove_node_taint(&fake, "m0", 1, "a").unwrap_err();
+        assert_eq!(api_error_code(&moved), Some(422));
+        ClusterApi::remove_node_taint(&fake, "m0", 0, "a").unwrap();
+        assert_eq!(fake.node("m0").unwrap().taints, [taint("b")]);
         fake.patch_node_labels("m0", &json!({"x": "1"})).unwrap();
         assert_eq!(fake.node("m0").unwrap().labels["x"], "1");
-
-        fake.set_machine_config_pool(MachineConfigPool {
-            name: "worker".into(),
-            paused: false,
-        });
-        fake.set_machine_config_pool_paused("worker", true).unwrap();
-        assert!(fake.machine_config_pool("worker").unwrap().paused);
 
         let event = NewEvent {
             name: "e".into(),
@@ -837,84 +712,51 @@ mod tests {
             time: std::time::UNIX_EPOCH,
         };
         fake.create_event("ns", &event).unwrap();
-        let again = fake.create_event("ns", &event).unwrap_err();
-        assert_eq!(super::super::api_error_code(&again), Some(409));
-        assert_eq!(fake.events().len(), 1);
-
-        fake.add_pod(
-            Pod {
-                namespace: "dns".into(),
-                name: "p".into(),
-                ..Pod::default()
-            },
-            "log",
+        assert_eq!(
+            api_error_code(&fake.create_event("ns", &event).unwrap_err()),
+            Some(409)
         );
-        fake.delete_pods("dns", None).unwrap();
-        assert!(fake.pods().is_empty());
-    }
 
-    #[test]
-    fn csr_approval_appends_the_condition() {
-        let fake = FakeCluster::new();
         fake.set_csr(Csr {
             name: "csr-1".into(),
             ..Csr::default()
         });
         let csr = fake.list_csrs().unwrap().remove(0);
+        let condition = Condition {
+            type_: "Approved".into(),
+            status: "True".into(),
+            ..Condition::default()
+        };
         let approval = CsrApproval {
-            condition: Condition {
-                type_: "Approved".into(),
-                status: "True".into(),
-                ..Condition::default()
-            },
+            condition,
             time: std::time::UNIX_EPOCH,
         };
         fake.approve_csr(&csr, &approval).unwrap();
         let stored = fake.csr("csr-1").unwrap();
         assert!(stored.conditions[0].is_true("Approved"));
         assert_eq!(stored.object["status"]["conditions"][0]["type"], "Approved");
-    }
 
-    #[test]
-    fn bmh_update_keeps_status_and_status_update_only_status() {
-        let fake = FakeCluster::new();
         let ns = "openshift-machine-api";
         fake.set_bmh(json!({"metadata": {"name": "b", "namespace": ns}, "status": {"s": 1}}));
         let mut bmh = fake.get_bmh(ns, "b").unwrap();
         bmh["spec"] = json!({"externallyProvisioned": true});
         bmh["status"] = json!({"s": 2});
         let stored = fake.update_bmh(ns, &bmh).unwrap();
-        assert_eq!(stored["status"]["s"], 1);
-        assert_eq!(stored["spec"]["externallyProvisioned"], true);
+        assert_eq!(
+            (
+                stored["status"]["s"].as_i64(),
+                stored["spec"]["externallyProvisioned"].as_bool()
+            ),
+            (Some(1), Some(true))
+        );
         bmh["spec"] = json!({});
         let stored = fake.update_bmh_status(ns, &bmh).unwrap();
-        assert_eq!(stored["status"]["s"], 2);
-        assert_eq!(stored["spec"]["externallyProvisioned"], true);
-    }
-
-    #[test]
-    fn pods_by_label_and_phase() {
-        let fake = FakeCluster::new();
-        for (name, phase) in [("a", "Running"), ("b", "Pending")] {
-            fake.add_pod(
-                Pod {
-                    namespace: "ns".into(),
-                    name: name.into(),
-                    phase: phase.into(),
-                    labels: BTreeMap::from([("job-name".to_string(), "x".to_string())]),
-                },
-                "",
-            );
-        }
-        let running = fake
-            .list_pods("ns", Some("job-name=x"), Some("status.phase=Running"))
-            .unwrap();
-        assert_eq!(running.len(), 1);
-        assert_eq!(running[0].name, "a");
-        assert!(fake
-            .list_pods("ns", Some("job-name=y"), None)
-            .unwrap()
-            .is_empty());
-        assert!(fake.list_pods("other", None, None).unwrap().is_empty());
+        assert_eq!(
+            (
+                stored["status"]["s"].as_i64(),
+                stored["spec"]["externallyProvisioned"].as_bool()
+            ),
+            (Some(2), Some(true))
+        );
     }
 }
