@@ -827,98 +827,43 @@ fn kubeconfigs_missing_invalid_or_with_certificate_data() {
     )));
     assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
     let dir = tempfile::tempdir().unwrap();
+    let [ca, cert, key] = <[String; 3]>::try_from(certs()).unwrap();
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, "clusters: [unclosed").unwrap();
     assert!(msg(KubeClient::from_kubeconfig(&path)).contains(&path.display().to_string()));
 
-    let client =
-        KubeClient::from_kubeconfig(&bootkube_like(dir.path(), CA_PEM, CLIENT_KEY_PEM)).unwrap();
+    let client = KubeClient::from_kubeconfig(&bootkube_like(dir.path(), &ca, &cert, &key)).unwrap();
     assert_eq!(
         client.server().trim_end_matches('/'),
         "https://api-int.test-cluster.example.com:6443"
     );
-    let broken_key = CLIENT_KEY_PEM
+    let broken_key = &key
         .replace("MIIEpAIBAAKCAQEA", "MIIEpAIBAAKCAQEB")
         .replace('Q', "x");
-    assert!(KubeClient::from_kubeconfig(&bootkube_like(dir.path(), CA_PEM, &broken_key)).is_err());
-    let no_ca = bootkube_like(dir.path(), "not a certificate", CLIENT_KEY_PEM);
+    assert!(
+        KubeClient::from_kubeconfig(&bootkube_like(dir.path(), &ca, &cert, broken_key)).is_err()
+    );
+    let no_ca = bootkube_like(dir.path(), "not a certificate", &cert, &key);
     assert!(KubeClient::from_kubeconfig(&no_ca).is_err());
 }
 
 /// A kubeconfig as bootkube writes it: certificate authority, client certificate and key data.
-fn bootkube_like(dir: &Path, ca: &str, key: &str) -> std::path::PathBuf {
+fn bootkube_like(dir: &Path, ca: &str, cert: &str, key: &str) -> std::path::PathBuf {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let path = dir.join("kubeconfig");
     let text = format!(
         "clusters:\n- cluster:\n    certificate-authority-data: {}\n    server: https://api-int.test-cluster.example.com:6443\n  name: c\n\
          contexts:\n- context:\n    cluster: c\n    user: admin\n  name: admin\ncurrent-context: admin\n\
          users:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
-        b64(ca), b64(CLIENT_CERT_PEM), b64(key),
+        b64(ca), b64(cert), b64(key),
     );
     std::fs::write(&path, text).unwrap();
     path
 }
 
-// A throwaway CA (EC P-256) and an admin client certificate with an RSA key in PKCS#1 form, as in
-// the kubeconfig bootkube writes. Test-only material, made once with the openssl CLI.
-const CA_PEM: &str = "-----BEGIN CERTIFICATE-----
-MIIBwzCCAWmgAwIBAgIUAZMsuECIK8ooWIsDsVouDo8vcTswCgYIKoZIzj0EAwIw
-NjESMBAGA1UECwwJb3BlbnNoaWZ0MSAwHgYDVQQDDBdhZG1pbi1rdWJlY29uZmln
-LXNpZ25lcjAgFw0yNjExMjEyMDA0MjFaGA8yMTI2MTAyODIwMDQyMVowNjESMBAG
-A1UECwwJb3BlbnNoaWZ0MSAwHgYDVQQDDBdhZG1pbi1rdWJlY29uZmlnLXNpZ25l
-cjBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABAYHwMSRJMtcGbb3e0cgf9JQpcf3
-STCRNzXXgdXcBowYaSGaR5Yhk4O4P62/83iihN7kL9d3X+O7TI5wvnXEuW6jUzBR
-MB0GA1UdDgQWBBQWIr43R+8vbI+AiNHMuFBQHW5IBjAfBgNVHSMEGDAWgBQWIr43
-R+8vbI+AiNHMuFBQHW5IBjAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0gA
-MEUCIQDGenzPsQEAmiW4lrs+Nqzkp6bfqYsme1YvvBpmD4stJgIgEIhHjjhQPH43
-+m4BdGoxPCVD3rpAEKFkLBm2F4j4usw=
------END CERTIFICATE-----
-";
-
-const CLIENT_CERT_PEM: &str = "-----BEGIN CERTIFICATE-----
-MIICqzCCAlCgAwIBAgIUJp3WpuYTNcqYhxn8nTLxhMxCDnswCgYIKoZIzj0EAwIw
-NjESMBAGA1UECwwJb3BlbnNoaWZ0MSAwHgYDVQQDDBdhZG1pbi1rdWJlY29uZmln
-LXNpZ25lcjAgFw0yNjExMjEyMDE1NDRaGA8yMTI2MTAyODIwMTU0NFowMDEXMBUG
-A1UECgwOc3lzdGVtOm1hc3RlcnMxFTATBgNVBAMMDHN5c3RlbTphZG1pbjCCASIw
-DQYJKoZIhvcNAQEBBQADggEPADCCAQoCggEBAIrEcugUzoCR/GQ4cOfgcqrfYLaw
-I0OanW7DD/Jqr0pt7HXzflPKNdGf3Mt09OqlhKHyDTmPzajIV3I+qxDr4zJUL+Ci
-l1nE+2CJNVtKjFvdW/sbc3vY7bJ76MXcFrpouePylkz6oQtt0dteME6EyGk4y496
-BPN3Pu5sMqXTUdQ0Qg7Z4p3NS4p+dq4Ke1P58sHgryypcXHrHDFJ1QJx5hpCMNuN
-Fwh3j0SZfv5tpgtY6vbu2VtYr4KhIBb8jS+q4yKEeShZsNvqwOz8QWA/zhq8F0XJ
-2humHTqmHWE3FD3aduEPiSBuPFrgPndzW6Db/I3mPox2bd/p1GfOYkUokCcCAwEA
-AaN1MHMwDAYDVR0TAQH/BAIwADAOBgNVHQ8BAf8EBAMCBaAwEwYDVR0lBAwwCgYI
-KwYBBQUHAwIwHQYDVR0OBBYEFLtimfJTii1ayEmpYn3DtyroVD6EMB8GA1UdIwQY
-MBaAFBYivjdH7y9sj4CI0cy4UFAdbkgGMAoGCCqGSM49BAMCA0kAMEYCIQDnc2xJ
-7JcXMmv/KejWxb/UTujEAaCbyLryZ9o+h+NOAwIhAKyo4WFRJTFX8yxBuXwwFc3H
-dYbB2dZa8nTmYEx/Tywt
------END CERTIFICATE-----
-";
-
-const CLIENT_KEY_PEM: &str = "-----BEGIN RSA PRIVATE KEY-----
-MIIEpAIBAAKCAQEAisRy6BTOgJH8ZDhw5+Byqt9gtrAjQ5qdbsMP8mqvSm3sdfN+
-U8o10Z/cy3T06qWEofINOY/NqMhXcj6rEOvjMlQv4KKXWcT7YIk1W0qMW91b+xtz
-e9jtsnvoxdwWumi54/KWTPqhC23R214wToTIaTjLj3oE83c+7mwypdNR1DRCDtni
-nc1Lin52rgp7U/nyweCvLKlxcescMUnVAnHmGkIw240XCHePRJl+/m2mC1jq9u7Z
-W1ivgqEgFvyNL6rjIoR5KFmw2+rA7PxBYD/OGrwXRcnaG6YdOqYdYTcUPdp24Q+J
-IG48WuA+d3NboNv8jeY+jHZt3+nUZ85iRSiQJwIDAQABAoIBAAMI93tdNnf5s1NV
-QH9+xAfYbH+Ery23fRcMFQocnsFVjp7ZbI2ppVniUaM6f8WWDFECcJshvPLfkMXe
-R/j4oVIYbiMSPxwj2wdClfEqZqtkpYF2hwybS3vL6/1DqlSLl3NUt9qliyNPwmUF
-i3MfPEDMtXFXYT5Xev/hlRO3TvgmKPceFijDDK12+Uof0gmQoMWzikqOS06vGqP/
-+MVghETE+xQXN+9K7r8sXkz92bolIc+1is5NWSKi8QMaw3PiHxRYG7mNWdOZEtEM
-2UEPYub5hAxZCdkOuC6/LejQNXAm+9zaPPii0O5Mk66esl+hV0xxOMxUOR5iArnO
-3o7UcwECgYEAwb+GubBacTpMoGZh1EdxYpxmgApOcvBhwxlufFz8IfAxHFWLntO/
-+qLEa0VM6emNMHtT1hpI5+gwDCmLYzjirj6WPWTVcdzBJoY8EuiGyoiCevmJei/h
-ZvTQZZ0ViYTWl1uQcXZi+Kv8+pDkVOHdiJ3dsmCpbG85TDL15MKRLKcCgYEAt1qP
-DTQpdrmUQ2c5waJEdxnLqRU9G4lUc0k+q8tFhdmtouenmrY1Nqc/C8Zm90ZFqN0q
-9wBL3SPSSjAS7QXaFxMkA2vT/rxgPWW6+1he3MJhar1kGh0/3kN/2zKyUKXN38WW
-PVzO6nTuW9TrmedvCtUtF4HdVMwO2Mc/9gzIcIECgYEApcN+ugo3Jx7RBn7x/lPt
-n4febnfi7JXbnrd4fvBzS3ocGnjaTtYuL3rpADo3dv26LZume8zbSYau7QjyV78I
-ujmUAwztTVCo9JPue+Lzx/6JXDt5MtAaUiLs1bNTBOhhTPgrGdhHDyje9WXX5QOl
-rUgbsIzhB4QViqsjFEifOosCgYAGh6UclUT8w3MyS1TVPpAtpa+JIAaDGor1aCBh
-QeYB9FSovpNLgT236pDmPHSiTdBhSS8kiNAq2gG9PqUN5+1ycO4RaR+trMvIo/za
-wrTuK8YIZSJRg8Uoh0LgbZfII3+HfqPxH4MG+o8amiSh4Iol2p22fpuBT5sfwUjX
-3HCvAQKBgQCdWu6K7Aa6Gjqw1u+cezY88zQbFVZe3mJDiAHrN9TMaIXAEy5MD+M0
-BMFeqsc5BK/feoop4/5iEv1MnbWXrdyTTodtw8mcmaro+Lkm/hDDZRlCCR6Q76+7
-T04qttVjirGoYkwQ33VQY2mq1X4T4CB0UcUOGNjA9TnPRr/5zDB17g==
------END RSA PRIVATE KEY-----
-";
+/// A throwaway CA (EC P-256), an admin client certificate, and its RSA key in PKCS#1 form, as in
+/// the kubeconfig bootkube writes. Test-only material, made once with the openssl CLI.
+fn certs() -> Vec<String> {
+    let pems = include_str!("common/bootkube-certs.pem").split("-----BEGIN ");
+    pems.skip(1).map(|p| format!("-----BEGIN {p}")).collect()
+}

@@ -225,6 +225,8 @@ mod tests {
     use crate::kube::fake::{exercise_all, FakeCluster};
     use std::collections::BTreeSet;
 
+    const NODES: &str = "/api/v1/nodes";
+
     /// The method names of the `ClusterApi` trait, from its source.
     fn trait_methods() -> BTreeSet<String> {
         let source = include_str!("mod.rs");
@@ -259,17 +261,11 @@ mod tests {
         assert!(!allowed(&call("", "nodes", "delete")));
         assert!(!allowed(&call("", "secrets", "get")));
         assert!(!allowed(&call("metal3.io", "baremetalhosts", "delete")));
-        assert!(!allowed(&call(
-            "machineconfiguration.openshift.io",
-            "machineconfigs",
-            "get"
-        )));
+        let mc = "machineconfiguration.openshift.io";
+        assert!(!allowed(&call(mc, "machineconfigs", "get")));
         // Granted only for named objects: never counted.
-        assert!(!allowed(&call(
-            "config.openshift.io",
-            "clusteroperators/status",
-            "update"
-        )));
+        let co = "config.openshift.io";
+        assert!(!allowed(&call(co, "clusteroperators/status", "update")));
     }
 
     #[test]
@@ -295,59 +291,28 @@ mod tests {
     }
 
     #[test]
+    #[rustfmt::skip]
     fn http_requests_map_to_rbac_calls() {
-        let c =
-            |m, p, q| call_of_http(m, p, q).map(|c| (c.group, c.resource, c.verb, c.namespaced));
-        let s =
-            |g: &str, r: &str, v: &str, n| Some((g.to_string(), r.to_string(), v.to_string(), n));
-        assert_eq!(c("GET", "/api/v1/nodes", ""), s("", "nodes", "list", false));
-        assert_eq!(
-            c("GET", "/api/v1/nodes", "watch=true"),
-            s("", "nodes", "watch", false)
-        );
-        assert_eq!(
-            c("GET", "/api/v1/namespaces/a/pods/p/log", "sinceSeconds=300"),
-            s("", "pods/log", "get", true)
-        );
-        assert_eq!(
-            c("DELETE", "/api/v1/namespaces/a/pods", ""),
-            s("", "pods", "deletecollection", true)
-        );
-        assert_eq!(
-            c("DELETE", "/api/v1/namespaces/a/services/x", ""),
-            s("", "services", "delete", true)
-        );
-        assert_eq!(
-            c(
-                "PUT",
-                "/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-1/approval",
-                ""
-            ),
-            s(
-                "certificates.k8s.io",
-                "certificatesigningrequests/approval",
-                "update",
-                false
-            )
-        );
-        assert_eq!(
-            c("POST", "/api/v1/namespaces/a/events", ""),
-            s("", "events", "create", true)
-        );
-        assert_eq!(
-            c(
-                "PATCH",
-                "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker",
-                ""
-            ),
-            s(
-                "machineconfiguration.openshift.io",
-                "machineconfigpools",
-                "patch",
-                false
-            )
-        );
-        assert_eq!(c("GET", "/version", ""), None);
-        assert_eq!(c("GET", "/api/v1/a/b/c/d", ""), None);
+        let csr = "/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-1/approval";
+        let mcp = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker";
+        let (mc, certs) = ("machineconfiguration.openshift.io", "certificates.k8s.io");
+        let pods = "/api/v1/namespaces/a/pods";
+        for (method, path, query, want) in [
+            ("GET", NODES, "", Some(("", "nodes", "list", false))),
+            ("GET", NODES, "watch=true", Some(("", "nodes", "watch", false))),
+            ("GET", "/api/v1/namespaces/a/pods/p/log", "sinceSeconds=3", Some(("", "pods/log", "get", true))),
+            ("DELETE", pods, "", Some(("", "pods", "deletecollection", true))),
+            ("DELETE", "/api/v1/namespaces/a/services/x", "", Some(("", "services", "delete", true))),
+            ("PUT", csr, "", Some((certs, "certificatesigningrequests/approval", "update", false))),
+            ("POST", "/api/v1/namespaces/a/events", "", Some(("", "events", "create", true))),
+            ("PATCH", mcp, "", Some((mc, "machineconfigpools", "patch", false))),
+            ("GET", "/version", "", None),
+            ("GET", "/api/v1/a/b/c/d", "", None),
+        ] {
+            let want = want.map(|(group, resource, verb, namespaced)| ApiCall {
+                group: group.into(), resource: resource.into(), verb: verb.into(), namespaced,
+            });
+            assert_eq!(call_of_http(method, path, query), want, "{method} {path}");
+        }
     }
 }
