@@ -236,36 +236,28 @@ impl KubeClient {
         list.items.iter().map(T::try_from).collect()
     }
 
-    fn get_dynamic(
-        &self,
-        kind: &ApiResource,
-        ns: Option<&str>,
-        name: &str,
-    ) -> Result<DynamicObject> {
-        let what = || {
-            format!(
-                "reading {} {}{name}",
-                kind.kind,
-                ns.map(|n| format!("{n}/")).unwrap_or_default()
-            )
-        };
-        self.call(what, self.dynamic(kind, ns).get(name))
-    }
-
+    /// GET an object of an OpenShift kind; NotFound is `None`.
     fn get_dynamic_opt(
         &self,
         kind: &ApiResource,
         ns: Option<&str>,
         name: &str,
     ) -> Result<Option<DynamicObject>> {
-        let what = || {
-            format!(
-                "reading {} {}{name}",
-                kind.kind,
-                ns.map(|n| format!("{n}/")).unwrap_or_default()
-            )
-        };
+        let of = ns.map(|n| format!("{n}/")).unwrap_or_default();
+        let what = || format!("reading {} {of}{name}", kind.kind);
         self.get_opt(self.dynamic(kind, ns), name, what)
+    }
+
+    /// GET an object of an OpenShift kind; NotFound is an error.
+    fn get_dynamic(
+        &self,
+        kind: &ApiResource,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<DynamicObject> {
+        let of = ns.map(|n| format!("{n}/")).unwrap_or_default();
+        let what = || format!("reading {} {of}{name}", kind.kind);
+        self.call(what, self.dynamic(kind, ns).get(name))
     }
 
     fn merge_patch<K>(

@@ -7,7 +7,6 @@ use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::certificates::v1 as cert;
 use k8s_openapi::api::core::v1 as core;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -314,13 +313,6 @@ struct Parts<S, T> {
     status: T,
 }
 
-fn parts<S: DeserializeOwned + Default, T: DeserializeOwned + Default>(
-    obj: &DynamicObject,
-) -> anyhow::Result<(S, T)> {
-    let p: Parts<S, T> = serde_json::from_value(obj.data.clone())?;
-    Ok((p.spec, p.status))
-}
-
 #[derive(Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
 struct Statuses {
@@ -357,92 +349,60 @@ struct Specs {
     paused: bool,
 }
 
-impl TryFrom<&DynamicObject> for ClusterOperator {
-    type Error = anyhow::Error;
-    fn try_from(obj: &DynamicObject) -> anyhow::Result<Self> {
-        let (_, s): (Value, Statuses) = parts(obj)?;
-        Ok(ClusterOperator {
-            name: name_of(&obj.metadata),
-            conditions: s.conditions,
-            versions: s.versions,
-        })
-    }
+/// `TryFrom<&DynamicObject>` for model structs: `$body` builds one from the object `$o`, its
+/// [`Specs`] `$spec` and [`Statuses`] `$st`.
+macro_rules! from_dynamic {
+    ($($model:ident: |$o:ident, $spec:ident, $st:ident| $body:expr;)*) => {$(
+        impl TryFrom<&DynamicObject> for $model {
+            type Error = anyhow::Error;
+            fn try_from($o: &DynamicObject) -> anyhow::Result<Self> {
+                let parts: Parts<Specs, Statuses> = serde_json::from_value($o.data.clone())?;
+                let ($spec, $st) = (parts.spec, parts.status);
+                Ok($body)
+            }
+        }
+    )*};
 }
 
-impl TryFrom<&DynamicObject> for ClusterVersion {
-    type Error = anyhow::Error;
-    fn try_from(obj: &DynamicObject) -> anyhow::Result<Self> {
-        let (_, s): (Value, Statuses) = parts(obj)?;
-        Ok(ClusterVersion {
-            conditions: s.conditions,
-            enabled_capabilities: s.capabilities.enabled_capabilities,
-            known_capabilities: s.capabilities.known_capabilities,
-            desired_version: s.desired.version,
-        })
-    }
-}
-
-impl TryFrom<&DynamicObject> for ProxyStatus {
-    type Error = anyhow::Error;
-    fn try_from(obj: &DynamicObject) -> anyhow::Result<Self> {
-        let (_, s): (Value, Statuses) = parts(obj)?;
-        Ok(ProxyStatus {
-            http_proxy: s.http_proxy,
-            https_proxy: s.https_proxy,
-            no_proxy: s.no_proxy,
-        })
-    }
-}
-
-impl TryFrom<&DynamicObject> for Subscription {
-    type Error = anyhow::Error;
-    fn try_from(obj: &DynamicObject) -> anyhow::Result<Self> {
-        let (_, s): (Value, Statuses) = parts(obj)?;
-        Ok(Subscription {
-            namespace: namespace_of(&obj.metadata),
-            name: name_of(&obj.metadata),
-            current_csv: s.current_csv,
-        })
-    }
-}
-
-impl TryFrom<&DynamicObject> for Csv {
-    type Error = anyhow::Error;
-    fn try_from(obj: &DynamicObject) -> anyhow::Result<Self> {
-        let (spec, s): (Specs, Statuses) = parts(obj)?;
-        Ok(Csv {
-            namespace: namespace_of(&obj.metadata),
-            name: name_of(&obj.metadata),
-            phase: s.phase,
-            message: s.message,
-            version: spec.version,
-        })
-    }
-}
-
-impl TryFrom<&DynamicObject> for InstallPlan {
-    type Error = anyhow::Error;
-    fn try_from(obj: &DynamicObject) -> anyhow::Result<Self> {
-        let (_, s): (Value, Statuses) = parts(obj)?;
-        let owners = obj.metadata.owner_references.iter().flatten();
-        Ok(InstallPlan {
-            namespace: namespace_of(&obj.metadata),
-            name: name_of(&obj.metadata),
-            owner_names: owners.map(|o| o.name.clone()).collect(),
-            phase: s.phase,
-        })
-    }
-}
-
-impl TryFrom<&DynamicObject> for MachineConfigPool {
-    type Error = anyhow::Error;
-    fn try_from(obj: &DynamicObject) -> anyhow::Result<Self> {
-        let (spec, _): (Specs, Value) = parts(obj)?;
-        Ok(MachineConfigPool {
-            name: name_of(&obj.metadata),
-            paused: spec.paused,
-        })
-    }
+from_dynamic! {
+    ClusterOperator: |o, _spec, s| ClusterOperator {
+        name: name_of(&o.metadata),
+        conditions: s.conditions,
+        versions: s.versions,
+    };
+    ClusterVersion: |_o, _spec, s| ClusterVersion {
+        conditions: s.conditions,
+        enabled_capabilities: s.capabilities.enabled_capabilities,
+        known_capabilities: s.capabilities.known_capabilities,
+        desired_version: s.desired.version,
+    };
+    ProxyStatus: |_o, _spec, s| ProxyStatus {
+        http_proxy: s.http_proxy,
+        https_proxy: s.https_proxy,
+        no_proxy: s.no_proxy,
+    };
+    Subscription: |o, _spec, s| Subscription {
+        namespace: namespace_of(&o.metadata),
+        name: name_of(&o.metadata),
+        current_csv: s.current_csv,
+    };
+    Csv: |o, spec, s| Csv {
+        namespace: namespace_of(&o.metadata),
+        name: name_of(&o.metadata),
+        phase: s.phase,
+        message: s.message,
+        version: spec.version,
+    };
+    InstallPlan: |o, _spec, s| InstallPlan {
+        namespace: namespace_of(&o.metadata),
+        name: name_of(&o.metadata),
+        owner_names: o.metadata.owner_references.iter().flatten().map(|r| r.name.clone()).collect(),
+        phase: s.phase,
+    };
+    MachineConfigPool: |o, spec, _st| MachineConfigPool {
+        name: name_of(&o.metadata),
+        paused: spec.paused,
+    };
 }
 
 /// A Machine as listed: list items may come without `apiVersion` and `kind`, which a
