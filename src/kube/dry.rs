@@ -132,11 +132,8 @@ impl std::fmt::Debug for DryCluster {
 }
 
 fn not_found(what: &str) -> anyhow::Error {
-    anyhow::Error::new(ApiError::new(
-        404,
-        "NotFound",
-        &format!("dry run: {what} not found"),
-    ))
+    let message = format!("dry run: {what} not found");
+    anyhow::Error::new(ApiError::new(404, "NotFound", &message))
 }
 
 fn condition(type_: &str, status: &str, message: &str) -> Condition {
@@ -464,17 +461,11 @@ impl ClusterApi for DryCluster {
     }
 
     fn update_bmh(&self, namespace: &str, bmh: &Value) -> Result<Value> {
-        Err(not_found(&format!(
-            "baremetalhost {namespace}/{}",
-            bmh_name(bmh)
-        )))
+        self.get_bmh(namespace, bmh_name(bmh))
     }
 
     fn update_bmh_status(&self, namespace: &str, bmh: &Value) -> Result<Value> {
-        Err(not_found(&format!(
-            "baremetalhost {namespace}/{}",
-            bmh_name(bmh)
-        )))
+        self.get_bmh(namespace, bmh_name(bmh))
     }
 
     fn provisioning_exists(&self, _name: &str) -> Result<bool> {
@@ -566,9 +557,7 @@ impl super::KubeApi for DryCluster {
 }
 
 fn bmh_name(bmh: &Value) -> &str {
-    bmh.pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    bmh["metadata"]["name"].as_str().unwrap_or("")
 }
 
 #[cfg(test)]
