@@ -7,10 +7,9 @@ mod common;
 
 use assisted_installer::config::Role;
 use assisted_installer::kube::client::KubeClient;
-use assisted_installer::kube::fake::exercise_all;
 use assisted_installer::kube::rbac::{allowed, call_of_http, declarations};
 use assisted_installer::kube::{api_error_code, ClusterApi, Condition, CsrApproval, KubeApi};
-use assisted_installer::kube::{install_config, NewEvent};
+use assisted_installer::kube::{install_config, Csr, NewEvent};
 use assisted_installer::openshift::{
     CONTROLLER_NAMESPACE, CURRENT_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
 };
@@ -866,4 +865,67 @@ fn bootkube_like(dir: &Path, ca: &str, cert: &str, key: &str) -> std::path::Path
 fn certs() -> Vec<String> {
     let pems = include_str!("common/bootkube-certs.pem").split("-----BEGIN ");
     pems.skip(1).map(|p| format!("-----BEGIN {p}")).collect()
+}
+
+/// Call every [`ClusterApi`] method once, in trait order, ignoring the results.
+fn exercise_all(api: &dyn ClusterApi) {
+    let ns = "openshift-machine-api";
+    let time = std::time::UNIX_EPOCH;
+    let object = json!({"metadata": {"name": "csr-1"}, "spec": {"request": "", "signerName": ""}});
+    let csr = Csr {
+        name: "csr-1".into(),
+        conditions: vec![],
+        object,
+    };
+    let condition = Condition {
+        type_: "Approved".into(),
+        ..Condition::default()
+    };
+    let approval = CsrApproval { condition, time };
+    let (e, ns_ai) = (String::from("e"), String::from("assisted-installer"));
+    let event = NewEvent {
+        name: e.clone(),
+        reason: e.clone(),
+        type_: e.clone(),
+        message: e,
+        involved_namespace: ns_ai.clone(),
+        involved_name: ns_ai,
+        time,
+    };
+    let bmh = json!({"metadata": {"name": "bmh-0", "namespace": ns}, "spec": {}, "status": {}});
+    let _ = api.get_proxy("cluster");
+    let _ = api.get_cluster_version("version");
+    let _ = api.list_cluster_operators();
+    let _ = api.get_cluster_operator("console");
+    let _ = api.get_config_map("kube-system", "cluster-config-v1");
+    let _ = api.create_event("assisted-installer", &event);
+    let _ = api.list_nodes(Some("node-role.kubernetes.io/master"));
+    let _ = api.get_node("master-0");
+    let _ = api.remove_node_taint("master-0", 0, "k");
+    let _ = api.patch_node_labels("master-0", &json!({"a": "b"}));
+    let _ = api.list_services();
+    let _ = api.delete_service("openshift-dns", "dns-default");
+    let _ = api.list_pods(
+        "assisted-installer",
+        Some("a=b"),
+        Some("status.phase=Running"),
+    );
+    let _ = api.pod_log("assisted-installer", "pod-0", Some(300));
+    let _ = api.delete_pods("openshift-dns-operator", None);
+    let _ = api.list_csrs();
+    let _ = api.approve_csr(&csr, &approval);
+    let _ = api.get_subscription("openshift-storage", "odf-operator");
+    let _ = api.get_csv("openshift-storage", "odf-operator.v4.15.0");
+    let _ = api.list_install_plans("openshift-storage");
+    let _ = api.delete_install_plan("openshift-storage", "install-1");
+    let _ = api.list_jobs("openshift-marketplace");
+    let _ = api.delete_job("openshift-marketplace", "job-1");
+    let _ = api.list_bmhs(ns);
+    let _ = api.get_bmh(ns, "bmh-0");
+    let _ = api.update_bmh(ns, &bmh);
+    let _ = api.update_bmh_status(ns, &bmh);
+    let _ = api.provisioning_exists("provisioning-configuration");
+    let _ = api.list_machines(ns);
+    let _ = api.get_machine_config_pool("worker");
+    let _ = api.set_machine_config_pool_paused("worker", true);
 }
