@@ -490,15 +490,7 @@ fn writes_send_their_bodies() {
         json!({"metadata": {"labels": {"a": "b", "c": ""}}}),
     );
 
-    let event = NewEvent {
-        name: "AssistedControllerIsReady".into(),
-        reason: "AssistedControllerIsReady".into(),
-        type_: "Normal".into(),
-        message: "ready".into(),
-        involved_namespace: CONTROLLER_NAMESPACE.into(),
-        involved_name: "assisted-installer-controller".into(),
-        time: std::time::UNIX_EPOCH,
-    };
+    let event = ready_event();
     s.client.create_event(CONTROLLER_NAMESPACE, &event).unwrap();
     let r = last(&s.server);
     assert_eq!(
@@ -882,16 +874,7 @@ fn exercise_all(api: &dyn ClusterApi) {
         ..Condition::default()
     };
     let approval = CsrApproval { condition, time };
-    let (e, ns_ai) = (String::from("e"), String::from("assisted-installer"));
-    let event = NewEvent {
-        name: e.clone(),
-        reason: e.clone(),
-        type_: e.clone(),
-        message: e,
-        involved_namespace: ns_ai.clone(),
-        involved_name: ns_ai,
-        time,
-    };
+    let event = ready_event();
     let bmh = json!({"metadata": {"name": "bmh-0", "namespace": ns}, "spec": {}, "status": {}});
     let _ = api.get_proxy("cluster");
     let _ = api.get_cluster_version("version");
@@ -928,4 +911,17 @@ fn exercise_all(api: &dyn ClusterApi) {
     let _ = api.list_machines(ns);
     let _ = api.get_machine_config_pool("worker");
     let _ = api.set_machine_config_pool_paused("worker", true);
+}
+
+/// The Event the controller creates when it is ready.
+fn ready_event() -> NewEvent {
+    NewEvent {
+        name: "AssistedControllerIsReady".into(),
+        reason: "AssistedControllerIsReady".into(),
+        type_: "Normal".into(),
+        message: "ready".into(),
+        involved_namespace: CONTROLLER_NAMESPACE.into(),
+        involved_name: "assisted-installer-controller".into(),
+        time: std::time::UNIX_EPOCH,
+    }
 }

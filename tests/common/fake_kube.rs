@@ -369,10 +369,6 @@ impl FakeKube {
         let _ = self.0.create_event(namespace, &event);
     }
 
-    pub(crate) fn clear_events(&self, namespace: &str) {
-        self.0.clear_events(namespace);
-    }
-
     /// Add or replace a pod with its labels and phase.
     pub(crate) fn set_pod(
         &self,
