@@ -9,7 +9,7 @@ use assisted_installer::commands::install::dry_run_commands;
 use assisted_installer::config::Role;
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
-use assisted_installer::kube::{EventInfo, KubeApi, NodeInfo, PodInfo};
+use assisted_installer::kube::{Event, KubeApi, Node, Pod};
 use assisted_installer::service::client::LogsType;
 use common::fake_kube::FakeKube;
 use common::fake_service::FakeService;
@@ -644,11 +644,11 @@ impl OnTheClock {
 }
 
 impl KubeApi for OnTheClock {
-    fn list_nodes(&self, role: &Role) -> anyhow::Result<Vec<NodeInfo>> {
+    fn list_nodes(&self, role: &Role) -> anyhow::Result<Vec<Node>> {
         self.now("list_nodes");
         self.kube.list_nodes(role)
     }
-    fn list_events(&self, namespace: &str) -> anyhow::Result<Vec<EventInfo>> {
+    fn list_events(&self, namespace: &str) -> anyhow::Result<Vec<Event>> {
         self.now("list_events");
         self.kube.list_events(namespace)
     }
@@ -668,7 +668,7 @@ impl KubeApi for OnTheClock {
         self.now("remove_node_taint");
         self.kube.remove_node_taint(node, key)
     }
-    fn list_pods(&self, namespace: &str, selector: &str) -> anyhow::Result<Vec<PodInfo>> {
+    fn list_pods(&self, namespace: &str, selector: &str) -> anyhow::Result<Vec<Pod>> {
         self.now("list_pods");
         self.kube.list_pods(namespace, selector)
     }

@@ -21,9 +21,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use assisted_installer::controller::cluster::rbac::{allowed, call_of_http};
+use assisted_installer::kube::rbac::{allowed, call_of_http};
 use assisted_installer::service::LogsType;
-use common::fake_cluster::FakeCluster;
+use common::fake_kube::FakeApiServer as FakeCluster;
 use common::fake_service::{host_json, FakeService};
 use common::http_server::TestServer;
 use common::tls_server::Pki;

@@ -1,29 +1,37 @@
-//! `KubeClient` (kube-rs) against the fake Kubernetes API on the test HTTP server.
+//! The one Kubernetes client (kube-rs), both programs' traits, against the fake API server: the
+//! requests each method sends (method, path, query, content type, body), what it makes of the
+//! answers, and that every request of the controller is the one its RBAC declaration names and
+//! the ClusterRole allows.
 
 mod common;
 
 use assisted_installer::config::Role;
 use assisted_installer::kube::client::KubeClient;
-use assisted_installer::kube::install_config;
-use assisted_installer::kube::{EventInfo, KubeApi, PodInfo};
+use assisted_installer::kube::rbac::{allowed, call_of_http, declarations};
+use assisted_installer::kube::{api_error_code, ClusterApi, Condition, CsrApproval, KubeApi};
+use assisted_installer::kube::{install_config, Csr, NewEvent};
 use assisted_installer::openshift::{
-    CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT, CURRENT_CONFIG_ANNOTATION,
-    DESIRED_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
+    CONTROLLER_NAMESPACE, CURRENT_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
 };
-use common::fake_kube::{kubeconfig, FakeKube};
-use common::http_server::TestServer;
-use std::collections::BTreeMap;
+use base64::Engine;
+use common::fake_kube::{kubeconfig, FakeApiServer};
+use common::http_server::{Reply, RequestLog, TestServer};
+use serde_json::{json, Value};
 use std::path::Path;
+use std::sync::Arc;
+
+const NODES: &str = "/api/v1/nodes";
+const MCS: &str = "/api/v1/namespaces/assisted-installer/pods";
 
 struct Setup {
-    fake: FakeKube,
+    fake: FakeApiServer,
     server: TestServer,
     client: KubeClient,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 fn setup() -> Setup {
-    let fake = FakeKube::new();
+    let fake = FakeApiServer::default();
     let server = TestServer::with_app(fake.clone());
     let dir = tempfile::tempdir().unwrap();
     let client = KubeClient::from_kubeconfig(&kubeconfig(dir.path(), &server.base_url())).unwrap();
@@ -31,787 +39,889 @@ fn setup() -> Setup {
         fake,
         server,
         client,
-        _dir: dir,
+        dir,
     }
 }
 
-/// The requests the server got, as `METHOD /path` or `METHOD /path?query` (decoded).
+/// The requests so far as `METHOD /path` or `METHOD /path?query` (decoded).
 fn calls(server: &TestServer) -> Vec<String> {
-    server
-        .requests()
+    let call = |r: &RequestLog| {
+        let query: Vec<String> = r
+            .query_pairs()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        match query.is_empty() {
+            true => format!("{} {}", r.method, r.path),
+            false => format!("{} {}?{}", r.method, r.path, query.join("&")),
+        }
+    };
+    server.requests().iter().map(call).collect()
+}
+
+fn last(server: &TestServer) -> RequestLog {
+    server.requests().pop().unwrap()
+}
+
+fn msg<T: std::fmt::Debug>(r: anyhow::Result<T>) -> String {
+    format!("{:#}", r.unwrap_err())
+}
+
+/// A node with a role, readiness, an `InternalIP` (none if ""), annotations and taint keys.
+fn node(
+    name: &str,
+    role: &str,
+    ready: bool,
+    ip: &str,
+    annotations: Value,
+    taints: &[&str],
+) -> Value {
+    let taints: Vec<Value> = taints
         .iter()
-        .map(|r| {
-            let query: Vec<String> = r
-                .query_pairs()
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            match query.is_empty() {
-                true => format!("{} {}", r.method, r.path),
-                false => format!("{} {}?{}", r.method, r.path, query.join("&")),
-            }
-        })
-        .collect()
-}
-
-fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
+        .map(|k| json!({"key": k, "effect": "NoSchedule"}))
+        .collect();
+    let addresses: Vec<Value> = [ip]
         .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .filter(|ip| !ip.is_empty())
+        .map(|ip| json!({"type": "InternalIP", "address": ip}))
+        .collect();
+    json!({
+        "metadata": {"name": name, "labels": {format!("node-role.kubernetes.io/{role}"): ""},
+                     "annotations": annotations},
+        "spec": {"taints": taints},
+        "status": {"conditions": [{"type": "MemoryPressure", "status": "False"},
+                                  {"type": "Ready", "status": if ready { "True" } else { "False" }}],
+                   "addresses": addresses},
+    })
+}
+
+fn taint_keys(s: &Setup, name: &str) -> Vec<String> {
+    let node = s.fake.get(&format!("{NODES}/{name}")).unwrap();
+    let taints = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    taints
+        .iter()
+        .map(|t| t["key"].as_str().unwrap().to_string())
         .collect()
-}
-
-fn count(calls: &[String], prefix: &str) -> usize {
-    calls.iter().filter(|c| c.starts_with(prefix)).count()
-}
-
-#[test]
-fn client_reports_its_server() {
-    let s = setup();
-    assert_eq!(s.client.server().trim_end_matches('/'), s.server.base_url());
 }
 
 #[test]
 fn nodes_by_role_with_readiness_ips_annotations_and_taints() {
     let s = setup();
-    s.fake.set_node(
-        "master-0",
-        "master",
-        true,
-        "192.168.126.10",
-        map(&[
-            (CURRENT_CONFIG_ANNOTATION, "rendered-master-a"),
-            (DESIRED_CONFIG_ANNOTATION, "rendered-master-a"),
-        ]),
+    assert_eq!(s.client.server().trim_end_matches('/'), s.server.base_url());
+    let ann = json!({CURRENT_CONFIG_ANNOTATION: "rendered-master-a"});
+    s.fake.put(
+        NODES,
+        node("master-0", "master", true, "192.168.126.10", ann, &[]),
     );
-    s.fake.set_node(
-        "master-1",
-        "master",
-        false,
-        "192.168.126.11",
-        BTreeMap::new(),
+    let taints = [UNINITIALIZED_TAINT, "node.kubernetes.io/not-ready"];
+    s.fake.put(
+        NODES,
+        node("master-1", "master", false, "fd00::11", json!({}), &taints),
     );
     s.fake
-        .add_node_taint("master-1", UNINITIALIZED_TAINT, "NoSchedule");
-    s.fake
-        .add_node_taint("master-1", "node.kubernetes.io/not-ready", "NoExecute");
-    s.fake
-        .set_node("worker-0", "worker", true, "", BTreeMap::new());
+        .put(NODES, node("worker-0", "worker", true, "", json!({}), &[]));
 
-    let masters = s.client.list_nodes(&Role::Master).unwrap();
-    assert_eq!(masters.len(), 2);
-    let m0 = &masters[0];
-    assert_eq!(m0.name, "master-0");
-    assert!(m0.ready);
-    assert_eq!(m0.internal_ips, ["192.168.126.10"]);
+    let masters = KubeApi::list_nodes(&s.client, &Role::Master).unwrap();
+    let (m0, m1) = (&masters[0], &masters[1]);
     assert_eq!(
-        m0.annotations,
-        BTreeMap::from([
-            (
-                CURRENT_CONFIG_ANNOTATION.to_string(),
-                "rendered-master-a".to_string()
-            ),
-            (
-                DESIRED_CONFIG_ANNOTATION.to_string(),
-                "rendered-master-a".to_string()
-            ),
-        ])
+        (masters.len(), m0.name.as_str(), m1.name.as_str()),
+        (2, "master-0", "master-1")
     );
-    assert!(m0.taints.is_empty());
-    let m1 = &masters[1];
-    assert_eq!(m1.name, "master-1");
-    assert!(!m1.ready);
-    assert_eq!(m1.internal_ips, ["192.168.126.11"]);
-    assert!(m1.annotations.is_empty());
+    assert!(m0.is_ready() && !m1.is_ready());
+    assert_eq!(m0.internal_ips().collect::<Vec<_>>(), ["192.168.126.10"]);
+    assert_eq!(m1.internal_ips().collect::<Vec<_>>(), ["fd00::11"]);
     assert_eq!(
-        m1.taints,
-        [UNINITIALIZED_TAINT, "node.kubernetes.io/not-ready"]
+        m0.annotations[CURRENT_CONFIG_ANNOTATION],
+        "rendered-master-a"
     );
-
-    let workers = s.client.list_nodes(&Role::Worker).unwrap();
-    assert_eq!(workers.len(), 1);
-    assert_eq!(workers[0].name, "worker-0");
-    assert!(workers[0].internal_ips.is_empty());
-    assert!(s.client.list_nodes(&Role::Arbiter).unwrap().is_empty());
-
-    let calls = calls(&s.server);
-    for role in ["master", "worker", "arbiter"] {
-        let want = format!("GET /api/v1/nodes?labelSelector=node-role.kubernetes.io/{role}");
-        assert_eq!(count(&calls, &want), 1, "{calls:?}");
-    }
-}
-
-#[test]
-fn nodes_become_ready_between_polls() {
-    let s = setup();
-    s.fake
-        .set_node("master-0", "master", false, "10.0.0.10", BTreeMap::new());
-    s.fake
-        .set_node("master-1", "master", false, "10.0.0.11", BTreeMap::new());
-    let ready = |s: &Setup| -> Vec<String> {
-        s.client
-            .list_nodes(&Role::Master)
-            .unwrap()
-            .into_iter()
-            .filter(|n| n.ready)
-            .map(|n| n.name)
-            .collect()
-    };
-    assert!(ready(&s).is_empty());
-    s.fake.set_node_ready("master-0", true);
-    assert_eq!(ready(&s), ["master-0"]);
-    s.fake.set_node_ready("master-1", true);
-    s.fake.add_node_role("master-1", "worker");
-    assert_eq!(ready(&s), ["master-0", "master-1"]);
-    assert_eq!(
-        s.client.list_nodes(&Role::Worker).unwrap()[0].name,
-        "master-1"
-    );
-    s.fake.set_node_annotation(
-        "master-1",
-        DESIRED_CONFIG_ANNOTATION,
-        Some("rendered-master-b"),
-    );
-    let m1 = &s.client.list_nodes(&Role::Master).unwrap()[1];
-    assert_eq!(
-        m1.annotations[DESIRED_CONFIG_ANNOTATION],
-        "rendered-master-b"
-    );
-}
-
-#[test]
-fn events_of_a_namespace() {
-    let s = setup();
-    assert!(s
-        .client
-        .list_events(CONTROLLER_NAMESPACE)
+    assert!(m0.taints.is_empty() && m1.annotations.is_empty());
+    let keys: Vec<&str> = m1.taints.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(keys, taints);
+    assert_eq!(m1.taints[0].effect, "NoSchedule");
+    let workers = KubeApi::list_nodes(&s.client, &Role::Worker).unwrap();
+    assert_eq!(workers[0].internal_ips().count(), 0);
+    assert!(KubeApi::list_nodes(&s.client, &Role::Arbiter)
         .unwrap()
         .is_empty());
-    s.fake.add_event_with_message(
-        CONTROLLER_NAMESPACE,
-        "controller-started",
-        "Started",
-        "pod started",
-    );
-    s.fake.add_event("default", "unrelated", "Other");
-    s.fake.add_event(
-        CONTROLLER_NAMESPACE,
-        CONTROLLER_READY_EVENT,
-        "AssistedControllerIsReady",
-    );
-    let events = s.client.list_events(CONTROLLER_NAMESPACE).unwrap();
-    assert_eq!(
-        events,
-        [
-            EventInfo {
-                name: "controller-started".into(),
-                reason: "Started".into(),
-                message: "pod started".into(),
-            },
-            EventInfo {
-                name: CONTROLLER_READY_EVENT.into(),
-                reason: "AssistedControllerIsReady".into(),
-                message: String::new(),
-            },
-        ]
-    );
-    assert_eq!(
-        count(
-            &calls(&s.server),
-            "GET /api/v1/namespaces/assisted-installer/events"
-        ),
-        2
-    );
+    let want: Vec<String> = ["master", "worker", "arbiter"]
+        .map(|r| format!("GET {NODES}?labelSelector=node-role.kubernetes.io/{r}"))
+        .into();
+    assert_eq!(calls(&s.server), want);
 }
 
 #[test]
-fn config_map_present_missing_and_empty() {
+fn events_config_maps_and_machine_configs() {
     let s = setup();
+    let events = format!("/api/v1/namespaces/{CONTROLLER_NAMESPACE}/events");
+    s.fake.put(
+        &events,
+        json!({"metadata": {"name": "started", "namespace": CONTROLLER_NAMESPACE},
+                               "reason": "Started", "message": "pod started"}),
+    );
+    s.fake.put(
+        "/api/v1/namespaces/default/events",
+        json!({"metadata": {"name": "other"}}),
+    );
+    let listed = s.client.list_events(CONTROLLER_NAMESPACE).unwrap();
+    assert_eq!(listed.len(), 1);
     assert_eq!(
-        s.client
-            .get_config_map("openshift-config", "openshift-install-manifests")
-            .unwrap(),
-        None
+        (listed[0].name.as_str(), listed[0].reason.as_str()),
+        ("started", "Started")
     );
-    s.fake.set_config_map(
-        "openshift-config",
-        "openshift-install-manifests",
-        map(&[("invoker", "agent-installer")]),
+    assert_eq!(listed[0].message, "pod started");
+    assert_eq!(calls(&s.server), [format!("GET {events}")]);
+
+    let (ns, name) = (
+        install_config::INVOKER_NAMESPACE,
+        install_config::INVOKER_CONFIG_MAP,
     );
-    let data = s
-        .client
-        .get_config_map("openshift-config", "openshift-install-manifests")
-        .unwrap();
+    assert_eq!(KubeApi::get_config_map(&s.client, ns, name).unwrap(), None);
+    let data = json!({install_config::INVOKER_KEY: install_config::INVOKER_AGENT});
+    s.fake.put(
+        &format!("/api/v1/namespaces/{ns}/configmaps"),
+        json!({"metadata": {"name": name}, "data": data}),
+    );
+    s.fake.put(
+        "/api/v1/namespaces/ns/configmaps",
+        json!({"metadata": {"name": "empty"}}),
+    );
+    let data = ClusterApi::get_config_map(&s.client, ns, name).unwrap();
     assert_eq!(
         install_config::invoker(data.as_ref()),
         install_config::INVOKER_AGENT
     );
-    s.fake.set_config_map("ns", "empty", BTreeMap::new());
     assert_eq!(
-        s.client.get_config_map("ns", "empty").unwrap(),
-        Some(BTreeMap::new())
+        KubeApi::get_config_map(&s.client, "ns", "empty").unwrap(),
+        Some(Default::default())
     );
-    assert!(calls(&s.server).contains(&"GET /api/v1/namespaces/ns/configmaps/empty".to_string()));
-}
-
-#[test]
-fn install_config_replicas_through_the_api() {
-    let s = setup();
-    let yaml = "apiVersion: v1\ncontrolPlane:\n  name: master\n  replicas: 2\narbiter:\n  name: arbiter\n  replicas: 1\ncompute:\n- name: worker\n  replicas: 0\n";
-    s.fake.set_config_map(
-        install_config::INSTALL_CONFIG_NAMESPACE,
-        install_config::INSTALL_CONFIG_NAME,
-        map(&[(install_config::INSTALL_CONFIG_KEY, yaml)]),
+    assert_eq!(
+        last(&s.server).path,
+        "/api/v1/namespaces/ns/configmaps/empty"
     );
-    let data = s
-        .client
-        .get_config_map(
-            install_config::INSTALL_CONFIG_NAMESPACE,
-            install_config::INSTALL_CONFIG_NAME,
-        )
-        .unwrap()
-        .unwrap();
-    let replicas = install_config::replicas(&data[install_config::INSTALL_CONFIG_KEY]).unwrap();
-    assert_eq!(replicas.control_plane, Some(2));
-    assert_eq!(replicas.arbiter, Some(1));
-    assert_eq!(install_config::needed_ready_masters(2), 1);
-}
 
-#[test]
-fn machine_config_present_and_missing() {
-    let s = setup();
-    assert!(!s.client.machine_config_exists("rendered-master-a").unwrap());
-    s.fake.add_machine_config("rendered-master-a");
+    let configs = "/apis/machineconfiguration.openshift.io/v1/machineconfigs";
+    s.fake
+        .put(configs, json!({"metadata": {"name": "rendered-master-a"}}));
     assert!(s.client.machine_config_exists("rendered-master-a").unwrap());
+    assert_eq!(last(&s.server).path, format!("{configs}/rendered-master-a"));
     assert!(!s.client.machine_config_exists("rendered-master-b").unwrap());
-    assert_eq!(
-        count(
-            &calls(&s.server),
-            "GET /apis/machineconfiguration.openshift.io/v1/machineconfigs/rendered-master-a"
-        ),
-        2
-    );
 }
 
 #[test]
-fn taint_removal_keeps_other_taints() {
+fn a_taint_is_removed_by_a_json_patch_guarded_by_its_key() {
     let s = setup();
-    s.fake
-        .set_node("master-1", "master", false, "10.0.0.11", BTreeMap::new());
-    s.fake
-        .add_node_taint("master-1", "node.kubernetes.io/not-ready", "NoSchedule");
-    s.fake
-        .add_node_taint("master-1", UNINITIALIZED_TAINT, "NoSchedule");
-    s.fake
-        .add_node_taint("master-1", "node.kubernetes.io/unreachable", "NoExecute");
-    s.client
-        .remove_node_taint("master-1", UNINITIALIZED_TAINT)
-        .unwrap();
+    let taints = [
+        "node.kubernetes.io/not-ready",
+        UNINITIALIZED_TAINT,
+        "node.kubernetes.io/unreachable",
+    ];
+    s.fake.put(
+        NODES,
+        node("master-1", "master", false, "10.0.0.11", json!({}), &taints),
+    );
+    KubeApi::remove_node_taint(&s.client, "master-1", UNINITIALIZED_TAINT).unwrap();
+    assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
     assert_eq!(
-        s.fake.node_taints("master-1"),
+        calls(&s.server),
         [
-            "node.kubernetes.io/not-ready",
-            "node.kubernetes.io/unreachable"
+            format!("GET {NODES}/master-1"),
+            format!("PATCH {NODES}/master-1")
         ]
     );
-    // Effects survive the round trip.
-    let node = s.fake.node_json("master-1").unwrap();
-    assert_eq!(node["spec"]["taints"][1]["effect"], "NoExecute");
+    let patch = last(&s.server);
     assert_eq!(
-        s.client.list_nodes(&Role::Master).unwrap()[0].taints.len(),
+        patch.header("content-type"),
+        Some("application/json-patch+json")
+    );
+    assert_eq!(
+        patch.body_json(),
+        json!([{"op": "test", "path": "/spec/taints/1/key", "value": UNINITIALIZED_TAINT},
+               {"op": "remove", "path": "/spec/taints/1"}])
+    );
+
+    // Absent: no patch. The controller's by index: a taint list changed since it was read fails
+    // the patch's test (422) and removes nothing.
+    KubeApi::remove_node_taint(&s.client, "master-1", UNINITIALIZED_TAINT).unwrap();
+    assert_eq!(last(&s.server).method, "GET");
+    let err =
+        ClusterApi::remove_node_taint(&s.client, "master-1", 0, UNINITIALIZED_TAINT).unwrap_err();
+    assert_eq!(api_error_code(&err), Some(422), "{err:#}");
+    assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
+    ClusterApi::remove_node_taint(&s.client, "master-1", 1, taints[2]).unwrap();
+    ClusterApi::remove_node_taint(&s.client, "master-1", 0, taints[0]).unwrap();
+    assert!(taint_keys(&s, "master-1").is_empty());
+
+    let err = msg(KubeApi::remove_node_taint(
+        &s.client,
+        "ghost",
+        UNINITIALIZED_TAINT,
+    ));
+    assert!(err.starts_with("reading node ghost: "), "{err}");
+    s.fake
+        .put(NODES, node("n", "master", true, "", json!({}), &["t"]));
+    s.fake.fail_next("PATCH", "/api/v1/nodes/n", 500);
+    let err = msg(KubeApi::remove_node_taint(&s.client, "n", "t"));
+    assert!(err.starts_with("removing taint t (0) of node n: "), "{err}");
+}
+
+#[test]
+fn pods_by_selectors_their_logs_and_deletecollection() {
+    let s = setup();
+    let job = json!({"job-name": "assisted-installer-controller"});
+    let pod = |name: &str, labels: &Value, phase: &str| {
+        json!({"metadata": {"name": name, "namespace": CONTROLLER_NAMESPACE, "labels": labels},
+               "status": {"phase": phase}})
+    };
+    s.fake.put(MCS, pod("controller-a", &job, "Running"));
+    s.fake.put(MCS, pod("controller-b", &job, "Pending"));
+    s.fake
+        .put(MCS, pod("other", &json!({"app": "other"}), "Running"));
+    let pods = KubeApi::list_pods(
+        &s.client,
+        CONTROLLER_NAMESPACE,
+        "job-name=assisted-installer-controller",
+    )
+    .unwrap();
+    let names: Vec<(&str, &str)> = pods
+        .iter()
+        .map(|p| (p.name.as_str(), p.phase.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("controller-a", "Running"), ("controller-b", "Pending")]
+    );
+    assert_eq!(pods[0].labels["job-name"], "assisted-installer-controller");
+    assert_eq!(
+        last(&s.server).query_param("labelSelector").as_deref(),
+        Some("job-name=assisted-installer-controller")
+    );
+    let running = ClusterApi::list_pods(
+        &s.client,
+        CONTROLLER_NAMESPACE,
+        Some("job-name=assisted-installer-controller"),
+        Some("status.phase=Running"),
+    )
+    .unwrap();
+    assert_eq!(running.len(), 1);
+    assert_eq!(
+        last(&s.server).query_param("fieldSelector").as_deref(),
+        Some("status.phase=Running")
+    );
+
+    s.fake
+        .set_pod_log(&format!("{MCS}/controller-a"), "line 1\nline 2\n");
+    assert_eq!(
+        s.client
+            .pod_logs(CONTROLLER_NAMESPACE, "controller-a", Some(300))
+            .unwrap(),
+        "line 1\nline 2\n"
+    );
+    let r = last(&s.server);
+    assert_eq!(r.path, format!("{MCS}/controller-a/log"));
+    assert_eq!(
+        r.query_pairs(),
+        [("sinceSeconds".to_string(), "300".to_string())]
+    );
+    assert_eq!(
+        s.client
+            .pod_log(CONTROLLER_NAMESPACE, "controller-a", None)
+            .unwrap(),
+        "line 1\nline 2\n"
+    );
+    assert!(last(&s.server).query_pairs().is_empty());
+    let err = msg(s.client.pod_logs(CONTROLLER_NAMESPACE, "gone", None));
+    assert!(
+        err.starts_with("reading the log of pod assisted-installer/gone: "),
+        "{err}"
+    );
+
+    s.client
+        .delete_pods(CONTROLLER_NAMESPACE, Some("app=other"))
+        .unwrap();
+    let r = last(&s.server);
+    assert_eq!((r.method.as_str(), r.path.as_str()), ("DELETE", MCS));
+    assert_eq!(r.query_param("labelSelector").as_deref(), Some("app=other"));
+    assert_eq!(
+        ClusterApi::list_pods(&s.client, CONTROLLER_NAMESPACE, None, None)
+            .unwrap()
+            .len(),
         2
     );
-    let calls = calls(&s.server);
-    assert_eq!(count(&calls, "GET /api/v1/nodes/master-1"), 1, "{calls:?}");
-    assert_eq!(
-        count(&calls, "PATCH /api/v1/nodes/master-1"),
-        1,
-        "{calls:?}"
-    );
 }
 
 #[test]
-fn taint_removal_of_the_last_taint() {
+fn every_controller_method_sends_exactly_its_declared_and_allowed_request() {
     let s = setup();
-    s.fake
-        .set_node("master-1", "master", false, "10.0.0.11", BTreeMap::new());
-    s.fake
-        .add_node_taint("master-1", UNINITIALIZED_TAINT, "NoSchedule");
-    s.client
-        .remove_node_taint("master-1", UNINITIALIZED_TAINT)
-        .unwrap();
-    assert!(s.fake.node_taints("master-1").is_empty());
-}
-
-#[test]
-fn taint_removal_is_a_noop_when_absent() {
-    let s = setup();
-    s.fake
-        .set_node("master-1", "master", false, "10.0.0.11", BTreeMap::new());
-    s.fake
-        .add_node_taint("master-1", "node.kubernetes.io/not-ready", "NoSchedule");
-    s.client
-        .remove_node_taint("master-1", UNINITIALIZED_TAINT)
-        .unwrap();
-    s.fake
-        .set_node("master-2", "master", false, "10.0.0.12", BTreeMap::new());
-    s.client
-        .remove_node_taint("master-2", UNINITIALIZED_TAINT)
-        .unwrap();
-    assert_eq!(
-        s.fake.node_taints("master-1"),
-        ["node.kubernetes.io/not-ready"]
-    );
-    assert_eq!(count(&calls(&s.server), "PATCH"), 0);
-}
-
-#[test]
-fn taint_removal_retries_on_conflict() {
-    let s = setup();
-    s.fake
-        .set_node("master-1", "master", false, "10.0.0.11", BTreeMap::new());
-    s.fake
-        .add_node_taint("master-1", UNINITIALIZED_TAINT, "NoSchedule");
-    s.fake.fail_next("PATCH", "/api/v1/nodes/master-1", 409);
-    s.client
-        .remove_node_taint("master-1", UNINITIALIZED_TAINT)
-        .unwrap();
-    assert!(s.fake.node_taints("master-1").is_empty());
-    let calls = calls(&s.server);
-    assert_eq!(count(&calls, "GET /api/v1/nodes/master-1"), 2, "{calls:?}");
-    assert_eq!(
-        count(&calls, "PATCH /api/v1/nodes/master-1"),
-        2,
-        "{calls:?}"
-    );
-}
-
-#[test]
-fn taint_removal_gives_up_after_repeated_conflicts() {
-    let s = setup();
-    s.fake
-        .set_node("master-1", "master", false, "10.0.0.11", BTreeMap::new());
-    s.fake
-        .add_node_taint("master-1", UNINITIALIZED_TAINT, "NoSchedule");
-    for _ in 0..5 {
-        s.fake.fail_next("PATCH", "/api/v1/nodes/master-1", 409);
+    exercise_all(&s.client);
+    let requests = s.server.requests();
+    let declarations = declarations();
+    // exercise_all calls the methods in trait order, as the declarations list them; each one
+    // makes one request.
+    assert_eq!(requests.len(), declarations.len(), "{:?}", calls(&s.server));
+    for (request, (method, declared)) in requests.iter().zip(declarations) {
+        let call = call_of_http(&request.method, &request.path, &request.query);
+        let call =
+            call.unwrap_or_else(|| panic!("{method}: {} is no resource request", request.path));
+        assert_eq!(
+            declared.call(),
+            call,
+            "{method}: {} {}",
+            request.method,
+            request.path
+        );
+        assert!(allowed(&call), "{method}: {call:?} is not allowed");
     }
-    let err = s
-        .client
-        .remove_node_taint("master-1", UNINITIALIZED_TAINT)
-        .unwrap_err();
-    let msg = format!("{err:#}");
-    assert!(
-        msg.contains("master-1") && msg.contains(UNINITIALIZED_TAINT),
-        "{msg}"
-    );
-    assert_eq!(s.fake.node_taints("master-1"), [UNINITIALIZED_TAINT]);
 }
 
 #[test]
-fn taint_removal_of_a_missing_node_fails() {
+fn csr_approval_puts_the_listed_object_with_the_condition_appended() {
     let s = setup();
-    let err = s
-        .client
-        .remove_node_taint("ghost", UNINITIALIZED_TAINT)
-        .unwrap_err();
-    let msg = format!("{err:#}");
-    assert!(msg.contains("reading node ghost"), "{msg}");
-}
-
-#[test]
-fn pods_by_label_with_their_phase() {
-    let s = setup();
-    let job = [("job-name", "assisted-installer-controller")];
-    s.fake.set_pod(
-        CONTROLLER_NAMESPACE,
-        "assisted-installer-controller-a",
-        &job,
-        "Running",
+    let path = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    s.fake.put(
+        path,
+        json!({"metadata": {"name": "csr-abc"},
+        "spec": {"request": "TFMwdA==", "signerName": "kubernetes.io/kubelet-serving"},
+        "status": {"conditions": [{"type": "Denied", "status": "True"}]}}),
     );
-    s.fake.set_pod(
-        CONTROLLER_NAMESPACE,
-        "other",
-        &[("app", "other")],
-        "Pending",
+    let csr = s.client.list_csrs().unwrap().remove(0);
+    assert!(csr.conditions[0].is_true("Denied"));
+    let condition = Condition {
+        type_: "Approved".into(),
+        status: "True".into(),
+        reason: "NodeCSRApprove".into(),
+        message: "approved by the controller".into(),
+    };
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_500);
+    s.client
+        .approve_csr(&csr, &CsrApproval { condition, time })
+        .unwrap();
+    let r = last(&s.server);
+    assert_eq!(
+        (r.method.as_str(), r.path.clone()),
+        ("PUT", format!("{path}/csr-abc/approval"))
     );
-    s.fake.set_pod(
-        "default",
-        "assisted-installer-controller-b",
-        &job,
-        "Running",
-    );
-    let pods = s
-        .client
-        .list_pods(
-            CONTROLLER_NAMESPACE,
-            "job-name=assisted-installer-controller",
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let body = r.body_json();
+    assert_eq!(
+        (body["apiVersion"].as_str(), body["kind"].as_str()),
+        (
+            Some("certificates.k8s.io/v1"),
+            Some("CertificateSigningRequest")
         )
+    );
+    assert_eq!(body["metadata"]["resourceVersion"], "1");
+    assert_eq!(body["spec"]["request"], "TFMwdA==");
+    assert_eq!(
+        body["status"]["conditions"][1],
+        json!({
+        "type": "Approved", "status": "True", "reason": "NodeCSRApprove",
+        "message": "approved by the controller", "lastUpdateTime": "2023-11-14T22:13:20Z"})
+    );
+}
+
+#[test]
+fn writes_send_their_bodies() {
+    let s = setup();
+    let ns = "openshift-machine-api";
+    let bmhs = format!("/apis/metal3.io/v1alpha1/namespaces/{ns}/baremetalhosts");
+    let bmh = json!({
+        "metadata": {"name": "bmh-0", "namespace": ns, "annotations": {"keep": "me"}},
+        "spec": {"externallyProvisioned": true},
+        "status": {"provisioning": {"state": "externally provisioned"}},
+    });
+    s.fake.put(&bmhs, bmh.clone());
+    let mut listed = s.client.list_bmhs(ns).unwrap().remove(0);
+    listed["spec"]["consumerRef"] = json!({"name": "worker-0"});
+    let stored = s.client.update_bmh(ns, &listed).unwrap();
+    assert_eq!(stored["spec"]["consumerRef"]["name"], "worker-0");
+    s.client.update_bmh_status(ns, &listed).unwrap();
+    let requests = s.server.requests();
+    for (r, path) in requests[1..]
+        .iter()
+        .zip([format!("{bmhs}/bmh-0"), format!("{bmhs}/bmh-0/status")])
+    {
+        assert_eq!((r.method.as_str(), r.path.as_str()), ("PUT", path.as_str()));
+        let body = r.body_json();
+        assert_eq!(
+            (body["apiVersion"].as_str(), body["kind"].as_str()),
+            (Some("metal3.io/v1alpha1"), Some("BareMetalHost"))
+        );
+        assert_eq!(
+            body["metadata"]["annotations"],
+            bmh["metadata"]["annotations"]
+        );
+        assert_eq!(body["status"], bmh["status"]);
+    }
+
+    let merge = |s: &Setup, path: &str, body: Value| {
+        let r = last(&s.server);
+        assert_eq!((r.method.as_str(), r.path.as_str()), ("PATCH", path));
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/merge-patch+json")
+        );
+        assert_eq!(r.body_json(), body);
+    };
+    let pools = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools";
+    s.fake.put(
+        pools,
+        json!({"metadata": {"name": "worker"}, "spec": {"paused": false}}),
+    );
+    s.client
+        .set_machine_config_pool_paused("worker", true)
+        .unwrap();
+    merge(
+        &s,
+        &format!("{pools}/worker"),
+        json!({"spec": {"paused": true}}),
+    );
+    assert!(s.client.get_machine_config_pool("worker").unwrap().paused);
+    s.fake
+        .put(NODES, node("m", "master", true, "", json!({}), &[]));
+    s.client
+        .patch_node_labels("m", &json!({"a": "b", "c": ""}))
+        .unwrap();
+    merge(
+        &s,
+        "/api/v1/nodes/m",
+        json!({"metadata": {"labels": {"a": "b", "c": ""}}}),
+    );
+
+    let event = ready_event();
+    s.client.create_event(CONTROLLER_NAMESPACE, &event).unwrap();
+    let r = last(&s.server);
+    assert_eq!(
+        (r.method.as_str(), r.path.as_str()),
+        ("POST", "/api/v1/namespaces/assisted-installer/events")
+    );
+    let body = r.body_json();
+    assert_eq!(
+        body["metadata"],
+        json!({"name": "AssistedControllerIsReady", "namespace": CONTROLLER_NAMESPACE})
+    );
+    assert_eq!(
+        body["involvedObject"],
+        json!({"namespace": CONTROLLER_NAMESPACE, "name": "assisted-installer-controller"})
+    );
+    assert_eq!(
+        (body["count"].as_i64(), body["type"].as_str()),
+        (Some(1), Some("Normal"))
+    );
+    assert_eq!(body["firstTimestamp"], "1970-01-01T00:00:00Z");
+    assert_eq!(body["lastTimestamp"], body["firstTimestamp"]);
+    let again = s
+        .client
+        .create_event(CONTROLLER_NAMESPACE, &event)
+        .unwrap_err();
+    assert_eq!(api_error_code(&again), Some(409), "{again:#}");
+}
+
+#[test]
+fn openshift_objects_are_read_into_the_model() {
+    let s = setup();
+    let config = "/apis/config.openshift.io/v1";
+    s.fake.put(
+        &format!("{config}/clusteroperators"),
+        json!({"metadata": {"name": "console"},
+        "status": {"conditions": [{"type": "Available", "status": "True", "message": "m"}],
+                   "versions": [{"name": "operator", "version": "4.15.0"}]}}),
+    );
+    s.fake.put(&format!("{config}/clusterversions"), json!({"metadata": {"name": "version"},
+        "status": {"capabilities": {"enabledCapabilities": ["Console"], "knownCapabilities": ["Console", "Insights"]},
+                   "desired": {"version": "4.15.1"}}}));
+    s.fake.put(
+        &format!("{config}/proxies"),
+        json!({"metadata": {"name": "cluster"},
+        "status": {"httpProxy": "http://p:3128", "noProxy": ".svc"}}),
+    );
+    let co = s.client.get_cluster_operator("console").unwrap();
+    assert!(co.conditions[0].is_true("Available"));
+    assert_eq!(
+        (
+            co.conditions[0].message.as_str(),
+            co.versions[0].version.as_str()
+        ),
+        ("m", "4.15.0")
+    );
+    assert_eq!(s.client.list_cluster_operators().unwrap(), [co]);
+    let cv = s.client.get_cluster_version("version").unwrap();
+    assert_eq!(
+        (cv.enabled_capabilities, cv.known_capabilities.len()),
+        (vec!["Console".to_string()], 2)
+    );
+    assert_eq!(cv.desired_version, "4.15.1");
+    let proxy = s.client.get_proxy("cluster").unwrap();
+    assert_eq!(
+        (
+            proxy.http_proxy.as_str(),
+            proxy.https_proxy.as_str(),
+            proxy.no_proxy.as_str()
+        ),
+        ("http://p:3128", "", ".svc")
+    );
+
+    let olm = "/apis/operators.coreos.com/v1alpha1/namespaces/openshift-storage";
+    s.fake.put(&format!("{olm}/subscriptions"), json!({"metadata": {"name": "odf", "namespace": "openshift-storage"}, "status": {"currentCSV": "odf.v4"}}));
+    s.fake.put(
+        &format!("{olm}/clusterserviceversions"),
+        json!({"metadata": {"name": "odf.v4"},
+        "spec": {"version": "4.15.0-rhodf"}, "status": {"phase": "Succeeded", "message": "done"}}),
+    );
+    s.fake.put(&format!("{olm}/installplans"), json!({"metadata": {"name": "ip-1",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Subscription", "name": "odf", "uid": "u"}]}, "status": {"phase": "Failed"}}));
+    let sub = s
+        .client
+        .get_subscription("openshift-storage", "odf")
+        .unwrap()
         .unwrap();
     assert_eq!(
-        pods,
-        [PodInfo {
-            name: "assisted-installer-controller-a".into(),
-            phase: "Running".into()
-        }]
+        (sub.namespace.as_str(), sub.current_csv.as_str()),
+        ("openshift-storage", "odf.v4")
     );
-    assert!(calls(&s.server).contains(
-        &"GET /api/v1/namespaces/assisted-installer/pods?labelSelector=job-name=assisted-installer-controller"
-            .to_string()
-    ));
-    assert!(s
+    let csv = s
         .client
-        .list_pods(CONTROLLER_NAMESPACE, "job-name=none")
+        .get_csv("openshift-storage", "odf.v4")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            csv.phase.as_str(),
+            csv.message.as_str(),
+            csv.version.as_str()
+        ),
+        ("Succeeded", "done", "4.15.0-rhodf")
+    );
+    assert_eq!(s.client.get_csv("openshift-storage", "none").unwrap(), None);
+    let plan = s
+        .client
+        .list_install_plans("openshift-storage")
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (plan.owner_names, plan.phase.as_str()),
+        (vec!["odf".to_string()], "Failed")
+    );
+
+    let ns = "openshift-machine-api";
+    s.fake.put(
+        &format!("/apis/machine.openshift.io/v1beta1/namespaces/{ns}/machines"),
+        json!({"metadata": {"name": "w-0", "namespace": ns, "labels": {"role": "worker"}}}),
+    );
+    let m = s.client.list_machines(ns).unwrap().remove(0);
+    assert_eq!(
+        (m.api_version.as_str(), m.kind.as_str()),
+        ("machine.openshift.io/v1beta1", "Machine")
+    );
+    assert_eq!(m.labels["role"], "worker");
+    s.fake.put(
+        "/apis/batch/v1/namespaces/openshift-marketplace/jobs",
+        json!({"metadata": {"name": "j"},
+        "status": {"failed": 2, "conditions": [{"type": "Failed", "status": "True"}]}}),
+    );
+    let job = s
+        .client
+        .list_jobs("openshift-marketplace")
+        .unwrap()
+        .remove(0);
+    assert_eq!(job.failed, 2);
+    assert!(job.conditions[0].is_true("Failed"));
+    s.fake.put(
+        "/api/v1/namespaces/openshift-dns/services",
+        json!({"metadata": {"name": "dns-default"}, "spec": {"clusterIP": "172.30.0.10"}}),
+    );
+    assert_eq!(
+        s.client.list_services().unwrap()[0].cluster_ip,
+        "172.30.0.10"
+    );
+    s.client
+        .delete_service("openshift-dns", "dns-default")
+        .unwrap();
+    assert!(s.client.list_services().unwrap().is_empty());
+}
+
+#[test]
+fn api_errors_keep_their_codes_and_name_the_object() {
+    let s = setup();
+    assert!(!s
+        .client
+        .provisioning_exists("provisioning-configuration")
+        .unwrap());
+    let err = s.client.get_node("gone").unwrap_err();
+    assert_eq!(api_error_code(&err), Some(404));
+    let cm = "/api/v1/namespaces/assisted-installer/configmaps/olm-operator-manifests";
+    let get_cm =
+        || ClusterApi::get_config_map(&s.client, "assisted-installer", "olm-operator-manifests");
+    s.fake.fail_next("GET", cm, 403);
+    let err = get_cm().unwrap_err();
+    assert_eq!(api_error_code(&err), Some(403));
+    assert!(
+        format!("{err:#}")
+            .starts_with("reading ConfigMap assisted-installer/olm-operator-manifests: "),
+        "{err:#}"
+    );
+    // An answer without a Status body keeps its code.
+    s.fake.answer_next("GET", cm, Reply::empty(401));
+    assert_eq!(api_error_code(&get_cm().unwrap_err()), Some(401));
+    let text = Reply {
+        content_type: Some("text/plain"),
+        body: b"forbidden by a proxy".to_vec(),
+        ..Reply::empty(403)
+    };
+    s.fake.answer_next("GET", cm, text);
+    assert_eq!(api_error_code(&get_cm().unwrap_err()), Some(403));
+
+    type Call<'a> = Box<dyn Fn() -> String + 'a>;
+    let c = &s.client;
+    let cases: [(&str, &str, Call); 4] = [
+        (
+            NODES,
+            "listing nodes node-role.kubernetes.io/master: ",
+            Box::new(|| msg(KubeApi::list_nodes(c, &Role::Master))),
+        ),
+        (
+            "/api/v1/namespaces/assisted-installer/events",
+            "listing events in namespace assisted-installer: ",
+            Box::new(|| msg(c.list_events(CONTROLLER_NAMESPACE))),
+        ),
+        (
+            "/apis/machineconfiguration.openshift.io",
+            "reading MachineConfig mc: ",
+            Box::new(|| msg(c.machine_config_exists("mc"))),
+        ),
+        (
+            MCS,
+            "listing pods in namespace assisted-installer: ",
+            Box::new(|| msg(KubeApi::list_pods(c, CONTROLLER_NAMESPACE, "job-name=x"))),
+        ),
+    ];
+    for (prefix, want, call) in cases {
+        s.fake.fail_next("GET", prefix, 500);
+        let err = call();
+        assert!(
+            err.starts_with(want) && err.contains("injected failure"),
+            "{err}"
+        );
+    }
+    // The client keeps working after errors.
+    assert!(KubeApi::list_nodes(&s.client, &Role::Master)
         .unwrap()
         .is_empty());
 }
 
 #[test]
-fn pod_logs_with_and_without_since_seconds() {
+fn the_client_is_blocking_shared_and_never_hangs() {
     let s = setup();
-    let pod = "assisted-installer-controller-a";
-    s.fake.set_pod(CONTROLLER_NAMESPACE, pod, &[], "Running");
-    s.fake
-        .set_pod_log(CONTROLLER_NAMESPACE, pod, "line 1\nline 2\n");
-    let log = s
-        .client
-        .pod_logs(CONTROLLER_NAMESPACE, pod, Some(3600))
-        .unwrap();
-    assert_eq!(log, "line 1\nline 2\n");
-    assert_eq!(
-        s.client.pod_logs(CONTROLLER_NAMESPACE, pod, None).unwrap(),
-        log
+    s.fake.put(
+        NODES,
+        node(
+            "master-0",
+            "master",
+            true,
+            "10.0.0.10",
+            json!({}),
+            &[UNINITIALIZED_TAINT],
+        ),
     );
-    assert_eq!(
-        s.fake.log_reads(),
-        [
-            (
-                CONTROLLER_NAMESPACE.to_string(),
-                pod.to_string(),
-                Some(3600)
-            ),
-            (CONTROLLER_NAMESPACE.to_string(), pod.to_string(), None),
-        ]
-    );
-    let msg = format!(
-        "{:#}",
-        s.client
-            .pod_logs(CONTROLLER_NAMESPACE, "gone", None)
-            .unwrap_err()
-    );
-    assert!(
-        msg.starts_with("reading the log of pod assisted-installer/gone: "),
-        "{msg}"
-    );
-    s.fake
-        .fail_next("GET", "/api/v1/namespaces/assisted-installer/pods", 500);
-    let msg = format!(
-        "{:#}",
-        s.client
-            .list_pods(CONTROLLER_NAMESPACE, "job-name=x")
-            .unwrap_err()
-    );
-    assert!(
-        msg.starts_with("listing pods job-name=x in namespace assisted-installer: "),
-        "{msg}"
-    );
-}
-
-#[test]
-fn errors_name_the_object() {
-    let s = setup();
-    s.fake.fail_next("GET", "/api/v1/nodes", 500);
-    let msg = format!("{:#}", s.client.list_nodes(&Role::Master).unwrap_err());
-    assert!(msg.starts_with("listing nodes with role master: "), "{msg}");
-    assert!(msg.contains("injected failure"), "{msg}");
-
-    s.fake
-        .fail_next("GET", "/api/v1/namespaces/assisted-installer/events", 500);
-    let msg = format!(
-        "{:#}",
-        s.client.list_events(CONTROLLER_NAMESPACE).unwrap_err()
-    );
-    assert!(
-        msg.starts_with("listing events in namespace assisted-installer: "),
-        "{msg}"
-    );
-
-    s.fake
-        .fail_next("GET", "/api/v1/namespaces/kube-system/configmaps", 500);
-    let msg = format!(
-        "{:#}",
-        s.client
-            .get_config_map("kube-system", "cluster-config-v1")
-            .unwrap_err()
-    );
-    assert!(
-        msg.starts_with("reading ConfigMap kube-system/cluster-config-v1: "),
-        "{msg}"
-    );
-
-    s.fake
-        .fail_next("GET", "/apis/machineconfiguration.openshift.io", 500);
-    let msg = format!("{:#}", s.client.machine_config_exists("mc").unwrap_err());
-    assert!(msg.starts_with("reading MachineConfig mc: "), "{msg}");
-
-    s.fake
-        .set_node("n", "master", true, "10.0.0.1", BTreeMap::new());
-    s.fake.add_node_taint("n", "t", "NoSchedule");
-    s.fake.fail_next("PATCH", "/api/v1/nodes/n", 500);
-    let msg = format!("{:#}", s.client.remove_node_taint("n", "t").unwrap_err());
-    assert!(
-        msg.starts_with("removing taint t from node n: patching the taints of node n: "),
-        "{msg}"
-    );
-
-    // The client keeps working after errors.
-    assert_eq!(s.client.list_nodes(&Role::Master).unwrap().len(), 1);
-}
-
-#[test]
-fn unreachable_server_is_an_error_not_a_hang() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = {
-        let server = TestServer::with_app(FakeKube::new());
-        kubeconfig(dir.path(), &server.base_url())
-    };
-    // The fake is gone: connections to its port are refused.
-    let client = KubeClient::from_kubeconfig(&path).unwrap();
-    let msg = format!("{:#}", client.list_nodes(&Role::Master).unwrap_err());
-    assert!(msg.starts_with("listing nodes with role master: "), "{msg}");
-}
-
-#[test]
-fn the_client_refuses_to_run_inside_a_runtime() {
-    let s = setup();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let msg =
-        rt.block_on(async { format!("{:#}", s.client.list_nodes(&Role::Master).unwrap_err()) });
-    assert!(msg.contains("inside an async runtime"), "{msg}");
-    assert!(msg.starts_with("listing nodes with role master"), "{msg}");
-    let path = kubeconfig(s._dir.path(), &s.server.base_url());
-    let msg =
-        rt.block_on(async { format!("{:#}", KubeClient::from_kubeconfig(&path).unwrap_err()) });
-    assert!(msg.contains("inside an async runtime"), "{msg}");
-    // Still usable from a plain thread afterwards.
-    assert!(s.client.list_nodes(&Role::Master).unwrap().is_empty());
-}
+    let err = rt.block_on(async { msg(KubeApi::list_nodes(&s.client, &Role::Master)) });
+    assert!(
+        err.contains("inside an async runtime") && err.starts_with("listing nodes"),
+        "{err}"
+    );
+    let path = kubeconfig(s.dir.path(), &s.server.base_url());
+    let err = rt.block_on(async { msg(KubeClient::from_kubeconfig(&path)) });
+    assert!(err.contains("inside an async runtime"), "{err}");
 
-#[test]
-fn the_client_can_be_shared_between_threads() {
-    let s = setup();
-    s.fake
-        .set_node("master-0", "master", true, "10.0.0.10", BTreeMap::new());
-    let client = std::sync::Arc::new(s.client);
-    let handles: Vec<_> = (0..4)
+    let client = Arc::new(s.client);
+    let threads: Vec<_> = (0..4)
         .map(|_| {
             let client = client.clone();
             std::thread::spawn(move || {
                 for _ in 0..5 {
-                    assert_eq!(client.list_nodes(&Role::Master).unwrap().len(), 1);
+                    assert_eq!(
+                        KubeApi::list_nodes(&*client, &Role::Master).unwrap().len(),
+                        1
+                    );
                 }
             })
         })
         .collect();
-    for h in handles {
-        h.join().unwrap();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(s.server.requests().len(), 20);
+
+    // A connection per call: the server closing each one after its answer breaks nothing.
+    s.fake.hang_up_after_each_answer();
+    for _ in 0..3 {
+        assert_eq!(
+            KubeApi::list_nodes(&*client, &Role::Master).unwrap().len(),
+            1
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!client.machine_config_exists("x").unwrap());
     }
-    assert_eq!(count(&calls(&s.server), "GET /api/v1/nodes"), 20);
-}
+    KubeApi::remove_node_taint(&*client, "master-0", UNINITIALIZED_TAINT).unwrap();
 
-#[test]
-fn missing_kubeconfig_names_the_file() {
-    let msg = format!(
-        "{:#}",
-        KubeClient::from_kubeconfig(Path::new("/nonexistent/kubeconfig")).unwrap_err()
+    let gone = {
+        let server = TestServer::with_app(FakeApiServer::default());
+        kubeconfig(s.dir.path(), &server.base_url())
+    };
+    let client = KubeClient::from_kubeconfig(&gone).unwrap();
+    let err = msg(KubeApi::list_nodes(&client, &Role::Master));
+    assert!(
+        err.starts_with("listing nodes node-role.kubernetes.io/master: "),
+        "{err}"
     );
-    assert!(msg.contains("/nonexistent/kubeconfig"), "{msg}");
 }
 
 #[test]
-fn invalid_kubeconfig_is_an_error() {
+fn the_controller_uses_the_kubeconfig_else_the_service_account() {
+    let fake = FakeApiServer::new("sa-token-1");
+    let server = TestServer::with_app(fake);
     let dir = tempfile::tempdir().unwrap();
+    let sa = dir.path().join("sa");
+    std::fs::create_dir(&sa).unwrap();
+    let err =
+        msg(KubeClient::from_service_account(&server.base_url(), &sa).and_then(|c| c.list_csrs()));
+    assert!(err.contains("token"), "{err}");
+    std::fs::write(sa.join("token"), "sa-token-1").unwrap();
+    let client = KubeClient::from_service_account(&server.base_url(), &sa).unwrap();
+    client.list_csrs().unwrap();
+    assert_eq!(
+        last(&server).header("authorization"),
+        Some("Bearer sa-token-1")
+    );
+
+    let path = kubeconfig(dir.path(), &server.base_url());
+    let client = KubeClient::for_controller(&path, &sa).unwrap();
+    assert_eq!(client.server().trim_end_matches('/'), server.base_url());
+    let err = client.get_proxy("cluster").unwrap_err();
+    assert_eq!(
+        api_error_code(&err),
+        Some(401),
+        "no token with the test kubeconfig"
+    );
+    assert_eq!(
+        last(&server).path,
+        "/apis/config.openshift.io/v1/proxies/cluster"
+    );
+}
+
+#[test]
+fn kubeconfigs_missing_invalid_or_with_certificate_data() {
+    let err = msg(KubeClient::from_kubeconfig(Path::new(
+        "/nonexistent/kubeconfig",
+    )));
+    assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let [ca, cert, key] = <[String; 3]>::try_from(certs()).unwrap();
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, "clusters: [unclosed").unwrap();
-    let msg = format!("{:#}", KubeClient::from_kubeconfig(&path).unwrap_err());
-    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg(KubeClient::from_kubeconfig(&path)).contains(&path.display().to_string()));
+
+    let client = KubeClient::from_kubeconfig(&bootkube_like(dir.path(), &ca, &cert, &key)).unwrap();
+    assert_eq!(
+        client.server().trim_end_matches('/'),
+        "https://api-int.test-cluster.example.com:6443"
+    );
+    let broken_key = &key
+        .replace("MIIEpAIBAAKCAQEA", "MIIEpAIBAAKCAQEB")
+        .replace('Q', "x");
+    assert!(
+        KubeClient::from_kubeconfig(&bootkube_like(dir.path(), &ca, &cert, broken_key)).is_err()
+    );
+    let no_ca = bootkube_like(dir.path(), "not a certificate", &cert, &key);
+    assert!(KubeClient::from_kubeconfig(&no_ca).is_err());
 }
 
-// A throwaway CA (EC P-256) and an admin client certificate with an RSA key in PKCS#1 form, as in
-// the kubeconfig bootkube writes. Test-only material, made once with the openssl CLI.
-const CA_PEM: &str = "-----BEGIN CERTIFICATE-----
-MIIBwzCCAWmgAwIBAgIUAZMsuECIK8ooWIsDsVouDo8vcTswCgYIKoZIzj0EAwIw
-NjESMBAGA1UECwwJb3BlbnNoaWZ0MSAwHgYDVQQDDBdhZG1pbi1rdWJlY29uZmln
-LXNpZ25lcjAgFw0yNjExMjEyMDA0MjFaGA8yMTI2MTAyODIwMDQyMVowNjESMBAG
-A1UECwwJb3BlbnNoaWZ0MSAwHgYDVQQDDBdhZG1pbi1rdWJlY29uZmlnLXNpZ25l
-cjBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABAYHwMSRJMtcGbb3e0cgf9JQpcf3
-STCRNzXXgdXcBowYaSGaR5Yhk4O4P62/83iihN7kL9d3X+O7TI5wvnXEuW6jUzBR
-MB0GA1UdDgQWBBQWIr43R+8vbI+AiNHMuFBQHW5IBjAfBgNVHSMEGDAWgBQWIr43
-R+8vbI+AiNHMuFBQHW5IBjAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0gA
-MEUCIQDGenzPsQEAmiW4lrs+Nqzkp6bfqYsme1YvvBpmD4stJgIgEIhHjjhQPH43
-+m4BdGoxPCVD3rpAEKFkLBm2F4j4usw=
------END CERTIFICATE-----
-";
-
-const CLIENT_CERT_PEM: &str = "-----BEGIN CERTIFICATE-----
-MIICqzCCAlCgAwIBAgIUJp3WpuYTNcqYhxn8nTLxhMxCDnswCgYIKoZIzj0EAwIw
-NjESMBAGA1UECwwJb3BlbnNoaWZ0MSAwHgYDVQQDDBdhZG1pbi1rdWJlY29uZmln
-LXNpZ25lcjAgFw0yNjExMjEyMDE1NDRaGA8yMTI2MTAyODIwMTU0NFowMDEXMBUG
-A1UECgwOc3lzdGVtOm1hc3RlcnMxFTATBgNVBAMMDHN5c3RlbTphZG1pbjCCASIw
-DQYJKoZIhvcNAQEBBQADggEPADCCAQoCggEBAIrEcugUzoCR/GQ4cOfgcqrfYLaw
-I0OanW7DD/Jqr0pt7HXzflPKNdGf3Mt09OqlhKHyDTmPzajIV3I+qxDr4zJUL+Ci
-l1nE+2CJNVtKjFvdW/sbc3vY7bJ76MXcFrpouePylkz6oQtt0dteME6EyGk4y496
-BPN3Pu5sMqXTUdQ0Qg7Z4p3NS4p+dq4Ke1P58sHgryypcXHrHDFJ1QJx5hpCMNuN
-Fwh3j0SZfv5tpgtY6vbu2VtYr4KhIBb8jS+q4yKEeShZsNvqwOz8QWA/zhq8F0XJ
-2humHTqmHWE3FD3aduEPiSBuPFrgPndzW6Db/I3mPox2bd/p1GfOYkUokCcCAwEA
-AaN1MHMwDAYDVR0TAQH/BAIwADAOBgNVHQ8BAf8EBAMCBaAwEwYDVR0lBAwwCgYI
-KwYBBQUHAwIwHQYDVR0OBBYEFLtimfJTii1ayEmpYn3DtyroVD6EMB8GA1UdIwQY
-MBaAFBYivjdH7y9sj4CI0cy4UFAdbkgGMAoGCCqGSM49BAMCA0kAMEYCIQDnc2xJ
-7JcXMmv/KejWxb/UTujEAaCbyLryZ9o+h+NOAwIhAKyo4WFRJTFX8yxBuXwwFc3H
-dYbB2dZa8nTmYEx/Tywt
------END CERTIFICATE-----
-";
-
-const CLIENT_KEY_PEM: &str = "-----BEGIN RSA PRIVATE KEY-----
-MIIEpAIBAAKCAQEAisRy6BTOgJH8ZDhw5+Byqt9gtrAjQ5qdbsMP8mqvSm3sdfN+
-U8o10Z/cy3T06qWEofINOY/NqMhXcj6rEOvjMlQv4KKXWcT7YIk1W0qMW91b+xtz
-e9jtsnvoxdwWumi54/KWTPqhC23R214wToTIaTjLj3oE83c+7mwypdNR1DRCDtni
-nc1Lin52rgp7U/nyweCvLKlxcescMUnVAnHmGkIw240XCHePRJl+/m2mC1jq9u7Z
-W1ivgqEgFvyNL6rjIoR5KFmw2+rA7PxBYD/OGrwXRcnaG6YdOqYdYTcUPdp24Q+J
-IG48WuA+d3NboNv8jeY+jHZt3+nUZ85iRSiQJwIDAQABAoIBAAMI93tdNnf5s1NV
-QH9+xAfYbH+Ery23fRcMFQocnsFVjp7ZbI2ppVniUaM6f8WWDFECcJshvPLfkMXe
-R/j4oVIYbiMSPxwj2wdClfEqZqtkpYF2hwybS3vL6/1DqlSLl3NUt9qliyNPwmUF
-i3MfPEDMtXFXYT5Xev/hlRO3TvgmKPceFijDDK12+Uof0gmQoMWzikqOS06vGqP/
-+MVghETE+xQXN+9K7r8sXkz92bolIc+1is5NWSKi8QMaw3PiHxRYG7mNWdOZEtEM
-2UEPYub5hAxZCdkOuC6/LejQNXAm+9zaPPii0O5Mk66esl+hV0xxOMxUOR5iArnO
-3o7UcwECgYEAwb+GubBacTpMoGZh1EdxYpxmgApOcvBhwxlufFz8IfAxHFWLntO/
-+qLEa0VM6emNMHtT1hpI5+gwDCmLYzjirj6WPWTVcdzBJoY8EuiGyoiCevmJei/h
-ZvTQZZ0ViYTWl1uQcXZi+Kv8+pDkVOHdiJ3dsmCpbG85TDL15MKRLKcCgYEAt1qP
-DTQpdrmUQ2c5waJEdxnLqRU9G4lUc0k+q8tFhdmtouenmrY1Nqc/C8Zm90ZFqN0q
-9wBL3SPSSjAS7QXaFxMkA2vT/rxgPWW6+1he3MJhar1kGh0/3kN/2zKyUKXN38WW
-PVzO6nTuW9TrmedvCtUtF4HdVMwO2Mc/9gzIcIECgYEApcN+ugo3Jx7RBn7x/lPt
-n4febnfi7JXbnrd4fvBzS3ocGnjaTtYuL3rpADo3dv26LZume8zbSYau7QjyV78I
-ujmUAwztTVCo9JPue+Lzx/6JXDt5MtAaUiLs1bNTBOhhTPgrGdhHDyje9WXX5QOl
-rUgbsIzhB4QViqsjFEifOosCgYAGh6UclUT8w3MyS1TVPpAtpa+JIAaDGor1aCBh
-QeYB9FSovpNLgT236pDmPHSiTdBhSS8kiNAq2gG9PqUN5+1ycO4RaR+trMvIo/za
-wrTuK8YIZSJRg8Uoh0LgbZfII3+HfqPxH4MG+o8amiSh4Iol2p22fpuBT5sfwUjX
-3HCvAQKBgQCdWu6K7Aa6Gjqw1u+cezY88zQbFVZe3mJDiAHrN9TMaIXAEy5MD+M0
-BMFeqsc5BK/feoop4/5iEv1MnbWXrdyTTodtw8mcmaro+Lkm/hDDZRlCCR6Q76+7
-T04qttVjirGoYkwQ33VQY2mq1X4T4CB0UcUOGNjA9TnPRr/5zDB17g==
------END RSA PRIVATE KEY-----
-";
-
-/// Standard base64 with padding (the kubeconfig's `*-data` fields).
-fn base64(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-fn bootkube_like_kubeconfig(dir: &Path, ca: &str, cert: &str, key: &str) -> std::path::PathBuf {
+/// A kubeconfig as bootkube writes it: certificate authority, client certificate and key data.
+fn bootkube_like(dir: &Path, ca: &str, cert: &str, key: &str) -> std::path::PathBuf {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let path = dir.join("kubeconfig");
     let text = format!(
-        "clusters:
-- cluster:
-    certificate-authority-data: {}
-    server: https://api-int.test-cluster.example.com:6443
-  name: test-cluster
-contexts:
-- context:
-    cluster: test-cluster
-    user: admin
-  name: admin
-current-context: admin
-preferences: {{}}
-users:
-- name: admin
-  user:
-    client-certificate-data: {}
-    client-key-data: {}
-",
-        base64(ca.as_bytes()),
-        base64(cert.as_bytes()),
-        base64(key.as_bytes()),
+        "clusters:\n- cluster:\n    certificate-authority-data: {}\n    server: https://api-int.test-cluster.example.com:6443\n  name: c\n\
+         contexts:\n- context:\n    cluster: c\n    user: admin\n  name: admin\ncurrent-context: admin\n\
+         users:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+        b64(ca), b64(cert), b64(key),
     );
     std::fs::write(&path, text).unwrap();
     path
 }
 
-#[test]
-fn base64_encoding() {
-    assert_eq!(base64(b""), "");
-    assert_eq!(base64(b"f"), "Zg==");
-    assert_eq!(base64(b"fo"), "Zm8=");
-    assert_eq!(base64(b"foo"), "Zm9v");
-    assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+/// A throwaway CA (EC P-256), an admin client certificate, and its RSA key in PKCS#1 form, as in
+/// the kubeconfig bootkube writes. Test-only material, made once with the openssl CLI.
+fn certs() -> Vec<String> {
+    let pems = include_str!("common/bootkube-certs.pem").split("-----BEGIN ");
+    pems.skip(1).map(|p| format!("-----BEGIN {p}")).collect()
 }
 
-#[test]
-fn kubeconfig_with_certificate_data_parses() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = bootkube_like_kubeconfig(dir.path(), CA_PEM, CLIENT_CERT_PEM, CLIENT_KEY_PEM);
-    let client = KubeClient::from_kubeconfig(&path).unwrap();
-    assert_eq!(
-        client.server().trim_end_matches('/'),
-        "https://api-int.test-cluster.example.com:6443"
+/// Call every [`ClusterApi`] method once, in trait order, ignoring the results.
+fn exercise_all(api: &dyn ClusterApi) {
+    let ns = "openshift-machine-api";
+    let time = std::time::UNIX_EPOCH;
+    let object = json!({"metadata": {"name": "csr-1"}, "spec": {"request": "", "signerName": ""}});
+    let csr = Csr {
+        name: "csr-1".into(),
+        conditions: vec![],
+        object,
+    };
+    let condition = Condition {
+        type_: "Approved".into(),
+        ..Condition::default()
+    };
+    let approval = CsrApproval { condition, time };
+    let event = ready_event();
+    let bmh = json!({"metadata": {"name": "bmh-0", "namespace": ns}, "spec": {}, "status": {}});
+    let _ = api.get_proxy("cluster");
+    let _ = api.get_cluster_version("version");
+    let _ = api.list_cluster_operators();
+    let _ = api.get_cluster_operator("console");
+    let _ = api.get_config_map("kube-system", "cluster-config-v1");
+    let _ = api.create_event("assisted-installer", &event);
+    let _ = api.list_nodes(Some("node-role.kubernetes.io/master"));
+    let _ = api.get_node("master-0");
+    let _ = api.remove_node_taint("master-0", 0, "k");
+    let _ = api.patch_node_labels("master-0", &json!({"a": "b"}));
+    let _ = api.list_services();
+    let _ = api.delete_service("openshift-dns", "dns-default");
+    let _ = api.list_pods(
+        "assisted-installer",
+        Some("a=b"),
+        Some("status.phase=Running"),
     );
+    let _ = api.pod_log("assisted-installer", "pod-0", Some(300));
+    let _ = api.delete_pods("openshift-dns-operator", None);
+    let _ = api.list_csrs();
+    let _ = api.approve_csr(&csr, &approval);
+    let _ = api.get_subscription("openshift-storage", "odf-operator");
+    let _ = api.get_csv("openshift-storage", "odf-operator.v4.15.0");
+    let _ = api.list_install_plans("openshift-storage");
+    let _ = api.delete_install_plan("openshift-storage", "install-1");
+    let _ = api.list_jobs("openshift-marketplace");
+    let _ = api.delete_job("openshift-marketplace", "job-1");
+    let _ = api.list_bmhs(ns);
+    let _ = api.get_bmh(ns, "bmh-0");
+    let _ = api.update_bmh(ns, &bmh);
+    let _ = api.update_bmh_status(ns, &bmh);
+    let _ = api.provisioning_exists("provisioning-configuration");
+    let _ = api.list_machines(ns);
+    let _ = api.get_machine_config_pool("worker");
+    let _ = api.set_machine_config_pool_paused("worker", true);
 }
 
-#[test]
-fn kubeconfig_with_a_broken_key_is_rejected() {
-    let dir = tempfile::tempdir().unwrap();
-    let broken_key = CLIENT_KEY_PEM
-        .replace("MIIEpAIBAAKCAQEA", "MIIEpAIBAAKCAQEB")
-        .replace('Q', "x");
-    let path = bootkube_like_kubeconfig(dir.path(), CA_PEM, CLIENT_CERT_PEM, &broken_key);
-    assert!(KubeClient::from_kubeconfig(&path).is_err());
-    let path = bootkube_like_kubeconfig(
-        dir.path(),
-        "not a certificate",
-        CLIENT_CERT_PEM,
-        CLIENT_KEY_PEM,
-    );
-    assert!(KubeClient::from_kubeconfig(&path).is_err());
-}
-
-#[test]
-fn connections_closed_by_the_server_between_calls() {
-    let s = setup();
-    s.fake
-        .set_node("master-0", "master", true, "10.0.0.10", BTreeMap::new());
-    s.fake
-        .add_node_taint("master-0", UNINITIALIZED_TAINT, "NoSchedule");
-    s.fake.drop_connections_after_response(true);
-    for _ in 0..3 {
-        assert_eq!(s.client.list_nodes(&Role::Master).unwrap().len(), 1);
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert!(s
-            .client
-            .list_events(CONTROLLER_NAMESPACE)
-            .unwrap()
-            .is_empty());
-        assert!(!s.client.machine_config_exists("x").unwrap());
-        assert_eq!(s.client.get_config_map("a", "b").unwrap(), None);
+/// The Event the controller creates when it is ready.
+fn ready_event() -> NewEvent {
+    NewEvent {
+        name: "AssistedControllerIsReady".into(),
+        reason: "AssistedControllerIsReady".into(),
+        type_: "Normal".into(),
+        message: "ready".into(),
+        involved_namespace: CONTROLLER_NAMESPACE.into(),
+        involved_name: "assisted-installer-controller".into(),
+        time: std::time::UNIX_EPOCH,
     }
-    s.client
-        .remove_node_taint("master-0", UNINITIALIZED_TAINT)
-        .unwrap();
-    assert!(s.fake.node_taints("master-0").is_empty());
 }

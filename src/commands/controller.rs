@@ -47,7 +47,7 @@ pub fn is_controller_invocation(mut args: impl Iterator<Item = std::ffi::OsStrin
 /// container), and the completion wait's `os.Exit(0)` ends the process here at once.
 ///
 /// Dry mode (`DRY_ENABLE=true`): the cluster is the pretend cluster of the dry-run hosts that
-/// startup parsed (`controller::cluster::dry`) instead of a client; the service is real.
+/// startup parsed (`kube::dry`) instead of a client; the service is real.
 ///
 /// The OLM operators' wait, the agent-based installer's post-install task, the BareMetalHost
 /// updates and the node labels are [`ExtraTasks`] of [`run::run`], all given here.

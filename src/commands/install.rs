@@ -15,7 +15,7 @@ use crate::host::reboot::{FakeReboot, Rebooter, ShutdownRebooter};
 use crate::host::HostEffects;
 use crate::image::Cancel;
 use crate::kube::client::KubeClient;
-use crate::kube::dry_cluster::DryCluster;
+use crate::kube::dry::DryCluster;
 use crate::kube::KubeApi;
 use crate::service::client::{ClientConfig, ClientRetry, InventoryClient, ServiceClient};
 use crate::service::reporter::Reporter;

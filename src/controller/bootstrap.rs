@@ -12,16 +12,16 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::cluster::dry::DryCluster;
-use super::cluster::kube_impl::{KubeCluster, BOOTSTRAP_KUBECONFIG};
-use super::cluster::{ClusterApi, ProxyStatus};
 use super::config::ControllerConfig;
 use super::service::{ControllerClient, ControllerService, ControllerServiceConfig};
 use crate::clock::Clock;
 use crate::config::cluster_hosts::ClusterHost;
+use crate::kube::client::{KubeClient, BOOTSTRAP_KUBECONFIG};
+use crate::kube::dry::DryCluster;
+use crate::kube::{ClusterApi, ProxyStatus};
 
 /// The cluster-scoped `config.openshift.io/v1 Proxy` the controller reads.
-pub const PROXY_NAME: &str = "cluster";
+pub use crate::openshift::PROXY_NAME;
 /// The variables step 6 sets from the cluster Proxy.
 pub const PROXY_VARIABLES: [&str; 3] = ["HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"];
 
@@ -105,7 +105,7 @@ pub fn kube_cluster(
         );
         return Ok(Arc::new(DryCluster::new(dry_hosts.to_vec())));
     }
-    Ok(Arc::new(KubeCluster::for_controller(
+    Ok(Arc::new(KubeClient::for_controller(
         Path::new(BOOTSTRAP_KUBECONFIG),
         service_account_dir,
     )?))
@@ -140,9 +140,9 @@ pub fn set_process_env(name: &str, value: &str) {
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::controller::cluster::fake::FakeCluster;
-    use crate::controller::cluster::ApiError;
     use crate::controller::service::memory::MemoryService;
+    use crate::kube::fake::FakeCluster;
+    use crate::kube::ApiError;
     use anyhow::bail;
     use std::sync::Mutex;
 

@@ -46,10 +46,9 @@
 //! immediate exit 0). Tested on the in-memory fakes and a fake clock (every task and the whole
 //! sequence), on sockets (both clients, request by request), and as a process end to end
 //! (`tests/controller_process.rs`). Dry mode (§3.16) runs the same sequence on the pretend
-//! cluster of `cluster::dry`.
+//! cluster of `kube::dry`.
 
 pub mod bootstrap;
-pub mod cluster;
 pub mod config;
 pub mod hosts;
 pub mod log;

@@ -39,7 +39,6 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::bootstrap;
-use super::cluster::ClusterApi;
 use super::config::ControllerConfig;
 use super::service::ControllerService;
 use super::status::ControllerStatus;
@@ -58,6 +57,7 @@ use super::tasks::router_probe::HttpProbe;
 use crate::clock::{Clock, Stop};
 use crate::image::Cancel;
 use crate::kube::install_config::INVOKER_AGENT;
+use crate::kube::ClusterApi;
 
 /// The kubeconfig the ABI single-node branch gives the ABI post-install task.
 pub const ABI_SNO_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
@@ -413,7 +413,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
     // Step 17: the completion wait.
     if abi {
         let untaint_env = env.clone();
-        let mut untaint_node = |node: &super::cluster::Node| {
+        let mut untaint_node = |node: &crate::kube::Node| {
             let nodes = NodeStatus::new(
                 &*untaint_env.cluster,
                 &*untaint_env.service,
@@ -425,7 +425,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
                 tracing::warn!("removing the uninitialized taint of {}: {err:#}", node.name);
             }
         };
-        let untaint_fn: Option<&mut dyn FnMut(&super::cluster::Node)> = if untaint {
+        let untaint_fn: Option<&mut dyn FnMut(&crate::kube::Node)> = if untaint {
             Some(&mut untaint_node)
         } else {
             None

@@ -17,7 +17,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::cluster::kube_impl::SERVICE_ACCOUNT_DIR;
 use super::config::ControllerConfig;
 use super::log::LOG_PATH;
 use super::loops::poll;
@@ -25,6 +24,7 @@ use super::tasks::logs::MUST_GATHER_DIR;
 use super::token::{read_token, TOKEN_PATH};
 use crate::clock::{Clock, Stop};
 use crate::config::cluster_hosts::{self, ClusterHost};
+use crate::kube::client::SERVICE_ACCOUNT_DIR;
 
 /// How often dry mode looks for the fake-reboot marker.
 pub const DRY_MARKER_POLL: Duration = Duration::from_secs(1);

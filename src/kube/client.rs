@@ -1,346 +1,634 @@
-//! [`super::KubeApi`] over kube-rs, built from the kubeconfig bootkube writes
-//! (`/opt/openshift/auth/kubeconfig`).
+//! The one Kubernetes client of both programs: kube-rs's typed `Api<K>` on a current-thread
+//! tokio runtime the client owns and blocks on for each call, implementing [`KubeApi`] and
+//! [`ClusterApi`].
 //!
-//! The trait is synchronous: the transport is [`super::blocking::BlockingKube`] (its own runtime,
-//! blocked on for each call, outside any async runtime; a connection per call).
+//! - It must be created and used outside any async runtime (from the plain threads of the flows
+//!   and tasks); doing otherwise is an error instead of a panic.
+//! - Every call opens its own connection (`Connection: close`): nothing drives the runtime
+//!   between calls, so a pooled connection closed meanwhile by the server or a load balancer
+//!   would go unnoticed and fail the next call ("connection closed before message completed").
+//! - The API server is always reached directly: `HTTP(S)_PROXY` from the environment is not
+//!   applied (the controller even sets them from the cluster Proxy, which is for egress).
 
-use super::blocking::BlockingKube;
-use super::{EventInfo, KubeApi, NodeInfo, PodInfo};
-use crate::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
+use super::model::kinds;
+use super::{
+    untaint_patch, ApiError, ClusterApi, ClusterOperator, ClusterVersion, Csr, CsrApproval, Csv,
+    Event, InstallPlan, Job, KubeApi, Machine, MachineConfigPool, NewEvent, Node, Pod, ProxyStatus,
+    Service, Subscription,
+};
 use crate::config::Role;
 use crate::openshift::role_label;
-use anyhow::{bail, Context, Result};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Taint};
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, LogParams, Patch, PatchParams,
+use anyhow::{anyhow, bail, Context, Result};
+use k8s_openapi::api::batch::v1::Job as K8sJob;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition,
 };
-use kube::config::Kubeconfig;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, LogParams, ObjectMeta, Patch,
+    PatchParams, PostParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 use std::future::Future;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-/// Time to wait for a response; the flows poll, so a hung call must not block them for long.
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Attempts of the read-modify-write of a node's taints when the node changed in between (409).
-const TAINT_PATCH_ATTEMPTS: u32 = 5;
+/// The kubeconfig the single-node bootstrap leaves for the controller: used when present, else
+/// the in-cluster service account.
+pub const BOOTSTRAP_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
+/// Where a pod has its service account's token and the cluster's CA.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-const MACHINE_CONFIG_GROUP: &str = "machineconfiguration.openshift.io";
-const MACHINE_CONFIG_VERSION: &str = "v1";
-const MACHINE_CONFIG_KIND: &str = "MachineConfig";
-const MACHINE_CONFIG_PLURAL: &str = "machineconfigs";
+/// Time to establish a connection (TCP and TLS) to the API server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time to wait for a response: the installer's flows poll, so a hung call must not block them
+/// for long; the controller reads whole pod logs.
+const INSTALLER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+const CONTROLLER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A Kubernetes API client for the bootstrap and single-node flows.
-#[derive(Debug)]
+/// See the module documentation.
 pub struct KubeClient {
-    kube: BlockingKube,
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    server: String,
+}
+
+impl Debug for KubeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClient")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An error when called from inside an async runtime (blocking there would panic).
+fn ensure_outside_runtime() -> Result<()> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        bail!("the Kubernetes client blocks and must not be used inside an async runtime");
+    }
+    Ok(())
+}
+
+/// Where the client's configuration comes from.
+enum Source {
+    Kubeconfig(Box<Kubeconfig>),
+    InCluster,
 }
 
 impl KubeClient {
-    /// Load a kubeconfig (its current context) and build a client for its cluster: https with
-    /// `certificate-authority-data` and client certificate/key data as bootkube writes them, or
-    /// plain http without credentials (tests). The API is always reached directly (see
-    /// [`BlockingKube`]).
+    /// The installer's client: a kubeconfig's current context (bootkube's, with certificate data;
+    /// or plain http without credentials in tests).
     pub fn from_kubeconfig(path: &Path) -> Result<KubeClient> {
+        KubeClient::kubeconfig_file(path, INSTALLER_READ_TIMEOUT)
+    }
+
+    /// The controller's client, as the Go controller's: the kubeconfig at `kubeconfig` (the
+    /// single-node bootstrap leaves one at [`BOOTSTRAP_KUBECONFIG`]) if it exists, else the pod's
+    /// service account. `service_account_dir` other than [`SERVICE_ACCOUNT_DIR`] is the tests'
+    /// hook: that directory's token and CA, for the API server the pod's environment names.
+    pub fn for_controller(kubeconfig: &Path, service_account_dir: &Path) -> Result<KubeClient> {
+        if kubeconfig.exists() {
+            return KubeClient::kubeconfig_file(kubeconfig, CONTROLLER_READ_TIMEOUT);
+        }
+        if service_account_dir == Path::new(SERVICE_ACCOUNT_DIR) {
+            return KubeClient::new(Source::InCluster, CONTROLLER_READ_TIMEOUT)
+                .context("the in-cluster Kubernetes client");
+        }
+        let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
+        let host = var("KUBERNETES_SERVICE_HOST")?;
+        let host = match host.contains(':') {
+            true => format!("[{host}]"),
+            false => host,
+        };
+        let server = format!("https://{host}:{}", var("KUBERNETES_SERVICE_PORT")?);
+        KubeClient::from_service_account(&server, service_account_dir)
+    }
+
+    /// A service account's credentials as a pod has them mounted, for an API server at `server`:
+    /// the token in `dir/token` (read again as it rotates) and, when present, the CA in
+    /// `dir/ca.crt`.
+    pub fn from_service_account(server: &str, dir: &Path) -> Result<KubeClient> {
+        let ca = dir.join("ca.crt");
+        let mut cluster = json!({ "server": server });
+        if ca.exists() {
+            cluster["certificate-authority"] = json!(ca.display().to_string());
+        }
+        let token = dir.join("token").display().to_string();
+        let kubeconfig: Kubeconfig = serde_json::from_value(json!({
+            "clusters": [{"name": "c", "cluster": cluster}],
+            "users": [{"name": "sa", "user": {"tokenFile": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+            "current-context": "sa",
+        }))?;
+        KubeClient::new(
+            Source::Kubeconfig(Box::new(kubeconfig)),
+            CONTROLLER_READ_TIMEOUT,
+        )
+        .with_context(|| format!("service account {} for {server}", dir.display()))
+    }
+
+    fn kubeconfig_file(path: &Path, read_timeout: Duration) -> Result<KubeClient> {
         let kubeconfig = Kubeconfig::read_from(path)
             .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-        let kube = BlockingKube::new(kubeconfig, READ_TIMEOUT)
-            .with_context(|| format!("kubeconfig {}", path.display()))?;
-        Ok(KubeClient { kube })
+        KubeClient::new(Source::Kubeconfig(Box::new(kubeconfig)), read_timeout)
+            .with_context(|| format!("kubeconfig {}", path.display()))
     }
 
-    /// The API server URL of the kubeconfig's current context.
-    pub fn server(&self) -> &str {
-        self.kube.server()
-    }
-
-    /// Run one request on the client's runtime.
-    fn block_on<F: Future>(&self, fut: F) -> Result<F::Output> {
-        self.kube.block_on(fut)
-    }
-
-    /// Run one request; errors (including being called inside a runtime) carry `what`.
-    fn call<T, F, W>(&self, fut: F, what: W) -> Result<T>
-    where
-        F: Future<Output = kube::Result<T>>,
-        W: Fn() -> String,
-    {
-        self.block_on(fut).with_context(&what)?.with_context(&what)
-    }
-
-    fn nodes(&self) -> Api<Node> {
-        Api::all(self.kube.client().clone())
-    }
-
-    fn remove_taint_once(&self, api: &Api<Node>, node: &str, key: &str) -> Result<RemoveOutcome> {
-        let current = self.call(api.get(node), || format!("reading node {node}"))?;
-        let taints: Vec<Taint> = current.spec.and_then(|s| s.taints).unwrap_or_default();
-        if !taints.iter().any(|t| t.key == key) {
-            return Ok(RemoveOutcome::Done);
+    fn new(source: Source, read_timeout: Duration) -> Result<KubeClient> {
+        ensure_outside_runtime().context("creating the Kubernetes client")?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("building the runtime of the Kubernetes client")?;
+        let mut config = match source {
+            Source::Kubeconfig(kubeconfig) => runtime
+                .block_on(Config::from_custom_kubeconfig(
+                    *kubeconfig,
+                    &KubeConfigOptions::default(),
+                ))
+                .context("loading the kubeconfig")?,
+            Source::InCluster => Config::incluster()?,
+        };
+        if config.root_cert.as_ref().is_some_and(Vec::is_empty) {
+            bail!("the certificate authority of the cluster holds no PEM certificate");
         }
-        let remaining: Vec<&Taint> = taints.iter().filter(|t| t.key != key).collect();
-        let mut patch = serde_json::json!({ "spec": { "taints": remaining } });
-        // The merge patch replaces the whole list: make the API server refuse it (409) when the
-        // node changed since we read it, rather than drop a taint added meanwhile.
-        if let Some(rv) = current.metadata.resource_version {
-            patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
-        }
-        match self.block_on(api.patch(node, &PatchParams::default(), &Patch::Merge(&patch)))? {
-            Ok(_) => Ok(RemoveOutcome::Done),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(RemoveOutcome::Conflict),
-            Err(e) => Err(e).with_context(|| format!("patching the taints of node {node}")),
-        }
-    }
-}
-
-enum RemoveOutcome {
-    Done,
-    Conflict,
-}
-
-fn node_info(node: &Node) -> NodeInfo {
-    let status = node.status.as_ref();
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let internal_ips = status
-        .and_then(|s| s.addresses.as_ref())
-        .map(|addrs| {
-            addrs
-                .iter()
-                .filter(|a| a.type_ == "InternalIP")
-                .map(|a| a.address.clone())
-                .collect()
+        config.proxy_url = None;
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        config.read_timeout = Some(read_timeout);
+        config.reset_reader_on_write = true;
+        let close = http::HeaderValue::from_static("close");
+        config.headers.push((http::header::CONNECTION, close));
+        let server = config.cluster_url.to_string();
+        let client = {
+            let _inside = runtime.enter();
+            Client::try_from(config).context("building the Kubernetes client")?
+        };
+        tracing::debug!(server = %server, "Kubernetes client ready");
+        Ok(KubeClient {
+            runtime,
+            client,
+            server,
         })
-        .unwrap_or_default();
-    let taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .map(|ts| ts.iter().map(|t| t.key.clone()).collect())
-        .unwrap_or_default();
-    NodeInfo {
-        name: node.metadata.name.clone().unwrap_or_default(),
-        ready,
-        internal_ips,
-        annotations: node.metadata.annotations.clone().unwrap_or_default(),
-        taints,
-    }
-}
-
-fn event_info(event: &Event) -> EventInfo {
-    EventInfo {
-        name: event.metadata.name.clone().unwrap_or_default(),
-        reason: event.reason.clone().unwrap_or_default(),
-        message: event.message.clone().unwrap_or_default(),
-    }
-}
-
-fn pod_info(pod: &Pod) -> PodInfo {
-    PodInfo {
-        name: pod.metadata.name.clone().unwrap_or_default(),
-        phase: pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default(),
-    }
-}
-
-impl KubeApi for KubeClient {
-    fn list_nodes(&self, role: &Role) -> Result<Vec<NodeInfo>> {
-        let params = ListParams::default().labels(&role_label(role.as_str()));
-        let list = self.call(self.nodes().list(&params), || {
-            format!("listing nodes with role {role}")
-        })?;
-        Ok(list.items.iter().map(node_info).collect())
     }
 
-    fn list_events(&self, namespace: &str) -> Result<Vec<EventInfo>> {
-        let api: Api<Event> = Api::namespaced(self.kube.client().clone(), namespace);
-        let list = self.call(api.list(&ListParams::default()), || {
-            format!("listing events in namespace {namespace}")
-        })?;
-        Ok(list.items.iter().map(event_info).collect())
+    /// The API server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
     }
 
-    fn get_config_map(
+    /// Run one request; an API error answer becomes an [`ApiError`]; errors carry `what`.
+    fn call<T>(
         &self,
-        namespace: &str,
+        what: impl Fn() -> String,
+        fut: impl Future<Output = kube::Result<T>>,
+    ) -> Result<T> {
+        ensure_outside_runtime().with_context(&what)?;
+        match self.runtime.block_on(fut) {
+            Ok(v) => Ok(v),
+            Err(kube::Error::Api(s)) => {
+                Err(anyhow!(ApiError::new(s.code, &s.reason, &s.message)).context(what()))
+            }
+            Err(e) => Err(anyhow!(e).context(what())),
+        }
+    }
+
+    /// A GET where NotFound is `None`.
+    fn get_opt<K>(&self, api: Api<K>, name: &str, what: impl Fn() -> String) -> Result<Option<K>>
+    where
+        K: Clone + DeserializeOwned + Debug,
+    {
+        self.call(what, api.get_opt(name))
+    }
+
+    fn all<K: kube::Resource<DynamicType = ()>>(&self) -> Api<K> {
+        Api::all(self.client.clone())
+    }
+
+    fn namespaced<K>(&self, namespace: &str) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn dynamic(&self, kind: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, kind),
+            None => Api::all_with(self.client.clone(), kind),
+        }
+    }
+
+    fn list_dynamic<T>(&self, kind: &ApiResource, ns: &str, what: &str) -> Result<Vec<T>>
+    where
+        T: for<'a> TryFrom<&'a DynamicObject, Error = anyhow::Error>,
+    {
+        let what = || format!("listing {what} in namespace {ns}");
+        let api = self.dynamic(kind, Some(ns));
+        let list = self.call(what, api.list(&ListParams::default()))?;
+        list.items.iter().map(T::try_from).collect()
+    }
+
+    /// GET an object of an OpenShift kind; NotFound is `None`.
+    fn get_dynamic_opt(
+        &self,
+        kind: &ApiResource,
+        ns: Option<&str>,
         name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
-        let api: Api<ConfigMap> = Api::namespaced(self.kube.client().clone(), namespace);
-        let cm = self.call(api.get_opt(name), || {
-            format!("reading ConfigMap {namespace}/{name}")
-        })?;
-        Ok(cm.map(|cm| cm.data.unwrap_or_default()))
+    ) -> Result<Option<DynamicObject>> {
+        let of = ns.map(|n| format!("{n}/")).unwrap_or_default();
+        let what = || format!("reading {} {of}{name}", kind.kind);
+        self.get_opt(self.dynamic(kind, ns), name, what)
     }
 
-    fn machine_config_exists(&self, name: &str) -> Result<bool> {
-        let gvk = GroupVersionKind::gvk(
-            MACHINE_CONFIG_GROUP,
-            MACHINE_CONFIG_VERSION,
-            MACHINE_CONFIG_KIND,
-        );
-        let resource = ApiResource::from_gvk_with_plural(&gvk, MACHINE_CONFIG_PLURAL);
-        let api: Api<DynamicObject> = Api::all_with(self.kube.client().clone(), &resource);
-        let mc = self.call(api.get_opt(name), || {
-            format!("reading MachineConfig {name}")
-        })?;
-        Ok(mc.is_some())
+    /// GET an object of an OpenShift kind; NotFound is an error.
+    fn get_dynamic(
+        &self,
+        kind: &ApiResource,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<DynamicObject> {
+        let of = ns.map(|n| format!("{n}/")).unwrap_or_default();
+        let what = || format!("reading {} {of}{name}", kind.kind);
+        self.call(what, self.dynamic(kind, ns).get(name))
     }
 
-    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<PodInfo>> {
-        let api: Api<Pod> = Api::namespaced(self.kube.client().clone(), namespace);
-        let params = ListParams::default().labels(label_selector);
-        let list = self.call(api.list(&params), || {
-            format!("listing pods {label_selector} in namespace {namespace}")
-        })?;
-        Ok(list.items.iter().map(pod_info).collect())
+    fn merge_patch<K>(
+        &self,
+        api: Api<K>,
+        name: &str,
+        patch: Value,
+        what: impl Fn() -> String,
+    ) -> Result<()>
+    where
+        K: Clone + DeserializeOwned + Debug,
+    {
+        let patch = Patch::Merge(&patch);
+        self.call(what, api.patch(name, &PatchParams::default(), &patch))
+            .map(drop)
     }
 
-    fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
-        let api: Api<Pod> = Api::namespaced(self.kube.client().clone(), namespace);
+    fn delete<K>(&self, api: Api<K>, name: &str, what: impl Fn() -> String) -> Result<()>
+    where
+        K: Clone + DeserializeOwned + Debug,
+    {
+        self.call(what, api.delete(name, &DeleteParams::default()))
+            .map(drop)
+    }
+
+    fn patch_out_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
+        let patch: Patch<()> = Patch::Json(untaint_patch(index, key));
+        let what = || format!("removing taint {key} ({index}) of node {name}");
+        let nodes = self.all::<core::Node>();
+        self.call(what, nodes.patch(name, &PatchParams::default(), &patch))
+            .map(drop)
+    }
+
+    fn list_pods_by(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
+        let params = selectors(label, field);
+        let what = || format!("listing pods in namespace {ns}");
+        let list = self.call(what, self.namespaced::<core::Pod>(ns).list(&params))?;
+        Ok(list.items.iter().map(Pod::from).collect())
+    }
+
+    fn log(&self, ns: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
         let params = LogParams {
             since_seconds,
             ..LogParams::default()
         };
-        self.call(api.logs(pod, &params), || {
-            format!("reading the log of pod {namespace}/{pod}")
-        })
+        let what = || format!("reading the log of pod {ns}/{name}");
+        self.call(what, self.namespaced::<core::Pod>(ns).logs(name, &params))
     }
 
-    fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
-        let api = self.nodes();
-        // A conflict means the node changed since it was read: read it again at once.
-        let outcome = SYSTEM_CLOCK.retry(
-            &NeverStop,
-            &Schedule::tries(TAINT_PATCH_ATTEMPTS, Duration::ZERO),
-            |_| match self.remove_taint_once(&api, node, key) {
-                Ok(RemoveOutcome::Done) => Ok(()),
-                Ok(RemoveOutcome::Conflict) => Err(Failure::Retry(None)),
-                Err(e) => Err(Failure::Fatal(Some(e))),
-            },
-            |_, next| {
-                tracing::debug!(
-                    node,
-                    key,
-                    attempt = next.failures,
-                    "node changed while removing a taint; retrying"
-                )
-            },
-        );
-        match outcome {
-            Ok(()) => Ok(()),
-            Err(e) => match e.into_last().flatten() {
-                Some(e) => Err(e.context(format!("removing taint {key} from node {node}"))),
-                None => bail!(
-                    "removing taint {key} from node {node}: the node kept changing ({TAINT_PATCH_ATTEMPTS} conflicts)"
-                ),
-            },
-        }
+    fn config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        let what = || format!("reading ConfigMap {ns}/{name}");
+        let cm = self.get_opt(self.namespaced::<core::ConfigMap>(ns), name, what)?;
+        Ok(cm.map(|cm| cm.data.unwrap_or_default()))
+    }
+
+    fn nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>> {
+        let params = selectors(label_selector, None);
+        let what = || format!("listing nodes {}", label_selector.unwrap_or_default());
+        let list = self.call(what, self.all::<core::Node>().list(&params))?;
+        Ok(list.items.iter().map(Node::from).collect())
+    }
+
+    fn node(&self, name: &str) -> Result<Node> {
+        let what = || format!("reading node {name}");
+        Ok(Node::from(
+            &self.call(what, self.all::<core::Node>().get(name))?,
+        ))
+    }
+
+    /// PUT a BareMetalHost (or its `status`), named by its `metadata.name`, with `apiVersion` and
+    /// `kind` set (list items may lack them).
+    fn put_bmh(&self, ns: &str, bmh: &Value, status: bool) -> Result<Value> {
+        let kind = kinds::bmhs();
+        let mut object: DynamicObject = serde_json::from_value(bmh.clone())
+            .context("a BareMetalHost that is no Kubernetes object")?;
+        let name = object.metadata.name.clone().filter(|n| !n.is_empty());
+        let name = name.ok_or_else(|| anyhow!("the BareMetalHost has no metadata.name"))?;
+        object.types = Some(kube::api::TypeMeta {
+            api_version: kind.api_version.clone(),
+            kind: kind.kind.clone(),
+        });
+        let api = self.dynamic(&kind, Some(ns));
+        let pp = PostParams::default();
+        let stored = match status {
+            false => self.call(
+                || format!("updating BareMetalHost {ns}/{name}"),
+                api.replace(&name, &pp, &object),
+            )?,
+            true => self.call(
+                || format!("updating the status of BareMetalHost {ns}/{name}"),
+                api.replace_status(&name, &pp, &object),
+            )?,
+        };
+        Ok(serde_json::to_value(stored)?)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition, NodeSpec, NodeStatus};
-    use kube::api::ObjectMeta;
+fn selectors(label: Option<&str>, field: Option<&str>) -> ListParams {
+    ListParams {
+        label_selector: label.map(str::to_string),
+        field_selector: field.map(str::to_string),
+        ..ListParams::default()
+    }
+}
 
-    #[test]
-    fn node_info_maps_ready_ips_annotations_and_taints() {
-        let node = Node {
-            metadata: ObjectMeta {
-                name: Some("master-0".into()),
-                annotations: Some(BTreeMap::from([("a".to_string(), "b".to_string())])),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                taints: Some(vec![Taint {
-                    key: "node.cloudprovider.kubernetes.io/uninitialized".into(),
-                    effect: "NoSchedule".into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            status: Some(NodeStatus {
-                conditions: Some(vec![
-                    NodeCondition {
-                        type_: "MemoryPressure".into(),
-                        status: "False".into(),
-                        ..Default::default()
-                    },
-                    NodeCondition {
-                        type_: "Ready".into(),
-                        status: "True".into(),
-                        ..Default::default()
-                    },
-                ]),
-                addresses: Some(vec![
-                    NodeAddress {
-                        type_: "InternalIP".into(),
-                        address: "192.168.126.10".into(),
-                    },
-                    NodeAddress {
-                        type_: "Hostname".into(),
-                        address: "master-0".into(),
-                    },
-                    NodeAddress {
-                        type_: "InternalIP".into(),
-                        address: "fd00::10".into(),
-                    },
-                ]),
-                ..Default::default()
-            }),
-        };
-        let info = node_info(&node);
-        assert_eq!(info.name, "master-0");
-        assert!(info.ready);
-        assert_eq!(info.internal_ips, vec!["192.168.126.10", "fd00::10"]);
-        assert_eq!(info.annotations.get("a").map(String::as_str), Some("b"));
-        assert_eq!(
-            info.taints,
-            vec!["node.cloudprovider.kubernetes.io/uninitialized"]
-        );
+/// A Kubernetes `Time` (serialised to the second, in UTC).
+fn k8s_time(time: SystemTime) -> Result<Time> {
+    Ok(Time(
+        Timestamp::try_from(time).context("a time out of range")?,
+    ))
+}
+
+/// The ready Event's shape: `count` 1, both timestamps `time`, an involved object with only a
+/// namespace and a name.
+fn event_object(namespace: &str, event: &NewEvent) -> Result<core::Event> {
+    let time = k8s_time(event.time)?;
+    Ok(core::Event {
+        metadata: ObjectMeta {
+            name: Some(event.name.clone()),
+            namespace: Some(namespace.to_string()),
+            ..ObjectMeta::default()
+        },
+        involved_object: core::ObjectReference {
+            namespace: Some(event.involved_namespace.clone()),
+            name: Some(event.involved_name.clone()),
+            ..Default::default()
+        },
+        reason: Some(event.reason.clone()),
+        message: Some(event.message.clone()),
+        type_: Some(event.type_.clone()),
+        count: Some(1),
+        first_timestamp: Some(time.clone()),
+        last_timestamp: Some(time),
+        ..Default::default()
+    })
+}
+
+/// The CSR as listed, with the approval condition appended.
+fn approved(csr: &Csr, approval: &CsrApproval) -> Result<CertificateSigningRequest> {
+    let mut object: CertificateSigningRequest = serde_json::from_value(csr.object.clone())
+        .with_context(|| format!("CSR {} has no object to update", csr.name))?;
+    let c = &approval.condition;
+    let status = object.status.get_or_insert_with(Default::default);
+    status
+        .conditions
+        .get_or_insert_with(Vec::new)
+        .push(CertificateSigningRequestCondition {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            reason: Some(c.reason.clone()),
+            message: Some(c.message.clone()),
+            last_update_time: Some(k8s_time(approval.time)?),
+            ..Default::default()
+        });
+    Ok(object)
+}
+
+fn to_values<T: Serialize>(items: &[T]) -> Result<Vec<Value>> {
+    items.iter().map(|i| Ok(serde_json::to_value(i)?)).collect()
+}
+
+impl KubeApi for KubeClient {
+    fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
+        self.nodes(Some(&role_label(role.as_str())))
     }
 
-    #[test]
-    fn node_info_of_a_bare_node() {
-        let info = node_info(&Node::default());
-        assert_eq!(info, NodeInfo::default());
-        let unknown = Node {
-            status: Some(NodeStatus {
-                conditions: Some(vec![NodeCondition {
-                    type_: "Ready".into(),
-                    status: "Unknown".into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        assert!(!node_info(&unknown).ready);
+    fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
+        let what = || format!("listing events in namespace {namespace}");
+        let api = self.namespaced::<core::Event>(namespace);
+        let list = self.call(what, api.list(&ListParams::default()))?;
+        Ok(list.items.iter().map(Event::from).collect())
     }
 
-    #[test]
-    fn event_info_maps_fields() {
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some("AssistedControllerIsReady".into()),
-                ..Default::default()
-            },
-            reason: Some("Ready".into()),
-            message: Some("controller is ready".into()),
-            ..Default::default()
-        };
-        assert_eq!(
-            event_info(&event),
-            EventInfo {
-                name: "AssistedControllerIsReady".into(),
-                reason: "Ready".into(),
-                message: "controller is ready".into(),
-            }
-        );
+    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        self.config_map(ns, name)
+    }
+
+    fn machine_config_exists(&self, name: &str) -> Result<bool> {
+        Ok(self
+            .get_dynamic_opt(&kinds::machine_configs(), None, name)?
+            .is_some())
+    }
+
+    fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
+        let index = self.node(node)?.taints.iter().position(|t| t.key == key);
+        match index {
+            Some(i) => self.patch_out_taint(node, i, key),
+            None => Ok(()),
+        }
+    }
+
+    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
+        self.list_pods_by(namespace, Some(label_selector), None)
+    }
+
+    fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
+        self.log(namespace, pod, since_seconds)
+    }
+}
+
+impl ClusterApi for KubeClient {
+    fn get_proxy(&self, name: &str) -> Result<ProxyStatus> {
+        ProxyStatus::try_from(&self.get_dynamic(&kinds::proxies(), None, name)?)
+    }
+
+    fn get_cluster_version(&self, name: &str) -> Result<ClusterVersion> {
+        ClusterVersion::try_from(&self.get_dynamic(&kinds::cluster_versions(), None, name)?)
+    }
+
+    fn list_cluster_operators(&self) -> Result<Vec<ClusterOperator>> {
+        let api = self.dynamic(&kinds::cluster_operators(), None);
+        let what = || "listing ClusterOperators".to_string();
+        let list = self.call(what, api.list(&ListParams::default()))?;
+        list.items.iter().map(ClusterOperator::try_from).collect()
+    }
+
+    fn get_cluster_operator(&self, name: &str) -> Result<ClusterOperator> {
+        ClusterOperator::try_from(&self.get_dynamic(&kinds::cluster_operators(), None, name)?)
+    }
+
+    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        self.config_map(ns, name)
+    }
+
+    fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()> {
+        let what = || format!("creating Event {namespace}/{}", event.name);
+        let object = event_object(namespace, event).with_context(what)?;
+        let api = self.namespaced::<core::Event>(namespace);
+        self.call(what, api.create(&PostParams::default(), &object))
+            .map(drop)
+    }
+
+    fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>> {
+        self.nodes(label_selector)
+    }
+
+    fn get_node(&self, name: &str) -> Result<Node> {
+        self.node(name)
+    }
+
+    fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
+        self.patch_out_taint(name, index, key)
+    }
+
+    fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()> {
+        let what = || format!("patching the labels of node {name}");
+        let patch = json!({"metadata": {"labels": labels}});
+        self.merge_patch(self.all::<core::Node>(), name, patch, what)
+    }
+
+    fn list_services(&self) -> Result<Vec<Service>> {
+        let what = || "listing services in all namespaces".to_string();
+        let list = self.call(
+            what,
+            self.all::<core::Service>().list(&ListParams::default()),
+        )?;
+        Ok(list.items.iter().map(Service::from).collect())
+    }
+
+    fn delete_service(&self, namespace: &str, name: &str) -> Result<()> {
+        let what = || format!("deleting service {namespace}/{name}");
+        self.delete(self.namespaced::<core::Service>(namespace), name, what)
+    }
+
+    fn list_pods(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
+        self.list_pods_by(ns, label, field)
+    }
+
+    fn pod_log(&self, namespace: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
+        self.log(namespace, name, since_seconds)
+    }
+
+    fn delete_pods(&self, namespace: &str, label_selector: Option<&str>) -> Result<()> {
+        let params = selectors(label_selector, None);
+        let what = || format!("deleting the pods of namespace {namespace}");
+        let api = self.namespaced::<core::Pod>(namespace);
+        let dp = DeleteParams::default();
+        self.call(what, api.delete_collection(&dp, &params))
+            .map(drop)
+    }
+
+    fn list_csrs(&self) -> Result<Vec<Csr>> {
+        let what = || "listing CertificateSigningRequests".to_string();
+        let api = self.all::<CertificateSigningRequest>();
+        let list = self.call(what, api.list(&ListParams::default()))?;
+        list.items.iter().map(Csr::try_from).collect()
+    }
+
+    fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()> {
+        let what = || format!("approving CSR {}", csr.name);
+        let object = approved(csr, approval).with_context(what)?;
+        let api = self.all::<CertificateSigningRequest>();
+        let pp = PostParams::default();
+        let put = api.replace_subresource("approval", &csr.name, &pp, &object);
+        self.call(what, put).map(drop)
+    }
+
+    fn get_subscription(&self, namespace: &str, name: &str) -> Result<Option<Subscription>> {
+        let sub = self.get_dynamic_opt(&kinds::subscriptions(), Some(namespace), name)?;
+        sub.as_ref().map(Subscription::try_from).transpose()
+    }
+
+    fn get_csv(&self, namespace: &str, name: &str) -> Result<Option<Csv>> {
+        let csv = self.get_dynamic_opt(&kinds::csvs(), Some(namespace), name)?;
+        csv.as_ref().map(Csv::try_from).transpose()
+    }
+
+    fn list_install_plans(&self, namespace: &str) -> Result<Vec<InstallPlan>> {
+        self.list_dynamic(&kinds::install_plans(), namespace, "InstallPlans")
+    }
+
+    fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()> {
+        let what = || format!("deleting InstallPlan {namespace}/{name}");
+        self.delete(
+            self.dynamic(&kinds::install_plans(), Some(namespace)),
+            name,
+            what,
+        )
+    }
+
+    fn list_jobs(&self, namespace: &str) -> Result<Vec<Job>> {
+        let what = || format!("listing jobs in namespace {namespace}");
+        let api = self.namespaced::<K8sJob>(namespace);
+        let list = self.call(what, api.list(&ListParams::default()))?;
+        Ok(list.items.iter().map(Job::from).collect())
+    }
+
+    fn delete_job(&self, namespace: &str, name: &str) -> Result<()> {
+        let what = || format!("deleting job {namespace}/{name}");
+        self.delete(self.namespaced::<K8sJob>(namespace), name, what)
+    }
+
+    fn list_bmhs(&self, namespace: &str) -> Result<Vec<Value>> {
+        let what = || format!("listing BareMetalHosts in namespace {namespace}");
+        let api = self.dynamic(&kinds::bmhs(), Some(namespace));
+        to_values(&self.call(what, api.list(&ListParams::default()))?.items)
+    }
+
+    fn get_bmh(&self, namespace: &str, name: &str) -> Result<Value> {
+        let bmh = self.get_dynamic(&kinds::bmhs(), Some(namespace), name)?;
+        Ok(serde_json::to_value(bmh)?)
+    }
+
+    fn update_bmh(&self, namespace: &str, bmh: &Value) -> Result<Value> {
+        self.put_bmh(namespace, bmh, false)
+    }
+
+    fn update_bmh_status(&self, namespace: &str, bmh: &Value) -> Result<Value> {
+        self.put_bmh(namespace, bmh, true)
+    }
+
+    fn provisioning_exists(&self, name: &str) -> Result<bool> {
+        Ok(self
+            .get_dynamic_opt(&kinds::provisionings(), None, name)?
+            .is_some())
+    }
+
+    fn list_machines(&self, namespace: &str) -> Result<Vec<Machine>> {
+        let what = || format!("listing Machines in namespace {namespace}");
+        let api = self.dynamic(&kinds::machines(), Some(namespace));
+        let list = self.call(what, api.list(&ListParams::default()))?;
+        Ok(list.items.iter().map(Machine::from).collect())
+    }
+
+    fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool> {
+        MachineConfigPool::try_from(&self.get_dynamic(&kinds::mcps(), None, name)?)
+    }
+
+    fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()> {
+        let what = || format!("setting spec.paused={paused} on MachineConfigPool {name}");
+        let patch = json!({"spec": {"paused": paused}});
+        self.merge_patch(self.dynamic(&kinds::mcps(), None), name, patch, what)
     }
 }

@@ -1,48 +1,93 @@
-//! What the bootstrap and single-node flows ask of the new cluster's Kubernetes API, behind a
-//! narrow trait (the real one uses kube-rs with the kubeconfig bootkube writes; tests use a
-//! fake API server; dry-run fakes it from the cluster-hosts file).
+//! The Kubernetes API as both programs use it: one object model ([`model`]), a narrow trait per
+//! program ([`KubeApi`] for the installer's bootstrap and single-node flows, [`ClusterApi`] for
+//! the controller's tasks), each implemented by
+//! - [`client::KubeClient`]: kube-rs's typed `Api<K>` (k8s-openapi types, and `DynamicObject`
+//!   for the OpenShift kinds), from a kubeconfig or a pod's service account;
+//! - [`dry::DryCluster`]: dry mode's pretend cluster, built from the dry-run hosts;
+//! - `fake::FakeCluster` (tests only): in memory, recording every call.
+//!
+//! [`rbac`] proves that every request the controller makes is allowed by the ClusterRole the
+//! bootstrap deploys. Errors the API server answered carry an [`ApiError`] in their chain, so
+//! that a caller can branch on the status code with [`api_error_code`]. A `get_*` returning an
+//! `Option` maps NotFound to `None`; the others report it as an error.
 
 use anyhow::Result;
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 use crate::config::Role;
 
-pub mod blocking;
 pub mod client;
-pub mod dry_cluster;
+pub mod dry;
+#[cfg(any(test, feature = "test-support"))]
+pub mod fake;
 pub mod install_config;
+pub mod model;
+pub mod rbac;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeInfo {
-    pub name: String,
-    /// The `Ready` condition is `True`.
-    pub ready: bool,
-    /// `NodeInternalIP` addresses.
-    pub internal_ips: Vec<String>,
-    pub annotations: BTreeMap<String, String>,
-    /// Taint keys.
-    pub taints: Vec<String>,
-}
+pub use model::*;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EventInfo {
-    pub name: String,
+/// A status the API server answered with (a `Status` object), as a caller branches on it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the API server answered {code} {reason}: {message}")]
+pub struct ApiError {
+    /// HTTP status code: 404 NotFound, 409 AlreadyExists/Conflict, 422 Invalid, 403, …
+    pub code: u16,
+    /// The `Status` reason (`NotFound`, `AlreadyExists`, `Forbidden`, …); may be empty.
     pub reason: String,
     pub message: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodInfo {
-    pub name: String,
-    /// `status.phase`: `Pending`, `Running`, `Succeeded`, `Failed`, `Unknown` (empty if unset).
-    pub phase: String,
+impl ApiError {
+    pub fn new(code: u16, reason: &str, message: &str) -> ApiError {
+        ApiError {
+            code,
+            reason: reason.to_string(),
+            message: message.to_string(),
+        }
+    }
 }
 
+/// The status code of the API answer behind an error, if the API server answered at all.
+pub fn api_error_code(err: &anyhow::Error) -> Option<u16> {
+    err.chain()
+        .find_map(|e| e.downcast_ref::<ApiError>())
+        .map(|e| e.code)
+}
+
+/// Whether `labels` satisfy a label selector of `key` and `key=value` requirements,
+/// comma-joined: the forms both programs send (`node-role.kubernetes.io/master`,
+/// `k8s-app=machine-config-server`). `None` or "" selects everything. The in-memory clusters
+/// filter with it; the real API server does its own.
+pub fn selector_matches(selector: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+    selector.unwrap_or("").split(',').all(|req| {
+        let req = req.trim();
+        match req.split_once('=') {
+            _ if req.is_empty() => true,
+            Some((k, v)) => labels.get(k.trim()).map(String::as_str) == Some(v.trim()),
+            None => labels.contains_key(req),
+        }
+    })
+}
+
+/// How both programs remove a taint, as Go's `UntaintNode`: a JSON patch removing taint `index`
+/// (the first with `key`), guarded by a `test` of that taint's key, so that a taint list changed
+/// since it was read fails the patch (422) instead of losing another taint.
+pub fn untaint_patch(index: usize, key: &str) -> json_patch::Patch {
+    let path = format!("/spec/taints/{index}");
+    serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": format!("{path}/key"), "value": key},
+        {"op": "remove", "path": path},
+    ]))
+    .expect("a well-formed JSON patch")
+}
+
+/// What the bootstrap and single-node flows ask of the new cluster.
 pub trait KubeApi: Send + Sync {
     /// Nodes labelled `node-role.kubernetes.io/<role>`.
-    fn list_nodes(&self, role: &Role) -> Result<Vec<NodeInfo>>;
+    fn list_nodes(&self, role: &Role) -> Result<Vec<Node>>;
     /// Events of a namespace.
-    fn list_events(&self, namespace: &str) -> Result<Vec<EventInfo>>;
+    fn list_events(&self, namespace: &str) -> Result<Vec<Event>>;
     /// The data of a ConfigMap; `None` when it does not exist.
     fn get_config_map(
         &self,
@@ -51,10 +96,87 @@ pub trait KubeApi: Send + Sync {
     ) -> Result<Option<BTreeMap<String, String>>>;
     /// Whether the MachineConfig `name` exists.
     fn machine_config_exists(&self, name: &str) -> Result<bool>;
-    /// Remove the taint with `key` from a node (no-op when absent).
+    /// Remove the first taint with `key` from a node ([`untaint_patch`]; no-op when absent).
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()>;
     /// Pods of a namespace matching a label selector (`key=value`, comma-joined).
-    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<PodInfo>>;
+    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>>;
     /// The log of a pod (its only container); with `since_seconds`, only that recent part.
     fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String>;
+}
+
+/// Every Kubernetes operation of the controller's tasks. Each method makes the API requests
+/// [`rbac`] declares for it, all allowed by the controller's ClusterRole. Errors name the object.
+pub trait ClusterApi: Send + Sync {
+    /// GET `config.openshift.io/v1 Proxy` `name` (`cluster`): its status.
+    fn get_proxy(&self, name: &str) -> Result<ProxyStatus>;
+    /// GET `config.openshift.io/v1 ClusterVersion` `name` (`version`).
+    fn get_cluster_version(&self, name: &str) -> Result<ClusterVersion>;
+    /// LIST `config.openshift.io/v1 ClusterOperator`.
+    fn list_cluster_operators(&self) -> Result<Vec<ClusterOperator>>;
+    /// GET `config.openshift.io/v1 ClusterOperator` `name`.
+    fn get_cluster_operator(&self, name: &str) -> Result<ClusterOperator>;
+    /// GET a ConfigMap's data; `None` when it does not exist.
+    fn get_config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>>;
+    /// CREATE a `v1 Event` in `namespace`; AlreadyExists is an [`ApiError`] with code 409.
+    fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()>;
+    /// LIST Nodes, all or those matching a label selector (`node-role.kubernetes.io/master`).
+    fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>>;
+    /// GET a Node.
+    fn get_node(&self, name: &str) -> Result<Node>;
+    /// Remove taint `index` of a Node, which must still have `key` ([`untaint_patch`]).
+    fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()>;
+    /// Merge-patch a Node with `{"metadata":{"labels":<labels>}}`, `labels` sent verbatim.
+    fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()>;
+    /// LIST Services in all namespaces.
+    fn list_services(&self) -> Result<Vec<Service>>;
+    /// DELETE a Service.
+    fn delete_service(&self, namespace: &str, name: &str) -> Result<()>;
+    /// LIST Pods of a namespace, optionally by label and field selectors.
+    fn list_pods(
+        &self,
+        namespace: &str,
+        label_selector: Option<&str>,
+        field_selector: Option<&str>,
+    ) -> Result<Vec<Pod>>;
+    /// GET a Pod's log (its only container); with `since_seconds`, only that recent part.
+    fn pod_log(&self, namespace: &str, name: &str, since_seconds: Option<i64>) -> Result<String>;
+    /// DELETECOLLECTION the Pods of a namespace, optionally by label selector.
+    fn delete_pods(&self, namespace: &str, label_selector: Option<&str>) -> Result<()>;
+    /// LIST CertificateSigningRequests.
+    fn list_csrs(&self) -> Result<Vec<Csr>>;
+    /// UPDATE the `approval` subresource of a CSR: `csr.object` with `approval` appended to
+    /// `status.conditions`.
+    fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()>;
+    /// GET an OLM Subscription; `None` when it does not exist.
+    fn get_subscription(&self, namespace: &str, name: &str) -> Result<Option<Subscription>>;
+    /// GET an OLM ClusterServiceVersion; `None` when it does not exist.
+    fn get_csv(&self, namespace: &str, name: &str) -> Result<Option<Csv>>;
+    /// LIST the OLM InstallPlans of a namespace.
+    fn list_install_plans(&self, namespace: &str) -> Result<Vec<InstallPlan>>;
+    /// DELETE an OLM InstallPlan.
+    fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()>;
+    /// LIST the Jobs of a namespace.
+    fn list_jobs(&self, namespace: &str) -> Result<Vec<Job>>;
+    /// DELETE a Job (default options).
+    fn delete_job(&self, namespace: &str, name: &str) -> Result<()>;
+    /// LIST the BareMetalHosts of a namespace, whole.
+    fn list_bmhs(&self, namespace: &str) -> Result<Vec<Value>>;
+    /// GET a BareMetalHost, whole.
+    fn get_bmh(&self, namespace: &str, name: &str) -> Result<Value>;
+    /// UPDATE (PUT) a BareMetalHost (named by its `metadata.name`); returns the stored object.
+    fn update_bmh(&self, namespace: &str, bmh: &Value) -> Result<Value>;
+    /// UPDATE (PUT) the `status` subresource of a BareMetalHost; returns the stored object.
+    fn update_bmh_status(&self, namespace: &str, bmh: &Value) -> Result<Value>;
+    /// GET the cluster-scoped metal3 Provisioning `name`: whether it exists.
+    fn provisioning_exists(&self, name: &str) -> Result<bool>;
+    /// LIST the Machines of a namespace.
+    fn list_machines(&self, namespace: &str) -> Result<Vec<Machine>>;
+    /// GET a MachineConfigPool.
+    fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool>;
+    /// Merge-patch a MachineConfigPool with `{"spec":{"paused":<paused>}}`.
+    fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()>;
 }

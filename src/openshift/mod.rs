@@ -36,3 +36,13 @@ pub fn invoker(config_map_data: Option<&std::collections::BTreeMap<String, Strin
 
 /// The file name of the controller's log upload (`logs_type=controller`).
 pub const CONTROLLER_LOGS_ARCHIVE: &str = "controller_logs.tar.gz";
+
+/// The cluster-scoped Proxy and ClusterVersion objects OpenShift keeps one of, by these names.
+pub const PROXY_NAME: &str = "cluster";
+pub const CLUSTER_VERSION_NAME: &str = "version";
+/// The ConfigMap holding the router's CA, and its key.
+pub const INGRESS_CERT_NAMESPACE: &str = "openshift-config-managed";
+pub const INGRESS_CERT_NAME: &str = "default-ingress-cert";
+pub const INGRESS_CERT_KEY: &str = "ca-bundle.crt";
+/// The namespace of the machine-config-server pods.
+pub const MCS_NAMESPACE: &str = "openshift-machine-config-operator";

@@ -17,7 +17,7 @@ use assisted_installer::host::reboot::{Rebooter, ShutdownRebooter};
 use assisted_installer::host::root::{HostRoot, Unreachable};
 use assisted_installer::host::HostEffects;
 use assisted_installer::image::Cancel;
-use assisted_installer::kube::dry_cluster::DryCluster;
+use assisted_installer::kube::dry::DryCluster;
 use assisted_installer::kube::KubeApi;
 use assisted_installer::service::client::InventoryClient;
 use assisted_installer::service::reporter::Reporter;

@@ -6,7 +6,6 @@
 #![allow(dead_code)]
 
 pub(crate) mod examples;
-pub(crate) mod fake_cluster;
 pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
 pub(crate) mod fake_writer;

@@ -5,16 +5,14 @@
 
 use super::*;
 use crate::clock::{FakeClock, SystemClock};
-use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::{
-    ApiError, ClusterOperator, ClusterVersion, Condition, ProxyStatus,
-};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
 use crate::controller::tasks::completion::{
     INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE,
 };
 use crate::image::Cancel;
+use crate::kube::fake::FakeCluster;
 use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
+use crate::kube::{ApiError, ClusterOperator, ClusterVersion, Condition, ProxyStatus};
 use crate::service::{FinalizingStage, LogsState, MonitoredOperator};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -390,7 +388,7 @@ fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
     );
     available_cluster(&h.k8s);
     for name in ["m0", "m1", "m2"] {
-        h.k8s.set_node(crate::controller::cluster::Node {
+        h.k8s.set_node(crate::kube::Node {
             name: name.into(),
             labels: [("node-role.kubernetes.io/master".to_string(), String::new())].into(),
             ..Default::default()

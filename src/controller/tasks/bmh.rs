@@ -32,9 +32,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Map, Value};
 
 use crate::clock::{Clock, Stop};
-use crate::controller::cluster::{ClusterApi, Machine};
 use crate::controller::loops;
 use crate::controller::service::rfc3339;
+use crate::kube::{ClusterApi, Machine};
 
 /// Between rounds: the general wait interval.
 pub const GENERAL_WAIT: Duration = Duration::from_secs(30);

@@ -18,7 +18,6 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::clock::{Clock, Stop};
-use crate::controller::cluster::ClusterApi;
 use crate::controller::loops::{poll, PollError};
 use crate::controller::service::ControllerService;
 use crate::controller::status::ControllerStatus;
@@ -26,6 +25,7 @@ use crate::controller::tasks::operators::{
     ctx_cause, status_from_conditions, wait_for_cluster_operators, CLUSTER_OPERATORS_INTERVAL,
     CVO_MAX_TIMEOUT,
 };
+use crate::kube::ClusterApi;
 use crate::service::{CompletionParams, FinalizingStage, OperatorMonitorReport, ServiceError};
 
 /// The completion wait's interval (Go's install-status poll).
@@ -35,9 +35,7 @@ pub const GENERAL_WAIT_INTERVAL: Duration = Duration::from_secs(30);
 /// Router-CA poll.
 pub const ROUTER_CA_INTERVAL: Duration = Duration::from_secs(10);
 /// The ConfigMap holding the router CA, and its key.
-pub const INGRESS_CERT_NAMESPACE: &str = "openshift-config-managed";
-pub const INGRESS_CERT_NAME: &str = "default-ingress-cert";
-pub const INGRESS_CERT_KEY: &str = "ca-bundle.crt";
+pub use crate::openshift::{INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE};
 /// The `data` key of a failed completion.
 pub const CLUSTER_OPERATORS_REPORT: &str = "CLUSTER_OPERATORS_REPORT";
 
@@ -138,7 +136,7 @@ pub fn wait_for_installation_abi(
     cluster: &dyn ClusterApi,
     interval: Duration,
     expected_masters: i64,
-    untaint: Option<&mut dyn FnMut(&crate::controller::cluster::Node)>,
+    untaint: Option<&mut dyn FnMut(&crate::kube::Node)>,
 ) -> bool {
     let mut untaint = untaint;
     let mut available = false;

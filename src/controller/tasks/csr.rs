@@ -14,8 +14,8 @@ use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::{Clock, Stop};
-use crate::controller::cluster::{ClusterApi, Condition, Csr, CsrApproval};
 use crate::controller::loops;
+use crate::kube::{ClusterApi, Condition, Csr, CsrApproval};
 
 /// The condition type an approval appends, and the one that marks a CSR as handled.
 pub const APPROVED: &str = "Approved";
@@ -79,9 +79,9 @@ pub fn run(cluster: &dyn ClusterApi, clock: &dyn Clock, stop: &dyn Stop, interva
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, SystemClock};
-    use crate::controller::cluster::fake::FakeCluster;
-    use crate::controller::cluster::ApiError;
     use crate::image::Cancel;
+    use crate::kube::fake::FakeCluster;
+    use crate::kube::ApiError;
 
     fn cond(type_: &str, status: &str) -> Condition {
         Condition {

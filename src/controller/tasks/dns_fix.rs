@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use super::ready::read_install_config;
 use crate::clock::{Clock, NeverStop};
-use crate::controller::cluster::ClusterApi;
 use crate::controller::loops::retry;
+use crate::kube::ClusterApi;
 
 /// How many times the fix looks for the address.
 pub const DNS_FIX_ATTEMPTS: u32 = 45;
@@ -178,8 +178,8 @@ pub fn spawn(
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::controller::cluster::fake::FakeCluster;
-    use crate::controller::cluster::{ApiError, Service};
+    use crate::kube::fake::FakeCluster;
+    use crate::kube::{ApiError, Service};
 
     fn boom() -> ApiError {
         ApiError::new(500, "InternalError", "boom")

@@ -25,10 +25,10 @@ use serde_json::Value;
 
 use crate::clock::{Clock, Stop};
 use crate::config::Role;
-use crate::controller::cluster::{ClusterApi, Node};
 use crate::controller::hosts::{HostInfo, HostMap, NODE_LABELS_SKIP};
 use crate::controller::loops;
 use crate::controller::service::ControllerService;
+use crate::kube::{ClusterApi, Node};
 
 /// Between rounds: the general wait interval.
 pub const GENERAL_WAIT: Duration = Duration::from_secs(30);

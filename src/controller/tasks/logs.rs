@@ -17,7 +17,6 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::archive::{tar_gz, Entry};
 use crate::clock::{Clock, NeverStop, Stop};
-use crate::controller::cluster::ClusterApi;
 use crate::controller::loops::{poll, ticker};
 use crate::controller::service::{ControllerService, KUBECONFIG_NOINGRESS};
 use crate::controller::status::ControllerStatus;
@@ -26,6 +25,7 @@ use crate::controller::tasks::router_probe::{
 };
 use crate::host::commands::CommandRunner;
 use crate::image::Cancel;
+use crate::kube::ClusterApi;
 use crate::service::LogsState;
 
 /// Periodic upload period.

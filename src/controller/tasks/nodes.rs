@@ -37,18 +37,18 @@ use anyhow::Result;
 use super::csr;
 use super::reboots::RebootsNotify;
 use crate::clock::{Clock, Stop};
-use crate::controller::cluster::{ClusterApi, Node};
 use crate::controller::hosts::{HostInfo, HostMap, NODE_STATUS_SKIP};
 use crate::controller::loops;
 use crate::controller::service::ControllerService;
 use crate::image::Cancel;
+use crate::kube::{ClusterApi, Node};
 use crate::openshift::mcs_logs::{hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost};
 use crate::service::{HostStage, HostStatus};
 
 /// The general wait interval: node-status rounds and CSR approval.
 pub const GENERAL_WAIT: Duration = Duration::from_secs(30);
 /// Where the machine-config-server pods run.
-pub const MCS_NAMESPACE: &str = "openshift-machine-config-operator";
+pub use crate::openshift::MCS_NAMESPACE;
 /// Their label selector.
 pub const MCS_SELECTOR: &str = "k8s-app=machine-config-server";
 /// How far back their logs are read.
@@ -256,7 +256,8 @@ impl<'a> NodeStatus<'a> {
             .position(|t| t.key == UNINITIALIZED_TAINT)
         {
             tracing::info!("removing the taint {UNINITIALIZED_TAINT} from node {name}");
-            self.cluster.remove_node_taint(name, i)?;
+            self.cluster
+                .remove_node_taint(name, i, UNINITIALIZED_TAINT)?;
         }
         Ok(())
     }

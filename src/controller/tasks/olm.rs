@@ -25,13 +25,13 @@ use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
 use crate::clock::{Clock, Stop};
-use crate::controller::cluster::{ClusterApi, Job};
 use crate::controller::loops::{poll_with_cancel, retry};
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::completion::report_stage;
 use crate::controller::tasks::operators::{check_stage_timed_out, is_available, OlmHandler};
 use crate::host::commands::CommandRunner;
+use crate::kube::{ClusterApi, Job};
 use crate::service::{FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus};
 
 /// The namespace whose failed Jobs the early-setup cleanup deletes.
@@ -501,7 +501,7 @@ pub fn abi_post_install_round(
             return false;
         }
         Err(err) => {
-            let code = crate::controller::cluster::api_error_code(&err);
+            let code = crate::kube::api_error_code(&err);
             if matches!(code, Some(401) | Some(403)) {
                 tracing::error!("reading the OLM manifests ConfigMap: {err:#}; giving up");
                 return true;

@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use crate::clock::{Clock, Stop};
-use crate::controller::cluster::{ClusterApi, Condition};
 use crate::controller::loops::{poll, PollError};
 use crate::controller::service::{operators_for_version, ControllerService};
+use crate::kube::{ClusterApi, Condition};
 use crate::service::{
     Cluster, FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus,
 };
@@ -25,7 +25,7 @@ pub const CONSOLE_NAME: &str = "console";
 /// The service record of the cluster-version operator.
 pub const CVO_NAME: &str = "cvo";
 /// The ClusterVersion object.
-pub const CLUSTER_VERSION_NAME: &str = "version";
+pub use crate::openshift::CLUSTER_VERSION_NAME;
 
 /// §3.8.3: the first condition in order that is `Available=True` (`available`, its message),
 /// `Progressing=True` (`progressing`) or `Degraded=True`/`Available=False` (`failed`); none →
@@ -44,7 +44,7 @@ pub fn status_from_conditions(conditions: &[Condition]) -> (OperatorStatus, Stri
 }
 
 /// §3.8.1 step 1: `Console` is enabled, or not a known capability at all.
-pub fn console_enabled(cv: &crate::controller::cluster::ClusterVersion) -> bool {
+pub fn console_enabled(cv: &crate::kube::ClusterVersion) -> bool {
     cv.enabled_capabilities.iter().any(|c| c == "Console")
         || !cv.known_capabilities.iter().any(|c| c == "Console")
 }
@@ -349,9 +349,9 @@ pub fn ctx_cause(err: PollError) -> &'static str {
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use crate::controller::cluster::fake::FakeCluster;
-    use crate::controller::cluster::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
     use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use crate::kube::fake::FakeCluster;
+    use crate::kube::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
     use crate::service::ClusterProgressInfo;
     use std::sync::Arc;
 
@@ -866,7 +866,7 @@ mod tests {
     }
 
     fn olm_cluster(phase: &str, message: &str) -> FakeCluster {
-        use crate::controller::cluster::{Csv, Subscription};
+        use crate::kube::{Csv, Subscription};
         let cluster = FakeCluster::new();
         cluster.set_subscription(Subscription {
             namespace: "openshift-local-storage".into(),
@@ -924,7 +924,7 @@ mod tests {
 
     #[test]
     fn olm_status_errors() {
-        use crate::controller::cluster::Subscription;
+        use crate::kube::Subscription;
         let cluster = FakeCluster::new();
         assert!(lso(&cluster).get_status().is_err(), "no subscription");
         cluster.set_subscription(Subscription {
@@ -934,7 +934,7 @@ mod tests {
         });
         assert!(lso(&cluster).get_status().is_err(), "no current CSV");
         let cluster = olm_cluster("Pending", "");
-        let mut c = crate::controller::cluster::Csv {
+        let mut c = crate::kube::Csv {
             namespace: "openshift-local-storage".into(),
             name: "lso.v4.12.0".into(),
             ..Default::default()

@@ -21,7 +21,6 @@ use serde::Deserialize;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::{Clock, Stop};
-use crate::controller::cluster::{api_error_code, ClusterApi, NewEvent};
 use crate::controller::loops::poll;
 use crate::controller::service::ControllerService;
 use crate::kube::install_config::{
@@ -30,6 +29,7 @@ use crate::kube::install_config::{
     INSTALL_CONFIG_NAMESPACE, INVOKER_AGENT, INVOKER_ASSISTED, INVOKER_CONFIG_MAP, INVOKER_KEY,
     INVOKER_NAMESPACE,
 };
+use crate::kube::{api_error_code, ClusterApi, NewEvent};
 use crate::service::Cluster;
 
 /// The ready Event's name and reason.
@@ -339,9 +339,9 @@ pub fn ready_phase(
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use crate::controller::cluster::fake::FakeCluster;
-    use crate::controller::cluster::ApiError;
     use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use crate::kube::fake::FakeCluster;
+    use crate::kube::ApiError;
     use crate::service::Platform;
     use std::sync::Arc;
 

@@ -91,14 +91,14 @@ mod tests {
     use crate::archive::read::entries;
     use crate::config::Role;
     use crate::flow::testing::TestFlow;
-    use crate::kube::{EventInfo, NodeInfo, PodInfo};
+    use crate::kube::{Event, Node, Pod};
     use anyhow::{bail, Result};
     use std::collections::BTreeMap;
     use std::sync::Mutex;
 
     /// The controller's pods and what reading a log gives.
     struct Pods {
-        pods: Vec<PodInfo>,
+        pods: Vec<Pod>,
         log: Result<String, String>,
         reads: Mutex<Vec<(String, String, Option<i64>)>>,
     }
@@ -108,9 +108,10 @@ mod tests {
             Pods {
                 pods: pods
                     .iter()
-                    .map(|(name, phase)| PodInfo {
+                    .map(|(name, phase)| Pod {
                         name: name.to_string(),
                         phase: phase.to_string(),
+                        ..Pod::default()
                     })
                     .collect(),
                 log: log.map(str::to_string).map_err(str::to_string),
@@ -120,10 +121,10 @@ mod tests {
     }
 
     impl KubeApi for Pods {
-        fn list_nodes(&self, _: &Role) -> Result<Vec<NodeInfo>> {
+        fn list_nodes(&self, _: &Role) -> Result<Vec<Node>> {
             unreachable!()
         }
-        fn list_events(&self, _: &str) -> Result<Vec<EventInfo>> {
+        fn list_events(&self, _: &str) -> Result<Vec<Event>> {
             unreachable!()
         }
         fn get_config_map(&self, _: &str, _: &str) -> Result<Option<BTreeMap<String, String>>> {
@@ -135,7 +136,7 @@ mod tests {
         fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
             unreachable!()
         }
-        fn list_pods(&self, namespace: &str, selector: &str) -> Result<Vec<PodInfo>> {
+        fn list_pods(&self, namespace: &str, selector: &str) -> Result<Vec<Pod>> {
             assert_eq!(
                 (namespace, selector),
                 (

@@ -162,12 +162,15 @@ impl ReadyNodes<'_> {
                 self.creds,
             );
         for node in &nodes {
-            if untaint && !node.ready && node.taints.iter().any(|t| t == UNINITIALIZED_TAINT) {
+            if untaint
+                && !node.is_ready()
+                && node.taints.iter().any(|t| t.key == UNINITIALIZED_TAINT)
+            {
                 if let Err(e) = kube.remove_node_taint(&node.name, UNINITIALIZED_TAINT) {
                     tracing::warn!("removing the uninitialized taint of {}: {e:#}", node.name);
                 }
             }
-            if !node.ready || self.counted.contains(&node.name) {
+            if !node.is_ready() || self.counted.contains(&node.name) {
                 continue;
             }
             let hosts = self.inventory.as_deref().unwrap_or_default();
@@ -178,7 +181,7 @@ impl ReadyNodes<'_> {
                         .map(host_ips)
                         .unwrap_or_default()
                         .iter()
-                        .any(|ip| node.internal_ips.iter().any(|n| n == ip))
+                        .any(|ip| node.internal_ips().any(|n| n == ip))
             });
             match matched {
                 Some(h) if h.status != Some(HostStatus::Installed) => {
@@ -367,24 +370,24 @@ mod tests {
     use super::*;
     use crate::clock::Stopped;
     use crate::flow::testing::TestFlow;
-    use crate::kube::{EventInfo, NodeInfo, PodInfo};
+    use crate::kube::{Event, Node, Pod};
     use std::collections::BTreeMap;
 
     /// Masters and MachineConfigs in memory.
     struct Kube {
-        masters: Vec<NodeInfo>,
+        masters: Vec<Node>,
         configs: Vec<&'static str>,
     }
 
     impl KubeApi for Kube {
-        fn list_nodes(&self, role: &Role) -> Result<Vec<NodeInfo>> {
+        fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
             Ok(if *role == Role::Master {
                 self.masters.clone()
             } else {
                 vec![]
             })
         }
-        fn list_events(&self, _: &str) -> Result<Vec<EventInfo>> {
+        fn list_events(&self, _: &str) -> Result<Vec<Event>> {
             Ok(vec![])
         }
         fn get_config_map(&self, _: &str, _: &str) -> Result<Option<BTreeMap<String, String>>> {
@@ -396,7 +399,7 @@ mod tests {
         fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
             Ok(())
         }
-        fn list_pods(&self, _: &str, _: &str) -> Result<Vec<PodInfo>> {
+        fn list_pods(&self, _: &str, _: &str) -> Result<Vec<Pod>> {
             Ok(vec![])
         }
         fn pod_logs(&self, _: &str, _: &str, _: Option<i64>) -> Result<String> {
@@ -404,7 +407,7 @@ mod tests {
         }
     }
 
-    fn master(current: Option<&str>, desired: Option<&str>) -> NodeInfo {
+    fn master(current: Option<&str>, desired: Option<&str>) -> Node {
         let mut annotations = BTreeMap::new();
         if let Some(c) = current {
             annotations.insert(CURRENT_CONFIG_ANNOTATION.to_string(), c.to_string());
@@ -412,15 +415,14 @@ mod tests {
         if let Some(d) = desired {
             annotations.insert(DESIRED_CONFIG_ANNOTATION.to_string(), d.to_string());
         }
-        NodeInfo {
+        Node {
             name: "m".into(),
-            ready: true,
             annotations,
-            ..NodeInfo::default()
+            ..Node::default()
         }
     }
 
-    fn consistent(masters: Vec<NodeInfo>, configs: Vec<&'static str>) -> bool {
+    fn consistent(masters: Vec<Node>, configs: Vec<&'static str>) -> bool {
         mc_annotations_consistent(&Kube { masters, configs }).unwrap()
     }
 
@@ -494,13 +496,13 @@ mod tests {
     }
 
     impl KubeApi for StopOnThirdPoll {
-        fn list_nodes(&self, _: &Role) -> Result<Vec<NodeInfo>> {
+        fn list_nodes(&self, _: &Role) -> Result<Vec<Node>> {
             if self.polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {
                 self.stop.cancel();
             }
             Ok(vec![master(None, None)])
         }
-        fn list_events(&self, _: &str) -> Result<Vec<EventInfo>> {
+        fn list_events(&self, _: &str) -> Result<Vec<Event>> {
             Ok(vec![])
         }
         fn get_config_map(&self, _: &str, _: &str) -> Result<Option<BTreeMap<String, String>>> {
@@ -512,7 +514,7 @@ mod tests {
         fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
             Ok(())
         }
-        fn list_pods(&self, _: &str, _: &str) -> Result<Vec<PodInfo>> {
+        fn list_pods(&self, _: &str, _: &str) -> Result<Vec<Pod>> {
             Ok(vec![])
         }
         fn pod_logs(&self, _: &str, _: &str, _: Option<i64>) -> Result<String> {

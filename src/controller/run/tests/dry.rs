@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::config::cluster_hosts::ClusterHost;
-use crate::controller::cluster::dry::{DryCluster, DRY_INGRESS_CA};
+use crate::kube::dry::{DryCluster, DRY_INGRESS_CA};
 use crate::service::{Host, HostStage, HostStatus};
 use serde_json::json;
 

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
-use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::ApiError;
+use crate::kube::fake::FakeCluster;
+use crate::kube::ApiError;
 use std::collections::BTreeMap;
 
 const NS: &str = MACHINE_API_NAMESPACE;

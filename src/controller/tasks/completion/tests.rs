@@ -3,10 +3,10 @@
 
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
-use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::{ApiError, ClusterOperator, ClusterVersion, Condition};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
 use crate::image::Cancel;
+use crate::kube::fake::FakeCluster;
+use crate::kube::{ApiError, ClusterOperator, ClusterVersion, Condition};
 use crate::service::{MonitoredOperator, OperatorStatus};
 use std::sync::Arc;
 
@@ -461,8 +461,8 @@ fn completion_bodies_on_the_wire() {
     );
 }
 
-fn master(name: &str) -> crate::controller::cluster::Node {
-    crate::controller::cluster::Node {
+fn master(name: &str) -> crate::kube::Node {
+    crate::kube::Node {
         name: name.into(),
         labels: [("node-role.kubernetes.io/master".to_string(), String::new())].into(),
         ..Default::default()
@@ -486,7 +486,7 @@ fn abi_wait_untaints_then_returns_with_no_expected_masters() {
     available_cv(&cluster);
     cluster.set_node(master("node0"));
     let mut untainted = Vec::new();
-    let mut untaint = |n: &crate::controller::cluster::Node| untainted.push(n.name.clone());
+    let mut untaint = |n: &crate::kube::Node| untainted.push(n.name.clone());
     assert!(wait_for_installation_abi(
         &clock,
         &NeverStop,

@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
-use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::{ApiError, Condition, MachineConfigPool, NodeAddress};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::kube::fake::FakeCluster;
+use crate::kube::{ApiError, Condition, MachineConfigPool, NodeAddress};
 use crate::service::Host;
 use serde_json::json;
 use std::sync::Arc;

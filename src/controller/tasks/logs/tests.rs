@@ -3,10 +3,10 @@
 use super::*;
 use crate::archive::read::entries;
 use crate::clock::FakeClock;
-use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::{ApiError, Pod};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
+use crate::kube::fake::FakeCluster;
+use crate::kube::{ApiError, Pod};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -3,9 +3,9 @@
 
 use super::*;
 use crate::clock::{FakeClock, NeverStop, SystemClock};
-use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::{ApiError, Condition, Csr, NodeAddress, Pod, Taint};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::kube::fake::FakeCluster;
+use crate::kube::{ApiError, Condition, Csr, NodeAddress, Pod, Taint};
 use crate::service::Host;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
-use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::{ApiError, Condition, Csv, InstallPlan, Subscription};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
 use crate::host::commands::RecordingRunner;
+use crate::kube::fake::FakeCluster;
+use crate::kube::{ApiError, Condition, Csv, InstallPlan, Subscription};
 
 const NS: &str = "openshift-local-storage";
 const SUB: &str = "local-storage-operator";

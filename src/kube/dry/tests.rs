@@ -4,7 +4,6 @@
 
 use super::*;
 use crate::clock::FakeClock;
-use crate::controller::cluster::api_error_code;
 use crate::controller::service::memory::{MemoryService, ServiceCall};
 use crate::controller::tasks::completion::{upload_router_ca, MASTER_SELECTOR};
 use crate::controller::tasks::nodes::{NodeStatus, MCS_LOG_SINCE_SECONDS, MCS_SELECTOR};
@@ -12,6 +11,8 @@ use crate::controller::tasks::operators::{
     cluster_operators_round, console_enabled, is_available, status_from_conditions, OlmHandler,
 };
 use crate::controller::tasks::reboots::RebootsNotify;
+use crate::kube::api_error_code;
+use crate::kube::install_config::replicas;
 use crate::kube::install_config::INVOKER_ASSISTED;
 use crate::openshift::mcs_logs::{hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost};
 use crate::service::{HostStage, MonitoredOperator, OperatorStatus};
@@ -231,7 +232,7 @@ fn every_operator_is_available() {
         Some(404)
     );
 
-    // §3.8.1 with the CVO checked: the service's progressing records become available.
+    // With the CVO checked: the service's progressing records become available.
     let service = MemoryService::new("c-1", Arc::new(FakeClock::new()));
     let record = |name: &str, operator_type: &str| MonitoredOperator {
         name: name.into(),
@@ -247,7 +248,7 @@ fn every_operator_is_available() {
         record("lvm", "olm"),
     ]);
     assert!(cluster_operators_round(&cluster, &service, "4.17", true));
-    // §3.9: an OLM operator's CSV exists and succeeded.
+    // An OLM operator's CSV exists and succeeded.
     let mut olm = OlmHandler {
         cluster: &cluster,
         name: "lvm".into(),
@@ -360,7 +361,7 @@ fn label_patches_and_pool_pauses_are_kept() {
     assert!(!labels.contains_key("b"));
     assert!(labels.contains_key(MASTER_LABEL));
     assert_eq!(cluster.list_nodes(Some("a=1")).unwrap().len(), 1);
-    cluster.remove_node_taint("master-0", 0).unwrap();
+    cluster.remove_node_taint("master-0", 0, "k").unwrap();
 
     assert!(!cluster.get_machine_config_pool("worker").unwrap().paused);
     cluster
@@ -373,4 +374,121 @@ fn label_patches_and_pool_pauses_are_kept() {
     assert!(!cluster.get_machine_config_pool("worker").unwrap().paused);
     let other = cluster.get_machine_config_pool("infra").unwrap_err();
     assert_eq!(api_error_code(&other), Some(404));
+}
+
+/// The installer's view of a cluster with no hosts and `replicas` control-plane nodes.
+fn installer_cluster(replicas: i64) -> DryCluster {
+    let cfg = InstallerConfig {
+        control_plane_count: replicas,
+        ..InstallerConfig::default()
+    };
+    DryCluster::from_config(&cfg).unwrap()
+}
+
+#[test]
+fn installer_nodes_appear_as_their_hosts_reboot() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = vec![
+        host(dir.path(), "master-1", "192.0.2.11"),
+        host(dir.path(), "master-2", "192.0.2.12"),
+    ];
+    let cluster = DryCluster::new(hosts.clone());
+    assert!(crate::kube::KubeApi::list_nodes(&cluster, &Role::Master)
+        .unwrap()
+        .is_empty());
+    std::fs::write(&hosts[1].reboot_marker_path, "").unwrap();
+    let nodes = crate::kube::KubeApi::list_nodes(&cluster, &Role::Master).unwrap();
+    assert_eq!(nodes.len(), 1);
+    let node = &nodes[0];
+    assert_eq!(node.name, "master-2");
+    assert!(node.is_ready());
+    assert_eq!(node.internal_ips().collect::<Vec<_>>(), ["192.0.2.12"]);
+    for key in [CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION] {
+        let config = &node.annotations[key];
+        assert!(
+            crate::kube::KubeApi::machine_config_exists(&cluster, config).unwrap(),
+            "{key}"
+        );
+    }
+    assert!(!crate::kube::KubeApi::machine_config_exists(&cluster, "rendered-other").unwrap());
+    crate::kube::KubeApi::remove_node_taint(&cluster, "master-2", "any").unwrap();
+}
+
+#[test]
+fn the_install_config_wants_the_control_plane_count_and_no_arbiter() {
+    let cluster = installer_cluster(3);
+    let cm = crate::kube::KubeApi::get_config_map(&cluster, "kube-system", "cluster-config-v1")
+        .unwrap()
+        .unwrap();
+    let r = replicas(&cm["install-config"]).unwrap();
+    assert_eq!((r.control_plane, r.arbiter), (Some(3), None));
+    let invoker = crate::kube::KubeApi::get_config_map(
+        &cluster,
+        "openshift-config",
+        "openshift-install-manifests",
+    );
+    assert_eq!(invoker.unwrap(), None);
+}
+
+#[test]
+fn the_controller_is_ready_and_running_with_a_log() {
+    let cluster = installer_cluster(3);
+    let events = crate::kube::KubeApi::list_events(&cluster, CONTROLLER_NAMESPACE).unwrap();
+    assert!(events.iter().any(|e| e.name == CONTROLLER_READY_EVENT));
+    assert!(crate::kube::KubeApi::list_events(&cluster, "default")
+        .unwrap()
+        .is_empty());
+    let pods = crate::kube::KubeApi::list_pods(
+        &cluster,
+        CONTROLLER_NAMESPACE,
+        "job-name=assisted-installer-controller",
+    )
+    .unwrap();
+    assert_eq!(pods.len(), 1);
+    assert_eq!(
+        (pods[0].name.as_str(), pods[0].phase.as_str()),
+        (DRY_CONTROLLER_POD, "Running")
+    );
+    assert!(
+        crate::kube::KubeApi::list_pods(&cluster, CONTROLLER_NAMESPACE, "app=other")
+            .unwrap()
+            .is_empty()
+    );
+    let log = crate::kube::KubeApi::pod_logs(
+        &cluster,
+        CONTROLLER_NAMESPACE,
+        DRY_CONTROLLER_POD,
+        Some(3600),
+    )
+    .unwrap();
+    assert!(log.lines().count() >= 2 && log.starts_with("Dry run"));
+    assert!(crate::kube::KubeApi::pod_logs(&cluster, CONTROLLER_NAMESPACE, "other", None).is_err());
+}
+
+#[test]
+fn from_config_reads_the_hosts_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hosts.json");
+    let marker = dir.path().join("m1");
+    std::fs::write(&marker, "").unwrap();
+    let json =
+        serde_json::json!([{"hostname": "m1", "ip": "192.0.2.11", "rebootMarkerPath": marker}]);
+    std::fs::write(&file, json.to_string()).unwrap();
+    let cfg = InstallerConfig {
+        dry_run: true,
+        dry_run_cluster_hosts_path: Some(file.clone()),
+        control_plane_count: 3,
+        ..InstallerConfig::default()
+    };
+    let cluster = DryCluster::from_config(&cfg).unwrap();
+    assert_eq!(
+        crate::kube::KubeApi::list_nodes(&cluster, &Role::Master).unwrap()[0].name,
+        "m1"
+    );
+    std::fs::write(&file, "not json").unwrap();
+    assert!(DryCluster::from_config(&cfg).is_err());
+    let none = DryCluster::from_config(&InstallerConfig::default()).unwrap();
+    assert!(crate::kube::KubeApi::list_nodes(&none, &Role::Master)
+        .unwrap()
+        .is_empty());
 }

@@ -1,6 +1,6 @@
-//! Dry mode's pretend cluster (`DRY_ENABLE=true`, §3.16): a [`ClusterApi`] with no API server
-//! behind it, so that the controller of a load test drives its cluster's hosts through their
-//! stages and completes the install against a real assisted-service. Everything it shows comes
+//! Dry mode's pretend cluster, for both programs: no API server behind it, so that the installers
+//! and the controller of a load test (`--dry-run`, `DRY_ENABLE=true`) drive their hosts through
+//! their stages and complete the install against a real assisted-service. Everything it shows comes
 //! from the dry-run hosts (`DRY_CLUSTER_HOSTS_PATH`: hostname, IP, reboot marker) and from the
 //! markers each host's dry-run installer touches instead of rebooting. Markers are checked at
 //! every call, so hosts show up as they "reboot".
@@ -36,7 +36,13 @@
 //!   the process's real log (Go's dry mock served a canned one).
 //! - **MachineConfigPools** `master` and `worker`, not paused.
 //!
-//! Writes: the ready Event is recorded (repeats are not refused with AlreadyExists, since the
+//! The installer's view ([`super::KubeApi`], as Go's dry-run mock): one Ready node per rebooted host
+//! (no MCS gate: the installer reads no MCS log), listed for any role, all on one rendered
+//! MachineConfig ([`DRY_RENDERED_CONFIG`]), which exists; the install-config
+//! (`kube-system/cluster-config-v1`) with `controlPlane.replicas` from `--control-plane-count`
+//! and no arbiter; the controller's ready Event; a Running controller pod with a canned log.
+//!
+//! Controller writes: the ready Event is recorded (repeats are not refused with AlreadyExists, since the
 //! controller treats both alike); node label patches are merged into the nodes and pool pauses
 //! kept, so that tasks reading back what they wrote see it. Removing a taint succeeds (the nodes
 //! have none; the tasks only ask for taints they found). Deleting Pods succeeds and deletes
@@ -50,18 +56,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Mutex, MutexGuard};
 
+use super::install_config::{INSTALL_CONFIG_KEY, INSTALL_CONFIG_NAME, INSTALL_CONFIG_NAMESPACE};
 use super::{
     selector_matches, ApiError, ClusterApi, ClusterOperator, ClusterVersion, Condition, Csr,
-    CsrApproval, Csv, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, NodeAddress,
-    Pod, ProxyStatus, Service, Subscription,
+    CsrApproval, Csv, Event, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node,
+    NodeAddress, Pod, ProxyStatus, Service, Subscription,
 };
-use crate::config::cluster_hosts::ClusterHost;
-use crate::controller::bootstrap::PROXY_NAME;
-use crate::controller::tasks::completion::{
-    INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE,
+use crate::config::cluster_hosts::{self, ClusterHost};
+use crate::config::{InstallerConfig, Role};
+use crate::openshift::{
+    CLUSTER_VERSION_NAME, CONTROLLER_JOB, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT,
+    CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION, INGRESS_CERT_KEY, INGRESS_CERT_NAME,
+    INGRESS_CERT_NAMESPACE, MCS_NAMESPACE, PROXY_NAME,
 };
-use crate::controller::tasks::nodes::MCS_NAMESPACE;
-use crate::controller::tasks::operators::CLUSTER_VERSION_NAME;
+use anyhow::bail;
 
 /// The pretend machine-config-server pod.
 pub const DRY_MCS_POD: &str = "machine-config-server-dry-run";
@@ -77,40 +85,22 @@ pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 pub const DRY_POOLS: [&str; 2] = ["master", "worker"];
 /// The router CA of `default-ingress-cert` (see the module documentation).
 pub const DRY_INGRESS_CA: &str = include_str!("dry/ingress-ca.pem");
-/// The ClusterOperators listed (any other name asked for exists too).
-pub const DRY_CLUSTER_OPERATORS: [&str; 31] = [
-    "authentication",
-    "baremetal",
-    "cloud-controller-manager",
-    "cloud-credential",
-    "cluster-autoscaler",
-    "config-operator",
-    "console",
-    "control-plane-machine-set",
-    "csi-snapshot-controller",
-    "dns",
-    "etcd",
-    "image-registry",
-    "ingress",
-    "insights",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kube-storage-version-migrator",
-    "machine-api",
-    "machine-approver",
-    "machine-config",
-    "marketplace",
-    "monitoring",
-    "network",
-    "node-tuning",
-    "openshift-apiserver",
-    "openshift-controller-manager",
-    "openshift-samples",
-    "operator-lifecycle-manager",
-    "service-ca",
-    "storage",
-];
+/// The ClusterOperators listed (any other name asked for exists too), space-separated.
+pub const DRY_CLUSTER_OPERATORS: &str = "\
+    authentication baremetal cloud-controller-manager cloud-credential cluster-autoscaler \
+     config-operator console control-plane-machine-set csi-snapshot-controller dns etcd \
+     image-registry ingress insights kube-apiserver kube-controller-manager kube-scheduler \
+     kube-storage-version-migrator machine-api machine-approver machine-config marketplace \
+     monitoring network node-tuning openshift-apiserver openshift-controller-manager \
+     openshift-samples operator-lifecycle-manager service-ca storage";
+
+/// The one MachineConfig every pretend node is on (installer view).
+pub const DRY_RENDERED_CONFIG: &str = "rendered-master-dry-run";
+/// The pretend controller pod (its name has the prefix the bootstrap looks for).
+pub const DRY_CONTROLLER_POD: &str = "assisted-installer-controller-dry-run";
+/// What the pretend controller pod logged.
+pub const DRY_CONTROLLER_LOG: &str = "Dry run: assisted-installer-controller started\n\
+     Dry run: assisted-installer-controller is ready\n";
 
 /// What the pretend cluster remembers between calls.
 #[derive(Default)]
@@ -128,6 +118,8 @@ struct State {
 /// The pretend cluster; see the module documentation.
 pub struct DryCluster {
     hosts: Vec<ClusterHost>,
+    /// `controlPlane.replicas` of the install-config the installer reads.
+    control_plane_replicas: i64,
     state: Mutex<State>,
 }
 
@@ -140,11 +132,8 @@ impl std::fmt::Debug for DryCluster {
 }
 
 fn not_found(what: &str) -> anyhow::Error {
-    anyhow::Error::new(ApiError::new(
-        404,
-        "NotFound",
-        &format!("dry run: {what} not found"),
-    ))
+    let message = format!("dry run: {what} not found");
+    anyhow::Error::new(ApiError::new(404, "NotFound", &message))
 }
 
 fn condition(type_: &str, status: &str, message: &str) -> Condition {
@@ -191,8 +180,19 @@ impl DryCluster {
     pub fn new(hosts: Vec<ClusterHost>) -> DryCluster {
         DryCluster {
             hosts,
+            control_plane_replicas: 0,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// The installer's: from `--dry-run-cluster-hosts-path` (no hosts without it) and
+    /// `--control-plane-count`.
+    pub fn from_config(cfg: &InstallerConfig) -> Result<DryCluster> {
+        let hosts = cluster_hosts::load_optional(cfg.dry_run_cluster_hosts_path.as_deref())?;
+        Ok(DryCluster {
+            control_plane_replicas: cfg.control_plane_count,
+            ..DryCluster::new(hosts)
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -260,9 +260,14 @@ fn node(host: &ClusterHost, patched: Option<&BTreeMap<String, String>>) -> Node 
             .flatten()
             .map(|(k, v)| (k.clone(), v.clone())),
     );
+    let annotations = [CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION]
+        .into_iter()
+        .map(|k| (k.to_string(), DRY_RENDERED_CONFIG.to_string()))
+        .collect();
     Node {
         name: host.hostname.clone(),
         labels,
+        annotations,
         taints: Vec::new(),
         conditions: vec![condition("Ready", "True", "Dry run: the host rebooted")],
         addresses: vec![
@@ -299,10 +304,8 @@ impl ClusterApi for DryCluster {
     }
 
     fn list_cluster_operators(&self) -> Result<Vec<ClusterOperator>> {
-        Ok(DRY_CLUSTER_OPERATORS
-            .iter()
-            .map(|name| cluster_operator(name))
-            .collect())
+        let names = DRY_CLUSTER_OPERATORS.split_whitespace();
+        Ok(names.map(cluster_operator).collect())
     }
 
     fn get_cluster_operator(&self, name: &str) -> Result<ClusterOperator> {
@@ -343,7 +346,7 @@ impl ClusterApi for DryCluster {
         self.existing_node(name)
     }
 
-    fn remove_node_taint(&self, name: &str, _index: usize) -> Result<()> {
+    fn remove_node_taint(&self, name: &str, _index: usize, _key: &str) -> Result<()> {
         // The pretend nodes have no taints, and the tasks only remove the ones they found.
         self.existing_node(name).map(|_| ())
     }
@@ -458,17 +461,11 @@ impl ClusterApi for DryCluster {
     }
 
     fn update_bmh(&self, namespace: &str, bmh: &Value) -> Result<Value> {
-        Err(not_found(&format!(
-            "baremetalhost {namespace}/{}",
-            bmh_name(bmh)
-        )))
+        self.get_bmh(namespace, bmh_name(bmh))
     }
 
     fn update_bmh_status(&self, namespace: &str, bmh: &Value) -> Result<Value> {
-        Err(not_found(&format!(
-            "baremetalhost {namespace}/{}",
-            bmh_name(bmh)
-        )))
+        self.get_bmh(namespace, bmh_name(bmh))
     }
 
     fn provisioning_exists(&self, _name: &str) -> Result<bool> {
@@ -499,10 +496,68 @@ impl ClusterApi for DryCluster {
     }
 }
 
+impl super::KubeApi for DryCluster {
+    fn list_nodes(&self, _: &Role) -> Result<Vec<Node>> {
+        // The markers are checked on each call: other dry-run installers touch them meanwhile.
+        let rebooted = self.hosts.iter().filter(|h| h.rebooted());
+        Ok(rebooted.map(|host| node(host, None)).collect())
+    }
+
+    fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
+        if namespace != CONTROLLER_NAMESPACE {
+            return Ok(Vec::new());
+        }
+        Ok(vec![Event {
+            name: CONTROLLER_READY_EVENT.into(),
+            reason: CONTROLLER_READY_EVENT.into(),
+            message: "Dry run: the controller is ready".into(),
+        }])
+    }
+
+    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        if (ns, name) != (INSTALL_CONFIG_NAMESPACE, INSTALL_CONFIG_NAME) {
+            return Ok(None);
+        }
+        let replicas = self.control_plane_replicas;
+        let install_config = format!("controlPlane:\n  replicas: {replicas}\n");
+        Ok(Some(BTreeMap::from([(
+            INSTALL_CONFIG_KEY.to_string(),
+            install_config,
+        )])))
+    }
+
+    fn machine_config_exists(&self, name: &str) -> Result<bool> {
+        Ok(name == DRY_RENDERED_CONFIG)
+    }
+
+    fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
+        // The pretend nodes have no taint.
+        Ok(())
+    }
+
+    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
+        let controller = format!("job-name={CONTROLLER_JOB}");
+        if namespace != CONTROLLER_NAMESPACE || label_selector != controller {
+            return Ok(Vec::new());
+        }
+        Ok(vec![Pod {
+            namespace: namespace.into(),
+            name: DRY_CONTROLLER_POD.into(),
+            phase: "Running".into(),
+            labels: BTreeMap::from([("job-name".into(), CONTROLLER_JOB.into())]),
+        }])
+    }
+
+    fn pod_logs(&self, namespace: &str, pod: &str, _: Option<i64>) -> Result<String> {
+        if (namespace, pod) != (CONTROLLER_NAMESPACE, DRY_CONTROLLER_POD) {
+            bail!("dry run: no pod {namespace}/{pod}");
+        }
+        Ok(DRY_CONTROLLER_LOG.into())
+    }
+}
+
 fn bmh_name(bmh: &Value) -> &str {
-    bmh.pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    bmh["metadata"]["name"].as_str().unwrap_or("")
 }
 
 #[cfg(test)]

@@ -1,0 +1,697 @@
+//! An in-memory cluster for the tests of both programs ([`ClusterApi`] and [`KubeApi`]): state
+//! set with `set_*`, every call recorded in order with its arguments ([`FakeCluster::calls`]),
+//! writes applied to the state, and failures injected per method as [`ApiError`]s.
+//! Selectors: as [`selector_matches`]; the field selector `status.phase=<phase>` for pods.
+
+use anyhow::{anyhow, Result};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{
+    selector_matches, ApiError, ClusterApi, ClusterOperator, ClusterVersion, Condition, Csr,
+    CsrApproval, Csv, Event, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, Pod,
+    ProxyStatus, Service, Subscription,
+};
+use crate::config::Role;
+use crate::openshift::role_label;
+
+/// One recorded call: the method's name and its arguments as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub method: &'static str,
+    pub args: Vec<String>,
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}({})", self.method, self.args.join(", "))
+    }
+}
+
+type Key = (String, String);
+fn key(namespace: &str, name: &str) -> Key {
+    (namespace.to_string(), name.to_string())
+}
+
+#[derive(Default, Debug)]
+struct State {
+    calls: Vec<Call>,
+    /// (method, error, sticky): the first matching entry answers the call.
+    failures: Vec<(String, ApiError, bool)>,
+    proxy: ProxyStatus,
+    cluster_versions: BTreeMap<String, ClusterVersion>,
+    cluster_operators: BTreeMap<String, ClusterOperator>,
+    config_maps: BTreeMap<Key, BTreeMap<String, String>>,
+    events: Vec<(String, NewEvent)>,
+    nodes: BTreeMap<String, Node>,
+    services: Vec<Service>,
+    pods: Vec<Pod>,
+    pod_logs: BTreeMap<Key, String>,
+    csrs: BTreeMap<String, Csr>,
+    subscriptions: BTreeMap<Key, Subscription>,
+    csvs: BTreeMap<Key, Csv>,
+    install_plans: Vec<InstallPlan>,
+    jobs: Vec<Job>,
+    bmhs: BTreeMap<Key, Value>,
+    provisionings: BTreeSet<String>,
+    machine_configs: BTreeSet<String>,
+    machines: Vec<Machine>,
+    mcps: BTreeMap<String, MachineConfigPool>,
+}
+
+/// The fake cluster; clones share their state.
+#[derive(Clone, Default, Debug)]
+pub struct FakeCluster {
+    state: Arc<Mutex<State>>,
+}
+
+fn not_found(what: &str) -> anyhow::Error {
+    anyhow::Error::new(ApiError::new(404, "NotFound", &format!("{what} not found")))
+}
+
+fn opt(s: Option<&str>) -> String {
+    s.map_or_else(|| "-".to_string(), str::to_string)
+}
+
+impl FakeCluster {
+    pub fn new() -> FakeCluster {
+        FakeCluster::default()
+    }
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record a call, then answer with an injected failure if one matches.
+    fn enter(&self, method: &'static str, args: &[&str]) -> Result<MutexGuard<'_, State>> {
+        let mut state = self.lock();
+        let args = args.iter().map(|a| a.to_string()).collect();
+        state.calls.push(Call { method, args });
+        if let Some(i) = state.failures.iter().position(|(m, _, _)| m == method) {
+            let (_, err, sticky) = state.failures[i].clone();
+            if !sticky {
+                state.failures.remove(i);
+            }
+            return Err(anyhow::Error::new(err).context(format!("fake {method}")));
+        }
+        Ok(state)
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.lock().calls.clone()
+    }
+
+    /// The calls so far as `method(arg, …)`, in order, and forget them.
+    pub fn take_calls(&self) -> Vec<String> {
+        let calls = std::mem::take(&mut self.lock().calls);
+        calls.iter().map(Call::to_string).collect()
+    }
+
+    /// How many times `method` was called.
+    pub fn count(&self, method: &str) -> usize {
+        self.calls().iter().filter(|c| c.method == method).count()
+    }
+
+    /// The next call of `method` fails with `err`.
+    pub fn fail_next(&self, method: &str, err: ApiError) {
+        self.lock().failures.push((method.to_string(), err, false));
+    }
+
+    /// Every call of `method` fails with `err`.
+    pub fn fail_always(&self, method: &str, err: ApiError) {
+        self.lock().failures.push((method.to_string(), err, true));
+    }
+
+    pub fn set_proxy(&self, proxy: ProxyStatus) {
+        self.lock().proxy = proxy;
+    }
+
+    pub fn set_cluster_version(&self, name: &str, cv: ClusterVersion) {
+        self.lock().cluster_versions.insert(name.to_string(), cv);
+    }
+
+    pub fn set_cluster_operator(&self, co: ClusterOperator) {
+        self.lock().cluster_operators.insert(co.name.clone(), co);
+    }
+
+    pub fn set_config_map(&self, namespace: &str, name: &str, data: &[(&str, &str)]) {
+        let data = data.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        self.lock()
+            .config_maps
+            .insert(key(namespace, name), data.collect());
+    }
+
+    /// The Events created, with their namespaces.
+    pub fn events(&self) -> Vec<(String, NewEvent)> {
+        self.lock().events.clone()
+    }
+
+    /// Forget the Events of `namespace`.
+    pub fn clear_events(&self, namespace: &str) {
+        self.lock().events.retain(|(ns, _)| ns != namespace);
+    }
+
+    /// Add or replace a Node.
+    pub fn set_node(&self, node: Node) {
+        self.lock().nodes.insert(node.name.clone(), node);
+    }
+
+    pub fn node(&self, name: &str) -> Option<Node> {
+        self.lock().nodes.get(name).cloned()
+    }
+
+    pub fn add_service(&self, service: Service) {
+        self.lock().services.push(service);
+    }
+
+    pub fn services(&self) -> Vec<Service> {
+        self.lock().services.clone()
+    }
+
+    /// Add a Pod with its log.
+    pub fn add_pod(&self, pod: Pod, log: &str) {
+        self.set_pod_log(&pod.namespace, &pod.name, log);
+        self.lock().pods.push(pod);
+    }
+
+    /// Add or replace a Pod (by namespace and name), keeping its log.
+    pub fn set_pod(&self, pod: Pod) {
+        let mut state = self.lock();
+        let same = |p: &Pod| (&p.namespace, &p.name) == (&pod.namespace, &pod.name);
+        state.pods.retain(|p| !same(p));
+        state.pods.push(pod);
+    }
+
+    pub fn set_pod_log(&self, namespace: &str, name: &str, log: &str) {
+        let log = log.to_string();
+        self.lock().pod_logs.insert(key(namespace, name), log);
+    }
+
+    /// Add or replace a CSR; its `object` gets a `metadata.name` and the conditions when empty.
+    pub fn set_csr(&self, mut csr: Csr) {
+        if csr.object.is_null() {
+            let conditions: Vec<Value> = csr.conditions.iter().map(condition_json).collect();
+            csr.object = json!({
+                "metadata": {"name": csr.name},
+                "status": {"conditions": conditions},
+            });
+        }
+        self.lock().csrs.insert(csr.name.clone(), csr);
+    }
+
+    pub fn csr(&self, name: &str) -> Option<Csr> {
+        self.lock().csrs.get(name).cloned()
+    }
+
+    pub fn set_subscription(&self, sub: Subscription) {
+        let k = key(&sub.namespace, &sub.name);
+        self.lock().subscriptions.insert(k, sub);
+    }
+
+    pub fn set_csv(&self, csv: Csv) {
+        self.lock().csvs.insert(key(&csv.namespace, &csv.name), csv);
+    }
+
+    pub fn add_install_plan(&self, plan: InstallPlan) {
+        self.lock().install_plans.push(plan);
+    }
+
+    pub fn add_job(&self, job: Job) {
+        self.lock().jobs.push(job);
+    }
+
+    /// Add or replace a BareMetalHost (keyed by its `metadata.namespace` and `metadata.name`).
+    pub fn set_bmh(&self, bmh: Value) {
+        let meta = |k: &str| bmh["metadata"][k].as_str().unwrap_or_default().to_string();
+        self.lock()
+            .bmhs
+            .insert((meta("namespace"), meta("name")), bmh);
+    }
+
+    pub fn bmh(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.lock().bmhs.get(&key(namespace, name)).cloned()
+    }
+
+    pub fn add_provisioning(&self, name: &str) {
+        self.lock().provisionings.insert(name.to_string());
+    }
+
+    pub fn add_machine_config(&self, name: &str) {
+        self.lock().machine_configs.insert(name.to_string());
+    }
+
+    pub fn add_machine(&self, machine: Machine) {
+        self.lock().machines.push(machine);
+    }
+
+    pub fn set_machine_config_pool(&self, pool: MachineConfigPool) {
+        self.lock().mcps.insert(pool.name.clone(), pool);
+    }
+
+    pub fn machine_config_pool(&self, name: &str) -> Option<MachineConfigPool> {
+        self.lock().mcps.get(name).cloned()
+    }
+
+    /// Record the call, then `write` `bmh` over the stored BareMetalHost of its name.
+    fn put_bmh(
+        &self,
+        method: &'static str,
+        namespace: &str,
+        bmh: &Value,
+        write: impl FnOnce(&mut Value, &Value),
+    ) -> Result<Value> {
+        let name = bmh["metadata"]["name"].as_str();
+        let mut state = self.enter(method, &[namespace, name.unwrap_or_default()])?;
+        let name = name.ok_or_else(|| anyhow!("the BareMetalHost has no metadata.name"))?;
+        let stored = state.bmhs.get_mut(&key(namespace, name));
+        let stored =
+            stored.ok_or_else(|| not_found(&format!("BareMetalHost {namespace}/{name}")))?;
+        write(stored, bmh);
+        Ok(stored.clone())
+    }
+}
+
+fn condition_json(c: &Condition) -> Value {
+    json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message})
+}
+
+/// The stored object, or NotFound.
+fn found<T: Clone>(object: Option<&T>, what: impl FnOnce() -> String) -> Result<T> {
+    object.cloned().ok_or_else(|| not_found(&what()))
+}
+
+/// The items of `namespace`.
+fn of<T: Clone>(items: &[T], namespace: &str, ns: impl Fn(&T) -> &str) -> Vec<T> {
+    items
+        .iter()
+        .filter(|i| ns(i) == namespace)
+        .cloned()
+        .collect()
+}
+
+impl ClusterApi for FakeCluster {
+    fn get_proxy(&self, name: &str) -> Result<ProxyStatus> {
+        Ok(self.enter("get_proxy", &[name])?.proxy.clone())
+    }
+
+    fn get_cluster_version(&self, name: &str) -> Result<ClusterVersion> {
+        let state = self.enter("get_cluster_version", &[name])?;
+        found(state.cluster_versions.get(name), || {
+            format!("ClusterVersion {name}")
+        })
+    }
+
+    fn list_cluster_operators(&self) -> Result<Vec<ClusterOperator>> {
+        let state = self.enter("list_cluster_operators", &[])?;
+        Ok(state.cluster_operators.values().cloned().collect())
+    }
+
+    fn get_cluster_operator(&self, name: &str) -> Result<ClusterOperator> {
+        let state = self.enter("get_cluster_operator", &[name])?;
+        found(state.cluster_operators.get(name), || {
+            format!("ClusterOperator {name}")
+        })
+    }
+
+    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        let state = self.enter("get_config_map", &[ns, name])?;
+        Ok(state.config_maps.get(&key(ns, name)).cloned())
+    }
+
+    fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()> {
+        let mut state = self.enter("create_event", &[namespace, &event.name])?;
+        let events = &mut state.events;
+        if events
+            .iter()
+            .any(|(ns, e)| ns == namespace && e.name == event.name)
+        {
+            let msg = format!("events \"{}\" already exists", event.name);
+            return Err(ApiError::new(409, "AlreadyExists", &msg).into());
+        }
+        events.push((namespace.to_string(), event.clone()));
+        Ok(())
+    }
+
+    fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>> {
+        let state = self.enter("list_nodes", &[&opt(label_selector)])?;
+        let nodes = state.nodes.values();
+        let selected = nodes.filter(|n| selector_matches(label_selector, &n.labels));
+        Ok(selected.cloned().collect())
+    }
+
+    fn get_node(&self, name: &str) -> Result<Node> {
+        let state = self.enter("get_node", &[name])?;
+        found(state.nodes.get(name), || format!("node {name}"))
+    }
+
+    fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
+        let mut state = self.enter("remove_node_taint", &[name, &index.to_string()])?;
+        let node = state.nodes.get_mut(name);
+        let node = node.ok_or_else(|| not_found(&format!("node {name}")))?;
+        // The patch's `test` op: taint `index` must still have `key`.
+        if node.taints.get(index).is_none_or(|t| t.key != key) {
+            let msg = format!("taint {index} of node {name} is not {key}");
+            return Err(ApiError::new(422, "Invalid", &msg).into());
+        }
+        node.taints.remove(index);
+        Ok(())
+    }
+
+    fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()> {
+        let mut state = self.enter("patch_node_labels", &[name, &labels.to_string()])?;
+        let node = state.nodes.get_mut(name);
+        let node = node.ok_or_else(|| not_found(&format!("node {name}")))?;
+        for (k, v) in labels.as_object().into_iter().flatten() {
+            match v {
+                Value::Null => node.labels.remove(k),
+                Value::String(s) => node.labels.insert(k.clone(), s.clone()),
+                other => {
+                    let msg = format!("label {k}: {other} is not a string");
+                    return Err(ApiError::new(400, "BadRequest", &msg).into());
+                }
+            };
+        }
+        Ok(())
+    }
+
+    fn list_services(&self) -> Result<Vec<Service>> {
+        Ok(self.enter("list_services", &[])?.services.clone())
+    }
+
+    fn delete_service(&self, namespace: &str, name: &str) -> Result<()> {
+        let mut state = self.enter("delete_service", &[namespace, name])?;
+        let before = state.services.len();
+        state
+            .services
+            .retain(|s| (s.namespace.as_str(), s.name.as_str()) != (namespace, name));
+        match state.services.len() < before {
+            true => Ok(()),
+            false => Err(not_found(&format!("service {namespace}/{name}"))),
+        }
+    }
+
+    fn list_pods(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
+        let state = self.enter("list_pods", &[ns, &opt(label), &opt(field)])?;
+        let phase = field.and_then(|f| f.strip_prefix("status.phase="));
+        let pods = of(&state.pods, ns, |p| &p.namespace).into_iter();
+        let pods = pods.filter(|p| selector_matches(label, &p.labels));
+        Ok(pods
+            .filter(|p| phase.is_none_or(|ph| p.phase == ph))
+            .collect())
+    }
+
+    fn pod_log(&self, namespace: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
+        let since = since_seconds.map_or_else(|| "-".to_string(), |s| s.to_string());
+        let state = self.enter("pod_log", &[namespace, name, &since])?;
+        found(state.pod_logs.get(&key(namespace, name)), || {
+            format!("pod {namespace}/{name}")
+        })
+    }
+
+    fn delete_pods(&self, namespace: &str, label_selector: Option<&str>) -> Result<()> {
+        let mut state = self.enter("delete_pods", &[namespace, &opt(label_selector)])?;
+        let doomed =
+            |p: &Pod| p.namespace == namespace && selector_matches(label_selector, &p.labels);
+        state.pods.retain(|p| !doomed(p));
+        Ok(())
+    }
+
+    fn list_csrs(&self) -> Result<Vec<Csr>> {
+        Ok(self
+            .enter("list_csrs", &[])?
+            .csrs
+            .values()
+            .cloned()
+            .collect())
+    }
+
+    fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()> {
+        let mut state = self.enter("approve_csr", &[&csr.name, &approval.condition.type_])?;
+        let stored = state.csrs.get_mut(&csr.name);
+        let stored = stored.ok_or_else(|| not_found(&format!("CSR {}", csr.name)))?;
+        stored.conditions.push(approval.condition.clone());
+        let mut object = csr.object.clone();
+        let condition = condition_json(&approval.condition);
+        match object["status"]["conditions"].as_array_mut() {
+            Some(list) => list.push(condition),
+            None => object["status"]["conditions"] = json!([condition]),
+        }
+        stored.object = object;
+        Ok(())
+    }
+
+    fn get_subscription(&self, namespace: &str, name: &str) -> Result<Option<Subscription>> {
+        let state = self.enter("get_subscription", &[namespace, name])?;
+        Ok(state.subscriptions.get(&key(namespace, name)).cloned())
+    }
+
+    fn get_csv(&self, namespace: &str, name: &str) -> Result<Option<Csv>> {
+        let state = self.enter("get_csv", &[namespace, name])?;
+        Ok(state.csvs.get(&key(namespace, name)).cloned())
+    }
+
+    fn list_install_plans(&self, namespace: &str) -> Result<Vec<InstallPlan>> {
+        let state = self.enter("list_install_plans", &[namespace])?;
+        Ok(of(&state.install_plans, namespace, |p| &p.namespace))
+    }
+
+    fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()> {
+        let mut state = self.enter("delete_install_plan", &[namespace, name])?;
+        let plans = &mut state.install_plans;
+        plans.retain(|p| (p.namespace.as_str(), p.name.as_str()) != (namespace, name));
+        Ok(())
+    }
+
+    fn list_jobs(&self, namespace: &str) -> Result<Vec<Job>> {
+        let state = self.enter("list_jobs", &[namespace])?;
+        Ok(of(&state.jobs, namespace, |j| &j.namespace))
+    }
+
+    fn delete_job(&self, namespace: &str, name: &str) -> Result<()> {
+        let mut state = self.enter("delete_job", &[namespace, name])?;
+        let jobs = &mut state.jobs;
+        jobs.retain(|j| (j.namespace.as_str(), j.name.as_str()) != (namespace, name));
+        Ok(())
+    }
+
+    fn list_bmhs(&self, namespace: &str) -> Result<Vec<Value>> {
+        let state = self.enter("list_bmhs", &[namespace])?;
+        let bmhs = state.bmhs.iter().filter(|((ns, _), _)| ns == namespace);
+        Ok(bmhs.map(|(_, v)| v.clone()).collect())
+    }
+
+    fn get_bmh(&self, namespace: &str, name: &str) -> Result<Value> {
+        let state = self.enter("get_bmh", &[namespace, name])?;
+        let what = || format!("BareMetalHost {namespace}/{name}");
+        found(state.bmhs.get(&key(namespace, name)), what)
+    }
+
+    fn update_bmh(&self, namespace: &str, bmh: &Value) -> Result<Value> {
+        self.put_bmh("update_bmh", namespace, bmh, |stored, bmh| {
+            // As the API server does on the main resource: the status is not written.
+            let status = stored.get("status").cloned();
+            *stored = bmh.clone();
+            match (status, stored.as_object_mut()) {
+                (Some(status), _) => stored["status"] = status,
+                (None, Some(o)) => drop(o.remove("status")),
+                (None, None) => {}
+            }
+        })
+    }
+
+    fn update_bmh_status(&self, namespace: &str, bmh: &Value) -> Result<Value> {
+        self.put_bmh("update_bmh_status", namespace, bmh, |stored, bmh| {
+            // Only the status is written through the subresource.
+            stored["status"] = bmh.get("status").cloned().unwrap_or(Value::Null);
+        })
+    }
+
+    fn provisioning_exists(&self, name: &str) -> Result<bool> {
+        Ok(self
+            .enter("provisioning_exists", &[name])?
+            .provisionings
+            .contains(name))
+    }
+
+    fn list_machines(&self, namespace: &str) -> Result<Vec<Machine>> {
+        let state = self.enter("list_machines", &[namespace])?;
+        Ok(of(&state.machines, namespace, |m| &m.namespace))
+    }
+
+    fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool> {
+        let state = self.enter("get_machine_config_pool", &[name])?;
+        found(state.mcps.get(name), || format!("MachineConfigPool {name}"))
+    }
+
+    fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()> {
+        let args = [name, &paused.to_string()];
+        let mut state = self.enter("set_machine_config_pool_paused", &args)?;
+        let pool = state.mcps.get_mut(name);
+        pool.ok_or_else(|| not_found(&format!("MachineConfigPool {name}")))?
+            .paused = paused;
+        Ok(())
+    }
+}
+
+/// The installer's view of the same state: events are those created, MachineConfigs are the
+/// names given to [`FakeCluster::add_machine_config`].
+impl super::KubeApi for FakeCluster {
+    fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
+        ClusterApi::list_nodes(self, Some(&role_label(role.as_str())))
+    }
+
+    fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
+        let state = self.enter("list_events", &[namespace])?;
+        let events = state.events.iter().filter(|(ns, _)| ns == namespace);
+        let event = |e: &NewEvent| Event {
+            name: e.name.clone(),
+            reason: e.reason.clone(),
+            message: e.message.clone(),
+        };
+        Ok(events.map(|(_, e)| event(e)).collect())
+    }
+
+    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        ClusterApi::get_config_map(self, ns, name)
+    }
+
+    fn machine_config_exists(&self, name: &str) -> Result<bool> {
+        let state = self.enter("machine_config_exists", &[name])?;
+        Ok(state.machine_configs.contains(name))
+    }
+
+    fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
+        let taints = self.get_node(node)?.taints;
+        match taints.iter().position(|t| t.key == key) {
+            Some(i) => ClusterApi::remove_node_taint(self, node, i, key),
+            None => Ok(()),
+        }
+    }
+
+    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
+        ClusterApi::list_pods(self, namespace, Some(label_selector), None)
+    }
+
+    fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
+        self.pod_log(namespace, pod, since_seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::{api_error_code, Taint};
+
+    #[test]
+    fn calls_are_recorded_and_failures_injected_once_or_always() {
+        let fake = FakeCluster::new();
+        let labels =
+            BTreeMap::from([("node-role.kubernetes.io/master".to_string(), String::new())]);
+        fake.set_node(Node {
+            name: "m0".into(),
+            labels,
+            ..Node::default()
+        });
+        fake.set_node(Node {
+            name: "w0".into(),
+            ..Node::default()
+        });
+        assert_eq!(
+            fake.list_nodes(Some("node-role.kubernetes.io/master"))
+                .unwrap()
+                .len(),
+            1
+        );
+        fake.fail_next("list_csrs", ApiError::new(500, "InternalError", "boom"));
+        assert_eq!(api_error_code(&fake.list_csrs().unwrap_err()), Some(500));
+        assert!(fake.list_csrs().is_ok());
+        fake.fail_always("get_proxy", ApiError::new(403, "Forbidden", "no"));
+        for _ in 0..2 {
+            assert_eq!(
+                api_error_code(&fake.get_proxy("cluster").unwrap_err()),
+                Some(403)
+            );
+        }
+        let calls = fake.take_calls();
+        assert_eq!(calls[0], "list_nodes(node-role.kubernetes.io/master)");
+        assert_eq!((calls.len(), fake.calls().len()), (5, 0));
+    }
+
+    #[test]
+    fn writes_change_the_state_as_the_api_server_would() {
+        let fake = FakeCluster::new();
+        let taint = |key: &str| Taint {
+            key: key.into(),
+            ..Taint::default()
+        };
+        fake.set_node(Node {
+            name: "m0".into(),
+            taints: vec![taint("a"), taint("b")],
+            ..Node::default()
+        });
+        let moved = ClusterApi::remove_node_taint(&fake, "m0", 1, "a").unwrap_err();
+        assert_eq!(api_error_code(&moved), Some(422));
+        ClusterApi::remove_node_taint(&fake, "m0", 0, "a").unwrap();
+        assert_eq!(fake.node("m0").unwrap().taints, [taint("b")]);
+        fake.patch_node_labels("m0", &json!({"x": "1"})).unwrap();
+        assert_eq!(fake.node("m0").unwrap().labels["x"], "1");
+
+        let event = NewEvent {
+            name: "e".into(),
+            reason: "r".into(),
+            type_: "Normal".into(),
+            message: "m".into(),
+            involved_namespace: "ns".into(),
+            involved_name: "x".into(),
+            time: std::time::UNIX_EPOCH,
+        };
+        fake.create_event("ns", &event).unwrap();
+        assert_eq!(
+            api_error_code(&fake.create_event("ns", &event).unwrap_err()),
+            Some(409)
+        );
+
+        fake.set_csr(Csr {
+            name: "csr-1".into(),
+            ..Csr::default()
+        });
+        let csr = fake.list_csrs().unwrap().remove(0);
+        let condition = Condition {
+            type_: "Approved".into(),
+            status: "True".into(),
+            ..Condition::default()
+        };
+        let approval = CsrApproval {
+            condition,
+            time: std::time::UNIX_EPOCH,
+        };
+        fake.approve_csr(&csr, &approval).unwrap();
+        let stored = fake.csr("csr-1").unwrap();
+        assert!(stored.conditions[0].is_true("Approved"));
+        assert_eq!(stored.object["status"]["conditions"][0]["type"], "Approved");
+
+        let ns = "openshift-machine-api";
+        fake.set_bmh(json!({"metadata": {"name": "b", "namespace": ns}, "status": {"s": 1}}));
+        let mut bmh = fake.get_bmh(ns, "b").unwrap();
+        bmh["spec"] = json!({"externallyProvisioned": true});
+        bmh["status"] = json!({"s": 2});
+        let stored = fake.update_bmh(ns, &bmh).unwrap();
+        assert_eq!(
+            (
+                stored["status"]["s"].as_i64(),
+                stored["spec"]["externallyProvisioned"].as_bool()
+            ),
+            (Some(1), Some(true))
+        );
+        bmh["spec"] = json!({});
+        let stored = fake.update_bmh_status(ns, &bmh).unwrap();
+        assert_eq!(
+            (
+                stored["status"]["s"].as_i64(),
+                stored["spec"]["externallyProvisioned"].as_bool()
+            ),
+            (Some(2), Some(true))
+        );
+    }
+}

@@ -1,0 +1,524 @@
+//! The object model both programs read: small structs holding the fields their flows and tasks
+//! use, built from the k8s-openapi types (core kinds) or from typed deserialisation of the
+//! OpenShift, OLM and metal3 kinds ([`kinds`]). BareMetalHosts stay whole JSON objects, since the
+//! BMH task rewrites their annotations, spec and status and puts them back.
+
+use k8s_openapi::api::batch::v1 as batch;
+use k8s_openapi::api::certificates::v1 as cert;
+use k8s_openapi::api::core::v1 as core;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// A condition of a Node, ClusterOperator, ClusterVersion, CSR or Job (absent fields empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Condition {
+    /// Whether this is a condition of `type_` with status `True`.
+    pub fn is_true(&self, type_: &str) -> bool {
+        self.type_ == type_ && self.status == "True"
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeAddress {
+    /// `InternalIP`, `ExternalIP`, `Hostname`, …
+    pub type_: String,
+    pub address: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+}
+
+/// A `v1 Node`: `spec.taints` keep their order (the untaint patch removes one by index).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub conditions: Vec<Condition>,
+    pub addresses: Vec<NodeAddress>,
+}
+
+impl Node {
+    /// A condition `Ready` with status `True`.
+    pub fn is_ready(&self) -> bool {
+        self.conditions.iter().any(|c| c.is_true("Ready"))
+    }
+
+    /// The `InternalIP` addresses, in order.
+    pub fn internal_ips(&self) -> impl Iterator<Item = &str> {
+        self.addresses
+            .iter()
+            .filter(|a| a.type_ == "InternalIP")
+            .map(|a| a.address.as_str())
+    }
+}
+
+/// A `certificates.k8s.io/v1 CertificateSigningRequest`. `object` is the whole object as
+/// listed: the approval puts it back with one more condition.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Csr {
+    pub name: String,
+    pub conditions: Vec<Condition>,
+    pub object: Value,
+}
+
+/// The condition an approval appends to a CSR's `status.conditions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsrApproval {
+    pub condition: Condition,
+    /// Its `lastUpdateTime`.
+    pub time: SystemTime,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct OperatorVersion {
+    pub name: String,
+    pub version: String,
+}
+
+/// A `config.openshift.io/v1 ClusterOperator`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterOperator {
+    pub name: String,
+    pub conditions: Vec<Condition>,
+    /// `status.versions`, in order.
+    pub versions: Vec<OperatorVersion>,
+}
+
+/// `config.openshift.io/v1 ClusterVersion version`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterVersion {
+    pub conditions: Vec<Condition>,
+    /// `status.capabilities.enabledCapabilities`.
+    pub enabled_capabilities: Vec<String>,
+    /// `status.capabilities.knownCapabilities`.
+    pub known_capabilities: Vec<String>,
+    /// `status.desired.version` (empty when unset).
+    pub desired_version: String,
+}
+
+/// `status` of `config.openshift.io/v1 Proxy cluster` (empty when unset).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyStatus {
+    pub http_proxy: String,
+    pub https_proxy: String,
+    pub no_proxy: String,
+}
+
+/// A `v1 Event` to create: `count` 1, first and last timestamps both `time`, and an involved
+/// object with only a namespace and a name (no kind), as the ready Event is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    pub name: String,
+    pub reason: String,
+    /// `Normal` or `Warning`.
+    pub type_: String,
+    pub message: String,
+    pub involved_namespace: String,
+    pub involved_name: String,
+    pub time: SystemTime,
+}
+
+/// A `v1 Event` as listed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Event {
+    pub name: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// A `v1 Pod`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    /// `status.phase` (empty when unset).
+    pub phase: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A `v1 Service`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Service {
+    pub namespace: String,
+    pub name: String,
+    /// `spec.clusterIP` as written (empty when unset).
+    pub cluster_ip: String,
+}
+
+/// An OLM `operators.coreos.com/v1alpha1 Subscription`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Subscription {
+    pub namespace: String,
+    pub name: String,
+    /// `status.currentCSV` (empty when unset).
+    pub current_csv: String,
+}
+
+/// An OLM `operators.coreos.com/v1alpha1 ClusterServiceVersion`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Csv {
+    pub namespace: String,
+    pub name: String,
+    /// `status.phase` (`Succeeded`, `Failed`, …; empty when unset).
+    pub phase: String,
+    /// `status.message`.
+    pub message: String,
+    /// `spec.version` as written (empty when unset).
+    pub version: String,
+}
+
+/// An OLM `operators.coreos.com/v1alpha1 InstallPlan`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstallPlan {
+    pub namespace: String,
+    pub name: String,
+    /// `metadata.ownerReferences[].name`, in order.
+    pub owner_names: Vec<String>,
+    /// `status.phase`.
+    pub phase: String,
+}
+
+/// A `batch/v1 Job`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Job {
+    pub namespace: String,
+    pub name: String,
+    /// `status.failed` (0 when unset).
+    pub failed: i64,
+    pub conditions: Vec<Condition>,
+}
+
+/// A `machine.openshift.io/v1beta1 Machine`: what a BareMetalHost's `consumerRef` names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Machine {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A `machineconfiguration.openshift.io/v1 MachineConfigPool`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineConfigPool {
+    pub name: String,
+    /// `spec.paused` (false when unset).
+    pub paused: bool,
+}
+
+/// The OpenShift, OLM and metal3 kinds, which k8s-openapi does not have.
+pub mod kinds {
+    use super::*;
+
+    fn kind(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+    }
+
+    pub fn proxies() -> ApiResource {
+        kind("config.openshift.io", "v1", "Proxy", "proxies")
+    }
+    pub fn cluster_versions() -> ApiResource {
+        kind(
+            "config.openshift.io",
+            "v1",
+            "ClusterVersion",
+            "clusterversions",
+        )
+    }
+    pub fn cluster_operators() -> ApiResource {
+        kind(
+            "config.openshift.io",
+            "v1",
+            "ClusterOperator",
+            "clusteroperators",
+        )
+    }
+    pub fn subscriptions() -> ApiResource {
+        kind(
+            "operators.coreos.com",
+            "v1alpha1",
+            "Subscription",
+            "subscriptions",
+        )
+    }
+    pub fn csvs() -> ApiResource {
+        let plural = "clusterserviceversions";
+        kind(
+            "operators.coreos.com",
+            "v1alpha1",
+            "ClusterServiceVersion",
+            plural,
+        )
+    }
+    pub fn install_plans() -> ApiResource {
+        kind(
+            "operators.coreos.com",
+            "v1alpha1",
+            "InstallPlan",
+            "installplans",
+        )
+    }
+    pub fn bmhs() -> ApiResource {
+        kind("metal3.io", "v1alpha1", "BareMetalHost", "baremetalhosts")
+    }
+    pub fn provisionings() -> ApiResource {
+        kind("metal3.io", "v1alpha1", "Provisioning", "provisionings")
+    }
+    pub fn machines() -> ApiResource {
+        kind("machine.openshift.io", "v1beta1", "Machine", "machines")
+    }
+    pub fn mcps() -> ApiResource {
+        let group = "machineconfiguration.openshift.io";
+        kind(group, "v1", "MachineConfigPool", "machineconfigpools")
+    }
+    pub fn machine_configs() -> ApiResource {
+        let group = "machineconfiguration.openshift.io";
+        kind(group, "v1", "MachineConfig", "machineconfigs")
+    }
+}
+
+fn name_of(meta: &kube::api::ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
+
+fn namespace_of(meta: &kube::api::ObjectMeta) -> String {
+    meta.namespace.clone().unwrap_or_default()
+}
+
+/// The `spec` and `status` of an object of a kind k8s-openapi lacks, each missing field
+/// defaulted.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Parts<S, T> {
+    spec: S,
+    status: T,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct Statuses {
+    conditions: Vec<Condition>,
+    versions: Vec<OperatorVersion>,
+    capabilities: Capabilities,
+    desired: Desired,
+    http_proxy: String,
+    https_proxy: String,
+    no_proxy: String,
+    #[serde(rename = "currentCSV")]
+    current_csv: String,
+    phase: String,
+    message: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct Capabilities {
+    enabled_capabilities: Vec<String>,
+    known_capabilities: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Desired {
+    version: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Specs {
+    version: String,
+    paused: bool,
+}
+
+/// `TryFrom<&DynamicObject>` for model structs: `$body` builds one from the object `$o`, its
+/// [`Specs`] `$spec` and [`Statuses`] `$st`.
+macro_rules! from_dynamic {
+    ($($model:ident: |$o:ident, $spec:ident, $st:ident| $body:expr;)*) => {$(
+        impl TryFrom<&DynamicObject> for $model {
+            type Error = anyhow::Error;
+            fn try_from($o: &DynamicObject) -> anyhow::Result<Self> {
+                let parts: Parts<Specs, Statuses> = serde_json::from_value($o.data.clone())?;
+                let ($spec, $st) = (parts.spec, parts.status);
+                Ok($body)
+            }
+        }
+    )*};
+}
+
+from_dynamic! {
+    ClusterOperator: |o, _spec, s| ClusterOperator {
+        name: name_of(&o.metadata),
+        conditions: s.conditions,
+        versions: s.versions,
+    };
+    ClusterVersion: |_o, _spec, s| ClusterVersion {
+        conditions: s.conditions,
+        enabled_capabilities: s.capabilities.enabled_capabilities,
+        known_capabilities: s.capabilities.known_capabilities,
+        desired_version: s.desired.version,
+    };
+    ProxyStatus: |_o, _spec, s| ProxyStatus {
+        http_proxy: s.http_proxy,
+        https_proxy: s.https_proxy,
+        no_proxy: s.no_proxy,
+    };
+    Subscription: |o, _spec, s| Subscription {
+        namespace: namespace_of(&o.metadata),
+        name: name_of(&o.metadata),
+        current_csv: s.current_csv,
+    };
+    Csv: |o, spec, s| Csv {
+        namespace: namespace_of(&o.metadata),
+        name: name_of(&o.metadata),
+        phase: s.phase,
+        message: s.message,
+        version: spec.version,
+    };
+    InstallPlan: |o, _spec, s| InstallPlan {
+        namespace: namespace_of(&o.metadata),
+        name: name_of(&o.metadata),
+        owner_names: o.metadata.owner_references.iter().flatten().map(|r| r.name.clone()).collect(),
+        phase: s.phase,
+    };
+    MachineConfigPool: |o, spec, _st| MachineConfigPool {
+        name: name_of(&o.metadata),
+        paused: spec.paused,
+    };
+}
+
+/// A Machine as listed: list items may come without `apiVersion` and `kind`, which a
+/// BareMetalHost's `consumerRef` needs, so those come from the kind.
+impl From<&DynamicObject> for Machine {
+    fn from(obj: &DynamicObject) -> Self {
+        let kind = kinds::machines();
+        let types = obj.types.clone().unwrap_or_default();
+        let or = |s: String, default: String| if s.is_empty() { default } else { s };
+        Machine {
+            api_version: or(types.api_version, kind.api_version),
+            kind: or(types.kind, kind.kind),
+            namespace: namespace_of(&obj.metadata),
+            name: name_of(&obj.metadata),
+            labels: obj.metadata.labels.clone().unwrap_or_default(),
+        }
+    }
+}
+
+fn condition(
+    type_: &str,
+    status: &str,
+    reason: Option<&String>,
+    message: Option<&String>,
+) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.cloned().unwrap_or_default(),
+        message: message.cloned().unwrap_or_default(),
+    }
+}
+
+impl From<&core::Node> for Node {
+    fn from(node: &core::Node) -> Self {
+        let status = node.status.clone().unwrap_or_default();
+        let taints = node.spec.as_ref().and_then(|s| s.taints.clone());
+        Node {
+            name: name_of(&node.metadata),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            annotations: node.metadata.annotations.clone().unwrap_or_default(),
+            taints: (taints.into_iter().flatten())
+                .map(|t| Taint {
+                    key: t.key,
+                    value: t.value.unwrap_or_default(),
+                    effect: t.effect,
+                })
+                .collect(),
+            conditions: (status.conditions.iter().flatten())
+                .map(|c| condition(&c.type_, &c.status, c.reason.as_ref(), c.message.as_ref()))
+                .collect(),
+            addresses: (status.addresses.into_iter().flatten())
+                .map(|a| NodeAddress {
+                    type_: a.type_,
+                    address: a.address,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<&core::Event> for Event {
+    fn from(event: &core::Event) -> Self {
+        Event {
+            name: name_of(&event.metadata),
+            reason: event.reason.clone().unwrap_or_default(),
+            message: event.message.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl From<&core::Pod> for Pod {
+    fn from(pod: &core::Pod) -> Self {
+        Pod {
+            namespace: namespace_of(&pod.metadata),
+            name: name_of(&pod.metadata),
+            phase: (pod.status.as_ref().and_then(|s| s.phase.clone())).unwrap_or_default(),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl From<&core::Service> for Service {
+    fn from(svc: &core::Service) -> Self {
+        Service {
+            namespace: namespace_of(&svc.metadata),
+            name: name_of(&svc.metadata),
+            cluster_ip: (svc.spec.as_ref().and_then(|s| s.cluster_ip.clone())).unwrap_or_default(),
+        }
+    }
+}
+
+impl From<&batch::Job> for Job {
+    fn from(job: &batch::Job) -> Self {
+        let status = job.status.clone().unwrap_or_default();
+        Job {
+            namespace: namespace_of(&job.metadata),
+            name: name_of(&job.metadata),
+            failed: status.failed.unwrap_or(0).into(),
+            conditions: (status.conditions.iter().flatten())
+                .map(|c| condition(&c.type_, &c.status, c.reason.as_ref(), c.message.as_ref()))
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<&cert::CertificateSigningRequest> for Csr {
+    type Error = anyhow::Error;
+    fn try_from(csr: &cert::CertificateSigningRequest) -> anyhow::Result<Self> {
+        let conditions = csr.status.as_ref().and_then(|s| s.conditions.as_ref());
+        Ok(Csr {
+            name: name_of(&csr.metadata),
+            conditions: (conditions.into_iter().flatten())
+                .map(|c| condition(&c.type_, &c.status, c.reason.as_ref(), c.message.as_ref()))
+                .collect(),
+            object: serde_json::to_value(csr)?,
+        })
+    }
+}
