@@ -19,7 +19,7 @@
 
 use std::fmt;
 
-use crate::cli::go_flags::{parse_go_bool, parse_go_int};
+use crate::config::go_values::{parse_go_bool, parse_go_int};
 
 /// The namespace of the ready Event, the own-pod lookup and the ABI ConfigMap by default.
 pub const DEFAULT_NAMESPACE: &str = "assisted-installer";

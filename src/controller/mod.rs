@@ -51,6 +51,7 @@
 pub mod bootstrap;
 pub mod cluster;
 pub mod config;
+pub(crate) mod deploy;
 pub mod hosts;
 pub mod log;
 pub mod loops;

@@ -1,13 +1,13 @@
 //! Least privilege, proved: the API requests each [`super::ClusterApi`] method makes (group,
 //! resource[/subresource], verb, whether the path names a namespace), and the check that the
-//! controller's ClusterRole (`flow::bootstrap::controller_role`, the rules we deploy) allows each
+//! controller's ClusterRole (`controller::deploy::role`, the rules we deploy) allows each
 //! one. The real client builds its request paths from these same [`Kind`]s.
 //!
 //! Tests prove three things: every declared request is allowed; every trait method has a
 //! declaration (and no declaration is stale); and (tests/controller_cluster.rs) every HTTP request
 //! the real client sends, for every method, is one its method declares.
 
-use crate::flow::bootstrap::controller_role::RULES;
+use crate::controller::deploy::role::RULES;
 
 /// A resource type: API group (`""` for core), version and plural.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

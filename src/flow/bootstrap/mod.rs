@@ -16,9 +16,8 @@
 //!
 //! Their pure building blocks work on bytes and strings only, so their rules are tested without
 //! root:
-//! - the assisted-installer-controller manifests (`PrepareController`) in
-//!   [`controller_manifests`], with the ClusterRole's rules in [`controller_role`] and the Job
-//!   in [`controller_job`];
+//! - the assisted-installer-controller manifests (`PrepareController`) come from the
+//!   controller's own [`crate::controller::deploy`];
 //! - RFC 2397 `data:` URL decoding, with Ignition's optional gzip compression, in [`data_url`];
 //! - the hostname check and the random replacement name (`checkHostname`) in [`hostname`];
 //! - Ignition v3 config merging, to fold the host Ignition into the single-node `master.ign`
@@ -29,9 +28,6 @@
 //!   [`ssh_manifest`];
 //! - the tar.gz archive of a log upload (`WriteToTarGz`) in [`crate::archive`].
 
-pub(crate) mod controller_job;
-pub(crate) mod controller_manifests;
-pub(crate) mod controller_role;
 pub(crate) mod data_url;
 pub(crate) mod hostname;
 pub mod ignition_merge;

@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
 
-use super::controller_manifests::{render_manifests, ControllerSettings};
+use crate::controller::deploy::{render_manifests, ControllerSettings};
 use super::hostname::{needs_random_hostname, random_hostname};
 use super::pull_secret::extract_pull_secret;
 use super::ssh_manifest::{render_ssh_manifest, SSH_MANIFEST_FILE_NAME};

@@ -80,7 +80,8 @@ impl Recorder {
 }
 
 fn b64(s: &str) -> String {
-    crate::flow::bootstrap::data_url::tests::encode_base64(s.as_bytes())
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
 }
 
 // --- CSVs created ---
