@@ -1,8 +1,8 @@
-//! Time as an effect, and the one loop every wait and retry goes through.
+//! Time as an effect, and the waits and retries of both programs.
 //!
 //! Polls and retries sleep through a [`Clock`] so tests run at once on a [`FakeClock`], and
-//! through a [`Stop`] token (the install's `image::Cancel`) so that SIGTERM ends a wait at once
-//! instead of after its interval. `retry` (a method of `dyn Clock`) is the loop: a [`Schedule`]
+//! through a [`Stop`] token (the install's `image::Cancel`, with its children, or a clock
+//! [`Deadline`]) so that SIGTERM ends a wait at once instead of after its interval. `retry` (a method of `dyn Clock`) is the loop: a [`Schedule`]
 //! (how many retries, how long in all, how long between tries) is data, and the try itself says
 //! whether its failure is worth another try ([`Failure`]). `poll_until` is the Go installer's
 //! endless wait on top of it:
@@ -13,6 +13,8 @@
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+pub mod ticks;
 
 pub trait Clock: Send + Sync {
     fn sleep(&self, d: Duration);
@@ -73,19 +75,40 @@ impl Clock for SystemClock {
     }
 }
 
+/// A stop token that fires once `clock` reaches `at` (Go's `context.WithDeadline`).
+pub struct Deadline<'a> {
+    pub clock: &'a dyn Clock,
+    pub at: Instant,
+}
+
+impl Stop for Deadline<'_> {
+    fn is_stopped(&self) -> bool {
+        self.clock.now() >= self.at
+    }
+
+    fn sleep(&self, d: Duration) -> bool {
+        let left = self.at.saturating_duration_since(self.clock.now());
+        self.clock.sleep(d.min(left));
+        self.is_stopped()
+    }
+}
+
 /// A clock for tests: `sleep` returns at once, records the duration and moves `now` forward.
+#[cfg(any(test, feature = "test-support"))]
 #[derive(Debug)]
 pub struct FakeClock {
     start: Instant,
     state: Mutex<(Duration, Vec<Duration>)>,
 }
 
+#[cfg(any(test, feature = "test-support"))]
 impl Default for FakeClock {
     fn default() -> Self {
         FakeClock::new()
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 impl FakeClock {
     pub fn new() -> Self {
         FakeClock {
@@ -108,8 +131,14 @@ impl FakeClock {
     pub fn advance(&self, d: Duration) {
         self.state.lock().unwrap().0 += d;
     }
+
+    /// The instant `elapsed` after this clock's start (for a [`Deadline`]).
+    pub fn at(&self, elapsed: Duration) -> Instant {
+        self.start + elapsed
+    }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 impl Clock for FakeClock {
     fn sleep(&self, d: Duration) {
         let mut state = self.state.lock().unwrap();

@@ -23,8 +23,8 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use crate::config::{InstallerConfig, Role};
 pub(crate) use crate::config::go_values::{parse_go_bool, parse_go_int};
+use crate::config::{InstallerConfig, Role};
 
 /// Exit code for a command-line error (Go `flag.ExitOnError`).
 pub(crate) const USAGE_EXIT_CODE: i32 = 2;

@@ -96,7 +96,7 @@ pub fn run() -> Result<()> {
         set_env: Box::new(bootstrap::set_process_env),
         build_service: Box::new(move || bootstrap::service_client(&service_config, service_clock)),
         clock,
-        signal: Arc::new(stop.clone()),
+        signal: stop.clone(),
         must_gather: Arc::new(OcMustGather {
             runner: runner.clone(),
         }),
@@ -114,7 +114,7 @@ pub fn run() -> Result<()> {
             abi_post_install: Some(abi_post_install_task(runner)),
             bmh: Some(Box::new(|env: &run::TaskEnv| {
                 if let Err(e) =
-                    BmhUpdate::new(env.cluster.as_ref(), env.clock.as_ref()).run(env.stop.as_ref())
+                    BmhUpdate::new(env.cluster.as_ref(), env.clock.as_ref()).run(&env.stop)
                 {
                     tracing::warn!("updating the BareMetalHosts ended: {e}");
                 }
@@ -125,7 +125,7 @@ pub fn run() -> Result<()> {
                     env.service.as_ref(),
                     env.clock.as_ref(),
                 )
-                .run(env.stop.as_ref())
+                .run(&env.stop)
                 {
                     tracing::warn!("updating the node labels ended: {e}");
                 }
@@ -155,7 +155,7 @@ fn olm_step(runner: Arc<LocalRunner>) -> run::OlmStep {
     Box::new(move |env: &run::TaskEnv| {
         wait_for_olm_operators(
             env.clock.as_ref(),
-            env.stop.as_ref(),
+            &env.stop,
             env.cluster.as_ref(),
             env.service.as_ref(),
             &OcApplier {
@@ -182,7 +182,7 @@ fn abi_post_install_task(runner: Arc<LocalRunner>) -> run::AbiPostInstall {
         };
         if !abi_post_install(
             env.clock.as_ref(),
-            env.stop.as_ref(),
+            &env.stop,
             env.cluster.as_ref(),
             &applier,
             &env.config.namespace,

@@ -54,7 +54,7 @@ pub mod config;
 pub(crate) mod deploy;
 pub mod hosts;
 pub mod log;
-pub mod loops;
+
 pub mod run;
 pub mod service;
 pub mod startup;

@@ -55,7 +55,7 @@ use super::tasks::nodes::{NodeStatus, GENERAL_WAIT};
 use super::tasks::ready::{ready_phase, ReadyPhase};
 use super::tasks::reboots::{RebootCounter, RebootsNotifier};
 use super::tasks::router_probe::HttpProbe;
-use crate::clock::{Clock, Stop};
+use crate::clock::Clock;
 use crate::image::Cancel;
 use crate::kube::install_config::INVOKER_AGENT;
 
@@ -113,32 +113,6 @@ impl Intervals {
     }
 }
 
-/// The tasks' stop token (Go's main ctx): fired by the signal token or by the shutdown step.
-pub struct MainStop {
-    pub signal: Arc<dyn Stop>,
-    pub own: Cancel,
-}
-
-impl Stop for MainStop {
-    fn is_stopped(&self) -> bool {
-        self.own.is_cancelled() || self.signal.is_stopped()
-    }
-
-    fn sleep(&self, d: Duration) -> bool {
-        // Wake on our own token at once; look at the signal token every 100 ms.
-        let step = Duration::from_millis(100);
-        let mut left = d;
-        while !left.is_zero() {
-            let now = left.min(step);
-            if self.own.sleep(now) || self.signal.is_stopped() {
-                return true;
-            }
-            left -= now;
-        }
-        self.is_stopped()
-    }
-}
-
 /// What a task started by main gets: shared handles and what the ready phase decided.
 #[derive(Clone)]
 pub struct TaskEnv {
@@ -146,8 +120,8 @@ pub struct TaskEnv {
     pub cluster: Arc<dyn ClusterApi>,
     pub service: Arc<dyn ControllerService>,
     pub clock: Arc<dyn Clock>,
-    /// Go's main ctx.
-    pub stop: Arc<MainStop>,
+    /// Go's main ctx: a child of the signal token, cancelled by the shutdown step.
+    pub stop: Cancel,
     pub status: Arc<ControllerStatus>,
     pub intervals: Intervals,
     pub invoker: String,
@@ -194,7 +168,7 @@ pub struct Controller {
     pub build_service: Box<dyn FnOnce() -> Result<Arc<dyn ControllerService>>>,
     pub clock: Arc<dyn Clock>,
     /// The signal stop token.
-    pub signal: Arc<dyn Stop>,
+    pub signal: Cancel,
     pub must_gather: Arc<dyn MustGatherRunner>,
     pub reboot_counter: Arc<dyn RebootCounter>,
     /// The SNO router probe's client (`None`: no probe).
@@ -241,10 +215,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         reboot_counter,
         clock.clone(),
     ));
-    let stop = Arc::new(MainStop {
-        signal,
-        own: Cancel::new(),
-    });
+    let stop = signal.child();
     let status = Arc::new(ControllerStatus::new());
     let mut dns = None;
     if !config.dry_enable {
@@ -255,7 +226,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         &*cluster,
         &*service,
         &*clock,
-        &*stop,
+        &stop,
         &config.namespace,
         config.control_plane_count,
         &config.openshift_version,
@@ -287,7 +258,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             }
             if !wait_for_installation_abi(
                 &*env.clock,
-                &*env.stop,
+                &env.stop,
                 &*env.cluster,
                 intervals.install_status,
                 0,
@@ -322,7 +293,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             );
             nodes.interval = env.intervals.general;
             nodes.csr_interval = env.intervals.general;
-            let _ = nodes.run(&*env.stop);
+            let _ = nodes.run(&env.stop);
         })?;
     }
     // 2. Post-install.
@@ -355,7 +326,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             };
             post_install_configs(
                 &*env.clock,
-                &*env.stop,
+                &env.stop,
                 &*env.cluster,
                 &*env.service,
                 &env.status,
@@ -392,7 +363,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             uploader.must_gather_dir = log_paths.must_gather_dir;
             uploader.control_plane_count = env.config.control_plane_count;
             uploader.router_probe = router_probe.as_deref();
-            uploader.periodic(&*env.clock, &*env.stop, env.intervals.logs_upload);
+            uploader.periodic(&*env.clock, &env.stop, env.intervals.logs_upload);
             uploader.final_logs(
                 abi,
                 &*env.clock,
@@ -432,7 +403,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         };
         if !wait_for_installation_abi(
             &*env.clock,
-            &*env.stop,
+            &env.stop,
             &*env.cluster,
             intervals.install_status,
             env.config.control_plane_count,
@@ -443,7 +414,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
     } else {
         let outcome = wait_for_installation(
             &*env.clock,
-            &*env.stop,
+            &env.stop,
             &*env.service,
             &env.status,
             intervals.install_status,
@@ -457,7 +428,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
 
     // Step 18: the shutdown step, then the notifier.
     tracing::info!("stopping the controller's tasks");
-    env.stop.own.cancel();
+    env.stop.cancel();
     for (name, handle) in handles {
         if handle.join().is_err() {
             tracing::error!("the {name} task panicked");

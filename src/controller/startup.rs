@@ -20,9 +20,9 @@ use std::time::Duration;
 use super::cluster::kube_impl::SERVICE_ACCOUNT_DIR;
 use super::config::ControllerConfig;
 use super::log::LOG_PATH;
-use super::loops::poll;
 use super::tasks::logs::MUST_GATHER_DIR;
 use super::token::{read_token, TOKEN_PATH};
+use crate::clock::ticks::poll;
 use crate::clock::{Clock, Stop};
 use crate::config::cluster_hosts::{self, ClusterHost};
 

@@ -90,4 +90,3 @@ pub(crate) fn app_label() -> BTreeMap<String, String> {
 
 pub(crate) const CONFIG_MAP_NAME: &str = "assisted-installer-controller-config";
 pub(crate) const SECRET_NAME: &str = "assisted-installer-controller-secret";
-

@@ -5,7 +5,6 @@ use super::settings::NAME;
 use super::*;
 use serde_json::{json, Value};
 
-
 fn settings(sno: bool) -> ControllerSettings {
     ControllerSettings {
         cluster_id: "c-1".into(),
@@ -38,7 +37,6 @@ fn read_with(s: &ControllerSettings, name: &str) -> Value {
 fn read(sno: bool, name: &str) -> Value {
     read_with(&settings(sno), name)
 }
-
 
 #[test]
 fn config_map_values_read_back_as_strings() {
@@ -173,7 +171,6 @@ fn every_manifest_is_written_with_a_private_secret() {
 
 // The Job.
 
-
 fn rendered(s: &ControllerSettings) -> Value {
     read_with(s, JOB_FILE)
 }
@@ -284,10 +281,7 @@ fn env_comes_from_the_config_map_and_two_literals() {
     ]);
     assert_eq!(pod(&job)["containers"][0]["env"], want);
     // Every key read is one the ConfigMap has.
-    let cm = read_with(
-        &settings(false),
-        CONFIG_MAP_FILE,
-    );
+    let cm = read_with(&settings(false), CONFIG_MAP_FILE);
     for var in want.as_array().unwrap() {
         if let Some(k) = var.pointer("/valueFrom/configMapKeyRef/key") {
             assert!(cm["data"].get(k.as_str().unwrap()).is_some(), "{k}");
@@ -383,7 +377,6 @@ fn host_aliases_only_with_service_ips() {
 }
 
 // The ClusterRole.
-
 
 /// The Go template's rules as a table, with rule 25 narrowed:
 /// `apiGroups | resources | resourceNames | verbs`.

@@ -101,7 +101,7 @@ impl Harness {
                 Ok(svc)
             }),
             clock,
-            signal: Arc::new(self.signal.clone()),
+            signal: self.signal.clone(),
             must_gather: self.must_gather.clone(),
             reboot_counter: Arc::new(NoReboots),
             router_probe: None,

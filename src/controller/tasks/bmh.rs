@@ -31,9 +31,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Map, Value};
 
+use crate::clock::ticks;
 use crate::clock::{Clock, Stop};
 use crate::controller::cluster::{ClusterApi, Machine};
-use crate::controller::loops;
 use crate::controller::service::rfc3339;
 
 /// Between rounds: the general wait interval.
@@ -145,8 +145,8 @@ impl<'a> BmhUpdate<'a> {
     }
 
     /// Rounds until one updates everything or `stop` fires.
-    pub fn run(&self, stop: &dyn Stop) -> Result<(), loops::PollError> {
-        let result = loops::poll(self.clock, stop, self.interval, None, || self.round());
+    pub fn run(&self, stop: &dyn Stop) -> Result<(), ticks::PollError> {
+        let result = ticks::poll(self.clock, stop, self.interval, None, || self.round());
         match &result {
             Ok(()) => tracing::info!("Updated all the BMH CRs, finished successfully"),
             Err(e) => tracing::info!("stopped updating the BMH CRs: {e}"),

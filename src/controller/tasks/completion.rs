@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::clock::ticks::{poll, PollError};
 use crate::clock::{Clock, Stop};
 use crate::controller::cluster::ClusterApi;
-use crate::controller::loops::{poll, PollError};
 use crate::controller::service::ControllerService;
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::operators::{

@@ -13,9 +13,9 @@
 use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime};
 
+use crate::clock::ticks;
 use crate::clock::{Clock, Stop};
 use crate::controller::cluster::{ClusterApi, Condition, Csr, CsrApproval};
-use crate::controller::loops;
 
 /// The condition type an approval appends, and the one that marks a CSR as handled.
 pub const APPROVED: &str = "Approved";
@@ -68,7 +68,7 @@ pub fn approve_pending(cluster: &dyn ClusterApi) -> usize {
 /// fires.
 pub fn run(cluster: &dyn ClusterApi, clock: &dyn Clock, stop: &dyn Stop, interval: Duration) {
     tracing::info!("start approving CSRs");
-    loops::ticker(clock, stop, interval, || {
+    ticks::ticker(clock, stop, interval, || {
         approve_pending(cluster);
         ControlFlow::Continue(())
     });
@@ -96,17 +96,6 @@ mod tests {
             name: name.into(),
             conditions,
             ..Csr::default()
-        }
-    }
-
-    struct CancelStop(Cancel);
-
-    impl Stop for CancelStop {
-        fn is_stopped(&self) -> bool {
-            self.0.is_cancelled()
-        }
-        fn sleep(&self, d: Duration) -> bool {
-            self.0.sleep(d)
         }
     }
 
@@ -187,8 +176,8 @@ mod tests {
         assert_eq!(clock.sleeps(), vec![Duration::from_secs(30); 3]);
         // Nothing happens before the first interval.
         let cluster = FakeCluster::new();
-        let stop = CancelStop(Cancel::new());
-        stop.0.cancel();
+        let stop = Cancel::new();
+        stop.cancel();
         run(&cluster, &clock, &stop, Duration::from_secs(30));
         assert_eq!(cluster.count("list_csrs"), 0);
     }
@@ -203,14 +192,14 @@ mod tests {
             if fail {
                 cluster.fail_always("list_csrs", ApiError::new(500, "InternalError", "boom"));
             }
-            let stop = CancelStop(Cancel::new());
+            let stop = Cancel::new();
             let started = std::time::Instant::now();
             let elapsed = std::thread::scope(|s| {
                 let t = s.spawn(|| run(&cluster, &SystemClock, &stop, Duration::from_millis(10)));
                 while cluster.count("list_csrs") < 2 && started.elapsed() < Duration::from_secs(5) {
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                stop.0.cancel();
+                stop.cancel();
                 t.join().unwrap();
                 started.elapsed()
             });

@@ -22,9 +22,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::ready::read_install_config;
+use crate::clock::ticks::retry_attempts;
 use crate::clock::{Clock, NeverStop};
 use crate::controller::cluster::ClusterApi;
-use crate::controller::loops::retry;
 
 /// How many times the fix looks for the address.
 pub const DNS_FIX_ATTEMPTS: u32 = 45;
@@ -138,7 +138,7 @@ pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock
             holder.namespace,
             holder.name
         );
-        let deleted = retry(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
+        let deleted = retry_attempts(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
             cluster_api.delete_service(&holder.namespace, &holder.name)
         });
         if let Err(e) = deleted {
@@ -149,7 +149,7 @@ pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock
             );
             continue;
         }
-        let restarted = retry(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
+        let restarted = retry_attempts(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
             cluster_api.delete_pods(DNS_OPERATOR_NAMESPACE, None)
         });
         if let Err(e) = restarted {

@@ -23,11 +23,11 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::Value;
 
+use crate::clock::ticks;
 use crate::clock::{Clock, Stop};
 use crate::config::Role;
 use crate::controller::cluster::{ClusterApi, Node};
 use crate::controller::hosts::{HostInfo, HostMap, NODE_LABELS_SKIP};
-use crate::controller::loops;
 use crate::controller::service::ControllerService;
 
 /// Between rounds: the general wait interval.
@@ -78,8 +78,8 @@ impl<'a> NodeLabels<'a> {
     }
 
     /// Rounds until one finishes or `stop` fires.
-    pub fn run(&self, stop: &dyn Stop) -> Result<(), loops::PollError> {
-        let result = loops::poll(self.clock, stop, self.interval, None, || self.round());
+    pub fn run(&self, stop: &dyn Stop) -> Result<(), ticks::PollError> {
+        let result = ticks::poll(self.clock, stop, self.interval, None, || self.round());
         match &result {
             Ok(()) => tracing::info!("finished updating the node labels"),
             Err(e) => tracing::info!("stopped updating the node labels: {e}"),

@@ -16,9 +16,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::archive::{tar_gz, Entry};
+use crate::clock::ticks::{poll, ticker};
 use crate::clock::{Clock, NeverStop, Stop};
 use crate::controller::cluster::ClusterApi;
-use crate::controller::loops::{poll, ticker};
 use crate::controller::service::{ControllerService, KUBECONFIG_NOINGRESS};
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::router_probe::{

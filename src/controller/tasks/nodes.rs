@@ -36,10 +36,10 @@ use anyhow::Result;
 
 use super::csr;
 use super::reboots::RebootsNotify;
-use crate::clock::{Clock, Stop};
+use crate::clock::ticks;
+use crate::clock::Clock;
 use crate::controller::cluster::{ClusterApi, Node};
 use crate::controller::hosts::{HostInfo, HostMap, NODE_STATUS_SKIP};
-use crate::controller::loops;
 use crate::controller::service::ControllerService;
 use crate::image::Cancel;
 use crate::openshift::mcs_logs::{hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost};
@@ -71,32 +71,6 @@ pub struct NodeStatus<'a> {
     pub csr_interval: Duration,
 }
 
-/// `parent` or its own token: CSR approval stops with the tasks or when node status ends.
-struct ChildStop<'a> {
-    parent: &'a dyn Stop,
-    own: Cancel,
-}
-
-impl Stop for ChildStop<'_> {
-    fn is_stopped(&self) -> bool {
-        self.own.is_cancelled() || self.parent.is_stopped()
-    }
-
-    fn sleep(&self, d: Duration) -> bool {
-        // Wake on our own token at once, and look at the parent's every 100 ms.
-        let step = Duration::from_millis(100);
-        let mut left = d;
-        while !left.is_zero() {
-            let now = left.min(step);
-            if self.own.sleep(now) || self.parent.is_stopped() {
-                return true;
-            }
-            left -= now;
-        }
-        self.is_stopped()
-    }
-}
-
 fn stage_is(host: &HostInfo, stages: &[HostStage]) -> bool {
     host.host.stage().is_some_and(|s| stages.contains(&s))
 }
@@ -123,16 +97,14 @@ impl<'a> NodeStatus<'a> {
     }
 
     /// CSR approval in the background, rounds until one finishes or `stop` fires.
-    pub fn run(&self, stop: &dyn Stop) -> Result<(), loops::PollError> {
-        let child = ChildStop {
-            parent: stop,
-            own: Cancel::new(),
-        };
+    pub fn run(&self, stop: &Cancel) -> Result<(), ticks::PollError> {
+        // CSR approval stops with the tasks or when node status ends.
+        let child = stop.child();
         std::thread::scope(|s| {
             let approver =
                 s.spawn(|| csr::run(self.cluster, self.csr_clock, &child, self.csr_interval));
-            let result = loops::poll(self.clock, stop, self.interval, None, || self.round());
-            child.own.cancel();
+            let result = ticks::poll(self.clock, stop, self.interval, None, || self.round());
+            child.cancel();
             if approver.join().is_err() {
                 tracing::error!("CSR approval panicked");
             }

@@ -24,9 +24,9 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
+use crate::clock::ticks::{poll_with_cancel, retry_attempts};
 use crate::clock::{Clock, Stop};
 use crate::controller::cluster::{ClusterApi, Job};
-use crate::controller::loops::{poll_with_cancel, retry};
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::completion::report_stage;
@@ -418,7 +418,7 @@ pub fn wait_for_olm_operators(
     if errors.is_empty() {
         return Ok(());
     }
-    if let Err(err) = retry(clock, stop, settings.marking_attempts, interval, || {
+    if let Err(err) = retry_attempts(clock, stop, settings.marking_attempts, interval, || {
         mark_timed_out(service, status, version)
     }) {
         tracing::warn!("marking the timed-out OLM operators: {err:#}");

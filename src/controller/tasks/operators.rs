@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
+use crate::clock::ticks::{poll, PollError};
 use crate::clock::{Clock, Stop};
 use crate::controller::cluster::{ClusterApi, Condition};
-use crate::controller::loops::{poll, PollError};
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::service::{
     Cluster, FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus,

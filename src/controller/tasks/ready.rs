@@ -20,9 +20,9 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use std::time::{Duration, SystemTime};
 
+use crate::clock::ticks::poll;
 use crate::clock::{Clock, Stop};
 use crate::controller::cluster::{api_error_code, ClusterApi, NewEvent};
-use crate::controller::loops::poll;
 use crate::controller::service::ControllerService;
 use crate::kube::install_config::{
     has_valid_vsphere_credentials as overrides_have_vsphere_credentials,

@@ -28,8 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::clock::{Clock, Stop};
-use crate::controller::loops;
+use crate::clock::{ticks, Clock, Deadline};
 use crate::controller::service::{ControllerService, RebootsEvent};
 use crate::host::commands::CommandRunner;
 
@@ -86,24 +85,6 @@ impl RebootCounter for OcRebootCounter {
             .run("oc", &args)
             .with_context(|| format!("counting the reboots of node {node_name}"))?;
         Ok(count_reboots(&output))
-    }
-}
-
-/// A stop token that fires once the clock passes a deadline.
-struct Deadline<'a> {
-    clock: &'a dyn Clock,
-    at: Instant,
-}
-
-impl Stop for Deadline<'_> {
-    fn is_stopped(&self) -> bool {
-        self.clock.now() >= self.at
-    }
-
-    fn sleep(&self, d: Duration) -> bool {
-        let left = self.at.saturating_duration_since(self.clock.now());
-        self.clock.sleep(d.min(left));
-        self.is_stopped()
     }
 }
 
@@ -215,7 +196,7 @@ impl Inner {
                 return;
             }
         };
-        let counted = loops::retry(
+        let counted = ticks::retry_attempts(
             &*self.clock,
             &deadline,
             COUNT_ATTEMPTS,
@@ -229,8 +210,8 @@ impl Inner {
                     "failed to count the reboots of node {}: {}",
                     event.node_name,
                     match &e {
-                        loops::RetryError::Canceled => "context deadline exceeded".to_string(),
-                        loops::RetryError::Exhausted { attempts, last } =>
+                        ticks::RetryError::Canceled => "context deadline exceeded".to_string(),
+                        ticks::RetryError::Exhausted { attempts, last } =>
                             format!("failed after {attempts} attempts, last error: {last:#}"),
                     }
                 );

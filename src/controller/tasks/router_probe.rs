@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use crate::clock::ticks::poll;
 use crate::clock::{Clock, Stop};
-use crate::controller::loops::poll;
 use crate::controller::service::ControllerService;
 
 /// Probe period.

@@ -2,7 +2,7 @@
 //! cluster and the in-memory service.
 
 use super::*;
-use crate::clock::{FakeClock, NeverStop};
+use crate::clock::{Deadline, FakeClock, NeverStop};
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, ClusterOperator, ClusterVersion, Condition};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
@@ -349,23 +349,11 @@ fn post_install_router_ca_stopped_still_sends_one_completion() {
     cluster.fail_always("list_cluster_operators", ApiError::new(500, "", "x"));
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![record("console", "available")]);
-    let stop = Cancel::new();
     // The main context ends after 5 minutes of router-CA polling.
-    let stop2 = stop.clone();
-    let clock2 = clock.clone();
-    struct AtTime(Cancel, Arc<FakeClock>);
-    impl Stop for AtTime {
-        fn is_stopped(&self) -> bool {
-            if self.1.elapsed() >= Duration::from_secs(300) {
-                self.0.cancel();
-            }
-            self.0.is_cancelled()
-        }
-        fn sleep(&self, _: Duration) -> bool {
-            self.is_stopped()
-        }
-    }
-    let at = AtTime(stop2, clock2);
+    let at = Deadline {
+        clock: &*clock,
+        at: clock.at(Duration::from_secs(300)),
+    };
     let out = post_install_configs(
         &*clock,
         &at,
@@ -375,7 +363,7 @@ fn post_install_router_ca_stopped_still_sends_one_completion() {
         &PostInstallSettings::new("4.12", false),
         &mut || panic!("no OLM step after a failure"),
     );
-    assert!(stop.is_cancelled());
+    assert!(at.is_stopped());
     let PostInstallOutcome::Completed { params, sent } = out else {
         panic!("{out:?}")
     };
@@ -625,18 +613,6 @@ fn post_install_rides_out_many_console_failures() {
     assert!(!status.has_error());
 }
 
-/// Fires once the fake clock reaches `at` (the main context cancelled then).
-struct StopAt<'a>(&'a FakeClock, Duration);
-
-impl Stop for StopAt<'_> {
-    fn is_stopped(&self) -> bool {
-        self.0.elapsed() >= self.1
-    }
-    fn sleep(&self, _: Duration) -> bool {
-        self.is_stopped()
-    }
-}
-
 #[test]
 fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion() {
     let (clock, svc, status) = setup();
@@ -647,7 +623,7 @@ fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion()
     svc.fail("v2CompleteInstallation", 5, 500);
     let out = post_install_configs(
         &*clock,
-        &StopAt(&clock, Duration::from_secs(30 * 60)),
+        &stop_at(&clock, 30 * 60),
         &cluster,
         &svc,
         &status,
@@ -674,4 +650,12 @@ fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion()
         [FinalizingStage::WaitingForClusterOperators]
     );
     assert!(status.has_error());
+}
+
+/// The main context, cancelled once the fake clock reaches `secs`.
+fn stop_at(clock: &FakeClock, secs: u64) -> Deadline<'_> {
+    Deadline {
+        clock,
+        at: clock.at(Duration::from_secs(secs)),
+    }
 }

@@ -383,6 +383,6 @@ fn run_ends_on_stop() {
     let s = setup(labelled(3));
     let stop = crate::image::Cancel::new();
     stop.cancel();
-    assert_eq!(task(&s).run(&stop), Err(loops::PollError::Canceled));
+    assert_eq!(task(&s).run(&stop), Err(ticks::PollError::Canceled));
     assert_eq!(host_maps(&s), 1, "one round even when stopped");
 }

@@ -2,13 +2,12 @@
 //! `MemoryService` and `FakeClock`.
 
 use super::*;
-use crate::clock::{FakeClock, NeverStop, SystemClock};
+use crate::clock::{FakeClock, SystemClock};
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, Condition, Csr, NodeAddress, Pod, Taint};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
 use crate::service::Host;
 use serde_json::json;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
@@ -377,7 +376,7 @@ fn the_task_with_failing_done_updates_then_success() {
     });
     s.cluster
         .fail_always("list_csrs", ApiError::new(500, "InternalError", "boom"));
-    assert_eq!(task(&s, false).run(&NeverStop), Ok(()));
+    assert_eq!(task(&s, false).run(&Cancel::new()), Ok(()));
     assert_eq!(s.cluster.count("list_nodes"), 2);
     assert_eq!(get_hosts(&s.service), 5, "2 per round for 2 rounds, then 1");
     assert_eq!(count_stage(&s.service, HostStage::Done), 6);
@@ -397,22 +396,10 @@ fn the_task_with_a_failing_node_list() {
     installed_when_done(&s.service);
     s.cluster
         .fail_next("list_nodes", ApiError::new(500, "InternalError", "boom"));
-    assert_eq!(task(&s, false).run(&NeverStop), Ok(()));
+    assert_eq!(task(&s, false).run(&Cancel::new()), Ok(()));
     assert_eq!(s.cluster.count("list_nodes"), 2);
     // Round 1: map, failed list (no second map); round 2: map, list, map; round 3: map.
     assert_eq!(get_hosts(&s.service), 4);
-}
-
-struct Flag(AtomicBool);
-
-impl Stop for Flag {
-    fn is_stopped(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-    fn sleep(&self, d: Duration) -> bool {
-        std::thread::sleep(d.min(Duration::from_millis(5)));
-        self.is_stopped()
-    }
 }
 
 #[test]
@@ -422,7 +409,7 @@ fn the_task_ends_on_stop_and_approves_csrs_meanwhile() {
         name: "csr-1".into(),
         ..Csr::default()
     });
-    let stop = Flag(AtomicBool::new(false));
+    let stop = Cancel::new();
     // Rounds on the fake clock would spin; stop from the service once CSRs were approved.
     let cluster = s.cluster.clone();
     let stop_ref = &stop;
@@ -431,14 +418,14 @@ fn the_task_ends_on_stop_and_approves_csrs_meanwhile() {
             while cluster.count("approve_csr") == 0 {
                 std::thread::sleep(Duration::from_millis(2));
             }
-            stop_ref.0.store(true, Ordering::SeqCst);
+            stop_ref.cancel();
         });
         let t = NodeStatus {
             clock: &SystemClock,
             interval: Duration::from_millis(5),
             ..task(&s, false)
         };
-        assert_eq!(t.run(stop_ref), Err(loops::PollError::Canceled));
+        assert_eq!(t.run(stop_ref), Err(ticks::PollError::Canceled));
     });
     assert_eq!(s.cluster.count("approve_csr"), 1);
     let approved = s.cluster.csr("csr-1").unwrap();

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::clock::{FakeClock, NeverStop};
+use crate::clock::{Deadline, FakeClock, NeverStop};
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, Condition, Csv, InstallPlan, Subscription};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
@@ -381,14 +381,11 @@ fn oc_applier_runs_oc_apply_through_bash() {
 
 // --- the OLM step ---
 
-struct StopAt<'a>(&'a FakeClock, Duration);
-
-impl Stop for StopAt<'_> {
-    fn is_stopped(&self) -> bool {
-        self.0.elapsed() >= self.1
-    }
-    fn sleep(&self, _: Duration) -> bool {
-        self.is_stopped()
+/// The main context, cancelled once the fake clock reaches `secs`.
+fn stop_at(clock: &FakeClock, secs: u64) -> Deadline<'_> {
+    Deadline {
+        clock,
+        at: clock.at(Duration::from_secs(secs)),
     }
 }
 
@@ -519,7 +516,7 @@ fn operator_that_never_succeeds_is_marked_failed_when_stopped() {
     let (clock, svc, _, _) = setup();
     svc.set_operators(vec![lso("progressing")]);
     svc.set_custom_manifests("[]");
-    let stop = StopAt(&clock, Duration::from_secs(100));
+    let stop = stop_at(&clock, 100);
     let err = stuck_operator_run(&stop, &svc, &clock).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -595,7 +592,7 @@ fn marking_retries_ten_times_then_gives_up() {
     let (clock, svc, _, status) = setup();
     svc.set_operators(vec![lso("progressing")]);
     svc.fail("V2ListOfClusterOperators", 100, 500);
-    let out = retry(&*clock, &NeverStop, 10, Duration::from_secs(30), || {
+    let out = retry_attempts(&*clock, &NeverStop, 10, Duration::from_secs(30), || {
         mark_timed_out(&svc, &status, "4.12")
     });
     assert!(out.is_err());
@@ -626,7 +623,7 @@ fn marking_skips_available_and_failed_operators() {
 fn failed_fetch_returns_without_marking() {
     let (clock, svc, cluster, status) = setup();
     svc.fail("V2ListOfClusterOperators", 100, 500);
-    let stop = StopAt(&clock, Duration::from_secs(25));
+    let stop = stop_at(&clock, 25);
     let err = wait_for_olm_operators(
         &*clock,
         &stop,
@@ -744,7 +741,7 @@ fn abi_keeps_waiting_while_subscriptions_fail_until_stopped() {
     abi_config_map(&cluster, true);
     cluster.fail_always("get_subscription", ApiError::new(500, "", "x"));
     let rec = Recorder::default();
-    let stop = StopAt(&clock, Duration::from_secs(100));
+    let stop = stop_at(&clock, 100);
     assert!(!run_abi(
         &clock,
         &stop,
@@ -765,7 +762,7 @@ fn abi_config_map_not_found_keeps_retrying_forbidden_stops() {
     let clock = FakeClock::new();
     let cluster = FakeCluster::new();
     let rec = Recorder::default();
-    let stop = StopAt(&clock, Duration::from_secs(60));
+    let stop = stop_at(&clock, 60);
     assert!(!run_abi(
         &clock,
         &stop,
@@ -808,7 +805,7 @@ fn abi_malformed_metadata_stops_and_missing_file_keeps_waiting() {
 
     let cluster = abi_cluster();
     abi_config_map(&cluster, false);
-    let stop = StopAt(&clock, Duration::from_secs(60));
+    let stop = stop_at(&clock, 60);
     assert!(!run_abi(
         &clock,
         &stop,

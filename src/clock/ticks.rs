@@ -1,8 +1,8 @@
-//! The loop helpers of §3.2. Their exact semantics fix the call counts the Go tests expect, so
-//! they are kept apart from the crate's `retry` on `dyn Clock` (which checks the stop token
-//! before the first try, where Go's helpers always make the first call), but they sleep through
-//! the same [`Clock`] and end a wait at once on the same [`Stop`] token (Go's context
-//! cancellation).
+//! The Go controller's loop helpers (`wait.PollUntilContextTimeout`, `utils.Retry`, tickers),
+//! whose exact semantics fix the call counts its tests expect. They differ from
+//! [`super::Clock::retry`] in that the first call is made even when the stop token has fired;
+//! they sleep through the same [`Clock`] and end a wait at once on the same [`Stop`] token (Go's
+//! context cancellation).
 //!
 //! - [`poll`]: P at once, then every interval, until P holds, the stop token fires
 //!   ([`PollError::Canceled`]) or the deadline passes ([`PollError::TimedOut`]). P runs at least
@@ -11,9 +11,9 @@
 //!   before the deadline runs P; at the deadline the poll times out.
 //! - [`poll_with_cancel`]: the same, and whenever P is false, C is asked; C true ends the loop
 //!   as cancelled.
-//! - [`retry`]: up to `attempts` calls, `sleep` apart; the first call is made even when stopped,
-//!   a stop during a wait ends it with [`RetryError::Canceled`], and running out gives Go's
-//!   `failed after <n> attempts, last error: <err>`.
+//! - [`retry_attempts`]: up to `attempts` calls, `sleep` apart; the first call is made even when
+//!   stopped, a stop during a wait ends it with [`RetryError::Canceled`], and running out gives
+//!   Go's `failed after <n> attempts, last error: <err>`.
 //! - [`ticker`]: acts after one interval, not at once, then on every tick; a tick missed while
 //!   acting is not made up, except one that is taken at once (Go's `time.Ticker` buffers one).
 
@@ -116,7 +116,7 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for RetryError<E> {}
 
 /// Calls `f` up to `attempts` times (at least once), `sleep` apart, until it succeeds. The
 /// first call is made even when `stop` has fired; a wait ends at once when it fires.
-pub fn retry<T, E>(
+pub fn retry_attempts<T, E>(
     clock: &dyn Clock,
     stop: &dyn Stop,
     attempts: u32,
@@ -362,7 +362,7 @@ mod tests {
     fn retry_makes_n_attempts_with_go_s_error_text() {
         let clock = FakeClock::new();
         let mut calls = 0;
-        let r: Result<(), _> = retry(&clock, &NeverStop, 5, secs(10), || {
+        let r: Result<(), _> = retry_attempts(&clock, &NeverStop, 5, secs(10), || {
             calls += 1;
             Err(format!("boom {calls}"))
         });
@@ -376,14 +376,15 @@ mod tests {
     fn retry_returns_the_first_success() {
         let clock = FakeClock::new();
         let mut calls = 0;
-        let r: Result<u32, RetryError<&str>> = retry(&clock, &NeverStop, 5, secs(10), || {
-            calls += 1;
-            if calls == 2 {
-                Ok(calls)
-            } else {
-                Err("no")
-            }
-        });
+        let r: Result<u32, RetryError<&str>> =
+            retry_attempts(&clock, &NeverStop, 5, secs(10), || {
+                calls += 1;
+                if calls == 2 {
+                    Ok(calls)
+                } else {
+                    Err("no")
+                }
+            });
         assert_eq!(r, Ok(2));
         assert_eq!(clock.sleeps(), vec![secs(10)]);
     }
@@ -394,7 +395,7 @@ mod tests {
         let stop = Flag::default();
         stop.fire();
         let mut calls = 0;
-        let r: Result<(), _> = retry(&clock, &stop, 5, secs(10), || {
+        let r: Result<(), _> = retry_attempts(&clock, &stop, 5, secs(10), || {
             calls += 1;
             Err("no")
         });
@@ -412,7 +413,7 @@ mod tests {
         for n in [0, 1] {
             let clock = FakeClock::new();
             let mut calls = 0;
-            let r: Result<(), _> = retry(&clock, &NeverStop, n, secs(10), || {
+            let r: Result<(), _> = retry_attempts(&clock, &NeverStop, n, secs(10), || {
                 calls += 1;
                 Err("no")
             });
