@@ -60,4 +60,6 @@ pub mod service;
 pub mod startup;
 pub mod status;
 pub mod tasks;
+#[cfg(test)]
+mod testing;
 pub mod token;

@@ -43,15 +43,21 @@ use super::cluster::ClusterApi;
 use super::config::ControllerConfig;
 use super::service::ControllerService;
 use super::status::ControllerStatus;
+use super::tasks::bmh::BmhUpdate;
 use super::tasks::completion::{
     self, post_install_configs, wait_for_installation, wait_for_installation_abi,
     PostInstallSettings, WaitOutcome,
 };
 use super::tasks::dns_fix;
+use super::tasks::labels::NodeLabels;
 use super::tasks::logs::{
     LogUploader, MustGatherRunner, LOGS_UPLOAD_PERIOD, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW,
 };
 use super::tasks::nodes::{NodeStatus, GENERAL_WAIT};
+use super::tasks::olm::{
+    abi_post_install, wait_for_olm_operators, AbiKubeconfig, ManifestApplier, OlmSettings,
+    SNO_KUBECONFIG,
+};
 use super::tasks::ready::{ready_phase, ReadyPhase};
 use super::tasks::reboots::{RebootCounter, RebootsNotifier};
 use super::tasks::router_probe::HttpProbe;
@@ -59,8 +65,6 @@ use crate::clock::Clock;
 use crate::image::Cancel;
 use crate::kube::install_config::INVOKER_AGENT;
 
-/// The kubeconfig the ABI single-node branch gives the ABI post-install task.
-pub const ABI_SNO_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
 /// The error when the signal token ends the completion wait.
 pub const STOPPED_BY_SIGNAL: &str =
     "stopped by a signal before the installation finished; the tasks are abandoned";
@@ -131,22 +135,6 @@ pub struct TaskEnv {
     pub notifier: Arc<RebootsNotifier>,
 }
 
-/// A task main starts on its own thread; it runs until it ends or `env.stop` fires.
-pub type Task = Box<dyn FnOnce(&TaskEnv) + Send>;
-/// The ABI post-install task (§3.10), with the kubeconfig path main gives it.
-pub type AbiPostInstall = Box<dyn FnOnce(&TaskEnv, &str) + Send>;
-/// The OLM step inside post-install (§3.9); its error is only logged.
-pub type OlmStep = Box<dyn FnMut(&TaskEnv) -> Result<()> + Send>;
-
-/// The tasks built in other modules; see the module documentation.
-#[derive(Default)]
-pub struct ExtraTasks {
-    pub olm: Option<OlmStep>,
-    pub abi_post_install: Option<AbiPostInstall>,
-    pub bmh: Option<Task>,
-    pub labels: Option<Task>,
-}
-
 /// Where the log upload reads and writes.
 #[derive(Debug, Clone)]
 pub struct LogPaths {
@@ -175,7 +163,9 @@ pub struct Controller {
     pub router_probe: Option<Arc<dyn HttpProbe>>,
     pub intervals: Intervals,
     pub log_paths: LogPaths,
-    pub extra: ExtraTasks,
+    /// `oc apply` of the OLM operators' manifests (the admin kubeconfig: the controller's
+    /// ServiceAccount may not create arbitrary objects).
+    pub applier: Arc<dyn ManifestApplier>,
 }
 
 fn spawn(
@@ -205,7 +195,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         router_probe,
         intervals,
         log_paths,
-        mut extra,
+        applier,
     } = controller;
     let connected = bootstrap::connect(build_cluster, &mut *set_env, build_service)?;
     let (cluster, service) = (connected.cluster, connected.service);
@@ -247,15 +237,10 @@ pub fn run(controller: Controller) -> Result<Outcome> {
     let readiness = match phase {
         ReadyPhase::AbiSingleNode { invoker } => {
             env.invoker = invoker;
-            match extra.abi_post_install.take() {
-                Some(task) => {
-                    let env2 = env.clone();
-                    spawn(&mut handles, "abi-post-install", move || {
-                        task(&env2, ABI_SNO_KUBECONFIG)
-                    })?;
-                }
-                None => tracing::warn!("the ABI post-install task is not wired in: not started"),
-            }
+            let (env2, applier) = (env.clone(), applier.clone());
+            spawn(&mut handles, "abi-post-install", move || {
+                abi_post_install_task(&env2, &*applier, SNO_KUBECONFIG)
+            })?;
             if !wait_for_installation_abi(
                 &*env.clock,
                 &env.stop,
@@ -298,16 +283,12 @@ pub fn run(controller: Controller) -> Result<Outcome> {
     }
     // 2. Post-install.
     if abi {
-        match extra.abi_post_install.take() {
-            Some(task) => {
-                let env = env.clone();
-                spawn(&mut handles, "abi-post-install", move || task(&env, ""))?;
-            }
-            None => tracing::warn!("the ABI post-install task is not wired in: not started"),
-        }
+        let (env, applier) = (env.clone(), applier.clone());
+        spawn(&mut handles, "abi-post-install", move || {
+            abi_post_install_task(&env, &*applier, "")
+        })?;
     } else {
         let env = env.clone();
-        let mut olm = extra.olm.take();
         spawn(&mut handles, "post-install", move || {
             let mut settings = PostInstallSettings::new(
                 &env.config.openshift_version,
@@ -317,12 +298,16 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             settings.progress_interval = env.intervals.progress;
             settings.cvo_timeout = env.intervals.cvo_timeout;
             settings.router_ca_interval = env.intervals.router_ca;
-            let mut step = || match olm.as_mut() {
-                Some(olm) => olm(&env),
-                None => {
-                    tracing::warn!("the OLM step (§3.9) is not wired in: skipped");
-                    Ok(())
-                }
+            let mut step = || {
+                wait_for_olm_operators(
+                    &*env.clock,
+                    &env.stop,
+                    &*env.cluster,
+                    &*env.service,
+                    &*applier,
+                    &env.status,
+                    &OlmSettings::new(&env.config.openshift_version),
+                )
             };
             post_install_configs(
                 &*env.clock,
@@ -337,13 +322,12 @@ pub fn run(controller: Controller) -> Result<Outcome> {
     }
     // 3. BMH, only for a bare-metal cluster.
     if readiness.cluster.is_some() && env.platform == BAREMETAL {
-        match extra.bmh.take() {
-            Some(task) => {
-                let env = env.clone();
-                spawn(&mut handles, "bmh", move || task(&env))?;
+        let env = env.clone();
+        spawn(&mut handles, "bmh", move || {
+            if let Err(e) = BmhUpdate::new(&*env.cluster, &*env.clock).run(&env.stop) {
+                tracing::warn!("updating the BareMetalHosts ended: {e}");
             }
-            None => tracing::warn!("the BMH task is not wired in: not started"),
-        }
+        })?;
     } else {
         tracing::info!("Cluster platform is not baremetal, skipping BMH");
     }
@@ -373,12 +357,14 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         })?;
     }
     // 5. Node labels.
-    match extra.labels.take() {
-        Some(task) => {
-            let env = env.clone();
-            spawn(&mut handles, "labels", move || task(&env))?;
-        }
-        None => tracing::warn!("the node-labels task is not wired in: not started"),
+    {
+        let env = env.clone();
+        spawn(&mut handles, "labels", move || {
+            let labels = NodeLabels::new(&*env.cluster, &*env.service, &*env.clock);
+            if let Err(e) = labels.run(&env.stop) {
+                tracing::warn!("updating the node labels ended: {e}");
+            }
+        })?;
     }
 
     // Step 17: the completion wait.
@@ -443,6 +429,29 @@ pub fn run(controller: Controller) -> Result<Outcome> {
     Ok(Outcome::Done {
         error: env.status.has_error(),
     })
+}
+
+/// Go's `PostInstallConfigsK8sClient`, the ABI invoker's post-install: the OLM manifests of the
+/// `olm-operator-manifests` ConfigMap applied, every general interval until done. `kubeconfig`
+/// is the single-node path, or "" for the reboots notifier's shared download.
+fn abi_post_install_task(env: &TaskEnv, applier: &dyn ManifestApplier, kubeconfig: &str) {
+    let mut download = || env.notifier.kubeconfig();
+    let source = match kubeconfig {
+        "" => AbiKubeconfig::Download(&mut download),
+        path => AbiKubeconfig::Fixed(PathBuf::from(path)),
+    };
+    if !abi_post_install(
+        &*env.clock,
+        &env.stop,
+        &*env.cluster,
+        applier,
+        &env.config.namespace,
+        &env.config.openshift_version,
+        source,
+        env.intervals.general,
+    ) {
+        tracing::info!("the ABI post-install task stopped before the manifests were applied");
+    }
 }
 
 #[cfg(test)]

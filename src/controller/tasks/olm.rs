@@ -19,6 +19,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
@@ -47,16 +48,16 @@ pub const KUBECONFIG_NOINGRESS_FILE: &str = "kubeconfig-noingress";
 
 /// Applies one manifest file with an admin kubeconfig (see the module doc for why this is not a
 /// ClusterApi call).
-pub trait ManifestApplier {
+pub trait ManifestApplier: Send + Sync {
     fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()>;
 }
 
 /// `bash -c "oc --kubeconfig=<K> apply -f <file>"`, as Go runs it.
-pub struct OcApplier<'a> {
-    pub runner: &'a dyn CommandRunner,
+pub struct OcApplier {
+    pub runner: Arc<dyn CommandRunner>,
 }
 
-impl ManifestApplier for OcApplier<'_> {
+impl ManifestApplier for OcApplier {
     fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()> {
         let line = format!(
             "oc --kubeconfig={} apply -f {}",

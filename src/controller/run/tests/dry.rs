@@ -69,12 +69,7 @@ fn dry_mode_takes_the_rebooted_hosts_to_done_and_completes() {
         _ => {}
     });
 
-    let mut controller = h.controller(
-        config(&[("DRY_ENABLE", "true")]),
-        clock,
-        fast(),
-        ExtraTasks::default(),
-    );
+    let mut controller = h.controller(config(&[("DRY_ENABLE", "true")]), clock, fast());
     let cluster: Arc<dyn ClusterApi> = dry.clone();
     controller.build_cluster = Box::new(move || Ok(cluster));
     let out = run(controller).unwrap();

@@ -2,13 +2,14 @@
 //! and FakeClock.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::*;
 use crate::clock::{Deadline, FakeClock, NeverStop};
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, Condition, Csv, InstallPlan, Subscription};
 use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::testing::{self, abi_operators_initialized, b64, Recorder};
 use crate::host::commands::RecordingRunner;
 
 const NS: &str = "openshift-local-storage";
@@ -45,43 +46,6 @@ fn with_csv(cluster: &FakeCluster, phase: &str, message: &str) {
         message: message.into(),
         version: "4.12.0".into(),
     });
-}
-
-/// Records what would be applied: (kubeconfig, manifest content).
-#[derive(Default)]
-struct Recorder {
-    applied: Mutex<Vec<(PathBuf, String)>>,
-    fail: bool,
-}
-
-impl ManifestApplier for Recorder {
-    fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()> {
-        let content = std::fs::read_to_string(manifest)?;
-        self.applied
-            .lock()
-            .unwrap()
-            .push((kubeconfig.to_path_buf(), content));
-        if self.fail {
-            anyhow::bail!("apply failed");
-        }
-        Ok(())
-    }
-}
-
-impl Recorder {
-    fn contents(&self) -> Vec<String> {
-        self.applied
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, c)| c.clone())
-            .collect()
-    }
-}
-
-fn b64(s: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(s)
 }
 
 // --- CSVs created ---
@@ -363,7 +327,10 @@ fn apply_from_service_downloads_both_files() {
 #[test]
 fn oc_applier_runs_oc_apply_through_bash() {
     let runner = RecordingRunner::new();
-    let applier = OcApplier { runner: &runner };
+    let runner = Arc::new(runner);
+    let applier = OcApplier {
+        runner: runner.clone(),
+    };
     applier
         .apply(
             Path::new("/d/kubeconfig-noingress"),
@@ -649,41 +616,12 @@ const CTRL_NS: &str = "assisted-installer";
 
 fn abi_cluster() -> FakeCluster {
     let cluster = FakeCluster::new();
-    for (op, ns) in [
-        ("kube-descheduler", "openshift-kube-descheduler-operator"),
-        ("nmstate", "openshift-nmstate"),
-    ] {
-        let sub = format!("{op}-sub");
-        cluster.set_subscription(Subscription {
-            namespace: ns.into(),
-            name: sub.clone(),
-            current_csv: format!("{op}.v1"),
-        });
-        cluster.set_csv(Csv {
-            namespace: ns.into(),
-            name: format!("{op}.v1"),
-            ..Default::default()
-        });
-    }
+    abi_operators_initialized(&cluster);
     cluster
 }
 
 fn abi_config_map(cluster: &FakeCluster, with_files: bool) {
-    let meta = |ns: &str, op: &str| {
-        format!("namespace: {ns}\nsubscriptionName: {op}-sub\nmanifests:\n  - {op}-1.yaml\n")
-    };
-    let d = meta("openshift-kube-descheduler-operator", "kube-descheduler");
-    let n = meta("openshift-nmstate", "nmstate");
-    let (dc, nc) = (b64("kind: KubeDescheduler"), b64("kind: NMState"));
-    let mut data = vec![
-        ("kube-descheduler.metadata.yaml", d.as_str()),
-        ("nmstate.metadata.yaml", n.as_str()),
-        ("nmstate-1.yaml", nc.as_str()),
-    ];
-    if with_files {
-        data.push(("kube-descheduler-1.yaml", dc.as_str()));
-    }
-    cluster.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &data);
+    testing::abi_config_map(cluster, CTRL_NS, with_files)
 }
 
 fn run_abi(
