@@ -142,7 +142,7 @@ mod tests {
     use crate::clock::FakeClock;
     use crate::controller::cluster::fake::FakeCluster;
     use crate::controller::cluster::ApiError;
-    use crate::controller::service::memory::MemoryService;
+    use crate::controller::service::testing::MemoryService;
     use anyhow::bail;
     use std::sync::Mutex;
 

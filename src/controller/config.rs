@@ -160,11 +160,6 @@ impl ControllerConfig {
         })
     }
 
-    /// Parses the process environment.
-    pub fn from_process_env() -> Result<Self, ConfigError> {
-        Self::from_env(&|name| std::env::var(name).ok())
-    }
-
     /// The token as logs show it: `<masked>` when set, empty when not.
     fn masked_token(&self) -> &'static str {
         if self.pull_secret_token.is_empty() {

@@ -9,7 +9,7 @@ use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{
     ApiError, ClusterOperator, ClusterVersion, Condition, ProxyStatus,
 };
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::completion::{
     INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE,
 };
@@ -417,4 +417,4 @@ fn a_signal_ends_the_completion_wait_with_an_error_and_no_final_upload() {
     assert_eq!(h.k8s.events().len(), 1);
 }
 
-mod dry;
+mod dry_tests;

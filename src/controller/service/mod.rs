@@ -6,7 +6,7 @@
 //! per call (shared by that call's retries), same retry loop with the controller's budget
 //! ([`ClientRetry::controller`]: 404/423/425 retried while attempt < 10, 408/429/5xx and
 //! failures without an answer while attempt < 15, full-jitter delays from 2 s capped at 10 s).
-//! [`memory::MemoryService`] implements it in memory for the task tests.
+//! `testing::MemoryService` implements it in memory for the task tests.
 //!
 //! Where it differs from Go, knowingly:
 //! - **Request ids.** Every call sends its own `X-Request-ID`; Go sends none on a few calls and
@@ -26,7 +26,8 @@
 //! controller's [`Clock`] ([`OperatorsCache`]): a cached value is only used when the caller asks
 //! (`use_cache`), every fetch refreshes it, and reading it does not extend its life.
 
-pub mod memory;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::collections::HashMap;
 use std::fmt;

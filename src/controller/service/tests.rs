@@ -2,7 +2,7 @@ use std::time::UNIX_EPOCH;
 
 use serde_json::json;
 
-use super::memory::{MemoryService, ServiceCall};
+use super::testing::{MemoryService, ServiceCall};
 use super::*;
 use crate::clock::FakeClock;
 use crate::service::{Host, OperatorStatus, ServiceError};

@@ -351,7 +351,7 @@ mod tests {
     use crate::clock::{FakeClock, NeverStop};
     use crate::controller::cluster::fake::FakeCluster;
     use crate::controller::cluster::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
-    use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use crate::controller::service::testing::{MemoryService, ServiceCall};
     use crate::service::ClusterProgressInfo;
     use std::sync::Arc;
 

@@ -341,7 +341,7 @@ mod tests {
     use crate::clock::{FakeClock, NeverStop};
     use crate::controller::cluster::fake::FakeCluster;
     use crate::controller::cluster::ApiError;
-    use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use crate::controller::service::testing::{MemoryService, ServiceCall};
     use crate::service::Platform;
     use std::sync::Arc;
 

@@ -255,7 +255,7 @@ impl RebootsNotify for RebootsNotifier {
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use crate::controller::service::testing::{MemoryService, ServiceCall};
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// Answers `fail` errors, then `reboots`; records the nodes asked.

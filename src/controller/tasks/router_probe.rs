@@ -131,7 +131,7 @@ pub fn run_router_probe(
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use crate::controller::service::memory::MemoryService;
+    use crate::controller::service::testing::MemoryService;
     use std::sync::{Arc, Mutex};
 
     #[derive(Default)]

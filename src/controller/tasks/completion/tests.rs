@@ -5,7 +5,7 @@ use super::*;
 use crate::clock::{Deadline, FakeClock, NeverStop};
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, ClusterOperator, ClusterVersion, Condition};
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::image::Cancel;
 use crate::service::{MonitoredOperator, OperatorStatus};
 use std::sync::Arc;

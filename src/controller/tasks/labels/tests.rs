@@ -4,7 +4,7 @@ use super::*;
 use crate::clock::{FakeClock, NeverStop};
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, Condition, MachineConfigPool, NodeAddress};
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::service::Host;
 use serde_json::json;
 use std::sync::Arc;

@@ -5,7 +5,7 @@ use crate::archive::read::entries;
 use crate::clock::{Deadline, FakeClock};
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, Pod};
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@ use super::*;
 use crate::clock::{FakeClock, SystemClock};
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, Condition, Csr, NodeAddress, Pod, Taint};
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::service::Host;
 use serde_json::json;
 use std::sync::{Arc, Mutex};

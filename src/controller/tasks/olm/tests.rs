@@ -8,7 +8,7 @@ use super::*;
 use crate::clock::{Deadline, FakeClock, NeverStop};
 use crate::controller::cluster::fake::FakeCluster;
 use crate::controller::cluster::{ApiError, Condition, Csv, InstallPlan, Subscription};
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::testing::{self, abi_operators_initialized, b64, Recorder};
 use crate::host::commands::RecordingRunner;
 
