@@ -1,4 +1,4 @@
-//! The controller's configuration from its environment (§2.1 of the behaviour spec), parsed as
+//! The controller's configuration from the Job's environment, parsed as
 //! the Go controller's envconfig does, by a pure function over a variable lookup.
 //!
 //! - Required variables that are absent fail with `required key <NAME> missing value` (the Go
@@ -55,7 +55,7 @@ pub struct ControllerConfig {
     /// `DRY_CLUSTER_HOSTS_PATH` (unset by default).
     pub dry_cluster_hosts_path: Option<String>,
     /// The service token: `PULL_SECRET_TOKEN` after parsing, replaced by the token file's
-    /// content at startup (§2.2). Never shown.
+    /// content at startup (the token file). Never shown.
     pub pull_secret_token: String,
 }
 

@@ -1,35 +1,28 @@
-//! §3.1 steps 5–18, the controller's main sequence after startup, as a library function over
-//! trait objects: [`run`] takes the Kubernetes and service clients as constructors, the clock,
-//! the signal stop token, the must-gather runner and the reboot counter, and returns how the
-//! process ends. Startup failures (steps 5–7, no cluster within SetReadyState's limit) are
-//! errors: the caller exits 1 and the Job restarts the container.
+//! Go's `main` after startup, as a library function over trait objects: [`run`] takes the
+//! Kubernetes and service clients as constructors, the clock, the signal stop token, the
+//! must-gather runner, the reboot counter and the manifest applier, and returns how the process
+//! ends. Startup failures (no client, no Proxy object, no cluster within SetReadyState's limit)
+//! are errors: the caller exits 1 and the Job restarts the container.
 //!
-//! Order, as Go's `main`:
-//! 1. steps 5–7: [`super::bootstrap::connect`] (Kubernetes client, Proxy env, service client);
-//! 2. step 8: the [`RebootsNotifier`], finalized last (after the shutdown step);
-//! 3. step 9: the tasks' stop token ([`MainStop`]: the signal token or our own cancel);
-//! 4. step 10: the DNS fix on its own thread (not in dry mode);
-//! 5. steps 11–14: [`super::tasks::ready::ready_phase`];
-//!    - ABI on a single node: the ABI post-install hook, the ABI completion wait with no
-//!      untaint and no expected masters, the notifier's finalize, [`Outcome::Done`] at once,
-//!      without waiting for any thread (Go returns from main);
-//! 6. step 16: threads, in Go's order: node status (with CSR approval), post-install (§3.8, or
-//!    the ABI hook), BMH (only for a `baremetal` cluster), log upload (periodic, then the final
-//!    upload once stopped), node labels;
-//! 7. step 17: the completion wait (§3.15, or §3.14 for ABI); [`Outcome::ExitNow`] is Go's
-//!    `os.Exit(0)`: returned at once, nothing joined, nothing finalized;
-//!    A signal (the stop token firing) ends the wait with an error and no shutdown step: Go
-//!    has no signal handling and dies of SIGTERM, so the Job restarts it; running the final
-//!    log upload (up to 70 min) would only be cut short by the pod's SIGKILL;
-//! 8. step 18: the shutdown step (cancel the tasks' token, join every thread including the DNS
-//!    fix and the final log upload), then the notifier's finalize; [`Outcome::Done`].
-//!
-//! # Hooks for the tasks built elsewhere
-//!
-//! The OLM step of post-install (§3.9), the ABI post-install task (§3.10), the BMH task (§3.11)
-//! and the node-labels task (§3.13) live in their own modules; [`ExtraTasks`] carries them as
-//! closures over a [`TaskEnv`]. One left `None` is not run and its absence is logged as a
-//! warning at the point where Go would start it: nothing stands in for it.
+//! Order, as Go's:
+//! 1. [`super::bootstrap::connect`] (Kubernetes client, Proxy env, service client);
+//! 2. the [`RebootsNotifier`], finalized last (after the shutdown);
+//! 3. the tasks' stop token: a child of the signal token, cancelled by the shutdown;
+//! 4. the DNS fix on its own thread (not in dry mode);
+//! 5. [`super::tasks::ready::ready_phase`] (invoker, SetReadyState, platform, untaint);
+//!    - ABI on a single node: the ABI post-install, the ABI completion wait with no untaint
+//!      and no expected masters, the notifier's finalize, [`Outcome::Done`] at once, without
+//!      waiting for any thread (Go returns from main);
+//! 6. threads, in Go's order: node status (with CSR approval), post-install (with the OLM
+//!    step, or the ABI post-install), BMH (only for a `baremetal` cluster), log upload (periodic,
+//!    then the final upload once stopped), node labels;
+//! 7. the completion wait (`waitForInstallation`, or the ABI one); [`Outcome::ExitNow`] is Go's
+//!    `os.Exit(0)`: returned at once, nothing joined, nothing finalized. A signal ends the wait
+//!    with an error and no shutdown: Go has no signal handling and dies of SIGTERM, so the Job
+//!    restarts it; running the final log upload (up to 70 min) would only be cut short by the
+//!    pod's SIGKILL;
+//! 8. the shutdown (cancel the tasks' token, join every thread including the DNS fix and the
+//!    final log upload), then the notifier's finalize; [`Outcome::Done`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -131,7 +124,7 @@ pub struct TaskEnv {
     pub invoker: String,
     /// `platform.type` of the cluster (or of the install-config for ABI); "" when unknown.
     pub platform: String,
-    /// The reboots notifier, whose kubeconfig download the ABI post-install shares (§3.10).
+    /// The reboots notifier, whose kubeconfig download the ABI post-install shares.
     pub notifier: Arc<RebootsNotifier>,
 }
 
@@ -142,17 +135,17 @@ pub struct LogPaths {
     pub must_gather_dir: PathBuf,
 }
 
-/// Step 6's setter of a process environment variable.
+/// The setter of a process environment variable (the proxy variables).
 pub type SetEnv = Box<dyn FnMut(&str, &str)>;
 
 /// Everything [`run`] needs.
 pub struct Controller {
     pub config: ControllerConfig,
-    /// Step 5.
+    /// The Kubernetes client.
     pub build_cluster: Box<dyn FnOnce() -> Result<Arc<dyn ClusterApi>>>,
-    /// Step 6's environment setter.
+    /// The proxy environment's setter.
     pub set_env: SetEnv,
-    /// Step 7, called once the proxy environment is set.
+    /// The service client, built once the proxy environment is set.
     pub build_service: Box<dyn FnOnce() -> Result<Arc<dyn ControllerService>>>,
     pub clock: Arc<dyn Clock>,
     /// The signal stop token.
@@ -181,7 +174,7 @@ fn spawn(
     Ok(())
 }
 
-/// §3.1 steps 5–18; see the module documentation.
+/// Go's `main` after startup; see the module documentation.
 pub fn run(controller: Controller) -> Result<Outcome> {
     let Controller {
         config,
@@ -367,7 +360,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         })?;
     }
 
-    // Step 17: the completion wait.
+    // The completion wait.
     if abi {
         let untaint_env = env.clone();
         let mut untaint_node = |node: &super::cluster::Node| {
@@ -412,7 +405,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         }
     }
 
-    // Step 18: the shutdown step, then the notifier.
+    // The shutdown, then the notifier.
     tracing::info!("stopping the controller's tasks");
     env.stop.cancel();
     for (name, handle) in handles {

@@ -15,3 +15,5 @@ pub const CONTROLLER_NAMESPACE: &str = "assisted-installer";
 pub const CONTROLLER_READY_EVENT: &str = "AssistedControllerIsReady";
 /// The controller's Job name: the `job-name` label of its pod and the prefix of the pod's name.
 pub const CONTROLLER_JOB: &str = "assisted-installer-controller";
+/// The cluster-scoped `config.openshift.io/v1 Proxy` whose status the controller reads.
+pub const PROXY_NAME: &str = "cluster";

@@ -56,12 +56,12 @@ use super::{
     Pod, ProxyStatus, Service, Subscription,
 };
 use crate::config::cluster_hosts::ClusterHost;
-use crate::controller::bootstrap::PROXY_NAME;
 use crate::controller::tasks::completion::{
     INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE,
 };
 use crate::controller::tasks::nodes::MCS_NAMESPACE;
 use crate::controller::tasks::operators::CLUSTER_VERSION_NAME;
+use crate::openshift::PROXY_NAME;
 
 /// The pretend machine-config-server pod.
 pub const DRY_MCS_POD: &str = "machine-config-server-dry-run";

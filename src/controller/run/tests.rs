@@ -1,4 +1,4 @@
-//! §6.3's main-sequence checks and §4.1's end-of-install order, on the fake cluster and the
+//! Go's `assisted_installer_main_test.go` main-sequence checks and the end-of-install order, on the fake cluster and the
 //! in-memory service. Paths that start tasks run on the real clock with every interval shrunk
 //! to 10 ms (as Go's main tests shrink the install-status interval); the startup failures, which
 //! start none, run on the fake clock so the 70 min limit passes at once.
@@ -402,7 +402,7 @@ fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
             c,
             ServiceCall::CompleteInstallation(_) | ServiceCall::UpdateLogsProgress(_)
         )),
-        "no post-install of §3.8 and no final upload for ABI: {calls:?}"
+        "no post-install of `PostInstallConfigs` and no final upload for ABI: {calls:?}"
     );
 }
 

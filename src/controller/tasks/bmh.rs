@@ -1,4 +1,4 @@
-//! BareMetalHost update (§3.11, Go `UpdateBMHs`), started only on the `baremetal` platform.
+//! BareMetalHost update (Go `UpdateBMHs`), started only on the `baremetal` platform.
 //!
 //! [`BmhUpdate::run`] polls [`BmhUpdate::round`] at once and every general-wait interval
 //! (30 s), with no deadline, until one round updates every BMH or `stop` fires (main ctx).

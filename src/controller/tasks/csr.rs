@@ -1,13 +1,13 @@
-//! CSR approval (§3.7.2, Go `ApproveCsrs`): every general-wait interval (30 s; the first pass
+//! CSR approval (Go `ApproveCsrs`): every general-wait interval (30 s; the first pass
 //! after one interval, Go's ticker) list every CertificateSigningRequest and approve each one
 //! that carries no `Approved` condition.
 //!
-//! - Denied and Failed CSRs are approved too (quirk 1 of §8): only an `Approved` condition,
+//! - Denied and Failed CSRs are approved too: only an `Approved` condition,
 //!   whatever its status, makes a CSR already handled.
 //! - No requester, usages or node-name check: every pending CSR in the cluster is approved.
 //! - A list error skips the tick; an approval error is ignored (logged), the next CSR is tried.
 //!
-//! The node-status task owns it (§3.7): it runs under a child stop token that the node-status
+//! The node-status task (`WaitAndUpdateNodesStatus`) owns it: it runs under a child stop token that the node-status
 //! task fires when it ends, see [`super::nodes`].
 
 use std::ops::ControlFlow;

@@ -1,4 +1,4 @@
-//! The DNS ".10" fix (§3.6, Go's HackDNSAddressConflict): the cluster DNS Service
+//! The DNS ".10" fix (Go's HackDNSAddressConflict): the cluster DNS Service
 //! `openshift-dns/dns-default` must get the service network's `.10` address; when another
 //! Service holds it, that Service is deleted and the DNS operator's pods are restarted, so the
 //! operator creates its Service again and gets the address.
@@ -103,7 +103,7 @@ pub fn dns_address(cidr: &str) -> Result<String> {
     })
 }
 
-/// §3.6 on `cluster_api`, sleeping on `clock`.
+/// `HackDNSAddressConflict` on `cluster_api`, sleeping on `clock`.
 pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock) -> DnsFixOutcome {
     let target = read_install_config(cluster_api)
         .and_then(|yaml| first_service_network(&yaml))
@@ -162,7 +162,7 @@ pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock
     DnsFixOutcome::GaveUp
 }
 
-/// §3.1 step 10: the fix on its own thread (not in dry mode; the caller decides). Nothing needs
+/// The fix on its own thread, as Go's `main` starts it (not in dry mode; the caller decides). Nothing needs
 /// to join it: like Go's goroutine, it ends on its own or with the process.
 pub fn spawn(
     cluster_api: std::sync::Arc<dyn ClusterApi>,

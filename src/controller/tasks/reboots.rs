@@ -1,4 +1,4 @@
-//! The reboots notifier (§3.7.3): once a host is reported `Done`, count how many times its node
+//! The reboots notifier: once a host is reported `Done`, count how many times its node
 //! rebooted and send the service the `reboots_for_node` event. Enabled by `NOTIFY_NUM_REBOOTS`.
 //!
 //! - [`RebootsNotifier::start`] does nothing when disabled; otherwise it starts a background job
@@ -41,7 +41,7 @@ pub const COUNT_INTERVAL: Duration = Duration::from_secs(15);
 /// The downloaded kubeconfig's file name in the temp dir.
 pub const KUBECONFIG_FILE: &str = "kubeconfig-noingress";
 
-/// What the node-status task calls once a host is `Done` (§3.7.1 step 7.5).
+/// What the node-status task calls once a host is `Done` (in a round of `WaitAndUpdateNodesStatus`).
 pub trait RebootsNotify: Send + Sync {
     fn start(&self, node_name: &str, host_id: &str, infra_env_id: &str, cluster_id: &str);
 }

@@ -1,4 +1,4 @@
-//! The SNO router probe of the final log upload (§3.12): on a single-node cluster whose install
+//! The SNO router probe of the final log upload (`UploadLogs`): on a single-node cluster whose install
 //! failed, probe the ingress canary and the router's health endpoint every 30 s for up to
 //! 70 min, and only log what they answer.
 //!

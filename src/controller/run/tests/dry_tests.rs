@@ -1,4 +1,4 @@
-//! Dry mode (§3.16) through the whole main sequence: the pretend cluster of three dry-run hosts
+//! Dry mode through the whole main sequence: the pretend cluster of three dry-run hosts
 //! (two rebooted at start, the third once the first is done) and the in-memory service. Every
 //! rebooted host goes `Configuring`, `Joined`, `Done`; the install completes with the pretend
 //! router CA and the final logs are uploaded.

@@ -1,4 +1,4 @@
-//! §6.1 post-install and §6.3 completion-wait checklist items, on the fake clock, the fake
+//! `assisted_installer_controller_test.go` post-install and `assisted_installer_main_test.go` completion-wait checklist items, on the fake clock, the fake
 //! cluster and the in-memory service.
 
 use super::*;

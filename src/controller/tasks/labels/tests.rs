@@ -1,4 +1,4 @@
-//! The §6.1 "node labels" checklist on `FakeCluster`, `MemoryService` and `FakeClock`.
+//! The `assisted_installer_controller_test.go` "node labels" checklist on `FakeCluster`, `MemoryService` and `FakeClock`.
 
 use super::*;
 use crate::clock::{FakeClock, NeverStop};

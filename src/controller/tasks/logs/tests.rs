@@ -1,4 +1,4 @@
-//! §6.1 log-upload and must-gather checklist items.
+//! `assisted_installer_controller_test.go` log-upload and must-gather checklist items.
 
 use super::*;
 use crate::archive::read::entries;

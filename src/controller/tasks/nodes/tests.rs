@@ -1,4 +1,4 @@
-//! The §6.1 "one round of node status" checklist, and the MCS detection, on `FakeCluster`,
+//! The `assisted_installer_controller_test.go` "one round of node status" checklist, and the MCS detection, on `FakeCluster`,
 //! `MemoryService` and `FakeClock`.
 
 use super::*;
@@ -164,7 +164,7 @@ fn configuring_and_ready_gives_joined_then_done_in_one_round() {
             (h(2), Joined),
             (h(2), Done),
         ],
-        "the stage snapshot is taken once per round (quirk 3)"
+        "the stage snapshot is taken once per round"
     );
     assert_eq!(s.notified.nodes(), ["node0", "node1", "node2"]);
     assert_eq!(

@@ -1,4 +1,4 @@
-//! §6.1 "CSVs created", "Post-install with OLM" and "OLM waits", on FakeCluster, MemoryService
+//! `assisted_installer_controller_test.go` "CSVs created", "Post-install with OLM" and "OLM waits", on FakeCluster, MemoryService
 //! and FakeClock.
 
 use std::path::PathBuf;
@@ -610,7 +610,7 @@ fn failed_fetch_returns_without_marking() {
     assert_eq!(clock.elapsed(), Duration::from_secs(30), "10 s fetch polls");
 }
 
-// --- ABI post-install (§3.10) ---
+// --- ABI post-install (`PostInstallConfigsK8sClient`) ---
 
 const CTRL_NS: &str = "assisted-installer";
 
