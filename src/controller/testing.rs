@@ -6,8 +6,9 @@ use std::sync::Mutex;
 use anyhow::Result;
 
 use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::{Csv, Subscription};
+use crate::controller::cluster::{Condition, Csv, Node, NodeAddress, Subscription};
 use crate::controller::tasks::olm::{ManifestApplier, OLM_MANIFESTS_CONFIG_MAP};
+use crate::service::MonitoredOperator;
 
 /// Records what would be applied: (kubeconfig, manifest content).
 #[derive(Default)]
@@ -86,4 +87,68 @@ pub(crate) fn abi_config_map(cluster: &FakeCluster, namespace: &str, with_files:
         data.push(("kube-descheduler-1.yaml", dc.as_str()));
     }
     cluster.set_config_map(namespace, OLM_MANIFESTS_CONFIG_MAP, &data);
+}
+
+/// The IP of host and node number `i`.
+pub(crate) fn ip(i: usize) -> String {
+    format!("192.168.126.{}", 10 + i)
+}
+
+/// Host `host-<i>` named `node<i>` with the IP [`ip`]`(i)`, and `fields` (status, role, stage…)
+/// over those.
+pub(crate) fn host(i: usize, fields: serde_json::Value) -> crate::service::Host {
+    let inventory = serde_json::json!({"interfaces": [{"name": "ens3", "ipv4_addresses": [format!("{}/24", ip(i))]}]});
+    let mut host = serde_json::json!({
+        "id": format!("host-{i}"),
+        "infra_env_id": "ie-1",
+        "cluster_id": "c1",
+        "role": "master",
+        "requested_hostname": format!("node{i}"),
+        "inventory": inventory.to_string(),
+    });
+    for (k, v) in fields.as_object().expect("fields are an object") {
+        host[k] = v.clone();
+    }
+    serde_json::from_value(host).unwrap()
+}
+
+/// A Node with its Ready condition and InternalIP.
+pub(crate) fn node(name: &str, ready: bool, internal_ip: &str) -> Node {
+    Node {
+        name: name.into(),
+        conditions: vec![cond("Ready", if ready { "True" } else { "False" }, "")],
+        addresses: vec![NodeAddress {
+            type_: "InternalIP".into(),
+            address: internal_ip.into(),
+        }],
+        ..Node::default()
+    }
+}
+
+/// A Node labelled master, without conditions.
+pub(crate) fn master(name: &str) -> Node {
+    Node {
+        name: name.into(),
+        labels: [(crate::openshift::role_label("master"), String::new())].into(),
+        ..Node::default()
+    }
+}
+
+pub(crate) fn cond(type_: &str, status: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: String::new(),
+        message: message.into(),
+    }
+}
+
+/// A builtin monitored operator in `status`.
+pub(crate) fn record(name: &str, status: &str) -> MonitoredOperator {
+    MonitoredOperator {
+        name: name.into(),
+        status: status.into(),
+        operator_type: "builtin".into(),
+        ..MonitoredOperator::default()
+    }
 }

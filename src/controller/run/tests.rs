@@ -6,18 +6,18 @@
 use super::*;
 use crate::clock::{FakeClock, SystemClock};
 use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::{
-    ApiError, ClusterOperator, ClusterVersion, Condition, ProxyStatus,
-};
+use crate::controller::cluster::{ApiError, ClusterOperator, ClusterVersion, ProxyStatus};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::completion::{
     INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE,
 };
 use crate::controller::tasks::reboots::KUBECONFIG_FILE;
-use crate::controller::testing::{abi_config_map, abi_operators_initialized, Recorder};
+use crate::controller::testing::{
+    abi_config_map, abi_operators_initialized, cond, record, Recorder,
+};
 use crate::image::Cancel;
 use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
-use crate::service::{FinalizingStage, LogsState, MonitoredOperator};
+use crate::service::{FinalizingStage, LogsState};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -138,34 +138,16 @@ fn fast() -> Intervals {
     }
 }
 
-fn cond(t: &str, s: &str) -> Condition {
-    Condition {
-        type_: t.into(),
-        status: s.into(),
-        reason: String::new(),
-        message: String::new(),
-    }
-}
-
 fn available_cluster(k8s: &FakeCluster) {
     k8s.set_cluster_version(
         "version",
         ClusterVersion {
-            conditions: vec![cond("Available", "True")],
+            conditions: vec![cond("Available", "True", "")],
             enabled_capabilities: vec!["Console".into()],
             known_capabilities: vec!["Console".into()],
             desired_version: "4.12.0".into(),
         },
     );
-}
-
-fn record(name: &str, status: &str) -> MonitoredOperator {
-    MonitoredOperator {
-        name: name.into(),
-        status: status.into(),
-        operator_type: "builtin".into(),
-        ..MonitoredOperator::default()
-    }
 }
 
 fn position(calls: &[ServiceCall], f: impl Fn(&ServiceCall) -> bool) -> usize {
@@ -182,7 +164,7 @@ fn success_sends_the_event_completes_then_uploads_the_final_logs() {
     available_cluster(&h.k8s);
     h.k8s.set_cluster_operator(ClusterOperator {
         name: "console".into(),
-        conditions: vec![cond("Available", "True")],
+        conditions: vec![cond("Available", "True", "")],
         versions: vec![],
     });
     h.k8s.set_config_map(

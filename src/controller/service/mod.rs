@@ -26,9 +26,6 @@
 //! controller's [`Clock`] ([`OperatorsCache`]): a cached value is only used when the caller asks
 //! (`use_cache`), every fetch refreshes it, and reading it does not extend its life.
 
-#[cfg(test)]
-pub(crate) mod testing;
-
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -457,3 +454,6 @@ impl ControllerService for ControllerClient {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+pub(crate) mod testing;

@@ -4,10 +4,11 @@
 use super::*;
 use crate::clock::{Deadline, FakeClock, NeverStop};
 use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::{ApiError, ClusterOperator, ClusterVersion, Condition};
+use crate::controller::cluster::{ApiError, ClusterOperator, ClusterVersion};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
+use crate::controller::testing::{cond, master, record};
 use crate::image::Cancel;
-use crate::service::{MonitoredOperator, OperatorStatus};
+use crate::service::OperatorStatus;
 use std::sync::Arc;
 
 fn setup() -> (Arc<FakeClock>, MemoryService, ControllerStatus) {
@@ -144,24 +145,6 @@ fn wait_returns_when_stopped() {
     let out = wait_for_installation(&*clock, &stop, &svc, &status, INSTALL_STATUS_INTERVAL);
     assert_eq!(out, WaitOutcome::Stopped);
     assert!(svc.calls().is_empty());
-}
-
-fn cond(t: &str, s: &str, m: &str) -> Condition {
-    Condition {
-        type_: t.into(),
-        status: s.into(),
-        reason: String::new(),
-        message: m.into(),
-    }
-}
-
-fn record(name: &str, status: &str) -> MonitoredOperator {
-    MonitoredOperator {
-        name: name.into(),
-        status: status.into(),
-        operator_type: "builtin".into(),
-        ..MonitoredOperator::default()
-    }
 }
 
 fn reports(svc: &MemoryService) -> Vec<(String, Option<OperatorStatus>, String, String)> {
@@ -447,14 +430,6 @@ fn completion_bodies_on_the_wire() {
         PostInstallFailure::RouterCa(PollError::TimedOut).error_info(),
         "Stopped waiting for router ca data: context deadline exceeded"
     );
-}
-
-fn master(name: &str) -> crate::controller::cluster::Node {
-    crate::controller::cluster::Node {
-        name: name.into(),
-        labels: [("node-role.kubernetes.io/master".to_string(), String::new())].into(),
-        ..Default::default()
-    }
 }
 
 fn available_cv(cluster: &FakeCluster) {

@@ -4,8 +4,9 @@
 use super::*;
 use crate::clock::{FakeClock, SystemClock};
 use crate::controller::cluster::fake::FakeCluster;
-use crate::controller::cluster::{ApiError, Condition, Csr, NodeAddress, Pod, Taint};
+use crate::controller::cluster::{ApiError, Csr, Pod, Taint};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
+use crate::controller::testing::{self, ip, node};
 use crate::service::Host;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -43,21 +44,11 @@ struct Setup {
 fn host(i: usize, status: &str, stage: &str, ips: &[&str]) -> Host {
     let cidrs: Vec<String> = ips.iter().map(|ip| format!("{ip}/24")).collect();
     let inventory = json!({"interfaces": [{"name": "ens3", "ipv4_addresses": cidrs}]});
-    serde_json::from_value(json!({
-        "id": format!("host-{i}"),
-        "infra_env_id": "ie-1",
-        "cluster_id": "c1",
-        "status": status,
-        "role": "master",
-        "requested_hostname": format!("node{i}"),
-        "progress": {"current_stage": stage},
-        "inventory": inventory.to_string(),
-    }))
-    .unwrap()
-}
-
-fn ip(i: usize) -> String {
-    format!("192.168.126.{}", 10 + i)
+    testing::host(
+        i,
+        json!({"status": status, "progress": {"current_stage": stage},
+            "inventory": inventory.to_string()}),
+    )
 }
 
 /// `n` hosts `node0..` in `status` at `stage`, with IPs 192.168.126.10 + i.
@@ -72,22 +63,6 @@ fn setup(n: usize, status: &str, stage: &str) -> Setup {
         service,
         cluster: FakeCluster::new(),
         notified: Notified::default(),
-    }
-}
-
-fn node(name: &str, ready: bool, internal_ip: &str) -> Node {
-    Node {
-        name: name.into(),
-        conditions: vec![Condition {
-            type_: "Ready".into(),
-            status: if ready { "True" } else { "False" }.into(),
-            ..Condition::default()
-        }],
-        addresses: vec![NodeAddress {
-            type_: "InternalIP".into(),
-            address: internal_ip.into(),
-        }],
-        ..Node::default()
     }
 }
 
