@@ -11,6 +11,7 @@
 //! f.host.clock.poll_until(&stop, f.intervals.poll, || done.exists().then_some(()))?;
 //! ```
 
+#[cfg(any(test, feature = "test-support"))]
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
