@@ -78,7 +78,7 @@ pub fn run(cluster: &dyn ClusterApi, clock: &dyn Clock, stop: &dyn Stop, interva
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::{FakeClock, SystemClock};
+    use crate::clock::FakeClock;
     use crate::controller::cluster::fake::FakeCluster;
     use crate::controller::cluster::ApiError;
     use crate::image::Cancel;
@@ -180,37 +180,5 @@ mod tests {
         stop.cancel();
         run(&cluster, &clock, &stop, Duration::from_secs(30));
         assert_eq!(cluster.count("list_csrs"), 0);
-    }
-
-    /// Go: an empty list or a list error, 10 ms interval, about 30 ms → 2 to 5 lists, and the
-    /// loop ends on cancel. On a loaded machine the thread may start late, so wait for the
-    /// second list (bounded) rather than a fixed 30 ms, and bound the count by the time taken.
-    #[test]
-    fn real_time_ten_ms_interval_then_cancel() {
-        for fail in [false, true] {
-            let cluster = FakeCluster::new();
-            if fail {
-                cluster.fail_always("list_csrs", ApiError::new(500, "InternalError", "boom"));
-            }
-            let stop = Cancel::new();
-            let started = std::time::Instant::now();
-            let elapsed = std::thread::scope(|s| {
-                let t = s.spawn(|| run(&cluster, &SystemClock, &stop, Duration::from_millis(10)));
-                while cluster.count("list_csrs") < 2 && started.elapsed() < Duration::from_secs(5) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                stop.cancel();
-                t.join().unwrap();
-                started.elapsed()
-            });
-            let n = cluster.count("list_csrs");
-            assert!(n >= 2, "{n} lists (fail: {fail})");
-            // One list per 10 ms tick at most, plus the one buffered tick.
-            let bound = (elapsed.as_millis() / 10) as usize + 1;
-            assert!(n <= bound, "{n} lists in {elapsed:?} (fail: {fail})");
-            // Cancelled: no more lists.
-            std::thread::sleep(Duration::from_millis(30));
-            assert_eq!(cluster.count("list_csrs"), n);
-        }
     }
 }
