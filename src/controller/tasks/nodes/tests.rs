@@ -215,44 +215,28 @@ fn an_untaint_failure_skips_the_rest_of_the_node() {
     assert_eq!(count_stage(&s.service, HostStage::Joined), 1);
 }
 
+/// One round over `n` hosts at `stage` and their Nodes: the stages sent (all the same, `n` of
+/// them, or none) and whether the reboots notifier was started for each.
 #[test]
-fn configuring_not_ready_is_joined_only() {
-    let s = setup(3, "installing", "Configuring");
-    add_nodes(&s, 3, false);
-    assert!(!task(&s, false).round());
-    assert_eq!(count_stage(&s.service, HostStage::Joined), 3);
-    assert_eq!(count_stage(&s.service, HostStage::Done), 0);
-    assert!(s.notified.nodes().is_empty());
-}
-
-#[test]
-fn rebooting_not_ready_is_joined_and_sno_too() {
-    for n in [3, 1] {
-        let s = setup(n, "installing", "Rebooting");
-        add_nodes(&s, n, false);
+fn one_stage_per_host_by_stage_and_readiness() {
+    use HostStage::{Done, Joined};
+    let cases: [(usize, &str, bool, Option<HostStage>); 5] = [
+        (3, "Configuring", false, Some(Joined)),
+        (3, "Rebooting", false, Some(Joined)),
+        (1, "Rebooting", false, Some(Joined)),
+        (3, "Joined", true, Some(Done)),
+        (3, "Done", true, None),
+    ];
+    for (n, stage, ready, want) in cases {
+        let s = setup(n, "installing", stage);
+        add_nodes(&s, n, ready);
         assert!(!task(&s, false).round());
-        assert_eq!(count_stage(&s.service, HostStage::Joined), n);
-        assert_eq!(stages(&s.service).len(), n);
+        let sent: Vec<HostStage> = stages(&s.service).into_iter().map(|(_, st)| st).collect();
+        let want: Vec<HostStage> = want.into_iter().flat_map(|w| vec![w; n]).collect();
+        assert_eq!(sent, want, "{n} hosts at {stage}, ready: {ready}");
+        let notified = if want.contains(&Done) { n } else { 0 };
+        assert_eq!(s.notified.nodes().len(), notified, "{stage}");
     }
-}
-
-#[test]
-fn joined_and_ready_is_done_and_notified() {
-    let s = setup(3, "installing", "Joined");
-    add_nodes(&s, 3, true);
-    assert!(!task(&s, false).round());
-    assert_eq!(count_stage(&s.service, HostStage::Done), 3);
-    assert_eq!(stages(&s.service).len(), 3);
-    assert_eq!(s.notified.nodes().len(), 3);
-}
-
-#[test]
-fn done_but_installing_makes_no_update() {
-    let s = setup(3, "installing", "Done");
-    add_nodes(&s, 3, true);
-    assert!(!task(&s, false).round());
-    assert!(stages(&s.service).is_empty());
-    assert!(s.notified.nodes().is_empty());
 }
 
 #[test]
