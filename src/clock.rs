@@ -469,37 +469,10 @@ impl dyn Clock + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// A stop token for these tests (the real one, `image::Cancel`, is tested with the image
-    /// source's retries).
-    #[derive(Default)]
-    struct Flag(AtomicBool);
-
-    impl Stop for Flag {
-        fn is_stopped(&self) -> bool {
-            self.0.load(Ordering::SeqCst)
-        }
-        fn sleep(&self, _: Duration) -> bool {
-            self.is_stopped()
-        }
-    }
+    use crate::image::Cancel;
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
-    }
-
-    #[test]
-    fn fake_clock_records_and_advances() {
-        let c = FakeClock::new();
-        let t0 = c.now();
-        c.sleep(secs(5));
-        c.sleep(secs(2));
-        assert_eq!(c.now() - t0, secs(7));
-        assert_eq!(c.sleeps(), vec![secs(5), secs(2)]);
-        c.advance(secs(1));
-        assert_eq!(c.elapsed(), secs(8));
-        assert_eq!(c.sleeps().len(), 2);
     }
 
     #[test]
@@ -657,7 +630,7 @@ mod tests {
     fn a_stop_ends_the_wait_before_the_next_try() {
         let fake = FakeClock::new();
         let c: &dyn Clock = &fake;
-        let stop = Flag::default();
+        let stop = Cancel::new();
         let mut tries = 0;
         let r: Result<(), _> = c.retry(
             &stop,
@@ -665,7 +638,7 @@ mod tests {
             |_| {
                 tries += 1;
                 if tries == 3 {
-                    stop.0.store(true, Ordering::SeqCst);
+                    stop.cancel();
                 }
                 Err(Failure::Retry(tries))
             },
@@ -708,9 +681,9 @@ mod tests {
         assert_eq!(found, Ok("ready"));
         assert_eq!(fake.sleeps(), vec![secs(5); 3]);
 
-        let stop = Flag::default();
+        let stop = Cancel::new();
         let r = c.poll_until(&stop, secs(5), || {
-            stop.0.store(true, Ordering::SeqCst);
+            stop.cancel();
             None::<()>
         });
         assert_eq!(r, Err(Stopped));
@@ -761,7 +734,8 @@ mod tests {
         let t = c.now();
         c.sleep(Duration::from_millis(1));
         assert!(c.now() > t);
-        let stopped = Flag(AtomicBool::new(true));
+        let stopped = Cancel::new();
+        stopped.cancel();
         let start = Instant::now();
         assert!(c.sleep_or_stop(secs(30), &stopped));
         assert!(start.elapsed() < secs(5));

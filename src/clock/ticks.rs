@@ -183,25 +183,7 @@ fn first_tick_after(start: Instant, interval: Duration, t: Instant) -> Instant {
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    #[derive(Default)]
-    struct Flag(AtomicBool);
-
-    impl Stop for Flag {
-        fn is_stopped(&self) -> bool {
-            self.0.load(Ordering::SeqCst)
-        }
-        fn sleep(&self, _: Duration) -> bool {
-            self.is_stopped()
-        }
-    }
-
-    impl Flag {
-        fn fire(&self) {
-            self.0.store(true, Ordering::SeqCst)
-        }
-    }
+    use crate::image::Cancel;
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
@@ -254,8 +236,8 @@ mod tests {
     #[test]
     fn poll_runs_once_even_when_already_cancelled() {
         let clock = FakeClock::new();
-        let stop = Flag::default();
-        stop.fire();
+        let stop = Cancel::new();
+        stop.cancel();
         let mut calls = 0;
         let r = poll(&clock, &stop, secs(30), None, || {
             calls += 1;
@@ -272,12 +254,12 @@ mod tests {
     #[test]
     fn poll_ends_when_cancelled_between_calls() {
         let clock = FakeClock::new();
-        let stop = Flag::default();
+        let stop = Cancel::new();
         let mut calls = 0;
         let r = poll(&clock, &stop, secs(5), Some(secs(3600)), || {
             calls += 1;
             if calls == 3 {
-                stop.fire();
+                stop.cancel();
             }
             false
         });
@@ -392,8 +374,8 @@ mod tests {
     #[test]
     fn retry_calls_once_even_when_cancelled_then_stops() {
         let clock = FakeClock::new();
-        let stop = Flag::default();
-        stop.fire();
+        let stop = Cancel::new();
+        stop.cancel();
         let mut calls = 0;
         let r: Result<(), _> = retry_attempts(&clock, &stop, 5, secs(10), || {
             calls += 1;
@@ -445,12 +427,12 @@ mod tests {
     #[test]
     fn the_ticker_stops_on_the_token() {
         let clock = FakeClock::new();
-        let stop = Flag::default();
+        let stop = Cancel::new();
         let mut acts = 0;
         ticker(&clock, &stop, secs(30), || {
             acts += 1;
             if acts == 2 {
-                stop.fire();
+                stop.cancel();
             }
             ControlFlow::Continue(())
         });
