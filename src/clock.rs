@@ -1,8 +1,8 @@
-//! Time as an effect, and the one loop every wait and retry goes through.
+//! Time as an effect, and the waits and retries of both programs.
 //!
 //! Polls and retries sleep through a [`Clock`] so tests run at once on a [`FakeClock`], and
-//! through a [`Stop`] token (the install's `image::Cancel`) so that SIGTERM ends a wait at once
-//! instead of after its interval. `retry` (a method of `dyn Clock`) is the loop: a [`Schedule`]
+//! through a [`Stop`] token (the install's `image::Cancel`, with its children, or a clock
+//! [`Deadline`]) so that SIGTERM ends a wait at once instead of after its interval. `retry` (a method of `dyn Clock`) is the loop: a [`Schedule`]
 //! (how many retries, how long in all, how long between tries) is data, and the try itself says
 //! whether its failure is worth another try ([`Failure`]). `poll_until` is the Go installer's
 //! endless wait on top of it:
@@ -11,8 +11,11 @@
 //! f.host.clock.poll_until(&stop, f.intervals.poll, || done.exists().then_some(()))?;
 //! ```
 
+#[cfg(any(test, feature = "test-support"))]
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+pub mod ticks;
 
 pub trait Clock: Send + Sync {
     fn sleep(&self, d: Duration);
@@ -73,19 +76,40 @@ impl Clock for SystemClock {
     }
 }
 
+/// A stop token that fires once `clock` reaches `at` (Go's `context.WithDeadline`).
+pub struct Deadline<'a> {
+    pub clock: &'a dyn Clock,
+    pub at: Instant,
+}
+
+impl Stop for Deadline<'_> {
+    fn is_stopped(&self) -> bool {
+        self.clock.now() >= self.at
+    }
+
+    fn sleep(&self, d: Duration) -> bool {
+        let left = self.at.saturating_duration_since(self.clock.now());
+        self.clock.sleep(d.min(left));
+        self.is_stopped()
+    }
+}
+
 /// A clock for tests: `sleep` returns at once, records the duration and moves `now` forward.
+#[cfg(any(test, feature = "test-support"))]
 #[derive(Debug)]
 pub struct FakeClock {
     start: Instant,
     state: Mutex<(Duration, Vec<Duration>)>,
 }
 
+#[cfg(any(test, feature = "test-support"))]
 impl Default for FakeClock {
     fn default() -> Self {
         FakeClock::new()
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 impl FakeClock {
     pub fn new() -> Self {
         FakeClock {
@@ -108,8 +132,14 @@ impl FakeClock {
     pub fn advance(&self, d: Duration) {
         self.state.lock().unwrap().0 += d;
     }
+
+    /// The instant `elapsed` after this clock's start (for a [`Deadline`]).
+    pub fn at(&self, elapsed: Duration) -> Instant {
+        self.start + elapsed
+    }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 impl Clock for FakeClock {
     fn sleep(&self, d: Duration) {
         let mut state = self.state.lock().unwrap();
@@ -439,37 +469,10 @@ impl dyn Clock + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// A stop token for these tests (the real one, `image::Cancel`, is tested with the image
-    /// source's retries).
-    #[derive(Default)]
-    struct Flag(AtomicBool);
-
-    impl Stop for Flag {
-        fn is_stopped(&self) -> bool {
-            self.0.load(Ordering::SeqCst)
-        }
-        fn sleep(&self, _: Duration) -> bool {
-            self.is_stopped()
-        }
-    }
+    use crate::image::Cancel;
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
-    }
-
-    #[test]
-    fn fake_clock_records_and_advances() {
-        let c = FakeClock::new();
-        let t0 = c.now();
-        c.sleep(secs(5));
-        c.sleep(secs(2));
-        assert_eq!(c.now() - t0, secs(7));
-        assert_eq!(c.sleeps(), vec![secs(5), secs(2)]);
-        c.advance(secs(1));
-        assert_eq!(c.elapsed(), secs(8));
-        assert_eq!(c.sleeps().len(), 2);
     }
 
     #[test]
@@ -627,7 +630,7 @@ mod tests {
     fn a_stop_ends_the_wait_before_the_next_try() {
         let fake = FakeClock::new();
         let c: &dyn Clock = &fake;
-        let stop = Flag::default();
+        let stop = Cancel::new();
         let mut tries = 0;
         let r: Result<(), _> = c.retry(
             &stop,
@@ -635,7 +638,7 @@ mod tests {
             |_| {
                 tries += 1;
                 if tries == 3 {
-                    stop.0.store(true, Ordering::SeqCst);
+                    stop.cancel();
                 }
                 Err(Failure::Retry(tries))
             },
@@ -678,9 +681,9 @@ mod tests {
         assert_eq!(found, Ok("ready"));
         assert_eq!(fake.sleeps(), vec![secs(5); 3]);
 
-        let stop = Flag::default();
+        let stop = Cancel::new();
         let r = c.poll_until(&stop, secs(5), || {
-            stop.0.store(true, Ordering::SeqCst);
+            stop.cancel();
             None::<()>
         });
         assert_eq!(r, Err(Stopped));
@@ -731,7 +734,8 @@ mod tests {
         let t = c.now();
         c.sleep(Duration::from_millis(1));
         assert!(c.now() > t);
-        let stopped = Flag(AtomicBool::new(true));
+        let stopped = Cancel::new();
+        stopped.cancel();
         let start = Instant::now();
         assert!(c.sleep_or_stop(secs(30), &stopped));
         assert!(start.elapsed() < secs(5));

@@ -452,7 +452,7 @@ fn from_job_start_to_complete_installation_and_exit_0() {
         })
         .collect();
     assert_eq!(reboot_events(&run.svc), expected);
-    // Quirk 9: `oc` does not see the cluster proxy the controller itself uses.
+    // As Go: `oc` does not see the cluster proxy the controller itself uses.
     let oc = run.oc_calls();
     assert!(
         oc.iter().all(|c| c.starts_with("HTTP_PROXY= oc ")),

@@ -1,5 +1,5 @@
 //! The controller's service calls (`ControllerClient`) against the fake assisted-service on a
-//! socket: method, path, query, headers and body of every §5 call, the retry budget per status
+//! socket: method, path, query, headers and body of every call, the retry budget per status
 //! class (on a fake clock, so the waits take no time), and the monitored-operators cache.
 
 mod common;
@@ -434,7 +434,7 @@ fn a_wrong_token_is_401_and_not_retried() {
     assert_eq!(srv.requests().len(), 1);
 }
 
-/// TLS as §2.4: the `CA_CERT_PATH` bundle trusted on top of the system roots; without it the
+/// TLS as Go's service client: the `CA_CERT_PATH` bundle trusted on top of the system roots; without it the
 /// service's private CA is refused (and not retried); `SKIP_CERT_VERIFICATION` trusts anything
 /// and ignores the CA path, even an unreadable one.
 #[test]

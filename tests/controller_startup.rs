@@ -1,7 +1,7 @@
 //! The controller's process: `assisted-installer controller` and the binary run under the name
-//! `assisted-installer-controller` (the Job's entrypoint), through the startup steps of the
-//! behaviour spec's §3.1, with a clean environment: outside a cluster they end at step 5 (the
-//! Kubernetes client) with exit 1, unless in dry mode, whose pretend cluster needs none.
+//! `assisted-installer-controller` (the Job's entrypoint), through Go's startup, with a clean
+//! environment: outside a cluster they end at the Kubernetes client with exit 1, unless in dry
+//! mode, whose pretend cluster needs none.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -56,7 +56,7 @@ fn a_missing_required_key_exits_1_naming_it() {
     );
     assert!(
         !dir.path().join("controller_logs.log").exists(),
-        "step 1 fails before the log file is opened"
+        "the environment fails before the log file is opened"
     );
 }
 
@@ -118,7 +118,7 @@ fn outside_a_cluster_startup_fails_at_the_kubernetes_client_with_exit_1() {
     let out = run(Path::new(BIN), &["controller"], &env);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    // Step 5: no SNO kubeconfig and no in-cluster service account here.
+    // The Kubernetes client: no SNO kubeconfig and no in-cluster service account here.
     assert!(
         stderr.contains("creating the Kubernetes client"),
         "{stderr}"

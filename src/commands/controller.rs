@@ -1,21 +1,16 @@
 //! `assisted-installer controller`, and the binary run as `assisted-installer-controller`: the
 //! assisted-installer-controller Job's process (see `crate::controller`).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
 
 use crate::clock::{Clock, SystemClock};
 use crate::controller::bootstrap;
-use crate::controller::run::{self, Controller, ExtraTasks, Intervals, LogPaths, Outcome};
+use crate::controller::run::{self, Controller, Intervals, LogPaths, Outcome};
 use crate::controller::startup::{self, Paths};
-use crate::controller::tasks::bmh::BmhUpdate;
-use crate::controller::tasks::labels::NodeLabels;
 use crate::controller::tasks::logs::OcMustGather;
-use crate::controller::tasks::olm::{
-    abi_post_install, wait_for_olm_operators, AbiKubeconfig, OcApplier, OlmSettings,
-};
+use crate::controller::tasks::olm::OcApplier;
 use crate::controller::tasks::reboots::OcRebootCounter;
 use crate::controller::tasks::router_probe::{HttpProbe, ReqwestProbe};
 use crate::controller::{self as ctrl};
@@ -42,15 +37,12 @@ pub fn is_controller_invocation(mut args: impl Iterator<Item = std::ffi::OsStrin
     }
 }
 
-/// Runs the controller from the process environment (Go's controller `main`), with Go's exit codes: `Ok` is exit
+/// Runs the controller from the process environment (Go's `main`), with Go's exit codes: `Ok` is exit
 /// 0 (the Job completes), every error is a startup failure (exit 1: the Job restarts the
 /// container), and the completion wait's `os.Exit(0)` ends the process here at once.
 ///
-/// Dry mode (`DRY_ENABLE=true`): the cluster is the pretend cluster of the dry-run hosts that
-/// startup parsed (`kube::dry`) instead of a client; the service is real.
-///
-/// The OLM operators' wait, the agent-based installer's post-install task, the BareMetalHost
-/// updates and the node labels are [`ExtraTasks`] of [`run::run`], all given here.
+/// Dry mode (`DRY_ENABLE=true`, Go's load-testing mode): the Kubernetes client is the pretend cluster of the dry-run hosts
+/// that startup parsed (`kube::dry`) instead of a client; the service is real.
 pub fn run() -> Result<()> {
     let env = |name: &str| std::env::var(name).ok();
     let stop = Cancel::new();
@@ -70,8 +62,8 @@ pub fn run() -> Result<()> {
     })?;
     ctrl::log::init(started.log_file);
     tracing::info!("{}", startup::config_line(&started.config));
-    // The command executor (`oc`, `bash`): as Go's, it keeps the proxy variables the process
-    // started with, not those set later from the cluster's Proxy object.
+    // The command executor (`oc`, `bash`): as Go's, it keeps the proxy variables of now, not
+    // those set later from the cluster's Proxy object: `oc` children do not see the cluster proxy.
     let runner = Arc::new(HostRunner::local(
         bootstrap::command_proxy_snapshot(&env),
         None,
@@ -96,7 +88,7 @@ pub fn run() -> Result<()> {
         set_env: Box::new(bootstrap::set_process_env),
         build_service: Box::new(move || bootstrap::service_client(&service_config, service_clock)),
         clock,
-        signal: Arc::new(stop.clone()),
+        signal: stop.clone(),
         must_gather: Arc::new(OcMustGather {
             runner: runner.clone(),
         }),
@@ -109,28 +101,7 @@ pub fn run() -> Result<()> {
             log_file,
             must_gather_dir: paths.must_gather_dir.clone(),
         },
-        extra: ExtraTasks {
-            olm: Some(olm_step(runner.clone())),
-            abi_post_install: Some(abi_post_install_task(runner)),
-            bmh: Some(Box::new(|env: &run::TaskEnv| {
-                if let Err(e) =
-                    BmhUpdate::new(env.cluster.as_ref(), env.clock.as_ref()).run(env.stop.as_ref())
-                {
-                    tracing::warn!("updating the BareMetalHosts ended: {e}");
-                }
-            })),
-            labels: Some(Box::new(|env: &run::TaskEnv| {
-                if let Err(e) = NodeLabels::new(
-                    env.cluster.as_ref(),
-                    env.service.as_ref(),
-                    env.clock.as_ref(),
-                )
-                .run(env.stop.as_ref())
-                {
-                    tracing::warn!("updating the node labels ended: {e}");
-                }
-            })),
-        },
+        applier: Arc::new(OcApplier { runner }),
     };
     match run::run(controller) {
         Ok(Outcome::Done { error }) => {
@@ -146,53 +117,6 @@ pub fn run() -> Result<()> {
             Err(err)
         }
     }
-}
-
-/// Part of the post-install (the Go `PostInstallConfigs`): the OLM operators' manifests applied with `oc` (the admin
-/// kubeconfig: the controller's ServiceAccount may not create arbitrary objects) and their
-/// CSVs waited for.
-fn olm_step(runner: Arc<HostRunner>) -> run::OlmStep {
-    Box::new(move |env: &run::TaskEnv| {
-        wait_for_olm_operators(
-            env.clock.as_ref(),
-            env.stop.as_ref(),
-            env.cluster.as_ref(),
-            env.service.as_ref(),
-            &OcApplier {
-                runner: runner.as_ref(),
-            },
-            &env.status,
-            &OlmSettings::new(&env.config.openshift_version),
-        )
-    })
-}
-
-/// The agent-based installer's post-install (Go `PostInstallConfigsK8sClient`): the OLM manifests of the `olm-operator-manifests`
-/// ConfigMap applied with `oc`, every 30 s until done. `kubeconfig` is the SNO path, or "" for
-/// the reboots notifier's shared download.
-fn abi_post_install_task(runner: Arc<HostRunner>) -> run::AbiPostInstall {
-    Box::new(move |env: &run::TaskEnv, kubeconfig: &str| {
-        let mut download = || env.notifier.kubeconfig();
-        let source = match kubeconfig {
-            "" => AbiKubeconfig::Download(&mut download),
-            path => AbiKubeconfig::Fixed(PathBuf::from(path)),
-        };
-        let applier = OcApplier {
-            runner: runner.as_ref(),
-        };
-        if !abi_post_install(
-            env.clock.as_ref(),
-            env.stop.as_ref(),
-            env.cluster.as_ref(),
-            &applier,
-            &env.config.namespace,
-            &env.config.openshift_version,
-            source,
-            env.intervals.general,
-        ) {
-            tracing::info!("the ABI post-install task stopped before the manifests were applied");
-        }
-    })
 }
 
 #[cfg(test)]

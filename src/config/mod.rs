@@ -6,6 +6,7 @@
 //! to somewhere else (images, the controller's `must-gather-image`, `service-ips`) stay text.
 
 pub mod cluster_hosts;
+pub(crate) mod go_values;
 mod role;
 
 pub use role::Role;

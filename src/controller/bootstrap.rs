@@ -1,12 +1,11 @@
-//! §3.1 steps 5–7 as a library function over trait objects, so the order of its effects is
-//! tested with the fakes: the Kubernetes client (step 5), the proxy environment from the
-//! cluster's Proxy status (step 6), then the service client (step 7), built only once the proxy
-//! environment is set, because the REST client reads `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` when
-//! it is built. Every failure is a startup error (exit 1: the Job restarts the container).
+//! The controller's connections, in Go's order, as a library function over trait objects so
+//! that the order of its effects is tested with the fakes: the Kubernetes client, the proxy
+//! environment from the cluster's Proxy status, then the service client, built only once the
+//! proxy environment is set, because the REST client reads `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY`
+//! when it is built. Every failure is a startup error (exit 1: the Job restarts the container).
 //!
 //! [`connect`] takes the two clients as constructors and the environment as a setter;
-//! [`kube_cluster`], [`service_client`] and [`set_process_env`] are the real ones. The steps
-//! after them are [`super::run`].
+//! [`kube_cluster`], [`service_client`] and [`set_process_env`] are the real ones.
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -19,16 +18,15 @@ use crate::config::cluster_hosts::ClusterHost;
 use crate::kube::client::{KubeClient, BOOTSTRAP_KUBECONFIG};
 use crate::kube::dry::DryCluster;
 use crate::kube::{ClusterApi, ProxyStatus};
+use crate::openshift::PROXY_NAME;
 
-/// The cluster-scoped `config.openshift.io/v1 Proxy` the controller reads.
-pub use crate::openshift::PROXY_NAME;
-/// The variables step 6 sets from the cluster Proxy.
+/// The variables set from the cluster Proxy.
 pub const PROXY_VARIABLES: [&str; 3] = ["HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"];
 
-/// Step 4's view of the proxy variables for the commands the controller runs (`oc`, `bash`):
-/// their values before step 6, "" for unset (a Go client reads "" as no proxy). Go's executor
-/// snapshots the environment at step 4, so its children never see the cluster proxy (quirk 9);
-/// `oc` then reaches the API server directly, as the controller's own client does.
+/// The proxy variables for the commands the controller runs (`oc`, `bash`): their values at
+/// startup, before the cluster Proxy sets them, "" for unset (a Go client reads "" as no proxy).
+/// Go's executor snapshots the environment before that, so its children never see the cluster
+/// proxy; `oc` then reaches the API server directly, as the controller's own client does.
 pub fn command_proxy_snapshot(env: &dyn Fn(&str) -> Option<String>) -> Vec<(String, String)> {
     PROXY_VARIABLES
         .iter()
@@ -36,7 +34,7 @@ pub fn command_proxy_snapshot(env: &dyn Fn(&str) -> Option<String>) -> Vec<(Stri
         .collect()
 }
 
-/// What steps 5–7 produce.
+/// The two clients, connected.
 pub struct Connected {
     pub cluster: Arc<dyn ClusterApi>,
     pub service: Arc<dyn ControllerService>,
@@ -52,7 +50,7 @@ impl std::fmt::Debug for Connected {
     }
 }
 
-/// Step 6: GET Proxy `cluster` and set `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` through
+/// GET Proxy `cluster` and set `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` through
 /// `set_env` for each non-empty field of its status (the others are left as they are).
 pub fn apply_cluster_proxy(
     cluster: &dyn ClusterApi,
@@ -74,7 +72,7 @@ pub fn apply_cluster_proxy(
     Ok(proxy)
 }
 
-/// Steps 5–7: the Kubernetes client, the proxy environment, then the service client.
+/// The Kubernetes client, the proxy environment, then the service client.
 pub fn connect(
     build_cluster: impl FnOnce() -> Result<Arc<dyn ClusterApi>>,
     set_env: &mut dyn FnMut(&str, &str),
@@ -90,9 +88,9 @@ pub fn connect(
     })
 }
 
-/// Step 5 for real: the SNO kubeconfig if present, else the pod's service account in
-/// `service_account_dir` (§2.5); in dry mode (§3.16), the pretend cluster of `dry_hosts`
-/// (startup step 3 parsed them), with no API server.
+/// The real Kubernetes client: the SNO kubeconfig if present, else the pod's service account in
+/// `service_account_dir`; in dry mode, the pretend cluster of `dry_hosts` (parsed at startup),
+/// with no API server.
 pub fn kube_cluster(
     config: &ControllerConfig,
     service_account_dir: &Path,
@@ -111,7 +109,7 @@ pub fn kube_cluster(
     )?))
 }
 
-/// How the configuration reaches the service (§2.4): `CA_CERT_PATH` "" is no CA file.
+/// How the configuration reaches the service client: `CA_CERT_PATH` "" is no CA file.
 pub fn service_config(config: &ControllerConfig) -> ControllerServiceConfig {
     ControllerServiceConfig {
         inventory_url: config.inventory_url.clone(),
@@ -122,7 +120,7 @@ pub fn service_config(config: &ControllerConfig) -> ControllerServiceConfig {
     }
 }
 
-/// Step 7 for real: the REST client for `CLUSTER_ID`.
+/// The real service client: the REST client for `CLUSTER_ID`.
 pub fn service_client(
     config: &ControllerConfig,
     clock: Arc<dyn Clock>,
@@ -140,7 +138,7 @@ pub fn set_process_env(name: &str, value: &str) {
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::controller::service::memory::MemoryService;
+    use crate::controller::service::testing::MemoryService;
     use crate::kube::fake::FakeCluster;
     use crate::kube::ApiError;
     use anyhow::bail;
@@ -306,7 +304,7 @@ mod tests {
             _ => None,
         };
         let config = ControllerConfig::from_env(&env).unwrap();
-        // No API server behind it: the proxy read of step 6 answers at once.
+        // No API server behind it: the proxy read answers at once.
         let cluster = kube_cluster(&config, Path::new("/nonexistent"), &hosts).unwrap();
         assert_eq!(
             cluster.get_proxy(PROXY_NAME).unwrap(),

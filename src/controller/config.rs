@@ -1,4 +1,4 @@
-//! The controller's configuration from its environment (§2.1 of the behaviour spec), parsed as
+//! The controller's configuration from the Job's environment, parsed as
 //! the Go controller's envconfig does, by a pure function over a variable lookup.
 //!
 //! - Required variables that are absent fail with `required key <NAME> missing value` (the Go
@@ -19,7 +19,7 @@
 
 use std::fmt;
 
-use crate::cli::go_flags::{parse_go_bool, parse_go_int};
+use crate::config::go_values::{parse_go_bool, parse_go_int};
 
 /// The namespace of the ready Event, the own-pod lookup and the ABI ConfigMap by default.
 pub const DEFAULT_NAMESPACE: &str = "assisted-installer";
@@ -55,7 +55,7 @@ pub struct ControllerConfig {
     /// `DRY_CLUSTER_HOSTS_PATH` (unset by default).
     pub dry_cluster_hosts_path: Option<String>,
     /// The service token: `PULL_SECRET_TOKEN` after parsing, replaced by the token file's
-    /// content at startup (§2.2). Never shown.
+    /// content at startup (the token file). Never shown.
     pub pull_secret_token: String,
 }
 
@@ -158,11 +158,6 @@ impl ControllerConfig {
             dry_cluster_hosts_path,
             pull_secret_token,
         })
-    }
-
-    /// Parses the process environment.
-    pub fn from_process_env() -> Result<Self, ConfigError> {
-        Self::from_env(&|name| std::env::var(name).ok())
     }
 
     /// The token as logs show it: `<masked>` when set, empty when not.

@@ -1,4 +1,4 @@
-//! The host map and Node matching of §3.4, as pure functions over the `v2GetCluster`
+//! The host map and Node matching, as pure functions over the `v2GetCluster`
 //! (`exclude-hosts=false`) answer.
 //!
 //! - Hosts whose status is in the caller's skip list are left out.
@@ -13,7 +13,7 @@
 //!
 //! A Node matches a host by its lowercased name in one map, else by any `InternalIP` address in
 //! the IP index of another (the last matching address wins): the node-status task looks names
-//! up among the unfinished hosts only, and IPs among all of them (quirk 2 of §8).
+//! up among the unfinished hosts only, and IPs among all of them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -25,9 +25,9 @@ use super::service::ControllerService;
 use crate::config::Role;
 use crate::service::{Cluster, Host, HostStatus};
 
-/// Skipped by the node-status task (§3.7).
+/// Skipped by the node-status task (`WaitAndUpdateNodesStatus`).
 pub const NODE_STATUS_SKIP: &[HostStatus] = &[HostStatus::Disabled];
-/// Skipped by the node-labels task (§3.13).
+/// Skipped by the node-labels task (`UpdateNodeLabels`).
 pub const NODE_LABELS_SKIP: &[HostStatus] = &[HostStatus::Disabled, HostStatus::Error];
 
 /// A Node address type that takes part in IP matching.

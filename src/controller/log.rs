@@ -1,7 +1,7 @@
-//! The controller's log (§2.6): every line to stdout and to `/tmp/controller_logs.log`, opened
+//! The controller's log: every line to stdout and to `/tmp/controller_logs.log`, opened
 //! for appending (created with mode 0666 less the umask, as Go's `os.OpenFile` does). The file is
 //! uploaded as `assisted-installer-controller.logs`; people and triage tools read it, nothing
-//! parses it. Opening it is a startup step whose failure ends the process (§3.1 step 4).
+//! parses it. Opening it is a startup step whose failure ends the process (exit 1).
 
 use anyhow::{Context, Result};
 use std::fs::{File, OpenOptions};

@@ -1,35 +1,28 @@
-//! §3.1 steps 5–18, the controller's main sequence after startup, as a library function over
-//! trait objects: [`run`] takes the Kubernetes and service clients as constructors, the clock,
-//! the signal stop token, the must-gather runner and the reboot counter, and returns how the
-//! process ends. Startup failures (steps 5–7, no cluster within SetReadyState's limit) are
-//! errors: the caller exits 1 and the Job restarts the container.
+//! Go's `main` after startup, as a library function over trait objects: [`run`] takes the
+//! Kubernetes and service clients as constructors, the clock, the signal stop token, the
+//! must-gather runner, the reboot counter and the manifest applier, and returns how the process
+//! ends. Startup failures (no client, no Proxy object, no cluster within SetReadyState's limit)
+//! are errors: the caller exits 1 and the Job restarts the container.
 //!
-//! Order, as Go's `main`:
-//! 1. steps 5–7: [`super::bootstrap::connect`] (Kubernetes client, Proxy env, service client);
-//! 2. step 8: the [`RebootsNotifier`], finalized last (after the shutdown step);
-//! 3. step 9: the tasks' stop token ([`MainStop`]: the signal token or our own cancel);
-//! 4. step 10: the DNS fix on its own thread (not in dry mode);
-//! 5. steps 11–14: [`super::tasks::ready::ready_phase`];
-//!    - ABI on a single node: the ABI post-install hook, the ABI completion wait with no
-//!      untaint and no expected masters, the notifier's finalize, [`Outcome::Done`] at once,
-//!      without waiting for any thread (Go returns from main);
-//! 6. step 16: threads, in Go's order: node status (with CSR approval), post-install (§3.8, or
-//!    the ABI hook), BMH (only for a `baremetal` cluster), log upload (periodic, then the final
-//!    upload once stopped), node labels;
-//! 7. step 17: the completion wait (§3.15, or §3.14 for ABI); [`Outcome::ExitNow`] is Go's
-//!    `os.Exit(0)`: returned at once, nothing joined, nothing finalized;
-//!    A signal (the stop token firing) ends the wait with an error and no shutdown step: Go
-//!    has no signal handling and dies of SIGTERM, so the Job restarts it; running the final
-//!    log upload (up to 70 min) would only be cut short by the pod's SIGKILL;
-//! 8. step 18: the shutdown step (cancel the tasks' token, join every thread including the DNS
-//!    fix and the final log upload), then the notifier's finalize; [`Outcome::Done`].
-//!
-//! # Hooks for the tasks built elsewhere
-//!
-//! The OLM step of post-install (§3.9), the ABI post-install task (§3.10), the BMH task (§3.11)
-//! and the node-labels task (§3.13) live in their own modules; [`ExtraTasks`] carries them as
-//! closures over a [`TaskEnv`]. One left `None` is not run and its absence is logged as a
-//! warning at the point where Go would start it: nothing stands in for it.
+//! Order, as Go's:
+//! 1. [`super::bootstrap::connect`] (Kubernetes client, Proxy env, service client);
+//! 2. the [`RebootsNotifier`], finalized last (after the shutdown);
+//! 3. the tasks' stop token: a child of the signal token, cancelled by the shutdown;
+//! 4. the DNS fix on its own thread (not in dry mode);
+//! 5. [`super::tasks::ready::ready_phase`] (invoker, SetReadyState, platform, untaint);
+//!    - ABI on a single node: the ABI post-install, the ABI completion wait with no untaint
+//!      and no expected masters, the notifier's finalize, [`Outcome::Done`] at once, without
+//!      waiting for any thread (Go returns from main);
+//! 6. threads, in Go's order: node status (with CSR approval), post-install (with the OLM
+//!    step, or the ABI post-install), BMH (only for a `baremetal` cluster), log upload (periodic,
+//!    then the final upload once stopped), node labels;
+//! 7. the completion wait (`waitForInstallation`, or the ABI one); [`Outcome::ExitNow`] is Go's
+//!    `os.Exit(0)`: returned at once, nothing joined, nothing finalized. A signal ends the wait
+//!    with an error and no shutdown: Go has no signal handling and dies of SIGTERM, so the Job
+//!    restarts it; running the final log upload (up to 70 min) would only be cut short by the
+//!    pod's SIGKILL;
+//! 8. the shutdown (cancel the tasks' token, join every thread including the DNS fix and the
+//!    final log upload), then the notifier's finalize; [`Outcome::Done`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,25 +35,29 @@ use super::bootstrap;
 use super::config::ControllerConfig;
 use super::service::ControllerService;
 use super::status::ControllerStatus;
+use super::tasks::bmh::BmhUpdate;
 use super::tasks::completion::{
     self, post_install_configs, wait_for_installation, wait_for_installation_abi,
     PostInstallSettings, WaitOutcome,
 };
 use super::tasks::dns_fix;
+use super::tasks::labels::NodeLabels;
 use super::tasks::logs::{
     LogUploader, MustGatherRunner, LOGS_UPLOAD_PERIOD, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW,
 };
 use super::tasks::nodes::{NodeStatus, GENERAL_WAIT};
+use super::tasks::olm::{
+    abi_post_install, wait_for_olm_operators, AbiKubeconfig, ManifestApplier, OlmSettings,
+    SNO_KUBECONFIG,
+};
 use super::tasks::ready::{ready_phase, ReadyPhase};
 use super::tasks::reboots::{RebootCounter, RebootsNotifier};
 use super::tasks::router_probe::HttpProbe;
-use crate::clock::{Clock, Stop};
+use crate::clock::Clock;
 use crate::image::Cancel;
 use crate::kube::install_config::INVOKER_AGENT;
 use crate::kube::ClusterApi;
 
-/// The kubeconfig the ABI single-node branch gives the ABI post-install task.
-pub const ABI_SNO_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
 /// The error when the signal token ends the completion wait.
 pub const STOPPED_BY_SIGNAL: &str =
     "stopped by a signal before the installation finished; the tasks are abandoned";
@@ -113,32 +110,6 @@ impl Intervals {
     }
 }
 
-/// The tasks' stop token (Go's main ctx): fired by the signal token or by the shutdown step.
-pub struct MainStop {
-    pub signal: Arc<dyn Stop>,
-    pub own: Cancel,
-}
-
-impl Stop for MainStop {
-    fn is_stopped(&self) -> bool {
-        self.own.is_cancelled() || self.signal.is_stopped()
-    }
-
-    fn sleep(&self, d: Duration) -> bool {
-        // Wake on our own token at once; look at the signal token every 100 ms.
-        let step = Duration::from_millis(100);
-        let mut left = d;
-        while !left.is_zero() {
-            let now = left.min(step);
-            if self.own.sleep(now) || self.signal.is_stopped() {
-                return true;
-            }
-            left -= now;
-        }
-        self.is_stopped()
-    }
-}
-
 /// What a task started by main gets: shared handles and what the ready phase decided.
 #[derive(Clone)]
 pub struct TaskEnv {
@@ -146,31 +117,15 @@ pub struct TaskEnv {
     pub cluster: Arc<dyn ClusterApi>,
     pub service: Arc<dyn ControllerService>,
     pub clock: Arc<dyn Clock>,
-    /// Go's main ctx.
-    pub stop: Arc<MainStop>,
+    /// Go's main ctx: a child of the signal token, cancelled by the shutdown step.
+    pub stop: Cancel,
     pub status: Arc<ControllerStatus>,
     pub intervals: Intervals,
     pub invoker: String,
     /// `platform.type` of the cluster (or of the install-config for ABI); "" when unknown.
     pub platform: String,
-    /// The reboots notifier, whose kubeconfig download the ABI post-install shares (§3.10).
+    /// The reboots notifier, whose kubeconfig download the ABI post-install shares.
     pub notifier: Arc<RebootsNotifier>,
-}
-
-/// A task main starts on its own thread; it runs until it ends or `env.stop` fires.
-pub type Task = Box<dyn FnOnce(&TaskEnv) + Send>;
-/// The ABI post-install task (§3.10), with the kubeconfig path main gives it.
-pub type AbiPostInstall = Box<dyn FnOnce(&TaskEnv, &str) + Send>;
-/// The OLM step inside post-install (§3.9); its error is only logged.
-pub type OlmStep = Box<dyn FnMut(&TaskEnv) -> Result<()> + Send>;
-
-/// The tasks built in other modules; see the module documentation.
-#[derive(Default)]
-pub struct ExtraTasks {
-    pub olm: Option<OlmStep>,
-    pub abi_post_install: Option<AbiPostInstall>,
-    pub bmh: Option<Task>,
-    pub labels: Option<Task>,
 }
 
 /// Where the log upload reads and writes.
@@ -180,28 +135,30 @@ pub struct LogPaths {
     pub must_gather_dir: PathBuf,
 }
 
-/// Step 6's setter of a process environment variable.
+/// The setter of a process environment variable (the proxy variables).
 pub type SetEnv = Box<dyn FnMut(&str, &str)>;
 
 /// Everything [`run`] needs.
 pub struct Controller {
     pub config: ControllerConfig,
-    /// Step 5.
+    /// The Kubernetes client.
     pub build_cluster: Box<dyn FnOnce() -> Result<Arc<dyn ClusterApi>>>,
-    /// Step 6's environment setter.
+    /// The proxy environment's setter.
     pub set_env: SetEnv,
-    /// Step 7, called once the proxy environment is set.
+    /// The service client, built once the proxy environment is set.
     pub build_service: Box<dyn FnOnce() -> Result<Arc<dyn ControllerService>>>,
     pub clock: Arc<dyn Clock>,
     /// The signal stop token.
-    pub signal: Arc<dyn Stop>,
+    pub signal: Cancel,
     pub must_gather: Arc<dyn MustGatherRunner>,
     pub reboot_counter: Arc<dyn RebootCounter>,
     /// The SNO router probe's client (`None`: no probe).
     pub router_probe: Option<Arc<dyn HttpProbe>>,
     pub intervals: Intervals,
     pub log_paths: LogPaths,
-    pub extra: ExtraTasks,
+    /// `oc apply` of the OLM operators' manifests (the admin kubeconfig: the controller's
+    /// ServiceAccount may not create arbitrary objects).
+    pub applier: Arc<dyn ManifestApplier>,
 }
 
 fn spawn(
@@ -217,7 +174,7 @@ fn spawn(
     Ok(())
 }
 
-/// §3.1 steps 5–18; see the module documentation.
+/// Go's `main` after startup; see the module documentation.
 pub fn run(controller: Controller) -> Result<Outcome> {
     let Controller {
         config,
@@ -231,7 +188,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         router_probe,
         intervals,
         log_paths,
-        mut extra,
+        applier,
     } = controller;
     let connected = bootstrap::connect(build_cluster, &mut *set_env, build_service)?;
     let (cluster, service) = (connected.cluster, connected.service);
@@ -241,10 +198,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         reboot_counter,
         clock.clone(),
     ));
-    let stop = Arc::new(MainStop {
-        signal,
-        own: Cancel::new(),
-    });
+    let stop = signal.child();
     let status = Arc::new(ControllerStatus::new());
     let mut dns = None;
     if !config.dry_enable {
@@ -255,7 +209,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         &*cluster,
         &*service,
         &*clock,
-        &*stop,
+        &stop,
         &config.namespace,
         config.control_plane_count,
         &config.openshift_version,
@@ -276,18 +230,13 @@ pub fn run(controller: Controller) -> Result<Outcome> {
     let readiness = match phase {
         ReadyPhase::AbiSingleNode { invoker } => {
             env.invoker = invoker;
-            match extra.abi_post_install.take() {
-                Some(task) => {
-                    let env2 = env.clone();
-                    spawn(&mut handles, "abi-post-install", move || {
-                        task(&env2, ABI_SNO_KUBECONFIG)
-                    })?;
-                }
-                None => tracing::warn!("the ABI post-install task is not wired in: not started"),
-            }
+            let (env2, applier) = (env.clone(), applier.clone());
+            spawn(&mut handles, "abi-post-install", move || {
+                abi_post_install_task(&env2, &*applier, SNO_KUBECONFIG)
+            })?;
             if !wait_for_installation_abi(
                 &*env.clock,
-                &*env.stop,
+                &env.stop,
                 &*env.cluster,
                 intervals.install_status,
                 0,
@@ -322,21 +271,17 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             );
             nodes.interval = env.intervals.general;
             nodes.csr_interval = env.intervals.general;
-            let _ = nodes.run(&*env.stop);
+            let _ = nodes.run(&env.stop);
         })?;
     }
     // 2. Post-install.
     if abi {
-        match extra.abi_post_install.take() {
-            Some(task) => {
-                let env = env.clone();
-                spawn(&mut handles, "abi-post-install", move || task(&env, ""))?;
-            }
-            None => tracing::warn!("the ABI post-install task is not wired in: not started"),
-        }
+        let (env, applier) = (env.clone(), applier.clone());
+        spawn(&mut handles, "abi-post-install", move || {
+            abi_post_install_task(&env, &*applier, "")
+        })?;
     } else {
         let env = env.clone();
-        let mut olm = extra.olm.take();
         spawn(&mut handles, "post-install", move || {
             let mut settings = PostInstallSettings::new(
                 &env.config.openshift_version,
@@ -346,16 +291,20 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             settings.progress_interval = env.intervals.progress;
             settings.cvo_timeout = env.intervals.cvo_timeout;
             settings.router_ca_interval = env.intervals.router_ca;
-            let mut step = || match olm.as_mut() {
-                Some(olm) => olm(&env),
-                None => {
-                    tracing::warn!("the OLM step (§3.9) is not wired in: skipped");
-                    Ok(())
-                }
+            let mut step = || {
+                wait_for_olm_operators(
+                    &*env.clock,
+                    &env.stop,
+                    &*env.cluster,
+                    &*env.service,
+                    &*applier,
+                    &env.status,
+                    &OlmSettings::new(&env.config.openshift_version),
+                )
             };
             post_install_configs(
                 &*env.clock,
-                &*env.stop,
+                &env.stop,
                 &*env.cluster,
                 &*env.service,
                 &env.status,
@@ -366,13 +315,12 @@ pub fn run(controller: Controller) -> Result<Outcome> {
     }
     // 3. BMH, only for a bare-metal cluster.
     if readiness.cluster.is_some() && env.platform == BAREMETAL {
-        match extra.bmh.take() {
-            Some(task) => {
-                let env = env.clone();
-                spawn(&mut handles, "bmh", move || task(&env))?;
+        let env = env.clone();
+        spawn(&mut handles, "bmh", move || {
+            if let Err(e) = BmhUpdate::new(&*env.cluster, &*env.clock).run(&env.stop) {
+                tracing::warn!("updating the BareMetalHosts ended: {e}");
             }
-            None => tracing::warn!("the BMH task is not wired in: not started"),
-        }
+        })?;
     } else {
         tracing::info!("Cluster platform is not baremetal, skipping BMH");
     }
@@ -392,7 +340,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             uploader.must_gather_dir = log_paths.must_gather_dir;
             uploader.control_plane_count = env.config.control_plane_count;
             uploader.router_probe = router_probe.as_deref();
-            uploader.periodic(&*env.clock, &*env.stop, env.intervals.logs_upload);
+            uploader.periodic(&*env.clock, &env.stop, env.intervals.logs_upload);
             uploader.final_logs(
                 abi,
                 &*env.clock,
@@ -402,15 +350,17 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         })?;
     }
     // 5. Node labels.
-    match extra.labels.take() {
-        Some(task) => {
-            let env = env.clone();
-            spawn(&mut handles, "labels", move || task(&env))?;
-        }
-        None => tracing::warn!("the node-labels task is not wired in: not started"),
+    {
+        let env = env.clone();
+        spawn(&mut handles, "labels", move || {
+            let labels = NodeLabels::new(&*env.cluster, &*env.service, &*env.clock);
+            if let Err(e) = labels.run(&env.stop) {
+                tracing::warn!("updating the node labels ended: {e}");
+            }
+        })?;
     }
 
-    // Step 17: the completion wait.
+    // The completion wait.
     if abi {
         let untaint_env = env.clone();
         let mut untaint_node = |node: &crate::kube::Node| {
@@ -432,7 +382,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         };
         if !wait_for_installation_abi(
             &*env.clock,
-            &*env.stop,
+            &env.stop,
             &*env.cluster,
             intervals.install_status,
             env.config.control_plane_count,
@@ -443,7 +393,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
     } else {
         let outcome = wait_for_installation(
             &*env.clock,
-            &*env.stop,
+            &env.stop,
             &*env.service,
             &env.status,
             intervals.install_status,
@@ -455,9 +405,9 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         }
     }
 
-    // Step 18: the shutdown step, then the notifier.
+    // The shutdown, then the notifier.
     tracing::info!("stopping the controller's tasks");
-    env.stop.own.cancel();
+    env.stop.cancel();
     for (name, handle) in handles {
         if handle.join().is_err() {
             tracing::error!("the {name} task panicked");
@@ -472,6 +422,29 @@ pub fn run(controller: Controller) -> Result<Outcome> {
     Ok(Outcome::Done {
         error: env.status.has_error(),
     })
+}
+
+/// Go's `PostInstallConfigsK8sClient`, the ABI invoker's post-install: the OLM manifests of the
+/// `olm-operator-manifests` ConfigMap applied, every general interval until done. `kubeconfig`
+/// is the single-node path, or "" for the reboots notifier's shared download.
+fn abi_post_install_task(env: &TaskEnv, applier: &dyn ManifestApplier, kubeconfig: &str) {
+    let mut download = || env.notifier.kubeconfig();
+    let source = match kubeconfig {
+        "" => AbiKubeconfig::Download(&mut download),
+        path => AbiKubeconfig::Fixed(PathBuf::from(path)),
+    };
+    if !abi_post_install(
+        &*env.clock,
+        &env.stop,
+        &*env.cluster,
+        applier,
+        &env.config.namespace,
+        &env.config.openshift_version,
+        source,
+        env.intervals.general,
+    ) {
+        tracing::info!("the ABI post-install task stopped before the manifests were applied");
+    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
-//! §3.1 steps 1–4: what the controller knows before it touches any API. Each failure here is
-//! a startup error, which the process turns into exit code 1 (the Job restarts the container).
+//! What the controller knows before it touches any API. Each failure here is a startup error,
+//! which the process turns into exit code 1 (the Job restarts the container).
 //!
-//! 1. The environment (§2.1): `required key CLUSTER_ID missing value` and the like.
-//! 2. The token (§2.2).
+//! 1. The environment: `required key CLUSTER_ID missing value` and the like.
+//! 2. The token.
 //! 3. Dry mode only: the cluster-hosts file is parsed, then the controller waits, checking every
 //!    second, for the fake-reboot marker file.
-//! 4. The log file is opened (§2.6); the caller then installs the log and writes the
+//! 4. The log file is opened; the caller then installs the log and writes the
 //!    configuration, token masked, as the first line ([`config_line`]).
 //!
 //! Deliberate differences from Go, both in dry mode only (load testing): an unset
@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use super::config::ControllerConfig;
 use super::log::LOG_PATH;
-use super::loops::poll;
 use super::tasks::logs::MUST_GATHER_DIR;
 use super::token::{read_token, TOKEN_PATH};
+use crate::clock::ticks::poll;
 use crate::clock::{Clock, Stop};
 use crate::config::cluster_hosts::{self, ClusterHost};
 use crate::kube::client::SERVICE_ACCOUNT_DIR;
@@ -75,10 +75,10 @@ impl Paths {
     }
 }
 
-/// What startup steps 1–4 produce.
+/// What startup produces.
 #[derive(Debug)]
 pub struct Startup {
-    /// The configuration, with the token from §2.2 in `pull_secret_token`.
+    /// The configuration, with the token file's content in `pull_secret_token`.
     pub config: ControllerConfig,
     /// Dry mode's pretend hosts (empty otherwise).
     pub dry_hosts: Vec<ClusterHost>,
@@ -86,7 +86,7 @@ pub struct Startup {
     pub log_file: File,
 }
 
-/// Runs steps 1–4 over the variables `env` gives; `stop` ends the dry-mode wait.
+/// Runs the startup over the variables `env` gives; `stop` ends the dry-mode wait.
 pub fn prepare(
     env: &dyn Fn(&str) -> Option<String>,
     paths: &Paths,
@@ -108,7 +108,7 @@ pub fn prepare(
     })
 }
 
-/// Step 3: the hosts file, then the wait for the marker.
+/// Dry mode: the hosts file, then the wait for the marker.
 fn dry_mode(
     config: &ControllerConfig,
     clock: &dyn Clock,

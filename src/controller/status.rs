@@ -1,4 +1,4 @@
-//! Shared state of the controller's tasks (§3.3): an error counter and the set of operators
+//! Shared state of the controller's tasks (`ControllerStatus`): an error counter and the set of operators
 //! that ended in error. Post-install and the completion wait count errors, the OLM wait names
 //! the operators it gave up on, and the log upload reads both (must-gather or not, which image).
 //! Shared between threads behind an `Arc`.

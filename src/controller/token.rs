@@ -1,4 +1,4 @@
-//! The service token (§2.2): the Secret mounted as a file, with the environment's
+//! The service token: the Secret mounted as a file, with the environment's
 //! `PULL_SECRET_TOKEN` only when that file does not exist.
 //!
 //! - A file that exists but cannot be read is an error (Go: fatal).

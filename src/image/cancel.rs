@@ -1,10 +1,11 @@
-//! Cooperative cancellation for the pipeline threads. A flag for polling, plus a channel that
-//! never carries a message but disconnects on cancel, so a thread blocked in `select!` on its
-//! work channel wakes immediately.
+//! The stop token: cooperative cancellation for the pipeline threads, the flows' waits and the
+//! controller's tasks. A flag for polling, plus a channel that never carries a message but
+//! disconnects on cancel, so a thread blocked in `select!` or in [`Cancel::sleep`] wakes at
+//! once. A [`Cancel::child`] fires with its parent or on its own (Go's `context.WithCancel`).
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 #[derive(Clone)]
@@ -16,11 +17,31 @@ struct Inner {
     flag: AtomicBool,
     keepalive: Mutex<Option<Sender<()>>>,
     rx: Receiver<()>,
+    /// Cancelled with this one; locked while cancelling, so no child is missed.
+    children: Mutex<Vec<Weak<Inner>>>,
 }
 
 impl Default for Cancel {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Inner {
+    fn cancel(&self) {
+        let children = {
+            let mut children = lock(&self.children);
+            self.flag.store(true, Ordering::SeqCst);
+            std::mem::take(&mut *children)
+        };
+        lock(&self.keepalive).take();
+        for child in children.iter().filter_map(Weak::upgrade) {
+            child.cancel();
+        }
     }
 }
 
@@ -32,17 +53,26 @@ impl Cancel {
                 flag: AtomicBool::new(false),
                 keepalive: Mutex::new(Some(tx)),
                 rx,
+                children: Mutex::new(Vec::new()),
             }),
         }
     }
 
+    /// A token that is cancelled when this one is, and can be cancelled alone.
+    pub fn child(&self) -> Cancel {
+        let child = Cancel::new();
+        let mut children = lock(&self.inner.children);
+        if self.is_cancelled() {
+            child.cancel();
+        } else {
+            children.retain(|c| c.strong_count() > 0);
+            children.push(Arc::downgrade(&child.inner));
+        }
+        child
+    }
+
     pub fn cancel(&self) {
-        self.inner.flag.store(true, Ordering::SeqCst);
-        self.inner
-            .keepalive
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        Inner::cancel(&self.inner);
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -99,5 +129,18 @@ mod tests {
     fn sleep_runs_out_when_not_cancelled() {
         let c = Cancel::new();
         assert!(!c.sleep(Duration::from_millis(10)));
+    }
+
+    #[test]
+    fn a_child_fires_with_its_parent_but_not_the_other_way() {
+        let parent = Cancel::new();
+        let (a, b) = (parent.child(), parent.child());
+        let grandchild = a.child();
+        a.cancel();
+        assert!(a.is_cancelled() && grandchild.is_cancelled());
+        assert!(!parent.is_cancelled() && !b.is_cancelled());
+        parent.cancel();
+        assert!(b.sleep(Duration::from_secs(30)), "woken at once");
+        assert!(parent.child().is_cancelled(), "born cancelled");
     }
 }

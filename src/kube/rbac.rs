@@ -8,7 +8,7 @@
 //! the real client sends, for every method, is one its method declares.
 
 use super::model::kinds;
-use crate::flow::bootstrap::controller_role::RULES;
+use crate::controller::deploy::role::RULES;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Service};

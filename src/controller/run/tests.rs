@@ -1,22 +1,26 @@
-//! §6.3's main-sequence checks and §4.1's end-of-install order, on the fake cluster and the
+//! Go's `assisted_installer_main_test.go` main-sequence checks and the end-of-install order, on the fake cluster and the
 //! in-memory service. Paths that start tasks run on the real clock with every interval shrunk
 //! to 10 ms (as Go's main tests shrink the install-status interval); the startup failures, which
 //! start none, run on the fake clock so the 70 min limit passes at once.
 
 use super::*;
 use crate::clock::{FakeClock, SystemClock};
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::completion::{
     INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE,
+};
+use crate::controller::tasks::reboots::KUBECONFIG_FILE;
+use crate::controller::testing::{
+    abi_config_map, abi_operators_initialized, cond, record, Recorder,
 };
 use crate::image::Cancel;
 use crate::kube::fake::FakeCluster;
 use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
-use crate::kube::{ApiError, ClusterOperator, ClusterVersion, Condition, ProxyStatus};
-use crate::service::{FinalizingStage, LogsState, MonitoredOperator};
+use crate::kube::{ApiError, ClusterOperator, ClusterVersion, ProxyStatus};
+use crate::service::{FinalizingStage, LogsState};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Mutex};
+use std::sync::Mutex;
 
 struct NoReboots;
 impl RebootCounter for NoReboots {
@@ -62,6 +66,7 @@ struct Harness {
     service_built: Arc<AtomicBool>,
     /// The signal token: fired by a test to stop the threads an `ExitNow` leaves running.
     signal: Cancel,
+    applier: Arc<Recorder>,
     dir: tempfile::TempDir,
 }
 
@@ -74,6 +79,7 @@ impl Harness {
             env_set: Arc::default(),
             service_built: Arc::default(),
             signal: Cancel::new(),
+            applier: Arc::default(),
             dir: tempfile::tempdir().unwrap(),
         }
     }
@@ -83,7 +89,6 @@ impl Harness {
         config: ControllerConfig,
         clock: Arc<dyn Clock>,
         intervals: Intervals,
-        extra: ExtraTasks,
     ) -> Controller {
         let log_file = self.dir.path().join("controller_logs.log");
         std::fs::write(&log_file, "a log line\n").unwrap();
@@ -99,7 +104,7 @@ impl Harness {
                 Ok(svc)
             }),
             clock,
-            signal: Arc::new(self.signal.clone()),
+            signal: self.signal.clone(),
             must_gather: self.must_gather.clone(),
             reboot_counter: Arc::new(NoReboots),
             router_probe: None,
@@ -108,9 +113,15 @@ impl Harness {
                 log_file,
                 must_gather_dir: self.dir.path().join("must-gather-logs"),
             },
-            extra,
+            applier: self.applier.clone(),
         }
     }
+}
+
+/// The ABI post-install's ConfigMap, its two operators initialized.
+fn abi_manifests(k8s: &FakeCluster) {
+    abi_operators_initialized(k8s);
+    abi_config_map(k8s, "assisted-installer", true);
 }
 
 fn fast() -> Intervals {
@@ -127,34 +138,16 @@ fn fast() -> Intervals {
     }
 }
 
-fn cond(t: &str, s: &str) -> Condition {
-    Condition {
-        type_: t.into(),
-        status: s.into(),
-        reason: String::new(),
-        message: String::new(),
-    }
-}
-
 fn available_cluster(k8s: &FakeCluster) {
     k8s.set_cluster_version(
         "version",
         ClusterVersion {
-            conditions: vec![cond("Available", "True")],
+            conditions: vec![cond("Available", "True", "")],
             enabled_capabilities: vec!["Console".into()],
             known_capabilities: vec!["Console".into()],
             desired_version: "4.12.0".into(),
         },
     );
-}
-
-fn record(name: &str, status: &str) -> MonitoredOperator {
-    MonitoredOperator {
-        name: name.into(),
-        status: status.into(),
-        operator_type: "builtin".into(),
-        ..MonitoredOperator::default()
-    }
 }
 
 fn position(calls: &[ServiceCall], f: impl Fn(&ServiceCall) -> bool) -> usize {
@@ -171,7 +164,7 @@ fn success_sends_the_event_completes_then_uploads_the_final_logs() {
     available_cluster(&h.k8s);
     h.k8s.set_cluster_operator(ClusterOperator {
         name: "console".into(),
-        conditions: vec![cond("Available", "True")],
+        conditions: vec![cond("Available", "True", "")],
         versions: vec![],
     });
     h.k8s.set_config_map(
@@ -190,16 +183,7 @@ fn success_sends_the_event_completes_then_uploads_the_final_logs() {
             cluster.status = "installed".into();
         }
     });
-    let olm_runs = Arc::new(Mutex::new(0));
-    let counted = olm_runs.clone();
-    let extra = ExtraTasks {
-        olm: Some(Box::new(move |_| {
-            *counted.lock().unwrap() += 1;
-            Ok(())
-        })),
-        ..ExtraTasks::default()
-    };
-    let out = run(h.controller(config(&[]), clock, fast(), extra)).unwrap();
+    let out = run(h.controller(config(&[]), clock, fast())).unwrap();
     assert_eq!(out, Outcome::Done { error: false });
 
     assert_eq!(
@@ -208,7 +192,11 @@ fn success_sends_the_event_completes_then_uploads_the_final_logs() {
     );
     let events = h.k8s.events();
     assert_eq!(events.len(), 1, "the ready Event once: {events:?}");
-    assert_eq!(*olm_runs.lock().unwrap(), 1);
+    let olm_stage = ServiceCall::UpdateFinalizingStage(
+        FinalizingStage::WaitingForOlmOperatorsCsvInitialization,
+    );
+    let olm_runs = h.svc.calls().iter().filter(|c| **c == olm_stage).count();
+    assert_eq!(olm_runs, 1, "the OLM step ran once");
 
     let calls = h.svc.calls();
     let stage =
@@ -259,7 +247,7 @@ fn an_error_cluster_fails_the_operator_wait_and_runs_must_gather() {
             cluster.status = "error".into();
         }
     });
-    let out = run(h.controller(config(&[]), clock, fast(), ExtraTasks::default())).unwrap();
+    let out = run(h.controller(config(&[]), clock, fast())).unwrap();
     assert_eq!(out, Outcome::Done { error: true });
     let calls = h.svc.calls();
     let completions: Vec<_> = calls
@@ -302,7 +290,7 @@ fn the_service_losing_the_cluster_exits_at_once_without_the_final_upload() {
         }
         svc.fail("v2GetCluster", 1000, 404);
     });
-    let out = run(h.controller(config(&[]), clock, fast(), ExtraTasks::default())).unwrap();
+    let out = run(h.controller(config(&[]), clock, fast())).unwrap();
     injector.join().unwrap();
     let calls = h.svc.calls();
     // Like Go's os.Exit, nothing was stopped: end the threads left running (the log thread
@@ -322,24 +310,17 @@ fn abi_single_node_waits_for_the_cluster_version_only() {
         &[(INVOKER_KEY, INVOKER_AGENT)],
     );
     available_cluster(&h.k8s);
-    let (tx, rx) = mpsc::channel();
-    let extra = ExtraTasks {
-        abi_post_install: Some(Box::new(move |_, kubeconfig| {
-            tx.send(kubeconfig.to_string()).unwrap();
-        })),
-        ..ExtraTasks::default()
-    };
-    let out = run(h.controller(
-        config(&[("CONTROL_PLANE_COUNT", "1")]),
-        clock,
-        fast(),
-        extra,
-    ))
-    .unwrap();
+    abi_manifests(&h.k8s);
+    let out = run(h.controller(config(&[("CONTROL_PLANE_COUNT", "1")]), clock, fast())).unwrap();
     assert_eq!(out, Outcome::Done { error: false });
+    // Nothing waits for the ABI post-install on this path.
+    let started = std::time::Instant::now();
+    while h.applier.kubeconfigs().len() < 2 && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(
-        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
-        ABI_SNO_KUBECONFIG
+        h.applier.kubeconfigs(),
+        [PathBuf::from(SNO_KUBECONFIG), PathBuf::from(SNO_KUBECONFIG)]
     );
     assert!(h.k8s.events().is_empty(), "no ready Event on this path");
     assert_eq!(h.k8s.count("get_cluster_version"), 1);
@@ -353,7 +334,7 @@ fn a_failed_proxy_read_is_a_startup_error_before_the_service_client() {
     let h = Harness::new(clock.clone());
     h.k8s
         .fail_next("get_proxy", ApiError::new(500, "InternalError", "boom"));
-    let err = run(h.controller(config(&[]), clock, fast(), ExtraTasks::default())).unwrap_err();
+    let err = run(h.controller(config(&[]), clock, fast())).unwrap_err();
     assert!(format!("{err:#}").contains("Proxy cluster"), "{err:#}");
     assert!(!h.service_built.load(Ordering::SeqCst));
     assert!(h.svc.calls().is_empty());
@@ -364,13 +345,7 @@ fn no_cluster_within_70_minutes_is_a_startup_error() {
     let clock = Arc::new(FakeClock::new());
     let h = Harness::new(clock.clone());
     h.svc.fail("v2GetCluster", 100_000, 500);
-    let err = run(h.controller(
-        config(&[]),
-        clock.clone(),
-        Intervals::production(),
-        ExtraTasks::default(),
-    ))
-    .unwrap_err();
+    let err = run(h.controller(config(&[]), clock.clone(), Intervals::production())).unwrap_err();
     assert!(format!("{err:#}").contains("within 70 minutes"), "{err:#}");
     assert!(clock.elapsed() >= Duration::from_secs(70 * 60));
     assert!(h.k8s.events().is_empty());
@@ -394,25 +369,22 @@ fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
             ..Default::default()
         });
     }
-    let (tx, rx) = mpsc::channel();
-    let extra = ExtraTasks {
-        abi_post_install: Some(Box::new(move |_, kubeconfig| {
-            tx.send(kubeconfig.to_string()).unwrap();
-        })),
-        ..ExtraTasks::default()
-    };
-    let out = run(h.controller(config(&[]), clock, fast(), extra)).unwrap();
+    abi_manifests(&h.k8s);
+    let out = run(h.controller(config(&[]), clock, fast())).unwrap();
     assert_eq!(out, Outcome::Done { error: false });
     assert_eq!(h.k8s.events().len(), 1);
-    // The ABI post-install gets no kubeconfig path on this branch.
-    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "");
+    // No kubeconfig path on this branch: the ABI post-install applies with the notifier's
+    // download (its first round runs even when the tasks are already stopped).
+    let kubeconfigs = h.applier.kubeconfigs();
+    assert_eq!(kubeconfigs.len(), 2, "{kubeconfigs:?}");
+    assert!(kubeconfigs.iter().all(|k| k.ends_with(KUBECONFIG_FILE)));
     let calls = h.svc.calls();
     assert!(
         !calls.iter().any(|c| matches!(
             c,
             ServiceCall::CompleteInstallation(_) | ServiceCall::UpdateLogsProgress(_)
         )),
-        "no post-install of §3.8 and no final upload for ABI: {calls:?}"
+        "no post-install of `PostInstallConfigs` and no final upload for ABI: {calls:?}"
     );
 }
 
@@ -421,10 +393,10 @@ fn a_signal_ends_the_completion_wait_with_an_error_and_no_final_upload() {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let h = Harness::new(clock.clone());
     h.signal.cancel();
-    let err = run(h.controller(config(&[]), clock, fast(), ExtraTasks::default())).unwrap_err();
+    let err = run(h.controller(config(&[]), clock, fast())).unwrap_err();
     assert_eq!(err.to_string(), STOPPED_BY_SIGNAL);
     // SetReadyState still made its one attempt (Go's poll always runs once).
     assert_eq!(h.k8s.events().len(), 1);
 }
 
-mod dry;
+mod dry_tests;

@@ -1,4 +1,4 @@
-//! The assisted-service calls the controller makes (behaviour spec §2.4 and §5), as one narrow
+//! The assisted-service calls the controller makes, as one narrow
 //! trait, [`ControllerService`], bound to the controller's cluster (`CLUSTER_ID`).
 //!
 //! [`ControllerClient`] implements it over the installer's REST client
@@ -6,14 +6,14 @@
 //! per call (shared by that call's retries), same retry loop with the controller's budget
 //! ([`ClientRetry::controller`]: 404/423/425 retried while attempt < 10, 408/429/5xx and
 //! failures without an answer while attempt < 15, full-jitter delays from 2 s capped at 10 s).
-//! [`memory::MemoryService`] implements it in memory for the task tests.
+//! `testing::MemoryService` implements it in memory for the task tests.
 //!
 //! Where it differs from Go, knowingly:
 //! - **Request ids.** Every call sends its own `X-Request-ID`; Go sends none on a few calls and
 //!   one id for the whole completion-wait loop. The service only logs the id.
 //! - **Proxy.** reqwest reads `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` when the client is built,
 //!   Go's transport at the first request. Main copies the cluster Proxy status into the env
-//!   (§3.1 step 6) before it builds the client (step 7), so both see the same values; like Go,
+//!   before it builds the client, so both see the same values; like Go,
 //!   later changes to the env are not seen. Loopback URLs never go through a proxy.
 //! - **Transport errors.** Every failure without an answer that is not a TLS or request-building
 //!   error is retried (Go: "temporary" net errors and ECONNREFUSED).
@@ -25,8 +25,6 @@
 //! The monitored-operators list is cached per cluster for [`MONITORED_OPERATORS_TTL`] on the
 //! controller's [`Clock`] ([`OperatorsCache`]): a cached value is only used when the caller asks
 //! (`use_cache`), every fetch refreshes it, and reading it does not extend its life.
-
-pub mod memory;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -56,7 +54,7 @@ pub const CONTROLLER_LOGS_FILE: &str = "controller_logs.tar.gz";
 /// `name` of the reboots-notifier event.
 pub const REBOOTS_EVENT_NAME: &str = "reboots_for_node";
 
-/// The calls of §5, bound to one cluster. Every error is the [`crate::service::ServiceError`]
+/// The calls of the service API, bound to one cluster. Every error is the [`crate::service::ServiceError`]
 /// of the REST client (after its retries), so callers can branch on its `status` (the
 /// completion wait counts 404 and 401).
 pub trait ControllerService: Send + Sync {
@@ -103,8 +101,8 @@ pub fn wire_report(report: &OperatorMonitorReport) -> OperatorMonitorReport {
     body
 }
 
-/// The monitored operators as the availability checks and the OLM list look them up (§3.8.2,
-/// §3.9): on OpenShift 4.8 (`>= 4.8, < 4.9`) the service's `odf` is known in the cluster as
+/// The monitored operators as the availability checks and the OLM list look them up (the availability check,
+/// `waitForOLMOperators`): on OpenShift 4.8 (`>= 4.8, < 4.9`) the service's `odf` is known in the cluster as
 /// `ocs`, with subscription `ocs-operator`; other versions are unchanged. `OPENSHIFT_VERSION`
 /// must parse (`4.8`, `v4.8.2`, `4.8.0-rc.1`…) unless the list is empty, as in Go.
 ///
@@ -257,12 +255,12 @@ impl Default for OperatorsCache {
     }
 }
 
-/// How the controller reaches the service (§2.1, §2.4).
+/// How the controller reaches the service (from the Job's environment).
 #[derive(Clone, Default)]
 pub struct ControllerServiceConfig {
     /// `INVENTORY_URL`; `/api/assisted-install` is appended.
     pub inventory_url: String,
-    /// The token (§2.2), sent as `X-Secret-Key`. Never logged.
+    /// The token, sent as `X-Secret-Key`. Never logged.
     pub token: String,
     /// `SKIP_CERT_VERIFICATION`.
     pub skip_cert_verification: bool,
@@ -456,3 +454,6 @@ impl ControllerService for ControllerClient {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+pub(crate) mod testing;

@@ -2,10 +2,9 @@ use std::time::UNIX_EPOCH;
 
 use serde_json::json;
 
-use super::memory::{MemoryService, ServiceCall};
 use super::*;
 use crate::clock::FakeClock;
-use crate::service::{Host, OperatorStatus, ServiceError};
+use crate::service::OperatorStatus;
 
 const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
 
@@ -275,89 +274,6 @@ fn client_config_for_the_controller() {
 }
 
 #[test]
-fn memory_service_records_calls_and_applies_them() {
-    let clock = Arc::new(FakeClock::new());
-    let svc = MemoryService::new(CLUSTER, clock.clone());
-    let host: Host = serde_json::from_value(json!({
-        "id": "h", "infra_env_id": "ie", "requested_hostname": "n",
-        "progress": {"current_stage": "Rebooting", "progress_info": "x"}
-    }))
-    .unwrap();
-    svc.update_cluster(|c| c.hosts.push(host));
-    svc.set_operators(vec![op("console", ""), op("odf", "")]);
-
-    assert!(svc.get_cluster(true).unwrap().hosts.is_empty());
-    svc.update_host_stage("ie", "h", HostStage::Joined).unwrap();
-    assert_eq!(
-        svc.get_cluster(false).unwrap().hosts[0].current_stage(),
-        "Joined"
-    );
-    svc.update_finalizing_stage(FinalizingStage::AddingRouterCa)
-        .unwrap();
-    assert_eq!(
-        svc.cluster().progress.unwrap().finalizing_stage.as_deref(),
-        Some("Adding router ca")
-    );
-    // The cache works as the REST client's does.
-    svc.monitored_operators(true).unwrap();
-    svc.monitored_operators(true).unwrap();
-    svc.report_operator_status(&OperatorMonitorReport {
-        name: "ocs".into(),
-        status: Some(OperatorStatus::Available),
-        ..OperatorMonitorReport::default()
-    })
-    .unwrap();
-    assert_eq!(svc.monitored_operators(true).unwrap()[1].status, "");
-    assert_eq!(
-        svc.monitored_operators(false).unwrap()[1].status,
-        "available"
-    );
-
-    svc.fail("v2CompleteInstallation", 1, 503);
-    let err = svc
-        .complete_installation(&CompletionParams::default())
-        .unwrap_err();
-    assert_eq!(
-        err.downcast_ref::<ServiceError>().unwrap().status,
-        Some(503)
-    );
-    svc.complete_installation(&CompletionParams::default())
-        .unwrap();
-    svc.update_logs_progress(LogsState::Requested).unwrap();
-
-    assert_eq!(
-        svc.operations(),
-        [
-            "v2GetCluster",
-            "v2UpdateHostInstallProgress",
-            "v2GetCluster",
-            "v2UpdateClusterFinalizingProgress",
-            "V2ListOfClusterOperators",
-            "v2ReportMonitoredOperatorStatus",
-            "V2ListOfClusterOperators",
-            "v2CompleteInstallation",
-            "v2CompleteInstallation",
-            "v2UpdateClusterLogsProgress",
-        ]
-    );
-    let calls = svc.calls();
-    assert_eq!(
-        calls[5],
-        ServiceCall::ReportOperatorStatus(OperatorMonitorReport {
-            name: "odf".into(),
-            status: Some(OperatorStatus::Available),
-            ..OperatorMonitorReport::default()
-        })
-    );
-    assert_eq!(
-        calls[0],
-        ServiceCall::GetCluster {
-            exclude_hosts: true
-        }
-    );
-}
-
-#[test]
 fn odf_is_looked_up_as_ocs_on_4_8_only() {
     let list = || {
         vec![
@@ -392,29 +308,4 @@ fn odf_is_looked_up_as_ocs_on_4_8_only() {
         ..OperatorMonitorReport::default()
     };
     assert_eq!(wire_report(&report).name, "odf");
-}
-
-#[test]
-fn memory_service_hook_changes_the_state_per_call() {
-    let svc = MemoryService::new(CLUSTER, Arc::new(FakeClock::new()));
-    svc.on_call(|call, n, cluster, operators| {
-        if n == 2 {
-            cluster.status = "installed".into();
-        }
-        if matches!(call, ServiceCall::ListMonitoredOperators) {
-            operators.push(op("console", "available"));
-        }
-    });
-    let statuses: Vec<String> = (0..4)
-        .map(|_| svc.get_cluster(true).unwrap().status)
-        .collect();
-    assert_eq!(
-        statuses,
-        ["installing", "installing", "installed", "installed"]
-    );
-    assert_eq!(svc.monitored_operators(false).unwrap().len(), 1);
-    // The hook runs before an injected failure, which still fails the call.
-    svc.fail("v2GetCluster", 1, 404);
-    assert!(svc.get_cluster(true).is_err());
-    assert_eq!(svc.calls().len(), 6);
 }

@@ -1,4 +1,4 @@
-//! BareMetalHost update (§3.11, Go `UpdateBMHs`), started only on the `baremetal` platform.
+//! BareMetalHost update (Go `UpdateBMHs`), started only on the `baremetal` platform.
 //!
 //! [`BmhUpdate::run`] polls [`BmhUpdate::round`] at once and every general-wait interval
 //! (30 s), with no deadline, until one round updates every BMH or `stop` fires (main ctx).
@@ -31,8 +31,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Map, Value};
 
+use crate::clock::ticks;
 use crate::clock::{Clock, Stop};
-use crate::controller::loops;
 use crate::controller::service::rfc3339;
 use crate::kube::{ClusterApi, Machine};
 
@@ -145,8 +145,8 @@ impl<'a> BmhUpdate<'a> {
     }
 
     /// Rounds until one updates everything or `stop` fires.
-    pub fn run(&self, stop: &dyn Stop) -> Result<(), loops::PollError> {
-        let result = loops::poll(self.clock, stop, self.interval, None, || self.round());
+    pub fn run(&self, stop: &dyn Stop) -> Result<(), ticks::PollError> {
+        let result = ticks::poll(self.clock, stop, self.interval, None, || self.round());
         match &result {
             Ok(()) => tracing::info!("Updated all the BMH CRs, finished successfully"),
             Err(e) => tracing::info!("stopped updating the BMH CRs: {e}"),

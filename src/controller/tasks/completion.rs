@@ -1,9 +1,9 @@
-//! The end of the install for the assisted-service invoker: post-install (§3.8, with the OLM
-//! step of §3.9 passed in), the `complete-installation` body and its retries (§4.2), and the
-//! completion wait (§3.15).
+//! The end of the install for the assisted-service invoker: post-install (`PostInstallConfigs`, with the OLM
+//! step of `waitForOLMOperators` passed in), the `complete-installation` body and its retries, and the
+//! completion wait (`waitForInstallation`).
 //!
 //! Go's completion wait calls `os.Exit(0)` when the service answers 404 once or 401 three
-//! times (quirk 7). A library must not end the process, so [`wait_for_installation`] returns
+//! times. A library must not end the process, so [`wait_for_installation`] returns
 //! [`WaitOutcome::ExitNow`]; the caller exits 0 at once, skipping the final log upload and the
 //! shutdown steps, as Go does.
 //!
@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::clock::ticks::{poll, PollError};
 use crate::clock::{Clock, Stop};
-use crate::controller::loops::{poll, PollError};
 use crate::controller::service::ControllerService;
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::operators::{
@@ -81,7 +81,7 @@ impl ExitCounter {
     }
 }
 
-/// §3.15: sleep `interval` first, then `v2GetCluster` (hosts excluded), forever.
+/// `waitForInstallation`: sleep `interval` first, then `v2GetCluster` (hosts excluded), forever.
 pub fn wait_for_installation(
     clock: &dyn Clock,
     stop: &dyn Stop,
@@ -126,8 +126,8 @@ pub fn wait_for_installation(
 /// The master-role selector of the ABI completion wait.
 pub const MASTER_SELECTOR: &str = "node-role.kubernetes.io/master";
 
-/// §3.14, the ABI completion wait: every `interval` from now until it returns or `stop` fires
-/// (false). Each round untaints the nodes when asked (`untaint` is §3.7.1's per-node step, with
+/// `waitForInstallationAgentBasedInstaller`, the ABI completion wait: every `interval` from now until it returns or `stop` fires
+/// (false). Each round untaints the nodes when asked (`untaint` is the per-node untaint of `WaitAndUpdateNodesStatus`, with
 /// its own error logging), then waits for ClusterVersion `Available=True` (latched once seen),
 /// then for `expected_masters` master nodes (none expected: done at once).
 pub fn wait_for_installation_abi(
@@ -182,7 +182,7 @@ pub fn wait_for_installation_abi(
     .is_ok()
 }
 
-/// Why post-install failed (§4.2), with the cause as Go's context error.
+/// Why post-install failed, with the cause as Go's context error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PostInstallFailure {
     ClusterOperators(PollError),
@@ -204,7 +204,7 @@ impl PostInstallFailure {
     }
 }
 
-/// The body of `complete-installation` (§4.2): success carries nothing else; a failure its
+/// The body of `complete-installation`: success carries nothing else; a failure its
 /// `error_info` and the operator report when there is one.
 pub fn completion_params(
     result: Result<(), PostInstallFailure>,
@@ -224,7 +224,7 @@ pub fn completion_params(
     }
 }
 
-/// §3.8 step 4: `{"CLUSTER_OPERATORS_REPORT": [{name, status, status_info}…]}` from the
+/// The operators report of `PostInstallConfigs`: `{"CLUSTER_OPERATORS_REPORT": [{name, status, status_info}…]}` from the
 /// ClusterOperators' conditions, or `None` when they cannot be listed.
 pub fn operators_report(cluster: &dyn ClusterApi) -> Option<Map<String, Value>> {
     let operators = match cluster.list_cluster_operators() {
@@ -358,7 +358,7 @@ pub enum PostInstallOutcome {
     },
 }
 
-/// §3.8 (assisted-service invoker). `olm` is the OLM step of §3.9, which reports its own stages;
+/// `PostInstallConfigs` (assisted-service invoker). `olm` is the OLM step of `waitForOLMOperators`, which reports its own stages;
 /// its error is only logged.
 pub fn post_install_configs(
     clock: &dyn Clock,

@@ -1,4 +1,4 @@
-//! The DNS ".10" fix (§3.6, Go's HackDNSAddressConflict): the cluster DNS Service
+//! The DNS ".10" fix (Go's HackDNSAddressConflict): the cluster DNS Service
 //! `openshift-dns/dns-default` must get the service network's `.10` address; when another
 //! Service holds it, that Service is deleted and the DNS operator's pods are restarted, so the
 //! operator creates its Service again and gets the address.
@@ -22,8 +22,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::ready::read_install_config;
+use crate::clock::ticks::retry_attempts;
 use crate::clock::{Clock, NeverStop};
-use crate::controller::loops::retry;
 use crate::kube::ClusterApi;
 
 /// How many times the fix looks for the address.
@@ -103,7 +103,7 @@ pub fn dns_address(cidr: &str) -> Result<String> {
     })
 }
 
-/// §3.6 on `cluster_api`, sleeping on `clock`.
+/// `HackDNSAddressConflict` on `cluster_api`, sleeping on `clock`.
 pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock) -> DnsFixOutcome {
     let target = read_install_config(cluster_api)
         .and_then(|yaml| first_service_network(&yaml))
@@ -138,7 +138,7 @@ pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock
             holder.namespace,
             holder.name
         );
-        let deleted = retry(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
+        let deleted = retry_attempts(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
             cluster_api.delete_service(&holder.namespace, &holder.name)
         });
         if let Err(e) = deleted {
@@ -149,7 +149,7 @@ pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock
             );
             continue;
         }
-        let restarted = retry(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
+        let restarted = retry_attempts(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
             cluster_api.delete_pods(DNS_OPERATOR_NAMESPACE, None)
         });
         if let Err(e) = restarted {
@@ -162,7 +162,7 @@ pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock
     DnsFixOutcome::GaveUp
 }
 
-/// §3.1 step 10: the fix on its own thread (not in dry mode; the caller decides). Nothing needs
+/// The fix on its own thread, as Go's `main` starts it (not in dry mode; the caller decides). Nothing needs
 /// to join it: like Go's goroutine, it ends on its own or with the process.
 pub fn spawn(
     cluster_api: std::sync::Arc<dyn ClusterApi>,

@@ -1,4 +1,4 @@
-//! Node labels (§3.13, Go `UpdateNodeLabels`).
+//! Node labels (Go `UpdateNodeLabels`).
 //!
 //! [`NodeLabels::run`] polls [`NodeLabels::round`] at once and every general-wait interval
 //! (30 s), with no deadline, until a round finishes or `stop` fires (main ctx).
@@ -13,7 +13,7 @@
 //!    else by InternalIP, both within L): labels already there (or malformed `node_labels`) →
 //!    counted; otherwise merge-patch `{"metadata":{"labels":<node_labels>}}`, counted on success.
 //! 5. Fewer than |L| counted → the round ends; the pool stays paused.
-//! 6. Unpause when step 3 paused (same GET-then-patch); a failure ends the round and the next
+//! 6. Unpause when this round paused (same GET-then-patch); a failure ends the round and the next
 //!    one re-pauses (a no-op) and retries.
 //! 7. Finish.
 
@@ -23,10 +23,10 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::Value;
 
+use crate::clock::ticks;
 use crate::clock::{Clock, Stop};
 use crate::config::Role;
 use crate::controller::hosts::{HostInfo, HostMap, NODE_LABELS_SKIP};
-use crate::controller::loops;
 use crate::controller::service::ControllerService;
 use crate::kube::{ClusterApi, Node};
 
@@ -78,8 +78,8 @@ impl<'a> NodeLabels<'a> {
     }
 
     /// Rounds until one finishes or `stop` fires.
-    pub fn run(&self, stop: &dyn Stop) -> Result<(), loops::PollError> {
-        let result = loops::poll(self.clock, stop, self.interval, None, || self.round());
+    pub fn run(&self, stop: &dyn Stop) -> Result<(), ticks::PollError> {
+        let result = ticks::poll(self.clock, stop, self.interval, None, || self.round());
         match &result {
             Ok(()) => tracing::info!("finished updating the node labels"),
             Err(e) => tracing::info!("stopped updating the node labels: {e}"),
@@ -137,7 +137,7 @@ impl<'a> NodeLabels<'a> {
             .set_machine_config_pool_paused(WORKER_POOL, paused)
     }
 
-    /// Step 4: how many Nodes of `labelled` carry their labels now.
+    /// How many Nodes of `labelled` carry their labels now.
     fn label_nodes(&self, labelled: &HostMap) -> usize {
         let nodes = match self.cluster.list_nodes(None) {
             Ok(nodes) => nodes,

@@ -1,4 +1,4 @@
-//! Log upload (§3.12): the periodic upload of the controller's own log, and the final summary
+//! Log upload (`UploadLogs`): the periodic upload of the controller's own log, and the final summary
 //! upload with must-gather when errors were flagged.
 //!
 //! Must-gather itself is `oc adm must-gather` run through `bash` in Go. It stays behind the
@@ -16,8 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::archive::{tar_gz, Entry};
+use crate::clock::ticks::{poll, ticker};
 use crate::clock::{Clock, NeverStop, Stop};
-use crate::controller::loops::{poll, ticker};
 use crate::controller::service::{ControllerService, KUBECONFIG_NOINGRESS};
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::router_probe::{
@@ -50,7 +50,7 @@ pub const RESOLV_CONF_FILES: [&str; 3] = [
 pub const OWN_POD_LABELS: &str = "job-name=assisted-installer-controller";
 pub const RUNNING_PODS: &str = "status.phase=Running";
 
-/// §3.12 summary step 3: the must-gather images from `MUST_GATHER_IMAGE`. Empty → none (oc's
+/// The must-gather images from `MUST_GATHER_IMAGE`. Empty → none (oc's
 /// default); not JSON → that string; a JSON object → the `ocp` entry when the error flag is set
 /// (empty when missing, as Go's map read), then each operator in error with a non-empty entry.
 pub fn must_gather_images(
@@ -84,7 +84,7 @@ pub trait MustGatherRunner: Send + Sync {
 
 /// Go's commands: `bash -c "cd <dir> && oc --kubeconfig=<kc> adm must-gather[ --image=…]…"`,
 /// then `tar zcf must-gather.tar.gz <the first must-gather* directory>` in the same dir.
-/// The commands run through `runner` (step 4's executor: its proxy variables are Go's).
+/// The commands run through `runner` (the startup's executor: its proxy variables are Go's).
 pub struct OcMustGather {
     pub runner: Arc<dyn CommandRunner>,
 }
@@ -191,7 +191,7 @@ impl<'a> LogUploader<'a> {
         }
     }
 
-    /// Periodic step 1: learn the own pod's name from the running Job pods.
+    /// Learn the own pod's name from the running Job pods.
     pub fn find_pod_name(&mut self) {
         if self.pod_name.is_some() {
             return;
@@ -250,13 +250,13 @@ impl<'a> LogUploader<'a> {
         tar_gz(&entries)
     }
 
-    /// Periodic step 2: upload the own log on its own.
+    /// Upload the own log on its own (the periodic upload).
     pub fn upload_controller_logs(&self) -> Result<()> {
         let archive = self.log_entry_archive(None)?;
         self.service.upload_controller_logs(archive)
     }
 
-    /// §3.12 periodic upload: every `period` (first after one), until `stop` fires; errors are
+    /// `UploadLogs` periodic upload: every `period` (first after one), until `stop` fires; errors are
     /// only logged.
     pub fn periodic(&mut self, clock: &dyn Clock, stop: &dyn Stop, period: Duration) {
         ticker(clock, stop, period, || {
@@ -277,7 +277,7 @@ impl<'a> LogUploader<'a> {
         }
     }
 
-    /// Summary step 1.4: the must-gather tarball, reused when one is already there.
+    /// The summary's must-gather tarball, reused when one is already there.
     pub fn collect_must_gather(&self, images: &[String]) -> Result<Vec<u8>> {
         let existing = self.must_gather_dir.join(MUST_GATHER_ENTRY);
         if existing.exists() {
@@ -302,7 +302,7 @@ impl<'a> LogUploader<'a> {
         std::fs::read(&tarball).with_context(|| format!("reading {}", tarball.display()))
     }
 
-    /// One summary upload attempt (§3.12).
+    /// One summary upload attempt (`UploadLogs`).
     pub fn summary_upload(&self) -> Result<()> {
         let mut must_gather = None;
         let mut collected = true;
@@ -332,7 +332,7 @@ impl<'a> LogUploader<'a> {
         Ok(())
     }
 
-    /// §3.12 final upload step 1: the agent-based installer skips it (its service is gone);
+    /// `UploadLogs`' final upload: the agent-based installer skips it (its service is gone);
     /// otherwise [`LogUploader::final_upload`]. `None` when skipped.
     pub fn final_logs(
         &self,
@@ -350,7 +350,7 @@ impl<'a> LogUploader<'a> {
         Some(self.final_upload(clock, period, window))
     }
 
-    /// §3.12 final upload (assisted-service invoker; ABI skips it): `requested`, the summary
+    /// `UploadLogs` final upload (assisted-service invoker; ABI skips it): `requested`, the summary
     /// retried every `period` for `window` starting at once, then `completed` whatever the
     /// result. Runs after the main stop fired, so it has no stop of its own.
     pub fn final_upload(&self, clock: &dyn Clock, period: Duration, window: Duration) -> bool {

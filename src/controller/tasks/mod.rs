@@ -1,4 +1,4 @@
-//! The controller's tasks (§3.5–§3.15), one file each, built on the `cluster` and `service`
+//! The controller's tasks (Go's `SetReadyState` to `waitForInstallation`), one file each, built on the `cluster` and `service`
 //! traits, the `loops` helpers and the shared `status`.
 
 pub mod bmh;

@@ -1,16 +1,16 @@
-//! Node status, host stages and "Configuring" detection (§3.7, Go
+//! Node status, host stages and "Configuring" detection (Go
 //! `WaitAndUpdateNodesStatus`).
 //!
 //! [`NodeStatus::run`] starts CSR approval ([`super::csr`]) under a child stop token, then
 //! polls [`NodeStatus::round`] at once and every general-wait interval (30 s) with no deadline,
 //! until a round finishes or `stop` fires; then it stops CSR approval and waits for it.
 //!
-//! One round (§3.7.1):
+//! One round:
 //! 1. Host map without `disabled` hosts (a failure ends the round); log every host.
 //! 2. P = the hosts not `installed`; finish when P is empty, or when every host of P is `error`.
 //! 3. List Nodes (a failure ends the round). For each Node, match it by name among P, else by
-//!    `InternalIP` among all hosts (quirk 2); no match → warn and skip. The stage read is the
-//!    round's snapshot (quirk 3), so a Ready node whose host is `Configuring`/`Rebooting` gets
+//!    `InternalIP` among all hosts; no match → warn and skip. The stage read is the
+//!    round's snapshot, so a Ready node whose host is `Configuring`/`Rebooting` gets
 //!    `Joined` **and** `Done` in one round:
 //!    - stage `Configuring` or `Rebooting` → `Joined` (a failure skips the node);
 //!    - not Ready and untaint on → remove the `node.cloudprovider.kubernetes.io/uninitialized`
@@ -22,7 +22,7 @@
 //! 5. The round does not finish.
 //!
 //! **MCS matching** reuses the installer's bootstrap matcher
-//! ([`crate::openshift::mcs_logs`]): the same rule as Go's regex (quirk 4), made exact.
+//! ([`crate::openshift::mcs_logs`]): the same rule as Go's regex, made exact.
 //! Knowingly different from Go: the dots of an IPv4 address are literal and an address cannot
 //! match inside a longer one (Go's `\b` binds only to the last IP of the alternation, so e.g.
 //! `2.168.126.100` matched a request from `192.168.126.100`). Kept from Go: a host with **no
@@ -36,9 +36,9 @@ use anyhow::Result;
 
 use super::csr;
 use super::reboots::RebootsNotify;
-use crate::clock::{Clock, Stop};
+use crate::clock::ticks;
+use crate::clock::Clock;
 use crate::controller::hosts::{HostInfo, HostMap, NODE_STATUS_SKIP};
-use crate::controller::loops;
 use crate::controller::service::ControllerService;
 use crate::image::Cancel;
 use crate::kube::{ClusterApi, Node};
@@ -53,7 +53,7 @@ pub use crate::openshift::MCS_NAMESPACE;
 pub const MCS_SELECTOR: &str = "k8s-app=machine-config-server";
 /// How far back their logs are read.
 pub const MCS_LOG_SINCE_SECONDS: i64 = 300;
-/// The taint removed from not-Ready nodes on nutanix and vSphere (§3.5.1).
+/// The taint removed from not-Ready nodes on nutanix and vSphere (`removeUninitializedTaint`).
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 /// The node-status task; see the module documentation.
@@ -62,39 +62,13 @@ pub struct NodeStatus<'a> {
     pub service: &'a dyn ControllerService,
     pub clock: &'a dyn Clock,
     pub notifier: &'a dyn RebootsNotify,
-    /// §3.5.1: remove the uninitialized taint from nodes that are not Ready.
+    /// `removeUninitializedTaint`: remove the uninitialized taint from nodes that are not Ready.
     pub remove_uninitialized_taint: bool,
     /// Between rounds ([`GENERAL_WAIT`]).
     pub interval: Duration,
     /// Clock and interval of the CSR approval it owns (the same as the rounds' in production).
     pub csr_clock: &'a dyn Clock,
     pub csr_interval: Duration,
-}
-
-/// `parent` or its own token: CSR approval stops with the tasks or when node status ends.
-struct ChildStop<'a> {
-    parent: &'a dyn Stop,
-    own: Cancel,
-}
-
-impl Stop for ChildStop<'_> {
-    fn is_stopped(&self) -> bool {
-        self.own.is_cancelled() || self.parent.is_stopped()
-    }
-
-    fn sleep(&self, d: Duration) -> bool {
-        // Wake on our own token at once, and look at the parent's every 100 ms.
-        let step = Duration::from_millis(100);
-        let mut left = d;
-        while !left.is_zero() {
-            let now = left.min(step);
-            if self.own.sleep(now) || self.parent.is_stopped() {
-                return true;
-            }
-            left -= now;
-        }
-        self.is_stopped()
-    }
 }
 
 fn stage_is(host: &HostInfo, stages: &[HostStage]) -> bool {
@@ -123,16 +97,14 @@ impl<'a> NodeStatus<'a> {
     }
 
     /// CSR approval in the background, rounds until one finishes or `stop` fires.
-    pub fn run(&self, stop: &dyn Stop) -> Result<(), loops::PollError> {
-        let child = ChildStop {
-            parent: stop,
-            own: Cancel::new(),
-        };
+    pub fn run(&self, stop: &Cancel) -> Result<(), ticks::PollError> {
+        // CSR approval stops with the tasks or when node status ends.
+        let child = stop.child();
         std::thread::scope(|s| {
             let approver =
                 s.spawn(|| csr::run(self.cluster, self.csr_clock, &child, self.csr_interval));
-            let result = loops::poll(self.clock, stop, self.interval, None, || self.round());
-            child.own.cancel();
+            let result = ticks::poll(self.clock, stop, self.interval, None, || self.round());
+            child.cancel();
             if approver.join().is_err() {
                 tracing::error!("CSR approval panicked");
             }
@@ -144,7 +116,7 @@ impl<'a> NodeStatus<'a> {
         })
     }
 
-    /// One round (§3.7.1): true when the task is done.
+    /// One round: true when the task is done.
     pub fn round(&self) -> bool {
         tracing::info!("checking the status of the nodes");
         let hosts = match HostMap::fetch(self.service, NODE_STATUS_SKIP) {
@@ -192,7 +164,7 @@ impl<'a> NodeStatus<'a> {
         false
     }
 
-    /// Step 7 for one Node; an error ends the Node's turn.
+    /// The stage updates of one Node (point 3 of a round); an error ends the Node's turn.
     fn update_node(&self, pending: &HostMap, all: &HostMap, node: &Node) {
         let addresses: Vec<(&str, &str)> = node
             .addresses
@@ -209,7 +181,7 @@ impl<'a> NodeStatus<'a> {
                 node.name
             );
         }
-        // The round's snapshot (quirk 3): not re-read after the updates below.
+        // The round's snapshot: not re-read after the updates below.
         let stage = host.host.stage();
         if matches!(stage, Some(HostStage::Configuring | HostStage::Rebooting)) {
             if let Err(e) = self.set_stage(host, HostStage::Joined) {
@@ -291,7 +263,7 @@ impl<'a> NodeStatus<'a> {
         log
     }
 
-    /// Step 9: `Configuring` for the hosts that fetched their Ignition.
+    /// The MCS detection (point 4 of a round): `Configuring` for the hosts that fetched their Ignition.
     fn update_configuring(&self, hosts: &HostMap) {
         let log = self.mcs_log();
         let watched: Vec<&HostInfo> = hosts

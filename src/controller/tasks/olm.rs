@@ -1,8 +1,8 @@
-//! OLM operators for the assisted-service invoker (§3.9): wait for the operators' CSVs to exist,
+//! OLM operators for the assisted-service invoker (`waitForOLMOperators`): wait for the operators' CSVs to exist,
 //! apply the operators' post manifests, wait for the CSVs to succeed, and mark the operators
 //! still pending as `failed` when a wait gives up. [`wait_for_olm_operators`] is shaped to be
 //! the OLM closure of [`post_install_configs`](super::completion::post_install_configs); its
-//! error is only logged there (quirk 6).
+//! error is only logged there.
 //!
 //! **Why the manifests go through `oc apply`.** The manifests are arbitrary objects chosen by the
 //! service (operator CRs of any kind). The controller's ServiceAccount is granted only the
@@ -13,19 +13,20 @@
 //! can record applies without a binary. [`OcApplier`] runs `bash -c "oc --kubeconfig=<K>
 //! apply -f <file>"` through the crate's [`CommandRunner`].
 //!
-//! Quirk 5: a `failed` CSV is never reported by the CSV wait (see
+//! As in Go, a `failed` CSV is never reported by the CSV wait (see
 //! [`OlmHandler`](super::operators::OlmHandler)); OLM operators only become `failed` through
-//! the timeout marking of step 7.
+//! the timeout marking ([`mark_timed_out`]).
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
+use crate::clock::ticks::{poll_with_cancel, retry_attempts};
 use crate::clock::{Clock, Stop};
-use crate::controller::loops::{poll_with_cancel, retry};
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::completion::report_stage;
@@ -47,16 +48,16 @@ pub const KUBECONFIG_NOINGRESS_FILE: &str = "kubeconfig-noingress";
 
 /// Applies one manifest file with an admin kubeconfig (see the module doc for why this is not a
 /// ClusterApi call).
-pub trait ManifestApplier {
+pub trait ManifestApplier: Send + Sync {
     fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()>;
 }
 
 /// `bash -c "oc --kubeconfig=<K> apply -f <file>"`, as Go runs it.
-pub struct OcApplier<'a> {
-    pub runner: &'a dyn CommandRunner,
+pub struct OcApplier {
+    pub runner: Arc<dyn CommandRunner>,
 }
 
-impl ManifestApplier for OcApplier<'_> {
+impl ManifestApplier for OcApplier {
     fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()> {
         let line = format!(
             "oc --kubeconfig={} apply -f {}",
@@ -72,7 +73,7 @@ impl ManifestApplier for OcApplier<'_> {
     }
 }
 
-/// The settings of §3.9; [`OlmSettings::new`] has Go's intervals.
+/// The settings of `waitForOLMOperators`; [`OlmSettings::new`] has Go's intervals.
 #[derive(Debug, Clone)]
 pub struct OlmSettings {
     pub openshift_version: String,
@@ -223,7 +224,7 @@ pub fn parse_custom_manifests(bytes: &[u8]) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-/// *Apply manifests* (§3.9): every operator initialized (re-running the cleanup), the version
+/// *Apply manifests* (`waitForOLMOperators`): every operator initialized (re-running the cleanup), the version
 /// parsable, then each manifest of an initialized operator decoded and applied; false if any
 /// step failed (the others are still tried).
 pub fn apply_manifests(
@@ -315,7 +316,7 @@ pub fn apply_from_service(
     })
 }
 
-/// §3.9 step 7: for every OLM operator still neither `available` nor `failed` (fresh list), add
+/// The timeout marking of `waitForOLMOperators`: for every OLM operator still neither `available` nor `failed` (fresh list), add
 /// it to the operator-error set and report it `failed` / [`TIMED_OUT_INFO`]. An error aborts
 /// the attempt.
 pub fn mark_timed_out(
@@ -336,7 +337,7 @@ pub fn mark_timed_out(
     Ok(())
 }
 
-/// §3.9: the OLM step of post-install. Reports its stages, and returns the remembered errors
+/// `waitForOLMOperators`: the OLM step of post-install. Reports its stages, and returns the remembered errors
 /// joined (the caller only logs them).
 #[allow(clippy::too_many_arguments)]
 pub fn wait_for_olm_operators(
@@ -418,7 +419,7 @@ pub fn wait_for_olm_operators(
     if errors.is_empty() {
         return Ok(());
     }
-    if let Err(err) = retry(clock, stop, settings.marking_attempts, interval, || {
+    if let Err(err) = retry_attempts(clock, stop, settings.marking_attempts, interval, || {
         mark_timed_out(service, status, version)
     }) {
         tracing::warn!("marking the timed-out OLM operators: {err:#}");
@@ -426,7 +427,7 @@ pub fn wait_for_olm_operators(
     Err(anyhow!(errors.join("\n")))
 }
 
-/// §3.9 step 6: the pending OLM operators (fresh list) checked every `interval` until all are
+/// The CSV wait of `waitForOLMOperators`: the pending OLM operators (fresh list) checked every `interval` until all are
 /// available, the stage times out or `stop` fires.
 fn wait_for_csvs(
     clock: &dyn Clock,
@@ -460,7 +461,7 @@ fn wait_for_csvs(
     Ok(())
 }
 
-/// §3.10: the ConfigMap (in the controller's namespace) carrying the OLM manifests for ABI.
+/// `PostInstallConfigsK8sClient`: the ConfigMap (in the controller's namespace) carrying the OLM manifests for ABI.
 pub const OLM_MANIFESTS_CONFIG_MAP: &str = "olm-operator-manifests";
 /// The data keys describing one operator end with this.
 pub const METADATA_SUFFIX: &str = ".metadata.yaml";
@@ -479,13 +480,13 @@ struct OperatorMetadata {
 }
 
 /// Where the ABI post-install gets its kubeconfig: the SNO file, or the notifier's shared
-/// download (§3.7.3), asked until it succeeds and then reused.
+/// download (the reboots notifier), asked until it succeeds and then reused.
 pub enum AbiKubeconfig<'a> {
     Fixed(std::path::PathBuf),
     Download(&'a mut dyn FnMut() -> Result<std::path::PathBuf>),
 }
 
-/// One round of §3.10; true ends the task (applied, or a Forbidden/Unauthorized read, or a
+/// One round of `PostInstallConfigsK8sClient`; true ends the task (applied, or a Forbidden/Unauthorized read, or a
 /// malformed metadata file).
 pub fn abi_post_install_round(
     cluster: &dyn ClusterApi,
@@ -568,7 +569,7 @@ pub fn abi_post_install_round(
     }
 }
 
-/// §3.10 (PostInstallConfigsK8sClient): [`abi_post_install_round`] every `interval` until it
+/// `PostInstallConfigsK8sClient`: [`abi_post_install_round`] every `interval` until it
 /// ends the task or `stop` fires. No finalizing stages, no completion.
 #[allow(clippy::too_many_arguments)]
 pub fn abi_post_install(

@@ -1,4 +1,4 @@
-//! Operator availability (§3.8.1–§3.8.4): the status read from conditions, the decision whether
+//! Operator availability (Go's cluster-operator wait, availability check and stage timeouts): the status read from conditions, the decision whether
 //! to report a change to the service, the console and CVO handlers, the cluster-operator wait
 //! and the stage-timeout check the OLM waits use.
 //!
@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
+use crate::clock::ticks::{poll, PollError};
 use crate::clock::{Clock, Stop};
-use crate::controller::loops::{poll, PollError};
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::kube::{ClusterApi, Condition};
 use crate::service::{
@@ -27,7 +27,7 @@ pub const CVO_NAME: &str = "cvo";
 /// The ClusterVersion object.
 pub use crate::openshift::CLUSTER_VERSION_NAME;
 
-/// §3.8.3: the first condition in order that is `Available=True` (`available`, its message),
+/// The status from conditions: the first condition in order that is `Available=True` (`available`, its message),
 /// `Progressing=True` (`progressing`) or `Degraded=True`/`Available=False` (`failed`); none →
 /// `progressing` with no message.
 pub fn status_from_conditions(conditions: &[Condition]) -> (OperatorStatus, String) {
@@ -43,13 +43,13 @@ pub fn status_from_conditions(conditions: &[Condition]) -> (OperatorStatus, Stri
     (OperatorStatus::Progressing, String::new())
 }
 
-/// §3.8.1 step 1: `Console` is enabled, or not a known capability at all.
+/// The cluster-operator wait's first check: `Console` is enabled, or not a known capability at all.
 pub fn console_enabled(cv: &crate::kube::ClusterVersion) -> bool {
     cv.enabled_capabilities.iter().any(|c| c == "Console")
         || !cv.known_capabilities.iter().any(|c| c == "Console")
 }
 
-/// §3.8.4 on a fetched cluster: the current finalizing stage is `stage` and timed out.
+/// The stage-timeout check on a fetched cluster: the current finalizing stage is `stage` and timed out.
 pub fn stage_timed_out(cluster: &Cluster, stage: FinalizingStage) -> bool {
     cluster.progress.as_ref().is_some_and(|p| {
         p.finalizing_stage.as_deref() == Some(stage.to_string().as_str())
@@ -57,7 +57,7 @@ pub fn stage_timed_out(cluster: &Cluster, stage: FinalizingStage) -> bool {
     })
 }
 
-/// §3.8.4: `v2GetCluster` (hosts excluded) and [`stage_timed_out`]; an error is false.
+/// The stage-timeout check: `v2GetCluster` (hosts excluded) and [`stage_timed_out`]; an error is false.
 pub fn check_stage_timed_out(service: &dyn ControllerService, stage: FinalizingStage) -> bool {
     match service.get_cluster(true) {
         Ok(cluster) => stage_timed_out(&cluster, stage),
@@ -68,7 +68,7 @@ pub fn check_stage_timed_out(service: &dyn ControllerService, stage: FinalizingS
     }
 }
 
-/// What a handler reads from the cluster (§3.8.2 step 3).
+/// What a handler reads from the cluster (in the availability check).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
     pub status: OperatorStatus,
@@ -76,7 +76,7 @@ pub struct Observed {
     pub version: String,
 }
 
-/// What §3.8.2 steps 2, 4 and 5 decide once the record and (if needed) the cluster are known.
+/// What the availability check decides once the record and (if needed) the cluster are known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// The service already says `available`: true, without reading the cluster.
@@ -87,12 +87,12 @@ pub enum Decision {
     NotAvailable,
 }
 
-/// §3.8.2 step 2: whether the service's record already says `available`.
+/// The availability check's first question: whether the service's record already says `available`.
 pub fn record_available(record: Option<&MonitoredOperator>) -> bool {
     record.is_some_and(|r| r.status == OperatorStatus::Available.to_string())
 }
 
-/// §3.8.2 steps 4–5: report when a record exists and the status differs, or the message differs
+/// The availability check's report rule: report when a record exists and the status differs, or the message differs
 /// and is not empty.
 pub fn decide(record: Option<&MonitoredOperator>, observed: &Observed) -> Decision {
     if record_available(record) {
@@ -109,7 +109,7 @@ pub fn decide(record: Option<&MonitoredOperator>, observed: &Observed) -> Decisi
     }
 }
 
-/// A handler of §3.8.2: a service record name, how to read its status from the cluster and
+/// A handler of the availability check: a service record name, how to read its status from the cluster and
 /// whether a change may be reported.
 pub trait OperatorHandler {
     fn name(&self) -> &str;
@@ -171,7 +171,7 @@ impl OperatorHandler for CvoHandler<'_> {
 /// (`Succeeded` available, `Failed` failed, else progressing), message and `spec.version`
 /// (`0.0.0` when unset).
 ///
-/// Quirk 5, reproduced as Go behaves: a `failed` status is never reported (Go means to
+/// Reproduced as Go behaves: a `failed` status is never reported (Go means to
 /// tolerate 10 failures first, but its counter never advances), so `on_change` refuses it.
 pub struct OlmHandler<'a> {
     pub cluster: &'a dyn ClusterApi,
@@ -180,7 +180,7 @@ pub struct OlmHandler<'a> {
     pub subscription: String,
 }
 
-/// §3.8.2 OLM handler: a CSV phase as an operator status.
+/// The availability check's OLM handler: a CSV phase as an operator status.
 pub fn csv_status(phase: &str) -> OperatorStatus {
     match phase {
         "Succeeded" => OperatorStatus::Available,
@@ -224,7 +224,7 @@ impl OperatorHandler for OlmHandler<'_> {
     }
 }
 
-/// The service's record for `name` (§3.8.2 step 1): none on a list error, an unparsable
+/// The service's record for `name` (in the availability check): none on a list error, an unparsable
 /// `OPENSHIFT_VERSION` with a non-empty list, or a missing name.
 pub fn find_record(
     service: &dyn ControllerService,
@@ -244,7 +244,7 @@ pub fn find_record(
     }
 }
 
-/// §3.8.2, the availability check.
+/// The availability check.
 pub fn is_available(
     service: &dyn ControllerService,
     openshift_version: &str,
@@ -283,7 +283,7 @@ pub fn is_available(
     observed.status == OperatorStatus::Available
 }
 
-/// One round of §3.8.1.
+/// One round of the cluster-operator wait.
 pub fn cluster_operators_round(
     cluster: &dyn ClusterApi,
     service: &dyn ControllerService,
@@ -317,7 +317,7 @@ pub fn cluster_operators_round(
     ok_cvo && ok_console
 }
 
-/// §3.8.1: rounds every [`CLUSTER_OPERATORS_INTERVAL`] until one holds, `stop` fires
+/// The cluster-operator wait: rounds every [`CLUSTER_OPERATORS_INTERVAL`] until one holds, `stop` fires
 /// ([`PollError::Canceled`]) or `timeout` ([`CVO_MAX_TIMEOUT`] in production) passes
 /// ([`PollError::TimedOut`], Go's "context deadline exceeded").
 #[allow(clippy::too_many_arguments)]
@@ -349,7 +349,7 @@ pub fn ctx_cause(err: PollError) -> &'static str {
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use crate::controller::service::testing::{MemoryService, ServiceCall};
     use crate::kube::fake::FakeCluster;
     use crate::kube::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
     use crate::service::ClusterProgressInfo;
@@ -897,7 +897,7 @@ mod tests {
         let svc = service(vec![record("lso", "progressing", "")]);
         let cluster = olm_cluster("Failed", "broken");
         assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
-        assert!(reports(&svc).is_empty(), "quirk 5");
+        assert!(reports(&svc).is_empty(), "a failed CSV is never reported");
         let cluster = olm_cluster("Succeeded", "");
         assert!(is_available(&svc, "4.12", &mut lso(&cluster), false));
         assert_eq!(

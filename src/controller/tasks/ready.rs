@@ -1,5 +1,6 @@
-//! SetReadyState (§3.5), the invoker lookup (§3.1 step 11), the install-config platform fallback
-//! (§3.1 step 12, ABI multi-node) and the `removeUninitializedTaint` decision (§3.5.1).
+//! Go's `SetReadyState`, the invoker lookup, the install-config platform fallback (ABI
+//! multi-node) and the `removeUninitializedTaint` decision: what Go's `main` decides before it
+//! starts the tasks.
 //!
 //! - [`set_ready_state`]: every second until its limit, `v2GetCluster` (hosts excluded), a Node
 //!   list and the `AssistedControllerIsReady` Event; an AlreadyExists answer to the Event counts
@@ -20,8 +21,8 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use std::time::{Duration, SystemTime};
 
+use crate::clock::ticks::poll;
 use crate::clock::{Clock, Stop};
-use crate::controller::loops::poll;
 use crate::controller::service::ControllerService;
 use crate::kube::install_config::{
     has_valid_vsphere_credentials as overrides_have_vsphere_credentials,
@@ -62,7 +63,7 @@ pub fn ready_event(namespace: &str, time: SystemTime) -> NewEvent {
     }
 }
 
-/// §3.5: polls every [`READY_POLL_INTERVAL`] until the service, the API and the ready Event
+/// `SetReadyState`: polls every [`READY_POLL_INTERVAL`] until the service, the API and the ready Event
 /// are all done, `timeout` passes or `stop` fires; returns the last cluster fetched (see the
 /// module documentation).
 pub fn set_ready_state(
@@ -110,7 +111,7 @@ pub fn set_ready_state(
     last
 }
 
-/// §3.1 step 11: who invoked the OpenShift installer.
+/// Who invoked the OpenShift installer.
 pub fn invoker(cluster_api: &dyn ClusterApi) -> String {
     match cluster_api.get_config_map(INVOKER_NAMESPACE, INVOKER_CONFIG_MAP) {
         Ok(Some(data)) => data.get(INVOKER_KEY).cloned().unwrap_or_default(),
@@ -185,7 +186,7 @@ pub fn platform_of_install_config(yaml: &str) -> Result<String> {
         .ok_or_else(|| anyhow!("the install-config has no platform"))
 }
 
-/// §3.1 step 12 (ABI multi-node without a cluster): the platform type from the install-config.
+/// ABI multi-node without a cluster: the platform type from the install-config.
 pub fn install_config_platform(cluster_api: &dyn ClusterApi) -> Result<String> {
     platform_of_install_config(&read_install_config(cluster_api)?)
 }
@@ -211,7 +212,7 @@ pub fn parse_untaint_version(version: &str) -> Result<(u64, u64, u64)> {
     Ok((num(parts[0])?, num(parts[1])?, num(parts[2])?))
 }
 
-/// §3.5.1 "valid vSphere credentials": from the service's `install_config_overrides` when
+/// `removeUninitializedTaint` "valid vSphere credentials": from the service's `install_config_overrides` when
 /// `v2GetCluster` answers (the platform must be vsphere), else from the install-config's vCenter
 /// server.
 pub fn has_valid_vsphere_credentials(
@@ -242,7 +243,7 @@ pub fn has_valid_vsphere_credentials(
     }
 }
 
-/// §3.5.1: whether the node-status task removes the `uninitialized` taint.
+/// `removeUninitializedTaint`: whether the node-status task removes the `uninitialized` taint.
 pub fn remove_uninitialized_taint(
     cluster_api: &dyn ClusterApi,
     service: &dyn ControllerService,
@@ -265,11 +266,11 @@ pub fn remove_uninitialized_taint(
     Ok(matches!(platform, "nutanix" | "vsphere"))
 }
 
-/// What §3.1 steps 11–14 decide before the tasks start.
+/// What Go's `main` decides before the tasks start.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReadyPhase {
     /// The agent-based installer on a single node: no ready Event, straight to the ABI
-    /// completion wait (§3.1 step 12, first branch).
+    /// completion wait (the ABI single-node branch).
     AbiSingleNode { invoker: String },
     /// Every other case.
     Ready(Box<Readiness>),
@@ -287,7 +288,7 @@ pub struct Readiness {
     pub remove_uninitialized_taint: bool,
 }
 
-/// §3.1 steps 11–14: the invoker, then SetReadyState with the invoker's limit, the platform
+/// The invoker, then SetReadyState with the invoker's limit, the platform
 /// and the untaint decision. The assisted-service invoker without a cluster is a startup error
 /// (exit 1, the Job retries); the agent-based installer then falls back to the install-config.
 pub fn ready_phase(
@@ -339,7 +340,7 @@ pub fn ready_phase(
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use crate::controller::service::testing::{MemoryService, ServiceCall};
     use crate::kube::fake::FakeCluster;
     use crate::kube::ApiError;
     use crate::service::Platform;

@@ -1,4 +1,4 @@
-//! The reboots notifier (§3.7.3): once a host is reported `Done`, count how many times its node
+//! The reboots notifier: once a host is reported `Done`, count how many times its node
 //! rebooted and send the service the `reboots_for_node` event. Enabled by `NOTIFY_NUM_REBOOTS`.
 //!
 //! - [`RebootsNotifier::start`] does nothing when disabled; otherwise it starts a background job
@@ -28,8 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::clock::{Clock, Stop};
-use crate::controller::loops;
+use crate::clock::{ticks, Clock, Deadline};
 use crate::controller::service::{ControllerService, RebootsEvent};
 use crate::host::commands::CommandRunner;
 
@@ -42,7 +41,7 @@ pub const COUNT_INTERVAL: Duration = Duration::from_secs(15);
 /// The downloaded kubeconfig's file name in the temp dir.
 pub const KUBECONFIG_FILE: &str = "kubeconfig-noingress";
 
-/// What the node-status task calls once a host is `Done` (§3.7.1 step 7.5).
+/// What the node-status task calls once a host is `Done` (in a round of `WaitAndUpdateNodesStatus`).
 pub trait RebootsNotify: Send + Sync {
     fn start(&self, node_name: &str, host_id: &str, infra_env_id: &str, cluster_id: &str);
 }
@@ -86,24 +85,6 @@ impl RebootCounter for OcRebootCounter {
             .run("oc", &args)
             .with_context(|| format!("counting the reboots of node {node_name}"))?;
         Ok(count_reboots(&output))
-    }
-}
-
-/// A stop token that fires once the clock passes a deadline.
-struct Deadline<'a> {
-    clock: &'a dyn Clock,
-    at: Instant,
-}
-
-impl Stop for Deadline<'_> {
-    fn is_stopped(&self) -> bool {
-        self.clock.now() >= self.at
-    }
-
-    fn sleep(&self, d: Duration) -> bool {
-        let left = self.at.saturating_duration_since(self.clock.now());
-        self.clock.sleep(d.min(left));
-        self.is_stopped()
     }
 }
 
@@ -215,7 +196,7 @@ impl Inner {
                 return;
             }
         };
-        let counted = loops::retry(
+        let counted = ticks::retry_attempts(
             &*self.clock,
             &deadline,
             COUNT_ATTEMPTS,
@@ -229,8 +210,8 @@ impl Inner {
                     "failed to count the reboots of node {}: {}",
                     event.node_name,
                     match &e {
-                        loops::RetryError::Canceled => "context deadline exceeded".to_string(),
-                        loops::RetryError::Exhausted { attempts, last } =>
+                        ticks::RetryError::Canceled => "context deadline exceeded".to_string(),
+                        ticks::RetryError::Exhausted { attempts, last } =>
                             format!("failed after {attempts} attempts, last error: {last:#}"),
                     }
                 );
@@ -274,7 +255,7 @@ impl RebootsNotify for RebootsNotifier {
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::controller::service::memory::{MemoryService, ServiceCall};
+    use crate::controller::service::testing::{MemoryService, ServiceCall};
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// Answers `fail` errors, then `reboots`; records the nodes asked.

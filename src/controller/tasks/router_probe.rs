@@ -1,4 +1,4 @@
-//! The SNO router probe of the final log upload (§3.12): on a single-node cluster whose install
+//! The SNO router probe of the final log upload (`UploadLogs`): on a single-node cluster whose install
 //! failed, probe the ingress canary and the router's health endpoint every 30 s for up to
 //! 70 min, and only log what they answer.
 //!
@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use crate::clock::ticks::poll;
 use crate::clock::{Clock, Stop};
-use crate::controller::loops::poll;
 use crate::controller::service::ControllerService;
 
 /// Probe period.
@@ -131,7 +131,7 @@ pub fn run_router_probe(
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use crate::controller::service::memory::MemoryService;
+    use crate::controller::service::testing::MemoryService;
     use std::sync::{Arc, Mutex};
 
     #[derive(Default)]

@@ -16,18 +16,14 @@
 //!
 //! Their pure building blocks work on bytes and strings only, so their rules are tested without
 //! root:
-//! - the assisted-installer-controller manifests (`PrepareController`) in
-//!   [`controller_manifests`], with the ClusterRole's rules in [`controller_role`] and the Job
-//!   in [`controller_job`];
+//! - the assisted-installer-controller manifests (`PrepareController`) come from the
+//!   controller's own [`crate::controller::deploy`];
 //! - the hostname check and the random replacement name (`checkHostname`) in [`hostname`];
-//! - which hosts fetched their Ignition from the machine-config-server, in [`mcs_logs`];
+//! - which hosts fetched their Ignition from the machine-config-server, in [`crate::openshift::mcs_logs`];
 //! - the `99-assisted-installer-master-ssh` MachineConfig (`CreateOpenshiftSshManifest`) in
 //!   [`ssh_manifest`];
 //! - the tar.gz archive of a log upload (`WriteToTarGz`) in [`crate::archive`].
 
-pub(crate) mod controller_job;
-pub(crate) mod controller_manifests;
-pub(crate) mod controller_role;
 pub(crate) mod hostname;
 pub(crate) mod ssh_manifest;
 

@@ -5,11 +5,11 @@ use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
 
-use super::controller_manifests::{render_manifests, ControllerSettings};
 use super::hostname::{needs_random_hostname, random_hostname};
 use super::ssh_manifest::{render_ssh_manifest, SSH_MANIFEST_FILE_NAME};
 use super::{run, Flow};
 use crate::clock::{Failure, Schedule};
+use crate::controller::deploy::{render_manifests, ControllerSettings};
 use crate::host::ExecError;
 use crate::ignition::pull_secret::extract_pull_secret;
 use crate::postinstall::ignition::{write_secret_file, Existing};

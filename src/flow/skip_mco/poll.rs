@@ -10,12 +10,11 @@
 //! or the fetch is dropped unfinished (the flow failed before Go's point).
 
 use anyhow::Result;
-use crossbeam_channel::select;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, Failure, Schedule, Stop, Stopped, WaitError};
+use crate::clock::{Clock, Failure, Schedule, Stopped, WaitError};
 use crate::image::Cancel;
 
 /// How long, after Go's point, the fetch may go on (Go: 20 minutes).
@@ -29,28 +28,9 @@ pub(crate) struct EarlyFetch<T> {
 struct Shared {
     /// No try starts after this; unknown (`None`) until `finish`.
     deadline: Mutex<Option<Instant>>,
-    /// Fired when the fetch is dropped unfinished: its result is no longer wanted.
+    /// A child of the flow's token, also fired when the fetch is dropped unfinished: its
+    /// result is no longer wanted.
     abandoned: Cancel,
-}
-
-/// Stops on the flow's token or on abandonment, whichever comes first; a sleep wakes on both.
-struct EitherStop {
-    flow: Cancel,
-    abandoned: Cancel,
-}
-
-impl Stop for EitherStop {
-    fn is_stopped(&self) -> bool {
-        self.flow.is_cancelled() || self.abandoned.is_cancelled()
-    }
-
-    fn sleep(&self, d: Duration) -> bool {
-        select! {
-            recv(self.flow.receiver()) -> _ => true,
-            recv(self.abandoned.receiver()) -> _ => true,
-            default(d) => self.is_stopped(),
-        }
-    }
 }
 
 impl<T: Send + 'static> EarlyFetch<T> {
@@ -65,7 +45,7 @@ impl<T: Send + 'static> EarlyFetch<T> {
     ) -> EarlyFetch<T> {
         let shared = Arc::new(Shared {
             deadline: Mutex::new(None),
-            abandoned: Cancel::new(),
+            abandoned: stop.child(),
         });
         let thread_shared = shared.clone();
         // The flow's log subscriber, so this thread's lines land where the flow's do.
@@ -74,10 +54,7 @@ impl<T: Send + 'static> EarlyFetch<T> {
             .name("skip-mco-fetch".into())
             .spawn(move || {
                 tracing::dispatcher::with_default(&dispatch, || {
-                    let stop = EitherStop {
-                        flow: stop,
-                        abandoned: thread_shared.abandoned.clone(),
-                    };
+                    let stop = thread_shared.abandoned.clone();
                     poll(
                         clock.as_ref(),
                         &stop,
@@ -130,7 +107,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn poll<T>(
     clock: &dyn Clock,
-    stop: &EitherStop,
+    stop: &Cancel,
     interval: Duration,
     shared: &Shared,
     fetch: impl Fn() -> Result<T>,

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::clock::FakeClock;
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::completion::{upload_router_ca, MASTER_SELECTOR};
 use crate::controller::tasks::nodes::{NodeStatus, MCS_LOG_SINCE_SECONDS, MCS_SELECTOR};
 use crate::controller::tasks::operators::{

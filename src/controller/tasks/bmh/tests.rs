@@ -1,4 +1,4 @@
-//! The §6.1 "BMH" checklist on `FakeCluster` and `FakeClock`.
+//! The `assisted_installer_controller_test.go` "BMH" checklist on `FakeCluster` and `FakeClock`.
 
 use super::*;
 use crate::clock::{FakeClock, NeverStop};

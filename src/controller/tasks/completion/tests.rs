@@ -1,13 +1,14 @@
-//! §6.1 post-install and §6.3 completion-wait checklist items, on the fake clock, the fake
+//! `assisted_installer_controller_test.go` post-install and `assisted_installer_main_test.go` completion-wait checklist items, on the fake clock, the fake
 //! cluster and the in-memory service.
 
 use super::*;
-use crate::clock::{FakeClock, NeverStop};
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::clock::{Deadline, FakeClock, NeverStop};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
+use crate::controller::testing::{cond, master, record};
 use crate::image::Cancel;
 use crate::kube::fake::FakeCluster;
-use crate::kube::{ApiError, ClusterOperator, ClusterVersion, Condition};
-use crate::service::{MonitoredOperator, OperatorStatus};
+use crate::kube::{ApiError, ClusterOperator, ClusterVersion};
+use crate::service::OperatorStatus;
 use std::sync::Arc;
 
 fn setup() -> (Arc<FakeClock>, MemoryService, ControllerStatus) {
@@ -144,24 +145,6 @@ fn wait_returns_when_stopped() {
     let out = wait_for_installation(&*clock, &stop, &svc, &status, INSTALL_STATUS_INTERVAL);
     assert_eq!(out, WaitOutcome::Stopped);
     assert!(svc.calls().is_empty());
-}
-
-fn cond(t: &str, s: &str, m: &str) -> Condition {
-    Condition {
-        type_: t.into(),
-        status: s.into(),
-        reason: String::new(),
-        message: m.into(),
-    }
-}
-
-fn record(name: &str, status: &str) -> MonitoredOperator {
-    MonitoredOperator {
-        name: name.into(),
-        status: status.into(),
-        operator_type: "builtin".into(),
-        ..MonitoredOperator::default()
-    }
 }
 
 fn reports(svc: &MemoryService) -> Vec<(String, Option<OperatorStatus>, String, String)> {
@@ -349,23 +332,11 @@ fn post_install_router_ca_stopped_still_sends_one_completion() {
     cluster.fail_always("list_cluster_operators", ApiError::new(500, "", "x"));
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![record("console", "available")]);
-    let stop = Cancel::new();
     // The main context ends after 5 minutes of router-CA polling.
-    let stop2 = stop.clone();
-    let clock2 = clock.clone();
-    struct AtTime(Cancel, Arc<FakeClock>);
-    impl Stop for AtTime {
-        fn is_stopped(&self) -> bool {
-            if self.1.elapsed() >= Duration::from_secs(300) {
-                self.0.cancel();
-            }
-            self.0.is_cancelled()
-        }
-        fn sleep(&self, _: Duration) -> bool {
-            self.is_stopped()
-        }
-    }
-    let at = AtTime(stop2, clock2);
+    let at = Deadline {
+        clock: &*clock,
+        at: clock.at(Duration::from_secs(300)),
+    };
     let out = post_install_configs(
         &*clock,
         &at,
@@ -375,7 +346,7 @@ fn post_install_router_ca_stopped_still_sends_one_completion() {
         &PostInstallSettings::new("4.12", false),
         &mut || panic!("no OLM step after a failure"),
     );
-    assert!(stop.is_cancelled());
+    assert!(at.is_stopped());
     let PostInstallOutcome::Completed { params, sent } = out else {
         panic!("{out:?}")
     };
@@ -459,14 +430,6 @@ fn completion_bodies_on_the_wire() {
         PostInstallFailure::RouterCa(PollError::TimedOut).error_info(),
         "Stopped waiting for router ca data: context deadline exceeded"
     );
-}
-
-fn master(name: &str) -> crate::kube::Node {
-    crate::kube::Node {
-        name: name.into(),
-        labels: [("node-role.kubernetes.io/master".to_string(), String::new())].into(),
-        ..Default::default()
-    }
 }
 
 fn available_cv(cluster: &FakeCluster) {
@@ -625,18 +588,6 @@ fn post_install_rides_out_many_console_failures() {
     assert!(!status.has_error());
 }
 
-/// Fires once the fake clock reaches `at` (the main context cancelled then).
-struct StopAt<'a>(&'a FakeClock, Duration);
-
-impl Stop for StopAt<'_> {
-    fn is_stopped(&self) -> bool {
-        self.0.elapsed() >= self.1
-    }
-    fn sleep(&self, _: Duration) -> bool {
-        self.is_stopped()
-    }
-}
-
 #[test]
 fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion() {
     let (clock, svc, status) = setup();
@@ -647,7 +598,7 @@ fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion()
     svc.fail("v2CompleteInstallation", 5, 500);
     let out = post_install_configs(
         &*clock,
-        &StopAt(&clock, Duration::from_secs(30 * 60)),
+        &stop_at(&clock, 30 * 60),
         &cluster,
         &svc,
         &status,
@@ -674,4 +625,12 @@ fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion()
         [FinalizingStage::WaitingForClusterOperators]
     );
     assert!(status.has_error());
+}
+
+/// The main context, cancelled once the fake clock reaches `secs`.
+fn stop_at(clock: &FakeClock, secs: u64) -> Deadline<'_> {
+    Deadline {
+        clock,
+        at: clock.at(Duration::from_secs(secs)),
+    }
 }

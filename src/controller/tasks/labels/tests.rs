@@ -1,10 +1,11 @@
-//! The §6.1 "node labels" checklist on `FakeCluster`, `MemoryService` and `FakeClock`.
+//! The `assisted_installer_controller_test.go` "node labels" checklist on `FakeCluster`, `MemoryService` and `FakeClock`.
 
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
+use crate::controller::testing::{self, ip};
 use crate::kube::fake::FakeCluster;
-use crate::kube::{ApiError, Condition, MachineConfigPool, NodeAddress};
+use crate::kube::{ApiError, MachineConfigPool};
 use crate::service::Host;
 use serde_json::json;
 use std::sync::Arc;
@@ -18,24 +19,12 @@ struct Setup {
     cluster: FakeCluster,
 }
 
-fn ip(i: usize) -> String {
-    format!("192.168.126.{}", 10 + i)
-}
-
 fn host(i: usize, status: &str, role: &str, labels: &str, pool: &str) -> Host {
-    let inventory = json!({"interfaces": [{"ipv4_addresses": [format!("{}/24", ip(i))]}]});
-    serde_json::from_value(json!({
-        "id": format!("host-{i}"),
-        "infra_env_id": "ie-1",
-        "cluster_id": "c1",
-        "status": status,
-        "role": role,
-        "requested_hostname": format!("node{i}"),
-        "node_labels": labels,
-        "machine_config_pool_name": pool,
-        "inventory": inventory.to_string(),
-    }))
-    .unwrap()
+    testing::host(
+        i,
+        json!({"status": status, "role": role, "node_labels": labels,
+            "machine_config_pool_name": pool}),
+    )
 }
 
 /// Hosts `node0..` as given, plus a `disabled` and an `error` host with labels (skipped).
@@ -67,19 +56,7 @@ fn labelled(n: usize) -> Vec<Host> {
 }
 
 fn node(i: usize, ready: bool) -> Node {
-    Node {
-        name: format!("node{i}"),
-        conditions: vec![Condition {
-            type_: "Ready".into(),
-            status: if ready { "True" } else { "False" }.into(),
-            ..Condition::default()
-        }],
-        addresses: vec![NodeAddress {
-            type_: "InternalIP".into(),
-            address: ip(i),
-        }],
-        ..Node::default()
-    }
+    testing::node(&format!("node{i}"), ready, &ip(i))
 }
 
 fn add_nodes(cluster: &FakeCluster, n: usize) {
@@ -383,6 +360,6 @@ fn run_ends_on_stop() {
     let s = setup(labelled(3));
     let stop = crate::image::Cancel::new();
     stop.cancel();
-    assert_eq!(task(&s).run(&stop), Err(loops::PollError::Canceled));
+    assert_eq!(task(&s).run(&stop), Err(ticks::PollError::Canceled));
     assert_eq!(host_maps(&s), 1, "one round even when stopped");
 }

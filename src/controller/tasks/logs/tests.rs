@@ -1,9 +1,9 @@
-//! §6.1 log-upload and must-gather checklist items.
+//! `assisted_installer_controller_test.go` log-upload and must-gather checklist items.
 
 use super::*;
 use crate::archive::read::entries;
-use crate::clock::FakeClock;
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::clock::{Deadline, FakeClock};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
 use crate::kube::fake::FakeCluster;
 use crate::kube::{ApiError, Pod};
@@ -139,16 +139,11 @@ fn periodic_upload_finds_the_pod_and_uploads_its_full_log() {
     let clock = FakeClock::new();
     let mut u = e.uploader();
     // The main context ends at 16 minutes.
-    struct Until<'a>(&'a FakeClock);
-    impl Stop for Until<'_> {
-        fn is_stopped(&self) -> bool {
-            self.0.elapsed() > Duration::from_secs(16 * 60)
-        }
-        fn sleep(&self, _: Duration) -> bool {
-            self.is_stopped()
-        }
-    }
-    u.periodic(&clock, &Until(&clock), LOGS_UPLOAD_PERIOD);
+    let until = Deadline {
+        clock: &clock,
+        at: clock.at(Duration::from_secs(16 * 60)),
+    };
+    u.periodic(&clock, &until, LOGS_UPLOAD_PERIOD);
     assert_eq!(
         e.uploads(),
         vec![log_entry("pod log"); 3],

@@ -1,14 +1,14 @@
-//! The §6.1 "one round of node status" checklist, and the MCS detection, on `FakeCluster`,
+//! The `assisted_installer_controller_test.go` "one round of node status" checklist, and the MCS detection, on `FakeCluster`,
 //! `MemoryService` and `FakeClock`.
 
 use super::*;
-use crate::clock::{FakeClock, NeverStop, SystemClock};
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::clock::{FakeClock, SystemClock};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
+use crate::controller::testing::{self, ip, node};
 use crate::kube::fake::FakeCluster;
-use crate::kube::{ApiError, Condition, Csr, NodeAddress, Pod, Taint};
+use crate::kube::{ApiError, Csr, Pod, Taint};
 use crate::service::Host;
 use serde_json::json;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
@@ -44,21 +44,11 @@ struct Setup {
 fn host(i: usize, status: &str, stage: &str, ips: &[&str]) -> Host {
     let cidrs: Vec<String> = ips.iter().map(|ip| format!("{ip}/24")).collect();
     let inventory = json!({"interfaces": [{"name": "ens3", "ipv4_addresses": cidrs}]});
-    serde_json::from_value(json!({
-        "id": format!("host-{i}"),
-        "infra_env_id": "ie-1",
-        "cluster_id": "c1",
-        "status": status,
-        "role": "master",
-        "requested_hostname": format!("node{i}"),
-        "progress": {"current_stage": stage},
-        "inventory": inventory.to_string(),
-    }))
-    .unwrap()
-}
-
-fn ip(i: usize) -> String {
-    format!("192.168.126.{}", 10 + i)
+    testing::host(
+        i,
+        json!({"status": status, "progress": {"current_stage": stage},
+            "inventory": inventory.to_string()}),
+    )
 }
 
 /// `n` hosts `node0..` in `status` at `stage`, with IPs 192.168.126.10 + i.
@@ -73,22 +63,6 @@ fn setup(n: usize, status: &str, stage: &str) -> Setup {
         service,
         cluster: FakeCluster::new(),
         notified: Notified::default(),
-    }
-}
-
-fn node(name: &str, ready: bool, internal_ip: &str) -> Node {
-    Node {
-        name: name.into(),
-        conditions: vec![Condition {
-            type_: "Ready".into(),
-            status: if ready { "True" } else { "False" }.into(),
-            ..Condition::default()
-        }],
-        addresses: vec![NodeAddress {
-            type_: "InternalIP".into(),
-            address: internal_ip.into(),
-        }],
-        ..Node::default()
     }
 }
 
@@ -165,7 +139,7 @@ fn configuring_and_ready_gives_joined_then_done_in_one_round() {
             (h(2), Joined),
             (h(2), Done),
         ],
-        "the stage snapshot is taken once per round (quirk 3)"
+        "the stage snapshot is taken once per round"
     );
     assert_eq!(s.notified.nodes(), ["node0", "node1", "node2"]);
     assert_eq!(
@@ -241,44 +215,28 @@ fn an_untaint_failure_skips_the_rest_of_the_node() {
     assert_eq!(count_stage(&s.service, HostStage::Joined), 1);
 }
 
+/// One round over `n` hosts at `stage` and their Nodes: the stages sent (all the same, `n` of
+/// them, or none) and whether the reboots notifier was started for each.
 #[test]
-fn configuring_not_ready_is_joined_only() {
-    let s = setup(3, "installing", "Configuring");
-    add_nodes(&s, 3, false);
-    assert!(!task(&s, false).round());
-    assert_eq!(count_stage(&s.service, HostStage::Joined), 3);
-    assert_eq!(count_stage(&s.service, HostStage::Done), 0);
-    assert!(s.notified.nodes().is_empty());
-}
-
-#[test]
-fn rebooting_not_ready_is_joined_and_sno_too() {
-    for n in [3, 1] {
-        let s = setup(n, "installing", "Rebooting");
-        add_nodes(&s, n, false);
+fn one_stage_per_host_by_stage_and_readiness() {
+    use HostStage::{Done, Joined};
+    let cases: [(usize, &str, bool, Option<HostStage>); 5] = [
+        (3, "Configuring", false, Some(Joined)),
+        (3, "Rebooting", false, Some(Joined)),
+        (1, "Rebooting", false, Some(Joined)),
+        (3, "Joined", true, Some(Done)),
+        (3, "Done", true, None),
+    ];
+    for (n, stage, ready, want) in cases {
+        let s = setup(n, "installing", stage);
+        add_nodes(&s, n, ready);
         assert!(!task(&s, false).round());
-        assert_eq!(count_stage(&s.service, HostStage::Joined), n);
-        assert_eq!(stages(&s.service).len(), n);
+        let sent: Vec<HostStage> = stages(&s.service).into_iter().map(|(_, st)| st).collect();
+        let want: Vec<HostStage> = want.into_iter().flat_map(|w| vec![w; n]).collect();
+        assert_eq!(sent, want, "{n} hosts at {stage}, ready: {ready}");
+        let notified = if want.contains(&Done) { n } else { 0 };
+        assert_eq!(s.notified.nodes().len(), notified, "{stage}");
     }
-}
-
-#[test]
-fn joined_and_ready_is_done_and_notified() {
-    let s = setup(3, "installing", "Joined");
-    add_nodes(&s, 3, true);
-    assert!(!task(&s, false).round());
-    assert_eq!(count_stage(&s.service, HostStage::Done), 3);
-    assert_eq!(stages(&s.service).len(), 3);
-    assert_eq!(s.notified.nodes().len(), 3);
-}
-
-#[test]
-fn done_but_installing_makes_no_update() {
-    let s = setup(3, "installing", "Done");
-    add_nodes(&s, 3, true);
-    assert!(!task(&s, false).round());
-    assert!(stages(&s.service).is_empty());
-    assert!(s.notified.nodes().is_empty());
 }
 
 #[test]
@@ -377,7 +335,7 @@ fn the_task_with_failing_done_updates_then_success() {
     });
     s.cluster
         .fail_always("list_csrs", ApiError::new(500, "InternalError", "boom"));
-    assert_eq!(task(&s, false).run(&NeverStop), Ok(()));
+    assert_eq!(task(&s, false).run(&Cancel::new()), Ok(()));
     assert_eq!(s.cluster.count("list_nodes"), 2);
     assert_eq!(get_hosts(&s.service), 5, "2 per round for 2 rounds, then 1");
     assert_eq!(count_stage(&s.service, HostStage::Done), 6);
@@ -397,22 +355,10 @@ fn the_task_with_a_failing_node_list() {
     installed_when_done(&s.service);
     s.cluster
         .fail_next("list_nodes", ApiError::new(500, "InternalError", "boom"));
-    assert_eq!(task(&s, false).run(&NeverStop), Ok(()));
+    assert_eq!(task(&s, false).run(&Cancel::new()), Ok(()));
     assert_eq!(s.cluster.count("list_nodes"), 2);
     // Round 1: map, failed list (no second map); round 2: map, list, map; round 3: map.
     assert_eq!(get_hosts(&s.service), 4);
-}
-
-struct Flag(AtomicBool);
-
-impl Stop for Flag {
-    fn is_stopped(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-    fn sleep(&self, d: Duration) -> bool {
-        std::thread::sleep(d.min(Duration::from_millis(5)));
-        self.is_stopped()
-    }
 }
 
 #[test]
@@ -422,7 +368,7 @@ fn the_task_ends_on_stop_and_approves_csrs_meanwhile() {
         name: "csr-1".into(),
         ..Csr::default()
     });
-    let stop = Flag(AtomicBool::new(false));
+    let stop = Cancel::new();
     // Rounds on the fake clock would spin; stop from the service once CSRs were approved.
     let cluster = s.cluster.clone();
     let stop_ref = &stop;
@@ -431,14 +377,14 @@ fn the_task_ends_on_stop_and_approves_csrs_meanwhile() {
             while cluster.count("approve_csr") == 0 {
                 std::thread::sleep(Duration::from_millis(2));
             }
-            stop_ref.0.store(true, Ordering::SeqCst);
+            stop_ref.cancel();
         });
         let t = NodeStatus {
             clock: &SystemClock,
             interval: Duration::from_millis(5),
             ..task(&s, false)
         };
-        assert_eq!(t.run(stop_ref), Err(loops::PollError::Canceled));
+        assert_eq!(t.run(stop_ref), Err(ticks::PollError::Canceled));
     });
     assert_eq!(s.cluster.count("approve_csr"), 1);
     let approved = s.cluster.csr("csr-1").unwrap();

@@ -1,12 +1,13 @@
-//! §6.1 "CSVs created", "Post-install with OLM" and "OLM waits", on FakeCluster, MemoryService
+//! `assisted_installer_controller_test.go` "CSVs created", "Post-install with OLM" and "OLM waits", on FakeCluster, MemoryService
 //! and FakeClock.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::*;
-use crate::clock::{FakeClock, NeverStop};
-use crate::controller::service::memory::{MemoryService, ServiceCall};
+use crate::clock::{Deadline, FakeClock, NeverStop};
+use crate::controller::service::testing::{MemoryService, ServiceCall};
+use crate::controller::testing::{self, abi_operators_initialized, b64, Recorder};
 use crate::host::commands::RecordingRunner;
 use crate::kube::fake::FakeCluster;
 use crate::kube::{ApiError, Condition, Csv, InstallPlan, Subscription};
@@ -45,42 +46,6 @@ fn with_csv(cluster: &FakeCluster, phase: &str, message: &str) {
         message: message.into(),
         version: "4.12.0".into(),
     });
-}
-
-/// Records what would be applied: (kubeconfig, manifest content).
-#[derive(Default)]
-struct Recorder {
-    applied: Mutex<Vec<(PathBuf, String)>>,
-    fail: bool,
-}
-
-impl ManifestApplier for Recorder {
-    fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()> {
-        let content = std::fs::read_to_string(manifest)?;
-        self.applied
-            .lock()
-            .unwrap()
-            .push((kubeconfig.to_path_buf(), content));
-        if self.fail {
-            anyhow::bail!("apply failed");
-        }
-        Ok(())
-    }
-}
-
-impl Recorder {
-    fn contents(&self) -> Vec<String> {
-        self.applied
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, c)| c.clone())
-            .collect()
-    }
-}
-
-fn b64(s: &str) -> String {
-    crate::ignition::data_url::tests::encode_base64(s.as_bytes())
 }
 
 // --- CSVs created ---
@@ -362,7 +327,10 @@ fn apply_from_service_downloads_both_files() {
 #[test]
 fn oc_applier_runs_oc_apply_through_bash() {
     let runner = RecordingRunner::new();
-    let applier = OcApplier { runner: &runner };
+    let runner = Arc::new(runner);
+    let applier = OcApplier {
+        runner: runner.clone(),
+    };
     applier
         .apply(
             Path::new("/d/kubeconfig-noingress"),
@@ -380,14 +348,11 @@ fn oc_applier_runs_oc_apply_through_bash() {
 
 // --- the OLM step ---
 
-struct StopAt<'a>(&'a FakeClock, Duration);
-
-impl Stop for StopAt<'_> {
-    fn is_stopped(&self) -> bool {
-        self.0.elapsed() >= self.1
-    }
-    fn sleep(&self, _: Duration) -> bool {
-        self.is_stopped()
+/// The main context, cancelled once the fake clock reaches `secs`.
+fn stop_at(clock: &FakeClock, secs: u64) -> Deadline<'_> {
+    Deadline {
+        clock,
+        at: clock.at(Duration::from_secs(secs)),
     }
 }
 
@@ -518,7 +483,7 @@ fn operator_that_never_succeeds_is_marked_failed_when_stopped() {
     let (clock, svc, _, _) = setup();
     svc.set_operators(vec![lso("progressing")]);
     svc.set_custom_manifests("[]");
-    let stop = StopAt(&clock, Duration::from_secs(100));
+    let stop = stop_at(&clock, 100);
     let err = stuck_operator_run(&stop, &svc, &clock).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -594,7 +559,7 @@ fn marking_retries_ten_times_then_gives_up() {
     let (clock, svc, _, status) = setup();
     svc.set_operators(vec![lso("progressing")]);
     svc.fail("V2ListOfClusterOperators", 100, 500);
-    let out = retry(&*clock, &NeverStop, 10, Duration::from_secs(30), || {
+    let out = retry_attempts(&*clock, &NeverStop, 10, Duration::from_secs(30), || {
         mark_timed_out(&svc, &status, "4.12")
     });
     assert!(out.is_err());
@@ -625,7 +590,7 @@ fn marking_skips_available_and_failed_operators() {
 fn failed_fetch_returns_without_marking() {
     let (clock, svc, cluster, status) = setup();
     svc.fail("V2ListOfClusterOperators", 100, 500);
-    let stop = StopAt(&clock, Duration::from_secs(25));
+    let stop = stop_at(&clock, 25);
     let err = wait_for_olm_operators(
         &*clock,
         &stop,
@@ -645,47 +610,18 @@ fn failed_fetch_returns_without_marking() {
     assert_eq!(clock.elapsed(), Duration::from_secs(30), "10 s fetch polls");
 }
 
-// --- ABI post-install (§3.10) ---
+// --- ABI post-install (`PostInstallConfigsK8sClient`) ---
 
 const CTRL_NS: &str = "assisted-installer";
 
 fn abi_cluster() -> FakeCluster {
     let cluster = FakeCluster::new();
-    for (op, ns) in [
-        ("kube-descheduler", "openshift-kube-descheduler-operator"),
-        ("nmstate", "openshift-nmstate"),
-    ] {
-        let sub = format!("{op}-sub");
-        cluster.set_subscription(Subscription {
-            namespace: ns.into(),
-            name: sub.clone(),
-            current_csv: format!("{op}.v1"),
-        });
-        cluster.set_csv(Csv {
-            namespace: ns.into(),
-            name: format!("{op}.v1"),
-            ..Default::default()
-        });
-    }
+    abi_operators_initialized(&cluster);
     cluster
 }
 
 fn abi_config_map(cluster: &FakeCluster, with_files: bool) {
-    let meta = |ns: &str, op: &str| {
-        format!("namespace: {ns}\nsubscriptionName: {op}-sub\nmanifests:\n  - {op}-1.yaml\n")
-    };
-    let d = meta("openshift-kube-descheduler-operator", "kube-descheduler");
-    let n = meta("openshift-nmstate", "nmstate");
-    let (dc, nc) = (b64("kind: KubeDescheduler"), b64("kind: NMState"));
-    let mut data = vec![
-        ("kube-descheduler.metadata.yaml", d.as_str()),
-        ("nmstate.metadata.yaml", n.as_str()),
-        ("nmstate-1.yaml", nc.as_str()),
-    ];
-    if with_files {
-        data.push(("kube-descheduler-1.yaml", dc.as_str()));
-    }
-    cluster.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &data);
+    testing::abi_config_map(cluster, CTRL_NS, with_files)
 }
 
 fn run_abi(
@@ -743,7 +679,7 @@ fn abi_keeps_waiting_while_subscriptions_fail_until_stopped() {
     abi_config_map(&cluster, true);
     cluster.fail_always("get_subscription", ApiError::new(500, "", "x"));
     let rec = Recorder::default();
-    let stop = StopAt(&clock, Duration::from_secs(100));
+    let stop = stop_at(&clock, 100);
     assert!(!run_abi(
         &clock,
         &stop,
@@ -764,7 +700,7 @@ fn abi_config_map_not_found_keeps_retrying_forbidden_stops() {
     let clock = FakeClock::new();
     let cluster = FakeCluster::new();
     let rec = Recorder::default();
-    let stop = StopAt(&clock, Duration::from_secs(60));
+    let stop = stop_at(&clock, 60);
     assert!(!run_abi(
         &clock,
         &stop,
@@ -807,7 +743,7 @@ fn abi_malformed_metadata_stops_and_missing_file_keeps_waiting() {
 
     let cluster = abi_cluster();
     abi_config_map(&cluster, false);
-    let stop = StopAt(&clock, Duration::from_secs(60));
+    let stop = stop_at(&clock, 60);
     assert!(!run_abi(
         &clock,
         &stop,

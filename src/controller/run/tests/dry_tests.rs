@@ -1,4 +1,4 @@
-//! Dry mode (§3.16) through the whole main sequence: the pretend cluster of three dry-run hosts
+//! Dry mode through the whole main sequence: the pretend cluster of three dry-run hosts
 //! (two rebooted at start, the third once the first is done) and the in-memory service. Every
 //! rebooted host goes `Configuring`, `Joined`, `Done`; the install completes with the pretend
 //! router CA and the final logs are uploaded.
@@ -69,12 +69,7 @@ fn dry_mode_takes_the_rebooted_hosts_to_done_and_completes() {
         _ => {}
     });
 
-    let mut controller = h.controller(
-        config(&[("DRY_ENABLE", "true")]),
-        clock,
-        fast(),
-        ExtraTasks::default(),
-    );
+    let mut controller = h.controller(config(&[("DRY_ENABLE", "true")]), clock, fast());
     let cluster: Arc<dyn ClusterApi> = dry.clone();
     controller.build_cluster = Box::new(move || Ok(cluster));
     let out = run(controller).unwrap();

@@ -1,8 +1,8 @@
-//! The loop helpers of §3.2. Their exact semantics fix the call counts the Go tests expect, so
-//! they are kept apart from the crate's `retry` on `dyn Clock` (which checks the stop token
-//! before the first try, where Go's helpers always make the first call), but they sleep through
-//! the same [`Clock`] and end a wait at once on the same [`Stop`] token (Go's context
-//! cancellation).
+//! The Go controller's loop helpers (`wait.PollUntilContextTimeout`, `utils.Retry`, tickers),
+//! whose exact semantics fix the call counts its tests expect. They differ from
+//! [`super::Clock::retry`] in that the first call is made even when the stop token has fired;
+//! they sleep through the same [`Clock`] and end a wait at once on the same [`Stop`] token (Go's
+//! context cancellation).
 //!
 //! - [`poll`]: P at once, then every interval, until P holds, the stop token fires
 //!   ([`PollError::Canceled`]) or the deadline passes ([`PollError::TimedOut`]). P runs at least
@@ -11,9 +11,9 @@
 //!   before the deadline runs P; at the deadline the poll times out.
 //! - [`poll_with_cancel`]: the same, and whenever P is false, C is asked; C true ends the loop
 //!   as cancelled.
-//! - [`retry`]: up to `attempts` calls, `sleep` apart; the first call is made even when stopped,
-//!   a stop during a wait ends it with [`RetryError::Canceled`], and running out gives Go's
-//!   `failed after <n> attempts, last error: <err>`.
+//! - [`retry_attempts`]: up to `attempts` calls, `sleep` apart; the first call is made even when
+//!   stopped, a stop during a wait ends it with [`RetryError::Canceled`], and running out gives
+//!   Go's `failed after <n> attempts, last error: <err>`.
 //! - [`ticker`]: acts after one interval, not at once, then on every tick; a tick missed while
 //!   acting is not made up, except one that is taken at once (Go's `time.Ticker` buffers one).
 
@@ -116,7 +116,7 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for RetryError<E> {}
 
 /// Calls `f` up to `attempts` times (at least once), `sleep` apart, until it succeeds. The
 /// first call is made even when `stop` has fired; a wait ends at once when it fires.
-pub fn retry<T, E>(
+pub fn retry_attempts<T, E>(
     clock: &dyn Clock,
     stop: &dyn Stop,
     attempts: u32,
@@ -183,25 +183,7 @@ fn first_tick_after(start: Instant, interval: Duration, t: Instant) -> Instant {
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    #[derive(Default)]
-    struct Flag(AtomicBool);
-
-    impl Stop for Flag {
-        fn is_stopped(&self) -> bool {
-            self.0.load(Ordering::SeqCst)
-        }
-        fn sleep(&self, _: Duration) -> bool {
-            self.is_stopped()
-        }
-    }
-
-    impl Flag {
-        fn fire(&self) {
-            self.0.store(true, Ordering::SeqCst)
-        }
-    }
+    use crate::image::Cancel;
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
@@ -254,8 +236,8 @@ mod tests {
     #[test]
     fn poll_runs_once_even_when_already_cancelled() {
         let clock = FakeClock::new();
-        let stop = Flag::default();
-        stop.fire();
+        let stop = Cancel::new();
+        stop.cancel();
         let mut calls = 0;
         let r = poll(&clock, &stop, secs(30), None, || {
             calls += 1;
@@ -272,12 +254,12 @@ mod tests {
     #[test]
     fn poll_ends_when_cancelled_between_calls() {
         let clock = FakeClock::new();
-        let stop = Flag::default();
+        let stop = Cancel::new();
         let mut calls = 0;
         let r = poll(&clock, &stop, secs(5), Some(secs(3600)), || {
             calls += 1;
             if calls == 3 {
-                stop.fire();
+                stop.cancel();
             }
             false
         });
@@ -362,7 +344,7 @@ mod tests {
     fn retry_makes_n_attempts_with_go_s_error_text() {
         let clock = FakeClock::new();
         let mut calls = 0;
-        let r: Result<(), _> = retry(&clock, &NeverStop, 5, secs(10), || {
+        let r: Result<(), _> = retry_attempts(&clock, &NeverStop, 5, secs(10), || {
             calls += 1;
             Err(format!("boom {calls}"))
         });
@@ -376,14 +358,15 @@ mod tests {
     fn retry_returns_the_first_success() {
         let clock = FakeClock::new();
         let mut calls = 0;
-        let r: Result<u32, RetryError<&str>> = retry(&clock, &NeverStop, 5, secs(10), || {
-            calls += 1;
-            if calls == 2 {
-                Ok(calls)
-            } else {
-                Err("no")
-            }
-        });
+        let r: Result<u32, RetryError<&str>> =
+            retry_attempts(&clock, &NeverStop, 5, secs(10), || {
+                calls += 1;
+                if calls == 2 {
+                    Ok(calls)
+                } else {
+                    Err("no")
+                }
+            });
         assert_eq!(r, Ok(2));
         assert_eq!(clock.sleeps(), vec![secs(10)]);
     }
@@ -391,10 +374,10 @@ mod tests {
     #[test]
     fn retry_calls_once_even_when_cancelled_then_stops() {
         let clock = FakeClock::new();
-        let stop = Flag::default();
-        stop.fire();
+        let stop = Cancel::new();
+        stop.cancel();
         let mut calls = 0;
-        let r: Result<(), _> = retry(&clock, &stop, 5, secs(10), || {
+        let r: Result<(), _> = retry_attempts(&clock, &stop, 5, secs(10), || {
             calls += 1;
             Err("no")
         });
@@ -412,7 +395,7 @@ mod tests {
         for n in [0, 1] {
             let clock = FakeClock::new();
             let mut calls = 0;
-            let r: Result<(), _> = retry(&clock, &NeverStop, n, secs(10), || {
+            let r: Result<(), _> = retry_attempts(&clock, &NeverStop, n, secs(10), || {
                 calls += 1;
                 Err("no")
             });
@@ -444,12 +427,12 @@ mod tests {
     #[test]
     fn the_ticker_stops_on_the_token() {
         let clock = FakeClock::new();
-        let stop = Flag::default();
+        let stop = Cancel::new();
         let mut acts = 0;
         ticker(&clock, &stop, secs(30), || {
             acts += 1;
             if acts == 2 {
-                stop.fire();
+                stop.cancel();
             }
             ControlFlow::Continue(())
         });

@@ -18,7 +18,7 @@ use crate::service::{
 
 /// One call as the service received it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ServiceCall {
+pub(crate) enum ServiceCall {
     GetCluster {
         exclude_hosts: bool,
     },
@@ -43,7 +43,7 @@ pub enum ServiceCall {
 
 impl ServiceCall {
     /// The swagger operationId, the key of [`MemoryService::fail`].
-    pub fn operation(&self) -> &'static str {
+    pub(crate) fn operation(&self) -> &'static str {
         match self {
             ServiceCall::GetCluster { .. } => "v2GetCluster",
             ServiceCall::UpdateHostStage { .. } => "v2UpdateHostInstallProgress",
@@ -78,7 +78,7 @@ struct State {
 
 /// See the module documentation. Clones share the state.
 #[derive(Clone)]
-pub struct MemoryService {
+pub(crate) struct MemoryService {
     state: Arc<Mutex<State>>,
     clock: Arc<dyn Clock>,
     cache: Arc<OperatorsCache>,
@@ -86,7 +86,7 @@ pub struct MemoryService {
 
 impl MemoryService {
     /// A cluster `cluster_id` in status `installing` with no hosts and no operators.
-    pub fn new(cluster_id: &str, clock: Arc<dyn Clock>) -> MemoryService {
+    pub(crate) fn new(cluster_id: &str, clock: Arc<dyn Clock>) -> MemoryService {
         let cluster = Cluster {
             id: cluster_id.to_string(),
             kind: "Cluster".to_string(),
@@ -107,40 +107,35 @@ impl MemoryService {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Replaces the cluster (hosts included).
-    pub fn set_cluster(&self, cluster: Cluster) {
-        self.state().cluster = cluster;
-    }
-
     /// Changes the cluster in place (its status, its hosts…).
-    pub fn update_cluster(&self, f: impl FnOnce(&mut Cluster)) {
+    pub(crate) fn update_cluster(&self, f: impl FnOnce(&mut Cluster)) {
         f(&mut self.state().cluster);
     }
 
-    pub fn cluster(&self) -> Cluster {
+    pub(crate) fn cluster(&self) -> Cluster {
         self.state().cluster.clone()
     }
 
-    pub fn set_operators(&self, operators: Vec<MonitoredOperator>) {
+    pub(crate) fn set_operators(&self, operators: Vec<MonitoredOperator>) {
         self.state().operators = operators;
     }
 
-    pub fn operators(&self) -> Vec<MonitoredOperator> {
+    pub(crate) fn operators(&self) -> Vec<MonitoredOperator> {
         self.state().operators.clone()
     }
 
-    pub fn set_custom_manifests(&self, bytes: impl Into<Vec<u8>>) {
+    pub(crate) fn set_custom_manifests(&self, bytes: impl Into<Vec<u8>>) {
         self.state().custom_manifests = bytes.into();
     }
 
-    pub fn set_kubeconfig(&self, bytes: impl Into<Vec<u8>>) {
+    pub(crate) fn set_kubeconfig(&self, bytes: impl Into<Vec<u8>>) {
         self.state().kubeconfig = bytes.into();
     }
 
     /// The next `times` calls of `operation` (a swagger operationId, see
     /// [`ServiceCall::operation`]) fail with `status`. A failed call is recorded and changes
     /// nothing.
-    pub fn fail(&self, operation: &'static str, times: usize, status: u16) {
+    pub(crate) fn fail(&self, operation: &'static str, times: usize, status: u16) {
         self.state()
             .failures
             .entry(operation)
@@ -150,7 +145,7 @@ impl MemoryService {
 
     /// `hook` runs at every call before it is answered (and before an injected failure), e.g.
     /// to move the cluster to `installed` at the n-th call while a task polls.
-    pub fn on_call(
+    pub(crate) fn on_call(
         &self,
         hook: impl FnMut(&ServiceCall, usize, &mut Cluster, &mut Vec<MonitoredOperator>)
             + Send
@@ -160,12 +155,12 @@ impl MemoryService {
     }
 
     /// Every call so far, in order.
-    pub fn calls(&self) -> Vec<ServiceCall> {
+    pub(crate) fn calls(&self) -> Vec<ServiceCall> {
         self.state().calls.clone()
     }
 
     /// The finalizing stages reported so far, in order.
-    pub fn finalizing_stages(&self) -> Vec<FinalizingStage> {
+    pub(crate) fn finalizing_stages(&self) -> Vec<FinalizingStage> {
         self.calls()
             .into_iter()
             .filter_map(|c| match c {
@@ -176,7 +171,7 @@ impl MemoryService {
     }
 
     /// The `complete-installation` bodies sent so far, in order.
-    pub fn completions(&self) -> Vec<CompletionParams> {
+    pub(crate) fn completions(&self) -> Vec<CompletionParams> {
         self.calls()
             .into_iter()
             .filter_map(|c| match c {
@@ -187,7 +182,7 @@ impl MemoryService {
     }
 
     /// The operator reports sent so far, in order.
-    pub fn operator_reports(&self) -> Vec<OperatorMonitorReport> {
+    pub(crate) fn operator_reports(&self) -> Vec<OperatorMonitorReport> {
         self.calls()
             .into_iter()
             .filter_map(|c| match c {
@@ -198,7 +193,7 @@ impl MemoryService {
     }
 
     /// The operationIds of the calls so far, in order.
-    pub fn operations(&self) -> Vec<&'static str> {
+    pub(crate) fn operations(&self) -> Vec<&'static str> {
         self.state()
             .calls
             .iter()
