@@ -98,12 +98,13 @@ impl KubeClient {
         if kubeconfig.exists() {
             return KubeClient::kubeconfig_file(kubeconfig, CONTROLLER_READ_TIMEOUT);
         }
+        // Checked before kube's loader, whose error does not name the variable.
+        let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
+        let host = var("KUBERNETES_SERVICE_HOST")?;
         if service_account_dir == Path::new(SERVICE_ACCOUNT_DIR) {
             return KubeClient::new(Source::InCluster, CONTROLLER_READ_TIMEOUT)
                 .context("the in-cluster Kubernetes client");
         }
-        let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
-        let host = var("KUBERNETES_SERVICE_HOST")?;
         let host = match host.contains(':') {
             true => format!("[{host}]"),
             false => host,
