@@ -498,6 +498,9 @@ fn the_token_never_appears_in_errors_debug_or_logs() {
         .finish();
     let mut texts = Vec::new();
     tracing::subscriber::with_default(subscriber, || {
+        // Another test thread, with no subscriber, may have registered the retry log's
+        // callsites first and cached them as never wanted: ask again now this one is set.
+        tracing::callsite::rebuild_interest_cache();
         let config = ClientConfig {
             url: srv.base_url(),
             token: token.to_string(),
