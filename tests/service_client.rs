@@ -497,10 +497,11 @@ fn the_token_never_appears_in_errors_debug_or_logs() {
         .with_ansi(false)
         .finish();
     let mut texts = Vec::new();
-    tracing::subscriber::with_default(subscriber, || {
-        // Another test thread, with no subscriber, may have registered the retry log's
-        // callsites first and cached them as never wanted: ask again now this one is set.
-        tracing::callsite::rebuild_interest_cache();
+    // The process-wide subscriber, not a scoped one: tracing caches a callsite's interest when
+    // it is first hit, and another test thread, without this subscriber, may hit the retry log
+    // first. The other tests' logs land here too, and must not hold the token either.
+    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+    {
         let config = ClientConfig {
             url: srv.base_url(),
             token: token.to_string(),
@@ -531,7 +532,7 @@ fn the_token_never_appears_in_errors_debug_or_logs() {
         let closed = client_for(&format!("http://{}", closed_port()), token, fast_retry(1));
         let e = closed.get_cluster(CLUSTER, true).unwrap_err();
         texts.push(format!("{e:#} {e:?}"));
-    });
+    }
     let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("retrying"), "retries are logged: {logs}");
     assert!(logs.contains("--insecure"), "{logs}");
