@@ -312,18 +312,14 @@ mod tests {
         );
         let mcs = cluster
             .list_pods(
-                crate::controller::tasks::nodes::MCS_NAMESPACE,
+                crate::openshift::MCS_NAMESPACE,
                 Some(crate::controller::tasks::nodes::MCS_SELECTOR),
                 None,
             )
             .unwrap();
         assert_eq!(mcs.len(), 1);
         let log = cluster
-            .pod_log(
-                crate::controller::tasks::nodes::MCS_NAMESPACE,
-                &mcs[0].name,
-                None,
-            )
+            .pod_log(crate::openshift::MCS_NAMESPACE, &mcs[0].name, None)
             .unwrap();
         assert!(log.contains("192.0.2.10:"), "{log}");
         let nodes = cluster.list_nodes(None).unwrap();

@@ -6,9 +6,6 @@
 use super::*;
 use crate::clock::{FakeClock, SystemClock};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::tasks::completion::{
-    INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE,
-};
 use crate::controller::tasks::reboots::KUBECONFIG_FILE;
 use crate::controller::testing::{
     abi_config_map, abi_operators_initialized, cond, record, Recorder,
@@ -17,6 +14,7 @@ use crate::image::Cancel;
 use crate::kube::fake::FakeCluster;
 use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
 use crate::kube::{ApiError, ClusterOperator, ClusterVersion, ProxyStatus};
+use crate::openshift::{INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE};
 use crate::service::{FinalizingStage, LogsState};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -35,7 +35,7 @@ pub const GENERAL_WAIT_INTERVAL: Duration = Duration::from_secs(30);
 /// Router-CA poll.
 pub const ROUTER_CA_INTERVAL: Duration = Duration::from_secs(10);
 /// The ConfigMap holding the router CA, and its key.
-pub use crate::openshift::{INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE};
+use crate::openshift::{INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE};
 /// The `data` key of a failed completion.
 pub const CLUSTER_OPERATORS_REPORT: &str = "CLUSTER_OPERATORS_REPORT";
 
@@ -151,9 +151,7 @@ pub fn wait_for_installation_abi(
             }
         }
         if !available {
-            match cluster
-                .get_cluster_version(crate::controller::tasks::operators::CLUSTER_VERSION_NAME)
-            {
+            match cluster.get_cluster_version(crate::openshift::CLUSTER_VERSION_NAME) {
                 Ok(cv) => available = cv.conditions.iter().any(|c| c.is_true("Available")),
                 Err(err) => tracing::warn!("reading ClusterVersion: {err:#}"),
             }

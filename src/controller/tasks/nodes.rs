@@ -48,7 +48,7 @@ use crate::service::{HostStage, HostStatus};
 /// The general wait interval: node-status rounds and CSR approval.
 pub const GENERAL_WAIT: Duration = Duration::from_secs(30);
 /// Where the machine-config-server pods run.
-pub use crate::openshift::MCS_NAMESPACE;
+use crate::openshift::MCS_NAMESPACE;
 /// Their label selector.
 pub const MCS_SELECTOR: &str = "k8s-app=machine-config-server";
 /// How far back their logs are read.

@@ -25,7 +25,7 @@ pub const CONSOLE_NAME: &str = "console";
 /// The service record of the cluster-version operator.
 pub const CVO_NAME: &str = "cvo";
 /// The ClusterVersion object.
-pub use crate::openshift::CLUSTER_VERSION_NAME;
+use crate::openshift::CLUSTER_VERSION_NAME;
 
 /// The status from conditions: the first condition in order that is `Available=True` (`available`, its message),
 /// `Progressing=True` (`progressing`) or `Degraded=True`/`Available=False` (`failed`); none →
