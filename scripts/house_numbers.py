@@ -3,6 +3,8 @@
 
 Lines of code are a source file's lines before its first `#[cfg(test)]`; files named
 `tests.rs`, `*_tests.rs`, `testing.rs` or `testdata.rs` count as tests, as does all of `tests/`.
+A file cycle is a group of files whose code (tests aside) names each other through `use` or
+`crate::`/`super::` paths, directly or round a loop.
 Usage: python3 scripts/house_numbers.py [-v]
 """
 import os
@@ -36,6 +38,112 @@ def split(path):
     return len(body), 0
 
 
+def module_files(top="src"):
+    """Each source file under its module path: src/disk/device.rs is ("disk", "device")."""
+    files = {}
+    for path in rust_files(top):
+        parts = path[len(top) + 1 : -3].split("/")
+        if parts[-1] in ("mod", "lib", "main"):
+            parts = parts[:-1]
+        files[tuple(parts)] = path
+    return files
+
+
+USE = re.compile(r"\buse\s+(crate|super|self)::([^;]*);", re.S)
+PATH = re.compile(r"\b(crate|super|self)((?:::\w+)+)")
+
+
+def split_items(inner):
+    depth, cur, items = 0, "", []
+    for ch in inner:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return items + [cur]
+
+
+def file_edges(files):
+    """The files each file's code (not its tests) names through `crate::`, `super::` or `self::`."""
+    edges = {}
+    for module, path in files.items():
+        code, _ = split(path)
+        text = re.sub(r"//[^\n]*", "", "\n".join(lines(path)[:code]))
+        targets = set()
+
+        def resolve(segments):
+            best = None
+            for i in range(1, len(segments) + 1):
+                if tuple(segments[:i]) in files:
+                    best = tuple(segments[:i])
+            if best:
+                targets.add(best)
+
+        def expand(prefix, body):
+            body = body.strip()
+            braces = re.match(r"^([\w:]*?)(::)?\{(.*)\}$", body, re.S)
+            if braces:
+                head = [s for s in braces.group(1).split("::") if s]
+                for item in split_items(braces.group(3)):
+                    if item.strip():
+                        expand(prefix + head, item)
+                return
+            segments = [s.strip() for s in body.split(" as ")[0].split("::")]
+            segments = [s for s in segments if re.match(r"^\w+$", s)]
+            base = list(prefix)
+            while segments and segments[0] == "super":
+                base, segments = base[:-1], segments[1:]
+            resolve(base + segments)
+
+        def root(kind):
+            return {"crate": [], "self": list(module), "super": list(module[:-1])}[kind]
+
+        for m in USE.finditer(text):
+            expand(root(m.group(1)), m.group(2))
+        for m in PATH.finditer(text):
+            expand(root(m.group(1)), m.group(2).strip(":"))
+        targets.discard(module)
+        edges[module] = targets
+    return edges
+
+
+def file_cycles(top="src"):
+    """Strongly connected groups of more than one file in the `use` graph (Tarjan)."""
+    files = module_files(top)
+    edges = file_edges(files)
+    index, low, stack, on, groups = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(files[w])
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    sys.setrecursionlimit(10_000)
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return groups
+
+
 def main():
     verbose = "-v" in sys.argv
     code = inline = 0
@@ -61,6 +169,10 @@ def main():
     print(f"tests/common       {common:7}  (limit {COMMON_LIMIT})")
     print(f"tests : code       {ratio:7.2f}  (limit 1.00)")
     print(f"outside references {refs:7}  (§, step N, quirk N, issue N in src/)")
+    cycles = file_cycles()
+    print(f"file cycles        {len(cycles):7}  (limit 0)")
+    for group in cycles:
+        print("  cycle: " + " <-> ".join(group))
     for c, path in sorted(big, reverse=True):
         print(f"over {FILE_LIMIT} lines: {path} ({c})")
     if verbose:
