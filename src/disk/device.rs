@@ -8,7 +8,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::holders;
+use super::holders::{self, DeviceBusy};
 use super::partitions;
 use super::sys;
 
@@ -18,14 +18,6 @@ pub enum DeviceKind {
     Block,
     /// A regular file used as a disk image.
     File,
-}
-
-/// Raised when the target is mounted or otherwise in use; callers branch on it.
-#[derive(Debug, thiserror::Error)]
-#[error("{path} is in use ({holders}); refusing to write to it. Unmount it, stop what holds it, or choose another disk")]
-pub struct DeviceBusy {
-    pub path: String,
-    pub holders: String,
 }
 
 /// An open target disk. Destructive code takes `&Device`, never a path.

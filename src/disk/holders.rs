@@ -7,6 +7,14 @@ use std::path::{Path, PathBuf};
 
 use super::sysfs;
 
+/// Raised when the target is mounted or otherwise in use; callers branch on it.
+#[derive(Debug, thiserror::Error)]
+#[error("{path} is in use ({holders}); refusing to write to it. Unmount it, stop what holds it, or choose another disk")]
+pub struct DeviceBusy {
+    pub path: String,
+    pub holders: String,
+}
+
 /// One block device we look for: the disk itself or one of its partitions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Node {

@@ -18,4 +18,5 @@ pub(crate) mod table;
 mod udev;
 mod windows;
 
-pub use device::{Device, DeviceBusy, DeviceKind};
+pub use device::{Device, DeviceKind};
+pub use holders::DeviceBusy;

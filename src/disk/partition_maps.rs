@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::device::DeviceBusy;
 use super::dm::{self, Control, Linear};
+use super::holders::DeviceBusy;
 use super::sysfs;
 use super::table::PartitionSpec;
 use super::udev::{settle_udev, udev_running};
