@@ -1,9 +1,8 @@
 //! The post-install steps on a disk (`postinstall` works on a mounted /boot; this mounts it):
 //! make its partitions appear (BLKRRPART, then BLKPG from our own GPT parse, or partition maps
 //! on a device-mapper disk), find /boot by label, mount it in a private namespace, apply the
-//! edits, and put the kernel's view back as it was; and, once a table is on the disk for good,
-//! the kernel's view of it (`show_partitions`). During a write (before the partition table is committed), or on a disk written
-//! earlier (`embed`).
+//! edits, and put the kernel's view back as it was. During a write (before the partition table
+//! is committed), or on a disk written earlier (`embed`).
 
 use anyhow::{anyhow, Context, Result};
 use std::path::Path;
@@ -18,7 +17,7 @@ use crate::disk::{Device, DeviceKind};
 use crate::image::WriteOptions;
 use crate::postinstall::{self, PostInstall};
 
-use super::reset::reset;
+use super::reset::{reset, show_partitions, table_on};
 
 /// Apply `post` to the /boot partition of `dev`, whose partitions are `table` (the table on the
 /// disk, or the one about to be committed). Consumes the exclusive handle, because mount(2)
@@ -74,51 +73,6 @@ fn apply_on_block(dev: Device, table: &[PartitionSpec], post: &PostInstall) -> R
     applied?;
     released?;
     Ok(dev)
-}
-
-/// Once the partition table on `dev` changed for good (written, reset, or a failed write that
-/// left it as it was): let go of the disk and leave the kernel with exactly the partitions of
-/// the table now on it, with their nodes, as a kernel that parses partition tables (or kpartx,
-/// on a device-mapper disk) would. Then `lsblk`, the steps after the write and the user's own
-/// tools find them, and no node is left for a partition that is gone. Best effort: the disk is
-/// what it is whatever the kernel shows, so a failure here is only logged.
-pub(crate) fn show_partitions(dev: Device) {
-    if dev.kind() != DeviceKind::Block {
-        return;
-    }
-    let table = table_on(&dev);
-    let path = dev.path().to_path_buf();
-    drop(dev);
-    let table = table.unwrap_or_else(|e| {
-        tracing::debug!("no readable partition table on {}: {e:#}", path.display());
-        Vec::new()
-    });
-    match publish(&path, &table) {
-        Ok(nodes) => tracing::info!(
-            "partitions of {}: {}",
-            path.display(),
-            if nodes.is_empty() {
-                "none".to_string()
-            } else {
-                nodes
-                    .iter()
-                    .map(|(_, n)| n.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            }
-        ),
-        Err(e) => tracing::warn!(
-            "the kernel's partitions of {} could not be brought in line with its partition table ({e:#}); the disk itself is as reported, but steps that look for its partitions may not find them",
-            path.display()
-        ),
-    }
-}
-
-/// The partitions of the table on `dev`.
-fn table_on(dev: &Device) -> Result<Vec<PartitionSpec>> {
-    let mut w = DiskWindows::load(dev)?;
-    let gpt = table::read(&mut w, dev.sector_size())?;
-    Ok(PartitionSpec::from_gpt(&gpt))
 }
 
 /// After a host command changed the partition table of the block device `path` (growpart):

@@ -1,13 +1,16 @@
 //! The one reset of a disk after a failure past the stream (the stream resets its own, in
 //! `image`): to an empty partition table, keeping saved partitions, unless the caller chose
-//! to preserve the disk as it is.
+//! to preserve the disk as it is; and, once a table is on the disk for good, the kernel's view
+//! of it (`show_partitions`).
 
+use anyhow::Result;
 use std::path::Path;
 
-use crate::disk::Device;
+use crate::disk::gpt::DiskWindows;
+use crate::disk::partitions::{publish, PartitionSpec};
+use crate::disk::table;
+use crate::disk::{Device, DeviceKind};
 use crate::image::{reset_after_failure, WriteOptions};
-
-use super::post_install::show_partitions;
 
 /// The one reset after a streamed write failed or was given up (and after a failed `embed`):
 /// the disk, reopened when the failure came while it was not held.
@@ -33,4 +36,49 @@ pub(super) fn reset(
     let e = reset_after_failure(&dev, sector_size, opts, e);
     show_partitions(dev);
     e
+}
+
+/// Once the partition table on `dev` changed for good (written, reset, or a failed write that
+/// left it as it was): let go of the disk and leave the kernel with exactly the partitions of
+/// the table now on it, with their nodes, as a kernel that parses partition tables (or kpartx,
+/// on a device-mapper disk) would. Then `lsblk`, the steps after the write and the user's own
+/// tools find them, and no node is left for a partition that is gone. Best effort: the disk is
+/// what it is whatever the kernel shows, so a failure here is only logged.
+pub(crate) fn show_partitions(dev: Device) {
+    if dev.kind() != DeviceKind::Block {
+        return;
+    }
+    let table = table_on(&dev);
+    let path = dev.path().to_path_buf();
+    drop(dev);
+    let table = table.unwrap_or_else(|e| {
+        tracing::debug!("no readable partition table on {}: {e:#}", path.display());
+        Vec::new()
+    });
+    match publish(&path, &table) {
+        Ok(nodes) => tracing::info!(
+            "partitions of {}: {}",
+            path.display(),
+            if nodes.is_empty() {
+                "none".to_string()
+            } else {
+                nodes
+                    .iter()
+                    .map(|(_, n)| n.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+        ),
+        Err(e) => tracing::warn!(
+            "the kernel's partitions of {} could not be brought in line with its partition table ({e:#}); the disk itself is as reported, but steps that look for its partitions may not find them",
+            path.display()
+        ),
+    }
+}
+
+/// The partitions of the table on `dev`.
+pub(super) fn table_on(dev: &Device) -> Result<Vec<PartitionSpec>> {
+    let mut w = DiskWindows::load(dev)?;
+    let gpt = table::read(&mut w, dev.sector_size())?;
+    Ok(PartitionSpec::from_gpt(&gpt))
 }

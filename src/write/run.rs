@@ -6,8 +6,9 @@
 use anyhow::{Context, Result};
 
 use super::plan::WritePlan;
-use super::post_install::{apply_to_disk, show_partitions};
+use super::post_install::apply_to_disk;
 use super::reset::reset;
+use super::reset::show_partitions;
 use crate::disk::gpt::DiskWindows;
 use crate::disk::partitions::PartitionSpec;
 use crate::disk::saved::SavedPartitions;
