@@ -16,7 +16,7 @@
 
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{bounded, select};
-use std::io::{self, Read};
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -26,19 +26,16 @@ use super::digest::{check, Expected, Sha256Sum};
 use super::format::{Format, XzSettings};
 use super::progress::{Progress, ProgressSink};
 use super::source::ImageSource;
+pub use super::stages::RawImage;
 use super::stages::{
     decode_stage, fetch_stage, hash_stage, joined, write_stage, Block, DecodeInput, Msg, Next,
-    Router, Shared,
+    Router, Shared, BLOCK,
 };
 use crate::disk::device::Device;
 use crate::disk::direct::AlignedBuf;
 use crate::disk::gpt::{self, ImageLayout};
 use crate::disk::saved::SavedPartitions;
 
-/// Uncompressed bytes per buffer. Also the held-back head: block 0 is exactly the first MiB.
-pub(crate) const BLOCK: usize = 1 << 20;
-/// Compressed bytes per message from the fetch stage.
-pub(super) const CHUNK: usize = 256 << 10;
 /// How often the coordinator looks at progress, errors and signals.
 pub(super) const POLL: Duration = Duration::from_millis(50);
 
@@ -67,16 +64,6 @@ impl Default for WriteOptions {
             saved: SavedPartitions::none(),
         }
     }
-}
-
-/// A disk image produced locally, already raw (the live image rebuilt from its osmet file).
-pub trait RawImage: Read + Send {
-    /// Where it comes from, for messages and the summary.
-    fn describe(&self) -> String;
-    /// Its exact length in bytes.
-    fn size(&self) -> u64;
-    /// The SHA-256 it must have, and what a mismatch means, when the source carries one.
-    fn expected_sha256(&self) -> Option<(Sha256Sum, String)>;
 }
 
 /// What the pipeline reads.
@@ -123,7 +110,7 @@ pub struct WriteSummary {
 }
 
 impl WriteSummary {
-    pub fn mb_per_s(&self) -> f64 {
+    fn mb_per_s(&self) -> f64 {
         self.image_bytes as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e6
     }
 }

@@ -11,10 +11,24 @@ use std::sync::Mutex;
 use super::cancel::Cancel;
 use super::digest::{Sha256, Sha256Sum};
 use super::format::{sniff, Decompressor, Format, XzSettings, SNIFF_LEN};
-use super::pipeline::{RawImage, BLOCK, CHUNK};
 use super::source::ImageSource;
 use crate::disk::device::Device;
 use crate::disk::direct::{pad_to_sector, AlignedBuf};
+
+/// Uncompressed bytes per buffer. Also the held-back head: block 0 is exactly the first MiB.
+pub(crate) const BLOCK: usize = 1 << 20;
+/// Compressed bytes per message from the fetch stage.
+const CHUNK: usize = 256 << 10;
+
+/// A disk image produced locally, already raw (the live image rebuilt from its osmet file).
+pub trait RawImage: Read + Send {
+    /// Where it comes from, for messages and the summary.
+    fn describe(&self) -> String;
+    /// Its exact length in bytes.
+    fn size(&self) -> u64;
+    /// The SHA-256 it must have, and what a mismatch means, when the source carries one.
+    fn expected_sha256(&self) -> Option<(Sha256Sum, String)>;
+}
 
 pub(super) struct Block {
     pub(super) offset: u64,
