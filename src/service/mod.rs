@@ -1,6 +1,7 @@
 //! The assisted-service side of the installer: API models and stage strings, the REST client
 //! (auth, request ids, retries, downloads) and the background progress reporter.
 
+mod calls;
 pub mod client;
 mod inventory;
 pub(crate) mod models;
