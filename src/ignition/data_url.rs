@@ -131,8 +131,6 @@ fn first_non_base64(payload: &str) -> Option<usize> {
 pub(crate) mod tests {
     use super::*;
 
-    /// What a data URL without a media type means (RFC 2397).
-    const DEFAULT_MEDIA_TYPE: &str = "text/plain;charset=US-ASCII";
     use flate2::write::GzEncoder;
     use flate2::Compression;
     use std::io::Write;
@@ -150,51 +148,39 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn plain_percent_encoded_payload() {
-        let url = parse("data:,text%20here%0A%23!%2Fbin%2Fbash+x").unwrap();
-        assert_eq!(url.data, b"text here\n#!/bin/bash+x");
-        assert_eq!(url.media_type, DEFAULT_MEDIA_TYPE);
-        assert_eq!(decode("data:,a#b%23c").unwrap(), b"a#b#c", "# is data");
-    }
-
-    #[test]
-    fn empty_payload_is_an_empty_file() {
-        assert_eq!(decode("data:,").unwrap(), b"");
-        assert_eq!(decode("data:;base64,").unwrap(), b"");
-    }
-
-    #[test]
-    fn base64_without_media_type() {
-        let url = parse("data:;base64,aGVsbG8gd29ybGQ=").unwrap();
-        assert_eq!(url.data, b"hello world");
-        assert_eq!(url.media_type, DEFAULT_MEDIA_TYPE);
-    }
-
-    #[test]
-    fn base64_with_media_type_and_charset() {
-        let url = parse("data:text/plain;charset=utf-8;base64,bWFzdGVyLTAK").unwrap();
-        assert_eq!(url.data, b"master-0\n");
-        assert_eq!(url.media_type, "text/plain;charset=utf-8");
-        let url = parse("DATA:application/json;BASE64,e30").unwrap();
-        assert_eq!(url.data, b"{}");
-        assert_eq!(url.media_type, "application/json");
-    }
-
-    #[test]
-    fn parameters_without_type_imply_text_plain() {
-        let url = parse("data:;charset=utf-8,caf%C3%A9").unwrap();
-        assert_eq!(url.media_type, "text/plain;charset=utf-8");
-        assert_eq!(String::from_utf8(url.data).unwrap(), "café");
-    }
-
-    #[test]
-    fn base64_payload_may_be_percent_escaped_and_wrapped() {
-        // "??>" encodes to "Pz8+": the '+' may arrive as %2B, and lines may be wrapped.
-        assert_eq!(decode("data:;base64,Pz8%2B").unwrap(), b"??>");
-        assert_eq!(
-            decode("data:;base64,aGVs%0AbG8g%0D%0Ad29y bGQ=").unwrap(),
-            b"hello world"
-        );
+    fn payloads_and_media_types() {
+        let default = "text/plain;charset=US-ASCII";
+        let utf8 = "text/plain;charset=utf-8";
+        for (url, data, media_type) in [
+            (
+                "data:,text%20here%0A%23!%2Fbin%2Fbash+x",
+                "text here\n#!/bin/bash+x",
+                default,
+            ),
+            ("data:,a#b%23c", "a#b#c", default), // `#` is data
+            ("data:,", "", default),
+            ("data:;base64,", "", default),
+            ("data:;base64,aGVsbG8gd29ybGQ=", "hello world", default),
+            (
+                "data:text/plain;charset=utf-8;base64,bWFzdGVyLTAK",
+                "master-0\n",
+                utf8,
+            ),
+            ("DATA:application/json;BASE64,e30", "{}", "application/json"),
+            // Parameters without a type imply text/plain.
+            ("data:;charset=utf-8,caf%C3%A9", "café", utf8),
+            // "??>" encodes to "Pz8+": the '+' may arrive as %2B, and lines may be wrapped.
+            ("data:;base64,Pz8%2B", "??>", default),
+            (
+                "data:;base64,aGVs%0AbG8g%0D%0Ad29y bGQ=",
+                "hello world",
+                default,
+            ),
+        ] {
+            let parsed = parse(url).unwrap();
+            assert_eq!(parsed.data, data.as_bytes(), "{url}");
+            assert_eq!(parsed.media_type, media_type, "{url}");
+        }
     }
 
     /// The payload of a base64 data URL.

@@ -44,18 +44,14 @@ fn parses_every_supported_version() {
 }
 
 #[test]
-fn rejects_spec_2_naming_the_version() {
-    let err = parse_config(br#"{"ignition":{"version":"2.2.0"},"storage":{}}"#).unwrap_err();
-    let text = err.to_string();
-    assert!(text.contains("\"2.2.0\""), "{text}");
-    assert!(text.contains("only Ignition v3"), "{text}");
-}
-
-#[test]
-fn rejects_other_versions_and_non_configs() {
+fn rejects_other_versions_naming_them_and_non_configs() {
     for (bytes, expected) in [
         (
-            &br#"{"ignition":{"version":"3.5.0"}}"#[..],
+            &br#"{"ignition":{"version":"2.2.0"},"storage":{}}"#[..],
+            "spec version \"2.2.0\", which is not supported: only Ignition v3",
+        ),
+        (
+            br#"{"ignition":{"version":"3.5.0"}}"#,
             "unsupported spec version \"3.5.0\"",
         ),
         (
@@ -109,130 +105,160 @@ fn merge_checks_both_versions() {
     assert!(format!("{:#}", merge(&good, &bad).unwrap_err()).starts_with("child ignition config"));
 }
 
-// ----- scalars and objects -----
+// ----- the rules, each as parent + child = merged -----
 
+/// Each case's whole merged config (all version 3.2.0 but the kernel arguments, 3.3.0).
 #[test]
-fn child_scalars_win_when_set() {
-    let parent = v32(
-        json!({"ignition": {"version": "3.2.0", "timeouts": {"httpTotal": 10, "httpResponseHeaders": 5}},
-        "storage": {"files": [{"path": "/a", "overwrite": true, "mode": 420}]}}),
-    );
-    let child = v32(
-        json!({"ignition": {"version": "3.2.0", "timeouts": {"httpTotal": 60, "httpResponseHeaders": null}},
-        "storage": {"files": [{"path": "/a", "overwrite": false}]}}),
-    );
-    let merged = merge(&parent, &child).unwrap();
-    assert_eq!(
-        merged["ignition"]["timeouts"],
-        json!({"httpTotal": 60, "httpResponseHeaders": 5})
-    );
-    // An explicit false wins; a field the child leaves out keeps the parent's value.
-    assert_eq!(
-        merged["storage"]["files"][0],
-        json!({"path": "/a", "overwrite": false, "mode": 420})
-    );
+fn merges_by_the_rules() {
+    let v33 = |rest| config("3.3.0", rest);
+    let cases = [
+        (
+            "a child scalar wins when set, an explicit false too; an unset or null one keeps the parent's",
+            v32(json!({"ignition": {"version": "3.2.0", "timeouts": {"httpTotal": 10, "httpResponseHeaders": 5}},
+                "storage": {"files": [{"path": "/a", "overwrite": true, "mode": 420}]}})),
+            v32(json!({"ignition": {"version": "3.2.0", "timeouts": {"httpTotal": 60, "httpResponseHeaders": null}},
+                "storage": {"files": [{"path": "/a", "overwrite": false}]}})),
+            v32(json!({"ignition": {"version": "3.2.0", "timeouts": {"httpTotal": 60, "httpResponseHeaders": 5}},
+                "storage": {"files": [{"path": "/a", "overwrite": false, "mode": 420}]}})),
+        ),
+        (
+            "objects merge recursively; on a type mismatch the child's value wins",
+            v32(json!({"ignition": {"version": "3.2.0", "proxy": {"httpProxy": "http://p:3128", "noProxy": ["a"]}},
+                "x-extension": {"keep": 1, "list": [1]}})),
+            v32(json!({"ignition": {"version": "3.2.0", "proxy": {"httpsProxy": "http://q:3128", "noProxy": ["b", "a"]}},
+                "x-extension": {"list": "not a list"}})),
+            v32(json!({"ignition": {"version": "3.2.0", "proxy": {"httpProxy": "http://p:3128",
+                "httpsProxy": "http://q:3128", "noProxy": ["a", "b"]}}, "x-extension": {"keep": 1, "list": "not a list"}})),
+        ),
+        (
+            "files merge by path: the child's contents win, the fields it leaves out stay",
+            v32(json!({"storage": {"files": [
+                {"path": "/etc/kubernetes/kubelet.conf", "mode": 420, "contents": {"source": "data:,kubelet"}},
+                {"path": "/etc/hostname", "mode": 420, "overwrite": true, "user": {"name": "root"},
+                 "contents": {"source": "data:,localhost"}}]}})),
+            v32(json!({"storage": {"files": [
+                {"path": "/etc/hostname", "contents": {"source": "data:,master-0"}},
+                {"path": "/etc/new", "contents": {"source": "data:,new"}}]}})),
+            v32(json!({"storage": {"files": [
+                {"path": "/etc/kubernetes/kubelet.conf", "mode": 420, "contents": {"source": "data:,kubelet"}},
+                {"path": "/etc/hostname", "mode": 420, "overwrite": true, "user": {"name": "root"},
+                 "contents": {"source": "data:,master-0"}},
+                {"path": "/etc/new", "contents": {"source": "data:,new"}}]}})),
+        ),
+        (
+            "files, directories and links share paths; a replacing entry inherits nothing",
+            v32(json!({"storage": {
+                "files": [{"path": "/etc/a"}, {"path": "/etc/keep-file"}],
+                "directories": [{"path": "/etc/b", "mode": 493}, {"path": "/etc/keep-dir"}],
+                "links": [{"path": "/etc/c", "target": "/x"}]}})),
+            v32(json!({"storage": {
+                "directories": [{"path": "/etc/a"}],
+                "links": [{"path": "/etc/b", "target": "/y"}],
+                "files": [{"path": "/etc/c", "contents": {"source": "data:,c"}}]}})),
+            v32(json!({"storage": {
+                "files": [{"path": "/etc/keep-file"}, {"path": "/etc/c", "contents": {"source": "data:,c"}}],
+                "directories": [{"path": "/etc/keep-dir"}, {"path": "/etc/a"}],
+                "links": [{"path": "/etc/b", "target": "/y"}]}})),
+        ),
+        (
+            "units and their dropins merge by name",
+            v32(json!({"systemd": {"units": [
+                {"name": "kubelet.service", "enabled": true, "contents": "[Unit]\nDescription=Kubelet\n",
+                 "dropins": [{"name": "10-mco-default-env.conf", "contents": "[Service]\n"},
+                             {"name": "20-logging.conf", "contents": "[Service]\nEnvironment=V=2\n"}]},
+                {"name": "crio.service", "enabled": true}]}})),
+            v32(json!({"systemd": {"units": [
+                {"name": "kubelet.service", "enabled": false,
+                 "dropins": [{"name": "20-logging.conf", "contents": "[Service]\nEnvironment=V=4\n"},
+                             {"name": "30-extra.conf", "contents": "[Service]\n"}]},
+                {"name": "agent.service", "mask": true}]}})),
+            v32(json!({"systemd": {"units": [
+                {"name": "kubelet.service", "enabled": false, "contents": "[Unit]\nDescription=Kubelet\n",
+                 "dropins": [{"name": "10-mco-default-env.conf", "contents": "[Service]\n"},
+                             {"name": "20-logging.conf", "contents": "[Service]\nEnvironment=V=4\n"},
+                             {"name": "30-extra.conf", "contents": "[Service]\n"}]},
+                {"name": "crio.service", "enabled": true},
+                {"name": "agent.service", "mask": true}]}})),
+        ),
+        (
+            "a child node removes the parent's node even without its own list in the parent",
+            v32(json!({"storage": {"directories": [{"path": "/opt/x"}]}})),
+            v32(json!({"storage": {"files": [{"path": "/opt/x"}]}})),
+            v32(json!({"storage": {"directories": [], "files": [{"path": "/opt/x"}]}})),
+        ),
+        (
+            "file append fragments are concatenated",
+            v32(json!({"storage": {"files": [{"path": "/etc/motd", "append": [{"source": "data:,a"}]}]}})),
+            v32(json!({"storage": {"files": [{"path": "/etc/motd", "append": [{"source": "data:,a"}, {"source": "data:,b"}]}]}})),
+            v32(json!({"storage": {"files": [{"path": "/etc/motd",
+                "append": [{"source": "data:,a"}, {"source": "data:,a"}, {"source": "data:,b"}]}]}})),
+        ),
+        (
+            "users and groups by name; SSH keys and groups appended without duplicates",
+            v32(json!({"passwd": {
+                "users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAA key-a", "ssh-rsa BBBB key-b"], "groups": ["wheel"]}],
+                "groups": [{"name": "admins", "gid": 1001}]}})),
+            v32(json!({"passwd": {
+                "users": [
+                    {"name": "core", "sshAuthorizedKeys": ["ssh-rsa BBBB key-b", "ssh-ed25519 CCCC key-c"], "groups": ["sudo", "wheel"],
+                     "passwordHash": "$6$x"},
+                    {"name": "operator", "sshAuthorizedKeys": ["ssh-ed25519 DDDD key-d"]}],
+                "groups": [{"name": "admins", "gid": 1002}, {"name": "ops"}]}})),
+            v32(json!({"passwd": {
+                "users": [
+                    {"name": "core",
+                     "sshAuthorizedKeys": ["ssh-ed25519 AAAA key-a", "ssh-rsa BBBB key-b", "ssh-ed25519 CCCC key-c"],
+                     "groups": ["wheel", "sudo"], "passwordHash": "$6$x"},
+                    {"name": "operator", "sshAuthorizedKeys": ["ssh-ed25519 DDDD key-d"]}],
+                "groups": [{"name": "admins", "gid": 1002}, {"name": "ops"}]}})),
+        ),
+        (
+            "config merges and certificate authorities are keyed by source",
+            v32(json!({"ignition": {"version": "3.2.0",
+                "config": {"merge": [{"source": "https://a/config", "verification": {"hash": "sha512-aa"}}]},
+                "security": {"tls": {"certificateAuthorities": [{"source": "data:,ca1"}]}}}})),
+            v32(json!({"ignition": {"version": "3.2.0",
+                "config": {"merge": [{"source": "https://a/config", "verification": {"hash": "sha512-bb"}}, {"source": "https://b/config"}]},
+                "security": {"tls": {"certificateAuthorities": [{"source": "data:,ca2"}, {"source": "data:,ca1"}]}}}})),
+            v32(json!({"ignition": {"version": "3.2.0",
+                "config": {"merge": [{"source": "https://a/config", "verification": {"hash": "sha512-bb"}}, {"source": "https://b/config"}]},
+                "security": {"tls": {"certificateAuthorities": [{"source": "data:,ca1"}, {"source": "data:,ca2"}]}}}})),
+        ),
+        (
+            "HTTP headers are replaced, or removed when the child's has no value, by name",
+            v32(json!({"storage": {"files": [{"path": "/a", "contents": {"source": "https://s/a", "httpHeaders": [
+                {"name": "Authorization", "value": "Bearer old"}, {"name": "X-Drop", "value": "1"}, {"name": "X-Keep", "value": "k"}]}}]}})),
+            v32(json!({"storage": {"files": [{"path": "/a", "contents": {"httpHeaders": [
+                {"name": "Authorization", "value": "Bearer new"}, {"name": "X-Drop"}, {"name": "X-New", "value": "n"}]}}]}})),
+            v32(json!({"storage": {"files": [{"path": "/a", "contents": {"source": "https://s/a", "httpHeaders": [
+                {"name": "Authorization", "value": "Bearer new"}, {"name": "X-Keep", "value": "k"}, {"name": "X-New", "value": "n"}]}}]}})),
+        ),
+        (
+            "kernel arguments are sets sharing one key space",
+            v33(json!({"kernelArguments": {"shouldExist": ["a", "b=1"], "shouldNotExist": ["c", "d"]}})),
+            v33(json!({"kernelArguments": {"shouldExist": ["c", "e", "a"], "shouldNotExist": ["b=1"]}})),
+            v33(json!({"kernelArguments": {"shouldExist": ["a", "c", "e"], "shouldNotExist": ["d", "b=1"]}})),
+        ),
+        (
+            "unknown lists are sets of values, or appended when they hold objects",
+            v32(json!({"x-future": {"names": ["a", 1], "things": [{"id": 1}]}})),
+            v32(json!({"x-future": {"names": ["1", "a", 1], "things": [{"id": 1}]}})),
+            v32(json!({"x-future": {"names": ["a", 1, "1"], "things": [{"id": 1}, {"id": 1}]}})),
+        ),
+        (
+            "entries without a key are kept apart",
+            v32(json!({"storage": {"disks": [{"device": "/dev/sda", "partitions": [{"sizeMiB": 1}]}]}})),
+            v32(json!({"storage": {"disks": [{"device": "/dev/sda", "partitions": [{"sizeMiB": 2}, {"number": 0, "label": "x"}]}]}})),
+            v32(json!({"storage": {"disks": [{"device": "/dev/sda",
+                "partitions": [{"sizeMiB": 1}, {"sizeMiB": 2}, {"number": 0, "label": "x"}]}]}})),
+        ),
+    ];
+    for (rule, parent, child, expected) in cases {
+        assert_eq!(merge(&parent, &child).unwrap(), expected, "{rule}");
+    }
 }
 
-#[test]
-fn objects_merge_recursively_and_type_mismatch_takes_the_child() {
-    let parent = v32(
-        json!({"ignition": {"version": "3.2.0", "proxy": {"httpProxy": "http://p:3128", "noProxy": ["a"]}},
-        "x-extension": {"keep": 1, "list": [1]}}),
-    );
-    let child = v32(
-        json!({"ignition": {"version": "3.2.0", "proxy": {"httpsProxy": "http://q:3128", "noProxy": ["b", "a"]}},
-        "x-extension": {"list": "not a list"}}),
-    );
-    let merged = merge(&parent, &child).unwrap();
-    assert_eq!(
-        merged["ignition"]["proxy"],
-        json!({"httpProxy": "http://p:3128", "httpsProxy": "http://q:3128", "noProxy": ["a", "b"]})
-    );
-    assert_eq!(
-        merged["x-extension"],
-        json!({"keep": 1, "list": "not a list"})
-    );
-}
-
-// ----- storage -----
-
-#[test]
-fn files_are_merged_by_path() {
-    let parent = v32(json!({"storage": {"files": [
-        {"path": "/etc/kubernetes/kubelet.conf", "mode": 420, "contents": {"source": "data:,kubelet"}},
-        {"path": "/etc/hostname", "mode": 420, "overwrite": true, "user": {"name": "root"},
-         "contents": {"source": "data:,localhost"}},
-    ]}}));
-    let child = v32(json!({"storage": {"files": [
-        {"path": "/etc/hostname", "contents": {"source": "data:,master-0"}},
-        {"path": "/etc/new", "contents": {"source": "data:,new"}},
-    ]}}));
-    let merged = merge(&parent, &child).unwrap();
-    let files = &merged["storage"]["files"];
-    assert_eq!(
-        paths(files),
-        ["/etc/kubernetes/kubelet.conf", "/etc/hostname", "/etc/new"]
-    );
-    // The child's contents win; the fields it does not set come from the parent.
-    assert_eq!(
-        files[1],
-        json!({"path": "/etc/hostname", "mode": 420, "overwrite": true, "user": {"name": "root"},
-               "contents": {"source": "data:,master-0"}})
-    );
-}
-
-#[test]
-fn files_directories_and_links_share_paths() {
-    let parent = v32(json!({"storage": {
-        "files": [{"path": "/etc/a"}, {"path": "/etc/keep-file"}],
-        "directories": [{"path": "/etc/b", "mode": 493}, {"path": "/etc/keep-dir"}],
-        "links": [{"path": "/etc/c", "target": "/x"}],
-    }}));
-    let child = v32(json!({"storage": {
-        "directories": [{"path": "/etc/a"}],
-        "links": [{"path": "/etc/b", "target": "/y"}],
-        "files": [{"path": "/etc/c", "contents": {"source": "data:,c"}}],
-    }}));
-    let merged = merge(&parent, &child).unwrap();
-    let storage = &merged["storage"];
-    assert_eq!(paths(&storage["files"]), ["/etc/keep-file", "/etc/c"]);
-    assert_eq!(paths(&storage["directories"]), ["/etc/keep-dir", "/etc/a"]);
-    assert_eq!(
-        storage["links"],
-        json!([{"path": "/etc/b", "target": "/y"}])
-    );
-    // The replacing entry does not inherit fields from the node it replaced.
-    assert_eq!(
-        storage["files"][1],
-        json!({"path": "/etc/c", "contents": {"source": "data:,c"}})
-    );
-}
-
-#[test]
-fn a_child_node_removes_the_parent_node_even_without_its_own_list_in_the_parent() {
-    let parent = v32(json!({"storage": {"directories": [{"path": "/opt/x"}]}}));
-    let child = v32(json!({"storage": {"files": [{"path": "/opt/x"}]}}));
-    let merged = merge(&parent, &child).unwrap();
-    assert_eq!(
-        merged["storage"],
-        json!({"directories": [], "files": [{"path": "/opt/x"}]})
-    );
-}
-
-#[test]
-fn file_append_fragments_are_concatenated() {
-    let parent = v32(
-        json!({"storage": {"files": [{"path": "/etc/motd", "append": [{"source": "data:,a"}]}]}}),
-    );
-    let child = v32(
-        json!({"storage": {"files": [{"path": "/etc/motd", "append": [{"source": "data:,a"}, {"source": "data:,b"}]}]}}),
-    );
-    let merged = merge(&parent, &child).unwrap();
-    assert_eq!(
-        merged["storage"]["files"][0]["append"],
-        json!([{"source": "data:,a"}, {"source": "data:,a"}, {"source": "data:,b"}])
-    );
-}
+// ----- storage and systemd -----
 
 #[test]
 fn disks_partitions_raid_filesystems_luks() {
@@ -260,200 +286,28 @@ fn disks_partitions_raid_filesystems_luks() {
         "luks": [{"name": "root", "options": ["--pbkdf", "pbkdf2"],
                   "clevis": {"tang": [{"url": "http://t1", "thumbprint": "b"}, {"url": "http://t2"}]}}],
     }}));
-    let merged = merge(&parent, &child).unwrap();
-    let storage = &merged["storage"];
     assert_eq!(
-        storage["disks"],
-        json!([
-            {"device": "/dev/sda", "wipeTable": false, "partitions": [
-                {"number": 4, "label": "root", "sizeMiB": 0, "resize": true},
-                {"label": "var", "sizeMiB": 2000},
-                {"number": 5, "label": "data"},
-            ]},
-            {"device": "/dev/sdb", "wipeTable": true},
-        ])
-    );
-    assert_eq!(
-        storage["raid"][0]["devices"],
-        json!(["/dev/sda1", "/dev/sdb1", "/dev/sdc1"])
-    );
-    assert_eq!(
-        storage["raid"][0]["options"],
-        json!(["--metadata=1.0", "--force"])
-    );
-    assert_eq!(storage["raid"][0]["level"], "raid1");
-    assert_eq!(
-        storage["filesystems"][0]["options"],
-        json!(["-m", "crc=1", "-m", "crc=1"])
-    );
-    assert_eq!(
-        storage["filesystems"][0]["mountOptions"],
-        json!(["ro", "noatime"])
-    );
-    assert_eq!(storage["filesystems"][0]["format"], "xfs");
-    assert_eq!(
-        storage["luks"][0]["options"],
-        json!(["--cipher", "aes", "--pbkdf", "pbkdf2"])
-    );
-    assert_eq!(
-        storage["luks"][0]["clevis"]["tang"],
-        json!([{"url": "http://t1", "thumbprint": "b"}, {"url": "http://t2"}])
-    );
-    assert_eq!(storage["luks"][0]["device"], "/dev/sda4");
-}
-
-// ----- systemd -----
-
-#[test]
-fn units_and_dropins_are_merged_by_name() {
-    let parent = v32(json!({"systemd": {"units": [
-        {"name": "kubelet.service", "enabled": true, "contents": "[Unit]\nDescription=Kubelet\n",
-         "dropins": [{"name": "10-mco-default-env.conf", "contents": "[Service]\n"},
-                     {"name": "20-logging.conf", "contents": "[Service]\nEnvironment=V=2\n"}]},
-        {"name": "crio.service", "enabled": true},
-    ]}}));
-    let child = v32(json!({"systemd": {"units": [
-        {"name": "kubelet.service", "enabled": false,
-         "dropins": [{"name": "20-logging.conf", "contents": "[Service]\nEnvironment=V=4\n"},
-                     {"name": "30-extra.conf", "contents": "[Service]\n"}]},
-        {"name": "agent.service", "mask": true},
-    ]}}));
-    let merged = merge(&parent, &child).unwrap();
-    let units = &merged["systemd"]["units"];
-    assert_eq!(
-        names(units),
-        ["kubelet.service", "crio.service", "agent.service"]
-    );
-    let kubelet = &units[0];
-    assert_eq!(kubelet["enabled"], false);
-    assert_eq!(kubelet["contents"], "[Unit]\nDescription=Kubelet\n");
-    assert_eq!(
-        names(&kubelet["dropins"]),
-        [
-            "10-mco-default-env.conf",
-            "20-logging.conf",
-            "30-extra.conf"
-        ]
-    );
-    assert_eq!(
-        kubelet["dropins"][1]["contents"],
-        "[Service]\nEnvironment=V=4\n"
-    );
-    assert_eq!(units[1], json!({"name": "crio.service", "enabled": true}));
-}
-
-// ----- passwd -----
-
-#[test]
-fn users_get_ssh_keys_appended_without_duplicates() {
-    let parent = v32(json!({"passwd": {
-        "users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAA key-a", "ssh-rsa BBBB key-b"], "groups": ["wheel"]}],
-        "groups": [{"name": "admins", "gid": 1001}],
-    }}));
-    let child = v32(json!({"passwd": {
-        "users": [
-            {"name": "core", "sshAuthorizedKeys": ["ssh-rsa BBBB key-b", "ssh-ed25519 CCCC key-c"], "groups": ["sudo", "wheel"],
-             "passwordHash": "$6$x"},
-            {"name": "operator", "sshAuthorizedKeys": ["ssh-ed25519 DDDD key-d"]},
-        ],
-        "groups": [{"name": "admins", "gid": 1002}, {"name": "ops"}],
-    }}));
-    let merged = merge(&parent, &child).unwrap();
-    assert_eq!(
-        merged["passwd"],
+        merge(&parent, &child).unwrap()["storage"],
         json!({
-            "users": [
-                {"name": "core",
-                 "sshAuthorizedKeys": ["ssh-ed25519 AAAA key-a", "ssh-rsa BBBB key-b", "ssh-ed25519 CCCC key-c"],
-                 "groups": ["wheel", "sudo"], "passwordHash": "$6$x"},
-                {"name": "operator", "sshAuthorizedKeys": ["ssh-ed25519 DDDD key-d"]},
+            "disks": [
+                {"device": "/dev/sda", "wipeTable": false, "partitions": [
+                    {"number": 4, "label": "root", "sizeMiB": 0, "resize": true},
+                    {"label": "var", "sizeMiB": 2000},
+                    {"number": 5, "label": "data"},
+                ]},
+                {"device": "/dev/sdb", "wipeTable": true},
             ],
-            "groups": [{"name": "admins", "gid": 1002}, {"name": "ops"}],
+            "raid": [{"name": "md0", "level": "raid1", "devices": ["/dev/sda1", "/dev/sdb1", "/dev/sdc1"],
+                      "options": ["--metadata=1.0", "--force"]}],
+            "filesystems": [{"device": "/dev/md0", "format": "xfs", "options": ["-m", "crc=1", "-m", "crc=1"],
+                             "mountOptions": ["ro", "noatime"]}],
+            "luks": [{"name": "root", "device": "/dev/sda4", "options": ["--cipher", "aes", "--pbkdf", "pbkdf2"],
+                      "clevis": {"tang": [{"url": "http://t1", "thumbprint": "b"}, {"url": "http://t2"}]}}],
         })
     );
 }
 
-// ----- ignition section -----
-
-#[test]
-fn config_merge_and_certificate_authorities_are_keyed_by_source() {
-    let parent = v32(json!({"ignition": {"version": "3.2.0",
-        "config": {"merge": [{"source": "https://a/config", "verification": {"hash": "sha512-aa"}}]},
-        "security": {"tls": {"certificateAuthorities": [{"source": "data:,ca1"}]}}}}));
-    let child = v32(json!({"ignition": {"version": "3.2.0",
-        "config": {"merge": [{"source": "https://a/config", "verification": {"hash": "sha512-bb"}}, {"source": "https://b/config"}]},
-        "security": {"tls": {"certificateAuthorities": [{"source": "data:,ca2"}, {"source": "data:,ca1"}]}}}}));
-    let merged = merge(&parent, &child).unwrap();
-    assert_eq!(
-        merged["ignition"]["config"]["merge"],
-        json!([{"source": "https://a/config", "verification": {"hash": "sha512-bb"}}, {"source": "https://b/config"}])
-    );
-    assert_eq!(
-        merged["ignition"]["security"]["tls"]["certificateAuthorities"],
-        json!([{"source": "data:,ca1"}, {"source": "data:,ca2"}])
-    );
-}
-
-#[test]
-fn http_headers_are_replaced_or_removed_by_name() {
-    let parent = v32(
-        json!({"storage": {"files": [{"path": "/a", "contents": {"source": "https://s/a",
-        "httpHeaders": [{"name": "Authorization", "value": "Bearer old"}, {"name": "X-Drop", "value": "1"}, {"name": "X-Keep", "value": "k"}]}}]}}),
-    );
-    let child = v32(json!({"storage": {"files": [{"path": "/a", "contents": {
-        "httpHeaders": [{"name": "Authorization", "value": "Bearer new"}, {"name": "X-Drop"}, {"name": "X-New", "value": "n"}]}}]}}));
-    let merged = merge(&parent, &child).unwrap();
-    assert_eq!(
-        merged["storage"]["files"][0]["contents"],
-        json!({"source": "https://s/a", "httpHeaders": [
-            {"name": "Authorization", "value": "Bearer new"}, {"name": "X-Keep", "value": "k"}, {"name": "X-New", "value": "n"}]})
-    );
-}
-
-#[test]
-fn kernel_arguments_are_sets_sharing_one_key_space() {
-    let parent = config(
-        "3.3.0",
-        json!({"kernelArguments": {"shouldExist": ["a", "b=1"], "shouldNotExist": ["c", "d"]}}),
-    );
-    let child = config(
-        "3.3.0",
-        json!({"kernelArguments": {"shouldExist": ["c", "e", "a"], "shouldNotExist": ["b=1"]}}),
-    );
-    let merged = merge(&parent, &child).unwrap();
-    assert_eq!(
-        merged["kernelArguments"],
-        json!({"shouldExist": ["a", "c", "e"], "shouldNotExist": ["d", "b=1"]})
-    );
-}
-
-// ----- lists this module does not know, keyless entries, duplicates -----
-
-#[test]
-fn unknown_lists_are_sets_of_values_or_appended() {
-    let parent = v32(json!({"x-future": {"names": ["a", 1], "things": [{"id": 1}]}}));
-    let child = v32(json!({"x-future": {"names": ["1", "a", 1], "things": [{"id": 1}]}}));
-    let merged = merge(&parent, &child).unwrap();
-    assert_eq!(
-        merged["x-future"],
-        json!({"names": ["a", 1, "1"], "things": [{"id": 1}, {"id": 1}]})
-    );
-}
-
-#[test]
-fn entries_without_a_key_are_kept_apart() {
-    let parent = v32(
-        json!({"storage": {"disks": [{"device": "/dev/sda", "partitions": [{"sizeMiB": 1}]}]}}),
-    );
-    let child = v32(
-        json!({"storage": {"disks": [{"device": "/dev/sda", "partitions": [{"sizeMiB": 2}, {"number": 0, "label": "x"}]}]}}),
-    );
-    let merged = merge(&parent, &child).unwrap();
-    assert_eq!(
-        merged["storage"]["disks"][0]["partitions"],
-        json!([{"sizeMiB": 1}, {"sizeMiB": 2}, {"number": 0, "label": "x"}])
-    );
-}
+// ----- duplicates -----
 
 #[test]
 fn duplicate_keys_in_the_result_are_errors() {
