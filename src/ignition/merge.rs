@@ -13,37 +13,18 @@
 //!   field the child leaves out, or sets to `null`, keeps the parent's value (Ignition's optional
 //!   fields are pointers: nil means "not specified"). An explicit `false`, `0` or `""` does win.
 //! - **Objects**: merged field by field, recursively.
-//! - **Keyed lists**: entries are identified by a key. A child entry whose key is already in the
+//! - **Keyed lists** (the keys are in `list_rule`): a child entry whose key is already in the
 //!   parent list is merged *into* that parent entry (recursively, with these same rules) in the
-//!   parent's position; child entries with new keys are appended in child order. The keys:
-//!
-//!   | list | key |
-//!   |---|---|
-//!   | `storage.files`, `storage.directories`, `storage.links` | `path`, shared by the three lists |
-//!   | `storage.disks` | `device` |
-//!   | `storage.disks[].partitions` | `number` when non-zero, else `label` |
-//!   | `storage.raid` | `name` |
-//!   | `storage.filesystems` | `device` |
-//!   | `storage.luks` | `name` |
-//!   | `storage.luks[].clevis.tang` | `url` |
-//!   | `systemd.units`, `systemd.units[].dropins` | `name` |
-//!   | `passwd.users`, `passwd.groups` | `name` |
-//!   | `ignition.config.merge` | `source` |
-//!   | `ignition.security.tls.certificateAuthorities` | `source` |
-//!   | any `httpHeaders` | `name`; a child header without `value` removes the parent's |
-//!
-//!   Files, directories and links share one key space because they all describe a filesystem
+//!   parent's position; child entries with new keys are appended in child order. A child
+//!   `httpHeaders` entry without `value` removes the parent's.
+//! - Files, directories and links share one key space because they all describe a filesystem
 //!   node: a child file at `/x` removes a parent directory or link at `/x` (and vice versa), and
-//!   the child's entry lands in its own list.
+//!   the child's entry lands in its own list. `kernelArguments.shouldExist` and `shouldNotExist`
+//!   share one too: a child's `shouldNotExist` entry removes the parent's `shouldExist` one.
 //! - **Lists of plain values** are sets: the child's values not already in the parent's list are
-//!   appended (`passwd.users[].sshAuthorizedKeys`, `passwd.users[].groups`,
-//!   `storage.raid[].devices`, `ignition.proxy.noProxy`). `kernelArguments.shouldExist` and
-//!   `shouldNotExist` share one key space, like files and directories: a child's `shouldNotExist`
-//!   entry removes the same argument from the parent's `shouldExist`, and vice versa.
+//!   appended.
 //! - **Appended lists** (arguments passed to tools, and file fragments): concatenated, parent
-//!   first, duplicates kept: `storage.files[].append`, `storage.filesystems[].options`,
-//!   `storage.filesystems[].mountOptions`, `storage.raid[].options`, `storage.luks[].options`,
-//!   `storage.luks[].openOptions`.
+//!   first, duplicates kept.
 //!
 //! Choices where Ignition's typed structs have no JSON equivalent, or where we had to decide:
 //!
