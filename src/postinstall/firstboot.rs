@@ -134,10 +134,9 @@ mod tests {
     fn missing_file_is_an_error_and_is_not_created() {
         let root = tempfile::tempdir().unwrap();
         let err = format!("{:#}", write_args(root.path(), "ip=dhcp").unwrap_err());
-        assert!(
-            err.starts_with("writing first-boot kernel arguments to "),
-            "{err}"
-        );
+        let path = root.path().join(FIRSTBOOT_FILE).display().to_string();
+        let step = format!("writing first-boot kernel arguments to {path}: opening the file");
+        assert!(err.starts_with(&step), "{err}");
         assert!(err.contains("it must already exist"), "{err}");
         assert!(!root.path().join(FIRSTBOOT_FILE).exists());
     }

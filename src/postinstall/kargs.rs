@@ -205,78 +205,46 @@ fn replace_word(padded: &str, word: &str, with: Option<&str>) -> String {
 mod tests {
     use super::*;
 
-    fn edit(e: KargsEditor, options: &str) -> String {
-        e.apply(options)
-    }
-
     #[test]
-    fn delete_removes_every_occurrence_including_adjacent_ones() {
-        let e = KargsEditor::new().delete(["foo"]);
-        assert_eq!(edit(e.clone(), "foo bar foo foo baz foo"), "bar baz");
-        assert_eq!(edit(e, "foo"), "");
-    }
-
-    #[test]
-    fn delete_matches_whole_words_only() {
-        let e = KargsEditor::new().delete(["console=tty0"]);
-        assert_eq!(
-            edit(e, "console=tty0,x console=tty0 xconsole=tty0 console=tty01"),
-            "console=tty0,x xconsole=tty0 console=tty01"
-        );
-        let e = KargsEditor::new().delete(["foo"]);
-        assert_eq!(edit(e, "foo bar foobar barfoo"), "bar foobar barfoo");
-    }
-
-    #[test]
-    fn delete_trims_the_karg_and_ignores_empty_ones() {
-        let e = KargsEditor::new().delete(["  foo=val ", "", "   "]);
-        assert_eq!(edit(e, "foo=val bar baz=val"), "bar baz=val");
-    }
-
-    #[test]
-    fn delete_a_sequence_of_words() {
-        // Naive on purpose: a multi-word "karg" deletes that exact sequence.
-        let e = KargsEditor::new().delete(["foo bar"]);
-        assert_eq!(edit(e, "foo bar foobar"), "foobar");
-    }
-
-    #[test]
-    fn append_adds_at_the_end_even_when_present() {
-        let e = KargsEditor::new().append(["foo", "quux=1"]);
-        assert_eq!(edit(e, "foo bar"), "foo bar foo quux=1");
-    }
-
-    #[test]
-    fn replace_changes_the_value_of_matching_kargs_only() {
-        let e = KargsEditor::new().replace("ignition.platform.id", "metal", "aws");
-        assert_eq!(
-            edit(
-                e,
-                "ignition.platform.id=metal x.ignition.platform.id=metal ignition.platform.id=metal2 ignition.platform.id=metal"
+    fn edits() {
+        let new = KargsEditor::new;
+        let cases = [
+            // Every occurrence, adjacent ones too.
+            (new().delete(["foo"]), "foo bar foo foo baz foo", "bar baz"),
+            (new().delete(["foo"]), "foo", ""),
+            // Whole words only.
+            (
+                new().delete(["console=tty0"]),
+                "console=tty0,x console=tty0 xconsole=tty0 console=tty01",
+                "console=tty0,x xconsole=tty0 console=tty01",
             ),
-            "ignition.platform.id=aws x.ignition.platform.id=metal ignition.platform.id=metal2 ignition.platform.id=aws"
-        );
-    }
-
-    #[test]
-    fn replace_with_new_value_containing_the_old_does_not_loop() {
-        let e = KargsEditor::new().replace("k", "v", "v k=v");
-        assert_eq!(edit(e, "k=v k=v"), "k=v k=v k=v k=v");
-    }
-
-    #[test]
-    fn order_is_delete_append_replace() {
-        let e = KargsEditor::new()
-            .append(["console=ttyS1,115200n8  "])
-            .replace("mitigations", "auto,nosmt", "auto")
-            .delete(["console=ttyS0,115200n8", "console=ttyS1,115200n8"]);
-        assert_eq!(
-            edit(
-                e,
-                "foo mitigations=auto,nosmt console=tty0 bar console=ttyS0,115200n8 baz"
+            (new().delete(["foo"]), "foo bar foobar barfoo", "bar foobar barfoo"),
+            // Trimmed, empty ones ignored.
+            (new().delete(["  foo=val ", "", "   "]), "foo=val bar baz=val", "bar baz=val"),
+            // Naive on purpose: a multi-word "karg" deletes that exact sequence.
+            (new().delete(["foo bar"]), "foo bar foobar", "foobar"),
+            // At the end, even when present.
+            (new().append(["foo", "quux=1"]), "foo bar", "foo bar foo quux=1"),
+            (
+                new().replace("ignition.platform.id", "metal", "aws"),
+                "ignition.platform.id=metal x.ignition.platform.id=metal ignition.platform.id=metal2 ignition.platform.id=metal",
+                "ignition.platform.id=aws x.ignition.platform.id=metal ignition.platform.id=metal2 ignition.platform.id=aws",
             ),
-            "foo mitigations=auto console=tty0 bar baz console=ttyS1,115200n8"
-        );
+            // A new value containing the old does not loop.
+            (new().replace("k", "v", "v k=v"), "k=v k=v", "k=v k=v k=v k=v"),
+            // Delete, then append, then replace.
+            (
+                new()
+                    .append(["console=ttyS1,115200n8  "])
+                    .replace("mitigations", "auto,nosmt", "auto")
+                    .delete(["console=ttyS0,115200n8", "console=ttyS1,115200n8"]),
+                "foo mitigations=auto,nosmt console=tty0 bar console=ttyS0,115200n8 baz",
+                "foo mitigations=auto console=tty0 bar baz console=ttyS1,115200n8",
+            ),
+        ];
+        for (editor, options, want) in cases {
+            assert_eq!(editor.apply(options), want, "{options}");
+        }
     }
 
     #[test]

@@ -233,44 +233,33 @@ mod tests {
         assert_eq!(console_plan(None, Some("aws"), &[]), ConsolePlan::default());
     }
 
+    /// A platform's GRUB commands (`None`: metal's, left alone) and the options line after.
     #[test]
-    fn platform_with_same_grub_commands() {
-        let plan = console_plan(Some(&table()), Some("aws"), &[]);
-        assert_eq!(plan.grub_commands, None);
-        assert_eq!(
-            apply(&plan, OPTIONS),
-            "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw console=ttyS0,115200n8"
-        );
-    }
-
-    #[test]
-    fn platform_with_different_grub_commands() {
-        let plan = console_plan(Some(&table()), Some("vmware"), &[]);
-        assert_eq!(
-            plan.grub_commands.as_deref().unwrap(),
-            [
-                "serial --speed=115200",
-                "terminal_input console serial",
-                "terminal_output console serial"
-            ]
-        );
-        assert_eq!(
-            apply(&plan, OPTIONS),
-            "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw console=ttyS0,115200n8 console=tty0"
-        );
-        // qemu lists no GRUB commands: the block is emptied.
-        let plan = console_plan(Some(&table()), Some("qemu"), &[]);
-        assert_eq!(plan.grub_commands, Some(vec![]));
-    }
-
-    #[test]
-    fn platform_missing_from_the_table_gets_no_console() {
-        let plan = console_plan(Some(&table()), Some("gcp"), &[]);
-        assert_eq!(plan.grub_commands, Some(vec![]));
-        assert_eq!(
-            apply(&plan, OPTIONS),
-            "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw"
-        );
+    fn platform_console_plans() {
+        let vmware = [
+            "serial --speed=115200",
+            "terminal_input console serial",
+            "terminal_output console serial",
+        ];
+        let cases: [(&str, Option<&[&str]>, &str); 4] = [
+            ("aws", None, " console=ttyS0,115200n8"),
+            (
+                "vmware",
+                Some(&vmware),
+                " console=ttyS0,115200n8 console=tty0",
+            ),
+            // No GRUB commands listed: the block is emptied.
+            ("qemu", Some(&[]), " console=tty0 console=ttyS0,115200n8"),
+            // Missing from the table: no console at all.
+            ("gcp", Some(&[]), ""),
+        ];
+        for (platform, grub, consoles) in cases {
+            let plan = console_plan(Some(&table()), Some(platform), &[]);
+            let want = grub.map(|g| g.iter().map(|c| c.to_string()).collect::<Vec<_>>());
+            assert_eq!(plan.grub_commands, want, "{platform}");
+            let options = "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw";
+            assert_eq!(apply(&plan, OPTIONS), format!("{options}{consoles}"));
+        }
     }
 
     #[test]
