@@ -86,37 +86,31 @@ pub(crate) mod read {
 mod tests {
     use super::*;
 
+    fn entry<'a>(name: &'a str, mode: u32, mtime: u64, data: &'a [u8]) -> Entry<'a> {
+        Entry {
+            name,
+            mode,
+            mtime,
+            data,
+        }
+    }
+
     #[test]
     fn entries_keep_their_order_names_modes_times_and_bytes() {
         let big = vec![b'x'; 1300];
+        let logs = "assisted-installer-controller.logs";
         let archive = tar_gz(&[
-            Entry {
-                name: "must-gather.tar.gz",
-                mode: 0o600,
-                mtime: 1_700_000_000,
-                data: &big,
-            },
-            Entry {
-                name: "assisted-installer-controller.logs",
-                mode: 0o644,
-                mtime: 1_700_000_001,
-                data: b"line 1\nline 2\n",
-            },
-            Entry {
-                name: "empty",
-                mode: 0o644,
-                mtime: 0,
-                data: b"",
-            },
+            entry("must-gather.tar.gz", 0o600, 1_700_000_000, &big),
+            entry(logs, 0o644, 1_700_000_001, b"line 1\nline 2\n"),
+            entry("empty", 0o644, 0, b""),
         ])
         .unwrap();
-        let entries = read::entries(&archive);
         assert_eq!(
-            entries,
+            read::entries(&archive),
             vec![
                 ("must-gather.tar.gz".into(), 0o600, 1_700_000_000, big),
                 (
-                    "assisted-installer-controller.logs".into(),
+                    logs.into(),
                     0o644,
                     1_700_000_001,
                     b"line 1\nline 2\n".to_vec()
@@ -128,13 +122,7 @@ mod tests {
 
     #[test]
     fn system_tar_reads_it_when_present() {
-        let archive = tar_gz(&[Entry {
-            name: "a.logs",
-            mode: 0o644,
-            mtime: 1_700_000_000,
-            data: b"hello\n",
-        }])
-        .unwrap();
+        let archive = tar_gz(&[entry("a.logs", 0o644, 1_700_000_000, b"hello\n")]).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a.tar.gz");
         std::fs::write(&file, &archive).unwrap();
@@ -153,14 +141,8 @@ mod tests {
     #[test]
     fn names_that_do_not_fit_are_refused() {
         let long = "n".repeat(101);
-        let entry = |name| Entry {
-            name,
-            mode: 0o644,
-            mtime: 0,
-            data: b"",
-        };
-        assert!(tar_gz(&[entry(&long)]).is_err());
-        assert!(tar_gz(&[entry("")]).is_err());
-        assert!(tar_gz(&[entry(&long[..100])]).is_ok());
+        assert!(tar_gz(&[entry(&long, 0o644, 0, b"")]).is_err());
+        assert!(tar_gz(&[entry("", 0o644, 0, b"")]).is_err());
+        assert!(tar_gz(&[entry(&long[..100], 0o644, 0, b"")]).is_ok());
     }
 }

@@ -134,20 +134,15 @@ fn supported() -> String {
 mod tests {
     use super::*;
     use crate::write::args::KargsAndNetworkArgs;
-    use std::path::PathBuf;
 
     fn parse(a: &[&str]) -> anyhow::Result<WriterArgs> {
         parse_installer_args(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>())
     }
 
     #[test]
-    fn empty() {
+    fn every_option_in_both_forms() {
         assert_eq!(parse(&[]).unwrap(), WriterArgs::default());
-    }
-
-    #[test]
-    fn all_options_separate_values() {
-        let w = parse(&[
+        let separate = [
             "--append-karg",
             "ip=ens3:dhcp",
             "--append-karg",
@@ -167,95 +162,73 @@ mod tests {
             "abc",
             "--uncompressed-sha256",
             "def",
-        ])
-        .unwrap();
-        assert_eq!(
-            w,
-            WriterArgs {
-                image_url: Some("https://mirror/rhcos.raw.gz".into()),
-                image_file: None,
-                sha256: Some("abc".into()),
-                uncompressed_sha256: Some("def".into()),
-                kargs_network: KargsAndNetworkArgs {
-                    append_kargs: vec!["ip=ens3:dhcp".into(), "nameserver=8.8.8.8".into()],
-                    delete_kargs: vec!["console=ttyS0".into()],
-                    copy_network: true,
-                    network_dir: Some("/etc/nm".into()),
-                },
-                save_partlabel: vec!["data*".into()],
-                save_partindex: vec!["5-".into()],
-            }
-        );
-    }
-
-    #[test]
-    fn equals_forms() {
-        let w = parse(&[
+        ];
+        let equals = [
             "--append-karg=ip=ens3:dhcp",
-            "--delete-karg=quiet",
+            "--append-karg=nameserver=8.8.8.8",
+            "--delete-karg=console=ttyS0",
             "--copy-network",
-            "--network-dir=/x",
-            "--save-partlabel=a",
-            "--save-partindex=1,2",
-            "--image-file=/run/media/iso/image.raw.xz",
-            "--sha256=00ff",
-            "--uncompressed-sha256=11ee",
-        ])
-        .unwrap();
-        let kn = &w.kargs_network;
-        assert_eq!(kn.append_kargs, vec!["ip=ens3:dhcp"]);
-        assert_eq!(kn.delete_kargs, vec!["quiet"]);
-        assert!(kn.copy_network);
-        assert_eq!(kn.network_dir, Some(PathBuf::from("/x")));
-        assert_eq!(w.save_partlabel, vec!["a"]);
-        assert_eq!(w.save_partindex, vec!["1,2"]);
-        assert_eq!(
-            w.image_file,
-            Some(PathBuf::from("/run/media/iso/image.raw.xz"))
-        );
-        assert_eq!(w.sha256.as_deref(), Some("00ff"));
-        assert_eq!(w.uncompressed_sha256.as_deref(), Some("11ee"));
-    }
-
-    #[test]
-    fn unsupported_argument_is_named() {
-        let e = parse(&["-n", "--platform", "metal"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.starts_with(
-                "--installer-args: \"--platform\" is not supported by the in-process writer; \
-                 supported: --append-karg <value>, --delete-karg <value>, -n, --copy-network"
-            ),
-            "{e}"
-        );
-        let e = parse(&["--platform=metal"]).unwrap_err().to_string();
-        assert!(e.contains("\"--platform\" is not supported"), "{e}");
-        let e = parse(&["/dev/sda"]).unwrap_err().to_string();
-        assert!(e.contains("\"/dev/sda\" is not supported"), "{e}");
-        let e = parse(&["-u", "https://x"]).unwrap_err().to_string();
-        assert!(e.contains("\"-u\" is not supported"), "{e}");
-    }
-
-    #[test]
-    fn missing_values() {
-        for a in [
-            vec!["--append-karg"],
-            vec!["--append-karg", "--copy-network"],
-            vec!["--image-url"],
-            vec!["--network-dir", "--sha256", "x"],
-            vec!["--delete-karg="],
+            "--network-dir=/etc/nm",
+            "--save-partlabel=data*",
+            "--save-partindex=5-",
+            "--image-url=https://mirror/rhcos.raw.gz",
+            "--sha256=abc",
+            "--uncompressed-sha256=def",
+        ];
+        let want = WriterArgs {
+            image_url: Some("https://mirror/rhcos.raw.gz".into()),
+            image_file: None,
+            sha256: Some("abc".into()),
+            uncompressed_sha256: Some("def".into()),
+            kargs_network: KargsAndNetworkArgs {
+                append_kargs: vec!["ip=ens3:dhcp".into(), "nameserver=8.8.8.8".into()],
+                delete_kargs: vec!["console=ttyS0".into()],
+                copy_network: true,
+                network_dir: Some("/etc/nm".into()),
+            },
+            save_partlabel: vec!["data*".into()],
+            save_partindex: vec!["5-".into()],
+        };
+        assert_eq!(parse(&separate).unwrap(), want);
+        assert_eq!(parse(&equals).unwrap(), want);
+        for image_file in [
+            &["--image-file", "/i.raw.xz"][..],
+            &["--image-file=/i.raw.xz"],
         ] {
-            let e = parse(&a).unwrap_err().to_string();
-            assert!(e.contains("needs a"), "{a:?}: {e}");
+            assert_eq!(
+                parse(image_file).unwrap().image_file,
+                Some("/i.raw.xz".into())
+            );
         }
+        // A flag may come twice; a karg value may start with a single dash.
+        assert!(
+            parse(&["-n", "--copy-network"])
+                .unwrap()
+                .kargs_network
+                .copy_network
+        );
+        let w = parse(&["--delete-karg", "-x"]).unwrap();
+        assert_eq!(w.kargs_network.delete_kargs, vec!["-x"]);
     }
 
+    /// Each refusal names the first wrong argument.
     #[test]
-    fn the_first_wrong_argument_is_named() {
+    fn refusals() {
         for (a, want) in [
             (
-                &["--network-dir", "--sha256", "x"][..],
+                &["-n", "--platform", "metal"][..],
+                "--installer-args: \"--platform\" is not supported by the in-process writer; \
+                 supported: --append-karg <value>, --delete-karg <value>, -n, --copy-network",
+            ),
+            (&["--platform=metal"], "\"--platform\" is not supported"),
+            (&["/dev/sda"], "\"/dev/sda\" is not supported"),
+            (&["-u", "https://x"], "\"-u\" is not supported"),
+            (&["--append-karg"], "needs a"),
+            (&["--append-karg", "--copy-network"], "needs a"),
+            (&["--image-url"], "needs a"),
+            (&["--delete-karg="], "needs a"),
+            (
+                &["--network-dir", "--sha256", "x"],
                 "\"--network-dir\" needs a value",
             ),
             (&["x", "--append-karg", "x"], "\"x\" is not supported"),
@@ -264,47 +237,19 @@ mod tests {
                 &["--append-karg", "--image-url", "x", "--bad"],
                 "\"--append-karg\" needs a value",
             ),
+            (&["--copy-network=true"], "takes no value"),
+            (&["--image-url", "a", "--image-url", "b"], "more than once"),
+            (
+                &["--image-url", "a", "--image-file", "b"],
+                "cannot be used together",
+            ),
+            (
+                &["--image-file=b", "--image-url", "a"],
+                "\"--image-file\" and \"--image-url\" cannot be used together",
+            ),
         ] {
             let e = parse(a).unwrap_err().to_string();
             assert!(e.contains(want), "{a:?}: {e}");
         }
-    }
-
-    #[test]
-    fn flags_without_values() {
-        let e = parse(&["--copy-network=true"]).unwrap_err().to_string();
-        assert!(e.contains("takes no value"), "{e}");
-        // A flag may come twice.
-        assert!(
-            parse(&["-n", "--copy-network"])
-                .unwrap()
-                .kargs_network
-                .copy_network
-        );
-    }
-
-    #[test]
-    fn single_valued_options_once() {
-        let e = parse(&["--image-url", "a", "--image-url", "b"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("more than once"), "{e}");
-        let e = parse(&["--image-url", "a", "--image-file", "b"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("cannot be used together"), "{e}");
-        let e = parse(&["--image-file=b", "--image-url", "a"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("\"--image-file\" and \"--image-url\" cannot be used together"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn karg_value_may_start_with_single_dash() {
-        let w = parse(&["--delete-karg", "-x"]).unwrap();
-        assert_eq!(w.kargs_network.delete_kargs, vec!["-x"]);
     }
 }

@@ -171,22 +171,6 @@ mod tests {
                 Piece::Packed(50),
             ]
         );
-        let total: u64 = p
-            .iter()
-            .map(|x| match x {
-                Piece::Packed(n) => *n,
-                Piece::Object { len, .. } => *len,
-            })
-            .sum();
-        assert_eq!(total, 350);
-        let packed: u64 = p
-            .iter()
-            .map(|x| match x {
-                Piece::Packed(n) => *n,
-                Piece::Object { .. } => 0,
-            })
-            .sum();
-        assert_eq!(packed, 225);
     }
 
     #[test]
@@ -211,50 +195,42 @@ mod tests {
         assert_eq!(plan(&body(vec![], 0), 4).unwrap(), vec![]);
     }
 
-    fn err(b: Body) -> String {
-        plan(&b, 1 << 20).unwrap_err().to_string()
-    }
-
     #[test]
-    fn tables_out_of_order_are_refused() {
-        let e = err(body(
-            vec![(100, 200, vec![m(0, 50, 20, A), m(0, 60, 5, B)])],
-            300,
-        ));
-        assert!(e.contains("extent 2 of partition 1"), "{e}");
-        assert!(
-            e.contains("starts at byte 160, before the previous extent ends (byte 170)"),
-            "{e}"
-        );
-        let e = err(body(vec![(100, 200, vec![]), (150, 250, vec![])], 300));
-        assert!(
-            e.contains(
-                "partition 2 starts at byte 150, before the end of what precedes it (byte 200)"
+    fn tables_out_of_order_or_past_their_bounds_are_refused() {
+        for (parts, want) in [
+            (
+                vec![(100, 200, vec![m(0, 50, 20, A), m(0, 60, 5, B)])],
+                "starts at byte 160, before the previous extent ends (byte 170)",
             ),
-            "{e}"
+            (
+                vec![(100, 200, vec![]), (150, 250, vec![])],
+                "partition 2 starts at byte 150, before the end of what precedes it (byte 200)",
+            ),
+            (
+                vec![(100, 50, vec![])],
+                "partition 1 ends at byte 50 before it starts",
+            ),
+            (
+                vec![(100, 400, vec![])],
+                "partition 1 ends at byte 400, past the end of the image (300 bytes)",
+            ),
+            (
+                vec![(100, 200, vec![m(0, 90, 20, A)])],
+                "ends at byte 210, past the end of its partition (byte 200)",
+            ),
+            (vec![(100, 200, vec![m(0, u64::MAX, 1, A)])], "overflows"),
+            (vec![(100, 200, vec![m(0, 0, u64::MAX, A)])], "overflows"),
+        ] {
+            let e = plan(&body(parts, 300), 1 << 20).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        let e = plan(
+            &body(vec![(0, 100, vec![m(0, 50, 20, A), m(0, 60, 5, B)])], 300),
+            1,
         );
-        let e = err(body(vec![(100, 50, vec![])], 300));
-        assert!(
-            e.contains("partition 1 ends at byte 50 before it starts"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn offsets_past_the_image_or_partition_are_refused() {
-        let e = err(body(vec![(100, 400, vec![])], 300));
-        assert!(
-            e.contains("partition 1 ends at byte 400, past the end of the image (300 bytes)"),
-            "{e}"
-        );
-        let e = err(body(vec![(100, 200, vec![m(0, 90, 20, A)])], 300));
-        assert!(
-            e.contains("ends at byte 210, past the end of its partition (byte 200)"),
-            "{e}"
-        );
-        let e = err(body(vec![(100, 200, vec![m(0, u64::MAX, 1, A)])], 300));
-        assert!(e.contains("overflows"), "{e}");
-        let e = err(body(vec![(100, 200, vec![m(0, 0, u64::MAX, A)])], 300));
-        assert!(e.contains("overflows"), "{e}");
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("extent 2 of partition 1 (object "));
     }
 }
