@@ -32,9 +32,9 @@ use crate::clock::{Clock, Failure, NeverStop, Retrying, Stopped, SystemClock, Wa
 /// Appended to `--url` (swagger `basePath`).
 pub const API_BASE_PATH: &str = "/api/assisted-install";
 /// Agent authentication header (swagger `agentAuth`).
-pub const AUTH_HEADER: &str = "X-Secret-Key";
+const AUTH_HEADER: &str = "X-Secret-Key";
 /// Request correlation header.
-pub const REQUEST_ID_HEADER: &str = "X-Request-ID";
+const REQUEST_ID_HEADER: &str = "X-Request-ID";
 /// The service stores `progress_info` in a varchar(2048); longer text is cut to this many chars.
 pub const MAX_PROGRESS_INFO_CHARS: usize = 2048;
 
@@ -152,6 +152,18 @@ struct Call {
     body: Option<Vec<u8>>,
     /// A multipart file upload `(field, file name, bytes)`, rebuilt for every attempt.
     file: Option<(&'static str, String, Vec<u8>)>,
+}
+
+impl Call {
+    fn new(name: &'static str, method: Method, path: String) -> Call {
+        Call {
+            name,
+            method,
+            path,
+            body: None,
+            file: None,
+        }
+    }
 }
 
 /// Why handling a successful response failed.
@@ -367,11 +379,8 @@ impl ServiceClient {
     ) -> Result<()> {
         let body = serde_json::to_vec(body).with_context(|| format!("encoding the {name} body"))?;
         let call = Call {
-            name,
-            method,
-            path,
             body: Some(body),
-            file: None,
+            ..Call::new(name, method, path)
         };
         self.execute(&call, |_| Ok(()))
     }
@@ -382,14 +391,7 @@ impl ServiceClient {
         name: &'static str,
         path: String,
     ) -> Result<T> {
-        let call = Call {
-            name,
-            method: Method::GET,
-            path,
-            body: None,
-            file: None,
-        };
-        self.execute(&call, |response| {
+        self.execute(&Call::new(name, Method::GET, path), |response| {
             let bytes = response
                 .bytes()
                 .map_err(|e| HandleError::Transport(error_chain(&e)))?;
@@ -398,8 +400,6 @@ impl ServiceClient {
         })
     }
 
-    /// Streams a GET answer into `dest` through a temporary file in the same directory, fsyncs
-    /// it and renames it into place. A body cut short is retried like a failed connection.
     /// POSTs `data` as the multipart field `field`, named `file_name`.
     pub(crate) fn upload(
         &self,
@@ -410,23 +410,16 @@ impl ServiceClient {
         data: &[u8],
     ) -> Result<()> {
         let call = Call {
-            name,
-            method: Method::POST,
-            path,
-            body: None,
             file: Some((field, file_name.to_string(), data.to_vec())),
+            ..Call::new(name, Method::POST, path)
         };
         self.execute(&call, |_| Ok(()))
     }
 
+    /// Streams a GET answer into `dest` through a temporary file in the same directory, fsyncs
+    /// it and renames it into place. A body cut short is retried like a failed connection.
     pub(crate) fn download(&self, name: &'static str, path: String, dest: &Path) -> Result<()> {
-        let call = Call {
-            name,
-            method: Method::GET,
-            path,
-            body: None,
-            file: None,
-        };
+        let call = Call::new(name, Method::GET, path);
         let bytes = self.execute(&call, |response| stream_to_file(response, dest))?;
         debug!(call = name, dest = %dest.display(), bytes, "download complete");
         Ok(())
@@ -720,16 +713,8 @@ mod tests {
         );
         assert_eq!(encode("bootstrap.ign"), "bootstrap.ign");
         assert_eq!(encode("a b/c?d"), "a%20b%2Fc%3Fd");
-        assert_eq!(
-            reason_from_bytes(
-                br#"{"kind":"Error","id":409,"href":"","code":"409","reason":"no way"}"#
-            ),
-            "no way"
-        );
-        assert_eq!(
-            reason_from_bytes(br#"{"code":401,"message":"Unauthorized"}"#),
-            "Unauthorized"
-        );
+        // A JSON `reason` or `message`: the conflict and unauthorized tests in
+        // tests/service_client.rs.
         assert_eq!(
             reason_from_bytes(b"<html>\n  bad   gateway\n</html>"),
             "<html> bad gateway </html>"
@@ -737,31 +722,5 @@ mod tests {
         let long = "x".repeat(1000);
         let r = reason_from_bytes(long.as_bytes());
         assert_eq!(r.chars().count(), REASON_EXCERPT_CHARS + 1);
-    }
-
-    #[test]
-    fn service_error_display() {
-        let e = ServiceError {
-            call: "UpdateHostInstallProgress",
-            method: "PUT".into(),
-            path: "/v2/infra-envs/a/hosts/b/progress".into(),
-            status: Some(409),
-            reason: "Can't set progress Installing to host in status error".into(),
-            attempts: 1,
-        };
-        assert_eq!(
-            e.to_string(),
-            "UpdateHostInstallProgress (PUT /v2/infra-envs/a/hosts/b/progress): 409 Conflict: Can't set progress Installing to host in status error"
-        );
-        let e = ServiceError {
-            status: None,
-            reason: "connection refused".into(),
-            attempts: 4,
-            ..e
-        };
-        assert_eq!(
-            e.to_string(),
-            "UpdateHostInstallProgress (PUT /v2/infra-envs/a/hosts/b/progress): request failed: connection refused (gave up after 4 attempts)"
-        );
     }
 }

@@ -16,10 +16,10 @@ use super::client::InventoryClient;
 use super::stages::HostStage;
 
 /// How long dropping a [`Reporter`] waits for queued reports before giving up on them.
-pub const DROP_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+const DROP_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Minimum growth, in points, between two percentage reports of one stage.
-pub const PERCENT_STEP: u8 = 5;
+const PERCENT_STEP: u8 = 5;
 
 struct Job {
     infra_env_id: String,
@@ -120,7 +120,7 @@ impl Reporter {
     /// `stage` / `"<N>%"` for this host, only when N grew by at least 5 points since the last
     /// percentage enqueued for that stage (so the first once N ≥ 5), or N is 100 and the last
     /// was not. Values above 100 count as 100. Coalescing happens here, at enqueue time.
-    pub fn stage_percent(&self, stage: HostStage, percent: u8) {
+    fn stage_percent(&self, stage: HostStage, percent: u8) {
         let percent = percent.min(100);
         let mut percents = self.percents.lock().unwrap_or_else(|p| p.into_inner());
         let last = percents.get(&stage).copied().unwrap_or(0);

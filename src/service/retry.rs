@@ -25,9 +25,9 @@ impl ClientRetry {
     /// Go `minRetries`.
     pub const MIN_RETRIES: u32 = 10;
     /// Go `maxRetries` for the installer.
-    pub const MAX_RETRIES: u32 = 360;
+    const MAX_RETRIES: u32 = 360;
     /// Go `maxRetries` in dry-run mode.
-    pub const DRY_RUN_MAX_RETRIES: u32 = 3;
+    const DRY_RUN_MAX_RETRIES: u32 = 3;
 
     /// The installer's policy: 10 / 360 retries, delays from 2 s capped at 10 s.
     pub fn installer() -> Self {
@@ -40,7 +40,7 @@ impl ClientRetry {
     }
 
     /// Go `maxRetries` for the assisted-installer-controller.
-    pub const CONTROLLER_MAX_RETRIES: u32 = 15;
+    const CONTROLLER_MAX_RETRIES: u32 = 15;
 
     /// The controller's policy: as [`ClientRetry::installer`] with 15 retries for the "max"
     /// classes (408/429/5xx/no answer) instead of 360.
