@@ -15,7 +15,7 @@ pub use super::windows::{DiskWindows, WINDOW};
 
 /// Sector size of a GPT image, from where its header sits in the first MiB: `EFI PART` at byte
 /// 512 (512-byte LBAs) or at byte 4096 (4Kn).
-pub fn detect_sector_size(head: &[u8]) -> Option<u64> {
+fn detect_sector_size(head: &[u8]) -> Option<u64> {
     [512u64, 4096]
         .into_iter()
         .find(|&ss| head.get(ss as usize..ss as usize + 8) == Some(b"EFI PART".as_slice()))

@@ -32,7 +32,7 @@ impl Progress {
     }
 
     /// MB/s of uncompressed output so far.
-    pub fn rate_mb_s(&self) -> f64 {
+    fn rate_mb_s(&self) -> f64 {
         let secs = self.elapsed.as_secs_f64();
         if secs > 0.0 {
             self.written as f64 / secs / 1e6

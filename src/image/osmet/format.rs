@@ -10,8 +10,8 @@ use std::io::{self, Read};
 
 use crate::image::digest::Sha256Sum;
 
-pub const MAGIC: [u8; 8] = *b"OSMET\0\0\0";
-pub const VERSION: u32 = 1;
+const MAGIC: [u8; 8] = *b"OSMET\0\0\0";
+const VERSION: u32 = 1;
 
 /// Longest string we accept in a header (descriptions are a line of text; a huge length means
 /// the file is not an osmet file, and we must not allocate for it).

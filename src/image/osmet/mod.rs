@@ -27,7 +27,7 @@ use rebuild::Rebuild;
 /// osmet files.
 pub const DEFAULT_OSMET_DIR: &str = "/run/coreos-installer/osmet";
 /// The live root's OSTree repository (the rootfs image is mounted on /sysroot).
-pub const DEFAULT_OSTREE_REPO: &str = "/sysroot/ostree/repo";
+const DEFAULT_OSTREE_REPO: &str = "/sysroot/ostree/repo";
 
 /// `--osmet-dir` and `--ostree-repo`; `None` means the live system's defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -89,7 +89,7 @@ fn dir_of(
 }
 
 /// `uname -m`: what osmet files record as their architecture.
-pub fn machine_architecture() -> Result<String> {
+fn machine_architecture() -> Result<String> {
     let u = nix::sys::utsname::uname().context("uname")?;
     Ok(u.machine().to_string_lossy().into_owned())
 }
