@@ -86,45 +86,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn host_stage_round_trips_through_display_fromstr_and_serde() {
-        for stage in HostStage::ALL {
-            assert_eq!(stage.to_string(), stage.as_str());
-            assert_eq!(stage.as_str().parse::<HostStage>().unwrap(), stage);
-            let json = serde_json::to_string(&stage).unwrap();
-            assert_eq!(json, format!("\"{}\"", stage.as_str()));
-            assert_eq!(serde_json::from_str::<HostStage>(&json).unwrap(), stage);
-        }
-    }
-
+    /// Display, FromStr and serde round trips are the macro's: `wire::tests`.
     #[test]
     fn host_stage_parsing_is_exact() {
-        for bad in [
-            "installing",
-            "Installing ",
-            "",
-            "Not a stage",
-            "Writing Image To Disk",
-        ] {
+        for bad in ["installing", "Installing ", "", "Writing Image To Disk"] {
             let err = bad.parse::<HostStage>().unwrap_err();
-            assert_eq!(err.value, bad);
-            assert!(err.to_string().contains("unknown host stage"));
+            assert_eq!(err.to_string(), format!("unknown host stage {bad:?}"));
         }
-        assert!(serde_json::from_str::<HostStage>("\"done\"").is_err());
     }
 
     #[test]
     fn logs_state_wire_strings() {
         let wire: Vec<String> = LogsState::ALL.iter().map(|s| s.to_string()).collect();
         assert_eq!(wire, ["requested", "collecting", "completed", "timeout"]);
-        for state in LogsState::ALL {
-            assert_eq!(state.as_str().parse::<LogsState>().unwrap(), state);
-            let json = serde_json::to_string(&state).unwrap();
-            assert_eq!(serde_json::from_str::<LogsState>(&json).unwrap(), state);
-        }
-        assert!("Requested".parse::<LogsState>().is_err());
-        assert!("".parse::<LogsState>().is_err());
     }
+
     #[test]
     fn finalizing_stage_and_operator_status_wire_strings() {
         let wire: Vec<&str> = FinalizingStage::ALL.iter().map(|s| s.as_str()).collect();
