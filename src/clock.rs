@@ -927,11 +927,13 @@ mod tests {
         (r, calls, clock.sleeps())
     }
 
+    type Check<'a> = &'a dyn Fn(usize, &FakeClock, &Cancel) -> bool;
+
     #[test]
     fn poll_calls_at_once_then_on_every_tick_like_go() {
         use PollError::*;
         let never = |_: usize, _: &FakeClock, _: &Cancel| false;
-        let cases: [(_, &dyn Fn(usize, &FakeClock, &Cancel) -> bool, _, _); 9] = [
+        let cases: [(_, Check, _, _); 9] = [
             (
                 (30, None, false),
                 &|n, _, _| n == 4,

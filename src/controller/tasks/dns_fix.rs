@@ -293,6 +293,8 @@ mod tests {
         assert_eq!(k8s.count("list_services"), 2);
     }
 
+    type Setup<'a> = &'a dyn Fn(&FakeCluster);
+
     /// Each case on a 172.30.0.0/16 cluster: the outcome, the list/delete-service/delete-pods
     /// calls and the waits.
     #[test]
@@ -300,7 +302,7 @@ mod tests {
         use DnsFixOutcome::*;
         let conflict = |k: &FakeCluster| k.add_service(svc("testing", "conflict", "172.30.0.10"));
         let dns = |k: &FakeCluster, ip| k.add_service(dns_default(ip));
-        let cases: [(&str, &dyn Fn(&FakeCluster), _, [usize; 3], _); 5] = [
+        let cases: [(&str, Setup, _, [usize; 3], _); 5] = [
             (
                 "a failed list",
                 &|k| {

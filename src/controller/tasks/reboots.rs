@@ -449,10 +449,10 @@ mod tests {
     #[test]
     fn nothing_is_sent_without_a_count() {
         let download = "V2DownloadClusterCredentials";
-        let cases: [(bool, usize, u32, usize, &[&str], usize); 3] = [
-            (false, 0, 0, 0, &[], 0),
-            (true, 1, 0, 0, &[download], 0),
-            (true, 0, 100, 10, &[download], 9),
+        let cases = [
+            (false, 0, 0, 0, vec![], 0),
+            (true, 1, 0, 0, vec![download], 0),
+            (true, 0, 100, 10, vec![download], 9),
         ];
         for (enabled, downloads_failing, counts_failing, asked, operations, waits) in cases {
             let s = setup();
