@@ -1,21 +1,23 @@
-//! Time as an effect, and the waits and retries of both programs.
+//! Time as an effect, and the one wait-and-retry engine of both programs.
 //!
-//! Polls and retries sleep through a [`Clock`] so tests run at once on a [`FakeClock`], and
-//! through a [`Stop`] token (the install's `image::Cancel`, with its children, or a clock
-//! [`Deadline`]) so that SIGTERM ends a wait at once instead of after its interval. `retry` (a method of `dyn Clock`) is the loop: a [`Schedule`]
-//! (how many retries, how long in all, how long between tries) is data, and the try itself says
-//! whether its failure is worth another try ([`Failure`]). `poll_until` is the Go installer's
-//! endless wait on top of it:
+//! Waits sleep through a [`Clock`] so tests run at once on a [`FakeClock`], and through a
+//! [`Stop`] token (the install's `image::Cancel`, with its children, or a clock [`Deadline`]) so
+//! that SIGTERM ends a wait at once instead of after its interval. `retry_counting` (a method of
+//! `dyn Clock`) is the loop: a [`Schedule`] (how many retries, how long in all, how long between
+//! tries) is data, and the try itself says whether its failure is worth another ([`Failure`]).
+//! The rest are shapes of it: `poll_until` (the installer's endless waits), [`poll`],
+//! [`poll_with_cancel`], [`retry_attempts`] and [`ticker`] (the Go controller's
+//! `wait.PollUntilContextTimeout`, `utils.Retry` and `time.Ticker`, whose call counts its tests
+//! pin):
 //!
 //! ```text
 //! f.host.clock.poll_until(&stop, f.intervals.poll, || done.exists().then_some(()))?;
 //! ```
 
+use std::ops::ControlFlow;
 #[cfg(any(test, feature = "test-support"))]
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-pub mod ticks;
 
 pub trait Clock: Send + Sync {
     fn sleep(&self, d: Duration);
@@ -172,6 +174,10 @@ pub enum Delay {
     /// A random wait in `[0, min(cap, base × 2^(n-1)))`: the Go service client's "full jitter"
     /// (`rehttp.ExpJitterDelay`).
     FullJitter { base: Duration, cap: Duration },
+    /// Tries on the grid `first try + k·interval`, as Go's `time.Ticker`: a try that overran a
+    /// tick is followed by another at once (the ticker holds one tick), and a timeout is waited
+    /// out to the deadline rather than given up at the last tick before it.
+    Ticks(Duration),
 }
 
 impl Delay {
@@ -180,7 +186,7 @@ impl Delay {
     pub fn bound(&self, failures: u32) -> Duration {
         let exp = failures.saturating_sub(1);
         match *self {
-            Delay::Fixed(d) => d,
+            Delay::Fixed(d) | Delay::Ticks(d) => d,
             Delay::Doubling { first: base, cap } | Delay::FullJitter { base, cap } => {
                 if exp >= 31 {
                     cap
@@ -238,6 +244,15 @@ impl Schedule {
             retries: None,
             timeout: Some(timeout),
             delay: Delay::Fixed(interval),
+        }
+    }
+
+    /// Tries on the ticks of `interval` until `timeout` (`None`: no deadline): Go's waits.
+    pub const fn ticks(interval: Duration, timeout: Option<Duration>) -> Schedule {
+        Schedule {
+            retries: None,
+            timeout,
+            delay: Delay::Ticks(interval),
         }
     }
 
@@ -300,9 +315,20 @@ impl std::fmt::Display for Retrying {
 pub struct Tries {
     failures: u32,
     first: Option<Instant>,
+    call_when_stopped: bool,
 }
 
 impl Tries {
+    /// A job whose first try is made even when the stop token has already fired: Go's
+    /// `wait.Poll*` and `utils.Retry` call once before looking at the context, and the
+    /// controller's tests pin those call counts.
+    pub fn calling_when_stopped() -> Tries {
+        Tries {
+            call_when_stopped: true,
+            ..Tries::default()
+        }
+    }
+
     pub fn failures(&self) -> u32 {
         self.failures
     }
@@ -394,13 +420,15 @@ impl dyn Clock + '_ {
     ) -> Result<T, WaitError<E>> {
         let mut last = None;
         loop {
-            if stop.is_stopped() {
+            let first_try = tries.first.is_none();
+            if stop.is_stopped() && !(first_try && tries.call_when_stopped) {
                 return Err(WaitError::Stopped {
                     failures: tries.failures,
                     last,
                 });
             }
-            let first = *tries.first.get_or_insert_with(|| self.now());
+            let began = self.now();
+            let first = *tries.first.get_or_insert(began);
             let failure = match attempt(tries.failures) {
                 Ok(value) => return Ok(value),
                 Err(failure) => failure,
@@ -416,11 +444,27 @@ impl dyn Clock + '_ {
                 Failure::Fatal(error) => return Err(WaitError::Fatal { failures, error }),
                 other => other.into_inner(),
             };
-            let delay = schedule.delay.after(failures);
-            let late = schedule
-                .timeout
-                .is_some_and(|t| self.now() + delay > first + t);
+            let now = self.now();
+            let ticks = matches!(schedule.delay, Delay::Ticks(_));
+            let delay = match schedule.delay {
+                Delay::Ticks(interval) => {
+                    first_tick_after(first, interval, began).saturating_duration_since(now)
+                }
+                other => other.after(failures),
+            };
+            let deadline = schedule.timeout.map(|t| first + t);
+            let late = deadline.is_some_and(|at| match ticks {
+                true => now + delay >= at,
+                false => now + delay > at,
+            });
             if !permitted || late {
+                let left = deadline.map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+                if late && ticks && !left.is_zero() && self.sleep_or_stop(left, stop) {
+                    return Err(WaitError::Stopped {
+                        failures,
+                        last: Some(error),
+                    });
+                }
                 return Err(WaitError::GaveUp {
                     failures,
                     last: error,
@@ -434,7 +478,12 @@ impl dyn Clock + '_ {
                     delay,
                 },
             );
-            if self.sleep_or_stop(delay, stop) {
+            let stopped = if ticks && delay.is_zero() {
+                stop.is_stopped()
+            } else {
+                self.sleep_or_stop(delay, stop)
+            };
+            if stopped {
                 return Err(WaitError::Stopped {
                     failures,
                     last: Some(error),
@@ -464,6 +513,138 @@ impl dyn Clock + '_ {
             Err(e) => unreachable!("an endless schedule ended: {e:?}"),
         }
     }
+}
+
+/// The first tick of the grid `start + k·interval` (k ≥ 1) strictly after `t`.
+fn first_tick_after(start: Instant, interval: Duration, t: Instant) -> Instant {
+    if interval.is_zero() {
+        return t;
+    }
+    let k = t.saturating_duration_since(start).as_nanos() / interval.as_nanos() + 1;
+    start + Duration::from_nanos(u64::try_from(k * interval.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// How a Go-style poll ended without its predicate holding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PollError {
+    /// The stop token fired, or the cancel predicate held (Go: the context's error).
+    #[error("context canceled")]
+    Canceled,
+    /// The deadline passed.
+    #[error("timed out")]
+    TimedOut,
+}
+
+/// Go's `wait.PollUntilContextTimeout(immediate)`: `p` at once (even when already stopped),
+/// then on every tick of `interval`, until it holds, `stop` fires or `timeout` (from the first
+/// call; `None`: forever) passes.
+pub fn poll(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    interval: Duration,
+    timeout: Option<Duration>,
+    p: impl FnMut() -> bool,
+) -> Result<(), PollError> {
+    poll_with_cancel(clock, stop, interval, timeout, p, || false)
+}
+
+/// [`poll`], and whenever `p` is false, `cancel` is asked: true ends the loop as cancelled.
+pub fn poll_with_cancel(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    interval: Duration,
+    timeout: Option<Duration>,
+    mut p: impl FnMut() -> bool,
+    mut cancel: impl FnMut() -> bool,
+) -> Result<(), PollError> {
+    let polled = clock.retry_counting(
+        stop,
+        &Schedule::ticks(interval, timeout),
+        &mut Tries::calling_when_stopped(),
+        |_| {
+            if p() {
+                Ok(())
+            } else if cancel() {
+                Err(Failure::Fatal(()))
+            } else {
+                Err(Failure::Retry(()))
+            }
+        },
+        |_, _| {},
+    );
+    match polled {
+        Ok(()) => Ok(()),
+        Err(WaitError::GaveUp { .. }) => Err(PollError::TimedOut),
+        Err(_) => Err(PollError::Canceled),
+    }
+}
+
+/// How a Go-style retry ended without success.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryError<E> {
+    /// The stop token fired during a wait (Go returns the context's error alone).
+    Canceled,
+    /// Every attempt failed; `last` is the last failure.
+    Exhausted { attempts: u32, last: E },
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for RetryError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RetryError::Canceled => write!(f, "context canceled"),
+            RetryError::Exhausted { attempts, last } => {
+                write!(f, "failed after {attempts} attempts, last error: {last}")
+            }
+        }
+    }
+}
+
+impl<E: std::fmt::Debug + std::fmt::Display> std::error::Error for RetryError<E> {}
+
+/// Go's `utils.Retry`: `f` up to `attempts` times (at least once, even when already stopped),
+/// `sleep` apart, until it succeeds.
+pub fn retry_attempts<T, E>(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    attempts: u32,
+    sleep: Duration,
+    mut f: impl FnMut() -> Result<T, E>,
+) -> Result<T, RetryError<E>> {
+    clock
+        .retry_counting(
+            stop,
+            &Schedule::tries(attempts, sleep),
+            &mut Tries::calling_when_stopped(),
+            |_| f().map_err(Failure::Retry),
+            |_, _| {},
+        )
+        .map_err(|e| match e {
+            WaitError::GaveUp { last, .. } => RetryError::Exhausted { attempts, last },
+            _ => RetryError::Canceled,
+        })
+}
+
+/// Go's `time.Ticker` loop: `act` after one `interval`, then on every tick, until `stop` fires
+/// or `act` breaks.
+pub fn ticker(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    interval: Duration,
+    mut act: impl FnMut() -> ControlFlow<()>,
+) {
+    // The first try only starts the grid: a ticker first fires after one interval.
+    let _ = clock.retry(
+        stop,
+        &Schedule::ticks(interval, None),
+        |n| {
+            if n > 0 && act().is_break() {
+                Ok(())
+            } else {
+                Err(Failure::Retry(()))
+            }
+        },
+        |_, _| {},
+    );
 }
 
 #[cfg(test)]
@@ -726,6 +907,201 @@ mod tests {
             3,
             "one failure was already spent"
         );
+    }
+
+    /// Polls on a fake clock; `p` gets its call number (from 1), the clock and the stop token.
+    fn polled(
+        interval: u64,
+        timeout: Option<u64>,
+        stopped: bool,
+        mut p: impl FnMut(usize, &FakeClock, &Cancel) -> bool,
+    ) -> (Result<(), PollError>, usize, Vec<Duration>) {
+        let (clock, stop, mut calls) = (FakeClock::new(), Cancel::new(), 0);
+        if stopped {
+            stop.cancel();
+        }
+        let r = poll(&clock, &stop, secs(interval), timeout.map(secs), || {
+            calls += 1;
+            p(calls, &clock, &stop)
+        });
+        (r, calls, clock.sleeps())
+    }
+
+    type Check<'a> = &'a dyn Fn(usize, &FakeClock, &Cancel) -> bool;
+
+    #[test]
+    fn poll_calls_at_once_then_on_every_tick_like_go() {
+        use PollError::*;
+        let never = |_: usize, _: &FakeClock, _: &Cancel| false;
+        let cases: [(_, Check, _, _); 9] = [
+            (
+                (30, None, false),
+                &|n, _, _| n == 4,
+                (Ok(()), 4),
+                vec![secs(30); 3],
+            ),
+            ((30, None, false), &|_, _, _| true, (Ok(()), 1), vec![]),
+            // The tick at 10 s is the deadline: calls at 0..=9 s.
+            (
+                (1, Some(10), false),
+                &never,
+                (Err(TimedOut), 10),
+                vec![secs(1); 10],
+            ),
+            // A deadline between ticks cuts the last wait short.
+            (
+                (30, Some(70), false),
+                &never,
+                (Err(TimedOut), 3),
+                vec![secs(30), secs(30), secs(10)],
+            ),
+            // Go calls once even when the context is already done; a true answer wins.
+            ((30, None, true), &never, (Err(Canceled), 1), vec![]),
+            ((30, None, true), &|_, _, _| true, (Ok(()), 1), vec![]),
+            (
+                (5, Some(3600), false),
+                &|n, _, s: &Cancel| {
+                    if n == 3 {
+                        s.cancel()
+                    };
+                    false
+                },
+                (Err(Canceled), 3),
+                vec![secs(5); 2],
+            ),
+            // The grid holds when the predicate takes time.
+            (
+                (10, None, false),
+                &|n, c: &FakeClock, _| {
+                    c.advance(secs(4));
+                    n == 3
+                },
+                (Ok(()), 3),
+                vec![secs(6); 2],
+            ),
+            // Calls at 0, 25 (a tick passed: at once, no zero sleep) and 30 s.
+            (
+                (10, None, false),
+                &|n, c: &FakeClock, _| {
+                    if n == 1 {
+                        c.advance(secs(25))
+                    };
+                    n == 3
+                },
+                (Ok(()), 3),
+                vec![secs(5)],
+            ),
+        ];
+        for ((interval, timeout, stopped), p, (result, calls), sleeps) in cases {
+            let (r, n, slept) = polled(interval, timeout, stopped, p);
+            assert_eq!(
+                (r, n, slept),
+                (result, calls, sleeps),
+                "every {interval}s, {timeout:?}"
+            );
+        }
+        assert_eq!(PollError::TimedOut.to_string(), "timed out");
+        assert_eq!(PollError::Canceled.to_string(), "context canceled");
+    }
+
+    #[test]
+    fn poll_with_cancel_asks_after_each_false() {
+        let clock = FakeClock::new();
+        let (mut p_calls, mut c_calls) = (0, 0);
+        let p = || {
+            p_calls += 1;
+            false
+        };
+        let r = poll_with_cancel(&clock, &NeverStop, secs(30), None, p, || {
+            c_calls += 1;
+            c_calls == 2
+        });
+        assert_eq!((r, p_calls, c_calls), (Err(PollError::Canceled), 2, 2));
+        assert_eq!(clock.sleeps(), vec![secs(30)]);
+        let r = poll_with_cancel(&clock, &NeverStop, secs(30), None, || true, || panic!());
+        assert_eq!(r, Ok(()), "cancel is not asked when p holds");
+    }
+
+    #[test]
+    fn retry_attempts_is_go_s_utils_retry() {
+        // (attempts, succeeds at call, pre-cancelled) -> (calls, sleeps, result)
+        let cases = [
+            (
+                5,
+                None,
+                false,
+                5,
+                4,
+                Err("failed after 5 attempts, last error: boom 5"),
+            ),
+            (5, Some(2), false, 2, 1, Ok(2)),
+            (5, None, true, 1, 0, Err("context canceled")),
+            (
+                1,
+                None,
+                false,
+                1,
+                0,
+                Err("failed after 1 attempts, last error: boom 1"),
+            ),
+            (
+                0,
+                None,
+                false,
+                1,
+                0,
+                Err("failed after 0 attempts, last error: boom 1"),
+            ),
+        ];
+        for (attempts, ok_at, stopped, calls, sleeps, result) in cases {
+            let (clock, stop, mut n) = (FakeClock::new(), Cancel::new(), 0);
+            if stopped {
+                stop.cancel();
+            }
+            let r = retry_attempts(&clock, &stop, attempts, secs(10), || {
+                n += 1;
+                if Some(n) == ok_at {
+                    Ok(n)
+                } else {
+                    Err(format!("boom {n}"))
+                }
+            });
+            assert_eq!(r.map_err(|e| e.to_string()), result.map_err(String::from));
+            assert_eq!((n, clock.sleeps()), (calls, vec![secs(10); sleeps]));
+        }
+    }
+
+    #[test]
+    fn the_ticker_acts_on_ticks_after_one_interval() {
+        // (interval, overrun on the first act, acts before the stop) -> act times
+        let cases: [(u64, u64, usize, &[u64]); 3] = [
+            (300, 0, 3, &[300, 600, 900]),
+            // Ticks 20 and 30 pass during the first act: one is taken at once, then the grid.
+            (10, 25, 4, &[10, 35, 40, 50]),
+            (30, 0, 2, &[30, 60]),
+        ];
+        for (interval, overrun, acts, expected) in cases {
+            let (clock, stop) = (FakeClock::new(), Cancel::new());
+            let t0 = clock.now();
+            let mut at = Vec::new();
+            ticker(&clock, &stop, secs(interval), || {
+                at.push((clock.now() - t0).as_secs());
+                if at.len() == 1 {
+                    clock.advance(secs(overrun));
+                }
+                if at.len() == acts {
+                    stop.cancel();
+                }
+                ControlFlow::Continue(())
+            });
+            assert_eq!(at, expected);
+            ticker(&clock, &stop, secs(interval), || {
+                panic!("acted when stopped")
+            });
+        }
+        let clock = FakeClock::new();
+        ticker(&clock, &NeverStop, secs(5), || ControlFlow::Break(()));
+        assert_eq!(clock.sleeps(), vec![secs(5)], "a break ends it");
     }
 
     #[test]

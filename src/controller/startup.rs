@@ -21,7 +21,7 @@ use super::config::ControllerConfig;
 use super::log::LOG_PATH;
 use super::tasks::logs::MUST_GATHER_DIR;
 use super::token::{read_token, TOKEN_PATH};
-use crate::clock::ticks::poll;
+use crate::clock::poll;
 use crate::clock::{Clock, Stop};
 use crate::config::cluster_hosts::{self, ClusterHost};
 use crate::kube::client::SERVICE_ACCOUNT_DIR;

@@ -31,33 +31,33 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Map, Value};
 
-use crate::clock::ticks;
+use crate::clock::{poll, PollError};
 use crate::clock::{Clock, Stop};
 use crate::controller::service::rfc3339;
 use crate::kube::{ClusterApi, Machine};
 
 /// Between rounds: the general wait interval.
-pub const GENERAL_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const GENERAL_WAIT: Duration = Duration::from_secs(30);
 /// Where the BareMetalHosts and Machines are.
-pub const MACHINE_API_NAMESPACE: &str = "openshift-machine-api";
+pub(crate) const MACHINE_API_NAMESPACE: &str = "openshift-machine-api";
 /// The cluster-scoped metal3 Provisioning whose existence picks the update.
-pub const PROVISIONING_NAME: &str = "provisioning-configuration";
+pub(crate) const PROVISIONING_NAME: &str = "provisioning-configuration";
 /// The Machine label and value of workers.
-pub const MACHINE_ROLE_LABEL: &str = "machine.openshift.io/cluster-api-machine-role";
-pub const WORKER_ROLE: &str = "worker";
+pub(crate) const MACHINE_ROLE_LABEL: &str = "machine.openshift.io/cluster-api-machine-role";
+pub(crate) const WORKER_ROLE: &str = "worker";
 /// metal3's paused annotation, removed when Provisioning exists.
-pub const PAUSED_ANNOTATION: &str = "baremetalhost.metal3.io/paused";
+pub(crate) const PAUSED_ANNOTATION: &str = "baremetalhost.metal3.io/paused";
 /// metal3's status annotation, moved into `.status` when Provisioning does not exist.
-pub const STATUS_ANNOTATION: &str = "baremetalhost.metal3.io/status";
+pub(crate) const STATUS_ANNOTATION: &str = "baremetalhost.metal3.io/status";
 
 /// The BMH task; see the module documentation.
-pub struct BmhUpdate<'a> {
-    pub cluster: &'a dyn ClusterApi,
-    pub clock: &'a dyn Clock,
+pub(crate) struct BmhUpdate<'a> {
+    pub(crate) cluster: &'a dyn ClusterApi,
+    pub(crate) clock: &'a dyn Clock,
     /// Between rounds ([`GENERAL_WAIT`]).
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// The wall clock, for `status.lastUpdated`.
-    pub wall_now: fn() -> SystemTime,
+    pub(crate) wall_now: fn() -> SystemTime,
 }
 
 fn bmh_name(bmh: &Value) -> &str {
@@ -135,7 +135,7 @@ fn unset_time(v: Option<&Value>) -> bool {
 
 impl<'a> BmhUpdate<'a> {
     /// The task as main starts it: rounds every [`GENERAL_WAIT`] on `clock`.
-    pub fn new(cluster: &'a dyn ClusterApi, clock: &'a dyn Clock) -> BmhUpdate<'a> {
+    pub(crate) fn new(cluster: &'a dyn ClusterApi, clock: &'a dyn Clock) -> BmhUpdate<'a> {
         BmhUpdate {
             cluster,
             clock,
@@ -145,8 +145,8 @@ impl<'a> BmhUpdate<'a> {
     }
 
     /// Rounds until one updates everything or `stop` fires.
-    pub fn run(&self, stop: &dyn Stop) -> Result<(), ticks::PollError> {
-        let result = ticks::poll(self.clock, stop, self.interval, None, || self.round());
+    pub(crate) fn run(&self, stop: &dyn Stop) -> Result<(), PollError> {
+        let result = poll(self.clock, stop, self.interval, None, || self.round());
         match &result {
             Ok(()) => tracing::info!("Updated all the BMH CRs, finished successfully"),
             Err(e) => tracing::info!("stopped updating the BMH CRs: {e}"),
@@ -155,7 +155,7 @@ impl<'a> BmhUpdate<'a> {
     }
 
     /// One round: true when every BMH is updated.
-    pub fn round(&self) -> bool {
+    pub(crate) fn round(&self) -> bool {
         let bmhs = match self.cluster.list_bmhs(MACHINE_API_NAMESPACE) {
             Ok(bmhs) => bmhs,
             Err(e) => {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::clock::ticks::{poll, PollError};
+use crate::clock::{poll, PollError};
 use crate::clock::{Clock, Stop};
 use crate::controller::service::ControllerService;
 use crate::controller::status::ControllerStatus;
@@ -29,19 +29,19 @@ use crate::kube::ClusterApi;
 use crate::service::{CompletionParams, FinalizingStage, OperatorMonitorReport, ServiceError};
 
 /// The completion wait's interval (Go's install-status poll).
-pub const INSTALL_STATUS_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const INSTALL_STATUS_INTERVAL: Duration = Duration::from_secs(60);
 /// Go's general wait interval: waiting for `finalizing`, stage-report retries.
-pub const GENERAL_WAIT_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const GENERAL_WAIT_INTERVAL: Duration = Duration::from_secs(30);
 /// Router-CA poll.
-pub const ROUTER_CA_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const ROUTER_CA_INTERVAL: Duration = Duration::from_secs(10);
 /// The ConfigMap holding the router CA, and its key.
 use crate::openshift::{INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE};
 /// The `data` key of a failed completion.
-pub const CLUSTER_OPERATORS_REPORT: &str = "CLUSTER_OPERATORS_REPORT";
+pub(crate) const CLUSTER_OPERATORS_REPORT: &str = "CLUSTER_OPERATORS_REPORT";
 
 /// How the completion wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitOutcome {
+pub(crate) enum WaitOutcome {
     /// The cluster is `installed`, `cancelled`, `adding-hosts` or `error` (the error flag set).
     Finished,
     /// The stop token fired first (not a Go outcome: Go's wait has no context).
@@ -52,7 +52,7 @@ pub enum WaitOutcome {
 }
 
 /// What an error of the completion wait adds to its counter: 404 → 3, 401 → 1, others 0.
-pub fn error_weight(err: &anyhow::Error) -> u32 {
+pub(crate) fn error_weight(err: &anyhow::Error) -> u32 {
     let status = err
         .chain()
         .find_map(|e| e.downcast_ref::<ServiceError>())
@@ -67,22 +67,22 @@ pub fn error_weight(err: &anyhow::Error) -> u32 {
 /// The completion wait's counter: 404 adds 3, 401 adds 1, other errors nothing; a success
 /// resets it; 3 or more means exit.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ExitCounter(u32);
+pub(crate) struct ExitCounter(u32);
 
 impl ExitCounter {
     /// Counts `err`; whether the process should now exit.
-    pub fn error(&mut self, err: &anyhow::Error) -> bool {
+    pub(crate) fn error(&mut self, err: &anyhow::Error) -> bool {
         self.0 += error_weight(err);
         self.0 >= 3
     }
 
-    pub fn success(&mut self) {
+    pub(crate) fn success(&mut self) {
         self.0 = 0;
     }
 }
 
 /// `waitForInstallation`: sleep `interval` first, then `v2GetCluster` (hosts excluded), forever.
-pub fn wait_for_installation(
+pub(crate) fn wait_for_installation(
     clock: &dyn Clock,
     stop: &dyn Stop,
     service: &dyn ControllerService,
@@ -124,13 +124,13 @@ pub fn wait_for_installation(
 }
 
 /// The master-role selector of the ABI completion wait.
-pub const MASTER_SELECTOR: &str = "node-role.kubernetes.io/master";
+pub(crate) const MASTER_SELECTOR: &str = "node-role.kubernetes.io/master";
 
 /// `waitForInstallationAgentBasedInstaller`, the ABI completion wait: every `interval` from now until it returns or `stop` fires
 /// (false). Each round untaints the nodes when asked (`untaint` is the per-node untaint of `WaitAndUpdateNodesStatus`, with
 /// its own error logging), then waits for ClusterVersion `Available=True` (latched once seen),
 /// then for `expected_masters` master nodes (none expected: done at once).
-pub fn wait_for_installation_abi(
+pub(crate) fn wait_for_installation_abi(
     clock: &dyn Clock,
     stop: &dyn Stop,
     cluster: &dyn ClusterApi,
@@ -182,14 +182,14 @@ pub fn wait_for_installation_abi(
 
 /// Why post-install failed, with the cause as Go's context error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PostInstallFailure {
+pub(crate) enum PostInstallFailure {
     ClusterOperators(PollError),
     RouterCa(PollError),
 }
 
 impl PostInstallFailure {
     /// The exact `error_info` Go sends.
-    pub fn error_info(&self) -> String {
+    pub(crate) fn error_info(&self) -> String {
         match self {
             PostInstallFailure::ClusterOperators(e) => format!(
                 "Stopped waiting for cluster operators to be available: {}",
@@ -204,7 +204,7 @@ impl PostInstallFailure {
 
 /// The body of `complete-installation`: success carries nothing else; a failure its
 /// `error_info` and the operator report when there is one.
-pub fn completion_params(
+pub(crate) fn completion_params(
     result: Result<(), PostInstallFailure>,
     report: Option<Map<String, Value>>,
 ) -> CompletionParams {
@@ -224,7 +224,7 @@ pub fn completion_params(
 
 /// The operators report of `PostInstallConfigs`: `{"CLUSTER_OPERATORS_REPORT": [{name, status, status_info}…]}` from the
 /// ClusterOperators' conditions, or `None` when they cannot be listed.
-pub fn operators_report(cluster: &dyn ClusterApi) -> Option<Map<String, Value>> {
+pub(crate) fn operators_report(cluster: &dyn ClusterApi) -> Option<Map<String, Value>> {
     let operators = match cluster.list_cluster_operators() {
         Ok(list) => list,
         Err(err) => {
@@ -253,7 +253,7 @@ pub fn operators_report(cluster: &dyn ClusterApi) -> Option<Map<String, Value>> 
 
 /// A finalizing-stage report, retried every `interval` until it succeeds or `stop` fires; the
 /// first attempt is always made and the error is swallowed.
-pub fn report_stage(
+pub(crate) fn report_stage(
     clock: &dyn Clock,
     stop: &dyn Stop,
     service: &dyn ControllerService,
@@ -273,7 +273,7 @@ pub fn report_stage(
 
 /// `v2CompleteInstallation`, every `interval` until it succeeds or `stop` fires; at least one
 /// attempt, even when already stopped. Whether it went through.
-pub fn complete_installation(
+pub(crate) fn complete_installation(
     clock: &dyn Clock,
     stop: &dyn Stop,
     service: &dyn ControllerService,
@@ -294,7 +294,7 @@ pub fn complete_installation(
 
 /// One router-CA attempt: read the ConfigMap and upload `ca-bundle.crt` (empty when the key is
 /// missing, as Go's map read gives).
-pub fn upload_router_ca(cluster: &dyn ClusterApi, service: &dyn ControllerService) -> bool {
+pub(crate) fn upload_router_ca(cluster: &dyn ClusterApi, service: &dyn ControllerService) -> bool {
     let data = match cluster.get_config_map(INGRESS_CERT_NAMESPACE, INGRESS_CERT_NAME) {
         Ok(Some(data)) => data,
         Ok(None) => {
@@ -318,21 +318,21 @@ pub fn upload_router_ca(cluster: &dyn ClusterApi, service: &dyn ControllerServic
 
 /// The settings of post-install; [`PostInstallSettings::new`] has Go's intervals.
 #[derive(Debug, Clone)]
-pub struct PostInstallSettings {
-    pub openshift_version: String,
-    pub check_cluster_version: bool,
+pub(crate) struct PostInstallSettings {
+    pub(crate) openshift_version: String,
+    pub(crate) check_cluster_version: bool,
     /// Waiting for `finalizing`, stage-report retries (30 s).
-    pub wait_interval: Duration,
+    pub(crate) wait_interval: Duration,
     /// Console/CVO poll and completion retry (60 s).
-    pub progress_interval: Duration,
+    pub(crate) progress_interval: Duration,
     /// The console/CVO cap (10 h).
-    pub cvo_timeout: Duration,
+    pub(crate) cvo_timeout: Duration,
     /// Router-CA poll (10 s).
-    pub router_ca_interval: Duration,
+    pub(crate) router_ca_interval: Duration,
 }
 
 impl PostInstallSettings {
-    pub fn new(openshift_version: &str, check_cluster_version: bool) -> PostInstallSettings {
+    pub(crate) fn new(openshift_version: &str, check_cluster_version: bool) -> PostInstallSettings {
         PostInstallSettings {
             openshift_version: openshift_version.to_string(),
             check_cluster_version,
@@ -346,7 +346,7 @@ impl PostInstallSettings {
 
 /// How post-install ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PostInstallOutcome {
+pub(crate) enum PostInstallOutcome {
     /// Stopped before the cluster reached `finalizing`: nothing reported.
     Stopped,
     /// The completion that was sent (or last attempted) and whether it went through.
@@ -358,7 +358,7 @@ pub enum PostInstallOutcome {
 
 /// `PostInstallConfigs` (assisted-service invoker). `olm` is the OLM step of `waitForOLMOperators`, which reports its own stages;
 /// its error is only logged.
-pub fn post_install_configs(
+pub(crate) fn post_install_configs(
     clock: &dyn Clock,
     stop: &dyn Stop,
     cluster: &dyn ClusterApi,

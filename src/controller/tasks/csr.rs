@@ -13,19 +13,20 @@
 use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime};
 
-use crate::clock::ticks;
+use crate::clock::ticker;
 use crate::clock::{Clock, Stop};
 use crate::kube::{ClusterApi, Condition, Csr, CsrApproval};
 
 /// The condition type an approval appends, and the one that marks a CSR as handled.
-pub const APPROVED: &str = "Approved";
+pub(crate) const APPROVED: &str = "Approved";
 /// `reason` of the approval condition.
-pub const APPROVAL_REASON: &str = "NodeCSRApprove";
+pub(crate) const APPROVAL_REASON: &str = "NodeCSRApprove";
 /// `message` of the approval condition.
-pub const APPROVAL_MESSAGE: &str = "This CSR was approved by the assisted-installer-controller";
+pub(crate) const APPROVAL_MESSAGE: &str =
+    "This CSR was approved by the assisted-installer-controller";
 
 /// The condition appended to an approved CSR, stamped `now` (its `lastUpdateTime`).
-pub fn approval(now: SystemTime) -> CsrApproval {
+pub(crate) fn approval(now: SystemTime) -> CsrApproval {
     CsrApproval {
         condition: Condition {
             type_: APPROVED.to_string(),
@@ -39,13 +40,13 @@ pub fn approval(now: SystemTime) -> CsrApproval {
 
 /// Whether the CSR still waits for approval: no condition of type `Approved`, whatever its
 /// other conditions (`Denied`, `Failed`) say.
-pub fn is_pending(csr: &Csr) -> bool {
+pub(crate) fn is_pending(csr: &Csr) -> bool {
     !csr.conditions.iter().any(|c| c.type_ == APPROVED)
 }
 
 /// One pass: list the CSRs and approve the pending ones. Returns how many approvals were
 /// accepted (0 when the list failed).
-pub fn approve_pending(cluster: &dyn ClusterApi) -> usize {
+pub(crate) fn approve_pending(cluster: &dyn ClusterApi) -> usize {
     let csrs = match cluster.list_csrs() {
         Ok(csrs) => csrs,
         Err(e) => {
@@ -66,9 +67,14 @@ pub fn approve_pending(cluster: &dyn ClusterApi) -> usize {
 
 /// [`approve_pending`] every `interval`, the first time after one interval, until `stop`
 /// fires.
-pub fn run(cluster: &dyn ClusterApi, clock: &dyn Clock, stop: &dyn Stop, interval: Duration) {
+pub(crate) fn run(
+    cluster: &dyn ClusterApi,
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    interval: Duration,
+) {
     tracing::info!("start approving CSRs");
-    ticks::ticker(clock, stop, interval, || {
+    ticker(clock, stop, interval, || {
         approve_pending(cluster);
         ControlFlow::Continue(())
     });

@@ -22,27 +22,27 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::ready::read_install_config;
-use crate::clock::ticks::retry_attempts;
+use crate::clock::retry_attempts;
 use crate::clock::{Clock, NeverStop};
 use crate::kube::ClusterApi;
 
 /// How many times the fix looks for the address.
-pub const DNS_FIX_ATTEMPTS: u32 = 45;
+pub(crate) const DNS_FIX_ATTEMPTS: u32 = 45;
 /// The wait after an attempt that found nothing to do (or could not list).
-pub const DNS_FIX_INTERVAL: Duration = Duration::from_secs(20);
+pub(crate) const DNS_FIX_INTERVAL: Duration = Duration::from_secs(20);
 /// Attempts of each delete.
-pub const DELETE_ATTEMPTS: u32 = 5;
+pub(crate) const DELETE_ATTEMPTS: u32 = 5;
 /// The wait between failed deletes.
-pub const DELETE_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const DELETE_INTERVAL: Duration = Duration::from_secs(10);
 /// The Service that must hold the address.
-pub const DNS_NAMESPACE: &str = "openshift-dns";
-pub const DNS_SERVICE: &str = "dns-default";
+pub(crate) const DNS_NAMESPACE: &str = "openshift-dns";
+pub(crate) const DNS_SERVICE: &str = "dns-default";
 /// The namespace whose pods are deleted after a conflicting Service is.
-pub const DNS_OPERATOR_NAMESPACE: &str = "openshift-dns-operator";
+pub(crate) const DNS_OPERATOR_NAMESPACE: &str = "openshift-dns-operator";
 
 /// How the fix ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DnsFixOutcome {
+pub(crate) enum DnsFixOutcome {
     /// `dns-default` holds the address.
     Done,
     /// No target address (the reason, as logged).
@@ -64,7 +64,7 @@ struct Networking {
 }
 
 /// `networking.serviceNetwork[0]` of an install-config YAML.
-pub fn first_service_network(install_config_yaml: &str) -> Result<String> {
+pub(crate) fn first_service_network(install_config_yaml: &str) -> Result<String> {
     let doc: Option<Doc> =
         serde_saphyr::from_str(install_config_yaml).context("parsing the install-config YAML")?;
     doc.and_then(|d| d.networking)
@@ -73,7 +73,7 @@ pub fn first_service_network(install_config_yaml: &str) -> Result<String> {
 }
 
 /// The `.10` address of a CIDR, as canonical text.
-pub fn dns_address(cidr: &str) -> Result<String> {
+pub(crate) fn dns_address(cidr: &str) -> Result<String> {
     let bad = || anyhow!("invalid service network CIDR {cidr:?}");
     let (addr, prefix) = cidr.split_once('/').ok_or_else(bad)?;
     let ip: IpAddr = addr.parse().map_err(|_| bad())?;
@@ -104,7 +104,10 @@ pub fn dns_address(cidr: &str) -> Result<String> {
 }
 
 /// `HackDNSAddressConflict` on `cluster_api`, sleeping on `clock`.
-pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock) -> DnsFixOutcome {
+pub(crate) fn hack_dns_address_conflict(
+    cluster_api: &dyn ClusterApi,
+    clock: &dyn Clock,
+) -> DnsFixOutcome {
     let target = read_install_config(cluster_api)
         .and_then(|yaml| first_service_network(&yaml))
         .and_then(|cidr| dns_address(&cidr));
@@ -164,7 +167,7 @@ pub fn hack_dns_address_conflict(cluster_api: &dyn ClusterApi, clock: &dyn Clock
 
 /// The fix on its own thread, as Go's `main` starts it (not in dry mode; the caller decides). Nothing needs
 /// to join it: like Go's goroutine, it ends on its own or with the process.
-pub fn spawn(
+pub(crate) fn spawn(
     cluster_api: std::sync::Arc<dyn ClusterApi>,
     clock: std::sync::Arc<dyn Clock>,
 ) -> Result<std::thread::JoinHandle<DnsFixOutcome>> {
@@ -290,78 +293,73 @@ mod tests {
         assert_eq!(k8s.count("list_services"), 2);
     }
 
-    #[test]
-    fn a_failed_list_waits_and_tries_again() {
-        let clock = FakeClock::new();
-        let k8s = cluster_with_network("172.30.0.0/16");
-        k8s.add_service(dns_default("172.30.0.10"));
-        k8s.fail_next("list_services", boom());
-        assert_eq!(hack_dns_address_conflict(&k8s, &clock), DnsFixOutcome::Done);
-        assert_eq!(k8s.count("list_services"), 2);
-        assert_eq!(clock.sleeps(), [DNS_FIX_INTERVAL]);
-    }
+    type Setup<'a> = &'a dyn Fn(&FakeCluster);
 
+    /// Each case on a 172.30.0.0/16 cluster: the outcome, the list/delete-service/delete-pods
+    /// calls and the waits.
     #[test]
-    fn deletes_are_retried_five_times() {
-        let clock = FakeClock::new();
-        let k8s = cluster_with_network("172.30.0.0/16");
-        k8s.add_service(svc("testing", "conflict", "172.30.0.10"));
-        k8s.add_service(dns_default("172.30.0.10"));
-        for _ in 0..4 {
-            k8s.fail_next("delete_service", boom());
-            k8s.fail_next("delete_pods", boom());
+    fn attempts_and_waits() {
+        use DnsFixOutcome::*;
+        let conflict = |k: &FakeCluster| k.add_service(svc("testing", "conflict", "172.30.0.10"));
+        let dns = |k: &FakeCluster, ip| k.add_service(dns_default(ip));
+        let cases: [(&str, Setup, _, [usize; 3], _); 5] = [
+            (
+                "a failed list",
+                &|k| {
+                    dns(k, "172.30.0.10");
+                    k.fail_next("list_services", boom());
+                },
+                Done,
+                [2, 0, 0],
+                vec![DNS_FIX_INTERVAL],
+            ),
+            (
+                "deletes failing 4 times",
+                &|k| {
+                    conflict(k);
+                    dns(k, "172.30.0.10");
+                    for _ in 0..4 {
+                        k.fail_next("delete_service", boom());
+                        k.fail_next("delete_pods", boom());
+                    }
+                },
+                Done,
+                [2, 5, 5],
+                vec![DELETE_INTERVAL; 8],
+            ),
+            (
+                "lists always failing",
+                &|k| k.fail_always("list_services", boom()),
+                GaveUp,
+                [45, 0, 0],
+                vec![DNS_FIX_INTERVAL; 45],
+            ),
+            (
+                "the address never found",
+                &|k| dns(k, "172.30.0.11"),
+                GaveUp,
+                [45, 0, 0],
+                vec![DNS_FIX_INTERVAL; 45],
+            ),
+            // No 20 s waits: each attempt ends with the failed deletes.
+            (
+                "service deletes always failing",
+                &|k| {
+                    conflict(k);
+                    k.fail_always("delete_service", boom());
+                },
+                GaveUp,
+                [45, 225, 0],
+                vec![DELETE_INTERVAL; 45 * 4],
+            ),
+        ];
+        for (name, setup, outcome, calls, sleeps) in cases {
+            let (clock, k8s) = (FakeClock::new(), cluster_with_network("172.30.0.0/16"));
+            setup(&k8s);
+            assert_eq!(hack_dns_address_conflict(&k8s, &clock), outcome, "{name}");
+            let counts = ["list_services", "delete_service", "delete_pods"].map(|c| k8s.count(c));
+            assert_eq!((counts, clock.sleeps()), (calls, sleeps), "{name}");
         }
-        assert_eq!(hack_dns_address_conflict(&k8s, &clock), DnsFixOutcome::Done);
-        assert_eq!(k8s.count("delete_service"), 5);
-        assert_eq!(k8s.count("delete_pods"), 5);
-        assert_eq!(k8s.count("list_services"), 2);
-        assert_eq!(clock.sleeps(), vec![DELETE_INTERVAL; 8]);
-    }
-
-    #[test]
-    fn a_list_that_always_fails_makes_45_attempts() {
-        let clock = FakeClock::new();
-        let k8s = cluster_with_network("172.30.0.0/16");
-        k8s.fail_always("list_services", boom());
-        assert_eq!(
-            hack_dns_address_conflict(&k8s, &clock),
-            DnsFixOutcome::GaveUp
-        );
-        assert_eq!(k8s.count("list_services"), 45);
-        assert_eq!(clock.sleeps(), vec![DNS_FIX_INTERVAL; 45]);
-    }
-
-    #[test]
-    fn an_address_never_found_makes_45_attempts() {
-        let clock = FakeClock::new();
-        let k8s = cluster_with_network("172.30.0.0/16");
-        k8s.add_service(dns_default("172.30.0.11"));
-        assert_eq!(
-            hack_dns_address_conflict(&k8s, &clock),
-            DnsFixOutcome::GaveUp
-        );
-        assert_eq!(k8s.count("list_services"), 45);
-        assert_eq!(k8s.count("delete_service"), 0);
-    }
-
-    #[test]
-    fn service_deletion_always_failing() {
-        let clock = FakeClock::new();
-        let k8s = cluster_with_network("172.30.0.0/16");
-        k8s.add_service(svc("testing", "conflict", "172.30.0.10"));
-        k8s.fail_always("delete_service", boom());
-        assert_eq!(
-            hack_dns_address_conflict(&k8s, &clock),
-            DnsFixOutcome::GaveUp
-        );
-        assert_eq!(k8s.count("list_services"), 45);
-        assert_eq!(k8s.count("delete_service"), 225);
-        assert_eq!(k8s.count("delete_pods"), 0);
-        assert_eq!(
-            clock.sleeps(),
-            vec![DELETE_INTERVAL; 45 * 4],
-            "no 20 s waits"
-        );
     }
 
     #[test]

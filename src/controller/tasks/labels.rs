@@ -23,7 +23,7 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::Value;
 
-use crate::clock::ticks;
+use crate::clock::{poll, PollError};
 use crate::clock::{Clock, Stop};
 use crate::config::Role;
 use crate::controller::hosts::{HostInfo, HostMap, NODE_LABELS_SKIP};
@@ -31,17 +31,17 @@ use crate::controller::service::ControllerService;
 use crate::kube::{ClusterApi, Node};
 
 /// Between rounds: the general wait interval.
-pub const GENERAL_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const GENERAL_WAIT: Duration = Duration::from_secs(30);
 /// The pool paused while labels are applied.
-pub const WORKER_POOL: &str = "worker";
+pub(crate) const WORKER_POOL: &str = "worker";
 
 /// The node-labels task; see the module documentation.
-pub struct NodeLabels<'a> {
-    pub cluster: &'a dyn ClusterApi,
-    pub service: &'a dyn ControllerService,
-    pub clock: &'a dyn Clock,
+pub(crate) struct NodeLabels<'a> {
+    pub(crate) cluster: &'a dyn ClusterApi,
+    pub(crate) service: &'a dyn ControllerService,
+    pub(crate) clock: &'a dyn Clock,
     /// Between rounds ([`GENERAL_WAIT`]).
-    pub interval: Duration,
+    pub(crate) interval: Duration,
 }
 
 /// Whether every label of `labels` (a JSON object of strings) is already on `node`. Text that
@@ -64,7 +64,7 @@ fn labels_up_to_date(node: &Node, labels: &str) -> bool {
 
 impl<'a> NodeLabels<'a> {
     /// The task as main starts it: rounds every [`GENERAL_WAIT`] on `clock`.
-    pub fn new(
+    pub(crate) fn new(
         cluster: &'a dyn ClusterApi,
         service: &'a dyn ControllerService,
         clock: &'a dyn Clock,
@@ -78,8 +78,8 @@ impl<'a> NodeLabels<'a> {
     }
 
     /// Rounds until one finishes or `stop` fires.
-    pub fn run(&self, stop: &dyn Stop) -> Result<(), ticks::PollError> {
-        let result = ticks::poll(self.clock, stop, self.interval, None, || self.round());
+    pub(crate) fn run(&self, stop: &dyn Stop) -> Result<(), PollError> {
+        let result = poll(self.clock, stop, self.interval, None, || self.round());
         match &result {
             Ok(()) => tracing::info!("finished updating the node labels"),
             Err(e) => tracing::info!("stopped updating the node labels: {e}"),
@@ -88,7 +88,7 @@ impl<'a> NodeLabels<'a> {
     }
 
     /// One round: true when the task is done.
-    pub fn round(&self) -> bool {
+    pub(crate) fn round(&self) -> bool {
         let hosts = match HostMap::fetch(self.service, NODE_LABELS_SKIP) {
             Ok(hosts) => hosts,
             Err(e) => {

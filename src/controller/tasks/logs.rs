@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::archive::{tar_gz, Entry};
-use crate::clock::ticks::{poll, ticker};
+use crate::clock::{poll, ticker};
 use crate::clock::{Clock, NeverStop, Stop};
 use crate::controller::service::{ControllerService, KUBECONFIG_NOINGRESS};
 use crate::controller::status::ControllerStatus;
@@ -29,31 +29,31 @@ use crate::kube::ClusterApi;
 use crate::service::LogsState;
 
 /// Periodic upload period.
-pub const LOGS_UPLOAD_PERIOD: Duration = Duration::from_secs(5 * 60);
+pub(crate) const LOGS_UPLOAD_PERIOD: Duration = Duration::from_secs(5 * 60);
 /// Retry period of the final summary upload.
-pub const SUMMARY_LOGS_PERIOD: Duration = Duration::from_secs(30);
+pub(crate) const SUMMARY_LOGS_PERIOD: Duration = Duration::from_secs(30);
 /// How long the final summary upload is retried.
-pub const SUMMARY_LOGS_WINDOW: Duration = Duration::from_secs(70 * 60);
+pub(crate) const SUMMARY_LOGS_WINDOW: Duration = Duration::from_secs(70 * 60);
 /// The tar entry of the controller's own log.
-pub const CONTROLLER_LOG_ENTRY: &str = "assisted-installer-controller.logs";
+pub(crate) const CONTROLLER_LOG_ENTRY: &str = "assisted-installer-controller.logs";
 /// The tar entry (and file name) of the must-gather tarball.
-pub const MUST_GATHER_ENTRY: &str = "must-gather.tar.gz";
+pub(crate) const MUST_GATHER_ENTRY: &str = "must-gather.tar.gz";
 /// Must-gather's work directory.
-pub const MUST_GATHER_DIR: &str = "/tmp/must-gather-logs";
+pub(crate) const MUST_GATHER_DIR: &str = "/tmp/must-gather-logs";
 /// The resolv.conf files logged on failure.
-pub const RESOLV_CONF_FILES: [&str; 3] = [
+pub(crate) const RESOLV_CONF_FILES: [&str; 3] = [
     "/etc/resolv.conf",
     "/tmp/var-run-resolv.conf",
     "/tmp/host-resolv.conf",
 ];
 /// The selectors that find the controller's own pod.
-pub const OWN_POD_LABELS: &str = "job-name=assisted-installer-controller";
-pub const RUNNING_PODS: &str = "status.phase=Running";
+pub(crate) const OWN_POD_LABELS: &str = "job-name=assisted-installer-controller";
+pub(crate) const RUNNING_PODS: &str = "status.phase=Running";
 
 /// The must-gather images from `MUST_GATHER_IMAGE`. Empty → none (oc's
 /// default); not JSON → that string; a JSON object → the `ocp` entry when the error flag is set
 /// (empty when missing, as Go's map read), then each operator in error with a non-empty entry.
-pub fn must_gather_images(
+pub(crate) fn must_gather_images(
     setting: &str,
     has_error: bool,
     operators_in_error: &[String],
@@ -85,8 +85,8 @@ pub trait MustGatherRunner: Send + Sync {
 /// Go's commands: `bash -c "cd <dir> && oc --kubeconfig=<kc> adm must-gather[ --image=…]…"`,
 /// then `tar zcf must-gather.tar.gz <the first must-gather* directory>` in the same dir.
 /// The commands run through `runner` (the startup's executor: its proxy variables are Go's).
-pub struct OcMustGather {
-    pub runner: Arc<dyn CommandRunner>,
+pub(crate) struct OcMustGather {
+    pub(crate) runner: Arc<dyn CommandRunner>,
 }
 
 impl OcMustGather {
@@ -99,7 +99,7 @@ impl OcMustGather {
 }
 
 /// The first directory named `must-gather*` under `dir` (depth-first, names sorted).
-pub fn find_must_gather_dir(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn find_must_gather_dir(dir: &Path) -> Option<PathBuf> {
     let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().collect();
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
@@ -140,24 +140,24 @@ impl MustGatherRunner for OcMustGather {
 }
 
 /// What the log upload needs; [`LogUploader::new`] has Go's paths.
-pub struct LogUploader<'a> {
-    pub cluster: &'a dyn ClusterApi,
-    pub service: &'a dyn ControllerService,
-    pub status: &'a ControllerStatus,
-    pub must_gather: &'a dyn MustGatherRunner,
-    pub namespace: String,
-    pub must_gather_image: String,
+pub(crate) struct LogUploader<'a> {
+    pub(crate) cluster: &'a dyn ClusterApi,
+    pub(crate) service: &'a dyn ControllerService,
+    pub(crate) status: &'a ControllerStatus,
+    pub(crate) must_gather: &'a dyn MustGatherRunner,
+    pub(crate) namespace: String,
+    pub(crate) must_gather_image: String,
     /// `/tmp/controller_logs.log`.
-    pub log_file: PathBuf,
+    pub(crate) log_file: PathBuf,
     /// `/tmp/must-gather-logs`.
-    pub must_gather_dir: PathBuf,
-    pub resolv_conf_files: Vec<PathBuf>,
+    pub(crate) must_gather_dir: PathBuf,
+    pub(crate) resolv_conf_files: Vec<PathBuf>,
     /// The own pod's name once found.
-    pub pod_name: Option<String>,
+    pub(crate) pod_name: Option<String>,
     /// `CONTROL_PLANE_COUNT` (the SNO router probe runs when it is 1 and the error flag is set).
-    pub control_plane_count: i64,
+    pub(crate) control_plane_count: i64,
     /// The router probe's HTTP client; `None`: no probe.
-    pub router_probe: Option<&'a dyn HttpProbe>,
+    pub(crate) router_probe: Option<&'a dyn HttpProbe>,
 }
 
 fn now_secs() -> u64 {
@@ -167,7 +167,7 @@ fn now_secs() -> u64 {
 }
 
 impl<'a> LogUploader<'a> {
-    pub fn new(
+    pub(crate) fn new(
         cluster: &'a dyn ClusterApi,
         service: &'a dyn ControllerService,
         status: &'a ControllerStatus,
@@ -192,7 +192,7 @@ impl<'a> LogUploader<'a> {
     }
 
     /// Learn the own pod's name from the running Job pods.
-    pub fn find_pod_name(&mut self) {
+    pub(crate) fn find_pod_name(&mut self) {
         if self.pod_name.is_some() {
             return;
         }
@@ -210,7 +210,7 @@ impl<'a> LogUploader<'a> {
 
     /// The own log: the pod's full log, else the log file, else a placeholder naming both
     /// errors.
-    pub fn controller_log(&self) -> Vec<u8> {
+    pub(crate) fn controller_log(&self) -> Vec<u8> {
         let pod_err = match &self.pod_name {
             None => "the controller's pod name is unknown".to_string(),
             Some(name) => match self.cluster.pod_log(&self.namespace, name, None) {
@@ -251,14 +251,14 @@ impl<'a> LogUploader<'a> {
     }
 
     /// Upload the own log on its own (the periodic upload).
-    pub fn upload_controller_logs(&self) -> Result<()> {
+    pub(crate) fn upload_controller_logs(&self) -> Result<()> {
         let archive = self.log_entry_archive(None)?;
         self.service.upload_controller_logs(archive)
     }
 
     /// `UploadLogs` periodic upload: every `period` (first after one), until `stop` fires; errors are
     /// only logged.
-    pub fn periodic(&mut self, clock: &dyn Clock, stop: &dyn Stop, period: Duration) {
+    pub(crate) fn periodic(&mut self, clock: &dyn Clock, stop: &dyn Stop, period: Duration) {
         ticker(clock, stop, period, || {
             self.find_pod_name();
             if let Err(err) = self.upload_controller_logs() {
@@ -278,7 +278,7 @@ impl<'a> LogUploader<'a> {
     }
 
     /// The summary's must-gather tarball, reused when one is already there.
-    pub fn collect_must_gather(&self, images: &[String]) -> Result<Vec<u8>> {
+    pub(crate) fn collect_must_gather(&self, images: &[String]) -> Result<Vec<u8>> {
         let existing = self.must_gather_dir.join(MUST_GATHER_ENTRY);
         if existing.exists() {
             return std::fs::read(&existing)
@@ -303,7 +303,7 @@ impl<'a> LogUploader<'a> {
     }
 
     /// One summary upload attempt (`UploadLogs`).
-    pub fn summary_upload(&self) -> Result<()> {
+    pub(crate) fn summary_upload(&self) -> Result<()> {
         let mut must_gather = None;
         let mut collected = true;
         if self.status.has_error() || self.status.has_operator_error() {
@@ -334,7 +334,7 @@ impl<'a> LogUploader<'a> {
 
     /// `UploadLogs`' final upload: the agent-based installer skips it (its service is gone);
     /// otherwise [`LogUploader::final_upload`]. `None` when skipped.
-    pub fn final_logs(
+    pub(crate) fn final_logs(
         &self,
         agent_installer: bool,
         clock: &dyn Clock,
@@ -353,7 +353,12 @@ impl<'a> LogUploader<'a> {
     /// `UploadLogs` final upload (assisted-service invoker; ABI skips it): `requested`, the summary
     /// retried every `period` for `window` starting at once, then `completed` whatever the
     /// result. Runs after the main stop fired, so it has no stop of its own.
-    pub fn final_upload(&self, clock: &dyn Clock, period: Duration, window: Duration) -> bool {
+    pub(crate) fn final_upload(
+        &self,
+        clock: &dyn Clock,
+        period: Duration,
+        window: Duration,
+    ) -> bool {
         if let Err(err) = self.service.update_logs_progress(LogsState::Requested) {
             tracing::warn!("reporting logs requested: {err:#}");
         }

@@ -1,15 +1,15 @@
 //! The controller's tasks (Go's `SetReadyState` to `waitForInstallation`), one file each, built on the `cluster` and `service`
-//! traits, the `loops` helpers and the shared `status`.
+//! traits, the clock's waits and the shared `status`.
 
-pub mod bmh;
-pub mod completion;
-pub mod csr;
-pub mod dns_fix;
-pub mod labels;
+pub(crate) mod bmh;
+pub(crate) mod completion;
+pub(crate) mod csr;
+pub(crate) mod dns_fix;
+pub(crate) mod labels;
 pub mod logs;
-pub mod nodes;
+pub(crate) mod nodes;
 pub mod olm;
-pub mod operators;
-pub mod ready;
+pub(crate) mod operators;
+pub(crate) mod ready;
 pub mod reboots;
 pub mod router_probe;

@@ -36,8 +36,8 @@ use anyhow::Result;
 
 use super::csr;
 use super::reboots::RebootsNotify;
-use crate::clock::ticks;
 use crate::clock::Clock;
+use crate::clock::{poll, PollError};
 use crate::controller::hosts::{HostInfo, HostMap, NODE_STATUS_SKIP};
 use crate::controller::service::ControllerService;
 use crate::image::Cancel;
@@ -46,29 +46,29 @@ use crate::openshift::mcs_logs::{hosts_that_fetched_ignition, ignition_fetch_add
 use crate::service::{HostStage, HostStatus};
 
 /// The general wait interval: node-status rounds and CSR approval.
-pub const GENERAL_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const GENERAL_WAIT: Duration = Duration::from_secs(30);
 /// Where the machine-config-server pods run.
 use crate::openshift::MCS_NAMESPACE;
 /// Their label selector.
-pub const MCS_SELECTOR: &str = "k8s-app=machine-config-server";
+pub(crate) const MCS_SELECTOR: &str = "k8s-app=machine-config-server";
 /// How far back their logs are read.
-pub const MCS_LOG_SINCE_SECONDS: i64 = 300;
+pub(crate) const MCS_LOG_SINCE_SECONDS: i64 = 300;
 /// The taint removed from not-Ready nodes on nutanix and vSphere (`removeUninitializedTaint`).
-pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+pub(crate) const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 /// The node-status task; see the module documentation.
-pub struct NodeStatus<'a> {
-    pub cluster: &'a dyn ClusterApi,
-    pub service: &'a dyn ControllerService,
-    pub clock: &'a dyn Clock,
-    pub notifier: &'a dyn RebootsNotify,
+pub(crate) struct NodeStatus<'a> {
+    pub(crate) cluster: &'a dyn ClusterApi,
+    pub(crate) service: &'a dyn ControllerService,
+    pub(crate) clock: &'a dyn Clock,
+    pub(crate) notifier: &'a dyn RebootsNotify,
     /// `removeUninitializedTaint`: remove the uninitialized taint from nodes that are not Ready.
-    pub remove_uninitialized_taint: bool,
+    pub(crate) remove_uninitialized_taint: bool,
     /// Between rounds ([`GENERAL_WAIT`]).
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Clock and interval of the CSR approval it owns (the same as the rounds' in production).
-    pub csr_clock: &'a dyn Clock,
-    pub csr_interval: Duration,
+    pub(crate) csr_clock: &'a dyn Clock,
+    pub(crate) csr_interval: Duration,
 }
 
 fn stage_is(host: &HostInfo, stages: &[HostStage]) -> bool {
@@ -77,7 +77,7 @@ fn stage_is(host: &HostInfo, stages: &[HostStage]) -> bool {
 
 impl<'a> NodeStatus<'a> {
     /// The task as main starts it: rounds and CSR approval every [`GENERAL_WAIT`] on `clock`.
-    pub fn new(
+    pub(crate) fn new(
         cluster: &'a dyn ClusterApi,
         service: &'a dyn ControllerService,
         clock: &'a dyn Clock,
@@ -97,13 +97,13 @@ impl<'a> NodeStatus<'a> {
     }
 
     /// CSR approval in the background, rounds until one finishes or `stop` fires.
-    pub fn run(&self, stop: &Cancel) -> Result<(), ticks::PollError> {
+    pub(crate) fn run(&self, stop: &Cancel) -> Result<(), PollError> {
         // CSR approval stops with the tasks or when node status ends.
         let child = stop.child();
         std::thread::scope(|s| {
             let approver =
                 s.spawn(|| csr::run(self.cluster, self.csr_clock, &child, self.csr_interval));
-            let result = ticks::poll(self.clock, stop, self.interval, None, || self.round());
+            let result = poll(self.clock, stop, self.interval, None, || self.round());
             child.cancel();
             if approver.join().is_err() {
                 tracing::error!("CSR approval panicked");
@@ -117,7 +117,7 @@ impl<'a> NodeStatus<'a> {
     }
 
     /// One round: true when the task is done.
-    pub fn round(&self) -> bool {
+    pub(crate) fn round(&self) -> bool {
         tracing::info!("checking the status of the nodes");
         let hosts = match HostMap::fetch(self.service, NODE_STATUS_SKIP) {
             Ok(hosts) => hosts,
@@ -220,7 +220,7 @@ impl<'a> NodeStatus<'a> {
     }
 
     /// GET the Node; remove its first uninitialized taint, if any (JSON patch by index).
-    pub fn untaint(&self, name: &str) -> Result<()> {
+    pub(crate) fn untaint(&self, name: &str) -> Result<()> {
         let node = self.cluster.get_node(name)?;
         if let Some(i) = node
             .taints

@@ -25,7 +25,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
-use crate::clock::ticks::{poll_with_cancel, retry_attempts};
+use crate::clock::{poll_with_cancel, retry_attempts};
 use crate::clock::{Clock, Stop};
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::controller::status::ControllerStatus;
@@ -36,15 +36,15 @@ use crate::kube::{ClusterApi, Job};
 use crate::service::{FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus};
 
 /// The namespace whose failed Jobs the early-setup cleanup deletes.
-pub const MARKETPLACE_NAMESPACE: &str = "openshift-marketplace";
+pub(crate) const MARKETPLACE_NAMESPACE: &str = "openshift-marketplace";
 /// The `status_info` of the timeout marking.
-pub const TIMED_OUT_INFO: &str = "Waiting for operator timed out";
+pub(crate) const TIMED_OUT_INFO: &str = "Waiting for operator timed out";
 /// The `operator_type` of an OLM operator.
-pub const OLM_TYPE: &str = "olm";
+pub(crate) const OLM_TYPE: &str = "olm";
 /// The custom-manifests file of the service.
-pub const CUSTOM_MANIFESTS_FILE: &str = "custom_manifests.json";
+pub(crate) const CUSTOM_MANIFESTS_FILE: &str = "custom_manifests.json";
 /// The kubeconfig the manifests are applied with.
-pub const KUBECONFIG_NOINGRESS_FILE: &str = "kubeconfig-noingress";
+pub(crate) const KUBECONFIG_NOINGRESS_FILE: &str = "kubeconfig-noingress";
 
 /// Applies one manifest file with an admin kubeconfig (see the module doc for why this is not a
 /// ClusterApi call).
@@ -53,8 +53,8 @@ pub trait ManifestApplier: Send + Sync {
 }
 
 /// `bash -c "oc --kubeconfig=<K> apply -f <file>"`, as Go runs it.
-pub struct OcApplier {
-    pub runner: Arc<dyn CommandRunner>,
+pub(crate) struct OcApplier {
+    pub(crate) runner: Arc<dyn CommandRunner>,
 }
 
 impl ManifestApplier for OcApplier {
@@ -75,18 +75,18 @@ impl ManifestApplier for OcApplier {
 
 /// The settings of `waitForOLMOperators`; [`OlmSettings::new`] has Go's intervals.
 #[derive(Debug, Clone)]
-pub struct OlmSettings {
-    pub openshift_version: String,
+pub(crate) struct OlmSettings {
+    pub(crate) openshift_version: String,
     /// The OLM-list fetch poll (10 s).
-    pub fetch_interval: Duration,
+    pub(crate) fetch_interval: Duration,
     /// The CSV waits, the apply poll, stage retries and the marking retries (30 s).
-    pub wait_interval: Duration,
+    pub(crate) wait_interval: Duration,
     /// Attempts of the timeout marking (10).
-    pub marking_attempts: u32,
+    pub(crate) marking_attempts: u32,
 }
 
 impl OlmSettings {
-    pub fn new(openshift_version: &str) -> OlmSettings {
+    pub(crate) fn new(openshift_version: &str) -> OlmSettings {
         OlmSettings {
             openshift_version: openshift_version.to_string(),
             fetch_interval: Duration::from_secs(10),
@@ -97,7 +97,7 @@ impl OlmSettings {
 }
 
 /// A Job has failed: `status.failed > 0`, or its first `Failed` condition is True.
-pub fn job_failed(job: &Job) -> bool {
+pub(crate) fn job_failed(job: &Job) -> bool {
     job.failed > 0
         || job
             .conditions
@@ -109,7 +109,7 @@ pub fn job_failed(job: &Job) -> bool {
 /// The OLM early-setup cleanup of one operator: delete the failed Jobs of
 /// `openshift-marketplace` and the `Failed` InstallPlans owned by its subscription. Errors are
 /// only warnings.
-pub fn cleanup(cluster: &dyn ClusterApi, op: &MonitoredOperator) {
+pub(crate) fn cleanup(cluster: &dyn ClusterApi, op: &MonitoredOperator) {
     match cluster.list_jobs(MARKETPLACE_NAMESPACE) {
         Ok(jobs) => {
             for job in jobs.iter().filter(|j| job_failed(j)) {
@@ -147,7 +147,7 @@ pub fn cleanup(cluster: &dyn ClusterApi, op: &MonitoredOperator) {
 
 /// Initialized: after the cleanup, the Subscription names a current CSV and that CSV exists
 /// (its phase does not matter).
-pub fn is_initialized(cluster: &dyn ClusterApi, op: &MonitoredOperator) -> bool {
+pub(crate) fn is_initialized(cluster: &dyn ClusterApi, op: &MonitoredOperator) -> bool {
     cleanup(cluster, op);
     let (ns, sub) = (&op.namespace, &op.subscription_name);
     let csv = match cluster.get_subscription(ns, sub) {
@@ -178,12 +178,12 @@ pub fn is_initialized(cluster: &dyn ClusterApi, op: &MonitoredOperator) -> bool 
 }
 
 /// Every operator is initialized (checked in order; the first that is not ends the check).
-pub fn all_initialized(cluster: &dyn ClusterApi, ops: &[MonitoredOperator]) -> bool {
+pub(crate) fn all_initialized(cluster: &dyn ClusterApi, ops: &[MonitoredOperator]) -> bool {
     ops.iter().all(|op| is_initialized(cluster, op))
 }
 
 /// The service's OLM operators (`operator_type == "olm"`, with the 4.8 `odf`→`ocs` rename).
-pub fn olm_operators(
+pub(crate) fn olm_operators(
     service: &dyn ControllerService,
     openshift_version: &str,
     use_cache: bool,
@@ -208,7 +208,7 @@ fn pending(ops: Vec<MonitoredOperator>) -> Vec<MonitoredOperator> {
 
 /// `custom_manifests.json`: a JSON array of `{Name, Content}` (keys matched case-insensitively,
 /// as Go's decoder does), content base64 YAML. Returns `(name, content)` in order.
-pub fn parse_custom_manifests(bytes: &[u8]) -> Result<Vec<(String, String)>> {
+pub(crate) fn parse_custom_manifests(bytes: &[u8]) -> Result<Vec<(String, String)>> {
     let items: Vec<serde_json::Map<String, Value>> =
         serde_json::from_slice(bytes).context("parsing the custom manifests")?;
     let field = |item: &serde_json::Map<String, Value>, key: &str| -> Result<String> {
@@ -227,7 +227,7 @@ pub fn parse_custom_manifests(bytes: &[u8]) -> Result<Vec<(String, String)>> {
 /// *Apply manifests* (`waitForOLMOperators`): every operator initialized (re-running the cleanup), the version
 /// parsable, then each manifest of an initialized operator decoded and applied; false if any
 /// step failed (the others are still tried).
-pub fn apply_manifests(
+pub(crate) fn apply_manifests(
     cluster: &dyn ClusterApi,
     applier: &dyn ManifestApplier,
     openshift_version: &str,
@@ -283,7 +283,7 @@ fn write_and_apply(applier: &dyn ManifestApplier, kubeconfig: &Path, yaml: &[u8]
 
 /// *Apply-from-service* (one attempt): download `custom_manifests.json` and
 /// `kubeconfig-noingress` into a temp dir and [`apply_manifests`].
-pub fn apply_from_service(
+pub(crate) fn apply_from_service(
     cluster: &dyn ClusterApi,
     service: &dyn ControllerService,
     applier: &dyn ManifestApplier,
@@ -319,7 +319,7 @@ pub fn apply_from_service(
 /// The timeout marking of `waitForOLMOperators`: for every OLM operator still neither `available` nor `failed` (fresh list), add
 /// it to the operator-error set and report it `failed` / [`TIMED_OUT_INFO`]. An error aborts
 /// the attempt.
-pub fn mark_timed_out(
+pub(crate) fn mark_timed_out(
     service: &dyn ControllerService,
     status: &ControllerStatus,
     openshift_version: &str,
@@ -340,7 +340,7 @@ pub fn mark_timed_out(
 /// `waitForOLMOperators`: the OLM step of post-install. Reports its stages, and returns the remembered errors
 /// joined (the caller only logs them).
 #[allow(clippy::too_many_arguments)]
-pub fn wait_for_olm_operators(
+pub(crate) fn wait_for_olm_operators(
     clock: &dyn Clock,
     stop: &dyn Stop,
     cluster: &dyn ClusterApi,
@@ -462,11 +462,11 @@ fn wait_for_csvs(
 }
 
 /// `PostInstallConfigsK8sClient`: the ConfigMap (in the controller's namespace) carrying the OLM manifests for ABI.
-pub const OLM_MANIFESTS_CONFIG_MAP: &str = "olm-operator-manifests";
+pub(crate) const OLM_MANIFESTS_CONFIG_MAP: &str = "olm-operator-manifests";
 /// The data keys describing one operator end with this.
-pub const METADATA_SUFFIX: &str = ".metadata.yaml";
+pub(crate) const METADATA_SUFFIX: &str = ".metadata.yaml";
 /// The kubeconfig of the ABI SNO path.
-pub const SNO_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
+pub(crate) const SNO_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
 
 /// One `<operator>.metadata.yaml` of [`OLM_MANIFESTS_CONFIG_MAP`].
 #[derive(Debug, Default, serde::Deserialize)]
@@ -481,14 +481,14 @@ struct OperatorMetadata {
 
 /// Where the ABI post-install gets its kubeconfig: the SNO file, or the notifier's shared
 /// download (the reboots notifier), asked until it succeeds and then reused.
-pub enum AbiKubeconfig<'a> {
+pub(crate) enum AbiKubeconfig<'a> {
     Fixed(std::path::PathBuf),
     Download(&'a mut dyn FnMut() -> Result<std::path::PathBuf>),
 }
 
 /// One round of `PostInstallConfigsK8sClient`; true ends the task (applied, or a Forbidden/Unauthorized read, or a
 /// malformed metadata file).
-pub fn abi_post_install_round(
+pub(crate) fn abi_post_install_round(
     cluster: &dyn ClusterApi,
     applier: &dyn ManifestApplier,
     namespace: &str,
@@ -572,7 +572,7 @@ pub fn abi_post_install_round(
 /// `PostInstallConfigsK8sClient`: [`abi_post_install_round`] every `interval` until it
 /// ends the task or `stop` fires. No finalizing stages, no completion.
 #[allow(clippy::too_many_arguments)]
-pub fn abi_post_install(
+pub(crate) fn abi_post_install(
     clock: &dyn Clock,
     stop: &dyn Stop,
     cluster: &dyn ClusterApi,

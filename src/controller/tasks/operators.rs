@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::clock::ticks::{poll, PollError};
+use crate::clock::{poll, PollError};
 use crate::clock::{Clock, Stop};
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::kube::{ClusterApi, Condition};
@@ -17,20 +17,20 @@ use crate::service::{
 };
 
 /// Console/CVO poll interval (Go's progress-update interval).
-pub const CLUSTER_OPERATORS_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const CLUSTER_OPERATORS_INTERVAL: Duration = Duration::from_secs(60);
 /// Cap on the console/CVO wait (Go's CVO max timeout).
-pub const CVO_MAX_TIMEOUT: Duration = Duration::from_secs(10 * 60 * 60);
+pub(crate) const CVO_MAX_TIMEOUT: Duration = Duration::from_secs(10 * 60 * 60);
 /// The ClusterOperator and the service record of the console.
-pub const CONSOLE_NAME: &str = "console";
+pub(crate) const CONSOLE_NAME: &str = "console";
 /// The service record of the cluster-version operator.
-pub const CVO_NAME: &str = "cvo";
+pub(crate) const CVO_NAME: &str = "cvo";
 /// The ClusterVersion object.
 use crate::openshift::CLUSTER_VERSION_NAME;
 
 /// The status from conditions: the first condition in order that is `Available=True` (`available`, its message),
 /// `Progressing=True` (`progressing`) or `Degraded=True`/`Available=False` (`failed`); none →
 /// `progressing` with no message.
-pub fn status_from_conditions(conditions: &[Condition]) -> (OperatorStatus, String) {
+pub(crate) fn status_from_conditions(conditions: &[Condition]) -> (OperatorStatus, String) {
     for c in conditions {
         let status = match (c.type_.as_str(), c.status.as_str()) {
             ("Available", "True") => OperatorStatus::Available,
@@ -44,13 +44,13 @@ pub fn status_from_conditions(conditions: &[Condition]) -> (OperatorStatus, Stri
 }
 
 /// The cluster-operator wait's first check: `Console` is enabled, or not a known capability at all.
-pub fn console_enabled(cv: &crate::kube::ClusterVersion) -> bool {
+pub(crate) fn console_enabled(cv: &crate::kube::ClusterVersion) -> bool {
     cv.enabled_capabilities.iter().any(|c| c == "Console")
         || !cv.known_capabilities.iter().any(|c| c == "Console")
 }
 
 /// The stage-timeout check on a fetched cluster: the current finalizing stage is `stage` and timed out.
-pub fn stage_timed_out(cluster: &Cluster, stage: FinalizingStage) -> bool {
+pub(crate) fn stage_timed_out(cluster: &Cluster, stage: FinalizingStage) -> bool {
     cluster.progress.as_ref().is_some_and(|p| {
         p.finalizing_stage.as_deref() == Some(stage.to_string().as_str())
             && p.finalizing_stage_timed_out
@@ -58,7 +58,10 @@ pub fn stage_timed_out(cluster: &Cluster, stage: FinalizingStage) -> bool {
 }
 
 /// The stage-timeout check: `v2GetCluster` (hosts excluded) and [`stage_timed_out`]; an error is false.
-pub fn check_stage_timed_out(service: &dyn ControllerService, stage: FinalizingStage) -> bool {
+pub(crate) fn check_stage_timed_out(
+    service: &dyn ControllerService,
+    stage: FinalizingStage,
+) -> bool {
     match service.get_cluster(true) {
         Ok(cluster) => stage_timed_out(&cluster, stage),
         Err(err) => {
@@ -70,15 +73,15 @@ pub fn check_stage_timed_out(service: &dyn ControllerService, stage: FinalizingS
 
 /// What a handler reads from the cluster (in the availability check).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
-    pub status: OperatorStatus,
-    pub message: String,
-    pub version: String,
+pub(crate) struct Observed {
+    pub(crate) status: OperatorStatus,
+    pub(crate) message: String,
+    pub(crate) version: String,
 }
 
 /// What the availability check decides once the record and (if needed) the cluster are known.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// The service already says `available`: true, without reading the cluster.
     AlreadyAvailable,
     /// Report the observed status; the answer is then whether it is `available`.
@@ -88,13 +91,13 @@ pub enum Decision {
 }
 
 /// The availability check's first question: whether the service's record already says `available`.
-pub fn record_available(record: Option<&MonitoredOperator>) -> bool {
+pub(crate) fn record_available(record: Option<&MonitoredOperator>) -> bool {
     record.is_some_and(|r| r.status == OperatorStatus::Available.to_string())
 }
 
 /// The availability check's report rule: report when a record exists and the status differs, or the message differs
 /// and is not empty.
-pub fn decide(record: Option<&MonitoredOperator>, observed: &Observed) -> Decision {
+pub(crate) fn decide(record: Option<&MonitoredOperator>, observed: &Observed) -> Decision {
     if record_available(record) {
         return Decision::AlreadyAvailable;
     }
@@ -111,7 +114,7 @@ pub fn decide(record: Option<&MonitoredOperator>, observed: &Observed) -> Decisi
 
 /// A handler of the availability check: a service record name, how to read its status from the cluster and
 /// whether a change may be reported.
-pub trait OperatorHandler {
+pub(crate) trait OperatorHandler {
     fn name(&self) -> &str;
     fn get_status(&self) -> anyhow::Result<Observed>;
     /// Go `OnChange`: false keeps the change from being reported.
@@ -121,8 +124,8 @@ pub trait OperatorHandler {
 }
 
 /// ClusterOperator `console`: conditions, and `status.versions[0].version`.
-pub struct ConsoleHandler<'a> {
-    pub cluster: &'a dyn ClusterApi,
+pub(crate) struct ConsoleHandler<'a> {
+    pub(crate) cluster: &'a dyn ClusterApi,
 }
 
 impl OperatorHandler for ConsoleHandler<'_> {
@@ -147,8 +150,8 @@ impl OperatorHandler for ConsoleHandler<'_> {
 }
 
 /// ClusterVersion `version`: conditions, and `status.desired.version`.
-pub struct CvoHandler<'a> {
-    pub cluster: &'a dyn ClusterApi,
+pub(crate) struct CvoHandler<'a> {
+    pub(crate) cluster: &'a dyn ClusterApi,
 }
 
 impl OperatorHandler for CvoHandler<'_> {
@@ -173,15 +176,15 @@ impl OperatorHandler for CvoHandler<'_> {
 ///
 /// Reproduced as Go behaves: a `failed` status is never reported (Go means to
 /// tolerate 10 failures first, but its counter never advances), so `on_change` refuses it.
-pub struct OlmHandler<'a> {
-    pub cluster: &'a dyn ClusterApi,
-    pub name: String,
-    pub namespace: String,
-    pub subscription: String,
+pub(crate) struct OlmHandler<'a> {
+    pub(crate) cluster: &'a dyn ClusterApi,
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) subscription: String,
 }
 
 /// The availability check's OLM handler: a CSV phase as an operator status.
-pub fn csv_status(phase: &str) -> OperatorStatus {
+pub(crate) fn csv_status(phase: &str) -> OperatorStatus {
     match phase {
         "Succeeded" => OperatorStatus::Available,
         "Failed" => OperatorStatus::Failed,
@@ -226,7 +229,7 @@ impl OperatorHandler for OlmHandler<'_> {
 
 /// The service's record for `name` (in the availability check): none on a list error, an unparsable
 /// `OPENSHIFT_VERSION` with a non-empty list, or a missing name.
-pub fn find_record(
+pub(crate) fn find_record(
     service: &dyn ControllerService,
     openshift_version: &str,
     name: &str,
@@ -245,7 +248,7 @@ pub fn find_record(
 }
 
 /// The availability check.
-pub fn is_available(
+pub(crate) fn is_available(
     service: &dyn ControllerService,
     openshift_version: &str,
     handler: &mut dyn OperatorHandler,
@@ -284,7 +287,7 @@ pub fn is_available(
 }
 
 /// One round of the cluster-operator wait.
-pub fn cluster_operators_round(
+pub(crate) fn cluster_operators_round(
     cluster: &dyn ClusterApi,
     service: &dyn ControllerService,
     openshift_version: &str,
@@ -321,7 +324,7 @@ pub fn cluster_operators_round(
 /// ([`PollError::Canceled`]) or `timeout` ([`CVO_MAX_TIMEOUT`] in production) passes
 /// ([`PollError::TimedOut`], Go's "context deadline exceeded").
 #[allow(clippy::too_many_arguments)]
-pub fn wait_for_cluster_operators(
+pub(crate) fn wait_for_cluster_operators(
     clock: &dyn Clock,
     stop: &dyn Stop,
     interval: Duration,
@@ -338,7 +341,7 @@ pub fn wait_for_cluster_operators(
 
 /// Go's context error text for how a wait ended: the capped context's deadline or the main
 /// context's cancellation.
-pub fn ctx_cause(err: PollError) -> &'static str {
+pub(crate) fn ctx_cause(err: PollError) -> &'static str {
     match err {
         PollError::Canceled => "context canceled",
         PollError::TimedOut => "context deadline exceeded",
@@ -350,19 +353,11 @@ mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
     use crate::controller::service::testing::{MemoryService, ServiceCall};
+    use crate::controller::testing::cond;
     use crate::kube::fake::FakeCluster;
     use crate::kube::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
     use crate::service::ClusterProgressInfo;
     use std::sync::Arc;
-
-    fn cond(t: &str, s: &str, m: &str) -> Condition {
-        Condition {
-            type_: t.into(),
-            status: s.into(),
-            reason: String::new(),
-            message: m.into(),
-        }
-    }
 
     fn record(name: &str, status: &str, info: &str) -> MonitoredOperator {
         MonitoredOperator {
@@ -493,59 +488,6 @@ mod tests {
                 };
                 2
             ]
-        );
-    }
-
-    /// The Go table of the cluster-operator wait, on the pure decision.
-    #[test]
-    fn decision_table() {
-        use OperatorStatus::*;
-        let rows = [
-            ("progressing", "", Progressing, "", Decision::NotAvailable),
-            ("progressing", "", Progressing, "message", Decision::Report),
-            (
-                "progressing",
-                "message",
-                Progressing,
-                "message",
-                Decision::NotAvailable,
-            ),
-            (
-                "progressing",
-                "message",
-                Progressing,
-                "new",
-                Decision::Report,
-            ),
-            (
-                "progressing",
-                "message",
-                Progressing,
-                "",
-                Decision::NotAvailable,
-            ),
-            ("progressing", "", Available, "", Decision::Report),
-            ("progressing", "", Available, "message", Decision::Report),
-            (
-                "available",
-                "",
-                Progressing,
-                "x",
-                Decision::AlreadyAvailable,
-            ),
-        ];
-        for (rs, ri, os, om, want) in rows {
-            let r = record("cvo", rs, ri);
-            assert_eq!(
-                decide(Some(&r), &observed(os, om)),
-                want,
-                "{rs}/{ri} vs {os}/{om}"
-            );
-        }
-        // No record: never reported.
-        assert_eq!(
-            decide(None, &observed(Available, "m")),
-            Decision::NotAvailable
         );
     }
 

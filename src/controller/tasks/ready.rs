@@ -21,7 +21,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use std::time::{Duration, SystemTime};
 
-use crate::clock::ticks::poll;
+use crate::clock::poll;
 use crate::clock::{Clock, Stop};
 use crate::controller::service::ControllerService;
 use crate::kube::install_config::{
@@ -34,24 +34,25 @@ use crate::kube::{api_error_code, ClusterApi, NewEvent};
 use crate::service::Cluster;
 
 /// The ready Event's name and reason.
-pub const READY_EVENT_NAME: &str = "AssistedControllerIsReady";
+pub(crate) const READY_EVENT_NAME: &str = "AssistedControllerIsReady";
 /// The ready Event's message.
-pub const READY_EVENT_MESSAGE: &str = "Assisted controller managed to connect to assisted service \
+pub(crate) const READY_EVENT_MESSAGE: &str =
+    "Assisted controller managed to connect to assisted service \
      and kube-apiserver and is ready to start";
 /// The ready Event's involvedObject name (the Job's name).
-pub const CONTROLLER_NAME: &str = "assisted-installer-controller";
+pub(crate) const CONTROLLER_NAME: &str = "assisted-installer-controller";
 /// How often SetReadyState tries.
-pub const READY_POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const READY_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// SetReadyState's limit for the assisted-service invoker (the general wait timeout).
-pub const READY_TIMEOUT: Duration = Duration::from_secs(70 * 60);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(70 * 60);
 /// SetReadyState's limit for the agent-based installer, multi-node.
-pub const ABI_READY_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub(crate) const ABI_READY_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 /// The version from which the agent-based installer's vSphere credentials untaint the nodes.
 const ABI_VSPHERE_UNTAINT_SINCE: (u64, u64, u64) = (4, 15, 0);
 
 /// The `AssistedControllerIsReady` Event in `namespace`, stamped `time`.
-pub fn ready_event(namespace: &str, time: SystemTime) -> NewEvent {
+pub(crate) fn ready_event(namespace: &str, time: SystemTime) -> NewEvent {
     NewEvent {
         name: READY_EVENT_NAME.to_string(),
         reason: READY_EVENT_NAME.to_string(),
@@ -66,7 +67,7 @@ pub fn ready_event(namespace: &str, time: SystemTime) -> NewEvent {
 /// `SetReadyState`: polls every [`READY_POLL_INTERVAL`] until the service, the API and the ready Event
 /// are all done, `timeout` passes or `stop` fires; returns the last cluster fetched (see the
 /// module documentation).
-pub fn set_ready_state(
+pub(crate) fn set_ready_state(
     cluster_api: &dyn ClusterApi,
     service: &dyn ControllerService,
     clock: &dyn Clock,
@@ -112,7 +113,7 @@ pub fn set_ready_state(
 }
 
 /// Who invoked the OpenShift installer.
-pub fn invoker(cluster_api: &dyn ClusterApi) -> String {
+pub(crate) fn invoker(cluster_api: &dyn ClusterApi) -> String {
     match cluster_api.get_config_map(INVOKER_NAMESPACE, INVOKER_CONFIG_MAP) {
         Ok(Some(data)) => data.get(INVOKER_KEY).cloned().unwrap_or_default(),
         Ok(None) => {
@@ -133,7 +134,7 @@ pub fn invoker(cluster_api: &dyn ClusterApi) -> String {
 }
 
 /// The install-config YAML stored in the cluster (`kube-system/cluster-config-v1`).
-pub fn read_install_config(cluster_api: &dyn ClusterApi) -> Result<String> {
+pub(crate) fn read_install_config(cluster_api: &dyn ClusterApi) -> Result<String> {
     let what = format!("ConfigMap {INSTALL_CONFIG_NAMESPACE}/{INSTALL_CONFIG_NAME}");
     let data = cluster_api
         .get_config_map(INSTALL_CONFIG_NAMESPACE, INSTALL_CONFIG_NAME)
@@ -178,7 +179,7 @@ struct PlatformDoc {
 }
 
 /// The platform type of an install-config YAML: the first key under `platform`.
-pub fn platform_of_install_config(yaml: &str) -> Result<String> {
+pub(crate) fn platform_of_install_config(yaml: &str) -> Result<String> {
     let doc: Option<PlatformDoc> =
         serde_saphyr::from_str(yaml).context("parsing the install-config YAML")?;
     doc.and_then(|d| d.platform)
@@ -187,13 +188,13 @@ pub fn platform_of_install_config(yaml: &str) -> Result<String> {
 }
 
 /// ABI multi-node without a cluster: the platform type from the install-config.
-pub fn install_config_platform(cluster_api: &dyn ClusterApi) -> Result<String> {
+pub(crate) fn install_config_platform(cluster_api: &dyn ClusterApi) -> Result<String> {
     platform_of_install_config(&read_install_config(cluster_api)?)
 }
 
 /// An OPENSHIFT_VERSION as the vSphere check reads it: everything from the first `-` dropped,
 /// `X.Y` read as `X.Y.0`, then a strict `X.Y.Z` (build metadata after `+` ignored).
-pub fn parse_untaint_version(version: &str) -> Result<(u64, u64, u64)> {
+pub(crate) fn parse_untaint_version(version: &str) -> Result<(u64, u64, u64)> {
     let core = version.split('-').next().unwrap_or_default();
     let core = core.split('+').next().unwrap_or_default();
     let parts: Vec<&str> = core.split('.').collect();
@@ -215,7 +216,7 @@ pub fn parse_untaint_version(version: &str) -> Result<(u64, u64, u64)> {
 /// `removeUninitializedTaint` "valid vSphere credentials": from the service's `install_config_overrides` when
 /// `v2GetCluster` answers (the platform must be vsphere), else from the install-config's vCenter
 /// server.
-pub fn has_valid_vsphere_credentials(
+pub(crate) fn has_valid_vsphere_credentials(
     cluster_api: &dyn ClusterApi,
     service: &dyn ControllerService,
 ) -> bool {
@@ -244,7 +245,7 @@ pub fn has_valid_vsphere_credentials(
 }
 
 /// `removeUninitializedTaint`: whether the node-status task removes the `uninitialized` taint.
-pub fn remove_uninitialized_taint(
+pub(crate) fn remove_uninitialized_taint(
     cluster_api: &dyn ClusterApi,
     service: &dyn ControllerService,
     platform: &str,
@@ -268,7 +269,7 @@ pub fn remove_uninitialized_taint(
 
 /// What Go's `main` decides before the tasks start.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ReadyPhase {
+pub(crate) enum ReadyPhase {
     /// The agent-based installer on a single node: no ready Event, straight to the ABI
     /// completion wait (the ABI single-node branch).
     AbiSingleNode { invoker: String },
@@ -278,20 +279,20 @@ pub enum ReadyPhase {
 
 /// The result of SetReadyState and what follows from it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Readiness {
-    pub invoker: String,
+pub(crate) struct Readiness {
+    pub(crate) invoker: String,
     /// The cluster of the last GetCluster, if it answered.
-    pub cluster: Option<Cluster>,
+    pub(crate) cluster: Option<Cluster>,
     /// `platform.type` of the cluster, or (ABI without a cluster) of the install-config; "" when
     /// neither is known.
-    pub platform: String,
-    pub remove_uninitialized_taint: bool,
+    pub(crate) platform: String,
+    pub(crate) remove_uninitialized_taint: bool,
 }
 
 /// The invoker, then SetReadyState with the invoker's limit, the platform
 /// and the untaint decision. The assisted-service invoker without a cluster is a startup error
 /// (exit 1, the Job retries); the agent-based installer then falls back to the install-config.
-pub fn ready_phase(
+pub(crate) fn ready_phase(
     cluster_api: &dyn ClusterApi,
     service: &dyn ControllerService,
     clock: &dyn Clock,

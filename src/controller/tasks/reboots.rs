@@ -28,21 +28,21 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::clock::{ticks, Clock, Deadline};
+use crate::clock::{retry_attempts, Clock, Deadline, RetryError};
 use crate::controller::service::{ControllerService, RebootsEvent};
 use crate::host::commands::CommandRunner;
 
 /// Each job's limit.
-pub const JOB_TIMEOUT: Duration = Duration::from_secs(6 * 60);
+pub(crate) const JOB_TIMEOUT: Duration = Duration::from_secs(6 * 60);
 /// Attempts at counting a node's reboots.
-pub const COUNT_ATTEMPTS: u32 = 10;
+pub(crate) const COUNT_ATTEMPTS: u32 = 10;
 /// Wait between two attempts.
-pub const COUNT_INTERVAL: Duration = Duration::from_secs(15);
+pub(crate) const COUNT_INTERVAL: Duration = Duration::from_secs(15);
 /// The downloaded kubeconfig's file name in the temp dir.
-pub const KUBECONFIG_FILE: &str = "kubeconfig-noingress";
+pub(crate) const KUBECONFIG_FILE: &str = "kubeconfig-noingress";
 
 /// What the node-status task calls once a host is `Done` (in a round of `WaitAndUpdateNodesStatus`).
-pub trait RebootsNotify: Send + Sync {
+pub(crate) trait RebootsNotify: Send + Sync {
     fn start(&self, node_name: &str, host_id: &str, infra_env_id: &str, cluster_id: &str);
 }
 
@@ -53,7 +53,7 @@ pub trait RebootCounter: Send + Sync {
 
 /// The number of lines of `last reboot` output that start with `reboot ` (the trailing `wtmp
 /// begins …` line and blank lines do not count).
-pub fn count_reboots(output: &str) -> u32 {
+pub(crate) fn count_reboots(output: &str) -> u32 {
     output
         .lines()
         .filter(|line| line.starts_with("reboot "))
@@ -61,8 +61,8 @@ pub fn count_reboots(output: &str) -> u32 {
 }
 
 /// [`RebootCounter`] running `oc debug node/<node> -- chroot /host last reboot`.
-pub struct OcRebootCounter {
-    pub runner: Arc<dyn CommandRunner>,
+pub(crate) struct OcRebootCounter {
+    pub(crate) runner: Arc<dyn CommandRunner>,
 }
 
 impl RebootCounter for OcRebootCounter {
@@ -105,7 +105,7 @@ struct Inner {
 }
 
 impl RebootsNotifier {
-    pub fn new(
+    pub(crate) fn new(
         enabled: bool,
         service: Arc<dyn ControllerService>,
         counter: Arc<dyn RebootCounter>,
@@ -115,7 +115,7 @@ impl RebootsNotifier {
     }
 
     /// [`RebootsNotifier::new`] making its `kubedir*` under `temp_root`.
-    pub fn with_temp_root(
+    pub(crate) fn with_temp_root(
         enabled: bool,
         service: Arc<dyn ControllerService>,
         counter: Arc<dyn RebootCounter>,
@@ -136,12 +136,12 @@ impl RebootsNotifier {
     }
 
     /// The shared kubeconfig: downloaded on first success, then cached.
-    pub fn kubeconfig(&self) -> Result<PathBuf> {
+    pub(crate) fn kubeconfig(&self) -> Result<PathBuf> {
         self.inner.kubeconfig()
     }
 
     /// Waits for every job, then deletes the cached kubeconfig file (the dir stays).
-    pub fn finalize(&self) {
+    pub(crate) fn finalize(&self) {
         let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(|p| p.into_inner()));
         for job in jobs {
             if job.join().is_err() {
@@ -196,7 +196,7 @@ impl Inner {
                 return;
             }
         };
-        let counted = ticks::retry_attempts(
+        let counted = retry_attempts(
             &*self.clock,
             &deadline,
             COUNT_ATTEMPTS,
@@ -210,8 +210,8 @@ impl Inner {
                     "failed to count the reboots of node {}: {}",
                     event.node_name,
                     match &e {
-                        ticks::RetryError::Canceled => "context deadline exceeded".to_string(),
-                        ticks::RetryError::Exhausted { attempts, last } =>
+                        RetryError::Canceled => "context deadline exceeded".to_string(),
+                        RetryError::Exhausted { attempts, last } =>
                             format!("failed after {attempts} attempts, last error: {last:#}"),
                     }
                 );
@@ -414,14 +414,6 @@ mod tests {
                 ..
             }))
         ));
-        // Always failing: 10 attempts, no event.
-        let s = setup();
-        let counter = FakeCounter::new(100, 4);
-        let n = notifier(&s, true, counter.clone());
-        n.start("node1", "h1", "ie", "c1");
-        n.finalize();
-        assert_eq!(counter.asked().len(), 10);
-        assert_eq!(s.service.operations(), ["V2DownloadClusterCredentials"]);
     }
 
     /// Counting that hangs: the job gives up at its 6 min limit, before the 10 attempts.
@@ -452,26 +444,26 @@ mod tests {
         assert_eq!(s.service.operations(), ["V2DownloadClusterCredentials"]);
     }
 
+    /// (enabled, failed downloads, failed counts) → counts asked, the service's operations
+    /// and the waits: no count without a kubeconfig, no event without a count.
     #[test]
-    fn download_failure_means_no_count_and_no_event() {
-        let s = setup();
-        let counter = FakeCounter::new(0, 1);
-        let n = notifier(&s, true, counter.clone());
-        s.service.fail("V2DownloadClusterCredentials", 1, 500);
-        n.start("node0", "h", "ie", "c1");
-        n.finalize();
-        assert!(counter.asked().is_empty());
-        assert_eq!(s.service.operations(), ["V2DownloadClusterCredentials"]);
-    }
-
-    #[test]
-    fn disabled_makes_no_calls() {
-        let s = setup();
-        let counter = FakeCounter::new(0, 1);
-        let n = notifier(&s, false, counter.clone());
-        n.start("node0", "h", "ie", "c1");
-        n.finalize();
-        assert!(counter.asked().is_empty());
-        assert!(s.service.calls().is_empty());
+    fn nothing_is_sent_without_a_count() {
+        let download = "V2DownloadClusterCredentials";
+        let cases = [
+            (false, 0, 0, 0, vec![], 0),
+            (true, 1, 0, 0, vec![download], 0),
+            (true, 0, 100, 10, vec![download], 9),
+        ];
+        for (enabled, downloads_failing, counts_failing, asked, operations, waits) in cases {
+            let s = setup();
+            let counter = FakeCounter::new(counts_failing, 1);
+            let n = notifier(&s, enabled, counter.clone());
+            s.service.fail(download, downloads_failing, 500);
+            n.start("node0", "h", "ie", "c1");
+            n.finalize();
+            assert_eq!(counter.asked().len(), asked);
+            assert_eq!(s.service.operations(), operations);
+            assert_eq!(s.clock.sleeps(), vec![COUNT_INTERVAL; waits]);
+        }
     }
 }

@@ -10,34 +10,34 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::clock::ticks::poll;
+use crate::clock::poll;
 use crate::clock::{Clock, Stop};
 use crate::controller::service::ControllerService;
 
 /// Probe period.
-pub const ROUTER_PROBE_PERIOD: Duration = Duration::from_secs(30);
+pub(crate) const ROUTER_PROBE_PERIOD: Duration = Duration::from_secs(30);
 /// Probe window.
-pub const ROUTER_PROBE_WINDOW: Duration = Duration::from_secs(70 * 60);
+pub(crate) const ROUTER_PROBE_WINDOW: Duration = Duration::from_secs(70 * 60);
 /// Timeout of one HTTP probe.
-pub const HTTP_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HTTP_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether the probe runs: the error flag set on a single-control-plane cluster.
-pub fn probe_needed(has_error: bool, control_plane_count: i64) -> bool {
+pub(crate) fn probe_needed(has_error: bool, control_plane_count: i64) -> bool {
     has_error && control_plane_count == 1
 }
 
 /// The ingress canary's health URL.
-pub fn canary_url(cluster_name: &str, base_dns_domain: &str) -> String {
+pub(crate) fn canary_url(cluster_name: &str, base_dns_domain: &str) -> String {
     format!("https://canary-openshift-ingress-canary.apps.{cluster_name}.{base_dns_domain}/health")
 }
 
 /// The router's internal health URL on `ip`.
-pub fn router_health_url(ip: &str) -> String {
+pub(crate) fn router_health_url(ip: &str) -> String {
     format!("http://{ip}/_______internal_router_healthz")
 }
 
 /// The local address of a UDP "connection" to 8.8.8.8:80, or `localhost`.
-pub fn outbound_ip() -> String {
+pub(crate) fn outbound_ip() -> String {
     std::net::UdpSocket::bind("0.0.0.0:0")
         .and_then(|s| {
             s.connect("8.8.8.8:80")?;
@@ -52,12 +52,12 @@ pub trait HttpProbe: Send + Sync {
 }
 
 /// [`HttpProbe`] over reqwest, with a 10 s timeout and no certificate check.
-pub struct ReqwestProbe {
+pub(crate) struct ReqwestProbe {
     client: reqwest::blocking::Client,
 }
 
 impl ReqwestProbe {
-    pub fn new() -> Result<ReqwestProbe> {
+    pub(crate) fn new() -> Result<ReqwestProbe> {
         let client = reqwest::blocking::Client::builder()
             .tls_danger_accept_invalid_certs(true)
             .timeout(HTTP_PROBE_TIMEOUT)
@@ -89,7 +89,7 @@ fn log_probe(probe: &dyn HttpProbe, url: &str) {
 
 /// One round: learn the cluster's name and domain until known (a failure skips the round),
 /// then probe the canary and the router.
-pub fn router_probe_round(
+pub(crate) fn router_probe_round(
     service: &dyn ControllerService,
     probe: &dyn HttpProbe,
     cluster: &mut Option<(String, String)>,
@@ -111,7 +111,7 @@ pub fn router_probe_round(
 }
 
 /// Rounds every `period` from now, for `window` or until `stop` fires.
-pub fn run_router_probe(
+pub(crate) fn run_router_probe(
     clock: &dyn Clock,
     stop: &dyn Stop,
     service: &dyn ControllerService,

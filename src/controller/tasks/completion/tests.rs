@@ -55,60 +55,35 @@ fn wait_sleeps_first_and_tolerates_errors() {
     assert!(!status.has_error());
 }
 
+/// The completion wait on a cluster in a status, behind failed calls (one each): the outcome,
+/// the GetCluster calls and whether the error is flagged.
 #[test]
-fn wait_ends_on_cancelled_and_flags_error() {
-    for (s, flagged) in [
-        ("cancelled", false),
-        ("adding-hosts", false),
-        ("installed", false),
-        ("error", true),
-    ] {
+fn wait_outcomes() {
+    use WaitOutcome::*;
+    let cases: [(&str, &[u16], _, usize, bool); 9] = [
+        ("cancelled", &[], Finished, 1, false),
+        ("adding-hosts", &[], Finished, 1, false),
+        ("installed", &[], Finished, 1, false),
+        ("error", &[], Finished, 1, true),
+        // Three 401s or one 404 exit.
+        ("installed", &[401, 401, 401], ExitNow, 3, false),
+        ("installed", &[404, 404, 404], ExitNow, 1, false),
+        ("installed", &[404], ExitNow, 1, false),
+        ("installed", &[401], Finished, 2, false),
+        // Other errors neither add nor reset: the third 401 exits.
+        ("installed", &[401, 500, 401, 500, 401], ExitNow, 5, false),
+    ];
+    for (s, failures, outcome, calls, flagged) in cases {
         let (clock, svc, status) = setup();
         svc.update_cluster(|c| c.status = s.to_string());
+        for code in failures {
+            svc.fail("v2GetCluster", 1, *code);
+        }
         let out =
             wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL);
-        assert_eq!(out, WaitOutcome::Finished, "{s}");
-        assert_eq!(status.has_error(), flagged, "{s}");
-        assert_eq!(get_clusters(&svc), 1);
+        let got = (out, get_clusters(&svc), status.has_error());
+        assert_eq!(got, (outcome, calls, flagged), "{s} {failures:?}");
     }
-}
-
-#[test]
-fn wait_exits_after_three_401_or_one_404() {
-    for (code, times, calls) in [(401, 3, 3), (404, 3, 1), (404, 1, 1)] {
-        let (clock, svc, status) = setup();
-        svc.update_cluster(|c| c.status = "installed".to_string());
-        svc.fail("v2GetCluster", times, code);
-        let out =
-            wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL);
-        assert_eq!(out, WaitOutcome::ExitNow, "{code} ×{times}");
-        assert_eq!(get_clusters(&svc), calls, "{code} ×{times}");
-        assert!(!status.has_error());
-    }
-}
-
-#[test]
-fn wait_counter_other_errors_neither_add_nor_reset_success_resets() {
-    // 401 ×1 then installed: no exit.
-    let (clock, svc, status) = setup();
-    svc.update_cluster(|c| c.status = "installed".to_string());
-    svc.fail("v2GetCluster", 1, 401);
-    assert_eq!(
-        wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL),
-        WaitOutcome::Finished
-    );
-
-    // 401, 500, 401, 500, 401: the 500s change nothing, the third 401 exits.
-    let (clock, svc, status) = setup();
-    svc.update_cluster(|c| c.status = "installed".to_string());
-    for code in [401, 500, 401, 500, 401] {
-        svc.fail("v2GetCluster", 1, code);
-    }
-    assert_eq!(
-        wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL),
-        WaitOutcome::ExitNow
-    );
-    assert_eq!(get_clusters(&svc), 5);
 }
 
 #[test]

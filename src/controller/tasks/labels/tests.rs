@@ -123,30 +123,24 @@ fn three_labelled_hosts_with_ready_nodes() {
     assert!(mcp_calls(&s).is_empty());
 }
 
+/// Failed host maps or node lists: the rounds a minute apart until every node is patched.
 #[test]
-fn host_map_error_then_ok() {
-    let s = setup(labelled(3));
-    add_nodes(&s.cluster, 3);
-    s.service.fail("v2GetCluster", 1, 500);
-    task(&s).run(&NeverStop).unwrap();
-    assert_eq!(host_maps(&s), 2);
-    assert_eq!(patches(&s).len(), 3);
-    assert_eq!(s.clock.sleeps(), [GENERAL_WAIT]);
-}
-
-#[test]
-fn node_list_errors_twice_then_ok() {
-    let s = setup(labelled(3));
-    add_nodes(&s.cluster, 3);
-    for _ in 0..2 {
-        s.cluster
-            .fail_next("list_nodes", ApiError::new(500, "InternalError", "boom"));
+fn failed_rounds_are_tried_again() {
+    let cases: [(usize, usize, usize); 2] = [(1, 0, 2), (0, 2, 3)];
+    for (map_failures, list_failures, rounds) in cases {
+        let s = setup(labelled(3));
+        add_nodes(&s.cluster, 3);
+        s.service.fail("v2GetCluster", map_failures, 500);
+        for _ in 0..list_failures {
+            s.cluster
+                .fail_next("list_nodes", ApiError::new(500, "InternalError", "boom"));
+        }
+        task(&s).run(&NeverStop).unwrap();
+        assert_eq!(host_maps(&s), rounds);
+        assert_eq!(s.cluster.count("list_nodes"), list_failures + 1);
+        assert_eq!(patches(&s).len(), 3);
+        assert_eq!(s.clock.sleeps(), vec![GENERAL_WAIT; rounds - 1]);
     }
-    task(&s).run(&NeverStop).unwrap();
-    assert_eq!(host_maps(&s), 3);
-    assert_eq!(s.cluster.count("list_nodes"), 3);
-    assert_eq!(patches(&s).len(), 3);
-    assert_eq!(s.clock.sleeps(), [GENERAL_WAIT, GENERAL_WAIT]);
 }
 
 #[test]
@@ -234,28 +228,21 @@ fn malformed_labels_count_as_applied() {
     assert!(patches(&s).is_empty());
 }
 
+/// Role labels on masters, or on a worker without a pool name: no pool calls.
 #[test]
-fn role_label_on_masters_makes_no_pool_calls() {
-    let s = setup(
-        (0..3)
-            .map(|i| host(i, "installing", "master", ROLE_LABELS, "infra"))
-            .collect(),
-    );
-    add_nodes(&s.cluster, 3);
-    assert!(task(&s).round());
-    assert_eq!(patches(&s).len(), 3);
-    assert!(mcp_calls(&s).is_empty());
-}
-
-#[test]
-fn a_worker_without_a_pool_name_makes_no_pool_calls() {
-    let mut hosts = labelled(3);
-    hosts[2] = host(2, "installing", "worker", ROLE_LABELS, "");
-    let s = setup(hosts);
-    add_nodes(&s.cluster, 3);
-    assert!(task(&s).round());
-    assert_eq!(patches(&s).len(), 3);
-    assert!(mcp_calls(&s).is_empty());
+fn role_labels_without_a_worker_pool_make_no_pool_calls() {
+    let masters = (0..3)
+        .map(|i| host(i, "installing", "master", ROLE_LABELS, "infra"))
+        .collect();
+    let mut poolless = labelled(3);
+    poolless[2] = host(2, "installing", "worker", ROLE_LABELS, "");
+    for hosts in [masters, poolless] {
+        let s = setup(hosts);
+        add_nodes(&s.cluster, 3);
+        assert!(task(&s).round());
+        assert_eq!(patches(&s).len(), 3);
+        assert!(mcp_calls(&s).is_empty());
+    }
 }
 
 #[test]
@@ -360,6 +347,6 @@ fn run_ends_on_stop() {
     let s = setup(labelled(3));
     let stop = crate::image::Cancel::new();
     stop.cancel();
-    assert_eq!(task(&s).run(&stop), Err(ticks::PollError::Canceled));
+    assert_eq!(task(&s).run(&stop), Err(PollError::Canceled));
     assert_eq!(host_maps(&s), 1, "one round even when stopped");
 }

@@ -304,16 +304,24 @@ impl HttpProbe for OkProbe {
     }
 }
 
+/// The router probe runs only on a single-node cluster whose install failed (an operator
+/// error is not enough).
 #[test]
-fn sno_without_error_runs_no_router_probe() {
-    let e = env();
-    e.status.operator_error("lso");
-    let mut u = e.uploader();
-    u.control_plane_count = 1;
-    u.router_probe = Some(&OkProbe);
-    assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
-    assert_eq!(e.count("v2GetCluster"), 0);
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+fn no_router_probe_without_an_error_or_on_several_nodes() {
+    for single_node in [true, false] {
+        let e = env();
+        let mut u = e.uploader();
+        if single_node {
+            e.status.operator_error("lso");
+            u.control_plane_count = 1;
+        } else {
+            e.status.error();
+        }
+        u.router_probe = Some(&OkProbe);
+        assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
+        assert_eq!(e.count("v2GetCluster"), 0);
+        assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+    }
 }
 
 #[test]
@@ -338,16 +346,6 @@ fn sno_with_error_probes_without_blocking_the_upload() {
             Some(&ServiceCall::UpdateLogsProgress(LogsState::Completed))
         );
     }
-}
-
-#[test]
-fn multi_node_with_error_runs_no_router_probe() {
-    let e = env();
-    e.status.error();
-    let mut u = e.uploader();
-    u.router_probe = Some(&OkProbe);
-    assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
-    assert_eq!(e.count("v2GetCluster"), 0);
 }
 
 #[test]

@@ -384,7 +384,7 @@ fn the_task_ends_on_stop_and_approves_csrs_meanwhile() {
             interval: Duration::from_millis(5),
             ..task(&s, false)
         };
-        assert_eq!(t.run(stop_ref), Err(ticks::PollError::Canceled));
+        assert_eq!(t.run(stop_ref), Err(PollError::Canceled));
     });
     assert_eq!(s.cluster.count("approve_csr"), 1);
     let approved = s.cluster.csr("csr-1").unwrap();
