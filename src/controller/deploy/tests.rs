@@ -43,6 +43,11 @@ fn rendered(s: &ControllerSettings) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// A manifest read as its Kubernetes type and written again.
+type AsTyped = fn(&Value) -> Value;
+/// A change of the test settings.
+type Change<'a> = &'a dyn Fn(&mut ControllerSettings);
+
 fn read(s: &ControllerSettings, name: &str) -> Value {
     rendered(s).remove(name).unwrap()
 }
@@ -59,7 +64,7 @@ fn every_manifest_is_its_kubernetes_type_and_the_secret_is_private() {
         let mut s = settings(sno);
         s.ca_cert_path = "/etc/ca.pem".into();
         let docs = rendered(&s);
-        let check: [(&str, fn(&Value) -> Value); 8] = [
+        let check: [(&str, AsTyped); 8] = [
             (CONFIG_MAP_FILE, typed::<ConfigMap>),
             (NETWORK_POLICY_FILE, typed::<NetworkPolicy>),
             (NAMESPACE_FILE, typed::<Namespace>),
@@ -240,7 +245,7 @@ fn single_node_ca_file_and_service_ips_change_the_pod() {
         "node.kubernetes.io/not-ready",
         "node.kubernetes.io/network-unavailable",
     ];
-    let cases: [(&dyn Fn(&mut ControllerSettings), Vec<_>, &[&str], &[&str]); 5] = [
+    let cases: [(Change, Vec<_>, &[&str], &[&str]); 5] = [
         (
             &single_node,
             vec![secrets],
