@@ -34,37 +34,21 @@ const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
 const IE: &str = "6b1f2e0a-8d7c-4c1e-9a51-3f0d9c2b7e11";
 const SA_TOKEN: &str = "sa-token-for-the-controller";
-/// (host id, name, IP, role, initial stage)
-const HOSTS: [(&str, &str, &str, &str, &str); 4] = [
-    (
-        "0b5a7c3e-2f4d-4e8a-9b1c-5d6e7f8a9b00",
-        "master-0",
-        "192.168.111.20",
-        "bootstrap",
-        "Configuring",
-    ),
-    (
-        "0b5a7c3e-2f4d-4e8a-9b1c-5d6e7f8a9b01",
-        "master-1",
-        "192.168.111.21",
-        "master",
-        "Rebooting",
-    ),
-    (
-        "0b5a7c3e-2f4d-4e8a-9b1c-5d6e7f8a9b02",
-        "master-2",
-        "192.168.111.22",
-        "master",
-        "Rebooting",
-    ),
-    (
-        "0b5a7c3e-2f4d-4e8a-9b1c-5d6e7f8a9b03",
-        "worker-0",
-        "192.168.111.23",
-        "worker",
-        "Rebooting",
-    ),
+/// (name, role, initial stage) of host `i`, whose id is [`host_id`] and IP [`host_ip`].
+const HOSTS: [(&str, &str, &str); 4] = [
+    ("master-0", "bootstrap", "Configuring"),
+    ("master-1", "master", "Rebooting"),
+    ("master-2", "master", "Rebooting"),
+    ("worker-0", "worker", "Rebooting"),
 ];
+
+fn host_id(i: usize) -> String {
+    format!("0b5a7c3e-2f4d-4e8a-9b1c-5d6e7f8a9b0{i}")
+}
+
+fn host_ip(i: usize) -> String {
+    format!("192.168.111.2{i}")
+}
 const WORKER: usize = 3;
 const WORKER_LABELS: &str = r#"{"example.com/rack":"r1"}"#;
 const INGRESS_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB-ingress\n-----END CERTIFICATE-----\n";
@@ -132,9 +116,9 @@ fn cluster(console_fails: bool) -> FakeCluster {
         json!({"metadata": {"name": "dns-default", "namespace": "openshift-dns"},
                "spec": {"clusterIP": "172.30.0.10"}}),
     );
-    for (_, name, ip, role, _) in &HOSTS[..WORKER] {
+    for (i, (name, role, _)) in HOSTS[..WORKER].iter().enumerate() {
         let role = if *role == "bootstrap" { "master" } else { role };
-        k.put("/api/v1/nodes", node(name, ip, role));
+        k.put("/api/v1/nodes", node(name, &host_ip(i), role));
     }
     k.put(
         "/apis/certificates.k8s.io/v1/certificatesigningrequests",
@@ -201,9 +185,11 @@ fn service() -> FakeService {
     svc.set_hosts(
         HOSTS
             .iter()
-            .map(|(id, name, ip, role, stage)| {
+            .enumerate()
+            .map(|(i, (name, role, stage))| {
                 let service_role = if *role == "bootstrap" { "master" } else { role };
-                let mut h = host_json(id, IE, service_role, Some(stage));
+                let (id, ip) = (host_id(i), host_ip(i));
+                let mut h = host_json(&id, IE, service_role, Some(stage));
                 h["cluster_id"] = json!(CLUSTER);
                 h["requested_hostname"] = json!(name);
                 h["bootstrap"] = json!(*role == "bootstrap");
@@ -346,7 +332,7 @@ impl Run {
 
     fn stages(&self, host: usize) -> Vec<String> {
         self.svc
-            .progress_reports(HOSTS[host].0)
+            .progress_reports(&host_id(host))
             .into_iter()
             .map(|(stage, _)| stage)
             .collect()
@@ -367,8 +353,8 @@ impl Run {
         self.wait_for("the worker Configuring", |r| {
             r.stages(WORKER).contains(&"Configuring".to_string())
         });
-        let (_, name, ip, _, _) = HOSTS[WORKER];
-        self.k.put("/api/v1/nodes", node(name, ip, "worker"));
+        let node = node(HOSTS[WORKER].0, &host_ip(WORKER), "worker");
+        self.k.put("/api/v1/nodes", node);
         self.wait_for("every master Done", |r| {
             (0..WORKER).all(|h| r.stages(h).contains(&"Done".to_string()))
         });
@@ -403,10 +389,18 @@ impl Run {
     }
 }
 
-/// The names in the controller's last log upload.
-fn last_upload_entries(svc: &FakeService) -> Vec<(String, Vec<u8>)> {
-    let uploads = svc.uploads();
-    let last = uploads.last().expect("a controller log upload");
+/// The entries of the controller's last log upload, after checking that the final upload was
+/// requested and completed, and that there were `uploads` in all.
+fn last_upload_entries(svc: &FakeService, uploads: usize) -> Vec<(String, Vec<u8>)> {
+    let states: Vec<String> = svc
+        .cluster_logs_reports()
+        .into_iter()
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(states, ["requested", "completed"]);
+    let all = svc.uploads();
+    assert_eq!(all.len(), uploads);
+    let last = all.last().expect("a controller log upload");
     assert_eq!(last.logs_type, LogsType::Controller);
     untar_gz(&last.data)
 }
@@ -447,7 +441,7 @@ fn from_job_start_to_complete_installation_and_exit_0() {
         .map(|h| {
             format!(
                 "Node {} has been rebooted 2 times before completing installation",
-                h.1
+                h.0
             )
         })
         .collect();
@@ -531,15 +525,7 @@ fn from_job_start_to_complete_installation_and_exit_0() {
     // The final log upload: requested, the controller's log without must-gather, completed.
     // As Go, the pod's name is only looked up by the periodic upload (first after 5 minutes),
     // so a shorter run uploads its log file.
-    let states: Vec<String> = run
-        .svc
-        .cluster_logs_reports()
-        .into_iter()
-        .map(|r| r.1)
-        .collect();
-    assert_eq!(states, ["requested", "completed"]);
-    assert_eq!(run.svc.uploads().len(), 1);
-    let entries = last_upload_entries(&run.svc);
+    let entries = last_upload_entries(&run.svc, 1);
     let names: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
     assert_eq!(names, ["assisted-installer-controller.logs"]);
     let uploaded = String::from_utf8(entries[0].1.clone()).unwrap();
@@ -604,8 +590,7 @@ fn a_failing_console_operator_reports_the_failure_gathers_and_exits_0() {
         "{gathers:?}"
     );
     // The summary: the controller's log on its own first, then with must-gather.
-    assert_eq!(run.svc.uploads().len(), 2);
-    let entries = last_upload_entries(&run.svc);
+    let entries = last_upload_entries(&run.svc, 2);
     let names: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
     assert_eq!(
         names,
@@ -619,12 +604,5 @@ fn a_failing_console_operator_reports_the_failure_gathers_and_exits_0() {
         "{:?}",
         inner.iter().map(|e| &e.0).collect::<Vec<_>>()
     );
-    let states: Vec<String> = run
-        .svc
-        .cluster_logs_reports()
-        .into_iter()
-        .map(|r| r.1)
-        .collect();
-    assert_eq!(states, ["requested", "completed"]);
     run.assert_every_kube_request_is_allowed();
 }

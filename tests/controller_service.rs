@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use assisted_installer::clock::FakeClock;
-use assisted_installer::controller::hosts::{HostMap, NODE_STATUS_SKIP};
 use assisted_installer::controller::service::{
     ControllerClient, ControllerService, ControllerServiceConfig, RebootsEvent,
 };
@@ -72,13 +71,7 @@ fn operators() -> Vec<serde_json::Value> {
 #[test]
 fn every_call_method_path_query_headers_and_body() {
     let (fake, srv) = served();
-    let mut host = host_json(HOST, IE, "master", Some("Rebooting"));
-    host["requested_hostname"] = json!("Master-0");
-    host["inventory"] = json!(
-        "{\"interfaces\":[{\"ipv4_addresses\":[\"192.168.126.10/24\"],\"ipv6_addresses\":[\"fd00::10/64\"]}]}"
-    );
-    host["node_labels"] = json!("{\"node.ocs.openshift.io/storage\":\"\"}");
-    fake.set_hosts(vec![host]);
+    fake.set_hosts(vec![host_json(HOST, IE, "master", Some("Rebooting"))]);
     fake.set_operators(operators());
     fake.set_cluster_file(
         "custom_manifests.json",
@@ -93,16 +86,7 @@ fn every_call_method_path_query_headers_and_body() {
 
     let cluster = c.get_cluster(true).unwrap();
     assert!(cluster.hosts.is_empty());
-    let map = HostMap::fetch(&c, NODE_STATUS_SKIP).unwrap();
-    let h = map.get("master-0").unwrap();
-    assert_eq!(
-        (h.id(), h.ips.as_slice()),
-        (
-            HOST,
-            ["192.168.126.10".to_string(), "fd00::10".to_string()].as_slice()
-        )
-    );
-    assert_eq!(h.node_labels(), "{\"node.ocs.openshift.io/storage\":\"\"}");
+    assert_eq!(c.get_cluster(false).unwrap().hosts[0].id, HOST);
     c.update_host_stage(IE, HOST, HostStage::Joined).unwrap();
     c.update_finalizing_stage(FinalizingStage::WaitingForClusterOperators)
         .unwrap();
@@ -143,42 +127,25 @@ fn every_call_method_path_query_headers_and_body() {
     .unwrap();
 
     let calls = srv.requests();
+    let got: Vec<String> = (calls.iter())
+        .map(|c| format!("{} {}?{}", c.method, api_path(c), c.query))
+        .collect();
     let cl = format!("/v2/clusters/{CLUSTER}");
-    let expected: Vec<(&str, String, &str)> = vec![
-        ("GET", cl.clone(), "exclude-hosts=true"),
-        ("GET", cl.clone(), "exclude-hosts=false"),
-        (
-            "PUT",
-            format!("/v2/infra-envs/{IE}/hosts/{HOST}/progress"),
-            "",
-        ),
-        ("PUT", format!("{cl}/progress"), ""),
-        ("GET", format!("{cl}/monitored-operators"), ""),
-        ("PUT", format!("{cl}/monitored-operators"), ""),
-        ("POST", format!("{cl}/uploads/ingress-cert"), ""),
-        (
-            "GET",
-            format!("{cl}/downloads/files"),
-            "file_name=custom_manifests.json",
-        ),
-        (
-            "GET",
-            format!("{cl}/downloads/credentials"),
-            "file_name=kubeconfig-noingress",
-        ),
-        ("POST", format!("{cl}/actions/complete-installation"), ""),
-        ("POST", format!("{cl}/logs"), "logs_type=controller"),
-        ("PUT", format!("{cl}/logs-progress"), ""),
-        ("POST", "/v2/events".to_string(), ""),
+    let want = [
+        format!("GET {cl}?exclude-hosts=true"),
+        format!("GET {cl}?exclude-hosts=false"),
+        format!("PUT /v2/infra-envs/{IE}/hosts/{HOST}/progress?"),
+        format!("PUT {cl}/progress?"),
+        format!("GET {cl}/monitored-operators?"),
+        format!("PUT {cl}/monitored-operators?"),
+        format!("POST {cl}/uploads/ingress-cert?"),
+        format!("GET {cl}/downloads/files?file_name=custom_manifests.json"),
+        format!("GET {cl}/downloads/credentials?file_name=kubeconfig-noingress"),
+        format!("POST {cl}/actions/complete-installation?"),
+        format!("POST {cl}/logs?logs_type=controller"),
+        format!("PUT {cl}/logs-progress?"),
+        "POST /v2/events?".to_string(),
     ];
-    let got: Vec<(&str, &str, &str)> = calls
-        .iter()
-        .map(|c| (c.method.as_str(), api_path(c), c.query.as_str()))
-        .collect();
-    let want: Vec<(&str, &str, &str)> = expected
-        .iter()
-        .map(|(m, p, q)| (*m, p.as_str(), *q))
-        .collect();
     assert_eq!(got, want);
     let mut ids = std::collections::HashSet::new();
     for call in &calls {
@@ -297,12 +264,6 @@ fn failure_bodies_reach_the_service() {
     }
     let want: Vec<&str> = FinalizingStage::ALL.iter().map(|s| s.as_str()).collect();
     assert_eq!(fake.finalizing_stages(), want);
-    for stage in [HostStage::Configuring, HostStage::Joined, HostStage::Done] {
-        c.update_host_stage(IE, HOST, stage).unwrap();
-    }
-    assert_eq!(fake.progress_reports(HOST).len(), 3);
-    c.update_logs_progress(LogsState::Completed).unwrap();
-    assert_eq!(fake.cluster_logs_reports()[0].1, "completed");
     // A report for an operator the service does not monitor: 404, after the 10 retries.
     let err = c
         .report_operator_status(&OperatorMonitorReport {
@@ -386,38 +347,21 @@ fn no_answer_is_retried_15_times() {
     assert_eq!(clock.sleeps().len(), 15);
 }
 
+/// The client serves the list from its cache (whose rules are the unit test
+/// `cache_serves_for_20_seconds_per_cluster_without_extending`'s) on its clock.
 #[test]
-fn monitored_operators_cache_over_http() {
+fn monitored_operators_are_cached_for_20_seconds() {
     let (fake, srv) = served();
     fake.set_operators(operators());
     let (c, clock) = client(&fake, &srv);
     let path = format!("{BASE_PATH}/v2/clusters/{CLUSTER}/monitored-operators");
     let count = || srv.requests_for(&path).len();
-
-    assert_eq!(c.monitored_operators(true).unwrap().len(), 3);
-    assert_eq!(count(), 1);
-    clock.advance(Duration::from_secs(19));
-    c.monitored_operators(true).unwrap();
-    assert_eq!(count(), 1, "served from the cache");
-    // The service's answer changes; the cache still serves the old one until 20 s.
-    fake.set_operators(operators()[..1].to_vec());
-    assert_eq!(c.monitored_operators(true).unwrap().len(), 3);
-    clock.advance(Duration::from_secs(1));
-    assert_eq!(c.monitored_operators(true).unwrap().len(), 1);
-    assert_eq!(count(), 2);
-    // Uncached reads always ask, and refresh the cache.
-    clock.advance(Duration::from_secs(10));
-    fake.set_operators(operators());
-    assert_eq!(c.monitored_operators(false).unwrap().len(), 3);
-    assert_eq!(count(), 3);
-    clock.advance(Duration::from_secs(15));
-    assert_eq!(c.monitored_operators(true).unwrap().len(), 3);
-    assert_eq!(count(), 3);
-    // A failed fetch (after its retries) is an error and caches nothing.
-    clock.advance(Duration::from_secs(20));
-    fake.fail_path("/monitored-operators", 401);
-    assert!(c.monitored_operators(true).is_err());
-    assert_eq!(count(), 4);
+    for (advance, use_cache, requests) in [(0, true, 1), (19, true, 1), (1, true, 2), (0, false, 3)]
+    {
+        clock.advance(Duration::from_secs(advance));
+        assert_eq!(c.monitored_operators(use_cache).unwrap().len(), 3);
+        assert_eq!(count(), requests, "after {advance} s");
+    }
 }
 
 #[test]

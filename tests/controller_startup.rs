@@ -44,34 +44,6 @@ fn without(env: &[(String, String)], key: &str) -> Vec<(String, String)> {
 }
 
 #[test]
-fn a_missing_required_key_exits_1_naming_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let env = without(&base_env(dir.path()), "CLUSTER_ID");
-    let out = run(Path::new(BIN), &["controller"], &env);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("required key CLUSTER_ID missing value"),
-        "{err}"
-    );
-    assert!(
-        !dir.path().join("controller_logs.log").exists(),
-        "the environment fails before the log file is opened"
-    );
-}
-
-#[test]
-fn an_invalid_bool_exits_1_naming_the_variable() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut env = base_env(dir.path());
-    env.push(("SKIP_CERT_VERIFICATION".into(), "yes".into()));
-    let out = run(Path::new(BIN), &["controller"], &env);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = text(&out.stderr);
-    assert!(err.contains("SKIP_CERT_VERIFICATION"), "{err}");
-}
-
-#[test]
 fn the_binary_named_assisted_installer_controller_is_the_controller() {
     let dir = tempfile::tempdir().unwrap();
     let link = dir.path().join("assisted-installer-controller");
@@ -115,12 +87,17 @@ fn outside_a_cluster_startup_fails_at_the_kubernetes_client_with_exit_1() {
     std::fs::write(&log, "an earlier run\n").unwrap();
     let mut env = base_env(dir.path());
     env.push(("PULL_SECRET_TOKEN".into(), "s3cr3t-from-env".into()));
-    let out = run(Path::new(BIN), &["controller"], &env);
+    // Without arguments, as the Job runs it.
+    let out = run(Path::new(BIN), &[], &env);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     // The Kubernetes client: no SNO kubeconfig and no in-cluster service account here.
     assert!(
         stderr.contains("creating the Kubernetes client"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("KUBERNETES_SERVICE_HOST is not set"),
         "{stderr}"
     );
     let logged = std::fs::read_to_string(&log).unwrap();
@@ -189,15 +166,13 @@ fn dry_mode_gets_past_the_kubernetes_client_with_its_pretend_cluster() {
     );
 }
 
+/// The Job runs the image's entrypoint (the installer's) without arguments; the unit test
+/// `each_step_fails_before_the_log_file_exists` has the other startup failures.
 #[test]
 fn without_any_argument_the_binary_is_the_controller_and_says_so() {
-    // The Job runs the image's entrypoint (the installer's) without arguments.
     let dir = tempfile::tempdir().unwrap();
-    let out = run(
-        Path::new(BIN),
-        &[],
-        &without(&base_env(dir.path()), "CLUSTER_ID"),
-    );
+    let env = without(&base_env(dir.path()), "CLUSTER_ID");
+    let out = run(Path::new(BIN), &[], &env);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = text(&out.stderr);
     assert!(err.contains("no arguments were given"), "{err}");
@@ -206,11 +181,16 @@ fn without_any_argument_the_binary_is_the_controller_and_says_so() {
         err.contains("required key CLUSTER_ID missing value"),
         "{err}"
     );
-    // With the Job's environment it goes on to the Kubernetes client.
-    std::fs::write(dir.path().join("token"), "t0ken\n").unwrap();
-    let out = run(Path::new(BIN), &[], &base_env(dir.path()));
+    assert!(
+        !dir.path().join("controller_logs.log").exists(),
+        "the environment fails before the log file is opened"
+    );
+    // So does `controller`.
+    let out = run(Path::new(BIN), &["controller"], &env);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = text(&out.stderr);
-    assert!(err.contains("creating the Kubernetes client"), "{err}");
-    assert!(err.contains("KUBERNETES_SERVICE_HOST is not set"), "{err}");
+    assert!(
+        err.contains("required key CLUSTER_ID missing value"),
+        "{err}"
+    );
 }

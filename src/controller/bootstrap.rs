@@ -141,24 +141,41 @@ mod tests {
     use crate::controller::service::testing::MemoryService;
     use crate::kube::fake::FakeCluster;
     use crate::kube::ApiError;
-    use anyhow::bail;
+    use anyhow::{anyhow, bail};
     use std::sync::Mutex;
 
-    fn steps() -> Arc<Mutex<Vec<String>>> {
-        Arc::new(Mutex::new(Vec::new()))
+    #[test]
+    fn commands_keep_the_proxy_variables_of_before_the_cluster_proxy() {
+        let env = |name: &str| (name == "NO_PROXY").then(|| ".example.com".to_string());
+        let snapshot = command_proxy_snapshot(&env);
+        let names: Vec<_> = snapshot.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(
+            names,
+            ["HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=.example.com"]
+        );
     }
 
-    #[test]
-    fn commands_keep_the_proxy_variables_of_before_step_6() {
-        let env = |name: &str| (name == "NO_PROXY").then(|| ".example.com".to_string());
-        assert_eq!(
-            command_proxy_snapshot(&env),
-            [
-                ("HTTP_PROXY".to_string(), String::new()),
-                ("HTTPS_PROXY".to_string(), String::new()),
-                ("NO_PROXY".to_string(), ".example.com".to_string()),
-            ]
+    /// Connects over `k8s`, the steps (each client built, each variable set) in order.
+    fn connect_steps(k8s: &FakeCluster, service: Result<()>) -> (Result<Connected>, Vec<String>) {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (l1, l2, l3, k) = (log.clone(), log.clone(), log.clone(), k8s.clone());
+        let connected = connect(
+            move || {
+                l1.lock().unwrap().push("cluster".to_string());
+                Ok(Arc::new(k))
+            },
+            &mut |name, value| l2.lock().unwrap().push(format!("{name}={value}")),
+            move || {
+                l3.lock().unwrap().push("service".to_string());
+                service?;
+                Ok(Arc::new(MemoryService::new(
+                    "c-1",
+                    Arc::new(FakeClock::new()),
+                )))
+            },
         );
+        let steps = log.lock().unwrap().clone();
+        (connected, steps)
     }
 
     #[test]
@@ -169,116 +186,65 @@ mod tests {
             https_proxy: String::new(),
             no_proxy: ".cluster.local,10.0.0.0/8".into(),
         });
-        let log = steps();
-        let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
-        let k = k8s.clone();
-        let connected = connect(
-            move || {
-                l1.lock().unwrap().push("cluster".into());
-                Ok(Arc::new(k))
-            },
-            &mut |name, value| l2.lock().unwrap().push(format!("{name}={value}")),
-            move || {
-                l3.lock().unwrap().push("service".into());
-                Ok(Arc::new(MemoryService::new(
-                    "c-1",
-                    Arc::new(FakeClock::new()),
-                )))
-            },
-        )
-        .unwrap();
-        assert_eq!(
-            *log.lock().unwrap(),
-            [
-                "cluster",
-                "HTTP_PROXY=http://proxy:3128",
-                "NO_PROXY=.cluster.local,10.0.0.0/8",
-                "service",
-            ]
-        );
+        let (connected, steps) = connect_steps(&k8s, Ok(()));
+        let want = [
+            "cluster",
+            "HTTP_PROXY=http://proxy:3128",
+            "NO_PROXY=.cluster.local,10.0.0.0/8",
+        ];
+        assert_eq!(steps, [&want[..], &["service"][..]].concat());
         assert_eq!(k8s.take_calls(), ["get_proxy(cluster)"]);
-        assert_eq!(connected.proxy.http_proxy, "http://proxy:3128");
+        assert_eq!(connected.unwrap().proxy.http_proxy, "http://proxy:3128");
+        // An empty proxy status sets nothing.
+        let (connected, steps) = connect_steps(&FakeCluster::new(), Ok(()));
+        assert_eq!(steps, ["cluster", "service"]);
+        assert_eq!(connected.unwrap().proxy, ProxyStatus::default());
     }
 
     #[test]
-    fn an_empty_proxy_status_sets_nothing() {
-        let k8s = FakeCluster::new();
-        let mut set = Vec::new();
-        let proxy = apply_cluster_proxy(&k8s, &mut |n, v| set.push(format!("{n}={v}"))).unwrap();
-        assert_eq!(proxy, ProxyStatus::default());
-        assert!(set.is_empty());
-        assert_eq!(k8s.count("get_proxy"), 1);
-    }
-
-    #[test]
-    fn a_proxy_read_failure_is_a_startup_error_before_the_service_client() {
+    fn each_failure_is_a_startup_error_that_stops_there() {
         let k8s = FakeCluster::new();
         k8s.fail_next("get_proxy", ApiError::new(403, "Forbidden", "no"));
-        let mut built = false;
-        let mut set = 0;
-        let e = connect(
-            || Ok(Arc::new(k8s.clone())),
-            &mut |_, _| set += 1,
-            || {
-                built = true;
-                Ok(Arc::new(MemoryService::new(
-                    "c-1",
-                    Arc::new(FakeClock::new()),
-                )))
-            },
-        )
-        .unwrap_err();
-        assert!(
-            format!("{e:#}").starts_with("getting the cluster proxy settings (Proxy cluster)"),
-            "{e:#}"
-        );
-        assert!(!built);
-        assert_eq!(set, 0);
-    }
-
-    #[test]
-    fn client_failures_are_startup_errors() {
-        let e = connect(
+        let (connected, steps) = connect_steps(&k8s, Ok(()));
+        let e = format!("{:#}", connected.unwrap_err());
+        let want = "getting the cluster proxy settings (Proxy cluster)";
+        assert!(e.starts_with(want), "{e}");
+        assert_eq!(steps, ["cluster"]);
+        let (connected, _) = connect_steps(&FakeCluster::new(), Err(anyhow!("bad CA file")));
+        let e = format!("{:#}", connected.unwrap_err());
+        assert_eq!(e, "creating the assisted-service client: bad CA file");
+        let connected = connect(
             || bail!("no in-cluster config"),
             &mut |_, _| panic!("no env"),
             || panic!("no service"),
-        )
-        .unwrap_err();
-        assert_eq!(
-            format!("{e:#}"),
-            "creating the Kubernetes client: no in-cluster config"
         );
-        let e = connect(
-            || Ok(Arc::new(FakeCluster::new())),
-            &mut |_, _| {},
-            || bail!("bad CA file"),
-        )
-        .unwrap_err();
-        assert_eq!(
-            format!("{e:#}"),
-            "creating the assisted-service client: bad CA file"
-        );
+        let e = format!("{:#}", connected.unwrap_err());
+        assert_eq!(e, "creating the Kubernetes client: no in-cluster config");
     }
 
-    #[test]
-    fn the_service_config_from_the_environment() {
+    fn config(extra: Option<(&str, &str)>) -> ControllerConfig {
         let env = |k: &str| match k {
             "CLUSTER_ID" => Some("c-1".to_string()),
             "INVENTORY_URL" => Some("https://svc:8090".to_string()),
             "OPENSHIFT_VERSION" => Some("4.17".to_string()),
-            _ => None,
+            _ => extra.filter(|e| e.0 == k).map(|e| e.1.to_string()),
         };
-        let mut config = ControllerConfig::from_env(&env).unwrap();
+        ControllerConfig::from_env(&env).unwrap()
+    }
+
+    #[test]
+    fn the_service_config_from_the_environment() {
+        let mut config = config(None);
         config.pull_secret_token = "tok".into();
         let s = service_config(&config);
-        assert_eq!(s.inventory_url, "https://svc:8090");
-        assert_eq!(s.token, "tok");
+        assert_eq!(
+            (s.inventory_url.as_str(), s.token.as_str()),
+            ("https://svc:8090", "tok")
+        );
         assert_eq!(s.ca_cert_path, None);
         config.ca_cert_path = "/etc/ca.pem".into();
-        assert_eq!(
-            service_config(&config).ca_cert_path,
-            Some(PathBuf::from("/etc/ca.pem"))
-        );
+        let ca = service_config(&config).ca_cert_path;
+        assert_eq!(ca, Some(PathBuf::from("/etc/ca.pem")));
         // An unreadable CA file is fatal (Go: exit 1); without it the client builds.
         config.ca_cert_path = "/nonexistent/ca.pem".into();
         assert!(service_client(&config, Arc::new(FakeClock::new())).is_err());
@@ -296,31 +262,19 @@ mod tests {
             ip: "192.0.2.10".into(),
             reboot_marker_path: marker,
         }];
-        let env = |k: &str| match k {
-            "CLUSTER_ID" => Some("c-1".to_string()),
-            "INVENTORY_URL" => Some("https://svc:8090".to_string()),
-            "OPENSHIFT_VERSION" => Some("4.17".to_string()),
-            "DRY_ENABLE" => Some("true".to_string()),
-            _ => None,
-        };
-        let config = ControllerConfig::from_env(&env).unwrap();
+        let config = config(Some(("DRY_ENABLE", "true")));
         // No API server behind it: the proxy read answers at once.
         let cluster = kube_cluster(&config, Path::new("/nonexistent"), &hosts).unwrap();
-        assert_eq!(
-            cluster.get_proxy(PROXY_NAME).unwrap(),
-            ProxyStatus::default()
+        let proxy = cluster.get_proxy(PROXY_NAME).unwrap();
+        assert_eq!(proxy, ProxyStatus::default());
+        // The pretend MCS log names the host (its node shows up once the log was read).
+        let (ns, selector) = (
+            crate::openshift::MCS_NAMESPACE,
+            crate::controller::tasks::nodes::MCS_SELECTOR,
         );
-        let mcs = cluster
-            .list_pods(
-                crate::openshift::MCS_NAMESPACE,
-                Some(crate::controller::tasks::nodes::MCS_SELECTOR),
-                None,
-            )
-            .unwrap();
+        let mcs = cluster.list_pods(ns, Some(selector), None).unwrap();
         assert_eq!(mcs.len(), 1);
-        let log = cluster
-            .pod_log(crate::openshift::MCS_NAMESPACE, &mcs[0].name, None)
-            .unwrap();
+        let log = cluster.pod_log(ns, &mcs[0].name, None).unwrap();
         assert!(log.contains("192.0.2.10:"), "{log}");
         let nodes = cluster.list_nodes(None).unwrap();
         assert_eq!(nodes.len(), 1);

@@ -72,23 +72,6 @@ pub enum ConfigError {
     },
 }
 
-/// A string variable: present (any value, the empty one too), or its default, or nothing.
-fn string(
-    env: &dyn Fn(&str) -> Option<String>,
-    name: &'static str,
-    default: Option<&str>,
-    required: bool,
-) -> Result<Option<String>, ConfigError> {
-    match env(name) {
-        Some(v) => Ok(Some(v)),
-        None => match default {
-            Some(d) => Ok(Some(d.to_string())),
-            None if required => Err(ConfigError::Missing(name)),
-            None => Ok(None),
-        },
-    }
-}
-
 fn invalid(name: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         name,
@@ -124,39 +107,26 @@ fn int(
 }
 
 impl ControllerConfig {
-    /// Parses the variables `env` gives (`None`: not set), in the spec's table order.
+    /// Parses the variables `env` gives (`None`: not set), in the spec's table order (the order
+    /// of the fields below, which Rust evaluates in the order written).
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let cluster_id = string(env, "CLUSTER_ID", None, true)?.unwrap_or_default();
-        let inventory_url = string(env, "INVENTORY_URL", None, true)?.unwrap_or_default();
-        let skip_cert_verification = boolean(env, "SKIP_CERT_VERIFICATION")?;
-        let ca_cert_path = string(env, "CA_CERT_PATH", None, false)?.unwrap_or_default();
-        let namespace =
-            string(env, "NAMESPACE", Some(DEFAULT_NAMESPACE), false)?.unwrap_or_default();
-        let openshift_version = string(env, "OPENSHIFT_VERSION", None, true)?.unwrap_or_default();
-        let control_plane_count = int(env, "CONTROL_PLANE_COUNT", DEFAULT_CONTROL_PLANE_COUNT)?;
-        let check_cluster_version = boolean(env, "CHECK_CLUSTER_VERSION")?;
-        let must_gather_image = string(env, "MUST_GATHER_IMAGE", None, false)?.unwrap_or_default();
-        let notify_num_reboots = boolean(env, "NOTIFY_NUM_REBOOTS")?;
-        let dry_enable = boolean(env, "DRY_ENABLE")?;
-        let dry_fake_reboot_marker_path =
-            string(env, "DRY_FAKE_REBOOT_MARKER_PATH", None, false)?.unwrap_or_default();
-        let dry_cluster_hosts_path = string(env, "DRY_CLUSTER_HOSTS_PATH", None, false)?;
-        let pull_secret_token = string(env, "PULL_SECRET_TOKEN", None, false)?.unwrap_or_default();
+        let required = |name: &'static str| env(name).ok_or(ConfigError::Missing(name));
+        let string = |name: &str| env(name).unwrap_or_default();
         Ok(ControllerConfig {
-            cluster_id,
-            inventory_url,
-            skip_cert_verification,
-            ca_cert_path,
-            namespace,
-            openshift_version,
-            control_plane_count,
-            check_cluster_version,
-            must_gather_image,
-            notify_num_reboots,
-            dry_enable,
-            dry_fake_reboot_marker_path,
-            dry_cluster_hosts_path,
-            pull_secret_token,
+            cluster_id: required("CLUSTER_ID")?,
+            inventory_url: required("INVENTORY_URL")?,
+            skip_cert_verification: boolean(env, "SKIP_CERT_VERIFICATION")?,
+            ca_cert_path: string("CA_CERT_PATH"),
+            namespace: env("NAMESPACE").unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
+            openshift_version: required("OPENSHIFT_VERSION")?,
+            control_plane_count: int(env, "CONTROL_PLANE_COUNT", DEFAULT_CONTROL_PLANE_COUNT)?,
+            check_cluster_version: boolean(env, "CHECK_CLUSTER_VERSION")?,
+            must_gather_image: string("MUST_GATHER_IMAGE"),
+            notify_num_reboots: boolean(env, "NOTIFY_NUM_REBOOTS")?,
+            dry_enable: boolean(env, "DRY_ENABLE")?,
+            dry_fake_reboot_marker_path: string("DRY_FAKE_REBOOT_MARKER_PATH"),
+            dry_cluster_hosts_path: env("DRY_CLUSTER_HOSTS_PATH"),
+            pull_secret_token: string("PULL_SECRET_TOKEN"),
         })
     }
 
@@ -170,27 +140,10 @@ impl ControllerConfig {
     }
 }
 
+/// The [`fmt::Display`] line: the token never shows.
 impl fmt::Debug for ControllerConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ControllerConfig")
-            .field("cluster_id", &self.cluster_id)
-            .field("inventory_url", &self.inventory_url)
-            .field("skip_cert_verification", &self.skip_cert_verification)
-            .field("ca_cert_path", &self.ca_cert_path)
-            .field("namespace", &self.namespace)
-            .field("openshift_version", &self.openshift_version)
-            .field("control_plane_count", &self.control_plane_count)
-            .field("check_cluster_version", &self.check_cluster_version)
-            .field("must_gather_image", &self.must_gather_image)
-            .field("notify_num_reboots", &self.notify_num_reboots)
-            .field("dry_enable", &self.dry_enable)
-            .field(
-                "dry_fake_reboot_marker_path",
-                &self.dry_fake_reboot_marker_path,
-            )
-            .field("dry_cluster_hosts_path", &self.dry_cluster_hosts_path)
-            .field("pull_secret_token", &self.masked_token())
-            .finish()
+        write!(f, "ControllerConfig {{ {self} }}")
     }
 }
 
@@ -225,15 +178,6 @@ impl fmt::Display for ControllerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn parse(vars: &[(&str, &str)]) -> Result<ControllerConfig, ConfigError> {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        ControllerConfig::from_env(&|name| map.get(name).cloned())
-    }
 
     const REQUIRED: &[(&str, &str)] = &[
         ("CLUSTER_ID", "c-1"),
@@ -241,34 +185,38 @@ mod tests {
         ("OPENSHIFT_VERSION", "4.17"),
     ];
 
-    fn with(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
-        let mut v = REQUIRED.to_vec();
-        v.extend_from_slice(extra);
-        v
+    /// The required variables, then `extra` (a later duplicate wins).
+    fn parse(extra: &[(&str, &str)]) -> Result<ControllerConfig, ConfigError> {
+        let vars: Vec<_> = REQUIRED.iter().chain(extra).copied().collect();
+        let env = |name: &str| {
+            vars.iter()
+                .rev()
+                .find(|v| v.0 == name)
+                .map(|v| v.1.to_string())
+        };
+        ControllerConfig::from_env(&env)
     }
 
     #[test]
-    fn the_required_keys_give_the_defaults_for_the_rest() {
-        let c = parse(REQUIRED).unwrap();
-        assert_eq!(c.cluster_id, "c-1");
-        assert_eq!(c.inventory_url, "http://svc:8090");
-        assert_eq!(c.openshift_version, "4.17");
-        assert_eq!(c.namespace, "assisted-installer");
-        assert_eq!(c.control_plane_count, 3);
-        assert!(!c.skip_cert_verification);
-        assert!(!c.check_cluster_version);
-        assert!(!c.notify_num_reboots);
-        assert!(!c.dry_enable);
-        assert_eq!(c.ca_cert_path, "");
-        assert_eq!(c.must_gather_image, "");
-        assert_eq!(c.dry_fake_reboot_marker_path, "");
-        assert_eq!(c.dry_cluster_hosts_path, None);
-        assert_eq!(c.pull_secret_token, "");
-    }
-
-    #[test]
-    fn every_variable_is_read() {
-        let c = parse(&with(&[
+    fn the_required_keys_give_the_defaults_for_the_rest_and_every_variable_is_read() {
+        let defaults = ControllerConfig {
+            cluster_id: "c-1".into(),
+            inventory_url: "http://svc:8090".into(),
+            skip_cert_verification: false,
+            ca_cert_path: String::new(),
+            namespace: "assisted-installer".into(),
+            openshift_version: "4.17".into(),
+            control_plane_count: 3,
+            check_cluster_version: false,
+            must_gather_image: String::new(),
+            notify_num_reboots: false,
+            dry_enable: false,
+            dry_fake_reboot_marker_path: String::new(),
+            dry_cluster_hosts_path: None,
+            pull_secret_token: String::new(),
+        };
+        assert_eq!(parse(&[]).unwrap(), defaults);
+        let every = parse(&[
             ("SKIP_CERT_VERIFICATION", "T"),
             ("CA_CERT_PATH", "/etc/ca.pem"),
             ("NAMESPACE", "other"),
@@ -280,131 +228,106 @@ mod tests {
             ("DRY_FAKE_REBOOT_MARKER_PATH", "/tmp/m"),
             ("DRY_CLUSTER_HOSTS_PATH", "/tmp/h.json"),
             ("PULL_SECRET_TOKEN", "tok"),
-        ]))
-        .unwrap();
-        assert!(c.skip_cert_verification && c.check_cluster_version);
-        assert!(c.notify_num_reboots && c.dry_enable);
-        assert_eq!(c.ca_cert_path, "/etc/ca.pem");
-        assert_eq!(c.namespace, "other");
-        assert_eq!(c.control_plane_count, 1);
-        assert_eq!(c.must_gather_image, "quay.io/mg:1");
-        assert_eq!(c.dry_fake_reboot_marker_path, "/tmp/m");
-        assert_eq!(c.dry_cluster_hosts_path.as_deref(), Some("/tmp/h.json"));
-        assert_eq!(c.pull_secret_token, "tok");
+        ]);
+        let want = ControllerConfig {
+            skip_cert_verification: true,
+            ca_cert_path: "/etc/ca.pem".into(),
+            namespace: "other".into(),
+            control_plane_count: 1,
+            check_cluster_version: true,
+            must_gather_image: "quay.io/mg:1".into(),
+            notify_num_reboots: true,
+            dry_enable: true,
+            dry_fake_reboot_marker_path: "/tmp/m".into(),
+            dry_cluster_hosts_path: Some("/tmp/h.json".into()),
+            pull_secret_token: "tok".into(),
+            ..defaults
+        };
+        assert_eq!(every.unwrap(), want);
     }
 
     #[test]
     fn a_missing_required_key_is_named_in_go_words_in_table_order() {
         for missing in ["CLUSTER_ID", "INVENTORY_URL", "OPENSHIFT_VERSION"] {
-            let vars: Vec<_> = REQUIRED
-                .iter()
-                .copied()
-                .filter(|(k, _)| *k != missing)
-                .collect();
-            let e = parse(&vars).unwrap_err();
+            let vars: Vec<_> = REQUIRED.iter().filter(|(k, _)| *k != missing).collect();
+            let env = |name: &str| vars.iter().find(|v| v.0 == name).map(|v| v.1.to_string());
+            let e = ControllerConfig::from_env(&env).unwrap_err();
             assert_eq!(
                 e.to_string(),
                 format!("required key {missing} missing value")
             );
         }
+        let e = ControllerConfig::from_env(&|_| None).unwrap_err();
         assert_eq!(
-            parse(&[]).unwrap_err(),
+            e,
             ConfigError::Missing("CLUSTER_ID"),
             "the first in table order"
         );
-    }
-
-    #[test]
-    fn present_but_empty_strings_are_accepted_and_beat_defaults() {
+        // Present but empty is accepted, and beats a default, as in Go.
         let c = parse(&[
             ("CLUSTER_ID", ""),
-            ("INVENTORY_URL", ""),
             ("OPENSHIFT_VERSION", ""),
             ("NAMESPACE", ""),
         ])
         .unwrap();
-        assert_eq!(c.cluster_id, "");
-        assert_eq!(c.openshift_version, "");
-        assert_eq!(c.namespace, "", "present beats the default, as in Go");
+        assert_eq!(
+            (c.cluster_id, c.openshift_version, c.namespace),
+            Default::default()
+        );
     }
 
+    /// Go's `strconv` spellings (`go_values`, tested with the installer's flags in
+    /// `go_flags`), wired to the variables.
     #[test]
-    fn bools_take_go_spellings_only() {
+    fn bools_and_ints_take_go_syntax_only() {
         for (s, want) in [
             ("1", true),
             ("t", true),
             ("T", true),
             ("TRUE", true),
             ("true", true),
+        ]
+        .into_iter()
+        .chain([
             ("True", true),
             ("0", false),
             ("f", false),
             ("F", false),
             ("FALSE", false),
-            ("false", false),
-            ("False", false),
-        ] {
-            let c = parse(&with(&[("CHECK_CLUSTER_VERSION", s)])).unwrap();
+        ])
+        .chain([("false", false), ("False", false)])
+        {
+            let c = parse(&[("CHECK_CLUSTER_VERSION", s)]).unwrap();
             assert_eq!(c.check_cluster_version, want, "{s}");
         }
         for bad in ["", "yes", "tRUE", " true", "2"] {
-            let e = parse(&with(&[("DRY_ENABLE", bad)])).unwrap_err();
-            match &e {
-                ConfigError::Invalid { name, value, .. } => {
-                    assert_eq!(*name, "DRY_ENABLE");
-                    assert_eq!(value, bad);
-                }
-                other => panic!("{other:?}"),
-            }
+            let e = parse(&[("DRY_ENABLE", bad)]).unwrap_err();
+            let ConfigError::Invalid { name, value, .. } = &e else {
+                panic!("{e:?}")
+            };
+            assert_eq!((*name, value.as_str()), ("DRY_ENABLE", bad));
             assert!(e.to_string().contains("DRY_ENABLE"), "{e}");
         }
-    }
-
-    #[test]
-    fn ints_take_go_syntax() {
-        for (s, want) in [
-            ("5", 5),
-            ("+5", 5),
-            ("-1", -1),
-            ("0x10", 16),
-            ("0X10", 16),
-            ("0o10", 8),
-            ("010", 8),
-            ("0b101", 5),
-            ("1_000", 1000),
-            ("0x_1F", 31),
-        ] {
-            let c = parse(&with(&[("CONTROL_PLANE_COUNT", s)])).unwrap();
+        for (s, want) in [("-1", -1), ("0X10", 16), ("010", 8), ("1_000", 1000)] {
+            let c = parse(&[("CONTROL_PLANE_COUNT", s)]).unwrap();
             assert_eq!(c.control_plane_count, want, "{s}");
         }
-        for bad in [
-            "",
-            "three",
-            "1_",
-            "_1",
-            "08",
-            "1__0",
-            "0x",
-            " 1",
-            "99999999999999999999",
-        ] {
-            let e = parse(&with(&[("CONTROL_PLANE_COUNT", bad)])).unwrap_err();
-            assert!(
-                matches!(
-                    e,
-                    ConfigError::Invalid {
-                        name: "CONTROL_PLANE_COUNT",
-                        ..
-                    }
-                ),
-                "{bad}: {e:?}"
+        for bad in ["", "three", "0x", " 1", "99999999999999999999"] {
+            let e = parse(&[("CONTROL_PLANE_COUNT", bad)]).unwrap_err();
+            let invalid = matches!(
+                e,
+                ConfigError::Invalid {
+                    name: "CONTROL_PLANE_COUNT",
+                    ..
+                }
             );
+            assert!(invalid, "{bad}: {e:?}");
         }
     }
 
     #[test]
     fn the_token_never_shows() {
-        let c = parse(&with(&[("PULL_SECRET_TOKEN", "s3cr3t-token")])).unwrap();
+        let c = parse(&[("PULL_SECRET_TOKEN", "s3cr3t-token")]).unwrap();
         let debug = format!("{c:?}");
         let display = c.to_string();
         for text in [&debug, &display] {
@@ -413,7 +336,7 @@ mod tests {
             assert!(text.contains("c-1"), "{text}");
         }
         assert!(display.starts_with("CLUSTER_ID=c-1 INVENTORY_URL=http://svc:8090 "));
-        let none = parse(REQUIRED).unwrap().to_string();
+        let none = parse(&[]).unwrap().to_string();
         assert!(none.ends_with("token=\"\""), "{none}");
     }
 }

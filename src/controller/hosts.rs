@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use super::service::ControllerService;
 use crate::config::Role;
-use crate::service::{Cluster, Host, HostStatus};
+use crate::service::{Host, HostStatus};
 
 /// Skipped by the node-status task (`WaitAndUpdateNodesStatus`).
 pub const NODE_STATUS_SKIP: &[HostStatus] = &[HostStatus::Disabled];
@@ -178,18 +178,13 @@ impl HostMap {
         Ok(HostMap { hosts: map })
     }
 
-    /// [`HostMap::from_hosts`] over a cluster's hosts.
-    pub fn from_cluster(cluster: &Cluster, skip: &[HostStatus]) -> Result<HostMap> {
-        Self::from_hosts(&cluster.hosts, skip)
-    }
-
     /// `v2GetCluster` with hosts, then the map.
     pub fn fetch(service: &dyn ControllerService, skip: &[HostStatus]) -> Result<HostMap> {
         let cluster = service.get_cluster(false)?;
         if cluster.hosts.is_empty() {
             tracing::debug!("the cluster has no hosts");
         }
-        Self::from_cluster(&cluster, skip)
+        Self::from_hosts(&cluster.hosts, skip)
     }
 
     /// The host named `name` (any case).
@@ -284,12 +279,18 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    /// An inventory of `v4` and `v6` on one interface, and 10.0.0.9 on a second one.
     fn inv(v4: &[&str], v6: &[&str]) -> String {
         json!({"interfaces": [
             {"name": "ens3", "ipv4_addresses": v4, "ipv6_addresses": v6},
             {"name": "ens4", "ipv4_addresses": ["10.0.0.9/8"], "ipv6_addresses": null},
         ]})
         .to_string()
+    }
+
+    /// A host named `id`, `installing`, with `ip` (and 10.0.0.9).
+    fn at(id: &str, status: &str, ip: &str) -> Host {
+        host(id, id, status, Some(&inv(&[ip], &[])))
     }
 
     #[test]
@@ -328,13 +329,12 @@ mod tests {
     }
 
     #[test]
-    fn skips_listed_statuses() {
-        let i = inv(&["1.1.1.1/32"], &[]);
+    fn skips_listed_statuses_and_the_last_duplicate_name_wins() {
         let hosts = [
-            host("a", "a", "disabled", Some(&i)),
-            host("b", "b", "error", Some(&i)),
-            host("c", "c", "installed", Some(&i)),
+            at("a", "disabled", "1.1.1.1/32"),
+            at("b", "error", "1.1.1.1/32"),
         ];
+        let hosts = [&hosts[..], &[at("c", "installed", "1.1.1.1/32")]].concat();
         let names = |skip| -> Vec<String> {
             let m = HostMap::from_hosts(&hosts, skip).unwrap();
             m.iter().map(|(k, _)| k.to_string()).collect()
@@ -342,19 +342,30 @@ mod tests {
         assert_eq!(names(NODE_STATUS_SKIP), ["b", "c"]);
         assert_eq!(names(NODE_LABELS_SKIP), ["c"]);
         assert_eq!(names(&[]), ["a", "b", "c"]);
+        let first = host(
+            "first",
+            "Node-1",
+            "installing",
+            Some(&inv(&["1.1.1.1/32"], &[])),
+        );
+        let second = host(
+            "second",
+            "node-1",
+            "installing",
+            Some(&inv(&["2.2.2.2/32"], &[])),
+        );
+        let map = HostMap::from_hosts(&[first, second], &[]).unwrap();
+        assert_eq!(map.len(), 1);
+        assert_eq!(map.get("node-1").unwrap().id(), "second");
+        assert!(!map.ip_index().contains_key("1.1.1.1"));
     }
 
     #[test]
     fn any_inventory_parse_failure_fails_the_map() {
-        let good = inv(&["1.1.1.1/32"], &[]);
-        for bad in [
-            None,
-            Some(""),
-            Some("{not json"),
-            Some(r#"{"interfaces":[{"ipv4_addresses":"x"}]}"#),
-        ] {
+        let bad_json = r#"{"interfaces":[{"ipv4_addresses":"x"}]}"#;
+        for bad in [None, Some(""), Some("{not json"), Some(bad_json)] {
             let hosts = [
-                host("a", "a", "installing", Some(&good)),
+                at("a", "installing", "1.1.1.1/32"),
                 host("b", "b", "installing", bad),
             ];
             let err = HostMap::from_hosts(&hosts, NODE_STATUS_SKIP).unwrap_err();
@@ -365,7 +376,7 @@ mod tests {
         }
         // A skipped host's inventory is not read.
         let hosts = [
-            host("a", "a", "installing", Some(&good)),
+            at("a", "installing", "1.1.1.1/32"),
             host("b", "b", "disabled", Some("{")),
         ];
         assert_eq!(
@@ -388,8 +399,10 @@ mod tests {
             "10.0.0.1/33",
             "fe80::1/129",
             "x/24",
-            "10.0.0.1/",
-        ] {
+        ]
+        .into_iter()
+        .chain(["10.0.0.1/"])
+        {
             let i = inv(&["192.168.126.10/24", bad], &[]);
             let hosts = [host("a", "a", "installing", Some(&i))];
             let map = HostMap::from_hosts(&hosts, &[]).unwrap();
@@ -400,29 +413,13 @@ mod tests {
     }
 
     #[test]
-    fn last_duplicate_name_wins() {
-        let hosts = [
-            host(
-                "first",
-                "Node-1",
-                "installing",
-                Some(&inv(&["1.1.1.1/32"], &[])),
-            ),
-            host(
-                "second",
-                "node-1",
-                "installing",
-                Some(&inv(&["2.2.2.2/32"], &[])),
-            ),
-        ];
-        let map = HostMap::from_hosts(&hosts, &[]).unwrap();
-        assert_eq!(map.len(), 1);
-        assert_eq!(map.get("node-1").unwrap().id(), "second");
-        assert!(!map.ip_index().contains_key("1.1.1.1"));
-    }
-
-    #[test]
     fn matching_by_name_then_by_internal_ip() {
+        let h1 = host(
+            "h1",
+            "node1",
+            "installed",
+            Some(&inv(&["192.168.39.249/24"], &["fd00::9/64"])),
+        );
         let hosts = [
             host(
                 "h0",
@@ -430,12 +427,7 @@ mod tests {
                 "installing",
                 Some(&inv(&["192.168.39.248/24"], &[])),
             ),
-            host(
-                "h1",
-                "node1",
-                "installed",
-                Some(&inv(&["192.168.39.249/24"], &["fd00::9/64"])),
-            ),
+            h1,
         ];
         let all = HostMap::from_hosts(&hosts, NODE_STATUS_SKIP).unwrap();
         let unfinished = all.filter(|h| h.status() != Some(&HostStatus::Installed));
@@ -446,23 +438,17 @@ mod tests {
         assert_eq!(index["10.0.0.9"], "node1");
 
         let m = |name: &str, addrs: &[(&str, &str)]| {
-            unfinished
-                .match_node(&all, name, addrs)
-                .map(|h| h.id().to_string())
+            let found = unfinished.match_node(&all, name, addrs);
+            found.map(|h| h.id().to_string())
         };
+        let (v4, v6) = (("InternalIP", "192.168.39.248"), ("InternalIP", "fd00::9"));
         assert_eq!(m("NODE0", &[]).as_deref(), Some("h0"));
         // Name lookup covers only the unfinished hosts; IPs cover all of them.
         assert_eq!(m("node1", &[]), None);
+        assert_eq!(m("some-fake-name", &[v4]).as_deref(), Some("h0"));
+        let last = m("x", &[v4, v6]);
         assert_eq!(
-            m("some-fake-name", &[("InternalIP", "192.168.39.248")]).as_deref(),
-            Some("h0")
-        );
-        assert_eq!(
-            m(
-                "x",
-                &[("InternalIP", "192.168.39.248"), ("InternalIP", "fd00::9")]
-            )
-            .as_deref(),
+            last.as_deref(),
             Some("h1"),
             "the last matching address wins"
         );
@@ -475,15 +461,9 @@ mod tests {
         );
         assert_eq!(m("x", &[("InternalIP", "10.9.9.9")]), None);
 
-        assert_eq!(all.changed_ip(&[("InternalIP", "192.168.39.248")]), None);
-        assert_eq!(
-            all.changed_ip(&[
-                ("Hostname", "n"),
-                ("InternalIP", "10.9.9.9"),
-                ("InternalIP", "192.168.39.248")
-            ]),
-            Some("10.9.9.9")
-        );
+        assert_eq!(all.changed_ip(&[v4]), None);
+        let changed = [("Hostname", "n"), ("InternalIP", "10.9.9.9"), v4];
+        assert_eq!(all.changed_ip(&changed), Some("10.9.9.9"));
         assert_eq!(all.changed_ip(&[("Hostname", "n")]), None);
     }
 }

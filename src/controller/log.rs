@@ -108,15 +108,6 @@ mod tests {
     }
 
     #[test]
-    fn an_unopenable_file_is_an_error_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("missing-dir").join("log");
-        let e = format!("{:#}", open_log_file(&path).unwrap_err());
-        assert!(e.starts_with("opening the log file "), "{e}");
-        assert!(e.contains("missing-dir"), "{e}");
-    }
-
-    #[test]
     fn every_line_goes_to_both() {
         let (out, file) = (Buf::default(), Buf::default());
         let (o, f) = (out.clone(), file.clone());

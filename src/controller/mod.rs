@@ -8,7 +8,7 @@
 //! image's entrypoint), all through `commands::controller::run`, which wires [`run::run`] with
 //! the real clients and `oc`, and keeps Go's exit codes.
 //!
-//! - `config`, `token`, `startup`, `log`: what the process knows before it touches an API (the
+//! - `config`, `startup`, `log`: what the process knows before it touches an API (the
 //!   environment, the token file, dry mode's hosts and reboot marker, the log file);
 //! - `bootstrap`: the Kubernetes client, the proxy environment from the cluster's Proxy, then
 //!   the service client, in that order;
@@ -26,7 +26,6 @@ pub mod config;
 pub(crate) mod deploy;
 pub mod hosts;
 pub mod log;
-
 pub mod run;
 pub mod service;
 pub mod startup;
@@ -34,4 +33,3 @@ pub mod status;
 pub mod tasks;
 #[cfg(test)]
 mod testing;
-pub mod token;

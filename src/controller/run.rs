@@ -1,28 +1,19 @@
-//! Go's `main` after startup, as a library function over trait objects: [`run`] takes the
-//! Kubernetes and service clients as constructors, the clock, the signal stop token, the
-//! must-gather runner, the reboot counter and the manifest applier, and returns how the process
-//! ends. Startup failures (no client, no Proxy object, no cluster within SetReadyState's limit)
-//! are errors: the caller exits 1 and the Job restarts the container.
+//! Go's `main` after startup, over trait objects: [`run`] takes the clients as constructors, the
+//! clock, the signal stop token and the `oc` runners, and returns how the process ends. Startup
+//! failures (no client, no Proxy object, no cluster within SetReadyState's limit) are errors:
+//! the caller exits 1 and the Job restarts the container.
 //!
-//! Order, as Go's:
-//! 1. [`super::bootstrap::connect`] (Kubernetes client, Proxy env, service client);
-//! 2. the [`RebootsNotifier`], finalized last (after the shutdown);
-//! 3. the tasks' stop token: a child of the signal token, cancelled by the shutdown;
-//! 4. the DNS fix on its own thread (not in dry mode);
-//! 5. [`super::tasks::ready::ready_phase`] (invoker, SetReadyState, platform, untaint);
-//!    - ABI on a single node: the ABI post-install, the ABI completion wait with no untaint
-//!      and no expected masters, the notifier's finalize, [`Outcome::Done`] at once, without
-//!      waiting for any thread (Go returns from main);
-//! 6. threads, in Go's order: node status (with CSR approval), post-install (with the OLM
-//!    step, or the ABI post-install), BMH (only for a `baremetal` cluster), log upload (periodic,
-//!    then the final upload once stopped), node labels;
-//! 7. the completion wait (`waitForInstallation`, or the ABI one); [`Outcome::ExitNow`] is Go's
-//!    `os.Exit(0)`: returned at once, nothing joined, nothing finalized. A signal ends the wait
-//!    with an error and no shutdown: Go has no signal handling and dies of SIGTERM, so the Job
-//!    restarts it; running the final log upload (up to 70 min) would only be cut short by the
-//!    pod's SIGKILL;
-//! 8. the shutdown (cancel the tasks' token, join every thread including the DNS fix and the
-//!    final log upload), then the notifier's finalize; [`Outcome::Done`].
+//! Go's order: connect (Kubernetes client, Proxy env, service client); the reboots notifier,
+//! finalized last; the tasks' stop token (a child of the signal token); the DNS fix (not in dry
+//! mode); the ready phase. ABI on a single node then only applies the OLM manifests and waits for
+//! the ClusterVersion, and returns without waiting for any thread (Go returns from main).
+//! Otherwise the threads start, in Go's order (node status with CSR approval, post-install, BMH
+//! on bare metal, log upload, node labels), then the completion wait. [`Outcome::ExitNow`] is
+//! Go's `os.Exit(0)`: nothing joined, nothing finalized. A signal ends the wait with an error and
+//! no shutdown: Go has no signal handling and dies of SIGTERM, so the Job restarts it; the final
+//! log upload (up to 70 min) would only be cut short by the pod's SIGKILL. Last, the shutdown
+//! (cancel the tasks, join every thread, the DNS fix and the final log upload included) and the
+//! notifier's finalize.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,8 +28,8 @@ use super::service::ControllerService;
 use super::status::ControllerStatus;
 use super::tasks::bmh::BmhUpdate;
 use super::tasks::completion::{
-    self, post_install_configs, wait_for_installation, wait_for_installation_abi,
-    PostInstallSettings, WaitOutcome,
+    post_install_configs, wait_for_installation, wait_for_installation_abi, PostInstallSettings,
+    WaitOutcome, INSTALL_STATUS_INTERVAL,
 };
 use super::tasks::dns_fix;
 use super::tasks::labels::NodeLabels;
@@ -59,10 +50,10 @@ use crate::kube::install_config::INVOKER_AGENT;
 use crate::kube::ClusterApi;
 
 /// The error when the signal token ends the completion wait.
-pub const STOPPED_BY_SIGNAL: &str =
+const STOPPED_BY_SIGNAL: &str =
     "stopped by a signal before the installation finished; the tasks are abandoned";
 /// The platform type for which the BMH task runs.
-pub const BAREMETAL: &str = "baremetal";
+const BAREMETAL: &str = "baremetal";
 
 /// How the main sequence ended (startup failures are `Err`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,58 +65,35 @@ pub enum Outcome {
     ExitNow,
 }
 
-/// The intervals of the tasks; [`Intervals::production`] has Go's, tests shrink them.
+/// The console/CVO cap of post-install, Go's 10 h in [`Intervals::production`]; the tests
+/// raise it out of reach of the fake clock that all threads move. Every other interval is Go's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Intervals {
-    /// Node-status rounds, CSR approval, waiting for `finalizing`, stage-report retries (30 s).
-    pub general: Duration,
-    /// Console/CVO poll, completion retry (60 s).
-    pub progress: Duration,
-    /// The console/CVO cap (10 h).
     pub cvo_timeout: Duration,
-    /// Router-CA poll (10 s).
-    pub router_ca: Duration,
-    /// The completion waits (1 min).
-    pub install_status: Duration,
-    /// Periodic log upload (5 min).
-    pub logs_upload: Duration,
-    /// Final log upload retry (30 s) and window (70 min).
-    pub summary_logs: Duration,
-    pub summary_logs_window: Duration,
 }
 
 impl Intervals {
     pub fn production() -> Intervals {
         let post = PostInstallSettings::new("", false);
         Intervals {
-            general: GENERAL_WAIT,
-            progress: post.progress_interval,
             cvo_timeout: post.cvo_timeout,
-            router_ca: post.router_ca_interval,
-            install_status: completion::INSTALL_STATUS_INTERVAL,
-            logs_upload: LOGS_UPLOAD_PERIOD,
-            summary_logs: SUMMARY_LOGS_PERIOD,
-            summary_logs_window: SUMMARY_LOGS_WINDOW,
         }
     }
 }
 
-/// What a task started by main gets: shared handles and what the ready phase decided.
+/// What a task started by main gets.
 #[derive(Clone)]
-pub struct TaskEnv {
-    pub config: Arc<ControllerConfig>,
-    pub cluster: Arc<dyn ClusterApi>,
-    pub service: Arc<dyn ControllerService>,
-    pub clock: Arc<dyn Clock>,
+struct TaskEnv {
+    config: Arc<ControllerConfig>,
+    cluster: Arc<dyn ClusterApi>,
+    service: Arc<dyn ControllerService>,
+    clock: Arc<dyn Clock>,
     /// Go's main ctx: a child of the signal token, cancelled by the shutdown step.
-    pub stop: Cancel,
-    pub status: Arc<ControllerStatus>,
-    pub intervals: Intervals,
-    pub invoker: String,
-    /// `platform.type` of the cluster (or of the install-config for ABI); "" when unknown.
-    pub platform: String,
+    stop: Cancel,
+    status: Arc<ControllerStatus>,
+    intervals: Intervals,
     /// The reboots notifier, whose kubeconfig download the ABI post-install shares.
-    pub notifier: Arc<RebootsNotifier>,
+    notifier: Arc<RebootsNotifier>,
 }
 
 /// Where the log upload reads and writes.
@@ -135,7 +103,7 @@ pub struct LogPaths {
     pub must_gather_dir: PathBuf,
 }
 
-/// The setter of a process environment variable (the proxy variables).
+/// The setter of a process environment variable.
 pub type SetEnv = Box<dyn FnMut(&str, &str)>;
 
 /// Everything [`run`] needs.
@@ -143,7 +111,7 @@ pub struct Controller {
     pub config: ControllerConfig,
     /// The Kubernetes client.
     pub build_cluster: Box<dyn FnOnce() -> Result<Arc<dyn ClusterApi>>>,
-    /// The proxy environment's setter.
+    /// The setter of the proxy variables in the process environment.
     pub set_env: SetEnv,
     /// The service client, built once the proxy environment is set.
     pub build_service: Box<dyn FnOnce() -> Result<Arc<dyn ControllerService>>>,
@@ -214,7 +182,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         config.control_plane_count,
         &config.openshift_version,
     )?;
-    let mut env = TaskEnv {
+    let env = TaskEnv {
         config: Arc::new(config),
         cluster,
         service,
@@ -222,14 +190,11 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         stop,
         status,
         intervals,
-        invoker: String::new(),
-        platform: String::new(),
         notifier: notifier.clone(),
     };
     let mut handles = Vec::new();
     let readiness = match phase {
-        ReadyPhase::AbiSingleNode { invoker } => {
-            env.invoker = invoker;
+        ReadyPhase::AbiSingleNode { .. } => {
             let (env2, applier) = (env.clone(), applier.clone());
             spawn(&mut handles, "abi-post-install", move || {
                 abi_post_install_task(&env2, &*applier, SNO_KUBECONFIG)
@@ -238,7 +203,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
                 &*env.clock,
                 &env.stop,
                 &*env.cluster,
-                intervals.install_status,
+                INSTALL_STATUS_INTERVAL,
                 0,
                 None,
             ) {
@@ -252,9 +217,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         }
         ReadyPhase::Ready(readiness) => readiness,
     };
-    env.invoker = readiness.invoker.clone();
-    env.platform = readiness.platform.clone();
-    let abi = env.invoker == INVOKER_AGENT;
+    let abi = readiness.invoker == INVOKER_AGENT;
     let untaint = readiness.remove_uninitialized_taint;
 
     // 1. Node status, with CSR approval.
@@ -262,15 +225,13 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         let env = env.clone();
         let notifier = notifier.clone();
         spawn(&mut handles, "node-status", move || {
-            let mut nodes = NodeStatus::new(
+            let nodes = NodeStatus::new(
                 &*env.cluster,
                 &*env.service,
                 &*env.clock,
                 &*notifier,
                 untaint,
             );
-            nodes.interval = env.intervals.general;
-            nodes.csr_interval = env.intervals.general;
             let _ = nodes.run(&env.stop);
         })?;
     }
@@ -287,10 +248,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
                 &env.config.openshift_version,
                 env.config.check_cluster_version,
             );
-            settings.wait_interval = env.intervals.general;
-            settings.progress_interval = env.intervals.progress;
             settings.cvo_timeout = env.intervals.cvo_timeout;
-            settings.router_ca_interval = env.intervals.router_ca;
             let mut step = || {
                 wait_for_olm_operators(
                     &*env.clock,
@@ -314,7 +272,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         })?;
     }
     // 3. BMH, only for a bare-metal cluster.
-    if readiness.cluster.is_some() && env.platform == BAREMETAL {
+    if readiness.cluster.is_some() && readiness.platform == BAREMETAL {
         let env = env.clone();
         spawn(&mut handles, "bmh", move || {
             if let Err(e) = BmhUpdate::new(&*env.cluster, &*env.clock).run(&env.stop) {
@@ -340,13 +298,8 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             uploader.must_gather_dir = log_paths.must_gather_dir;
             uploader.control_plane_count = env.config.control_plane_count;
             uploader.router_probe = router_probe.as_deref();
-            uploader.periodic(&*env.clock, &env.stop, env.intervals.logs_upload);
-            uploader.final_logs(
-                abi,
-                &*env.clock,
-                env.intervals.summary_logs,
-                env.intervals.summary_logs_window,
-            );
+            uploader.periodic(&*env.clock, &env.stop, LOGS_UPLOAD_PERIOD);
+            uploader.final_logs(abi, &*env.clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW);
         })?;
     }
     // 5. Node labels.
@@ -384,7 +337,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             &*env.clock,
             &env.stop,
             &*env.cluster,
-            intervals.install_status,
+            INSTALL_STATUS_INTERVAL,
             env.config.control_plane_count,
             untaint_fn,
         ) {
@@ -396,7 +349,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
             &env.stop,
             &*env.service,
             &env.status,
-            intervals.install_status,
+            INSTALL_STATUS_INTERVAL,
         );
         match outcome {
             WaitOutcome::Finished => {}
@@ -441,7 +394,7 @@ fn abi_post_install_task(env: &TaskEnv, applier: &dyn ManifestApplier, kubeconfi
         &env.config.namespace,
         &env.config.openshift_version,
         source,
-        env.intervals.general,
+        GENERAL_WAIT,
     ) {
         tracing::info!("the ABI post-install task stopped before the manifests were applied");
     }

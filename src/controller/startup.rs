@@ -2,7 +2,10 @@
 //! which the process turns into exit code 1 (the Job restarts the container).
 //!
 //! 1. The environment: `required key CLUSTER_ID missing value` and the like.
-//! 2. The token.
+//! 2. The token: the Secret mounted as a file, with the environment's `PULL_SECRET_TOKEN` only
+//!    when that file does not exist. A file that exists but cannot be read is an error (Go:
+//!    fatal). The token is trimmed of surrounding whitespace; an existing file that is empty (or
+//!    only whitespace) gives an empty token, without the environment fallback.
 //! 3. Dry mode only: the cluster-hosts file is parsed, then the controller waits, checking every
 //!    second, for the fake-reboot marker file.
 //! 4. The log file is opened; the caller then installs the log and writes the
@@ -14,18 +17,20 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::fs::File;
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::config::ControllerConfig;
 use super::log::LOG_PATH;
 use super::tasks::logs::MUST_GATHER_DIR;
-use super::token::{read_token, TOKEN_PATH};
 use crate::clock::poll;
 use crate::clock::{Clock, Stop};
 use crate::config::cluster_hosts::{self, ClusterHost};
 use crate::kube::client::SERVICE_ACCOUNT_DIR;
 
+/// Where the Job mounts the Secret's `pull-secret-token` item.
+const TOKEN_PATH: &str = "/etc/assisted-installer-controller/token";
 /// How often dry mode looks for the fake-reboot marker.
 pub const DRY_MARKER_POLL: Duration = Duration::from_secs(1);
 
@@ -108,6 +113,18 @@ pub fn prepare(
     })
 }
 
+/// The token from `path`, or `env_fallback` (unset: empty) when `path` does not exist.
+fn read_token(path: &Path, env_fallback: Option<&str>) -> Result<String> {
+    let raw = match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == ErrorKind::NotFound => env_fallback.unwrap_or_default().to_string(),
+        Err(e) => {
+            return Err(e).with_context(|| format!("reading the token file {}", path.display()))
+        }
+    };
+    Ok(raw.trim().to_string())
+}
+
 /// Dry mode: the hosts file, then the wait for the marker.
 fn dry_mode(
     config: &ControllerConfig,
@@ -137,33 +154,19 @@ pub fn config_line(config: &ControllerConfig) -> String {
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use std::collections::HashMap;
     use std::io::Write;
 
-    struct Env(HashMap<String, String>);
-
-    impl Env {
-        fn new(vars: &[(&str, &str)]) -> Env {
-            let mut map: HashMap<String, String> = [
-                ("CLUSTER_ID", "c-1"),
-                ("INVENTORY_URL", "http://svc:8090"),
-                ("OPENSHIFT_VERSION", "4.17"),
-            ]
-            .iter()
+    /// The required variables, then `extra` (a later duplicate wins).
+    fn env(extra: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let required = [
+            ("CLUSTER_ID", "c-1"),
+            ("INVENTORY_URL", "http://svc:8090"),
+            ("OPENSHIFT_VERSION", "4.17"),
+        ];
+        let vars: Vec<(String, String)> = (required.iter().chain(extra))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-            for (k, v) in vars {
-                map.insert(k.to_string(), v.to_string());
-            }
-            Env(map)
-        }
-        fn without(mut self, key: &str) -> Env {
-            self.0.remove(key);
-            self
-        }
-        fn get(&self) -> impl Fn(&str) -> Option<String> + '_ {
-            |k| self.0.get(k).cloned()
-        }
+        move |k| vars.iter().rev().find(|v| v.0 == k).map(|v| v.1.clone())
     }
 
     fn paths(dir: &Path) -> Paths {
@@ -177,64 +180,51 @@ mod tests {
 
     #[test]
     fn the_go_paths_unless_the_test_hooks_move_them() {
-        let d = Paths::from_env(&|_| None);
-        assert_eq!(
-            d.token,
-            Path::new("/etc/assisted-installer-controller/token")
-        );
-        assert_eq!(d.log_file, Path::new("/tmp/controller_logs.log"));
-        assert_eq!(
-            d.service_account_dir,
-            Path::new("/var/run/secrets/kubernetes.io/serviceaccount")
-        );
-        let moved = Paths::from_env(&|k| match k {
-            TOKEN_FILE_ENV => Some("/x/token".into()),
-            LOG_FILE_ENV => Some("/x/log".into()),
-            SERVICE_ACCOUNT_DIR_ENV => Some("/x/sa".into()),
-            MUST_GATHER_DIR_ENV => Some("/x/mg".into()),
-            _ => None,
-        });
-        assert_eq!(moved.token, Path::new("/x/token"));
-        assert_eq!(moved.log_file, Path::new("/x/log"));
-        assert_eq!(moved.service_account_dir, Path::new("/x/sa"));
-        assert_eq!(moved.must_gather_dir, Path::new("/x/mg"));
-        assert_eq!(d.must_gather_dir, Path::new("/tmp/must-gather-logs"));
+        let go = Paths {
+            token: "/etc/assisted-installer-controller/token".into(),
+            log_file: "/tmp/controller_logs.log".into(),
+            service_account_dir: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
+            must_gather_dir: "/tmp/must-gather-logs".into(),
+        };
+        assert_eq!(Paths::from_env(&|_| None), go);
+        let moved = Paths::from_env(&|k| Some(format!("/x/{k}")));
+        let at = |hook: &str| PathBuf::from(format!("/x/{hook}"));
+        let want = Paths {
+            token: at(TOKEN_FILE_ENV),
+            log_file: at(LOG_FILE_ENV),
+            service_account_dir: at(SERVICE_ACCOUNT_DIR_ENV),
+            must_gather_dir: at(MUST_GATHER_DIR_ENV),
+        };
+        assert_eq!(moved, want);
     }
 
     #[test]
     fn prepares_config_token_and_log_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = paths(dir.path());
-        std::fs::write(&p.token, "file-token\n").unwrap();
-        let env = Env::new(&[("PULL_SECRET_TOKEN", "env-token")]);
         let clock = FakeClock::new();
-        let mut s = prepare(&env.get(), &p, &clock, &NeverStop).unwrap();
-        assert_eq!(s.config.cluster_id, "c-1");
-        assert_eq!(s.config.pull_secret_token, "file-token");
-        assert!(s.dry_hosts.is_empty());
-        assert!(clock.sleeps().is_empty());
-        s.log_file.write_all(b"line\n").unwrap();
-        assert_eq!(std::fs::read_to_string(&p.log_file).unwrap(), "line\n");
-        let line = config_line(&s.config);
-        assert!(
-            line.contains("CLUSTER_ID=c-1") && line.contains("<masked>"),
-            "{line}"
-        );
-        assert!(!line.contains("file-token"), "{line}");
-    }
-
-    #[test]
-    fn the_env_token_when_there_is_no_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let env = Env::new(&[("PULL_SECRET_TOKEN", "env-token")]);
-        let s = prepare(
-            &env.get(),
-            &paths(dir.path()),
-            &FakeClock::new(),
-            &NeverStop,
-        )
-        .unwrap();
+        let env = env(&[("PULL_SECRET_TOKEN", " env-token\n")]);
+        // No token file: the environment's, trimmed.
+        let s = prepare(&env, &p, &clock, &NeverStop).unwrap();
         assert_eq!(s.config.pull_secret_token, "env-token");
+        assert_eq!(read_token(&p.token, None).unwrap(), "");
+        // The file wins, trimmed; an empty one gives an empty token, no fallback.
+        for (file, token) in [("  file-token\n", "file-token"), (" \n\t", "")] {
+            std::fs::write(&p.token, file).unwrap();
+            let mut s = prepare(&env, &p, &clock, &NeverStop).unwrap();
+            assert_eq!(s.config.pull_secret_token, token);
+            assert_eq!(s.config.cluster_id, "c-1");
+            assert!(s.dry_hosts.is_empty());
+            s.log_file.write_all(b"line\n").unwrap();
+        }
+        assert!(clock.sleeps().is_empty());
+        // Appended to, by each run.
+        assert_eq!(
+            std::fs::read_to_string(&p.log_file).unwrap(),
+            "line\nline\n"
+        );
+        let line = config_line(&prepare(&env, &p, &clock, &NeverStop).unwrap().config);
+        assert!(line.starts_with("Start running the assisted-installer-controller."));
     }
 
     #[test]
@@ -242,19 +232,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = paths(dir.path());
         let clock = FakeClock::new();
-        let env = Env::new(&[]).without("CLUSTER_ID");
-        let e = prepare(&env.get(), &p, &clock, &NeverStop).unwrap_err();
-        assert_eq!(format!("{e:#}"), "required key CLUSTER_ID missing value");
-        let env = Env::new(&[("NOTIFY_NUM_REBOOTS", "yes")]);
-        let e = prepare(&env.get(), &p, &clock, &NeverStop).unwrap_err();
-        assert!(format!("{e:#}").contains("NOTIFY_NUM_REBOOTS"), "{e:#}");
+        let fail = |env: &dyn Fn(&str) -> Option<String>, p: &Paths| {
+            format!("{:#}", prepare(env, p, &clock, &NeverStop).unwrap_err())
+        };
+        let no_id = |k: &str| env(&[])(k).filter(|_| k != "CLUSTER_ID");
+        assert_eq!(fail(&no_id, &p), "required key CLUSTER_ID missing value");
+        let e = fail(&env(&[("NOTIFY_NUM_REBOOTS", "yes")]), &p);
+        assert!(e.contains("NOTIFY_NUM_REBOOTS"), "{e}");
         // A token path that exists but cannot be read as a file.
         std::fs::create_dir(&p.token).unwrap();
-        let e = prepare(&Env::new(&[]).get(), &p, &clock, &NeverStop).unwrap_err();
-        assert!(
-            format!("{e:#}").starts_with("reading the token file"),
-            "{e:#}"
-        );
+        let e = fail(&env(&[]), &p);
+        let want = format!("reading the token file {}", p.token.display());
+        assert!(e.starts_with(&want), "{e}");
         assert!(!p.log_file.exists());
         // And the log file's own failure.
         let bad = Paths {
@@ -262,11 +251,9 @@ mod tests {
             log_file: dir.path().join("no-dir").join("log"),
             ..paths(dir.path())
         };
-        let e = prepare(&Env::new(&[]).get(), &bad, &clock, &NeverStop).unwrap_err();
-        assert!(
-            format!("{e:#}").starts_with("opening the log file"),
-            "{e:#}"
-        );
+        let e = fail(&env(&[]), &bad);
+        assert!(e.starts_with("opening the log file"), "{e}");
+        assert!(e.contains("no-dir"), "{e}");
     }
 
     #[test]
@@ -279,7 +266,7 @@ mod tests {
         ]);
         std::fs::write(&hosts, json.to_string()).unwrap();
         let (h, m) = (hosts.display().to_string(), marker.display().to_string());
-        let env = Env::new(&[
+        let env = env(&[
             ("DRY_ENABLE", "true"),
             ("DRY_CLUSTER_HOSTS_PATH", &h),
             ("DRY_FAKE_REBOOT_MARKER_PATH", &m),
@@ -304,7 +291,7 @@ mod tests {
             fake: FakeClock::new(),
             marker: &marker,
         };
-        let s = prepare(&env.get(), &paths(dir.path()), &clock, &NeverStop).unwrap();
+        let s = prepare(&env, &paths(dir.path()), &clock, &NeverStop).unwrap();
         assert_eq!(s.dry_hosts.len(), 1);
         assert_eq!(s.dry_hosts[0].hostname, "master-1");
         assert_eq!(clock.fake.sleeps(), vec![Duration::from_secs(1); 3]);
@@ -314,38 +301,26 @@ mod tests {
     fn dry_mode_errors() {
         let dir = tempfile::tempdir().unwrap();
         let p = paths(dir.path());
-        let clock = FakeClock::new();
-        let env = Env::new(&[("DRY_ENABLE", "1")]);
-        let e = prepare(&env.get(), &p, &clock, &NeverStop).unwrap_err();
-        assert!(e.to_string().contains("DRY_CLUSTER_HOSTS_PATH"), "{e:#}");
         let hosts = dir.path().join("hosts.json");
-        std::fs::write(&hosts, "not json").unwrap();
         let h = hosts.display().to_string();
-        let env = Env::new(&[("DRY_ENABLE", "1"), ("DRY_CLUSTER_HOSTS_PATH", &h)]);
-        let e = prepare(&env.get(), &p, &clock, &NeverStop).unwrap_err();
-        assert!(
-            format!("{e:#}").starts_with("parsing the dry-run cluster hosts"),
-            "{e:#}"
-        );
-        std::fs::write(&hosts, "[]").unwrap();
-        let e = prepare(&env.get(), &p, &clock, &NeverStop).unwrap_err();
-        assert!(
-            e.to_string().contains("DRY_FAKE_REBOOT_MARKER_PATH"),
-            "{e:#}"
-        );
-        // A stop ends the marker wait.
-        let env = Env::new(&[
-            ("DRY_ENABLE", "1"),
-            ("DRY_CLUSTER_HOSTS_PATH", &h),
-            ("DRY_FAKE_REBOOT_MARKER_PATH", "/nonexistent/marker"),
-        ]);
-        let stop = crate::image::Cancel::new();
+        let (clock, stop) = (FakeClock::new(), crate::image::Cancel::new());
         stop.cancel();
-        let e = prepare(&env.get(), &p, &clock, &stop).unwrap_err();
-        assert_eq!(
-            format!("{e:#}"),
-            "waiting for the dry-run reboot marker /nonexistent/marker: context canceled"
-        );
+        let fail = |env: &[(&str, &str)], hosts_file: &str| {
+            std::fs::write(&hosts, hosts_file).unwrap();
+            let env = self::env(&[&[("DRY_ENABLE", "1")][..], env].concat());
+            format!("{:#}", prepare(&env, &p, &clock, &stop).unwrap_err())
+        };
+        let e = fail(&[], "[]");
+        assert!(e.contains("DRY_CLUSTER_HOSTS_PATH"), "{e}");
+        let e = fail(&[("DRY_CLUSTER_HOSTS_PATH", &h)], "not json");
+        assert!(e.starts_with("parsing the dry-run cluster hosts"), "{e}");
+        let e = fail(&[("DRY_CLUSTER_HOSTS_PATH", &h)], "[]");
+        assert!(e.contains("DRY_FAKE_REBOOT_MARKER_PATH"), "{e}");
+        // A stop ends the marker wait.
+        let marker = ("DRY_FAKE_REBOOT_MARKER_PATH", "/nonexistent/marker");
+        let e = fail(&[("DRY_CLUSTER_HOSTS_PATH", &h), marker], "[]");
+        let want = "waiting for the dry-run reboot marker /nonexistent/marker: context canceled";
+        assert_eq!(e, want);
         assert!(!p.log_file.exists());
     }
 }

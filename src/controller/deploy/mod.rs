@@ -1,160 +1,292 @@
 //! The assisted-installer-controller manifests the bootstrap host drops into
 //! /opt/openshift/manifests, so bootkube creates them with the cluster: a ConfigMap with the
 //! controller's settings, a Secret with the agent token, the Job that runs the controller on a
-//! master, and its namespace, service account, RBAC and network policy. Built as typed
-//! Kubernetes objects and written as YAML, the form the Go installer's templates produce; the
-//! ClusterRole's rules are in `role`, the Job in `job`, what they are built from in `settings`.
-//! The bootstrap flow renders them (`PrepareController` in Go).
+//! master, and its namespace, service account, RBAC and network policy. Written as data, as the
+//! Go installer keeps them (YAML templates under the same file names); the ClusterRole's rules
+//! are in `role`. The bootstrap flow renders them (`PrepareController` in Go).
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{json, Value};
 use std::path::Path;
 
+use crate::config::InstallerConfig;
+use crate::openshift::{CONTROLLER_JOB as NAME, CONTROLLER_NAMESPACE as NAMESPACE};
 use crate::postinstall::ignition::{write_secret_file, Existing};
-use job::job;
-use role::cluster_role;
-pub(crate) use settings::ControllerSettings;
-use settings::{app_label, meta, strings, CONFIG_MAP_NAME, NAME, NAMESPACE, SECRET_NAME};
 
-mod job;
 pub(crate) mod role;
-mod settings;
 
-/// A name, the namespace and the app label.
-fn labelled(name: &str) -> ObjectMeta {
-    ObjectMeta {
-        labels: Some(app_label()),
-        ..meta(name, Some(NAMESPACE))
-    }
-}
-
-/// The controller's settings, read by the Job's environment.
-pub(crate) fn config_map(s: &ControllerSettings) -> ConfigMap {
-    ConfigMap {
-        metadata: labelled(CONFIG_MAP_NAME),
-        data: Some(strings([
-            ("cluster-id", &s.cluster_id),
-            ("inventory-url", &s.inventory_url),
-            (
-                "skip-cert-verification",
-                &s.skip_cert_verification.to_string(),
-            ),
-            ("ca-cert-path", &s.ca_cert_path),
-            (
-                "check-cluster-version",
-                &s.check_cluster_version.to_string(),
-            ),
-            ("control-plane-count", &s.control_plane_count.to_string()),
-            ("must-gather-image", &s.must_gather_image),
-        ])),
-        ..ConfigMap::default()
-    }
-}
-
-/// The agent token, mounted into the controller as a file (not an environment variable, which
-/// would show in the pod's spec).
-pub(crate) fn secret(s: &ControllerSettings) -> Secret {
-    Secret {
-        metadata: labelled(SECRET_NAME),
-        type_: Some("Opaque".into()),
-        string_data: Some(strings([("pull-secret-token", &s.token)])),
-        ..Secret::default()
-    }
-}
-
-/// Privileged: the controller's pod uses the host network and host paths. Pod-security label
-/// syncing is off, so that OpenShift does not lower the level again.
-pub(crate) fn namespace() -> Namespace {
-    let privileged = "privileged";
-    Namespace {
-        metadata: ObjectMeta {
-            labels: Some(strings([
-                ("security.openshift.io/scc.podSecurityLabelSync", "false"),
-                ("pod-security.kubernetes.io/enforce", privileged),
-                ("pod-security.kubernetes.io/audit", privileged),
-                ("pod-security.kubernetes.io/warn", privileged),
-            ])),
-            ..meta(NAMESPACE, None)
-        },
-        ..Namespace::default()
-    }
-}
-
-pub(crate) fn service_account() -> ServiceAccount {
-    ServiceAccount {
-        metadata: meta(NAME, Some(NAMESPACE)),
-        ..ServiceAccount::default()
-    }
-}
-
-/// Binds the ClusterRole to the service account. Like Go's, it carries a namespace although
-/// cluster-scoped (the API server ignores it).
-pub(crate) fn cluster_role_binding() -> ClusterRoleBinding {
-    ClusterRoleBinding {
-        metadata: meta(NAME, Some(NAMESPACE)),
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: NAME.into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: NAME.into(),
-            namespace: Some(NAMESPACE.into()),
-            ..Subject::default()
-        }]),
-    }
-}
-
-/// No spec at all, as in Go: the API defaults it to every pod of the namespace and policy type
-/// Ingress with no rule, which denies ingress to the namespace's pods that are not on the host
-/// network. The controller is on the host network and only calls out, so it is not affected;
-/// the policy is there so that the namespace has one.
-pub(crate) fn network_policy() -> NetworkPolicy {
-    NetworkPolicy {
-        metadata: meta("assisted-installer-network-policy", Some(NAMESPACE)),
-        spec: None,
-    }
-}
+const CONFIG_MAP_NAME: &str = "assisted-installer-controller-config";
+const SECRET_NAME: &str = "assisted-installer-controller-secret";
+/// The name the service IPs are given in the pod's /etc/hosts.
+const SERVICE_HOSTNAME: &str = "assisted-api.local.openshift.io";
+/// Owner-read only: the token is the agent's credential.
+const TOKEN_MODE: i32 = 0o400;
 
 // The file names of Go's deploy directory and templates (cluster-bootstrap applies whatever is
 // in the directory; keeping the names keeps the logs and the must-gathers comparable).
-pub(super) const NAMESPACE_FILE: &str = "assisted-installer-controller-nm.yaml";
-pub(super) const SERVICE_ACCOUNT_FILE: &str = "assisted-installer-controller-sa.yaml";
-pub(super) const ROLE_FILE: &str = "assisted-installer-controller-role.yaml";
-pub(super) const ROLE_BINDING_FILE: &str = "assisted-installer-controller-role-binding.yaml";
-pub(super) const NETWORK_POLICY_FILE: &str = "assisted-installer-controller-network-policy.yaml";
-pub(super) const CONFIG_MAP_FILE: &str = "assisted-installer-controller-cm.yaml";
+const NAMESPACE_FILE: &str = "assisted-installer-controller-nm.yaml";
+const SERVICE_ACCOUNT_FILE: &str = "assisted-installer-controller-sa.yaml";
+const ROLE_FILE: &str = "assisted-installer-controller-role.yaml";
+const ROLE_BINDING_FILE: &str = "assisted-installer-controller-role-binding.yaml";
+const NETWORK_POLICY_FILE: &str = "assisted-installer-controller-network-policy.yaml";
+const CONFIG_MAP_FILE: &str = "assisted-installer-controller-cm.yaml";
 /// The manifest holding the token.
-pub(super) const SECRET_FILE: &str = "assisted-installer-controller-secret.yaml";
-pub(super) const JOB_FILE: &str = "assisted-installer-controller-pod.yaml";
+const SECRET_FILE: &str = "assisted-installer-controller-secret.yaml";
+const JOB_FILE: &str = "assisted-installer-controller-pod.yaml";
 
-/// Every manifest as YAML (what cluster-bootstrap reads from the manifests directory), by file
-/// name.
-pub(crate) fn manifests(s: &ControllerSettings) -> Result<Vec<(&'static str, String)>> {
-    fn yaml<T: serde::Serialize>(name: &'static str, object: &T) -> Result<(&'static str, String)> {
-        let text = serde_saphyr::to_string(object).with_context(|| format!("rendering {name}"))?;
-        Ok((name, text))
+/// What the manifests carry (no `Debug`: the token is among them).
+pub(crate) struct ControllerSettings {
+    cluster_id: String,
+    inventory_url: String,
+    skip_cert_verification: bool,
+    ca_cert_path: String,
+    check_cluster_version: bool,
+    control_plane_count: i64,
+    must_gather_image: String,
+    controller_image: String,
+    openshift_version: String,
+    notify_num_reboots: bool,
+    service_ips: Vec<String>,
+    token: String,
+    single_node: bool,
+}
+
+impl ControllerSettings {
+    pub(crate) fn from_config(cfg: &InstallerConfig, token: &str, single_node: bool) -> Self {
+        ControllerSettings {
+            cluster_id: cfg.cluster_id.clone(),
+            inventory_url: cfg.url.clone(),
+            skip_cert_verification: cfg.insecure,
+            ca_cert_path: cfg
+                .cacert
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            check_cluster_version: cfg.check_cluster_version,
+            control_plane_count: cfg.control_plane_count,
+            must_gather_image: cfg.must_gather_image.clone(),
+            controller_image: cfg.controller_image.clone(),
+            openshift_version: cfg.openshift_version.clone(),
+            notify_num_reboots: cfg.notify_num_reboots,
+            service_ips: cfg
+                .service_ips
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+            token: token.to_string(),
+            single_node,
+        }
     }
-    Ok(vec![
-        yaml(NAMESPACE_FILE, &namespace())?,
-        yaml(SERVICE_ACCOUNT_FILE, &service_account())?,
-        yaml(ROLE_FILE, &cluster_role())?,
-        yaml(ROLE_BINDING_FILE, &cluster_role_binding())?,
-        yaml(NETWORK_POLICY_FILE, &network_policy())?,
-        yaml(CONFIG_MAP_FILE, &config_map(s))?,
-        yaml(SECRET_FILE, &secret(s))?,
-        yaml(JOB_FILE, &job(s))?,
+}
+
+/// A name in the controller's namespace, with `app: assisted-installer-controller` when
+/// `labelled`. Like Go's, the cluster-scoped RBAC objects carry the namespace too (the API server
+/// ignores it).
+fn metadata(name: &str, labelled: bool) -> Value {
+    let mut meta = json!({"name": name, "namespace": NAMESPACE});
+    if labelled {
+        meta["labels"] = json!({"app": NAME});
+    }
+    meta
+}
+
+/// The Job's environment, in Go's order: each variable from a ConfigMap key (required or
+/// optional), but for two literal values.
+fn env(s: &ControllerSettings) -> Value {
+    let from_config = |name: &str, key: &str, optional: bool| {
+        let mut source = json!({"name": CONFIG_MAP_NAME, "key": key});
+        if optional {
+            source["optional"] = json!(true);
+        }
+        json!({"name": name, "valueFrom": {"configMapKeyRef": source}})
+    };
+    json!([
+        from_config("CLUSTER_ID", "cluster-id", false),
+        from_config("INVENTORY_URL", "inventory-url", false),
+        from_config("CA_CERT_PATH", "ca-cert-path", true),
+        from_config("SKIP_CERT_VERIFICATION", "skip-cert-verification", true),
+        {"name": "OPENSHIFT_VERSION", "value": s.openshift_version},
+        {"name": "NOTIFY_NUM_REBOOTS", "value": s.notify_num_reboots.to_string()},
+        from_config("CONTROL_PLANE_COUNT", "control-plane-count", true),
+        from_config("CHECK_CLUSTER_VERSION", "check-cluster-version", true),
+        from_config("MUST_GATHER_IMAGE", "must-gather-image", true),
     ])
 }
 
-/// Write every manifest into `dir` (created if needed); the Secret is private from the start.
+/// The Job: the controller on a master, on the host network, with its settings from the
+/// ConfigMap, the token as a file from the Secret, and the host files it reads. Its pod carries
+/// `app: assisted-installer-controller`; the Job controller adds `job-name:
+/// assisted-installer-controller`, by which the bootstrap finds the pod.
+fn job(s: &ControllerSettings) -> Value {
+    // A host path has no `type`: the kubelet checks nothing, as in Go's template.
+    let host = |path: &str| json!({"hostPath": {"path": path}});
+    // (volume name, mount path, volume source)
+    let mut mounts = vec![
+        // The host's trust store: the system pool then includes CAs the cluster added.
+        ("host-pki", "/etc/pki", host("/etc/pki")),
+        // Logged by the controller when it fails, to debug DNS.
+        (
+            "var-run-resolv",
+            "/tmp/var-run-resolv.conf",
+            host("/var/run/NetworkManager/resolv.conf"),
+        ),
+        (
+            "host-resolv",
+            "/tmp/host-resolv.conf",
+            host("/etc/resolv.conf"),
+        ),
+        (
+            "controller-token",
+            "/etc/assisted-installer-controller",
+            json!({"secret": {"secretName": SECRET_NAME, "items": [
+                {"key": "pull-secret-token", "path": "token", "mode": TOKEN_MODE}
+            ]}}),
+        ),
+    ];
+    let mut tolerations = vec!["node-role.kubernetes.io/master"];
+    if s.single_node {
+        // The controller starts before the node is Ready (no network yet) and reaches the API
+        // with the bootstrap kubeconfig (`/tmp/bootstrap-secrets/kubeconfig`).
+        let secrets = host("/etc/kubernetes/bootstrap-secrets");
+        mounts.push(("bootstrap-secrets", "/tmp/bootstrap-secrets", secrets));
+        tolerations.extend([
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/network-unavailable",
+        ]);
+    }
+    if !s.ca_cert_path.is_empty() {
+        // CA_CERT_PATH names a host file: the controller reads it at the same path.
+        let path = s.ca_cert_path.as_str();
+        mounts.push(("ca-cert", path, host(path)));
+    }
+    let volume_mounts: Vec<Value> = mounts
+        .iter()
+        .map(|(name, path, _)| json!({"name": name, "mountPath": path}))
+        .collect();
+    let volumes: Vec<Value> = mounts
+        .into_iter()
+        .map(|(name, _, mut volume)| {
+            volume["name"] = json!(name);
+            volume
+        })
+        .collect();
+    let tolerations: Vec<Value> = tolerations
+        .into_iter()
+        .map(|key| json!({"key": key, "operator": "Exists", "effect": "NoSchedule"}))
+        .collect();
+    let mut pod = json!({
+        "containers": [{
+            "name": NAME,
+            "image": s.controller_image,
+            "imagePullPolicy": "IfNotPresent",
+            "env": env(s),
+            "volumeMounts": volume_mounts,
+        }],
+        "restartPolicy": "OnFailure",
+        "hostNetwork": true,
+        "nodeSelector": {"node-role.kubernetes.io/master": ""},
+        "serviceAccountName": NAME,
+        "tolerations": tolerations,
+        "volumes": volumes,
+    });
+    if !s.service_ips.is_empty() {
+        // The controller reaches the service by the name its URL may use, at each service IP.
+        let aliases = s.service_ips.iter();
+        pod["hostAliases"] = aliases
+            .map(|ip| json!({"ip": ip, "hostnames": [SERVICE_HOSTNAME]}))
+            .collect();
+    }
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(NAME, false),
+        "spec": {
+            // The Job's restarts of a failing controller, as Go's.
+            "backoffLimit": 100,
+            "template": {"metadata": {"labels": {"app": NAME}}, "spec": pod},
+        },
+    })
+}
+
+/// Every manifest by file name (what cluster-bootstrap reads from the manifests directory).
+fn documents(s: &ControllerSettings) -> Vec<(&'static str, Value)> {
+    let privileged = "privileged";
+    vec![
+        // Privileged: the controller's pod uses the host network and host paths. Pod-security
+        // label syncing is off, so that OpenShift does not lower the level again.
+        (
+            NAMESPACE_FILE,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+                "name": NAMESPACE,
+                "labels": {
+                    "security.openshift.io/scc.podSecurityLabelSync": "false",
+                    "pod-security.kubernetes.io/enforce": privileged,
+                    "pod-security.kubernetes.io/audit": privileged,
+                    "pod-security.kubernetes.io/warn": privileged,
+                },
+            }}),
+        ),
+        (
+            SERVICE_ACCOUNT_FILE,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(NAME, false)}),
+        ),
+        (ROLE_FILE, role::cluster_role(metadata(NAME, false))),
+        (
+            ROLE_BINDING_FILE,
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": metadata(NAME, false),
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+                "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
+            }),
+        ),
+        // No spec at all, as in Go: the API defaults it to every pod of the namespace and policy
+        // type Ingress with no rule, which denies ingress to the namespace's pods that are not on
+        // the host network. The controller is on the host network and only calls out, so it is
+        // not affected; the policy is there so that the namespace has one.
+        (
+            NETWORK_POLICY_FILE,
+            json!({
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": metadata("assisted-installer-network-policy", false),
+            }),
+        ),
+        // The settings the Job's environment reads, all strings.
+        (
+            CONFIG_MAP_FILE,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(CONFIG_MAP_NAME, true),
+                "data": {
+                    "cluster-id": s.cluster_id,
+                    "inventory-url": s.inventory_url,
+                    "skip-cert-verification": s.skip_cert_verification.to_string(),
+                    "ca-cert-path": s.ca_cert_path,
+                    "check-cluster-version": s.check_cluster_version.to_string(),
+                    "control-plane-count": s.control_plane_count.to_string(),
+                    "must-gather-image": s.must_gather_image,
+                },
+            }),
+        ),
+        // The agent token, mounted into the controller as a file (not an environment variable,
+        // which would show in the pod's spec).
+        (
+            SECRET_FILE,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": metadata(SECRET_NAME, true),
+                "type": "Opaque", "stringData": {"pull-secret-token": s.token}}),
+        ),
+        (JOB_FILE, job(s)),
+    ]
+}
+
+/// Write every manifest into `dir` (created if needed) as YAML; the Secret is private from the
+/// start.
 pub(crate) fn render_manifests(dir: &Path, s: &ControllerSettings) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (name, text) in manifests(s)? {
+    for (name, doc) in documents(s) {
+        let text = serde_saphyr::to_string(&doc).with_context(|| format!("rendering {name}"))?;
         let path = dir.join(name);
         if name == SECRET_FILE {
             write_secret_file(&path, text.as_bytes(), Existing::Replace)

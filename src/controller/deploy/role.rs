@@ -3,10 +3,8 @@
 //! controller uses some of them no more (jobs, tokenreviews, services...); they stay, so that a
 //! controller image built for the Go installer finds what it was granted there.
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use serde_json::{json, Value};
 use std::sync::LazyLock;
-
-use super::settings::{meta, NAME, NAMESPACE};
 
 /// One rule: API groups (`""` is the core group), resources, resource names (empty: any) and
 /// verbs. No field ever holds `*`.
@@ -77,29 +75,24 @@ pub(crate) static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         .collect()
 });
 
-fn strings(items: &[&str]) -> Vec<String> {
-    items.iter().map(|s| s.to_string()).collect()
-}
-
-impl Rule {
-    fn policy_rule(&self) -> PolicyRule {
-        PolicyRule {
-            api_groups: Some(strings(&self.api_groups)),
-            resources: Some(strings(&self.resources)),
-            resource_names: (!self.resource_names.is_empty())
-                .then(|| strings(&self.resource_names)),
-            verbs: strings(&self.verbs),
-            non_resource_urls: None,
-        }
-    }
-}
-
-/// `ClusterRole assisted-installer-controller`. Like Go's, it carries a namespace although
-/// cluster-scoped (the API server ignores it).
-pub(crate) fn cluster_role() -> ClusterRole {
-    ClusterRole {
-        metadata: meta(NAME, Some(NAMESPACE)),
-        rules: Some(RULES.iter().map(Rule::policy_rule).collect()),
-        aggregation_rule: None,
-    }
+/// `ClusterRole assisted-installer-controller` with `metadata`: the rules of [`RULES`], no
+/// `resourceNames` where any name goes.
+pub(super) fn cluster_role(metadata: Value) -> Value {
+    let rules: Vec<Value> = RULES
+        .iter()
+        .map(|r| {
+            let mut rule =
+                json!({"apiGroups": r.api_groups, "resources": r.resources, "verbs": r.verbs});
+            if !r.resource_names.is_empty() {
+                rule["resourceNames"] = json!(r.resource_names);
+            }
+            rule
+        })
+        .collect();
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": metadata,
+        "rules": rules,
+    })
 }

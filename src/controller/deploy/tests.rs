@@ -1,9 +1,13 @@
-//! The manifests as cluster-bootstrap reads them: the ConfigMap, Secret, namespace, RBAC and
-//! network policy, the Job, and the ClusterRole's rules.
+//! The manifests as cluster-bootstrap reads them: written into a directory and read back from
+//! YAML into an untyped tree, so that a number or a boolean where a string belongs shows (`"3"`
+//! is not `3`), and each one read as its Kubernetes type to catch a misspelt field.
 
-use super::settings::NAME;
 use super::*;
-use serde_json::{json, Value};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use std::collections::BTreeMap;
 
 fn settings(sno: bool) -> ControllerSettings {
     ControllerSettings {
@@ -23,244 +27,130 @@ fn settings(sno: bool) -> ControllerSettings {
     }
 }
 
-/// The manifest `name` rendered with `s`, as YAML read into an untyped tree, so that a
-/// number or a boolean where a string belongs shows (`"3"` is not `3`).
-fn read_with(s: &ControllerSettings, name: &str) -> Value {
-    let (_, text) = manifests(s)
-        .unwrap()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .unwrap_or_else(|| panic!("no manifest {name}"));
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"))
-}
-
-fn read(sno: bool, name: &str) -> Value {
-    read_with(&settings(sno), name)
-}
-
-#[test]
-fn config_map_values_read_back_as_strings() {
-    let cm = read(false, CONFIG_MAP_FILE);
-    assert_eq!(cm["kind"], "ConfigMap");
-    assert_eq!(
-        cm["metadata"],
-        json!({"name": "assisted-installer-controller-config", "namespace": NAMESPACE,
-            "labels": {"app": "assisted-installer-controller"}})
-    );
-    let data = &cm["data"];
-    assert_eq!(data["cluster-id"], json!("c-1"));
-    assert_eq!(data["inventory-url"], json!("https://svc:8090"));
-    assert_eq!(data["control-plane-count"], json!("3"));
-    assert_eq!(data["skip-cert-verification"], json!("false"));
-    assert_eq!(data["check-cluster-version"], json!("true"));
-    assert_eq!(data["ca-cert-path"], json!(""));
-    assert_eq!(
-        data["must-gather-image"],
-        json!(r#"{"ocp":"quay.io/mg:1"}"#)
-    );
-    assert_eq!(data.as_object().unwrap().len(), 7);
-}
-
-#[test]
-fn secret_keeps_the_token_verbatim_and_debug_hides_it() {
-    let s = settings(false);
-    let secret = read(false, SECRET_FILE);
-    assert_eq!(secret["type"], "Opaque");
-    assert_eq!(
-        secret["metadata"],
-        json!({"name": "assisted-installer-controller-secret", "namespace": NAMESPACE,
-            "labels": {"app": "assisted-installer-controller"}})
-    );
-    assert_eq!(
-        secret["stringData"],
-        json!({"pull-secret-token": "s3cr3t\"token"})
-    );
-    assert!(!format!("{s:?}").contains("s3cr3t"));
-}
-
-#[test]
-fn namespace_has_exactly_the_pod_security_labels() {
-    let ns = read(false, NAMESPACE_FILE);
-    assert_eq!(ns["apiVersion"], "v1");
-    assert_eq!(ns["kind"], "Namespace");
-    assert_eq!(
-        ns["metadata"],
-        json!({"name": NAMESPACE, "labels": {
-            "security.openshift.io/scc.podSecurityLabelSync": "false",
-            "pod-security.kubernetes.io/enforce": "privileged",
-            "pod-security.kubernetes.io/audit": "privileged",
-            "pod-security.kubernetes.io/warn": "privileged",
-        }})
-    );
-    assert!(ns.get("spec").is_none());
-}
-
-#[test]
-fn service_account_and_binding() {
-    let sa = read(false, SERVICE_ACCOUNT_FILE);
-    assert_eq!(sa["kind"], "ServiceAccount");
-    assert_eq!(
-        sa["metadata"],
-        json!({"name": NAME, "namespace": NAMESPACE})
-    );
-    let binding = read(false, ROLE_BINDING_FILE);
-    assert_eq!(binding["apiVersion"], "rbac.authorization.k8s.io/v1");
-    assert_eq!(binding["kind"], "ClusterRoleBinding");
-    assert_eq!(
-        binding["metadata"],
-        json!({"name": NAME, "namespace": NAMESPACE})
-    );
-    assert_eq!(
-        binding["roleRef"],
-        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME})
-    );
-    assert_eq!(
-        binding["subjects"],
-        json!([{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}])
-    );
-}
-
-#[test]
-fn network_policy_has_no_spec() {
-    let policy = read(false, NETWORK_POLICY_FILE);
-    assert_eq!(
-        policy,
-        json!({
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {"name": "assisted-installer-network-policy", "namespace": NAMESPACE},
-        })
-    );
-}
-
-#[test]
-fn every_manifest_is_written_with_a_private_secret() {
-    use std::os::unix::fs::PermissionsExt;
+/// The files `render_manifests` writes, read back, by file name.
+fn rendered(s: &ControllerSettings) -> BTreeMap<String, Value> {
     let dir = tempfile::tempdir().unwrap();
-    render_manifests(dir.path(), &settings(false)).unwrap();
-    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+    render_manifests(dir.path(), s).unwrap();
+    std::fs::read_dir(dir.path())
         .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    assert_eq!(
-        names,
-        [
-            CONFIG_MAP_FILE,
-            NETWORK_POLICY_FILE,
-            NAMESPACE_FILE,
-            JOB_FILE,
-            ROLE_BINDING_FILE,
-            ROLE_FILE,
-            SERVICE_ACCOUNT_FILE,
-            SECRET_FILE,
-        ]
-    );
-    let mode = |name: &str| {
-        std::fs::metadata(dir.path().join(name))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777
-    };
-    assert_eq!(mode(SECRET_FILE), 0o600);
-    // A rerun replaces the files, and the Secret stays private.
-    render_manifests(dir.path(), &settings(true)).unwrap();
-    assert_eq!(mode(SECRET_FILE), 0o600);
-}
-
-// The Job.
-
-fn rendered(s: &ControllerSettings) -> Value {
-    read_with(s, JOB_FILE)
-}
-
-fn pod(job: &Value) -> &Value {
-    &job["spec"]["template"]["spec"]
-}
-
-/// mountPath → the volume it mounts.
-fn mounted(job: &Value) -> Vec<(String, Value)> {
-    let pod = pod(job);
-    let volumes = pod["volumes"].as_array().unwrap();
-    pod["containers"][0]["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            assert_eq!(
-                m.as_object().unwrap().len(),
-                2,
-                "only name and mountPath: {m}"
-            );
-            let volume = volumes
-                .iter()
-                .find(|v| v["name"] == m["name"])
-                .unwrap_or_else(|| panic!("no volume for {m}"))
-                .clone();
-            let mut source = volume.as_object().unwrap().clone();
-            source.remove("name");
-            (
-                m["mountPath"].as_str().unwrap().to_string(),
-                Value::Object(source),
-            )
+        .map(|e| {
+            let path = e.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let doc = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            (name, doc)
         })
         .collect()
 }
 
-fn host(path: &str) -> Value {
-    json!({"hostPath": {"path": path}})
+/// A manifest read as its Kubernetes type and written again.
+type AsTyped = fn(&Value) -> Value;
+/// A change of the test settings.
+type Change<'a> = &'a dyn Fn(&mut ControllerSettings);
+
+fn read(s: &ControllerSettings, name: &str) -> Value {
+    rendered(s).remove(name).unwrap()
 }
 
-fn token() -> Value {
-    json!({"secret": {"secretName": "assisted-installer-controller-secret",
-        "items": [{"key": "pull-secret-token", "path": "token", "mode": 256}]}})
+/// `doc` read as a `T` and written again is `doc`: every field is one `T` has.
+fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) -> Value {
+    serde_json::to_value(serde_json::from_value::<T>(doc.clone()).unwrap()).unwrap()
 }
 
 #[test]
-fn job_level_fields_match_go() {
-    let job = rendered(&settings(false));
-    assert_eq!(job["apiVersion"], "batch/v1");
-    assert_eq!(job["kind"], "Job");
-    assert_eq!(
-        job["metadata"],
-        json!({"name": NAME, "namespace": NAMESPACE})
-    );
-    let spec = job["spec"].as_object().unwrap();
-    assert_eq!(spec["backoffLimit"], json!(100));
-    assert_eq!(spec.len(), 2, "backoffLimit and template only: {spec:?}");
-    assert_eq!(
-        job["spec"]["template"]["metadata"],
-        json!({"labels": {"app": "assisted-installer-controller"}})
-    );
-    let pod = pod(&job);
-    assert_eq!(pod["restartPolicy"], "OnFailure");
-    assert_eq!(pod["hostNetwork"], json!(true));
-    assert_eq!(pod["serviceAccountName"], NAME);
-    assert_eq!(
-        pod["nodeSelector"],
-        json!({"node-role.kubernetes.io/master": ""})
-    );
-    assert_eq!(
-        pod["tolerations"],
-        json!([{"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"}])
-    );
-    assert_eq!(
-        pod["hostAliases"],
-        json!([{"ip": "192.0.2.5", "hostnames": ["assisted-api.local.openshift.io"]}])
-    );
-    let container = &pod["containers"][0];
-    assert_eq!(container["name"], NAME);
-    assert_eq!(container["image"], "quay.io/ai/controller:1");
-    assert_eq!(container["imagePullPolicy"], "IfNotPresent");
-    for absent in ["command", "args", "resources", "securityContext"] {
-        assert!(container.get(absent).is_none(), "{absent}: {container}");
+fn every_manifest_is_its_kubernetes_type_and_the_secret_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    for sno in [false, true] {
+        let mut s = settings(sno);
+        s.ca_cert_path = "/etc/ca.pem".into();
+        let docs = rendered(&s);
+        let check: [(&str, AsTyped); 8] = [
+            (CONFIG_MAP_FILE, typed::<ConfigMap>),
+            (NETWORK_POLICY_FILE, typed::<NetworkPolicy>),
+            (NAMESPACE_FILE, typed::<Namespace>),
+            (JOB_FILE, typed::<Job>),
+            (ROLE_BINDING_FILE, typed::<ClusterRoleBinding>),
+            (ROLE_FILE, typed::<ClusterRole>),
+            (SERVICE_ACCOUNT_FILE, typed::<ServiceAccount>),
+            (SECRET_FILE, typed::<Secret>),
+        ];
+        let names: Vec<&str> = check.iter().map(|c| c.0).collect();
+        assert_eq!(docs.keys().collect::<Vec<_>>(), names, "sorted by name");
+        for (name, as_typed) in check {
+            assert_eq!(as_typed(&docs[name]), docs[name], "{name}");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mode = || {
+        let meta = std::fs::metadata(dir.path().join(SECRET_FILE)).unwrap();
+        meta.permissions().mode() & 0o777
+    };
+    render_manifests(dir.path(), &settings(false)).unwrap();
+    assert_eq!(mode(), 0o600);
+    // A rerun replaces the files, and the Secret stays private.
+    render_manifests(dir.path(), &settings(true)).unwrap();
+    assert_eq!(mode(), 0o600);
+}
+
+#[test]
+fn the_manifests_beside_the_job_are_gos() {
+    let docs = rendered(&settings(false));
+    let meta = json!({"name": NAME, "namespace": NAMESPACE});
+    let labelled = |name: &str| json!({"name": name, "namespace": NAMESPACE, "labels": {"app": "assisted-installer-controller"}});
+    let want = [
+        (
+            NAMESPACE_FILE,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": {
+                "security.openshift.io/scc.podSecurityLabelSync": "false",
+                "pod-security.kubernetes.io/enforce": "privileged",
+                "pod-security.kubernetes.io/audit": "privileged",
+                "pod-security.kubernetes.io/warn": "privileged",
+            }}}),
+        ),
+        (
+            SERVICE_ACCOUNT_FILE,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
+        ),
+        (
+            ROLE_BINDING_FILE,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": meta,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+                "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]}),
+        ),
+        (
+            NETWORK_POLICY_FILE,
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": "assisted-installer-network-policy", "namespace": NAMESPACE}}),
+        ),
+        (
+            CONFIG_MAP_FILE,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": labelled("assisted-installer-controller-config"),
+            "data": {
+                "cluster-id": "c-1",
+                "inventory-url": "https://svc:8090",
+                "control-plane-count": "3",
+                "skip-cert-verification": "false",
+                "check-cluster-version": "true",
+                "ca-cert-path": "",
+                "must-gather-image": r#"{"ocp":"quay.io/mg:1"}"#,
+            }}),
+        ),
+        (
+            SECRET_FILE,
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": labelled("assisted-installer-controller-secret"),
+                "stringData": {"pull-secret-token": "s3cr3t\"token"}}),
+        ),
+    ];
+    for (name, doc) in want {
+        assert_eq!(docs[name], doc, "{name}");
     }
 }
 
 #[test]
-fn env_comes_from_the_config_map_and_two_literals() {
-    let job = rendered(&settings(false));
+fn the_multi_node_job_is_gos() {
     let key = |k: &str, optional: bool| {
         let mut r = json!({"name": "assisted-installer-controller-config", "key": k});
         if optional {
@@ -268,123 +158,147 @@ fn env_comes_from_the_config_map_and_two_literals() {
         }
         json!({"configMapKeyRef": r})
     };
-    let want = json!([
-        {"name": "CLUSTER_ID", "valueFrom": key("cluster-id", false)},
-        {"name": "INVENTORY_URL", "valueFrom": key("inventory-url", false)},
-        {"name": "CA_CERT_PATH", "valueFrom": key("ca-cert-path", true)},
-        {"name": "SKIP_CERT_VERIFICATION", "valueFrom": key("skip-cert-verification", true)},
-        {"name": "OPENSHIFT_VERSION", "value": "4.17"},
-        {"name": "NOTIFY_NUM_REBOOTS", "value": "false"},
-        {"name": "CONTROL_PLANE_COUNT", "valueFrom": key("control-plane-count", true)},
-        {"name": "CHECK_CLUSTER_VERSION", "valueFrom": key("check-cluster-version", true)},
-        {"name": "MUST_GATHER_IMAGE", "valueFrom": key("must-gather-image", true)},
-    ]);
-    assert_eq!(pod(&job)["containers"][0]["env"], want);
-    // Every key read is one the ConfigMap has.
-    let cm = read_with(&settings(false), CONFIG_MAP_FILE);
-    for var in want.as_array().unwrap() {
+    let want = json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "spec": {"backoffLimit": 100, "template": {
+            "metadata": {"labels": {"app": "assisted-installer-controller"}},
+            "spec": {
+                "containers": [{
+                    "name": NAME,
+                    "image": "quay.io/ai/controller:1",
+                    "imagePullPolicy": "IfNotPresent",
+                    "env": [
+                        {"name": "CLUSTER_ID", "valueFrom": key("cluster-id", false)},
+                        {"name": "INVENTORY_URL", "valueFrom": key("inventory-url", false)},
+                        {"name": "CA_CERT_PATH", "valueFrom": key("ca-cert-path", true)},
+                        {"name": "SKIP_CERT_VERIFICATION", "valueFrom": key("skip-cert-verification", true)},
+                        {"name": "OPENSHIFT_VERSION", "value": "4.17"},
+                        {"name": "NOTIFY_NUM_REBOOTS", "value": "false"},
+                        {"name": "CONTROL_PLANE_COUNT", "valueFrom": key("control-plane-count", true)},
+                        {"name": "CHECK_CLUSTER_VERSION", "valueFrom": key("check-cluster-version", true)},
+                        {"name": "MUST_GATHER_IMAGE", "valueFrom": key("must-gather-image", true)},
+                    ],
+                    "volumeMounts": [
+                        {"name": "host-pki", "mountPath": "/etc/pki"},
+                        {"name": "var-run-resolv", "mountPath": "/tmp/var-run-resolv.conf"},
+                        {"name": "host-resolv", "mountPath": "/tmp/host-resolv.conf"},
+                        {"name": "controller-token", "mountPath": "/etc/assisted-installer-controller"},
+                    ],
+                }],
+                "restartPolicy": "OnFailure",
+                "hostNetwork": true,
+                "serviceAccountName": NAME,
+                "nodeSelector": {"node-role.kubernetes.io/master": ""},
+                "tolerations": [
+                    {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"}
+                ],
+                "hostAliases": [{"ip": "192.0.2.5", "hostnames": ["assisted-api.local.openshift.io"]}],
+                "volumes": [
+                    {"name": "host-pki", "hostPath": {"path": "/etc/pki"}},
+                    {"name": "var-run-resolv", "hostPath": {"path": "/var/run/NetworkManager/resolv.conf"}},
+                    {"name": "host-resolv", "hostPath": {"path": "/etc/resolv.conf"}},
+                    {"name": "controller-token", "secret": {
+                        "secretName": "assisted-installer-controller-secret",
+                        "items": [{"key": "pull-secret-token", "path": "token", "mode": 256}],
+                    }},
+                ],
+            },
+        }},
+    });
+    let s = settings(false);
+    assert_eq!(read(&s, JOB_FILE), want);
+    // Every key the environment reads is one the ConfigMap has.
+    let cm = read(&s, CONFIG_MAP_FILE);
+    for var in want
+        .pointer("/spec/template/spec/containers/0/env")
+        .unwrap()
+        .as_array()
+        .unwrap()
+    {
         if let Some(k) = var.pointer("/valueFrom/configMapKeyRef/key") {
             assert!(cm["data"].get(k.as_str().unwrap()).is_some(), "{k}");
         }
     }
 }
 
+/// Single node, a CA file and the service IPs each change the Job of `the_multi_node_job_is_gos`
+/// in its volumes, tolerations and host aliases only.
 #[test]
-fn multi_node_mounts_pki_resolv_files_and_the_token() {
-    let job = rendered(&settings(false));
-    assert_eq!(
-        mounted(&job),
-        vec![
-            ("/etc/pki".to_string(), host("/etc/pki")),
-            (
-                "/tmp/var-run-resolv.conf".to_string(),
-                host("/var/run/NetworkManager/resolv.conf")
-            ),
-            (
-                "/tmp/host-resolv.conf".to_string(),
-                host("/etc/resolv.conf")
-            ),
-            ("/etc/assisted-installer-controller".to_string(), token()),
-        ]
+fn single_node_ca_file_and_service_ips_change_the_pod() {
+    let single_node = |s: &mut ControllerSettings| *s = settings(true);
+    let ca_file = |s: &mut ControllerSettings| s.ca_cert_path = "/etc/ca.pem".into();
+    let sno_ca_file = |s: &mut ControllerSettings| {
+        *s = settings(true);
+        s.ca_cert_path = "/etc/ca.pem".into();
+    };
+    let two_ips = |s: &mut ControllerSettings| s.service_ips.push("2001:db8::5".into());
+    let no_ip = |s: &mut ControllerSettings| s.service_ips.clear();
+    let secrets = (
+        "bootstrap-secrets",
+        "/tmp/bootstrap-secrets",
+        "/etc/kubernetes/bootstrap-secrets",
     );
-}
-
-#[test]
-fn single_node_adds_the_bootstrap_secrets_and_tolerations() {
-    let job = rendered(&settings(true));
-    let mounts = mounted(&job);
-    assert_eq!(mounts.len(), 5);
-    assert_eq!(
-        mounts[4],
+    let ca = ("ca-cert", "/etc/ca.pem", "/etc/ca.pem");
+    let sno_tolerations = [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/network-unavailable",
+    ];
+    let cases: [(Change, Vec<_>, &[&str], &[&str]); 5] = [
         (
-            "/tmp/bootstrap-secrets".to_string(),
-            host("/etc/kubernetes/bootstrap-secrets")
-        )
-    );
-    let keys: Vec<&str> = pod(&job)["tolerations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            assert_eq!(t["effect"], "NoSchedule");
-            assert_eq!(t["operator"], "Exists");
-            t["key"].as_str().unwrap()
-        })
-        .collect();
-    assert_eq!(
-        keys,
-        [
-            "node-role.kubernetes.io/master",
-            "node.kubernetes.io/not-ready",
-            "node.kubernetes.io/network-unavailable"
-        ]
-    );
-}
-
-#[test]
-fn a_ca_cert_is_mounted_at_its_own_path_only_when_given() {
-    let mut s = settings(false);
-    s.ca_cert_path = "/etc/assisted/service-ca.pem".into();
-    let mounts = mounted(&rendered(&s));
-    assert_eq!(mounts.len(), 5);
-    assert_eq!(
-        mounts[4],
+            &single_node,
+            vec![secrets],
+            &sno_tolerations,
+            &["192.0.2.5"],
+        ),
+        (&ca_file, vec![ca], &[], &["192.0.2.5"]),
         (
-            "/etc/assisted/service-ca.pem".to_string(),
-            host("/etc/assisted/service-ca.pem")
-        )
-    );
-    let mut sno = settings(true);
-    sno.ca_cert_path = "/etc/ca.pem".into();
-    let paths: Vec<String> = mounted(&rendered(&sno)).into_iter().map(|m| m.0).collect();
-    assert_eq!(paths[4..], ["/tmp/bootstrap-secrets", "/etc/ca.pem"]);
+            &sno_ca_file,
+            vec![secrets, ca],
+            &sno_tolerations,
+            &["192.0.2.5"],
+        ),
+        (&two_ips, vec![], &[], &["192.0.2.5", "2001:db8::5"]),
+        (&no_ip, vec![], &[], &[]),
+    ];
+    let base = read(&settings(false), JOB_FILE);
+    for (i, (change, mounts, tolerations, ips)) in cases.into_iter().enumerate() {
+        let mut s = settings(false);
+        change(&mut s);
+        let mut want = base.clone();
+        let pod = want.pointer_mut("/spec/template/spec").unwrap();
+        for (name, path, host) in mounts {
+            let container = &mut pod["containers"][0]["volumeMounts"];
+            container
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": name, "mountPath": path}));
+            let volume = json!({"name": name, "hostPath": {"path": host}});
+            pod["volumes"].as_array_mut().unwrap().push(volume);
+        }
+        for key in tolerations {
+            let toleration = json!({"key": key, "operator": "Exists", "effect": "NoSchedule"});
+            pod["tolerations"].as_array_mut().unwrap().push(toleration);
+        }
+        let aliases = ips.iter();
+        pod["hostAliases"] = aliases
+            .map(|ip| json!({"ip": ip, "hostnames": [SERVICE_HOSTNAME]}))
+            .collect();
+        if ips.is_empty() {
+            pod.as_object_mut().unwrap().remove("hostAliases");
+        }
+        assert_eq!(read(&s, JOB_FILE), want, "case {i}");
+    }
 }
-
-#[test]
-fn host_aliases_only_with_service_ips() {
-    let mut s = settings(false);
-    s.service_ips = vec!["192.0.2.5".into(), "2001:db8::5".into()];
-    let job = rendered(&s);
-    assert_eq!(
-        pod(&job)["hostAliases"],
-        json!([
-            {"ip": "192.0.2.5", "hostnames": ["assisted-api.local.openshift.io"]},
-            {"ip": "2001:db8::5", "hostnames": ["assisted-api.local.openshift.io"]}
-        ])
-    );
-    s.service_ips.clear();
-    assert!(pod(&rendered(&s)).get("hostAliases").is_none());
-}
-
-// The ClusterRole.
 
 #[test]
 fn the_rendered_role_has_the_go_rules_in_order_with_the_last_narrowed() {
-    let role = read(false, ROLE_FILE);
-    assert_eq!(role["apiVersion"], "rbac.authorization.k8s.io/v1");
-    assert_eq!(role["kind"], "ClusterRole");
-    assert_eq!(role["metadata"]["name"], NAME);
-    assert_eq!(role["metadata"]["namespace"], NAMESPACE);
+    let role = read(&settings(false), ROLE_FILE);
+    assert_eq!(
+        role["metadata"],
+        json!({"name": NAME, "namespace": NAMESPACE})
+    );
     let rules = role["rules"].as_array().expect("rules");
     assert_eq!(rules.len(), 25);
     let at = |i: usize| rules[i - 1].clone();
@@ -410,6 +324,13 @@ fn the_rendered_role_has_the_go_rules_in_order_with_the_last_narrowed() {
         .filter(|&i| at(i).get("resourceNames").is_some())
         .collect();
     assert_eq!(named, [11, 13, 24]);
+    for (i, rule) in rules.iter().enumerate() {
+        assert!(rule.get("nonResourceURLs").is_none(), "rule {}", i + 1);
+        for key in ["apiGroups", "resources", "verbs"] {
+            let list = rule[key].as_array().unwrap();
+            assert!(!list.is_empty(), "rule {} has no {key}", i + 1);
+        }
+    }
 }
 
 /// Every string of a manifest, with where it is.
@@ -433,28 +354,11 @@ fn all_strings(value: &Value, at: String, out: &mut Vec<(String, String)>) {
 #[test]
 fn no_manifest_grants_a_wildcard() {
     for sno in [false, true] {
-        let all = manifests(&settings(sno)).unwrap();
-        for (name, text) in &all {
-            let doc: Value = serde_saphyr::from_str(text).unwrap();
+        for (name, doc) in rendered(&settings(sno)) {
             let mut found = Vec::new();
-            all_strings(&doc, name.to_string(), &mut found);
+            all_strings(&doc, name, &mut found);
             for (at, s) in found {
                 assert!(!s.contains('*'), "{at} is {s:?}");
-            }
-        }
-        let role = read(sno, ROLE_FILE);
-        for (i, rule) in role["rules"].as_array().unwrap().iter().enumerate() {
-            assert!(
-                rule.get("nonResourceURLs").is_none(),
-                "rule {}: {rule}",
-                i + 1
-            );
-            for key in ["apiGroups", "resources", "verbs"] {
-                assert!(
-                    !rule[key].as_array().unwrap().is_empty(),
-                    "rule {} has no {key}",
-                    i + 1
-                );
             }
         }
     }

@@ -1,23 +1,21 @@
-//! Go's `assisted_installer_main_test.go` main-sequence checks and the end-of-install order, on the fake cluster and the
-//! in-memory service. Paths that start tasks run on the real clock with every interval shrunk
-//! to 10 ms (as Go's main tests shrink the install-status interval); the startup failures, which
-//! start none, run on the fake clock so the 70 min limit passes at once.
+//! Go's `assisted_installer_main_test.go` main-sequence checks and the end-of-install order, on
+//! the fake cluster, the in-memory service and a fake clock (Go's intervals, which take no time;
+//! the console/CVO cap is raised out of reach so that the threads' waits, which all move the one
+//! fake clock, cannot end it before the completion wait decides).
 
 use super::*;
-use crate::clock::{FakeClock, SystemClock};
+use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::reboots::KUBECONFIG_FILE;
 use crate::controller::testing::{
     abi_config_map, abi_operators_initialized, cond, record, Recorder,
 };
-use crate::image::Cancel;
 use crate::kube::fake::FakeCluster;
 use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
-use crate::kube::{ApiError, ClusterOperator, ClusterVersion, ProxyStatus};
+use crate::kube::{ClusterOperator, ClusterVersion, ProxyStatus};
 use crate::openshift::{INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE};
 use crate::service::{FinalizingStage, LogsState};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 struct NoReboots;
@@ -39,29 +37,12 @@ impl MustGatherRunner for FakeMustGather {
     }
 }
 
-fn config(extra: &[(&str, &str)]) -> ControllerConfig {
-    let mut vars: Vec<(String, String)> = [
-        ("CLUSTER_ID", "c-1"),
-        ("INVENTORY_URL", "http://127.0.0.1:9"),
-        ("OPENSHIFT_VERSION", "4.12"),
-    ]
-    .iter()
-    .chain(extra)
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    vars.reverse();
-    ControllerConfig::from_env(&|name: &str| {
-        vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-    })
-    .unwrap()
-}
-
 struct Harness {
+    clock: Arc<FakeClock>,
     k8s: Arc<FakeCluster>,
     svc: MemoryService,
     must_gather: Arc<FakeMustGather>,
     env_set: Arc<Mutex<Vec<(String, String)>>>,
-    service_built: Arc<AtomicBool>,
     /// The signal token: fired by a test to stop the threads an `ExitNow` leaves running.
     signal: Cancel,
     applier: Arc<Recorder>,
@@ -69,39 +50,49 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(clock: Arc<dyn Clock>) -> Harness {
+    fn new() -> Harness {
+        let clock = Arc::new(FakeClock::new());
         Harness {
             k8s: Arc::new(FakeCluster::new()),
-            svc: MemoryService::new("c-1", clock),
-            must_gather: Arc::new(FakeMustGather::default()),
+            svc: MemoryService::new("c-1", clock.clone()),
+            clock,
+            must_gather: Arc::default(),
             env_set: Arc::default(),
-            service_built: Arc::default(),
             signal: Cancel::new(),
             applier: Arc::default(),
             dir: tempfile::tempdir().unwrap(),
         }
     }
 
-    fn controller(
-        &self,
-        config: ControllerConfig,
-        clock: Arc<dyn Clock>,
-        intervals: Intervals,
-    ) -> Controller {
+    /// The controller over the fakes, with the required variables and `extra`.
+    fn controller(&self, extra: &[(&str, &str)]) -> Controller {
+        let vars: Vec<(&str, &str)> = [
+            ("CLUSTER_ID", "c-1"),
+            ("INVENTORY_URL", "http://127.0.0.1:9"),
+            ("OPENSHIFT_VERSION", "4.12"),
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+        let env = |name: &str| {
+            vars.iter()
+                .rev()
+                .find(|v| v.0 == name)
+                .map(|v| v.1.to_string())
+        };
         let log_file = self.dir.path().join("controller_logs.log");
         std::fs::write(&log_file, "a log line\n").unwrap();
         let k8s: Arc<dyn ClusterApi> = self.k8s.clone();
         let svc: Arc<dyn ControllerService> = Arc::new(self.svc.clone());
-        let (env_set, built) = (self.env_set.clone(), self.service_built.clone());
+        let env_set = self.env_set.clone();
+        let mut intervals = Intervals::production();
+        intervals.cvo_timeout = Duration::from_secs(100 * 365 * 24 * 3600);
         Controller {
-            config,
+            config: ControllerConfig::from_env(&env).unwrap(),
             build_cluster: Box::new(move || Ok(k8s)),
             set_env: Box::new(move |k, v| env_set.lock().unwrap().push((k.into(), v.into()))),
-            build_service: Box::new(move || {
-                built.store(true, Ordering::SeqCst);
-                Ok(svc)
-            }),
-            clock,
+            build_service: Box::new(move || Ok(svc)),
+            clock: self.clock.clone(),
             signal: self.signal.clone(),
             must_gather: self.must_gather.clone(),
             reboot_counter: Arc::new(NoReboots),
@@ -114,25 +105,16 @@ impl Harness {
             applier: self.applier.clone(),
         }
     }
-}
 
-/// The ABI post-install's ConfigMap, its two operators initialized.
-fn abi_manifests(k8s: &FakeCluster) {
-    abi_operators_initialized(k8s);
-    abi_config_map(k8s, "assisted-installer", true);
-}
-
-fn fast() -> Intervals {
-    let ms = Duration::from_millis(10);
-    Intervals {
-        general: ms,
-        progress: ms,
-        cvo_timeout: Duration::from_secs(60),
-        router_ca: ms,
-        install_status: ms,
-        logs_upload: ms,
-        summary_logs: ms,
-        summary_logs_window: Duration::from_secs(5),
+    /// The cluster of the agent-based installer with an available ClusterVersion and the ABI
+    /// post-install's ConfigMap, its two operators initialized.
+    fn abi(&self) {
+        let invoker = [(INVOKER_KEY, INVOKER_AGENT)];
+        self.k8s
+            .set_config_map(INVOKER_NAMESPACE, INVOKER_CONFIG_MAP, &invoker);
+        available_cluster(&self.k8s);
+        abi_operators_initialized(&self.k8s);
+        abi_config_map(&self.k8s, "assisted-installer", true);
     }
 }
 
@@ -155,21 +137,24 @@ fn position(calls: &[ServiceCall], f: impl Fn(&ServiceCall) -> bool) -> usize {
         .unwrap_or_else(|| panic!("missing call in {calls:#?}"))
 }
 
+/// Where the final upload asked for, and then completed, the logs.
+fn logs_progress(calls: &[ServiceCall]) -> (usize, usize) {
+    let at = |state| position(calls, |c| *c == ServiceCall::UpdateLogsProgress(state));
+    (at(LogsState::Requested), at(LogsState::Completed))
+}
+
 #[test]
 fn success_sends_the_event_completes_then_uploads_the_final_logs() {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let h = Harness::new(clock.clone());
+    let h = Harness::new();
     available_cluster(&h.k8s);
     h.k8s.set_cluster_operator(ClusterOperator {
         name: "console".into(),
         conditions: vec![cond("Available", "True", "")],
         versions: vec![],
     });
-    h.k8s.set_config_map(
-        INGRESS_CERT_NAMESPACE,
-        INGRESS_CERT_NAME,
-        &[(INGRESS_CERT_KEY, "CA")],
-    );
+    let ca = [(INGRESS_CERT_KEY, "CA")];
+    h.k8s
+        .set_config_map(INGRESS_CERT_NAMESPACE, INGRESS_CERT_NAME, &ca);
     h.k8s.set_proxy(ProxyStatus {
         http_proxy: "http://proxy:3128".into(),
         ..ProxyStatus::default()
@@ -181,22 +166,18 @@ fn success_sends_the_event_completes_then_uploads_the_final_logs() {
             cluster.status = "installed".into();
         }
     });
-    let out = run(h.controller(config(&[]), clock, fast())).unwrap();
+    let out = run(h.controller(&[])).unwrap();
     assert_eq!(out, Outcome::Done { error: false });
 
-    assert_eq!(
-        *h.env_set.lock().unwrap(),
-        [("HTTP_PROXY".to_string(), "http://proxy:3128".to_string())]
-    );
-    let events = h.k8s.events();
-    assert_eq!(events.len(), 1, "the ready Event once: {events:?}");
-    let olm_stage = ServiceCall::UpdateFinalizingStage(
-        FinalizingStage::WaitingForOlmOperatorsCsvInitialization,
-    );
-    let olm_runs = h.svc.calls().iter().filter(|c| **c == olm_stage).count();
-    assert_eq!(olm_runs, 1, "the OLM step ran once");
-
+    let proxy = ("HTTP_PROXY".to_string(), "http://proxy:3128".to_string());
+    assert_eq!(*h.env_set.lock().unwrap(), [proxy]);
+    assert_eq!(h.k8s.events().len(), 1, "the ready Event once");
     let calls = h.svc.calls();
+    let olm = FinalizingStage::WaitingForOlmOperatorsCsvInitialization;
+    let olm_runs = calls
+        .iter()
+        .filter(|c| **c == ServiceCall::UpdateFinalizingStage(olm));
+    assert_eq!(olm_runs.count(), 1, "the OLM step ran once");
     let stage =
         |s: FinalizingStage| position(&calls, |c| *c == ServiceCall::UpdateFinalizingStage(s));
     let complete = position(
@@ -208,33 +189,19 @@ fn success_sends_the_event_completes_then_uploads_the_final_logs() {
     );
     assert!(stage(FinalizingStage::AddingRouterCa) < stage(FinalizingStage::Done));
     assert!(stage(FinalizingStage::Done) < complete);
-    let requested = position(&calls, |c| {
-        *c == ServiceCall::UpdateLogsProgress(LogsState::Requested)
-    });
-    let completed = position(&calls, |c| {
-        *c == ServiceCall::UpdateLogsProgress(LogsState::Completed)
-    });
+    let (requested, completed) = logs_progress(&calls);
     assert!(complete < requested && requested < completed);
     assert!(calls[requested..completed]
         .iter()
         .any(|c| matches!(c, ServiceCall::UploadControllerLogs(_))));
-    assert_eq!(
-        calls
-            .iter()
-            .filter(|c| matches!(c, ServiceCall::CompleteInstallation(_)))
-            .count(),
-        1
-    );
-    assert!(
-        h.must_gather.0.lock().unwrap().is_empty(),
-        "no must-gather on success"
-    );
+    assert_eq!(h.svc.completions().len(), 1);
+    let gathered = h.must_gather.0.lock().unwrap();
+    assert!(gathered.is_empty(), "no must-gather on success");
 }
 
 #[test]
 fn an_error_cluster_fails_the_operator_wait_and_runs_must_gather() {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let h = Harness::new(clock.clone());
+    let h = Harness::new();
     available_cluster(&h.k8s);
     // No console ClusterOperator: the console never becomes available.
     h.svc.set_operators(vec![record("console", "progressing")]);
@@ -245,16 +212,9 @@ fn an_error_cluster_fails_the_operator_wait_and_runs_must_gather() {
             cluster.status = "error".into();
         }
     });
-    let out = run(h.controller(config(&[]), clock, fast())).unwrap();
+    let out = run(h.controller(&[])).unwrap();
     assert_eq!(out, Outcome::Done { error: true });
-    let calls = h.svc.calls();
-    let completions: Vec<_> = calls
-        .iter()
-        .filter_map(|c| match c {
-            ServiceCall::CompleteInstallation(p) => Some(p.clone()),
-            _ => None,
-        })
-        .collect();
+    let completions = h.svc.completions();
     assert_eq!(completions.len(), 1, "{completions:?}");
     assert!(!completions[0].is_success);
     assert_eq!(
@@ -262,33 +222,27 @@ fn an_error_cluster_fails_the_operator_wait_and_runs_must_gather() {
         "Stopped waiting for cluster operators to be available: context canceled"
     );
     assert_eq!(h.must_gather.0.lock().unwrap().len(), 1);
+    let calls = h.svc.calls();
     assert!(calls.contains(&ServiceCall::DownloadKubeconfigNoingress));
     // Post-install's failed completion and the final upload run side by side after the
     // shutdown step cancelled the tasks: only the upload's own order is fixed.
-    let requested = position(&calls, |c| {
-        *c == ServiceCall::UpdateLogsProgress(LogsState::Requested)
-    });
-    let completed = position(&calls, |c| {
-        *c == ServiceCall::UpdateLogsProgress(LogsState::Completed)
-    });
+    let (requested, completed) = logs_progress(&calls);
     assert!(requested < completed);
 }
 
 #[test]
 fn the_service_losing_the_cluster_exits_at_once_without_the_final_upload() {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let h = Harness::new(clock.clone());
+    let h = Harness::new();
     // Never finalizing; the cluster is deleted once the ready Event went out (the fake
     // service injects failures per operation, from a helper thread here).
-    let svc = h.svc.clone();
-    let k8s = h.k8s.clone();
+    let (svc, k8s) = (h.svc.clone(), h.k8s.clone());
     let injector = std::thread::spawn(move || {
         while k8s.events().is_empty() {
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::yield_now();
         }
         svc.fail("v2GetCluster", 1000, 404);
     });
-    let out = run(h.controller(config(&[]), clock, fast())).unwrap();
+    let out = run(h.controller(&[])).unwrap();
     injector.join().unwrap();
     let calls = h.svc.calls();
     // Like Go's os.Exit, nothing was stopped: end the threads left running (the log thread
@@ -300,26 +254,17 @@ fn the_service_losing_the_cluster_exits_at_once_without_the_final_upload() {
 
 #[test]
 fn abi_single_node_waits_for_the_cluster_version_only() {
-    let clock = Arc::new(FakeClock::new());
-    let h = Harness::new(clock.clone());
-    h.k8s.set_config_map(
-        INVOKER_NAMESPACE,
-        INVOKER_CONFIG_MAP,
-        &[(INVOKER_KEY, INVOKER_AGENT)],
-    );
-    available_cluster(&h.k8s);
-    abi_manifests(&h.k8s);
-    let out = run(h.controller(config(&[("CONTROL_PLANE_COUNT", "1")]), clock, fast())).unwrap();
+    let h = Harness::new();
+    h.abi();
+    let out = run(h.controller(&[("CONTROL_PLANE_COUNT", "1")])).unwrap();
     assert_eq!(out, Outcome::Done { error: false });
     // Nothing waits for the ABI post-install on this path.
     let started = std::time::Instant::now();
     while h.applier.kubeconfigs().len() < 2 && started.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::yield_now();
     }
-    assert_eq!(
-        h.applier.kubeconfigs(),
-        [PathBuf::from(SNO_KUBECONFIG), PathBuf::from(SNO_KUBECONFIG)]
-    );
+    let sno = PathBuf::from(SNO_KUBECONFIG);
+    assert_eq!(h.applier.kubeconfigs(), [sno.clone(), sno]);
     assert!(h.k8s.events().is_empty(), "no ready Event on this path");
     assert_eq!(h.k8s.count("get_cluster_version"), 1);
     assert_eq!(h.k8s.count("list_nodes"), 0);
@@ -327,39 +272,20 @@ fn abi_single_node_waits_for_the_cluster_version_only() {
 }
 
 #[test]
-fn a_failed_proxy_read_is_a_startup_error_before_the_service_client() {
-    let clock = Arc::new(FakeClock::new());
-    let h = Harness::new(clock.clone());
-    h.k8s
-        .fail_next("get_proxy", ApiError::new(500, "InternalError", "boom"));
-    let err = run(h.controller(config(&[]), clock, fast())).unwrap_err();
-    assert!(format!("{err:#}").contains("Proxy cluster"), "{err:#}");
-    assert!(!h.service_built.load(Ordering::SeqCst));
-    assert!(h.svc.calls().is_empty());
-}
-
-#[test]
 fn no_cluster_within_70_minutes_is_a_startup_error() {
-    let clock = Arc::new(FakeClock::new());
-    let h = Harness::new(clock.clone());
+    let h = Harness::new();
     h.svc.fail("v2GetCluster", 100_000, 500);
-    let err = run(h.controller(config(&[]), clock.clone(), Intervals::production())).unwrap_err();
+    let err = run(h.controller(&[])).unwrap_err();
     assert!(format!("{err:#}").contains("within 70 minutes"), "{err:#}");
-    assert!(clock.elapsed() >= Duration::from_secs(70 * 60));
+    assert!(h.clock.elapsed() >= Duration::from_secs(70 * 60));
     assert!(h.k8s.events().is_empty());
     assert!(h.svc.operations().iter().all(|o| *o == "v2GetCluster"));
 }
 
 #[test]
 fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let h = Harness::new(clock.clone());
-    h.k8s.set_config_map(
-        INVOKER_NAMESPACE,
-        INVOKER_CONFIG_MAP,
-        &[(INVOKER_KEY, INVOKER_AGENT)],
-    );
-    available_cluster(&h.k8s);
+    let h = Harness::new();
+    h.abi();
     for name in ["m0", "m1", "m2"] {
         h.k8s.set_node(crate::kube::Node {
             name: name.into(),
@@ -367,8 +293,7 @@ fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
             ..Default::default()
         });
     }
-    abi_manifests(&h.k8s);
-    let out = run(h.controller(config(&[]), clock, fast())).unwrap();
+    let out = run(h.controller(&[])).unwrap();
     assert_eq!(out, Outcome::Done { error: false });
     assert_eq!(h.k8s.events().len(), 1);
     // No kubeconfig path on this branch: the ABI post-install applies with the notifier's
@@ -388,10 +313,9 @@ fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
 
 #[test]
 fn a_signal_ends_the_completion_wait_with_an_error_and_no_final_upload() {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let h = Harness::new(clock.clone());
+    let h = Harness::new();
     h.signal.cancel();
-    let err = run(h.controller(config(&[]), clock, fast())).unwrap_err();
+    let err = run(h.controller(&[])).unwrap_err();
     assert_eq!(err.to_string(), STOPPED_BY_SIGNAL);
     // SetReadyState still made its one attempt (Go's poll always runs once).
     assert_eq!(h.k8s.events().len(), 1);

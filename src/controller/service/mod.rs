@@ -21,10 +21,6 @@
 //! The client has no stop token: its retries run to the end of their budget even after the
 //! tasks are told to stop, because the final calls (the last log upload, `logs_state`
 //! `completed`, a completion attempt after a cancellation) must still reach the service.
-//!
-//! The monitored-operators list is cached per cluster for [`MONITORED_OPERATORS_TTL`] on the
-//! controller's [`Clock`] ([`OperatorsCache`]): a cached value is only used when the caller asks
-//! (`use_cache`), every fetch refreshes it, and reading it does not extend its life.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -173,85 +169,37 @@ pub fn rfc3339(t: SystemTime) -> String {
         Ok(d) => d.as_secs() as i64,
         Err(e) => -(e.duration().as_secs() as i64),
     };
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let stamp = k8s_openapi::jiff::Timestamp::from_second(secs);
+    stamp.map(|t| t.to_string()).unwrap_or_default()
 }
 
-/// The proleptic Gregorian date of day `z` after 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// The per-cluster monitored-operators cache (Go: a TTL cache keyed by cluster id).
-#[derive(Debug)]
-pub struct OperatorsCache {
-    ttl: Duration,
-    entries: Mutex<HashMap<String, (Instant, Vec<MonitoredOperator>)>>,
-}
+/// The per-cluster monitored-operators cache (Go: a TTL cache keyed by cluster id), on the
+/// controller's clock.
+#[derive(Debug, Default)]
+pub(crate) struct OperatorsCache(Mutex<HashMap<String, (Instant, Vec<MonitoredOperator>)>>);
 
 impl OperatorsCache {
-    pub fn new(ttl: Duration) -> OperatorsCache {
-        OperatorsCache {
-            ttl,
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The list stored for `cluster_id` less than the TTL before `now`. Reading does not
-    /// extend its life.
-    pub fn get(&self, cluster_id: &str, now: Instant) -> Option<Vec<MonitoredOperator>> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let (stored, list) = entries.get(cluster_id)?;
-        (now.saturating_duration_since(*stored) < self.ttl).then(|| list.clone())
-    }
-
-    /// Stores a fresh list for `cluster_id`, fetched at `now`.
-    pub fn put(&self, cluster_id: &str, now: Instant, list: Vec<MonitoredOperator>) {
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(cluster_id.to_string(), (now, list));
-    }
-
-    /// The cached list when `use_cache` and it is fresh on `clock`; otherwise `fetch`, whose
-    /// success is stored. A failed fetch leaves the cache as it was.
-    pub fn fetch_through(
+    /// With `use_cache`, the list fetched for `cluster_id` less than [`MONITORED_OPERATORS_TTL`]
+    /// ago (reading it does not extend its life); otherwise `fetch`, whose success is stored. A
+    /// failed fetch leaves the cache as it was.
+    pub(crate) fn fetch_through(
         &self,
         clock: &dyn Clock,
         cluster_id: &str,
         use_cache: bool,
         fetch: impl FnOnce() -> Result<Vec<MonitoredOperator>>,
     ) -> Result<Vec<MonitoredOperator>> {
+        let entries = || self.0.lock().unwrap_or_else(|p| p.into_inner());
         if use_cache {
-            if let Some(list) = self.get(cluster_id, clock.now()) {
-                return Ok(list);
+            if let Some((stored, list)) = entries().get(cluster_id) {
+                if clock.now().saturating_duration_since(*stored) < MONITORED_OPERATORS_TTL {
+                    return Ok(list.clone());
+                }
             }
         }
         let list = fetch()?;
-        self.put(cluster_id, clock.now(), list.clone());
+        entries().insert(cluster_id.to_string(), (clock.now(), list.clone()));
         Ok(list)
-    }
-}
-
-impl Default for OperatorsCache {
-    fn default() -> Self {
-        OperatorsCache::new(MONITORED_OPERATORS_TTL)
     }
 }
 
@@ -332,22 +280,12 @@ impl ControllerClient {
         cluster_id: &str,
         clock: Arc<dyn Clock>,
     ) -> Result<ControllerClient> {
-        let client = ServiceClient::new(config.client_config())?.with_clock(clock.clone());
-        Ok(Self::with_client(client, cluster_id, clock))
-    }
-
-    /// Over a client built elsewhere (tests give their own retry policy).
-    pub fn with_client(
-        client: ServiceClient,
-        cluster_id: &str,
-        clock: Arc<dyn Clock>,
-    ) -> ControllerClient {
-        ControllerClient {
-            client,
+        Ok(ControllerClient {
+            client: ServiceClient::new(config.client_config())?.with_clock(clock.clone()),
             cluster_id: cluster_id.to_string(),
             clock,
             cache: OperatorsCache::default(),
-        }
+        })
     }
 
     fn cluster_path(&self, rest: &str) -> String {

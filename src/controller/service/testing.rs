@@ -159,37 +159,33 @@ impl MemoryService {
         self.state().calls.clone()
     }
 
+    /// What `pick` takes from each call so far, in order.
+    fn picked<T>(&self, pick: impl Fn(ServiceCall) -> Option<T>) -> Vec<T> {
+        self.calls().into_iter().filter_map(pick).collect()
+    }
+
     /// The finalizing stages reported so far, in order.
     pub(crate) fn finalizing_stages(&self) -> Vec<FinalizingStage> {
-        self.calls()
-            .into_iter()
-            .filter_map(|c| match c {
-                ServiceCall::UpdateFinalizingStage(s) => Some(s),
-                _ => None,
-            })
-            .collect()
+        self.picked(|c| match c {
+            ServiceCall::UpdateFinalizingStage(s) => Some(s),
+            _ => None,
+        })
     }
 
     /// The `complete-installation` bodies sent so far, in order.
     pub(crate) fn completions(&self) -> Vec<CompletionParams> {
-        self.calls()
-            .into_iter()
-            .filter_map(|c| match c {
-                ServiceCall::CompleteInstallation(p) => Some(p),
-                _ => None,
-            })
-            .collect()
+        self.picked(|c| match c {
+            ServiceCall::CompleteInstallation(p) => Some(p),
+            _ => None,
+        })
     }
 
     /// The operator reports sent so far, in order.
     pub(crate) fn operator_reports(&self) -> Vec<OperatorMonitorReport> {
-        self.calls()
-            .into_iter()
-            .filter_map(|c| match c {
-                ServiceCall::ReportOperatorStatus(r) => Some(r),
-                _ => None,
-            })
-            .collect()
+        self.picked(|c| match c {
+            ServiceCall::ReportOperatorStatus(r) => Some(r),
+            _ => None,
+        })
     }
 
     /// The operationIds of the calls so far, in order.

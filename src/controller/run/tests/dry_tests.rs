@@ -35,8 +35,7 @@ fn service_host(i: usize) -> Host {
 
 #[test]
 fn dry_mode_takes_the_rebooted_hosts_to_done_and_completes() {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let h = Harness::new(clock.clone());
+    let h = Harness::new();
     let hosts: Vec<ClusterHost> = (0..3).map(|i| dry_host(h.dir.path(), i)).collect();
     for host in &hosts[..2] {
         std::fs::write(&host.reboot_marker_path, "").unwrap();
@@ -69,7 +68,7 @@ fn dry_mode_takes_the_rebooted_hosts_to_done_and_completes() {
         _ => {}
     });
 
-    let mut controller = h.controller(config(&[("DRY_ENABLE", "true")]), clock, fast());
+    let mut controller = h.controller(&[("DRY_ENABLE", "true")]);
     let cluster: Arc<dyn ClusterApi> = dry.clone();
     controller.build_cluster = Box::new(move || Ok(cluster));
     let out = run(controller).unwrap();
@@ -121,9 +120,6 @@ fn dry_mode_takes_the_rebooted_hosts_to_done_and_completes() {
         |c| matches!(c, ServiceCall::CompleteInstallation(p) if p.is_success),
     );
     assert!(at("host-2", HostStage::Done) < complete);
-    let completed = position(&calls, |c| {
-        *c == ServiceCall::UpdateLogsProgress(LogsState::Completed)
-    });
-    assert!(complete < completed);
+    assert!(complete < logs_progress(&calls).1);
     assert_eq!(h.svc.cluster().status, "installed");
 }
