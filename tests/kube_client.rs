@@ -60,7 +60,8 @@ fn setup() -> Setup {
 
 /// A request as `METHOD /path` or `METHOD /path?query` (decoded).
 fn line(r: &RequestLog) -> String {
-    let query = r.query_pairs().iter().map(|(k, v)| format!("{k}={v}"));
+    let pairs = r.query_pairs();
+    let query = pairs.iter().map(|(k, v)| format!("{k}={v}"));
     let query: Vec<String> = query.collect();
     match query.is_empty() {
         true => format!("{} {}", r.method, r.path),
@@ -189,7 +190,7 @@ fn events_config_maps_and_machine_configs() {
     assert_eq!(invoker(data.as_ref()), INVOKER_AGENT);
     let empty = KubeApi::get_config_map(&s.client, "ns", "empty").unwrap();
     assert_eq!(empty, Some(Default::default()));
-    let path = last(&s.server).path;
+    let path = last(&s.server).path.clone();
     assert_eq!(path, "/api/v1/namespaces/ns/configmaps/empty");
 
     let configs = "/apis/machineconfiguration.openshift.io/v1/machineconfigs";
@@ -272,7 +273,7 @@ fn pods_by_selectors_their_logs_and_deletecollection() {
     let phase = Some("status.phase=Running");
     let running = ClusterApi::list_pods(&s.client, CONTROLLER_NAMESPACE, Some(job), phase);
     assert_eq!(running.unwrap().len(), 1);
-    let want = format!("GET {PODS}?labelSelector={job}&fieldSelector=status.phase=Running");
+    let want = format!("GET {PODS}?fieldSelector=status.phase=Running&labelSelector={job}");
     assert_eq!(last_line(), want);
 
     s.fake
@@ -634,8 +635,8 @@ fn the_controller_uses_the_kubeconfig_else_the_service_account() {
     std::fs::write(sa.join("token"), "sa-token-1").unwrap();
     let client = KubeClient::from_service_account(&server.base_url(), &sa).unwrap();
     client.list_csrs().unwrap();
-    let authorization = last(&server).header("authorization");
-    assert_eq!(authorization, Some("Bearer sa-token-1"));
+    let request = last(&server);
+    assert_eq!(request.header("authorization"), Some("Bearer sa-token-1"));
 
     let path = kubeconfig(dir.path(), &server.base_url());
     let client = KubeClient::for_controller(&path, &sa).unwrap();
@@ -646,7 +647,7 @@ fn the_controller_uses_the_kubeconfig_else_the_service_account() {
         Some(401),
         "no token in the kubeconfig"
     );
-    let path = last(&server).path;
+    let path = last(&server).path.clone();
     assert_eq!(path, "/apis/config.openshift.io/v1/proxies/cluster");
 }
 

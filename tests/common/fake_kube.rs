@@ -163,7 +163,7 @@ impl FakeApiServer {
 
     fn route(&self, st: &mut State, req: &Request) -> Reply {
         let (method, path) = (req.method.as_str(), req.path.as_str());
-        let failure = st.failures.iter();
+        let mut failure = st.failures.iter();
         if let Some(i) = failure.position(|(m, p, _)| m == method && path.starts_with(p)) {
             return st.failures.remove(i).2;
         }
