@@ -8,20 +8,35 @@ mod common;
 use assisted_installer::config::Role;
 use assisted_installer::kube::client::KubeClient;
 use assisted_installer::kube::rbac::{allowed, call_of_http, declarations};
-use assisted_installer::kube::{api_error_code, ClusterApi, Condition, CsrApproval, KubeApi};
-use assisted_installer::kube::{install_config, Csr, NewEvent};
+use assisted_installer::kube::{api_error_code, ClusterApi, Condition, Csr, CsrApproval};
+use assisted_installer::kube::{KubeApi, NewEvent};
 use assisted_installer::openshift::{
-    CONTROLLER_NAMESPACE, CURRENT_CONFIG_ANNOTATION, UNINITIALIZED_TAINT,
+    invoker, CONTROLLER_NAMESPACE, CURRENT_CONFIG_ANNOTATION, INVOKER_AGENT, INVOKER_CONFIG_MAP,
+    INVOKER_KEY, INVOKER_NAMESPACE, UNINITIALIZED_TAINT,
 };
 use base64::Engine;
-use common::fake_kube::{kubeconfig, FakeApiServer};
+use common::fake_kube::FakeApiServer;
 use common::http_server::{Reply, RequestLog, TestServer};
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const NODES: &str = "/api/v1/nodes";
-const MCS: &str = "/api/v1/namespaces/assisted-installer/pods";
+const PODS: &str = "/api/v1/namespaces/assisted-installer/pods";
+
+/// A kubeconfig at `dir/kubeconfig` for `server` (http, no credentials); returns its path.
+fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\n\
+         clusters:\n- name: fake\n  cluster:\n    server: {server}\n\
+         users:\n- name: fake\n  user: {{}}\n\
+         contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n\
+         current-context: fake\n"
+    );
+    std::fs::write(&path, text).expect("write fake kubeconfig");
+    path
+}
 
 struct Setup {
     fake: FakeApiServer,
@@ -43,20 +58,26 @@ fn setup() -> Setup {
     }
 }
 
-/// The requests so far as `METHOD /path` or `METHOD /path?query` (decoded).
+/// A request as `METHOD /path` or `METHOD /path?query` (decoded).
+fn line(r: &RequestLog) -> String {
+    let pairs = r.query_pairs();
+    let query = pairs.iter().map(|(k, v)| format!("{k}={v}"));
+    let query: Vec<String> = query.collect();
+    match query.is_empty() {
+        true => format!("{} {}", r.method, r.path),
+        false => format!("{} {}?{}", r.method, r.path, query.join("&")),
+    }
+}
+
+/// The requests so far, as [`line`]s.
 fn calls(server: &TestServer) -> Vec<String> {
-    let call = |r: &RequestLog| {
-        let query: Vec<String> = r
-            .query_pairs()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        match query.is_empty() {
-            true => format!("{} {}", r.method, r.path),
-            false => format!("{} {}?{}", r.method, r.path, query.join("&")),
-        }
-    };
-    server.requests().iter().map(call).collect()
+    server.requests().iter().map(line).collect()
+}
+
+/// `apiVersion kind` of an object.
+fn types(object: &Value) -> String {
+    let text = |key: &str| object[key].as_str().unwrap().to_string();
+    format!("{} {}", text("apiVersion"), text("kind"))
 }
 
 fn last(server: &TestServer) -> RequestLog {
@@ -76,21 +97,20 @@ fn node(
     annotations: Value,
     taints: &[&str],
 ) -> Value {
-    let taints: Vec<Value> = taints
+    let taints = taints
         .iter()
-        .map(|k| json!({"key": k, "effect": "NoSchedule"}))
-        .collect();
-    let addresses: Vec<Value> = [ip]
-        .iter()
-        .filter(|ip| !ip.is_empty())
-        .map(|ip| json!({"type": "InternalIP", "address": ip}))
-        .collect();
+        .map(|k| json!({"key": k, "effect": "NoSchedule"}));
+    let taints: Vec<Value> = taints.collect();
+    let addresses = [ip].into_iter().filter(|ip| !ip.is_empty());
+    let addresses = addresses.map(|ip| json!({"type": "InternalIP", "address": ip}));
+    let addresses: Vec<Value> = addresses.collect();
+    let ready = if ready { "True" } else { "False" };
     json!({
         "metadata": {"name": name, "labels": {format!("node-role.kubernetes.io/{role}"): ""},
                      "annotations": annotations},
         "spec": {"taints": taints},
         "status": {"conditions": [{"type": "MemoryPressure", "status": "False"},
-                                  {"type": "Ready", "status": if ready { "True" } else { "False" }}],
+                                  {"type": "Ready", "status": ready}],
                    "addresses": addresses},
     })
 }
@@ -101,10 +121,10 @@ fn taint_keys(s: &Setup, name: &str) -> Vec<String> {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    taints
+    let keys = taints
         .iter()
-        .map(|t| t["key"].as_str().unwrap().to_string())
-        .collect()
+        .map(|t| t["key"].as_str().unwrap().to_string());
+    keys.collect()
 }
 
 #[test]
@@ -112,31 +132,24 @@ fn nodes_by_role_with_readiness_ips_annotations_and_taints() {
     let s = setup();
     assert_eq!(s.client.server().trim_end_matches('/'), s.server.base_url());
     let ann = json!({CURRENT_CONFIG_ANNOTATION: "rendered-master-a"});
-    s.fake.put(
-        NODES,
-        node("master-0", "master", true, "192.168.126.10", ann, &[]),
-    );
     let taints = [UNINITIALIZED_TAINT, "node.kubernetes.io/not-ready"];
-    s.fake.put(
-        NODES,
+    for node in [
+        node("master-0", "master", true, "192.168.126.10", ann, &[]),
         node("master-1", "master", false, "fd00::11", json!({}), &taints),
-    );
-    s.fake
-        .put(NODES, node("worker-0", "worker", true, "", json!({}), &[]));
+        node("worker-0", "worker", true, "", json!({}), &[]),
+    ] {
+        s.fake.put(NODES, node);
+    }
 
     let masters = KubeApi::list_nodes(&s.client, &Role::Master).unwrap();
     let (m0, m1) = (&masters[0], &masters[1]);
-    assert_eq!(
-        (masters.len(), m0.name.as_str(), m1.name.as_str()),
-        (2, "master-0", "master-1")
-    );
+    let names = (masters.len(), m0.name.as_str(), m1.name.as_str());
+    assert_eq!(names, (2, "master-0", "master-1"));
     assert!(m0.is_ready() && !m1.is_ready());
     assert_eq!(m0.internal_ips().collect::<Vec<_>>(), ["192.168.126.10"]);
     assert_eq!(m1.internal_ips().collect::<Vec<_>>(), ["fd00::11"]);
-    assert_eq!(
-        m0.annotations[CURRENT_CONFIG_ANNOTATION],
-        "rendered-master-a"
-    );
+    let rendered = &m0.annotations[CURRENT_CONFIG_ANNOTATION];
+    assert_eq!(rendered, "rendered-master-a");
     assert!(m0.taints.is_empty() && m1.annotations.is_empty());
     let keys: Vec<&str> = m1.taints.iter().map(|t| t.key.as_str()).collect();
     assert_eq!(keys, taints);
@@ -146,9 +159,8 @@ fn nodes_by_role_with_readiness_ips_annotations_and_taints() {
     assert!(KubeApi::list_nodes(&s.client, &Role::Arbiter)
         .unwrap()
         .is_empty());
-    let want: Vec<String> = ["master", "worker", "arbiter"]
-        .map(|r| format!("GET {NODES}?labelSelector=node-role.kubernetes.io/{r}"))
-        .into();
+    let want = ["master", "worker", "arbiter"]
+        .map(|r| format!("GET {NODES}?labelSelector=node-role.kubernetes.io/{r}"));
     assert_eq!(calls(&s.server), want);
 }
 
@@ -156,51 +168,30 @@ fn nodes_by_role_with_readiness_ips_annotations_and_taints() {
 fn events_config_maps_and_machine_configs() {
     let s = setup();
     let events = format!("/api/v1/namespaces/{CONTROLLER_NAMESPACE}/events");
-    s.fake.put(
-        &events,
-        json!({"metadata": {"name": "started", "namespace": CONTROLLER_NAMESPACE},
-                               "reason": "Started", "message": "pod started"}),
-    );
-    s.fake.put(
-        "/api/v1/namespaces/default/events",
-        json!({"metadata": {"name": "other"}}),
-    );
+    let started = json!({"metadata": {"name": "started", "namespace": CONTROLLER_NAMESPACE},
+                         "reason": "Started", "message": "pod started"});
+    s.fake.put(&events, started);
+    let other = json!({"metadata": {"name": "other"}});
+    s.fake.put("/api/v1/namespaces/default/events", other);
     let listed = s.client.list_events(CONTROLLER_NAMESPACE).unwrap();
-    assert_eq!(listed.len(), 1);
-    assert_eq!(
-        (listed[0].name.as_str(), listed[0].reason.as_str()),
-        ("started", "Started")
-    );
-    assert_eq!(listed[0].message, "pod started");
+    let e = &listed[0];
+    let event = format!("{} {} {}: {}", listed.len(), e.name, e.reason, e.message);
+    assert_eq!(event, "1 started Started: pod started");
     assert_eq!(calls(&s.server), [format!("GET {events}")]);
 
-    let (ns, name) = (
-        install_config::INVOKER_NAMESPACE,
-        install_config::INVOKER_CONFIG_MAP,
-    );
+    let (ns, name) = (INVOKER_NAMESPACE, INVOKER_CONFIG_MAP);
     assert_eq!(KubeApi::get_config_map(&s.client, ns, name).unwrap(), None);
-    let data = json!({install_config::INVOKER_KEY: install_config::INVOKER_AGENT});
-    s.fake.put(
-        &format!("/api/v1/namespaces/{ns}/configmaps"),
-        json!({"metadata": {"name": name}, "data": data}),
-    );
-    s.fake.put(
-        "/api/v1/namespaces/ns/configmaps",
-        json!({"metadata": {"name": "empty"}}),
-    );
+    let invoker_map = json!({"metadata": {"name": name}, "data": {INVOKER_KEY: INVOKER_AGENT}});
+    s.fake
+        .put(&format!("/api/v1/namespaces/{ns}/configmaps"), invoker_map);
+    let empty = json!({"metadata": {"name": "empty"}});
+    s.fake.put("/api/v1/namespaces/ns/configmaps", empty);
     let data = ClusterApi::get_config_map(&s.client, ns, name).unwrap();
-    assert_eq!(
-        install_config::invoker(data.as_ref()),
-        install_config::INVOKER_AGENT
-    );
-    assert_eq!(
-        KubeApi::get_config_map(&s.client, "ns", "empty").unwrap(),
-        Some(Default::default())
-    );
-    assert_eq!(
-        last(&s.server).path,
-        "/api/v1/namespaces/ns/configmaps/empty"
-    );
+    assert_eq!(invoker(data.as_ref()), INVOKER_AGENT);
+    let empty = KubeApi::get_config_map(&s.client, "ns", "empty").unwrap();
+    assert_eq!(empty, Some(Default::default()));
+    let path = last(&s.server).path.clone();
+    assert_eq!(path, "/api/v1/namespaces/ns/configmaps/empty");
 
     let configs = "/apis/machineconfiguration.openshift.io/v1/machineconfigs";
     s.fake
@@ -213,42 +204,30 @@ fn events_config_maps_and_machine_configs() {
 #[test]
 fn a_taint_is_removed_by_a_json_patch_guarded_by_its_key() {
     let s = setup();
-    let taints = [
+    let (not_ready, unreachable) = (
         "node.kubernetes.io/not-ready",
-        UNINITIALIZED_TAINT,
         "node.kubernetes.io/unreachable",
-    ];
-    s.fake.put(
-        NODES,
-        node("master-1", "master", false, "10.0.0.11", json!({}), &taints),
     );
+    let taints = [not_ready, UNINITIALIZED_TAINT, unreachable];
+    let master = node("master-1", "master", false, "10.0.0.11", json!({}), &taints);
+    s.fake.put(NODES, master);
     KubeApi::remove_node_taint(&s.client, "master-1", UNINITIALIZED_TAINT).unwrap();
     assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
-    assert_eq!(
-        calls(&s.server),
-        [
-            format!("GET {NODES}/master-1"),
-            format!("PATCH {NODES}/master-1")
-        ]
-    );
+    let want = ["GET", "PATCH"].map(|m| format!("{m} {NODES}/master-1"));
+    assert_eq!(calls(&s.server), want);
     let patch = last(&s.server);
-    assert_eq!(
-        patch.header("content-type"),
-        Some("application/json-patch+json")
-    );
-    assert_eq!(
-        patch.body_json(),
-        json!([{"op": "test", "path": "/spec/taints/1/key", "value": UNINITIALIZED_TAINT},
-               {"op": "remove", "path": "/spec/taints/1"}])
-    );
+    let content_type = patch.header("content-type");
+    assert_eq!(content_type, Some("application/json-patch+json"));
+    let want = json!([{"op": "test", "path": "/spec/taints/1/key", "value": UNINITIALIZED_TAINT},
+                      {"op": "remove", "path": "/spec/taints/1"}]);
+    assert_eq!(patch.body_json(), want);
 
     // Absent: no patch. The controller's by index: a taint list changed since it was read fails
     // the patch's test (422) and removes nothing.
     KubeApi::remove_node_taint(&s.client, "master-1", UNINITIALIZED_TAINT).unwrap();
     assert_eq!(last(&s.server).method, "GET");
-    let err =
-        ClusterApi::remove_node_taint(&s.client, "master-1", 0, UNINITIALIZED_TAINT).unwrap_err();
-    assert_eq!(api_error_code(&err), Some(422), "{err:#}");
+    let err = ClusterApi::remove_node_taint(&s.client, "master-1", 0, UNINITIALIZED_TAINT);
+    assert_eq!(api_error_code(&err.unwrap_err()), Some(422));
     assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
     ClusterApi::remove_node_taint(&s.client, "master-1", 1, taints[2]).unwrap();
     ClusterApi::remove_node_taint(&s.client, "master-1", 0, taints[0]).unwrap();
@@ -270,82 +249,56 @@ fn a_taint_is_removed_by_a_json_patch_guarded_by_its_key() {
 #[test]
 fn pods_by_selectors_their_logs_and_deletecollection() {
     let s = setup();
-    let job = json!({"job-name": "assisted-installer-controller"});
-    let pod = |name: &str, labels: &Value, phase: &str| {
+    let job = "job-name=assisted-installer-controller";
+    let pod = |name: &str, labels: Value, phase: &str| {
         json!({"metadata": {"name": name, "namespace": CONTROLLER_NAMESPACE, "labels": labels},
                "status": {"phase": phase}})
     };
-    s.fake.put(MCS, pod("controller-a", &job, "Running"));
-    s.fake.put(MCS, pod("controller-b", &job, "Pending"));
-    s.fake
-        .put(MCS, pod("other", &json!({"app": "other"}), "Running"));
-    let pods = KubeApi::list_pods(
-        &s.client,
-        CONTROLLER_NAMESPACE,
-        "job-name=assisted-installer-controller",
-    )
-    .unwrap();
-    let names: Vec<(&str, &str)> = pods
+    let job_label = json!({"job-name": "assisted-installer-controller"});
+    let (a, b) = (
+        pod("controller-a", job_label.clone(), "Running"),
+        pod("controller-b", job_label, "Pending"),
+    );
+    let other = pod("other", json!({"app": "other"}), "Running");
+    [a, b, other].into_iter().for_each(|p| s.fake.put(PODS, p));
+    let pods = KubeApi::list_pods(&s.client, CONTROLLER_NAMESPACE, job).unwrap();
+    let names: Vec<String> = pods
         .iter()
-        .map(|p| (p.name.as_str(), p.phase.as_str()))
+        .map(|p| format!("{} {}", p.name, p.phase))
         .collect();
-    assert_eq!(
-        names,
-        [("controller-a", "Running"), ("controller-b", "Pending")]
-    );
+    assert_eq!(names, ["controller-a Running", "controller-b Pending"]);
     assert_eq!(pods[0].labels["job-name"], "assisted-installer-controller");
-    assert_eq!(
-        last(&s.server).query_param("labelSelector").as_deref(),
-        Some("job-name=assisted-installer-controller")
-    );
-    let running = ClusterApi::list_pods(
-        &s.client,
-        CONTROLLER_NAMESPACE,
-        Some("job-name=assisted-installer-controller"),
-        Some("status.phase=Running"),
-    )
-    .unwrap();
-    assert_eq!(running.len(), 1);
-    assert_eq!(
-        last(&s.server).query_param("fieldSelector").as_deref(),
-        Some("status.phase=Running")
-    );
+    let last_line = || line(&last(&s.server));
+    assert_eq!(last_line(), format!("GET {PODS}?labelSelector={job}"));
+    let phase = Some("status.phase=Running");
+    let running = ClusterApi::list_pods(&s.client, CONTROLLER_NAMESPACE, Some(job), phase);
+    assert_eq!(running.unwrap().len(), 1);
+    let want = format!("GET {PODS}?fieldSelector=status.phase=Running&labelSelector={job}");
+    assert_eq!(last_line(), want);
 
     s.fake
-        .set_pod_log(&format!("{MCS}/controller-a"), "line 1\nline 2\n");
+        .set_pod_log(&format!("{PODS}/controller-a"), "line 1\nline 2\n");
+    let ns = CONTROLLER_NAMESPACE;
+    let log = s.client.pod_logs(ns, "controller-a", Some(300));
+    assert_eq!(log.unwrap(), "line 1\nline 2\n");
     assert_eq!(
-        s.client
-            .pod_logs(CONTROLLER_NAMESPACE, "controller-a", Some(300))
-            .unwrap(),
-        "line 1\nline 2\n"
+        last_line(),
+        format!("GET {PODS}/controller-a/log?sinceSeconds=300")
     );
-    let r = last(&s.server);
-    assert_eq!(r.path, format!("{MCS}/controller-a/log"));
-    assert_eq!(
-        r.query_pairs(),
-        [("sinceSeconds".to_string(), "300".to_string())]
-    );
-    assert_eq!(
-        s.client
-            .pod_log(CONTROLLER_NAMESPACE, "controller-a", None)
-            .unwrap(),
-        "line 1\nline 2\n"
-    );
-    assert!(last(&s.server).query_pairs().is_empty());
-    let err = msg(s.client.pod_logs(CONTROLLER_NAMESPACE, "gone", None));
-    assert!(
-        err.starts_with("reading the log of pod assisted-installer/gone: "),
-        "{err}"
-    );
+    let log = s.client.pod_log(ns, "controller-a", None);
+    assert_eq!(log.unwrap(), "line 1\nline 2\n");
+    assert_eq!(last_line(), format!("GET {PODS}/controller-a/log"));
+    let err = msg(s.client.pod_logs(ns, "gone", None));
+    let want = "reading the log of pod assisted-installer/gone: ";
+    assert!(err.starts_with(want), "{err}");
 
-    s.client
-        .delete_pods(CONTROLLER_NAMESPACE, Some("app=other"))
-        .unwrap();
-    let r = last(&s.server);
-    assert_eq!((r.method.as_str(), r.path.as_str()), ("DELETE", MCS));
-    assert_eq!(r.query_param("labelSelector").as_deref(), Some("app=other"));
+    s.client.delete_pods(ns, Some("app=other")).unwrap();
     assert_eq!(
-        ClusterApi::list_pods(&s.client, CONTROLLER_NAMESPACE, None, None)
+        last_line(),
+        format!("DELETE {PODS}?labelSelector=app=other")
+    );
+    assert_eq!(
+        ClusterApi::list_pods(&s.client, ns, None, None)
             .unwrap()
             .len(),
         2
@@ -364,14 +317,8 @@ fn every_controller_method_sends_exactly_its_declared_and_allowed_request() {
     for (request, (method, declared)) in requests.iter().zip(declarations) {
         let call = call_of_http(&request.method, &request.path, &request.query);
         let call =
-            call.unwrap_or_else(|| panic!("{method}: {} is no resource request", request.path));
-        assert_eq!(
-            declared.call(),
-            call,
-            "{method}: {} {}",
-            request.method,
-            request.path
-        );
+            call.unwrap_or_else(|| panic!("{method}: {} is no resource request", line(request)));
+        assert_eq!(declared, call, "{method}: {}", line(request));
         assert!(allowed(&call), "{method}: {call:?} is not allowed");
     }
 }
@@ -380,12 +327,10 @@ fn every_controller_method_sends_exactly_its_declared_and_allowed_request() {
 fn csr_approval_puts_the_listed_object_with_the_condition_appended() {
     let s = setup();
     let path = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
-    s.fake.put(
-        path,
-        json!({"metadata": {"name": "csr-abc"},
+    let csr = json!({"metadata": {"name": "csr-abc"},
         "spec": {"request": "TFMwdA==", "signerName": "kubernetes.io/kubelet-serving"},
-        "status": {"conditions": [{"type": "Denied", "status": "True"}]}}),
-    );
+        "status": {"conditions": [{"type": "Denied", "status": "True"}]}});
+    s.fake.put(path, csr);
     let csr = s.client.list_csrs().unwrap().remove(0);
     assert!(csr.conditions[0].is_true("Denied"));
     let condition = Condition {
@@ -395,31 +340,21 @@ fn csr_approval_puts_the_listed_object_with_the_condition_appended() {
         message: "approved by the controller".into(),
     };
     let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_500);
-    s.client
-        .approve_csr(&csr, &CsrApproval { condition, time })
-        .unwrap();
+    let approval = CsrApproval { condition, time };
+    s.client.approve_csr(&csr, &approval).unwrap();
     let r = last(&s.server);
-    assert_eq!(
-        (r.method.as_str(), r.path.clone()),
-        ("PUT", format!("{path}/csr-abc/approval"))
-    );
+    assert_eq!(line(&r), format!("PUT {path}/csr-abc/approval"));
     assert_eq!(r.header("content-type"), Some("application/json"));
     let body = r.body_json();
     assert_eq!(
-        (body["apiVersion"].as_str(), body["kind"].as_str()),
-        (
-            Some("certificates.k8s.io/v1"),
-            Some("CertificateSigningRequest")
-        )
+        types(&body),
+        "certificates.k8s.io/v1 CertificateSigningRequest"
     );
     assert_eq!(body["metadata"]["resourceVersion"], "1");
     assert_eq!(body["spec"]["request"], "TFMwdA==");
-    assert_eq!(
-        body["status"]["conditions"][1],
-        json!({
-        "type": "Approved", "status": "True", "reason": "NodeCSRApprove",
-        "message": "approved by the controller", "lastUpdateTime": "2023-11-14T22:13:20Z"})
-    );
+    let approved = json!({"type": "Approved", "status": "True", "reason": "NodeCSRApprove",
+        "message": "approved by the controller", "lastUpdateTime": "2023-11-14T22:13:20Z"});
+    assert_eq!(body["status"]["conditions"][1], approved);
 }
 
 #[test]
@@ -439,84 +374,57 @@ fn writes_send_their_bodies() {
     assert_eq!(stored["spec"]["consumerRef"]["name"], "worker-0");
     s.client.update_bmh_status(ns, &listed).unwrap();
     let requests = s.server.requests();
-    for (r, path) in requests[1..]
-        .iter()
-        .zip([format!("{bmhs}/bmh-0"), format!("{bmhs}/bmh-0/status")])
-    {
-        assert_eq!((r.method.as_str(), r.path.as_str()), ("PUT", path.as_str()));
+    for (r, sub) in requests[1..].iter().zip(["", "/status"]) {
+        assert_eq!(line(r), format!("PUT {bmhs}/bmh-0{sub}"));
         let body = r.body_json();
-        assert_eq!(
-            (body["apiVersion"].as_str(), body["kind"].as_str()),
-            (Some("metal3.io/v1alpha1"), Some("BareMetalHost"))
-        );
-        assert_eq!(
-            body["metadata"]["annotations"],
-            bmh["metadata"]["annotations"]
-        );
+        assert_eq!(types(&body), "metal3.io/v1alpha1 BareMetalHost");
+        let annotations = &bmh["metadata"]["annotations"];
+        assert_eq!(&body["metadata"]["annotations"], annotations);
         assert_eq!(body["status"], bmh["status"]);
     }
 
     let merge = |s: &Setup, path: &str, body: Value| {
         let r = last(&s.server);
-        assert_eq!((r.method.as_str(), r.path.as_str()), ("PATCH", path));
-        assert_eq!(
-            r.header("content-type"),
-            Some("application/merge-patch+json")
-        );
+        assert_eq!(line(&r), format!("PATCH {path}"));
+        let content_type = r.header("content-type");
+        assert_eq!(content_type, Some("application/merge-patch+json"));
         assert_eq!(r.body_json(), body);
     };
     let pools = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools";
-    s.fake.put(
-        pools,
-        json!({"metadata": {"name": "worker"}, "spec": {"paused": false}}),
-    );
+    let pool = json!({"metadata": {"name": "worker"}, "spec": {"paused": false}});
+    s.fake.put(pools, pool);
     s.client
         .set_machine_config_pool_paused("worker", true)
         .unwrap();
-    merge(
-        &s,
-        &format!("{pools}/worker"),
-        json!({"spec": {"paused": true}}),
-    );
+    let paused = json!({"spec": {"paused": true}});
+    merge(&s, &format!("{pools}/worker"), paused);
     assert!(s.client.get_machine_config_pool("worker").unwrap().paused);
     s.fake
         .put(NODES, node("m", "master", true, "", json!({}), &[]));
-    s.client
-        .patch_node_labels("m", &json!({"a": "b", "c": ""}))
-        .unwrap();
-    merge(
-        &s,
-        "/api/v1/nodes/m",
-        json!({"metadata": {"labels": {"a": "b", "c": ""}}}),
-    );
+    let labels = json!({"a": "b", "c": ""});
+    s.client.patch_node_labels("m", &labels).unwrap();
+    let patch = json!({"metadata": {"labels": labels}});
+    merge(&s, "/api/v1/nodes/m", patch);
 
     let event = ready_event();
     s.client.create_event(CONTROLLER_NAMESPACE, &event).unwrap();
     let r = last(&s.server);
-    assert_eq!(
-        (r.method.as_str(), r.path.as_str()),
-        ("POST", "/api/v1/namespaces/assisted-installer/events")
-    );
+    let want = "POST /api/v1/namespaces/assisted-installer/events";
+    assert_eq!(line(&r), want);
     let body = r.body_json();
+    let meta = json!({"name": "AssistedControllerIsReady", "namespace": CONTROLLER_NAMESPACE});
+    assert_eq!(body["metadata"], meta);
+    let involved =
+        json!({"namespace": CONTROLLER_NAMESPACE, "name": "assisted-installer-controller"});
+    assert_eq!(body["involvedObject"], involved);
     assert_eq!(
-        body["metadata"],
-        json!({"name": "AssistedControllerIsReady", "namespace": CONTROLLER_NAMESPACE})
-    );
-    assert_eq!(
-        body["involvedObject"],
-        json!({"namespace": CONTROLLER_NAMESPACE, "name": "assisted-installer-controller"})
-    );
-    assert_eq!(
-        (body["count"].as_i64(), body["type"].as_str()),
-        (Some(1), Some("Normal"))
+        (&body["count"], &body["type"]),
+        (&json!(1), &json!("Normal"))
     );
     assert_eq!(body["firstTimestamp"], "1970-01-01T00:00:00Z");
     assert_eq!(body["lastTimestamp"], body["firstTimestamp"]);
-    let again = s
-        .client
-        .create_event(CONTROLLER_NAMESPACE, &event)
-        .unwrap_err();
-    assert_eq!(api_error_code(&again), Some(409), "{again:#}");
+    let again = s.client.create_event(CONTROLLER_NAMESPACE, &event);
+    assert_eq!(api_error_code(&again.unwrap_err()), Some(409));
 }
 
 #[test]
@@ -539,70 +447,45 @@ fn openshift_objects_are_read_into_the_model() {
     );
     let co = s.client.get_cluster_operator("console").unwrap();
     assert!(co.conditions[0].is_true("Available"));
-    assert_eq!(
-        (
-            co.conditions[0].message.as_str(),
-            co.versions[0].version.as_str()
-        ),
-        ("m", "4.15.0")
-    );
+    let (condition, version) = (&co.conditions[0], &co.versions[0]);
+    assert_eq!((&*condition.message, &*version.version), ("m", "4.15.0"));
     assert_eq!(s.client.list_cluster_operators().unwrap(), [co]);
     let cv = s.client.get_cluster_version("version").unwrap();
-    assert_eq!(
-        (cv.enabled_capabilities, cv.known_capabilities.len()),
-        (vec!["Console".to_string()], 2)
-    );
+    let capabilities = (cv.enabled_capabilities, cv.known_capabilities.len());
+    assert_eq!(capabilities, (vec!["Console".to_string()], 2));
     assert_eq!(cv.desired_version, "4.15.1");
-    let proxy = s.client.get_proxy("cluster").unwrap();
-    assert_eq!(
-        (
-            proxy.http_proxy.as_str(),
-            proxy.https_proxy.as_str(),
-            proxy.no_proxy.as_str()
-        ),
-        ("http://p:3128", "", ".svc")
-    );
+    let p = s.client.get_proxy("cluster").unwrap();
+    let proxy = format!("{} {:?} {}", p.http_proxy, p.https_proxy, p.no_proxy);
+    assert_eq!(proxy, "http://p:3128 \"\" .svc");
 
-    let olm = "/apis/operators.coreos.com/v1alpha1/namespaces/openshift-storage";
-    s.fake.put(&format!("{olm}/subscriptions"), json!({"metadata": {"name": "odf", "namespace": "openshift-storage"}, "status": {"currentCSV": "odf.v4"}}));
+    let ns = "openshift-storage";
+    let olm = format!("/apis/operators.coreos.com/v1alpha1/namespaces/{ns}");
+    s.fake.put(
+        &format!("{olm}/subscriptions"),
+        json!({"metadata": {"name": "odf", "namespace": ns},
+        "status": {"currentCSV": "odf.v4"}}),
+    );
     s.fake.put(
         &format!("{olm}/clusterserviceversions"),
         json!({"metadata": {"name": "odf.v4"},
         "spec": {"version": "4.15.0-rhodf"}, "status": {"phase": "Succeeded", "message": "done"}}),
     );
     s.fake.put(&format!("{olm}/installplans"), json!({"metadata": {"name": "ip-1",
-        "ownerReferences": [{"apiVersion": "v1", "kind": "Subscription", "name": "odf", "uid": "u"}]}, "status": {"phase": "Failed"}}));
-    let sub = s
-        .client
-        .get_subscription("openshift-storage", "odf")
-        .unwrap()
-        .unwrap();
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Subscription", "name": "odf", "uid": "u"}]},
+        "status": {"phase": "Failed"}}));
+    let sub = s.client.get_subscription(ns, "odf").unwrap().unwrap();
     assert_eq!(
-        (sub.namespace.as_str(), sub.current_csv.as_str()),
-        ("openshift-storage", "odf.v4")
+        format!("{} {}", sub.namespace, sub.current_csv),
+        format!("{ns} odf.v4")
     );
-    let csv = s
-        .client
-        .get_csv("openshift-storage", "odf.v4")
-        .unwrap()
-        .unwrap();
+    let csv = s.client.get_csv(ns, "odf.v4").unwrap().unwrap();
+    let read = format!("{} {} {}", csv.phase, csv.message, csv.version);
+    assert_eq!(read, "Succeeded done 4.15.0-rhodf");
+    assert_eq!(s.client.get_csv(ns, "none").unwrap(), None);
+    let plan = s.client.list_install_plans(ns).unwrap().remove(0);
     assert_eq!(
-        (
-            csv.phase.as_str(),
-            csv.message.as_str(),
-            csv.version.as_str()
-        ),
-        ("Succeeded", "done", "4.15.0-rhodf")
-    );
-    assert_eq!(s.client.get_csv("openshift-storage", "none").unwrap(), None);
-    let plan = s
-        .client
-        .list_install_plans("openshift-storage")
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        (plan.owner_names, plan.phase.as_str()),
-        (vec!["odf".to_string()], "Failed")
+        (plan.owner_names, &*plan.phase),
+        (vec!["odf".into()], "Failed")
     );
 
     let ns = "openshift-machine-api";
@@ -611,31 +494,23 @@ fn openshift_objects_are_read_into_the_model() {
         json!({"metadata": {"name": "w-0", "namespace": ns, "labels": {"role": "worker"}}}),
     );
     let m = s.client.list_machines(ns).unwrap().remove(0);
-    assert_eq!(
-        (m.api_version.as_str(), m.kind.as_str()),
-        ("machine.openshift.io/v1beta1", "Machine")
-    );
+    let types = format!("{} {}", m.api_version, m.kind);
+    assert_eq!(types, "machine.openshift.io/v1beta1 Machine");
     assert_eq!(m.labels["role"], "worker");
     s.fake.put(
         "/apis/batch/v1/namespaces/openshift-marketplace/jobs",
         json!({"metadata": {"name": "j"},
         "status": {"failed": 2, "conditions": [{"type": "Failed", "status": "True"}]}}),
     );
-    let job = s
-        .client
-        .list_jobs("openshift-marketplace")
-        .unwrap()
-        .remove(0);
+    let job = &s.client.list_jobs("openshift-marketplace").unwrap()[0];
     assert_eq!(job.failed, 2);
     assert!(job.conditions[0].is_true("Failed"));
     s.fake.put(
         "/api/v1/namespaces/openshift-dns/services",
         json!({"metadata": {"name": "dns-default"}, "spec": {"clusterIP": "172.30.0.10"}}),
     );
-    assert_eq!(
-        s.client.list_services().unwrap()[0].cluster_ip,
-        "172.30.0.10"
-    );
+    let services = s.client.list_services().unwrap();
+    assert_eq!(services[0].cluster_ip, "172.30.0.10");
     s.client
         .delete_service("openshift-dns", "dns-default")
         .unwrap();
@@ -645,33 +520,28 @@ fn openshift_objects_are_read_into_the_model() {
 #[test]
 fn api_errors_keep_their_codes_and_name_the_object() {
     let s = setup();
-    assert!(!s
-        .client
-        .provisioning_exists("provisioning-configuration")
-        .unwrap());
-    let err = s.client.get_node("gone").unwrap_err();
-    assert_eq!(api_error_code(&err), Some(404));
+    let provisioning = s.client.provisioning_exists("provisioning-configuration");
+    assert!(!provisioning.unwrap());
+    let gone = s.client.get_node("gone").unwrap_err();
+    assert_eq!(api_error_code(&gone), Some(404));
     let cm = "/api/v1/namespaces/assisted-installer/configmaps/olm-operator-manifests";
     let get_cm =
         || ClusterApi::get_config_map(&s.client, "assisted-installer", "olm-operator-manifests");
     s.fake.fail_next("GET", cm, 403);
     let err = get_cm().unwrap_err();
     assert_eq!(api_error_code(&err), Some(403));
-    assert!(
-        format!("{err:#}")
-            .starts_with("reading ConfigMap assisted-installer/olm-operator-manifests: "),
-        "{err:#}"
-    );
+    let want = "reading ConfigMap assisted-installer/olm-operator-manifests: ";
+    assert!(format!("{err:#}").starts_with(want), "{err:#}");
     // An answer without a Status body keeps its code.
-    s.fake.answer_next("GET", cm, Reply::empty(401));
-    assert_eq!(api_error_code(&get_cm().unwrap_err()), Some(401));
     let text = Reply {
         content_type: Some("text/plain"),
         body: b"forbidden by a proxy".to_vec(),
         ..Reply::empty(403)
     };
-    s.fake.answer_next("GET", cm, text);
-    assert_eq!(api_error_code(&get_cm().unwrap_err()), Some(403));
+    for (reply, code) in [(Reply::empty(401), 401), (text, 403)] {
+        s.fake.answer_next("GET", cm, reply);
+        assert_eq!(api_error_code(&get_cm().unwrap_err()), Some(code));
+    }
 
     type Call<'a> = Box<dyn Fn() -> String + 'a>;
     let c = &s.client;
@@ -692,7 +562,7 @@ fn api_errors_keep_their_codes_and_name_the_object() {
             Box::new(|| msg(c.machine_config_exists("mc"))),
         ),
         (
-            MCS,
+            PODS,
             "listing pods in namespace assisted-installer: ",
             Box::new(|| msg(KubeApi::list_pods(c, CONTROLLER_NAMESPACE, "job-name=x"))),
         ),
@@ -700,56 +570,37 @@ fn api_errors_keep_their_codes_and_name_the_object() {
     for (prefix, want, call) in cases {
         s.fake.fail_next("GET", prefix, 500);
         let err = call();
-        assert!(
-            err.starts_with(want) && err.contains("injected failure"),
-            "{err}"
-        );
+        let injected = err.contains("injected failure");
+        assert!(err.starts_with(want) && injected, "{err}");
     }
     // The client keeps working after errors.
-    assert!(KubeApi::list_nodes(&s.client, &Role::Master)
-        .unwrap()
-        .is_empty());
+    let nodes = KubeApi::list_nodes(&s.client, &Role::Master);
+    assert!(nodes.unwrap().is_empty());
 }
 
 #[test]
 fn the_client_is_blocking_shared_and_never_hangs() {
     let s = setup();
-    s.fake.put(
-        NODES,
-        node(
-            "master-0",
-            "master",
-            true,
-            "10.0.0.10",
-            json!({}),
-            &[UNINITIALIZED_TAINT],
-        ),
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let err = rt.block_on(async { msg(KubeApi::list_nodes(&s.client, &Role::Master)) });
-    assert!(
-        err.contains("inside an async runtime") && err.starts_with("listing nodes"),
-        "{err}"
-    );
+    let taints = [UNINITIALIZED_TAINT];
+    let master = node("master-0", "master", true, "10.0.0.10", json!({}), &taints);
+    s.fake.put(NODES, master);
+    let masters = |client: &KubeClient| KubeApi::list_nodes(client, &Role::Master);
+    let rt = tokio::runtime::Builder::new_current_thread().build();
+    let rt = rt.unwrap();
+    let err = rt.block_on(async { msg(masters(&s.client)) });
+    let inside = "inside an async runtime";
+    let listing = err.starts_with("listing nodes");
+    assert!(err.contains(inside) && listing, "{err}");
     let path = kubeconfig(s.dir.path(), &s.server.base_url());
     let err = rt.block_on(async { msg(KubeClient::from_kubeconfig(&path)) });
-    assert!(err.contains("inside an async runtime"), "{err}");
+    assert!(err.contains(inside), "{err}");
 
     let client = Arc::new(s.client);
+    let five_lists = |client: Arc<KubeClient>| {
+        move || (0..5).for_each(|_| assert_eq!(masters(&client).unwrap().len(), 1))
+    };
     let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let client = client.clone();
-            std::thread::spawn(move || {
-                for _ in 0..5 {
-                    assert_eq!(
-                        KubeApi::list_nodes(&*client, &Role::Master).unwrap().len(),
-                        1
-                    );
-                }
-            })
-        })
+        .map(|_| std::thread::spawn(five_lists(client.clone())))
         .collect();
     threads.into_iter().for_each(|t| t.join().unwrap());
     assert_eq!(s.server.requests().len(), 20);
@@ -757,10 +608,7 @@ fn the_client_is_blocking_shared_and_never_hangs() {
     // A connection per call: the server closing each one after its answer breaks nothing.
     s.fake.hang_up_after_each_answer();
     for _ in 0..3 {
-        assert_eq!(
-            KubeApi::list_nodes(&*client, &Role::Master).unwrap().len(),
-            1
-        );
+        assert_eq!(masters(&client).unwrap().len(), 1);
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(!client.machine_config_exists("x").unwrap());
     }
@@ -770,31 +618,25 @@ fn the_client_is_blocking_shared_and_never_hangs() {
         let server = TestServer::with_app(FakeApiServer::default());
         kubeconfig(s.dir.path(), &server.base_url())
     };
-    let client = KubeClient::from_kubeconfig(&gone).unwrap();
-    let err = msg(KubeApi::list_nodes(&client, &Role::Master));
-    assert!(
-        err.starts_with("listing nodes node-role.kubernetes.io/master: "),
-        "{err}"
-    );
+    let err = msg(masters(&KubeClient::from_kubeconfig(&gone).unwrap()));
+    let want = "listing nodes node-role.kubernetes.io/master: ";
+    assert!(err.starts_with(want), "{err}");
 }
 
 #[test]
 fn the_controller_uses_the_kubeconfig_else_the_service_account() {
-    let fake = FakeApiServer::new("sa-token-1");
-    let server = TestServer::with_app(fake);
+    let server = TestServer::with_app(FakeApiServer::new("sa-token-1"));
     let dir = tempfile::tempdir().unwrap();
     let sa = dir.path().join("sa");
     std::fs::create_dir(&sa).unwrap();
-    let err =
-        msg(KubeClient::from_service_account(&server.base_url(), &sa).and_then(|c| c.list_csrs()));
+    let client = KubeClient::from_service_account(&server.base_url(), &sa);
+    let err = msg(client.and_then(|c| c.list_csrs()));
     assert!(err.contains("token"), "{err}");
     std::fs::write(sa.join("token"), "sa-token-1").unwrap();
     let client = KubeClient::from_service_account(&server.base_url(), &sa).unwrap();
     client.list_csrs().unwrap();
-    assert_eq!(
-        last(&server).header("authorization"),
-        Some("Bearer sa-token-1")
-    );
+    let request = last(&server);
+    assert_eq!(request.header("authorization"), Some("Bearer sa-token-1"));
 
     let path = kubeconfig(dir.path(), &server.base_url());
     let client = KubeClient::for_controller(&path, &sa).unwrap();
@@ -803,19 +645,16 @@ fn the_controller_uses_the_kubeconfig_else_the_service_account() {
     assert_eq!(
         api_error_code(&err),
         Some(401),
-        "no token with the test kubeconfig"
+        "no token in the kubeconfig"
     );
-    assert_eq!(
-        last(&server).path,
-        "/apis/config.openshift.io/v1/proxies/cluster"
-    );
+    let path = last(&server).path.clone();
+    assert_eq!(path, "/apis/config.openshift.io/v1/proxies/cluster");
 }
 
 #[test]
 fn kubeconfigs_missing_invalid_or_with_certificate_data() {
-    let err = msg(KubeClient::from_kubeconfig(Path::new(
-        "/nonexistent/kubeconfig",
-    )));
+    let missing = Path::new("/nonexistent/kubeconfig");
+    let err = msg(KubeClient::from_kubeconfig(missing));
     assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
     let dir = tempfile::tempdir().unwrap();
     let [ca, cert, key] = <[String; 3]>::try_from(certs()).unwrap();
@@ -824,22 +663,18 @@ fn kubeconfigs_missing_invalid_or_with_certificate_data() {
     assert!(msg(KubeClient::from_kubeconfig(&path)).contains(&path.display().to_string()));
 
     let client = KubeClient::from_kubeconfig(&bootkube_like(dir.path(), &ca, &cert, &key)).unwrap();
-    assert_eq!(
-        client.server().trim_end_matches('/'),
-        "https://api-int.test-cluster.example.com:6443"
-    );
-    let broken_key = &key
-        .replace("MIIEpAIBAAKCAQEA", "MIIEpAIBAAKCAQEB")
-        .replace('Q', "x");
-    assert!(
-        KubeClient::from_kubeconfig(&bootkube_like(dir.path(), &ca, &cert, broken_key)).is_err()
-    );
+    let server = "https://api-int.test-cluster.example.com:6443";
+    assert_eq!(client.server().trim_end_matches('/'), server);
+    let broken_key = key.replace("MIIEpAIBAAKCAQEA", "MIIEpAIBAAKCAQEB");
+    let broken_key = &broken_key.replace('Q', "x");
+    let broken = bootkube_like(dir.path(), &ca, &cert, broken_key);
+    assert!(KubeClient::from_kubeconfig(&broken).is_err());
     let no_ca = bootkube_like(dir.path(), "not a certificate", &cert, &key);
     assert!(KubeClient::from_kubeconfig(&no_ca).is_err());
 }
 
 /// A kubeconfig as bootkube writes it: certificate authority, client certificate and key data.
-fn bootkube_like(dir: &Path, ca: &str, cert: &str, key: &str) -> std::path::PathBuf {
+fn bootkube_like(dir: &Path, ca: &str, cert: &str, key: &str) -> PathBuf {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let path = dir.join("kubeconfig");
     let text = format!(
@@ -861,8 +696,11 @@ fn certs() -> Vec<String> {
 
 /// Call every [`ClusterApi`] method once, in trait order, ignoring the results.
 fn exercise_all(api: &dyn ClusterApi) {
-    let ns = "openshift-machine-api";
-    let time = std::time::UNIX_EPOCH;
+    let (ns, storage, marketplace) = (
+        "openshift-machine-api",
+        "openshift-storage",
+        "openshift-marketplace",
+    );
     let object = json!({"metadata": {"name": "csr-1"}, "spec": {"request": "", "signerName": ""}});
     let csr = Csr {
         name: "csr-1".into(),
@@ -873,15 +711,17 @@ fn exercise_all(api: &dyn ClusterApi) {
         type_: "Approved".into(),
         ..Condition::default()
     };
-    let approval = CsrApproval { condition, time };
-    let event = ready_event();
+    let approval = CsrApproval {
+        condition,
+        time: std::time::UNIX_EPOCH,
+    };
     let bmh = json!({"metadata": {"name": "bmh-0", "namespace": ns}, "spec": {}, "status": {}});
     let _ = api.get_proxy("cluster");
     let _ = api.get_cluster_version("version");
     let _ = api.list_cluster_operators();
     let _ = api.get_cluster_operator("console");
     let _ = api.get_config_map("kube-system", "cluster-config-v1");
-    let _ = api.create_event("assisted-installer", &event);
+    let _ = api.create_event("assisted-installer", &ready_event());
     let _ = api.list_nodes(Some("node-role.kubernetes.io/master"));
     let _ = api.get_node("master-0");
     let _ = api.remove_node_taint("master-0", 0, "k");
@@ -897,12 +737,12 @@ fn exercise_all(api: &dyn ClusterApi) {
     let _ = api.delete_pods("openshift-dns-operator", None);
     let _ = api.list_csrs();
     let _ = api.approve_csr(&csr, &approval);
-    let _ = api.get_subscription("openshift-storage", "odf-operator");
-    let _ = api.get_csv("openshift-storage", "odf-operator.v4.15.0");
-    let _ = api.list_install_plans("openshift-storage");
-    let _ = api.delete_install_plan("openshift-storage", "install-1");
-    let _ = api.list_jobs("openshift-marketplace");
-    let _ = api.delete_job("openshift-marketplace", "job-1");
+    let _ = api.get_subscription(storage, "odf-operator");
+    let _ = api.get_csv(storage, "odf-operator.v4.15.0");
+    let _ = api.list_install_plans(storage);
+    let _ = api.delete_install_plan(storage, "install-1");
+    let _ = api.list_jobs(marketplace);
+    let _ = api.delete_job(marketplace, "job-1");
     let _ = api.list_bmhs(ns);
     let _ = api.get_bmh(ns, "bmh-0");
     let _ = api.update_bmh(ns, &bmh);

@@ -33,7 +33,6 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -43,9 +42,9 @@ use std::time::{Duration, SystemTime};
 
 /// The kubeconfig the single-node bootstrap leaves for the controller: used when present, else
 /// the in-cluster service account.
-pub const BOOTSTRAP_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
+pub(crate) const BOOTSTRAP_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
 /// Where a pod has its service account's token and the cluster's CA.
-pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+pub(crate) const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// Time to establish a connection (TCP and TLS) to the API server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -201,14 +200,6 @@ impl KubeClient {
         }
     }
 
-    /// A GET where NotFound is `None`.
-    fn get_opt<K>(&self, api: Api<K>, name: &str, what: impl Fn() -> String) -> Result<Option<K>>
-    where
-        K: Clone + DeserializeOwned + Debug,
-    {
-        self.call(what, api.get_opt(name))
-    }
-
     fn all<K: kube::Resource<DynamicType = ()>>(&self) -> Api<K> {
         Api::all(self.client.clone())
     }
@@ -227,18 +218,16 @@ impl KubeClient {
         }
     }
 
-    fn list_dynamic<T>(&self, kind: &ApiResource, ns: &str, what: &str) -> Result<Vec<T>>
-    where
-        T: for<'a> TryFrom<&'a DynamicObject, Error = anyhow::Error>,
-    {
-        let what = || format!("listing {what} in namespace {ns}");
-        let api = self.dynamic(kind, Some(ns));
-        let list = self.call(what, api.list(&ListParams::default()))?;
-        list.items.iter().map(T::try_from).collect()
+    /// LIST the objects of an OpenShift kind, in a namespace or all.
+    fn list_dynamic(&self, kind: &ApiResource, ns: Option<&str>) -> Result<Vec<DynamicObject>> {
+        let of = ns.map(|n| format!(" in namespace {n}")).unwrap_or_default();
+        let what = || format!("listing {}s{of}", kind.kind);
+        let api = self.dynamic(kind, ns);
+        Ok(self.call(what, api.list(&ListParams::default()))?.items)
     }
 
     /// GET an object of an OpenShift kind; NotFound is `None`.
-    fn get_dynamic_opt(
+    fn get_dynamic(
         &self,
         kind: &ApiResource,
         ns: Option<&str>,
@@ -246,11 +235,11 @@ impl KubeClient {
     ) -> Result<Option<DynamicObject>> {
         let of = ns.map(|n| format!("{n}/")).unwrap_or_default();
         let what = || format!("reading {} {of}{name}", kind.kind);
-        self.get_opt(self.dynamic(kind, ns), name, what)
+        self.call(what, self.dynamic(kind, ns).get_opt(name))
     }
 
     /// GET an object of an OpenShift kind; NotFound is an error.
-    fn get_dynamic(
+    fn get_existing(
         &self,
         kind: &ApiResource,
         ns: Option<&str>,
@@ -282,50 +271,6 @@ impl KubeClient {
     {
         self.call(what, api.delete(name, &DeleteParams::default()))
             .map(drop)
-    }
-
-    fn patch_out_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
-        let patch: Patch<()> = Patch::Json(untaint_patch(index, key));
-        let what = || format!("removing taint {key} ({index}) of node {name}");
-        let nodes = self.all::<core::Node>();
-        self.call(what, nodes.patch(name, &PatchParams::default(), &patch))
-            .map(drop)
-    }
-
-    fn list_pods_by(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
-        let params = selectors(label, field);
-        let what = || format!("listing pods in namespace {ns}");
-        let list = self.call(what, self.namespaced::<core::Pod>(ns).list(&params))?;
-        Ok(list.items.iter().map(Pod::from).collect())
-    }
-
-    fn log(&self, ns: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
-        let params = LogParams {
-            since_seconds,
-            ..LogParams::default()
-        };
-        let what = || format!("reading the log of pod {ns}/{name}");
-        self.call(what, self.namespaced::<core::Pod>(ns).logs(name, &params))
-    }
-
-    fn config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
-        let what = || format!("reading ConfigMap {ns}/{name}");
-        let cm = self.get_opt(self.namespaced::<core::ConfigMap>(ns), name, what)?;
-        Ok(cm.map(|cm| cm.data.unwrap_or_default()))
-    }
-
-    fn nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>> {
-        let params = selectors(label_selector, None);
-        let what = || format!("listing nodes {}", label_selector.unwrap_or_default());
-        let list = self.call(what, self.all::<core::Node>().list(&params))?;
-        Ok(list.items.iter().map(Node::from).collect())
-    }
-
-    fn node(&self, name: &str) -> Result<Node> {
-        let what = || format!("reading node {name}");
-        Ok(Node::from(
-            &self.call(what, self.all::<core::Node>().get(name))?,
-        ))
     }
 
     /// PUT a BareMetalHost (or its `status`), named by its `metadata.name`, with `apiVersion` and
@@ -416,13 +361,9 @@ fn approved(csr: &Csr, approval: &CsrApproval) -> Result<CertificateSigningReque
     Ok(object)
 }
 
-fn to_values<T: Serialize>(items: &[T]) -> Result<Vec<Value>> {
-    items.iter().map(|i| Ok(serde_json::to_value(i)?)).collect()
-}
-
 impl KubeApi for KubeClient {
     fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
-        self.nodes(Some(&role_label(role.as_str())))
+        ClusterApi::list_nodes(self, Some(&role_label(role.as_str())))
     }
 
     fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
@@ -433,54 +374,57 @@ impl KubeApi for KubeClient {
     }
 
     fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
-        self.config_map(ns, name)
+        ClusterApi::get_config_map(self, ns, name)
     }
 
     fn machine_config_exists(&self, name: &str) -> Result<bool> {
-        Ok(self
-            .get_dynamic_opt(&kinds::machine_configs(), None, name)?
-            .is_some())
+        let config = self.get_dynamic(&kinds::machine_configs(), None, name)?;
+        Ok(config.is_some())
     }
 
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
-        let index = self.node(node)?.taints.iter().position(|t| t.key == key);
+        let index = self
+            .get_node(node)?
+            .taints
+            .iter()
+            .position(|t| t.key == key);
         match index {
-            Some(i) => self.patch_out_taint(node, i, key),
+            Some(i) => ClusterApi::remove_node_taint(self, node, i, key),
             None => Ok(()),
         }
     }
 
     fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
-        self.list_pods_by(namespace, Some(label_selector), None)
+        ClusterApi::list_pods(self, namespace, Some(label_selector), None)
     }
 
     fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
-        self.log(namespace, pod, since_seconds)
+        self.pod_log(namespace, pod, since_seconds)
     }
 }
 
 impl ClusterApi for KubeClient {
     fn get_proxy(&self, name: &str) -> Result<ProxyStatus> {
-        ProxyStatus::try_from(&self.get_dynamic(&kinds::proxies(), None, name)?)
+        ProxyStatus::try_from(&self.get_existing(&kinds::proxies(), None, name)?)
     }
 
     fn get_cluster_version(&self, name: &str) -> Result<ClusterVersion> {
-        ClusterVersion::try_from(&self.get_dynamic(&kinds::cluster_versions(), None, name)?)
+        ClusterVersion::try_from(&self.get_existing(&kinds::cluster_versions(), None, name)?)
     }
 
     fn list_cluster_operators(&self) -> Result<Vec<ClusterOperator>> {
-        let api = self.dynamic(&kinds::cluster_operators(), None);
-        let what = || "listing ClusterOperators".to_string();
-        let list = self.call(what, api.list(&ListParams::default()))?;
-        list.items.iter().map(ClusterOperator::try_from).collect()
+        let list = self.list_dynamic(&kinds::cluster_operators(), None)?;
+        list.iter().map(ClusterOperator::try_from).collect()
     }
 
     fn get_cluster_operator(&self, name: &str) -> Result<ClusterOperator> {
-        ClusterOperator::try_from(&self.get_dynamic(&kinds::cluster_operators(), None, name)?)
+        ClusterOperator::try_from(&self.get_existing(&kinds::cluster_operators(), None, name)?)
     }
 
     fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
-        self.config_map(ns, name)
+        let what = || format!("reading ConfigMap {ns}/{name}");
+        let cm = self.call(what, self.namespaced::<core::ConfigMap>(ns).get_opt(name))?;
+        Ok(cm.map(|cm| cm.data.unwrap_or_default()))
     }
 
     fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()> {
@@ -492,15 +436,25 @@ impl ClusterApi for KubeClient {
     }
 
     fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>> {
-        self.nodes(label_selector)
+        let params = selectors(label_selector, None);
+        let what = || format!("listing nodes {}", label_selector.unwrap_or_default());
+        let list = self.call(what, self.all::<core::Node>().list(&params))?;
+        Ok(list.items.iter().map(Node::from).collect())
     }
 
     fn get_node(&self, name: &str) -> Result<Node> {
-        self.node(name)
+        let what = || format!("reading node {name}");
+        Ok(Node::from(
+            &self.call(what, self.all::<core::Node>().get(name))?,
+        ))
     }
 
     fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
-        self.patch_out_taint(name, index, key)
+        let patch: Patch<()> = Patch::Json(untaint_patch(index, key));
+        let what = || format!("removing taint {key} ({index}) of node {name}");
+        let nodes = self.all::<core::Node>();
+        self.call(what, nodes.patch(name, &PatchParams::default(), &patch))
+            .map(drop)
     }
 
     fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()> {
@@ -511,10 +465,8 @@ impl ClusterApi for KubeClient {
 
     fn list_services(&self) -> Result<Vec<Service>> {
         let what = || "listing services in all namespaces".to_string();
-        let list = self.call(
-            what,
-            self.all::<core::Service>().list(&ListParams::default()),
-        )?;
+        let api = self.all::<core::Service>();
+        let list = self.call(what, api.list(&ListParams::default()))?;
         Ok(list.items.iter().map(Service::from).collect())
     }
 
@@ -524,11 +476,19 @@ impl ClusterApi for KubeClient {
     }
 
     fn list_pods(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
-        self.list_pods_by(ns, label, field)
+        let params = selectors(label, field);
+        let what = || format!("listing pods in namespace {ns}");
+        let list = self.call(what, self.namespaced::<core::Pod>(ns).list(&params))?;
+        Ok(list.items.iter().map(Pod::from).collect())
     }
 
-    fn pod_log(&self, namespace: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
-        self.log(namespace, name, since_seconds)
+    fn pod_log(&self, ns: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
+        let params = LogParams {
+            since_seconds,
+            ..LogParams::default()
+        };
+        let what = || format!("reading the log of pod {ns}/{name}");
+        self.call(what, self.namespaced::<core::Pod>(ns).logs(name, &params))
     }
 
     fn delete_pods(&self, namespace: &str, label_selector: Option<&str>) -> Result<()> {
@@ -557,26 +517,24 @@ impl ClusterApi for KubeClient {
     }
 
     fn get_subscription(&self, namespace: &str, name: &str) -> Result<Option<Subscription>> {
-        let sub = self.get_dynamic_opt(&kinds::subscriptions(), Some(namespace), name)?;
+        let sub = self.get_dynamic(&kinds::subscriptions(), Some(namespace), name)?;
         sub.as_ref().map(Subscription::try_from).transpose()
     }
 
     fn get_csv(&self, namespace: &str, name: &str) -> Result<Option<Csv>> {
-        let csv = self.get_dynamic_opt(&kinds::csvs(), Some(namespace), name)?;
+        let csv = self.get_dynamic(&kinds::csvs(), Some(namespace), name)?;
         csv.as_ref().map(Csv::try_from).transpose()
     }
 
     fn list_install_plans(&self, namespace: &str) -> Result<Vec<InstallPlan>> {
-        self.list_dynamic(&kinds::install_plans(), namespace, "InstallPlans")
+        let list = self.list_dynamic(&kinds::install_plans(), Some(namespace))?;
+        list.iter().map(InstallPlan::try_from).collect()
     }
 
     fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()> {
         let what = || format!("deleting InstallPlan {namespace}/{name}");
-        self.delete(
-            self.dynamic(&kinds::install_plans(), Some(namespace)),
-            name,
-            what,
-        )
+        let api = self.dynamic(&kinds::install_plans(), Some(namespace));
+        self.delete(api, name, what)
     }
 
     fn list_jobs(&self, namespace: &str) -> Result<Vec<Job>> {
@@ -592,13 +550,12 @@ impl ClusterApi for KubeClient {
     }
 
     fn list_bmhs(&self, namespace: &str) -> Result<Vec<Value>> {
-        let what = || format!("listing BareMetalHosts in namespace {namespace}");
-        let api = self.dynamic(&kinds::bmhs(), Some(namespace));
-        to_values(&self.call(what, api.list(&ListParams::default()))?.items)
+        let list = self.list_dynamic(&kinds::bmhs(), Some(namespace))?;
+        list.iter().map(|b| Ok(serde_json::to_value(b)?)).collect()
     }
 
     fn get_bmh(&self, namespace: &str, name: &str) -> Result<Value> {
-        let bmh = self.get_dynamic(&kinds::bmhs(), Some(namespace), name)?;
+        let bmh = self.get_existing(&kinds::bmhs(), Some(namespace), name)?;
         Ok(serde_json::to_value(bmh)?)
     }
 
@@ -611,20 +568,17 @@ impl ClusterApi for KubeClient {
     }
 
     fn provisioning_exists(&self, name: &str) -> Result<bool> {
-        Ok(self
-            .get_dynamic_opt(&kinds::provisionings(), None, name)?
-            .is_some())
+        let provisioning = self.get_dynamic(&kinds::provisionings(), None, name)?;
+        Ok(provisioning.is_some())
     }
 
     fn list_machines(&self, namespace: &str) -> Result<Vec<Machine>> {
-        let what = || format!("listing Machines in namespace {namespace}");
-        let api = self.dynamic(&kinds::machines(), Some(namespace));
-        let list = self.call(what, api.list(&ListParams::default()))?;
-        Ok(list.items.iter().map(Machine::from).collect())
+        let list = self.list_dynamic(&kinds::machines(), Some(namespace))?;
+        Ok(list.iter().map(Machine::from).collect())
     }
 
     fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool> {
-        MachineConfigPool::try_from(&self.get_dynamic(&kinds::mcps(), None, name)?)
+        MachineConfigPool::try_from(&self.get_existing(&kinds::mcps(), None, name)?)
     }
 
     fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()> {

@@ -1,105 +1,75 @@
-//! Dry mode's pretend cluster, for both programs: no API server behind it, so that the installers
-//! and the controller of a load test (`--dry-run`, `DRY_ENABLE=true`) drive their hosts through
-//! their stages and complete the install against a real assisted-service. Everything it shows comes
-//! from the dry-run hosts (`DRY_CLUSTER_HOSTS_PATH`: hostname, IP, reboot marker) and from the
-//! markers each host's dry-run installer touches instead of rebooting. Markers are checked at
-//! every call, so hosts show up as they "reboot".
+//! Dry mode's pretend cluster, for both programs: no API server behind it, so that the
+//! installers and the controller of a load test (`--dry-run`, `DRY_ENABLE=true`) drive their
+//! hosts through their stages against a real assisted-service. It shows what the dry-run hosts
+//! (`DRY_CLUSTER_HOSTS_PATH`: hostname, IP, reboot marker) say, checking the markers at every
+//! call, so hosts show up as they "reboot".
 //!
-//! What it shows:
-//! - **machine-config-server**: one Running pod in `openshift-machine-config-operator`, labelled
-//!   `k8s-app=machine-config-server`; its log holds one Ignition request line per rebooted host,
-//!   in the MCS's own format (`… requested by address:"<ip>:<port>" User-Agent:"Ignition/…"`,
-//!   IPv6 in brackets), which the node-status task's matcher turns into `Configuring`.
-//! - **Nodes**: one per rebooted host **whose Ignition request the MCS log has already shown**
-//!   (a read of that log records it), named by the hostname, `InternalIP` = the host's IP,
-//!   Ready, no taints, labelled `node-role.kubernetes.io/master` and `…/control-plane` (the file
-//!   has no roles; Go's dry mock lists every node for master queries too) plus
-//!   `kubernetes.io/hostname`. Why the MCS gate: a node-status round updates the matched nodes
-//!   *before* it reads the MCS log, so a node visible as soon as the marker exists would take
-//!   its host from `Rebooting` to `Joined` and `Done` in one round and `Configuring` would never
-//!   be reported. Gated, the service sees a real cluster's order: `Configuring` in the round
-//!   that first reads the log after the reboot, `Joined` and `Done` in the next one (as on a
-//!   real cluster, a node cannot join before fetching its Ignition). Every task that waits for
-//!   nodes runs alongside node status, which reads the log every round.
-//! - **Operators**: ClusterVersion `version` and every ClusterOperator (any name asked, and a
-//!   list of the usual ones) `Available=True`, `Progressing=False`, `Degraded=False`; the
-//!   `Console` capability enabled. OLM: any Subscription exists with a current CSV, and every
-//!   CSV is `Succeeded`, so the OLM waits end (applying the operators' manifests is `oc`'s job,
-//!   not this API's).
-//! - **ConfigMaps**: only `openshift-config-managed/default-ingress-cert`, holding a CA made for
-//!   dry mode (`dry/ingress-ca.pem`, a parsable self-signed certificate whose key was thrown
-//!   away): post-install waits for it and uploads it to the service. No invoker ConfigMap (so
-//!   the invoker is `assisted-service`), no install-config, no OLM manifests ConfigMap.
-//! - **Empty**: Proxy `cluster` has no proxy; no Services (the DNS fix is not run in dry mode
-//!   anyway), CSRs, Jobs, InstallPlans, BareMetalHosts, Machines or metal3 Provisioning. No
-//!   controller pod either: the log upload then falls back to the log file, which in dry mode is
-//!   the process's real log (Go's dry mock served a canned one).
-//! - **MachineConfigPools** `master` and `worker`, not paused.
+//! The controller's view ([`ClusterApi`]):
+//! - a Running machine-config-server pod whose log holds an Ignition request line
+//!   ([`ignition_request_line`]) per rebooted host;
+//! - a Ready node per rebooted host **whose Ignition request that log has already shown**,
+//!   labelled master and control-plane (Go's mock lists every node for master queries too).
+//!   Why the gate: a node-status round updates the matched nodes *before* it reads the MCS log,
+//!   so a node visible as soon as its marker exists would take its host from `Rebooting` to
+//!   `Joined` and `Done` in one round, and `Configuring` would never be reported. Gated, the
+//!   service sees a real cluster's order;
+//! - every operator and the ClusterVersion available, the `Console` capability enabled, every
+//!   OLM Subscription with a `Succeeded` CSV; pools `master` and `worker`;
+//! - only the ConfigMap `default-ingress-cert`, holding a CA made for dry mode
+//!   (`dry/ingress-ca.pem`, self-signed, its key thrown away); so the invoker is
+//!   `assisted-service`;
+//! - nothing else: no proxy, Services, CSRs, Jobs, InstallPlans, BMHs, Machines, Provisioning
+//!   or controller pod (the log upload then falls back to the process's real log).
 //!
-//! The installer's view ([`super::KubeApi`], as Go's dry-run mock): one Ready node per rebooted host
-//! (no MCS gate: the installer reads no MCS log), listed for any role, all on one rendered
-//! MachineConfig ([`DRY_RENDERED_CONFIG`]), which exists; the install-config
-//! (`kube-system/cluster-config-v1`) with `controlPlane.replicas` from `--control-plane-count`
-//! and no arbiter; the controller's ready Event; a Running controller pod with a canned log.
+//! Writes: Events are recorded (repeats are not refused: the controller treats both alike),
+//! label patches and pool pauses kept so that tasks read back what they wrote; removing a taint
+//! or deleting Pods succeeds; writing an object that does not exist is NotFound.
 //!
-//! Controller writes: the ready Event is recorded (repeats are not refused with AlreadyExists, since the
-//! controller treats both alike); node label patches are merged into the nodes and pool pauses
-//! kept, so that tasks reading back what they wrote see it. Removing a taint succeeds (the nodes
-//! have none; the tasks only ask for taints they found). Deleting Pods succeeds and deletes
-//! nothing. Objects that do not exist (a Service, Job, InstallPlan, CSR, BMH, …) are NotFound
-//! [`ApiError`]s, as on a real cluster. Unlike a real cluster, nothing else changes on its own:
-//! no operator ever degrades, no node goes NotReady.
+//! The installer's view ([`super::KubeApi`], as Go's dry-run mock): a Ready node per rebooted
+//! host (no gate: the installer reads no MCS log), for any role, on one rendered MachineConfig
+//! that exists; the install-config with `controlPlane.replicas` from `--control-plane-count`;
+//! the controller's ready Event and a Running controller pod with a canned log.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 use std::sync::{Mutex, MutexGuard};
 
 use super::install_config::{INSTALL_CONFIG_KEY, INSTALL_CONFIG_NAME, INSTALL_CONFIG_NAMESPACE};
 use super::{
-    selector_matches, ApiError, ClusterApi, ClusterOperator, ClusterVersion, Condition, Csr,
-    CsrApproval, Csv, Event, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node,
+    merge_labels, pod_selected, ApiError, ClusterApi, ClusterOperator, ClusterVersion, Condition,
+    Csr, CsrApproval, Csv, Event, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node,
     NodeAddress, Pod, ProxyStatus, Service, Subscription,
 };
 use crate::config::cluster_hosts::{self, ClusterHost};
 use crate::config::{InstallerConfig, Role};
+use crate::openshift::mcs_logs::ignition_request_line;
 use crate::openshift::{
-    CLUSTER_VERSION_NAME, CONTROLLER_JOB, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT,
+    role_label, CLUSTER_VERSION_NAME, CONTROLLER_JOB, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT,
     CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION, INGRESS_CERT_KEY, INGRESS_CERT_NAME,
     INGRESS_CERT_NAMESPACE, MCS_NAMESPACE, PROXY_NAME,
 };
-use anyhow::bail;
 
 /// The pretend machine-config-server pod.
-pub const DRY_MCS_POD: &str = "machine-config-server-dry-run";
-/// The label that makes it the MCS (the node-status task selects on it).
-pub const MCS_APP_LABEL: (&str, &str) = ("k8s-app", "machine-config-server");
-/// The client port written in the Ignition request lines.
-pub const DRY_IGNITION_PORT: u16 = 40548;
-/// The labels every pretend node carries (besides `kubernetes.io/hostname`).
-pub const MASTER_LABEL: &str = "node-role.kubernetes.io/master";
-pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+const DRY_MCS_POD: &str = "machine-config-server-dry-run";
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 /// The MachineConfigPools that exist.
-pub const DRY_POOLS: [&str; 2] = ["master", "worker"];
+const DRY_POOLS: [&str; 2] = ["master", "worker"];
 /// The router CA of `default-ingress-cert` (see the module documentation).
-pub const DRY_INGRESS_CA: &str = include_str!("dry/ingress-ca.pem");
-/// The ClusterOperators listed (any other name asked for exists too), space-separated.
-pub const DRY_CLUSTER_OPERATORS: &str = "\
+pub(crate) const DRY_INGRESS_CA: &str = include_str!("dry/ingress-ca.pem");
+/// The ClusterOperators listed (any other name asked for exists too).
+const DRY_CLUSTER_OPERATORS: &str = "\
     authentication baremetal cloud-controller-manager cloud-credential cluster-autoscaler \
      config-operator console control-plane-machine-set csi-snapshot-controller dns etcd \
      image-registry ingress insights kube-apiserver kube-controller-manager kube-scheduler \
      kube-storage-version-migrator machine-api machine-approver machine-config marketplace \
      monitoring network node-tuning openshift-apiserver openshift-controller-manager \
      openshift-samples operator-lifecycle-manager service-ca storage";
-
 /// The one MachineConfig every pretend node is on (installer view).
-pub const DRY_RENDERED_CONFIG: &str = "rendered-master-dry-run";
-/// The pretend controller pod (its name has the prefix the bootstrap looks for).
-pub const DRY_CONTROLLER_POD: &str = "assisted-installer-controller-dry-run";
-/// What the pretend controller pod logged.
-pub const DRY_CONTROLLER_LOG: &str = "Dry run: assisted-installer-controller started\n\
+const DRY_RENDERED_CONFIG: &str = "rendered-master-dry-run";
+/// The pretend controller pod (its name has the prefix the bootstrap looks for) and its log.
+const DRY_CONTROLLER_POD: &str = "assisted-installer-controller-dry-run";
+const DRY_CONTROLLER_LOG: &str = "Dry run: assisted-installer-controller started\n\
      Dry run: assisted-installer-controller is ready\n";
 
 /// What the pretend cluster remembers between calls.
@@ -107,7 +77,7 @@ pub const DRY_CONTROLLER_LOG: &str = "Dry run: assisted-installer-controller sta
 struct State {
     /// Indexes of the hosts whose Ignition request an MCS log read has shown: their nodes exist.
     ignition_served: BTreeSet<usize>,
-    /// Labels patched onto each node, by node name (`null` values removed them).
+    /// Labels patched onto each node, by node name.
     patched_labels: BTreeMap<String, BTreeMap<String, String>>,
     /// `spec.paused` of the pools that were patched.
     paused_pools: BTreeMap<String, bool>,
@@ -131,9 +101,9 @@ impl std::fmt::Debug for DryCluster {
     }
 }
 
-fn not_found(what: &str) -> anyhow::Error {
+fn not_found<T>(what: String) -> Result<T> {
     let message = format!("dry run: {what} not found");
-    anyhow::Error::new(ApiError::new(404, "NotFound", &message))
+    Err(ApiError::new(404, "NotFound", &message).into())
 }
 
 fn condition(type_: &str, status: &str, message: &str) -> Condition {
@@ -162,22 +132,49 @@ fn cluster_operator(name: &str) -> ClusterOperator {
     }
 }
 
-/// One MCS log line for an Ignition request from `ip` (bracketed when IPv6).
-pub fn ignition_request_line(ip: &str) -> String {
-    let address = match ip.parse::<IpAddr>() {
-        Ok(IpAddr::V6(_)) => format!("[{ip}]"),
-        _ => ip.to_string(),
+fn running_pod(namespace: &str, name: &str, label: (&str, &str)) -> Pod {
+    Pod {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        phase: "Running".to_string(),
+        labels: BTreeMap::from([(label.0.to_string(), label.1.to_string())]),
+    }
+}
+
+fn node(host: &ClusterHost, patched: Option<&BTreeMap<String, String>>) -> Node {
+    let (master, control_plane) = (role_label("master"), role_label("control-plane"));
+    let mut labels = BTreeMap::from([(master, String::new()), (control_plane, String::new())]);
+    labels.insert(HOSTNAME_LABEL.to_string(), host.hostname.clone());
+    labels.extend(
+        patched
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    let annotations = [CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION]
+        .into_iter()
+        .map(|k| (k.to_string(), DRY_RENDERED_CONFIG.to_string()))
+        .collect();
+    let address = |type_: &str, address: &str| NodeAddress {
+        type_: type_.to_string(),
+        address: address.to_string(),
     };
-    format!(
-        "I0101 00:00:00.000000       1 api.go:117] Pool master requested by \
-         address:\"{address}:{DRY_IGNITION_PORT}\" User-Agent:\"Ignition/2.16.2\" \
-         Accept-Header: \"application/vnd.coreos.ignition+json;version=3.4.0\"\n"
-    )
+    Node {
+        name: host.hostname.clone(),
+        labels,
+        annotations,
+        taints: Vec::new(),
+        conditions: vec![condition("Ready", "True", "Dry run: the host rebooted")],
+        addresses: vec![
+            address("InternalIP", &host.ip),
+            address("Hostname", &host.hostname),
+        ],
+    }
 }
 
 impl DryCluster {
     /// The pretend cluster of `hosts` (the parsed `DRY_CLUSTER_HOSTS_PATH`).
-    pub fn new(hosts: Vec<ClusterHost>) -> DryCluster {
+    pub(crate) fn new(hosts: Vec<ClusterHost>) -> DryCluster {
         DryCluster {
             hosts,
             control_plane_replicas: 0,
@@ -204,15 +201,6 @@ impl DryCluster {
         self.lock().events.clone()
     }
 
-    fn mcs_pod() -> Pod {
-        Pod {
-            namespace: MCS_NAMESPACE.to_string(),
-            name: DRY_MCS_POD.to_string(),
-            phase: "Running".to_string(),
-            labels: BTreeMap::from([(MCS_APP_LABEL.0.to_string(), MCS_APP_LABEL.1.to_string())]),
-        }
-    }
-
     /// The MCS log: the rebooted hosts' Ignition requests, which makes their nodes exist.
     fn mcs_log(&self) -> String {
         let mut state = self.lock();
@@ -229,71 +217,39 @@ impl DryCluster {
     /// The nodes that exist now (see the module documentation), in the hosts' order.
     fn nodes(&self) -> Vec<Node> {
         let state = self.lock();
-        self.hosts
-            .iter()
-            .enumerate()
+        let hosts = self.hosts.iter().enumerate();
+        hosts
             .filter(|(i, host)| state.ignition_served.contains(i) && host.rebooted())
             .map(|(_, host)| node(host, state.patched_labels.get(&host.hostname)))
             .collect()
     }
 
     fn existing_node(&self, name: &str) -> Result<Node> {
-        self.nodes()
-            .into_iter()
-            .find(|n| n.name == name)
-            .ok_or_else(|| not_found(&format!("node {name}")))
+        match self.nodes().into_iter().find(|n| n.name == name) {
+            Some(node) => Ok(node),
+            None => not_found(format!("node {name}")),
+        }
     }
-}
 
-fn node(host: &ClusterHost, patched: Option<&BTreeMap<String, String>>) -> Node {
-    let mut labels: BTreeMap<String, String> = [
-        (MASTER_LABEL, ""),
-        (CONTROL_PLANE_LABEL, ""),
-        (HOSTNAME_LABEL, host.hostname.as_str()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    labels.extend(
-        patched
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.clone())),
-    );
-    let annotations = [CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION]
-        .into_iter()
-        .map(|k| (k.to_string(), DRY_RENDERED_CONFIG.to_string()))
-        .collect();
-    Node {
-        name: host.hostname.clone(),
-        labels,
-        annotations,
-        taints: Vec::new(),
-        conditions: vec![condition("Ready", "True", "Dry run: the host rebooted")],
-        addresses: vec![
-            NodeAddress {
-                type_: "InternalIP".to_string(),
-                address: host.ip.clone(),
-            },
-            NodeAddress {
-                type_: "Hostname".to_string(),
-                address: host.hostname.clone(),
-            },
-        ],
+    fn pool(&self, name: &str) -> Result<()> {
+        match DRY_POOLS.contains(&name) {
+            true => Ok(()),
+            false => not_found(format!("machineconfigpool {name}")),
+        }
     }
 }
 
 impl ClusterApi for DryCluster {
     fn get_proxy(&self, name: &str) -> Result<ProxyStatus> {
-        if name != PROXY_NAME {
-            return Err(not_found(&format!("proxy {name}")));
+        match name == PROXY_NAME {
+            true => Ok(ProxyStatus::default()),
+            false => not_found(format!("proxy {name}")),
         }
-        Ok(ProxyStatus::default())
     }
 
     fn get_cluster_version(&self, name: &str) -> Result<ClusterVersion> {
         if name != CLUSTER_VERSION_NAME {
-            return Err(not_found(&format!("clusterversion {name}")));
+            return not_found(format!("clusterversion {name}"));
         }
         Ok(ClusterVersion {
             conditions: available_conditions(),
@@ -312,33 +268,23 @@ impl ClusterApi for DryCluster {
         Ok(cluster_operator(name))
     }
 
-    fn get_config_map(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
-        if (namespace, name) != (INGRESS_CERT_NAMESPACE, INGRESS_CERT_NAME) {
-            return Ok(None);
-        }
-        Ok(Some(BTreeMap::from([(
-            INGRESS_CERT_KEY.to_string(),
-            DRY_INGRESS_CA.to_string(),
-        )])))
+    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        let ingress = (ns, name) == (INGRESS_CERT_NAMESPACE, INGRESS_CERT_NAME);
+        let data = [(INGRESS_CERT_KEY.to_string(), DRY_INGRESS_CA.to_string())];
+        Ok(ingress.then(|| BTreeMap::from(data)))
     }
 
     fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()> {
         tracing::info!("dry run: event {} created in {namespace}", event.name);
-        self.lock()
-            .events
-            .push((namespace.to_string(), event.clone()));
+        let mut state = self.lock();
+        state.events.push((namespace.to_string(), event.clone()));
         Ok(())
     }
 
     fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>> {
-        Ok(self
-            .nodes()
-            .into_iter()
-            .filter(|n| selector_matches(label_selector, &n.labels))
+        let nodes = self.nodes().into_iter();
+        Ok(nodes
+            .filter(|n| super::selector_matches(label_selector, &n.labels))
             .collect())
     }
 
@@ -348,29 +294,16 @@ impl ClusterApi for DryCluster {
 
     fn remove_node_taint(&self, name: &str, _index: usize, _key: &str) -> Result<()> {
         // The pretend nodes have no taints, and the tasks only remove the ones they found.
-        self.existing_node(name).map(|_| ())
+        self.existing_node(name).map(drop)
     }
 
     fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()> {
         self.existing_node(name)?;
         let mut state = self.lock();
-        let patched = state.patched_labels.entry(name.to_string()).or_default();
-        // Merge-patch semantics: a string sets the label, null removes it.
-        for (key, value) in labels.as_object().into_iter().flatten() {
-            match value {
-                Value::String(v) => {
-                    patched.insert(key.clone(), v.clone());
-                }
-                Value::Null => {
-                    patched.remove(key);
-                }
-                other => {
-                    let msg = format!("dry run: label {key}: {other} is not a string");
-                    return Err(ApiError::new(400, "BadRequest", &msg).into());
-                }
-            }
-        }
-        Ok(())
+        merge_labels(
+            state.patched_labels.entry(name.to_string()).or_default(),
+            labels,
+        )
     }
 
     fn list_services(&self) -> Result<Vec<Service>> {
@@ -378,29 +311,24 @@ impl ClusterApi for DryCluster {
     }
 
     fn delete_service(&self, namespace: &str, name: &str) -> Result<()> {
-        Err(not_found(&format!("service {namespace}/{name}")))
+        not_found(format!("service {namespace}/{name}"))
     }
 
-    fn list_pods(
-        &self,
-        namespace: &str,
-        label_selector: Option<&str>,
-        field_selector: Option<&str>,
-    ) -> Result<Vec<Pod>> {
-        // `status.phase=<phase>` is the only field selector the controller sends.
-        let phase = field_selector.and_then(|f| f.strip_prefix("status.phase="));
-        Ok([DryCluster::mcs_pod()]
-            .into_iter()
-            .filter(|p| p.namespace == namespace && selector_matches(label_selector, &p.labels))
-            .filter(|p| phase.is_none_or(|ph| p.phase == ph))
-            .collect())
+    fn list_pods(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
+        let mcs = running_pod(
+            MCS_NAMESPACE,
+            DRY_MCS_POD,
+            ("k8s-app", "machine-config-server"),
+        );
+        let pods = [mcs].into_iter();
+        Ok(pods.filter(|p| pod_selected(p, ns, label, field)).collect())
     }
 
     fn pod_log(&self, namespace: &str, name: &str, _since_seconds: Option<i64>) -> Result<String> {
-        if (namespace, name) != (MCS_NAMESPACE, DRY_MCS_POD) {
-            return Err(not_found(&format!("pod {namespace}/{name}")));
+        match (namespace, name) == (MCS_NAMESPACE, DRY_MCS_POD) {
+            true => Ok(self.mcs_log()),
+            false => not_found(format!("pod {namespace}/{name}")),
         }
-        Ok(self.mcs_log())
     }
 
     fn delete_pods(&self, _namespace: &str, _label_selector: Option<&str>) -> Result<()> {
@@ -412,10 +340,7 @@ impl ClusterApi for DryCluster {
     }
 
     fn approve_csr(&self, csr: &Csr, _approval: &CsrApproval) -> Result<()> {
-        Err(not_found(&format!(
-            "certificatesigningrequest {}",
-            csr.name
-        )))
+        not_found(format!("certificatesigningrequest {}", csr.name))
     }
 
     fn get_subscription(&self, namespace: &str, name: &str) -> Result<Option<Subscription>> {
@@ -441,7 +366,7 @@ impl ClusterApi for DryCluster {
     }
 
     fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()> {
-        Err(not_found(&format!("installplan {namespace}/{name}")))
+        not_found(format!("installplan {namespace}/{name}"))
     }
 
     fn list_jobs(&self, _namespace: &str) -> Result<Vec<Job>> {
@@ -449,7 +374,7 @@ impl ClusterApi for DryCluster {
     }
 
     fn delete_job(&self, namespace: &str, name: &str) -> Result<()> {
-        Err(not_found(&format!("job {namespace}/{name}")))
+        not_found(format!("job {namespace}/{name}"))
     }
 
     fn list_bmhs(&self, _namespace: &str) -> Result<Vec<Value>> {
@@ -457,15 +382,15 @@ impl ClusterApi for DryCluster {
     }
 
     fn get_bmh(&self, namespace: &str, name: &str) -> Result<Value> {
-        Err(not_found(&format!("baremetalhost {namespace}/{name}")))
+        not_found(format!("baremetalhost {namespace}/{name}"))
     }
 
     fn update_bmh(&self, namespace: &str, bmh: &Value) -> Result<Value> {
-        self.get_bmh(namespace, bmh_name(bmh))
+        self.get_bmh(namespace, bmh["metadata"]["name"].as_str().unwrap_or(""))
     }
 
     fn update_bmh_status(&self, namespace: &str, bmh: &Value) -> Result<Value> {
-        self.get_bmh(namespace, bmh_name(bmh))
+        self.update_bmh(namespace, bmh)
     }
 
     fn provisioning_exists(&self, _name: &str) -> Result<bool> {
@@ -477,9 +402,7 @@ impl ClusterApi for DryCluster {
     }
 
     fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool> {
-        if !DRY_POOLS.contains(&name) {
-            return Err(not_found(&format!("machineconfigpool {name}")));
-        }
+        self.pool(name)?;
         let paused = self.lock().paused_pools.get(name).copied().unwrap_or(false);
         Ok(MachineConfigPool {
             name: name.to_string(),
@@ -488,9 +411,7 @@ impl ClusterApi for DryCluster {
     }
 
     fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()> {
-        if !DRY_POOLS.contains(&name) {
-            return Err(not_found(&format!("machineconfigpool {name}")));
-        }
+        self.pool(name)?;
         self.lock().paused_pools.insert(name.to_string(), paused);
         Ok(())
     }
@@ -498,32 +419,28 @@ impl ClusterApi for DryCluster {
 
 impl super::KubeApi for DryCluster {
     fn list_nodes(&self, _: &Role) -> Result<Vec<Node>> {
-        // The markers are checked on each call: other dry-run installers touch them meanwhile.
         let rebooted = self.hosts.iter().filter(|h| h.rebooted());
         Ok(rebooted.map(|host| node(host, None)).collect())
     }
 
     fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
-        if namespace != CONTROLLER_NAMESPACE {
-            return Ok(Vec::new());
-        }
-        Ok(vec![Event {
+        let event = Event {
             name: CONTROLLER_READY_EVENT.into(),
             reason: CONTROLLER_READY_EVENT.into(),
             message: "Dry run: the controller is ready".into(),
-        }])
+        };
+        Ok((namespace == CONTROLLER_NAMESPACE)
+            .then_some(event)
+            .into_iter()
+            .collect())
     }
 
     fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
-        if (ns, name) != (INSTALL_CONFIG_NAMESPACE, INSTALL_CONFIG_NAME) {
-            return Ok(None);
-        }
+        let found = (ns, name) == (INSTALL_CONFIG_NAMESPACE, INSTALL_CONFIG_NAME);
         let replicas = self.control_plane_replicas;
         let install_config = format!("controlPlane:\n  replicas: {replicas}\n");
-        Ok(Some(BTreeMap::from([(
-            INSTALL_CONFIG_KEY.to_string(),
-            install_config,
-        )])))
+        let data = [(INSTALL_CONFIG_KEY.to_string(), install_config)];
+        Ok(found.then(|| BTreeMap::from(data)))
     }
 
     fn machine_config_exists(&self, name: &str) -> Result<bool> {
@@ -531,21 +448,14 @@ impl super::KubeApi for DryCluster {
     }
 
     fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
-        // The pretend nodes have no taint.
         Ok(())
     }
 
     fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
         let controller = format!("job-name={CONTROLLER_JOB}");
-        if namespace != CONTROLLER_NAMESPACE || label_selector != controller {
-            return Ok(Vec::new());
-        }
-        Ok(vec![Pod {
-            namespace: namespace.into(),
-            name: DRY_CONTROLLER_POD.into(),
-            phase: "Running".into(),
-            labels: BTreeMap::from([("job-name".into(), CONTROLLER_JOB.into())]),
-        }])
+        let found = namespace == CONTROLLER_NAMESPACE && label_selector == controller;
+        let pod = running_pod(namespace, DRY_CONTROLLER_POD, ("job-name", CONTROLLER_JOB));
+        Ok(found.then_some(pod).into_iter().collect())
     }
 
     fn pod_logs(&self, namespace: &str, pod: &str, _: Option<i64>) -> Result<String> {
@@ -554,10 +464,6 @@ impl super::KubeApi for DryCluster {
         }
         Ok(DRY_CONTROLLER_LOG.into())
     }
-}
-
-fn bmh_name(bmh: &Value) -> &str {
-    bmh["metadata"]["name"].as_str().unwrap_or("")
 }
 
 #[cfg(test)]

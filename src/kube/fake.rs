@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{
-    selector_matches, ApiError, ClusterApi, ClusterOperator, ClusterVersion, Condition, Csr,
-    CsrApproval, Csv, Event, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, Pod,
-    ProxyStatus, Service, Subscription,
+    merge_labels, pod_selected, selector_matches, ApiError, ClusterApi, ClusterOperator,
+    ClusterVersion, Condition, Csr, CsrApproval, Csv, Event, InstallPlan, Job, Machine,
+    MachineConfigPool, NewEvent, Node, Pod, ProxyStatus, Service, Subscription,
 };
 use crate::config::Role;
 use crate::openshift::role_label;
@@ -137,9 +137,8 @@ impl FakeCluster {
 
     pub fn set_config_map(&self, namespace: &str, name: &str, data: &[(&str, &str)]) {
         let data = data.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        self.lock()
-            .config_maps
-            .insert(key(namespace, name), data.collect());
+        let key = key(namespace, name);
+        self.lock().config_maps.insert(key, data.collect());
     }
 
     /// The Events created, with their namespaces.
@@ -224,9 +223,8 @@ impl FakeCluster {
     /// Add or replace a BareMetalHost (keyed by its `metadata.namespace` and `metadata.name`).
     pub fn set_bmh(&self, bmh: Value) {
         let meta = |k: &str| bmh["metadata"][k].as_str().unwrap_or_default().to_string();
-        self.lock()
-            .bmhs
-            .insert((meta("namespace"), meta("name")), bmh);
+        let key = (meta("namespace"), meta("name"));
+        self.lock().bmhs.insert(key, bmh);
     }
 
     pub fn bmh(&self, namespace: &str, name: &str) -> Option<Value> {
@@ -277,17 +275,21 @@ fn condition_json(c: &Condition) -> Value {
 }
 
 /// The stored object, or NotFound.
-fn found<T: Clone>(object: Option<&T>, what: impl FnOnce() -> String) -> Result<T> {
-    object.cloned().ok_or_else(|| not_found(&what()))
+fn found<T: Clone>(object: Option<&T>, what: String) -> Result<T> {
+    object.cloned().ok_or_else(|| not_found(&what))
+}
+
+/// Remove the items whose (namespace, name) is `key`; whether there were any.
+fn remove<T>(items: &mut Vec<T>, key: [&str; 2], of: fn(&T) -> [&String; 2]) -> bool {
+    let before = items.len();
+    items.retain(|i| of(i) != key);
+    items.len() < before
 }
 
 /// The items of `namespace`.
 fn of<T: Clone>(items: &[T], namespace: &str, ns: impl Fn(&T) -> &str) -> Vec<T> {
-    items
-        .iter()
-        .filter(|i| ns(i) == namespace)
-        .cloned()
-        .collect()
+    let items = items.iter().filter(|i| ns(i) == namespace);
+    items.cloned().collect()
 }
 
 impl ClusterApi for FakeCluster {
@@ -297,9 +299,10 @@ impl ClusterApi for FakeCluster {
 
     fn get_cluster_version(&self, name: &str) -> Result<ClusterVersion> {
         let state = self.enter("get_cluster_version", &[name])?;
-        found(state.cluster_versions.get(name), || {
-            format!("ClusterVersion {name}")
-        })
+        found(
+            state.cluster_versions.get(name),
+            format!("ClusterVersion {name}"),
+        )
     }
 
     fn list_cluster_operators(&self) -> Result<Vec<ClusterOperator>> {
@@ -309,9 +312,10 @@ impl ClusterApi for FakeCluster {
 
     fn get_cluster_operator(&self, name: &str) -> Result<ClusterOperator> {
         let state = self.enter("get_cluster_operator", &[name])?;
-        found(state.cluster_operators.get(name), || {
-            format!("ClusterOperator {name}")
-        })
+        found(
+            state.cluster_operators.get(name),
+            format!("ClusterOperator {name}"),
+        )
     }
 
     fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
@@ -342,7 +346,7 @@ impl ClusterApi for FakeCluster {
 
     fn get_node(&self, name: &str) -> Result<Node> {
         let state = self.enter("get_node", &[name])?;
-        found(state.nodes.get(name), || format!("node {name}"))
+        found(state.nodes.get(name), format!("node {name}"))
     }
 
     fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
@@ -362,17 +366,7 @@ impl ClusterApi for FakeCluster {
         let mut state = self.enter("patch_node_labels", &[name, &labels.to_string()])?;
         let node = state.nodes.get_mut(name);
         let node = node.ok_or_else(|| not_found(&format!("node {name}")))?;
-        for (k, v) in labels.as_object().into_iter().flatten() {
-            match v {
-                Value::Null => node.labels.remove(k),
-                Value::String(s) => node.labels.insert(k.clone(), s.clone()),
-                other => {
-                    let msg = format!("label {k}: {other} is not a string");
-                    return Err(ApiError::new(400, "BadRequest", &msg).into());
-                }
-            };
-        }
-        Ok(())
+        merge_labels(&mut node.labels, labels)
     }
 
     fn list_services(&self) -> Result<Vec<Service>> {
@@ -381,11 +375,8 @@ impl ClusterApi for FakeCluster {
 
     fn delete_service(&self, namespace: &str, name: &str) -> Result<()> {
         let mut state = self.enter("delete_service", &[namespace, name])?;
-        let before = state.services.len();
-        state
-            .services
-            .retain(|s| (s.namespace.as_str(), s.name.as_str()) != (namespace, name));
-        match state.services.len() < before {
+        let services = &mut state.services;
+        match remove(services, [namespace, name], |s| [&s.namespace, &s.name]) {
             true => Ok(()),
             false => Err(not_found(&format!("service {namespace}/{name}"))),
         }
@@ -393,37 +384,30 @@ impl ClusterApi for FakeCluster {
 
     fn list_pods(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
         let state = self.enter("list_pods", &[ns, &opt(label), &opt(field)])?;
-        let phase = field.and_then(|f| f.strip_prefix("status.phase="));
-        let pods = of(&state.pods, ns, |p| &p.namespace).into_iter();
-        let pods = pods.filter(|p| selector_matches(label, &p.labels));
+        let pods = state.pods.iter();
         Ok(pods
-            .filter(|p| phase.is_none_or(|ph| p.phase == ph))
+            .filter(|p| pod_selected(p, ns, label, field))
+            .cloned()
             .collect())
     }
 
     fn pod_log(&self, namespace: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
         let since = since_seconds.map_or_else(|| "-".to_string(), |s| s.to_string());
         let state = self.enter("pod_log", &[namespace, name, &since])?;
-        found(state.pod_logs.get(&key(namespace, name)), || {
-            format!("pod {namespace}/{name}")
-        })
+        let log = state.pod_logs.get(&key(namespace, name));
+        found(log, format!("pod {namespace}/{name}"))
     }
 
     fn delete_pods(&self, namespace: &str, label_selector: Option<&str>) -> Result<()> {
         let mut state = self.enter("delete_pods", &[namespace, &opt(label_selector)])?;
-        let doomed =
-            |p: &Pod| p.namespace == namespace && selector_matches(label_selector, &p.labels);
-        state.pods.retain(|p| !doomed(p));
+        let pods = &mut state.pods;
+        pods.retain(|p| !pod_selected(p, namespace, label_selector, None));
         Ok(())
     }
 
     fn list_csrs(&self) -> Result<Vec<Csr>> {
-        Ok(self
-            .enter("list_csrs", &[])?
-            .csrs
-            .values()
-            .cloned()
-            .collect())
+        let state = self.enter("list_csrs", &[])?;
+        Ok(state.csrs.values().cloned().collect())
     }
 
     fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()> {
@@ -459,7 +443,7 @@ impl ClusterApi for FakeCluster {
     fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()> {
         let mut state = self.enter("delete_install_plan", &[namespace, name])?;
         let plans = &mut state.install_plans;
-        plans.retain(|p| (p.namespace.as_str(), p.name.as_str()) != (namespace, name));
+        remove(plans, [namespace, name], |p| [&p.namespace, &p.name]);
         Ok(())
     }
 
@@ -470,8 +454,9 @@ impl ClusterApi for FakeCluster {
 
     fn delete_job(&self, namespace: &str, name: &str) -> Result<()> {
         let mut state = self.enter("delete_job", &[namespace, name])?;
-        let jobs = &mut state.jobs;
-        jobs.retain(|j| (j.namespace.as_str(), j.name.as_str()) != (namespace, name));
+        remove(&mut state.jobs, [namespace, name], |j| {
+            [&j.namespace, &j.name]
+        });
         Ok(())
     }
 
@@ -483,7 +468,7 @@ impl ClusterApi for FakeCluster {
 
     fn get_bmh(&self, namespace: &str, name: &str) -> Result<Value> {
         let state = self.enter("get_bmh", &[namespace, name])?;
-        let what = || format!("BareMetalHost {namespace}/{name}");
+        let what = format!("BareMetalHost {namespace}/{name}");
         found(state.bmhs.get(&key(namespace, name)), what)
     }
 
@@ -508,10 +493,8 @@ impl ClusterApi for FakeCluster {
     }
 
     fn provisioning_exists(&self, name: &str) -> Result<bool> {
-        Ok(self
-            .enter("provisioning_exists", &[name])?
-            .provisionings
-            .contains(name))
+        let state = self.enter("provisioning_exists", &[name])?;
+        Ok(state.provisionings.contains(name))
     }
 
     fn list_machines(&self, namespace: &str) -> Result<Vec<Machine>> {
@@ -521,7 +504,7 @@ impl ClusterApi for FakeCluster {
 
     fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool> {
         let state = self.enter("get_machine_config_pool", &[name])?;
-        found(state.mcps.get(name), || format!("MachineConfigPool {name}"))
+        found(state.mcps.get(name), format!("MachineConfigPool {name}"))
     }
 
     fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()> {
@@ -583,35 +566,30 @@ mod tests {
     use super::*;
     use crate::kube::{api_error_code, Taint};
 
+    fn code<T: std::fmt::Debug>(result: Result<T>) -> Option<u16> {
+        api_error_code(&result.unwrap_err())
+    }
+
     #[test]
     fn calls_are_recorded_and_failures_injected_once_or_always() {
         let fake = FakeCluster::new();
-        let labels =
-            BTreeMap::from([("node-role.kubernetes.io/master".to_string(), String::new())]);
-        fake.set_node(Node {
-            name: "m0".into(),
-            labels,
-            ..Node::default()
-        });
-        fake.set_node(Node {
-            name: "w0".into(),
-            ..Node::default()
-        });
-        assert_eq!(
-            fake.list_nodes(Some("node-role.kubernetes.io/master"))
-                .unwrap()
-                .len(),
-            1
-        );
+        let master = role_label("master");
+        let labels = BTreeMap::from([(master.clone(), String::new())]);
+        for (name, labels) in [("m0", labels), ("w0", BTreeMap::new())] {
+            let name = name.to_string();
+            fake.set_node(Node {
+                name,
+                labels,
+                ..Node::default()
+            });
+        }
+        assert_eq!(fake.list_nodes(Some(&master)).unwrap().len(), 1);
         fake.fail_next("list_csrs", ApiError::new(500, "InternalError", "boom"));
-        assert_eq!(api_error_code(&fake.list_csrs().unwrap_err()), Some(500));
+        assert_eq!(code(fake.list_csrs()), Some(500));
         assert!(fake.list_csrs().is_ok());
         fake.fail_always("get_proxy", ApiError::new(403, "Forbidden", "no"));
         for _ in 0..2 {
-            assert_eq!(
-                api_error_code(&fake.get_proxy("cluster").unwrap_err()),
-                Some(403)
-            );
+            assert_eq!(code(fake.get_proxy("cluster")), Some(403));
         }
         let calls = fake.take_calls();
         assert_eq!(calls[0], "list_nodes(node-role.kubernetes.io/master)");
@@ -625,13 +603,16 @@ mod tests {
             key: key.into(),
             ..Taint::default()
         };
+        let taints = vec![taint("a"), taint("b")];
         fake.set_node(Node {
             name: "m0".into(),
-            taints: vec![taint("a"), taint("b")],
+            taints,
             ..Node::default()
         });
-        let moved = ClusterApi::remove_node_taint(&fake, "m0", 1, "a").unwrap_err();
-        assert_eq!(api_error_code(&moved), Some(422));
+        assert_eq!(
+            code(ClusterApi::remove_node_taint(&fake, "m0", 1, "a")),
+            Some(422)
+        );
         ClusterApi::remove_node_taint(&fake, "m0", 0, "a").unwrap();
         assert_eq!(fake.node("m0").unwrap().taints, [taint("b")]);
         fake.patch_node_labels("m0", &json!({"x": "1"})).unwrap();
@@ -647,51 +628,38 @@ mod tests {
             time: std::time::UNIX_EPOCH,
         };
         fake.create_event("ns", &event).unwrap();
-        assert_eq!(
-            api_error_code(&fake.create_event("ns", &event).unwrap_err()),
-            Some(409)
-        );
+        assert_eq!(code(fake.create_event("ns", &event)), Some(409));
 
         fake.set_csr(Csr {
             name: "csr-1".into(),
             ..Csr::default()
         });
         let csr = fake.list_csrs().unwrap().remove(0);
+        let (type_, status) = ("Approved".into(), "True".into());
         let condition = Condition {
-            type_: "Approved".into(),
-            status: "True".into(),
+            type_,
+            status,
             ..Condition::default()
         };
-        let approval = CsrApproval {
-            condition,
-            time: std::time::UNIX_EPOCH,
-        };
-        fake.approve_csr(&csr, &approval).unwrap();
+        let time = std::time::UNIX_EPOCH;
+        fake.approve_csr(&csr, &CsrApproval { condition, time })
+            .unwrap();
         let stored = fake.csr("csr-1").unwrap();
         assert!(stored.conditions[0].is_true("Approved"));
         assert_eq!(stored.object["status"]["conditions"][0]["type"], "Approved");
 
+        // The main resource keeps the stored status, the subresource writes only the status.
         let ns = "openshift-machine-api";
         fake.set_bmh(json!({"metadata": {"name": "b", "namespace": ns}, "status": {"s": 1}}));
         let mut bmh = fake.get_bmh(ns, "b").unwrap();
         bmh["spec"] = json!({"externallyProvisioned": true});
         bmh["status"] = json!({"s": 2});
         let stored = fake.update_bmh(ns, &bmh).unwrap();
-        assert_eq!(
-            (
-                stored["status"]["s"].as_i64(),
-                stored["spec"]["externallyProvisioned"].as_bool()
-            ),
-            (Some(1), Some(true))
-        );
+        assert_eq!(stored["status"]["s"], 1);
+        assert_eq!(stored["spec"]["externallyProvisioned"], true);
         bmh["spec"] = json!({});
         let stored = fake.update_bmh_status(ns, &bmh).unwrap();
-        assert_eq!(
-            (
-                stored["status"]["s"].as_i64(),
-                stored["spec"]["externallyProvisioned"].as_bool()
-            ),
-            (Some(2), Some(true))
-        );
+        assert_eq!(stored["status"]["s"], 2);
+        assert_eq!(stored["spec"]["externallyProvisioned"], true);
     }
 }

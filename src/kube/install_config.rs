@@ -7,22 +7,15 @@
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
-use std::collections::BTreeMap;
 
 /// Namespace, name and key of the ConfigMap holding the install-config (YAML).
-pub const INSTALL_CONFIG_NAMESPACE: &str = "kube-system";
-pub const INSTALL_CONFIG_NAME: &str = "cluster-config-v1";
-pub const INSTALL_CONFIG_KEY: &str = "install-config";
+pub(crate) const INSTALL_CONFIG_NAMESPACE: &str = "kube-system";
+pub(crate) const INSTALL_CONFIG_NAME: &str = "cluster-config-v1";
+pub(crate) const INSTALL_CONFIG_KEY: &str = "install-config";
 
-/// Namespace, name and key of the ConfigMap naming who invoked the OpenShift installer.
-pub const INVOKER_NAMESPACE: &str = "openshift-config";
-pub const INVOKER_CONFIG_MAP: &str = "openshift-install-manifests";
-pub const INVOKER_KEY: &str = "invoker";
-
-/// The invoker when the ConfigMap does not exist.
-pub const INVOKER_ASSISTED: &str = "assisted-service";
-/// The agent-based installer.
-pub const INVOKER_AGENT: &str = "agent-installer";
+pub(crate) use crate::openshift::{
+    INVOKER_AGENT, INVOKER_ASSISTED, INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE,
+};
 
 /// Platforms whose nodes carry `node.cloudprovider.kubernetes.io/uninitialized` until a cloud
 /// controller manager with real credentials initialises them.
@@ -38,9 +31,9 @@ const VCENTER_PLACEHOLDER: &str = "vcenterplaceholder";
 
 /// Replica counts of the install-config; `None` when the pool or its `replicas` is absent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Replicas {
-    pub control_plane: Option<i64>,
-    pub arbiter: Option<i64>,
+pub(crate) struct Replicas {
+    pub(crate) control_plane: Option<i64>,
+    pub(crate) arbiter: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -59,7 +52,7 @@ struct MachinePool {
 
 /// `controlPlane.replicas` and `arbiter.replicas` of the install-config YAML (the
 /// `install-config` key of ConfigMap `kube-system/cluster-config-v1`).
-pub fn replicas(install_config_yaml: &str) -> Result<Replicas> {
+pub(crate) fn replicas(install_config_yaml: &str) -> Result<Replicas> {
     let doc: Option<InstallConfigDoc> =
         serde_saphyr::from_str(install_config_yaml).context("parsing the install-config YAML")?;
     let Some(doc) = doc else {
@@ -73,26 +66,11 @@ pub fn replicas(install_config_yaml: &str) -> Result<Replicas> {
 
 /// Ready masters the bootstrap waits for: `min(replicas − 1, 2)`, so 2 with three or more control
 /// plane replicas and 1 with two; 0 (done at once) when `replicas` < 1.
-pub fn needed_ready_masters(replicas: i64) -> usize {
+pub(crate) fn needed_ready_masters(replicas: i64) -> usize {
     if replicas < 1 {
         return 0;
     }
     (replicas - 1).min(2) as usize
-}
-
-/// Ready arbiters the bootstrap waits for: 1 when there are arbiter replicas, else 0.
-pub fn needed_ready_arbiters(replicas: i64) -> usize {
-    usize::from(replicas >= 1)
-}
-
-/// The invoker from the data of ConfigMap `openshift-config/openshift-install-manifests`:
-/// [`INVOKER_ASSISTED`] when the ConfigMap does not exist, else its `invoker` value (empty when the
-/// key is missing, as the Go installer reads it).
-pub fn invoker(config_map_data: Option<&BTreeMap<String, String>>) -> String {
-    match config_map_data {
-        None => INVOKER_ASSISTED.to_string(),
-        Some(data) => data.get(INVOKER_KEY).cloned().unwrap_or_default(),
-    }
 }
 
 /// Whether to remove the `node.cloudprovider.kubernetes.io/uninitialized` taint from nodes that
@@ -101,7 +79,7 @@ pub fn invoker(config_map_data: Option<&BTreeMap<String, String>>) -> String {
 ///
 /// `platform` is the assisted-service cluster's `platform.type` (empty when unknown). An
 /// OpenShift version that cannot be parsed counts as older than 4.15.
-pub fn remove_uninitialized_taint(
+pub(crate) fn remove_uninitialized_taint(
     platform: &str,
     invoker: &str,
     openshift_version: &str,
@@ -119,7 +97,7 @@ pub fn remove_uninitialized_taint(
 
 /// `major.minor[.patch]` of an OpenShift version, ignoring any `-pre-release` or `+build` suffix:
 /// "4.15.0-rc.1" → (4, 15, 0), "4.7-pre-release" → (4, 7, 0). `None` when not numeric.
-pub fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
+pub(crate) fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
     let core = version.trim();
     let core = core.strip_prefix('v').unwrap_or(core);
     let core = core.split(['-', '+']).next().unwrap_or_default();
@@ -144,7 +122,7 @@ fn version_at_least(version: &str, min: (u64, u64, u64)) -> bool {
 /// returns it) carries real vSphere credentials: `platform.vsphere.vcenters[0].{user,password,server}`
 /// all non-empty and none of them the placeholders the service writes. The deprecated top-level
 /// `username`/`password`/`vCenter` fields do not count. Invalid or empty JSON → false.
-pub fn has_valid_vsphere_credentials(install_config_overrides_json: &str) -> bool {
+pub(crate) fn has_valid_vsphere_credentials(install_config_overrides_json: &str) -> bool {
     let Ok(doc) = serde_json::from_str::<serde_json::Value>(install_config_overrides_json) else {
         return false;
     };
@@ -165,44 +143,17 @@ pub fn has_valid_vsphere_credentials(install_config_overrides_json: &str) -> boo
         && server != VCENTER_PLACEHOLDER
 }
 
-#[derive(Deserialize)]
-struct VsphereInstallConfig {
-    #[serde(default)]
-    platform: Option<VspherePlatformWrapper>,
-}
-
-#[derive(Deserialize)]
-struct VspherePlatformWrapper {
-    #[serde(default)]
-    vsphere: Option<VspherePlatform>,
-}
-
-#[derive(Deserialize)]
-struct VspherePlatform {
-    #[serde(default)]
-    vcenters: Vec<VCenter>,
-}
-
-#[derive(Deserialize)]
-struct VCenter {
-    #[serde(default)]
-    server: Option<String>,
-}
-
 /// Fallback of the vSphere credentials check when the assisted-service cannot be reached: the
 /// install-config stored in the cluster has the user and password redacted, so only
 /// `platform.vsphere.vcenters[0].server` is checked (non-empty and not the placeholder).
 /// Unparsable YAML → false.
-pub fn install_config_has_vsphere_server(install_config_yaml: &str) -> bool {
-    let Ok(Some(doc)) = serde_saphyr::from_str::<Option<VsphereInstallConfig>>(install_config_yaml)
-    else {
+pub(crate) fn install_config_has_vsphere_server(install_config_yaml: &str) -> bool {
+    let Ok(doc) = serde_saphyr::from_str::<serde_json::Value>(install_config_yaml) else {
         return false;
     };
-    let server = doc
-        .platform
-        .and_then(|p| p.vsphere)
-        .and_then(|v| v.vcenters.into_iter().next())
-        .and_then(|c| c.server)
+    let server = doc.pointer("/platform/vsphere/vcenters/0/server");
+    let server = server
+        .and_then(serde_json::Value::as_str)
         .unwrap_or_default();
     !server.is_empty() && server != VCENTER_PLACEHOLDER
 }
@@ -244,70 +195,40 @@ sshKey: |
 ";
 
     #[test]
-    fn replicas_of_a_full_install_config() {
-        let r = replicas(INSTALL_CONFIG).unwrap();
-        assert_eq!(
-            r,
-            Replicas {
-                control_plane: Some(3),
-                arbiter: None
-            }
-        );
-    }
-
-    #[test]
-    fn replicas_with_arbiter() {
-        let yaml = "controlPlane:\n  name: master\n  replicas: 2\narbiter:\n  name: arbiter\n  replicas: 1\n";
-        let r = replicas(yaml).unwrap();
-        assert_eq!(
-            r,
-            Replicas {
-                control_plane: Some(2),
-                arbiter: Some(1)
-            }
-        );
-    }
-
-    #[test]
-    fn replicas_absent() {
-        assert_eq!(
-            replicas("controlPlane:\n  name: master\n").unwrap(),
-            Replicas::default()
-        );
-        assert_eq!(replicas("apiVersion: v1\n").unwrap(), Replicas::default());
-        assert_eq!(replicas("").unwrap(), Replicas::default());
-        assert_eq!(replicas("arbiter: null\n").unwrap(), Replicas::default());
-    }
-
-    #[test]
-    fn replicas_rejects_invalid_yaml() {
+    fn replicas_of_install_configs() {
+        let both = "controlPlane:\n  name: master\n  replicas: 2\narbiter:\n  replicas: 1\n";
+        for (yaml, control_plane, arbiter) in [
+            (INSTALL_CONFIG, Some(3), None),
+            (both, Some(2), Some(1)),
+            ("controlPlane:\n  name: master\n", None, None),
+            ("apiVersion: v1\n", None, None),
+            ("", None, None),
+            ("arbiter: null\n", None, None),
+        ] {
+            let want = Replicas {
+                control_plane,
+                arbiter,
+            };
+            assert_eq!(replicas(yaml).unwrap(), want, "{yaml}");
+        }
         let err = replicas("controlPlane: [unclosed").unwrap_err();
         assert!(format!("{err:#}").contains("install-config"), "{err:#}");
         assert!(replicas("controlPlane:\n  replicas: three\n").is_err());
     }
 
     #[test]
-    fn needed_masters() {
-        assert_eq!(needed_ready_masters(-1), 0);
-        assert_eq!(needed_ready_masters(0), 0);
-        assert_eq!(needed_ready_masters(1), 0);
-        assert_eq!(needed_ready_masters(2), 1);
-        assert_eq!(needed_ready_masters(3), 2);
+    fn needed_ready_nodes() {
+        for (replicas, masters) in [(-1, 0), (0, 0), (1, 0), (2, 1), (3, 2)] {
+            assert_eq!(needed_ready_masters(replicas), masters, "{replicas}");
+        }
         assert_eq!(needed_ready_masters(5), 2);
     }
 
     #[test]
-    fn needed_arbiters() {
-        assert_eq!(needed_ready_arbiters(0), 0);
-        assert_eq!(needed_ready_arbiters(-3), 0);
-        assert_eq!(needed_ready_arbiters(1), 1);
-        assert_eq!(needed_ready_arbiters(2), 1);
-    }
-
-    #[test]
     fn invoker_from_config_map() {
+        use crate::openshift::invoker;
         assert_eq!(invoker(None), "assisted-service");
-        let mut data = BTreeMap::new();
+        let mut data = std::collections::BTreeMap::new();
         assert_eq!(invoker(Some(&data)), "");
         data.insert("invoker".to_string(), "agent-installer".to_string());
         assert_eq!(invoker(Some(&data)), INVOKER_AGENT);
@@ -315,22 +236,24 @@ sshKey: |
 
     #[test]
     fn versions() {
-        assert_eq!(parse_version("4.15"), Some((4, 15, 0)));
-        assert_eq!(parse_version("4.15.0"), Some((4, 15, 0)));
-        assert_eq!(parse_version("4.15.0-rc.1"), Some((4, 15, 0)));
-        assert_eq!(parse_version("4.14.0-rc0"), Some((4, 14, 0)));
-        assert_eq!(parse_version("4.7-pre-release"), Some((4, 7, 0)));
-        assert_eq!(parse_version("4.7.1"), Some((4, 7, 1)));
-        assert_eq!(parse_version("4.16.3+build.1"), Some((4, 16, 3)));
-        assert_eq!(parse_version(""), None);
-        assert_eq!(parse_version("4"), None);
-        assert_eq!(parse_version("latest"), None);
-        assert_eq!(parse_version("4.x"), None);
-        assert_eq!(parse_version("1.2.3.4"), None);
-        assert!(version_at_least("4.15.0-rc.1", (4, 15, 0)));
-        assert!(version_at_least("4.16", (4, 15, 0)));
-        assert!(version_at_least("5.0", (4, 15, 0)));
-        assert!(!version_at_least("4.14.9", (4, 15, 0)));
+        for (text, want) in [
+            ("4.15", Some((4, 15, 0))),
+            ("4.15.0-rc.1", Some((4, 15, 0))),
+            ("4.14.0-rc0", Some((4, 14, 0))),
+            ("4.7-pre-release", Some((4, 7, 0))),
+            ("4.7.1", Some((4, 7, 1))),
+            ("4.16.3+build.1", Some((4, 16, 3))),
+            ("", None),
+            ("4", None),
+            ("latest", None),
+            ("4.x", None),
+            ("1.2.3.4", None),
+        ] {
+            assert_eq!(parse_version(text), want, "{text}");
+        }
+        for (version, at_least) in [("4.15.0-rc.1", true), ("5.0", true), ("4.14.9", false)] {
+            assert_eq!(version_at_least(version, (4, 15, 0)), at_least, "{version}");
+        }
         assert!(!version_at_least("garbage", (4, 15, 0)));
     }
 
@@ -377,69 +300,58 @@ sshKey: |
     #[test]
     fn vsphere_credentials_from_overrides() {
         assert!(has_valid_vsphere_credentials(VALID_OVERRIDES));
-        assert!(!has_valid_vsphere_credentials(DEPRECATED_OVERRIDES));
         let placeholder_user = r#"{"platform":{"vsphere":{"vcenters":[{"server":"","user":"usernameplaceholder","password":"some-password","datacenters":["datacenter"]}]}}}"#;
-        assert!(!has_valid_vsphere_credentials(placeholder_user));
-        assert!(!has_valid_vsphere_credentials(
-            r#"{"fips":"false","platform":{"baremetal":{}}}"#
-        ));
-        assert!(!has_valid_vsphere_credentials(""));
-        assert!(!has_valid_vsphere_credentials("not json"));
-        for (field, placeholder) in [
+        // Only the first vCenter counts.
+        let second = r#"{"platform":{"vsphere":{"vcenters":[{"server":"vcenterplaceholder"},{"server":"s","user":"u","password":"p"}]}}}"#;
+        let baremetal = r#"{"fips":"false","platform":{"baremetal":{}}}"#;
+        let (deprecated, empty) = (DEPRECATED_OVERRIDES, "");
+        let invalid = [
+            deprecated,
+            placeholder_user,
+            second,
+            baremetal,
+            empty,
+            "not json",
+        ];
+        let mut docs: Vec<String> = invalid.map(String::from).into();
+        let placeholders = [
             ("user", "usernameplaceholder"),
             ("password", "passwordplaceholder"),
             ("server", "vcenterplaceholder"),
-        ] {
+        ];
+        for (field, placeholder) in placeholders {
             let mut doc: serde_json::Value = serde_json::from_str(VALID_OVERRIDES).unwrap();
-            doc["platform"]["vsphere"]["vcenters"][0][field] = placeholder.into();
-            assert!(
-                !has_valid_vsphere_credentials(&doc.to_string()),
-                "{field} placeholder"
-            );
-            doc["platform"]["vsphere"]["vcenters"][0][field] = "".into();
-            assert!(
-                !has_valid_vsphere_credentials(&doc.to_string()),
-                "{field} empty"
-            );
-            doc["platform"]["vsphere"]["vcenters"][0]
-                .as_object_mut()
-                .unwrap()
-                .remove(field);
-            assert!(
-                !has_valid_vsphere_credentials(&doc.to_string()),
-                "{field} missing"
-            );
+            let vcenter = "/platform/vsphere/vcenters/0";
+            for value in [placeholder, ""] {
+                doc.pointer_mut(vcenter).unwrap()[field] = value.into();
+                docs.push(doc.to_string());
+            }
+            let vcenter = doc.pointer_mut(vcenter).unwrap().as_object_mut().unwrap();
+            vcenter.remove(field);
+            docs.push(doc.to_string());
         }
-        // Only the first vCenter counts.
-        let second = r#"{"platform":{"vsphere":{"vcenters":[{"server":"vcenterplaceholder"},{"server":"s","user":"u","password":"p"}]}}}"#;
-        assert!(!has_valid_vsphere_credentials(second));
-    }
-
-    fn vsphere_install_config(server: &str, user: &str, password: &str) -> String {
-        format!(
-            "platform:\n  vsphere:\n    apiVIPs:\n    - 192.168.111.5\n    failureDomains:\n    - name: generated-failure-domain\n      region: generated-region\n      server: {server}\n      zone: generated-zone\n    vcenters:\n    - datacenters:\n      - datacenter\n      password: \"{password}\"\n      server: {server}\n      user: \"{user}\"\npublish: External\n"
-        )
+        for doc in docs {
+            assert!(!has_valid_vsphere_credentials(&doc), "{doc}");
+        }
     }
 
     #[test]
     fn vsphere_server_from_install_config() {
-        assert!(install_config_has_vsphere_server(&vsphere_install_config(
+        let config = |server: &str, user: &str| {
+            format!("platform:\n  vsphere:\n    apiVIPs:\n    - 192.168.111.5\n    vcenters:\n    - datacenters:\n      - datacenter\n      password: \"{user}\"\n      server: {server}\n      user: \"{user}\"\npublish: External\n")
+        };
+        assert!(install_config_has_vsphere_server(&config(
             "machine1.server.com",
-            "",
             ""
         )));
-        assert!(!install_config_has_vsphere_server(&vsphere_install_config(
-            "vcenterplaceholder",
+        for yaml in [
+            &config("vcenterplaceholder", "")[..],
+            &config("vcenterplaceholder", "goodusername"),
+            INSTALL_CONFIG,
             "",
-            ""
-        )));
-        assert!(!install_config_has_vsphere_server(&vsphere_install_config(
-            "vcenterplaceholder",
-            "goodusername",
-            "goodpassword"
-        )));
-        assert!(!install_config_has_vsphere_server(INSTALL_CONFIG));
-        assert!(!install_config_has_vsphere_server(""));
-        assert!(!install_config_has_vsphere_server("platform: [unclosed"));
+            "platform: [unclosed",
+        ] {
+            assert!(!install_config_has_vsphere_server(yaml), "{yaml}");
+        }
     }
 }

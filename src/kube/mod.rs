@@ -21,7 +21,7 @@ pub mod client;
 pub mod dry;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fake;
-pub mod install_config;
+pub(crate) mod install_config;
 pub mod model;
 pub mod rbac;
 
@@ -59,7 +59,7 @@ pub fn api_error_code(err: &anyhow::Error) -> Option<u16> {
 /// comma-joined: the forms both programs send (`node-role.kubernetes.io/master`,
 /// `k8s-app=machine-config-server`). `None` or "" selects everything. The in-memory clusters
 /// filter with it; the real API server does its own.
-pub fn selector_matches(selector: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+pub(crate) fn selector_matches(selector: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
     selector.unwrap_or("").split(',').all(|req| {
         let req = req.trim();
         match req.split_once('=') {
@@ -70,10 +70,39 @@ pub fn selector_matches(selector: Option<&str>, labels: &BTreeMap<String, String
     })
 }
 
+/// Whether the in-memory clusters list `pod` for `namespace` and the selectors; the field
+/// selector `status.phase=<phase>` is the only one the controller sends.
+pub(crate) fn pod_selected(
+    pod: &Pod,
+    namespace: &str,
+    label: Option<&str>,
+    field: Option<&str>,
+) -> bool {
+    let phase = field.and_then(|f| f.strip_prefix("status.phase="));
+    pod.namespace == namespace
+        && selector_matches(label, &pod.labels)
+        && phase.is_none_or(|ph| pod.phase == ph)
+}
+
+/// A merge patch of labels as the in-memory clusters apply it: a string sets, null removes.
+pub(crate) fn merge_labels(labels: &mut BTreeMap<String, String>, patch: &Value) -> Result<()> {
+    for (k, v) in patch.as_object().into_iter().flatten() {
+        match v {
+            Value::Null => labels.remove(k),
+            Value::String(s) => labels.insert(k.clone(), s.clone()),
+            other => {
+                let msg = format!("label {k}: {other} is not a string");
+                return Err(ApiError::new(400, "BadRequest", &msg).into());
+            }
+        };
+    }
+    Ok(())
+}
+
 /// How both programs remove a taint, as Go's `UntaintNode`: a JSON patch removing taint `index`
 /// (the first with `key`), guarded by a `test` of that taint's key, so that a taint list changed
 /// since it was read fails the patch (422) instead of losing another taint.
-pub fn untaint_patch(index: usize, key: &str) -> json_patch::Patch {
+pub(crate) fn untaint_patch(index: usize, key: &str) -> json_patch::Patch {
     let path = format!("/spec/taints/{index}");
     serde_json::from_value(serde_json::json!([
         {"op": "test", "path": format!("{path}/key"), "value": key},

@@ -30,14 +30,17 @@ impl Condition {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
 pub struct NodeAddress {
     /// `InternalIP`, `ExternalIP`, `Hostname`, …
+    #[serde(rename = "type")]
     pub type_: String,
     pub address: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
 pub struct Taint {
     pub key: String,
     pub value: String,
@@ -225,74 +228,31 @@ pub struct MachineConfigPool {
     pub paused: bool,
 }
 
+/// `fn <name>() -> ApiResource` for each kind: group, version, kind, plural.
+macro_rules! kinds {
+    ($($name:ident: $group:literal $version:literal $kind:literal $plural:literal;)*) => {$(
+        pub(crate) fn $name() -> ApiResource {
+            let gvk = GroupVersionKind::gvk($group, $version, $kind);
+            ApiResource::from_gvk_with_plural(&gvk, $plural)
+        }
+    )*};
+}
+
 /// The OpenShift, OLM and metal3 kinds, which k8s-openapi does not have.
-pub mod kinds {
+pub(crate) mod kinds {
     use super::*;
-
-    fn kind(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-    }
-
-    pub fn proxies() -> ApiResource {
-        kind("config.openshift.io", "v1", "Proxy", "proxies")
-    }
-    pub fn cluster_versions() -> ApiResource {
-        kind(
-            "config.openshift.io",
-            "v1",
-            "ClusterVersion",
-            "clusterversions",
-        )
-    }
-    pub fn cluster_operators() -> ApiResource {
-        kind(
-            "config.openshift.io",
-            "v1",
-            "ClusterOperator",
-            "clusteroperators",
-        )
-    }
-    pub fn subscriptions() -> ApiResource {
-        kind(
-            "operators.coreos.com",
-            "v1alpha1",
-            "Subscription",
-            "subscriptions",
-        )
-    }
-    pub fn csvs() -> ApiResource {
-        let plural = "clusterserviceversions";
-        kind(
-            "operators.coreos.com",
-            "v1alpha1",
-            "ClusterServiceVersion",
-            plural,
-        )
-    }
-    pub fn install_plans() -> ApiResource {
-        kind(
-            "operators.coreos.com",
-            "v1alpha1",
-            "InstallPlan",
-            "installplans",
-        )
-    }
-    pub fn bmhs() -> ApiResource {
-        kind("metal3.io", "v1alpha1", "BareMetalHost", "baremetalhosts")
-    }
-    pub fn provisionings() -> ApiResource {
-        kind("metal3.io", "v1alpha1", "Provisioning", "provisionings")
-    }
-    pub fn machines() -> ApiResource {
-        kind("machine.openshift.io", "v1beta1", "Machine", "machines")
-    }
-    pub fn mcps() -> ApiResource {
-        let group = "machineconfiguration.openshift.io";
-        kind(group, "v1", "MachineConfigPool", "machineconfigpools")
-    }
-    pub fn machine_configs() -> ApiResource {
-        let group = "machineconfiguration.openshift.io";
-        kind(group, "v1", "MachineConfig", "machineconfigs")
+    kinds! {
+        proxies: "config.openshift.io" "v1" "Proxy" "proxies";
+        cluster_versions: "config.openshift.io" "v1" "ClusterVersion" "clusterversions";
+        cluster_operators: "config.openshift.io" "v1" "ClusterOperator" "clusteroperators";
+        subscriptions: "operators.coreos.com" "v1alpha1" "Subscription" "subscriptions";
+        csvs: "operators.coreos.com" "v1alpha1" "ClusterServiceVersion" "clusterserviceversions";
+        install_plans: "operators.coreos.com" "v1alpha1" "InstallPlan" "installplans";
+        bmhs: "metal3.io" "v1alpha1" "BareMetalHost" "baremetalhosts";
+        provisionings: "metal3.io" "v1alpha1" "Provisioning" "provisionings";
+        machines: "machine.openshift.io" "v1beta1" "Machine" "machines";
+        mcps: "machineconfiguration.openshift.io" "v1" "MachineConfigPool" "machineconfigpools";
+        machine_configs: "machineconfiguration.openshift.io" "v1" "MachineConfig" "machineconfigs";
     }
 }
 
@@ -422,44 +382,22 @@ impl From<&DynamicObject> for Machine {
     }
 }
 
-fn condition(
-    type_: &str,
-    status: &str,
-    reason: Option<&String>,
-    message: Option<&String>,
-) -> Condition {
-    Condition {
-        type_: type_.to_string(),
-        status: status.to_string(),
-        reason: reason.cloned().unwrap_or_default(),
-        message: message.cloned().unwrap_or_default(),
-    }
+/// Model items from k8s-openapi ones with the same fields (conditions, taints, addresses).
+fn items<T: serde::Serialize, M: serde::de::DeserializeOwned>(items: Option<&Vec<T>>) -> Vec<M> {
+    let json = serde_json::to_value(items).unwrap_or_default();
+    serde_json::from_value(json).unwrap_or_default()
 }
 
 impl From<&core::Node> for Node {
     fn from(node: &core::Node) -> Self {
         let status = node.status.clone().unwrap_or_default();
-        let taints = node.spec.as_ref().and_then(|s| s.taints.clone());
         Node {
             name: name_of(&node.metadata),
             labels: node.metadata.labels.clone().unwrap_or_default(),
             annotations: node.metadata.annotations.clone().unwrap_or_default(),
-            taints: (taints.into_iter().flatten())
-                .map(|t| Taint {
-                    key: t.key,
-                    value: t.value.unwrap_or_default(),
-                    effect: t.effect,
-                })
-                .collect(),
-            conditions: (status.conditions.iter().flatten())
-                .map(|c| condition(&c.type_, &c.status, c.reason.as_ref(), c.message.as_ref()))
-                .collect(),
-            addresses: (status.addresses.into_iter().flatten())
-                .map(|a| NodeAddress {
-                    type_: a.type_,
-                    address: a.address,
-                })
-                .collect(),
+            taints: items(node.spec.as_ref().and_then(|s| s.taints.as_ref())),
+            conditions: items(status.conditions.as_ref()),
+            addresses: items(status.addresses.as_ref()),
         }
     }
 }
@@ -502,9 +440,7 @@ impl From<&batch::Job> for Job {
             namespace: namespace_of(&job.metadata),
             name: name_of(&job.metadata),
             failed: status.failed.unwrap_or(0).into(),
-            conditions: (status.conditions.iter().flatten())
-                .map(|c| condition(&c.type_, &c.status, c.reason.as_ref(), c.message.as_ref()))
-                .collect(),
+            conditions: items(status.conditions.as_ref()),
         }
     }
 }
@@ -512,12 +448,10 @@ impl From<&batch::Job> for Job {
 impl TryFrom<&cert::CertificateSigningRequest> for Csr {
     type Error = anyhow::Error;
     fn try_from(csr: &cert::CertificateSigningRequest) -> anyhow::Result<Self> {
-        let conditions = csr.status.as_ref().and_then(|s| s.conditions.as_ref());
+        let status = csr.status.as_ref();
         Ok(Csr {
             name: name_of(&csr.metadata),
-            conditions: (conditions.into_iter().flatten())
-                .map(|c| condition(&c.type_, &c.status, c.reason.as_ref(), c.message.as_ref()))
-                .collect(),
+            conditions: items(status.and_then(|s| s.conditions.as_ref())),
             object: serde_json::to_value(csr)?,
         })
     }

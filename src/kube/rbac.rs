@@ -4,7 +4,7 @@
 //! rules the bootstrap deploys) allows each one.
 //!
 //! Tests prove three things: every declared request is allowed; every trait method has a
-//! declaration (and no declaration is stale); and (tests/controller_cluster.rs) every HTTP request
+//! declaration (and no declaration is stale); and (tests/kube_client.rs) every HTTP request
 //! the real client sends, for every method, is one its method declares.
 
 use super::model::kinds;
@@ -15,70 +15,46 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Service};
 use kube::api::ApiResource;
 use kube::Resource;
 
-/// A resource type as RBAC names it: API group (`""` for core) and plural.
+/// One API request as RBAC sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Kind {
+pub struct ApiCall {
+    /// The API group, `""` for core.
     pub group: String,
-    pub plural: String,
-}
-
-/// The kind of a k8s-openapi type.
-fn typed<K: Resource<DynamicType = ()>>() -> Kind {
-    Kind {
-        group: K::group(&()).into_owned(),
-        plural: K::plural(&()).into_owned(),
-    }
-}
-
-/// The kind of an OpenShift, OLM or metal3 type.
-fn dynamic(resource: ApiResource) -> Kind {
-    Kind {
-        group: resource.group,
-        plural: resource.plural,
-    }
-}
-
-/// One API request a method makes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Declared {
-    pub kind: Kind,
-    pub subresource: Option<&'static str>,
+    /// The plural, with `/<subresource>` when there is one.
+    pub resource: String,
     /// A Kubernetes RBAC verb: get, list, create, update, patch, delete, deletecollection.
-    pub verb: &'static str,
+    pub verb: String,
     /// The path names a namespace (false: cluster-scoped, or all namespaces).
     pub namespaced: bool,
 }
 
-fn cluster(kind: Kind, verb: &'static str) -> Declared {
-    Declared {
-        kind,
-        subresource: None,
-        verb,
-        namespaced: false,
-    }
+/// Group and plural of a k8s-openapi type.
+fn typed<K: Resource<DynamicType = ()>>() -> (String, String) {
+    (K::group(&()).into_owned(), K::plural(&()).into_owned())
 }
 
-fn namespaced(kind: Kind, verb: &'static str) -> Declared {
-    Declared {
-        kind,
-        subresource: None,
-        verb,
-        namespaced: true,
-    }
+/// Group and plural of an OpenShift, OLM or metal3 kind.
+fn dynamic(resource: ApiResource) -> (String, String) {
+    (resource.group, resource.plural)
 }
 
-fn sub(kind: Kind, subresource: &'static str, verb: &'static str, ns: bool) -> Declared {
-    Declared {
-        kind,
-        subresource: Some(subresource),
-        verb,
+/// `verb` on `plural[/sub]` of `group`, in a namespace (`ns`) or not.
+fn call((group, plural): (String, String), sub: &str, verb: &str, ns: bool) -> ApiCall {
+    ApiCall {
+        group,
+        resource: if sub.is_empty() {
+            plural
+        } else {
+            format!("{plural}/{sub}")
+        },
+        verb: verb.to_string(),
         namespaced: ns,
     }
 }
 
 /// Method name → the request it makes, for every method of [`super::ClusterApi`] in the
 /// trait's order.
-pub fn declarations() -> Vec<(&'static str, Declared)> {
+pub fn declarations() -> Vec<(&'static str, ApiCall)> {
     let (nodes, pods, events) = (typed::<Node>, typed::<Pod>, typed::<Event>);
     let (services, jobs, csrs) = (
         typed::<Service>,
@@ -90,79 +66,62 @@ pub fn declarations() -> Vec<(&'static str, Declared)> {
     let bmhs = || dynamic(kinds::bmhs());
     let mcps = || dynamic(kinds::mcps());
     vec![
-        ("get_proxy", cluster(dynamic(kinds::proxies()), "get")),
+        (
+            "get_proxy",
+            call(dynamic(kinds::proxies()), "", "get", false),
+        ),
         (
             "get_cluster_version",
-            cluster(dynamic(kinds::cluster_versions()), "get"),
+            call(dynamic(kinds::cluster_versions()), "", "get", false),
         ),
-        ("list_cluster_operators", cluster(operators(), "list")),
-        ("get_cluster_operator", cluster(operators(), "get")),
-        ("get_config_map", namespaced(typed::<ConfigMap>(), "get")),
-        ("create_event", namespaced(events(), "create")),
-        ("list_nodes", cluster(nodes(), "list")),
-        ("get_node", cluster(nodes(), "get")),
-        ("remove_node_taint", cluster(nodes(), "patch")),
-        ("patch_node_labels", cluster(nodes(), "patch")),
-        ("list_services", cluster(services(), "list")),
-        ("delete_service", namespaced(services(), "delete")),
-        ("list_pods", namespaced(pods(), "list")),
-        ("pod_log", sub(pods(), "log", "get", true)),
-        ("delete_pods", namespaced(pods(), "deletecollection")),
-        ("list_csrs", cluster(csrs(), "list")),
-        ("approve_csr", sub(csrs(), "approval", "update", false)),
+        (
+            "list_cluster_operators",
+            call(operators(), "", "list", false),
+        ),
+        ("get_cluster_operator", call(operators(), "", "get", false)),
+        (
+            "get_config_map",
+            call(typed::<ConfigMap>(), "", "get", true),
+        ),
+        ("create_event", call(events(), "", "create", true)),
+        ("list_nodes", call(nodes(), "", "list", false)),
+        ("get_node", call(nodes(), "", "get", false)),
+        ("remove_node_taint", call(nodes(), "", "patch", false)),
+        ("patch_node_labels", call(nodes(), "", "patch", false)),
+        ("list_services", call(services(), "", "list", false)),
+        ("delete_service", call(services(), "", "delete", true)),
+        ("list_pods", call(pods(), "", "list", true)),
+        ("pod_log", call(pods(), "log", "get", true)),
+        ("delete_pods", call(pods(), "", "deletecollection", true)),
+        ("list_csrs", call(csrs(), "", "list", false)),
+        ("approve_csr", call(csrs(), "approval", "update", false)),
         (
             "get_subscription",
-            namespaced(dynamic(kinds::subscriptions()), "get"),
+            call(dynamic(kinds::subscriptions()), "", "get", true),
         ),
-        ("get_csv", namespaced(dynamic(kinds::csvs()), "get")),
-        ("list_install_plans", namespaced(plans(), "list")),
-        ("delete_install_plan", namespaced(plans(), "delete")),
-        ("list_jobs", namespaced(jobs(), "list")),
-        ("delete_job", namespaced(jobs(), "delete")),
-        ("list_bmhs", namespaced(bmhs(), "list")),
-        ("get_bmh", namespaced(bmhs(), "get")),
-        ("update_bmh", namespaced(bmhs(), "update")),
-        ("update_bmh_status", sub(bmhs(), "status", "update", true)),
+        ("get_csv", call(dynamic(kinds::csvs()), "", "get", true)),
+        ("list_install_plans", call(plans(), "", "list", true)),
+        ("delete_install_plan", call(plans(), "", "delete", true)),
+        ("list_jobs", call(jobs(), "", "list", true)),
+        ("delete_job", call(jobs(), "", "delete", true)),
+        ("list_bmhs", call(bmhs(), "", "list", true)),
+        ("get_bmh", call(bmhs(), "", "get", true)),
+        ("update_bmh", call(bmhs(), "", "update", true)),
+        ("update_bmh_status", call(bmhs(), "status", "update", true)),
         (
             "provisioning_exists",
-            cluster(dynamic(kinds::provisionings()), "get"),
+            call(dynamic(kinds::provisionings()), "", "get", false),
         ),
         (
             "list_machines",
-            namespaced(dynamic(kinds::machines()), "list"),
+            call(dynamic(kinds::machines()), "", "list", true),
         ),
-        ("get_machine_config_pool", cluster(mcps(), "get")),
-        ("set_machine_config_pool_paused", cluster(mcps(), "patch")),
+        ("get_machine_config_pool", call(mcps(), "", "get", false)),
+        (
+            "set_machine_config_pool_paused",
+            call(mcps(), "", "patch", false),
+        ),
     ]
-}
-
-/// One API request as seen on the wire.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiCall {
-    pub group: String,
-    /// The plural, with `/<subresource>` when there is one.
-    pub resource: String,
-    pub verb: String,
-    pub namespaced: bool,
-}
-
-impl Declared {
-    /// `plural` or `plural/subresource`, as RBAC rules name it.
-    pub fn resource(&self) -> String {
-        match self.subresource {
-            Some(sub) => format!("{}/{sub}", self.kind.plural),
-            None => self.kind.plural.to_string(),
-        }
-    }
-
-    pub fn call(&self) -> ApiCall {
-        ApiCall {
-            group: self.kind.group.to_string(),
-            resource: self.resource(),
-            verb: self.verb.to_string(),
-            namespaced: self.namespaced,
-        }
-    }
 }
 
 /// Whether the deployed ClusterRole allows `verb` on `group`/`resource` for any object name.
@@ -244,7 +203,7 @@ mod tests {
     #[test]
     fn every_declared_request_is_allowed_by_the_cluster_role() {
         for (method, req) in declarations() {
-            assert!(allowed(&req.call()), "{method}: {req:?} is not allowed");
+            assert!(allowed(&req), "{method}: {req:?} is not allowed");
         }
     }
 
@@ -281,28 +240,43 @@ mod tests {
     }
 
     #[test]
-    #[rustfmt::skip]
     fn http_requests_map_to_rbac_calls() {
         let csr = "/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-1/approval";
         let mcp = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker";
-        let (mc, certs) = ("machineconfiguration.openshift.io", "certificates.k8s.io");
-        let pods = "/api/v1/namespaces/a/pods";
+        let approval = "certificates.k8s.io certificatesigningrequests/approval update";
+        let mcps = "machineconfiguration.openshift.io machineconfigpools patch";
+        let (log, pods) = (
+            "/api/v1/namespaces/a/pods/p/log",
+            "/api/v1/namespaces/a/pods",
+        );
         for (method, path, query, want) in [
-            ("GET", NODES, "", Some(("", "nodes", "list", false))),
-            ("GET", NODES, "watch=true", Some(("", "nodes", "watch", false))),
-            ("GET", "/api/v1/namespaces/a/pods/p/log", "sinceSeconds=3", Some(("", "pods/log", "get", true))),
-            ("DELETE", pods, "", Some(("", "pods", "deletecollection", true))),
-            ("DELETE", "/api/v1/namespaces/a/services/x", "", Some(("", "services", "delete", true))),
-            ("PUT", csr, "", Some((certs, "certificatesigningrequests/approval", "update", false))),
-            ("POST", "/api/v1/namespaces/a/events", "", Some(("", "events", "create", true))),
-            ("PATCH", mcp, "", Some((mc, "machineconfigpools", "patch", false))),
-            ("GET", "/version", "", None),
-            ("GET", "/api/v1/a/b/c/d", "", None),
+            ("GET", NODES, "", " nodes list"),
+            ("GET", NODES, "watch=true", " nodes watch"),
+            ("GET", log, "sinceSeconds=3", " pods/log get in a namespace"),
+            ("DELETE", pods, "", " pods deletecollection in a namespace"),
+            (
+                "DELETE",
+                "/api/v1/namespaces/a/services/x",
+                "",
+                " services delete in a namespace",
+            ),
+            ("PUT", csr, "", approval),
+            (
+                "POST",
+                "/api/v1/namespaces/a/events",
+                "",
+                " events create in a namespace",
+            ),
+            ("PATCH", mcp, "", mcps),
+            ("GET", "/version", "", "none"),
+            ("GET", "/api/v1/a/b/c/d", "", "none"),
         ] {
-            let want = want.map(|(group, resource, verb, namespaced)| ApiCall {
-                group: group.into(), resource: resource.into(), verb: verb.into(), namespaced,
-            });
-            assert_eq!(call_of_http(method, path, query), want, "{method} {path}");
+            let text = |c: ApiCall| {
+                let ns = if c.namespaced { " in a namespace" } else { "" };
+                format!("{} {} {}{ns}", c.group, c.resource, c.verb)
+            };
+            let got = call_of_http(method, path, query).map_or("none".into(), text);
+            assert_eq!(got, want, "{method} {path}");
         }
     }
 }

@@ -180,25 +180,25 @@ pub(crate) fn host_ips(inventory_json: &str) -> Vec<String> {
     ips
 }
 
-/// Dry run: the machine-config-server log of the pretend cluster, one Ignition request line per
-/// host of the cluster-hosts file whose reboot marker exists (a host that has not rebooted has
-/// not fetched its Ignition).
-///
-/// Go writes `<ip>.(Ignition)` per host, a shape its matcher stopped recognizing when it began
-/// to require the `:port` and the `User-Agent`, so Go's dry run no longer reports anyone
-/// `Configuring`. Same rule, in the shape of a real request line, which the matcher above reads.
+/// One MCS log line for an Ignition request from `ip` (bracketed when IPv6), in the 4.12+ shape.
+pub(crate) fn ignition_request_line(ip: &str) -> String {
+    let address = match ip.parse::<IpAddr>() {
+        Ok(IpAddr::V6(_)) => format!("[{ip}]"),
+        _ => ip.to_string(),
+    };
+    format!(
+        "I0101 00:00:00.000000       1 api.go:117] Pool master requested by \
+         address:\"{address}:40548\" {IGNITION_USER_AGENT}/2.16.2\" \
+         Accept-Header: \"application/vnd.coreos.ignition+json;version=3.4.0\"\n"
+    )
+}
+
+/// Dry run: the machine-config-server log, one Ignition request line per host of the
+/// cluster-hosts file whose reboot marker exists. (Go writes `<ip>.(Ignition)`, a shape its own
+/// matcher stopped recognizing, so Go's dry run never reports anyone `Configuring`.)
 pub(crate) fn dry_run_mcs_log(hosts: &[ClusterHost]) -> String {
-    hosts
-        .iter()
-        .filter(|h| h.rebooted())
-        .map(|h| {
-            let address = match h.ip.parse::<IpAddr>() {
-                Ok(IpAddr::V6(v6)) => format!("[{v6}]:0"),
-                _ => format!("{}:0", h.ip),
-            };
-            format!("dry run: Pool requested by {address} {IGNITION_USER_AGENT}/dry-run\"\n")
-        })
-        .collect()
+    let rebooted = hosts.iter().filter(|h| h.rebooted());
+    rebooted.map(|h| ignition_request_line(&h.ip)).collect()
 }
 
 #[cfg(test)]
@@ -255,53 +255,38 @@ mod tests {
     }
 
     #[test]
-    fn ipv4_prefix_does_not_match_a_longer_address() {
-        let log = r#"I1121 10:00:00.000000       1 api.go:117] Pool master requested by address:"192.168.126.100:52428" User-Agent:"Ignition/2.16.2" Accept-Header: "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1""#;
-        assert!(!fetched_ignition(log, &["192.168.126.10"]));
-        assert!(!fetched_ignition(log, &["192.168.126.1"]));
-        assert!(!fetched_ignition(log, &["2.168.126.100"]));
-        assert!(fetched_ignition(log, &["192.168.126.100"]));
-        // The Go regex did not escape the dots; here they are literal.
-        assert!(!fetched_ignition(log, &["192x168.126.100"]));
-    }
-
-    #[test]
-    fn ipv6_with_and_without_zone() {
+    fn the_client_address_is_compared_as_an_ip() {
+        let v4 = r#"I1121 10:00:00.000000       1 api.go:117] Pool master requested by address:"192.168.126.100:52428" User-Agent:"Ignition/2.16.2" Accept-Header: "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1""#;
         let zoned = r#"I0701 api.go:102] Pool master requested by [fe80::5054:ff:fe9a:4739%ens3]:40548 User-Agent:"Ignition/2.6.0""#;
-        assert!(fetched_ignition(zoned, &["fe80::5054:ff:fe9a:4739"]));
-        assert!(fetched_ignition(zoned, &["fe80::5054:ff:fe9a:4739/64"]));
-        assert!(fetched_ignition(zoned, &["fe80::5054:ff:fe9a:4739%eth9"]));
-        assert!(!fetched_ignition(zoned, &["fe80::5054:ff:fe9a:473"]));
-
-        let plain = r#"I0206 api.go:109] Pool master requested by address:"[2620:52:0:1351:67c2:adb3:cfd6:83]:47018" User-Agent:"Ignition/2.14.0" Accept-Header: "application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1""#;
-        assert!(fetched_ignition(
-            plain,
-            &["2620:52:0:1351:67c2:adb3:cfd6:83"]
-        ));
-        // The same address spelled differently in the inventory.
-        assert!(fetched_ignition(
-            plain,
-            &["2620:52:0:1351:67C2:ADB3:CFD6:0083"]
-        ));
-        assert!(!fetched_ignition(
-            plain,
-            &["2620:52:0:1351:67c2:adb3:cfd6:8"]
-        ));
-    }
-
-    #[test]
-    fn zone_names_with_punctuation() {
-        let log =
+        let v6 = r#"I0206 api.go:109] Pool master requested by address:"[2620:52:0:1351:67c2:adb3:cfd6:83]:47018" User-Agent:"Ignition/2.14.0" Accept-Header: "application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1""#;
+        let punctuated_zone =
             r#"x requested by address:"[fe80::1%br-ex.100]:1234" User-Agent:"Ignition/2.19.0""#;
-        assert!(fetched_ignition(log, &["fe80::1"]));
-    }
-
-    #[test]
-    fn ipv4_mapped_ipv6_client_counts_as_ipv4() {
-        let log =
+        let mapped =
             r#"x requested by address:"[::ffff:192.168.126.10]:1234" User-Agent:"Ignition/2.19.0""#;
-        assert!(fetched_ignition(log, &["192.168.126.10"]));
-        assert!(!fetched_ignition(log, &["192.168.126.1"]));
+        for (log, ip, fetched) in [
+            (v4, "192.168.126.100", true),
+            // A prefix of the address, or a longer one, does not match.
+            (v4, "192.168.126.10", false),
+            (v4, "192.168.126.1", false),
+            (v4, "2.168.126.100", false),
+            // The Go regex did not escape the dots; here they are literal.
+            (v4, "192x168.126.100", false),
+            // The zone is ignored on both sides.
+            (zoned, "fe80::5054:ff:fe9a:4739", true),
+            (zoned, "fe80::5054:ff:fe9a:4739/64", true),
+            (zoned, "fe80::5054:ff:fe9a:4739%eth9", true),
+            (zoned, "fe80::5054:ff:fe9a:473", false),
+            (punctuated_zone, "fe80::1", true),
+            // The same address spelled differently in the inventory.
+            (v6, "2620:52:0:1351:67c2:adb3:cfd6:83", true),
+            (v6, "2620:52:0:1351:67C2:ADB3:CFD6:0083", true),
+            (v6, "2620:52:0:1351:67c2:adb3:cfd6:8", false),
+            // An IPv4-mapped IPv6 client counts as its IPv4 address.
+            (mapped, "192.168.126.10", true),
+            (mapped, "192.168.126.1", false),
+        ] {
+            assert_eq!(fetched_ignition(log, &[ip]), fetched, "{ip} in {log}");
+        }
     }
 
     #[test]
@@ -327,29 +312,22 @@ mod tests {
     fn several_requests_on_one_line_and_crlf() {
         let log = "a 10.0.0.1:1 User-Agent:\"Ignition/2.19.0\" b 10.0.0.2:2 User-Agent:\"Ignition/2.19.0\"\r\n\
                    c address:\"10.0.0.3:3\" User-Agent:\"Ignition/2.19.0\"\r\n";
-        let addresses = ignition_fetch_addresses(log);
-        let expected: HashSet<IpAddr> = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect();
-        assert_eq!(addresses, expected);
+        let expected = ["10.0.0.1", "10.0.0.2", "10.0.0.3"].map(|s| s.parse().unwrap());
+        assert_eq!(ignition_fetch_addresses(log), HashSet::from(expected));
     }
 
     #[test]
-    fn status_by_role() {
-        assert_eq!(
-            status_for(Some(&Role::Worker)),
-            HostStage::WaitingForIgnition
-        );
-        for role in [Role::Master, Role::Arbiter, Role::Bootstrap] {
-            assert_eq!(status_for(Some(&role)), HostStage::Configuring, "{role}");
-        }
-        assert_eq!(status_for(None), HostStage::Configuring);
-    }
-
-    #[test]
-    fn settled_stages() {
+    fn stages_by_role_and_the_settled_ones() {
         use HostStage::*;
+        assert_eq!(status_for(Some(&Role::Worker)), WaitingForIgnition);
+        for role in [
+            Some(Role::Master),
+            Some(Role::Arbiter),
+            Some(Role::Bootstrap),
+            None,
+        ] {
+            assert_eq!(status_for(role.as_ref()), Configuring, "{role:?}");
+        }
         for stage in [Configuring, Joined, Done, WaitingForIgnition] {
             assert!(is_past_ignition_fetch(Some(stage)), "{stage}");
         }
@@ -389,11 +367,10 @@ mod tests {
 
     #[test]
     fn host_ips_of_bad_inventories() {
-        assert!(host_ips("").is_empty());
-        assert!(host_ips("not json").is_empty());
-        assert!(host_ips("{}").is_empty());
-        assert!(host_ips(r#"{"interfaces": "eth0"}"#).is_empty());
-        assert!(host_ips(r#"{"interfaces": [{"ipv4_addresses": [1, null]}]}"#).is_empty());
+        let bad_ips = r#"{"interfaces": [{"ipv4_addresses": [1, null]}]}"#;
+        for inventory in ["", "not json", "{}", r#"{"interfaces": "eth0"}"#, bad_ips] {
+            assert!(host_ips(inventory).is_empty(), "{inventory}");
+        }
     }
 
     #[test]
@@ -426,10 +403,9 @@ mod tests {
             host("m2", "master", &["192.168.126.12/24"]),
             host("m3", "worker", &["fd00::13/64"]),
         ];
-        let ids: Vec<&str> = hosts_that_fetched_ignition(&log, &watched)
-            .iter()
-            .map(|h| h.id.as_str())
-            .collect();
-        assert_eq!(ids, ["m1", "m3"]);
+        assert_eq!(
+            ids(hosts_that_fetched_ignition(&log, &watched)),
+            ["m1", "m3"]
+        );
     }
 }

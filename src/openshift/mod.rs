@@ -4,24 +4,25 @@
 pub(crate) mod mcs_logs;
 
 /// Label selecting the nodes of a role (`master`, `arbiter`, `worker`).
-pub fn role_label(role: &str) -> String {
+pub(crate) fn role_label(role: &str) -> String {
     format!("node-role.kubernetes.io/{role}")
 }
 
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 pub const CURRENT_CONFIG_ANNOTATION: &str = "machineconfiguration.openshift.io/currentConfig";
-pub const DESIRED_CONFIG_ANNOTATION: &str = "machineconfiguration.openshift.io/desiredConfig";
+pub(crate) const DESIRED_CONFIG_ANNOTATION: &str =
+    "machineconfiguration.openshift.io/desiredConfig";
 pub const CONTROLLER_NAMESPACE: &str = "assisted-installer";
-pub const CONTROLLER_READY_EVENT: &str = "AssistedControllerIsReady";
+pub(crate) const CONTROLLER_READY_EVENT: &str = "AssistedControllerIsReady";
 /// The controller's Job name: the `job-name` label of its pod and the prefix of the pod's name.
-pub const CONTROLLER_JOB: &str = "assisted-installer-controller";
+pub(crate) const CONTROLLER_JOB: &str = "assisted-installer-controller";
 
 /// The ConfigMap naming who invoked the OpenShift installer, and its key.
 pub const INVOKER_NAMESPACE: &str = "openshift-config";
 pub const INVOKER_CONFIG_MAP: &str = "openshift-install-manifests";
 pub const INVOKER_KEY: &str = "invoker";
 /// The invoker when that ConfigMap cannot be read.
-pub const INVOKER_ASSISTED: &str = "assisted-service";
+pub(crate) const INVOKER_ASSISTED: &str = "assisted-service";
 /// The agent-based installer.
 pub const INVOKER_AGENT: &str = "agent-installer";
 
@@ -35,14 +36,14 @@ pub fn invoker(config_map_data: Option<&std::collections::BTreeMap<String, Strin
 }
 
 /// The file name of the controller's log upload (`logs_type=controller`).
-pub const CONTROLLER_LOGS_ARCHIVE: &str = "controller_logs.tar.gz";
+pub(crate) const CONTROLLER_LOGS_ARCHIVE: &str = "controller_logs.tar.gz";
 
 /// The cluster-scoped Proxy and ClusterVersion objects OpenShift keeps one of, by these names.
-pub const PROXY_NAME: &str = "cluster";
-pub const CLUSTER_VERSION_NAME: &str = "version";
+pub(crate) const PROXY_NAME: &str = "cluster";
+pub(crate) const CLUSTER_VERSION_NAME: &str = "version";
 /// The ConfigMap holding the router's CA, and its key.
-pub const INGRESS_CERT_NAMESPACE: &str = "openshift-config-managed";
-pub const INGRESS_CERT_NAME: &str = "default-ingress-cert";
-pub const INGRESS_CERT_KEY: &str = "ca-bundle.crt";
+pub(crate) const INGRESS_CERT_NAMESPACE: &str = "openshift-config-managed";
+pub(crate) const INGRESS_CERT_NAME: &str = "default-ingress-cert";
+pub(crate) const INGRESS_CERT_KEY: &str = "ca-bundle.crt";
 /// The namespace of the machine-config-server pods.
-pub const MCS_NAMESPACE: &str = "openshift-machine-config-operator";
+pub(crate) const MCS_NAMESPACE: &str = "openshift-machine-config-operator";

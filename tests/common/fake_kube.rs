@@ -1,42 +1,28 @@
 #![allow(dead_code)]
-//! The fake Kubernetes API server of the tests (an [`App`] of the test HTTP server), and an
-//! adapter giving the installer's flow tests the library's in-memory `FakeCluster` with the
-//! setters they use ([`FakeKube`]).
+//! The fake Kubernetes API server of the tests (an [`App`] of the test HTTP server), and the
+//! library's in-memory `FakeCluster` with the setters the installer's flow tests use
+//! ([`FakeKube`]).
 //!
 //! [`FakeApiServer`] keeps objects at their REST paths (`/api/v1/nodes/master-0`,
 //! `/apis/config.openshift.io/v1/clusteroperators/console`, …) and does what the API server does
 //! with them: `GET` an object, or a collection (filtered by `labelSelector` and `fieldSelector`
-//! requirements `k`, `k=v`, `k!=v`; without `namespaces/<ns>/`, every namespace's); `POST`
-//! creates (409 if taken); `PUT` replaces (subresources replace the object); `PATCH` applies a
-//! JSON patch (a failed `test` is 422) or a merge patch; `DELETE` an object or the matching
-//! objects of a collection; `GET …/log` answers the text set with [`FakeApiServer::set_pod_log`].
-//! With a token, every request must carry `Authorization: Bearer <token>` (else 401).
+//! requirements `k` and `k=v`; without `namespaces/<ns>/`, every namespace's); `POST` creates
+//! (409 if taken); `PUT` replaces (subresources replace the object); `PATCH` applies a JSON patch
+//! (a failed `test` is 422) or a merge patch; `DELETE` an object or the matching objects of a
+//! collection; `GET …/log` answers the text set with [`FakeApiServer::set_pod_log`]. With a
+//! token, every request must carry `Authorization: Bearer <token>` (else 401).
 
 use anyhow::Result;
 use assisted_installer::config::Role;
 use assisted_installer::kube::fake::FakeCluster;
-use assisted_installer::kube::{ClusterApi, Event, KubeApi, Node, NodeAddress, Pod, Taint};
+use assisted_installer::kube::{ClusterApi, Condition, Event, KubeApi, NewEvent, Node, Pod};
+use assisted_installer::kube::{NodeAddress, Taint};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::ops::Deref;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::http_server::{App, Reply, Request};
-
-/// A kubeconfig at `dir/kubeconfig` for `server` (http, no credentials); returns its path.
-pub(crate) fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    let text = format!(
-        "apiVersion: v1\nkind: Config\n\
-         clusters:\n- name: fake\n  cluster:\n    server: {server}\n\
-         users:\n- name: fake\n  user: {{}}\n\
-         contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n\
-         current-context: fake\n"
-    );
-    std::fs::write(&path, text).expect("write fake kubeconfig");
-    path
-}
 
 #[derive(Default)]
 struct State {
@@ -50,11 +36,11 @@ struct State {
 }
 
 impl State {
-    fn store(&mut self, key: String, mut object: Value) -> Value {
+    fn store(&mut self, key: String, mut object: Value) -> Reply {
         self.version += 1;
         object["metadata"]["resourceVersion"] = json!(self.version.to_string());
         self.objects.insert(key, object.clone());
-        object
+        Reply::json(200, &object)
     }
 
     /// The keys of the objects `GET collection?query` lists.
@@ -107,37 +93,25 @@ fn without_namespace(collection: &str) -> String {
     }
 }
 
+/// Whether `object` has every `k` or `k=v` of the query's label and field selectors.
 fn selected(object: &Value, query: &[(String, String)]) -> bool {
-    let param = |name: &str| {
-        query
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
-    let text = |v: Option<&Value>| match v? {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    };
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     let label = |k: &str| text(object["metadata"]["labels"].get(k));
     let field = |k: &str| text(k.split('.').try_fold(object, |v, k| v.get(k)));
-    let holds = |req: &str, get: &dyn Fn(&str) -> Option<String>| {
-        if let Some((k, v)) = req.split_once("!=") {
-            return get(k).as_deref() != Some(v);
-        }
-        match req.split_once('=') {
-            Some((k, v)) => get(k).as_deref() == Some(v),
-            None => get(req).is_some(),
-        }
+    let holds = |selector: &str, get: &dyn Fn(&str) -> Option<String>| {
+        let requirements = selector.split(',').filter(|r| !r.is_empty());
+        requirements
+            .into_iter()
+            .all(|req| match req.split_once('=') {
+                Some((k, v)) => get(k).as_deref() == Some(v),
+                None => get(req).is_some(),
+            })
     };
-    let all = |selector: Option<String>, get: &dyn Fn(&str) -> Option<String>| {
-        let selector = selector.unwrap_or_default();
-        selector
-            .split(',')
-            .filter(|r| !r.is_empty())
-            .all(|r| holds(r, get))
-    };
-    all(param("labelSelector"), &label) && all(param("fieldSelector"), &field)
+    query.iter().all(|(k, v)| match k.as_str() {
+        "labelSelector" => holds(v, &label),
+        "fieldSelector" => holds(v, &field),
+        _ => true,
+    })
 }
 
 impl FakeApiServer {
@@ -155,11 +129,9 @@ impl FakeApiServer {
 
     /// Puts `object` at `collection/<metadata.name>` (replacing any), with a resourceVersion.
     pub(crate) fn put(&self, collection: &str, object: Value) {
-        let name = object["metadata"]["name"]
-            .as_str()
-            .expect("metadata.name")
-            .to_string();
-        self.state().store(format!("{collection}/{name}"), object);
+        let name = object["metadata"]["name"].as_str().expect("metadata.name");
+        let key = format!("{collection}/{name}");
+        self.state().store(key, object);
     }
 
     /// The object at `path`.
@@ -174,18 +146,14 @@ impl FakeApiServer {
 
     /// The next `method` request to a path starting with `prefix` is answered `code`.
     pub(crate) fn fail_next(&self, method: &str, prefix: &str, code: u16) {
-        self.answer_next(
-            method,
-            prefix,
-            status(code, "InternalError", "injected failure"),
-        );
+        let reply = status(code, "InternalError", "injected failure");
+        self.answer_next(method, prefix, reply);
     }
 
     /// The next `method` request to a path starting with `prefix` is answered `reply`.
     pub(crate) fn answer_next(&self, method: &str, prefix: &str, reply: Reply) {
-        self.state()
-            .failures
-            .push((method.into(), prefix.into(), reply));
+        let failure = (method.into(), prefix.into(), reply);
+        self.state().failures.push(failure);
     }
 
     /// Close every connection right after its answer, without saying so.
@@ -195,11 +163,8 @@ impl FakeApiServer {
 
     fn route(&self, st: &mut State, req: &Request) -> Reply {
         let (method, path) = (req.method.as_str(), req.path.as_str());
-        let failure = st
-            .failures
-            .iter()
-            .position(|(m, p, _)| m == method && path.starts_with(p));
-        if let Some(i) = failure {
+        let mut failure = st.failures.iter();
+        if let Some(i) = failure.position(|(m, p, _)| m == method && path.starts_with(p)) {
             return st.failures.remove(i).2;
         }
         let query = req.query_pairs();
@@ -218,24 +183,25 @@ impl FakeApiServer {
             ("GET", None, _) => {
                 let keys = st.matching(&collection, &query);
                 let items: Vec<&Value> = keys.iter().map(|key| &st.objects[key]).collect();
-                let version = st.version.to_string();
-                let list = json!({"kind": "List", "apiVersion": "v1",
-                                  "metadata": {"resourceVersion": version}, "items": items});
+                let meta = json!({"resourceVersion": st.version.to_string()});
+                let list =
+                    json!({"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items});
                 Reply::json(200, &list)
             }
             ("POST", None, _) => {
                 let object = req.body_json();
-                let key = format!(
-                    "{collection}/{}",
-                    object["metadata"]["name"].as_str().unwrap_or("")
-                );
+                let name = object["metadata"]["name"].as_str().unwrap_or("");
+                let key = format!("{collection}/{name}");
                 if st.objects.contains_key(&key) {
                     return status(409, "AlreadyExists", &format!("{key} already exists"));
                 }
-                Reply::json(201, &st.store(key, object))
+                Reply {
+                    status: 201,
+                    ..st.store(key, object)
+                }
             }
             ("PUT", Some(key), _) if st.objects.contains_key(&key) => {
-                Reply::json(200, &st.store(key, req.body_json()))
+                st.store(key, req.body_json())
             }
             ("PATCH", Some(key), _) if st.objects.contains_key(&key) => {
                 let mut object = st.objects[&key].clone();
@@ -245,12 +211,10 @@ impl FakeApiServer {
                     if let Err(e) = json_patch::patch(&mut object, &patch) {
                         return status(422, "Invalid", &e.to_string());
                     }
-                } else if content_type.starts_with("application/merge-patch+json") {
-                    json_patch::merge(&mut object, &req.body_json());
                 } else {
-                    return status(415, "UnsupportedMediaType", content_type);
+                    json_patch::merge(&mut object, &req.body_json());
                 }
-                Reply::json(200, &st.store(key, object))
+                st.store(key, object)
             }
             ("DELETE", Some(key), None) => match st.objects.remove(&key) {
                 Some(object) => Reply::json(200, &object),
@@ -319,33 +283,32 @@ impl FakeKube {
         ip: &str,
         annotations: BTreeMap<String, String>,
     ) {
+        let (type_, address) = ("InternalIP".into(), ip.into());
         self.0.set_node(Node {
             name: name.into(),
-            labels: BTreeMap::from([(format!("node-role.kubernetes.io/{role}"), String::new())]),
+            labels: [(format!("node-role.kubernetes.io/{role}"), String::new())].into(),
             annotations,
-            addresses: vec![NodeAddress {
-                type_: "InternalIP".into(),
-                address: ip.into(),
-            }],
+            addresses: vec![NodeAddress { type_, address }],
             ..Node::default()
         });
         self.set_node_ready(name, ready);
     }
 
     pub(crate) fn set_node_ready(&self, name: &str, ready: bool) {
-        self.edit_node(name, |node| {
-            node.conditions = vec![assisted_installer::kube::Condition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..Default::default()
-            }]
-        });
+        let status = if ready { "True" } else { "False" }.into();
+        let ready = Condition {
+            type_: "Ready".into(),
+            status,
+            ..Default::default()
+        };
+        self.edit_node(name, |node| node.conditions = vec![ready]);
     }
 
     pub(crate) fn add_node_taint(&self, name: &str, key: &str, effect: &str) {
+        let (key, effect) = (key.into(), effect.into());
         let taint = Taint {
-            key: key.into(),
-            effect: effect.into(),
+            key,
+            effect,
             ..Taint::default()
         };
         self.edit_node(name, |node| node.taints.push(taint));
@@ -357,7 +320,7 @@ impl FakeKube {
     }
 
     pub(crate) fn add_event(&self, namespace: &str, name: &str, reason: &str) {
-        let event = assisted_installer::kube::NewEvent {
+        let event = NewEvent {
             name: name.into(),
             reason: reason.into(),
             type_: "Normal".into(),
@@ -386,14 +349,9 @@ impl FakeKube {
         });
     }
 
-    pub(crate) fn set_config_map(
-        &self,
-        namespace: &str,
-        name: &str,
-        data: BTreeMap<String, String>,
-    ) {
+    pub(crate) fn set_config_map(&self, ns: &str, name: &str, data: BTreeMap<String, String>) {
         let data: Vec<(&str, &str)> = data.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        self.0.set_config_map(namespace, name, &data);
+        self.0.set_config_map(ns, name, &data);
     }
 
     /// The pod log reads so far: namespace, pod and `sinceSeconds`.
