@@ -737,15 +737,9 @@ mod tests {
 
     #[test]
     fn format_disk_repeats() {
-        let c = run(&[
-            "--format-disk",
-            "/dev/sdb",
-            "-format-disk=/dev/sdc",
-            "--format-disk",
-            "/dev/nvme0n1",
-        ]);
+        let a = "--format-disk /dev/sdb -format-disk=/dev/sdc --format-disk /dev/nvme0n1";
         assert_eq!(
-            c.format_disks,
+            run(&a.split(' ').collect::<Vec<_>>()).format_disks,
             ["/dev/sdb", "/dev/sdc", "/dev/nvme0n1"].map(PathBuf::from)
         );
     }

@@ -729,21 +729,14 @@ mod tests {
     }
 
     #[test]
-    fn local_runner_missing_program() {
-        let err = HostRunner::default()
-            .run("definitely-not-a-program-xyz", &[])
-            .unwrap_err();
+    fn local_runner_missing_program_and_signal() {
+        let r = HostRunner::default();
+        let err = r.run("definitely-not-a-program-xyz", &[]).unwrap_err();
         assert_eq!(err.exit_code, None);
         assert!(err
             .exit_error
             .starts_with("exec: \"definitely-not-a-program-xyz\""));
-    }
-
-    #[test]
-    fn local_runner_signal() {
-        let err = HostRunner::default()
-            .run("sh", &["-c", "kill -9 $$"])
-            .unwrap_err();
+        let err = r.run("sh", &["-c", "kill -9 $$"]).unwrap_err();
         assert_eq!(err.exit_error, "signal: killed");
         assert_eq!(err.wait_status, -1);
     }
