@@ -27,7 +27,7 @@ pub(crate) use crate::config::go_values::{parse_go_bool, parse_go_int};
 use crate::config::{InstallerConfig, Role};
 
 /// Exit code for a command-line error (Go `flag.ExitOnError`).
-pub(crate) const USAGE_EXIT_CODE: i32 = 2;
+const USAGE_EXIT_CODE: i32 = 2;
 
 /// What the command line asks for.
 // Built once per run and moved straight out: boxing the config would only add noise.
@@ -251,24 +251,13 @@ const FLAGS: &[Flag] = &[
     flag("verbose", |p| &mut p.cfg.verbose, "Log debug messages too"),
 ];
 
-fn find_flag(name: &str) -> Option<&'static Flag> {
-    FLAGS.iter().find(|f| f.name == name)
-}
-
-/// The environment of this process, for [`parse`].
-pub(crate) fn process_env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
-}
-
 fn env_default(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
     env(&format!("DRYCONFIG_{name}")).or_else(|| env(name))
 }
 
 /// Go's defaults, with the dry-run ones taken from the environment (`DRYCONFIG_<NAME>` first,
 /// then `<NAME>`).
-pub(crate) fn defaults_from_env(
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<InstallerConfig, UsageError> {
+fn defaults_from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<InstallerConfig, UsageError> {
     let mut cfg = InstallerConfig::default();
     if let Some(v) = env_default(env, "DRY_ENABLE") {
         if !v.is_empty() {
@@ -325,7 +314,7 @@ pub(crate) fn parse(
             Some((n, v)) => (n, Some(v)),
             None => (body, None),
         };
-        let Some(flag) = find_flag(name) else {
+        let Some(flag) = FLAGS.iter().find(|f| f.name == name) else {
             // Go's `flag` package answers an undefined -h itself, whatever its value.
             if name == "h" {
                 return Ok(ParseOutcome::Help);
@@ -546,16 +535,6 @@ mod tests {
     }
 
     #[test]
-    fn help_flag_false_is_not_help() {
-        for a in [&["--help=false"][..], &["--help", "--help=false"]] {
-            assert!(
-                matches!(parse(&args(a), &no_env), Ok(ParseOutcome::Run(_))),
-                "{a:?}"
-            );
-        }
-    }
-
-    #[test]
     fn help_forms() {
         for a in ["-h", "--h", "-help", "--help", "-help=true", "--h=x"] {
             assert_eq!(parse(&args(&[a]), &no_env), Ok(ParseOutcome::Help), "{a}");
@@ -565,142 +544,138 @@ mod tests {
             parse(&args(&["--installer-args", "{", "--help"]), &no_env),
             Ok(ParseOutcome::Help)
         );
+        for a in [&["--help=false"][..], &["--help", "--help=false"]] {
+            assert!(
+                matches!(parse(&args(a), &no_env), Ok(ParseOutcome::Run(_))),
+                "{a:?}"
+            );
+        }
     }
 
     #[test]
-    fn bool_followed_by_value_stops_parsing() {
+    fn where_parsing_stops_and_what_a_value_flag_takes() {
+        // (arguments, then "<role> <host id> <insecure> | <the ignored rest>")
+        let cases = [
+            // A bool flag takes no separate value: "true" stops the parsing.
+            (
+                "--enable-skip-mco-reboot true --role worker",
+                "master  false | true --role worker",
+            ),
+            (
+                "--role worker extra --host-id h",
+                "worker  false | extra --host-id h",
+            ),
+            (
+                "--role worker -- --host-id h",
+                "worker  false | --host-id h",
+            ),
+            ("--insecure --", "master  true | "),
+            // A lone "-" is a positional argument.
+            ("- --insecure", "master  false | - --insecure"),
+            // A value flag takes the next argument whatever it is.
+            ("--role --url x", "--url  false | x"),
+            // The last value wins.
+            ("--role worker --role=bootstrap", "bootstrap  false | "),
+            ("--host-id=a=b", "master a=b false | "),
+        ];
+        for (a, expected) in cases {
+            let c = run(&a.split(' ').collect::<Vec<_>>());
+            let got = format!(
+                "{} {} {} | {}",
+                c.role,
+                c.host_id,
+                c.insecure,
+                c.ignored_args.join(" ")
+            );
+            assert_eq!(got, expected, "{a}");
+        }
         let c = run(&["--enable-skip-mco-reboot", "true", "--role", "worker"]);
         assert!(c.enable_skip_mco_reboot);
-        assert_eq!(c.role, Role::Master);
-        assert_eq!(c.ignored_args, vec!["true", "--role", "worker"]);
         let w = c.ignored_args_warning().unwrap();
         assert!(w.contains("\"true\", \"--role\", \"worker\""), "{w}");
     }
 
     #[test]
-    fn stops_at_positional_and_double_dash() {
-        let c = run(&["--role", "worker", "extra", "--host-id", "h"]);
-        assert_eq!(c.role, Role::Worker);
-        assert_eq!(c.host_id, "");
-        assert_eq!(c.ignored_args, vec!["extra", "--host-id", "h"]);
-
-        let c = run(&["--role", "worker", "--", "--host-id", "h"]);
-        assert_eq!(c.host_id, "");
-        assert_eq!(c.ignored_args, vec!["--host-id", "h"]);
-
-        let c = run(&["--insecure", "--"]);
-        assert!(c.insecure);
-        assert!(c.ignored_args.is_empty());
-
-        // A lone "-" is a positional argument.
-        let c = run(&["-", "--insecure"]);
-        assert!(!c.insecure);
-        assert_eq!(c.ignored_args, vec!["-", "--insecure"]);
-    }
-
-    #[test]
-    fn value_flag_takes_next_argument_whatever_it_is() {
-        let c = run(&["--role", "--url", "x"]);
-        assert_eq!(c.role, Role::Other("--url".into()));
-        assert_eq!(c.ignored_args, vec!["x"]);
-        let c = run(&["--url=a=b"]);
-        assert_eq!(c.url, "a=b");
-        let c = run(&["--cluster-id="]);
-        assert_eq!(c.cluster_id, "");
-    }
-
-    #[test]
-    fn last_value_wins() {
-        let c = run(&["--role", "worker", "--role=bootstrap"]);
-        assert_eq!(c.role, Role::Bootstrap);
-    }
-
-    #[test]
-    fn unknown_flag() {
-        let e = err(&["--role", "master", "--high-availability-mode", "None"]);
-        assert_eq!(
-            e.message,
-            "flag provided but not defined: -high-availability-mode"
-        );
-        assert_eq!(e.exit_code, 2);
-        assert!(e.show_usage);
-        let r = e.render();
+    fn usage_errors() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--role", "master", "--high-availability-mode", "None"],
+                "flag provided but not defined: -high-availability-mode",
+            ),
+            (&["---role", "x"], "bad flag syntax: ---role"),
+            (&["-=x"], "bad flag syntax: -=x"),
+            (&["--=x"], "bad flag syntax: --=x"),
+            (
+                &["--host-id", "h", "--boot-device"],
+                "flag needs an argument: -boot-device",
+            ),
+            (&["--format-disk"], "flag needs an argument: -format-disk"),
+            (
+                &["-control-plane-count"],
+                "flag needs an argument: -control-plane-count",
+            ),
+            (
+                &["--control-plane-count", "three"],
+                "invalid value \"three\" for flag -control-plane-count: parse error",
+            ),
+            (
+                &["--control-plane-count=99999999999999999999"],
+                "invalid value \"99999999999999999999\" for flag -control-plane-count: \
+                 value out of range",
+            ),
+            (
+                &["--control-plane-count="],
+                "invalid value \"\" for flag -control-plane-count: parse error",
+            ),
+        ];
+        for (a, message) in cases {
+            let e = err(a);
+            assert_eq!(
+                (e.message.as_str(), e.exit_code, e.show_usage),
+                (*message, 2, true),
+                "{a:?}"
+            );
+        }
+        let r = err(cases[0].0).render();
         assert!(r.starts_with("flag provided but not defined: -high-availability-mode\n"));
         assert!(r.contains("  -role string\n"));
     }
 
     #[test]
-    fn bad_syntax() {
-        assert_eq!(err(&["---role", "x"]).message, "bad flag syntax: ---role");
-        assert_eq!(err(&["-=x"]).message, "bad flag syntax: -=x");
-        assert_eq!(err(&["--=x"]).message, "bad flag syntax: --=x");
-    }
-
-    #[test]
-    fn missing_value() {
-        let e = err(&["--host-id", "h", "--boot-device"]);
-        assert_eq!(e.message, "flag needs an argument: -boot-device");
-        assert_eq!(e.exit_code, 2);
-        assert_eq!(
-            err(&["--format-disk"]).message,
-            "flag needs an argument: -format-disk"
-        );
-        assert_eq!(
-            err(&["-control-plane-count"]).message,
-            "flag needs an argument: -control-plane-count"
-        );
-    }
-
-    #[test]
-    fn control_plane_count_numbers() {
-        assert_eq!(run(&["--control-plane-count", "1"]).control_plane_count, 1);
-        assert_eq!(run(&["--control-plane-count=-2"]).control_plane_count, -2);
-        assert_eq!(run(&["--control-plane-count=0x10"]).control_plane_count, 16);
-        assert_eq!(run(&["--control-plane-count=010"]).control_plane_count, 8);
-        assert_eq!(
-            run(&["--control-plane-count=1_000"]).control_plane_count,
-            1000
-        );
-        let e = err(&["--control-plane-count", "three"]);
-        assert_eq!(
-            e.message,
-            "invalid value \"three\" for flag -control-plane-count: parse error"
-        );
-        assert_eq!(e.exit_code, 2);
-        let e = err(&["--control-plane-count=99999999999999999999"]);
-        assert!(e.message.ends_with("value out of range"), "{}", e.message);
-        assert!(err(&["--control-plane-count="])
-            .message
-            .ends_with("parse error"));
-    }
-
-    #[test]
     fn go_int_parsing() {
-        assert_eq!(parse_go_int("0"), Ok(0));
-        assert_eq!(parse_go_int("+7"), Ok(7));
-        assert_eq!(parse_go_int("0b101"), Ok(5));
-        assert_eq!(parse_go_int("0o17"), Ok(15));
-        assert_eq!(parse_go_int("0x_1F"), Ok(31));
-        assert_eq!(parse_go_int("9223372036854775807"), Ok(i64::MAX));
-        assert_eq!(parse_go_int("-9223372036854775808"), Ok(i64::MIN));
-        assert_eq!(
-            parse_go_int("9223372036854775808"),
-            Err("value out of range")
-        );
-        assert_eq!(parse_go_int("08"), Err("parse error"));
-        assert_eq!(parse_go_int("_1"), Err("parse error"));
-        assert_eq!(parse_go_int("1__0"), Err("parse error"));
-        assert_eq!(parse_go_int("1_"), Err("parse error"));
-        assert_eq!(parse_go_int("-"), Err("parse error"));
-        assert_eq!(parse_go_int("1.0"), Err("parse error"));
+        let cases = [
+            ("0", Ok(0)),
+            ("+7", Ok(7)),
+            ("-2", Ok(-2)),
+            ("0x10", Ok(16)),
+            ("010", Ok(8)),
+            ("1_000", Ok(1000)),
+            ("0b101", Ok(5)),
+            ("0o17", Ok(15)),
+            ("0x_1F", Ok(31)),
+            ("9223372036854775807", Ok(i64::MAX)),
+            ("-9223372036854775808", Ok(i64::MIN)),
+            ("9223372036854775808", Err("value out of range")),
+            ("08", Err("parse error")),
+            ("_1", Err("parse error")),
+            ("1__0", Err("parse error")),
+            ("1_", Err("parse error")),
+            ("-", Err("parse error")),
+            ("1.0", Err("parse error")),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_go_int(text), expected, "{text}");
+        }
+        // The flag takes Go's integers.
+        let c = run(&["--control-plane-count=0x10"]);
+        assert_eq!(c.control_plane_count, 16);
     }
 
     #[test]
     fn installer_args_decoding() {
-        assert!(run(&[]).installer_args.is_empty());
-        assert!(run(&["--installer-args", ""]).installer_args.is_empty());
-        assert!(run(&["--installer-args", "[]"]).installer_args.is_empty());
-        assert!(run(&["--installer-args", "null"]).installer_args.is_empty());
+        for empty in ["", "[]", "null"] {
+            assert!(run(&["--installer-args", empty]).installer_args.is_empty());
+        }
         assert_eq!(
             run(&[
                 "--installer-args",
@@ -722,34 +697,22 @@ mod tests {
     }
 
     #[test]
-    fn worker_forces_control_plane_count_zero() {
-        let c = run(&["--role", "worker", "--control-plane-count", "3"]);
-        assert_eq!(c.control_plane_count, 0);
-        let c = run(&["--control-plane-count", "3", "--role=worker"]);
-        assert_eq!(c.control_plane_count, 0);
+    fn set_defaults_after_parsing() {
+        // A worker has no control plane to count, whatever the flag's place.
+        for a in [
+            &["--role", "worker", "--control-plane-count", "3"][..],
+            &["--control-plane-count", "3", "--role=worker"],
+        ] {
+            assert_eq!(run(a).control_plane_count, 0, "{a:?}");
+        }
         let c = run(&["--role", "master", "--control-plane-count", "1"]);
-        assert_eq!(c.control_plane_count, 1);
-        assert!(c.is_single_node());
+        assert!(c.control_plane_count == 1 && c.is_single_node());
         let c = run(&["--role", "bootstrap", "--control-plane-count", "3"]);
-        assert_eq!(c.control_plane_count, 3);
-        assert!(!c.is_single_node());
-    }
-
-    #[test]
-    fn infra_env_defaults_to_cluster() {
-        let c = run(&["--cluster-id", "c-1"]);
-        assert_eq!(c.infra_env_id, "c-1");
+        assert!(c.control_plane_count == 3 && !c.is_single_node());
+        // The infra-env defaults to the cluster.
+        assert_eq!(run(&["--cluster-id", "c-1"]).infra_env_id, "c-1");
         let c = run(&["--cluster-id", "c-1", "--infra-env-id", "ie-2"]);
         assert_eq!(c.infra_env_id, "ie-2");
-    }
-
-    #[test]
-    fn coreos_image_stored() {
-        let c = run(&["--coreos-image", "quay.io/openshift/rhcos@sha256:abc"]);
-        assert_eq!(
-            c.coreos_image.as_deref(),
-            Some("quay.io/openshift/rhcos@sha256:abc")
-        );
     }
 
     #[test]
@@ -774,15 +737,9 @@ mod tests {
 
     #[test]
     fn format_disk_repeats() {
-        let c = run(&[
-            "--format-disk",
-            "/dev/sdb",
-            "-format-disk=/dev/sdc",
-            "--format-disk",
-            "/dev/nvme0n1",
-        ]);
+        let a = "--format-disk /dev/sdb -format-disk=/dev/sdc --format-disk /dev/nvme0n1";
         assert_eq!(
-            c.format_disks,
+            run(&a.split(' ').collect::<Vec<_>>()).format_disks,
             ["/dev/sdb", "/dev/sdc", "/dev/nvme0n1"].map(PathBuf::from)
         );
     }
@@ -843,48 +800,6 @@ mod tests {
             panic!()
         };
         assert!(!c.dry_run);
-    }
-
-    #[test]
-    fn realistic_agent_command_line() {
-        let c = run(&[
-            "--role",
-            "bootstrap",
-            "--infra-env-id",
-            "ie",
-            "--cluster-id",
-            "cl",
-            "--host-id",
-            "ho",
-            "--boot-device",
-            "/dev/disk/by-id/wwn-0x5000",
-            "--url",
-            "https://api.openshift.com",
-            "--controller-image",
-            "quay.io/c:v",
-            "--agent-image",
-            "quay.io/a:v",
-            "--control-plane-count",
-            "3",
-            "--mco-image",
-            "quay.io/mco@sha256:1",
-            "--openshift-version",
-            "4.19.0",
-            "--format-disk",
-            "/dev/sdb",
-            "--insecure=false",
-            "--check-cluster-version=true",
-            "--installer-args",
-            "[\"--append-karg\",\"ip=ens3:dhcp\",\"--copy-network\"]",
-            "--enable-skip-mco-reboot",
-            "--notify-num-reboots",
-        ]);
-        assert_eq!(c.role, Role::Bootstrap);
-        assert_eq!(c.control_plane_count, 3);
-        assert!(c.check_cluster_version && c.enable_skip_mco_reboot && c.notify_num_reboots);
-        assert!(!c.insecure);
-        assert_eq!(c.installer_args.len(), 3);
-        assert!(c.ignored_args.is_empty());
     }
 
     #[test]

@@ -83,8 +83,9 @@ mod tests {
         a: WriteImageArgs,
     }
 
-    fn parse(args: &[&str]) -> Result<WritePlan> {
-        let t = T::try_parse_from(std::iter::once("x").chain(args.iter().copied()))?;
+    /// The plan of `write-image <args>` (`args` split at spaces).
+    fn parse(args: &str) -> Result<WritePlan> {
+        let t = T::try_parse_from(std::iter::once("x").chain(args.split(' ')))?;
         t.a.plan()
     }
 
@@ -92,28 +93,20 @@ mod tests {
 
     #[test]
     fn a_digest_or_insecure_is_required() {
-        let e = parse(&["--image-url", "http://x/i.gz", "/dev/sda"]).unwrap_err();
+        let e = parse("--image-url http://x/i.gz /dev/sda").unwrap_err();
         assert!(e.to_string().contains("--insecure"), "{e}");
-        let p = parse(&["--image-url", "http://x/i.gz", "--insecure", "/dev/sda"]).unwrap();
+        let p = parse("--image-url http://x/i.gz --insecure /dev/sda").unwrap();
         assert!(p.write.expected.is_empty());
-        let p = parse(&["--image-file", "/i.gz", "--sha256", H, "/dev/sda"]).unwrap();
+        let p = parse(&format!("--image-file /i.gz --sha256 {H} /dev/sda")).unwrap();
         assert_eq!(p.origin, Origin::Given(ImageLocation::File("/i.gz".into())));
         assert_eq!(p.write.expected.compressed.unwrap().to_string(), H);
     }
 
     #[test]
     fn at_most_one_source_and_the_live_image_by_default() {
-        let p = parse(&["/dev/sda"]).unwrap();
+        let p = parse("/dev/sda").unwrap();
         assert_eq!(p.origin, Origin::Live(LiveImage::default()));
-        let p = parse(&[
-            "--offline",
-            "--osmet-dir",
-            "/o",
-            "--ostree-repo",
-            "/r",
-            "/dev/sda",
-        ])
-        .unwrap();
+        let p = parse("--offline --osmet-dir /o --ostree-repo /r /dev/sda").unwrap();
         assert_eq!(
             p.origin,
             Origin::Live(LiveImage {
@@ -123,66 +116,21 @@ mod tests {
             })
         );
         for a in [
-            &["--offline", "--image-url", "http://x", "--insecure", "/d"][..],
-            &[
-                "--osmet-dir",
-                "/o",
-                "--image-file",
-                "/f",
-                "--insecure",
-                "/d",
-            ],
-            &[
-                "--ostree-repo",
-                "/r",
-                "--image-url",
-                "http://x",
-                "--insecure",
-                "/d",
-            ],
+            "--offline --image-url http://x --insecure /d",
+            "--osmet-dir /o --image-file /f --insecure /d",
+            "--ostree-repo /r --image-url http://x --insecure /d",
+            "--image-url http://x --image-file /y --insecure /dev/sda",
         ] {
-            assert!(parse(a).is_err(), "{a:?}");
+            assert!(parse(a).is_err(), "{a}");
         }
-        assert!(parse(&[
-            "--image-url",
-            "http://x",
-            "--image-file",
-            "/y",
-            "--insecure",
-            "/dev/sda"
-        ])
-        .is_err());
     }
 
     #[test]
     fn retries_and_bad_digests() {
-        let p = parse(&[
-            "--image-url",
-            "http://x",
-            "--insecure",
-            "--fetch-retries",
-            "infinite",
-            "/d",
-        ])
-        .unwrap();
+        let p = parse("--image-url http://x --insecure --fetch-retries infinite /d").unwrap();
         assert_eq!(p.http.retry.retries, Retries::Infinite);
-        let e = parse(&[
-            "--image-url",
-            "http://x",
-            "--uncompressed-sha256",
-            "12",
-            "/d",
-        ])
-        .unwrap_err();
+        let e = parse("--image-url http://x --uncompressed-sha256 12 /d").unwrap_err();
         assert!(e.to_string().contains("--uncompressed-sha256"), "{e}");
-        assert!(parse(&[
-            "--image-url",
-            "http://x",
-            "--insecure",
-            "--fetch-retries",
-            "many",
-            "/d"
-        ])
-        .is_err());
+        assert!(parse("--image-url http://x --insecure --fetch-retries many /d").is_err());
     }
 }

@@ -19,10 +19,10 @@ use crate::image::Cancel;
 use crate::signals;
 
 /// The file name under which the binary is the controller (the Job's image entrypoint).
-pub(crate) const ARGV0_NAME: &str = "assisted-installer-controller";
+const ARGV0_NAME: &str = "assisted-installer-controller";
 
 /// Whether the program name `argv0` (a path) makes this process the controller.
-pub(crate) fn is_controller_argv0(argv0: &std::ffi::OsStr) -> bool {
+fn is_controller_argv0(argv0: &std::ffi::OsStr) -> bool {
     std::path::Path::new(argv0)
         .file_name()
         .is_some_and(|name| name == ARGV0_NAME)
@@ -126,23 +126,24 @@ mod tests {
 
     #[test]
     fn the_controller_name_is_matched_on_the_file_name_only() {
-        assert!(is_controller_argv0(OsStr::new(
-            "assisted-installer-controller"
-        )));
-        assert!(is_controller_argv0(OsStr::new(
-            "/usr/bin/assisted-installer-controller"
-        )));
-        assert!(is_controller_argv0(OsStr::new(
-            "./assisted-installer-controller"
-        )));
-        assert!(!is_controller_argv0(OsStr::new("assisted-installer")));
-        assert!(!is_controller_argv0(OsStr::new(
-            "/assisted-installer-controller/bin/assisted-installer"
-        )));
-        assert!(!is_controller_argv0(OsStr::new(
-            "assisted-installer-controller2"
-        )));
-        assert!(!is_controller_argv0(OsStr::new("")));
+        for (argv0, controller) in [
+            ("assisted-installer-controller", true),
+            ("/usr/bin/assisted-installer-controller", true),
+            ("./assisted-installer-controller", true),
+            ("assisted-installer", false),
+            (
+                "/assisted-installer-controller/bin/assisted-installer",
+                false,
+            ),
+            ("assisted-installer-controller2", false),
+            ("", false),
+        ] {
+            assert_eq!(
+                is_controller_argv0(OsStr::new(argv0)),
+                controller,
+                "{argv0}"
+            );
+        }
     }
 
     #[test]

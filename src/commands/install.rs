@@ -41,7 +41,7 @@ fn log_file(cfg: &InstallerConfig, env: &dyn Fn(&str) -> Option<String>) -> Path
 
 /// Run the installer with Go-style `args` (without the program name); the process exit code.
 pub fn run(args: &[String]) -> i32 {
-    let env = go_flags::process_env;
+    let env = |name: &str| std::env::var(name).ok();
     let cfg = match go_flags::parse(args, &env) {
         Ok(ParseOutcome::Run(cfg)) => cfg,
         Ok(ParseOutcome::Help) => {

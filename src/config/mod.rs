@@ -13,7 +13,7 @@ pub use role::Role;
 
 use std::path::PathBuf;
 
-pub(crate) const DEFAULT_OPENSHIFT_VERSION: &str = "4.4";
+const DEFAULT_OPENSHIFT_VERSION: &str = "4.4";
 pub(crate) const DEFAULT_CONTROLLER_IMAGE: &str =
     "quay.io/ocpmetal/assisted-installer-controller:latest";
 pub(crate) const DEFAULT_AGENT_IMAGE: &str = "quay.io/ocpmetal/assisted-installer-agent:latest";
@@ -192,30 +192,6 @@ mod tests {
         assert_eq!(c.control_plane_count, 0);
         assert!(c.installer_args.is_empty());
         assert!(c.ignored_args_warning().is_none());
-    }
-
-    #[test]
-    fn set_defaults_as_go() {
-        let cfg = |role: Role, count| {
-            let mut c = InstallerConfig {
-                role,
-                control_plane_count: count,
-                cluster_id: "c-1".into(),
-                ..InstallerConfig::default()
-            };
-            c.set_defaults();
-            c
-        };
-        assert_eq!(cfg(Role::Worker, 3).control_plane_count, 0);
-        assert_eq!(cfg(Role::Bootstrap, 3).control_plane_count, 3);
-        assert_eq!(cfg(Role::Worker, 3).infra_env_id, "c-1");
-        let mut c = InstallerConfig {
-            cluster_id: "c-1".into(),
-            infra_env_id: "ie-2".into(),
-            ..InstallerConfig::default()
-        };
-        c.set_defaults();
-        assert_eq!(c.infra_env_id, "ie-2");
     }
 
     #[test]

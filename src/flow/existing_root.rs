@@ -56,20 +56,14 @@ mod tests {
     use super::*;
     use crate::write::parse_installer_args;
 
-    fn args(a: &[&str]) -> WriterArgs {
-        parse_installer_args(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+    /// `--installer-args` split at spaces, parsed.
+    fn args(a: &str) -> WriterArgs {
+        parse_installer_args(&a.split(' ').map(String::from).collect::<Vec<_>>()).unwrap()
     }
 
     #[test]
     fn kargs_and_copy_network_reach_the_deploy() {
-        let a = args(&[
-            "--append-karg",
-            "nameserver=8.8.8.8",
-            "--delete-karg",
-            "baz",
-            "--append-karg=foo=bar",
-            "-n",
-        ]);
+        let a = args("--append-karg nameserver=8.8.8.8 --delete-karg baz --append-karg=foo=bar -n");
         let r = request(
             "quay.io/x/y@sha256:1",
             &a,
@@ -88,9 +82,9 @@ mod tests {
 
     #[test]
     fn no_copy_network_no_keyfiles_and_network_dir_is_honoured() {
-        let a = args(&["--network-dir", "/etc/custom"]);
+        let a = args("--network-dir /etc/custom");
         assert_eq!(request("i", &a, Path::new("x")).network_dir, None);
-        let a = args(&["--copy-network", "--network-dir", "/etc/custom"]);
+        let a = args("--copy-network --network-dir /etc/custom");
         assert_eq!(
             request("i", &a, Path::new("x")).network_dir,
             Some(Path::new("/etc/custom"))
@@ -99,18 +93,13 @@ mod tests {
 
     #[test]
     fn disk_only_options_are_named() {
-        let a = args(&[
-            "--image-url",
-            "http://mirror.example/rhcos.raw.gz",
-            "--sha256",
-            &"a".repeat(64),
-            "--save-partlabel",
-            "data*",
-            "--save-partindex",
-            "5-",
-        ]);
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        let disk = args(&format!(
+            "--image-url http://mirror.example/rhcos.raw.gz --sha256 {a} \
+             --save-partlabel data* --save-partindex 5-"
+        ));
         assert_eq!(
-            unused_options(&a),
+            unused_options(&disk),
             [
                 "--image-url",
                 "--sha256",
@@ -118,14 +107,11 @@ mod tests {
                 "--save-partindex"
             ]
         );
-        let a = args(&[
-            "--image-file",
-            "/tmp/x.raw",
-            "--uncompressed-sha256",
-            &"b".repeat(64),
-        ]);
+        let file = args(&format!(
+            "--image-file /tmp/x.raw --uncompressed-sha256 {b}"
+        ));
         assert_eq!(
-            unused_options(&a),
+            unused_options(&file),
             ["--image-file", "--uncompressed-sha256"]
         );
     }

@@ -29,7 +29,7 @@ use crate::write::parse_installer_args;
 use crate::write::post_install::reload_partitions;
 
 /// Attempts at the disk write, about a second apart (Go: `utils.Retry(3, …)`).
-pub(crate) const WRITE_ATTEMPTS: u32 = 3;
+const WRITE_ATTEMPTS: u32 = 3;
 
 /// The whole run: format the `--format-disk` disks, install the node, and on a fatal error
 /// report `Failed` with the reason. The reporter is drained before returning.

@@ -16,7 +16,7 @@ use crate::clock::{Clock, Failure, NeverStop, Schedule, WaitError};
 /// The boot entry label.
 pub(crate) const BOOT_LABEL: &str = "Red Hat Enterprise Linux";
 /// The EFI system partition of a CoreOS disk.
-pub(crate) const EFI_PARTITION: u32 = 2;
+const EFI_PARTITION: u32 = 2;
 
 const MOUNT_POINT: &str = "/mnt";
 const FIND_EFI_TIMEOUT: Duration = Duration::from_secs(20);
@@ -25,7 +25,7 @@ const MOUNT_ATTEMPTS: u32 = 3;
 
 /// `\EFI\<dir>\shimx64.efi`, or `shimaa64.efi` on aarch64 (`arch` as in
 /// `std::env::consts::ARCH`).
-pub(crate) fn efi_loader_path(efi_dir: &str, arch: &str) -> String {
+fn efi_loader_path(efi_dir: &str, arch: &str) -> String {
     let file = match arch {
         "aarch64" | "arm64" => "shimaa64.efi",
         _ => "shimx64.efi",
@@ -35,7 +35,7 @@ pub(crate) fn efi_loader_path(efi_dir: &str, arch: &str) -> String {
 
 /// The boot numbers named by `Boot#### has same label Red Hat Enterprise Linux` lines of
 /// `efibootmgr` output.
-pub(crate) fn duplicate_boot_entries(efibootmgr_output: &str) -> Vec<String> {
+fn duplicate_boot_entries(efibootmgr_output: &str) -> Vec<String> {
     let suffix = format!(" has same label {BOOT_LABEL}");
     efibootmgr_output
         .lines()
@@ -234,22 +234,17 @@ mod tests {
     }
 
     #[test]
-    fn uefi_redhat() {
-        let r = uefi_runner("BOOT\nredhat\n", "BootCurrent: 0001");
-        let clock = FakeClock::new();
-        set_boot_order(&r, &clock, "/dev/sda", "x86_64").unwrap();
-        assert_eq!(r.lines(), expected_uefi("redhat"));
-        // The label is one argument.
-        let create = &r.calls()[6];
-        assert_eq!(create.args[7], "Red Hat Enterprise Linux");
-        assert!(clock.sleeps().is_empty());
-    }
-
-    #[test]
-    fn uefi_centos() {
-        let r = uefi_runner("BOOT\ncentos", "");
-        set_boot_order(&r, &FakeClock::new(), "/dev/sda", "x86_64").unwrap();
-        assert_eq!(r.lines(), expected_uefi("centos"));
+    fn uefi_redhat_or_centos() {
+        for (listing, dir) in [("BOOT\nredhat\n", "redhat"), ("BOOT\ncentos", "centos")] {
+            let r = uefi_runner(listing, "BootCurrent: 0001");
+            let clock = FakeClock::new();
+            set_boot_order(&r, &clock, "/dev/sda", "x86_64").unwrap();
+            assert_eq!(r.lines(), expected_uefi(dir));
+            // The label is one argument.
+            let create = &r.calls()[6];
+            assert_eq!(create.args[7], "Red Hat Enterprise Linux");
+            assert!(clock.sleeps().is_empty());
+        }
     }
 
     #[test]

@@ -25,20 +25,13 @@ pub trait CommandRunner: Send + Sync {
     fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError>;
 
     /// Like [`CommandRunner::run`], also handing output chunks to `sink` as they arrive (for
-    /// progress parsing). The default runs to completion and hands over the output once.
+    /// progress parsing).
     fn run_streaming(
         &self,
         program: &str,
         args: &[&str],
         sink: &mut dyn FnMut(&[u8]),
-    ) -> Result<String, ExecError> {
-        let result = self.run(program, args);
-        match &result {
-            Ok(out) => sink(out.as_bytes()),
-            Err(e) => sink(e.output.as_bytes()),
-        }
-        result
-    }
+    ) -> Result<String, ExecError>;
 }
 
 /// A failed command, rendered exactly like the Go installer's `ExecCommandError`.
@@ -81,7 +74,7 @@ impl std::error::Error for ExecError {}
 impl ExecError {
     /// An error for `command args…` that failed with `exit_error`; `output` is the raw merged
     /// output (the "keep from `Error` on" rule is applied here).
-    pub fn new<S: AsRef<str>>(
+    fn new<S: AsRef<str>>(
         command: impl Into<String>,
         args: &[S],
         exit_error: impl Into<String>,
@@ -100,7 +93,7 @@ impl ExecError {
     }
 
     /// An error for a process that exited with `code`.
-    pub fn exit<S: AsRef<str>>(command: &str, args: &[S], code: i32, output: &str) -> Self {
+    fn exit<S: AsRef<str>>(command: &str, args: &[S], code: i32, output: &str) -> Self {
         ExecError::new(
             command,
             args,
@@ -108,16 +101,6 @@ impl ExecError {
             Some(code),
             output,
         )
-    }
-
-    pub(crate) fn with_env(mut self, env: Vec<String>) -> Self {
-        self.env = env.into_boxed_slice();
-        self
-    }
-
-    pub(crate) fn with_wait_status(mut self, wait_status: i32) -> Self {
-        self.wait_status = wait_status;
-        self
     }
 
     /// Replaces `secret` by `<SECRET>` in the arguments, the environment and the output.
@@ -133,7 +116,7 @@ impl ExecError {
     }
 
     /// Go's `DetailedError()`: also the environment, the wait status and the whole output.
-    pub(crate) fn detailed(&self) -> String {
+    fn detailed(&self) -> String {
         format!(
             "failed executing {} [{}], env vars [{}], error {}, waitStatus {}, Output \"{}\"",
             self.command,
@@ -146,13 +129,13 @@ impl ExecError {
     }
 
     /// Whether the command ran and exited (as opposed to not starting or being killed).
-    pub fn exited(&self) -> bool {
+    pub(crate) fn exited(&self) -> bool {
         self.exit_code.is_some()
     }
 }
 
 /// Go keeps only the text from the first `Error` on, when the output contains it.
-pub(crate) fn keep_from_error(output: &str) -> &str {
+fn keep_from_error(output: &str) -> &str {
     match output.find("Error") {
         Some(i) => &output[i..],
         None => output,
@@ -181,7 +164,7 @@ pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
 }
 
 /// The options that put a command into the host's namespaces (PID 1's).
-pub(crate) const NSENTER_PREFIX: [&str; 7] = [
+const NSENTER_PREFIX: [&str; 7] = [
     "--target", "1", "--cgroup", "--mount", "--ipc", "--pid", "--",
 ];
 
@@ -197,7 +180,7 @@ pub struct HostRunner {
 impl HostRunner {
     /// `env`: extra variables for every child (the proxy variables when `--http-proxy` or
     /// `--https-proxy` is set). `secret`: redacted as `<SECRET>` in errors and logs.
-    pub fn nsenter(env: Vec<(String, String)>, secret: Option<String>) -> Self {
+    pub(crate) fn nsenter(env: Vec<(String, String)>, secret: Option<String>) -> Self {
         HostRunner {
             nsenter: true,
             env,
@@ -206,7 +189,7 @@ impl HostRunner {
     }
 
     /// Runs programs directly.
-    pub fn local(env: Vec<(String, String)>, secret: Option<String>) -> Self {
+    pub(crate) fn local(env: Vec<(String, String)>, secret: Option<String>) -> Self {
         HostRunner {
             nsenter: false,
             env,
@@ -312,10 +295,12 @@ fn execute(
     let path = look_path(program);
     let env_list = env_strings(env, None);
     let fail = |exit_error: String, exit_code: Option<i32>, wait_status: i32, output: &str| {
-        let err = ExecError::new(path.clone(), args, exit_error, exit_code, output)
-            .with_env(env_list.clone())
-            .with_wait_status(wait_status)
-            .redact(secret);
+        let err = ExecError {
+            env: env_list.clone().into(),
+            wait_status,
+            ..ExecError::new(path.clone(), args, exit_error, exit_code, output)
+        }
+        .redact(secret);
         tracing::info!("{}", err.detailed());
         err
     };
@@ -487,22 +472,31 @@ impl RecordingRunner {
         self.calls().iter().map(Call::line).collect()
     }
 
-    fn answer(&self, program: &str, args: &[String]) -> Reply {
-        let line = command_line(program, args);
-        {
-            let mut replies = self.replies.lock().unwrap();
-            if let Some((_, queue)) = replies.iter_mut().find(|(l, _)| *l == line) {
-                return if queue.len() > 1 {
-                    queue.pop_front().expect("queue is not empty")
+    /// Records the call and returns its scripted answer, untrimmed.
+    fn respond(&self, program: &str, args: &[&str]) -> (Vec<String>, Reply) {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let line = command_line(program, &args);
+        self.calls.lock().unwrap().push(Call {
+            program: program.to_string(),
+            args: args.clone(),
+        });
+        let queued = self
+            .replies
+            .lock()
+            .unwrap()
+            .iter_mut()
+            .find(|(l, _)| *l == line)
+            .and_then(|(_, queue)| {
+                if queue.len() > 1 {
+                    queue.pop_front()
                 } else {
-                    queue.front().cloned().expect("queue is not empty")
-                };
-            }
-        }
-        self.script
-            .as_ref()
-            .and_then(|s| s(program, args))
-            .unwrap_or_else(|| Reply::ok(""))
+                    queue.front().cloned()
+                }
+            });
+        let reply = queued
+            .or_else(|| self.script.as_ref().and_then(|s| s(program, &args)))
+            .unwrap_or_else(|| Reply::ok(""));
+        (args, reply)
     }
 }
 
@@ -511,19 +505,6 @@ impl std::fmt::Debug for RecordingRunner {
         f.debug_struct("RecordingRunner")
             .field("calls", &self.lines())
             .finish_non_exhaustive()
-    }
-}
-
-impl RecordingRunner {
-    /// Records the call and returns its scripted answer, untrimmed.
-    fn respond(&self, program: &str, args: &[&str]) -> (Vec<String>, Reply) {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        self.calls.lock().unwrap().push(Call {
-            program: program.to_string(),
-            args: args.clone(),
-        });
-        let reply = self.answer(program, &args);
-        (args, reply)
     }
 }
 
@@ -573,8 +554,11 @@ mod tests {
             "Permission denied",
             None,
             "mkdir: cannot create directory ‘/somedir’: Permission denied",
-        )
-        .with_env(vec!["HOME=/home/userZ".into()]);
+        );
+        let err = ExecError {
+            env: ["HOME=/home/userZ".into()].into(),
+            ..err
+        };
         assert_eq!(
             err.to_string(),
             "failed executing mkdir [-p /somedir], Error Permission denied, LastOutput \
@@ -597,12 +581,11 @@ mod tests {
         }
         output.push_str("error: timeout\nF1019 fatal: could not read osImageURL from rpm-ostree");
         let args = ["run", "--pull-secret", token, "image"];
-        let err = ExecError::new("nsenter", &args, "exit status 255", Some(255), &output)
-            .with_env(vec![
-                "HOME=/root".into(),
-                format!("PULL_SECRET_TOKEN={token}"),
-            ])
-            .redact(Some(token));
+        let err = ExecError {
+            env: ["HOME=/root".into(), format!("PULL_SECRET_TOKEN={token}")].into(),
+            ..ExecError::new("nsenter", &args, "exit status 255", Some(255), &output)
+        }
+        .redact(Some(token));
         let tail = &output[output.len() - 200..];
         assert_eq!(
             err.to_string(),
@@ -691,16 +674,6 @@ mod tests {
     }
 
     #[test]
-    fn local_runner_merges_and_trims_output() {
-        let r = HostRunner::default();
-        let out = r
-            .run("sh", &["-c", "echo out; echo err >&2; echo"])
-            .unwrap();
-        assert!(out.contains("out") && out.contains("err"), "{out}");
-        assert_eq!(out, out.trim());
-    }
-
-    #[test]
     fn stdout_and_stderr_keep_the_order_of_the_writes() {
         // Two pipes read by two threads could reorder these; Go's single buffer cannot.
         let r = HostRunner::local(vec![], None);
@@ -756,21 +729,14 @@ mod tests {
     }
 
     #[test]
-    fn local_runner_missing_program() {
-        let err = HostRunner::default()
-            .run("definitely-not-a-program-xyz", &[])
-            .unwrap_err();
+    fn local_runner_missing_program_and_signal() {
+        let r = HostRunner::default();
+        let err = r.run("definitely-not-a-program-xyz", &[]).unwrap_err();
         assert_eq!(err.exit_code, None);
         assert!(err
             .exit_error
             .starts_with("exec: \"definitely-not-a-program-xyz\""));
-    }
-
-    #[test]
-    fn local_runner_signal() {
-        let err = HostRunner::default()
-            .run("sh", &["-c", "kill -9 $$"])
-            .unwrap_err();
+        let err = r.run("sh", &["-c", "kill -9 $$"]).unwrap_err();
         assert_eq!(err.exit_error, "signal: killed");
         assert_eq!(err.wait_status, -1);
     }

@@ -16,7 +16,7 @@ use super::commands::{CommandRunner, ExecError};
 /// udev/multipath `-partN` names are accepted too. Anchored, unlike Go's unanchored
 /// `<device>\d*` regex, so `/dev/sda` does not match `/dev/sdab`, nor `/dev/nvme0n1` match
 /// `/dev/nvme0n11`.
-pub(crate) fn is_device_or_partition(candidate: &str, device: &str) -> bool {
+fn is_device_or_partition(candidate: &str, device: &str) -> bool {
     if device.is_empty() {
         return false;
     }
@@ -38,7 +38,7 @@ pub(crate) fn is_device_or_partition(candidate: &str, device: &str) -> bool {
 }
 
 /// `vgs --noheadings -o vg_name,pv_name` → (VG, PV) pairs.
-pub(crate) fn parse_vgs(output: &str) -> Vec<(String, String)> {
+fn parse_vgs(output: &str) -> Vec<(String, String)> {
     output
         .lines()
         .filter_map(|line| {
@@ -49,7 +49,7 @@ pub(crate) fn parse_vgs(output: &str) -> Vec<(String, String)> {
 }
 
 /// The volume groups with a physical volume on `device` (or one of its partitions), once each.
-pub(crate) fn volume_groups_on_device(vgs_output: &str, device: &str) -> Vec<String> {
+fn volume_groups_on_device(vgs_output: &str, device: &str) -> Vec<String> {
     let mut vgs: Vec<String> = Vec::new();
     for (vg, pv) in parse_vgs(vgs_output) {
         if is_device_or_partition(&pv, device) {
@@ -66,7 +66,7 @@ pub(crate) fn volume_groups_on_device(vgs_output: &str, device: &str) -> Vec<Str
 }
 
 /// `pvs --noheadings -o pv_name` → the physical volumes on `device` or its partitions.
-pub(crate) fn physical_volumes_on_device(pvs_output: &str, device: &str) -> Vec<String> {
+fn physical_volumes_on_device(pvs_output: &str, device: &str) -> Vec<String> {
     pvs_output
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -76,7 +76,7 @@ pub(crate) fn physical_volumes_on_device(pvs_output: &str, device: &str) -> Vec<
 }
 
 /// `dmsetup ls` → device-mapper names (the text before the tab on each line).
-pub(crate) fn parse_dmsetup_ls(output: &str) -> Vec<String> {
+fn parse_dmsetup_ls(output: &str) -> Vec<String> {
     if output.trim() == "No devices found" {
         return Vec::new();
     }
@@ -93,7 +93,7 @@ pub(crate) fn parse_dmsetup_ls(output: &str) -> Vec<String> {
 }
 
 /// `dmsetup deps -o devname <dm>` (` 1 dependencies  : (sda2)`) → the names in parentheses.
-pub(crate) fn parse_dm_deps(output: &str) -> Vec<String> {
+fn parse_dm_deps(output: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut rest = output;
     while let Some(open) = rest.find('(') {
@@ -110,7 +110,7 @@ pub(crate) fn parse_dm_deps(output: &str) -> Vec<String> {
 
 /// Whether a `dmsetup deps -o devname` output names `device` (by its base name) or one of its
 /// partitions.
-pub(crate) fn dm_depends_on(deps_output: &str, device: &str) -> bool {
+fn dm_depends_on(deps_output: &str, device: &str) -> bool {
     let base = basename(device);
     parse_dm_deps(deps_output)
         .iter()
@@ -124,7 +124,7 @@ fn basename(device: &str) -> &str {
 /// The removal order for device-mapper devices: for a thin pool's `<pool>_tdata` the pool
 /// `<pool>` is added, and the `_tdata` / `_tmeta` parts go last, after the devices built on
 /// them.
-pub(crate) fn order_dm_devices_for_removal(devices: &[String]) -> Vec<String> {
+fn order_dm_devices_for_removal(devices: &[String]) -> Vec<String> {
     let mut all: Vec<String> = Vec::new();
     for d in devices {
         if !all.contains(d) {
@@ -145,14 +145,14 @@ pub(crate) fn order_dm_devices_for_removal(devices: &[String]) -> Vec<String> {
 
 /// One RAID array from `mdadm -v --query --detail --scan`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RaidArray {
+struct RaidArray {
     pub device: String,
     pub members: Vec<String>,
 }
 
 impl RaidArray {
     /// The members that are `device` or one of its partitions.
-    pub(crate) fn members_on(&self, device: &str) -> Vec<String> {
+    fn members_on(&self, device: &str) -> Vec<String> {
         self.members
             .iter()
             .filter(|m| is_device_or_partition(m, device))
@@ -169,7 +169,7 @@ impl RaidArray {
 /// ```
 ///
 /// An `ARRAY` line not followed by a `devices=` line is skipped.
-pub(crate) fn parse_mdadm_scan(output: &str) -> Vec<RaidArray> {
+fn parse_mdadm_scan(output: &str) -> Vec<RaidArray> {
     let lines: Vec<&str> = output.lines().collect();
     let mut arrays = Vec::new();
     let mut i = 0;
@@ -349,7 +349,7 @@ fn cleanup_lvm_and_dm(runner: &dyn CommandRunner, device: &str, errors: &mut Vec
 
 /// `--format-disk`: zero the first sector (`dd if=/dev/zero of=<disk> bs=512 count=1`) so the
 /// disk no longer boots.
-pub(crate) fn format_disk(runner: &dyn CommandRunner, disk: &str) -> Result<(), ExecError> {
+fn format_disk(runner: &dyn CommandRunner, disk: &str) -> Result<(), ExecError> {
     tracing::info!("Formatting disk {disk}");
     runner
         .run(
@@ -409,23 +409,26 @@ mod tests {
 
     #[test]
     fn partition_matching() {
-        assert!(is_device_or_partition("/dev/sda", "/dev/sda"));
-        assert!(is_device_or_partition("/dev/sda1", "/dev/sda"));
-        assert!(is_device_or_partition("/dev/sda12", "/dev/sda"));
-        assert!(!is_device_or_partition("/dev/sdab", "/dev/sda"));
-        assert!(!is_device_or_partition("/dev/sdb1", "/dev/sda"));
-        assert!(!is_device_or_partition("/dev/sdap1", "/dev/sda"));
-        assert!(is_device_or_partition("/dev/nvme0n1p1", "/dev/nvme0n1"));
-        assert!(!is_device_or_partition("/dev/nvme0n11", "/dev/nvme0n1"));
-        assert!(!is_device_or_partition("/dev/nvme0n1p", "/dev/nvme0n1"));
-        assert!(is_device_or_partition("/dev/mmcblk0p2", "/dev/mmcblk0"));
-        assert!(is_device_or_partition("/dev/md127p1", "/dev/md127"));
-        assert!(is_device_or_partition(
-            "/dev/mapper/mpatha-part2",
-            "/dev/mapper/mpatha"
-        ));
-        assert!(is_device_or_partition("sda2", "sda"));
-        assert!(!is_device_or_partition("/dev/sda", ""));
+        let cases = [
+            ("/dev/sda", "/dev/sda", true),
+            ("/dev/sda1", "/dev/sda", true),
+            ("/dev/sda12", "/dev/sda", true),
+            ("/dev/sdab", "/dev/sda", false),
+            ("/dev/sdb1", "/dev/sda", false),
+            ("/dev/sdap1", "/dev/sda", false),
+            ("/dev/nvme0n1p1", "/dev/nvme0n1", true),
+            ("/dev/nvme0n11", "/dev/nvme0n1", false),
+            ("/dev/nvme0n1p", "/dev/nvme0n1", false),
+            ("/dev/mmcblk0p2", "/dev/mmcblk0", true),
+            ("/dev/md127p1", "/dev/md127", true),
+            ("/dev/mapper/mpatha-part2", "/dev/mapper/mpatha", true),
+            ("sda2", "sda", true),
+            ("/dev/sda", "", false),
+        ];
+        for (candidate, device, expected) in cases {
+            let got = is_device_or_partition(candidate, device);
+            assert_eq!(got, expected, "{candidate} on {device}");
+        }
     }
 
     #[test]
@@ -732,16 +735,6 @@ mod tests {
     }
 
     #[test]
-    fn format_disk_command() {
-        let r = RecordingRunner::new();
-        format_disk(&r, "/dev/sdb").unwrap();
-        assert_eq!(
-            r.lines(),
-            vec!["dd if=/dev/zero of=/dev/sdb bs=512 count=1"]
-        );
-    }
-
-    #[test]
     fn format_disks_continue_after_failure() {
         let r = RecordingRunner::new();
         r.fail(
@@ -751,7 +744,13 @@ mod tests {
         );
         let disks = vec!["/dev/sdb".to_string(), "/dev/sdc".to_string()];
         assert_eq!(format_disks(&r, &disks), 1);
-        assert_eq!(r.lines().len(), 2);
+        assert_eq!(
+            r.lines(),
+            [
+                "dd if=/dev/zero of=/dev/sdb bs=512 count=1",
+                "dd if=/dev/zero of=/dev/sdc bs=512 count=1"
+            ]
+        );
     }
 
     #[test]

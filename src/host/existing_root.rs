@@ -12,12 +12,12 @@ use anyhow::{Context, Result};
 use super::commands::CommandRunner;
 
 /// The ref `node-image-pull.service` leaves behind (see [`write_image_to_existing_root`]).
-pub(crate) const NODE_IMAGE_REF_FILE: &str = "/ostree/repo/refs/heads/coreos/node-image";
+const NODE_IMAGE_REF_FILE: &str = "/ostree/repo/refs/heads/coreos/node-image";
 const NODE_IMAGE_REF: &str = "coreos/node-image";
 /// The new stateroot the image is deployed into (the running one is left alone).
-pub(crate) const STATEROOT: &str = "install";
+const STATEROOT: &str = "install";
 /// The pull secret (podman's and ostree's auth file).
-pub(crate) const AUTHFILE: &str = "/root/.docker/config.json";
+const AUTHFILE: &str = "/root/.docker/config.json";
 /// Ignition runs on the deployment's first boot, for bare metal.
 const FIRSTBOOT_KARG: &str = "$ignition_firstboot";
 const PLATFORM_KARG: &str = "ignition.platform.id=metal";
@@ -39,14 +39,6 @@ pub(crate) struct ExistingRoot<'a> {
     pub network_dir: Option<&'a Path>,
 }
 
-/// Runs `program args…`, with `what` as the error's context.
-fn step(runner: &dyn CommandRunner, what: &str, program: &str, args: &[&str]) -> Result<()> {
-    runner
-        .run(program, args)
-        .map(drop)
-        .context(what.to_string())
-}
-
 /// Deploys `root.image` next to the running system (see the module documentation).
 ///
 /// Directories are made with `mkdir -p` where Go uses `mkdir`: Go's retry of the whole
@@ -55,15 +47,17 @@ pub(crate) fn write_image_to_existing_root(
     runner: &dyn CommandRunner,
     root: &ExistingRoot<'_>,
 ) -> Result<()> {
+    // Runs `program args…`, with `what` as the error's context.
+    let step = |what: &str, program: &str, args: &[&str]| -> Result<()> {
+        runner
+            .run(program, args)
+            .map(drop)
+            .context(what.to_string())
+    };
     let image = root.image;
+    let sysroot = ["/sysroot", "-o", "remount,rw"];
+    step("remounting /sysroot read-write", "mount", &sysroot)?;
     step(
-        runner,
-        "remounting /sysroot read-write",
-        "mount",
-        &["/sysroot", "-o", "remount,rw"],
-    )?;
-    step(
-        runner,
         "remounting /boot read-write",
         "mount",
         &["/boot", "-o", "remount,rw"],
@@ -71,56 +65,33 @@ pub(crate) fn write_image_to_existing_root(
     // node-image-pull.service may still hold its ref to the boot image's content; the deploy
     // below would then race it. Dropping the ref (and the stamp it checks) stops that.
     if runner.run("stat", &[NODE_IMAGE_REF_FILE]).is_ok() {
-        step(
-            runner,
-            "deleting the node-image ostree ref",
-            "ostree",
-            &["refs", "--repo", "/ostree/repo", "--delete", NODE_IMAGE_REF],
-        )?;
-        step(
-            runner,
-            "marking the node image as pulled",
-            "touch",
-            &["/ostree/repo/tmp/node-image"],
-        )?;
+        let delete = ["refs", "--repo", "/ostree/repo", "--delete", NODE_IMAGE_REF];
+        step("deleting the node-image ostree ref", "ostree", &delete)?;
+        let stamp = ["/ostree/repo/tmp/node-image"];
+        step("marking the node image as pulled", "touch", &stamp)?;
     }
-    step(
-        runner,
-        "creating the install stateroot",
-        "ostree",
-        &["admin", "stateroot-init", STATEROOT],
-    )?;
-    step(
-        runner,
-        &format!("deploying {image} with ostree"),
-        "ostree",
-        &[
-            "container",
-            "image",
-            "deploy",
-            "--stateroot",
-            STATEROOT,
-            "--sysroot",
-            "/",
-            "--authfile",
-            AUTHFILE,
-            "--karg",
-            FIRSTBOOT_KARG,
-            "--karg",
-            PLATFORM_KARG,
-            "--image",
-            image,
-        ],
-    )?;
-    let finalize = || {
-        step(
-            runner,
-            "finalizing the staged deployment",
-            "ostree",
-            &["admin", "finalize-staged"],
-        )
-    };
-    finalize()?;
+    let init = ["admin", "stateroot-init", STATEROOT];
+    step("creating the install stateroot", "ostree", &init)?;
+    let deploy = [
+        "container",
+        "image",
+        "deploy",
+        "--stateroot",
+        STATEROOT,
+        "--sysroot",
+        "/",
+        "--authfile",
+        AUTHFILE,
+        "--karg",
+        FIRSTBOOT_KARG,
+        "--karg",
+        PLATFORM_KARG,
+        "--image",
+        image,
+    ];
+    step(&format!("deploying {image} with ostree"), "ostree", &deploy)?;
+    let finalize = ["admin", "finalize-staged"];
+    step("finalizing the staged deployment", "ostree", &finalize)?;
     if !root.append_kargs.is_empty() || !root.delete_kargs.is_empty() {
         let mut args = vec!["kargs", "--os", STATEROOT];
         for k in root.append_kargs {
@@ -130,51 +101,29 @@ pub(crate) fn write_image_to_existing_root(
             args.extend(["--delete-if-present", k.as_str()]);
         }
         step(
-            runner,
             "changing the kernel arguments of the deployment",
             "rpm-ostree",
             &args,
         )?;
         // rpm-ostree stages a new deployment for the change.
-        finalize()?;
+        step("finalizing the staged deployment", "ostree", &finalize)?;
     }
     if let Some(dir) = root.network_dir {
         // rsync copies the directory's contents only with the trailing slash.
         let source = format!("{}/", dir.display().to_string().trim_end_matches('/'));
         let target = format!("{FIRSTBOOT_NETWORK_DIR}/");
-        step(
-            runner,
-            "creating the first-boot network directory",
-            "mkdir",
-            &["-p", FIRSTBOOT_NETWORK_DIR],
-        )?;
-        step(
-            runner,
-            &format!("copying the network keyfiles of {source}"),
-            "rsync",
-            &["-av", &source, &target],
-        )?;
+        let mkdir = ["-p", FIRSTBOOT_NETWORK_DIR];
+        step("creating the first-boot network directory", "mkdir", &mkdir)?;
+        let what = format!("copying the network keyfiles of {source}");
+        step(&what, "rsync", &["-av", &source, &target])?;
     }
     let ignition = root.ignition.display().to_string();
     let target = format!("{IGNITION_DIR}/config.ign");
-    step(
-        runner,
-        "creating /boot/ignition",
-        "mkdir",
-        &["-p", IGNITION_DIR],
-    )?;
-    step(
-        runner,
-        &format!("copying the Ignition config {ignition}"),
-        "cp",
-        &[&ignition, &target],
-    )?;
-    step(
-        runner,
-        "arming Ignition for the first boot",
-        "touch",
-        &[IGNITION_FIRSTBOOT_FLAG],
-    )
+    step("creating /boot/ignition", "mkdir", &["-p", IGNITION_DIR])?;
+    let what = format!("copying the Ignition config {ignition}");
+    step(&what, "cp", &[&ignition, &target])?;
+    let flag = [IGNITION_FIRSTBOOT_FLAG];
+    step("arming Ignition for the first boot", "touch", &flag)
 }
 
 #[cfg(test)]

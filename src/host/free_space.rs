@@ -56,36 +56,26 @@ mod tests {
     }
 
     #[test]
-    fn the_root_partition_grows_by_its_own_size_by_default() {
-        // 100 GiB disk, 1 + 127 MiB + 384 MiB + 3 GiB used: root 3 GiB more, the rest free.
-        let sizes = disk(100 * GIB, &[1 << 20, 127 << 20, 384 << 20, 3 * GIB]);
-        let used = (1u64 << 20) + (127 << 20) + (384 << 20) + 3 * GIB;
-        let expected = (100 * GIB - used - 3 * GIB) * 100 / (100 * GIB);
-        assert_eq!(free_percent(&sizes, None, "/dev/sda").unwrap(), expected);
-        assert_eq!(expected, 93);
-    }
-
-    #[test]
-    fn a_requested_size_replaces_the_root_size() {
-        let sizes = disk(100 * GIB, &[GIB, GIB, GIB, GIB]);
-        assert_eq!(
-            free_percent(&sizes, Some(46 * GIB), "/dev/sda").unwrap(),
-            50
-        );
-        // Rounded down.
-        assert_eq!(
-            free_percent(&sizes, Some(46 * GIB + 1), "/dev/sda").unwrap(),
-            49
-        );
-    }
-
-    #[test]
-    fn nothing_free_when_it_does_not_fit() {
+    fn the_free_percentage() {
+        // 100 GiB disk, 1 + 127 MiB + 384 MiB + 3 GiB used: root 3 GiB more, the rest free:
+        // (100 GiB - used - 3 GiB) * 100 / 100 GiB, rounded down.
+        let coreos = disk(100 * GIB, &[1 << 20, 127 << 20, 384 << 20, 3 * GIB]);
+        let four = disk(100 * GIB, &[GIB, GIB, GIB, GIB]);
         // 7 GiB used: the root's own 4 GiB more overflow the disk; 3 GiB fill it exactly.
-        let sizes = disk(10 * GIB, &[GIB, GIB, GIB, 4 * GIB]);
-        assert_eq!(free_percent(&sizes, None, "/dev/sda").unwrap(), 0);
-        assert_eq!(free_percent(&sizes, Some(3 * GIB), "/dev/sda").unwrap(), 0);
-        assert_eq!(free_percent(&sizes, Some(u64::MAX), "/dev/sda").unwrap(), 0);
+        let small = disk(10 * GIB, &[GIB, GIB, GIB, 4 * GIB]);
+        let cases = [
+            (&coreos, None, 93),
+            // A requested size replaces the root's; rounded down.
+            (&four, Some(46 * GIB), 50),
+            (&four, Some(46 * GIB + 1), 49),
+            (&small, None, 0),
+            (&small, Some(3 * GIB), 0),
+            (&small, Some(u64::MAX), 0),
+        ];
+        for (sizes, required, expected) in cases {
+            let got = free_percent(sizes, required, "/dev/sda").unwrap();
+            assert_eq!(got, expected, "{sizes:?} {required:?}");
+        }
     }
 
     #[test]

@@ -43,7 +43,7 @@ impl LogsUpload {
     /// `run --rm --privileged --net=host --pid=host -v <journal socket> -v /var/log:/var/log
     /// [-v CA:CA] <agent-image> logs_sender -cluster-id … -url … -host-id … -infra-env-id …
     /// -pull-secret-token … -insecure=<bool> -bootstrap=<bool> [-cacert=<path>]`.
-    pub(crate) fn podman_args(&self, is_bootstrap: bool) -> Vec<String> {
+    fn podman_args(&self, is_bootstrap: bool) -> Vec<String> {
         let mut args: Vec<String> = [
             "run",
             "--rm",

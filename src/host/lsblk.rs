@@ -32,7 +32,7 @@ struct LsblkDevice {
 /// `/dev/mapper/<child name>` when the disk is a device-mapper disk of type `mpath` or `dm` (a
 /// linear map). `device` is only used in error
 /// messages.
-pub(crate) fn partition_path_from_lsblk_json(
+fn partition_path_from_lsblk_json(
     lsblk_json: &str,
     device: &str,
     index: u32,
@@ -99,7 +99,7 @@ pub(crate) struct DiskSizes {
 }
 
 /// The sizes in `lsblk --bytes --json <device>` output (`device` names it in errors).
-pub(crate) fn sizes_from_lsblk_json(lsblk_json: &str, device: &str) -> anyhow::Result<DiskSizes> {
+fn sizes_from_lsblk_json(lsblk_json: &str, device: &str) -> anyhow::Result<DiskSizes> {
     let parsed: Lsblk =
         serde_json::from_str(lsblk_json).context("failed to unmarshal lsblk output")?;
     let Some(disk) = parsed.blockdevices.first() else {
@@ -147,65 +147,47 @@ pub(crate) fn lsblk_json(disk: &str, kind: &str, parts: &[&str]) -> String {
     )
 }
 
+/// [`lsblk_json`] of the disk `sda`.
+#[cfg(test)]
+pub(crate) fn sda_json() -> String {
+    lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn partition_paths() {
-        let sda = lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]);
-        assert_eq!(
-            partition_path_from_lsblk_json(&sda, "/dev/sda", 3).unwrap(),
-            "/dev/sda3"
-        );
-        assert_eq!(
-            partition_path_from_lsblk_json(&sda, "/dev/sda", 4).unwrap(),
-            "/dev/sda4"
-        );
+        let path = |json: &str, device, index| {
+            partition_path_from_lsblk_json(json, device, index).unwrap()
+        };
+        let sda = sda_json();
+        assert_eq!(path(&sda, "/dev/sda", 3), "/dev/sda3");
+        assert_eq!(path(&sda, "/dev/sda", 4), "/dev/sda4");
         let nvme = lsblk_json(
             "nvme0n1",
             "disk",
             &["nvme0n1p1", "nvme0n1p2", "nvme0n1p3", "nvme0n1p4"],
         );
-        assert_eq!(
-            partition_path_from_lsblk_json(&nvme, "/dev/nvme0n1", 3).unwrap(),
-            "/dev/nvme0n1p3"
-        );
+        assert_eq!(path(&nvme, "/dev/nvme0n1", 3), "/dev/nvme0n1p3");
         let mmc = lsblk_json(
             "mmcblk1",
             "disk",
             &["mmcblk1P1", "mmcblk1P2", "mmcblk1P3", "mmcblk1P4"],
         );
-        assert_eq!(
-            partition_path_from_lsblk_json(&mmc, "/dev/mmcblk1", 4).unwrap(),
-            "/dev/mmcblk1P4"
-        );
+        assert_eq!(path(&mmc, "/dev/mmcblk1", 4), "/dev/mmcblk1P4");
         let dm = lsblk_json("dm-0", "mpath", &["dm-1", "dm-2", "dm-3", "dm-4"]);
-        assert_eq!(
-            partition_path_from_lsblk_json(&dm, "/dev/dm-0", 3).unwrap(),
-            "/dev/mapper/dm-3"
-        );
-        assert_eq!(
-            partition_path_from_lsblk_json(&dm, "/dev/dm-0", 4).unwrap(),
-            "/dev/mapper/dm-4"
-        );
+        assert_eq!(path(&dm, "/dev/dm-0", 3), "/dev/mapper/dm-3");
+        assert_eq!(path(&dm, "/dev/dm-0", 4), "/dev/mapper/dm-4");
         let dm127 = lsblk_json("dm-127", "mpath", &["dm-128", "dm-129", "dm-130", "dm-131"]);
-        assert_eq!(
-            partition_path_from_lsblk_json(&dm127, "/dev/dm-127", 3).unwrap(),
-            "/dev/mapper/dm-130"
-        );
+        assert_eq!(path(&dm127, "/dev/dm-127", 3), "/dev/mapper/dm-130");
         // The appliance's linear disk and its kpartx-style partition maps, as lsblk names them.
         let agent = lsblk_json("agent", "dm", &["agent1", "agent2", "agent3", "agent4"]);
-        assert_eq!(
-            partition_path_from_lsblk_json(&agent, "/dev/dm-0", 4).unwrap(),
-            "/dev/mapper/agent4"
-        );
+        assert_eq!(path(&agent, "/dev/dm-0", 4), "/dev/mapper/agent4");
         // An LVM volume keeps /dev/<name>, as in Go.
         let lvm = lsblk_json("dm-5", "lvm", &["dm-6", "dm-7"]);
-        assert_eq!(
-            partition_path_from_lsblk_json(&lvm, "/dev/dm-5", 2).unwrap(),
-            "/dev/dm-7"
-        );
+        assert_eq!(path(&lvm, "/dev/dm-5", 2), "/dev/dm-7");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::commands::{CommandRunner, ExecError};
 
 /// The wall message given to `shutdown`. It is ONE argument and includes the single quotes,
 /// exactly as the Go installer passes it.
-pub(crate) const REBOOT_MESSAGE: &str = "'Installation completed, server is going to reboot.'";
+const REBOOT_MESSAGE: &str = "'Installation completed, server is going to reboot.'";
 
 pub trait Rebooter: Send + Sync {
     /// Schedules the reboot. `when` is `now` (single node) or `+1` (everything else).

@@ -23,22 +23,22 @@ use super::rsync_progress::RsyncProgress;
 use crate::clock::{Clock, Failure, Schedule, Stop, Stopped, WaitError};
 
 /// Where the live system mounts the registry data (not the ISO path the marker is under).
-pub(crate) const REGISTRY_DATA: &str = "/mnt/agentdata";
+const REGISTRY_DATA: &str = "/mnt/agentdata";
 /// Where the installed root partition is mounted while the data is copied.
 const ROOT_MOUNT: &str = "/mnt/root";
 /// The registry's directory in the installed system's /var, as mounted here.
-pub(crate) const REGISTRY_DIR: &str = "/mnt/root/ostree/deploy/rhcos/var/lib/iri-registry";
+const REGISTRY_DIR: &str = "/mnt/root/ostree/deploy/rhcos/var/lib/iri-registry";
 /// The initramfs script that moves the root filesystem aside and back (`autosave-xfs`,
 /// `restore`, `cleanup`).
 const TRANSPOSEFS: &str =
     "/usr/lib/dracut/modules.d/40ignition-ostree/ignition-ostree-transposefs.sh";
 
-pub(crate) const ATTEMPTS: u32 = 3;
-pub(crate) const RETRY_DELAY: Duration = Duration::from_secs(5);
+const ATTEMPTS: u32 = 3;
+const RETRY_DELAY: Duration = Duration::from_secs(5);
 
 /// One host command of the copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Step {
+struct Step {
     pub program: &'static str,
     pub args: Vec<String>,
     /// Its output goes to the rsync progress parser.
@@ -69,12 +69,12 @@ impl Step {
 
 /// What the data needs on the root partition: 2.5 times its size (Go's margin: the registry
 /// also unpacks and grows after the install).
-pub(crate) fn requested_bytes(data: u64) -> u64 {
+fn requested_bytes(data: u64) -> u64 {
     u64::try_from(u128::from(data) * 5 / 2).unwrap_or(u64::MAX)
 }
 
 /// The size in bytes from `du -sb` output (`<bytes>\t<path>`).
-pub(crate) fn parse_du(output: &str) -> Result<u64> {
+fn parse_du(output: &str) -> Result<u64> {
     output
         .split_whitespace()
         .next()
@@ -97,7 +97,7 @@ pub(crate) enum PartitionMaps<'a> {
 /// `growpart` to leave `free_percent` of `device` free, its filesystem saved and restored
 /// around that and grown, and the data copied into it. `maps`: whether `device` has
 /// device-mapper partition maps (see [`PartitionMaps`]).
-pub(crate) fn copy_steps(device: &str, root: &str, free_percent: u64, maps: bool) -> Vec<Step> {
+fn copy_steps(device: &str, root: &str, free_percent: u64, maps: bool) -> Vec<Step> {
     let free = format!("--free-percent={free_percent}");
     let part = ROOT_PARTITION.to_string();
     let growpart = if maps {
@@ -274,7 +274,7 @@ fn run_step(
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use crate::host::lsblk::lsblk_json;
+    use crate::host::lsblk::{lsblk_json, sda_json};
     use crate::host::{ExecError, RecordingRunner};
 
     const GIB: u64 = 1 << 30;
@@ -319,6 +319,14 @@ mod tests {
             &mut |p| reported.push(p),
         );
         (result, reported)
+    }
+
+    /// The error of a copy onto /dev/sda, with its causes.
+    fn copy_err(r: &RecordingRunner) -> String {
+        format!(
+            "{:#}",
+            copy(r, &FakeClock::new(), "/dev/sda").0.unwrap_err()
+        )
     }
 
     #[test]
@@ -435,11 +443,7 @@ mod tests {
 
     #[test]
     fn the_rsync_progress_is_reported() {
-        let r = runner_for(
-            "/dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-            "1000",
-        );
+        let r = runner_for("/dev/sda", &sda_json(), "1000");
         let entries: String = [0, 3, 5, 7, 10, 12, 40, 44, 45, 99, 100, 100]
             .iter()
             .map(|p| format!("  {p}M  {p}%  80.00MB/s  0:00:{p:02} (xfr#1, to-chk=0/1)\r"))
@@ -456,11 +460,7 @@ mod tests {
     #[test]
     fn a_disk_too_small_fails_before_any_change() {
         // 40 GiB of data needs 100 GiB: nothing left free on a 100 GB disk.
-        let r = runner_for(
-            "/dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-            &(40 * GIB).to_string(),
-        );
+        let r = runner_for("/dev/sda", &sda_json(), &(40 * GIB).to_string());
         let (result, reported) = copy(&r, &FakeClock::new(), "/dev/sda");
         let e = format!("{:#}", result.unwrap_err());
         assert!(
@@ -500,7 +500,7 @@ mod tests {
         let limit = 99_000_000_000 - 3_809_459_712u64;
         let data = limit * 2 / 5;
         assert!(requested_bytes(data) <= limit && requested_bytes(data + 1) > limit);
-        let lsblk_out = lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]);
+        let lsblk_out = sda_json();
         let r = runner_for("/dev/sda", &lsblk_out, &data.to_string());
         copy(&r, &FakeClock::new(), "/dev/sda").0.unwrap();
         assert!(r
@@ -508,20 +508,13 @@ mod tests {
             .contains(&"growpart --free-percent=1 /dev/sda 4".to_string()));
         // One byte more leaves less than 1 %.
         let r = runner_for("/dev/sda", &lsblk_out, &(data + 1).to_string());
-        let e = format!(
-            "{:#}",
-            copy(&r, &FakeClock::new(), "/dev/sda").0.unwrap_err()
-        );
+        let e = copy_err(&r);
         assert!(e.contains("is not large enough"), "{e}");
     }
 
     #[test]
     fn each_step_is_tried_three_times_five_seconds_apart() {
-        let r = runner_for(
-            "/dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-            "1000",
-        );
+        let r = runner_for("/dev/sda", &sda_json(), "1000");
         r.fail("xfs_growfs /mnt/root", 1, "xfs_growfs: busy")
             .ok("xfs_growfs /mnt/root", "");
         let clock = FakeClock::new();
@@ -542,11 +535,7 @@ mod tests {
         );
 
         // Three failures end the copy, with Go's retry text over the command's error.
-        let r = runner_for(
-            "/dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-            "1000",
-        );
+        let r = runner_for("/dev/sda", &sda_json(), "1000");
         r.fail(
             "growpart --free-percent=96 /dev/sda 4",
             2,
@@ -576,29 +565,16 @@ mod tests {
             1,
             "du: cannot access '/mnt/agentdata'",
         );
-        let e = format!(
-            "{:#}",
-            copy(&r, &FakeClock::new(), "/dev/sda").0.unwrap_err()
-        );
+        let e = copy_err(&r);
         assert!(
             e.starts_with("measuring the registry data in /mnt/agentdata: failed executing du"),
             "{e}"
         );
         let r = runner_for("/dev/sda", "not json", "1000");
-        let e = format!(
-            "{:#}",
-            copy(&r, &FakeClock::new(), "/dev/sda").0.unwrap_err()
-        );
+        let e = copy_err(&r);
         assert!(e.contains("failed to unmarshal lsblk output"), "{e}");
-        let r = runner_for(
-            "/dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-            "",
-        );
-        let e = format!(
-            "{:#}",
-            copy(&r, &FakeClock::new(), "/dev/sda").0.unwrap_err()
-        );
+        let r = runner_for("/dev/sda", &sda_json(), "");
+        let e = copy_err(&r);
         assert_eq!(e, "unexpected output of du -sb /mnt/agentdata: \"\"");
     }
 
@@ -614,10 +590,7 @@ mod tests {
             })
         });
         r.ok("du -sb /mnt/agentdata", "1000");
-        r.ok(
-            "lsblk --bytes --json /dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-        );
+        r.ok("lsblk --bytes --json /dev/sda", &sda_json());
         let e = copy_registry_data(
             &r,
             &FakeClock::new(),

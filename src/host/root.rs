@@ -19,7 +19,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 /// Overrides the decision (tests, unusual set-ups): the directory to use as the host's root.
-pub(crate) const OVERRIDE_ENV: &str = "ASSISTED_INSTALLER_HOST_ROOT";
+const OVERRIDE_ENV: &str = "ASSISTED_INSTALLER_HOST_ROOT";
 /// The host's root from a container that shares the host's PID namespace.
 pub(crate) const PID1_ROOT: &str = "/proc/1/root";
 /// Files container engines leave in their containers (podman, docker).
@@ -44,7 +44,7 @@ pub struct Unreachable(pub String);
 
 /// What the decision looks at, gathered by [`observe`].
 #[derive(Clone, Debug)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub override_root: Option<PathBuf>,
     /// `readlink /proc/self/ns/mnt`.
     pub own_mount_ns: Option<String>,
@@ -87,7 +87,7 @@ pub(crate) fn decide(o: &Observed) -> Result<HostRoot, Unreachable> {
 }
 
 /// Gather what [`decide`] needs from this process's view of the system.
-pub fn observe() -> Observed {
+pub(crate) fn observe() -> Observed {
     let link = |p: &str| {
         std::fs::read_link(p)
             .map(|l| l.display().to_string())
@@ -207,12 +207,8 @@ mod tests {
     }
 
     #[test]
-    fn the_hosts_own_namespace_reads_paths_as_they_are() {
+    fn the_hosts_own_namespace_reads_as_is_and_a_pid_host_container_through_pid1() {
         assert_eq!(decide(&seen("mnt:[1]", Ok("mnt:[1]"))), Ok(HostRoot::Here));
-    }
-
-    #[test]
-    fn a_pid_host_container_reads_through_pid1() {
         assert_eq!(
             decide(&seen("mnt:[2]", Ok("mnt:[1]"))),
             Ok(HostRoot::At(PathBuf::from("/proc/1/root")))
@@ -264,32 +260,28 @@ mod tests {
         .unwrap();
         symlink("../../..", root.join("var/lib/nm/up")).unwrap();
         let at = HostRoot::At(root.to_path_buf());
-        assert_eq!(
-            at.path(Path::new("/etc/NetworkManager/system-connections"))
-                .unwrap(),
-            root.join("var/lib/nm/keyfiles")
-        );
-        assert_eq!(
-            at.path(Path::new(
-                "/etc/NetworkManager/system-connections/eno1.nmconnection"
-            ))
-            .unwrap(),
-            root.join("var/lib/nm/keyfiles/eno1.nmconnection")
-        );
-        // Relative links, `..` past the root, and missing parts.
-        // var/lib/nm/up -> ../../.. climbs from var/lib/nm to the root.
-        assert_eq!(
-            at.path(Path::new("/var/lib/nm/up/etc")).unwrap(),
-            root.join("etc")
-        );
-        assert_eq!(
-            at.path(Path::new("/../../etc/x")).unwrap(),
-            root.join("etc/x")
-        );
-        assert_eq!(
-            at.path(Path::new("run/media/iso/registry")).unwrap(),
-            root.join("run/media/iso/registry")
-        );
+        let cases = [
+            (
+                "/etc/NetworkManager/system-connections",
+                "var/lib/nm/keyfiles",
+            ),
+            (
+                "/etc/NetworkManager/system-connections/eno1.nmconnection",
+                "var/lib/nm/keyfiles/eno1.nmconnection",
+            ),
+            // Relative links, `..` past the root, and missing parts.
+            // var/lib/nm/up -> ../../.. climbs from var/lib/nm to the root.
+            ("/var/lib/nm/up/etc", "etc"),
+            ("/../../etc/x", "etc/x"),
+            ("run/media/iso/registry", "run/media/iso/registry"),
+        ];
+        for (host, local) in cases {
+            assert_eq!(
+                at.path(Path::new(host)).unwrap(),
+                root.join(local),
+                "{host}"
+            );
+        }
         assert_eq!(
             HostRoot::Here.path(Path::new("/etc/x")).unwrap(),
             PathBuf::from("/etc/x")

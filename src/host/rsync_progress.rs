@@ -28,7 +28,7 @@ impl std::fmt::Display for Entry {
 /// one digits followed by `%` (what Go's `\s*(\S+)\s+(\d+)%\s+(\S+)` finds first); the time
 /// and the `(xfr#…)` metadata after them are dropped. Percentages above 100 are not rsync's
 /// and are ignored.
-pub(crate) fn first_entry(line: &str) -> Option<Entry> {
+fn first_entry(line: &str) -> Option<Entry> {
     let words: Vec<&str> = line.split_whitespace().collect();
     words.windows(3).find_map(|w| {
         let digits = w[1].strip_suffix('%')?;
@@ -136,26 +136,21 @@ mod tests {
 
     #[test]
     fn a_report_every_five_points_and_at_100() {
-        let line = |p: u32| format!("  {p}G  {p}%   80.00MB/s    0:01:55  \r");
-        let lines: Vec<String> = [55, 55, 55, 60, 66].iter().map(|p| line(*p)).collect();
-        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-        assert_eq!(reported(&lines), vec![55, 60, 66]);
+        // The percentages reported for a full progress line at each of `percents`.
+        let due = |percents: &[u32]| {
+            let lines: Vec<String> = percents
+                .iter()
+                .map(|p| format!("  {p}G  {p}%   80.00MB/s    0:01:55  \r"))
+                .collect();
+            reported(&lines.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        assert_eq!(due(&[55, 55, 55, 60, 66]), vec![55, 60, 66]);
         // Exactly 5 more is due, less is not, more is.
-        let lines: Vec<String> = [5, 6, 7, 8, 9, 10, 15, 21]
-            .iter()
-            .map(|p| line(*p))
-            .collect();
-        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-        assert_eq!(reported(&lines), vec![5, 10, 15, 21]);
+        assert_eq!(due(&[5, 6, 7, 8, 9, 10, 15, 21]), vec![5, 10, 15, 21]);
         // 100 is always due once, even less than 5 points on.
-        let lines: Vec<String> = [90, 95, 98, 100, 100, 99]
-            .iter()
-            .map(|p| line(*p))
-            .collect();
-        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-        assert_eq!(reported(&lines), vec![90, 95, 100]);
+        assert_eq!(due(&[90, 95, 98, 100, 100, 99]), vec![90, 95, 100]);
         // Below 5 at first: nothing yet.
-        assert!(reported(&[&line(0), &line(4)]).is_empty());
+        assert!(due(&[0, 4]).is_empty());
     }
 
     #[test]

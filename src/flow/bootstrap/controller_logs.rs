@@ -20,7 +20,7 @@ pub(crate) const UPLOAD_EVERY: Duration = Duration::from_secs(5 * 60);
 /// How much of the pod's log is uploaded (Go: `ControllerLogsSecondsAgo`, one hour).
 const SINCE_SECONDS: i64 = 3600;
 /// The one entry of the archive.
-pub(crate) const ENTRY_NAME: &str = "assisted-installer-controller.logs";
+const ENTRY_NAME: &str = "assisted-installer-controller.logs";
 
 /// Go's `GetPodInStatus`: among the pods of the controller's Job, the first whose name has the
 /// Job's name as prefix, if that one is Running.

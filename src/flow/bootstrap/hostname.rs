@@ -8,7 +8,7 @@
 use uuid::Uuid;
 
 /// Prefix of the replacement hostname, as the Go installer spells it.
-pub(crate) const RANDOM_HOSTNAME_PREFIX: &str = "random-hostname-";
+const RANDOM_HOSTNAME_PREFIX: &str = "random-hostname-";
 
 /// True when `hostname` must be replaced: it is `localhost`, or it does not match
 /// `^[a-z0-9][a-z0-9\-.]{0,61}[a-z0-9]$`.
@@ -54,22 +54,18 @@ mod tests {
             "00",
             "node.with-dashes-and.dots9",
             &"a".repeat(63),
+            // Only the exact name localhost is replaced: a longer one that starts with it is fine.
+            "localhost2",
+            "localhost.localdomain",
         ] {
             assert!(!needs_random_hostname(name), "{name:?} should be kept");
         }
     }
 
     #[test]
-    fn localhost_is_replaced() {
-        assert!(needs_random_hostname("localhost"));
-        // Only the exact name: a longer name that starts with it is fine.
-        assert!(!needs_random_hostname("localhost2"));
-        assert!(!needs_random_hostname("localhost.localdomain"));
-    }
-
-    #[test]
     fn invalid_names_are_replaced() {
         for name in [
+            "localhost",
             "",
             "a",
             "-master",

@@ -15,7 +15,7 @@ use crate::ignition::pull_secret::extract_pull_secret;
 use crate::postinstall::ignition::{write_secret_file, Existing};
 
 /// Attempts at laying down the bootstrap Ignition with the MCO (Go: 3, immediate).
-pub(crate) const MCO_ATTEMPTS: u32 = 3;
+const MCO_ATTEMPTS: u32 = 3;
 
 /// `startBootstrap`. `sno`: single-node (no SSH key, no NetworkManager restart, controller
 /// with SNO=true).

@@ -8,7 +8,7 @@
 use anyhow::{bail, Result};
 
 /// `metadata.name` of the MachineConfig.
-pub(crate) const SSH_MANIFEST_NAME: &str = "99-assisted-installer-master-ssh";
+const SSH_MANIFEST_NAME: &str = "99-assisted-installer-master-ssh";
 
 /// File name under `/opt/openshift/openshift/`, in the openshift-installer manifest naming scheme.
 pub(crate) const SSH_MANIFEST_FILE_NAME: &str =
@@ -96,15 +96,12 @@ spec:
 
     #[test]
     fn surrounding_whitespace_is_trimmed() {
-        let padded = format!("  {KEY}\n");
-        assert_eq!(
-            render_ssh_manifest(&padded).unwrap(),
-            render_ssh_manifest(KEY).unwrap()
-        );
-        assert_eq!(
-            render_ssh_manifest(&format!("{KEY}\r\n")).unwrap(),
-            render_ssh_manifest(KEY).unwrap()
-        );
+        for padded in [format!("  {KEY}\n"), format!("{KEY}\r\n")] {
+            assert_eq!(
+                render_ssh_manifest(&padded).unwrap(),
+                render_ssh_manifest(KEY).unwrap()
+            );
+        }
     }
 
     #[test]

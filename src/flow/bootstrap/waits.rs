@@ -326,7 +326,7 @@ fn wait_for_workers(f: &Flow) -> Result<()> {
 
 /// Pure: every master has both MachineConfig annotations, both configs exist, and all masters
 /// want the same config.
-pub(crate) fn mc_annotations_consistent(kube: &dyn KubeApi) -> Result<bool> {
+fn mc_annotations_consistent(kube: &dyn KubeApi) -> Result<bool> {
     let masters = kube.list_nodes(&Role::Master)?;
     if masters.is_empty() {
         return Ok(false);
@@ -373,14 +373,24 @@ mod tests {
     use crate::kube::{Event, Node, Pod};
     use std::collections::BTreeMap;
 
-    /// Masters and MachineConfigs in memory.
+    /// Masters and MachineConfigs in memory; `stop_at_poll` fires the stop token during that
+    /// listing of the masters (a signal during a wait).
+    #[derive(Default)]
     struct Kube {
         masters: Vec<Node>,
         configs: Vec<&'static str>,
+        polls: std::sync::atomic::AtomicUsize,
+        stop_at_poll: Option<(usize, crate::image::Cancel)>,
     }
 
     impl KubeApi for Kube {
         fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
+            let poll = self.polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            if let Some((at, stop)) = &self.stop_at_poll {
+                if poll == *at {
+                    stop.cancel();
+                }
+            }
             Ok(if *role == Role::Master {
                 self.masters.clone()
             } else {
@@ -422,54 +432,68 @@ mod tests {
         }
     }
 
-    fn consistent(masters: Vec<Node>, configs: Vec<&'static str>) -> bool {
-        mc_annotations_consistent(&Kube { masters, configs }).unwrap()
-    }
-
     #[test]
     fn machine_config_annotation_cases() {
-        let ok = || master(Some("rendered-a"), Some("rendered-a"));
-        assert!(
-            consistent(vec![ok()], vec!["rendered-a"]),
-            "one consistent master"
-        );
-        assert!(
-            consistent(vec![ok(), ok()], vec!["rendered-a"]),
-            "two consistent masters"
-        );
-        assert!(
-            !consistent(vec![], vec!["rendered-a"]),
-            "no masters: keep waiting"
-        );
-        assert!(
-            !consistent(vec![master(None, Some("rendered-a"))], vec!["rendered-a"]),
-            "currentConfig missing"
-        );
-        assert!(
-            !consistent(vec![master(Some("rendered-a"), None)], vec!["rendered-a"]),
-            "desiredConfig missing"
-        );
-        assert!(
-            !consistent(
-                vec![master(Some("rendered-old"), Some("rendered-a"))],
-                vec!["rendered-a"]
+        let a = Some("rendered-a");
+        let ok = || master(a, a);
+        let cases = [
+            (
+                vec![ok()],
+                vec!["rendered-a"],
+                true,
+                "one consistent master",
             ),
-            "current MC missing"
-        );
-        assert!(
-            !consistent(
-                vec![master(Some("rendered-a"), Some("rendered-new"))],
-                vec!["rendered-a"]
+            (
+                vec![ok(), ok()],
+                vec!["rendered-a"],
+                true,
+                "two consistent masters",
             ),
-            "desired MC missing"
-        );
-        assert!(
-            !consistent(
-                vec![ok(), master(Some("rendered-a"), Some("rendered-b"))],
-                vec!["rendered-a", "rendered-b"]
+            (
+                vec![],
+                vec!["rendered-a"],
+                false,
+                "no masters: keep waiting",
             ),
-            "masters disagree on desiredConfig"
-        );
+            (
+                vec![master(None, a)],
+                vec!["rendered-a"],
+                false,
+                "currentConfig missing",
+            ),
+            (
+                vec![master(a, None)],
+                vec!["rendered-a"],
+                false,
+                "desiredConfig missing",
+            ),
+            (
+                vec![master(Some("rendered-old"), a)],
+                vec!["rendered-a"],
+                false,
+                "current MC missing",
+            ),
+            (
+                vec![master(a, Some("rendered-new"))],
+                vec!["rendered-a"],
+                false,
+                "desired MC missing",
+            ),
+            (
+                vec![ok(), master(a, Some("rendered-b"))],
+                vec!["rendered-a", "rendered-b"],
+                false,
+                "masters disagree on desiredConfig",
+            ),
+        ];
+        for (masters, configs, expected, why) in cases {
+            let kube = Kube {
+                masters,
+                configs,
+                ..Kube::default()
+            };
+            assert_eq!(mc_annotations_consistent(&kube).unwrap(), expected, "{why}");
+        }
     }
 
     #[test]
@@ -480,54 +504,19 @@ mod tests {
         assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
         assert_eq!(format!("{e:#}"), "waiting for bootkube: stop requested");
         assert!(t.clock.sleeps().is_empty(), "no poll interval slept");
-        let kube = Kube {
-            masters: vec![],
-            configs: vec![],
-        };
-        let e = wait_for_mc_annotations(&t.flow, &kube).unwrap_err();
+        let e = wait_for_mc_annotations(&t.flow, &Kube::default()).unwrap_err();
         assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
         assert!(t.clock.sleeps().is_empty());
-    }
-
-    /// Masters that never agree, and a signal arriving during the third poll.
-    struct StopOnThirdPoll {
-        polls: std::sync::atomic::AtomicUsize,
-        stop: crate::image::Cancel,
-    }
-
-    impl KubeApi for StopOnThirdPoll {
-        fn list_nodes(&self, _: &Role) -> Result<Vec<Node>> {
-            if self.polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {
-                self.stop.cancel();
-            }
-            Ok(vec![master(None, None)])
-        }
-        fn list_events(&self, _: &str) -> Result<Vec<Event>> {
-            Ok(vec![])
-        }
-        fn get_config_map(&self, _: &str, _: &str) -> Result<Option<BTreeMap<String, String>>> {
-            Ok(None)
-        }
-        fn machine_config_exists(&self, _: &str) -> Result<bool> {
-            Ok(false)
-        }
-        fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
-            Ok(())
-        }
-        fn list_pods(&self, _: &str, _: &str) -> Result<Vec<Pod>> {
-            Ok(vec![])
-        }
-        fn pod_logs(&self, _: &str, _: &str, _: Option<i64>) -> Result<String> {
-            Ok(String::new())
-        }
     }
 
     #[test]
     fn a_stop_during_a_wait_ends_it_before_the_next_poll() {
         let t = TestFlow::new("bootstrap");
-        let kube = StopOnThirdPoll {
-            polls: Default::default(),
-            stop: t.flow.stop.clone(),
+        // Masters that never agree, and a signal arriving during the third poll.
+        let kube = Kube {
+            masters: vec![master(None, None)],
+            stop_at_poll: Some((3, t.flow.stop.clone())),
+            ..Kube::default()
         };
         let e = wait_for_mc_annotations(&t.flow, &kube).unwrap_err();
         assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");

@@ -25,10 +25,10 @@ use crate::host::free_space::{calculate_free_percent, ROOT_PARTITION};
 use crate::host::lsblk::partition_path;
 
 /// The disk's `boot` partition (the root is [`ROOT_PARTITION`]).
-pub(crate) const BOOT_PARTITION: u32 = 3;
+const BOOT_PARTITION: u32 = 3;
 /// Each command's tries and the wait between them (Go: `utils.Retry(3, 5s)`).
-pub(crate) const COMMAND_TRIES: u32 = 3;
-pub(crate) const COMMAND_RETRY_DELAY: Duration = Duration::from_secs(5);
+const COMMAND_TRIES: u32 = 3;
+const COMMAND_RETRY_DELAY: Duration = Duration::from_secs(5);
 /// The live system's karg that names the platform; kept for the deployment.
 const PLATFORM_ID: &str = "ignition.platform.id=";
 const DEFAULT_PLATFORM_KARG: &str = "ignition.platform.id=metal";
@@ -177,7 +177,7 @@ fn unmount_after_failure(t: &Target<'_>, mounted: &[&str]) {
 mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
-    use crate::host::lsblk::lsblk_json;
+    use crate::host::lsblk::{lsblk_json, sda_json};
     use crate::host::{RecordingRunner, Reply};
 
     const IMAGE: &str = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:0123";
@@ -282,8 +282,7 @@ mod tests {
     fn no_free_percent_option_when_nothing_stays_free() {
         // 7.08 GB taken (used and the root's size again): 7.5 GB leave 5 %, 7 GB none.
         for (size, free) in [(7_500_000_000u64, "5"), (7_000_000_000, "")] {
-            let json = lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"])
-                .replace("100000000000", &size.to_string());
+            let json = sda_json().replace("100000000000", &size.to_string());
             let r = runner_for("/dev/sda", &json);
             deploy(&r, &FakeClock::new(), "/dev/sda").unwrap();
             assert_eq!(
@@ -296,10 +295,7 @@ mod tests {
 
     #[test]
     fn a_failing_partx_is_only_logged() {
-        let r = runner_for(
-            "/dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-        );
+        let r = runner_for("/dev/sda", &sda_json());
         r.fail(
             "partx --update /dev/sda",
             1,
@@ -314,10 +310,7 @@ mod tests {
 
     #[test]
     fn a_command_is_tried_three_times_five_seconds_apart() {
-        let r = runner_for(
-            "/dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-        );
+        let r = runner_for("/dev/sda", &sda_json());
         r.reply("xfs_growfs /mnt", Reply::fail(1, "busy"));
         r.reply("xfs_growfs /mnt", Reply::fail(1, "busy"));
         r.reply("xfs_growfs /mnt", Reply::ok(""));
@@ -331,10 +324,7 @@ mod tests {
 
     #[test]
     fn a_failing_ostree_deploy_stops_there_and_unmounts() {
-        let r = runner_for(
-            "/dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-        );
+        let r = runner_for("/dev/sda", &sda_json());
         let ostree = expected("/dev/sda", "/dev/sda3", "/dev/sda4", "92")[9].clone();
         r.fail(&ostree, 1, "error: Creating importer: manifest unknown");
         let clock = FakeClock::new();
@@ -359,10 +349,7 @@ mod tests {
 
     #[test]
     fn a_failing_mount_leaves_nothing_to_unmount() {
-        let r = runner_for(
-            "/dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-        );
+        let r = runner_for("/dev/sda", &sda_json());
         r.fail("mount /dev/sda4 /mnt", 32, "mount: /mnt: wrong fs type");
         let e = deploy(&r, &FakeClock::new(), "/dev/sda").unwrap_err();
         assert!(format!("{e:#}").contains("mount /dev/sda4 /mnt"), "{e:#}");
@@ -382,10 +369,7 @@ mod tests {
 
     #[test]
     fn a_stop_ends_the_retries() {
-        let r = runner_for(
-            "/dev/sda",
-            &lsblk_json("sda", "disk", &["sda1", "sda2", "sda3", "sda4"]),
-        );
+        let r = runner_for("/dev/sda", &sda_json());
         let stop = crate::image::Cancel::new();
         stop.cancel();
         let t = Target {

@@ -17,7 +17,7 @@ use super::machine_config::{display_source, encapsulated_mc, EncapsulatedMc, Poi
 use crate::ignition::data_url;
 
 /// What the MCS needs to serve a spec 3 config with the encapsulated MachineConfig.
-pub(crate) const IGNITION_ACCEPT: &str = "application/vnd.coreos.ignition+json; version=3.4.0";
+const IGNITION_ACCEPT: &str = "application/vnd.coreos.ignition+json; version=3.4.0";
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The whole request; the MCS answers a few MiB at most.
@@ -93,17 +93,18 @@ impl McsFetcher {
     fn get(&self, client: &reqwest::blocking::Client) -> Result<Vec<u8>> {
         let shown = self.shown();
         tracing::info!("getting the Ignition config from {shown}");
-        // reqwest's errors quote the URL, credentials and all: without it, ours names it.
+        // reqwest's errors quote the URL, credentials and all: without it, ours names it. Its
+        // causes say what went wrong (refused, TLS).
         let response = client
             .get(&self.source)
             .header(reqwest::header::ACCEPT, IGNITION_ACCEPT)
             .send()
-            .map_err(|e| anyhow!(chain(e.without_url())))
+            .map_err(|e| anyhow::Error::new(e.without_url()))
             .with_context(|| format!("failed to get the Ignition config from {shown}"))?;
         let status = response.status();
         let body = response
             .bytes()
-            .map_err(|e| anyhow!(chain(e.without_url())))
+            .map_err(|e| anyhow::Error::new(e.without_url()))
             .with_context(|| format!("reading the Ignition config from {shown}"))?;
         tracing::debug!("{shown} answered {status} with {} bytes", body.len());
         Ok(body.to_vec())
@@ -119,18 +120,6 @@ fn embedded_config(source: &str) -> Result<Vec<u8>> {
             .context("decompressing the embedded Ignition config");
     }
     Ok(data)
-}
-
-/// An error with its causes (reqwest's Display hides the interesting part: refused, TLS).
-fn chain(e: reqwest::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(c) = source {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        source = c.source();
-    }
-    s
 }
 
 #[cfg(test)]
@@ -170,13 +159,15 @@ mod tests {
         }
     }
 
+    /// What a fetcher for `source` (no CA) gets.
+    fn fetch(source: &str) -> Result<EncapsulatedMc> {
+        McsFetcher::new(&pointer(source, None)).unwrap().fetch()
+    }
+
     #[test]
     fn a_gzipped_data_url() {
         let source = format!("data:;base64,{}", encode_base64(&gzip(&mc_config())));
-        let mc = McsFetcher::new(&pointer(&source, None))
-            .unwrap()
-            .fetch()
-            .unwrap();
+        let mc = fetch(&source).unwrap();
         assert_eq!(mc.os_image_url, "quay.io/ocp@sha256:1");
         assert_eq!(mc.kernel_arguments, vec!["a=1"]);
     }
@@ -197,10 +188,7 @@ mod tests {
         let mut bad = gzip(&mc_config());
         bad.truncate(bad.len() / 2);
         let source = format!("data:;base64,{}", encode_base64(&bad));
-        let e = McsFetcher::new(&pointer(&source, None))
-            .unwrap()
-            .fetch()
-            .unwrap_err();
+        let e = fetch(&source).unwrap_err();
         assert!(format!("{e:#}").contains("decompressing"), "{e:#}");
     }
 
@@ -243,10 +231,7 @@ mod tests {
     #[test]
     fn http_sends_the_ignition_accept_header_and_no_user_agent() {
         let (url, server) = serve_once("200 OK", mc_config());
-        let mc = McsFetcher::new(&pointer(&url, None))
-            .unwrap()
-            .fetch()
-            .unwrap();
+        let mc = fetch(&url).unwrap();
         assert_eq!(mc.os_image_url, "quay.io/ocp@sha256:1");
         let request = server.join().unwrap().to_ascii_lowercase();
         assert!(
@@ -264,23 +249,14 @@ mod tests {
     fn the_status_is_not_checked_but_the_body_must_be_a_config() {
         // Go reads whatever comes back: an error page fails as "not JSON", a config is used.
         let (url, server) = serve_once("500 Internal Server Error", mc_config());
-        McsFetcher::new(&pointer(&url, None))
-            .unwrap()
-            .fetch()
-            .unwrap();
+        fetch(&url).unwrap();
         server.join().unwrap();
         let (url, server) = serve_once("503 Service Unavailable", b"not ready".to_vec());
-        let e = McsFetcher::new(&pointer(&url, None))
-            .unwrap()
-            .fetch()
-            .unwrap_err();
+        let e = fetch(&url).unwrap_err();
         assert!(format!("{e:#}").contains("not JSON"), "{e:#}");
         server.join().unwrap();
         let (url, server) = serve_once("200 OK", Vec::new());
-        let e = McsFetcher::new(&pointer(&url, None))
-            .unwrap()
-            .fetch()
-            .unwrap_err();
+        let e = fetch(&url).unwrap_err();
         assert!(format!("{e:#}").contains("not JSON"), "{e:#}");
         server.join().unwrap();
     }
@@ -292,10 +268,7 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let url = format!("http://core:pa55w0rd@127.0.0.1:{port}/config/master?token=t0k3n");
-        let e = McsFetcher::new(&pointer(&url, None))
-            .unwrap()
-            .fetch()
-            .unwrap_err();
+        let e = fetch(&url).unwrap_err();
         let text = format!("{e:#} {e:?}");
         assert!(
             text.contains(&format!(

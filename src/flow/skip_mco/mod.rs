@@ -93,7 +93,15 @@ impl SkipMco {
     /// with the `--append-karg`s of `--installer-args` (`installer_appends`) and its kernel
     /// arguments. Failures are warnings; the error is only a stop.
     pub(crate) fn finish(self, f: &Flow, device: &str, installer_appends: &[String]) -> Result<()> {
-        stop_or_warn(self.deploy(f, device, installer_appends)).context("skip-MCO reboot")
+        match self.deploy(f, device, installer_appends) {
+            // A stop stays an error; anything else becomes Go's warning.
+            Err(e) if e.downcast_ref::<Stopped>().is_some() => Err(e.context("skip-MCO reboot")),
+            Err(e) => {
+                tracing::warn!("{e:#}. {CONTINUING}");
+                Ok(())
+            }
+            Ok(()) => Ok(()),
+        }
     }
 
     fn deploy(self, f: &Flow, device: &str, installer_appends: &[String]) -> Result<()> {
@@ -154,18 +162,6 @@ fn unless_stopped(e: anyhow::Error, what: &'static str) -> anyhow::Error {
         e
     } else {
         e.context(what)
-    }
-}
-
-/// A stop stays an error; anything else becomes Go's warning.
-fn stop_or_warn(result: Result<()>) -> Result<()> {
-    match result {
-        Err(e) if e.downcast_ref::<Stopped>().is_some() => Err(e),
-        Err(e) => {
-            tracing::warn!("{e:#}. {CONTINUING}");
-            Ok(())
-        }
-        Ok(()) => Ok(()),
     }
 }
 

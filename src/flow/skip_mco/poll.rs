@@ -224,7 +224,9 @@ mod tests {
         let (_, go, fetch) = scripted(Some(1));
         go.send(()).unwrap();
         let fetcher = EarlyFetch::start(clock.clone(), Cancel::new(), FIVE, fetch, |_, _| {});
-        std::thread::sleep(Duration::from_millis(20));
+        while !fetcher.handle.as_ref().unwrap().is_finished() {
+            std::thread::yield_now();
+        }
         let before = clock.elapsed();
         assert_eq!(fetcher.finish(clock.as_ref(), FETCH_BUDGET).unwrap(), 1);
         assert_eq!(clock.elapsed(), before);
