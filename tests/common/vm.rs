@@ -2,25 +2,22 @@
 //! * [`boot`]: a written disk booted under UEFI (OVMF) through the firmware's boot manager; the
 //!   test initramfs (testdata/boot_parts.rs) reports what it sees in `AI-BOOT <key> <value>`
 //!   lines. The disk is attached with `snapshot=on`: firmware's repairs (OVMF silently fixes a
-//!   bad backup GPT) and anything the boot writes go to an overlay, never to the device under
-//!   test.
-//! * [`run_guest`]: a guest on Debian's distribution kernel with real disks attached, for what
-//!   this host's kernel cannot do (device-mapper, md, partition-table parsing). Its kernel and
-//!   base initramfs come from testdata/guest_parts.rs; per run the rig appends a second archive
-//!   (the kernel unpacks concatenated archives in turn) with our binary at [`GUEST_BIN`] and its
-//!   libraries, the `ai-disk` helper and the spec's extra files, so a rebuilt binary needs no
-//!   new parts.
+//!   bad backup GPT) and what the boot writes go to an overlay, never to the device under test.
+//! * [`run_guest`]: a guest on Debian's kernel with real disks, for what this host's kernel
+//!   cannot do (device-mapper, md, partition-table parsing). Its kernel and base initramfs come
+//!   from testdata/guest_parts.rs; per run the rig appends a second archive (the kernel unpacks
+//!   concatenated archives in turn) with our binary at [`GUEST_BIN`] and its libraries, the
+//!   `ai-disk` helper and the spec's extra files, so a rebuilt binary needs no new parts.
 //!
-//! The guest's `/init` mounts [`GuestSpec::share`] at `/share` (9p, read-write), waits for the
-//! disks named in [`GuestSpec::expect_disks`], prints `AI-GUEST ready`, runs
-//! [`GuestSpec::script`] with busybox `sh` (output to the console and `/share/case.log`), syncs,
-//! prints `AI-GUEST exit <status>` and powers off. In the script `PATH` has the host tools first,
-//! `/tmp` and `/run` are tmpfs, only `lo` is up, there is no modprobe and no udev (so `lsblk`
-//! shows no PARTLABEL, and `dmsetup mknodes` makes `/dev/mapper` nodes); `ai-disk SERIAL`
-//! prints the `/dev` path of each whole disk with that serial (SCSI and ATA disks' kernel names
-//! depend on probe order; the serials do not).
+//! The guest's `/init` mounts [`GuestSpec::share`] at `/share` (9p), waits for the disks of
+//! [`GuestSpec::expect_disks`], prints `AI-GUEST ready`, runs [`GuestSpec::script`] with busybox
+//! `sh` (output to the console and `/share/case.log`), syncs, prints `AI-GUEST exit <status>`
+//! and powers off. In the script `PATH` has the host tools first, `/tmp` and `/run` are tmpfs,
+//! only `lo` is up, there is no modprobe and no udev (so `lsblk` shows no PARTLABEL and `dmsetup
+//! mknodes` makes `/dev/mapper` nodes); `ai-disk SERIAL` prints the `/dev` paths of the disks
+//! with that serial (SCSI and ATA kernel names depend on probe order).
 //!
-//! KVM is used when it can run the firmware or boot the guest kernel here (probed once per test
+//! KVM is used when it can run the firmware or the guest kernel here (probed once per test
 //! binary: some hosts expose a `/dev/kvm` that fails on OVMF's first instructions, or cannot set
 //! `-cpu host`'s MSRs), else QEMU emulates the CPU; `AI_GUEST_ACCEL=tcg` or `kvm` forces the
 //! choice for guests.
