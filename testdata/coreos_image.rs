@@ -2845,6 +2845,29 @@ pub(crate) fn cached<T>(
     Ok(t)
 }
 
+/// The smallest CoreOS-like image with an XFS root at 512-byte sectors, raw (no compressed
+/// forms), cached like the other images: its spec and the raw file.
+pub(crate) fn cached_xfs_raw() -> Result<(ImageSpec, PathBuf)> {
+    let spec = ImageSpec {
+        root_fs: RootFs::Xfs,
+        root_mib: XFS_MIN_ROOT_MIB,
+        ..ImageSpec::test(512)
+    };
+    let name = format!("skip-mco-{}", spec.cache_name());
+    let raw = cached(
+        &name,
+        "xfs image",
+        |dir| dir.join("COMPLETE").exists().then(|| dir.join("disk.raw")),
+        |dir| {
+            fs::create_dir_all(dir)?;
+            build_raw(&spec, &dir.join("disk.raw"))?;
+            fs::write(dir.join("COMPLETE"), "")?;
+            Ok(dir.join("disk.raw"))
+        },
+    )?;
+    Ok((spec, raw))
+}
+
 /// Generate once and cache (see [`cache_root`]); subdirectory [`ImageSpec::cache_name`]
 /// (files are generated under temporary names and renamed; the `COMPLETE` marker is written
 /// last).

@@ -1,6 +1,7 @@
 //! The single-node early write for real (root): a dry-run host, the in-memory fake
-//! assisted-service, the image over HTTP, the in-process writer onto a loop device. The image must be on the disk (with the disk still
-//! unbootable) before bootkube completes, and the final disk must hold the merged Ignition.
+//! assisted-service, the image over HTTP, the in-process writer onto a loop device. The image
+//! must be on the disk (with the disk still unbootable) before bootkube completes, and the
+//! final disk must hold the merged Ignition.
 
 mod common;
 #[path = "../testdata/coreos_image.rs"]
@@ -16,10 +17,9 @@ use assisted_installer::image::Cancel;
 use common::fake_service::FakeService;
 use common::flow_builder::{FlowBuilder, HOST};
 use common::http_server::TestServer;
-use common::root::{have_root, run, sgdisk_verify, LoopDev};
-use coreos_image::{cached_image_set, ImageSpec};
+use common::root::{have_root, sgdisk_verify, Ext4, LoopDev};
+use coreos_image::{cached_image_set, ImageSpec, BLS_ENTRY_PATH, BOOT_LABEL};
 use std::os::unix::fs::FileExt;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -134,23 +134,8 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
     );
     assert!(marker.exists());
     sgdisk_verify(&dev.path);
-    let mut f = std::fs::File::open(&dev.path).unwrap();
-    let gpt = gptman::GPT::read_from(&mut f, 512).unwrap();
-    let boot = &gpt[3];
-    let boot_fs = dir.path().join("boot.img");
-    run(Command::new("dd")
-        .arg(format!("if={}", dev.path.display()))
-        .arg(format!("of={}", boot_fs.display()))
-        .args(["bs=1M", "status=none", "iflag=skip_bytes,count_bytes"])
-        .arg(format!("skip={}", boot.starting_lba * 512))
-        .arg(format!(
-            "count={}",
-            (boot.ending_lba - boot.starting_lba + 1) * 512
-        )));
-    let on_disk = run(Command::new("debugfs")
-        .arg("-R")
-        .arg("cat /ignition/config.ign")
-        .arg(&boot_fs));
+    let boot_fs = Ext4::on(&dev.path, 512, BOOT_LABEL);
+    let on_disk = boot_fs.text("/ignition/config.ign");
     let merged = merge_host_into_sno(SNO_IGN.as_bytes(), HOST_IGN.as_bytes()).unwrap();
     assert_eq!(
         on_disk.as_bytes(),
@@ -163,20 +148,7 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
     );
     // The kernel arguments of --installer-args, checked when the stream began, are applied
     // with the Ignition config once it is known.
-    let entries = run(Command::new("debugfs")
-        .arg("-R")
-        .arg("ls -p /loader/entries")
-        .arg(&boot_fs));
-    let entry = entries
-        .lines()
-        .filter_map(|l| l.split('/').nth(5))
-        .find(|name| name.ends_with(".conf"))
-        .unwrap_or_else(|| panic!("no BLS entry in {entries}"));
-    let bls = run(Command::new("debugfs")
-        .arg("-R")
-        .arg(format!("cat /loader/entries/{entry}"))
-        .arg(&boot_fs));
-    let options = bls.lines().find(|l| l.starts_with("options ")).unwrap();
+    let options = boot_fs.bls_options(&format!("/{BLS_ENTRY_PATH}"));
     assert!(
         options.split_whitespace().any(|k| k == "early.write=1"),
         "{options}"

@@ -10,40 +10,39 @@ mod coreos_image;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
-use common::root::{have_root, run, sgdisk_verify, LoopDev};
-use coreos_image::{cached_image_set, ImageSet, ImageSpec};
-use std::path::{Path, PathBuf};
+use common::root::{have_root, labels, read_gpt, run, sgdisk_verify, text, Ext4, LoopDev};
+use coreos_image::{cached_image_set, ImageFile, ImageSet, ImageSpec, BLS_ENTRY_PATH, BOOT_LABEL};
+use std::io::Seek;
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 const MIB: u64 = 1 << 20;
 
 const IGNITION: &str = r#"{"ignition":{"version":"3.4.0"},"passwd":{"users":[{"name":"core","sshAuthorizedKeys":["ssh-ed25519 AAAA test"]}]}}"#;
+const KARGS: [&str; 2] = [
+    "ip=192.0.2.10::192.0.2.1:255.255.255.0:node0:eno1:none",
+    "nameserver=192.0.2.53",
+];
 
-fn images(ss: u64) -> &'static ImageSet {
-    static SETS: [OnceLock<ImageSet>; 2] = [OnceLock::new(), OnceLock::new()];
-    SETS[(ss == 4096) as usize]
-        .get_or_init(|| cached_image_set(&ImageSpec::test(ss)).expect("test images"))
+fn images(ss: u64) -> ImageSet {
+    cached_image_set(&ImageSpec::test(ss)).expect("test images")
 }
 
-fn cli(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("running assisted-installer")
+/// `--image-file` and `--sha256` of `file`.
+fn source(file: &ImageFile) -> Vec<String> {
+    let path = file.path.display().to_string();
+    vec![
+        "--image-file".into(),
+        path,
+        "--sha256".into(),
+        file.sha256.clone(),
+    ]
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Inputs for the post-install options: an Ignition file and a network directory.
+/// The inputs of the post-install options (an Ignition file and a network directory with two
+/// keyfiles and a subdirectory), and the options themselves, used throughout for write-image
+/// and embed alike.
 struct Inputs {
     dir: tempfile::TempDir,
 }
@@ -53,94 +52,39 @@ impl Inputs {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("config.ign"), IGNITION).unwrap();
         let net = dir.path().join("net");
-        std::fs::create_dir(&net).unwrap();
-        std::fs::write(
-            net.join("eno1.nmconnection"),
-            "[connection]\nid=eno1\ntype=ethernet\n",
-        )
-        .unwrap();
-        std::fs::write(
-            net.join("bond0.nmconnection"),
-            "[connection]\nid=bond0\ntype=bond\n",
-        )
-        .unwrap();
-        std::fs::create_dir(net.join("subdir")).unwrap();
+        std::fs::create_dir_all(net.join("subdir")).unwrap();
+        for (name, kind) in [("eno1", "ethernet"), ("bond0", "bond")] {
+            let keyfile = format!("[connection]\nid={name}\ntype={kind}\n");
+            std::fs::write(net.join(format!("{name}.nmconnection")), keyfile).unwrap();
+        }
         Inputs { dir }
     }
-    fn ignition(&self) -> String {
-        self.dir.path().join("config.ign").display().to_string()
+
+    fn args(&self) -> Vec<String> {
+        let path = |name: &str| self.dir.path().join(name).display().to_string();
+        let mut args = vec!["-i".to_string(), path("config.ign")];
+        for karg in KARGS {
+            args.extend(["--append-karg".to_string(), karg.to_string()]);
+        }
+        args.extend(["--delete-karg", "rw", "-n", "--network-dir"].map(String::from));
+        args.push(path("net"));
+        args
     }
-    fn net(&self) -> String {
-        self.dir.path().join("net").display().to_string()
-    }
 }
 
-/// The post-install options used throughout, for write-image and embed alike.
-fn post_args(inp: &Inputs) -> Vec<String> {
-    [
-        "-i",
-        &inp.ignition(),
-        "--append-karg",
-        "ip=192.0.2.10::192.0.2.1:255.255.255.0:node0:eno1:none",
-        "--append-karg",
-        "nameserver=192.0.2.53",
-        "--delete-karg",
-        "rw",
-        "-n",
-        "--network-dir",
-        &inp.net(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+/// `assisted-installer <command> <args> <post-install options of inputs> <dev>`.
+fn install(command: &str, args: &[String], inputs: Option<&Inputs>, dev: &Path) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg(command).args(args);
+    cmd.args(inputs.map(Inputs::args).unwrap_or_default());
+    cmd.arg(dev).output().expect("running assisted-installer")
 }
 
-fn read_gpt(dev: &Path, ss: u64) -> gptman::GPT {
-    let mut f = std::fs::File::open(dev).unwrap();
-    gptman::GPT::read_from(&mut f, ss).expect("valid GPT")
-}
-
-/// The boot partition of `dev` copied to a file, for debugfs.
-fn boot_fs(dev: &Path, ss: u64, number: u32) -> tempfile::NamedTempFile {
-    use std::os::unix::fs::FileExt;
-    let gpt = read_gpt(dev, ss);
-    let p = &gpt[number];
-    let (start, len) = (
-        p.starting_lba * ss,
-        (p.ending_lba - p.starting_lba + 1) * ss,
-    );
-    let mut buf = vec![0u8; len as usize];
-    std::fs::File::open(dev)
-        .unwrap()
-        .read_exact_at(&mut buf, start)
-        .unwrap();
-    let f = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(f.path(), &buf).unwrap();
-    f
-}
-
-fn debugfs(fs: &Path, request: &str) -> String {
-    run(Command::new("debugfs").arg("-R").arg(request).arg(fs))
-}
-
-fn file_mode(fs: &Path, path: &str) -> u32 {
-    let stat = debugfs(fs, &format!("stat {path}"));
-    let mode = stat
-        .split("Mode:")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no {path} in the boot filesystem: {stat}"))
-        .split_whitespace()
-        .next()
-        .unwrap();
-    u32::from_str_radix(mode, 8).unwrap()
-}
-
-fn options_line(fs: &Path) -> String {
-    debugfs(fs, "cat /loader/entries/ostree-1-rhcos.conf")
-        .lines()
-        .find_map(|l| l.strip_prefix("options "))
-        .expect("an options line")
-        .to_string()
+/// Like [`install`], which must succeed.
+fn installed(command: &str, args: &[String], inputs: Option<&Inputs>, dev: &Path) -> String {
+    let out = install(command, args, inputs, dev);
+    assert!(out.status.success(), "{}", text(&out));
+    text(&out)
 }
 
 /// Everything the post-install options must have produced on `dev`.
@@ -148,106 +92,72 @@ fn assert_post_installed(dev: &Path, spec: &ImageSpec) {
     let ss = spec.sector_size;
     let out = sgdisk_verify(dev);
     assert!(!out.contains("Warning"), "{out}");
-    let gpt = read_gpt(dev, ss);
-    let dev_size = if std::fs::metadata(dev).unwrap().is_file() {
-        std::fs::metadata(dev).unwrap().len()
-    } else {
-        run(Command::new("blockdev").arg("--getsize64").arg(dev))
-            .trim()
-            .parse::<u64>()
-            .unwrap()
-    };
+    let dev_size = std::fs::File::open(dev)
+        .unwrap()
+        .seek(std::io::SeekFrom::End(0));
+    let last = dev_size.unwrap() / ss - 1;
+    let backup = read_gpt(dev, ss).header.backup_lba;
+    assert_eq!(backup, last, "backup header at the last LBA");
+    let fs = Ext4::on(dev, ss, BOOT_LABEL);
     assert_eq!(
-        gpt.header.backup_lba,
-        dev_size / ss - 1,
-        "backup header at the last LBA"
-    );
-    let boot = boot_fs(dev, ss, 3);
-    let fs = boot.path();
-    assert_eq!(
-        debugfs(fs, "cat /ignition/config.ign"),
+        fs.text("/ignition/config.ign"),
         IGNITION,
         "config.ign bytes"
     );
-    assert_eq!(file_mode(fs, "/ignition/config.ign") & 0o7777, 0o600);
-    assert_eq!(file_mode(fs, "/ignition") & 0o7777, 0o700);
-    let expected = spec
-        .bls_options()
-        .split_whitespace()
-        .filter(|k| *k != "rw")
-        .chain([
-            "ip=192.0.2.10::192.0.2.1:255.255.255.0:node0:eno1:none",
-            "nameserver=192.0.2.53",
-        ])
-        .collect::<Vec<_>>()
-        .join(" ");
-    assert_eq!(options_line(fs), expected, "BLS options line");
-    let listing = debugfs(fs, "ls -l /coreos-firstboot-network");
+    assert_eq!(fs.mode("/ignition/config.ign"), 0o600);
+    assert_eq!(fs.mode("/ignition"), 0o700);
+    let options = spec.bls_options();
+    let options = options.split_whitespace().filter(|k| *k != "rw");
+    let expected = options.chain(KARGS).collect::<Vec<_>>().join(" ");
+    let bls = format!("/{BLS_ENTRY_PATH}");
+    assert_eq!(fs.bls_options(&bls), expected, "BLS options line");
+    let listing = String::from_utf8(fs.debugfs("ls -l /coreos-firstboot-network")).unwrap();
     assert!(
         listing.contains("eno1.nmconnection") && listing.contains("bond0.nmconnection"),
         "{listing}"
     );
-    assert!(
-        !listing.contains("subdir"),
-        "only regular files are copied: {listing}"
-    );
+    let only_files = !listing.contains("subdir");
+    assert!(only_files, "only regular files are copied: {listing}");
     assert_eq!(
-        debugfs(fs, "cat /coreos-firstboot-network/eno1.nmconnection"),
+        fs.text("/coreos-firstboot-network/eno1.nmconnection"),
         "[connection]\nid=eno1\ntype=ethernet\n"
     );
 }
 
 /// One sector size with partition scanning on (BLKRRPART succeeds, and creates nothing on a
 /// kernel without parsers), the other without (BLKRRPART fails with EINVAL).
-fn one_shot(ss: u64) {
-    let set = images(ss);
-    let inp = Inputs::new();
-    let dev = LoopDev::with_flags(
-        set.raw.size + 200 * MIB,
-        ss,
-        if ss == 4096 { &["--partscan"] } else { &[] },
-    );
-    let mut args = vec![
-        "write-image".to_string(),
-        "--image-file".into(),
-        set.zst.path.display().to_string(),
-        "--sha256".into(),
-        set.zst.sha256.clone(),
-    ];
-    args.extend(post_args(&inp));
-    args.push(dev.path.display().to_string());
-    let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(
-        !String::from_utf8_lossy(&out.stderr).contains("removing the mountpoint"),
-        "the mountpoint is removed once, without a warning: {}",
-        text(&out)
-    );
-    assert_post_installed(&dev.path, &set.spec);
-    // The data partitions are the image's, byte for byte.
-    let disk = std::fs::read(&dev.path).unwrap();
-    let raw = std::fs::read(&set.raw.path).unwrap();
-    for n in [1u32, 2, 4] {
-        let p = &read_gpt(&dev.path, ss)[n];
-        let r = (p.starting_lba * ss) as usize..((p.ending_lba + 1) * ss) as usize;
-        assert!(
-            disk[r.clone()] == raw[r],
-            "partition {n} differs from the image"
+#[test]
+fn write_image_with_post_install_options_at_512_and_4096() {
+    if !have_root("write_image_with_post_install_options_at_512_and_4096") {
+        return;
+    }
+    for (ss, flags) in [(512, &[][..]), (4096, &["--partscan"][..])] {
+        let set = images(ss);
+        let dev = LoopDev::with_flags(set.raw.size + 200 * MIB, ss, flags);
+        let out = installed(
+            "write-image",
+            &source(&set.zst),
+            Some(&Inputs::new()),
+            &dev.path,
         );
-    }
-}
-
-#[test]
-fn write_image_with_post_install_options_at_512() {
-    if have_root("write_image_with_post_install_options_at_512") {
-        one_shot(512);
-    }
-}
-
-#[test]
-fn write_image_with_post_install_options_at_4096() {
-    if have_root("write_image_with_post_install_options_at_4096") {
-        one_shot(4096);
+        assert!(
+            !out.contains("removing the mountpoint"),
+            "the mountpoint is removed once, without a warning: {out}"
+        );
+        assert_post_installed(&dev.path, &set.spec);
+        // The data partitions are the image's, byte for byte.
+        let (disk, raw) = (
+            std::fs::read(&dev.path).unwrap(),
+            std::fs::read(&set.raw.path).unwrap(),
+        );
+        let gpt = read_gpt(&dev.path, ss);
+        for n in [1u32, 2, 4] {
+            let r = (gpt[n].starting_lba * ss) as usize..((gpt[n].ending_lba + 1) * ss) as usize;
+            assert!(
+                disk[r.clone()] == raw[r],
+                "partition {n} differs from the image"
+            );
+        }
     }
 }
 
@@ -259,45 +169,20 @@ fn embed_on_a_written_disk_matches_a_one_shot_write() {
     for ss in [512u64, 4096] {
         let set = images(ss);
         let inp = Inputs::new();
-        let image = set.gz.path.display().to_string();
         // Two steps: write, then embed.
         let a = LoopDev::new(set.raw.size + 64 * MIB, ss);
-        let out = cli(&[
-            "write-image",
-            "--image-file",
-            &image,
-            "--sha256",
-            &set.gz.sha256,
-            a.path.to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{}", text(&out));
-        let mut args = vec!["embed".to_string()];
-        args.extend(post_args(&inp));
-        args.push(a.path.display().to_string());
-        let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert!(out.status.success(), "{}", text(&out));
+        installed("write-image", &source(&set.gz), None, &a.path);
+        installed("embed", &[], Some(&inp), &a.path);
         assert_post_installed(&a.path, &set.spec);
         // One shot.
         let b = LoopDev::new(set.raw.size + 64 * MIB, ss);
-        let mut args = vec![
-            "write-image".to_string(),
-            "--image-file".into(),
-            image.clone(),
-            "--sha256".into(),
-            set.gz.sha256.clone(),
-        ];
-        args.extend(post_args(&inp));
-        args.push(b.path.display().to_string());
-        let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert!(out.status.success(), "{}", text(&out));
+        installed("write-image", &source(&set.gz), Some(&inp), &b.path);
         // Same table, same non-boot bytes, same files in /boot.
         let (ga, gb) = (read_gpt(&a.path, ss), read_gpt(&b.path, ss));
         assert_eq!(ga.header.disk_guid, gb.header.disk_guid);
         let entries = |g: &gptman::GPT| {
-            g.iter()
-                .filter(|(_, p)| p.is_used())
-                .map(|(n, p)| (n, p.clone()))
-                .collect::<Vec<_>>()
+            let used = g.iter().filter(|(_, p)| p.is_used());
+            used.map(|(n, p)| (n, p.clone())).collect::<Vec<_>>()
         };
         assert_eq!(entries(&ga), entries(&gb));
         let (da, db) = (
@@ -305,31 +190,23 @@ fn embed_on_a_written_disk_matches_a_one_shot_write() {
             std::fs::read(&b.path).unwrap(),
         );
         let boot = &ga[3];
-        let boot_range = (boot.starting_lba * ss) as usize..((boot.ending_lba + 1) * ss) as usize;
-        assert!(
-            da[..boot_range.start] == db[..boot_range.start],
-            "bytes before /boot differ"
+        let (start, end) = (
+            (boot.starting_lba * ss) as usize,
+            ((boot.ending_lba + 1) * ss) as usize,
         );
-        assert!(
-            da[boot_range.end..] == db[boot_range.end..],
-            "bytes after /boot differ"
+        assert!(da[..start] == db[..start], "bytes before /boot differ");
+        assert!(da[end..] == db[end..], "bytes after /boot differ");
+        let (fa, fb) = (
+            Ext4::on(&a.path, ss, BOOT_LABEL),
+            Ext4::on(&b.path, ss, BOOT_LABEL),
         );
-        let (fa, fb) = (boot_fs(&a.path, ss, 3), boot_fs(&b.path, ss, 3));
         for path in [
             "/ignition/config.ign",
-            "/loader/entries/ostree-1-rhcos.conf",
+            &format!("/{BLS_ENTRY_PATH}"),
             "/coreos-firstboot-network/bond0.nmconnection",
         ] {
-            assert_eq!(
-                debugfs(fa.path(), &format!("cat {path}")),
-                debugfs(fb.path(), &format!("cat {path}")),
-                "{path}"
-            );
-            assert_eq!(
-                file_mode(fa.path(), path),
-                file_mode(fb.path(), path),
-                "{path}"
-            );
+            assert_eq!(fa.text(path), fb.text(path), "{path}");
+            assert_eq!(fa.mode(path), fb.mode(path), "{path}");
         }
     }
 }
@@ -343,18 +220,19 @@ fn disk_with_data_partition(
 ) -> (LoopDev, Vec<u8>) {
     let dev = LoopDev::new(size, ss);
     let lba = |mib: u64| mib * MIB / ss;
-    run(Command::new("sgdisk")
-        .arg("-n")
-        .arg(format!("1:{}:{}", lba(1), lba(9) - 1))
-        .args(["-c", "1:old-boot"])
-        .arg("-n")
-        .arg(format!(
-            "2:{}:{}",
-            lba(start_mib),
-            lba(start_mib + len_mib) - 1
-        ))
-        .args(["-c", "2:data"])
-        .arg(&dev.path));
+    let old_boot = format!("1:{}:{}", lba(1), lba(9) - 1);
+    let data = format!("2:{}:{}", lba(start_mib), lba(start_mib + len_mib) - 1);
+    let sgdisk = [
+        "-n",
+        &old_boot,
+        "-c",
+        "1:old-boot",
+        "-n",
+        &data,
+        "-c",
+        "2:data",
+    ];
+    run(Command::new("sgdisk").args(sgdisk).arg(&dev.path));
     let data = common::images::pattern((len_mib * MIB) as usize, 77);
     dev.write(start_mib * MIB, &data);
     (dev, data)
@@ -372,33 +250,18 @@ fn write_keeping_a_saved_partition(
 ) -> String {
     let start = (image_size >> 20) + 16;
     let (dev, data) = disk_with_data_partition(ss, image_size + 64 * MIB, start, 32);
-    let inp = Inputs::new();
-    let mut args = vec!["write-image".to_string()];
-    args.extend_from_slice(source);
+    let mut args = source.to_vec();
     args.extend(["--save-partlabel".to_string(), "da*".to_string()]);
-    args.extend(post_args(&inp));
-    args.push(dev.path.display().to_string());
-    let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(out.status.success(), "{}", text(&out));
+    let out = installed("write-image", &args, Some(&Inputs::new()), &dev.path);
     assert_post_installed(&dev.path, spec);
-    let gpt = read_gpt(&dev.path, ss);
-    let used: Vec<(u32, String)> = gpt
-        .iter()
-        .filter(|(_, p)| p.is_used())
-        .map(|(n, p)| (n, p.partition_name.as_str().to_string()))
-        .collect();
-    assert_eq!(
-        used.last().unwrap(),
-        &(5, "data".to_string()),
-        "saved #2 renumbered to 5: {used:?}"
-    );
-    assert_eq!(used.len(), 5);
-    assert_eq!(
-        dev.read(start * MIB, data.len()),
-        data,
+    let used = labels(&read_gpt(&dev.path, ss));
+    assert_eq!(used.len(), 5, "{used:?}");
+    assert_eq!(used[4], (5, "data".to_string()), "saved #2 renumbered to 5");
+    assert!(
+        dev.read(start * MIB, data.len()) == data,
         "saved data changed"
     );
-    text(&out)
+    out
 }
 
 #[test]
@@ -408,13 +271,7 @@ fn saved_partitions_keep_their_data_and_name_and_are_renumbered() {
     }
     for ss in [512u64, 4096] {
         let set = images(ss);
-        let source = [
-            "--image-file".to_string(),
-            set.xz.path.display().to_string(),
-            "--sha256".into(),
-            set.xz.sha256.clone(),
-        ];
-        write_keeping_a_saved_partition(ss, set.raw.size, &set.spec, &source);
+        write_keeping_a_saved_partition(ss, set.raw.size, &set.spec, &source(&set.xz));
     }
 }
 
@@ -447,29 +304,17 @@ fn a_saved_partition_inside_the_image_is_refused_before_writing() {
     }
     let set = images(512);
     let (dev, _) = disk_with_data_partition(512, set.raw.size + 64 * MIB, 40, 16);
-    let before = run(Command::new("sha256sum").arg(&dev.path));
-    let out = cli(&[
-        "write-image",
-        "--image-file",
-        set.gz.path.to_str().unwrap(),
-        "--sha256",
-        &set.gz.sha256,
-        "--save-partindex",
-        "2",
-        dev.path.to_str().unwrap(),
-    ]);
+    let before = dev.sha256();
+    let mut args = source(&set.gz);
+    args.extend(["--save-partindex".to_string(), "2".to_string()]);
+    let out = install("write-image", &args, None, &dev.path);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("saved partition 2") && stderr.contains("nothing was written"),
-        "{stderr}"
-    );
-    let message = stderr
-        .lines()
-        .find(|l| l.contains("saved partition 2"))
-        .unwrap_or_default();
+    let message = stderr.lines().find(|l| l.contains("saved partition 2"));
+    let message = message.unwrap_or_else(|| panic!("{stderr}"));
+    assert!(stderr.contains("nothing was written"), "{stderr}");
     assert!(!message.contains("  "), "a run of spaces in {message:?}");
-    assert_eq!(run(Command::new("sha256sum").arg(&dev.path)), before);
+    assert_eq!(dev.sha256(), before);
 }
 
 #[test]
@@ -482,23 +327,11 @@ fn a_failing_post_install_step_resets_the_table_keeping_saved_partitions() {
     let (dev, data) = disk_with_data_partition(512, set.raw.size + 64 * MIB, start, 32);
     let inp = Inputs::new();
     // More than the boot filesystem can hold: the network copy fails with ENOSPC.
-    std::fs::write(
-        PathBuf::from(inp.net()).join("huge.nmconnection"),
-        vec![b'x'; 40 << 20],
-    )
-    .unwrap();
-    let mut args = vec![
-        "write-image".to_string(),
-        "--image-file".into(),
-        set.gz.path.display().to_string(),
-        "--sha256".into(),
-        set.gz.sha256.clone(),
-        "--save-partlabel".into(),
-        "data".into(),
-    ];
-    args.extend(post_args(&inp));
-    args.push(dev.path.display().to_string());
-    let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let huge = inp.dir.path().join("net/huge.nmconnection");
+    std::fs::write(huge, vec![b'x'; 40 << 20]).unwrap();
+    let mut args = source(&set.gz);
+    args.extend(["--save-partlabel".to_string(), "data".to_string()]);
+    let out = install("write-image", &args, Some(&inp), &dev.path);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -506,18 +339,13 @@ fn a_failing_post_install_step_resets_the_table_keeping_saved_partitions() {
         "{stderr}"
     );
     sgdisk_verify(&dev.path);
-    let gpt = read_gpt(&dev.path, 512);
-    let used: Vec<(u32, String)> = gpt
-        .iter()
-        .filter(|(_, p)| p.is_used())
-        .map(|(n, p)| (n, p.partition_name.as_str().to_string()))
-        .collect();
+    let used = labels(&read_gpt(&dev.path, 512));
     assert_eq!(
         used,
-        vec![(2, "data".to_string())],
+        [(2, "data".to_string())],
         "only the saved partition is left"
     );
-    assert_eq!(dev.read(start * MIB, data.len()), data);
+    assert!(dev.read(start * MIB, data.len()) == data);
 }
 
 #[test]
@@ -526,23 +354,12 @@ fn write_image_with_post_install_onto_a_disk_image_file() {
         return;
     }
     let set = images(512);
-    let inp = Inputs::new();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let file = dir.path().join("disk.img");
     std::fs::File::create(&file)
         .unwrap()
         .set_len(set.raw.size + 32 * MIB)
         .unwrap();
-    let mut args = vec![
-        "write-image".to_string(),
-        "--image-file".into(),
-        set.gz.path.display().to_string(),
-        "--sha256".into(),
-        set.gz.sha256.clone(),
-    ];
-    args.extend(post_args(&inp));
-    args.push(file.display().to_string());
-    let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(out.status.success(), "{}", text(&out));
+    installed("write-image", &source(&set.gz), Some(&Inputs::new()), &file);
     assert_post_installed(&file, &set.spec);
 }

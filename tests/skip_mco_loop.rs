@@ -18,8 +18,8 @@ use assisted_installer::image::Cancel;
 use base64::Engine;
 use common::fake_service::FakeService;
 use common::flow_builder::{FlowBuilder, HOST};
-use common::root::{have_root, sgdisk_verify, LoopDev};
-use coreos_image::{build_raw, cached, ImageSpec, RootFs, XFS_MIN_ROOT_MIB};
+use common::root::{have_root, read_gpt, sgdisk_verify, LoopDev};
+use coreos_image::cached_xfs_raw;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
@@ -27,33 +27,6 @@ use std::sync::{Arc, Mutex};
 
 const MIB: u64 = 1 << 20;
 const IMAGE: &str = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:100p";
-
-/// The smallest CoreOS-like image with an XFS root, raw, cached like the other test images.
-fn xfs_image() -> (ImageSpec, PathBuf) {
-    let spec = ImageSpec {
-        root_fs: RootFs::Xfs,
-        root_mib: XFS_MIN_ROOT_MIB,
-        ..ImageSpec::test(512)
-    };
-    let name = format!("skip-mco-{}", spec.cache_name());
-    let raw = cached(
-        &name,
-        "skip_mco_loop",
-        |dir| {
-            let raw = dir.join("disk.raw");
-            dir.join("COMPLETE").exists().then_some(raw)
-        },
-        |dir| {
-            std::fs::create_dir_all(dir)?;
-            let raw = dir.join("disk.raw");
-            build_raw(&spec, &raw)?;
-            std::fs::write(dir.join("COMPLETE"), "")?;
-            Ok(raw)
-        },
-    )
-    .expect("the XFS test image");
-    (spec, raw)
-}
 
 fn base64(data: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(data)
@@ -124,24 +97,17 @@ fn runner(
     })
 }
 
-/// The size of the data section of the XFS mounted on `mnt`, from the `data = bsize=…
-/// blocks=…` line of `xfs_info`.
+/// The size of the data section of the XFS mounted on `mnt`: `xfs_info`'s first `bsize=` and
+/// `blocks=`, both on its `data` line.
 fn xfs_data_bytes(mnt: &std::path::Path) -> u64 {
     let out = common::root::run(Command::new("xfs_info").arg(mnt));
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("data"))
-        .unwrap_or_else(|| panic!("xfs_info: {out}"));
+    let data = &out[out
+        .find("\ndata")
+        .unwrap_or_else(|| panic!("xfs_info: {out}"))..];
     let field = |name: &str| -> u64 {
-        let at = line
-            .find(name)
-            .unwrap_or_else(|| panic!("{name} in {line}"))
-            + name.len();
-        let digits: String = line[at..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits.parse().unwrap()
+        let value = data.split_once(name).unwrap().1;
+        let digits = value.split(|c: char| !c.is_ascii_digit()).next();
+        digits.unwrap().parse().unwrap()
     };
     field("bsize=") * field("blocks=")
 }
@@ -196,7 +162,7 @@ fn the_root_partition_grows_as_go_computes_and_the_image_is_deployed_onto_the_mo
     ) {
         return;
     }
-    let (spec, raw) = xfs_image();
+    let (spec, raw) = cached_xfs_raw().expect("the XFS test image");
     let dev = LoopDev::new(2048 * MIB, 512);
     let disk = dev.path.display().to_string();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -270,8 +236,9 @@ fn the_root_partition_grows_as_go_computes_and_the_image_is_deployed_onto_the_mo
     let used_mib = 1 + 8 + 32 + root_mib;
     assert_eq!(free, (2048 - used_mib - root_mib) * 100 / 2048, "{before}");
     let lines = commands.lines();
-    let start = lines.iter().position(|l| l.starts_with("partx ")).unwrap();
-    let end = lines.iter().rposition(|l| l == "umount /mnt").unwrap();
+    let start = lines.iter().position(|l| l.starts_with("partx "));
+    let end = lines.iter().rposition(|l| l == "umount /mnt");
+    let (start, end) = start.zip(end).unwrap_or_else(|| panic!("{lines:#?}"));
     assert_eq!(
         lines[start..=end],
         [
@@ -300,8 +267,7 @@ fn the_root_partition_grows_as_go_computes_and_the_image_is_deployed_onto_the_mo
 
     // The root partition ends where growpart leaves `free` % of the disk's sectors unused.
     sgdisk_verify(&dev.path);
-    let mut f = std::fs::File::open(&dev.path).unwrap();
-    let gpt = gptman::GPT::read_from(&mut f, 512).unwrap();
+    let gpt = read_gpt(&dev.path, 512);
     let sectors = 2048 * MIB / 512;
     let root = &gpt[4];
     assert_eq!(

@@ -8,20 +8,27 @@ mod coreos_image;
 
 use common::http_server::{Fault, Route, TestServer};
 use common::images::assert_image_on_disk;
-use common::root::{have_root, run, sgdisk_verify, LoopDev};
-use coreos_image::{cached_image_set, Compression, ImageFile, ImageSet, ImageSpec};
+use common::root::{assert_empty_gpt, have_root, run, sgdisk_verify, text, LoopDev};
+use coreos_image::{cached_image_set, Compression, ImageSet, ImageSpec};
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 const MIB: u64 = 1 << 20;
 
-fn images(ss: u64) -> &'static ImageSet {
-    static SETS: [OnceLock<ImageSet>; 2] = [OnceLock::new(), OnceLock::new()];
-    SETS[(ss == 4096) as usize]
-        .get_or_init(|| cached_image_set(&ImageSpec::test(ss)).expect("test images"))
+fn images(ss: u64) -> ImageSet {
+    cached_image_set(&ImageSpec::test(ss)).expect("test images")
+}
+
+/// The source arguments: `--image-url` (an http URL) or `--image-file`, and `--sha256`.
+fn from<'a>(source: &'a str, sha256: &'a str) -> [&'a str; 4] {
+    let flag = if source.starts_with("http") {
+        "--image-url"
+    } else {
+        "--image-file"
+    };
+    [flag, source, "--sha256", sha256]
 }
 
 fn write_image(args: &[&str], dev: &Path) -> Output {
@@ -31,15 +38,6 @@ fn write_image(args: &[&str], dev: &Path) -> Output {
         .arg(dev)
         .output()
         .expect("running assisted-installer")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The device holds the raw image (see `assert_image_on_disk` for the table sectors the GPT
@@ -58,57 +56,48 @@ fn write_corrupted(srv: &TestServer, set: &ImageSet, dev: &LoopDev) -> Output {
         "/img.raw",
         Route::file(&set.raw.path).with_sticky(vec![Fault::CorruptByte(set.raw.size / 2 + 12345)]),
     );
-    write_image(
-        &[
-            "--image-url",
-            &srv.url("/img.raw"),
-            "--sha256",
-            &set.raw.sha256,
-        ],
-        &dev.path,
-    )
+    write_image(&from(&srv.url("/img.raw"), &set.raw.sha256), &dev.path)
 }
 
-fn whole_device_sha256(dev: &LoopDev) -> String {
-    let out = run(Command::new("sha256sum").arg(&dev.path));
-    out.split_whitespace().next().unwrap().to_string()
+/// `write-image` with `args` onto `dev` must fail before writing anything, saying each of
+/// `wanted` on stderr.
+fn assert_refused(dev: &LoopDev, args: &[&str], wanted: &[&str]) {
+    let before = dev.sha256();
+    let out = write_image(args, &dev.path);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        wanted.iter().all(|w| stderr.contains(w)),
+        "{wanted:?}: {stderr}"
+    );
+    assert_eq!(dev.sha256(), before, "the device was modified");
 }
 
-fn each_format_over_http(ss: u64) {
-    let set = images(ss);
-    let srv = TestServer::start();
-    for c in [
+#[test]
+fn each_format_over_http_onto_512_and_4096_byte_loop_devices() {
+    if !have_root("each_format_over_http_onto_512_and_4096_byte_loop_devices") {
+        return;
+    }
+    let compressions = [
         None,
         Some(Compression::Gzip),
         Some(Compression::Xz),
         Some(Compression::Zstd),
-    ] {
-        let file: &ImageFile = set.compressed(c);
-        let url = srv.serve_file(&format!("/img-{c:?}"), &file.path);
-        let dev = LoopDev::new(set.raw.size + 64 * MIB, ss);
-        let out = write_image(&["--image-url", &url, "--sha256", &file.sha256], &dev.path);
-        assert!(out.status.success(), "{c:?} at {ss}: {}", text(&out));
-        assert_written(&dev, set);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            stdout.contains("MB/s") && stdout.contains(&file.sha256),
-            "{stdout}"
-        );
-        assert!(stdout.contains("verified"), "{stdout}");
-    }
-}
-
-#[test]
-fn each_format_over_http_onto_a_512_byte_loop_device() {
-    if have_root("each_format_over_http_onto_a_512_byte_loop_device") {
-        each_format_over_http(512);
-    }
-}
-
-#[test]
-fn each_format_over_http_onto_a_4096_byte_loop_device() {
-    if have_root("each_format_over_http_onto_a_4096_byte_loop_device") {
-        each_format_over_http(4096);
+    ];
+    for ss in [512, 4096] {
+        let set = images(ss);
+        let srv = TestServer::start();
+        for c in compressions {
+            let file = set.compressed(c);
+            let url = srv.serve_file(&format!("/img-{c:?}"), &file.path);
+            let dev = LoopDev::new(set.raw.size + 64 * MIB, ss);
+            let out = write_image(&from(&url, &file.sha256), &dev.path);
+            assert!(out.status.success(), "{c:?} at {ss}: {}", text(&out));
+            assert_written(&dev, &set);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let wanted = ["MB/s", &file.sha256, "verified"];
+            assert!(wanted.iter().all(|w| stdout.contains(w)), "{stdout}");
+        }
     }
 }
 
@@ -124,17 +113,9 @@ fn a_connection_cut_at_half_is_resumed_and_the_disk_is_identical() {
         Route::file(&set.gz.path).with_faults(vec![vec![Fault::CutAfter(set.gz.size / 2)]]),
     );
     let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
-    let out = write_image(
-        &[
-            "--image-url",
-            &srv.url("/img.gz"),
-            "--sha256",
-            &set.gz.sha256,
-        ],
-        &dev.path,
-    );
+    let out = write_image(&from(&srv.url("/img.gz"), &set.gz.sha256), &dev.path);
     assert!(out.status.success(), "{}", text(&out));
-    assert_written(&dev, set);
+    assert_written(&dev, &set);
     let reqs = srv.requests_for("/img.gz");
     assert_eq!(reqs.len(), 2, "{reqs:?}");
     assert!(
@@ -156,18 +137,12 @@ fn not_found_is_a_clear_error_and_the_disk_is_untouched() {
     let srv = TestServer::start();
     let dev = LoopDev::new(64 * MIB, 512);
     dev.write(0, &vec![0xa5u8; MIB as usize]);
-    let before = whole_device_sha256(&dev);
-    let out = write_image(
-        &["--image-url", &srv.url("/nope.raw.gz"), "--insecure"],
-        &dev.path,
+    let url = srv.url("/nope.raw.gz");
+    assert_refused(
+        &dev,
+        &["--image-url", &url, "--insecure"],
+        &["404", "/nope.raw.gz"],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("404") && stderr.contains("/nope.raw.gz"),
-        "{stderr}"
-    );
-    assert_eq!(whole_device_sha256(&dev), before);
 }
 
 #[test]
@@ -180,14 +155,14 @@ fn a_corrupt_byte_fails_the_digest_and_leaves_an_empty_gpt() {
         let srv = TestServer::start();
         // Raw: nothing but the digest can notice. Past the first MiB, so the write is under way.
         let dev = LoopDev::new(set.raw.size + 16 * MIB, ss);
-        let out = write_corrupted(&srv, set, &dev);
+        let out = write_corrupted(&srv, &set, &dev);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             stderr.contains("sha256") && stderr.contains(&set.raw.sha256),
             "{stderr}"
         );
-        common::root::assert_empty_gpt(&dev.path, ss);
+        assert_empty_gpt(&dev.path, ss);
     }
 }
 
@@ -227,12 +202,7 @@ fn partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one() {
     let set = images(4096);
     let dev = LoopDev::new(set.raw.size + 16 * MIB, 4096);
     let out = write_image(
-        &[
-            "--image-file",
-            set.raw.path.to_str().unwrap(),
-            "--sha256",
-            &set.raw.sha256,
-        ],
+        &from(set.raw.path.to_str().unwrap(), &set.raw.sha256),
         &dev.path,
     );
     assert!(out.status.success(), "{}", text(&out));
@@ -257,9 +227,9 @@ fn partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one() {
     }
 
     // The same disk again, with an image that fails its digest half-way.
-    let out = write_corrupted(&TestServer::start(), set, &dev);
+    let out = write_corrupted(&TestServer::start(), &set, &dev);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    common::root::assert_empty_gpt(&dev.path, 4096);
+    assert_empty_gpt(&dev.path, 4096);
     assert_eq!(kernel_partitions(&dev), vec![], "{}", text(&out));
 }
 
@@ -274,12 +244,7 @@ fn a_mounted_device_is_refused_naming_the_mountpoint() {
     let mnt = tempfile::tempdir().unwrap();
     run(Command::new("mount").arg(&dev.path).arg(mnt.path()));
     let out = write_image(
-        &[
-            "--image-file",
-            set.gz.path.to_str().unwrap(),
-            "--sha256",
-            &set.gz.sha256,
-        ],
+        &from(set.gz.path.to_str().unwrap(), &set.gz.sha256),
         &dev.path,
     );
     run(Command::new("umount").arg(mnt.path()));
@@ -302,20 +267,10 @@ fn a_device_too_small_is_refused_before_anything_is_written() {
     let pattern = vec![0x3cu8; MIB as usize];
     dev.write(0, &pattern);
     dev.write(set.raw.size - 9 * MIB, &pattern);
-    let before = whole_device_sha256(&dev);
     let srv = TestServer::start();
     let url = srv.serve_file("/img.xz", &set.xz.path);
-    let out = write_image(
-        &["--image-url", &url, "--sha256", &set.xz.sha256],
-        &dev.path,
-    );
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("holds only") && stderr.contains("nothing was written"),
-        "{stderr}"
-    );
-    assert_eq!(whole_device_sha256(&dev), before, "the device was modified");
+    let args = from(&url, &set.xz.sha256);
+    assert_refused(&dev, &args, &["holds only", "nothing was written"]);
 }
 
 #[test]
@@ -325,23 +280,8 @@ fn an_image_with_the_other_sector_size_is_refused_before_anything_is_written() {
     }
     let set = images(4096);
     let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
-    let before = whole_device_sha256(&dev);
-    let out = write_image(
-        &[
-            "--image-file",
-            set.gz.path.to_str().unwrap(),
-            "--sha256",
-            &set.gz.sha256,
-        ],
-        &dev.path,
-    );
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("4096-byte sectors") && stderr.contains("512-byte sectors"),
-        "{stderr}"
-    );
-    assert_eq!(whole_device_sha256(&dev), before);
+    let args = from(set.gz.path.to_str().unwrap(), &set.gz.sha256);
+    assert_refused(&dev, &args, &["4096-byte sectors", "512-byte sectors"]);
 }
 
 #[test]
@@ -404,5 +344,5 @@ fn sigterm_mid_write_leaves_an_empty_gpt_and_exits_143() {
         stderr.contains("SIGTERM") && stderr.contains("interrupted"),
         "{stderr}"
     );
-    common::root::assert_empty_gpt(&dev.path, 512);
+    assert_empty_gpt(&dev.path, 512);
 }
