@@ -3,10 +3,8 @@
 
 mod common;
 
-use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use assisted_installer::config::Role;
@@ -470,32 +468,12 @@ fn logs_progress_requests() {
     );
 }
 
-/// Collects everything tracing writes, at every level.
-#[derive(Clone, Default)]
-struct LogBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn the_token_never_appears_in_errors_debug_or_logs() {
     let token = "s3cr3t-T0KEN-value-0987654321";
     let (fake, srv) = served();
     fake.set_token(token);
-    let logs = LogBuffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
+    let (subscriber, logs) = common::log_capture(tracing::Level::TRACE);
     let mut texts = Vec::new();
     // The process-wide subscriber, not a scoped one: tracing caches a callsite's interest when
     // it is first hit, and another test thread, without this subscriber, may hit the retry log
@@ -533,7 +511,7 @@ fn the_token_never_appears_in_errors_debug_or_logs() {
         let e = closed.get_cluster(CLUSTER, true).unwrap_err();
         texts.push(format!("{e:#} {e:?}"));
     }
-    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let logs = logs();
     assert!(logs.contains("retrying"), "retries are logged: {logs}");
     assert!(logs.contains("--insecure"), "{logs}");
     for text in texts.iter().chain(std::iter::once(&logs)) {
