@@ -119,15 +119,6 @@ impl Harness {
     }
 }
 
-fn fast_retry() -> ClientRetry {
-    ClientRetry {
-        min_retries: 3,
-        max_retries: 30,
-        delay_base: Duration::from_millis(1),
-        delay_cap: Duration::from_millis(10),
-    }
-}
-
 #[test]
 fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
     let h = Harness::new("master");
@@ -310,15 +301,6 @@ fn skip_installation_disk_cleanup_runs_no_cleanup_command() {
         .lines()
         .iter()
         .any(|l| l.starts_with("wipefs") || l.starts_with("vgs")));
-}
-
-#[test]
-fn service_answering_503_then_200_is_retried() {
-    let h = Harness::new("master");
-    h.svc.fail_next(2, 503);
-    let srv = TestServer::with_app(h.svc.clone());
-    run(h.flow_over_http("master", &srv, fast_retry())).unwrap();
-    assert_eq!(h.reports(), installed_as("master"));
 }
 
 #[test]

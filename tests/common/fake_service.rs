@@ -1,26 +1,17 @@
 #![allow(dead_code)]
-//! The fake assisted-service: the service's side of the calls the installer makes, with its
-//! stage rules, as one model with two faces:
-//! * in memory, as an [`InventoryClient`] (the flow scenarios);
-//! * on the socket, as an [`App`] of the test HTTP server (the REST client, the swagger
-//!   contract test, the binary end to end): `TestServer::with_app(fake.clone())`.
+//! The fake assisted-service, one model with two faces: in memory as an [`InventoryClient`]
+//! (the flow scenarios), and on the socket as an [`App`] of the test HTTP server
+//! (`TestServer::with_app(fake.clone())`: the REST clients, the swagger contract, the binary).
 //!
-//! The service's rules it keeps, on both faces:
-//! * stages per host: a stage may repeat (new info such as "55%") or move forward in the order
-//!   of the host's role (skipping is fine), never backwards (409); a stage outside the role's
-//!   order is a 409; `Failed` is accepted from any stage and is final (anything after it, 409).
-//!   The role is the one given with [`FakeService::set_host_role`], else the host list's
-//!   (`bootstrap: true` means the bootstrap order), else `master`;
-//! * injected answers: [`FakeService::fail_next`] (any call) and [`FakeService::fail_path`]
-//!   (calls whose path contains a string); on the socket they come after the token check.
-//!
-//! Log uploads are recorded on both faces (on the socket, the multipart body's file part).
-//!
-//! On the socket only: `X-Secret-Key` must be the token (else 401 with the swagger's
-//! `infra_error` body), and bodies are checked (an unknown stage is a 400). The controller's
-//! calls are served there too: finalizing stages, monitored operators (list and reports, which
-//! update the list), the ingress CA, credentials downloads, `complete-installation` and events,
-//! each recorded.
+//! Both faces keep the service's stage rules: per host, a stage may repeat or move forward in
+//! its role's order (skipping is fine), never backwards, and one outside that order is a 409;
+//! `Failed` is accepted from any stage and is final. The role is the one given with
+//! [`FakeService::set_host_role`], else the host list's (`bootstrap: true` means the bootstrap
+//! order), else `master`. Injected answers ([`FakeService::fail_next`], `fail_path`) apply on
+//! both; on the socket after the token check (`X-Secret-Key`, else 401 with swagger's
+//! `infra_error`) and before the body checks (a 400). The socket also serves the controller's
+//! calls: finalizing stages, monitored operators (reports update the list), the ingress CA,
+//! credentials, `complete-installation` and events, each recorded.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
