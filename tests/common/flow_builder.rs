@@ -272,15 +272,16 @@ pub(crate) fn reports(pairs: &[(&str, &str)]) -> Vec<Report> {
     pairs.iter().map(|(stage, info)| s(stage, info)).collect()
 }
 
-/// The reports of a successful write: "" then 5%, 10%, … 100%.
+/// The reports of a stage that runs to completion: "" then 5%, 10%, … 100%.
+pub(crate) fn with_percents(stage: &str) -> Vec<Report> {
+    let percents = (5..=100).step_by(5).map(|p| format!("{p}%"));
+    let infos = std::iter::once(String::new()).chain(percents);
+    infos.map(|info| s(stage, &info)).collect()
+}
+
+/// The reports of a successful write.
 pub(crate) fn writing() -> Vec<Report> {
-    std::iter::once(s("Writing image to disk", ""))
-        .chain(
-            (5..=100)
-                .step_by(5)
-                .map(|p| s("Writing image to disk", &format!("{p}%"))),
-        )
-        .collect()
+    with_percents("Writing image to disk")
 }
 
 /// The reports of a host that installs as `role` like a master: started, written, rebooting.
