@@ -56,14 +56,12 @@ fn host_ign(hostname: &str) -> String {
     .to_string()
 }
 
-fn inventory(ip: &str) -> String {
-    json!({"interfaces": [{"name": "eno1", "ipv4_addresses": [format!("{ip}/24")]}]}).to_string()
-}
-
 fn host(id: &str, role: &str, name: &str, ip: &str) -> serde_json::Value {
     let mut h = common::fake_service::host_json(id, INFRA, role, None);
     h["requested_hostname"] = json!(name);
-    h["inventory"] = json!(inventory(ip));
+    let inventory =
+        json!({"interfaces": [{"name": "eno1", "ipv4_addresses": [format!("{ip}/24")]}]});
+    h["inventory"] = json!(inventory.to_string());
     h
 }
 

@@ -39,37 +39,30 @@ const WORKER: &str = "4f5a6b7c-8d9e-4f0a-9b2c-3d4e5f6a7b8c";
 const BROKEN: &str = "5a6b7c8d-9e0f-4a1b-8c3d-4e5f6a7b8c9d";
 const NEVER: &str = "6b7c8d9e-0f1a-4b2c-9d4e-5f6a7b8c9d0e";
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// `$var`, else `default` under the repository root.
+fn path_from(var: &str, default: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    std::env::var_os(var).map_or_else(|| root.join(default), PathBuf::from)
 }
 
 fn prism_bin() -> PathBuf {
-    std::env::var_os("AI_PRISM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/prism/node_modules/.bin/prism"))
+    path_from("AI_PRISM_BIN", "target/prism/node_modules/.bin/prism")
 }
 
 fn swagger_path() -> PathBuf {
-    std::env::var_os("AI_SWAGGER_PATH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared/assisted-service/swagger.yaml"))
+    path_from("AI_SWAGGER_PATH", "../shared/assisted-service/swagger.yaml")
 }
 
 /// `Some(reason)` when the test cannot run here; panics instead when CI requires it.
 fn missing_prerequisite() -> Option<String> {
-    let mut missing = Vec::new();
-    if !prism_bin().is_file() {
-        missing.push(format!(
-            "Prism not found at {} (run scripts/prism.sh, or set AI_PRISM_BIN)",
-            prism_bin().display()
-        ));
-    }
-    if !swagger_path().is_file() {
-        missing.push(format!(
-            "swagger not found at {} (set AI_SWAGGER_PATH)",
-            swagger_path().display()
-        ));
-    }
+    let missing: Vec<String> = [
+        (prism_bin(), "run scripts/prism.sh, or set AI_PRISM_BIN"),
+        (swagger_path(), "set AI_SWAGGER_PATH"),
+    ]
+    .into_iter()
+    .filter(|(path, _)| !path.is_file())
+    .map(|(path, hint)| format!("{} not found ({hint})", path.display()))
+    .collect();
     if missing.is_empty() {
         return None;
     }

@@ -456,18 +456,15 @@ impl State {
 
 /// Fills in the fields swagger marks required, so that answers validate.
 fn complete_host(mut host: Value) -> Value {
-    if let Value::Object(map) = &mut host {
-        let id = map["id"]
-            .as_str()
-            .unwrap_or("00000000-0000-4000-8000-000000000000");
-        let href = format!("{BASE_PATH}/v2/hosts/{id}");
-        let id = id.to_string();
-        map.entry("kind").or_insert_with(|| json!("Host"));
-        map.entry("id").or_insert_with(|| json!(id));
-        map.entry("href").or_insert_with(|| json!(href));
-        map.entry("status")
-            .or_insert_with(|| json!("installing-in-progress"));
-        map.entry("status_info").or_insert_with(|| json!(""));
+    let id = host["id"]
+        .as_str()
+        .unwrap_or("00000000-0000-4000-8000-000000000000");
+    let required = json!({"kind": "Host", "id": id, "href": format!("{BASE_PATH}/v2/hosts/{id}"),
+        "status": "installing-in-progress", "status_info": ""});
+    if let (Value::Object(map), Value::Object(required)) = (&mut host, required) {
+        for (field, value) in required {
+            map.entry(field).or_insert(value);
+        }
     }
     host
 }
