@@ -271,20 +271,6 @@ fn a_server_that_comes_up_later_is_reached() {
 }
 
 #[test]
-fn a_temporarily_unavailable_server_is_reached() {
-    let (fake, srv) = served();
-    srv.unavailable_for(Duration::from_millis(300));
-    let retry = ClientRetry {
-        delay_base: Duration::from_millis(10),
-        delay_cap: Duration::from_millis(40),
-        ..ClientRetry::installer()
-    };
-    let c = client_for(&srv.base_url(), &fake.token(), retry);
-    let cluster = c.get_cluster(CLUSTER, true).unwrap();
-    assert_eq!(cluster.id, CLUSTER);
-}
-
-#[test]
 fn a_closed_server_gives_an_error_after_the_retries() {
     let addr = closed_port();
     let c = client_for(&format!("http://{addr}"), "tok-xyz-123456", fast_retry(3));
