@@ -15,7 +15,7 @@ use common::fake_kube::FakeKube;
 use common::fake_service::FakeService;
 use common::fake_writer::FakeWriter;
 use common::flow_builder::{
-    failed_info, run, s, writing, FlowBuilder, Report, HOST, INFRA, LSBLK_VDA,
+    failed_info, reports, run, s, writing, FlowBuilder, Report, HOST, INFRA, LSBLK_VDA,
 };
 use common::untar::untar_gz;
 use serde_json::json;
@@ -56,15 +56,19 @@ fn host_ign(hostname: &str) -> String {
     .to_string()
 }
 
-fn inventory(ip: &str) -> String {
-    json!({"interfaces": [{"name": "eno1", "ipv4_addresses": [format!("{ip}/24")]}]}).to_string()
-}
-
 fn host(id: &str, role: &str, name: &str, ip: &str) -> serde_json::Value {
     let mut h = common::fake_service::host_json(id, INFRA, role, None);
     h["requested_hostname"] = json!(name);
-    h["inventory"] = json!(inventory(ip));
+    let inventory =
+        json!({"interfaces": [{"name": "eno1", "ipv4_addresses": [format!("{ip}/24")]}]});
+    h["inventory"] = json!(inventory.to_string());
     h
+}
+
+/// The cluster's `install-config` (in `kube-system/cluster-config-v1`).
+fn set_install_config(kube: &FakeKube, yaml: &str) {
+    let data = BTreeMap::from([("install-config".to_string(), yaml.to_string())]);
+    kube.set_config_map("kube-system", "cluster-config-v1", data);
 }
 
 struct Harness {
@@ -96,23 +100,13 @@ impl Harness {
             host(MASTER2, "master", "master-2", "192.0.2.12"),
         ]);
         let kube = FakeKube::new();
-        let mut install_config = BTreeMap::new();
-        install_config.insert(
-            "install-config".to_string(),
-            "controlPlane:\n  replicas: 3\n".to_string(),
-        );
-        kube.set_config_map("kube-system", "cluster-config-v1", install_config);
+        set_install_config(&kube, "controlPlane:\n  replicas: 3\n");
         for (name, ip) in [("master-1", "192.0.2.11"), ("master-2", "192.0.2.12")] {
-            let mut ann = BTreeMap::new();
-            ann.insert(
-                "machineconfiguration.openshift.io/currentConfig".to_string(),
-                "rendered-master-1".to_string(),
-            );
-            ann.insert(
-                "machineconfiguration.openshift.io/desiredConfig".to_string(),
-                "rendered-master-1".to_string(),
-            );
-            kube.set_node(name, "master", true, ip, ann);
+            let ann = ["current", "desired"].map(|c| {
+                let key = format!("machineconfiguration.openshift.io/{c}Config");
+                (key, "rendered-master-1".to_string())
+            });
+            kube.set_node(name, "master", true, ip, BTreeMap::from(ann));
         }
         kube.add_machine_config("rendered-master-1");
         kube.add_event(
@@ -213,31 +207,31 @@ fn mco_line(h: &Harness) -> String {
 }
 
 fn bootstrap_sequence() -> Vec<Report> {
-    let mut v = vec![
-        s("Starting installation", "bootstrap"),
-        s("Installing", "master"),
-    ];
+    let mut v = reports(&[
+        ("Starting installation", "bootstrap"),
+        ("Installing", "master"),
+    ]);
     v.extend(writing());
-    v.extend([
-        s(
+    v.extend(reports(&[
+        (
             "Waiting for control plane",
             "Waiting for bootstrap node preparation",
         ),
-        s(
+        (
             "Waiting for control plane",
             "Waiting for masters to join bootstrap control plane",
         ),
-        s("Waiting for bootkube", ""),
-        s(
+        ("Waiting for bootkube", ""),
+        (
             "Waiting for bootkube",
             "waiting for ETCD bootstrap to be complete",
         ),
-        s(
+        (
             "Waiting for controller",
             "waiting for controller pod ready event",
         ),
-        s("Rebooting", ""),
-    ]);
+        ("Rebooting", ""),
+    ]));
     v
 }
 
@@ -276,37 +270,18 @@ fn bootstrap_happy_path() {
     );
     // What the bootstrap leaves for bootkube.
     let openshift = h.dir.path().join("openshift");
-    let manifest = std::fs::read_to_string(
-        openshift
-            .join("openshift/99_openshift-machineconfig_99-assisted-installer-master-ssh.yaml"),
-    )
-    .unwrap();
+    let ssh = "openshift/99_openshift-machineconfig_99-assisted-installer-master-ssh.yaml";
+    let manifest = std::fs::read_to_string(openshift.join(ssh)).unwrap();
     assert!(manifest.contains(PUB_KEY), "{manifest}");
-    for manifest in [
-        "nm",
-        "sa",
-        "role",
-        "role-binding",
-        "network-policy",
-        "cm",
-        "secret",
-        "pod",
-    ] {
-        let path = openshift.join(format!(
-            "manifests/assisted-installer-controller-{manifest}.yaml"
-        ));
-        assert!(path.exists(), "{}", path.display());
+    let manifests = "nm sa role role-binding network-policy cm secret pod";
+    for manifest in manifests.split(' ') {
+        let name = format!("manifests/assisted-installer-controller-{manifest}.yaml");
+        assert!(openshift.join(&name).exists(), "{name}");
     }
     // The controller's logs, once it is ready.
     assert_eq!(controller_logs_uploaded(&h), [CONTROLLER_LOG]);
-    assert_eq!(
-        h.kube.log_reads(),
-        [(
-            "assisted-installer".to_string(),
-            CONTROLLER_POD.to_string(),
-            Some(3600)
-        )]
-    );
+    let read = ("assisted-installer".to_string(), CONTROLLER_POD.to_string());
+    assert_eq!(h.kube.log_reads(), [(read.0, read.1, Some(3600))]);
     assert_eq!(
         std::fs::read_to_string(h.dir.path().join("extracted_from_ignition.json")).unwrap(),
         r#"{"auths":{"quay.io":{"auth":"dXNlcjpwYXNz"}}}"#
@@ -315,15 +290,10 @@ fn bootstrap_happy_path() {
     let events = h.writer.events();
     assert_eq!(events[0], "stream /dev/vda");
     assert!(events.contains(&"streamed".to_string()));
+    let ignition = h.dir.path().join(format!("install-dir/master-{HOST}.ign"));
     assert_eq!(
-        events.last().unwrap(),
-        &format!(
-            "finish {}",
-            h.dir
-                .path()
-                .join(format!("install-dir/master-{HOST}.ign"))
-                .display()
-        )
+        events.last(),
+        Some(&format!("finish {}", ignition.display()))
     );
     assert!(!events.iter().any(|e| e.starts_with("write")), "{events:?}");
 }
@@ -331,13 +301,10 @@ fn bootstrap_happy_path() {
 #[test]
 fn bootstrap_with_an_arbiter_reports_it_joined() {
     let h = Harness::new("bootstrap");
-    let mut ic = BTreeMap::new();
-    ic.insert(
-        "install-config".to_string(),
-        "controlPlane:\n  replicas: 2\narbiter:\n  replicas: 1\n".to_string(),
+    set_install_config(
+        &h.kube,
+        "controlPlane:\n  replicas: 2\narbiter:\n  replicas: 1\n",
     );
-    h.kube
-        .set_config_map("kube-system", "cluster-config-v1", ic);
     h.kube
         .set_node("arbiter-0", "arbiter", true, "192.0.2.13", BTreeMap::new());
     h.svc.set_hosts(vec![
@@ -418,18 +385,15 @@ fn the_node_image_overlay_is_waited_for_when_oc_is_missing() {
     let h = Harness::new("bootstrap");
     h.runner.fail("stat /usr/bin/oc", 1, "no such file");
     h.runner.ok("stat /usr/bin/oc", "");
-    h.runner.ok(
-        "systemctl show -P ActiveState node-image-pull.service",
-        "inactive",
-    );
-    h.runner.ok(
-        "systemctl show -P ActiveState node-image-pull.service",
-        "active",
-    );
-    h.runner.ok(
-        "systemctl show -P ActiveState node-image-overlay.service",
-        "active",
-    );
+    let state = "systemctl show -P ActiveState";
+    for (unit, answer) in [
+        ("pull", "inactive"),
+        ("pull", "active"),
+        ("overlay", "active"),
+    ] {
+        h.runner
+            .ok(&format!("{state} node-image-{unit}.service"), answer);
+    }
     run(h.flow("bootstrap", 3)).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
 }
@@ -473,11 +437,11 @@ fn other_hosts_are_reported_configuring_from_the_mcs_log() {
 }
 
 fn sno_sequence() -> Vec<Report> {
-    let mut v = vec![
-        s("Starting installation", "master"),
-        s("Installing", "master"),
-        s("Waiting for bootkube", ""),
-    ];
+    let mut v = reports(&[
+        ("Starting installation", "master"),
+        ("Installing", "master"),
+        ("Waiting for bootkube", ""),
+    ]);
     v.extend(writing());
     v.push(s("Rebooting", ""));
     v

@@ -89,29 +89,22 @@ impl MasterRun {
     }
 }
 
-/// A file of the written disk's /boot (partition 3, ext4), read with debugfs.
-fn boot_file(dev: &Path, ss: u64, work: &Path, path: &str) -> String {
-    sgdisk_verify(dev);
-    let mut f = std::fs::File::open(dev).unwrap();
-    let gpt = gptman::GPT::read_from(&mut f, ss).unwrap();
-    let boot = &gpt[3];
-    let (start, len) = (
-        boot.starting_lba * ss,
-        (boot.ending_lba - boot.starting_lba + 1) * ss,
-    );
+/// `debugfs -R request` on the written disk's /boot (partition 3, ext4, copied out once).
+fn debugfs(dev: &Path, work: &Path, request: &str) -> String {
     let boot_fs = work.join("boot.img");
     if !boot_fs.exists() {
+        sgdisk_verify(dev);
+        let mut f = std::fs::File::open(dev).unwrap();
+        let gpt = gptman::GPT::read_from(&mut f, 512).unwrap();
+        let (first, last) = (gpt[3].starting_lba * 512, (gpt[3].ending_lba + 1) * 512);
         run(Command::new("dd")
             .arg(format!("if={}", dev.display()))
             .arg(format!("of={}", boot_fs.display()))
             .args(["bs=1M", "status=none", "iflag=skip_bytes,count_bytes"])
-            .arg(format!("skip={start}"))
-            .arg(format!("count={len}")));
+            .arg(format!("skip={first}"))
+            .arg(format!("count={}", last - first)));
     }
-    run(Command::new("debugfs")
-        .arg("-R")
-        .arg(format!("cat {path}"))
-        .arg(&boot_fs))
+    run(Command::new("debugfs").arg("-R").arg(request).arg(&boot_fs))
 }
 
 #[test]
@@ -145,7 +138,7 @@ fn dry_run_master_writes_a_bootable_disk_with_the_served_ignition() {
     cmd.env("ASSISTED_INSTALLER_HOST_ROOT", "/");
     let r = run_master(cmd, &dev.path, &installer_args);
     r.assert_installed();
-    let cat = |p: &str| boot_file(&dev.path, 512, r.dir.path(), p);
+    let cat = |p: &str| debugfs(&dev.path, r.dir.path(), &format!("cat {p}"));
     assert_eq!(cat("/ignition/config.ign"), IGNITION);
     assert!(cat("/loader/entries/ostree-1-rhcos.conf").contains(" nameserver=8.8.8.8"));
     assert!(cat("/coreos-firstboot-network/eno1.nmconnection").contains("id=eno1"));
@@ -234,7 +227,7 @@ fn dry_run_master_in_a_container_installs_the_hosts_live_image_and_keyfiles() {
         "{}",
         r.stderr()
     );
-    let cat = |p: &str| boot_file(&dev.path, 512, r.dir.path(), p);
+    let cat = |p: &str| debugfs(&dev.path, r.dir.path(), &format!("cat {p}"));
     assert_eq!(cat("/ignition/config.ign"), IGNITION);
     let bls = cat("/loader/entries/ostree-1-rhcos.conf");
     let options = bls.lines().find(|l| l.starts_with("options ")).unwrap();
@@ -244,16 +237,10 @@ fn dry_run_master_in_a_container_installs_the_hosts_live_image_and_keyfiles() {
         cat("/coreos-firstboot-network/static-eno1.nmconnection"),
         keyfile
     );
-    let stat = cat_stat(
-        &dev.path,
-        r.dir.path(),
-        "/coreos-firstboot-network/static-eno1.nmconnection",
-    );
+    let keyfile_stat = "stat /coreos-firstboot-network/static-eno1.nmconnection";
+    let stat = debugfs(&dev.path, r.dir.path(), keyfile_stat);
     assert!(stat.contains("Mode:  0600"), "{stat}");
-    let listing = run(Command::new("debugfs")
-        .arg("-R")
-        .arg("ls /coreos-firstboot-network")
-        .arg(r.dir.path().join("boot.img")));
+    let listing = debugfs(&dev.path, r.dir.path(), "ls /coreos-firstboot-network");
     assert!(!listing.contains("decoy"), "{listing}");
     // Everything but the table and /boot is the live image, byte for byte.
     let raw = std::fs::File::open(&fx.raw).unwrap();
@@ -267,38 +254,27 @@ fn dry_run_master_in_a_container_installs_the_hosts_live_image_and_keyfiles() {
     assert!(a == b, "the root partition differs from the live image");
 }
 
-/// `debugfs stat` of a file in the written disk's /boot (after [`boot_file`] extracted it).
-fn cat_stat(dev: &Path, work: &Path, path: &str) -> String {
-    let _ = boot_file(dev, 512, work, "/");
-    run(Command::new("debugfs")
-        .arg("-R")
-        .arg(format!("stat {path}"))
-        .arg(work.join("boot.img")))
-}
-
 #[test]
 fn go_flag_errors_exit_2_with_usage_and_help_exits_0() {
-    let out = Command::new(BIN)
-        .args(["--role", "master", "--no-such-flag"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("no-such-flag") && stderr.contains("-boot-device"),
-        "{stderr}"
-    );
-    let out = Command::new(BIN).arg("-help").output().unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("-installer-args"));
-    let out = Command::new(BIN)
-        .args(["--installer-args", "[not json"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for (args, code, output, wants) in [
+        (
+            &["--role", "master", "--no-such-flag"][..],
+            2,
+            "stderr",
+            &["no-such-flag", "-boot-device"][..],
+        ),
+        (&["-help"], 0, "stdout", &["-installer-args"]),
+        (&["--installer-args", "[not json"], 2, "stderr", &[]),
+    ] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        let text = match output {
+            "stdout" => String::from_utf8_lossy(&out.stdout),
+            _ => stderr,
+        };
+        for want in wants {
+            assert!(text.contains(want), "{args:?}: {text}");
+        }
+    }
 }

@@ -8,7 +8,7 @@ mod common;
 use common::images::{assert_image_on_disk, gpt_image};
 use osmet_pack::{pack, Packed};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, ExitStatus};
 
 // A small osmet packer for tests that need no root: it cuts object extents out of an image in
 // memory and writes the objects, the osmet file (our encoder, the real format) and the packed
@@ -187,26 +187,22 @@ impl Live {
         p
     }
 
-    fn write(&self, disk: &Path, extra: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_assisted-installer"))
-            .arg("write-image")
+    /// `write-image` from the live image onto `disk`: its exit status, stdout and stderr.
+    fn write(&self, disk: &Path, extra: &[&str]) -> (ExitStatus, String, String) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_assisted-installer"));
+        cmd.arg("write-image")
             .arg("--osmet-dir")
-            .arg(self.osmet_dir())
-            .arg("--ostree-repo")
-            .arg(&self.packed.repo)
+            .arg(self.osmet_dir());
+        cmd.arg("--ostree-repo").arg(&self.packed.repo);
+        let out = cmd
             .args(extra)
             .arg(disk)
             .env("NO_COLOR", "1")
             .output()
-            .unwrap()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status, text(&out.stdout), text(&out.stderr))
     }
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 #[test]
@@ -214,9 +210,8 @@ fn rebuilds_and_verifies_the_live_image() {
     let live = Live::new(512, 1);
     assert!(live.packed.extents.len() > 20, "enough extents to matter");
     let disk = live.disk(SIZE + (8 << 20));
-    let out = live.write(&disk, &[]);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (status, stdout, stderr) = live.write(&disk, &[]);
+    assert!(status.success(), "{stdout}\n{stderr}");
     let on_disk = std::fs::read(&disk).unwrap();
     assert_image_on_disk(&on_disk, &live.image, 512);
     assert!(
@@ -237,8 +232,8 @@ fn rebuilds_and_verifies_the_live_image() {
         "{stderr}"
     );
     // --offline is accepted (coreos-installer's flag); nothing is ever downloaded.
-    let out = live.write(&disk, &["--offline"]);
-    assert!(out.status.success(), "{:?}", text(&out));
+    let (status, _, stderr) = live.write(&disk, &["--offline"]);
+    assert!(status.success(), "{stderr}");
 }
 
 #[test]
@@ -249,9 +244,8 @@ fn a_changed_object_byte_fails_the_checksum_and_leaves_an_empty_gpt() {
     bytes[0] ^= 1;
     std::fs::write(obj, bytes).unwrap();
     let disk = live.disk(SIZE);
-    let out = live.write(&disk, &[]);
-    let (_, stderr) = text(&out);
-    assert!(!out.status.success());
+    let (status, _, stderr) = live.write(&disk, &[]);
+    assert!(!status.success());
     assert!(
         stderr.contains("the image does not match the checksum recorded in"),
         "{stderr}"
@@ -269,9 +263,8 @@ fn a_missing_object_is_named_with_its_offset_and_leaves_an_empty_gpt() {
     let (at, obj) = live.packed.extents[live.packed.extents.len() / 3].clone();
     std::fs::remove_file(&obj).unwrap();
     let disk = live.disk(SIZE);
-    let out = live.write(&disk, &[]);
-    let (_, stderr) = text(&out);
-    assert!(!out.status.success());
+    let (status, _, stderr) = live.write(&disk, &[]);
+    assert!(!status.success());
     // The first extent of that object may come before this one: name the object, and an offset.
     let first = live
         .packed
@@ -297,9 +290,8 @@ fn the_sector_size_and_architecture_choose_the_file() {
     // Only a 4096-byte osmet for a 512-byte target (a disk-image file): refused, untouched.
     let disk = live.disk(SIZE);
     std::fs::write(&disk, vec![0xa5u8; SIZE as usize]).unwrap();
-    let out = live.write(&disk, &[]);
-    let (_, stderr) = text(&out);
-    assert!(!out.status.success());
+    let (status, _, stderr) = live.write(&disk, &[]);
+    assert!(!status.success());
     assert!(
         stderr.contains(&format!(
             "is for {} with 512-byte sectors; found: {} (Test CoreOS 4096 {}, 4096-byte sectors)",
@@ -323,9 +315,8 @@ fn the_sector_size_and_architecture_choose_the_file() {
         "a-s390x.osmet",
         &live.dir.path().join("repo2"),
     );
-    let out = live.write(&disk, &[]);
-    let (_, stderr) = text(&out);
-    assert!(!out.status.success());
+    let (status, _, stderr) = live.write(&disk, &[]);
+    assert!(!status.success());
     assert!(stderr.contains("s390x, 512-byte sectors"), "{stderr}");
 }
 
@@ -341,9 +332,8 @@ fn unusable_files_beside_a_good_one_are_skipped() {
     truncated.truncate(40);
     std::fs::write(live.osmet_dir().join("1-truncated.osmet"), truncated).unwrap();
     let disk = live.disk(SIZE);
-    let out = live.write(&disk, &[]);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (status, stdout, stderr) = live.write(&disk, &[]);
+    assert!(status.success(), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("0-garbage.osmet: not an osmet file"),
         "{stderr}"
@@ -356,12 +346,9 @@ fn unusable_files_beside_a_good_one_are_skipped() {
 fn live_image_flags_conflict_with_a_given_image() {
     let live = Live::new(512, 7);
     let disk = live.disk(SIZE);
-    let out = live.write(
-        &disk,
-        &["--image-file", "/nonexistent.raw.gz", "--insecure"],
-    );
-    let (_, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let conflicting = ["--image-file", "/nonexistent.raw.gz", "--insecure"];
+    let (status, _, stderr) = live.write(&disk, &conflicting);
+    assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("cannot be used with"), "{stderr}");
     let out = Command::new(env!("CARGO_BIN_EXE_assisted-installer"))
         .args(["write-image", "--osmet-dir"])
@@ -369,7 +356,7 @@ fn live_image_flags_conflict_with_a_given_image() {
         .arg(&disk)
         .output()
         .unwrap();
-    let (_, stderr) = text(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("--osmet-dir"), "{stderr}");
     assert!(stderr.contains("no such directory"), "{stderr}");

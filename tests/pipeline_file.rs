@@ -147,43 +147,35 @@ fn a_tail_that_is_not_a_whole_buffer_is_written_exactly() {
 }
 
 #[test]
-fn a_compressed_digest_mismatch_fails_and_leaves_an_empty_gpt() {
-    let img = gpt_image(4 << 20, 512, 8);
-    let disk = disk_file(6 << 20);
-    let err = write(
-        Box::new(MemSource::new(gz(&img))),
-        disk.path(),
-        &opts(Expected {
-            compressed: Some(Sha256Sum([7; 32])),
-            uncompressed: None,
-        }),
-    )
-    .unwrap_err();
-    assert!(err.chain().any(|c| c.is::<DigestMismatch>()), "{err:#}");
-    assert!(format!("{err:#}").contains("compressed"), "{err:#}");
-    assert_empty_gpt(disk.path(), 512);
-}
-
-#[test]
-fn an_uncompressed_digest_mismatch_fails_and_leaves_an_empty_gpt() {
-    let img = gpt_image(4 << 20, 4096, 9);
-    let disk = disk_file(6 << 20);
-    let err = write(
-        Box::new(MemSource::new(zst(&img))),
-        disk.path(),
-        &opts(Expected {
-            compressed: None,
-            uncompressed: Some(Sha256Sum([1; 32])),
-        }),
-    )
-    .unwrap_err();
-    let e = err
-        .chain()
-        .find_map(|c| c.downcast_ref::<DigestMismatch>())
-        .unwrap();
-    assert_eq!(e.which, "uncompressed");
-    assert_eq!(e.actual, sha(&img));
-    assert_empty_gpt(disk.path(), 4096);
+fn a_digest_mismatch_fails_and_leaves_an_empty_gpt() {
+    for (which, ss) in [("compressed", 512), ("uncompressed", 4096)] {
+        let img = gpt_image(4 << 20, ss, 8);
+        let bytes = if ss == 512 { gz(&img) } else { zst(&img) };
+        let (wrong, right) = (
+            Some(Sha256Sum([7; 32])),
+            sha(if ss == 512 { &bytes } else { &img }),
+        );
+        let expected = match which {
+            "compressed" => Expected {
+                compressed: wrong,
+                uncompressed: None,
+            },
+            _ => Expected {
+                compressed: None,
+                uncompressed: wrong,
+            },
+        };
+        let disk = disk_file(6 << 20);
+        let src = Box::new(MemSource::new(bytes));
+        let err = write(src, disk.path(), &opts(expected)).unwrap_err();
+        let e = err
+            .chain()
+            .find_map(|c| c.downcast_ref::<DigestMismatch>())
+            .unwrap_or_else(|| panic!("{err:#}"));
+        assert_eq!((e.which, &e.actual), (which, &right));
+        assert!(format!("{err:#}").contains(which), "{err:#}");
+        assert_empty_gpt(disk.path(), ss);
+    }
 }
 
 #[test]

@@ -26,6 +26,7 @@ use assisted_installer::service::{
 };
 use common::fake_service::{host_json, FakeService, BASE_PATH};
 use common::http_server::TestServer;
+use reqwest::blocking::Response;
 use serde_json::json;
 
 const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
@@ -38,37 +39,30 @@ const WORKER: &str = "4f5a6b7c-8d9e-4f0a-9b2c-3d4e5f6a7b8c";
 const BROKEN: &str = "5a6b7c8d-9e0f-4a1b-8c3d-4e5f6a7b8c9d";
 const NEVER: &str = "6b7c8d9e-0f1a-4b2c-9d4e-5f6a7b8c9d0e";
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// `$var`, else `default` under the repository root.
+fn path_from(var: &str, default: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    std::env::var_os(var).map_or_else(|| root.join(default), PathBuf::from)
 }
 
 fn prism_bin() -> PathBuf {
-    std::env::var_os("AI_PRISM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/prism/node_modules/.bin/prism"))
+    path_from("AI_PRISM_BIN", "target/prism/node_modules/.bin/prism")
 }
 
 fn swagger_path() -> PathBuf {
-    std::env::var_os("AI_SWAGGER_PATH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared/assisted-service/swagger.yaml"))
+    path_from("AI_SWAGGER_PATH", "../shared/assisted-service/swagger.yaml")
 }
 
 /// `Some(reason)` when the test cannot run here; panics instead when CI requires it.
 fn missing_prerequisite() -> Option<String> {
-    let mut missing = Vec::new();
-    if !prism_bin().is_file() {
-        missing.push(format!(
-            "Prism not found at {} (run scripts/prism.sh, or set AI_PRISM_BIN)",
-            prism_bin().display()
-        ));
-    }
-    if !swagger_path().is_file() {
-        missing.push(format!(
-            "swagger not found at {} (set AI_SWAGGER_PATH)",
-            swagger_path().display()
-        ));
-    }
+    let missing: Vec<String> = [
+        (prism_bin(), "run scripts/prism.sh, or set AI_PRISM_BIN"),
+        (swagger_path(), "set AI_SWAGGER_PATH"),
+    ]
+    .into_iter()
+    .filter(|(path, _)| !path.is_file())
+    .map(|(path, hint)| format!("{} not found ({hint})", path.display()))
+    .collect();
     if missing.is_empty() {
         return None;
     }
@@ -187,6 +181,44 @@ impl Prism {
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The value of a call that must succeed; the failure with Prism's log.
+    fn must<T>(&self, what: &str, result: anyhow::Result<T>) -> T {
+        result.unwrap_or_else(|e| panic!("{what}: {e:#}\n--- prism log ---\n{}", self.log_text()))
+    }
+
+    /// A request sent around the clients: `method` on `path` below the base path, with `token`
+    /// and a JSON `body` when given.
+    fn send(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Response {
+        let client = reqwest::blocking::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap();
+        let url = format!("{}{BASE_PATH}{path}", self.url());
+        let mut request = client.request(method.parse().unwrap(), url);
+        if let Some(token) = token {
+            request = request.header("X-Secret-Key", token);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("Content-Type", "application/json")
+                .body(body.to_string());
+        }
+        request.send().unwrap()
+    }
+}
+
+/// Prism's answer to a request that violates the spec: 422 with its UNPROCESSABLE_ENTITY
+/// problem type (a validation failure, not a routing or auth answer); the answer's text.
+fn assert_invalid(what: &str, response: Response) -> String {
+    let status = response.status().as_u16();
+    let text = response.text().unwrap_or_default();
+    assert_eq!(status, 422, "Prism rejects {what}: {text}");
+    assert!(
+        text.contains("UNPROCESSABLE_ENTITY"),
+        "Prism rejects {what}: {text}"
+    );
+    text
 }
 
 impl Drop for Prism {
@@ -250,52 +282,51 @@ fn every_client_request_is_valid_against_the_swagger() {
         .unwrap(),
     );
     let c: &dyn InventoryClient = client.as_ref();
-    let fail = |what: &str, e: anyhow::Error| -> ! {
-        panic!("{what}: {e:#}\n--- prism log ---\n{}", prism.log_text())
-    };
     let mut expected_calls = 0usize;
 
     // Cluster and hosts.
-    let cluster = c
-        .get_cluster(CLUSTER, true)
-        .unwrap_or_else(|e| fail("get cluster", e));
+    let cluster = prism.must("get cluster", c.get_cluster(CLUSTER, true));
     assert_eq!(cluster.platform_type(), "vsphere");
     assert!(cluster.hosts.is_empty());
-    let cluster = c
-        .get_cluster(CLUSTER, false)
-        .unwrap_or_else(|e| fail("get cluster + hosts", e));
+    let cluster = prism.must("get cluster + hosts", c.get_cluster(CLUSTER, false));
     assert_eq!(cluster.hosts.len(), 5);
     expected_calls += 2;
     for (role, count) in [(Role::Master, 3), (Role::Arbiter, 1), (Role::Worker, 1)] {
-        let hosts = c
-            .list_cluster_hosts(CLUSTER, Some(&role))
-            .unwrap_or_else(|e| fail(&format!("list {role} hosts"), e));
-        assert_eq!(hosts.len(), count, "{role}");
+        let hosts = c.list_cluster_hosts(CLUSTER, Some(&role));
+        assert_eq!(
+            prism.must(&format!("list {role} hosts"), hosts).len(),
+            count
+        );
         expected_calls += 1;
     }
 
     // Downloads.
     let dir = tempfile::tempdir().unwrap();
     let ign = dir.path().join(format!("master-{BOOTSTRAP}.ign"));
-    c.download_host_ignition(IE, BOOTSTRAP, &ign)
-        .unwrap_or_else(|e| fail("host ignition", e));
+    prism.must(
+        "host ignition",
+        c.download_host_ignition(IE, BOOTSTRAP, &ign),
+    );
     assert!(std::fs::read_to_string(&ign).unwrap().contains("3.2.0"));
     let boot = dir.path().join("bootstrap.ign");
-    c.download_cluster_file(CLUSTER, "bootstrap.ign", &boot)
-        .unwrap_or_else(|e| fail("bootstrap.ign", e));
+    let download = c.download_cluster_file(CLUSTER, "bootstrap.ign", &boot);
+    prism.must("bootstrap.ign", download);
     assert!(std::fs::read_to_string(&boot).unwrap().contains("storage"));
     expected_calls += 2;
 
+    use HostStage::*;
+    let progress = |host: &str, stage: HostStage, info: &str| {
+        let result = c.update_host_progress(IE, host, stage, info);
+        prism.must(&format!("progress {stage} of {host}"), result);
+    };
     // The bootstrap host's own stages, in its order, with the usual infos.
-    let own: Vec<(HostStage, &str)> = vec![
-        (HostStage::StartingInstallation, "bootstrap"),
-        (HostStage::Installing, "master"),
-        (HostStage::WritingImageToDisk, ""),
+    let own = [
+        (StartingInstallation, "bootstrap"),
+        (Installing, "master"),
+        (WritingImageToDisk, ""),
     ];
-    for (stage, info) in &own {
-        c.update_host_progress(IE, BOOTSTRAP, *stage, info)
-            .unwrap_or_else(|e| fail(&format!("progress {stage}"), e));
-        expected_calls += 1;
+    for (stage, info) in own {
+        progress(BOOTSTRAP, stage, info);
     }
     // Percentages through the reporter (which drops failures: checked on the fake below).
     {
@@ -304,88 +335,74 @@ fn every_client_request_is_valid_against_the_swagger() {
             reporter.write_percent(p);
         }
         assert!(reporter.drain(Duration::from_secs(60)));
-        expected_calls += 5; // 12, 55, 60, 97, 100
     }
-    let rest: Vec<(HostStage, &str)> = vec![
-        (HostStage::CopyingRegistryDataToDisk, ""),
-        (HostStage::CopyingRegistryDataToDisk, "50%"),
+    let rest = [
+        (CopyingRegistryDataToDisk, ""),
+        (CopyingRegistryDataToDisk, "50%"),
         (
-            HostStage::WaitingForControlPlane,
+            WaitingForControlPlane,
             "Waiting for bootstrap node preparation",
         ),
         (
-            HostStage::WaitingForControlPlane,
+            WaitingForControlPlane,
             "Waiting for masters to join bootstrap control plane",
         ),
-        (HostStage::WaitingForBootkube, ""),
+        (WaitingForBootkube, ""),
         (
-            HostStage::WaitingForBootkube,
+            WaitingForBootkube,
             "waiting for ETCD bootstrap to be complete",
         ),
         (
-            HostStage::WaitingForController,
+            WaitingForController,
             "waiting for controller pod ready event",
         ),
-        (HostStage::Rebooting, ""),
-        (HostStage::Configuring, ""),
-        (HostStage::Joined, ""),
-        (HostStage::Done, ""),
+        (Rebooting, ""),
+        (Configuring, ""),
+        (Joined, ""),
+        (Done, ""),
     ];
-    for (stage, info) in &rest {
-        c.update_host_progress(IE, BOOTSTRAP, *stage, info)
-            .unwrap_or_else(|e| fail(&format!("progress {stage}"), e));
-        expected_calls += 1;
+    for (stage, info) in rest {
+        progress(BOOTSTRAP, stage, info);
     }
     // Other hosts, as the bootstrap reports them; plus the two stages a bootstrap never has.
-    c.update_host_progress(IE, WORKER, HostStage::WaitingForIgnition, "")
-        .unwrap_or_else(|e| fail("worker waiting for ignition", e));
-    c.update_host_progress(IE, MASTER2, HostStage::Configuring, "")
-        .unwrap_or_else(|e| fail("master configuring", e));
-    c.update_host_progress(IE, MASTER2, HostStage::Joined, "")
-        .unwrap_or_else(|e| fail("master joined", e));
-    c.update_host_progress(
-        IE,
-        BROKEN,
-        HostStage::Failed,
-        "failed executing nsenter [--target 1 -- coreos-installer install], Error exit status 1",
-    )
-    .unwrap_or_else(|e| fail("failed", e));
-    expected_calls += 4;
+    progress(WORKER, WaitingForIgnition, "");
+    progress(MASTER2, Configuring, "");
+    progress(MASTER2, Joined, "");
+    let failed =
+        "failed executing nsenter [--target 1 -- coreos-installer install], Error exit status 1";
+    progress(BROKEN, Failed, failed);
+    // Own stages, the 5 percentages the reporter sends (12, 55, 60, 97, 100), the others.
+    expected_calls += own.len() + 5 + rest.len() + 4;
 
     // Log collection.
-    c.update_host_logs_progress(IE, BOOTSTRAP, LogsState::Requested)
-        .unwrap_or_else(|e| fail("host logs progress", e));
-    c.update_cluster_logs_progress(CLUSTER, LogsState::Requested)
-        .unwrap_or_else(|e| fail("cluster logs progress", e));
-    c.upload_logs(&LogsUpload {
+    let logs = c.update_host_logs_progress(IE, BOOTSTRAP, LogsState::Requested);
+    prism.must("host logs progress", logs);
+    let logs = c.update_cluster_logs_progress(CLUSTER, LogsState::Requested);
+    prism.must("cluster logs progress", logs);
+    let controller_logs = LogsUpload {
         cluster_id: CLUSTER.into(),
         logs_type: LogsType::Controller,
         host: None,
         file_name: "controller_logs.tar.gz".into(),
         data: vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3],
-    })
-    .unwrap_or_else(|e| fail("controller logs upload", e));
-    c.upload_logs(&LogsUpload {
-        cluster_id: CLUSTER.into(),
+    };
+    prism.must("controller logs upload", c.upload_logs(&controller_logs));
+    let host_logs = LogsUpload {
         logs_type: LogsType::Host,
         host: Some((IE.into(), BOOTSTRAP.into())),
         file_name: "logs.tar.gz".into(),
         data: b"host logs".to_vec(),
-    })
-    .unwrap_or_else(|e| fail("host logs upload", e));
+        ..controller_logs
+    };
+    prism.must("host logs upload", c.upload_logs(&host_logs));
     expected_calls += 4;
 
     // Prism forwarded every request, unchanged where it matters.
     let calls = srv.requests();
     assert_eq!(calls.len(), expected_calls, "the fake saw every request");
     for call in &calls {
-        assert!(
-            (200..300).contains(&call.status),
-            "{} {} → {}",
-            call.method,
-            call.path,
-            call.status
-        );
+        let (method, path, status) = (&call.method, &call.path, call.status);
+        assert!((200..300).contains(&status), "{method} {path} → {status}");
         assert!(call.path.starts_with(BASE_PATH), "{}", call.path);
         assert_eq!(call.header("x-secret-key"), Some(fake.token().as_str()));
     }
@@ -418,83 +435,38 @@ fn every_client_request_is_valid_against_the_swagger() {
     }
 
     // Negative controls: Prism must reject requests that violate the spec without forwarding
-    // them. 422 with Prism's UNPROCESSABLE_ENTITY problem type is a validation failure (not a
-    // routing or auth answer).
+    // them.
     let before = srv.requests().len();
-    let raw = reqwest::blocking::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap();
-    let token = fake.token();
-    let expect_invalid = |what: &str, response: reqwest::blocking::Response| {
-        let status = response.status().as_u16();
-        let text = response.text().unwrap_or_default();
-        assert_eq!(status, 422, "Prism rejects {what}: {text}");
-        assert!(
-            text.contains("UNPROCESSABLE_ENTITY"),
-            "Prism rejects {what}: {text}"
-        );
-        text
-    };
-    let text = expect_invalid(
+    let token = Some(fake.token());
+    let token = token.as_deref();
+    let never = format!("/v2/infra-envs/{IE}/hosts/{NEVER}/progress");
+    let bad_stage = r#"{"current_stage":"Not a stage","progress_info":"x"}"#;
+    let text = assert_invalid(
         "an unknown stage",
-        raw.put(format!(
-            "{}{BASE_PATH}/v2/infra-envs/{IE}/hosts/{NEVER}/progress",
-            prism.url()
-        ))
-        .header("X-Secret-Key", &token)
-        .header("Content-Type", "application/json")
-        .body(r#"{"current_stage":"Not a stage","progress_info":"x"}"#)
-        .send()
-        .unwrap(),
+        prism.send("PUT", &never, token, Some(bad_stage)),
     );
     assert!(text.contains("current_stage"), "{text}");
-    expect_invalid(
-        "role=bogus",
-        raw.get(format!(
-            "{}{BASE_PATH}/v2/clusters/{CLUSTER}/hosts?role=bogus",
-            prism.url()
-        ))
-        .header("X-Secret-Key", &token)
-        .send()
-        .unwrap(),
-    );
-    expect_invalid(
+    let hosts = format!("/v2/clusters/{CLUSTER}/hosts?role=bogus");
+    assert_invalid("role=bogus", prism.send("GET", &hosts, token, None));
+    let logs_progress = format!("/v2/clusters/{CLUSTER}/logs-progress");
+    assert_invalid(
         "a logs-progress body without logs_state",
-        raw.put(format!(
-            "{}{BASE_PATH}/v2/clusters/{CLUSTER}/logs-progress",
-            prism.url()
-        ))
-        .header("X-Secret-Key", &token)
-        .header("Content-Type", "application/json")
-        .body("{}")
-        .send()
-        .unwrap(),
+        prism.send("PUT", &logs_progress, token, Some("{}")),
     );
-    expect_invalid(
+    assert_invalid(
         "a cluster id that is not a UUID",
-        raw.get(format!("{}{BASE_PATH}/v2/clusters/not-a-uuid", prism.url()))
-            .header("X-Secret-Key", &token)
-            .send()
-            .unwrap(),
+        prism.send("GET", "/v2/clusters/not-a-uuid", token, None),
     );
     // Prism checks the security requirement too: without X-Secret-Key (agentAuth) it answers 401,
     // so the successes above also show that the header satisfies the spec.
-    let no_auth = raw
-        .put(format!(
-            "{}{BASE_PATH}/v2/infra-envs/{IE}/hosts/{NEVER}/progress",
-            prism.url()
-        ))
-        .header("Content-Type", "application/json")
-        .body(r#"{"current_stage":"Installing"}"#)
-        .send()
-        .unwrap();
-    assert_eq!(
-        no_auth.status().as_u16(),
-        401,
-        "{}",
-        no_auth.text().unwrap_or_default()
+    let no_auth = prism.send(
+        "PUT",
+        &never,
+        None,
+        Some(r#"{"current_stage":"Installing"}"#),
     );
+    let status = no_auth.status().as_u16();
+    assert_eq!(status, 401, "{}", no_auth.text().unwrap_or_default());
     assert_eq!(
         srv.requests().len(),
         before,
@@ -540,35 +512,20 @@ fn every_controller_request_is_valid_against_the_swagger() {
     };
     // Retries wait on a fake clock: a rejected request fails at once or after instant retries.
     let c = ControllerClient::new(&config, CLUSTER, Arc::new(FakeClock::new())).unwrap();
-    let fail = |what: &str, e: anyhow::Error| -> ! {
-        let last = srv
-            .requests()
-            .last()
-            .map(|r| (r.headers.clone(), r.body_text()));
-        panic!(
-            "{what}: {e:#}\nlast request: {last:?}\n--- prism log ---\n{}",
-            prism.log_text()
-        )
-    };
     let dir = tempfile::tempdir().unwrap();
 
-    c.get_cluster(true)
-        .unwrap_or_else(|e| fail("get cluster", e));
-    let cluster = c
-        .get_cluster(false)
-        .unwrap_or_else(|e| fail("get cluster + hosts", e));
+    prism.must("get cluster", c.get_cluster(true));
+    let cluster = prism.must("get cluster + hosts", c.get_cluster(false));
     assert_eq!(cluster.hosts.len(), 5);
     for stage in [HostStage::Configuring, HostStage::Joined, HostStage::Done] {
-        c.update_host_stage(IE, MASTER2, stage)
-            .unwrap_or_else(|e| fail(&format!("host stage {stage}"), e));
+        let result = c.update_host_stage(IE, MASTER2, stage);
+        prism.must(&format!("host stage {stage}"), result);
     }
     for stage in FinalizingStage::ALL {
-        c.update_finalizing_stage(stage)
-            .unwrap_or_else(|e| fail(&format!("finalizing stage {stage}"), e));
+        let result = c.update_finalizing_stage(stage);
+        prism.must(&format!("finalizing stage {stage}"), result);
     }
-    let ops = c
-        .monitored_operators(false)
-        .unwrap_or_else(|e| fail("monitored operators", e));
+    let ops = prism.must("monitored operators", c.monitored_operators(false));
     assert_eq!(ops.len(), 2);
     for report in [
         OperatorMonitorReport {
@@ -584,20 +541,20 @@ fn every_controller_request_is_valid_against_the_swagger() {
             ..OperatorMonitorReport::default()
         },
     ] {
-        c.report_operator_status(&report)
-            .unwrap_or_else(|e| fail(&format!("report {}", report.name), e));
+        let result = c.report_operator_status(&report);
+        prism.must(&format!("report {}", report.name), result);
     }
-    c.upload_ingress_cert("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-        .unwrap_or_else(|e| fail("ingress cert", e));
-    c.download_custom_manifests(&dir.path().join("custom_manifests.json"))
-        .unwrap_or_else(|e| fail("custom manifests", e));
-    c.download_kubeconfig_noingress(&dir.path().join("kubeconfig-noingress"))
-        .unwrap_or_else(|e| fail("kubeconfig-noingress", e));
-    c.complete_installation(&CompletionParams {
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    prism.must("ingress cert", c.upload_ingress_cert(pem));
+    let manifests = c.download_custom_manifests(&dir.path().join("custom_manifests.json"));
+    prism.must("custom manifests", manifests);
+    let kubeconfig = c.download_kubeconfig_noingress(&dir.path().join("kubeconfig-noingress"));
+    prism.must("kubeconfig-noingress", kubeconfig);
+    let success = CompletionParams {
         is_success: true,
         ..CompletionParams::default()
-    })
-    .unwrap_or_else(|e| fail("complete installation (success)", e));
+    };
+    prism.must("complete (success)", c.complete_installation(&success));
     let mut data = serde_json::Map::new();
     data.insert(
         "CLUSTER_OPERATORS_REPORT".into(),
@@ -608,13 +565,12 @@ fn every_controller_request_is_valid_against_the_swagger() {
     // takes any JSON value there and reads that array (its event lists the failed operators),
     // so the body stays Go's; this pins the known mismatch.
     let before = srv.requests().len();
-    let err = c
-        .complete_installation(&CompletionParams {
-            is_success: false,
-            error_info: "Stopped waiting for router ca data: context canceled".into(),
-            data: Some(data.clone()),
-        })
-        .unwrap_err();
+    let mut failure = CompletionParams {
+        is_success: false,
+        error_info: "Stopped waiting for router ca data: context canceled".into(),
+        data: Some(data),
+    };
+    let err = c.complete_installation(&failure).unwrap_err();
     let text = format!("{err:#}");
     assert!(
         text.contains("422") && text.contains("UNPROCESSABLE_ENTITY"),
@@ -623,49 +579,38 @@ fn every_controller_request_is_valid_against_the_swagger() {
     // The same body sent raw, for Prism's whole answer: the complaint is about `data`.
     let body = json!({
         "is_success": false,
-        "error_info": "Stopped waiting for router ca data: context canceled",
-        "data": data,
+        "error_info": failure.error_info,
+        "data": failure.data,
     });
-    let raw = reqwest::blocking::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .post(format!(
-            "{}{BASE_PATH}/v2/clusters/{CLUSTER}/actions/complete-installation",
-            prism.url()
-        ))
-        .header("X-Secret-Key", fake.token())
-        .json(&body)
-        .send()
-        .unwrap();
-    assert_eq!(raw.status().as_u16(), 422);
-    let text = raw.text().unwrap();
+    let path = format!("/v2/clusters/{CLUSTER}/actions/complete-installation");
+    let token = Some(fake.token());
+    let raw = prism.send("POST", &path, token.as_deref(), Some(&body.to_string()));
+    let text = assert_invalid("the operators report as an array", raw);
     assert!(
         text.contains("data.CLUSTER_OPERATORS_REPORT must be object"),
         "{text}"
     );
     assert_eq!(srv.requests().len(), before, "Prism did not forward it");
     // Without `data` (the operators could not be listed) the failure body is valid.
-    c.complete_installation(&CompletionParams {
-        is_success: false,
-        error_info: "Stopped waiting for router ca data: context canceled".into(),
-        data: None,
-    })
-    .unwrap_or_else(|e| fail("complete installation (failure, no data)", e));
-    c.upload_controller_logs(vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3])
-        .unwrap_or_else(|e| fail("controller logs", e));
+    failure.data = None;
+    prism.must(
+        "complete (failure, no data)",
+        c.complete_installation(&failure),
+    );
+    let logs = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+    prism.must("controller logs", c.upload_controller_logs(logs));
     for state in [LogsState::Requested, LogsState::Completed] {
-        c.update_logs_progress(state)
-            .unwrap_or_else(|e| fail(&format!("logs progress {state}"), e));
+        let result = c.update_logs_progress(state);
+        prism.must(&format!("logs progress {state}"), result);
     }
-    c.trigger_reboots_event(&RebootsEvent {
+    let reboots = RebootsEvent {
         cluster_id: CLUSTER.into(),
         host_id: MASTER2.into(),
         infra_env_id: IE.into(),
         node_name: "master-2".into(),
         reboots: 2,
-    })
-    .unwrap_or_else(|e| fail("reboots event", e));
+    };
+    prism.must("reboots event", c.trigger_reboots_event(&reboots));
 
     let calls = srv.requests();
     assert_eq!(
@@ -674,13 +619,8 @@ fn every_controller_request_is_valid_against_the_swagger() {
         "the fake saw every request"
     );
     for call in &calls {
-        assert!(
-            (200..300).contains(&call.status),
-            "{} {} → {}",
-            call.method,
-            call.path,
-            call.status
-        );
+        let (method, path, status) = (&call.method, &call.path, call.status);
+        assert!((200..300).contains(&status), "{method} {path} → {status}");
         assert_eq!(call.header("x-secret-key"), Some(fake.token().as_str()));
     }
     assert_eq!(fake.finalizing_stages().len(), 7);

@@ -13,15 +13,15 @@ use assisted_installer::flow::writer::{DiskWriter, PendingDisk, WriteRequest};
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::image::Cancel;
 use base64::Engine;
-use common::fake_service::{host_json, FakeService};
+use common::fake_service::FakeService;
 use common::fake_writer::FakeWriter;
-use common::flow_builder::{installed_as, s, FlowBuilder, Report, HOST, INFRA, LSBLK_VDA};
+use common::flow_builder::{installed_as, s, two_masters, FlowBuilder, Report, HOST, LSBLK_VDA};
 use common::http_server::{Fault, Route, TestServer};
 use common::tls_server::{Pki, TlsServer};
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const IMAGE: &str = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:5e1f";
@@ -172,42 +172,26 @@ impl Harness {
         lines[start..=end].to_vec()
     }
 
+    /// The host's pointer config names `source` (no CA of its own).
+    fn pointer_to(&self, source: &str) {
+        self.svc.set_host_ignition(HOST, pointer(source, None));
+    }
+
+    /// Runs the flow of `role` with a plain fake writer, its logs captured.
+    fn run(&self, role: &str) -> (Result<()>, String) {
+        run_logged(self.flow(role, Arc::new(FakeWriter::default())))
+    }
+
     fn ran(&self, prefix: &str) -> bool {
         self.runner.lines().iter().any(|l| l.starts_with(prefix))
     }
 }
 
-/// Everything tracing writes on the test's thread and the threads that take its subscriber.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 /// Runs the flow with its logs captured.
 fn run_logged(flow: FlowBuilder) -> (Result<()>, String) {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
+    let (subscriber, logs) = common::log_capture(tracing::Level::DEBUG);
     let result = tracing::subscriber::with_default(subscriber, || run_installer(&flow.build()));
-    (result, logs.text())
+    (result, logs())
 }
 
 /// A writer that, before writing, waits (up to 10 s) for `seen` to hold: the fetch must be
@@ -308,7 +292,7 @@ fn https_with_another_ca_is_given_up_after_twenty_minutes_and_the_install_goes_o
         HOST,
         pointer(&mcs.url("/config/master"), Some(&other.ca_pem)),
     );
-    let (result, logs) = run_logged(h.flow("master", Arc::new(FakeWriter::default())));
+    let (result, logs) = h.run("master");
     result.unwrap();
     assert_eq!(h.reports(), installed_as("master"));
     assert!(mcs.requests().is_empty(), "no request got past TLS");
@@ -330,8 +314,7 @@ fn http_sends_the_ignition_accept_header_and_a_worker_deploys_after_its_wait() {
     let h = Harness::new("worker");
     let srv = TestServer::start();
     srv.route("/config/worker", Route::bytes(served_config(&["a=1"])));
-    h.svc
-        .set_host_ignition(HOST, pointer(&srv.url("/config/worker"), None));
+    h.pointer_to(&srv.url("/config/worker"));
     // Two masters are Done at the third poll; until then no deploy command may have run.
     let runner = h.runner.clone();
     let early_deploy = Arc::new(AtomicBool::new(false));
@@ -341,24 +324,9 @@ fn http_sends_the_ignition_accept_header_and_a_worker_deploys_after_its_wait() {
             seen.store(true, Ordering::SeqCst);
         }
         let stage = if poll >= 3 { "Done" } else { "Rebooting" };
-        vec![
-            host_json(
-                "8c4d5e6f-7081-4b92-8d1e-2f3a4b5c6d7e",
-                INFRA,
-                "master",
-                Some(stage),
-            ),
-            host_json(
-                "9d5e6f70-8192-4ca3-9e2f-3a4b5c6d7e8f",
-                INFRA,
-                "master",
-                Some(stage),
-            ),
-        ]
+        two_masters(stage)
     });
-    run_logged(h.flow("worker", Arc::new(FakeWriter::default())))
-        .0
-        .unwrap();
+    h.run("worker").0.unwrap();
     assert!(
         !early_deploy.load(Ordering::SeqCst),
         "deployed before the wait ended"
@@ -376,25 +344,26 @@ fn http_sends_the_ignition_accept_header_and_a_worker_deploys_after_its_wait() {
 fn an_embedded_gzipped_config_needs_no_server() {
     let h = Harness::new("master");
     let source = format!("data:;base64,{}", base64(&gzip(&served_config(&["x"]))));
-    h.svc.set_host_ignition(HOST, pointer(&source, None));
-    run_logged(h.flow("master", Arc::new(FakeWriter::default())))
-        .0
-        .unwrap();
+    h.pointer_to(&source);
+    h.run("master").0.unwrap();
     assert_eq!(h.deploy_commands(), go_sequence(&["x"]));
     assert_eq!(h.reports(), installed_as("master"));
+}
+
+/// A machine-config-server answering 503 to every request, named by the host's pointer.
+fn unavailable_mcs(h: &Harness) -> TestServer {
+    let srv = TestServer::start();
+    let unavailable = Route::bytes(Vec::new()).with_sticky(vec![Fault::Status(503)]);
+    srv.route("/config/master", unavailable);
+    h.pointer_to(&srv.url("/config/master"));
+    srv
 }
 
 #[test]
 fn an_mcs_that_never_answers_is_tried_every_five_seconds_for_twenty_minutes() {
     let h = Harness::new("master");
-    let srv = TestServer::start();
-    srv.route(
-        "/config/master",
-        Route::bytes(Vec::new()).with_sticky(vec![Fault::Status(503)]),
-    );
-    h.svc
-        .set_host_ignition(HOST, pointer(&srv.url("/config/master"), None));
-    let (result, logs) = run_logged(h.flow("master", Arc::new(FakeWriter::default())));
+    let srv = unavailable_mcs(&h);
+    let (result, logs) = h.run("master");
     result.unwrap();
     assert_eq!(h.reports(), installed_as("master"));
     assert!(h.deploy_commands().is_empty(), "{:?}", h.runner.lines());
@@ -418,10 +387,10 @@ fn an_mcs_that_never_answers_is_tried_every_five_seconds_for_twenty_minutes() {
 fn a_failing_ostree_deploy_is_a_warning_and_the_install_completes() {
     let h = Harness::new("master");
     let source = format!("data:;base64,{}", base64(&gzip(&served_config(&[]))));
-    h.svc.set_host_ignition(HOST, pointer(&source, None));
+    h.pointer_to(&source);
     let ostree = go_sequence(&[])[9].clone();
     h.runner.fail(&ostree, 1, OSTREE_FAILED);
-    let (result, logs) = run_logged(h.flow("master", Arc::new(FakeWriter::default())));
+    let (result, logs) = h.run("master");
     result.unwrap();
     assert_eq!(h.reports(), installed_as("master"));
     let mut want = go_sequence(&[])[..10].to_vec();
@@ -442,13 +411,7 @@ fn a_failing_ostree_deploy_is_a_warning_and_the_install_completes() {
 #[test]
 fn a_stop_while_waiting_for_the_mcs_fails_the_install() {
     let h = Harness::new("master");
-    let srv = TestServer::start();
-    srv.route(
-        "/config/master",
-        Route::bytes(Vec::new()).with_sticky(vec![Fault::Status(503)]),
-    );
-    h.svc
-        .set_host_ignition(HOST, pointer(&srv.url("/config/master"), None));
+    let _mcs = unavailable_mcs(&h);
     let stop = Cancel::new();
     let fire = stop.clone();
     let mut writer = WatchingWriter::new(|| true);
@@ -468,8 +431,7 @@ fn dry_run_does_nothing() {
     let h = Harness::new("master");
     let srv = TestServer::start();
     srv.route("/config/master", Route::bytes(served_config(&[])));
-    h.svc
-        .set_host_ignition(HOST, pointer(&srv.url("/config/master"), None));
+    h.pointer_to(&srv.url("/config/master"));
     run_logged(h.flow("master", Arc::new(FakeWriter::default())).dry_run())
         .0
         .unwrap();
@@ -478,11 +440,8 @@ fn dry_run_does_nothing() {
     assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
     // The same flow not in dry-run mode does deploy (so this test can fail).
     let h2 = Harness::new("master");
-    h2.svc
-        .set_host_ignition(HOST, pointer(&srv.url("/config/master"), None));
-    run_logged(h2.flow("master", Arc::new(FakeWriter::default())))
-        .0
-        .unwrap();
+    h2.pointer_to(&srv.url("/config/master"));
+    h2.run("master").0.unwrap();
     assert_eq!(srv.request_count("/config/master"), 1);
     assert!(h2.ran("ostree"));
 }

@@ -1,26 +1,17 @@
 #![allow(dead_code)]
-//! The fake assisted-service: the service's side of the calls the installer makes, with its
-//! stage rules, as one model with two faces:
-//! * in memory, as an [`InventoryClient`] (the flow scenarios);
-//! * on the socket, as an [`App`] of the test HTTP server (the REST client, the swagger
-//!   contract test, the binary end to end): `TestServer::with_app(fake.clone())`.
+//! The fake assisted-service, one model with two faces: in memory as an [`InventoryClient`]
+//! (the flow scenarios), and on the socket as an [`App`] of the test HTTP server
+//! (`TestServer::with_app(fake.clone())`: the REST clients, the swagger contract, the binary).
 //!
-//! The service's rules it keeps, on both faces:
-//! * stages per host: a stage may repeat (new info such as "55%") or move forward in the order
-//!   of the host's role (skipping is fine), never backwards (409); a stage outside the role's
-//!   order is a 409; `Failed` is accepted from any stage and is final (anything after it, 409).
-//!   The role is the one given with [`FakeService::set_host_role`], else the host list's
-//!   (`bootstrap: true` means the bootstrap order), else `master`;
-//! * injected answers: [`FakeService::fail_next`] (any call) and [`FakeService::fail_path`]
-//!   (calls whose path contains a string); on the socket they come after the token check.
-//!
-//! Log uploads are recorded on both faces (on the socket, the multipart body's file part).
-//!
-//! On the socket only: `X-Secret-Key` must be the token (else 401 with the swagger's
-//! `infra_error` body), and bodies are checked (an unknown stage is a 400). The controller's
-//! calls are served there too: finalizing stages, monitored operators (list and reports, which
-//! update the list), the ingress CA, credentials downloads, `complete-installation` and events,
-//! each recorded.
+//! Both faces keep the service's stage rules: per host, a stage may repeat or move forward in
+//! its role's order (skipping is fine), never backwards, and one outside that order is a 409;
+//! `Failed` is accepted from any stage and is final. The role is the one given with
+//! [`FakeService::set_host_role`], else the host list's (`bootstrap: true` means the bootstrap
+//! order), else `master`. Injected answers ([`FakeService::fail_next`], `fail_path`) apply on
+//! both; on the socket after the token check (`X-Secret-Key`, else 401 with swagger's
+//! `infra_error`) and before the body checks (a 400). The socket also serves the controller's
+//! calls: finalizing stages, monitored operators (reports update the list), the ingress CA,
+//! credentials, `complete-installation` and events, each recorded.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -114,19 +105,18 @@ struct State {
     calls: Vec<String>,
     progress: HashMap<String, Progress>,
     roles: HashMap<String, String>,
-    ignitions: HashMap<String, Vec<u8>>,
-    files: HashMap<String, Vec<u8>>,
+    /// What the downloads serve, by [`Download`] and name.
+    downloads: HashMap<(Download, String), Vec<u8>>,
     cluster: serde_json::Map<String, Value>,
     hosts: Vec<Value>,
     hosts_script: Option<HostsScript>,
     host_list_answers: u64,
     fail_next: VecDeque<u16>,
     fail_paths: Vec<(String, u16)>,
-    host_logs: Vec<(String, String)>,
-    cluster_logs: Vec<(String, String)>,
+    host_logs_reports: Vec<(String, String)>,
+    cluster_logs_reports: Vec<(String, String)>,
     uploads: Vec<LogsUpload>,
     // The controller's calls (on the socket).
-    credentials: HashMap<String, Vec<u8>>,
     operators: Vec<Value>,
     finalizing_stages: Vec<String>,
     operator_reports: Vec<Value>,
@@ -138,34 +128,64 @@ struct State {
     hosts_follow_progress: bool,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Download {
+    /// A host's Ignition config, by host id.
+    Ignition,
+    /// `V2DownloadClusterFiles`, by file name.
+    File,
+    /// `V2DownloadClusterCredentials`, by file name.
+    Credentials,
+}
+
 /// See the module documentation. Clones share the state.
 #[derive(Clone)]
 pub(crate) struct FakeService {
     state: Arc<Mutex<State>>,
 }
 
-impl Default for FakeService {
-    fn default() -> Self {
-        FakeService::new()
-    }
+/// What the fake holds or recorded, each as a getter of the same name (recordings in order).
+/// `calls` are the calls made in memory, as `METHOD /path?query` below the base path (the
+/// socket's requests are in the server's log); `*_logs_reports` are (host or cluster id,
+/// logs_state); the controller's records (finalizing stages, operator reports, ingress CA
+/// PEMs, `complete-installation` bodies, events) are the accepted bodies.
+macro_rules! getters {
+    ($($name:ident: $t:ty,)*) => {
+        impl FakeService {
+            $(pub(crate) fn $name(&self) -> $t {
+                self.state().$name.clone()
+            })*
+        }
+    };
+}
+
+getters! {
+    token: String,
+    calls: Vec<String>,
+    host_logs_reports: Vec<(String, String)>,
+    cluster_logs_reports: Vec<(String, String)>,
+    uploads: Vec<LogsUpload>,
+    operators: Vec<Value>,
+    finalizing_stages: Vec<String>,
+    operator_reports: Vec<Value>,
+    ingress_certs: Vec<String>,
+    completions: Vec<Value>,
+    events: Vec<Value>,
 }
 
 impl FakeService {
     pub(crate) fn new() -> FakeService {
+        let state = State {
+            token: DEFAULT_TOKEN.to_string(),
+            ..State::default()
+        };
         FakeService {
-            state: Arc::new(Mutex::new(State {
-                token: DEFAULT_TOKEN.to_string(),
-                ..State::default()
-            })),
+            state: Arc::new(Mutex::new(state)),
         }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn token(&self) -> String {
-        self.state().token.clone()
     }
 
     pub(crate) fn set_token(&self, token: &str) {
@@ -175,21 +195,24 @@ impl FakeService {
     /// The stage order enforced for this host: `master`, `arbiter`, `worker`, `bootstrap` or
     /// `sno`.
     pub(crate) fn set_host_role(&self, host_id: &str, role: &str) {
-        self.state()
-            .roles
-            .insert(host_id.to_string(), role.to_string());
+        self.state().roles.insert(host_id.into(), role.into());
+    }
+
+    fn set_download(&self, kind: Download, name: &str, bytes: Vec<u8>) {
+        self.state().downloads.insert((kind, name.into()), bytes);
     }
 
     pub(crate) fn set_host_ignition(&self, host_id: &str, bytes: impl Into<Vec<u8>>) {
-        self.state()
-            .ignitions
-            .insert(host_id.to_string(), bytes.into());
+        self.set_download(Download::Ignition, host_id, bytes.into());
     }
 
     pub(crate) fn set_cluster_file(&self, file_name: &str, bytes: impl Into<Vec<u8>>) {
-        self.state()
-            .files
-            .insert(file_name.to_string(), bytes.into());
+        self.set_download(Download::File, file_name, bytes.into());
+    }
+
+    /// A `V2DownloadClusterCredentials` file (e.g. `kubeconfig-noingress`).
+    pub(crate) fn set_credentials_file(&self, file_name: &str, bytes: impl Into<Vec<u8>>) {
+        self.set_download(Download::Credentials, file_name, bytes.into());
     }
 
     /// Fields merged (top level) over the default cluster object, e.g.
@@ -222,46 +245,21 @@ impl FakeService {
 
     /// The next `n` calls (any path) get `status`; calls queue up.
     pub(crate) fn fail_next(&self, n: usize, status: u16) {
-        self.state()
-            .fail_next
-            .extend(std::iter::repeat_n(status, n));
+        let mut state = self.state();
+        state.fail_next.extend(std::iter::repeat_n(status, n));
     }
 
     /// Every call whose full path contains `path_substring` gets `status`.
     pub(crate) fn fail_path(&self, path_substring: &str, status: u16) {
-        self.state()
-            .fail_paths
-            .push((path_substring.to_string(), status));
-    }
-
-    /// The calls made in memory, as `METHOD /path?query` below the base path (the socket's
-    /// requests are in the server's log).
-    pub(crate) fn calls(&self) -> Vec<String> {
-        self.state().calls.clone()
+        let mut state = self.state();
+        state.fail_paths.push((path_substring.into(), status));
     }
 
     /// Accepted progress reports of a host: (stage, info), in order.
     pub(crate) fn progress_reports(&self, host_id: &str) -> Vec<(String, String)> {
-        self.state()
-            .progress
-            .get(host_id)
-            .map(|p| p.accepted.clone())
-            .unwrap_or_default()
-    }
-
-    /// Accepted host logs-progress updates: (host_id, logs_state).
-    pub(crate) fn host_logs_reports(&self) -> Vec<(String, String)> {
-        self.state().host_logs.clone()
-    }
-
-    /// Accepted cluster logs-progress updates: (cluster_id, logs_state).
-    pub(crate) fn cluster_logs_reports(&self) -> Vec<(String, String)> {
-        self.state().cluster_logs.clone()
-    }
-
-    /// Accepted log uploads, in order.
-    pub(crate) fn uploads(&self) -> Vec<LogsUpload> {
-        self.state().uploads.clone()
+        let state = self.state();
+        let progress = state.progress.get(host_id);
+        progress.map(|p| p.accepted.clone()).unwrap_or_default()
     }
 
     /// Served through Prism's proxy, which forwards a JSON-string body (the ingress CA) decoded,
@@ -270,45 +268,9 @@ impl FakeService {
         self.state().behind_prism = true;
     }
 
-    /// A `V2DownloadClusterCredentials` file (e.g. `kubeconfig-noingress`).
-    pub(crate) fn set_credentials_file(&self, file_name: &str, bytes: impl Into<Vec<u8>>) {
-        self.state()
-            .credentials
-            .insert(file_name.to_string(), bytes.into());
-    }
-
     /// The monitored operators (swagger `monitored-operator` objects); reports update them.
     pub(crate) fn set_operators(&self, operators: Vec<Value>) {
         self.state().operators = operators;
-    }
-
-    pub(crate) fn operators(&self) -> Vec<Value> {
-        self.state().operators.clone()
-    }
-
-    /// Accepted finalizing stages, in order.
-    pub(crate) fn finalizing_stages(&self) -> Vec<String> {
-        self.state().finalizing_stages.clone()
-    }
-
-    /// Accepted operator reports (the bodies), in order.
-    pub(crate) fn operator_reports(&self) -> Vec<Value> {
-        self.state().operator_reports.clone()
-    }
-
-    /// Accepted ingress CA uploads (the PEM text), in order.
-    pub(crate) fn ingress_certs(&self) -> Vec<String> {
-        self.state().ingress_certs.clone()
-    }
-
-    /// Accepted `complete-installation` bodies, in order.
-    pub(crate) fn completions(&self) -> Vec<Value> {
-        self.state().completions.clone()
-    }
-
-    /// Accepted events (the bodies), in order.
-    pub(crate) fn events(&self) -> Vec<Value> {
-        self.state().events.clone()
     }
 
     /// One in-memory call: recorded, faults applied, refusals turned into the error the REST
@@ -397,24 +359,13 @@ impl State {
         Ok(())
     }
 
-    fn host_ignition(&self, host: &str) -> Result<Vec<u8>, Refusal> {
-        match self.ignitions.get(host) {
+    fn download(&self, kind: Download, name: &str) -> Result<Vec<u8>, Refusal> {
+        match self.downloads.get(&(kind, name.to_string())) {
             Some(bytes) => Ok(bytes.clone()),
-            None => refuse(404, format!("no ignition for host {host}")),
-        }
-    }
-
-    fn cluster_file(&self, name: &str) -> Result<Vec<u8>, Refusal> {
-        match self.files.get(name) {
-            Some(bytes) => Ok(bytes.clone()),
-            None => refuse(404, format!("no cluster file {name}")),
-        }
-    }
-
-    fn credentials_file(&self, name: &str) -> Result<Vec<u8>, Refusal> {
-        match self.credentials.get(name) {
-            Some(bytes) => Ok(bytes.clone()),
-            None => refuse(404, format!("no credentials file {name}")),
+            None if kind == Download::Ignition => {
+                refuse(404, format!("no ignition for host {name}"))
+            }
+            None => refuse(404, format!("no {kind:?} file {name}")),
         }
     }
 
@@ -505,18 +456,15 @@ impl State {
 
 /// Fills in the fields swagger marks required, so that answers validate.
 fn complete_host(mut host: Value) -> Value {
-    if let Value::Object(map) = &mut host {
-        let id = map["id"]
-            .as_str()
-            .unwrap_or("00000000-0000-4000-8000-000000000000");
-        let href = format!("{BASE_PATH}/v2/hosts/{id}");
-        let id = id.to_string();
-        map.entry("kind").or_insert_with(|| json!("Host"));
-        map.entry("id").or_insert_with(|| json!(id));
-        map.entry("href").or_insert_with(|| json!(href));
-        map.entry("status")
-            .or_insert_with(|| json!("installing-in-progress"));
-        map.entry("status_info").or_insert_with(|| json!(""));
+    let id = host["id"]
+        .as_str()
+        .unwrap_or("00000000-0000-4000-8000-000000000000");
+    let required = json!({"kind": "Host", "id": id, "href": format!("{BASE_PATH}/v2/hosts/{id}"),
+        "status": "installing-in-progress", "status_info": ""});
+    if let (Value::Object(map), Value::Object(required)) = (&mut host, required) {
+        for (field, value) in required {
+            map.entry(field).or_insert(value);
+        }
     }
     host
 }
@@ -548,7 +496,7 @@ impl InventoryClient for FakeService {
     fn download_host_ignition(&self, infra_env_id: &str, host_id: &str, dest: &Path) -> Result<()> {
         let path = format!("/v2/infra-env/{infra_env_id}/hosts/{host_id}/downloads/ignition");
         let bytes = self.call("DownloadHostIgnition", "GET", path, |s| {
-            s.host_ignition(host_id)
+            s.download(Download::Ignition, host_id)
         })?;
         write_download(dest, &bytes)
     }
@@ -556,7 +504,7 @@ impl InventoryClient for FakeService {
     fn download_cluster_file(&self, cluster_id: &str, file_name: &str, dest: &Path) -> Result<()> {
         let path = format!("/v2/clusters/{cluster_id}/downloads/files?file_name={file_name}");
         let bytes = self.call("DownloadClusterFiles", "GET", path, |s| {
-            s.cluster_file(file_name)
+            s.download(Download::File, file_name)
         })?;
         write_download(dest, &bytes)
     }
@@ -585,7 +533,8 @@ impl InventoryClient for FakeService {
     ) -> Result<()> {
         let path = format!("/v2/infra-envs/{infra_env_id}/hosts/{host_id}/logs-progress");
         self.call("UpdateHostLogsProgress", "PUT", path, |s| {
-            s.host_logs.push((host_id.to_string(), state.to_string()));
+            s.host_logs_reports
+                .push((host_id.to_string(), state.to_string()));
             Ok(())
         })
     }
@@ -593,7 +542,7 @@ impl InventoryClient for FakeService {
     fn update_cluster_logs_progress(&self, cluster_id: &str, state: LogsState) -> Result<()> {
         let path = format!("/v2/clusters/{cluster_id}/logs-progress");
         self.call("UpdateClusterLogsProgress", "PUT", path, |s| {
-            s.cluster_logs
+            s.cluster_logs_reports
                 .push((cluster_id.to_string(), state.to_string()));
             Ok(())
         })
@@ -612,9 +561,13 @@ impl InventoryClient for FakeService {
     }
 }
 
-/// The first part of a multipart body with a `filename`: (file name, bytes).
-fn multipart_file(body: &[u8], boundary: &str) -> Option<(String, Vec<u8>)> {
-    let delimiter = format!("--{boundary}");
+/// The first part of a multipart/form-data body with a `filename`: (file name, bytes).
+fn multipart_file(req: &Request) -> Option<(String, Vec<u8>)> {
+    let content_type = req
+        .header("content-type")?
+        .strip_prefix("multipart/form-data")?;
+    let (_, boundary) = content_type.split_once("boundary=")?;
+    let (body, delimiter) = (&req.body, format!("--{}", boundary.trim_matches('"')));
     let find = |hay: &[u8], needle: &[u8], from: usize| {
         hay[from..]
             .windows(needle.len())
@@ -646,33 +599,36 @@ fn error_reply(status: u16, reason: &str) -> Reply {
     )
 }
 
+type Object = serde_json::Map<String, Value>;
+
+/// The body as `T` (a swagger parameters object), else a 400.
+fn params<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Refusal> {
+    serde_json::from_slice(body).or_else(|e| refuse(400, format!("the body: {e}")))
+}
+
+#[derive(serde::Deserialize)]
+struct HostProgress {
+    current_stage: HostStage,
+    #[serde(default)]
+    progress_info: String,
+}
+
+/// `logs_state` of a logs-progress-params body: a logs state, or empty.
 fn logs_state(body: &[u8]) -> Result<String, Refusal> {
-    let value: Value = serde_json::from_slice(body)
-        .or_else(|_| refuse(400, "the body must be logs-progress-params JSON"))?;
-    match value.get("logs_state").and_then(Value::as_str) {
-        Some("") => Ok(String::new()),
-        Some(s) => match s.parse::<LogsState>() {
-            Ok(state) => Ok(state.to_string()),
-            Err(e) => refuse(400, e.to_string()),
-        },
-        None => refuse(400, "logs_state is required"),
+    #[derive(serde::Deserialize)]
+    struct LogsProgress {
+        logs_state: String,
     }
+    let LogsProgress { logs_state } = params(body)?;
+    if !logs_state.is_empty() {
+        logs_state
+            .parse::<LogsState>()
+            .or_else(|e| refuse(400, e.to_string()))?;
+    }
+    Ok(logs_state)
 }
 
-/// The body as a JSON object whose string `fields` (if present) hold one of their enum values.
-fn object_body(body: &[u8], what: &str) -> Result<serde_json::Map<String, Value>, Refusal> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => Ok(map),
-        _ => refuse(400, format!("the body must be a {what} JSON object")),
-    }
-}
-
-fn enum_field(
-    map: &serde_json::Map<String, Value>,
-    field: &str,
-    allowed: &[&str],
-    required: bool,
-) -> Result<(), Refusal> {
+fn enum_field(map: &Object, field: &str, allowed: &[&str], required: bool) -> Result<(), Refusal> {
     match map.get(field) {
         None if !required => Ok(()),
         None => refuse(400, format!("{field} is required")),
@@ -691,23 +647,6 @@ const FINALIZING_STAGES: &[&str] = &[
     "Done",
 ];
 
-fn progress_body(body: &[u8]) -> Result<(HostStage, String), Refusal> {
-    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
-        return refuse(400, "the body must be a host-progress JSON object");
-    };
-    let Some(stage) = body.get("current_stage").and_then(Value::as_str) else {
-        return refuse(400, "current_stage is required");
-    };
-    let stage = stage
-        .parse::<HostStage>()
-        .or_else(|e| refuse(400, e.to_string()))?;
-    match body.get("progress_info") {
-        None => Ok((stage, String::new())),
-        Some(Value::String(s)) => Ok((stage, s.clone())),
-        Some(_) => refuse(400, "progress_info must be a string"),
-    }
-}
-
 impl FakeService {
     fn route(&self, req: &Request) -> Result<Reply, Refusal> {
         let Some(api_path) = req.path.strip_prefix(BASE_PATH) else {
@@ -722,15 +661,15 @@ impl FakeService {
         let query = |name: &str| req.query_param(name);
         match (req.method.as_str(), segments.as_slice()) {
             ("PUT", ["v2", "infra-envs", _, "hosts", host, "progress"]) => {
-                let (stage, info) = progress_body(&req.body)?;
-                state.update_progress(host, stage, &info)?;
+                let p: HostProgress = params(&req.body)?;
+                state.update_progress(host, p.current_stage, &p.progress_info)?;
                 Ok(Reply::empty(200))
             }
             ("GET", ["v2", "infra-env", _, "hosts", host, "downloads", "ignition"]) => {
-                Ok(Reply::bytes(state.host_ignition(host)?))
+                Ok(Reply::bytes(state.download(Download::Ignition, host)?))
             }
             ("GET", ["v2", "clusters", _, "downloads", "files"]) => match query("file_name") {
-                Some(name) => Ok(Reply::bytes(state.cluster_file(&name)?)),
+                Some(name) => Ok(Reply::bytes(state.download(Download::File, &name)?)),
                 None => refuse(400, "file_name is required"),
             },
             ("GET", ["v2", "clusters", cluster]) => {
@@ -742,20 +681,17 @@ impl FakeService {
                 Ok(Reply::json(200, &state.cluster(cluster, exclude)))
             }
             ("GET", ["v2", "clusters", _, "hosts"]) => {
-                let role = query("role");
-                Ok(Reply::json(
-                    200,
-                    &Value::Array(state.hosts(role.as_deref())),
-                ))
+                let hosts = state.hosts(query("role").as_deref());
+                Ok(Reply::json(200, &Value::Array(hosts)))
             }
             ("PUT", ["v2", "infra-envs", _, "hosts", host, "logs-progress"]) => {
                 let s = logs_state(&req.body)?;
-                state.host_logs.push((host.to_string(), s));
+                state.host_logs_reports.push((host.to_string(), s));
                 Ok(Reply::empty(204))
             }
             ("PUT", ["v2", "clusters", cluster, "logs-progress"]) => {
                 let s = logs_state(&req.body)?;
-                state.cluster_logs.push((cluster.to_string(), s));
+                state.cluster_logs_reports.push((cluster.to_string(), s));
                 Ok(Reply::empty(204))
             }
             ("POST", ["v2", "clusters", cluster, "logs"]) => {
@@ -764,19 +700,9 @@ impl FakeService {
                     Some("controller") => LogsType::Controller,
                     other => return refuse(400, format!("logs_type: {other:?}")),
                 };
-                let content_type = req.header("content-type").unwrap_or("");
-                let Some(boundary) = content_type
-                    .strip_prefix("multipart/form-data")
-                    .and_then(|rest| rest.split_once("boundary="))
-                    .map(|(_, b)| b.trim_matches('"').to_string())
-                else {
-                    return refuse(400, "a log upload is multipart/form-data with a boundary");
+                let Some((file_name, data)) = multipart_file(req) else {
+                    return refuse(400, "a log upload is multipart/form-data with a file part");
                 };
-                let (file_name, data) =
-                    multipart_file(&req.body, &boundary).ok_or_else(|| Refusal {
-                        status: 400,
-                        reason: "no file part (upfile) in the multipart body".into(),
-                    })?;
                 let host = query("infra_env_id").zip(query("host_id"));
                 state.uploads.push(LogsUpload {
                     cluster_id: cluster.to_string(),
@@ -788,7 +714,7 @@ impl FakeService {
                 Ok(Reply::empty(204))
             }
             ("PUT", ["v2", "clusters", _, "progress"]) => {
-                let body = object_body(&req.body, "cluster-finalizing-progress")?;
+                let body: Object = params(&req.body)?;
                 enum_field(&body, "finalizing_stage", FINALIZING_STAGES, true)?;
                 let stage = body["finalizing_stage"].as_str().unwrap_or("").to_string();
                 state.set_finalizing_stage(&stage);
@@ -805,7 +731,7 @@ impl FakeService {
                 Ok(Reply::json(200, &Value::Array(ops)))
             }
             ("PUT", ["v2", "clusters", _, "monitored-operators"]) => {
-                let body = object_body(&req.body, "operator-monitor-report")?;
+                let body: Object = params(&req.body)?;
                 enum_field(
                     &body,
                     "status",
@@ -831,13 +757,13 @@ impl FakeService {
             ("GET", ["v2", "clusters", _, "downloads", "credentials"]) => {
                 match query("file_name").as_deref() {
                     Some(name @ ("kubeadmin-password" | "kubeconfig" | "kubeconfig-noingress")) => {
-                        Ok(Reply::bytes(state.credentials_file(name)?))
+                        Ok(Reply::bytes(state.download(Download::Credentials, name)?))
                     }
                     other => refuse(400, format!("file_name: {other:?}")),
                 }
             }
             ("POST", ["v2", "clusters", cluster, "actions", "complete-installation"]) => {
-                let body = object_body(&req.body, "completion-params")?;
+                let body: Object = params(&req.body)?;
                 if !body.get("is_success").is_some_and(Value::is_boolean) {
                     return refuse(400, "is_success (a boolean) is required");
                 }
@@ -845,7 +771,7 @@ impl FakeService {
                 Ok(Reply::json(202, &state.cluster(cluster, true)))
             }
             ("POST", ["v2", "events"]) => {
-                let body = object_body(&req.body, "event")?;
+                let body: Object = params(&req.body)?;
                 enum_field(
                     &body,
                     "severity",

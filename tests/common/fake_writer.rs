@@ -25,11 +25,9 @@ pub(crate) struct FakeWriter {
     /// Early streams that fail.
     pub stream_failures: AtomicU32,
     /// "stream <device>", "streamed", "finish <ignition>", "write <ignition>", "abandon".
-    pub events: Arc<Mutex<Vec<String>>>,
+    events: Arc<Mutex<Vec<String>>>,
     /// When set, the Ignition the writer gets must hold exactly this.
     pub expected_ignition: Mutex<Option<String>>,
-    /// Called in the middle of a stream (e.g. to check what the flow did meanwhile).
-    pub during_stream: Mutex<Option<Box<dyn Fn() + Send>>>,
 }
 
 fn take_one(n: &AtomicU32) -> bool {
@@ -37,20 +35,32 @@ fn take_one(n: &AtomicU32) -> bool {
         .is_ok()
 }
 
+fn check_ignition(want: Option<&str>, ignition: &Path) -> Result<()> {
+    if let Some(want) = want {
+        let got = std::fs::read_to_string(ignition)?;
+        assert_eq!(
+            got, want,
+            "the writer gets the Ignition config the flow prepared"
+        );
+    }
+    Ok(())
+}
+
+fn record(events: &Mutex<Vec<String>>, event: String) {
+    events.lock().unwrap().push(event);
+}
+
 impl FakeWriter {
     pub(crate) fn events(&self) -> Vec<String> {
         self.events.lock().unwrap().clone()
     }
 
-    fn check_ignition(&self, ignition: &Path) -> Result<()> {
-        if let Some(want) = self.expected_ignition.lock().unwrap().as_deref() {
-            let got = std::fs::read_to_string(ignition)?;
-            assert_eq!(
-                got, want,
-                "the writer gets the Ignition config the flow prepared"
-            );
-        }
-        Ok(())
+    pub(crate) fn calls(&self) -> Vec<WriteCall> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn expected(&self) -> Option<String> {
+        self.expected_ignition.lock().unwrap().clone()
     }
 }
 
@@ -66,17 +76,12 @@ impl DiskWriter for FakeWriter {
             ignition: ignition.to_path_buf(),
             args: req.args.clone(),
         });
-        self.events
-            .lock()
-            .unwrap()
-            .push(format!("write {}", ignition.display()));
+        record(&self.events, format!("write {}", ignition.display()));
         if take_one(&self.failures) {
             bail!("writing /dev/vda at offset 1048576: Input/output error (os error 5)");
         }
-        self.check_ignition(ignition)?;
-        for p in 0..=100 {
-            percent(p);
-        }
+        check_ignition(self.expected().as_deref(), ignition)?;
+        (0..=100).for_each(percent);
         Ok(())
     }
 
@@ -85,26 +90,15 @@ impl DiskWriter for FakeWriter {
         req: &WriteRequest,
         percent: &(dyn Fn(u8) + Send + Sync),
     ) -> Result<Box<dyn PendingDisk>> {
-        self.events
-            .lock()
-            .unwrap()
-            .push(format!("stream {}", req.device.display()));
+        record(&self.events, format!("stream {}", req.device.display()));
         if take_one(&self.stream_failures) {
             bail!("the early stream failed: connection reset");
         }
-        for p in 0..=50 {
-            percent(p);
-        }
-        if let Some(f) = self.during_stream.lock().unwrap().as_ref() {
-            f();
-        }
-        for p in 51..=99 {
-            percent(p);
-        }
-        self.events.lock().unwrap().push("streamed".into());
+        (0..=99).for_each(percent);
+        record(&self.events, "streamed".into());
         Ok(Box::new(FakePending {
             events: self.events.clone(),
-            expected: self.expected_ignition.lock().unwrap().clone(),
+            expected: self.expected(),
         }))
     }
 }
@@ -116,28 +110,13 @@ struct FakePending {
 
 impl PendingDisk for FakePending {
     fn finish(self: Box<Self>, ignition: &Path) -> Result<()> {
-        if let Some(want) = &self.expected {
-            assert_eq!(
-                &std::fs::read_to_string(ignition)?,
-                want,
-                "finish gets the final Ignition"
-            );
-        }
-        self.events
-            .lock()
-            .unwrap()
-            .push(format!("finish {}", ignition.display()));
+        check_ignition(self.expected.as_deref(), ignition)?;
+        record(&self.events, format!("finish {}", ignition.display()));
         Ok(())
     }
 
     fn abandon(self: Box<Self>, why: anyhow::Error) -> anyhow::Error {
-        self.events.lock().unwrap().push("abandon".into());
+        record(&self.events, "abandon".into());
         why
     }
-}
-
-pub(crate) fn path_of(events: &[String], prefix: &str) -> Option<PathBuf> {
-    events
-        .iter()
-        .find_map(|e| e.strip_prefix(prefix).map(PathBuf::from))
 }

@@ -22,7 +22,7 @@ use assisted_installer::kube::KubeApi;
 use assisted_installer::service::client::InventoryClient;
 use assisted_installer::service::reporter::Reporter;
 
-use super::fake_service::DEFAULT_TOKEN;
+use super::fake_service::{host_json, DEFAULT_TOKEN};
 
 pub(crate) const CLUSTER: &str = "5f1a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
 pub(crate) const INFRA: &str = "6a2b3c4d-5e6f-4a70-8b9c-0d1e2f3a4b5c";
@@ -94,27 +94,9 @@ impl FlowBuilder {
         }
     }
 
-    /// `PULL_SECRET_TOKEN` (default: the fake service's).
-    pub(crate) fn token(mut self, token: &str) -> Self {
-        self.token = token.into();
-        self
-    }
-    pub(crate) fn commands(mut self, commands: Arc<dyn CommandRunner>) -> Self {
-        self.commands = commands;
-        self
-    }
     /// Default: `shutdown -r` through the host commands.
     pub(crate) fn reboot(mut self, reboot: Arc<dyn Rebooter>) -> Self {
         self.reboot = Some(reboot);
-        self
-    }
-    pub(crate) fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-    /// The API the flow finds behind the kubeconfig bootkube writes (which must exist).
-    pub(crate) fn kube(mut self, kube: Arc<dyn KubeApi>) -> Self {
-        self.kube = Some(kube);
         self
     }
     pub(crate) fn boot_device(mut self, device: &Path) -> Self {
@@ -128,14 +110,6 @@ impl FlowBuilder {
     /// `--coreos-image`: deploy this container image onto the running root with ostree.
     pub(crate) fn coreos_image(mut self, image: &str) -> Self {
         self.coreos_image = Some(image.into());
-        self
-    }
-    pub(crate) fn mco_image(mut self, image: &str) -> Self {
-        self.mco_image = image.into();
-        self
-    }
-    pub(crate) fn control_plane_count(mut self, count: i64) -> Self {
-        self.control_plane_count = count;
         self
     }
     pub(crate) fn dry_run(mut self) -> Self {
@@ -171,36 +145,9 @@ impl FlowBuilder {
         self.host_root = Ok(HostRoot::At(root));
         self
     }
-    pub(crate) fn host_root(mut self, root: Result<HostRoot, Unreachable>) -> Self {
-        self.host_root = root;
-        self
-    }
-    pub(crate) fn intervals(mut self, intervals: Intervals) -> Self {
-        self.intervals = intervals;
-        self
-    }
-
-    /// Whether the bootstrap and single-node disks are streamed early (default: yes).
-    pub(crate) fn early_write(mut self, early: bool) -> Self {
-        self.early_write = early;
-        self
-    }
-
     /// `--enable-skip-mco-reboot`.
     pub(crate) fn skip_mco_reboot(mut self) -> Self {
         self.skip_mco_reboot = true;
-        self
-    }
-
-    /// The host's `uname -m` (default: x86_64).
-    pub(crate) fn arch(mut self, arch: &str) -> Self {
-        self.arch = arch.into();
-        self
-    }
-
-    /// The flow's stop token (SIGTERM's), for a test to fire.
-    pub(crate) fn stop(mut self, stop: Cancel) -> Self {
-        self.stop = stop;
         self
     }
 
@@ -276,6 +223,38 @@ impl FlowBuilder {
     }
 }
 
+/// The setters that store their argument as the field of the same name.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $t:ty;)*) => {
+        #[allow(clippy::useless_conversion)]
+        impl FlowBuilder {
+            $($(#[$doc])* pub(crate) fn $name(mut self, value: $t) -> Self {
+                self.$name = value.into();
+                self
+            })*
+        }
+    };
+}
+
+setters! {
+    /// `PULL_SECRET_TOKEN` (default: the fake service's).
+    token: &str;
+    commands: Arc<dyn CommandRunner>;
+    clock: Arc<dyn Clock>;
+    /// The API the flow finds behind the kubeconfig bootkube writes (which must exist).
+    kube: Arc<dyn KubeApi>;
+    mco_image: &str;
+    control_plane_count: i64;
+    host_root: Result<HostRoot, Unreachable>;
+    intervals: Intervals;
+    /// Whether the bootstrap and single-node disks are streamed early (default: yes).
+    early_write: bool;
+    /// The host's `uname -m` (default: x86_64).
+    arch: &str;
+    /// The flow's stop token (SIGTERM's), for a test to fire.
+    stop: Cancel;
+}
+
 /// Builds the flow and runs the installer's flow for its role.
 pub(crate) fn run(flow: FlowBuilder) -> anyhow::Result<()> {
     assisted_installer::flow::node::run_installer(&flow.build())
@@ -288,15 +267,21 @@ pub(crate) fn s(stage: &str, info: &str) -> Report {
     (stage.to_string(), info.to_string())
 }
 
-/// The reports of a successful write: "" then 5%, 10%, … 100%.
+/// Reports from (stage, info) pairs.
+pub(crate) fn reports(pairs: &[(&str, &str)]) -> Vec<Report> {
+    pairs.iter().map(|(stage, info)| s(stage, info)).collect()
+}
+
+/// The reports of a stage that runs to completion: "" then 5%, 10%, … 100%.
+pub(crate) fn with_percents(stage: &str) -> Vec<Report> {
+    let percents = (5..=100).step_by(5).map(|p| format!("{p}%"));
+    let infos = std::iter::once(String::new()).chain(percents);
+    infos.map(|info| s(stage, &info)).collect()
+}
+
+/// The reports of a successful write.
 pub(crate) fn writing() -> Vec<Report> {
-    std::iter::once(s("Writing image to disk", ""))
-        .chain(
-            (5..=100)
-                .step_by(5)
-                .map(|p| s("Writing image to disk", &format!("{p}%"))),
-        )
-        .collect()
+    with_percents("Writing image to disk")
 }
 
 /// The reports of a host that installs as `role` like a master: started, written, rebooting.
@@ -311,6 +296,17 @@ pub(crate) fn installed_with(role: &str, then: Vec<Report>) -> Vec<Report> {
     v.extend(then);
     v.push(s("Rebooting", ""));
     v
+}
+
+/// Two masters of the cluster, at `stage`, as the service lists them.
+pub(crate) fn two_masters(stage: &str) -> Vec<serde_json::Value> {
+    let masters = [
+        "8c4d5e6f-7081-4b92-8d1e-2f3a4b5c6d7e",
+        "9d5e6f70-8192-4ca3-9e2f-3a4b5c6d7e8f",
+    ];
+    masters
+        .map(|id| host_json(id, INFRA, "master", Some(stage)))
+        .to_vec()
 }
 
 /// The info of the last report, which must be `Failed`.

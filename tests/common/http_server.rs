@@ -1,26 +1,15 @@
 #![allow(dead_code)]
-//! The tests' one HTTP/1.1 server, on hyper, for what needs bytes on a socket.
+//! The tests' one HTTP/1.1 server, on hyper, on 127.0.0.1. It serves
+//! * **routes**: a file or a buffer at a path, with `Range`/`If-Range` and an `ETag`, and
+//!   scripted [`Fault`]s per request ([`Route::with_faults`]) or for every request
+//!   ([`Route::with_sticky`]);
+//! * an [`App`] for every other path (the fake assisted-service, the fake Kubernetes API),
+//!   over HTTP or, with [`TestServer::with_app_tls`], HTTPS.
 //!
-//! It listens on 127.0.0.1 and serves two kinds of answers:
-//! * **routes**: a file or a buffer at a path, with `Range`/`If-Range`, an `ETag` and a fixed
-//!   `Last-Modified`, and scriptable faults per request ([`Route::faults`]) or for every request
-//!   ([`Route::sticky`]): a status, a cut or a stall after N bytes, a throttle, a flipped byte, an
-//!   ignored `Range`;
-//! * an **application** ([`App`]) for every other path: the fake assisted-service or the fake
-//!   Kubernetes API, which route the requests themselves and hold their own state.
-//!
-//! [`TestServer::with_app_tls`] serves an application over HTTPS instead.
-//!
-//! Every request is logged ([`TestServer::requests`]), with its body, the status answered and
-//! how many body bytes went out. [`TestServer::unavailable_for`] closes the listening socket for
-//! a while (connections are refused), then listens on the same port again.
-//!
-//! Include it from integration tests through `tests/common/mod.rs`, or from benches with
-//! `#[path = "../tests/common/http_server.rs"] mod http_server;`.
-//!
-//! Connections serve one request each (`Connection: close`), as the installer's servers may,
-//! unless the application asks for keep-alive. Dropping the server closes every socket at once,
-//! stalled ones included.
+//! Every request is logged with its body, the status answered and the body bytes sent.
+//! Connections serve one request each (`Connection: close`) unless the app asks for
+//! keep-alive. Dropping the server closes every socket at once, stalled ones included.
+//! Benches include it with `#[path = "../tests/common/http_server.rs"] mod http_server;`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -37,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject;
@@ -46,39 +35,31 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-/// Fixed `Last-Modified` value sent on every route answer. An `If-Range` carrying exactly this
-/// date matches.
-pub(crate) const LAST_MODIFIED: &str = "Mon, 01 Jan 2024 00:00:00 GMT";
-
 /// How long a [`Fault::StallAfter`] answer keeps its socket open (unless the server is dropped).
-pub(crate) const STALL_LIMIT: Duration = Duration::from_secs(60);
-
+const STALL_LIMIT: Duration = Duration::from_secs(60);
 /// File bodies go out in chunks of this size (on loopback 1 MiB beats smaller ones).
 const COPY_CHUNK: usize = 1 << 20;
-const THROTTLE_MAX_CHUNK: u64 = 64 * 1024;
 
-/// What a route serves.
 #[derive(Clone, Debug)]
-pub(crate) enum Content {
-    /// A file on disk, opened (and its size taken) anew for every request.
+enum Content {
+    /// Opened (and its size taken) anew for every request.
     File(PathBuf),
     Bytes(Bytes),
 }
 
-/// One scripted misbehaviour. Several can apply to one request: the first `Status` wins
-/// outright; otherwise the smallest `CutAfter`/`StallAfter` limit applies (a cut wins a tie),
-/// the lowest `Throttle` rate applies and every `CorruptByte` is applied.
+/// One scripted misbehaviour of a route's answer. The first `Status` wins outright; of the
+/// others each kind applies once per request (the last given).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {
     /// Answer this status with a short `text/plain` body.
     Status(u16),
     /// Send the headers (with the full `Content-Length`), N body bytes, then close the socket.
     CutAfter(u64),
-    /// Send N body bytes, then send nothing while keeping the socket open for [`STALL_LIMIT`].
+    /// Send N body bytes, then nothing, keeping the socket open for a minute.
     StallAfter(u64),
     /// Answer 200 with the whole body even when a `Range` header is present.
     IgnoreRange,
-    /// At most N bytes per second (N = 0 counts as 1).
+    /// At most N bytes per second.
     Throttle(u64),
     /// Flip (xor 0xff) the byte at this offset of the resource, if the answer covers it.
     CorruptByte(u64),
@@ -87,13 +68,13 @@ pub(crate) enum Fault {
 /// A served resource and its fault script.
 #[derive(Clone, Debug)]
 pub(crate) struct Route {
-    pub content: Content,
+    content: Content,
     /// `faults[i]` applies to the i-th request (0-based) of this path; later ones get none.
-    pub faults: Vec<Vec<Fault>>,
+    faults: Vec<Vec<Fault>>,
     /// Applied to every request, in addition to `faults[i]`.
-    pub sticky: Vec<Fault>,
-    /// Entity tag, quoted unless it starts with `"` or `W/`; `None` derives one from the size.
-    pub etag: Option<String>,
+    sticky: Vec<Fault>,
+    /// Quoted when served; `None` derives one from the size.
+    etag: Option<String>,
 }
 
 impl Route {
@@ -111,17 +92,15 @@ impl Route {
             etag: None,
         }
     }
-    pub(crate) fn with_faults(mut self, faults: Vec<Vec<Fault>>) -> Route {
-        self.faults = faults;
-        self
+    pub(crate) fn with_faults(self, faults: Vec<Vec<Fault>>) -> Route {
+        Route { faults, ..self }
     }
-    pub(crate) fn with_sticky(mut self, sticky: Vec<Fault>) -> Route {
-        self.sticky = sticky;
-        self
+    pub(crate) fn with_sticky(self, sticky: Vec<Fault>) -> Route {
+        Route { sticky, ..self }
     }
-    pub(crate) fn with_etag(mut self, etag: impl Into<String>) -> Route {
-        self.etag = Some(etag.into());
-        self
+    pub(crate) fn with_etag(self, etag: impl Into<String>) -> Route {
+        let etag = Some(etag.into());
+        Route { etag, ..self }
     }
 }
 
@@ -147,7 +126,7 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The query's pairs, percent-decoded (`+` is a space), by the `url` crate.
+    /// The query's pairs, percent-decoded (`+` is a space).
     pub(crate) fn query_pairs(&self) -> Vec<(String, String)> {
         let url = reqwest::Url::parse(&format!("http://query.invalid/?{}", self.query))
             .expect("a query string");
@@ -156,7 +135,6 @@ impl Request {
             .collect()
     }
 
-    /// A query parameter, percent-decoded.
     pub(crate) fn query_param(&self, name: &str) -> Option<String> {
         self.query_pairs()
             .into_iter()
@@ -227,22 +205,18 @@ impl Reply {
         }
     }
 
-    pub(crate) fn bytes(bytes: Vec<u8>) -> Reply {
+    pub(crate) fn bytes(body: Vec<u8>) -> Reply {
         Reply {
             content_type: Some("application/octet-stream"),
-            body: bytes,
+            body,
             ..Reply::empty(200)
         }
     }
 }
 
-struct RouteState {
-    route: Route,
-    hits: usize,
-}
-
 struct Shared {
-    routes: Mutex<HashMap<String, RouteState>>,
+    /// Each route with the number of requests it answered.
+    routes: Mutex<HashMap<String, (Route, usize)>>,
     log: Mutex<Vec<RequestLog>>,
     app: Option<Arc<dyn App>>,
 }
@@ -270,15 +244,17 @@ pub(crate) struct TestServer {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
+const LOCALHOST: ([u8; 4], u16) = ([127, 0, 0, 1], 0);
+
 impl TestServer {
-    /// Routes only, on an ephemeral port of 127.0.0.1.
+    /// Routes only, on an ephemeral port.
     pub(crate) fn start() -> TestServer {
-        Self::launch(([127, 0, 0, 1], 0).into(), None, None)
+        Self::launch(LOCALHOST.into(), None, None)
     }
 
     /// `app` answers every path that is not a route.
     pub(crate) fn with_app(app: impl App) -> TestServer {
-        Self::launch(([127, 0, 0, 1], 0).into(), Some(Arc::new(app)), None)
+        Self::launch(LOCALHOST.into(), Some(Arc::new(app)), None)
     }
 
     /// As [`TestServer::with_app`] on a given address (e.g. one a client is already trying).
@@ -296,16 +272,10 @@ impl TestServer {
         let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
         let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .expect("test https server: protocol versions")
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .expect("test https server: certificate and key");
+            .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
+            .expect("test https server: TLS configuration");
         let acceptor = TlsAcceptor::from(Arc::new(config));
-        Self::launch(
-            ([127, 0, 0, 1], 0).into(),
-            Some(Arc::new(app)),
-            Some(acceptor),
-        )
+        Self::launch(LOCALHOST.into(), Some(Arc::new(app)), Some(acceptor))
     }
 
     fn launch(addr: SocketAddr, app: Option<Arc<dyn App>>, tls: Option<TlsAcceptor>) -> TestServer {
@@ -318,15 +288,11 @@ impl TestServer {
         let listener = bind(addr).expect("test http server: bind");
         let addr = listener.local_addr().expect("test http server: local_addr");
         let shared = Arc::new(Shared {
-            routes: Mutex::new(HashMap::new()),
-            log: Mutex::new(Vec::new()),
+            routes: Mutex::default(),
+            log: Mutex::default(),
             app,
         });
         let (pause, pauses) = tokio::sync::mpsc::unbounded_channel();
-        let listener = {
-            let _inside = runtime.enter();
-            TcpListener::from_std(listener).expect("test http server: listener")
-        };
         runtime.spawn(accept_loop(shared.clone(), tls, listener, pauses));
         TestServer {
             addr,
@@ -352,7 +318,7 @@ impl TestServer {
 
     /// Adds or replaces a route (replacing resets its request count).
     pub(crate) fn route(&self, path: &str, route: Route) {
-        lock(&self.shared.routes).insert(path.to_string(), RouteState { route, hits: 0 });
+        lock(&self.shared.routes).insert(path.to_string(), (route, 0));
     }
 
     /// Serves a file without faults; returns its URL.
@@ -367,28 +333,24 @@ impl TestServer {
     }
 
     pub(crate) fn requests_for(&self, path: &str) -> Vec<RequestLog> {
-        self.requests()
-            .into_iter()
-            .filter(|r| r.path == path)
-            .collect()
+        let mut requests = self.requests();
+        requests.retain(|r| r.path == path);
+        requests
     }
 
     /// How many requests the current route at `path` has answered.
     pub(crate) fn request_count(&self, path: &str) -> usize {
-        lock(&self.shared.routes).get(path).map_or(0, |r| r.hits)
+        lock(&self.shared.routes).get(path).map_or(0, |r| r.1)
     }
 
     /// Closes the listening socket for `duration` (connections are refused), then listens on
     /// the same port again. Returns once the socket is closed.
     pub(crate) fn unavailable_for(&self, duration: Duration) {
         let (closed, wait) = std::sync::mpsc::channel();
-        if let Some(pause) = &self.pause {
-            pause
-                .send((duration, closed))
-                .expect("test http server: accept loop");
-            wait.recv_timeout(Duration::from_secs(5))
-                .expect("test http server: listener closed");
-        }
+        let pause = self.pause.as_ref().expect("test http server: running");
+        pause.send((duration, closed)).expect("the accept loop");
+        wait.recv_timeout(Duration::from_secs(5))
+            .expect("test http server: listener closed");
     }
 }
 
@@ -412,11 +374,11 @@ fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 async fn accept_loop(
     shared: Arc<Shared>,
     tls: Option<TlsAcceptor>,
-    listener: TcpListener,
+    listener: std::net::TcpListener,
     mut pauses: tokio::sync::mpsc::UnboundedReceiver<Pause>,
 ) {
     let addr = listener.local_addr().expect("listener address");
-    let mut listener = listener;
+    let mut listener = TcpListener::from_std(listener).expect("test http server: listener");
     loop {
         let event = tokio::select! {
             conn = listener.accept() => Ok(conn),
@@ -425,20 +387,18 @@ async fn accept_loop(
         match event {
             Ok(Ok((stream, _))) => {
                 let _ = stream.set_nodelay(true);
-                match tls.clone() {
-                    None => {
-                        tokio::spawn(serve_connection(shared.clone(), stream));
-                    }
-                    Some(acceptor) => {
-                        let shared = shared.clone();
-                        tokio::spawn(async move {
-                            // A failed handshake (a client refusing our CA) just closes.
+                let (shared, tls) = (shared.clone(), tls.clone());
+                tokio::spawn(async move {
+                    match tls {
+                        None => serve_connection(shared, stream).await,
+                        // A failed handshake (a client refusing our CA) just closes.
+                        Some(acceptor) => {
                             if let Ok(stream) = acceptor.accept(stream).await {
                                 serve_connection(shared, stream).await;
                             }
-                        });
+                        }
                     }
-                }
+                });
             }
             Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(5)).await,
             Err(None) => return,
@@ -480,37 +440,27 @@ async fn answer(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<ReplyBody>, Infallible> {
     let (parts, body) = req.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes().to_vec())
-        .unwrap_or_default();
+    let body = body.collect().await.map(|b| b.to_bytes().to_vec());
+    let headers = parts.headers.iter().map(|(n, v)| {
+        let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+        (n.to_string(), v)
+    });
     let request = Request {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
         query: parts.uri.query().unwrap_or("").to_string(),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body,
+        headers: headers.collect(),
+        body: body.unwrap_or_default(),
     };
     // Count the request and log it in one critical section, so that the log order matches the
     // per-route numbering.
     let (idx, route) = {
         let mut routes = lock(&shared.routes);
-        let route = routes.get_mut(&request.path).map(|rs| {
-            let i = rs.hits;
-            rs.hits += 1;
-            let mut faults = rs.route.faults.get(i).cloned().unwrap_or_default();
-            faults.extend(rs.route.sticky.iter().cloned());
-            (rs.route.clone(), faults)
+        let route = routes.get_mut(&request.path).map(|(route, hits)| {
+            let mut faults = route.faults.get(*hits).cloned().unwrap_or_default();
+            faults.extend(route.sticky.iter().cloned());
+            *hits += 1;
+            (route.clone(), faults)
         });
         let mut log = lock(&shared.log);
         log.push(RequestLog {
@@ -521,23 +471,21 @@ async fn answer(
         (log.len() - 1, route)
     };
     let response = match (route, &shared.app) {
-        (Some((route, faults)), _) => serve_route(&shared, idx, &probe, &request, route, &faults),
+        (Some((route, faults)), _) => serve_route(&shared, idx, &probe, &request, route, faults),
         (None, Some(app)) => {
             let reply = app.handle(&request);
-            if reply.hang_up {
-                probe.hang_up.store(true, Ordering::SeqCst);
-            }
+            probe.hang_up.store(reply.hang_up, Ordering::SeqCst);
             let sent = reply.body.len() as u64;
             shared.update_log(idx, |l| l.body_bytes_sent = sent);
             let body = (!reply.body.is_empty()).then(|| Bytes::from(reply.body));
-            let mut r = Response::new(ReplyBody::Whole(body));
+            let mut r = with_status(Response::new(ReplyBody::Whole(body)), reply.status);
             if let Some(ct) = reply.content_type {
                 r.headers_mut()
                     .insert(CONTENT_TYPE, HeaderValue::from_static(ct));
             }
-            with_status(r, reply.status)
+            r
         }
-        (None, None) => text_answer(404, request.method == "HEAD"),
+        (None, None) => text_answer(404),
     };
     let status = response.status().as_u16();
     shared.update_log(idx, |l| l.status = status);
@@ -550,99 +498,30 @@ fn with_status(mut r: Response<ReplyBody>, status: u16) -> Response<ReplyBody> {
 }
 
 /// `404 Not Found\n` and the like.
-fn text_answer(status: u16, head_only: bool) -> Response<ReplyBody> {
-    let reason = StatusCode::from_u16(status)
-        .ok()
-        .and_then(|s| s.canonical_reason())
-        .unwrap_or("Status");
-    let text = format!("{status} {reason}\n");
-    let len = text.len();
-    let body = if head_only {
-        None
-    } else {
-        Some(Bytes::from(text))
-    };
-    let mut r = with_status(Response::new(ReplyBody::Whole(body)), status);
+fn text_answer(status: u16) -> Response<ReplyBody> {
+    let code = StatusCode::from_u16(status).expect("a valid status code");
+    let text = format!("{code}\n");
+    let mut r = with_status(Response::new(ReplyBody::Whole(Some(text.into()))), status);
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    r.headers_mut().insert(CONTENT_LENGTH, len.into());
     r
 }
 
-/// Faults of one request, folded together.
-#[derive(Default)]
-struct Effective {
-    status: Option<u16>,
-    cut: Option<u64>,
-    stall: Option<u64>,
-    ignore_range: bool,
-    throttle: Option<u64>,
-    corrupt: Vec<u64>,
-}
-
-impl Effective {
-    fn from(faults: &[Fault]) -> Effective {
-        let mut e = Effective::default();
-        for f in faults {
-            match *f {
-                Fault::Status(c) => {
-                    e.status.get_or_insert(c);
-                }
-                Fault::CutAfter(n) => e.cut = Some(e.cut.map_or(n, |c| c.min(n))),
-                Fault::StallAfter(n) => e.stall = Some(e.stall.map_or(n, |s| s.min(n))),
-                Fault::IgnoreRange => e.ignore_range = true,
-                Fault::Throttle(r) => e.throttle = Some(e.throttle.map_or(r, |t| t.min(r)).max(1)),
-                Fault::CorruptByte(o) => e.corrupt.push(o),
-            }
-        }
-        e
-    }
-}
-
-enum RangeOutcome {
-    Full,
-    /// Inclusive byte range.
-    Partial(u64, u64),
-    Unsatisfiable,
-}
-
-/// A single `bytes=` range. Anything else (other units, several ranges, malformed specs) is
-/// ignored, which means a whole 200 answer.
-fn parse_range(value: &str, total: u64) -> RangeOutcome {
-    let Some((unit, spec)) = value.trim().split_once('=') else {
-        return RangeOutcome::Full;
-    };
-    if !unit.trim().eq_ignore_ascii_case("bytes") || spec.contains(',') {
-        return RangeOutcome::Full;
-    }
-    let Some((a, b)) = spec.trim().split_once('-') else {
-        return RangeOutcome::Full;
-    };
-    let (a, b) = (a.trim(), b.trim());
-    if a.is_empty() {
-        // The last N bytes.
-        return match b.parse::<u64>() {
-            Ok(0) => RangeOutcome::Unsatisfiable,
-            Ok(_) if total == 0 => RangeOutcome::Unsatisfiable,
-            Ok(n) => RangeOutcome::Partial(total - n.min(total), total - 1),
-            Err(_) => RangeOutcome::Full,
-        };
-    }
-    let Ok(start) = a.parse::<u64>() else {
-        return RangeOutcome::Full;
-    };
+/// `bytes=A-` or `bytes=A-B` (the forms the installer sends): the inclusive range, `Err` when
+/// it is unsatisfiable; `None` (a whole answer) for anything else.
+fn parse_range(value: &str, total: u64) -> Option<Result<(u64, u64), ()>> {
+    let (a, b) = value.trim().strip_prefix("bytes=")?.split_once('-')?;
+    let start: u64 = a.parse().ok()?;
+    let last = total.saturating_sub(1);
     let end = match b {
-        "" => total.saturating_sub(1),
-        _ => match b.parse::<u64>() {
-            Ok(e) if e >= start => e.min(total.saturating_sub(1)),
-            _ => return RangeOutcome::Full,
-        },
+        "" => last,
+        b => b.parse::<u64>().ok().filter(|&e| e >= start)?.min(last),
     };
-    if start >= total {
-        RangeOutcome::Unsatisfiable
+    Some(if start < total {
+        Ok((start, end))
     } else {
-        RangeOutcome::Partial(start, end)
-    }
+        Err(())
+    })
 }
 
 fn serve_route(
@@ -651,95 +530,73 @@ fn serve_route(
     probe: &Arc<Probe>,
     req: &Request,
     route: Route,
-    faults: &[Fault],
+    faults: Vec<Fault>,
 ) -> Response<ReplyBody> {
-    let head_only = req.method == "HEAD";
-    if req.method != "GET" && !head_only {
-        let mut r = text_answer(405, false);
-        r.headers_mut()
-            .insert("allow", HeaderValue::from_static("GET, HEAD"));
-        return r;
-    }
-    let eff = Effective::from(faults);
-    if let Some(code) = eff.status {
-        return text_answer(code, head_only);
-    }
-    let (source, total) = match route.content {
-        Content::Bytes(b) => {
-            let n = b.len() as u64;
-            (Source::Bytes(b), n)
+    let (mut stop, mut throttle, mut ignore_range, mut corrupt) = (None, None, false, Vec::new());
+    for fault in faults {
+        match fault {
+            Fault::Status(code) => return text_answer(code),
+            Fault::CutAfter(n) => stop = Some((n, Then::Cut)),
+            Fault::StallAfter(n) => stop = Some((n, Then::Stall)),
+            Fault::IgnoreRange => ignore_range = true,
+            Fault::Throttle(rate) => throttle = Some((rate.max(1), Instant::now())),
+            Fault::CorruptByte(at) => corrupt.push(at),
         }
-        Content::File(p) => match File::open(&p).and_then(|f| f.metadata().map(|m| (f, m.len()))) {
-            Ok((f, n)) => (Source::File(f), n),
-            Err(_) => return text_answer(500, head_only),
+    }
+    let (total, source) = match route.content {
+        Content::Bytes(b) => (b.len() as u64, Source::Bytes(b)),
+        Content::File(p) => match File::open(&p).and_then(|f| Ok((f.metadata()?.len(), f))) {
+            Ok((n, f)) => (n, Source::File(f)),
+            Err(_) => return text_answer(500),
         },
     };
-    let etag = match route.etag {
-        Some(t) if t.starts_with('"') || t.starts_with("W/") => t,
-        Some(t) => format!("\"{t}\""),
-        None => format!("\"size-{total}\""),
-    };
-    let mut outcome = RangeOutcome::Full;
-    if let Some(range) = req.header("range") {
-        let if_range_ok = req
-            .header("if-range")
-            .is_none_or(|v| v == etag || v == LAST_MODIFIED);
-        if !eff.ignore_range && if_range_ok {
-            outcome = parse_range(range, total);
-        }
-    }
-    let (status, start, len) = match outcome {
-        RangeOutcome::Full => (200, 0, total),
-        RangeOutcome::Partial(s, e) => (206, s, e - s + 1),
-        RangeOutcome::Unsatisfiable => (416, 0, 0),
-    };
-    // Where (if anywhere) the body stops early.
-    let (to_send, then) = match (eff.cut.filter(|&n| n < len), eff.stall.filter(|&n| n < len)) {
-        (Some(c), Some(s)) if s < c => (s, Then::Stall),
-        (Some(c), _) => (c, Then::Cut),
-        (None, Some(s)) => (s, Then::Stall),
-        (None, None) => (len, Then::Finish),
-    };
-    let body = if head_only || status == 416 {
-        ReplyBody::Whole(None)
-    } else {
-        ReplyBody::Resource(Box::new(ResourceBody {
-            source,
-            pos: start,
-            end: start + to_send,
-            len,
-            then,
-            chunk: eff.throttle.map_or(COPY_CHUNK, |r| {
-                (r / 20).clamp(1, THROTTLE_MAX_CHUNK) as usize
-            }),
-            throttle: eff.throttle.map(|rate| (rate, Instant::now())),
-            corrupt: eff.corrupt,
-            sent: 0,
-            timer: None,
-            flushes_at_last_frame: probe.flushes(),
-            probe: probe.clone(),
-            shared: shared.clone(),
-            idx,
-        }))
-    };
-    let mut r = with_status(Response::new(body), status);
+    let etag = format!("\"{}\"", route.etag.unwrap_or(format!("size-{total}")));
+    let range = req
+        .header("range")
+        .filter(|_| !ignore_range && req.header("if-range").is_none_or(|v| v == etag))
+        .and_then(|r| parse_range(r, total));
+    let mut r = Response::new(ReplyBody::Whole(None));
     let h = r.headers_mut();
     let mut set = |name: &'static str, value: String| {
         h.insert(name, HeaderValue::from_str(&value).expect("a header value"));
     };
     set("accept-ranges", "bytes".into());
     set("etag", etag);
-    set("last-modified", LAST_MODIFIED.into());
-    match outcome {
-        RangeOutcome::Unsatisfiable => set("content-range", format!("bytes */{total}")),
-        RangeOutcome::Partial(s, e) => set("content-range", format!("bytes {s}-{e}/{total}")),
-        RangeOutcome::Full => {}
-    }
-    if status != 416 {
-        set("content-type", "application/octet-stream".into());
-    }
+    let (status, start, len) = match range {
+        None => (200, 0, total),
+        Some(Ok((s, e))) => {
+            set("content-range", format!("bytes {s}-{e}/{total}"));
+            (206, s, e - s + 1)
+        }
+        Some(Err(())) => {
+            set("content-range", format!("bytes */{total}"));
+            set("content-length", "0".into());
+            return with_status(r, 416);
+        }
+    };
+    set("content-type", "application/octet-stream".into());
     set("content-length", len.to_string());
-    r
+    // Where (if anywhere) the body stops early.
+    let (to_send, then) = stop.filter(|s| s.0 < len).unwrap_or((len, Then::Finish));
+    *r.body_mut() = ReplyBody::Resource(Box::new(ResourceBody {
+        source,
+        pos: start,
+        end: start + to_send,
+        len,
+        then,
+        chunk: throttle.map_or(COPY_CHUNK, |(rate, _)| {
+            (rate / 20).clamp(1, 64 << 10) as usize
+        }),
+        throttle,
+        corrupt,
+        sent: 0,
+        timer: None,
+        flushes_at_last_frame: probe.flushes(),
+        probe: probe.clone(),
+        shared: shared.clone(),
+        idx,
+    }));
+    with_status(r, status)
 }
 
 enum Source {
@@ -790,34 +647,36 @@ impl ResourceBody {
                 self.timer = None;
             }
             if self.pos == self.end {
-                match self.then {
+                let wait = match self.then {
                     Then::Finish => return Poll::Ready(None),
                     // An error makes hyper drop the connection; first let it write what it has.
                     Then::Cut if self.probe.flushes() > self.flushes_at_last_frame => {
                         return Poll::Ready(Some(Err(io::Error::other("cut by the test server"))))
                     }
-                    Then::Cut => self.sleep(Duration::from_millis(1)),
+                    Then::Cut => Duration::from_millis(1),
                     Then::Stall => {
                         self.then = Then::Stalled;
-                        self.sleep(STALL_LIMIT);
+                        STALL_LIMIT
                     }
                     Then::Stalled => {
                         return Poll::Ready(Some(Err(io::Error::other("stalled too long"))))
                     }
-                }
+                };
+                self.timer = Some(Box::pin(tokio::time::sleep(wait)));
                 continue;
             }
             if let Some((rate, began)) = self.throttle {
                 let due = began + Duration::from_secs_f64(self.sent as f64 / rate as f64);
                 let wait = due.saturating_duration_since(Instant::now());
                 if !wait.is_zero() {
-                    self.sleep(wait);
+                    self.timer = Some(Box::pin(tokio::time::sleep(wait)));
                     continue;
                 }
             }
             let want = self.chunk.min((self.end - self.pos) as usize);
+            let range = self.pos..self.pos + want as u64;
             let mut data = match &mut self.source {
-                Source::Bytes(b) => b.slice(self.pos as usize..self.pos as usize + want),
+                Source::Bytes(b) => b[range.start as usize..range.end as usize].to_vec(),
                 Source::File(f) => {
                     let mut buf = vec![0u8; want];
                     let read = f
@@ -826,29 +685,20 @@ impl ResourceBody {
                     if let Err(e) = read {
                         return Poll::Ready(Some(Err(e)));
                     }
-                    Bytes::from(buf)
+                    buf
                 }
             };
-            let range = self.pos..self.pos + want as u64;
-            if self.corrupt.iter().any(|o| range.contains(o)) {
-                let mut v = data.to_vec();
-                for o in self.corrupt.iter().filter(|o| range.contains(o)) {
-                    v[(o - self.pos) as usize] ^= 0xff;
-                }
-                data = Bytes::from(v);
+            for o in self.corrupt.iter().filter(|o| range.contains(o)) {
+                data[(o - self.pos) as usize] ^= 0xff;
             }
-            self.pos += want as u64;
+            self.pos = range.end;
             self.sent += want as u64;
             let sent = self.sent;
             self.shared
                 .update_log(self.idx, |l| l.body_bytes_sent = sent);
             self.flushes_at_last_frame = self.probe.flushes();
-            return Poll::Ready(Some(Ok(Frame::data(data))));
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from(data)))));
         }
-    }
-
-    fn sleep(&mut self, d: Duration) {
-        self.timer = Some(Box::pin(tokio::time::sleep(d)));
     }
 }
 

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::http_server::{App, Reply, Request, TestServer};
+use super::http_server::{App, Reply, Request, RequestLog, TestServer};
 
 /// A CA and a server certificate for 127.0.0.1 signed by it (EC P-256 keys).
 pub(crate) struct Pki {
@@ -67,20 +67,6 @@ pub(crate) struct TlsServer {
     pub port: u16,
 }
 
-/// One request as the server saw it.
-#[derive(Debug)]
-pub(crate) struct Logged {
-    /// With the query string.
-    pub path: String,
-    request: Request,
-}
-
-impl Logged {
-    pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.request.header(name)
-    }
-}
-
 impl TlsServer {
     /// Serves `body` on every path with `pki`'s certificate.
     pub(crate) fn start(_dir: &Path, pki: &Pki, body: &[u8]) -> TlsServer {
@@ -93,19 +79,12 @@ impl TlsServer {
         format!("https://127.0.0.1:{}{path}", self.port)
     }
 
-    /// The requests served so far.
-    pub(crate) fn requests(&self) -> Vec<Logged> {
-        let with_query = |r: &Request| match r.query.as_str() {
-            "" => r.path.clone(),
-            q => format!("{}?{q}", r.path),
-        };
-        self.server
-            .requests()
-            .into_iter()
-            .map(|l| Logged {
-                path: with_query(&l.request),
-                request: l.request,
-            })
-            .collect()
+    /// The requests served so far, each `path` with its query string.
+    pub(crate) fn requests(&self) -> Vec<RequestLog> {
+        let mut requests = self.server.requests();
+        for r in requests.iter_mut().filter(|r| !r.query.is_empty()) {
+            r.request.path = format!("{}?{}", r.path, r.query);
+        }
+        requests
     }
 }
