@@ -105,8 +105,9 @@ struct State {
     calls: Vec<String>,
     progress: HashMap<String, Progress>,
     roles: HashMap<String, String>,
-    /// What the downloads serve, by [`Download`] and name.
-    downloads: HashMap<(Download, String), Vec<u8>>,
+    /// What the downloads serve, by kind (`ignition` by host id, `files` and `credentials` by
+    /// file name) and name.
+    downloads: HashMap<(&'static str, String), Vec<u8>>,
     cluster: serde_json::Map<String, Value>,
     hosts: Vec<Value>,
     hosts_script: Option<HostsScript>,
@@ -126,16 +127,6 @@ struct State {
     behind_prism: bool,
     /// Listed hosts carry their last accepted stage, and `Done` makes a host `installed`.
     hosts_follow_progress: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Download {
-    /// A host's Ignition config, by host id.
-    Ignition,
-    /// `V2DownloadClusterFiles`, by file name.
-    File,
-    /// `V2DownloadClusterCredentials`, by file name.
-    Credentials,
 }
 
 /// See the module documentation. Clones share the state.
@@ -198,21 +189,23 @@ impl FakeService {
         self.state().roles.insert(host_id.into(), role.into());
     }
 
-    fn set_download(&self, kind: Download, name: &str, bytes: Vec<u8>) {
-        self.state().downloads.insert((kind, name.into()), bytes);
+    fn set_download(&self, kind: &'static str, name: &str, bytes: impl Into<Vec<u8>>) {
+        let key = (kind, name.to_string());
+        self.state().downloads.insert(key, bytes.into());
     }
 
     pub(crate) fn set_host_ignition(&self, host_id: &str, bytes: impl Into<Vec<u8>>) {
-        self.set_download(Download::Ignition, host_id, bytes.into());
+        self.set_download("ignition", host_id, bytes);
     }
 
+    /// A `V2DownloadClusterFiles` file (e.g. `bootstrap.ign`).
     pub(crate) fn set_cluster_file(&self, file_name: &str, bytes: impl Into<Vec<u8>>) {
-        self.set_download(Download::File, file_name, bytes.into());
+        self.set_download("files", file_name, bytes);
     }
 
     /// A `V2DownloadClusterCredentials` file (e.g. `kubeconfig-noingress`).
     pub(crate) fn set_credentials_file(&self, file_name: &str, bytes: impl Into<Vec<u8>>) {
-        self.set_download(Download::Credentials, file_name, bytes.into());
+        self.set_download("credentials", file_name, bytes);
     }
 
     /// Fields merged (top level) over the default cluster object, e.g.
@@ -359,13 +352,11 @@ impl State {
         Ok(())
     }
 
-    fn download(&self, kind: Download, name: &str) -> Result<Vec<u8>, Refusal> {
+    fn download(&self, kind: &'static str, name: &str) -> Result<Vec<u8>, Refusal> {
         match self.downloads.get(&(kind, name.to_string())) {
             Some(bytes) => Ok(bytes.clone()),
-            None if kind == Download::Ignition => {
-                refuse(404, format!("no ignition for host {name}"))
-            }
-            None => refuse(404, format!("no {kind:?} file {name}")),
+            None if kind == "ignition" => refuse(404, format!("no ignition for host {name}")),
+            None => refuse(404, format!("no {kind} file {name}")),
         }
     }
 
@@ -496,7 +487,7 @@ impl InventoryClient for FakeService {
     fn download_host_ignition(&self, infra_env_id: &str, host_id: &str, dest: &Path) -> Result<()> {
         let path = format!("/v2/infra-env/{infra_env_id}/hosts/{host_id}/downloads/ignition");
         let bytes = self.call("DownloadHostIgnition", "GET", path, |s| {
-            s.download(Download::Ignition, host_id)
+            s.download("ignition", host_id)
         })?;
         write_download(dest, &bytes)
     }
@@ -504,7 +495,7 @@ impl InventoryClient for FakeService {
     fn download_cluster_file(&self, cluster_id: &str, file_name: &str, dest: &Path) -> Result<()> {
         let path = format!("/v2/clusters/{cluster_id}/downloads/files?file_name={file_name}");
         let bytes = self.call("DownloadClusterFiles", "GET", path, |s| {
-            s.download(Download::File, file_name)
+            s.download("files", file_name)
         })?;
         write_download(dest, &bytes)
     }
@@ -666,10 +657,10 @@ impl FakeService {
                 Ok(Reply::empty(200))
             }
             ("GET", ["v2", "infra-env", _, "hosts", host, "downloads", "ignition"]) => {
-                Ok(Reply::bytes(state.download(Download::Ignition, host)?))
+                Ok(Reply::bytes(state.download("ignition", host)?))
             }
             ("GET", ["v2", "clusters", _, "downloads", "files"]) => match query("file_name") {
-                Some(name) => Ok(Reply::bytes(state.download(Download::File, &name)?)),
+                Some(name) => Ok(Reply::bytes(state.download("files", &name)?)),
                 None => refuse(400, "file_name is required"),
             },
             ("GET", ["v2", "clusters", cluster]) => {
@@ -757,7 +748,7 @@ impl FakeService {
             ("GET", ["v2", "clusters", _, "downloads", "credentials"]) => {
                 match query("file_name").as_deref() {
                     Some(name @ ("kubeadmin-password" | "kubeconfig" | "kubeconfig-noingress")) => {
-                        Ok(Reply::bytes(state.download(Download::Credentials, name)?))
+                        Ok(Reply::bytes(state.download("credentials", name)?))
                     }
                     other => refuse(400, format!("file_name: {other:?}")),
                 }
