@@ -173,32 +173,80 @@ fn every_call_sends_its_request_with_the_token_and_its_own_request_id() {
     );
 }
 
+type FailedCall = fn(&FakeService, &TestServer, &Path) -> anyhow::Result<()>;
+
+/// The retry classes, as the Go client: 5xx until `max_retries` (20 here), 404 `min_retries`
+/// times, 401 and 409 never. The error names the call, the status and the service's reason;
+/// the retries of a call share its request id; a failed download leaves no file behind.
 #[test]
-fn always_500_makes_max_retries_plus_one_requests() {
-    let (fake, srv) = served();
-    fake.fail_path("/progress", 500);
-    let c = client_for(&srv.base_url(), &fake.token(), fast_retry(20));
-    let err = c
-        .update_host_progress(IE, HOST, HostStage::Installing, "master")
-        .unwrap_err();
-    assert_eq!(srv.requests().len(), 21);
-    let se = service_error(&err);
-    assert_eq!(se.status, Some(500));
-    assert_eq!(se.attempts, 21);
-    let text = format!("{err:#}");
-    assert!(
-        text.starts_with("UpdateHostInstallProgress (PUT /v2/infra-envs/"),
-        "{text}"
-    );
-    assert!(text.contains("500 Internal Server Error"), "{text}");
-    assert!(text.contains("injected fault 500"), "{text}");
-    // One call, one request id, shared by its retries (as the Go client does).
-    let ids: std::collections::HashSet<String> = srv
-        .requests()
-        .iter()
-        .map(|c| c.header("x-request-id").unwrap().to_string())
-        .collect();
-    assert_eq!(ids.len(), 1);
+fn failed_calls_are_retried_by_class() {
+    use HostStage::{Installing, WritingImageToDisk};
+    let progress =
+        format!("UpdateHostInstallProgress (PUT /v2/infra-envs/{IE}/hosts/{HOST}/progress)");
+    let ignition =
+        format!("DownloadHostIgnition (GET /v2/infra-env/{IE}/hosts/{HOST}/downloads/ignition)");
+    // The call, with its set-up; the requests made in all; the error's status and attempts,
+    // and its text.
+    let cases: [(FailedCall, usize, u16, u32, String); 4] = [
+        (
+            |fake, srv, _| {
+                fake.fail_path("/progress", 500);
+                client(fake, srv).update_host_progress(IE, HOST, Installing, "master")
+            },
+            21,
+            500,
+            21,
+            format!("{progress}: 500 Internal Server Error: injected fault 500 for this path (gave up after 21 attempts)"),
+        ),
+        (
+            // No ignition configured for the host.
+            |fake, srv, dir| {
+                let c = client_for(&srv.base_url(), &fake.token(), fast_retry(360));
+                c.download_host_ignition(IE, HOST, &dir.join("master-host.ign"))
+            },
+            11,
+            404,
+            11,
+            format!("{ignition}: 404 Not Found: no ignition for host {HOST} (gave up after 11 attempts)"),
+        ),
+        (
+            |fake, srv, _| {
+                let c = client(fake, srv);
+                c.update_host_progress(IE, HOST, WritingImageToDisk, "")?;
+                c.update_host_progress(IE, HOST, Installing, "master")
+            },
+            2,
+            409,
+            1,
+            format!("{progress}: 409 Conflict: Can't move host {HOST} stage backwards from Writing image to disk to Installing"),
+        ),
+        (
+            |_, srv, _| {
+                let c = client_for(&srv.base_url(), "some-other-token-value", fast_retry(20));
+                c.get_cluster(CLUSTER, false).map(drop)
+            },
+            1,
+            401,
+            1,
+            format!("GetCluster (GET /v2/clusters/{CLUSTER}?exclude-hosts=false): 401 Unauthorized: Unauthorized"),
+        ),
+    ];
+    for (call, requests, status, attempts, text) in cases {
+        let (fake, srv) = served();
+        let dir = tempfile::tempdir().unwrap();
+        let err = call(&fake, &srv, dir.path()).unwrap_err();
+        let se = service_error(&err);
+        assert_eq!((se.status, se.attempts), (Some(status), attempts), "{err}");
+        assert_eq!(err.to_string(), text);
+        let calls = srv.requests();
+        assert_eq!(calls.len(), requests, "{text}");
+        let ids: std::collections::HashSet<_> = calls[requests - attempts as usize..]
+            .iter()
+            .map(|c| c.header("x-request-id").unwrap())
+            .collect();
+        assert_eq!(ids.len(), 1, "{text}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 }
 
 #[test]
@@ -212,62 +260,6 @@ fn transient_errors_then_success() {
     let statuses: Vec<u16> = srv.requests().iter().map(|c| c.status).collect();
     assert_eq!(statuses, [500, 503, 200]);
     assert_eq!(fake.progress_reports(HOST).len(), 1);
-}
-
-#[test]
-fn not_found_is_retried_min_retries_times() {
-    let (fake, srv) = served();
-    let c = client_for(&srv.base_url(), &fake.token(), fast_retry(360));
-    let dir = tempfile::tempdir().unwrap();
-    let dest = dir.path().join("master-host.ign");
-    // No ignition configured for the host: 404.
-    let err = c.download_host_ignition(IE, HOST, &dest).unwrap_err();
-    assert_eq!(srv.requests().len(), 11);
-    let se = service_error(&err);
-    assert_eq!(se.status, Some(404));
-    assert_eq!(se.call, "DownloadHostIgnition");
-    assert_eq!(
-        se.path,
-        format!("/v2/infra-env/{IE}/hosts/{HOST}/downloads/ignition")
-    );
-    assert!(format!("{err}").contains("404 Not Found: no ignition for host"));
-    assert!(!dest.exists());
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-}
-
-#[test]
-fn conflict_is_not_retried_and_carries_the_reason() {
-    let (fake, srv) = served();
-    let c = client(&fake, &srv);
-    c.update_host_progress(IE, HOST, HostStage::WritingImageToDisk, "")
-        .unwrap();
-    let err = c
-        .update_host_progress(IE, HOST, HostStage::Installing, "master")
-        .unwrap_err();
-    assert_eq!(srv.requests().len(), 2);
-    let se = service_error(&err);
-    assert_eq!(se.status, Some(409));
-    assert_eq!(se.attempts, 1);
-    assert_eq!(
-        err.to_string(),
-        format!(
-            "UpdateHostInstallProgress (PUT /v2/infra-envs/{IE}/hosts/{HOST}/progress): 409 Conflict: \
-             Can't move host {HOST} stage backwards from Writing image to disk to Installing"
-        )
-    );
-}
-
-#[test]
-fn unauthorized_is_not_retried() {
-    let (_fake, srv) = served();
-    let c = client_for(&srv.base_url(), "some-other-token-value", fast_retry(20));
-    let err = c.get_cluster(CLUSTER, false).unwrap_err();
-    assert_eq!(srv.requests().len(), 1);
-    assert_eq!(service_error(&err).status, Some(401));
-    assert!(
-        err.to_string().ends_with("401 Unauthorized: Unauthorized"),
-        "{err}"
-    );
 }
 
 #[test]
