@@ -266,31 +266,64 @@ impl FakeService {
         self.state().operators = operators;
     }
 
-    /// One in-memory call: recorded, faults applied, refusals turned into the error the REST
-    /// client gives for them.
-    fn call<T>(
+    /// One in-memory call, answered as on the socket (with the token): recorded, and a
+    /// refusal turned into the error the REST client gives for it. The body is JSON unless a
+    /// content type is given.
+    fn call(
         &self,
         name: &'static str,
         method: &str,
         path: String,
-        op: impl FnOnce(&mut State) -> Result<T, Refusal>,
-    ) -> Result<T> {
-        let mut state = self.state();
-        state.calls.push(format!("{method} {path}"));
-        let full = format!("{BASE_PATH}{}", path.split('?').next().unwrap_or(""));
-        let result = state.injected(&full).and_then(|()| op(&mut state));
-        drop(state);
-        result.map_err(|r| {
-            ServiceError {
-                call: name,
-                method: method.to_string(),
-                path,
-                status: Some(r.status),
-                reason: r.reason,
-                attempts: 1,
-            }
-            .into()
-        })
+        content_type: Option<String>,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>> {
+        let token = {
+            let mut state = self.state();
+            state.calls.push(format!("{method} {path}"));
+            state.token.clone()
+        };
+        let (api_path, query) = path.split_once('?').unwrap_or((&path, ""));
+        let content_type = content_type.unwrap_or("application/json".into());
+        let request = Request {
+            method: method.to_string(),
+            path: format!("{BASE_PATH}{api_path}"),
+            query: query.to_string(),
+            headers: vec![
+                ("x-secret-key".into(), token),
+                ("content-type".into(), content_type),
+            ],
+            body,
+        };
+        let reply = self.handle(&request);
+        if reply.status < 300 {
+            return Ok(reply.body);
+        }
+        let answer = serde_json::from_slice::<Value>(&reply.body).unwrap_or_default();
+        let reason = answer["reason"].as_str().or(answer["message"].as_str());
+        Err(ServiceError {
+            call: name,
+            method: method.to_string(),
+            path,
+            status: Some(reply.status),
+            reason: reason.unwrap_or_default().to_string(),
+            attempts: 1,
+        }
+        .into())
+    }
+
+    fn call_json(&self, name: &'static str, method: &str, path: String, body: Value) -> Result<()> {
+        let body = serde_json::to_vec(&body).unwrap();
+        self.call(name, method, path, None, body).map(drop)
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(&self, name: &'static str, path: String) -> Result<T> {
+        let body = self.call(name, "GET", path, None, Vec::new())?;
+        Ok(serde_json::from_slice(&body)?)
+    }
+
+    fn download(&self, name: &'static str, path: String, dest: &Path) -> Result<()> {
+        let bytes = self.call(name, "GET", path, None, Vec::new())?;
+        std::fs::write(dest, bytes).with_context(|| format!("writing {}", dest.display()))
     }
 }
 
@@ -460,14 +493,6 @@ fn complete_host(mut host: Value) -> Value {
     host
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, Refusal> {
-    serde_json::from_value(value).or_else(|e| refuse(500, format!("the fake's answer: {e}")))
-}
-
-fn write_download(dest: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(dest, bytes).with_context(|| format!("writing {}", dest.display()))
-}
-
 impl InventoryClient for FakeService {
     fn update_host_progress(
         &self,
@@ -479,41 +504,33 @@ impl InventoryClient for FakeService {
         // The REST client cuts what the service's varchar cannot hold.
         let info: String = info.chars().take(MAX_PROGRESS_INFO_CHARS).collect();
         let path = format!("/v2/infra-envs/{infra_env_id}/hosts/{host_id}/progress");
-        self.call("UpdateHostInstallProgress", "PUT", path, |s| {
-            s.update_progress(host_id, stage, &info)
-        })
+        let body = json!({"current_stage": stage.to_string(), "progress_info": info});
+        self.call_json("UpdateHostInstallProgress", "PUT", path, body)
     }
 
     fn download_host_ignition(&self, infra_env_id: &str, host_id: &str, dest: &Path) -> Result<()> {
         let path = format!("/v2/infra-env/{infra_env_id}/hosts/{host_id}/downloads/ignition");
-        let bytes = self.call("DownloadHostIgnition", "GET", path, |s| {
-            s.download("ignition", host_id)
-        })?;
-        write_download(dest, &bytes)
+        self.download("DownloadHostIgnition", path, dest)
     }
 
     fn download_cluster_file(&self, cluster_id: &str, file_name: &str, dest: &Path) -> Result<()> {
         let path = format!("/v2/clusters/{cluster_id}/downloads/files?file_name={file_name}");
-        let bytes = self.call("DownloadClusterFiles", "GET", path, |s| {
-            s.download("files", file_name)
-        })?;
-        write_download(dest, &bytes)
+        self.download("DownloadClusterFiles", path, dest)
     }
 
     fn get_cluster(&self, cluster_id: &str, exclude_hosts: bool) -> Result<Cluster> {
         let path = format!("/v2/clusters/{cluster_id}?exclude-hosts={exclude_hosts}");
-        self.call("GetCluster", "GET", path, |s| {
-            from_json(s.cluster(cluster_id, exclude_hosts))
-        })
+        self.get("GetCluster", path)
     }
 
     fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&Role>) -> Result<Vec<Host>> {
-        let role = role.map(Role::as_str);
-        let query = role.map(|r| format!("?role={r}")).unwrap_or_default();
-        let path = format!("/v2/clusters/{cluster_id}/hosts{query}");
-        self.call("ListClusterHosts", "GET", path, |s| {
-            from_json(Value::Array(s.hosts(role)))
-        })
+        let query = role
+            .map(|r| format!("?role={}", r.as_str()))
+            .unwrap_or_default();
+        self.get(
+            "ListClusterHosts",
+            format!("/v2/clusters/{cluster_id}/hosts{query}"),
+        )
     }
 
     fn update_host_logs_progress(
@@ -523,20 +540,14 @@ impl InventoryClient for FakeService {
         state: LogsState,
     ) -> Result<()> {
         let path = format!("/v2/infra-envs/{infra_env_id}/hosts/{host_id}/logs-progress");
-        self.call("UpdateHostLogsProgress", "PUT", path, |s| {
-            s.host_logs_reports
-                .push((host_id.to_string(), state.to_string()));
-            Ok(())
-        })
+        let body = json!({"logs_state": state.to_string()});
+        self.call_json("UpdateHostLogsProgress", "PUT", path, body)
     }
 
     fn update_cluster_logs_progress(&self, cluster_id: &str, state: LogsState) -> Result<()> {
         let path = format!("/v2/clusters/{cluster_id}/logs-progress");
-        self.call("UpdateClusterLogsProgress", "PUT", path, |s| {
-            s.cluster_logs_reports
-                .push((cluster_id.to_string(), state.to_string()));
-            Ok(())
-        })
+        let body = json!({"logs_state": state.to_string()});
+        self.call_json("UpdateClusterLogsProgress", "PUT", path, body)
     }
 
     fn upload_logs(&self, upload: &LogsUpload) -> Result<()> {
@@ -545,10 +556,17 @@ impl InventoryClient for FakeService {
             query.push_str(&format!("&infra_env_id={infra_env_id}&host_id={host_id}"));
         }
         let path = format!("/v2/clusters/{}/logs?{query}", upload.cluster_id);
-        self.call("V2UploadLogs", "POST", path, |s| {
-            s.uploads.push(upload.clone());
-            Ok(())
-        })
+        // A boundary no archive holds by chance.
+        let boundary = uuid::Uuid::new_v4().simple().to_string();
+        let part = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"upfile\"; filename=\"{}\"\r\n\r\n",
+            upload.file_name
+        );
+        let end = format!("\r\n--{boundary}--\r\n");
+        let body = [part.as_bytes(), &upload.data, end.as_bytes()].concat();
+        let content_type = Some(format!("multipart/form-data; boundary={boundary}"));
+        self.call("V2UploadLogs", "POST", path, content_type, body)
+            .map(drop)
     }
 }
 
