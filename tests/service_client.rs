@@ -14,7 +14,6 @@ use assisted_installer::service::{
 };
 use common::fake_service::{host_json, FakeService, BASE_PATH, DEFAULT_TOKEN};
 use common::http_server::{RequestLog, TestServer};
-use serde_json::json;
 
 const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
 const IE: &str = "6b1f2e0a-8d7c-4c1e-9a51-3f0d9c2b7e11";
@@ -329,24 +328,13 @@ fn download_into_a_missing_directory_fails_at_once() {
 #[test]
 fn get_cluster_with_and_without_hosts_and_hosts_by_role() {
     let (fake, srv) = served();
-    fake.set_cluster(json!({
-        "kind": "AddHostsCluster",
-        "platform": {"type": "vsphere"},
-        "install_config_overrides": "{\"platform\":{\"vsphere\":{}}}"
-    }));
     fake.set_hosts(vec![
         host_json(HOST, IE, "master", Some("Done")),
         host_json("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d", IE, "worker", None),
     ]);
     let c = client(&fake, &srv);
-    let cluster = c.get_cluster(CLUSTER, true).unwrap();
-    assert!(cluster.is_day2());
-    assert_eq!(cluster.platform_type(), "vsphere");
-    assert_eq!(
-        cluster.install_config_overrides.as_deref(),
-        Some("{\"platform\":{\"vsphere\":{}}}")
-    );
-    assert!(cluster.hosts.is_empty());
+    // The cluster's own fields: models::tests::cluster_parses_leniently.
+    assert!(c.get_cluster(CLUSTER, true).unwrap().hosts.is_empty());
     let cluster = c.get_cluster(CLUSTER, false).unwrap();
     assert_eq!(cluster.hosts.len(), 2);
     assert_eq!(cluster.hosts[0].current_stage(), "Done");

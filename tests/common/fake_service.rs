@@ -294,18 +294,16 @@ impl FakeService {
             ],
             body,
         };
-        let reply = self.handle(&request);
-        if reply.status < 300 {
-            return Ok(reply.body);
-        }
-        let answer = serde_json::from_slice::<Value>(&reply.body).unwrap_or_default();
-        let reason = answer["reason"].as_str().or(answer["message"].as_str());
+        let refusal = match self.route(&request) {
+            Ok(reply) => return Ok(reply.body),
+            Err(refusal) => refusal,
+        };
         Err(ServiceError {
             call: name,
             method: method.to_string(),
             path,
-            status: Some(reply.status),
-            reason: reason.unwrap_or_default().to_string(),
+            status: Some(refusal.status),
+            reason: refusal.reason,
             attempts: 1,
         }
         .into())
