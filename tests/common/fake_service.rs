@@ -1,17 +1,18 @@
 #![allow(dead_code)]
-//! The fake assisted-service, one model with two faces: in memory as an [`InventoryClient`]
-//! (the flow scenarios), and on the socket as an [`App`] of the test HTTP server
-//! (`TestServer::with_app(fake.clone())`: the REST clients, the swagger contract, the binary).
+//! The fake assisted-service, one model with two faces: on the socket as an [`App`] of the
+//! test HTTP server (`TestServer::with_app(fake.clone())`: the REST clients, the swagger
+//! contract, the binary), and in memory as an [`InventoryClient`] (the flow scenarios) whose
+//! calls are the requests the REST client would send, answered by the same handler.
 //!
-//! Both faces keep the service's stage rules: per host, a stage may repeat or move forward in
-//! its role's order (skipping is fine), never backwards, and one outside that order is a 409;
+//! It keeps the service's stage rules: per host, a stage may repeat or move forward in its
+//! role's order (skipping is fine), never backwards, and one outside that order is a 409;
 //! `Failed` is accepted from any stage and is final. The role is the one given with
 //! [`FakeService::set_host_role`], else the host list's (`bootstrap: true` means the bootstrap
-//! order), else `master`. Injected answers ([`FakeService::fail_next`], `fail_path`) apply on
-//! both; on the socket after the token check (`X-Secret-Key`, else 401 with swagger's
-//! `infra_error`) and before the body checks (a 400). The socket also serves the controller's
-//! calls: finalizing stages, monitored operators (reports update the list), the ingress CA,
-//! credentials, `complete-installation` and events, each recorded.
+//! order), else `master`. Injected answers ([`FakeService::fail_next`], `fail_path`) apply
+//! after the token check (`X-Secret-Key`, else 401 with swagger's `infra_error`) and before
+//! the body checks (a 400). It also serves the controller's calls: finalizing stages,
+//! monitored operators (reports update the list), the ingress CA, credentials,
+//! `complete-installation` and events, each recorded.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
