@@ -75,36 +75,24 @@ fn missing_prerequisite() -> Option<String> {
 
 /// Prism ignores `basePath` by design (stoplightio/prism FAQ; issues #2191, #1987): it would
 /// route `/v2/…` and reject `/api/assisted-install/v2/…`. So the test runs it on a copy of the
-/// spec where the base path is folded into every path key; the client's full paths, base path
-/// included, are then what gets validated. Upstream forwarding keeps the path as sent.
+/// spec (as JSON) where the base path is folded into every path key; the client's full paths,
+/// base path included, are then what gets validated. Upstream forwarding keeps the path as sent.
 fn spec_with_base_path_in_paths() -> String {
-    let original = std::fs::read_to_string(swagger_path()).unwrap();
-    let mut base_path = None;
-    let mut in_paths = false;
-    let mut folded = 0;
-    let mut out = String::with_capacity(original.len() + 4096);
-    for line in original.lines() {
-        if let Some(bp) = line.strip_prefix("basePath:") {
-            base_path = Some(bp.trim().trim_matches(['\'', '"']).to_string());
-            continue;
-        }
-        if !line.starts_with(' ') && !line.is_empty() {
-            in_paths = line.trim_end() == "paths:";
-        }
-        if in_paths && line.starts_with("  /") {
-            let bp = base_path.as_deref().expect("basePath comes before paths");
-            out.push_str("  ");
-            out.push_str(bp);
-            out.push_str(&line[2..]);
-            folded += 1;
-        } else {
-            out.push_str(line);
-        }
-        out.push('\n');
-    }
-    assert_eq!(base_path.as_deref(), Some(BASE_PATH), "swagger basePath");
-    assert!(folded > 50, "folded the base path into {folded} paths only");
-    out
+    let text = std::fs::read_to_string(swagger_path()).unwrap();
+    let mut spec: serde_json::Value = serde_saphyr::from_str(&text).expect("swagger YAML");
+    let spec_object = spec.as_object_mut().unwrap();
+    let base_path = spec_object.remove("basePath");
+    assert_eq!(base_path, Some(json!(BASE_PATH)), "swagger basePath");
+    let paths = spec_object["paths"].as_object().unwrap();
+    let paths = paths
+        .iter()
+        .map(|(k, v)| (format!("{BASE_PATH}{k}"), v.clone()));
+    spec_object["paths"] = serde_json::Value::Object(paths.collect());
+    assert!(
+        spec_object["paths"].as_object().unwrap().len() > 50,
+        "paths"
+    );
+    spec.to_string()
 }
 
 /// The running Prism proxy; killed on drop.
@@ -118,7 +106,7 @@ struct Prism {
 impl Prism {
     fn start(upstream: &str) -> Prism {
         let dir = tempfile::tempdir().unwrap();
-        let spec = dir.path().join("swagger-with-base-path.yaml");
+        let spec = dir.path().join("swagger-with-base-path.json");
         std::fs::write(&spec, spec_with_base_path_in_paths()).unwrap();
         let log = dir.path().join("prism.log");
         let out = File::create(&log).unwrap();

@@ -603,6 +603,10 @@ mod tests {
         let err = client.get_cluster("c", true).unwrap_err();
         let se = err.downcast_ref::<ServiceError>().unwrap();
         assert_eq!((se.status, se.attempts), (None, 4));
+        let text = err.to_string();
+        let want = "GetCluster (GET /v2/clusters/c?exclude-hosts=true): request failed: ";
+        assert!(text.starts_with(want), "{text}");
+        assert!(text.contains("(gave up after 4 attempts)"), "{text}");
         let sleeps = clock.sleeps();
         assert_eq!(sleeps.len(), 3);
         for (attempt, d) in (0..).zip(&sleeps) {

@@ -13,9 +13,9 @@ pub use client::{
     ClientConfig, ClientRetry, InventoryClient, LogsType, LogsUpload, ServiceClient, ServiceError,
 };
 pub use models::{
-    ApiError, Cluster, ClusterFinalizingProgress, ClusterProgressInfo, CompletionParams,
-    EventParams, Host, HostProgress, HostProgressInfo, HostStatus, InfraError, LogsProgressParams,
-    MonitoredOperator, OperatorMonitorReport, Platform,
+    Cluster, ClusterFinalizingProgress, ClusterProgressInfo, CompletionParams, EventParams, Host,
+    HostProgress, HostProgressInfo, HostStatus, LogsProgressParams, MonitoredOperator,
+    OperatorMonitorReport, Platform,
 };
 pub use reporter::Reporter;
 pub use stages::{FinalizingStage, HostStage, LogsState, OperatorStatus, UnknownValue};

@@ -292,39 +292,13 @@ pub struct EventParams {
     pub event_time: String,
 }
 
-/// Swagger `error`: the body of most 4xx/5xx answers.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ApiError {
-    #[serde(deserialize_with = "null_as_default")]
-    pub kind: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub id: i64,
-    #[serde(deserialize_with = "null_as_default")]
-    pub href: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub code: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub reason: String,
-}
-
-/// Swagger `infra_error`: the body of 401/403 answers.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct InfraError {
-    #[serde(deserialize_with = "null_as_default")]
-    pub code: i64,
-    #[serde(deserialize_with = "null_as_default")]
-    pub message: String,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
-    /// The bodies of real calls: `progress_request_path_body_and_headers` and
-    /// `logs_progress_requests` in tests/service_client.rs.
+    /// The bodies of real calls: `every_call_sends_its_request_with_the_token_and_its_own_request_id`
+    /// in tests/service_client.rs.
     #[test]
     fn an_empty_progress_body_is_an_empty_object() {
         assert_eq!(
@@ -409,17 +383,5 @@ mod tests {
         let h: Host = serde_json::from_value(json!({"status": "disabled", "role": null})).unwrap();
         assert!(h.is_disabled());
         assert_eq!(h.role, None);
-    }
-
-    #[test]
-    fn error_bodies_parse() {
-        let e: ApiError = serde_json::from_value(json!({
-            "kind": "Error", "id": 409, "href": "", "code": "409", "reason": "nope"
-        }))
-        .unwrap();
-        assert_eq!(e.reason, "nope");
-        let e: InfraError =
-            serde_json::from_value(json!({"code": 401, "message": "Unauthorized"})).unwrap();
-        assert_eq!(e.code, 401);
     }
 }

@@ -1,17 +1,18 @@
 #![allow(dead_code)]
-//! The fake assisted-service, one model with two faces: in memory as an [`InventoryClient`]
-//! (the flow scenarios), and on the socket as an [`App`] of the test HTTP server
-//! (`TestServer::with_app(fake.clone())`: the REST clients, the swagger contract, the binary).
+//! The fake assisted-service, one model with two faces: on the socket as an [`App`] of the
+//! test HTTP server (`TestServer::with_app(fake.clone())`: the REST clients, the swagger
+//! contract, the binary), and in memory as an [`InventoryClient`] (the flow scenarios) whose
+//! calls are the requests the REST client would send, answered by the same handler.
 //!
-//! Both faces keep the service's stage rules: per host, a stage may repeat or move forward in
-//! its role's order (skipping is fine), never backwards, and one outside that order is a 409;
+//! It keeps the service's stage rules: per host, a stage may repeat or move forward in its
+//! role's order (skipping is fine), never backwards, and one outside that order is a 409;
 //! `Failed` is accepted from any stage and is final. The role is the one given with
 //! [`FakeService::set_host_role`], else the host list's (`bootstrap: true` means the bootstrap
-//! order), else `master`. Injected answers ([`FakeService::fail_next`], `fail_path`) apply on
-//! both; on the socket after the token check (`X-Secret-Key`, else 401 with swagger's
-//! `infra_error`) and before the body checks (a 400). The socket also serves the controller's
-//! calls: finalizing stages, monitored operators (reports update the list), the ingress CA,
-//! credentials, `complete-installation` and events, each recorded.
+//! order), else `master`. Injected answers ([`FakeService::fail_next`], `fail_path`) apply
+//! after the token check (`X-Secret-Key`, else 401 with swagger's `infra_error`) and before
+//! the body checks (a 400). It also serves the controller's calls: finalizing stages,
+//! monitored operators (reports update the list), the ingress CA, credentials,
+//! `complete-installation` and events, each recorded.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -105,8 +106,9 @@ struct State {
     calls: Vec<String>,
     progress: HashMap<String, Progress>,
     roles: HashMap<String, String>,
-    /// What the downloads serve, by [`Download`] and name.
-    downloads: HashMap<(Download, String), Vec<u8>>,
+    /// What the downloads serve, by kind (`ignition` by host id, `files` and `credentials` by
+    /// file name) and name.
+    downloads: HashMap<(&'static str, String), Vec<u8>>,
     cluster: serde_json::Map<String, Value>,
     hosts: Vec<Value>,
     hosts_script: Option<HostsScript>,
@@ -126,16 +128,6 @@ struct State {
     behind_prism: bool,
     /// Listed hosts carry their last accepted stage, and `Done` makes a host `installed`.
     hosts_follow_progress: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Download {
-    /// A host's Ignition config, by host id.
-    Ignition,
-    /// `V2DownloadClusterFiles`, by file name.
-    File,
-    /// `V2DownloadClusterCredentials`, by file name.
-    Credentials,
 }
 
 /// See the module documentation. Clones share the state.
@@ -198,21 +190,23 @@ impl FakeService {
         self.state().roles.insert(host_id.into(), role.into());
     }
 
-    fn set_download(&self, kind: Download, name: &str, bytes: Vec<u8>) {
-        self.state().downloads.insert((kind, name.into()), bytes);
+    fn set_download(&self, kind: &'static str, name: &str, bytes: impl Into<Vec<u8>>) {
+        let key = (kind, name.to_string());
+        self.state().downloads.insert(key, bytes.into());
     }
 
     pub(crate) fn set_host_ignition(&self, host_id: &str, bytes: impl Into<Vec<u8>>) {
-        self.set_download(Download::Ignition, host_id, bytes.into());
+        self.set_download("ignition", host_id, bytes);
     }
 
+    /// A `V2DownloadClusterFiles` file (e.g. `bootstrap.ign`).
     pub(crate) fn set_cluster_file(&self, file_name: &str, bytes: impl Into<Vec<u8>>) {
-        self.set_download(Download::File, file_name, bytes.into());
+        self.set_download("files", file_name, bytes);
     }
 
     /// A `V2DownloadClusterCredentials` file (e.g. `kubeconfig-noingress`).
     pub(crate) fn set_credentials_file(&self, file_name: &str, bytes: impl Into<Vec<u8>>) {
-        self.set_download(Download::Credentials, file_name, bytes.into());
+        self.set_download("credentials", file_name, bytes);
     }
 
     /// Fields merged (top level) over the default cluster object, e.g.
@@ -273,31 +267,62 @@ impl FakeService {
         self.state().operators = operators;
     }
 
-    /// One in-memory call: recorded, faults applied, refusals turned into the error the REST
-    /// client gives for them.
-    fn call<T>(
+    /// One in-memory call, answered as on the socket (with the token): recorded, and a
+    /// refusal turned into the error the REST client gives for it. The body is JSON unless a
+    /// content type is given.
+    fn call(
         &self,
         name: &'static str,
         method: &str,
         path: String,
-        op: impl FnOnce(&mut State) -> Result<T, Refusal>,
-    ) -> Result<T> {
-        let mut state = self.state();
-        state.calls.push(format!("{method} {path}"));
-        let full = format!("{BASE_PATH}{}", path.split('?').next().unwrap_or(""));
-        let result = state.injected(&full).and_then(|()| op(&mut state));
-        drop(state);
-        result.map_err(|r| {
-            ServiceError {
-                call: name,
-                method: method.to_string(),
-                path,
-                status: Some(r.status),
-                reason: r.reason,
-                attempts: 1,
-            }
-            .into()
-        })
+        content_type: Option<String>,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>> {
+        let token = {
+            let mut state = self.state();
+            state.calls.push(format!("{method} {path}"));
+            state.token.clone()
+        };
+        let (api_path, query) = path.split_once('?').unwrap_or((&path, ""));
+        let content_type = content_type.unwrap_or("application/json".into());
+        let request = Request {
+            method: method.to_string(),
+            path: format!("{BASE_PATH}{api_path}"),
+            query: query.to_string(),
+            headers: vec![
+                ("x-secret-key".into(), token),
+                ("content-type".into(), content_type),
+            ],
+            body,
+        };
+        let refusal = match self.route(&request) {
+            Ok(reply) => return Ok(reply.body),
+            Err(refusal) => refusal,
+        };
+        Err(ServiceError {
+            call: name,
+            method: method.to_string(),
+            path,
+            status: Some(refusal.status),
+            reason: refusal.reason,
+            attempts: 1,
+        }
+        .into())
+    }
+
+    fn call_json(&self, name: &'static str, method: &str, path: String, body: Value) -> Result<()> {
+        let body = serde_json::to_vec(&body).unwrap();
+        self.call(name, method, path, None, body).map(drop)
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(&self, name: &'static str, path: String) -> Result<T> {
+        let body = self.call(name, "GET", path, None, Vec::new())?;
+        Ok(serde_json::from_slice(&body)?)
+    }
+
+    fn download(&self, name: &'static str, path: String, dest: &Path) -> Result<()> {
+        let bytes = self.call(name, "GET", path, None, Vec::new())?;
+        std::fs::write(dest, bytes).with_context(|| format!("writing {}", dest.display()))
     }
 }
 
@@ -359,13 +384,11 @@ impl State {
         Ok(())
     }
 
-    fn download(&self, kind: Download, name: &str) -> Result<Vec<u8>, Refusal> {
+    fn download(&self, kind: &'static str, name: &str) -> Result<Vec<u8>, Refusal> {
         match self.downloads.get(&(kind, name.to_string())) {
             Some(bytes) => Ok(bytes.clone()),
-            None if kind == Download::Ignition => {
-                refuse(404, format!("no ignition for host {name}"))
-            }
-            None => refuse(404, format!("no {kind:?} file {name}")),
+            None if kind == "ignition" => refuse(404, format!("no ignition for host {name}")),
+            None => refuse(404, format!("no {kind} file {name}")),
         }
     }
 
@@ -469,14 +492,6 @@ fn complete_host(mut host: Value) -> Value {
     host
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, Refusal> {
-    serde_json::from_value(value).or_else(|e| refuse(500, format!("the fake's answer: {e}")))
-}
-
-fn write_download(dest: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(dest, bytes).with_context(|| format!("writing {}", dest.display()))
-}
-
 impl InventoryClient for FakeService {
     fn update_host_progress(
         &self,
@@ -488,41 +503,33 @@ impl InventoryClient for FakeService {
         // The REST client cuts what the service's varchar cannot hold.
         let info: String = info.chars().take(MAX_PROGRESS_INFO_CHARS).collect();
         let path = format!("/v2/infra-envs/{infra_env_id}/hosts/{host_id}/progress");
-        self.call("UpdateHostInstallProgress", "PUT", path, |s| {
-            s.update_progress(host_id, stage, &info)
-        })
+        let body = json!({"current_stage": stage.to_string(), "progress_info": info});
+        self.call_json("UpdateHostInstallProgress", "PUT", path, body)
     }
 
     fn download_host_ignition(&self, infra_env_id: &str, host_id: &str, dest: &Path) -> Result<()> {
         let path = format!("/v2/infra-env/{infra_env_id}/hosts/{host_id}/downloads/ignition");
-        let bytes = self.call("DownloadHostIgnition", "GET", path, |s| {
-            s.download(Download::Ignition, host_id)
-        })?;
-        write_download(dest, &bytes)
+        self.download("DownloadHostIgnition", path, dest)
     }
 
     fn download_cluster_file(&self, cluster_id: &str, file_name: &str, dest: &Path) -> Result<()> {
         let path = format!("/v2/clusters/{cluster_id}/downloads/files?file_name={file_name}");
-        let bytes = self.call("DownloadClusterFiles", "GET", path, |s| {
-            s.download(Download::File, file_name)
-        })?;
-        write_download(dest, &bytes)
+        self.download("DownloadClusterFiles", path, dest)
     }
 
     fn get_cluster(&self, cluster_id: &str, exclude_hosts: bool) -> Result<Cluster> {
         let path = format!("/v2/clusters/{cluster_id}?exclude-hosts={exclude_hosts}");
-        self.call("GetCluster", "GET", path, |s| {
-            from_json(s.cluster(cluster_id, exclude_hosts))
-        })
+        self.get("GetCluster", path)
     }
 
     fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&Role>) -> Result<Vec<Host>> {
-        let role = role.map(Role::as_str);
-        let query = role.map(|r| format!("?role={r}")).unwrap_or_default();
-        let path = format!("/v2/clusters/{cluster_id}/hosts{query}");
-        self.call("ListClusterHosts", "GET", path, |s| {
-            from_json(Value::Array(s.hosts(role)))
-        })
+        let query = role
+            .map(|r| format!("?role={}", r.as_str()))
+            .unwrap_or_default();
+        self.get(
+            "ListClusterHosts",
+            format!("/v2/clusters/{cluster_id}/hosts{query}"),
+        )
     }
 
     fn update_host_logs_progress(
@@ -532,20 +539,14 @@ impl InventoryClient for FakeService {
         state: LogsState,
     ) -> Result<()> {
         let path = format!("/v2/infra-envs/{infra_env_id}/hosts/{host_id}/logs-progress");
-        self.call("UpdateHostLogsProgress", "PUT", path, |s| {
-            s.host_logs_reports
-                .push((host_id.to_string(), state.to_string()));
-            Ok(())
-        })
+        let body = json!({"logs_state": state.to_string()});
+        self.call_json("UpdateHostLogsProgress", "PUT", path, body)
     }
 
     fn update_cluster_logs_progress(&self, cluster_id: &str, state: LogsState) -> Result<()> {
         let path = format!("/v2/clusters/{cluster_id}/logs-progress");
-        self.call("UpdateClusterLogsProgress", "PUT", path, |s| {
-            s.cluster_logs_reports
-                .push((cluster_id.to_string(), state.to_string()));
-            Ok(())
-        })
+        let body = json!({"logs_state": state.to_string()});
+        self.call_json("UpdateClusterLogsProgress", "PUT", path, body)
     }
 
     fn upload_logs(&self, upload: &LogsUpload) -> Result<()> {
@@ -554,10 +555,17 @@ impl InventoryClient for FakeService {
             query.push_str(&format!("&infra_env_id={infra_env_id}&host_id={host_id}"));
         }
         let path = format!("/v2/clusters/{}/logs?{query}", upload.cluster_id);
-        self.call("V2UploadLogs", "POST", path, |s| {
-            s.uploads.push(upload.clone());
-            Ok(())
-        })
+        // A boundary no archive holds by chance.
+        let boundary = uuid::Uuid::new_v4().simple().to_string();
+        let part = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"upfile\"; filename=\"{}\"\r\n\r\n",
+            upload.file_name
+        );
+        let end = format!("\r\n--{boundary}--\r\n");
+        let body = [part.as_bytes(), &upload.data, end.as_bytes()].concat();
+        let content_type = Some(format!("multipart/form-data; boundary={boundary}"));
+        self.call("V2UploadLogs", "POST", path, content_type, body)
+            .map(drop)
     }
 }
 
@@ -666,10 +674,10 @@ impl FakeService {
                 Ok(Reply::empty(200))
             }
             ("GET", ["v2", "infra-env", _, "hosts", host, "downloads", "ignition"]) => {
-                Ok(Reply::bytes(state.download(Download::Ignition, host)?))
+                Ok(Reply::bytes(state.download("ignition", host)?))
             }
             ("GET", ["v2", "clusters", _, "downloads", "files"]) => match query("file_name") {
-                Some(name) => Ok(Reply::bytes(state.download(Download::File, &name)?)),
+                Some(name) => Ok(Reply::bytes(state.download("files", &name)?)),
                 None => refuse(400, "file_name is required"),
             },
             ("GET", ["v2", "clusters", cluster]) => {
@@ -757,7 +765,7 @@ impl FakeService {
             ("GET", ["v2", "clusters", _, "downloads", "credentials"]) => {
                 match query("file_name").as_deref() {
                     Some(name @ ("kubeadmin-password" | "kubeconfig" | "kubeconfig-noingress")) => {
-                        Ok(Reply::bytes(state.download(Download::Credentials, name)?))
+                        Ok(Reply::bytes(state.download("credentials", name)?))
                     }
                     other => refuse(400, format!("file_name: {other:?}")),
                 }

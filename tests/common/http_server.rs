@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
@@ -173,6 +173,12 @@ pub(crate) trait App: Send + Sync + 'static {
     /// Keep connections open between requests (the Kubernetes API server does).
     fn keep_alive(&self) -> bool {
         false
+    }
+}
+
+impl<F: Fn(&Request) -> Reply + Send + Sync + 'static> App for F {
+    fn handle(&self, request: &Request) -> Reply {
+        self(request)
     }
 }
 
@@ -477,8 +483,8 @@ async fn answer(
             probe.hang_up.store(reply.hang_up, Ordering::SeqCst);
             let sent = reply.body.len() as u64;
             shared.update_log(idx, |l| l.body_bytes_sent = sent);
-            let body = (!reply.body.is_empty()).then(|| Bytes::from(reply.body));
-            let mut r = with_status(Response::new(ReplyBody::Whole(body)), reply.status);
+            let body = Either::Left(Full::from(reply.body));
+            let mut r = with_status(Response::new(body), reply.status);
             if let Some(ct) = reply.content_type {
                 r.headers_mut()
                     .insert(CONTENT_TYPE, HeaderValue::from_static(ct));
@@ -501,7 +507,7 @@ fn with_status(mut r: Response<ReplyBody>, status: u16) -> Response<ReplyBody> {
 fn text_answer(status: u16) -> Response<ReplyBody> {
     let code = StatusCode::from_u16(status).expect("a valid status code");
     let text = format!("{code}\n");
-    let mut r = with_status(Response::new(ReplyBody::Whole(Some(text.into()))), status);
+    let mut r = with_status(Response::new(Either::Left(Full::from(text))), status);
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     r
@@ -555,7 +561,7 @@ fn serve_route(
         .header("range")
         .filter(|_| !ignore_range && req.header("if-range").is_none_or(|v| v == etag))
         .and_then(|r| parse_range(r, total));
-    let mut r = Response::new(ReplyBody::Whole(None));
+    let mut r = Response::new(Either::Left(Full::default()));
     let h = r.headers_mut();
     let mut set = |name: &'static str, value: String| {
         h.insert(name, HeaderValue::from_str(&value).expect("a header value"));
@@ -578,7 +584,7 @@ fn serve_route(
     set("content-length", len.to_string());
     // Where (if anywhere) the body stops early.
     let (to_send, then) = stop.filter(|s| s.0 < len).unwrap_or((len, Then::Finish));
-    *r.body_mut() = ReplyBody::Resource(Box::new(ResourceBody {
+    *r.body_mut() = Either::Right(ResourceBody {
         source,
         pos: start,
         end: start + to_send,
@@ -595,7 +601,7 @@ fn serve_route(
         probe: probe.clone(),
         shared: shared.clone(),
         idx,
-    }));
+    });
     with_status(r, status)
 }
 
@@ -639,48 +645,59 @@ struct ResourceBody {
     idx: usize,
 }
 
-impl ResourceBody {
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+impl Body for ResourceBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.len - self.sent)
+    }
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        let this = self.get_mut();
         loop {
-            if let Some(t) = self.timer.as_mut() {
+            if let Some(t) = this.timer.as_mut() {
                 ready!(t.as_mut().poll(cx));
-                self.timer = None;
+                this.timer = None;
             }
-            if self.pos == self.end {
-                let wait = match self.then {
+            if this.pos == this.end {
+                let wait = match this.then {
                     Then::Finish => return Poll::Ready(None),
                     // An error makes hyper drop the connection; first let it write what it has.
-                    Then::Cut if self.probe.flushes() > self.flushes_at_last_frame => {
+                    Then::Cut if this.probe.flushes() > this.flushes_at_last_frame => {
                         return Poll::Ready(Some(Err(io::Error::other("cut by the test server"))))
                     }
                     Then::Cut => Duration::from_millis(1),
                     Then::Stall => {
-                        self.then = Then::Stalled;
+                        this.then = Then::Stalled;
                         STALL_LIMIT
                     }
                     Then::Stalled => {
                         return Poll::Ready(Some(Err(io::Error::other("stalled too long"))))
                     }
                 };
-                self.timer = Some(Box::pin(tokio::time::sleep(wait)));
+                this.timer = Some(Box::pin(tokio::time::sleep(wait)));
                 continue;
             }
-            if let Some((rate, began)) = self.throttle {
-                let due = began + Duration::from_secs_f64(self.sent as f64 / rate as f64);
+            if let Some((rate, began)) = this.throttle {
+                let due = began + Duration::from_secs_f64(this.sent as f64 / rate as f64);
                 let wait = due.saturating_duration_since(Instant::now());
                 if !wait.is_zero() {
-                    self.timer = Some(Box::pin(tokio::time::sleep(wait)));
+                    this.timer = Some(Box::pin(tokio::time::sleep(wait)));
                     continue;
                 }
             }
-            let want = self.chunk.min((self.end - self.pos) as usize);
-            let range = self.pos..self.pos + want as u64;
-            let mut data = match &mut self.source {
+            let want = this.chunk.min((this.end - this.pos) as usize);
+            let range = this.pos..this.pos + want as u64;
+            let mut data = match &mut this.source {
                 Source::Bytes(b) => b[range.start as usize..range.end as usize].to_vec(),
                 Source::File(f) => {
                     let mut buf = vec![0u8; want];
                     let read = f
-                        .seek(SeekFrom::Start(self.pos))
+                        .seek(SeekFrom::Start(this.pos))
                         .and_then(|_| f.read_exact(&mut buf));
                     if let Err(e) = read {
                         return Poll::Ready(Some(Err(e)));
@@ -688,47 +705,22 @@ impl ResourceBody {
                     buf
                 }
             };
-            for o in self.corrupt.iter().filter(|o| range.contains(o)) {
-                data[(o - self.pos) as usize] ^= 0xff;
+            for o in this.corrupt.iter().filter(|o| range.contains(o)) {
+                data[(o - this.pos) as usize] ^= 0xff;
             }
-            self.pos = range.end;
-            self.sent += want as u64;
-            let sent = self.sent;
-            self.shared
-                .update_log(self.idx, |l| l.body_bytes_sent = sent);
-            self.flushes_at_last_frame = self.probe.flushes();
+            this.pos = range.end;
+            this.sent += want as u64;
+            let sent = this.sent;
+            this.shared
+                .update_log(this.idx, |l| l.body_bytes_sent = sent);
+            this.flushes_at_last_frame = this.probe.flushes();
             return Poll::Ready(Some(Ok(Frame::data(Bytes::from(data)))));
         }
     }
 }
 
 /// An answer's body: a buffer (or nothing), or a route's resource.
-enum ReplyBody {
-    Whole(Option<Bytes>),
-    Resource(Box<ResourceBody>),
-}
-
-impl Body for ReplyBody {
-    type Data = Bytes;
-    type Error = io::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
-        match self.get_mut() {
-            ReplyBody::Whole(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            ReplyBody::Resource(r) => r.poll_next(cx),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            ReplyBody::Whole(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            ReplyBody::Resource(r) => SizeHint::with_exact(r.len - r.sent),
-        }
-    }
-}
+type ReplyBody = Either<Full<Bytes>, ResourceBody>;
 
 /// What the answers need to know about their connection.
 #[derive(Default)]
@@ -773,18 +765,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ProbedIo<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -64,10 +64,7 @@ pub(crate) fn zst(data: &[u8]) -> Vec<u8> {
 
 pub(crate) fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:x}", sha2::Sha256::digest(data))
 }
 
 /// Check that `disk` holds `img` as written by write-image: every byte identical except those

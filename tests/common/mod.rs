@@ -20,31 +20,19 @@ pub(crate) mod tls_server;
 pub(crate) mod untar;
 pub(crate) mod vm;
 
-/// A tracing subscriber writing every event up to `level` (without colours) into a buffer, and
-/// the text written so far.
+/// A tracing subscriber writing every event up to `level` (without colours) into a temporary
+/// file, and the text written so far.
 pub(crate) fn log_capture(
     level: tracing::Level,
 ) -> (impl tracing::Subscriber + Send + Sync, impl Fn() -> String) {
-    let buffer = LogBuffer::default();
-    let writer = buffer.clone();
+    let file = tempfile::NamedTempFile::new().expect("a temporary log file");
+    let writer = std::sync::Mutex::new(file.reopen().expect("the log file"));
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(level)
-        .with_writer(move || writer.clone())
+        .with_writer(writer)
         .with_ansi(false)
         .finish();
-    let text = move || String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
-    (subscriber, text)
-}
-
-#[derive(Clone, Default)]
-struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    (subscriber, move || {
+        std::fs::read_to_string(file.path()).unwrap()
+    })
 }

@@ -10,7 +10,6 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::fake_service::FakeService;
 use super::http_server::TestServer;
@@ -24,36 +23,8 @@ pub(crate) struct ServiceReport {
     pub current_stage: Option<String>,
     /// Accepted host logs-progress updates: (host id, logs state).
     pub host_logs_progress: Vec<(String, String)>,
-    /// Accepted cluster logs-progress updates: (cluster id, logs state).
-    pub cluster_logs_progress: Vec<(String, String)>,
-    /// Accepted log uploads, in order.
-    pub uploads: Vec<UploadReport>,
-    /// Accepted events (the bodies), in order.
-    pub events: Vec<Value>,
-    /// Every request the server received, in arrival order, with the status answered.
-    pub requests: Vec<RequestReport>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct UploadReport {
-    pub cluster_id: String,
-    /// `host` or `controller`.
-    pub logs_type: String,
-    pub infra_env_id: Option<String>,
-    pub host_id: Option<String>,
-    pub file_name: String,
-    /// The uploaded file's size.
-    pub bytes: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct RequestReport {
-    pub method: String,
-    /// Without the query string.
-    pub path: String,
-    /// Raw, without the `?`.
-    pub query: String,
-    pub status: u16,
+    /// The requests the service refused (status 400 and above), as `METHOD path status` lines.
+    refused: Vec<String>,
 }
 
 impl ServiceReport {
@@ -65,29 +36,11 @@ impl ServiceReport {
             current_stage: progress.last().map(|(stage, _)| stage.clone()),
             progress,
             host_logs_progress: svc.host_logs_reports(),
-            cluster_logs_progress: svc.cluster_logs_reports(),
-            uploads: svc
-                .uploads()
-                .into_iter()
-                .map(|u| UploadReport {
-                    cluster_id: u.cluster_id,
-                    logs_type: u.logs_type.as_str().to_string(),
-                    infra_env_id: u.host.as_ref().map(|(infra_env, _)| infra_env.clone()),
-                    host_id: u.host.map(|(_, host)| host),
-                    file_name: u.file_name,
-                    bytes: u.data.len() as u64,
-                })
-                .collect(),
-            events: svc.events(),
-            requests: server
+            refused: server
                 .requests()
-                .into_iter()
-                .map(|r| RequestReport {
-                    method: r.request.method,
-                    path: r.request.path,
-                    query: r.request.query,
-                    status: r.status,
-                })
+                .iter()
+                .filter(|r| r.status >= 400)
+                .map(|r| format!("{} {} {}", r.method, r.path, r.status))
                 .collect(),
         }
     }
@@ -98,12 +51,7 @@ impl ServiceReport {
             .with_context(|| format!("{} is not a fake-service report", path.display()))
     }
 
-    /// The requests the service refused (status 400 and above), as `METHOD path status` lines.
-    pub(crate) fn refused(&self) -> Vec<String> {
-        self.requests
-            .iter()
-            .filter(|r| r.status >= 400)
-            .map(|r| format!("{} {} {}", r.method, r.path, r.status))
-            .collect()
+    pub(crate) fn refused(&self) -> &[String] {
+        &self.refused
     }
 }

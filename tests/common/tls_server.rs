@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::http_server::{App, Reply, Request, RequestLog, TestServer};
+use super::http_server::{Reply, Request, RequestLog, TestServer};
 
 /// A CA and a server certificate for 127.0.0.1 signed by it (EC P-256 keys).
 pub(crate) struct Pki {
@@ -49,18 +49,6 @@ impl Pki {
     }
 }
 
-struct OneBody(Vec<u8>);
-
-impl App for OneBody {
-    fn handle(&self, _: &Request) -> Reply {
-        Reply {
-            content_type: Some("application/json"),
-            body: self.0.clone(),
-            ..Reply::empty(200)
-        }
-    }
-}
-
 /// Serves one body on every path over HTTPS; closed on drop.
 pub(crate) struct TlsServer {
     server: TestServer,
@@ -70,7 +58,13 @@ pub(crate) struct TlsServer {
 impl TlsServer {
     /// Serves `body` on every path with `pki`'s certificate.
     pub(crate) fn start(_dir: &Path, pki: &Pki, body: &[u8]) -> TlsServer {
-        let server = TestServer::with_app_tls(OneBody(body.to_vec()), &pki.cert, &pki.key);
+        let body = body.to_vec();
+        let app = move |_: &Request| Reply {
+            content_type: Some("application/json"),
+            body: body.clone(),
+            ..Reply::empty(200)
+        };
+        let server = TestServer::with_app_tls(app, &pki.cert, &pki.key);
         let port = server.addr().port();
         TlsServer { server, port }
     }
