@@ -280,14 +280,6 @@ pub enum Failure<E> {
     Fatal(E),
 }
 
-impl<E> Failure<E> {
-    pub fn into_inner(self) -> E {
-        match self {
-            Failure::Retry(e) | Failure::RetryWithin(_, e) | Failure::Fatal(e) => e,
-        }
-    }
-}
-
 /// Told before each wait between tries: which retry comes, out of how many, after how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retrying {
@@ -327,10 +319,6 @@ impl Tries {
             call_when_stopped: true,
             ..Tries::default()
         }
-    }
-
-    pub fn failures(&self) -> u32 {
-        self.failures
     }
 }
 
@@ -442,7 +430,7 @@ impl dyn Clock + '_ {
             };
             let error = match failure {
                 Failure::Fatal(error) => return Err(WaitError::Fatal { failures, error }),
-                other => other.into_inner(),
+                Failure::Retry(error) | Failure::RetryWithin(_, error) => error,
             };
             let now = self.now();
             let ticks = matches!(schedule.delay, Delay::Ticks(_));
@@ -870,7 +858,7 @@ mod tests {
             |_, _| {},
         );
         assert!(ok.is_ok());
-        assert_eq!(tries.failures(), 1);
+        assert_eq!(tries.failures, 1);
         let r: Result<(), _> = c.retry_counting(
             &NeverStop,
             &schedule,
