@@ -380,7 +380,11 @@ mod tests {
             apply(root.path(), &p).unwrap();
             let entry = read(root.path(), &format!("loader/entries/{BLS_ENTRY_NAME}"));
             assert_eq!(entry.replace(&options(root.path()), OPTIONS), bls_entry());
-            assert_eq!(options(root.path()), options_line, "{platform:?} {console:?}");
+            assert_eq!(
+                options(root.path()),
+                options_line,
+                "{platform:?} {console:?}"
+            );
             assert_eq!(read(root.path(), "grub2/grub.cfg"), grub_cfg(grub));
         }
     }
