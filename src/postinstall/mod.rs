@@ -316,7 +316,9 @@ mod tests {
         let ttys1 = "serial --unit=1 --speed=57600 --word=8 --parity=no\n\
                      terminal_input serial\nterminal_output serial\n";
         let id = |platform: &str| OPTIONS.replace("id=metal", &format!("id={platform}"));
-        let cases: [(Option<&str>, bool, &[&str], String, &str); 9] = [
+        // (platform, with platforms.json, consoles, options line, GRUB console block)
+        type Case<'a> = (Option<&'a str>, bool, &'a [&'a str], String, &'a str);
+        let cases: [Case; 9] = [
             // metal changes nothing
             (Some("metal"), true, &[], OPTIONS.into(), GRUB_METAL_BLOCK),
             // a platform with its own GRUB commands and console kargs
