@@ -280,14 +280,6 @@ pub enum Failure<E> {
     Fatal(E),
 }
 
-impl<E> Failure<E> {
-    pub fn into_inner(self) -> E {
-        match self {
-            Failure::Retry(e) | Failure::RetryWithin(_, e) | Failure::Fatal(e) => e,
-        }
-    }
-}
-
 /// Told before each wait between tries: which retry comes, out of how many, after how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retrying {
@@ -327,10 +319,6 @@ impl Tries {
             call_when_stopped: true,
             ..Tries::default()
         }
-    }
-
-    pub fn failures(&self) -> u32 {
-        self.failures
     }
 }
 
@@ -442,7 +430,7 @@ impl dyn Clock + '_ {
             };
             let error = match failure {
                 Failure::Fatal(error) => return Err(WaitError::Fatal { failures, error }),
-                other => other.into_inner(),
+                Failure::Retry(error) | Failure::RetryWithin(_, error) => error,
             };
             let now = self.now();
             let ticks = matches!(schedule.delay, Delay::Ticks(_));
@@ -656,109 +644,104 @@ mod tests {
         Duration::from_secs(s)
     }
 
+    type Attempt<'a> = &'a dyn Fn(u32, &FakeClock) -> Result<u32, Failure<u32>>;
+
+    /// Each case: the schedule, try number `n` (from 1) and its outcome, the result, the
+    /// sleeps (s) and the retries `on_retry` is told of.
     #[test]
-    fn retry_stops_after_the_tries() {
-        let fake = FakeClock::new();
-        let c: &dyn Clock = &fake;
-        let mut n = 0;
-        let r: Result<(), _> = c.retry(
-            &NeverStop,
-            &Schedule::tries(3, secs(5)),
-            |_| {
-                n += 1;
-                Err(Failure::Retry(n))
-            },
-            |_, _| {},
-        );
-        assert_eq!(
-            r,
+    fn retry_follows_the_schedule_and_each_failure() {
+        let gave_up = |n| {
             Err(WaitError::GaveUp {
-                failures: 3,
-                last: 3
+                failures: n,
+                last: n,
             })
+        };
+        let retry: Attempt = &|n, _| Err(Failure::Retry(n));
+        type Case<'a> = (
+            Schedule,
+            Attempt<'a>,
+            Result<u32, WaitError<u32>>,
+            Vec<u64>,
+            Option<u32>,
         );
-        assert_eq!(fake.sleeps(), vec![secs(5); 2]);
-    }
-
-    #[test]
-    fn retry_returns_the_first_success() {
-        let fake = FakeClock::new();
-        let c: &dyn Clock = &fake;
-        let r: Result<u32, WaitError<()>> = c.retry(
-            &NeverStop,
-            &Schedule::tries(3, secs(5)),
-            |failures| {
-                if failures == 1 {
-                    Ok(failures)
-                } else {
-                    Err(Failure::Retry(()))
-                }
-            },
-            |_, _| {},
-        );
-        assert_eq!(r, Ok(1));
-        assert_eq!(fake.sleeps().len(), 1);
-    }
-
-    #[test]
-    fn a_fatal_failure_is_not_retried() {
-        let fake = FakeClock::new();
-        let c: &dyn Clock = &fake;
-        let r: Result<(), _> = c.retry(
-            &NeverStop,
-            &Schedule::every(secs(5)),
-            |failures| Err(Failure::Fatal(failures)),
-            |_, _| {},
-        );
-        assert_eq!(
-            r,
-            Err(WaitError::Fatal {
-                failures: 1,
-                error: 0
-            })
-        );
-        assert!(fake.sleeps().is_empty());
-    }
-
-    #[test]
-    fn retry_within_the_time_gives_up_after_the_timeout() {
-        let fake = FakeClock::new();
-        let c: &dyn Clock = &fake;
-        let mut n = 0;
-        let r: Result<(), _> = c.retry(
-            &NeverStop,
-            &Schedule::within(secs(20), secs(5)),
-            |_| {
-                n += 1;
-                Err(Failure::Retry(n))
-            },
-            |_, _| {},
-        );
-        assert_eq!(
-            r.unwrap_err().into_last(),
-            Some(5),
-            "tries at 0, 5, 10, 15 and 20 s"
-        );
-        assert_eq!(fake.elapsed(), secs(20));
-    }
-
-    #[test]
-    fn time_spent_inside_a_try_counts_against_the_timeout() {
-        let fake = FakeClock::new();
-        let c: &dyn Clock = &fake;
-        let mut n = 0;
-        let r: Result<(), _> = c.retry(
-            &NeverStop,
-            &Schedule::within(secs(20), secs(5)),
-            |_| {
-                n += 1;
-                fake.advance(secs(6));
-                Err(Failure::Retry(n))
-            },
-            |_, _| {},
-        );
-        // Tries start at 0, 11 (6 + 5) and 22 would be too late.
-        assert_eq!(r.unwrap_err().failures(), 2);
+        let cases: [Case; 6] = [
+            (
+                Schedule::tries(3, secs(5)),
+                retry,
+                gave_up(3),
+                vec![5; 2],
+                Some(2),
+            ),
+            (
+                Schedule::tries(3, secs(5)),
+                &|n, _| {
+                    if n == 2 {
+                        Ok(n)
+                    } else {
+                        Err(Failure::Retry(n))
+                    }
+                },
+                Ok(2),
+                vec![5],
+                Some(2),
+            ),
+            (
+                Schedule::every(secs(5)),
+                &|n, _| Err(Failure::Fatal(n)),
+                Err(WaitError::Fatal {
+                    failures: 1,
+                    error: 1,
+                }),
+                vec![],
+                None,
+            ),
+            // Tries at 0, 5, 10, 15 and 20 s.
+            (
+                Schedule::within(secs(20), secs(5)),
+                retry,
+                gave_up(5),
+                vec![5; 4],
+                None,
+            ),
+            // Time spent inside a try counts: tries at 0 and 11 (6 + 5) s; 22 would be too late.
+            (
+                Schedule::within(secs(20), secs(5)),
+                &|n, c| {
+                    c.advance(secs(6));
+                    Err(Failure::Retry(n))
+                },
+                gave_up(2),
+                vec![5],
+                None,
+            ),
+            // A budget of its own ignores the schedule's: Go's service client retries 404
+            // `minRetries` (10) times even when `maxRetries` is 3.
+            (
+                Schedule::tries(4, secs(1)),
+                &|n, _| Err(Failure::RetryWithin(10, n)),
+                gave_up(11),
+                vec![1; 10],
+                Some(10),
+            ),
+        ];
+        for (i, (schedule, attempt, result, sleeps, retries)) in cases.into_iter().enumerate() {
+            let fake = FakeClock::new();
+            let c: &dyn Clock = &fake;
+            let r = c.retry(
+                &NeverStop,
+                &schedule,
+                |failures| attempt(failures + 1, &fake),
+                |_, r| assert_eq!(r.retries, retries, "case {i}"),
+            );
+            assert_eq!(r, result, "case {i}");
+            let slept: Vec<u64> = fake.sleeps().iter().map(Duration::as_secs).collect();
+            assert_eq!(slept, sleeps, "case {i}");
+        }
+        let schedule = Schedule::tries(4, secs(1));
+        assert!(schedule.permits(&Failure::Retry(()), 3));
+        assert!(!schedule.permits(&Failure::Retry(()), 4));
+        assert!(schedule.permits(&Failure::RetryWithin(10, ()), 10));
+        assert!(!schedule.permits(&Failure::Fatal(()), 1));
     }
 
     #[test]
@@ -786,25 +769,6 @@ mod tests {
         assert_eq!(told[0], "down: retry 1 of 6 in 1s");
         assert_eq!(told[5], "down: retry 6 of 6 in 10s");
         assert_eq!(schedule.delay.bound(1000), secs(10), "no overflow");
-    }
-
-    #[test]
-    fn a_failure_with_its_own_budget_ignores_the_schedules() {
-        // Go's service client: 404 retried `minRetries` (10) times even when `maxRetries` is 3.
-        let fake = FakeClock::new();
-        let c: &dyn Clock = &fake;
-        let schedule = Schedule::tries(4, secs(1));
-        let r: Result<(), _> = c.retry(
-            &NeverStop,
-            &schedule,
-            |_| Err(Failure::RetryWithin(10, 404)),
-            |_, r| assert_eq!(r.retries, Some(10)),
-        );
-        assert_eq!(r.unwrap_err().failures(), 11);
-        assert!(schedule.permits(&Failure::Retry(()), 3));
-        assert!(!schedule.permits(&Failure::Retry(()), 4));
-        assert!(schedule.permits(&Failure::RetryWithin(10, ()), 10));
-        assert!(!schedule.permits(&Failure::Fatal(()), 1));
     }
 
     #[test]
@@ -894,7 +858,7 @@ mod tests {
             |_, _| {},
         );
         assert!(ok.is_ok());
-        assert_eq!(tries.failures(), 1);
+        assert_eq!(tries.failures, 1);
         let r: Result<(), _> = c.retry_counting(
             &NeverStop,
             &schedule,

@@ -1,9 +1,10 @@
 //! Offline installs from the live image on loop devices (root), with osmet files written by the
 //! real `coreos-installer pack osmet` 0.27.0 (see `testdata/live_fixture.rs`): the live layout
 //! mounted as a live system has it (a private mount namespace with /sysroot and
-//! /run/coreos-installer/osmet), and once through --osmet-dir/--ostree-repo. The written disk
-//! must be the raw image byte for byte outside the GPT areas. The failures (a changed or missing
-//! object, the wrong sector size, unusable files) are in `offline_file.rs`.
+//! /run/coreos-installer/osmet). The written disk must be the raw image byte for byte outside the
+//! GPT areas. The same files through --osmet-dir/--ostree-repo are in `postinstall_loop.rs`;
+//! `--offline` and the failures (a changed or missing object, the wrong sector size, unusable
+//! files) in `offline_file.rs`.
 
 mod common;
 #[path = "../testdata/coreos_image.rs"]
@@ -15,18 +16,12 @@ use common::images::assert_image_on_disk;
 use common::live_ns::LiveLayout;
 use common::root::{have_root, sgdisk_verify, text, LoopDev};
 use live_fixture::{cached_live_fixture, LiveFixture};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 const MIB: u64 = 1 << 20;
 
 fn fixture(ss: u64) -> LiveFixture {
     cached_live_fixture(ss, false).unwrap()
-}
-
-fn write_image(mut cmd: Command, args: &[&str], dev: &Path) -> Output {
-    cmd.arg("write-image").args(args).arg(dev).output().unwrap()
 }
 
 /// A target larger than the image, so the backup GPT must move.
@@ -40,15 +35,6 @@ fn assert_is_the_raw_image(dev: &LoopDev, fx: &LiveFixture) {
     let disk = std::fs::read(&dev.path).unwrap();
     let raw = std::fs::read(&fx.raw).unwrap();
     assert_image_on_disk(&disk, &raw, fx.sector_size);
-}
-
-fn osmet_dir(dir: &Path, files: &[&Path]) -> PathBuf {
-    let d = dir.join("osmet");
-    std::fs::create_dir_all(&d).unwrap();
-    for f in files {
-        std::fs::copy(f, d.join(f.file_name().unwrap())).unwrap();
-    }
-    d
 }
 
 #[test]
@@ -65,7 +51,8 @@ fn offline_write_on_a_live_system(ss: u64) {
     let fx = fixture(ss);
     let dev = target(&fx);
     let live = LiveLayout::new(&fx.sysroot, std::slice::from_ref(&fx.osmet));
-    let out = write_image(live.command(BIN), &[], &dev.path);
+    let out = live.command(BIN).arg("write-image").arg(&dev.path).output();
+    let out = out.unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -90,29 +77,5 @@ fn offline_write_on_a_live_system(ss: u64) {
         )),
         "{stdout}"
     );
-    assert_is_the_raw_image(&dev, &fx);
-}
-
-#[test]
-fn offline_write_through_osmet_dir_and_ostree_repo() {
-    if !have_root("offline_write_through_osmet_dir_and_ostree_repo") {
-        return;
-    }
-    let fx = fixture(512);
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let osmets = osmet_dir(dir.path(), &[&fx.osmet]);
-    let dev = target(&fx);
-    let out = write_image(
-        Command::new(BIN),
-        &[
-            "--offline",
-            "--osmet-dir",
-            osmets.to_str().unwrap(),
-            "--ostree-repo",
-            fx.sysroot.join("ostree/repo").to_str().unwrap(),
-        ],
-        &dev.path,
-    );
-    assert!(out.status.success(), "{}", text(&out));
     assert_is_the_raw_image(&dev, &fx);
 }

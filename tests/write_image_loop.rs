@@ -91,11 +91,22 @@ fn each_format_over_http_onto_512_and_4096_byte_loop_devices() {
             let file = set.compressed(c);
             let url = srv.serve_file(&format!("/img-{c:?}"), &file.path);
             let dev = LoopDev::new(set.raw.size + 64 * MIB, ss);
-            let out = write_image(&from(&url, &file.sha256), &dev.path);
+            let mut args = from(&url, &file.sha256).to_vec();
+            if c.is_some() {
+                args.extend(["--uncompressed-sha256", &set.raw.sha256]);
+            }
+            let out = write_image(&args, &dev.path);
             assert!(out.status.success(), "{c:?} at {ss}: {}", text(&out));
             assert_written(&dev, &set);
+            // The summary: sizes, sector size and both digests verified.
             let stdout = String::from_utf8_lossy(&out.stdout);
-            let wanted = ["MB/s", &file.sha256, "verified"];
+            let wanted = [
+                format!("wrote {} bytes (", set.raw.size),
+                format!("{ss}-byte sectors) from {} bytes", file.size),
+                format!("{} (verified)", file.sha256),
+                format!("{} (verified)", set.raw.sha256),
+                "MB/s".into(),
+            ];
             assert!(wanted.iter().all(|w| stdout.contains(w)), "{stdout}");
         }
     }

@@ -249,35 +249,6 @@ mod tests {
     }
 
     #[test]
-    fn saved_partitions_merge_after_the_image_partitions() {
-        let ss = 512;
-        let img = image_with_partitions(4 << 20, ss);
-        let mut w = DiskWindows::zeroed(32 << 20).unwrap();
-        w.head_mut().copy_from_slice(&img[..WINDOW as usize]);
-        let saved = SavedPartitions {
-            sector_size: ss,
-            entries: vec![(
-                1,
-                GPTPartitionEntry {
-                    partition_type_guid: [9; 16],
-                    unique_partition_guid: [0x99; 16],
-                    starting_lba: 20 << 11,
-                    ending_lba: (30 << 11) - 1,
-                    attribute_bits: 0,
-                    partition_name: "data".into(),
-                },
-            )],
-        };
-        let gpt = fix_image_table(&mut w, ss, &saved).unwrap();
-        assert_eq!(
-            gpt[3].partition_name.as_str(),
-            "data",
-            "renumbered after the image's 2"
-        );
-        assert_eq!(gpt[3].starting_lba, 20 << 11);
-    }
-
-    #[test]
     fn a_head_without_gpt_is_not_a_metal_image() {
         let err = ImageLayout::parse(&vec![0u8; WINDOW as usize]).unwrap_err();
         assert!(

@@ -168,16 +168,20 @@ mod tests {
         assert_eq!(b, want);
     }
 
-    #[test]
-    fn events_reach_the_socket_with_the_tag() {
+    /// A datagram socket standing in for journald's, after `log` ran with a layer sending to it
+    /// (tagged `TAG=installer`).
+    fn journal(log: impl FnOnce()) -> (tempfile::TempDir, UnixDatagram) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.sock");
         let server = UnixDatagram::bind(&path).unwrap();
         let layer = JournaldLayer::new(&path, vec![("TAG".into(), "installer".into())]).unwrap();
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
-            tracing::warn!(device = "/dev/sda", "cleaning failed");
-        });
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), log);
+        (dir, server)
+    }
+
+    #[test]
+    fn events_reach_the_socket_with_the_tag() {
+        let (_dir, server) = journal(|| tracing::warn!(device = "/dev/sda", "cleaning failed"));
         let mut buf = [0u8; 4096];
         let n = server.recv(&mut buf).unwrap();
         let text = String::from_utf8_lossy(&buf[..n]);
@@ -196,16 +200,9 @@ mod tests {
         use nix::sys::socket::{recvmsg, ControlMessageOwned};
         use std::io::IoSliceMut;
 
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("journal.sock");
-        let server = UnixDatagram::bind(&path).unwrap();
-        let layer = JournaldLayer::new(&path, vec![("TAG".into(), "installer".into())]).unwrap();
-        let subscriber = tracing_subscriber::registry().with(layer);
         // Beyond any datagram socket's send buffer (the kernel caps it at a few hundred KiB).
         let big = "x".repeat(8 << 20);
-        tracing::subscriber::with_default(subscriber, || {
-            tracing::info!(step = "gather", "{big}");
-        });
+        let (_dir, server) = journal(|| tracing::info!(step = "gather", "{big}"));
 
         let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
         let mut data = [0u8; 16];

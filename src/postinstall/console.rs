@@ -550,22 +550,4 @@ mod tests {
                 .is_err()
         );
     }
-
-    #[test]
-    fn console_cfg_preferred_over_grub_cfg() {
-        let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir(root.path().join("grub2")).unwrap();
-        std::fs::write(root.path().join("grub2/grub.cfg"), CFG).unwrap();
-        assert_eq!(
-            console_cfg_path(root.path()),
-            root.path().join("grub2/grub.cfg")
-        );
-        std::fs::write(root.path().join("grub2/console.cfg"), CFG).unwrap();
-        let path = write_console_block(root.path(), &["x".into()]).unwrap();
-        assert_eq!(path, root.path().join("grub2/console.cfg"));
-        let console = std::fs::read_to_string(root.path().join("grub2/console.cfg")).unwrap();
-        assert!(console.contains("# CONSOLE-SETTINGS-START\nx\n# CONSOLE-SETTINGS-END\n"));
-        let grub = std::fs::read_to_string(root.path().join("grub2/grub.cfg")).unwrap();
-        assert_eq!(grub, CFG);
-    }
 }

@@ -313,49 +313,80 @@ mod tests {
         let unit1 = "serial --unit=1 --speed=115200 --word=8 --parity=no\n\
                      terminal_input console serial\nterminal_output console serial\n";
         let defaults = " console=tty0 console=ttyS0,115200n8";
-        let cases: [(&str, bool, &[&str], String, &str); 4] = [
+        let ttys1 = "serial --unit=1 --speed=57600 --word=8 --parity=no\n\
+                     terminal_input serial\nterminal_output serial\n";
+        let id = |platform: &str| OPTIONS.replace("id=metal", &format!("id={platform}"));
+        // (platform, with platforms.json, consoles, options line, GRUB console block)
+        type Case<'a> = (Option<&'a str>, bool, &'a [&'a str], String, &'a str);
+        let cases: [Case; 9] = [
             // metal changes nothing
-            ("metal", true, &[], OPTIONS.into(), GRUB_METAL_BLOCK),
+            (Some("metal"), true, &[], OPTIONS.into(), GRUB_METAL_BLOCK),
             // a platform with its own GRUB commands and console kargs
             (
-                "vmware",
+                Some("vmware"),
                 true,
                 &[],
-                OPTIONS
-                    .replace("id=metal", "id=vmware")
-                    .replace(defaults, " console=ttyS0,115200n8 console=tty0"),
+                id("vmware").replace(defaults, " console=ttyS0,115200n8 console=tty0"),
                 serial,
             ),
+            // metal's kargs but no GRUB commands listed: the block is emptied
+            (Some("qemu"), true, &[], id("qemu"), ""),
+            // missing from the table: metal's consoles removed, none added
+            (Some("gcp"), true, &[], id("gcp").replace(defaults, ""), ""),
             // without platforms.json only the ID changes
             (
-                "openstack",
+                Some("openstack"),
                 false,
                 &[],
-                OPTIONS.replace("id=metal", "id=openstack"),
+                id("openstack"),
                 GRUB_METAL_BLOCK,
             ),
-            // --console overrides the platform's defaults
+            // --console overrides the platform's defaults, or metal's
             (
-                "vmware",
+                Some("vmware"),
                 true,
                 &["tty0", "ttyS1,115200n8"],
-                OPTIONS
-                    .replace("id=metal", "id=vmware")
-                    .replace(defaults, " console=tty0 console=ttyS1,115200n8"),
+                id("vmware").replace(defaults, " console=tty0 console=ttyS1,115200n8"),
                 unit1,
+            ),
+            (
+                Some("metal"),
+                true,
+                &["ttyS1,57600"],
+                OPTIONS.replace(defaults, " console=ttyS1,57600n8"),
+                ttys1,
+            ),
+            (
+                None,
+                true,
+                &["ttyS1,57600"],
+                OPTIONS.replace(defaults, " console=ttyS1,57600n8"),
+                ttys1,
+            ),
+            // without platforms.json the image's console kargs stay
+            (
+                None,
+                false,
+                &["tty0"],
+                format!("{OPTIONS} console=tty0"),
+                "terminal_input console\nterminal_output console\n",
             ),
         ];
         for (platform, with_platforms, console, options_line, grub) in cases {
             let root = boot(with_platforms);
             let p = PostInstall {
-                platform: Some(platform.into()),
+                platform: platform.map(String::from),
                 consoles: consoles(console),
                 ..Default::default()
             };
             apply(root.path(), &p).unwrap();
             let entry = read(root.path(), &format!("loader/entries/{BLS_ENTRY_NAME}"));
             assert_eq!(entry.replace(&options(root.path()), OPTIONS), bls_entry());
-            assert_eq!(options(root.path()), options_line, "{platform} {console:?}");
+            assert_eq!(
+                options(root.path()),
+                options_line,
+                "{platform:?} {console:?}"
+            );
             assert_eq!(read(root.path(), "grub2/grub.cfg"), grub_cfg(grub));
         }
     }

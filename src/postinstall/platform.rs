@@ -160,10 +160,6 @@ mod tests {
         PlatformTable::parse(PLATFORMS).unwrap()
     }
 
-    fn apply(plan: &ConsolePlan, options: &str) -> String {
-        plan.kargs_editor().apply(options)
-    }
-
     #[test]
     fn parse_table() {
         let t = table();
@@ -218,80 +214,5 @@ mod tests {
                 "{err}"
             );
         }
-    }
-
-    #[test]
-    fn metal_and_nothing_change_nothing() {
-        assert_eq!(
-            console_plan(Some(&table()), Some("metal"), &[]),
-            ConsolePlan::default()
-        );
-        assert_eq!(
-            console_plan(Some(&table()), None, &[]),
-            ConsolePlan::default()
-        );
-        assert_eq!(console_plan(None, Some("aws"), &[]), ConsolePlan::default());
-    }
-
-    /// A platform's GRUB commands (`None`: metal's, left alone) and the options line after.
-    #[test]
-    fn platform_console_plans() {
-        let vmware = [
-            "serial --speed=115200",
-            "terminal_input console serial",
-            "terminal_output console serial",
-        ];
-        let cases: [(&str, Option<&[&str]>, &str); 4] = [
-            ("aws", None, " console=ttyS0,115200n8"),
-            (
-                "vmware",
-                Some(&vmware),
-                " console=ttyS0,115200n8 console=tty0",
-            ),
-            // No GRUB commands listed: the block is emptied.
-            ("qemu", Some(&[]), " console=tty0 console=ttyS0,115200n8"),
-            // Missing from the table: no console at all.
-            ("gcp", Some(&[]), ""),
-        ];
-        for (platform, grub, consoles) in cases {
-            let plan = console_plan(Some(&table()), Some(platform), &[]);
-            let want = grub.map(|g| g.iter().map(|c| c.to_string()).collect::<Vec<_>>());
-            assert_eq!(plan.grub_commands, want, "{platform}");
-            let options = "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw";
-            assert_eq!(apply(&plan, OPTIONS), format!("{options}{consoles}"));
-        }
-    }
-
-    #[test]
-    fn console_overrides_platform_defaults() {
-        let consoles: Vec<Console> = vec!["ttyS1,57600".parse().unwrap()];
-        for platform in [None, Some("metal"), Some("vmware")] {
-            let plan = console_plan(Some(&table()), platform, &consoles);
-            assert_eq!(
-                apply(&plan, OPTIONS),
-                "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw console=ttyS1,57600n8",
-                "{platform:?}"
-            );
-            assert_eq!(
-                plan.grub_commands.as_deref().unwrap(),
-                [
-                    "serial --unit=1 --speed=57600 --word=8 --parity=no",
-                    "terminal_input serial",
-                    "terminal_output serial"
-                ]
-            );
-        }
-    }
-
-    #[test]
-    fn console_without_a_table_keeps_the_image_defaults() {
-        let consoles: Vec<Console> = vec!["tty0".parse().unwrap()];
-        let plan = console_plan(None, None, &consoles);
-        assert!(plan.delete_kargs.is_empty());
-        assert_eq!(plan.append_kargs, ["console=tty0"]);
-        assert_eq!(
-            plan.grub_commands.as_deref().unwrap(),
-            ["terminal_input console", "terminal_output console"]
-        );
     }
 }
