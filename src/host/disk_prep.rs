@@ -506,106 +506,112 @@ mod tests {
         );
     }
 
-    #[test]
-    fn cleanup_clean_disk_runs_listing_and_wipefs_only() {
+    const VGS: &str = "vgs --noheadings -o vg_name,pv_name";
+    const PVS: &str = "pvs --noheadings -o pv_name";
+    const SCAN: &str = "mdadm -v --query --detail --scan";
+    const NO_DM: (&str, i32, &str) = ("dmsetup ls", 0, "No devices found");
+
+    /// A runner answering `(command line, exit code, output)`, exit code 0 being a success.
+    fn runner(replies: &[(&str, i32, &str)]) -> RecordingRunner {
         let r = RecordingRunner::new();
-        r.ok("dmsetup ls", "No devices found");
-        cleanup_install_device(&r, "/dev/sda").unwrap();
-        assert_eq!(
-            r.lines(),
-            vec![
-                "vgs --noheadings -o vg_name,pv_name",
-                "pvs --noheadings -o pv_name",
-                "dmsetup ls",
-                "mdadm -v --query --detail --scan",
-                "wipefs --all --force /dev/sda",
-            ]
-        );
+        for &(line, code, output) in replies {
+            match code {
+                0 => r.ok(line, output),
+                _ => r.fail(line, code, output),
+            };
+        }
+        r
     }
 
     #[test]
-    fn cleanup_lvm_and_thin_pool() {
-        let r = RecordingRunner::new();
-        r.ok(
-            "vgs --noheadings -o vg_name,pv_name",
-            "  vg0 /dev/sda3\n  vg0 /dev/sda4\n  keep /dev/sdb1",
-        )
-        .ok(
-            "pvs --noheadings -o pv_name",
-            "  /dev/sda3\n  /dev/sda4\n  /dev/sdb1",
-        )
-        .ok(
-            "dmsetup ls",
-            "vg0-pool_tmeta\t(253:0)\nvg0-pool_tdata\t(253:1)\nvg0-lv\t(253:2)\nkeep-lv\t(253:3)",
-        )
-        .ok(
-            "dmsetup deps -o devname vg0-pool_tmeta",
-            " 1 dependencies\t: (sda3)",
-        )
-        .ok(
-            "dmsetup deps -o devname vg0-pool_tdata",
-            " 1 dependencies\t: (sda4)",
-        )
-        .ok(
-            "dmsetup deps -o devname vg0-lv",
-            " 1 dependencies\t: (sda3)",
-        )
-        .ok(
-            "dmsetup deps -o devname keep-lv",
-            " 1 dependencies\t: (sdb1)",
-        );
-        cleanup_install_device(&r, "/dev/sda").unwrap();
-        assert_eq!(
-            r.lines(),
-            vec![
-                "vgs --noheadings -o vg_name,pv_name",
-                "vgremove vg0 -y",
-                "pvs --noheadings -o pv_name",
-                "pvremove /dev/sda3 -y -ff",
-                "pvremove /dev/sda4 -y -ff",
+    fn cleanup_runs_the_go_sequence() {
+        let deps = |dm: &str, on: &str| {
+            let line = format!("dmsetup deps -o devname {dm}");
+            (line, format!(" 1 dependencies\t: ({on})"))
+        };
+        let thin = [
+            deps("vg0-pool_tmeta", "sda3"),
+            deps("vg0-pool_tdata", "sda4"),
+            deps("vg0-lv", "sda3"),
+            deps("keep-lv", "sdb1"),
+        ];
+        let mut lvm = vec![
+            (VGS, 0, "  vg0 /dev/sda3\n  vg0 /dev/sda4\n  keep /dev/sdb1"),
+            (PVS, 0, "  /dev/sda3\n  /dev/sda4\n  /dev/sdb1"),
+            (
                 "dmsetup ls",
-                "dmsetup deps -o devname vg0-pool_tmeta",
-                "dmsetup deps -o devname vg0-pool_tdata",
-                "dmsetup deps -o devname vg0-lv",
-                "dmsetup deps -o devname keep-lv",
-                "dmsetup remove --retry vg0-lv",
-                "dmsetup remove --retry vg0-pool",
-                "dmsetup remove --retry vg0-pool_tmeta",
-                "dmsetup remove --retry vg0-pool_tdata",
-                "mdadm -v --query --detail --scan",
-                "wipefs --all --force /dev/sda",
-            ]
-        );
-    }
-
-    #[test]
-    fn cleanup_raid_member() {
-        let r = RecordingRunner::new();
-        r.ok("dmsetup ls", "No devices found")
-            .ok("mdadm -v --query --detail --scan", MDADM)
-            .ok(
-                "vgs --noheadings -o vg_name,pv_name",
-                "  raidvg /dev/md0\n  other /dev/sdz",
-            )
-            .ok("pvs --noheadings -o pv_name", "  /dev/md0\n  /dev/sdz");
-        cleanup_install_device(&r, "/dev/vda").unwrap();
-        assert_eq!(
-            r.lines(),
-            vec![
-                "vgs --noheadings -o vg_name,pv_name",
-                "pvs --noheadings -o pv_name",
-                "dmsetup ls",
-                "mdadm -v --query --detail --scan",
-                "vgs --noheadings -o vg_name,pv_name",
-                "vgremove raidvg -y",
-                "pvs --noheadings -o pv_name",
-                "pvremove /dev/md0 -y -ff",
-                "dmsetup ls",
-                "mdadm --stop /dev/md0",
-                "mdadm --zero-superblock /dev/vda2",
-                "wipefs --all --force /dev/vda",
-            ]
-        );
+                0,
+                "vg0-pool_tmeta\t(253:0)\nvg0-pool_tdata\t(253:1)\nvg0-lv\t(253:2)\nkeep-lv\t(253:3)",
+            ),
+        ];
+        lvm.extend(thin.iter().map(|(l, o)| (l.as_str(), 0, o.as_str())));
+        let raid = [
+            NO_DM,
+            (SCAN, 0, MDADM),
+            (VGS, 0, "  raidvg /dev/md0\n  other /dev/sdz"),
+            (PVS, 0, "  /dev/md0\n  /dev/sdz"),
+        ];
+        let listing = [VGS, PVS, "dmsetup ls", SCAN];
+        let cases: [(&str, &[(&str, i32, &str)], Vec<&str>); 4] = [
+            // A clean disk: the listings and wipefs only.
+            (
+                "/dev/sda",
+                &[NO_DM],
+                [&listing[..], &["wipefs --all --force /dev/sda"]].concat(),
+            ),
+            // A failing RAID scan is only logged.
+            (
+                "/dev/sda",
+                &[NO_DM, (SCAN, 1, "mdadm: not found")],
+                [&listing[..], &["wipefs --all --force /dev/sda"]].concat(),
+            ),
+            // LVM and a thin pool: the pool before its parts.
+            (
+                "/dev/sda",
+                &lvm,
+                vec![
+                    VGS,
+                    "vgremove vg0 -y",
+                    PVS,
+                    "pvremove /dev/sda3 -y -ff",
+                    "pvremove /dev/sda4 -y -ff",
+                    "dmsetup ls",
+                    &thin[0].0,
+                    &thin[1].0,
+                    &thin[2].0,
+                    &thin[3].0,
+                    "dmsetup remove --retry vg0-lv",
+                    "dmsetup remove --retry vg0-pool",
+                    "dmsetup remove --retry vg0-pool_tmeta",
+                    "dmsetup remove --retry vg0-pool_tdata",
+                    SCAN,
+                    "wipefs --all --force /dev/sda",
+                ],
+            ),
+            // A RAID member: the array's LVM, then the array stopped and the member zeroed.
+            (
+                "/dev/vda",
+                &raid,
+                [
+                    &listing[..],
+                    &[
+                        VGS,
+                        "vgremove raidvg -y",
+                        PVS,
+                        "pvremove /dev/md0 -y -ff",
+                        "dmsetup ls",
+                    ],
+                    &["mdadm --stop /dev/md0", "mdadm --zero-superblock /dev/vda2"],
+                    &["wipefs --all --force /dev/vda"],
+                ]
+                .concat(),
+            ),
+        ];
+        for (device, replies, expected) in cases {
+            let r = runner(replies);
+            cleanup_install_device(&r, device).unwrap();
+            assert_eq!(r.lines(), expected, "{replies:?}");
+        }
     }
 
     #[test]
@@ -658,18 +664,6 @@ mod tests {
             "wipefs --all /dev/sda",
             "fallback without --force"
         );
-    }
-
-    #[test]
-    fn cleanup_mdadm_failure_is_not_an_error() {
-        let r = RecordingRunner::new();
-        r.ok("dmsetup ls", "No devices found").fail(
-            "mdadm -v --query --detail --scan",
-            1,
-            "mdadm: not found",
-        );
-        cleanup_install_device(&r, "/dev/sda").unwrap();
-        assert_eq!(r.lines().last().unwrap(), "wipefs --all --force /dev/sda");
     }
 
     #[test]
