@@ -754,19 +754,6 @@ mod tests {
     }
 
     #[test]
-    fn recording_runner_closure_script() {
-        let r = RecordingRunner::with_script(|program, args| {
-            (program == "uname").then(|| Reply::ok(format!("x86_64 {}", args.len())))
-        });
-        assert_eq!(r.run("uname", &["-m"]).unwrap(), "x86_64 1");
-        assert_eq!(r.run("true", &[]).unwrap(), "");
-        let mut got = Vec::new();
-        r.run_streaming("uname", &[], &mut |c| got.extend_from_slice(c))
-            .unwrap();
-        assert_eq!(got, b"x86_64 0");
-    }
-
-    #[test]
     fn recording_runner_streams_line_by_line() {
         let r = RecordingRunner::new();
         r.ok("rsync", "list\n  1G  5%  8MB/s\r  2G 10%  8MB/s\r\n tail ")

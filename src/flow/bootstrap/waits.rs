@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use std::collections::BTreeSet;
 
 use super::controller_logs::{upload_controller_logs, UPLOAD_EVERY};
-use super::{kubeconfig, run, Flow};
+use super::{kubeconfig, Flow};
 use crate::config::Role;
 use crate::kube::install_config::{
     has_valid_vsphere_credentials, needed_ready_masters, remove_uninitialized_taint, replicas,
@@ -31,7 +31,7 @@ pub(crate) fn bootstrap_post_phase(f: &Flow) -> Result<()> {
         "Waiting for bootstrap node preparation",
     );
     if !f.cfg.dry_run {
-        let hosts = run(f.host.commands.as_ref(), "cat", &["/etc/resolv.conf"])?;
+        let hosts = f.host.commands.run("cat", &["/etc/resolv.conf"])?;
         std::fs::write(&f.paths.resolv_conf, hosts)
             .with_context(|| format!("updating {}", f.paths.resolv_conf.display()))?;
     }
