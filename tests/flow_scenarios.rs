@@ -243,34 +243,28 @@ fn a_failed_ignition_download_reports_failed_with_the_reason() {
 }
 
 #[test]
-fn a_write_failing_three_times_reports_failed() {
-    let h = Harness::new("master");
-    h.writer.failures.store(3, Ordering::SeqCst);
-    run(h.flow("master")).unwrap_err();
-    assert_eq!(h.writer.calls().len(), 3);
-    let info = failed_info(&h.reports());
-    assert!(
-        info.starts_with("failed after 3 attempts, last error: "),
-        "{info}"
-    );
-    assert!(info.contains("Input/output error"), "{info}");
-    assert_eq!(
-        h.clock
-            .sleeps()
-            .iter()
-            .filter(|d| **d == Duration::from_secs(1))
-            .count(),
-        2
-    );
-}
-
-#[test]
-fn a_write_failing_twice_then_succeeding_installs() {
-    let h = Harness::new("master");
-    h.writer.failures.store(2, Ordering::SeqCst);
-    run(h.flow("master")).unwrap();
-    assert_eq!(h.writer.calls().len(), 3);
-    assert_eq!(h.reports(), installed_as("master"));
+fn the_write_is_tried_three_times_a_second_apart() {
+    for failures in [2, 3] {
+        let h = Harness::new("master");
+        h.writer.failures.store(failures, Ordering::SeqCst);
+        let result = run(h.flow("master"));
+        assert_eq!(h.writer.calls().len(), 3);
+        let sleeps = h.clock.sleeps();
+        let one_second = sleeps.iter().filter(|d| **d == Duration::from_secs(1));
+        assert_eq!(one_second.count(), 2, "{sleeps:?}");
+        if failures == 2 {
+            result.unwrap();
+            assert_eq!(h.reports(), installed_as("master"));
+            continue;
+        }
+        result.unwrap_err();
+        let info = failed_info(&h.reports());
+        assert!(
+            info.starts_with("failed after 3 attempts, last error: "),
+            "{info}"
+        );
+        assert!(info.contains("Input/output error"), "{info}");
+    }
 }
 
 #[test]

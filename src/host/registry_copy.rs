@@ -205,7 +205,7 @@ pub(crate) fn copy_registry_data(
     }
     tracing::info!("copying {data} bytes of registry data to {device}, leaving {free}% of it free");
     let root = partition_path(runner, device, ROOT_PARTITION)?;
-    let mut progress = RsyncProgress::new();
+    let mut progress = RsyncProgress::default();
     let reload = match maps {
         PartitionMaps::Kernel => None,
         PartitionMaps::Reload(reload) => Some(reload),
