@@ -524,7 +524,8 @@ mod tests {
 
     #[test]
     fn every_bool_flag() {
-        let flags: Vec<(&str, fn(&InstallerConfig) -> bool)> = vec![
+        type Get = fn(&InstallerConfig) -> bool;
+        let flags: Vec<(&str, Get)> = vec![
             ("insecure", |c| c.insecure),
             ("check-cluster-version", |c| c.check_cluster_version),
             ("skip-installation-disk-cleanup", |c| {

@@ -509,10 +509,12 @@ mod tests {
     const VGS: &str = "vgs --noheadings -o vg_name,pv_name";
     const PVS: &str = "pvs --noheadings -o pv_name";
     const SCAN: &str = "mdadm -v --query --detail --scan";
-    const NO_DM: (&str, i32, &str) = ("dmsetup ls", 0, "No devices found");
+    const NO_DM: Answer = ("dmsetup ls", 0, "No devices found");
 
-    /// A runner answering `(command line, exit code, output)`, exit code 0 being a success.
-    fn runner(replies: &[(&str, i32, &str)]) -> RecordingRunner {
+    /// `(command line, exit code, output)`, exit code 0 being a success.
+    type Answer<'a> = (&'a str, i32, &'a str);
+
+    fn runner(replies: &[Answer]) -> RecordingRunner {
         let r = RecordingRunner::new();
         for &(line, code, output) in replies {
             match code {
@@ -552,7 +554,7 @@ mod tests {
             (PVS, 0, "  /dev/md0\n  /dev/sdz"),
         ];
         let listing = [VGS, PVS, "dmsetup ls", SCAN];
-        let cases: [(&str, &[(&str, i32, &str)], Vec<&str>); 4] = [
+        let cases: [(&str, &[Answer], Vec<&str>); 4] = [
             // A clean disk: the listings and wipefs only.
             (
                 "/dev/sda",
