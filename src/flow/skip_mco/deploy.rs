@@ -67,7 +67,8 @@ fn growpart_args(device: &str, free_percent: u64) -> Vec<String> {
 /// the platform karg, Ignition's first-boot karg (a variable the boot loader expands), then
 /// `extra_kargs` (`--karg v` pairs).
 fn ostree_args(os_image_url: &str, platform_karg: &str, extra_kargs: &[String]) -> Vec<String> {
-    let mut args: Vec<String> = [
+    let image = format!("ostree-unverified-registry:{os_image_url}");
+    let args = [
         "container",
         "image",
         "deploy",
@@ -76,23 +77,18 @@ fn ostree_args(os_image_url: &str, platform_karg: &str, extra_kargs: &[String]) 
         "--authfile",
         "/root/.docker/config.json",
         "--imgref",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.push(format!("ostree-unverified-registry:{os_image_url}"));
-    args.extend(
-        [
-            "--karg",
-            platform_karg,
-            "--karg",
-            "$ignition_firstboot",
-            "--stateroot",
-            "rhcos",
-        ]
-        .map(String::from),
-    );
-    args.extend(extra_kargs.iter().cloned());
-    args
+        &image,
+        "--karg",
+        platform_karg,
+        "--karg",
+        "$ignition_firstboot",
+        "--stateroot",
+        "rhcos",
+    ];
+    args.map(String::from)
+        .into_iter()
+        .chain(extra_kargs.iter().cloned())
+        .collect()
 }
 
 /// Deploys `os_image_url` onto `t.device` (see the module documentation). `extra_kargs` are
