@@ -1,7 +1,7 @@
 //! `--enable-skip-mco-reboot` in the master and worker flows, against the in-memory fake
 //! assisted-service, with recorded host commands, a fake clock and a scripted disk writer: the
-//! machine-config-server over https with a CA of its own (and with another CA), over http, as
-//! an embedded `data:` URL, never answering, a failing ostree deploy, a stop, and dry-run mode.
+//! machine-config-server over https with a CA of its own (and with another CA), over http,
+//! never answering, a failing ostree deploy (its config embedded as a `data:` URL), and a stop.
 //! The deploy's host commands are compared command by command with Go's `OverwriteOsImage`.
 
 mod common;
@@ -340,16 +340,6 @@ fn http_sends_the_ignition_accept_header_and_a_worker_deploys_after_its_wait() {
     assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
 }
 
-#[test]
-fn an_embedded_gzipped_config_needs_no_server() {
-    let h = Harness::new("master");
-    let source = format!("data:;base64,{}", base64(&gzip(&served_config(&["x"]))));
-    h.pointer_to(&source);
-    h.run("master").0.unwrap();
-    assert_eq!(h.deploy_commands(), go_sequence(&["x"]));
-    assert_eq!(h.reports(), installed_as("master"));
-}
-
 /// A machine-config-server answering 503 to every request, named by the host's pointer.
 fn unavailable_mcs(h: &Harness) -> TestServer {
     let srv = TestServer::start();
@@ -424,24 +414,4 @@ fn a_stop_while_waiting_for_the_mcs_fails_the_install() {
     );
     assert!(h.deploy_commands().is_empty());
     assert!(!h.ran("shutdown"));
-}
-
-#[test]
-fn dry_run_does_nothing() {
-    let h = Harness::new("master");
-    let srv = TestServer::start();
-    srv.route("/config/master", Route::bytes(served_config(&[])));
-    h.pointer_to(&srv.url("/config/master"));
-    run_logged(h.flow("master", Arc::new(FakeWriter::default())).dry_run())
-        .0
-        .unwrap();
-    assert_eq!(srv.request_count("/config/master"), 0);
-    assert!(!h.ran("partx") && !h.ran("mount") && !h.ran("ostree"));
-    assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
-    // The same flow not in dry-run mode does deploy (so this test can fail).
-    let h2 = Harness::new("master");
-    h2.pointer_to(&srv.url("/config/master"));
-    h2.run("master").0.unwrap();
-    assert_eq!(srv.request_count("/config/master"), 1);
-    assert!(h2.ran("ostree"));
 }

@@ -43,13 +43,7 @@ pub fn run_installer(f: &Flow) -> Result<()> {
         .map_err(anyhow::Error::from)
         .and_then(|host_root| {
             if !f.cfg.dry_run && f.cfg.coreos_image.is_none() && !f.cfg.format_disks.is_empty() {
-                let disks: Vec<String> = f
-                    .cfg
-                    .format_disks
-                    .iter()
-                    .map(|d| d.display().to_string())
-                    .collect();
-                let failed = format_disks(f.host.commands.as_ref(), &disks);
+                let failed = format_disks(f.host.commands.as_ref(), &f.cfg.format_disks);
                 if failed > 0 {
                     tracing::warn!("{failed} of the --format-disk disks could not be formatted");
                 }

@@ -172,18 +172,14 @@ mod tests {
 
     #[test]
     fn loader_paths() {
-        assert_eq!(
-            efi_loader_path("redhat", "x86_64"),
-            "\\EFI\\redhat\\shimx64.efi"
-        );
-        assert_eq!(
-            efi_loader_path("centos", "aarch64"),
-            "\\EFI\\centos\\shimaa64.efi"
-        );
-        assert_eq!(
-            efi_loader_path("redhat", "powerpc64"),
-            "\\EFI\\redhat\\shimx64.efi"
-        );
+        let cases = [
+            ("redhat", "x86_64", "\\EFI\\redhat\\shimx64.efi"),
+            ("centos", "aarch64", "\\EFI\\centos\\shimaa64.efi"),
+            ("redhat", "powerpc64", "\\EFI\\redhat\\shimx64.efi"),
+        ];
+        for (dir, arch, path) in cases {
+            assert_eq!(efi_loader_path(dir, arch), path, "{dir} {arch}");
+        }
     }
 
     #[test]

@@ -22,7 +22,9 @@ const LAST_OUTPUT_LEN: usize = 200;
 
 /// Runs one host command and returns its merged, trimmed stdout+stderr.
 pub trait CommandRunner: Send + Sync {
-    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError>;
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError> {
+        self.run_streaming(program, args, &mut |_| {})
+    }
 
     /// Like [`CommandRunner::run`], also handing output chunks to `sink` as they arrive (for
     /// progress parsing).
@@ -225,11 +227,6 @@ impl std::fmt::Debug for HostRunner {
 }
 
 impl CommandRunner for HostRunner {
-    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError> {
-        let (exe, args) = self.command_line(program, args);
-        execute(exe, &args, &self.env, self.secret.as_deref(), None)
-    }
-
     fn run_streaming(
         &self,
         program: &str,
@@ -237,7 +234,7 @@ impl CommandRunner for HostRunner {
         sink: &mut dyn FnMut(&[u8]),
     ) -> Result<String, ExecError> {
         let (exe, args) = self.command_line(program, args);
-        execute(exe, &args, &self.env, self.secret.as_deref(), Some(sink))
+        execute(exe, &args, &self.env, self.secret.as_deref(), sink)
     }
 }
 
@@ -281,8 +278,6 @@ fn signal_text(sig: i32) -> String {
     format!("signal: {name}")
 }
 
-type Sink<'a> = &'a mut dyn FnMut(&[u8]);
-
 /// Spawns `program args…` with stdout and stderr merged into one buffer (and into `sink` as
 /// chunks arrive), waits, and maps a failure to an [`ExecError`].
 fn execute(
@@ -290,7 +285,7 @@ fn execute(
     args: &[String],
     env: &[(String, String)],
     secret: Option<&str>,
-    mut sink: Option<Sink<'_>>,
+    sink: &mut dyn FnMut(&[u8]),
 ) -> Result<String, ExecError> {
     let path = look_path(program);
     let env_list = env_strings(env, None);
@@ -331,9 +326,7 @@ fn execute(
         match reader.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
-                if let Some(sink) = sink.as_mut() {
-                    sink(&buf[..n]);
-                }
+                sink(&buf[..n]);
                 merged.extend_from_slice(&buf[..n]);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -508,19 +501,7 @@ impl std::fmt::Debug for RecordingRunner {
     }
 }
 
-fn finish(program: &str, args: &[String], reply: Reply) -> Result<String, ExecError> {
-    match reply {
-        Reply::Ok(out) => Ok(out.trim().to_string()),
-        Reply::Fail { code, output } => Err(ExecError::exit(program, args, code, &output)),
-    }
-}
-
 impl CommandRunner for RecordingRunner {
-    fn run(&self, program: &str, args: &[&str]) -> Result<String, ExecError> {
-        let (args, reply) = self.respond(program, args);
-        finish(program, &args, reply)
-    }
-
     /// Hands the scripted output to `sink` as a program writing it line by line would: one
     /// chunk per `\n`- or `\r`-terminated piece (rsync rewrites its status line with `\r`),
     /// untrimmed; then returns it as [`CommandRunner::run`] does.
@@ -538,7 +519,10 @@ impl CommandRunner for RecordingRunner {
         for piece in output.split_inclusive(['\n', '\r']) {
             sink(piece.as_bytes());
         }
-        finish(program, &args, reply)
+        match reply {
+            Reply::Ok(out) => Ok(out.trim().to_string()),
+            Reply::Fail { code, output } => Err(ExecError::exit(program, &args, code, &output)),
+        }
     }
 }
 
@@ -767,19 +751,6 @@ mod tests {
                 "other"
             ]
         );
-    }
-
-    #[test]
-    fn recording_runner_closure_script() {
-        let r = RecordingRunner::with_script(|program, args| {
-            (program == "uname").then(|| Reply::ok(format!("x86_64 {}", args.len())))
-        });
-        assert_eq!(r.run("uname", &["-m"]).unwrap(), "x86_64 1");
-        assert_eq!(r.run("true", &[]).unwrap(), "");
-        let mut got = Vec::new();
-        r.run_streaming("uname", &[], &mut |c| got.extend_from_slice(c))
-            .unwrap();
-        assert_eq!(got, b"x86_64 0");
     }
 
     #[test]

@@ -37,29 +37,21 @@ fn is_device_or_partition(candidate: &str, device: &str) -> bool {
     }
 }
 
-/// `vgs --noheadings -o vg_name,pv_name` → (VG, PV) pairs.
-fn parse_vgs(output: &str) -> Vec<(String, String)> {
-    output
-        .lines()
-        .filter_map(|line| {
-            let mut f = line.split_whitespace();
-            Some((f.next()?.to_string(), f.next()?.to_string()))
-        })
-        .collect()
-}
-
-/// The volume groups with a physical volume on `device` (or one of its partitions), once each.
+/// The volume groups with a physical volume on `device` (or one of its partitions), once each,
+/// from `vgs --noheadings -o vg_name,pv_name`.
 fn volume_groups_on_device(vgs_output: &str, device: &str) -> Vec<String> {
     let mut vgs: Vec<String> = Vec::new();
-    for (vg, pv) in parse_vgs(vgs_output) {
-        if is_device_or_partition(&pv, device) {
-            if !vgs.contains(&vg) {
-                vgs.push(vg);
-            }
-        } else {
+    for line in vgs_output.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(vg), Some(pv)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if !is_device_or_partition(pv, device) {
             tracing::info!(
                 "Skipping removal of Volume Group {vg}, does not belong to disk {device}"
             );
+        } else if !vgs.iter().any(|v| v == vg) {
+            vgs.push(vg.to_string());
         }
     }
     vgs
@@ -146,8 +138,8 @@ fn order_dm_devices_for_removal(devices: &[String]) -> Vec<String> {
 /// One RAID array from `mdadm -v --query --detail --scan`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct RaidArray {
-    pub device: String,
-    pub members: Vec<String>,
+    device: String,
+    members: Vec<String>,
 }
 
 impl RaidArray {
@@ -170,23 +162,18 @@ impl RaidArray {
 ///
 /// An `ARRAY` line not followed by a `devices=` line is skipped.
 fn parse_mdadm_scan(output: &str) -> Vec<RaidArray> {
-    let lines: Vec<&str> = output.lines().collect();
+    let mut lines = output.lines().peekable();
     let mut arrays = Vec::new();
-    let mut i = 0;
-    while i < lines.len() {
-        let line = lines[i];
-        i += 1;
+    while let Some(line) = lines.next() {
         let mut fields = line.split_whitespace();
-        if fields.next() != Some("ARRAY") {
-            continue;
-        }
-        let Some(device) = fields.next() else {
+        let (Some("ARRAY"), Some(device)) = (fields.next(), fields.next()) else {
             continue;
         };
-        let Some(members) = lines.get(i).and_then(|l| l.trim().strip_prefix("devices=")) else {
+        let next = lines.peek().copied().unwrap_or_default();
+        let Some(members) = next.trim().strip_prefix("devices=") else {
             continue;
         };
-        i += 1;
+        lines.next();
         arrays.push(RaidArray {
             device: device.to_string(),
             members: members
@@ -283,88 +270,87 @@ pub(crate) fn wipefs(runner: &dyn CommandRunner, device: &str) -> Result<(), Exe
     }
 }
 
-fn cleanup_lvm_and_dm(runner: &dyn CommandRunner, device: &str, errors: &mut Vec<ExecError>) {
-    match runner.run("vgs", &["--noheadings", "-o", "vg_name,pv_name"]) {
-        Ok(out) => {
-            for vg in volume_groups_on_device(&out, device) {
-                tracing::info!(
-                    "A volume group ({vg}) was detected on the installation device ({device}) - \
-                     cleaning"
-                );
-                if let Err(e) = runner.run("vgremove", &[&vg, "-y"]) {
-                    tracing::error!("Could not delete volume group ({vg}) due to error: {e}");
-                    errors.push(e);
-                }
-            }
-        }
-        Err(e) => {
-            tracing::error!("Failed to list VGs in the system");
-            errors.push(e);
-        }
-    }
-
-    match runner.run("pvs", &["--noheadings", "-o", "pv_name"]) {
-        Ok(out) => {
-            for pv in physical_volumes_on_device(&out, device) {
-                tracing::info!("Removing pv {pv} from disk {device}");
-                if let Err(e) = runner.run("pvremove", &[&pv, "-y", "-ff"]) {
-                    tracing::error!("Failed remove pv {pv} from disk {device}");
-                    errors.push(e);
-                }
-            }
-        }
-        Err(e) => {
-            tracing::error!("Failed to list PVs in the system");
-            errors.push(e);
-        }
-    }
-
-    match runner.run("dmsetup", &["ls"]) {
-        Ok(out) => {
-            let mut on_device = Vec::new();
-            for dm in parse_dmsetup_ls(&out) {
-                match runner.run("dmsetup", &["deps", "-o", "devname", &dm]) {
-                    Ok(deps) if dm_depends_on(&deps, device) => on_device.push(dm),
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::error!("Failed to get parent device for DM device {dm}");
-                        errors.push(e);
-                    }
-                }
-            }
-            for dm in order_dm_devices_for_removal(&on_device) {
-                tracing::info!("Removing DM device {dm}");
-                if let Err(e) = runner.run("dmsetup", &["remove", "--retry", &dm]) {
-                    tracing::error!("Failed to remove DM device {dm}: {e}");
-                    errors.push(e);
-                }
-            }
-        }
-        Err(e) => {
-            tracing::error!("Failed to list DM devices in the system");
-            errors.push(e);
-        }
-    }
-}
-
-/// `--format-disk`: zero the first sector (`dd if=/dev/zero of=<disk> bs=512 count=1`) so the
-/// disk no longer boots.
-fn format_disk(runner: &dyn CommandRunner, disk: &str) -> Result<(), ExecError> {
-    tracing::info!("Formatting disk {disk}");
+/// The output of a listing command; its failure is logged and collected.
+fn list(
+    runner: &dyn CommandRunner,
+    errors: &mut Vec<ExecError>,
+    what: &str,
+    program: &str,
+    args: &[&str],
+) -> Option<String> {
     runner
-        .run(
-            "dd",
-            &["if=/dev/zero", &format!("of={disk}"), "bs=512", "count=1"],
-        )
-        .map(|_| ())
+        .run(program, args)
+        .inspect_err(|_| tracing::error!("Failed to list {what} in the system"))
+        .map_err(|e| errors.push(e))
+        .ok()
 }
 
-/// [`format_disk`] for each disk in order; failures are logged as warnings and the loop goes
-/// on. Returns how many failed.
-pub(crate) fn format_disks(runner: &dyn CommandRunner, disks: &[String]) -> usize {
+fn cleanup_lvm_and_dm(runner: &dyn CommandRunner, device: &str, errors: &mut Vec<ExecError>) {
+    let vgs = list(
+        runner,
+        errors,
+        "VGs",
+        "vgs",
+        &["--noheadings", "-o", "vg_name,pv_name"],
+    );
+    for vg in volume_groups_on_device(&vgs.unwrap_or_default(), device) {
+        tracing::info!(
+            "A volume group ({vg}) was detected on the installation device ({device}) - cleaning"
+        );
+        if let Err(e) = runner.run("vgremove", &[&vg, "-y"]) {
+            tracing::error!("Could not delete volume group ({vg}) due to error: {e}");
+            errors.push(e);
+        }
+    }
+
+    let pvs = list(
+        runner,
+        errors,
+        "PVs",
+        "pvs",
+        &["--noheadings", "-o", "pv_name"],
+    );
+    for pv in physical_volumes_on_device(&pvs.unwrap_or_default(), device) {
+        tracing::info!("Removing pv {pv} from disk {device}");
+        if let Err(e) = runner.run("pvremove", &[&pv, "-y", "-ff"]) {
+            tracing::error!("Failed remove pv {pv} from disk {device}");
+            errors.push(e);
+        }
+    }
+
+    let Some(dms) = list(runner, errors, "DM devices", "dmsetup", &["ls"]) else {
+        return;
+    };
+    let mut on_device = Vec::new();
+    for dm in parse_dmsetup_ls(&dms) {
+        match runner.run("dmsetup", &["deps", "-o", "devname", &dm]) {
+            Ok(deps) if dm_depends_on(&deps, device) => on_device.push(dm),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!("Failed to get parent device for DM device {dm}");
+                errors.push(e);
+            }
+        }
+    }
+    for dm in order_dm_devices_for_removal(&on_device) {
+        tracing::info!("Removing DM device {dm}");
+        if let Err(e) = runner.run("dmsetup", &["remove", "--retry", &dm]) {
+            tracing::error!("Failed to remove DM device {dm}: {e}");
+            errors.push(e);
+        }
+    }
+}
+
+/// `--format-disk`: zero the first sector of each disk (`dd if=/dev/zero of=<disk> bs=512
+/// count=1`) so it no longer boots. Failures are logged as warnings and the loop goes on.
+/// Returns how many failed.
+pub(crate) fn format_disks(runner: &dyn CommandRunner, disks: &[PathBuf]) -> usize {
     let mut failed = 0;
     for disk in disks {
-        if let Err(e) = format_disk(runner, disk) {
+        let disk = disk.display();
+        tracing::info!("Formatting disk {disk}");
+        let of = format!("of={disk}");
+        if let Err(e) = runner.run("dd", &["if=/dev/zero", &of, "bs=512", "count=1"]) {
             tracing::warn!("Failed to format disk {disk}, err: {e}");
             failed += 1;
         }
@@ -520,106 +506,114 @@ mod tests {
         );
     }
 
-    #[test]
-    fn cleanup_clean_disk_runs_listing_and_wipefs_only() {
+    const VGS: &str = "vgs --noheadings -o vg_name,pv_name";
+    const PVS: &str = "pvs --noheadings -o pv_name";
+    const SCAN: &str = "mdadm -v --query --detail --scan";
+    const NO_DM: Answer = ("dmsetup ls", 0, "No devices found");
+
+    /// `(command line, exit code, output)`, exit code 0 being a success.
+    type Answer<'a> = (&'a str, i32, &'a str);
+
+    fn runner(replies: &[Answer]) -> RecordingRunner {
         let r = RecordingRunner::new();
-        r.ok("dmsetup ls", "No devices found");
-        cleanup_install_device(&r, "/dev/sda").unwrap();
-        assert_eq!(
-            r.lines(),
-            vec![
-                "vgs --noheadings -o vg_name,pv_name",
-                "pvs --noheadings -o pv_name",
-                "dmsetup ls",
-                "mdadm -v --query --detail --scan",
-                "wipefs --all --force /dev/sda",
-            ]
-        );
+        for &(line, code, output) in replies {
+            match code {
+                0 => r.ok(line, output),
+                _ => r.fail(line, code, output),
+            };
+        }
+        r
     }
 
     #[test]
-    fn cleanup_lvm_and_thin_pool() {
-        let r = RecordingRunner::new();
-        r.ok(
-            "vgs --noheadings -o vg_name,pv_name",
-            "  vg0 /dev/sda3\n  vg0 /dev/sda4\n  keep /dev/sdb1",
-        )
-        .ok(
-            "pvs --noheadings -o pv_name",
-            "  /dev/sda3\n  /dev/sda4\n  /dev/sdb1",
-        )
-        .ok(
-            "dmsetup ls",
-            "vg0-pool_tmeta\t(253:0)\nvg0-pool_tdata\t(253:1)\nvg0-lv\t(253:2)\nkeep-lv\t(253:3)",
-        )
-        .ok(
-            "dmsetup deps -o devname vg0-pool_tmeta",
-            " 1 dependencies\t: (sda3)",
-        )
-        .ok(
-            "dmsetup deps -o devname vg0-pool_tdata",
-            " 1 dependencies\t: (sda4)",
-        )
-        .ok(
-            "dmsetup deps -o devname vg0-lv",
-            " 1 dependencies\t: (sda3)",
-        )
-        .ok(
-            "dmsetup deps -o devname keep-lv",
-            " 1 dependencies\t: (sdb1)",
-        );
-        cleanup_install_device(&r, "/dev/sda").unwrap();
-        assert_eq!(
-            r.lines(),
-            vec![
-                "vgs --noheadings -o vg_name,pv_name",
-                "vgremove vg0 -y",
-                "pvs --noheadings -o pv_name",
-                "pvremove /dev/sda3 -y -ff",
-                "pvremove /dev/sda4 -y -ff",
+    fn cleanup_runs_the_go_sequence() {
+        let deps = |dm: &str, on: &str| {
+            let line = format!("dmsetup deps -o devname {dm}");
+            (line, format!(" 1 dependencies\t: ({on})"))
+        };
+        let thin = [
+            deps("vg0-pool_tmeta", "sda3"),
+            deps("vg0-pool_tdata", "sda4"),
+            deps("vg0-lv", "sda3"),
+            deps("keep-lv", "sdb1"),
+        ];
+        let mut lvm = vec![
+            (VGS, 0, "  vg0 /dev/sda3\n  vg0 /dev/sda4\n  keep /dev/sdb1"),
+            (PVS, 0, "  /dev/sda3\n  /dev/sda4\n  /dev/sdb1"),
+            (
                 "dmsetup ls",
-                "dmsetup deps -o devname vg0-pool_tmeta",
-                "dmsetup deps -o devname vg0-pool_tdata",
-                "dmsetup deps -o devname vg0-lv",
-                "dmsetup deps -o devname keep-lv",
-                "dmsetup remove --retry vg0-lv",
-                "dmsetup remove --retry vg0-pool",
-                "dmsetup remove --retry vg0-pool_tmeta",
-                "dmsetup remove --retry vg0-pool_tdata",
-                "mdadm -v --query --detail --scan",
-                "wipefs --all --force /dev/sda",
-            ]
-        );
-    }
-
-    #[test]
-    fn cleanup_raid_member() {
-        let r = RecordingRunner::new();
-        r.ok("dmsetup ls", "No devices found")
-            .ok("mdadm -v --query --detail --scan", MDADM)
-            .ok(
-                "vgs --noheadings -o vg_name,pv_name",
-                "  raidvg /dev/md0\n  other /dev/sdz",
-            )
-            .ok("pvs --noheadings -o pv_name", "  /dev/md0\n  /dev/sdz");
-        cleanup_install_device(&r, "/dev/vda").unwrap();
-        assert_eq!(
-            r.lines(),
-            vec![
-                "vgs --noheadings -o vg_name,pv_name",
-                "pvs --noheadings -o pv_name",
-                "dmsetup ls",
-                "mdadm -v --query --detail --scan",
-                "vgs --noheadings -o vg_name,pv_name",
-                "vgremove raidvg -y",
-                "pvs --noheadings -o pv_name",
-                "pvremove /dev/md0 -y -ff",
-                "dmsetup ls",
-                "mdadm --stop /dev/md0",
-                "mdadm --zero-superblock /dev/vda2",
-                "wipefs --all --force /dev/vda",
-            ]
-        );
+                0,
+                "vg0-pool_tmeta\t(253:0)\nvg0-pool_tdata\t(253:1)\nvg0-lv\t(253:2)\nkeep-lv\t(253:3)",
+            ),
+        ];
+        lvm.extend(thin.iter().map(|(l, o)| (l.as_str(), 0, o.as_str())));
+        let raid = [
+            NO_DM,
+            (SCAN, 0, MDADM),
+            (VGS, 0, "  raidvg /dev/md0\n  other /dev/sdz"),
+            (PVS, 0, "  /dev/md0\n  /dev/sdz"),
+        ];
+        let listing = [VGS, PVS, "dmsetup ls", SCAN];
+        let cases: [(&str, &[Answer], Vec<&str>); 4] = [
+            // A clean disk: the listings and wipefs only.
+            (
+                "/dev/sda",
+                &[NO_DM],
+                [&listing[..], &["wipefs --all --force /dev/sda"]].concat(),
+            ),
+            // A failing RAID scan is only logged.
+            (
+                "/dev/sda",
+                &[NO_DM, (SCAN, 1, "mdadm: not found")],
+                [&listing[..], &["wipefs --all --force /dev/sda"]].concat(),
+            ),
+            // LVM and a thin pool: the pool before its parts.
+            (
+                "/dev/sda",
+                &lvm,
+                vec![
+                    VGS,
+                    "vgremove vg0 -y",
+                    PVS,
+                    "pvremove /dev/sda3 -y -ff",
+                    "pvremove /dev/sda4 -y -ff",
+                    "dmsetup ls",
+                    &thin[0].0,
+                    &thin[1].0,
+                    &thin[2].0,
+                    &thin[3].0,
+                    "dmsetup remove --retry vg0-lv",
+                    "dmsetup remove --retry vg0-pool",
+                    "dmsetup remove --retry vg0-pool_tmeta",
+                    "dmsetup remove --retry vg0-pool_tdata",
+                    SCAN,
+                    "wipefs --all --force /dev/sda",
+                ],
+            ),
+            // A RAID member: the array's LVM, then the array stopped and the member zeroed.
+            (
+                "/dev/vda",
+                &raid,
+                [
+                    &listing[..],
+                    &[
+                        VGS,
+                        "vgremove raidvg -y",
+                        PVS,
+                        "pvremove /dev/md0 -y -ff",
+                        "dmsetup ls",
+                    ],
+                    &["mdadm --stop /dev/md0", "mdadm --zero-superblock /dev/vda2"],
+                    &["wipefs --all --force /dev/vda"],
+                ]
+                .concat(),
+            ),
+        ];
+        for (device, replies, expected) in cases {
+            let r = runner(replies);
+            cleanup_install_device(&r, device).unwrap();
+            assert_eq!(r.lines(), expected, "{replies:?}");
+        }
     }
 
     #[test]
@@ -672,18 +666,6 @@ mod tests {
             "wipefs --all /dev/sda",
             "fallback without --force"
         );
-    }
-
-    #[test]
-    fn cleanup_mdadm_failure_is_not_an_error() {
-        let r = RecordingRunner::new();
-        r.ok("dmsetup ls", "No devices found").fail(
-            "mdadm -v --query --detail --scan",
-            1,
-            "mdadm: not found",
-        );
-        cleanup_install_device(&r, "/dev/sda").unwrap();
-        assert_eq!(r.lines().last().unwrap(), "wipefs --all --force /dev/sda");
     }
 
     #[test]
@@ -742,7 +724,7 @@ mod tests {
             1,
             "Permission denied",
         );
-        let disks = vec!["/dev/sdb".to_string(), "/dev/sdc".to_string()];
+        let disks = ["/dev/sdb", "/dev/sdc"].map(PathBuf::from);
         assert_eq!(format_disks(&r, &disks), 1);
         assert_eq!(
             r.lines(),

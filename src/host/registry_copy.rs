@@ -205,7 +205,7 @@ pub(crate) fn copy_registry_data(
     }
     tracing::info!("copying {data} bytes of registry data to {device}, leaving {free}% of it free");
     let root = partition_path(runner, device, ROOT_PARTITION)?;
-    let mut progress = RsyncProgress::new();
+    let mut progress = RsyncProgress::default();
     let reload = match maps {
         PartitionMaps::Kernel => None,
         PartitionMaps::Reload(reload) => Some(reload),
@@ -331,39 +331,19 @@ mod tests {
 
     #[test]
     fn the_go_command_sequence_on_each_kind_of_disk() {
+        // (disk, its partitions' path before the number, lsblk type)
         let cases = [
-            (
-                "/dev/sda",
-                "disk",
-                ["sda1", "sda2", "sda3", "sda4"],
-                "/dev/sda4",
-            ),
-            (
-                "/dev/nvme0n1",
-                "disk",
-                ["nvme0n1p1", "nvme0n1p2", "nvme0n1p3", "nvme0n1p4"],
-                "/dev/nvme0n1p4",
-            ),
-            (
-                "/dev/mmcblk1",
-                "disk",
-                ["mmcblk1P1", "mmcblk1P2", "mmcblk1P3", "mmcblk1P4"],
-                "/dev/mmcblk1P4",
-            ),
-            (
-                "/dev/dm-0",
-                "disk",
-                ["dm-1", "dm-2", "dm-3", "dm-4"],
-                "/dev/dm-4",
-            ),
-            (
-                "/dev/dm-0",
-                "mpath",
-                ["dm-1", "dm-2", "dm-3", "dm-4"],
-                "/dev/mapper/dm-4",
-            ),
+            ("/dev/sda", "/dev/sda", "disk"),
+            ("/dev/nvme0n1", "/dev/nvme0n1p", "disk"),
+            ("/dev/mmcblk1", "/dev/mmcblk1P", "disk"),
+            ("/dev/dm-0", "/dev/dm-", "disk"),
+            ("/dev/dm-0", "/dev/mapper/dm-", "mpath"),
         ];
-        for (device, kind, parts, part4) in cases {
+        for (device, part, kind) in cases {
+            let name = part.rsplit('/').next().unwrap();
+            let parts = [1, 2, 3, 4].map(|i| format!("{name}{i}"));
+            let parts = parts.each_ref().map(String::as_str);
+            let part4 = &format!("{part}4");
             let name = device.trim_start_matches("/dev/");
             // 20 GiB of data, as Go's test: 42 % of the disk stays free.
             let r = runner_for(

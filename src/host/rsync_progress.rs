@@ -53,10 +53,6 @@ pub(crate) struct RsyncProgress {
 }
 
 impl RsyncProgress {
-    pub(crate) fn new() -> Self {
-        RsyncProgress::default()
-    }
-
     /// Takes the next chunk of output; calls `report` when a line's first entry (N%) is due:
     /// N ≥ last + 5, or N = 100 — never again once 100 was reported. Each report is logged as
     /// `rsync progress: <size> <N>% <speed>`; other lines are not logged (rsync's file list
@@ -91,7 +87,7 @@ mod tests {
 
     /// The entries reported for `chunks`, fed in order.
     fn entries(chunks: &[&str]) -> Vec<Entry> {
-        let mut p = RsyncProgress::new();
+        let mut p = RsyncProgress::default();
         let mut got = Vec::new();
         for c in chunks {
             p.feed(c.as_bytes(), &mut |e| got.push(e.clone()));

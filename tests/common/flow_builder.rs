@@ -29,7 +29,8 @@ pub(crate) const INFRA: &str = "6a2b3c4d-5e6f-4a70-8b9c-0d1e2f3a4b5c";
 pub(crate) const HOST: &str = "7b3c4d5e-6f70-4a81-9c0d-1e2f3a4b5c6d";
 
 pub(crate) struct FlowBuilder {
-    role: String,
+    cfg: InstallerConfig,
+    paths: Paths,
     dir: PathBuf,
     service: Arc<dyn InventoryClient>,
     token: String,
@@ -38,20 +39,8 @@ pub(crate) struct FlowBuilder {
     reboot: Option<Arc<dyn Rebooter>>,
     clock: Arc<dyn Clock>,
     kube: Option<Arc<dyn KubeApi>>,
-    boot_device: String,
-    installer_args: Vec<String>,
-    coreos_image: Option<String>,
-    mco_image: String,
-    control_plane_count: i64,
-    dry_run: bool,
-    cluster_hosts: Option<PathBuf>,
-    skip_disk_cleanup: bool,
-    format_disks: Vec<String>,
-    registry_marker: Option<PathBuf>,
-    host_root: Result<HostRoot, Unreachable>,
     intervals: Intervals,
     early_write: bool,
-    skip_mco_reboot: bool,
     arch: String,
     stop: Cancel,
 }
@@ -65,8 +54,29 @@ impl FlowBuilder {
         service: Arc<dyn InventoryClient>,
         writer: Arc<dyn DiskWriter>,
     ) -> FlowBuilder {
+        let cfg = InstallerConfig {
+            role: role.parse::<Role>().expect("a role"),
+            cluster_id: CLUSTER.into(),
+            infra_env_id: INFRA.into(),
+            host_id: HOST.into(),
+            boot_device: "/dev/vda".into(),
+            url: "http://192.0.2.1:6000".into(),
+            openshift_version: "4.17".into(),
+            ..InstallerConfig::default()
+        };
+        let paths = Paths {
+            install_dir: dir.join("install-dir"),
+            registry_marker: dir.join("no-registry"),
+            openshift_dir: dir.join("openshift"),
+            extracted_pull_secret: dir.join("extracted_from_ignition.json"),
+            resolv_conf: dir.join("resolv.conf"),
+            container_logs: dir.join("containers"),
+            live_cmdline: dir.join("cmdline"),
+            host_root: Ok(HostRoot::Here),
+        };
         FlowBuilder {
-            role: role.into(),
+            cfg,
+            paths,
             dir: dir.to_path_buf(),
             service,
             token: DEFAULT_TOKEN.into(),
@@ -75,20 +85,8 @@ impl FlowBuilder {
             reboot: None,
             clock: Arc::new(FakeClock::new()),
             kube: None,
-            boot_device: "/dev/vda".into(),
-            installer_args: Vec::new(),
-            coreos_image: None,
-            mco_image: String::new(),
-            control_plane_count: 0,
-            dry_run: false,
-            cluster_hosts: None,
-            skip_disk_cleanup: false,
-            format_disks: Vec::new(),
-            registry_marker: None,
-            host_root: Ok(HostRoot::Here),
             intervals: Intervals::default(),
             early_write: true,
-            skip_mco_reboot: false,
             arch: "x86_64".into(),
             stop: Cancel::new(),
         }
@@ -100,39 +98,52 @@ impl FlowBuilder {
         self
     }
     pub(crate) fn boot_device(mut self, device: &Path) -> Self {
-        self.boot_device = device.display().to_string();
+        self.cfg.boot_device = device.into();
         self
     }
     pub(crate) fn installer_args(mut self, args: &[&str]) -> Self {
-        self.installer_args = args.iter().map(|a| a.to_string()).collect();
+        self.cfg.installer_args = args.iter().map(|a| a.to_string()).collect();
         self
     }
     /// `--coreos-image`: deploy this container image onto the running root with ostree.
     pub(crate) fn coreos_image(mut self, image: &str) -> Self {
-        self.coreos_image = Some(image.into());
+        self.cfg.coreos_image = Some(image.into());
+        self
+    }
+    pub(crate) fn mco_image(mut self, image: &str) -> Self {
+        self.cfg.mco_image = image.into();
+        self
+    }
+    pub(crate) fn control_plane_count(mut self, count: i64) -> Self {
+        self.cfg.control_plane_count = count;
         self
     }
     pub(crate) fn dry_run(mut self) -> Self {
-        self.dry_run = true;
+        self.cfg.dry_run = true;
         self
     }
     /// `--dry-run-cluster-hosts-path`.
     pub(crate) fn cluster_hosts(mut self, path: &Path) -> Self {
-        self.cluster_hosts = Some(path.to_path_buf());
+        self.cfg.dry_run_cluster_hosts_path = Some(path.to_path_buf());
         self
     }
     pub(crate) fn skip_disk_cleanup(mut self) -> Self {
-        self.skip_disk_cleanup = true;
+        self.cfg.skip_installation_disk_cleanup = true;
         self
     }
     pub(crate) fn format_disks(mut self, disks: &[&str]) -> Self {
-        self.format_disks = disks.iter().map(|d| d.to_string()).collect();
+        self.cfg.format_disks = disks.iter().map(PathBuf::from).collect();
+        self
+    }
+    /// `--enable-skip-mco-reboot`.
+    pub(crate) fn skip_mco_reboot(mut self) -> Self {
+        self.cfg.enable_skip_mco_reboot = true;
         self
     }
     /// A host path (read through the host root); default: a path under the directory that
     /// does not exist.
     pub(crate) fn registry_marker(mut self, path: &Path) -> Self {
-        self.registry_marker = Some(path.to_path_buf());
+        self.paths.registry_marker = path.to_path_buf();
         self
     }
     /// An appliance host: `/run/media/iso/registry` exists in a host root of its own (under
@@ -141,36 +152,17 @@ impl FlowBuilder {
         let root = self.dir.join("host-root");
         std::fs::create_dir_all(root.join("run/media/iso/registry"))
             .expect("creating the registry marker");
-        self.registry_marker = Some(PathBuf::from("/run/media/iso/registry"));
-        self.host_root = Ok(HostRoot::At(root));
+        self.paths.registry_marker = PathBuf::from("/run/media/iso/registry");
+        self.paths.host_root = Ok(HostRoot::At(root));
         self
     }
-    /// `--enable-skip-mco-reboot`.
-    pub(crate) fn skip_mco_reboot(mut self) -> Self {
-        self.skip_mco_reboot = true;
+    pub(crate) fn host_root(mut self, root: Result<HostRoot, Unreachable>) -> Self {
+        self.paths.host_root = root;
         self
     }
 
     pub(crate) fn build(self) -> Flow {
-        let mut cfg = InstallerConfig {
-            role: self.role.parse::<Role>().expect("a role"),
-            cluster_id: CLUSTER.into(),
-            infra_env_id: INFRA.into(),
-            host_id: HOST.into(),
-            boot_device: self.boot_device.into(),
-            url: "http://192.0.2.1:6000".into(),
-            openshift_version: "4.17".into(),
-            mco_image: self.mco_image,
-            control_plane_count: self.control_plane_count,
-            dry_run: self.dry_run,
-            dry_run_cluster_hosts_path: self.cluster_hosts,
-            skip_installation_disk_cleanup: self.skip_disk_cleanup,
-            format_disks: self.format_disks.into_iter().map(PathBuf::from).collect(),
-            installer_args: self.installer_args,
-            enable_skip_mco_reboot: self.skip_mco_reboot,
-            coreos_image: self.coreos_image,
-            ..InstallerConfig::default()
-        };
+        let mut cfg = self.cfg;
         cfg.set_defaults();
         let reboot = self
             .reboot
@@ -185,12 +177,12 @@ impl FlowBuilder {
                 Ok(api.clone())
             }),
             // What the entrypoint builds in dry-run mode.
-            None if self.dry_run => dry_run_kube(Arc::new(
+            None if cfg.dry_run => dry_run_kube(Arc::new(
                 DryCluster::from_config(&cfg).expect("the cluster hosts"),
             )),
             None => Arc::new(|_: &Path| anyhow::bail!("no Kubernetes API in this scenario")),
         };
-        let d = &self.dir;
+        let dry_run = cfg.dry_run;
         Flow {
             cfg,
             token: self.token,
@@ -200,20 +192,9 @@ impl FlowBuilder {
                 HOST.into(),
             )),
             client: self.service,
-            host: HostEffects::new(self.commands, reboot, self.clock, self.dry_run),
+            host: HostEffects::new(self.commands, reboot, self.clock, dry_run),
             writer: self.writer,
-            paths: Paths {
-                install_dir: d.join("install-dir"),
-                registry_marker: self
-                    .registry_marker
-                    .unwrap_or_else(|| d.join("no-registry")),
-                openshift_dir: d.join("openshift"),
-                extracted_pull_secret: d.join("extracted_from_ignition.json"),
-                resolv_conf: d.join("resolv.conf"),
-                container_logs: d.join("containers"),
-                live_cmdline: d.join("cmdline"),
-                host_root: self.host_root,
-            },
+            paths: self.paths,
             arch: self.arch,
             kube,
             intervals: self.intervals,
@@ -243,9 +224,6 @@ setters! {
     clock: Arc<dyn Clock>;
     /// The API the flow finds behind the kubeconfig bootkube writes (which must exist).
     kube: Arc<dyn KubeApi>;
-    mco_image: &str;
-    control_plane_count: i64;
-    host_root: Result<HostRoot, Unreachable>;
     intervals: Intervals;
     /// Whether the bootstrap and single-node disks are streamed early (default: yes).
     early_write: bool;

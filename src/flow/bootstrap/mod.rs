@@ -41,13 +41,6 @@ pub(crate) use waits::{bootstrap_post_phase, wait_for_bootkube};
 use std::path::PathBuf;
 
 use super::Flow;
-use crate::host::commands::CommandRunner;
-
-/// A host command whose failure stays an [`crate::host::ExecError`] under the flow's context
-/// (its text is the Go `ExecCommandError` text the `Failed` report carries).
-fn run(r: &dyn CommandRunner, program: &str, args: &[&str]) -> anyhow::Result<String> {
-    Ok(r.run(program, args)?)
-}
 
 /// The admin kubeconfig bootkube writes.
 fn kubeconfig(f: &Flow) -> PathBuf {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::hostname::{needs_random_hostname, random_hostname};
 use super::ssh_manifest::{render_ssh_manifest, SSH_MANIFEST_FILE_NAME};
-use super::{run, Flow};
+use super::Flow;
 use crate::clock::{Failure, Schedule};
 use crate::controller::deploy::{render_manifests, ControllerSettings};
 use crate::host::ExecError;
@@ -22,7 +22,7 @@ const MCO_ATTEMPTS: u32 = 3;
 pub(crate) fn start_bootstrap(f: &Flow, sno: bool) -> Result<()> {
     let r = f.host.commands.as_ref();
     let dry = f.cfg.dry_run;
-    run(r, "mkdir", &["-p", "/root/.ssh"])?;
+    r.run("mkdir", &["-p", "/root/.ssh"])?;
     let bootstrap_ign = f.paths.install_dir.join("bootstrap.ign");
     f.client
         .download_cluster_file(&f.cfg.cluster_id, "bootstrap.ign", &bootstrap_ign)
@@ -31,12 +31,8 @@ pub(crate) fn start_bootstrap(f: &Flow, sno: bool) -> Result<()> {
         install_pull_secret(f, &bootstrap_ign)?;
         lay_down_bootstrap_ignition(f, &bootstrap_ign)?;
         if !sno {
-            run(
-                r,
-                "ssh-keygen",
-                &["-q", "-f", "/root/.ssh/id_rsa", "-N", ""],
-            )
-            .context("generating the bootstrap SSH key")?;
+            r.run("ssh-keygen", &["-q", "-f", "/root/.ssh/id_rsa", "-N", ""])
+                .context("generating the bootstrap SSH key")?;
             create_ssh_manifest(f)?;
         }
     }
@@ -79,9 +75,8 @@ fn install_pull_secret(f: &Flow, bootstrap_ign: &Path) -> Result<()> {
     write_secret_file(tmp, &secret, Existing::Replace)
         .with_context(|| format!("writing {}", tmp.display()))?;
     let r = f.host.commands.as_ref();
-    run(r, "mkdir", &["-p", "/root/.docker"])?;
-    run(
-        r,
+    r.run("mkdir", &["-p", "/root/.docker"])?;
+    r.run(
         "mv",
         &[&tmp.display().to_string(), "/root/.docker/config.json"],
     )?;
@@ -133,7 +128,7 @@ fn lay_down_bootstrap_ignition(f: &Flow, bootstrap_ign: &Path) -> Result<()> {
 }
 
 fn create_ssh_manifest(f: &Flow) -> Result<()> {
-    let key = run(f.host.commands.as_ref(), "cat", &["/root/.ssh/id_rsa.pub"])?;
+    let key = f.host.commands.run("cat", &["/root/.ssh/id_rsa.pub"])?;
     let dir = f.paths.openshift_dir.join("openshift");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(SSH_MANIFEST_FILE_NAME);
@@ -145,18 +140,14 @@ fn create_ssh_manifest(f: &Flow) -> Result<()> {
 /// /etc/resolv.conf and undo the local DNS prepender that bootkube needs: set a random valid one.
 fn check_hostname(f: &Flow) -> Result<()> {
     let r = f.host.commands.as_ref();
-    let name = run(r, "hostname", &[]).context("reading the hostname")?;
+    let name = r.run("hostname", &[]).context("reading the hostname")?;
     if needs_random_hostname(name.trim()) {
         let new = random_hostname();
         tracing::info!(
             "hostname {:?} is not valid for the cluster; setting {new}",
             name.trim()
         );
-        run(
-            r,
-            "bash",
-            &["-c", &format!("hostnamectl set-hostname {new}")],
-        )?;
+        r.run("bash", &["-c", &format!("hostnamectl set-hostname {new}")])?;
     }
     Ok(())
 }

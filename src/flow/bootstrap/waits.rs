@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use std::collections::BTreeSet;
 
 use super::controller_logs::{upload_controller_logs, UPLOAD_EVERY};
-use super::{kubeconfig, run, Flow};
+use super::{kubeconfig, Flow};
 use crate::config::Role;
 use crate::kube::install_config::{
     has_valid_vsphere_credentials, needed_ready_masters, remove_uninitialized_taint, replicas,
@@ -31,7 +31,7 @@ pub(crate) fn bootstrap_post_phase(f: &Flow) -> Result<()> {
         "Waiting for bootstrap node preparation",
     );
     if !f.cfg.dry_run {
-        let hosts = run(f.host.commands.as_ref(), "cat", &["/etc/resolv.conf"])?;
+        let hosts = f.host.commands.run("cat", &["/etc/resolv.conf"])?;
         std::fs::write(&f.paths.resolv_conf, hosts)
             .with_context(|| format!("updating {}", f.paths.resolv_conf.display()))?;
     }
@@ -435,61 +435,27 @@ mod tests {
     #[test]
     fn machine_config_annotation_cases() {
         let a = Some("rendered-a");
-        let ok = || master(a, a);
-        let cases = [
-            (
-                vec![ok()],
-                vec!["rendered-a"],
-                true,
-                "one consistent master",
-            ),
-            (
-                vec![ok(), ok()],
-                vec!["rendered-a"],
-                true,
-                "two consistent masters",
-            ),
-            (
-                vec![],
-                vec!["rendered-a"],
-                false,
-                "no masters: keep waiting",
-            ),
-            (
-                vec![master(None, a)],
-                vec!["rendered-a"],
-                false,
-                "currentConfig missing",
-            ),
-            (
-                vec![master(a, None)],
-                vec!["rendered-a"],
-                false,
-                "desiredConfig missing",
-            ),
-            (
-                vec![master(Some("rendered-old"), a)],
-                vec!["rendered-a"],
-                false,
-                "current MC missing",
-            ),
-            (
-                vec![master(a, Some("rendered-new"))],
-                vec!["rendered-a"],
-                false,
-                "desired MC missing",
-            ),
-            (
-                vec![ok(), master(a, Some("rendered-b"))],
-                vec!["rendered-a", "rendered-b"],
-                false,
-                "masters disagree on desiredConfig",
-            ),
+        let ok = master(a, a);
+        let no_current = master(None, a);
+        let no_desired = master(a, None);
+        let old_current = master(Some("rendered-old"), a);
+        let new_desired = master(a, Some("rendered-new"));
+        let desires_b = master(a, Some("rendered-b"));
+        let (ab, a_only): (&[&str], &[&str]) = (&["rendered-a", "rendered-b"], &["rendered-a"]);
+        let cases: [(Vec<&Node>, &[&str], bool, &str); 8] = [
+            (vec![&ok], a_only, true, "one consistent master"),
+            (vec![&ok, &ok], a_only, true, "two consistent masters"),
+            (vec![], a_only, false, "no masters: keep waiting"),
+            (vec![&no_current], a_only, false, "currentConfig missing"),
+            (vec![&no_desired], a_only, false, "desiredConfig missing"),
+            (vec![&old_current], a_only, false, "current MC missing"),
+            (vec![&new_desired], a_only, false, "desired MC missing"),
+            (vec![&ok, &desires_b], ab, false, "masters disagree"),
         ];
         for (masters, configs, expected, why) in cases {
             let kube = Kube {
-                masters,
-                configs,
+                masters: masters.into_iter().cloned().collect(),
+                configs: configs.to_vec(),
                 ..Kube::default()
             };
             assert_eq!(mc_annotations_consistent(&kube).unwrap(), expected, "{why}");

@@ -67,7 +67,8 @@ fn growpart_args(device: &str, free_percent: u64) -> Vec<String> {
 /// the platform karg, Ignition's first-boot karg (a variable the boot loader expands), then
 /// `extra_kargs` (`--karg v` pairs).
 fn ostree_args(os_image_url: &str, platform_karg: &str, extra_kargs: &[String]) -> Vec<String> {
-    let mut args: Vec<String> = [
+    let image = format!("ostree-unverified-registry:{os_image_url}");
+    let args = [
         "container",
         "image",
         "deploy",
@@ -76,23 +77,18 @@ fn ostree_args(os_image_url: &str, platform_karg: &str, extra_kargs: &[String]) 
         "--authfile",
         "/root/.docker/config.json",
         "--imgref",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.push(format!("ostree-unverified-registry:{os_image_url}"));
-    args.extend(
-        [
-            "--karg",
-            platform_karg,
-            "--karg",
-            "$ignition_firstboot",
-            "--stateroot",
-            "rhcos",
-        ]
-        .map(String::from),
-    );
-    args.extend(extra_kargs.iter().cloned());
-    args
+        &image,
+        "--karg",
+        platform_karg,
+        "--karg",
+        "$ignition_firstboot",
+        "--stateroot",
+        "rhcos",
+    ];
+    args.map(String::from)
+        .into_iter()
+        .chain(extra_kargs.iter().cloned())
+        .collect()
 }
 
 /// Deploys `os_image_url` onto `t.device` (see the module documentation). `extra_kargs` are
@@ -236,40 +232,19 @@ mod tests {
     fn the_go_sequence_on_each_kind_of_disk() {
         // Go's fixture: 3.8 GB used and 3.3 GB more for the root, of 100 GB: 92 % stays free,
         // as in Go's test.
-        for (device, disk, parts, kind, p3, p4) in [
-            (
-                "/dev/sda",
-                "sda",
-                ["sda1", "sda2", "sda3", "sda4"],
-                "disk",
-                "/dev/sda3",
-                "/dev/sda4",
-            ),
-            (
-                "/dev/nvme0n1",
-                "nvme0n1",
-                ["nvme0n1p1", "nvme0n1p2", "nvme0n1p3", "nvme0n1p4"],
-                "disk",
-                "/dev/nvme0n1p3",
-                "/dev/nvme0n1p4",
-            ),
-            (
-                "/dev/mmcblk1",
-                "mmcblk1",
-                ["mmcblk1P1", "mmcblk1P2", "mmcblk1P3", "mmcblk1P4"],
-                "disk",
-                "/dev/mmcblk1P3",
-                "/dev/mmcblk1P4",
-            ),
-            (
-                "/dev/dm-0",
-                "dm-0",
-                ["dm-1", "dm-2", "dm-3", "dm-4"],
-                "mpath",
-                "/dev/mapper/dm-3",
-                "/dev/mapper/dm-4",
-            ),
-        ] {
+        // (disk, its partitions' path before the number, lsblk type)
+        let disks = [
+            ("/dev/sda", "/dev/sda", "disk"),
+            ("/dev/nvme0n1", "/dev/nvme0n1p", "disk"),
+            ("/dev/mmcblk1", "/dev/mmcblk1P", "disk"),
+            ("/dev/dm-0", "/dev/mapper/dm-", "mpath"),
+        ];
+        for (device, part, kind) in disks {
+            let name = part.rsplit('/').next().unwrap();
+            let parts = [1, 2, 3, 4].map(|i| format!("{name}{i}"));
+            let parts = parts.each_ref().map(String::as_str);
+            let (p3, p4) = (&format!("{part}3"), &format!("{part}4"));
+            let disk = device.trim_start_matches("/dev/");
             let r = runner_for(device, &lsblk_json(disk, kind, &parts));
             let clock = FakeClock::new();
             deploy(&r, &clock, device).unwrap();

@@ -294,16 +294,4 @@ mod tests {
         finish(&t, &path).unwrap();
         assert!(t.runner.lines().is_empty(), "{:?}", t.runner.lines());
     }
-
-    #[test]
-    fn a_stop_is_an_error() {
-        let (t, path) = flow_with(&pointer_with(serde_json::json!({"osImageURL": IMAGE})));
-        let s = SkipMco::start(&t.flow, &path).unwrap();
-        t.flow.stop.cancel();
-        let e = s
-            .finish(&t.flow, "/dev/vda", &[])
-            .expect_err("a stop ends the install");
-        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
-        assert_eq!(format!("{e:#}"), "skip-MCO reboot: stop requested");
-    }
 }

@@ -74,17 +74,9 @@ impl<T: Send + 'static> EarlyFetch<T> {
 
     /// Go's point: from now on the fetch has `budget` (no try starts later); waits for its
     /// result. `Err(Stopped)` when the flow's stop token fired.
-    pub(crate) fn finish(self, clock: &dyn Clock, budget: Duration) -> Result<T> {
-        self.start_budget(clock, budget);
-        self.wait()
-    }
-
-    fn start_budget(&self, clock: &dyn Clock, budget: Duration) {
+    pub(crate) fn finish(mut self, clock: &dyn Clock, budget: Duration) -> Result<T> {
         *lock(&self.shared.deadline) = Some(clock.now() + budget);
-    }
-
-    fn wait(mut self) -> Result<T> {
-        let handle = self.handle.take().expect("waited for once");
+        let handle = self.handle.take().expect("finished once");
         handle
             .join()
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the skip-MCO fetch thread panicked")))
@@ -183,9 +175,14 @@ mod tests {
         while tries.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
-        fetcher.start_budget(clock.as_ref(), FETCH_BUDGET);
-        go.send(()).unwrap();
-        let e = fetcher.wait().unwrap_err();
+        let shared = fetcher.shared.clone();
+        std::thread::spawn(move || {
+            while lock(&shared.deadline).is_none() {
+                std::thread::yield_now();
+            }
+            go.send(()).unwrap();
+        });
+        let e = fetcher.finish(clock.as_ref(), FETCH_BUDGET).unwrap_err();
         assert_eq!(tries.load(Ordering::SeqCst), 241);
         assert_eq!(clock.elapsed(), FETCH_BUDGET);
         assert!(clock.sleeps().iter().all(|d| *d == FIVE));
