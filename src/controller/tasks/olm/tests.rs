@@ -10,7 +10,7 @@ use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::testing::{self, abi_operators_initialized, b64, Recorder};
 use crate::host::commands::RecordingRunner;
 use crate::kube::fake::FakeCluster;
-use crate::kube::{ApiError, Condition, Csv, InstallPlan, Subscription};
+use crate::kube::{ApiError, Condition, Csv, InstallPlan, Job, Subscription};
 
 const NS: &str = "openshift-local-storage";
 const SUB: &str = "local-storage-operator";
@@ -303,7 +303,7 @@ fn apply_from_service_downloads_both_files() {
     );
     let (k, content) = rec.applied.lock().unwrap()[0].clone();
     assert_eq!(content, "kind: X");
-    assert!(k.ends_with(KUBECONFIG_NOINGRESS_FILE));
+    assert!(k.ends_with(crate::controller::service::KUBECONFIG_NOINGRESS));
     assert!(!k.exists(), "the temp dir is removed");
 
     svc.fail("V2DownloadClusterCredentials", 1, 500);
