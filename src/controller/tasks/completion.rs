@@ -1,18 +1,16 @@
-//! The end of the install for the assisted-service invoker: post-install (`PostInstallConfigs`, with the OLM
-//! step of `waitForOLMOperators` passed in), the `complete-installation` body and its retries, and the
-//! completion wait (`waitForInstallation`).
+//! The end of the install for the assisted-service invoker: post-install (`PostInstallConfigs`),
+//! the `complete-installation` body and its retries, and the completion wait
+//! (`waitForInstallation`).
 //!
 //! Go's completion wait calls `os.Exit(0)` when the service answers 404 once or 401 three
 //! times. A library must not end the process, so [`wait_for_installation`] returns
-//! [`WaitOutcome::ExitNow`]; the caller exits 0 at once, skipping the final log upload and the
-//! shutdown steps, as Go does.
+//! [`WaitOutcome::ExitNow`] and the caller exits 0 at once, skipping the final log upload.
 //!
-//! Go's context errors become the [`PollError`] of the loops: the 10 h cap of the cluster-operator
-//! wait is its timeout ("context deadline exceeded"), the main context is the stop token
-//! ("context canceled"). Go's tests give the main context a deadline, so their router-CA
-//! failure reads "context deadline exceeded"; in production the main context is only ever
-//! cancelled, which is what the stop token models, so ours reads "context canceled".
+//! Go's tests give the main context a deadline, so their router-CA failure reads "context
+//! deadline exceeded"; in production the main context is only ever cancelled, which is what the
+//! stop token models, so ours reads "context canceled".
 
+use super::GENERAL_WAIT;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -30,8 +28,6 @@ use crate::service::{CompletionParams, FinalizingStage, OperatorMonitorReport, S
 
 /// The completion wait's interval (Go's install-status poll).
 pub(crate) const INSTALL_STATUS_INTERVAL: Duration = Duration::from_secs(60);
-/// Go's general wait interval: waiting for `finalizing`, stage-report retries.
-pub(crate) const GENERAL_WAIT_INTERVAL: Duration = Duration::from_secs(30);
 /// Router-CA poll.
 pub(crate) const ROUTER_CA_INTERVAL: Duration = Duration::from_secs(10);
 /// The ConfigMap holding the router CA, and its key.
@@ -336,7 +332,7 @@ impl PostInstallSettings {
         PostInstallSettings {
             openshift_version: openshift_version.to_string(),
             check_cluster_version,
-            wait_interval: GENERAL_WAIT_INTERVAL,
+            wait_interval: GENERAL_WAIT,
             progress_interval: CLUSTER_OPERATORS_INTERVAL,
             cvo_timeout: CVO_MAX_TIMEOUT,
             router_ca_interval: ROUTER_CA_INTERVAL,

@@ -1,12 +1,6 @@
 //! Log upload (`UploadLogs`): the periodic upload of the controller's own log, and the final summary
-//! upload with must-gather when errors were flagged.
-//!
-//! Must-gather itself is `oc adm must-gather` run through `bash` in Go. It stays behind the
-//! narrow [`MustGatherRunner`] trait ([`OcMustGather`] is the shell-out); the decision, the
-//! images, the reuse of an earlier tarball, the credentials download and the archive are here
-//! and tested on fakes.
-//!
-//! The SNO router probe of the final upload is in [`super::router_probe`].
+//! upload with must-gather when errors were flagged. Must-gather is `oc adm must-gather` run
+//! through `bash` as in Go, behind [`MustGatherRunner`].
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};

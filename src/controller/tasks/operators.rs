@@ -1,10 +1,4 @@
-//! Operator availability (Go's cluster-operator wait, availability check and stage timeouts): the status read from conditions, the decision whether
-//! to report a change to the service, the console and CVO handlers, the cluster-operator wait
-//! and the stage-timeout check the OLM waits use.
-//!
-//! The rules are pure functions ([`status_from_conditions`], [`console_enabled`],
-//! [`decide`], [`stage_timed_out`]); [`is_available`] and [`wait_for_cluster_operators`] put
-//! them on the [`ClusterApi`] and [`ControllerService`] traits.
+//! Operator availability (Go's cluster-operator wait, availability check and stage timeouts).
 
 use std::time::Duration;
 

@@ -1,10 +1,7 @@
-//! The SNO router probe of the final log upload (`UploadLogs`): on a single-node cluster whose install
-//! failed, probe the ingress canary and the router's health endpoint every 30 s for up to
-//! 70 min, and only log what they answer.
-//!
-//! Go runs it in a goroutine that dies with the process. [`run_router_probe`] runs until its
-//! stop token fires or the window ends; the final upload runs it on a scoped thread and stops it
-//! once the summary upload is over (the process exits right after in Go too).
+//! The SNO router probe of the final log upload (`UploadLogs`): on a single-node cluster whose
+//! install failed, probe the ingress canary and the router's health endpoint every 30 s for up to
+//! 70 min, and only log what they answer. Go's goroutine dies with the process; ours stops once
+//! the summary upload is over.
 
 use std::time::Duration;
 

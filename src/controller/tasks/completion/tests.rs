@@ -376,7 +376,7 @@ fn stage_reports_retry_every_30_s_until_they_go_through() {
         &NeverStop,
         &svc,
         FinalizingStage::AddingRouterCa,
-        GENERAL_WAIT_INTERVAL,
+        GENERAL_WAIT,
     );
     assert_eq!(svc.finalizing_stages().len(), 4);
     assert_eq!(clock.elapsed(), Duration::from_secs(90));
