@@ -601,11 +601,10 @@ mod tests {
         assert!(reports(&svc).is_empty());
     }
 
+    /// `use_cache` reaches the service (whose cache is tested in `controller/service`).
     #[test]
-    fn the_list_is_cached_for_20_seconds() {
-        let clock = Arc::new(FakeClock::new());
-        let svc = MemoryService::new("c", clock.clone());
-        svc.set_operators(vec![record("lso", "progressing", "")]);
+    fn the_cache_flag_is_passed_through() {
+        let svc = service(vec![record("lso", "progressing", "")]);
         let mut h = Fixed {
             observed: Ok(observed(OperatorStatus::Progressing, "")),
             allow: true,
@@ -613,13 +612,9 @@ mod tests {
         };
         is_available(&svc, "4.12", &mut h, true);
         is_available(&svc, "4.12", &mut h, true);
-        clock.advance(Duration::from_secs(19));
-        is_available(&svc, "4.12", &mut h, true);
         assert_eq!(svc.operations(), ["V2ListOfClusterOperators"]);
-        clock.advance(Duration::from_secs(1));
-        is_available(&svc, "4.12", &mut h, true);
         is_available(&svc, "4.12", &mut h, false);
-        assert_eq!(svc.operations().len(), 3);
+        assert_eq!(svc.operations().len(), 2);
     }
 
     fn available_console(cluster: &FakeCluster) {
@@ -776,29 +771,6 @@ mod tests {
                 "{row}: console not read"
             );
         }
-    }
-
-    #[test]
-    fn wait_ends_canceled_when_stopped() {
-        let clock = FakeClock::new();
-        let cluster = FakeCluster::new();
-        cluster.fail_always("get_cluster_version", ApiError::new(500, "", "x"));
-        let svc = service(vec![]);
-        let stop = crate::image::Cancel::new();
-        stop.cancel();
-        let err = wait_for_cluster_operators(
-            &clock,
-            &stop,
-            CLUSTER_OPERATORS_INTERVAL,
-            CVO_MAX_TIMEOUT,
-            &cluster,
-            &svc,
-            "4.12",
-            true,
-        )
-        .unwrap_err();
-        assert_eq!(ctx_cause(err), "context canceled");
-        assert_eq!(cluster.count("get_cluster_version"), 1);
     }
 
     fn olm_cluster(phase: &str, message: &str) -> FakeCluster {
