@@ -6,9 +6,7 @@ use crate::clock::{poll, PollError};
 use crate::clock::{Clock, Stop};
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::kube::{ClusterApi, Condition};
-use crate::service::{
-    Cluster, FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus,
-};
+use crate::service::{Cluster, FinalizingStage, OperatorMonitorReport, OperatorStatus};
 
 /// Console/CVO poll interval (Go's progress-update interval).
 pub(crate) const CLUSTER_OPERATORS_INTERVAL: Duration = Duration::from_secs(60);
@@ -18,7 +16,6 @@ pub(crate) const CVO_MAX_TIMEOUT: Duration = Duration::from_secs(10 * 60 * 60);
 pub(crate) const CONSOLE_NAME: &str = "console";
 /// The service record of the cluster-version operator.
 pub(crate) const CVO_NAME: &str = "cvo";
-/// The ClusterVersion object.
 use crate::openshift::CLUSTER_VERSION_NAME;
 
 /// The status from conditions: the first condition in order that is `Available=True` (`available`, its message),
@@ -71,39 +68,6 @@ pub(crate) struct Observed {
     pub(crate) status: OperatorStatus,
     pub(crate) message: String,
     pub(crate) version: String,
-}
-
-/// What the availability check decides once the record and (if needed) the cluster are known.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Decision {
-    /// The service already says `available`: true, without reading the cluster.
-    AlreadyAvailable,
-    /// Report the observed status; the answer is then whether it is `available`.
-    Report,
-    /// Nothing to report: not available (the record says otherwise).
-    NotAvailable,
-}
-
-/// The availability check's first question: whether the service's record already says `available`.
-pub(crate) fn record_available(record: Option<&MonitoredOperator>) -> bool {
-    record.is_some_and(|r| r.status == OperatorStatus::Available.to_string())
-}
-
-/// The availability check's report rule: report when a record exists and the status differs, or the message differs
-/// and is not empty.
-pub(crate) fn decide(record: Option<&MonitoredOperator>, observed: &Observed) -> Decision {
-    if record_available(record) {
-        return Decision::AlreadyAvailable;
-    }
-    match record {
-        Some(r)
-            if observed.status.to_string() != r.status
-                || (observed.message != r.status_info && !observed.message.is_empty()) =>
-        {
-            Decision::Report
-        }
-        _ => Decision::NotAvailable,
-    }
 }
 
 /// A handler of the availability check: a service record name, how to read its status from the cluster and
@@ -221,27 +185,11 @@ impl OperatorHandler for OlmHandler<'_> {
     }
 }
 
-/// The service's record for `name` (in the availability check): none on a list error, an unparsable
-/// `OPENSHIFT_VERSION` with a non-empty list, or a missing name.
-pub(crate) fn find_record(
-    service: &dyn ControllerService,
-    openshift_version: &str,
-    name: &str,
-    use_cache: bool,
-) -> Option<MonitoredOperator> {
-    let list = service
-        .monitored_operators(use_cache)
-        .and_then(|l| operators_for_version(l, openshift_version));
-    match list {
-        Ok(list) => list.into_iter().find(|o| o.name == name),
-        Err(err) => {
-            tracing::warn!("getting the service's record of operator {name}: {err:#}");
-            None
-        }
-    }
-}
-
-/// The availability check.
+/// The availability check: true when the service's record says `available`; otherwise the
+/// handler's status is read and reported when it changed (the status, or the message to a
+/// non-empty one) and the handler allows it, and the answer is whether it is `available`. No
+/// record (a list error, an unparsable `OPENSHIFT_VERSION` with a non-empty list, or a missing
+/// name) never reports.
 pub(crate) fn is_available(
     service: &dyn ControllerService,
     openshift_version: &str,
@@ -249,8 +197,19 @@ pub(crate) fn is_available(
     use_cache: bool,
 ) -> bool {
     let name = handler.name().to_string();
-    let record = find_record(service, openshift_version, &name, use_cache);
-    if record_available(record.as_ref()) {
+    let record = service
+        .monitored_operators(use_cache)
+        .and_then(|l| operators_for_version(l, openshift_version))
+        .map(|list| list.into_iter().find(|o| o.name == name))
+        .unwrap_or_else(|err| {
+            tracing::warn!("getting the service's record of operator {name}: {err:#}");
+            None
+        });
+    let available = OperatorStatus::Available;
+    if record
+        .as_ref()
+        .is_some_and(|r| r.status == available.to_string())
+    {
         return true;
     }
     let observed = match handler.get_status() {
@@ -260,7 +219,11 @@ pub(crate) fn is_available(
             return false;
         }
     };
-    if decide(record.as_ref(), &observed) != Decision::Report {
+    let changed = record.is_some_and(|r| {
+        observed.status.to_string() != r.status
+            || (observed.message != r.status_info && !observed.message.is_empty())
+    });
+    if !changed {
         tracing::info!("operator {name} is not available yet ({})", observed.status);
         return false;
     }
@@ -269,15 +232,15 @@ pub(crate) fn is_available(
     }
     let report = OperatorMonitorReport {
         name: name.clone(),
-        version: observed.version.clone(),
+        version: observed.version,
         status: Some(observed.status),
-        status_info: observed.message.clone(),
+        status_info: observed.message,
     };
     if let Err(err) = service.report_operator_status(&report) {
         tracing::warn!("reporting the status of operator {name}: {err:#}");
         return false;
     }
-    observed.status == OperatorStatus::Available
+    observed.status == available
 }
 
 /// One round of the cluster-operator wait.
@@ -350,7 +313,7 @@ mod tests {
     use crate::controller::testing::cond;
     use crate::kube::fake::FakeCluster;
     use crate::kube::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
-    use crate::service::ClusterProgressInfo;
+    use crate::service::{ClusterProgressInfo, MonitoredOperator};
     use std::sync::Arc;
 
     fn record(name: &str, status: &str, info: &str) -> MonitoredOperator {
