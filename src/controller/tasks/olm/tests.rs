@@ -600,190 +600,147 @@ fn failed_fetch_returns_without_marking() {
 
 const CTRL_NS: &str = "assisted-installer";
 
-fn abi_cluster() -> FakeCluster {
-    let cluster = FakeCluster::new();
-    abi_operators_initialized(&cluster);
-    cluster
-}
-
-fn abi_config_map(cluster: &FakeCluster, with_files: bool) {
-    testing::abi_config_map(cluster, CTRL_NS, with_files)
-}
-
-fn run_abi(
-    clock: &FakeClock,
-    stop: &dyn Stop,
-    cluster: &FakeCluster,
-    rec: &Recorder,
-    kubeconfig: AbiKubeconfig<'_>,
-) -> bool {
-    abi_post_install(
-        clock,
-        stop,
-        cluster,
-        rec,
-        CTRL_NS,
-        "4.14",
-        kubeconfig,
-        Duration::from_secs(30),
-    )
-}
-
+/// `PostInstallConfigsK8sClient` on a cluster: the ConfigMap states, the kubeconfig (fixed, or
+/// downloaded after `n` failures), the stop, and what it did.
 #[test]
-fn abi_applies_every_operator_s_manifests_once() {
-    let clock = FakeClock::new();
-    let cluster = abi_cluster();
-    abi_config_map(&cluster, true);
-    let rec = Recorder::default();
-    let mut lookups = 0;
-    let mut get = || {
-        lookups += 1;
-        Ok(PathBuf::from("/k/kubeconfig"))
-    };
-    assert!(run_abi(
-        &clock,
-        &NeverStop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Download(&mut get)
-    ));
-    assert_eq!(lookups, 1);
-    assert_eq!(cluster.count("get_subscription"), 2);
-    assert_eq!(cluster.count("get_csv"), 2);
-    assert_eq!(cluster.count("list_install_plans"), 2);
-    assert_eq!(rec.contents(), ["kind: KubeDescheduler", "kind: NMState"]);
-    assert_eq!(
-        rec.applied.lock().unwrap()[0].0,
-        PathBuf::from("/k/kubeconfig")
-    );
-}
-
-#[test]
-fn abi_keeps_waiting_while_subscriptions_fail_until_stopped() {
-    let clock = FakeClock::new();
-    let cluster = abi_cluster();
-    abi_config_map(&cluster, true);
-    cluster.fail_always("get_subscription", ApiError::new(500, "", "x"));
-    let rec = Recorder::default();
-    let stop = stop_at(&clock, 100);
-    assert!(!run_abi(
-        &clock,
-        &stop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed(SNO_KUBECONFIG.into())
-    ));
-    assert_eq!(
-        cluster.count("get_config_map"),
-        4,
-        "rounds at 0, 30, 60, 90 s"
-    );
-    assert!(rec.contents().is_empty());
-}
-
-#[test]
-fn abi_config_map_not_found_keeps_retrying_forbidden_stops() {
-    let clock = FakeClock::new();
-    let cluster = FakeCluster::new();
-    let rec = Recorder::default();
-    let stop = stop_at(&clock, 60);
-    assert!(!run_abi(
-        &clock,
-        &stop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed("/k".into())
-    ));
-    assert_eq!(cluster.count("get_config_map"), 2);
-
-    let clock = FakeClock::new();
-    cluster.fail_always("get_config_map", ApiError::new(403, "Forbidden", "no"));
-    assert!(run_abi(
-        &clock,
-        &NeverStop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed("/k".into())
-    ));
-    assert_eq!(cluster.count("get_config_map"), 3);
-}
-
-#[test]
-fn abi_malformed_metadata_stops_and_missing_file_keeps_waiting() {
-    let clock = FakeClock::new();
-    let cluster = FakeCluster::new();
-    cluster.set_config_map(
-        CTRL_NS,
-        OLM_MANIFESTS_CONFIG_MAP,
-        &[("x.metadata.yaml", "manifests: {{{")],
-    );
-    let rec = Recorder::default();
-    assert!(run_abi(
-        &clock,
-        &NeverStop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed("/k".into())
-    ));
-    assert_eq!(cluster.count("get_config_map"), 1);
-
-    let cluster = abi_cluster();
-    abi_config_map(&cluster, false);
-    let stop = stop_at(&clock, 60);
-    assert!(!run_abi(
-        &clock,
-        &stop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed("/k".into())
-    ));
-    assert!(cluster.count("get_config_map") >= 2);
-    assert!(rec.contents().is_empty());
-}
-
-#[test]
-fn abi_kubeconfig_failure_then_success() {
-    let clock = FakeClock::new();
-    let cluster = abi_cluster();
-    abi_config_map(&cluster, true);
-    let rec = Recorder::default();
-    let mut lookups = 0;
-    let mut get = || {
-        lookups += 1;
-        if lookups == 1 {
-            anyhow::bail!("not yet");
+fn abi_post_install_table() {
+    let initialized = |files: bool| {
+        move |c: &FakeCluster| {
+            abi_operators_initialized(c);
+            testing::abi_config_map(c, CTRL_NS, files);
         }
-        Ok(PathBuf::from("/k"))
     };
-    assert!(run_abi(
-        &clock,
-        &NeverStop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Download(&mut get)
-    ));
-    assert_eq!(lookups, 2);
-    assert_eq!(cluster.count("get_config_map"), 2);
-    assert_eq!(rec.contents().len(), 2);
-}
-
-#[test]
-fn abi_empty_config_map_is_done_in_one_round() {
-    let clock = FakeClock::new();
-    let cluster = FakeCluster::new();
-    cluster.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &[]);
-    let rec = Recorder::default();
-    assert!(run_abi(
-        &clock,
-        &NeverStop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed("/k".into())
-    ));
-    assert_eq!(
-        cluster.take_calls(),
-        [format!(
-            "get_config_map({CTRL_NS}, {OLM_MANIFESTS_CONFIG_MAP})"
-        )]
-    );
+    let failing_subscriptions = |c: &FakeCluster| {
+        initialized(true)(c);
+        c.fail_always("get_subscription", ApiError::new(500, "", "x"));
+    };
+    let forbidden = |c: &FakeCluster| {
+        c.fail_always("get_config_map", ApiError::new(403, "Forbidden", "no"));
+    };
+    let malformed = |c: &FakeCluster| {
+        let data = [("x.metadata.yaml", "manifests: {{{")];
+        c.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &data);
+    };
+    let empty = |c: &FakeCluster| c.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &[]);
+    let applied_both: &[&str] = &["kind: KubeDescheduler", "kind: NMState"];
+    type Setup<'a> = &'a dyn Fn(&FakeCluster);
+    // (case, set-up, download failures (None: the fixed SNO file), stop after s, done,
+    //  ConfigMap reads, other cluster calls, applied)
+    let cases: [(
+        &str,
+        Setup,
+        Option<usize>,
+        Option<u64>,
+        bool,
+        usize,
+        Option<usize>,
+        &[&str],
+    ); 8] = [
+        // Each operator: list_jobs, list_install_plans, get_subscription, get_csv.
+        (
+            "applied once",
+            &initialized(true),
+            Some(0),
+            None,
+            true,
+            1,
+            Some(8),
+            applied_both,
+        ),
+        (
+            "kubeconfig retried",
+            &initialized(true),
+            Some(1),
+            None,
+            true,
+            2,
+            None,
+            applied_both,
+        ),
+        (
+            "subscriptions fail",
+            &failing_subscriptions,
+            None,
+            Some(100),
+            false,
+            4,
+            None,
+            &[],
+        ),
+        (
+            "not found",
+            &|_: &FakeCluster| {},
+            None,
+            Some(60),
+            false,
+            2,
+            None,
+            &[],
+        ),
+        ("forbidden", &forbidden, None, None, true, 1, Some(0), &[]),
+        (
+            "malformed metadata",
+            &malformed,
+            None,
+            None,
+            true,
+            1,
+            Some(0),
+            &[],
+        ),
+        (
+            "missing manifest file",
+            &initialized(false),
+            None,
+            Some(60),
+            false,
+            2,
+            None,
+            &[],
+        ),
+        ("empty ConfigMap", &empty, None, None, true, 1, Some(0), &[]),
+    ];
+    for (case, setup, failures, stop_after, done, reads, others, applied) in cases {
+        let clock = FakeClock::new();
+        let cluster = FakeCluster::new();
+        setup(&cluster);
+        let rec = Recorder::default();
+        let mut lookups = 0;
+        let mut get = || {
+            lookups += 1;
+            if lookups <= failures.unwrap_or(0) {
+                anyhow::bail!("not yet");
+            }
+            Ok(PathBuf::from("/k/kubeconfig"))
+        };
+        let (kubeconfig, want_path) = match failures {
+            Some(_) => (AbiKubeconfig::Download(&mut get), "/k/kubeconfig"),
+            None => (AbiKubeconfig::Fixed(SNO_KUBECONFIG.into()), SNO_KUBECONFIG),
+        };
+        let stop: Box<dyn Stop> = match stop_after {
+            Some(secs) => Box::new(stop_at(&clock, secs)),
+            None => Box::new(NeverStop),
+        };
+        let interval = Duration::from_secs(30);
+        let got = abi_post_install(
+            &clock, &*stop, &cluster, &rec, CTRL_NS, "4.14", kubeconfig, interval,
+        );
+        assert_eq!(got, done, "{case}");
+        assert_eq!(cluster.count("get_config_map"), reads, "{case}");
+        if let Some(others) = others {
+            assert_eq!(cluster.calls().len() - reads, others, "{case}");
+        }
+        assert_eq!(rec.contents(), applied, "{case}");
+        assert!(
+            rec.kubeconfigs().iter().all(|k| k == Path::new(want_path)),
+            "{case}"
+        );
+        if let Some(n) = failures.filter(|_| done) {
+            assert_eq!(
+                lookups,
+                n + 1,
+                "{case}: asked until it succeeds, then reused"
+            );
+        }
+    }
 }
