@@ -610,7 +610,7 @@ fn abi_post_install_table() {
             testing::abi_config_map(c, CTRL_NS, files);
         }
     };
-    let failing_subscriptions = |c: &FakeCluster| {
+    let subs_fail = |c: &FakeCluster| {
         initialized(true)(c);
         c.fail_always("get_subscription", ApiError::new(500, "", "x"));
     };
@@ -622,83 +622,31 @@ fn abi_post_install_table() {
         c.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &data);
     };
     let empty = |c: &FakeCluster| c.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &[]);
-    let applied_both: &[&str] = &["kind: KubeDescheduler", "kind: NMState"];
-    type Setup<'a> = &'a dyn Fn(&FakeCluster);
-    // (case, set-up, download failures (None: the fixed SNO file), stop after s, done,
-    //  ConfigMap reads, other cluster calls, applied)
-    let cases: [(
-        &str,
-        Setup,
+    let (ok, missing_file) = (initialized(true), initialized(false));
+    let none = |_: &FakeCluster| {};
+    let both: &[&str] = &["kind: KubeDescheduler", "kind: NMState"];
+    // (case, set-up, download failures (None: the fixed SNO file), stop after s (0: never),
+    //  done, ConfigMap reads, other cluster calls, applied)
+    type Row<'a> = (
+        &'a str,
+        &'a dyn Fn(&FakeCluster),
         Option<usize>,
-        Option<u64>,
+        u64,
         bool,
         usize,
         Option<usize>,
-        &[&str],
-    ); 8] = [
+        &'a [&'a str],
+    );
+    let cases: [Row; 8] = [
         // Each operator: list_jobs, list_install_plans, get_subscription, get_csv.
-        (
-            "applied once",
-            &initialized(true),
-            Some(0),
-            None,
-            true,
-            1,
-            Some(8),
-            applied_both,
-        ),
-        (
-            "kubeconfig retried",
-            &initialized(true),
-            Some(1),
-            None,
-            true,
-            2,
-            None,
-            applied_both,
-        ),
-        (
-            "subscriptions fail",
-            &failing_subscriptions,
-            None,
-            Some(100),
-            false,
-            4,
-            None,
-            &[],
-        ),
-        (
-            "not found",
-            &|_: &FakeCluster| {},
-            None,
-            Some(60),
-            false,
-            2,
-            None,
-            &[],
-        ),
-        ("forbidden", &forbidden, None, None, true, 1, Some(0), &[]),
-        (
-            "malformed metadata",
-            &malformed,
-            None,
-            None,
-            true,
-            1,
-            Some(0),
-            &[],
-        ),
-        (
-            "missing manifest file",
-            &initialized(false),
-            None,
-            Some(60),
-            false,
-            2,
-            None,
-            &[],
-        ),
-        ("empty ConfigMap", &empty, None, None, true, 1, Some(0), &[]),
+        ("applied", &ok, Some(0), 0, true, 1, Some(8), both),
+        ("download", &ok, Some(1), 0, true, 2, None, both),
+        ("subs fail", &subs_fail, None, 100, false, 4, None, &[]),
+        ("not found", &none, None, 60, false, 2, None, &[]),
+        ("forbidden", &forbidden, None, 0, true, 1, Some(0), &[]),
+        ("malformed", &malformed, None, 0, true, 1, Some(0), &[]),
+        ("no file", &missing_file, None, 60, false, 2, None, &[]),
+        ("empty", &empty, None, 0, true, 1, Some(0), &[]),
     ];
     for (case, setup, failures, stop_after, done, reads, others, applied) in cases {
         let clock = FakeClock::new();
@@ -718,8 +666,8 @@ fn abi_post_install_table() {
             None => (AbiKubeconfig::Fixed(SNO_KUBECONFIG.into()), SNO_KUBECONFIG),
         };
         let stop: Box<dyn Stop> = match stop_after {
-            Some(secs) => Box::new(stop_at(&clock, secs)),
-            None => Box::new(NeverStop),
+            0 => Box::new(NeverStop),
+            secs => Box::new(stop_at(&clock, secs)),
         };
         let interval = Duration::from_secs(30);
         let got = abi_post_install(
