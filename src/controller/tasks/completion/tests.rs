@@ -210,7 +210,7 @@ impl Fx {
 fn post_install_with_cvo_succeeds() {
     let f = fx();
     let (svc, status) = (&f.svc, &f.status);
-    statuses(&svc, &["installing", "installing", "finalizing"]);
+    statuses(svc, &["installing", "installing", "finalizing"]);
     svc.set_operators(vec![
         record("console", "progressing"),
         record("cvo", "progressing"),
@@ -234,7 +234,7 @@ fn post_install_with_cvo_succeeds() {
             sent: true
         }
     );
-    assert_eq!(get_clusters(&svc), 3);
+    assert_eq!(get_clusters(svc), 3);
     assert_eq!(olm_calls, 1);
     assert_eq!(
         svc.finalizing_stages(),
@@ -246,7 +246,7 @@ fn post_install_with_cvo_succeeds() {
     );
     let a = Some(OperatorStatus::Available);
     assert_eq!(
-        reports(&svc),
+        reports(svc),
         [
             ("console".into(), a, String::new(), String::new()),
             ("cvo".into(), a, "done".into(), "4.12.0".into()),
@@ -538,7 +538,7 @@ fn post_install_rides_out_many_console_failures() {
     // Ten rounds a minute apart, then the router CA at once; one completion retry.
     assert_eq!(cluster.count("get_cluster_operator"), 10);
     assert_eq!(
-        reports(&svc),
+        reports(svc),
         [(
             "console".to_string(),
             Some(OperatorStatus::Available),
@@ -563,7 +563,7 @@ fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion()
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![record("console", "progressing")]);
     svc.fail("v2CompleteInstallation", 5, 500);
-    let (params, sent) = f.completed(&stop_at(&clock, 30 * 60), &go(false), &mut no_olm);
+    let (params, sent) = f.completed(&stop_at(clock, 30 * 60), &go(false), &mut no_olm);
     assert!(!sent, "the single attempt failed and the context is over");
     assert_eq!(
         params.error_info,
