@@ -337,47 +337,33 @@ mod tests {
     #[test]
     fn conditions_first_match_wins() {
         use OperatorStatus::*;
-        let cases: Vec<(Vec<Condition>, OperatorStatus, &str)> = vec![
-            (vec![cond("Available", "True", "up")], Available, "up"),
-            (vec![cond("Progressing", "True", "p")], Progressing, "p"),
-            (vec![cond("Degraded", "True", "d")], Failed, "d"),
+        // Conditions as "Type=Status:message" in order, `_` for a space in a message.
+        let cases = [
+            ("Available=True:up", Available, "up"),
+            ("Progressing=True:p", Progressing, "p"),
+            ("Degraded=True:d", Failed, "d"),
             (
-                vec![cond("Available", "False", "This is a test message")],
+                "Available=False:This_is_a_test_message",
                 Failed,
                 "This is a test message",
             ),
-            (
-                vec![
-                    cond("Degraded", "True", "d"),
-                    cond("Available", "True", "a"),
-                ],
-                Failed,
-                "d",
-            ),
-            (
-                vec![
-                    cond("Degraded", "False", "x"),
-                    cond("Available", "True", "a"),
-                ],
-                Available,
-                "a",
-            ),
-            (
-                vec![
-                    cond("Progressing", "False", "x"),
-                    cond("Upgradeable", "True", "u"),
-                ],
-                Progressing,
-                "",
-            ),
-            (vec![], Progressing, ""),
+            ("Degraded=True:d Available=True:a", Failed, "d"),
+            ("Degraded=False:x Available=True:a", Available, "a"),
+            ("Progressing=False:x Upgradeable=True:u", Progressing, ""),
+            ("", Progressing, ""),
         ];
-        for (conds, status, message) in cases {
-            assert_eq!(
-                status_from_conditions(&conds),
-                (status, message.to_string()),
-                "{conds:?}"
-            );
+        for (list, status, message) in cases {
+            let conds: Vec<Condition> = list
+                .split(' ')
+                .filter(|c| !c.is_empty())
+                .map(|c| {
+                    let (type_, rest) = c.split_once('=').unwrap();
+                    let (status, message) = rest.split_once(':').unwrap();
+                    cond(type_, status, &message.replace('_', " "))
+                })
+                .collect();
+            let want = (status, message.to_string());
+            assert_eq!(status_from_conditions(&conds), want, "{list}");
         }
     }
 
@@ -406,14 +392,9 @@ mod tests {
             ..Cluster::default()
         };
         let s = FinalizingStage::WaitingForOlmOperatorsCsv;
-        assert!(stage_timed_out(
-            &with(Some("Waiting for olm operators csv"), true),
-            s
-        ));
-        assert!(!stage_timed_out(
-            &with(Some("Waiting for olm operators csv"), false),
-            s
-        ));
+        let csv = Some("Waiting for olm operators csv");
+        assert!(stage_timed_out(&with(csv, true), s));
+        assert!(!stage_timed_out(&with(csv, false), s));
         assert!(!stage_timed_out(
             &with(Some("Applying olm manifests"), true),
             s
