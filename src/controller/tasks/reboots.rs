@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::clock::{retry_attempts, Clock, Deadline, RetryError};
-use crate::controller::service::{ControllerService, RebootsEvent};
+use crate::controller::service::{ControllerService, RebootsEvent, KUBECONFIG_NOINGRESS};
 use crate::host::commands::CommandRunner;
 
 /// Each job's limit.
@@ -26,8 +26,6 @@ pub(crate) const JOB_TIMEOUT: Duration = Duration::from_secs(6 * 60);
 pub(crate) const COUNT_ATTEMPTS: u32 = 10;
 /// Wait between two attempts.
 pub(crate) const COUNT_INTERVAL: Duration = Duration::from_secs(15);
-/// The downloaded kubeconfig's file name in the temp dir.
-pub(crate) const KUBECONFIG_FILE: &str = "kubeconfig-noingress";
 
 /// What the node-status task calls once a host is `Done` (in a round of `WaitAndUpdateNodesStatus`).
 pub(crate) trait RebootsNotify: Send + Sync {
@@ -160,7 +158,7 @@ impl Inner {
             .prefix("kubedir")
             .tempdir_in(&self.temp_root)
             .with_context(|| format!("creating a temp dir in {}", self.temp_root.display()))?;
-        let path = dir.path().join(KUBECONFIG_FILE);
+        let path = dir.path().join(KUBECONFIG_NOINGRESS);
         // On failure `dir` is dropped, which removes it.
         self.service.download_kubeconfig_noingress(&path)?;
         let _kept = dir.keep();
@@ -336,7 +334,7 @@ mod tests {
         // The failed attempt's dir was removed.
         assert_eq!(std::fs::read_dir(s.dir.path()).unwrap().count(), 0);
         let path = n.kubeconfig().unwrap();
-        assert!(path.ends_with(KUBECONFIG_FILE));
+        assert!(path.ends_with(KUBECONFIG_NOINGRESS));
         let dir_name = path
             .parent()
             .unwrap()
