@@ -154,12 +154,6 @@ pub(crate) struct LogUploader<'a> {
     pub(crate) router_probe: Option<&'a dyn HttpProbe>,
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl<'a> LogUploader<'a> {
     pub(crate) fn new(
         cluster: &'a dyn ClusterApi,
@@ -225,7 +219,9 @@ impl<'a> LogUploader<'a> {
 
     fn log_entry_archive(&self, must_gather: Option<&[u8]>) -> Result<Vec<u8>> {
         let log = self.controller_log();
-        let mtime = now_secs();
+        let mtime = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let mut entries = Vec::new();
         if let Some(mg) = must_gather {
             entries.push(Entry {

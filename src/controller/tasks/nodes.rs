@@ -52,10 +52,6 @@ pub(crate) struct NodeStatus<'a> {
     pub(crate) csr_interval: Duration,
 }
 
-fn stage_is(host: &HostInfo, stages: &[HostStage]) -> bool {
-    host.host.stage().is_some_and(|s| stages.contains(&s))
-}
-
 impl<'a> NodeStatus<'a> {
     /// The task as main starts it: rounds and CSR approval every [`GENERAL_WAIT`] on `clock`.
     pub(crate) fn new(
@@ -251,9 +247,10 @@ impl<'a> NodeStatus<'a> {
             .iter()
             .map(|(_, h)| h)
             .filter(|h| {
-                !stage_is(
-                    h,
-                    &[HostStage::Configuring, HostStage::Joined, HostStage::Done],
+                let stage = h.host.stage();
+                !matches!(
+                    stage,
+                    Some(HostStage::Configuring | HostStage::Joined | HostStage::Done)
                 )
             })
             .collect();

@@ -23,16 +23,6 @@ pub(crate) fn probe_needed(has_error: bool, control_plane_count: i64) -> bool {
     has_error && control_plane_count == 1
 }
 
-/// The ingress canary's health URL.
-pub(crate) fn canary_url(cluster_name: &str, base_dns_domain: &str) -> String {
-    format!("https://canary-openshift-ingress-canary.apps.{cluster_name}.{base_dns_domain}/health")
-}
-
-/// The router's internal health URL on `ip`.
-pub(crate) fn router_health_url(ip: &str) -> String {
-    format!("http://{ip}/_______internal_router_healthz")
-}
-
 /// The local address of a UDP "connection" to 8.8.8.8:80, or `localhost`.
 pub(crate) fn outbound_ip() -> String {
     std::net::UdpSocket::bind("0.0.0.0:0")
@@ -102,9 +92,13 @@ pub(crate) fn router_probe_round(
         }
     }
     if let Some((name, domain)) = cluster.as_ref() {
-        log_probe(probe, &canary_url(name, domain));
+        let canary = "https://canary-openshift-ingress-canary.apps";
+        log_probe(probe, &format!("{canary}.{name}.{domain}/health"));
     }
-    log_probe(probe, &router_health_url(ip));
+    log_probe(
+        probe,
+        &format!("http://{ip}/_______internal_router_healthz"),
+    );
 }
 
 /// Rounds every `period` from now, for `window` or until `stop` fires.
