@@ -6,7 +6,7 @@
 use super::*;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::tasks::reboots::KUBECONFIG_FILE;
+use crate::controller::service::KUBECONFIG_NOINGRESS;
 use crate::controller::testing::{
     abi_config_map, abi_operators_initialized, cond, record, Recorder,
 };
@@ -300,7 +300,9 @@ fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
     // download (its first round runs even when the tasks are already stopped).
     let kubeconfigs = h.applier.kubeconfigs();
     assert_eq!(kubeconfigs.len(), 2, "{kubeconfigs:?}");
-    assert!(kubeconfigs.iter().all(|k| k.ends_with(KUBECONFIG_FILE)));
+    assert!(kubeconfigs
+        .iter()
+        .all(|k| k.ends_with(KUBECONFIG_NOINGRESS)));
     let calls = h.svc.calls();
     assert!(
         !calls.iter().any(|c| matches!(

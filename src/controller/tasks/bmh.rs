@@ -1,30 +1,12 @@
-//! BareMetalHost update (Go `UpdateBMHs`), started only on the `baremetal` platform.
-//!
-//! [`BmhUpdate::run`] polls [`BmhUpdate::round`] at once and every general-wait interval
-//! (30 s), with no deadline, until one round updates every BMH or `stop` fires (main ctx).
-//!
-//! One round:
-//! 1. List the BareMetalHosts of `openshift-machine-api`; a failure ends the round.
-//! 2. Unallocated workers: list the Machines there (a failure ends the round) and keep those
-//!    labelled `machine.openshift.io/cluster-api-machine-role=worker` that no BMH's
-//!    `spec.consumerRef.name` names.
-//! 3. Whether the Provisioning `provisioning-configuration` exists; a failure ends the round.
-//! 4. Each BMH in turn (an error is logged, marks the round unfinished, and the next BMH goes on):
-//!    - **with Provisioning**, and only when `status.provisioning.state` is `""` or `unmanaged`
-//!      (other BMHs count as done): `spec.externallyProvisioned = true`, the paused annotation
-//!      removed, an empty consumerRef filled; PUT when anything changed. The status annotation
-//!      stays.
-//!    - **without Provisioning**: a non-empty status annotation becomes `.status` (its
-//!      `lastUpdated` set to now when unset), PUT to `/status`, then the BMH is read again;
-//!      the status annotation is removed (from the annotations as first read, Go's map), an
-//!      empty consumerRef filled; PUT when anything changed.
-//!
-//!    Filling a consumerRef takes the **first** unallocated machine off the list:
-//!    `{apiVersion, kind: Machine, namespace, name}`; with none left it is an error.
+//! BareMetalHost update (Go `UpdateBMHs`), started only on the `baremetal` platform. With the
+//! metal3 Provisioning, unmanaged BMHs become externally provisioned and unpaused; without it, the
+//! status annotation moves into `.status`. Either way an empty consumerRef takes the **first**
+//! unallocated worker Machine.
 //!
 //! Knowingly different from Go: the status annotation is copied as JSON as it is (it must be an
 //! object), where Go decodes it into the typed status and encodes that (dropping unknown fields).
 
+use super::GENERAL_WAIT;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
@@ -36,8 +18,6 @@ use crate::clock::{Clock, Stop};
 use crate::controller::service::rfc3339;
 use crate::kube::{ClusterApi, Machine};
 
-/// Between rounds: the general wait interval.
-pub(crate) const GENERAL_WAIT: Duration = Duration::from_secs(30);
 /// Where the BareMetalHosts and Machines are.
 pub(crate) const MACHINE_API_NAMESPACE: &str = "openshift-machine-api";
 /// The cluster-scoped metal3 Provisioning whose existence picks the update.

@@ -1,18 +1,16 @@
-//! The end of the install for the assisted-service invoker: post-install (`PostInstallConfigs`, with the OLM
-//! step of `waitForOLMOperators` passed in), the `complete-installation` body and its retries, and the
-//! completion wait (`waitForInstallation`).
+//! The end of the install for the assisted-service invoker: post-install (`PostInstallConfigs`),
+//! the `complete-installation` body and its retries, and the completion wait
+//! (`waitForInstallation`).
 //!
 //! Go's completion wait calls `os.Exit(0)` when the service answers 404 once or 401 three
 //! times. A library must not end the process, so [`wait_for_installation`] returns
-//! [`WaitOutcome::ExitNow`]; the caller exits 0 at once, skipping the final log upload and the
-//! shutdown steps, as Go does.
+//! [`WaitOutcome::ExitNow`] and the caller exits 0 at once, skipping the final log upload.
 //!
-//! Go's context errors become the [`PollError`] of the loops: the 10 h cap of the cluster-operator
-//! wait is its timeout ("context deadline exceeded"), the main context is the stop token
-//! ("context canceled"). Go's tests give the main context a deadline, so their router-CA
-//! failure reads "context deadline exceeded"; in production the main context is only ever
-//! cancelled, which is what the stop token models, so ours reads "context canceled".
+//! Go's tests give the main context a deadline, so their router-CA failure reads "context
+//! deadline exceeded"; in production the main context is only ever cancelled, which is what the
+//! stop token models, so ours reads "context canceled".
 
+use super::GENERAL_WAIT;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -30,11 +28,6 @@ use crate::service::{CompletionParams, FinalizingStage, OperatorMonitorReport, S
 
 /// The completion wait's interval (Go's install-status poll).
 pub(crate) const INSTALL_STATUS_INTERVAL: Duration = Duration::from_secs(60);
-/// Go's general wait interval: waiting for `finalizing`, stage-report retries.
-pub(crate) const GENERAL_WAIT_INTERVAL: Duration = Duration::from_secs(30);
-/// Router-CA poll.
-pub(crate) const ROUTER_CA_INTERVAL: Duration = Duration::from_secs(10);
-/// The ConfigMap holding the router CA, and its key.
 use crate::openshift::{INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE};
 /// The `data` key of a failed completion.
 pub(crate) const CLUSTER_OPERATORS_REPORT: &str = "CLUSTER_OPERATORS_REPORT";
@@ -51,19 +44,6 @@ pub(crate) enum WaitOutcome {
     ExitNow,
 }
 
-/// What an error of the completion wait adds to its counter: 404 → 3, 401 → 1, others 0.
-pub(crate) fn error_weight(err: &anyhow::Error) -> u32 {
-    let status = err
-        .chain()
-        .find_map(|e| e.downcast_ref::<ServiceError>())
-        .and_then(|e| e.status);
-    match status {
-        Some(404) => 3,
-        Some(401) => 1,
-        _ => 0,
-    }
-}
-
 /// The completion wait's counter: 404 adds 3, 401 adds 1, other errors nothing; a success
 /// resets it; 3 or more means exit.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +52,15 @@ pub(crate) struct ExitCounter(u32);
 impl ExitCounter {
     /// Counts `err`; whether the process should now exit.
     pub(crate) fn error(&mut self, err: &anyhow::Error) -> bool {
-        self.0 += error_weight(err);
+        let status = err
+            .chain()
+            .find_map(|e| e.downcast_ref::<ServiceError>())
+            .and_then(|e| e.status);
+        self.0 += match status {
+            Some(404) => 3,
+            Some(401) => 1,
+            _ => 0,
+        };
         self.0 >= 3
     }
 
@@ -232,27 +220,39 @@ pub(crate) fn operators_report(cluster: &dyn ClusterApi) -> Option<Map<String, V
             return None;
         }
     };
-    let entries: Vec<Value> = operators
-        .iter()
-        .map(|co| {
-            tracing::info!("cluster operator {}: {:?}", co.name, co.conditions);
-            let (status, message) = status_from_conditions(&co.conditions);
-            let entry = OperatorMonitorReport {
-                name: co.name.clone(),
-                version: String::new(),
-                status: Some(status),
-                status_info: message,
-            };
-            serde_json::to_value(entry).unwrap_or(Value::Null)
-        })
-        .collect();
-    let mut data = Map::new();
-    data.insert(CLUSTER_OPERATORS_REPORT.to_string(), Value::Array(entries));
-    Some(data)
+    let entries = operators.iter().map(|co| {
+        tracing::info!("cluster operator {}: {:?}", co.name, co.conditions);
+        let (status, message) = status_from_conditions(&co.conditions);
+        let entry = OperatorMonitorReport {
+            name: co.name.clone(),
+            version: String::new(),
+            status: Some(status),
+            status_info: message,
+        };
+        serde_json::to_value(entry).unwrap_or(Value::Null)
+    });
+    let report = (CLUSTER_OPERATORS_REPORT.to_string(), entries.collect());
+    Some(Map::from_iter([report]))
 }
 
-/// A finalizing-stage report, retried every `interval` until it succeeds or `stop` fires; the
-/// first attempt is always made and the error is swallowed.
+/// `call` every `interval` until it succeeds or `stop` fires; at least one attempt, even when
+/// already stopped. Whether it went through.
+fn until_ok(
+    clock: &dyn Clock,
+    stop: &dyn Stop,
+    interval: Duration,
+    what: &str,
+    call: impl Fn() -> anyhow::Result<()>,
+) -> bool {
+    poll(clock, stop, interval, None, || {
+        call()
+            .map_err(|err| tracing::warn!("{what}: {err:#}"))
+            .is_ok()
+    })
+    .is_ok()
+}
+
+/// A finalizing-stage report, retried until it goes through or `stop` fires.
 pub(crate) fn report_stage(
     clock: &dyn Clock,
     stop: &dyn Stop,
@@ -260,36 +260,10 @@ pub(crate) fn report_stage(
     stage: FinalizingStage,
     interval: Duration,
 ) {
-    let _ = poll(clock, stop, interval, None, || {
-        match service.update_finalizing_stage(stage) {
-            Ok(()) => true,
-            Err(err) => {
-                tracing::warn!("reporting finalizing stage {stage}: {err:#}");
-                false
-            }
-        }
+    let what = format!("reporting finalizing stage {stage}");
+    until_ok(clock, stop, interval, &what, || {
+        service.update_finalizing_stage(stage)
     });
-}
-
-/// `v2CompleteInstallation`, every `interval` until it succeeds or `stop` fires; at least one
-/// attempt, even when already stopped. Whether it went through.
-pub(crate) fn complete_installation(
-    clock: &dyn Clock,
-    stop: &dyn Stop,
-    service: &dyn ControllerService,
-    params: &CompletionParams,
-    interval: Duration,
-) -> bool {
-    poll(clock, stop, interval, None, || {
-        match service.complete_installation(params) {
-            Ok(()) => true,
-            Err(err) => {
-                tracing::warn!("sending complete-installation: {err:#}");
-                false
-            }
-        }
-    })
-    .is_ok()
 }
 
 /// One router-CA attempt: read the ConfigMap and upload `ca-bundle.crt` (empty when the key is
@@ -336,10 +310,10 @@ impl PostInstallSettings {
         PostInstallSettings {
             openshift_version: openshift_version.to_string(),
             check_cluster_version,
-            wait_interval: GENERAL_WAIT_INTERVAL,
+            wait_interval: GENERAL_WAIT,
             progress_interval: CLUSTER_OPERATORS_INTERVAL,
             cvo_timeout: CVO_MAX_TIMEOUT,
-            router_ca_interval: ROUTER_CA_INTERVAL,
+            router_ca_interval: Duration::from_secs(10),
         }
     }
 }
@@ -394,23 +368,20 @@ pub(crate) fn post_install_configs(
         settings.check_cluster_version,
     );
     let report = operators_report(cluster);
-    let result = match waited {
-        Err(e) => Err(PostInstallFailure::ClusterOperators(e)),
-        Ok(()) => {
+    let result = waited
+        .map_err(PostInstallFailure::ClusterOperators)
+        .and_then(|()| {
             stage(FinalizingStage::AddingRouterCa);
-            match poll(clock, stop, settings.router_ca_interval, None, || {
+            poll(clock, stop, settings.router_ca_interval, None, || {
                 upload_router_ca(cluster, service)
-            }) {
-                Err(e) => Err(PostInstallFailure::RouterCa(e)),
-                Ok(()) => {
-                    if let Err(err) = olm() {
-                        tracing::warn!("Error while initializing OLM operators: {err:#}");
-                    }
-                    Ok(())
-                }
-            }
+            })
+            .map_err(PostInstallFailure::RouterCa)
+        });
+    if result.is_ok() {
+        if let Err(err) = olm() {
+            tracing::warn!("Error while initializing OLM operators: {err:#}");
         }
-    };
+    }
     let params = match result {
         Ok(()) => {
             stage(FinalizingStage::Done);
@@ -422,7 +393,13 @@ pub(crate) fn post_install_configs(
             completion_params(Err(failure), report)
         }
     };
-    let sent = complete_installation(clock, stop, service, &params, settings.progress_interval);
+    let sent = until_ok(
+        clock,
+        stop,
+        settings.progress_interval,
+        "sending complete-installation",
+        || service.complete_installation(&params),
+    );
     PostInstallOutcome::Completed { params, sent }
 }
 

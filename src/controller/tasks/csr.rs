@@ -1,14 +1,7 @@
-//! CSR approval (Go `ApproveCsrs`): every general-wait interval (30 s; the first pass
-//! after one interval, Go's ticker) list every CertificateSigningRequest and approve each one
-//! that carries no `Approved` condition.
-//!
-//! - Denied and Failed CSRs are approved too: only an `Approved` condition,
-//!   whatever its status, makes a CSR already handled.
-//! - No requester, usages or node-name check: every pending CSR in the cluster is approved.
-//! - A list error skips the tick; an approval error is ignored (logged), the next CSR is tried.
-//!
-//! The node-status task (`WaitAndUpdateNodesStatus`) owns it: it runs under a child stop token that the node-status
-//! task fires when it ends, see [`super::nodes`].
+//! CSR approval (Go `ApproveCsrs`): on Go's ticker, approve every CertificateSigningRequest
+//! without an `Approved` condition. As in Go, Denied and Failed CSRs are approved too (only an
+//! `Approved` condition, whatever its status, marks a CSR handled), and there is no requester,
+//! usages or node-name check. The node-status task owns it, under a child stop token.
 
 use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime};

@@ -1,17 +1,7 @@
-//! The DNS ".10" fix (Go's HackDNSAddressConflict): the cluster DNS Service
+//! The DNS ".10" fix (Go's `HackDNSAddressConflict`): the cluster DNS Service
 //! `openshift-dns/dns-default` must get the service network's `.10` address; when another
 //! Service holds it, that Service is deleted and the DNS operator's pods are restarted, so the
 //! operator creates its Service again and gets the address.
-//!
-//! - The target: `networking.serviceNetwork[0]` of the install-config, the address as written
-//!   (not masked) with its last byte set to 10 (`172.30.0.0/16` → `172.30.0.10`, `fd02::/112` →
-//!   `fd02::a`), compared as canonical text (dotted IPv4, compressed IPv6) with each Service's
-//!   `spec.clusterIP` as written. No target (no ConfigMap, no list, a bad CIDR): logged, done.
-//! - Up to [`DNS_FIX_ATTEMPTS`] attempts. A failed Service list, or no Service on the address:
-//!   [`DNS_FIX_INTERVAL`] of sleep, then the next attempt. `dns-default` on it: done. Another
-//!   Service on it: deleted (Retry [`DELETE_ATTEMPTS`] × [`DELETE_INTERVAL`]; if all fail, the
-//!   next attempt at once), then every pod of `openshift-dns-operator` deleted (same Retry; a
-//!   failure is only logged), then the next attempt at once.
 //!
 //! Like Go, it ignores cancellation: it is started at startup and ends on its own (at worst
 //! after about 45 × 20 s, or 45 × 5 × 10 s when deletes keep failing), or with the process.

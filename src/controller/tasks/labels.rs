@@ -1,22 +1,8 @@
-//! Node labels (Go `UpdateNodeLabels`).
-//!
-//! [`NodeLabels::run`] polls [`NodeLabels::round`] at once and every general-wait interval
-//! (30 s), with no deadline, until a round finishes or `stop` fires (main ctx).
-//!
-//! One round:
-//! 1. Host map without `disabled` and `error` hosts; a failure ends the round.
-//! 2. L = the hosts with non-empty `node_labels`. L empty → log and **finish**.
-//! 3. When a host of L has role `worker` and a `machine_config_pool_name`, pause the `worker`
-//!    MachineConfigPool: GET it, merge-patch `spec.paused` only when it differs. A failure ends
-//!    the round.
-//! 4. List Nodes (a failure counts 0). For each Ready Node that matches a host of L (by name,
-//!    else by InternalIP, both within L): labels already there (or malformed `node_labels`) →
-//!    counted; otherwise merge-patch `{"metadata":{"labels":<node_labels>}}`, counted on success.
-//! 5. Fewer than |L| counted → the round ends; the pool stays paused.
-//! 6. Unpause when this round paused (same GET-then-patch); a failure ends the round and the next
-//!    one re-pauses (a no-op) and retries.
-//! 7. Finish.
+//! Node labels (Go `UpdateNodeLabels`). The `worker` MachineConfigPool is paused while worker
+//! labels are applied, and stays paused until every labelled host's Node carries its labels; an
+//! unpause failure ends the round and the next one re-pauses (a no-op) and retries.
 
+use super::GENERAL_WAIT;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -30,8 +16,6 @@ use crate::controller::hosts::{HostInfo, HostMap, NODE_LABELS_SKIP};
 use crate::controller::service::ControllerService;
 use crate::kube::{ClusterApi, Node};
 
-/// Between rounds: the general wait interval.
-pub(crate) const GENERAL_WAIT: Duration = Duration::from_secs(30);
 /// The pool paused while labels are applied.
 pub(crate) const WORKER_POOL: &str = "worker";
 

@@ -1,12 +1,6 @@
 //! Log upload (`UploadLogs`): the periodic upload of the controller's own log, and the final summary
-//! upload with must-gather when errors were flagged.
-//!
-//! Must-gather itself is `oc adm must-gather` run through `bash` in Go. It stays behind the
-//! narrow [`MustGatherRunner`] trait ([`OcMustGather`] is the shell-out); the decision, the
-//! images, the reuse of an earlier tarball, the credentials download and the archive are here
-//! and tested on fakes.
-//!
-//! The SNO router probe of the final upload is in [`super::router_probe`].
+//! upload with must-gather when errors were flagged. Must-gather is `oc adm must-gather` run
+//! through `bash` as in Go, behind [`MustGatherRunner`].
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -160,12 +154,6 @@ pub(crate) struct LogUploader<'a> {
     pub(crate) router_probe: Option<&'a dyn HttpProbe>,
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl<'a> LogUploader<'a> {
     pub(crate) fn new(
         cluster: &'a dyn ClusterApi,
@@ -231,7 +219,9 @@ impl<'a> LogUploader<'a> {
 
     fn log_entry_archive(&self, must_gather: Option<&[u8]>) -> Result<Vec<u8>> {
         let log = self.controller_log();
-        let mtime = now_secs();
+        let mtime = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let mut entries = Vec::new();
         if let Some(mg) = must_gather {
             entries.push(Entry {

@@ -1,34 +1,17 @@
-//! Node status, host stages and "Configuring" detection (Go
-//! `WaitAndUpdateNodesStatus`).
+//! Node status, host stages and "Configuring" detection (Go `WaitAndUpdateNodesStatus`), with
+//! CSR approval ([`super::csr`]) running beside it.
 //!
-//! [`NodeStatus::run`] starts CSR approval ([`super::csr`]) under a child stop token, then
-//! polls [`NodeStatus::round`] at once and every general-wait interval (30 s) with no deadline,
-//! until a round finishes or `stop` fires; then it stops CSR approval and waits for it.
+//! The stage read in a round is the round's snapshot, so a Ready node whose host is
+//! `Configuring`/`Rebooting` gets `Joined` **and** `Done` in one round.
 //!
-//! One round:
-//! 1. Host map without `disabled` hosts (a failure ends the round); log every host.
-//! 2. P = the hosts not `installed`; finish when P is empty, or when every host of P is `error`.
-//! 3. List Nodes (a failure ends the round). For each Node, match it by name among P, else by
-//!    `InternalIP` among all hosts; no match → warn and skip. The stage read is the
-//!    round's snapshot, so a Ready node whose host is `Configuring`/`Rebooting` gets
-//!    `Joined` **and** `Done` in one round:
-//!    - stage `Configuring` or `Rebooting` → `Joined` (a failure skips the node);
-//!    - not Ready and untaint on → remove the `node.cloudprovider.kubernetes.io/uninitialized`
-//!      taint (a failure skips the node);
-//!    - Ready and stage ≠ `Done` → `Done`, and on success start the reboots notifier.
-//! 4. Host map again, and the MCS "Configuring" detection on it: the machine-config-server
-//!    pods' logs of the last 300 s; each host whose stage is not `Configuring`, `Joined` or
-//!    `Done` and that fetched its Ignition → `Configuring` (failures logged, next host).
-//! 5. The round does not finish.
-//!
-//! **MCS matching** reuses the installer's bootstrap matcher
-//! ([`crate::openshift::mcs_logs`]): the same rule as Go's regex, made exact.
+//! **MCS matching** reuses the installer's bootstrap matcher ([`crate::openshift::mcs_logs`]).
 //! Knowingly different from Go: the dots of an IPv4 address are literal and an address cannot
 //! match inside a longer one (Go's `\b` binds only to the last IP of the alternation, so e.g.
 //! `2.168.126.100` matched a request from `192.168.126.100`). Kept from Go: a host with **no
 //! IPs** matches as soon as the log holds any Ignition request (Go's pattern is then empty);
 //! the logs of all pods are one text, and any failed log read empties it.
 
+pub(crate) use super::GENERAL_WAIT;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -45,8 +28,6 @@ use crate::kube::{ClusterApi, Node};
 use crate::openshift::mcs_logs::{hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost};
 use crate::service::{HostStage, HostStatus};
 
-/// The general wait interval: node-status rounds and CSR approval.
-pub(crate) const GENERAL_WAIT: Duration = Duration::from_secs(30);
 /// Where the machine-config-server pods run.
 use crate::openshift::MCS_NAMESPACE;
 /// Their label selector.
@@ -69,10 +50,6 @@ pub(crate) struct NodeStatus<'a> {
     /// Clock and interval of the CSR approval it owns (the same as the rounds' in production).
     pub(crate) csr_clock: &'a dyn Clock,
     pub(crate) csr_interval: Duration,
-}
-
-fn stage_is(host: &HostInfo, stages: &[HostStage]) -> bool {
-    host.host.stage().is_some_and(|s| stages.contains(&s))
 }
 
 impl<'a> NodeStatus<'a> {
@@ -270,9 +247,10 @@ impl<'a> NodeStatus<'a> {
             .iter()
             .map(|(_, h)| h)
             .filter(|h| {
-                !stage_is(
-                    h,
-                    &[HostStage::Configuring, HostStage::Joined, HostStage::Done],
+                let stage = h.host.stage();
+                !matches!(
+                    stage,
+                    Some(HostStage::Configuring | HostStage::Joined | HostStage::Done)
                 )
             })
             .collect();

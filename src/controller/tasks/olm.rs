@@ -1,24 +1,20 @@
-//! OLM operators for the assisted-service invoker (`waitForOLMOperators`): wait for the operators' CSVs to exist,
-//! apply the operators' post manifests, wait for the CSVs to succeed, and mark the operators
-//! still pending as `failed` when a wait gives up. [`wait_for_olm_operators`] is shaped to be
-//! the OLM closure of [`post_install_configs`](super::completion::post_install_configs); its
-//! error is only logged there.
+//! OLM operators for the assisted-service invoker (`waitForOLMOperators`) and the ABI
+//! invoker (`PostInstallConfigsK8sClient`): wait for the operators' CSVs, apply their post
+//! manifests, wait for the CSVs to succeed, and mark the operators still pending `failed` when
+//! a wait gives up.
 //!
-//! **Why the manifests go through `oc apply`.** The manifests are arbitrary objects chosen by the
-//! service (operator CRs of any kind). The controller's ServiceAccount is granted only the
-//! narrow set of verbs and resources its own calls need (`cluster/rbac.rs`), so it cannot create
-//! them; Go applies them with the admin `kubeconfig-noingress` downloaded from the service, by
-//! running `oc apply`. We keep that behind the narrow [`ManifestApplier`] trait so that the
-//! ClusterApi (and its RBAC proof) never grows a generic "apply anything" call, and the tests
-//! can record applies without a binary. [`OcApplier`] runs `bash -c "oc --kubeconfig=<K>
-//! apply -f <file>"` through the crate's [`CommandRunner`].
+//! **Why the manifests go through `oc apply`.** They are arbitrary objects chosen by the service
+//! and the controller's ServiceAccount is only granted what its own calls need
+//! (`cluster/rbac.rs`); Go applies them with the admin `kubeconfig-noingress` by running `oc
+//! apply`. The narrow [`ManifestApplier`] keeps the ClusterApi (and its RBAC proof) free of a
+//! generic "apply anything" call.
 //!
 //! As in Go, a `failed` CSV is never reported by the CSV wait (see
-//! [`OlmHandler`](super::operators::OlmHandler)); OLM operators only become `failed` through
-//! the timeout marking ([`mark_timed_out`]).
+//! [`OlmHandler`](super::operators::OlmHandler)): OLM operators only become `failed` through
+//! [`mark_timed_out`].
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,27 +23,22 @@ use serde_json::Value;
 
 use crate::clock::{poll_with_cancel, retry_attempts};
 use crate::clock::{Clock, Stop};
-use crate::controller::service::{operators_for_version, ControllerService};
+use crate::controller::service::{
+    operators_for_version, ControllerService, CUSTOM_MANIFESTS_FILE, KUBECONFIG_NOINGRESS,
+};
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::completion::report_stage;
 use crate::controller::tasks::operators::{check_stage_timed_out, is_available, OlmHandler};
 use crate::host::commands::CommandRunner;
-use crate::kube::{ClusterApi, Job};
+use crate::kube::ClusterApi;
 use crate::service::{FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus};
 
 /// The namespace whose failed Jobs the early-setup cleanup deletes.
 pub(crate) const MARKETPLACE_NAMESPACE: &str = "openshift-marketplace";
-/// The `status_info` of the timeout marking.
 pub(crate) const TIMED_OUT_INFO: &str = "Waiting for operator timed out";
-/// The `operator_type` of an OLM operator.
 pub(crate) const OLM_TYPE: &str = "olm";
-/// The custom-manifests file of the service.
-pub(crate) const CUSTOM_MANIFESTS_FILE: &str = "custom_manifests.json";
-/// The kubeconfig the manifests are applied with.
-pub(crate) const KUBECONFIG_NOINGRESS_FILE: &str = "kubeconfig-noingress";
 
-/// Applies one manifest file with an admin kubeconfig (see the module doc for why this is not a
-/// ClusterApi call).
+/// Applies one manifest file with an admin kubeconfig (see the module doc).
 pub trait ManifestApplier: Send + Sync {
     fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()>;
 }
@@ -59,16 +50,13 @@ pub(crate) struct OcApplier {
 
 impl ManifestApplier for OcApplier {
     fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()> {
-        let line = format!(
-            "oc --kubeconfig={} apply -f {}",
-            kubeconfig.display(),
-            manifest.display()
-        );
+        let (k, m) = (kubeconfig.display(), manifest.display());
+        let line = format!("oc --kubeconfig={k} apply -f {m}");
         let out = self
             .runner
             .run("bash", &["-c", &line])
             .map_err(|e| anyhow!("{e}"))?;
-        tracing::info!("applied {}: {out}", manifest.display());
+        tracing::info!("applied {m}: {out}");
         Ok(())
     }
 }
@@ -96,26 +84,26 @@ impl OlmSettings {
     }
 }
 
-/// A Job has failed: `status.failed > 0`, or its first `Failed` condition is True.
-pub(crate) fn job_failed(job: &Job) -> bool {
-    job.failed > 0
-        || job
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Failed")
-            .is_some_and(|c| c.status == "True")
-}
-
 /// The OLM early-setup cleanup of one operator: delete the failed Jobs of
-/// `openshift-marketplace` and the `Failed` InstallPlans owned by its subscription. Errors are
-/// only warnings.
+/// `openshift-marketplace` (`status.failed > 0` or a True `Failed` condition) and the `Failed`
+/// InstallPlans owned by its subscription. Errors are only warnings.
 pub(crate) fn cleanup(cluster: &dyn ClusterApi, op: &MonitoredOperator) {
+    let warn = |what: String, r: Result<()>| {
+        if let Err(err) = r {
+            tracing::warn!("{what}: {err:#}");
+        }
+    };
     match cluster.list_jobs(MARKETPLACE_NAMESPACE) {
         Ok(jobs) => {
-            for job in jobs.iter().filter(|j| job_failed(j)) {
-                tracing::info!("deleting failed job {}/{}", job.namespace, job.name);
-                if let Err(err) = cluster.delete_job(&job.namespace, &job.name) {
-                    tracing::warn!("deleting job {}/{}: {err:#}", job.namespace, job.name);
+            for job in jobs {
+                let failed_cond = job.conditions.iter().find(|c| c.type_ == "Failed");
+                if job.failed > 0 || failed_cond.is_some_and(|c| c.status == "True") {
+                    let (ns, name) = (&job.namespace, &job.name);
+                    tracing::info!("deleting failed job {ns}/{name}");
+                    warn(
+                        format!("deleting job {ns}/{name}"),
+                        cluster.delete_job(ns, name),
+                    );
                 }
             }
         }
@@ -123,21 +111,12 @@ pub(crate) fn cleanup(cluster: &dyn ClusterApi, op: &MonitoredOperator) {
     }
     match cluster.list_install_plans(&op.namespace) {
         Ok(plans) => {
-            let owned = plans
-                .iter()
-                .filter(|p| p.owner_names.contains(&op.subscription_name));
-            for plan in owned.filter(|p| p.phase == "Failed") {
-                tracing::info!(
-                    "deleting failed install plan {}/{}",
-                    plan.namespace,
-                    plan.name
-                );
-                if let Err(err) = cluster.delete_install_plan(&plan.namespace, &plan.name) {
-                    tracing::warn!(
-                        "deleting install plan {}/{}: {err:#}",
-                        plan.namespace,
-                        plan.name
-                    );
+            for plan in plans {
+                if plan.phase == "Failed" && plan.owner_names.contains(&op.subscription_name) {
+                    let (ns, name) = (&plan.namespace, &plan.name);
+                    tracing::info!("deleting failed install plan {ns}/{name}");
+                    let deleted = cluster.delete_install_plan(ns, name);
+                    warn(format!("deleting install plan {ns}/{name}"), deleted);
                 }
             }
         }
@@ -165,10 +144,11 @@ pub(crate) fn is_initialized(cluster: &dyn ClusterApi, op: &MonitoredOperator) -
         }
     };
     match cluster.get_csv(ns, &csv) {
-        Ok(Some(_)) => true,
-        Ok(None) => {
-            tracing::info!("operator {}: CSV {ns}/{csv} not created yet", op.name);
-            false
+        Ok(found) => {
+            if found.is_none() {
+                tracing::info!("operator {}: CSV {ns}/{csv} not created yet", op.name);
+            }
+            found.is_some()
         }
         Err(err) => {
             tracing::warn!("reading CSV {ns}/{csv}: {err:#}");
@@ -182,28 +162,21 @@ pub(crate) fn all_initialized(cluster: &dyn ClusterApi, ops: &[MonitoredOperator
     ops.iter().all(|op| is_initialized(cluster, op))
 }
 
-/// The service's OLM operators (`operator_type == "olm"`, with the 4.8 `odf`→`ocs` rename).
+/// The service's OLM operators (with the 4.8 `odf`→`ocs` rename); with `pending_only`, those
+/// whose record is neither `available` nor `failed`.
 pub(crate) fn olm_operators(
     service: &dyn ControllerService,
     openshift_version: &str,
     use_cache: bool,
+    pending_only: bool,
 ) -> Result<Vec<MonitoredOperator>> {
     let list = operators_for_version(service.monitored_operators(use_cache)?, openshift_version)?;
+    let done = [OperatorStatus::Available, OperatorStatus::Failed].map(|s| s.to_string());
     Ok(list
         .into_iter()
         .filter(|o| o.operator_type == OLM_TYPE)
+        .filter(|o| !pending_only || !done.contains(&o.status))
         .collect())
-}
-
-/// The operators whose record is neither `available` nor `failed`.
-fn pending(ops: Vec<MonitoredOperator>) -> Vec<MonitoredOperator> {
-    let done = [
-        OperatorStatus::Available.to_string(),
-        OperatorStatus::Failed.to_string(),
-    ];
-    ops.into_iter()
-        .filter(|o| !done.contains(&o.status))
-        .collect()
 }
 
 /// `custom_manifests.json`: a JSON array of `{Name, Content}` (keys matched case-insensitively,
@@ -224,9 +197,9 @@ pub(crate) fn parse_custom_manifests(bytes: &[u8]) -> Result<Vec<(String, String
         .collect()
 }
 
-/// *Apply manifests* (`waitForOLMOperators`): every operator initialized (re-running the cleanup), the version
-/// parsable, then each manifest of an initialized operator decoded and applied; false if any
-/// step failed (the others are still tried).
+/// Every operator initialized (re-running the cleanup), the version parsable, then each
+/// manifest of an initialized operator decoded and applied; false if any step failed (the
+/// others are still tried).
 pub(crate) fn apply_manifests(
     cluster: &dyn ClusterApi,
     applier: &dyn ManifestApplier,
@@ -246,24 +219,25 @@ pub(crate) fn apply_manifests(
     };
     let mut ok = true;
     for (name, content) in manifests {
-        let name = if (major, minor) == (4, 8) && name == "odf" {
-            "ocs"
-        } else {
-            name.as_str()
+        let name = match name.as_str() {
+            "odf" if (major, minor) == (4, 8) => "ocs",
+            name => name,
         };
         if !ops.iter().any(|o| o.name == name) {
             tracing::info!("skipping the manifest of {name}: not an initialized operator");
             continue;
         }
-        let yaml = match data_url::forgiving_base64::decode_to_vec(content.as_bytes()) {
-            Ok(y) => y,
-            Err(err) => {
-                tracing::warn!("decoding the manifest of {name}: {err:?}");
-                ok = false;
-                continue;
-            }
-        };
-        if let Err(err) = write_and_apply(applier, kubeconfig, &yaml) {
+        let applied = data_url::forgiving_base64::decode_to_vec(content.as_bytes())
+            .map_err(|err| anyhow!("decoding: {err:?}"))
+            .and_then(|yaml| {
+                let mut file = tempfile::Builder::new()
+                    .prefix("operator-manifest")
+                    .tempfile()?;
+                file.write_all(&yaml)?;
+                file.flush()?;
+                applier.apply(kubeconfig, file.path())
+            });
+        if let Err(err) = applied {
             tracing::warn!("applying the manifest of {name}: {err:#}");
             ok = false;
         }
@@ -271,18 +245,8 @@ pub(crate) fn apply_manifests(
     ok
 }
 
-fn write_and_apply(applier: &dyn ManifestApplier, kubeconfig: &Path, yaml: &[u8]) -> Result<()> {
-    let mut file = tempfile::Builder::new()
-        .prefix("operator-manifest")
-        .tempfile()
-        .context("creating the manifest file")?;
-    file.write_all(yaml).context("writing the manifest file")?;
-    file.flush()?;
-    applier.apply(kubeconfig, file.path())
-}
-
-/// *Apply-from-service* (one attempt): download `custom_manifests.json` and
-/// `kubeconfig-noingress` into a temp dir and [`apply_manifests`].
+/// One attempt: download `custom_manifests.json` and `kubeconfig-noingress` into a temp dir
+/// and [`apply_manifests`].
 pub(crate) fn apply_from_service(
     cluster: &dyn ClusterApi,
     service: &dyn ControllerService,
@@ -293,14 +257,12 @@ pub(crate) fn apply_from_service(
     let attempt = || -> Result<bool> {
         let dir = tempfile::Builder::new()
             .prefix("controller-custom-manifests-")
-            .tempdir()
-            .context("creating the manifests dir")?;
+            .tempdir()?;
         let manifests_path = dir.path().join(CUSTOM_MANIFESTS_FILE);
-        let kubeconfig = dir.path().join(KUBECONFIG_NOINGRESS_FILE);
+        let kubeconfig = dir.path().join(KUBECONFIG_NOINGRESS);
         service.download_custom_manifests(&manifests_path)?;
         service.download_kubeconfig_noingress(&kubeconfig)?;
-        let bytes = std::fs::read(&manifests_path).context("reading the custom manifests")?;
-        let manifests = parse_custom_manifests(&bytes)?;
+        let manifests = parse_custom_manifests(&std::fs::read(&manifests_path)?)?;
         Ok(apply_manifests(
             cluster,
             applier,
@@ -316,20 +278,19 @@ pub(crate) fn apply_from_service(
     })
 }
 
-/// The timeout marking of `waitForOLMOperators`: for every OLM operator still neither `available` nor `failed` (fresh list), add
-/// it to the operator-error set and report it `failed` / [`TIMED_OUT_INFO`]. An error aborts
-/// the attempt.
+/// The timeout marking: every OLM operator still pending (fresh list) joins the operator-error
+/// set and is reported `failed` / [`TIMED_OUT_INFO`]. An error aborts the attempt.
 pub(crate) fn mark_timed_out(
     service: &dyn ControllerService,
     status: &ControllerStatus,
     openshift_version: &str,
 ) -> Result<()> {
-    for op in pending(olm_operators(service, openshift_version, false)?) {
+    for op in olm_operators(service, openshift_version, false, true)? {
         tracing::warn!("operator {} timed out; reporting it failed", op.name);
         status.operator_error(&op.name);
         service.report_operator_status(&OperatorMonitorReport {
-            name: op.name.clone(),
-            version: op.version.clone(),
+            name: op.name,
+            version: op.version,
             status: Some(OperatorStatus::Failed),
             status_info: TIMED_OUT_INFO.to_string(),
         })?;
@@ -337,8 +298,8 @@ pub(crate) fn mark_timed_out(
     Ok(())
 }
 
-/// `waitForOLMOperators`: the OLM step of post-install. Reports its stages, and returns the remembered errors
-/// joined (the caller only logs them).
+/// `waitForOLMOperators`: reports its stages, and returns the errors joined (the caller only
+/// logs them).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn wait_for_olm_operators(
     clock: &dyn Clock,
@@ -349,68 +310,77 @@ pub(crate) fn wait_for_olm_operators(
     status: &ControllerStatus,
     settings: &OlmSettings,
 ) -> Result<()> {
+    use FinalizingStage::*;
     let version = settings.openshift_version.as_str();
     let interval = settings.wait_interval;
     let stage = |s| report_stage(clock, stop, service, s, interval);
-    let timed_out = |s| move || check_stage_timed_out(service, s);
-
-    stage(FinalizingStage::WaitingForOlmOperatorsCsvInitialization);
-    let mut operators = None;
-    let fetched = poll_with_cancel(
-        clock,
-        stop,
-        settings.fetch_interval,
-        None,
-        || match olm_operators(service, version, true) {
-            Ok(list) => {
-                operators = Some(list);
-                true
-            }
-            Err(err) => {
-                tracing::warn!("fetching the OLM operators: {err:#}");
-                false
-            }
-        },
-        timed_out(FinalizingStage::WaitingForOlmOperatorsCsvInitialization),
-    );
-    let operators = match (fetched, operators) {
-        (Ok(()), Some(list)) => list,
-        (Err(e), _) => return Err(anyhow!("Failed to fetch monitored operators: {e}")),
-        (Ok(()), None) => unreachable!("poll succeeded without a list"),
+    let poll = |interval, f: &mut dyn FnMut() -> bool, s| {
+        poll_with_cancel(clock, stop, interval, None, f, || {
+            check_stage_timed_out(service, s)
+        })
     };
+
+    stage(WaitingForOlmOperatorsCsvInitialization);
+    let mut operators = Vec::new();
+    let fetch = &mut || match olm_operators(service, version, true, false) {
+        Ok(list) => {
+            operators = list;
+            true
+        }
+        Err(err) => {
+            tracing::warn!("fetching the OLM operators: {err:#}");
+            false
+        }
+    };
+    if let Err(e) = poll(
+        settings.fetch_interval,
+        fetch,
+        WaitingForOlmOperatorsCsvInitialization,
+    ) {
+        return Err(anyhow!("Failed to fetch monitored operators: {e}"));
+    }
     if operators.is_empty() {
         tracing::info!("No OLM operators found.");
         return Ok(());
     }
 
     let mut errors: Vec<String> = Vec::new();
-    if let Err(e) = poll_with_cancel(
-        clock,
-        stop,
+    let initialized = &mut || all_initialized(cluster, &operators);
+    if let Err(e) = poll(
         interval,
-        None,
-        || all_initialized(cluster, &operators),
-        timed_out(FinalizingStage::WaitingForOlmOperatorsCsvInitialization),
+        initialized,
+        WaitingForOlmOperatorsCsvInitialization,
     ) {
         errors.push(format!(
             "Failed to wait for some of the OLM operators to be initialized: {e}"
         ));
     }
 
-    stage(FinalizingStage::ApplyingOlmManifests);
-    if let Err(e) = poll_with_cancel(
-        clock,
-        stop,
-        interval,
-        None,
-        || apply_from_service(cluster, service, applier, version, &operators),
-        timed_out(FinalizingStage::ApplyingOlmManifests),
-    ) {
+    stage(ApplyingOlmManifests);
+    let apply = &mut || apply_from_service(cluster, service, applier, version, &operators);
+    if let Err(e) = poll(interval, apply, ApplyingOlmManifests) {
         errors.push(format!("Stopped applying post manifests: {e}"));
     }
 
-    stage(FinalizingStage::WaitingForOlmOperatorsCsv);
-    if let Err(e) = wait_for_csvs(clock, stop, cluster, service, version, interval) {
+    // The CSV wait: the pending OLM operators (fresh list) until all are available.
+    stage(WaitingForOlmOperatorsCsv);
+    let waited = olm_operators(service, version, false, true).and_then(|pending| {
+        let mut handlers: Vec<OlmHandler> = pending
+            .into_iter()
+            .map(|op| OlmHandler {
+                cluster,
+                name: op.name,
+                namespace: op.namespace,
+                subscription: op.subscription_name,
+            })
+            .collect();
+        let available = &mut || {
+            handlers.retain_mut(|h| !is_available(service, version, h, true));
+            handlers.is_empty()
+        };
+        Ok(poll(interval, available, WaitingForOlmOperatorsCsv)?)
+    });
+    if let Err(e) = waited {
         errors.push(format!(
             "Stopped waiting for OLM operators be installed: {e}"
         ));
@@ -427,48 +397,12 @@ pub(crate) fn wait_for_olm_operators(
     Err(anyhow!(errors.join("\n")))
 }
 
-/// The CSV wait of `waitForOLMOperators`: the pending OLM operators (fresh list) checked every `interval` until all are
-/// available, the stage times out or `stop` fires.
-fn wait_for_csvs(
-    clock: &dyn Clock,
-    stop: &dyn Stop,
-    cluster: &dyn ClusterApi,
-    service: &dyn ControllerService,
-    version: &str,
-    interval: Duration,
-) -> Result<()> {
-    let remaining = pending(olm_operators(service, version, false)?);
-    let mut handlers: Vec<OlmHandler> = remaining
-        .into_iter()
-        .map(|op| OlmHandler {
-            cluster,
-            name: op.name,
-            namespace: op.namespace,
-            subscription: op.subscription_name,
-        })
-        .collect();
-    poll_with_cancel(
-        clock,
-        stop,
-        interval,
-        None,
-        || {
-            handlers.retain_mut(|h| !is_available(service, version, h, true));
-            handlers.is_empty()
-        },
-        || check_stage_timed_out(service, FinalizingStage::WaitingForOlmOperatorsCsv),
-    )?;
-    Ok(())
-}
-
-/// `PostInstallConfigsK8sClient`: the ConfigMap (in the controller's namespace) carrying the OLM manifests for ABI.
+/// `PostInstallConfigsK8sClient`: the ConfigMap (in the controller's namespace) carrying the OLM
+/// manifests for ABI; its `<operator>.metadata.yaml` keys describe one operator each.
 pub(crate) const OLM_MANIFESTS_CONFIG_MAP: &str = "olm-operator-manifests";
-/// The data keys describing one operator end with this.
-pub(crate) const METADATA_SUFFIX: &str = ".metadata.yaml";
 /// The kubeconfig of the ABI SNO path.
 pub(crate) const SNO_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
 
-/// One `<operator>.metadata.yaml` of [`OLM_MANIFESTS_CONFIG_MAP`].
 #[derive(Debug, Default, serde::Deserialize)]
 struct OperatorMetadata {
     #[serde(default)]
@@ -479,15 +413,15 @@ struct OperatorMetadata {
     manifests: Vec<String>,
 }
 
-/// Where the ABI post-install gets its kubeconfig: the SNO file, or the notifier's shared
-/// download (the reboots notifier), asked until it succeeds and then reused.
+/// Where the ABI post-install gets its kubeconfig: the SNO file, or the reboots notifier's
+/// shared download, asked until it succeeds and then reused.
 pub(crate) enum AbiKubeconfig<'a> {
-    Fixed(std::path::PathBuf),
-    Download(&'a mut dyn FnMut() -> Result<std::path::PathBuf>),
+    Fixed(PathBuf),
+    Download(&'a mut dyn FnMut() -> Result<PathBuf>),
 }
 
-/// One round of `PostInstallConfigsK8sClient`; true ends the task (applied, or a Forbidden/Unauthorized read, or a
-/// malformed metadata file).
+/// One round of `PostInstallConfigsK8sClient`; true ends the task (applied, a
+/// Forbidden/Unauthorized read, or a malformed metadata file).
 pub(crate) fn abi_post_install_round(
     cluster: &dyn ClusterApi,
     applier: &dyn ManifestApplier,
@@ -502,8 +436,7 @@ pub(crate) fn abi_post_install_round(
             return false;
         }
         Err(err) => {
-            let code = crate::kube::api_error_code(&err);
-            if matches!(code, Some(401) | Some(403)) {
+            if matches!(crate::kube::api_error_code(&err), Some(401 | 403)) {
                 tracing::error!("reading the OLM manifests ConfigMap: {err:#}; giving up");
                 return true;
             }
@@ -514,7 +447,7 @@ pub(crate) fn abi_post_install_round(
     let mut operators = Vec::new();
     let mut manifests = Vec::new();
     for (key, value) in &data {
-        let Some(name) = key.strip_suffix(METADATA_SUFFIX) else {
+        let Some(name) = key.strip_suffix(".metadata.yaml") else {
             continue;
         };
         let meta: OperatorMetadata = match serde_saphyr::from_str(value) {
@@ -525,13 +458,11 @@ pub(crate) fn abi_post_install_round(
             }
         };
         for file in &meta.manifests {
-            match data.get(file) {
-                Some(content) => manifests.push((name.to_string(), content.clone())),
-                None => {
-                    tracing::error!("{key} lists {file}, which the ConfigMap lacks");
-                    return false;
-                }
-            }
+            let Some(content) = data.get(file) else {
+                tracing::error!("{key} lists {file}, which the ConfigMap lacks");
+                return false;
+            };
+            manifests.push((name.to_string(), content.clone()));
         }
         operators.push(MonitoredOperator {
             name: name.to_string(),
@@ -554,19 +485,12 @@ pub(crate) fn abi_post_install_round(
             }
         },
     };
-    if apply_manifests(
-        cluster,
-        applier,
-        openshift_version,
-        &operators,
-        &manifests,
-        &path,
-    ) {
+    let version = openshift_version;
+    let applied = apply_manifests(cluster, applier, version, &operators, &manifests, &path);
+    if applied {
         tracing::info!("applied the OLM operator manifests");
-        true
-    } else {
-        false
     }
+    applied
 }
 
 /// `PostInstallConfigsK8sClient`: [`abi_post_install_round`] every `interval` until it
@@ -582,22 +506,15 @@ pub(crate) fn abi_post_install(
     mut kubeconfig: AbiKubeconfig<'_>,
     interval: Duration,
 ) -> bool {
-    poll_with_cancel(
-        clock,
-        stop,
-        interval,
-        None,
-        || {
-            abi_post_install_round(
-                cluster,
-                applier,
-                namespace,
-                openshift_version,
-                &mut kubeconfig,
-            )
-        },
-        || false,
-    )
+    crate::clock::poll(clock, stop, interval, None, || {
+        abi_post_install_round(
+            cluster,
+            applier,
+            namespace,
+            openshift_version,
+            &mut kubeconfig,
+        )
+    })
     .is_ok()
 }
 

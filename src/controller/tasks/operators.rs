@@ -1,10 +1,4 @@
-//! Operator availability (Go's cluster-operator wait, availability check and stage timeouts): the status read from conditions, the decision whether
-//! to report a change to the service, the console and CVO handlers, the cluster-operator wait
-//! and the stage-timeout check the OLM waits use.
-//!
-//! The rules are pure functions ([`status_from_conditions`], [`console_enabled`],
-//! [`decide`], [`stage_timed_out`]); [`is_available`] and [`wait_for_cluster_operators`] put
-//! them on the [`ClusterApi`] and [`ControllerService`] traits.
+//! Operator availability (Go's cluster-operator wait, availability check and stage timeouts).
 
 use std::time::Duration;
 
@@ -12,9 +6,7 @@ use crate::clock::{poll, PollError};
 use crate::clock::{Clock, Stop};
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::kube::{ClusterApi, Condition};
-use crate::service::{
-    Cluster, FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus,
-};
+use crate::service::{Cluster, FinalizingStage, OperatorMonitorReport, OperatorStatus};
 
 /// Console/CVO poll interval (Go's progress-update interval).
 pub(crate) const CLUSTER_OPERATORS_INTERVAL: Duration = Duration::from_secs(60);
@@ -24,7 +16,6 @@ pub(crate) const CVO_MAX_TIMEOUT: Duration = Duration::from_secs(10 * 60 * 60);
 pub(crate) const CONSOLE_NAME: &str = "console";
 /// The service record of the cluster-version operator.
 pub(crate) const CVO_NAME: &str = "cvo";
-/// The ClusterVersion object.
 use crate::openshift::CLUSTER_VERSION_NAME;
 
 /// The status from conditions: the first condition in order that is `Available=True` (`available`, its message),
@@ -77,39 +68,6 @@ pub(crate) struct Observed {
     pub(crate) status: OperatorStatus,
     pub(crate) message: String,
     pub(crate) version: String,
-}
-
-/// What the availability check decides once the record and (if needed) the cluster are known.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Decision {
-    /// The service already says `available`: true, without reading the cluster.
-    AlreadyAvailable,
-    /// Report the observed status; the answer is then whether it is `available`.
-    Report,
-    /// Nothing to report: not available (the record says otherwise).
-    NotAvailable,
-}
-
-/// The availability check's first question: whether the service's record already says `available`.
-pub(crate) fn record_available(record: Option<&MonitoredOperator>) -> bool {
-    record.is_some_and(|r| r.status == OperatorStatus::Available.to_string())
-}
-
-/// The availability check's report rule: report when a record exists and the status differs, or the message differs
-/// and is not empty.
-pub(crate) fn decide(record: Option<&MonitoredOperator>, observed: &Observed) -> Decision {
-    if record_available(record) {
-        return Decision::AlreadyAvailable;
-    }
-    match record {
-        Some(r)
-            if observed.status.to_string() != r.status
-                || (observed.message != r.status_info && !observed.message.is_empty()) =>
-        {
-            Decision::Report
-        }
-        _ => Decision::NotAvailable,
-    }
 }
 
 /// A handler of the availability check: a service record name, how to read its status from the cluster and
@@ -227,27 +185,11 @@ impl OperatorHandler for OlmHandler<'_> {
     }
 }
 
-/// The service's record for `name` (in the availability check): none on a list error, an unparsable
-/// `OPENSHIFT_VERSION` with a non-empty list, or a missing name.
-pub(crate) fn find_record(
-    service: &dyn ControllerService,
-    openshift_version: &str,
-    name: &str,
-    use_cache: bool,
-) -> Option<MonitoredOperator> {
-    let list = service
-        .monitored_operators(use_cache)
-        .and_then(|l| operators_for_version(l, openshift_version));
-    match list {
-        Ok(list) => list.into_iter().find(|o| o.name == name),
-        Err(err) => {
-            tracing::warn!("getting the service's record of operator {name}: {err:#}");
-            None
-        }
-    }
-}
-
-/// The availability check.
+/// The availability check: true when the service's record says `available`; otherwise the
+/// handler's status is read and reported when it changed (the status, or the message to a
+/// non-empty one) and the handler allows it, and the answer is whether it is `available`. No
+/// record (a list error, an unparsable `OPENSHIFT_VERSION` with a non-empty list, or a missing
+/// name) never reports.
 pub(crate) fn is_available(
     service: &dyn ControllerService,
     openshift_version: &str,
@@ -255,8 +197,19 @@ pub(crate) fn is_available(
     use_cache: bool,
 ) -> bool {
     let name = handler.name().to_string();
-    let record = find_record(service, openshift_version, &name, use_cache);
-    if record_available(record.as_ref()) {
+    let record = service
+        .monitored_operators(use_cache)
+        .and_then(|l| operators_for_version(l, openshift_version))
+        .map(|list| list.into_iter().find(|o| o.name == name))
+        .unwrap_or_else(|err| {
+            tracing::warn!("getting the service's record of operator {name}: {err:#}");
+            None
+        });
+    let available = OperatorStatus::Available;
+    if record
+        .as_ref()
+        .is_some_and(|r| r.status == available.to_string())
+    {
         return true;
     }
     let observed = match handler.get_status() {
@@ -266,7 +219,11 @@ pub(crate) fn is_available(
             return false;
         }
     };
-    if decide(record.as_ref(), &observed) != Decision::Report {
+    let changed = record.is_some_and(|r| {
+        observed.status.to_string() != r.status
+            || (observed.message != r.status_info && !observed.message.is_empty())
+    });
+    if !changed {
         tracing::info!("operator {name} is not available yet ({})", observed.status);
         return false;
     }
@@ -275,15 +232,15 @@ pub(crate) fn is_available(
     }
     let report = OperatorMonitorReport {
         name: name.clone(),
-        version: observed.version.clone(),
+        version: observed.version,
         status: Some(observed.status),
-        status_info: observed.message.clone(),
+        status_info: observed.message,
     };
     if let Err(err) = service.report_operator_status(&report) {
         tracing::warn!("reporting the status of operator {name}: {err:#}");
         return false;
     }
-    observed.status == OperatorStatus::Available
+    observed.status == available
 }
 
 /// One round of the cluster-operator wait.
@@ -356,7 +313,7 @@ mod tests {
     use crate::controller::testing::cond;
     use crate::kube::fake::FakeCluster;
     use crate::kube::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
-    use crate::service::ClusterProgressInfo;
+    use crate::service::{ClusterProgressInfo, MonitoredOperator};
     use std::sync::Arc;
 
     fn record(name: &str, status: &str, info: &str) -> MonitoredOperator {
@@ -380,47 +337,33 @@ mod tests {
     #[test]
     fn conditions_first_match_wins() {
         use OperatorStatus::*;
-        let cases: Vec<(Vec<Condition>, OperatorStatus, &str)> = vec![
-            (vec![cond("Available", "True", "up")], Available, "up"),
-            (vec![cond("Progressing", "True", "p")], Progressing, "p"),
-            (vec![cond("Degraded", "True", "d")], Failed, "d"),
+        // Conditions as "Type=Status:message" in order, `_` for a space in a message.
+        let cases = [
+            ("Available=True:up", Available, "up"),
+            ("Progressing=True:p", Progressing, "p"),
+            ("Degraded=True:d", Failed, "d"),
             (
-                vec![cond("Available", "False", "This is a test message")],
+                "Available=False:This_is_a_test_message",
                 Failed,
                 "This is a test message",
             ),
-            (
-                vec![
-                    cond("Degraded", "True", "d"),
-                    cond("Available", "True", "a"),
-                ],
-                Failed,
-                "d",
-            ),
-            (
-                vec![
-                    cond("Degraded", "False", "x"),
-                    cond("Available", "True", "a"),
-                ],
-                Available,
-                "a",
-            ),
-            (
-                vec![
-                    cond("Progressing", "False", "x"),
-                    cond("Upgradeable", "True", "u"),
-                ],
-                Progressing,
-                "",
-            ),
-            (vec![], Progressing, ""),
+            ("Degraded=True:d Available=True:a", Failed, "d"),
+            ("Degraded=False:x Available=True:a", Available, "a"),
+            ("Progressing=False:x Upgradeable=True:u", Progressing, ""),
+            ("", Progressing, ""),
         ];
-        for (conds, status, message) in cases {
-            assert_eq!(
-                status_from_conditions(&conds),
-                (status, message.to_string()),
-                "{conds:?}"
-            );
+        for (list, status, message) in cases {
+            let conds: Vec<Condition> = list
+                .split(' ')
+                .filter(|c| !c.is_empty())
+                .map(|c| {
+                    let (type_, rest) = c.split_once('=').unwrap();
+                    let (status, message) = rest.split_once(':').unwrap();
+                    cond(type_, status, &message.replace('_', " "))
+                })
+                .collect();
+            let want = (status, message.to_string());
+            assert_eq!(status_from_conditions(&conds), want, "{list}");
         }
     }
 
@@ -449,14 +392,9 @@ mod tests {
             ..Cluster::default()
         };
         let s = FinalizingStage::WaitingForOlmOperatorsCsv;
-        assert!(stage_timed_out(
-            &with(Some("Waiting for olm operators csv"), true),
-            s
-        ));
-        assert!(!stage_timed_out(
-            &with(Some("Waiting for olm operators csv"), false),
-            s
-        ));
+        let csv = Some("Waiting for olm operators csv");
+        assert!(stage_timed_out(&with(csv, true), s));
+        assert!(!stage_timed_out(&with(csv, false), s));
         assert!(!stage_timed_out(
             &with(Some("Applying olm manifests"), true),
             s
@@ -607,11 +545,10 @@ mod tests {
         assert!(reports(&svc).is_empty());
     }
 
+    /// `use_cache` reaches the service (whose cache is tested in `controller/service`).
     #[test]
-    fn the_list_is_cached_for_20_seconds() {
-        let clock = Arc::new(FakeClock::new());
-        let svc = MemoryService::new("c", clock.clone());
-        svc.set_operators(vec![record("lso", "progressing", "")]);
+    fn the_cache_flag_is_passed_through() {
+        let svc = service(vec![record("lso", "progressing", "")]);
         let mut h = Fixed {
             observed: Ok(observed(OperatorStatus::Progressing, "")),
             allow: true,
@@ -619,13 +556,9 @@ mod tests {
         };
         is_available(&svc, "4.12", &mut h, true);
         is_available(&svc, "4.12", &mut h, true);
-        clock.advance(Duration::from_secs(19));
-        is_available(&svc, "4.12", &mut h, true);
         assert_eq!(svc.operations(), ["V2ListOfClusterOperators"]);
-        clock.advance(Duration::from_secs(1));
-        is_available(&svc, "4.12", &mut h, true);
         is_available(&svc, "4.12", &mut h, false);
-        assert_eq!(svc.operations().len(), 3);
+        assert_eq!(svc.operations().len(), 2);
     }
 
     fn available_console(cluster: &FakeCluster) {
@@ -782,29 +715,6 @@ mod tests {
                 "{row}: console not read"
             );
         }
-    }
-
-    #[test]
-    fn wait_ends_canceled_when_stopped() {
-        let clock = FakeClock::new();
-        let cluster = FakeCluster::new();
-        cluster.fail_always("get_cluster_version", ApiError::new(500, "", "x"));
-        let svc = service(vec![]);
-        let stop = crate::image::Cancel::new();
-        stop.cancel();
-        let err = wait_for_cluster_operators(
-            &clock,
-            &stop,
-            CLUSTER_OPERATORS_INTERVAL,
-            CVO_MAX_TIMEOUT,
-            &cluster,
-            &svc,
-            "4.12",
-            true,
-        )
-        .unwrap_err();
-        assert_eq!(ctx_cause(err), "context canceled");
-        assert_eq!(cluster.count("get_cluster_version"), 1);
     }
 
     fn olm_cluster(phase: &str, message: &str) -> FakeCluster {

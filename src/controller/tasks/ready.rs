@@ -1,20 +1,6 @@
 //! Go's `SetReadyState`, the invoker lookup, the install-config platform fallback (ABI
 //! multi-node) and the `removeUninitializedTaint` decision: what Go's `main` decides before it
 //! starts the tasks.
-//!
-//! - [`set_ready_state`]: every second until its limit, `v2GetCluster` (hosts excluded), a Node
-//!   list and the `AssistedControllerIsReady` Event; an AlreadyExists answer to the Event counts
-//!   as created (a restarted controller). It returns the cluster of the **last** GetCluster,
-//!   which may be there although the limit ran out before the Event, and is `None` when that
-//!   last call failed.
-//! - [`invoker`]: `openshift-config/openshift-install-manifests` key `invoker`; a failed GET
-//!   (a missing ConfigMap too) gives `assisted-service`, a ConfigMap without the key "".
-//! - [`install_config_platform`]: the first key under `platform` of the install-config, in
-//!   document order.
-//! - [`remove_uninitialized_taint`]: nutanix and vsphere, except the agent-based installer on
-//!   vsphere from OpenShift 4.15.0 with valid vSphere credentials. Go panics on a version it
-//!   cannot parse; here that is an error, and it is only asked for when the version matters
-//!   (ABI on vsphere), as Go only parses it then.
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -523,8 +509,6 @@ mod tests {
 
     const VALID: &str = r#"{"platform":{"vsphere":{"vcenters":[{"server":"vc.example.com","user":"admin","password":"secret"}]}}}"#;
     const PLACEHOLDERS: &str = r#"{"platform":{"vsphere":{"vcenters":[{"server":"vcenterplaceholder","user":"usernameplaceholder","password":"passwordplaceholder"}]}}}"#;
-    const LEGACY: &str = r#"{"platform":{"vsphere":{"vCenter":"vc.example.com","username":"admin","password":"secret"}}}"#;
-    const EMPTY_SERVER: &str = r#"{"platform":{"vsphere":{"vcenters":[{"server":"","user":"usernameplaceholder","password":"secret"}]}}}"#;
 
     fn with_platform(svc: &MemoryService, platform: &str, overrides: Option<&str>) {
         svc.update_cluster(|c| {
@@ -535,14 +519,14 @@ mod tests {
         });
     }
 
+    /// The overrides themselves are read by `kube::install_config` (tested there, with the
+    /// deprecated fields and empty values); here, where they come from.
     #[test]
     fn vsphere_credentials_from_the_service() {
         let (k8s, svc, _) = fakes();
         for (platform, overrides, want) in [
             ("vsphere", Some(VALID), true),
-            ("vsphere", Some(LEGACY), false),
             ("vsphere", Some(PLACEHOLDERS), false),
-            ("vsphere", Some(EMPTY_SERVER), false),
             ("vsphere", Some(""), false),
             ("vsphere", None, false),
             ("baremetal", Some(VALID), false),

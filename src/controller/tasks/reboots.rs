@@ -1,25 +1,13 @@
-//! The reboots notifier: once a host is reported `Done`, count how many times its node
-//! rebooted and send the service the `reboots_for_node` event. Enabled by `NOTIFY_NUM_REBOOTS`.
-//!
-//! - [`RebootsNotifier::start`] does nothing when disabled; otherwise it starts a background job
-//!   with its own 6 min limit (not the tasks' stop token: a job outlives the shutdown, as in Go).
-//! - A job gets the shared kubeconfig ([`RebootsNotifier::kubeconfig`]: on first success
-//!   `kubeconfig-noingress` is downloaded into a fresh temp dir `kubedir*` and cached; a failure
-//!   removes the dir and is not cached), then counts the reboots (10 attempts, 15 s apart, within
-//!   the limit), then sends the event with Go's exact message. Any failure is logged and ends
-//!   that job.
-//! - [`RebootsNotifier::finalize`] (when the controller's main returns) waits for every job,
-//!   then deletes the cached kubeconfig file; the temp dir stays, as in Go.
+//! The reboots notifier (`NOTIFY_NUM_REBOOTS`): once a host is reported `Done`, count how many
+//! times its node rebooted and send the service the `reboots_for_node` event. Each job has its
+//! own 6 min limit, not the tasks' stop token: a job outlives the shutdown, as in Go.
 //!
 //! **How reboots are counted.** Go runs `oc --kubeconfig <file> debug node/<node> -- chroot
-//! /host last reboot` and counts the output lines starting with `reboot ` (with the space). The
-//! number comes from the node's wtmp, which no Kubernetes API serves: the Node object and its
-//! events do not keep a reboot history, and reading wtmp needs a privileged pod on that node
-//! with the host's root mounted, which is what `oc debug node` builds (pod create, wait,
-//! attach, delete) with the admin kubeconfig. Re-implementing that over the API would need
-//! the debug pod spec, the attach protocol and RBAC the controller's ServiceAccount does not
-//! have; so we keep the `oc` command, behind [`RebootCounter`], and [`count_reboots`] is the
-//! pure parser.
+//! /host last reboot` and counts the output lines starting with `reboot `. The number comes from
+//! the node's wtmp, which no Kubernetes API serves; reading it needs a privileged pod on that node
+//! with the host's root mounted, which is what `oc debug node` builds with the admin kubeconfig
+//! (debug pod spec, attach protocol, RBAC the controller's ServiceAccount does not have). So we
+//! keep the `oc` command, behind [`RebootCounter`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -29,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::clock::{retry_attempts, Clock, Deadline, RetryError};
-use crate::controller::service::{ControllerService, RebootsEvent};
+use crate::controller::service::{ControllerService, RebootsEvent, KUBECONFIG_NOINGRESS};
 use crate::host::commands::CommandRunner;
 
 /// Each job's limit.
@@ -38,8 +26,6 @@ pub(crate) const JOB_TIMEOUT: Duration = Duration::from_secs(6 * 60);
 pub(crate) const COUNT_ATTEMPTS: u32 = 10;
 /// Wait between two attempts.
 pub(crate) const COUNT_INTERVAL: Duration = Duration::from_secs(15);
-/// The downloaded kubeconfig's file name in the temp dir.
-pub(crate) const KUBECONFIG_FILE: &str = "kubeconfig-noingress";
 
 /// What the node-status task calls once a host is `Done` (in a round of `WaitAndUpdateNodesStatus`).
 pub(crate) trait RebootsNotify: Send + Sync {
@@ -172,7 +158,7 @@ impl Inner {
             .prefix("kubedir")
             .tempdir_in(&self.temp_root)
             .with_context(|| format!("creating a temp dir in {}", self.temp_root.display()))?;
-        let path = dir.path().join(KUBECONFIG_FILE);
+        let path = dir.path().join(KUBECONFIG_NOINGRESS);
         // On failure `dir` is dropped, which removes it.
         self.service.download_kubeconfig_noingress(&path)?;
         let _kept = dir.keep();
@@ -348,7 +334,7 @@ mod tests {
         // The failed attempt's dir was removed.
         assert_eq!(std::fs::read_dir(s.dir.path()).unwrap().count(), 0);
         let path = n.kubeconfig().unwrap();
-        assert!(path.ends_with(KUBECONFIG_FILE));
+        assert!(path.ends_with(KUBECONFIG_NOINGRESS));
         let dir_name = path
             .parent()
             .unwrap()

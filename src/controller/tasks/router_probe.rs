@@ -1,10 +1,7 @@
-//! The SNO router probe of the final log upload (`UploadLogs`): on a single-node cluster whose install
-//! failed, probe the ingress canary and the router's health endpoint every 30 s for up to
-//! 70 min, and only log what they answer.
-//!
-//! Go runs it in a goroutine that dies with the process. [`run_router_probe`] runs until its
-//! stop token fires or the window ends; the final upload runs it on a scoped thread and stops it
-//! once the summary upload is over (the process exits right after in Go too).
+//! The SNO router probe of the final log upload (`UploadLogs`): on a single-node cluster whose
+//! install failed, probe the ingress canary and the router's health endpoint every 30 s for up to
+//! 70 min, and only log what they answer. Go's goroutine dies with the process; ours stops once
+//! the summary upload is over.
 
 use std::time::Duration;
 
@@ -24,16 +21,6 @@ pub(crate) const HTTP_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Whether the probe runs: the error flag set on a single-control-plane cluster.
 pub(crate) fn probe_needed(has_error: bool, control_plane_count: i64) -> bool {
     has_error && control_plane_count == 1
-}
-
-/// The ingress canary's health URL.
-pub(crate) fn canary_url(cluster_name: &str, base_dns_domain: &str) -> String {
-    format!("https://canary-openshift-ingress-canary.apps.{cluster_name}.{base_dns_domain}/health")
-}
-
-/// The router's internal health URL on `ip`.
-pub(crate) fn router_health_url(ip: &str) -> String {
-    format!("http://{ip}/_______internal_router_healthz")
 }
 
 /// The local address of a UDP "connection" to 8.8.8.8:80, or `localhost`.
@@ -105,9 +92,13 @@ pub(crate) fn router_probe_round(
         }
     }
     if let Some((name, domain)) = cluster.as_ref() {
-        log_probe(probe, &canary_url(name, domain));
+        let canary = "https://canary-openshift-ingress-canary.apps";
+        log_probe(probe, &format!("{canary}.{name}.{domain}/health"));
     }
-    log_probe(probe, &router_health_url(ip));
+    log_probe(
+        probe,
+        &format!("http://{ip}/_______internal_router_healthz"),
+    );
 }
 
 /// Rounds every `period` from now, for `window` or until `stop` fires.

@@ -154,11 +154,63 @@ fn ready_cluster() -> FakeCluster {
     cluster
 }
 
-#[test]
-fn post_install_with_cvo_succeeds() {
+struct Fx {
+    clock: Arc<FakeClock>,
+    svc: MemoryService,
+    status: ControllerStatus,
+    cluster: FakeCluster,
+}
+
+fn fx() -> Fx {
     let (clock, svc, status) = setup();
     let cluster = ready_cluster();
-    statuses(&svc, &["installing", "installing", "finalizing"]);
+    Fx {
+        clock,
+        svc,
+        status,
+        cluster,
+    }
+}
+
+/// Go's settings for OpenShift 4.12, with or without the CVO check.
+fn go(check_cvo: bool) -> PostInstallSettings {
+    PostInstallSettings::new("4.12", check_cvo)
+}
+
+fn no_olm() -> anyhow::Result<()> {
+    panic!("no OLM step after a failure")
+}
+
+impl Fx {
+    fn post(
+        &self,
+        stop: &dyn Stop,
+        settings: &PostInstallSettings,
+        olm: &mut dyn FnMut() -> anyhow::Result<()>,
+    ) -> PostInstallOutcome {
+        let (clock, svc, status) = (&*self.clock, &self.svc, &self.status);
+        post_install_configs(clock, stop, &self.cluster, svc, status, settings, olm)
+    }
+
+    /// [`Fx::post`], which must have sent a completion: the body and whether it went through.
+    fn completed(
+        &self,
+        stop: &dyn Stop,
+        settings: &PostInstallSettings,
+        olm: &mut dyn FnMut() -> anyhow::Result<()>,
+    ) -> (CompletionParams, bool) {
+        match self.post(stop, settings, olm) {
+            PostInstallOutcome::Completed { params, sent } => (params, sent),
+            out => panic!("{out:?}"),
+        }
+    }
+}
+
+#[test]
+fn post_install_with_cvo_succeeds() {
+    let f = fx();
+    let (svc, status) = (&f.svc, &f.status);
+    statuses(svc, &["installing", "installing", "finalizing"]);
     svc.set_operators(vec![
         record("console", "progressing"),
         record("cvo", "progressing"),
@@ -166,18 +218,10 @@ fn post_install_with_cvo_succeeds() {
     svc.fail("v2ReportMonitoredOperatorStatus", 1, 500);
     svc.fail("v2CompleteInstallation", 1, 500);
     let mut olm_calls = 0;
-    let out = post_install_configs(
-        &*clock,
-        &NeverStop,
-        &cluster,
-        &svc,
-        &status,
-        &PostInstallSettings::new("4.12", true),
-        &mut || {
-            olm_calls += 1;
-            Ok(())
-        },
-    );
+    let out = f.post(&NeverStop, &go(true), &mut || {
+        olm_calls += 1;
+        Ok(())
+    });
     let ok = CompletionParams {
         is_success: true,
         error_info: String::new(),
@@ -190,7 +234,7 @@ fn post_install_with_cvo_succeeds() {
             sent: true
         }
     );
-    assert_eq!(get_clusters(&svc), 3);
+    assert_eq!(get_clusters(svc), 3);
     assert_eq!(olm_calls, 1);
     assert_eq!(
         svc.finalizing_stages(),
@@ -202,7 +246,7 @@ fn post_install_with_cvo_succeeds() {
     );
     let a = Some(OperatorStatus::Available);
     assert_eq!(
-        reports(&svc),
+        reports(svc),
         [
             ("console".into(), a, String::new(), String::new()),
             ("cvo".into(), a, "done".into(), "4.12.0".into()),
@@ -225,22 +269,11 @@ fn post_install_with_cvo_succeeds() {
 
 #[test]
 fn post_install_without_cvo_never_reads_it_and_olm_errors_do_not_fail() {
-    let (clock, svc, status) = setup();
-    let cluster = ready_cluster();
+    let f = fx();
+    let (svc, status, cluster) = (&f.svc, &f.status, &f.cluster);
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![record("console", "available")]);
-    let out = post_install_configs(
-        &*clock,
-        &NeverStop,
-        &cluster,
-        &svc,
-        &status,
-        &PostInstallSettings::new("4.12", false),
-        &mut || anyhow::bail!("olm broke"),
-    );
-    let PostInstallOutcome::Completed { params, sent } = out else {
-        panic!("{out:?}")
-    };
+    let (params, sent) = f.completed(&NeverStop, &go(false), &mut || anyhow::bail!("olm broke"));
     assert!(params.is_success && sent);
     // Only the capability read: no CVO status read, no console read (the record says available).
     assert_eq!(cluster.count("get_cluster_version"), 1);
@@ -250,8 +283,8 @@ fn post_install_without_cvo_never_reads_it_and_olm_errors_do_not_fail() {
 
 #[test]
 fn post_install_cluster_operators_timeout_sends_the_report() {
-    let (clock, svc, status) = setup();
-    let cluster = ready_cluster();
+    let f = fx();
+    let (svc, status, cluster) = (&f.svc, &f.status, &f.cluster);
     cluster.fail_always("get_cluster_operator", ApiError::new(500, "", "x"));
     cluster.set_cluster_version("version", ClusterVersion::default());
     cluster.set_cluster_operator(ClusterOperator {
@@ -266,18 +299,7 @@ fn post_install_cluster_operators_timeout_sends_the_report() {
     ]);
     let mut settings = PostInstallSettings::new("4.12", true);
     settings.cvo_timeout = Duration::from_secs(600);
-    let out = post_install_configs(
-        &*clock,
-        &NeverStop,
-        &cluster,
-        &svc,
-        &status,
-        &settings,
-        &mut || panic!("no OLM step after a failure"),
-    );
-    let PostInstallOutcome::Completed { params, sent } = out else {
-        panic!("{out:?}")
-    };
+    let (params, sent) = f.completed(&NeverStop, &settings, &mut no_olm);
     assert!(sent);
     assert!(!params.is_success);
     assert_eq!(
@@ -301,26 +323,15 @@ fn post_install_cluster_operators_timeout_sends_the_report() {
 
 #[test]
 fn post_install_router_ca_stopped_still_sends_one_completion() {
-    let (clock, svc, status) = setup();
-    let cluster = ready_cluster();
+    let f = fx();
+    let (clock, svc, status, cluster) = (&f.clock, &f.svc, &f.status, &f.cluster);
     cluster.fail_always("get_config_map", ApiError::new(500, "", "x"));
     cluster.fail_always("list_cluster_operators", ApiError::new(500, "", "x"));
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![record("console", "available")]);
     // The main context ends after 5 minutes of router-CA polling.
-    let at = Deadline {
-        clock: &*clock,
-        at: clock.at(Duration::from_secs(300)),
-    };
-    let out = post_install_configs(
-        &*clock,
-        &at,
-        &cluster,
-        &svc,
-        &status,
-        &PostInstallSettings::new("4.12", false),
-        &mut || panic!("no OLM step after a failure"),
-    );
+    let at = stop_at(clock, 300);
+    let out = f.post(&at, &go(false), &mut no_olm);
     assert!(at.is_stopped());
     let PostInstallOutcome::Completed { params, sent } = out else {
         panic!("{out:?}")
@@ -349,19 +360,11 @@ fn post_install_router_ca_stopped_still_sends_one_completion() {
 
 #[test]
 fn post_install_stopped_before_finalizing_reports_nothing() {
-    let (clock, svc, status) = setup();
-    let cluster = ready_cluster();
+    let f = fx();
+    let (svc, status) = (&f.svc, &f.status);
     let stop = Cancel::new();
     stop.cancel();
-    let out = post_install_configs(
-        &*clock,
-        &stop,
-        &cluster,
-        &svc,
-        &status,
-        &PostInstallSettings::new("4.12", false),
-        &mut || Ok(()),
-    );
+    let out = f.post(&stop, &go(false), &mut || Ok(()));
     assert_eq!(out, PostInstallOutcome::Stopped);
     assert_eq!(svc.operations(), ["v2GetCluster"]);
     assert!(!status.has_error());
@@ -376,7 +379,7 @@ fn stage_reports_retry_every_30_s_until_they_go_through() {
         &NeverStop,
         &svc,
         FinalizingStage::AddingRouterCa,
-        GENERAL_WAIT_INTERVAL,
+        GENERAL_WAIT,
     );
     assert_eq!(svc.finalizing_stages().len(), 4);
     assert_eq!(clock.elapsed(), Duration::from_secs(90));
@@ -519,8 +522,8 @@ fn abi_wait_ends_false_on_stop() {
 
 #[test]
 fn post_install_rides_out_many_console_failures() {
-    let (clock, svc, status) = setup();
-    let cluster = ready_cluster();
+    let f = fx();
+    let (clock, svc, status, cluster) = (&f.clock, &f.svc, &f.status, &f.cluster);
     for _ in 0..9 {
         cluster.fail_next("get_cluster_operator", ApiError::new(500, "", "x"));
     }
@@ -530,23 +533,12 @@ fn post_install_rides_out_many_console_failures() {
         record("cvo", "available"),
     ]);
     svc.fail("v2CompleteInstallation", 1, 500);
-    let out = post_install_configs(
-        &*clock,
-        &NeverStop,
-        &cluster,
-        &svc,
-        &status,
-        &PostInstallSettings::new("4.12", true),
-        &mut || Ok(()),
-    );
-    let PostInstallOutcome::Completed { params, sent } = out else {
-        panic!("{out:?}")
-    };
+    let (params, sent) = f.completed(&NeverStop, &go(true), &mut || Ok(()));
     assert!(params.is_success && sent);
     // Ten rounds a minute apart, then the router CA at once; one completion retry.
     assert_eq!(cluster.count("get_cluster_operator"), 10);
     assert_eq!(
-        reports(&svc),
+        reports(svc),
         [(
             "console".to_string(),
             Some(OperatorStatus::Available),
@@ -565,24 +557,13 @@ fn post_install_rides_out_many_console_failures() {
 
 #[test]
 fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion() {
-    let (clock, svc, status) = setup();
-    let cluster = ready_cluster();
+    let f = fx();
+    let (clock, svc, status, cluster) = (&f.clock, &f.svc, &f.status, &f.cluster);
     cluster.fail_always("get_cluster_operator", ApiError::new(500, "", "x"));
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![record("console", "progressing")]);
     svc.fail("v2CompleteInstallation", 5, 500);
-    let out = post_install_configs(
-        &*clock,
-        &stop_at(&clock, 30 * 60),
-        &cluster,
-        &svc,
-        &status,
-        &PostInstallSettings::new("4.12", false),
-        &mut || panic!("no OLM step after a failure"),
-    );
-    let PostInstallOutcome::Completed { params, sent } = out else {
-        panic!("{out:?}")
-    };
+    let (params, sent) = f.completed(&stop_at(clock, 30 * 60), &go(false), &mut no_olm);
     assert!(!sent, "the single attempt failed and the context is over");
     assert_eq!(
         params.error_info,

@@ -10,7 +10,7 @@ use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::testing::{self, abi_operators_initialized, b64, Recorder};
 use crate::host::commands::RecordingRunner;
 use crate::kube::fake::FakeCluster;
-use crate::kube::{ApiError, Condition, Csv, InstallPlan, Subscription};
+use crate::kube::{ApiError, Condition, Csv, InstallPlan, Job, Subscription};
 
 const NS: &str = "openshift-local-storage";
 const SUB: &str = "local-storage-operator";
@@ -49,13 +49,6 @@ fn with_csv(cluster: &FakeCluster, phase: &str, message: &str) {
 }
 
 // --- CSVs created ---
-
-#[test]
-fn empty_operator_list_is_initialized() {
-    let cluster = FakeCluster::new();
-    assert!(all_initialized(&cluster, &[]));
-    assert!(cluster.calls().is_empty());
-}
 
 #[test]
 fn subscription_error_is_false_after_one_cleanup() {
@@ -303,7 +296,7 @@ fn apply_from_service_downloads_both_files() {
     );
     let (k, content) = rec.applied.lock().unwrap()[0].clone();
     assert_eq!(content, "kind: X");
-    assert!(k.ends_with(KUBECONFIG_NOINGRESS_FILE));
+    assert!(k.ends_with(crate::controller::service::KUBECONFIG_NOINGRESS));
     assert!(!k.exists(), "the temp dir is removed");
 
     svc.fail("V2DownloadClusterCredentials", 1, 500);
@@ -555,22 +548,15 @@ fn csvs_never_created_remembers_every_failure_and_marks() {
 }
 
 #[test]
-fn marking_retries_ten_times_then_gives_up() {
-    let (clock, svc, _, status) = setup();
-    svc.set_operators(vec![lso("progressing")]);
-    svc.fail("V2ListOfClusterOperators", 100, 500);
-    let out = retry_attempts(&*clock, &NeverStop, 10, Duration::from_secs(30), || {
-        mark_timed_out(&svc, &status, "4.12")
-    });
-    assert!(out.is_err());
-    assert_eq!(svc.operations().len(), 10);
-    assert_eq!(clock.elapsed(), Duration::from_secs(9 * 30));
-    assert!(status.operators_in_error().is_empty());
-}
-
-#[test]
 fn marking_skips_available_and_failed_operators() {
     let (_, svc, _, status) = setup();
+    svc.set_operators(vec![lso("progressing")]);
+    svc.fail("V2ListOfClusterOperators", 1, 500);
+    assert!(mark_timed_out(&svc, &status, "4.12").is_err());
+    assert!(
+        status.operators_in_error().is_empty(),
+        "a list error marks nothing"
+    );
     let mut a = lso("available");
     a.name = "a".into();
     let mut f = lso("failed");
@@ -614,190 +600,95 @@ fn failed_fetch_returns_without_marking() {
 
 const CTRL_NS: &str = "assisted-installer";
 
-fn abi_cluster() -> FakeCluster {
-    let cluster = FakeCluster::new();
-    abi_operators_initialized(&cluster);
-    cluster
-}
-
-fn abi_config_map(cluster: &FakeCluster, with_files: bool) {
-    testing::abi_config_map(cluster, CTRL_NS, with_files)
-}
-
-fn run_abi(
-    clock: &FakeClock,
-    stop: &dyn Stop,
-    cluster: &FakeCluster,
-    rec: &Recorder,
-    kubeconfig: AbiKubeconfig<'_>,
-) -> bool {
-    abi_post_install(
-        clock,
-        stop,
-        cluster,
-        rec,
-        CTRL_NS,
-        "4.14",
-        kubeconfig,
-        Duration::from_secs(30),
-    )
-}
-
+/// `PostInstallConfigsK8sClient` on a cluster: the ConfigMap states, the kubeconfig (fixed, or
+/// downloaded after `n` failures), the stop, and what it did.
 #[test]
-fn abi_applies_every_operator_s_manifests_once() {
-    let clock = FakeClock::new();
-    let cluster = abi_cluster();
-    abi_config_map(&cluster, true);
-    let rec = Recorder::default();
-    let mut lookups = 0;
-    let mut get = || {
-        lookups += 1;
-        Ok(PathBuf::from("/k/kubeconfig"))
-    };
-    assert!(run_abi(
-        &clock,
-        &NeverStop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Download(&mut get)
-    ));
-    assert_eq!(lookups, 1);
-    assert_eq!(cluster.count("get_subscription"), 2);
-    assert_eq!(cluster.count("get_csv"), 2);
-    assert_eq!(cluster.count("list_install_plans"), 2);
-    assert_eq!(rec.contents(), ["kind: KubeDescheduler", "kind: NMState"]);
-    assert_eq!(
-        rec.applied.lock().unwrap()[0].0,
-        PathBuf::from("/k/kubeconfig")
-    );
-}
-
-#[test]
-fn abi_keeps_waiting_while_subscriptions_fail_until_stopped() {
-    let clock = FakeClock::new();
-    let cluster = abi_cluster();
-    abi_config_map(&cluster, true);
-    cluster.fail_always("get_subscription", ApiError::new(500, "", "x"));
-    let rec = Recorder::default();
-    let stop = stop_at(&clock, 100);
-    assert!(!run_abi(
-        &clock,
-        &stop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed(SNO_KUBECONFIG.into())
-    ));
-    assert_eq!(
-        cluster.count("get_config_map"),
-        4,
-        "rounds at 0, 30, 60, 90 s"
-    );
-    assert!(rec.contents().is_empty());
-}
-
-#[test]
-fn abi_config_map_not_found_keeps_retrying_forbidden_stops() {
-    let clock = FakeClock::new();
-    let cluster = FakeCluster::new();
-    let rec = Recorder::default();
-    let stop = stop_at(&clock, 60);
-    assert!(!run_abi(
-        &clock,
-        &stop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed("/k".into())
-    ));
-    assert_eq!(cluster.count("get_config_map"), 2);
-
-    let clock = FakeClock::new();
-    cluster.fail_always("get_config_map", ApiError::new(403, "Forbidden", "no"));
-    assert!(run_abi(
-        &clock,
-        &NeverStop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed("/k".into())
-    ));
-    assert_eq!(cluster.count("get_config_map"), 3);
-}
-
-#[test]
-fn abi_malformed_metadata_stops_and_missing_file_keeps_waiting() {
-    let clock = FakeClock::new();
-    let cluster = FakeCluster::new();
-    cluster.set_config_map(
-        CTRL_NS,
-        OLM_MANIFESTS_CONFIG_MAP,
-        &[("x.metadata.yaml", "manifests: {{{")],
-    );
-    let rec = Recorder::default();
-    assert!(run_abi(
-        &clock,
-        &NeverStop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed("/k".into())
-    ));
-    assert_eq!(cluster.count("get_config_map"), 1);
-
-    let cluster = abi_cluster();
-    abi_config_map(&cluster, false);
-    let stop = stop_at(&clock, 60);
-    assert!(!run_abi(
-        &clock,
-        &stop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed("/k".into())
-    ));
-    assert!(cluster.count("get_config_map") >= 2);
-    assert!(rec.contents().is_empty());
-}
-
-#[test]
-fn abi_kubeconfig_failure_then_success() {
-    let clock = FakeClock::new();
-    let cluster = abi_cluster();
-    abi_config_map(&cluster, true);
-    let rec = Recorder::default();
-    let mut lookups = 0;
-    let mut get = || {
-        lookups += 1;
-        if lookups == 1 {
-            anyhow::bail!("not yet");
+fn abi_post_install_table() {
+    let initialized = |files: bool| {
+        move |c: &FakeCluster| {
+            abi_operators_initialized(c);
+            testing::abi_config_map(c, CTRL_NS, files);
         }
-        Ok(PathBuf::from("/k"))
     };
-    assert!(run_abi(
-        &clock,
-        &NeverStop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Download(&mut get)
-    ));
-    assert_eq!(lookups, 2);
-    assert_eq!(cluster.count("get_config_map"), 2);
-    assert_eq!(rec.contents().len(), 2);
-}
-
-#[test]
-fn abi_empty_config_map_is_done_in_one_round() {
-    let clock = FakeClock::new();
-    let cluster = FakeCluster::new();
-    cluster.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &[]);
-    let rec = Recorder::default();
-    assert!(run_abi(
-        &clock,
-        &NeverStop,
-        &cluster,
-        &rec,
-        AbiKubeconfig::Fixed("/k".into())
-    ));
-    assert_eq!(
-        cluster.take_calls(),
-        [format!(
-            "get_config_map({CTRL_NS}, {OLM_MANIFESTS_CONFIG_MAP})"
-        )]
+    let subs_fail = |c: &FakeCluster| {
+        initialized(true)(c);
+        c.fail_always("get_subscription", ApiError::new(500, "", "x"));
+    };
+    let forbidden = |c: &FakeCluster| {
+        c.fail_always("get_config_map", ApiError::new(403, "Forbidden", "no"));
+    };
+    let malformed = |c: &FakeCluster| {
+        let data = [("x.metadata.yaml", "manifests: {{{")];
+        c.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &data);
+    };
+    let empty = |c: &FakeCluster| c.set_config_map(CTRL_NS, OLM_MANIFESTS_CONFIG_MAP, &[]);
+    let (ok, missing_file) = (initialized(true), initialized(false));
+    let none = |_: &FakeCluster| {};
+    let both: &[&str] = &["kind: KubeDescheduler", "kind: NMState"];
+    // (case, set-up, download failures (None: the fixed SNO file), stop after s (0: never),
+    //  done, ConfigMap reads, other cluster calls, applied)
+    type Row<'a> = (
+        &'a str,
+        &'a dyn Fn(&FakeCluster),
+        Option<usize>,
+        u64,
+        bool,
+        usize,
+        Option<usize>,
+        &'a [&'a str],
     );
+    let cases: [Row; 8] = [
+        // Each operator: list_jobs, list_install_plans, get_subscription, get_csv.
+        ("applied", &ok, Some(0), 0, true, 1, Some(8), both),
+        ("download", &ok, Some(1), 0, true, 2, None, both),
+        ("subs fail", &subs_fail, None, 100, false, 4, None, &[]),
+        ("not found", &none, None, 60, false, 2, None, &[]),
+        ("forbidden", &forbidden, None, 0, true, 1, Some(0), &[]),
+        ("malformed", &malformed, None, 0, true, 1, Some(0), &[]),
+        ("no file", &missing_file, None, 60, false, 2, None, &[]),
+        ("empty", &empty, None, 0, true, 1, Some(0), &[]),
+    ];
+    for (case, setup, failures, stop_after, done, reads, others, applied) in cases {
+        let clock = FakeClock::new();
+        let cluster = FakeCluster::new();
+        setup(&cluster);
+        let rec = Recorder::default();
+        let mut lookups = 0;
+        let mut get = || {
+            lookups += 1;
+            if lookups <= failures.unwrap_or(0) {
+                anyhow::bail!("not yet");
+            }
+            Ok(PathBuf::from("/k/kubeconfig"))
+        };
+        let (kubeconfig, want_path) = match failures {
+            Some(_) => (AbiKubeconfig::Download(&mut get), "/k/kubeconfig"),
+            None => (AbiKubeconfig::Fixed(SNO_KUBECONFIG.into()), SNO_KUBECONFIG),
+        };
+        let stop: Box<dyn Stop> = match stop_after {
+            0 => Box::new(NeverStop),
+            secs => Box::new(stop_at(&clock, secs)),
+        };
+        let interval = Duration::from_secs(30);
+        let got = abi_post_install(
+            &clock, &*stop, &cluster, &rec, CTRL_NS, "4.14", kubeconfig, interval,
+        );
+        assert_eq!(got, done, "{case}");
+        assert_eq!(cluster.count("get_config_map"), reads, "{case}");
+        if let Some(others) = others {
+            assert_eq!(cluster.calls().len() - reads, others, "{case}");
+        }
+        assert_eq!(rec.contents(), applied, "{case}");
+        assert!(
+            rec.kubeconfigs().iter().all(|k| k == Path::new(want_path)),
+            "{case}"
+        );
+        if let Some(n) = failures.filter(|_| done) {
+            assert_eq!(
+                lookups,
+                n + 1,
+                "{case}: asked until it succeeds, then reused"
+            );
+        }
+    }
 }
