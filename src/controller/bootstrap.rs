@@ -21,13 +21,15 @@ use crate::kube::{ClusterApi, ProxyStatus};
 use crate::openshift::PROXY_NAME;
 
 /// The variables set from the cluster Proxy.
-pub const PROXY_VARIABLES: [&str; 3] = ["HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"];
+pub(crate) const PROXY_VARIABLES: [&str; 3] = ["HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"];
 
 /// The proxy variables for the commands the controller runs (`oc`, `bash`): their values at
 /// startup, before the cluster Proxy sets them, "" for unset (a Go client reads "" as no proxy).
 /// Go's executor snapshots the environment before that, so its children never see the cluster
 /// proxy; `oc` then reaches the API server directly, as the controller's own client does.
-pub fn command_proxy_snapshot(env: &dyn Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+pub(crate) fn command_proxy_snapshot(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
     PROXY_VARIABLES
         .iter()
         .map(|name| (name.to_string(), env(name).unwrap_or_default()))
@@ -35,7 +37,7 @@ pub fn command_proxy_snapshot(env: &dyn Fn(&str) -> Option<String>) -> Vec<(Stri
 }
 
 /// The two clients, connected.
-pub struct Connected {
+pub(crate) struct Connected {
     pub cluster: Arc<dyn ClusterApi>,
     pub service: Arc<dyn ControllerService>,
     /// The cluster's Proxy status, as copied into the environment.
@@ -52,7 +54,7 @@ impl std::fmt::Debug for Connected {
 
 /// GET Proxy `cluster` and set `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` through
 /// `set_env` for each non-empty field of its status (the others are left as they are).
-pub fn apply_cluster_proxy(
+pub(crate) fn apply_cluster_proxy(
     cluster: &dyn ClusterApi,
     set_env: &mut dyn FnMut(&str, &str),
 ) -> Result<ProxyStatus> {
@@ -73,7 +75,7 @@ pub fn apply_cluster_proxy(
 }
 
 /// The Kubernetes client, the proxy environment, then the service client.
-pub fn connect(
+pub(crate) fn connect(
     build_cluster: impl FnOnce() -> Result<Arc<dyn ClusterApi>>,
     set_env: &mut dyn FnMut(&str, &str),
     build_service: impl FnOnce() -> Result<Arc<dyn ControllerService>>,
@@ -91,7 +93,7 @@ pub fn connect(
 /// The real Kubernetes client: the SNO kubeconfig if present, else the pod's service account in
 /// `service_account_dir`; in dry mode, the pretend cluster of `dry_hosts` (parsed at startup),
 /// with no API server.
-pub fn kube_cluster(
+pub(crate) fn kube_cluster(
     config: &ControllerConfig,
     service_account_dir: &Path,
     dry_hosts: &[ClusterHost],
@@ -110,7 +112,7 @@ pub fn kube_cluster(
 }
 
 /// How the configuration reaches the service client: `CA_CERT_PATH` "" is no CA file.
-pub fn service_config(config: &ControllerConfig) -> ControllerServiceConfig {
+pub(crate) fn service_config(config: &ControllerConfig) -> ControllerServiceConfig {
     ControllerServiceConfig {
         inventory_url: config.inventory_url.clone(),
         token: config.pull_secret_token.clone(),
@@ -121,7 +123,7 @@ pub fn service_config(config: &ControllerConfig) -> ControllerServiceConfig {
 }
 
 /// The real service client: the REST client for `CLUSTER_ID`.
-pub fn service_client(
+pub(crate) fn service_client(
     config: &ControllerConfig,
     clock: Arc<dyn Clock>,
 ) -> Result<Arc<dyn ControllerService>> {
@@ -130,7 +132,7 @@ pub fn service_client(
 }
 
 /// Sets a variable of the process environment (before any thread that reads it starts).
-pub fn set_process_env(name: &str, value: &str) {
+pub(crate) fn set_process_env(name: &str, value: &str) {
     std::env::set_var(name, value);
 }
 

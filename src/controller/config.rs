@@ -22,12 +22,12 @@ use std::fmt;
 use crate::config::go_values::{parse_go_bool, parse_go_int};
 
 /// The namespace of the ready Event, the own-pod lookup and the ABI ConfigMap by default.
-pub const DEFAULT_NAMESPACE: &str = "assisted-installer";
+pub(crate) const DEFAULT_NAMESPACE: &str = "assisted-installer";
 /// The control-plane size when `CONTROL_PLANE_COUNT` is absent.
-pub const DEFAULT_CONTROL_PLANE_COUNT: i64 = 3;
+pub(crate) const DEFAULT_CONTROL_PLANE_COUNT: i64 = 3;
 
 #[derive(Clone, PartialEq, Eq)]
-pub struct ControllerConfig {
+pub(crate) struct ControllerConfig {
     /// `CLUSTER_ID` (required).
     pub cluster_id: String,
     /// `INVENTORY_URL` (required): the service base URL.
@@ -61,7 +61,7 @@ pub struct ControllerConfig {
 
 /// Why the environment does not make a configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     #[error("required key {0} missing value")]
     Missing(&'static str),
     #[error("invalid value {value:?} for {name}: {reason}")]
@@ -109,7 +109,7 @@ fn int(
 impl ControllerConfig {
     /// Parses the variables `env` gives (`None`: not set), in the spec's table order (the order
     /// of the fields below, which Rust evaluates in the order written).
-    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+    pub(crate) fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let required = |name: &'static str| env(name).ok_or(ConfigError::Missing(name));
         let string = |name: &str| env(name).unwrap_or_default();
         Ok(ControllerConfig {

@@ -57,7 +57,7 @@ const BAREMETAL: &str = "baremetal";
 
 /// How the main sequence ended (startup failures are `Err`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The completion wait returned and the shutdown ran: exit 0. `error` is the shared error
     /// flag at the end (the exit code is 0 either way, as Go).
     Done { error: bool },
@@ -68,12 +68,12 @@ pub enum Outcome {
 /// The console/CVO cap of post-install, Go's 10 h in [`Intervals::production`]; the tests
 /// raise it out of reach of the fake clock that all threads move. Every other interval is Go's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Intervals {
+pub(crate) struct Intervals {
     pub cvo_timeout: Duration,
 }
 
 impl Intervals {
-    pub fn production() -> Intervals {
+    pub(crate) fn production() -> Intervals {
         let post = PostInstallSettings::new("", false);
         Intervals {
             cvo_timeout: post.cvo_timeout,
@@ -98,16 +98,16 @@ struct TaskEnv {
 
 /// Where the log upload reads and writes.
 #[derive(Debug, Clone)]
-pub struct LogPaths {
+pub(crate) struct LogPaths {
     pub log_file: PathBuf,
     pub must_gather_dir: PathBuf,
 }
 
 /// The setter of a process environment variable.
-pub type SetEnv = Box<dyn FnMut(&str, &str)>;
+pub(crate) type SetEnv = Box<dyn FnMut(&str, &str)>;
 
 /// Everything [`run`] needs.
-pub struct Controller {
+pub(crate) struct Controller {
     pub config: ControllerConfig,
     /// The Kubernetes client.
     pub build_cluster: Box<dyn FnOnce() -> Result<Arc<dyn ClusterApi>>>,
@@ -143,7 +143,7 @@ fn spawn(
 }
 
 /// Go's `main` after startup; see the module documentation.
-pub fn run(controller: Controller) -> Result<Outcome> {
+pub(crate) fn run(controller: Controller) -> Result<Outcome> {
     let Controller {
         config,
         build_cluster,

@@ -32,18 +32,18 @@ use crate::kube::client::SERVICE_ACCOUNT_DIR;
 /// Where the Job mounts the Secret's `pull-secret-token` item.
 const TOKEN_PATH: &str = "/etc/assisted-installer-controller/token";
 /// How often dry mode looks for the fake-reboot marker.
-pub const DRY_MARKER_POLL: Duration = Duration::from_secs(1);
+pub(crate) const DRY_MARKER_POLL: Duration = Duration::from_secs(1);
 
 /// Test hooks: the environment variables that move the token and log files, the service
 /// account and the must-gather directory (the Go controller has none; the Job never sets them).
-pub const TOKEN_FILE_ENV: &str = "ASSISTED_CONTROLLER_TOKEN_FILE";
-pub const LOG_FILE_ENV: &str = "ASSISTED_CONTROLLER_LOG_FILE";
-pub const SERVICE_ACCOUNT_DIR_ENV: &str = "ASSISTED_CONTROLLER_SERVICE_ACCOUNT_DIR";
-pub const MUST_GATHER_DIR_ENV: &str = "ASSISTED_CONTROLLER_MUST_GATHER_DIR";
+pub(crate) const TOKEN_FILE_ENV: &str = "ASSISTED_CONTROLLER_TOKEN_FILE";
+pub(crate) const LOG_FILE_ENV: &str = "ASSISTED_CONTROLLER_LOG_FILE";
+pub(crate) const SERVICE_ACCOUNT_DIR_ENV: &str = "ASSISTED_CONTROLLER_SERVICE_ACCOUNT_DIR";
+pub(crate) const MUST_GATHER_DIR_ENV: &str = "ASSISTED_CONTROLLER_MUST_GATHER_DIR";
 
 /// The files startup reads and writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Paths {
+pub(crate) struct Paths {
     pub token: PathBuf,
     pub log_file: PathBuf,
     /// The pod's service account (token and CA), used when there is no bootstrap kubeconfig.
@@ -65,7 +65,7 @@ impl Default for Paths {
 
 impl Paths {
     /// The Go paths, unless the test hooks move them.
-    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Self {
+    pub(crate) fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Self {
         let d = Paths::default();
         Paths {
             token: env(TOKEN_FILE_ENV).map(PathBuf::from).unwrap_or(d.token),
@@ -82,7 +82,7 @@ impl Paths {
 
 /// What startup produces.
 #[derive(Debug)]
-pub struct Startup {
+pub(crate) struct Startup {
     /// The configuration, with the token file's content in `pull_secret_token`.
     pub config: ControllerConfig,
     /// Dry mode's pretend hosts (empty otherwise).
@@ -92,7 +92,7 @@ pub struct Startup {
 }
 
 /// Runs the startup over the variables `env` gives; `stop` ends the dry-mode wait.
-pub fn prepare(
+pub(crate) fn prepare(
     env: &dyn Fn(&str) -> Option<String>,
     paths: &Paths,
     clock: &dyn Clock,
@@ -146,7 +146,7 @@ fn dry_mode(
 }
 
 /// The log's first line: the configuration, token masked.
-pub fn config_line(config: &ControllerConfig) -> String {
+pub(crate) fn config_line(config: &ControllerConfig) -> String {
     format!("Start running the assisted-installer-controller. Configuration: {config}")
 }
 

@@ -40,15 +40,15 @@ use crate::service::{
 };
 
 /// How long a fetched monitored-operators list may be served from the cache.
-pub const MONITORED_OPERATORS_TTL: Duration = Duration::from_secs(20);
+pub(crate) const MONITORED_OPERATORS_TTL: Duration = Duration::from_secs(20);
 /// `V2DownloadClusterFiles` file with the OLM operators' manifests.
-pub const CUSTOM_MANIFESTS_FILE: &str = "custom_manifests.json";
+pub(crate) const CUSTOM_MANIFESTS_FILE: &str = "custom_manifests.json";
 /// `V2DownloadClusterCredentials` file the controller uses to run `oc`.
-pub const KUBECONFIG_NOINGRESS: &str = "kubeconfig-noingress";
+pub(crate) const KUBECONFIG_NOINGRESS: &str = "kubeconfig-noingress";
 /// File name of the controller's log archive (`logs_type=controller`).
-pub const CONTROLLER_LOGS_FILE: &str = "controller_logs.tar.gz";
+pub(crate) const CONTROLLER_LOGS_FILE: &str = "controller_logs.tar.gz";
 /// `name` of the reboots-notifier event.
-pub const REBOOTS_EVENT_NAME: &str = "reboots_for_node";
+pub(crate) const REBOOTS_EVENT_NAME: &str = "reboots_for_node";
 
 /// The calls of the service API, bound to one cluster. Every error is the [`crate::service::ServiceError`]
 /// of the REST client (after its retries), so callers can branch on its `status` (the
@@ -89,7 +89,7 @@ pub trait ControllerService: Send + Sync {
 /// The body sent for `report`: the name `ocs` becomes `odf` (the service knows the operator as
 /// `odf`; the controller may have renamed it `ocs` for 4.8 clusters), the rest as given (empty
 /// fields are left out by the model).
-pub fn wire_report(report: &OperatorMonitorReport) -> OperatorMonitorReport {
+pub(crate) fn wire_report(report: &OperatorMonitorReport) -> OperatorMonitorReport {
     let mut body = report.clone();
     if body.name == "ocs" {
         body.name = "odf".to_string();
@@ -105,7 +105,7 @@ pub fn wire_report(report: &OperatorMonitorReport) -> OperatorMonitorReport {
 /// A pre-release suffix is ignored here (`4.9.0-rc.1` is 4.9); Go's version library may order
 /// pre-releases differently at the 4.8/4.9 bounds, which only matters for 4.8/4.9 release
 /// candidates.
-pub fn operators_for_version(
+pub(crate) fn operators_for_version(
     mut list: Vec<MonitoredOperator>,
     openshift_version: &str,
 ) -> Result<Vec<MonitoredOperator>> {
@@ -164,7 +164,7 @@ fn non_empty(s: &str) -> Option<String> {
 }
 
 /// `t` as RFC 3339 UTC with whole seconds (`2026-11-23T19:35:44Z`).
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let secs = match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => d.as_secs() as i64,
         Err(e) => -(e.duration().as_secs() as i64),
