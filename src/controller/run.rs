@@ -158,8 +158,7 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
         log_paths,
         applier,
     } = controller;
-    let connected = bootstrap::connect(build_cluster, &mut *set_env, build_service)?;
-    let (cluster, service) = (connected.cluster, connected.service);
+    let (cluster, service) = bootstrap::connect(build_cluster, &mut *set_env, build_service)?;
     let notifier = Arc::new(RebootsNotifier::new(
         config.notify_num_reboots,
         service.clone(),

@@ -4,7 +4,7 @@
 //! [`ControllerClient`] implements it over the installer's REST client
 //! ([`ServiceClient`]): same base path, `X-Secret-Key` (never logged) and a fresh `X-Request-ID`
 //! per call (shared by that call's retries), same retry loop with the controller's budget
-//! ([`ClientRetry::controller`]: 404/423/425 retried while attempt < 10, 408/429/5xx and
+//! (`ClientRetry::controller`: 404/423/425 retried while attempt < 10, 408/429/5xx and
 //! failures without an answer while attempt < 15, full-jitter delays from 2 s capped at 10 s).
 //! `testing::MemoryService` implements it in memory for the task tests.
 //!
@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -34,7 +34,7 @@ use reqwest::Method;
 use crate::clock::Clock;
 use crate::service::client::encode;
 use crate::service::{
-    ClientConfig, ClientRetry, Cluster, ClusterFinalizingProgress, CompletionParams, EventParams,
+    ClientConfig, Cluster, ClusterFinalizingProgress, CompletionParams, EventParams,
     FinalizingStage, HostStage, InventoryClient, LogsState, LogsType, LogsUpload,
     MonitoredOperator, OperatorMonitorReport, ServiceClient,
 };
@@ -203,58 +203,6 @@ impl OperatorsCache {
     }
 }
 
-/// How the controller reaches the service (from the Job's environment).
-#[derive(Clone, Default)]
-pub struct ControllerServiceConfig {
-    /// `INVENTORY_URL`; `/api/assisted-install` is appended.
-    pub inventory_url: String,
-    /// The token, sent as `X-Secret-Key`. Never logged.
-    pub token: String,
-    /// `SKIP_CERT_VERIFICATION`.
-    pub skip_cert_verification: bool,
-    /// `CA_CERT_PATH` ("" in the env: `None`), added to the system roots; ignored when
-    /// verification is skipped.
-    pub ca_cert_path: Option<PathBuf>,
-}
-
-impl fmt::Debug for ControllerServiceConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ControllerServiceConfig")
-            .field("inventory_url", &self.inventory_url)
-            .field(
-                "token",
-                &if self.token.is_empty() {
-                    "<empty>"
-                } else {
-                    "<SECRET>"
-                },
-            )
-            .field("skip_cert_verification", &self.skip_cert_verification)
-            .field("ca_cert_path", &self.ca_cert_path)
-            .finish()
-    }
-}
-
-impl ControllerServiceConfig {
-    /// The REST client's configuration: the controller's retry budget, and the CA file only
-    /// when certificates are verified (Go ignores it otherwise, even when unreadable).
-    pub fn client_config(&self) -> ClientConfig {
-        ClientConfig {
-            url: self.inventory_url.clone(),
-            token: self.token.clone(),
-            insecure: self.skip_cert_verification,
-            cacert: if self.skip_cert_verification {
-                None
-            } else {
-                self.ca_cert_path
-                    .clone()
-                    .filter(|p| !p.as_os_str().is_empty())
-            },
-            retry: ClientRetry::controller(),
-        }
-    }
-}
-
 /// [`ControllerService`] over the REST client.
 pub struct ControllerClient {
     client: ServiceClient,
@@ -276,12 +224,12 @@ impl ControllerClient {
     /// Builds the REST client from `config` (a bad URL, token or CA file is an error: fatal at
     /// startup). `clock` times the operators cache and the waits between retries.
     pub fn new(
-        config: &ControllerServiceConfig,
+        config: ClientConfig,
         cluster_id: &str,
         clock: Arc<dyn Clock>,
     ) -> Result<ControllerClient> {
         Ok(ControllerClient {
-            client: ServiceClient::new(config.client_config())?.with_clock(clock.clone()),
+            client: ServiceClient::new(config)?.with_clock(clock.clone()),
             cluster_id: cluster_id.to_string(),
             clock,
             cache: OperatorsCache::default(),
