@@ -276,52 +276,30 @@ mod tests {
         );
     }
 
-    /// Go's `strconv` spellings (`go_values`, tested with the installer's flags in
-    /// `go_flags`), wired to the variables.
+    /// Go's `strconv` spellings (`go_values`, each spelling tested with the installer's flags
+    /// in `go_flags`), wired to the variables; what no flag test has: "" and near misses.
     #[test]
     fn bools_and_ints_take_go_syntax_only() {
-        for (s, want) in [
-            ("1", true),
-            ("t", true),
-            ("T", true),
-            ("TRUE", true),
-            ("true", true),
-        ]
-        .into_iter()
-        .chain([
-            ("True", true),
-            ("0", false),
-            ("f", false),
-            ("F", false),
-            ("FALSE", false),
-        ])
-        .chain([("false", false), ("False", false)])
-        {
+        for (s, want) in [("1", true), ("True", true), ("F", false), ("false", false)] {
             let c = parse(&[("CHECK_CLUSTER_VERSION", s)]).unwrap();
             assert_eq!(c.check_cluster_version, want, "{s}");
-        }
-        for bad in ["", "yes", "tRUE", " true", "2"] {
-            let e = parse(&[("DRY_ENABLE", bad)]).unwrap_err();
-            let ConfigError::Invalid { name, value, .. } = &e else {
-                panic!("{e:?}")
-            };
-            assert_eq!((*name, value.as_str()), ("DRY_ENABLE", bad));
-            assert!(e.to_string().contains("DRY_ENABLE"), "{e}");
         }
         for (s, want) in [("-1", -1), ("0X10", 16), ("010", 8), ("1_000", 1000)] {
             let c = parse(&[("CONTROL_PLANE_COUNT", s)]).unwrap();
             assert_eq!(c.control_plane_count, want, "{s}");
         }
-        for bad in ["", "three", "0x", " 1", "99999999999999999999"] {
-            let e = parse(&[("CONTROL_PLANE_COUNT", bad)]).unwrap_err();
-            let invalid = matches!(
-                e,
-                ConfigError::Invalid {
-                    name: "CONTROL_PLANE_COUNT",
-                    ..
-                }
-            );
-            assert!(invalid, "{bad}: {e:?}");
+        let bad_bools = ["", "yes", "tRUE", " true", "2"].map(|v| ("DRY_ENABLE", v));
+        let bad_ints = ["", "three", "0x", " 1", "99999999999999999999"];
+        for (var, bad) in bad_bools
+            .into_iter()
+            .chain(bad_ints.map(|v| ("CONTROL_PLANE_COUNT", v)))
+        {
+            let e = parse(&[(var, bad)]).unwrap_err();
+            let ConfigError::Invalid { name, value, .. } = &e else {
+                panic!("{e:?}")
+            };
+            assert_eq!((*name, value.as_str()), (var, bad));
+            assert!(e.to_string().contains(var), "{e}");
         }
     }
 

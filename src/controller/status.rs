@@ -55,7 +55,6 @@ impl ControllerStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn errors_and_operators_are_independent() {
@@ -70,24 +69,5 @@ mod tests {
         s.operator_error("cnv");
         s.operator_error("lso");
         assert_eq!(s.operators_in_error(), ["cnv", "lso"]);
-    }
-
-    #[test]
-    fn is_shared_between_threads() {
-        let s = Arc::new(ControllerStatus::new());
-        let threads: Vec<_> = (0..4)
-            .map(|i| {
-                let s = s.clone();
-                std::thread::spawn(move || {
-                    s.error();
-                    s.operator_error(&format!("op{i}"));
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        assert_eq!(s.operators_in_error(), ["op0", "op1", "op2", "op3"]);
-        assert_eq!(s.lock().errors, 4);
     }
 }

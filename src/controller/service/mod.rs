@@ -23,7 +23,6 @@
 //! `completed`, a completion attempt after a cancellation) must still reach the service.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -209,15 +208,6 @@ pub struct ControllerClient {
     cluster_id: String,
     clock: Arc<dyn Clock>,
     cache: OperatorsCache,
-}
-
-impl fmt::Debug for ControllerClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ControllerClient")
-            .field("client", &self.client)
-            .field("cluster_id", &self.cluster_id)
-            .finish_non_exhaustive()
-    }
 }
 
 impl ControllerClient {
