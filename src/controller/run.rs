@@ -65,22 +65,6 @@ pub(crate) enum Outcome {
     ExitNow,
 }
 
-/// The console/CVO cap of post-install, Go's 10 h in [`Intervals::production`]; the tests
-/// raise it out of reach of the fake clock that all threads move. Every other interval is Go's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Intervals {
-    pub cvo_timeout: Duration,
-}
-
-impl Intervals {
-    pub(crate) fn production() -> Intervals {
-        let post = PostInstallSettings::new("", false);
-        Intervals {
-            cvo_timeout: post.cvo_timeout,
-        }
-    }
-}
-
 /// What a task started by main gets.
 #[derive(Clone)]
 struct TaskEnv {
@@ -91,16 +75,9 @@ struct TaskEnv {
     /// Go's main ctx: a child of the signal token, cancelled by the shutdown step.
     stop: Cancel,
     status: Arc<ControllerStatus>,
-    intervals: Intervals,
+    cvo_timeout: Duration,
     /// The reboots notifier, whose kubeconfig download the ABI post-install shares.
     notifier: Arc<RebootsNotifier>,
-}
-
-/// Where the log upload reads and writes.
-#[derive(Debug, Clone)]
-pub(crate) struct LogPaths {
-    pub log_file: PathBuf,
-    pub must_gather_dir: PathBuf,
 }
 
 /// Everything [`run`] needs.
@@ -119,8 +96,12 @@ pub(crate) struct Controller {
     pub reboot_counter: Arc<dyn RebootCounter>,
     /// The SNO router probe's client (`None`: no probe).
     pub router_probe: Option<Arc<dyn HttpProbe>>,
-    pub intervals: Intervals,
-    pub log_paths: LogPaths,
+    /// The console/CVO cap of post-install: Go's 10 h (`CVO_MAX_TIMEOUT`); the tests raise it
+    /// out of reach of the fake clock that all threads move. Every other interval is Go's.
+    pub cvo_timeout: Duration,
+    /// The log file the upload reads, and where must-gather runs.
+    pub log_file: PathBuf,
+    pub must_gather_dir: PathBuf,
     /// `oc apply` of the OLM operators' manifests (the admin kubeconfig: the controller's
     /// ServiceAccount may not create arbitrary objects).
     pub applier: Arc<dyn ManifestApplier>,
@@ -151,8 +132,9 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
         must_gather,
         reboot_counter,
         router_probe,
-        intervals,
-        log_paths,
+        cvo_timeout,
+        log_file,
+        must_gather_dir,
         applier,
     } = controller;
     let (cluster, service) = bootstrap::connect(build_cluster, &mut *set_env, build_service)?;
@@ -185,7 +167,7 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
         clock,
         stop,
         status,
-        intervals,
+        cvo_timeout,
         notifier: notifier.clone(),
     };
     let mut handles = Vec::new();
@@ -244,7 +226,7 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
                 &env.config.openshift_version,
                 env.config.check_cluster_version,
             );
-            settings.cvo_timeout = env.intervals.cvo_timeout;
+            settings.cvo_timeout = env.cvo_timeout;
             let mut step = || {
                 wait_for_olm_operators(
                     &*env.clock,
@@ -290,8 +272,8 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
                 &env.config.namespace,
                 &env.config.must_gather_image,
             );
-            uploader.log_file = log_paths.log_file;
-            uploader.must_gather_dir = log_paths.must_gather_dir;
+            uploader.log_file = log_file;
+            uploader.must_gather_dir = must_gather_dir;
             uploader.control_plane_count = env.config.control_plane_count;
             uploader.router_probe = router_probe.as_deref();
             uploader.periodic(&*env.clock, &env.stop, LOGS_UPLOAD_PERIOD);
