@@ -290,7 +290,11 @@ mod tests {
 
     /// A host named `id`, `installing`, with `ip` (and 10.0.0.9).
     fn at(id: &str, status: &str, ip: &str) -> Host {
-        host(id, id, status, Some(&inv(&[ip], &[])))
+        named(id, id, status, ip)
+    }
+
+    fn named(id: &str, name: &str, status: &str, ip: &str) -> Host {
+        host(id, name, status, Some(&inv(&[ip], &[])))
     }
 
     #[test]
@@ -330,11 +334,8 @@ mod tests {
 
     #[test]
     fn skips_listed_statuses_and_the_last_duplicate_name_wins() {
-        let hosts = [
-            at("a", "disabled", "1.1.1.1/32"),
-            at("b", "error", "1.1.1.1/32"),
-        ];
-        let hosts = [&hosts[..], &[at("c", "installed", "1.1.1.1/32")]].concat();
+        let hosts = [("a", "disabled"), ("b", "error"), ("c", "installed")]
+            .map(|(id, status)| at(id, status, "1.1.1.1/32"));
         let names = |skip| -> Vec<String> {
             let m = HostMap::from_hosts(&hosts, skip).unwrap();
             m.iter().map(|(k, _)| k.to_string()).collect()
@@ -342,18 +343,8 @@ mod tests {
         assert_eq!(names(NODE_STATUS_SKIP), ["b", "c"]);
         assert_eq!(names(NODE_LABELS_SKIP), ["c"]);
         assert_eq!(names(&[]), ["a", "b", "c"]);
-        let first = host(
-            "first",
-            "Node-1",
-            "installing",
-            Some(&inv(&["1.1.1.1/32"], &[])),
-        );
-        let second = host(
-            "second",
-            "node-1",
-            "installing",
-            Some(&inv(&["2.2.2.2/32"], &[])),
-        );
+        let first = named("first", "Node-1", "installing", "1.1.1.1/32");
+        let second = named("second", "node-1", "installing", "2.2.2.2/32");
         let map = HostMap::from_hosts(&[first, second], &[]).unwrap();
         assert_eq!(map.len(), 1);
         assert_eq!(map.get("node-1").unwrap().id(), "second");
@@ -420,15 +411,7 @@ mod tests {
             "installed",
             Some(&inv(&["192.168.39.249/24"], &["fd00::9/64"])),
         );
-        let hosts = [
-            host(
-                "h0",
-                "node0",
-                "installing",
-                Some(&inv(&["192.168.39.248/24"], &[])),
-            ),
-            h1,
-        ];
+        let hosts = [named("h0", "node0", "installing", "192.168.39.248/24"), h1];
         let all = HostMap::from_hosts(&hosts, NODE_STATUS_SKIP).unwrap();
         let unfinished = all.filter(|h| h.status() != Some(&HostStatus::Installed));
         assert_eq!(unfinished.len(), 1);
