@@ -52,30 +52,15 @@ pub(crate) struct Paths {
     pub must_gather_dir: PathBuf,
 }
 
-impl Default for Paths {
-    fn default() -> Self {
-        Paths {
-            token: PathBuf::from(TOKEN_PATH),
-            log_file: PathBuf::from(LOG_PATH),
-            service_account_dir: PathBuf::from(SERVICE_ACCOUNT_DIR),
-            must_gather_dir: PathBuf::from(MUST_GATHER_DIR),
-        }
-    }
-}
-
 impl Paths {
     /// The Go paths, unless the test hooks move them.
     pub(crate) fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Self {
-        let d = Paths::default();
+        let path = |hook: &str, go: &str| PathBuf::from(env(hook).as_deref().unwrap_or(go));
         Paths {
-            token: env(TOKEN_FILE_ENV).map(PathBuf::from).unwrap_or(d.token),
-            log_file: env(LOG_FILE_ENV).map(PathBuf::from).unwrap_or(d.log_file),
-            service_account_dir: env(SERVICE_ACCOUNT_DIR_ENV)
-                .map(PathBuf::from)
-                .unwrap_or(d.service_account_dir),
-            must_gather_dir: env(MUST_GATHER_DIR_ENV)
-                .map(PathBuf::from)
-                .unwrap_or(d.must_gather_dir),
+            token: path(TOKEN_FILE_ENV, TOKEN_PATH),
+            log_file: path(LOG_FILE_ENV, LOG_PATH),
+            service_account_dir: path(SERVICE_ACCOUNT_DIR_ENV, SERVICE_ACCOUNT_DIR),
+            must_gather_dir: path(MUST_GATHER_DIR_ENV, MUST_GATHER_DIR),
         }
     }
 }
