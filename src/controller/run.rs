@@ -80,13 +80,16 @@ struct TaskEnv {
     notifier: Arc<RebootsNotifier>,
 }
 
+/// The setter of a process environment variable (clippy's type-complexity limit).
+pub(crate) type SetEnv = Box<dyn FnMut(&str, &str)>;
+
 /// Everything [`run`] needs.
 pub(crate) struct Controller {
     pub config: ControllerConfig,
     /// The Kubernetes client.
     pub build_cluster: Box<dyn FnOnce() -> Result<Arc<dyn ClusterApi>>>,
     /// The setter of the proxy variables in the process environment.
-    pub set_env: Box<dyn FnMut(&str, &str)>,
+    pub set_env: SetEnv,
     /// The service client, built once the proxy environment is set.
     pub build_service: Box<dyn FnOnce() -> Result<Arc<dyn ControllerService>>>,
     pub clock: Arc<dyn Clock>,
