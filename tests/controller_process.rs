@@ -296,14 +296,12 @@ impl Run {
             .collect()
     }
 
-    /// Waits (up to 3 minutes from the start) for `what`; fails with the log otherwise.
-    fn wait_for(&mut self, name: &str, what: impl Fn(&Run) -> bool) {
-        while !what(self) {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "the controller exited ({status}) before {name}:\n{}",
-                    self.log()
-                );
+    /// Waits, up to 3 minutes from the start, for `done` to give a value; fails with the log
+    /// otherwise.
+    fn wait<T>(&mut self, name: &str, done: impl Fn(&mut Run) -> Option<T>) -> T {
+        loop {
+            if let Some(value) = done(self) {
+                return value;
             }
             if self.started.elapsed() > Duration::from_secs(180) {
                 let _ = self.child.kill();
@@ -313,21 +311,26 @@ impl Run {
         }
     }
 
-    /// The exit code, within 3 minutes of the start.
-    fn exit_code(&mut self) -> i32 {
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
+    fn wait_for(&mut self, name: &str, what: impl Fn(&Run) -> bool) {
+        self.wait(name, |r| {
+            if what(r) {
+                return Some(());
             }
-            if self.started.elapsed() > Duration::from_secs(180) {
-                let _ = self.child.kill();
+            if let Some(status) = r.child.try_wait().unwrap() {
                 panic!(
-                    "the controller did not exit within 3 minutes:\n{}",
-                    self.log()
+                    "the controller exited ({status}) before {name}:\n{}",
+                    r.log()
                 );
             }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            None
+        });
+    }
+
+    fn exit_code(&mut self) -> i32 {
+        self.wait("exit", |r| {
+            let status = r.child.try_wait().unwrap();
+            status.map(|s| s.code().unwrap_or(-1))
+        })
     }
 
     fn stages(&self, host: usize) -> Vec<String> {
@@ -501,25 +504,13 @@ fn from_job_start_to_complete_installation_and_exit_0() {
             "Done"
         ]
     );
-    let reported: Vec<(String, String)> = run
-        .svc
-        .operator_reports()
-        .iter()
-        .map(|r| {
-            (
-                r["name"].as_str().unwrap().into(),
-                r["status"].as_str().unwrap().into(),
-            )
-        })
+    let reported: Vec<Value> = (run.svc.operator_reports().iter())
+        .map(|r| json!([r["name"], r["status"]]))
         .collect();
-    assert!(
-        reported.contains(&("console".into(), "available".into())),
-        "{reported:?}"
-    );
-    assert!(
-        reported.contains(&("cvo".into(), "available".into())),
-        "{reported:?}"
-    );
+    for name in ["console", "cvo"] {
+        let available = json!([name, "available"]);
+        assert!(reported.contains(&available), "{reported:?}");
+    }
     assert_eq!(run.svc.ingress_certs(), [INGRESS_CA]);
     assert_eq!(run.svc.completions(), [json!({"is_success": true})]);
     // The final log upload: requested, the controller's log without must-gather, completed.

@@ -43,27 +43,39 @@ fn without(env: &[(String, String)], key: &str) -> Vec<(String, String)> {
     env.iter().filter(|(k, _)| k != key).cloned().collect()
 }
 
+/// The controller is the binary named `assisted-installer-controller`, `controller`, or the
+/// binary without any argument (the Job runs the image's entrypoint so), which then hints at the
+/// installer's flags; with other arguments it is the installer. The environment fails before
+/// the log file is opened (the unit test `each_step_fails_before_the_log_file_exists` has the
+/// other startup failures).
 #[test]
-fn the_binary_named_assisted_installer_controller_is_the_controller() {
+fn which_invocations_are_the_controller() {
     let dir = tempfile::tempdir().unwrap();
     let link = dir.path().join("assisted-installer-controller");
     std::os::unix::fs::symlink(BIN, &link).unwrap();
-    let env = without(&base_env(dir.path()), "INVENTORY_URL");
-    let out = run(&link, &[], &env);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("required key INVENTORY_URL missing value"),
-        "{err}"
-    );
-    // Under its own name with any argument, the same binary is the installer, which says
-    // something else.
-    let out = run(Path::new(BIN), &["--role", "master"], &env);
-    assert!(
-        !text(&out.stderr).contains("required key"),
-        "{}",
-        text(&out.stderr)
-    );
+    let env = without(&base_env(dir.path()), "CLUSTER_ID");
+    let missing = "required key CLUSTER_ID missing value";
+    let hint = [
+        missing,
+        "no arguments were given",
+        "pass the installer's flags",
+    ];
+    for (program, args, want) in [
+        (link.as_path(), &[][..], &[missing][..]),
+        (Path::new(BIN), &[], &hint),
+        (Path::new(BIN), &["controller"], &[missing]),
+    ] {
+        let out = run(program, args, &env);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let err = text(&out.stderr);
+        for want in want {
+            assert!(err.contains(want), "{program:?} {args:?}: {err}");
+        }
+    }
+    assert!(!dir.path().join("controller_logs.log").exists());
+    // With any other argument, the same binary is the installer, which says something else.
+    let err = text(&run(Path::new(BIN), &["--role", "master"], &env).stderr);
+    assert!(!err.contains("required key"), "{err}");
 }
 
 #[test]
@@ -163,34 +175,5 @@ fn dry_mode_gets_past_the_kubernetes_client_with_its_pretend_cluster() {
     assert!(
         !logged.contains("creating the Kubernetes client"),
         "{logged}"
-    );
-}
-
-/// The Job runs the image's entrypoint (the installer's) without arguments; the unit test
-/// `each_step_fails_before_the_log_file_exists` has the other startup failures.
-#[test]
-fn without_any_argument_the_binary_is_the_controller_and_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let env = without(&base_env(dir.path()), "CLUSTER_ID");
-    let out = run(Path::new(BIN), &[], &env);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = text(&out.stderr);
-    assert!(err.contains("no arguments were given"), "{err}");
-    assert!(err.contains("pass the installer's flags"), "{err}");
-    assert!(
-        err.contains("required key CLUSTER_ID missing value"),
-        "{err}"
-    );
-    assert!(
-        !dir.path().join("controller_logs.log").exists(),
-        "the environment fails before the log file is opened"
-    );
-    // So does `controller`.
-    let out = run(Path::new(BIN), &["controller"], &env);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("required key CLUSTER_ID missing value"),
-        "{err}"
     );
 }

@@ -471,7 +471,7 @@ fn every_client_request_is_valid_against_the_swagger() {
 fn every_controller_request_is_valid_against_the_swagger() {
     use assisted_installer::clock::FakeClock;
     use assisted_installer::controller::service::{
-        ControllerClient, ControllerService, ControllerServiceConfig, RebootsEvent,
+        ControllerClient, ControllerService, RebootsEvent,
     };
     use assisted_installer::service::{
         CompletionParams, FinalizingStage, OperatorMonitorReport, OperatorStatus,
@@ -493,13 +493,14 @@ fn every_controller_request_is_valid_against_the_swagger() {
     fake.set_credentials_file("kubeconfig-noingress", b"apiVersion: v1\n".to_vec());
     let srv = TestServer::with_app(fake.clone());
     let prism = Prism::start(&srv.base_url());
-    let config = ControllerServiceConfig {
-        inventory_url: prism.url(),
+    let config = ClientConfig {
+        url: prism.url(),
         token: fake.token(),
-        ..ControllerServiceConfig::default()
+        retry: ClientRetry::controller(),
+        ..ClientConfig::default()
     };
     // Retries wait on a fake clock: a rejected request fails at once or after instant retries.
-    let c = ControllerClient::new(&config, CLUSTER, Arc::new(FakeClock::new())).unwrap();
+    let c = ControllerClient::new(config, CLUSTER, Arc::new(FakeClock::new())).unwrap();
     let dir = tempfile::tempdir().unwrap();
 
     prism.must("get cluster", c.get_cluster(true));

@@ -7,10 +7,11 @@ use anyhow::Result;
 
 use crate::clock::{Clock, SystemClock};
 use crate::controller::bootstrap;
-use crate::controller::run::{self, Controller, Intervals, LogPaths, Outcome};
+use crate::controller::run::{self, Controller, Outcome};
 use crate::controller::startup::{self, Paths};
 use crate::controller::tasks::logs::OcMustGather;
 use crate::controller::tasks::olm::OcApplier;
+use crate::controller::tasks::operators::CVO_MAX_TIMEOUT;
 use crate::controller::tasks::reboots::OcRebootCounter;
 use crate::controller::tasks::router_probe::{HttpProbe, ReqwestProbe};
 use crate::controller::{self as ctrl};
@@ -96,11 +97,9 @@ pub fn run() -> Result<()> {
             runner: runner.clone(),
         }),
         router_probe,
-        intervals: Intervals::production(),
-        log_paths: LogPaths {
-            log_file,
-            must_gather_dir: paths.must_gather_dir.clone(),
-        },
+        cvo_timeout: CVO_MAX_TIMEOUT,
+        log_file,
+        must_gather_dir: paths.must_gather_dir.clone(),
         applier: Arc::new(OcApplier { runner }),
     };
     match run::run(controller) {

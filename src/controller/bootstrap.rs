@@ -12,50 +12,37 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::config::ControllerConfig;
-use super::service::{ControllerClient, ControllerService, ControllerServiceConfig};
+use super::service::{ControllerClient, ControllerService};
 use crate::clock::Clock;
 use crate::config::cluster_hosts::ClusterHost;
 use crate::kube::client::{KubeClient, BOOTSTRAP_KUBECONFIG};
 use crate::kube::dry::DryCluster;
-use crate::kube::{ClusterApi, ProxyStatus};
+use crate::kube::ClusterApi;
 use crate::openshift::PROXY_NAME;
+use crate::service::{ClientConfig, ClientRetry};
 
 /// The variables set from the cluster Proxy.
-pub const PROXY_VARIABLES: [&str; 3] = ["HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"];
+pub(crate) const PROXY_VARIABLES: [&str; 3] = ["HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"];
 
 /// The proxy variables for the commands the controller runs (`oc`, `bash`): their values at
 /// startup, before the cluster Proxy sets them, "" for unset (a Go client reads "" as no proxy).
 /// Go's executor snapshots the environment before that, so its children never see the cluster
 /// proxy; `oc` then reaches the API server directly, as the controller's own client does.
-pub fn command_proxy_snapshot(env: &dyn Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+pub(crate) fn command_proxy_snapshot(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
     PROXY_VARIABLES
         .iter()
         .map(|name| (name.to_string(), env(name).unwrap_or_default()))
         .collect()
 }
 
-/// The two clients, connected.
-pub struct Connected {
-    pub cluster: Arc<dyn ClusterApi>,
-    pub service: Arc<dyn ControllerService>,
-    /// The cluster's Proxy status, as copied into the environment.
-    pub proxy: ProxyStatus,
-}
-
-impl std::fmt::Debug for Connected {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connected")
-            .field("proxy", &self.proxy)
-            .finish_non_exhaustive()
-    }
-}
-
 /// GET Proxy `cluster` and set `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` through
 /// `set_env` for each non-empty field of its status (the others are left as they are).
-pub fn apply_cluster_proxy(
+fn apply_cluster_proxy(
     cluster: &dyn ClusterApi,
     set_env: &mut dyn FnMut(&str, &str),
-) -> Result<ProxyStatus> {
+) -> Result<()> {
     let proxy = cluster
         .get_proxy(PROXY_NAME)
         .with_context(|| format!("getting the cluster proxy settings (Proxy {PROXY_NAME})"))?;
@@ -69,29 +56,25 @@ pub fn apply_cluster_proxy(
             set_env(name, value);
         }
     }
-    Ok(proxy)
+    Ok(())
 }
 
 /// The Kubernetes client, the proxy environment, then the service client.
-pub fn connect(
+pub(crate) fn connect(
     build_cluster: impl FnOnce() -> Result<Arc<dyn ClusterApi>>,
     set_env: &mut dyn FnMut(&str, &str),
     build_service: impl FnOnce() -> Result<Arc<dyn ControllerService>>,
-) -> Result<Connected> {
+) -> Result<(Arc<dyn ClusterApi>, Arc<dyn ControllerService>)> {
     let cluster = build_cluster().context("creating the Kubernetes client")?;
-    let proxy = apply_cluster_proxy(&*cluster, set_env)?;
+    apply_cluster_proxy(&*cluster, set_env)?;
     let service = build_service().context("creating the assisted-service client")?;
-    Ok(Connected {
-        cluster,
-        service,
-        proxy,
-    })
+    Ok((cluster, service))
 }
 
 /// The real Kubernetes client: the SNO kubeconfig if present, else the pod's service account in
 /// `service_account_dir`; in dry mode, the pretend cluster of `dry_hosts` (parsed at startup),
 /// with no API server.
-pub fn kube_cluster(
+pub(crate) fn kube_cluster(
     config: &ControllerConfig,
     service_account_dir: &Path,
     dry_hosts: &[ClusterHost],
@@ -109,28 +92,30 @@ pub fn kube_cluster(
     )?))
 }
 
-/// How the configuration reaches the service client: `CA_CERT_PATH` "" is no CA file.
-pub fn service_config(config: &ControllerConfig) -> ControllerServiceConfig {
-    ControllerServiceConfig {
-        inventory_url: config.inventory_url.clone(),
+/// The REST client's configuration: the controller's retry budget, and `CA_CERT_PATH` only when
+/// certificates are verified (Go ignores it otherwise, even when unreadable) and not "".
+pub(crate) fn service_config(config: &ControllerConfig) -> ClientConfig {
+    let ca = !config.skip_cert_verification && !config.ca_cert_path.is_empty();
+    ClientConfig {
+        url: config.inventory_url.clone(),
         token: config.pull_secret_token.clone(),
-        skip_cert_verification: config.skip_cert_verification,
-        ca_cert_path: (!config.ca_cert_path.is_empty())
-            .then(|| PathBuf::from(&config.ca_cert_path)),
+        insecure: config.skip_cert_verification,
+        cacert: ca.then(|| PathBuf::from(&config.ca_cert_path)),
+        retry: ClientRetry::controller(),
     }
 }
 
 /// The real service client: the REST client for `CLUSTER_ID`.
-pub fn service_client(
+pub(crate) fn service_client(
     config: &ControllerConfig,
     clock: Arc<dyn Clock>,
 ) -> Result<Arc<dyn ControllerService>> {
-    let client = ControllerClient::new(&service_config(config), &config.cluster_id, clock)?;
+    let client = ControllerClient::new(service_config(config), &config.cluster_id, clock)?;
     Ok(Arc::new(client))
 }
 
 /// Sets a variable of the process environment (before any thread that reads it starts).
-pub fn set_process_env(name: &str, value: &str) {
+pub(crate) fn set_process_env(name: &str, value: &str) {
     std::env::set_var(name, value);
 }
 
@@ -140,7 +125,7 @@ mod tests {
     use crate::clock::FakeClock;
     use crate::controller::service::testing::MemoryService;
     use crate::kube::fake::FakeCluster;
-    use crate::kube::ApiError;
+    use crate::kube::{ApiError, ProxyStatus};
     use anyhow::{anyhow, bail};
     use std::sync::Mutex;
 
@@ -155,8 +140,9 @@ mod tests {
         );
     }
 
-    /// Connects over `k8s`, the steps (each client built, each variable set) in order.
-    fn connect_steps(k8s: &FakeCluster, service: Result<()>) -> (Result<Connected>, Vec<String>) {
+    /// Connects over `k8s`, the steps (each client built, each variable set) in order, and the
+    /// error.
+    fn connect_steps(k8s: &FakeCluster, service: Result<()>) -> (Option<String>, Vec<String>) {
         let log = Arc::new(Mutex::new(Vec::new()));
         let (l1, l2, l3, k) = (log.clone(), log.clone(), log.clone(), k8s.clone());
         let connected = connect(
@@ -175,7 +161,7 @@ mod tests {
             },
         );
         let steps = log.lock().unwrap().clone();
-        (connected, steps)
+        (connected.err().map(|e| format!("{e:#}")), steps)
     }
 
     #[test]
@@ -186,70 +172,88 @@ mod tests {
             https_proxy: String::new(),
             no_proxy: ".cluster.local,10.0.0.0/8".into(),
         });
-        let (connected, steps) = connect_steps(&k8s, Ok(()));
+        let (err, steps) = connect_steps(&k8s, Ok(()));
         let want = [
             "cluster",
             "HTTP_PROXY=http://proxy:3128",
             "NO_PROXY=.cluster.local,10.0.0.0/8",
+            "service",
         ];
-        assert_eq!(steps, [&want[..], &["service"][..]].concat());
+        assert_eq!((err, steps), (None, want.map(String::from).to_vec()));
         assert_eq!(k8s.take_calls(), ["get_proxy(cluster)"]);
-        assert_eq!(connected.unwrap().proxy.http_proxy, "http://proxy:3128");
         // An empty proxy status sets nothing.
-        let (connected, steps) = connect_steps(&FakeCluster::new(), Ok(()));
-        assert_eq!(steps, ["cluster", "service"]);
-        assert_eq!(connected.unwrap().proxy, ProxyStatus::default());
+        let (err, steps) = connect_steps(&FakeCluster::new(), Ok(()));
+        assert_eq!(
+            (err, steps),
+            (None, vec!["cluster".into(), "service".into()])
+        );
     }
 
     #[test]
     fn each_failure_is_a_startup_error_that_stops_there() {
         let k8s = FakeCluster::new();
         k8s.fail_next("get_proxy", ApiError::new(403, "Forbidden", "no"));
-        let (connected, steps) = connect_steps(&k8s, Ok(()));
-        let e = format!("{:#}", connected.unwrap_err());
+        let (err, steps) = connect_steps(&k8s, Ok(()));
         let want = "getting the cluster proxy settings (Proxy cluster)";
-        assert!(e.starts_with(want), "{e}");
+        assert!(err.unwrap().starts_with(want));
         assert_eq!(steps, ["cluster"]);
-        let (connected, _) = connect_steps(&FakeCluster::new(), Err(anyhow!("bad CA file")));
-        let e = format!("{:#}", connected.unwrap_err());
-        assert_eq!(e, "creating the assisted-service client: bad CA file");
+        let (err, _) = connect_steps(&FakeCluster::new(), Err(anyhow!("bad CA file")));
+        let want = "creating the assisted-service client: bad CA file";
+        assert_eq!(err.as_deref(), Some(want));
         let connected = connect(
             || bail!("no in-cluster config"),
             &mut |_, _| panic!("no env"),
             || panic!("no service"),
         );
-        let e = format!("{:#}", connected.unwrap_err());
+        let e = format!("{:#}", connected.err().unwrap());
         assert_eq!(e, "creating the Kubernetes client: no in-cluster config");
     }
 
-    fn config(extra: Option<(&str, &str)>) -> ControllerConfig {
+    fn config(extra: &[(&str, &str)]) -> ControllerConfig {
         let env = |k: &str| match k {
             "CLUSTER_ID" => Some("c-1".to_string()),
             "INVENTORY_URL" => Some("https://svc:8090".to_string()),
             "OPENSHIFT_VERSION" => Some("4.17".to_string()),
-            _ => extra.filter(|e| e.0 == k).map(|e| e.1.to_string()),
+            _ => extra.iter().find(|e| e.0 == k).map(|e| e.1.to_string()),
         };
         ControllerConfig::from_env(&env).unwrap()
     }
 
+    /// The token never shows in the configuration's `Debug`; `CA_CERT_PATH` is read only when
+    /// certificates are verified (an unreadable file is then fatal, Go's exit 1) and "" is none.
     #[test]
-    fn the_service_config_from_the_environment() {
-        let mut config = config(None);
-        config.pull_secret_token = "tok".into();
-        let s = service_config(&config);
+    fn the_service_client_from_the_environment() {
+        let missing = "/nonexistent/ca.pem";
+        let client = |extra: &[(&str, &str)]| {
+            let mut config = config(extra);
+            config.pull_secret_token = "super-secret-token".into();
+            let s = service_config(&config);
+            let text = format!("{s:?}");
+            assert!(
+                !text.contains("super-secret") && text.contains("<SECRET>"),
+                "{text}"
+            );
+            assert_eq!(
+                (s.url.as_str(), s.token.as_str(), s.retry),
+                (
+                    "https://svc:8090",
+                    "super-secret-token",
+                    ClientRetry::controller()
+                )
+            );
+            let built = service_client(&config, Arc::new(FakeClock::new()));
+            (s.insecure, s.cacert, built.err().map(|e| format!("{e:#}")))
+        };
+        let (insecure, cacert, err) = client(&[("CA_CERT_PATH", missing)]);
+        assert_eq!((insecure, cacert), (false, Some(PathBuf::from(missing))));
+        assert!(err.unwrap().contains(missing));
+        let skip = ("SKIP_CERT_VERIFICATION", "true");
         assert_eq!(
-            (s.inventory_url.as_str(), s.token.as_str()),
-            ("https://svc:8090", "tok")
+            client(&[("CA_CERT_PATH", missing), skip]),
+            (true, None, None)
         );
-        assert_eq!(s.ca_cert_path, None);
-        config.ca_cert_path = "/etc/ca.pem".into();
-        let ca = service_config(&config).ca_cert_path;
-        assert_eq!(ca, Some(PathBuf::from("/etc/ca.pem")));
-        // An unreadable CA file is fatal (Go: exit 1); without it the client builds.
-        config.ca_cert_path = "/nonexistent/ca.pem".into();
-        assert!(service_client(&config, Arc::new(FakeClock::new())).is_err());
-        config.ca_cert_path = String::new();
-        assert!(service_client(&config, Arc::new(FakeClock::new())).is_ok());
+        assert_eq!(client(&[("CA_CERT_PATH", "")]), (false, None, None));
+        assert_eq!(client(&[]), (false, None, None));
     }
 
     #[test]
@@ -262,7 +266,7 @@ mod tests {
             ip: "192.0.2.10".into(),
             reboot_marker_path: marker,
         }];
-        let config = config(Some(("DRY_ENABLE", "true")));
+        let config = config(&[("DRY_ENABLE", "true")]);
         // No API server behind it: the proxy read answers at once.
         let cluster = kube_cluster(&config, Path::new("/nonexistent"), &hosts).unwrap();
         let proxy = cluster.get_proxy(PROXY_NAME).unwrap();

@@ -26,48 +26,48 @@ use crate::config::Role;
 use crate::service::{Host, HostStatus};
 
 /// Skipped by the node-status task (`WaitAndUpdateNodesStatus`).
-pub const NODE_STATUS_SKIP: &[HostStatus] = &[HostStatus::Disabled];
+pub(crate) const NODE_STATUS_SKIP: &[HostStatus] = &[HostStatus::Disabled];
 /// Skipped by the node-labels task (`UpdateNodeLabels`).
-pub const NODE_LABELS_SKIP: &[HostStatus] = &[HostStatus::Disabled, HostStatus::Error];
+pub(crate) const NODE_LABELS_SKIP: &[HostStatus] = &[HostStatus::Disabled, HostStatus::Error];
 
 /// A Node address type that takes part in IP matching.
-pub const INTERNAL_IP: &str = "InternalIP";
+pub(crate) const INTERNAL_IP: &str = "InternalIP";
 
 /// One host of the map: the service's record and its IPs.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HostInfo {
+pub(crate) struct HostInfo {
     pub host: Host,
     /// Without prefixes, in inventory order (IPv4 before IPv6 per interface).
     pub ips: Vec<String>,
 }
 
 impl HostInfo {
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.host.id
     }
 
-    pub fn infra_env_id(&self) -> &str {
+    pub(crate) fn infra_env_id(&self) -> &str {
         &self.host.infra_env_id
     }
 
-    pub fn cluster_id(&self) -> &str {
+    pub(crate) fn cluster_id(&self) -> &str {
         self.host.cluster_id.as_deref().unwrap_or("")
     }
 
-    pub fn status(&self) -> Option<&HostStatus> {
+    pub(crate) fn status(&self) -> Option<&HostStatus> {
         self.host.status.as_ref()
     }
 
-    pub fn role(&self) -> Option<&Role> {
+    pub(crate) fn role(&self) -> Option<&Role> {
         self.host.role.as_ref()
     }
 
     /// `progress.current_stage` as the service sent it ("" when absent).
-    pub fn current_stage(&self) -> &str {
+    pub(crate) fn current_stage(&self) -> &str {
         self.host.current_stage()
     }
 
-    pub fn progress_info(&self) -> &str {
+    pub(crate) fn progress_info(&self) -> &str {
         self.host
             .progress
             .as_ref()
@@ -75,11 +75,11 @@ impl HostInfo {
     }
 
     /// The labels for the host's Node, a JSON object in a string ("" when none).
-    pub fn node_labels(&self) -> &str {
+    pub(crate) fn node_labels(&self) -> &str {
         &self.host.node_labels
     }
 
-    pub fn machine_config_pool_name(&self) -> &str {
+    pub(crate) fn machine_config_pool_name(&self) -> &str {
         &self.host.machine_config_pool_name
     }
 }
@@ -110,7 +110,7 @@ where
 
 /// The address of a CIDR string (`192.168.126.10/24` → `192.168.126.10`), written as Go's
 /// `net.IP.String()` does (an IPv4-mapped IPv6 address as IPv4).
-pub fn cidr_address(cidr: &str) -> Result<String> {
+pub(crate) fn cidr_address(cidr: &str) -> Result<String> {
     let (addr, prefix) = cidr
         .split_once('/')
         .ok_or_else(|| anyhow!("{cidr:?} is not a CIDR address (no prefix length)"))?;
@@ -138,13 +138,13 @@ fn inventory_ips(inventory: &Inventory) -> Result<Vec<String>> {
 
 /// The hosts of a cluster by lowercased requested hostname; see the module documentation.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct HostMap {
+pub(crate) struct HostMap {
     hosts: BTreeMap<String, HostInfo>,
 }
 
 impl HostMap {
     /// Builds the map from `hosts`, leaving out those whose status is in `skip`.
-    pub fn from_hosts<'a>(
+    pub(crate) fn from_hosts<'a>(
         hosts: impl IntoIterator<Item = &'a Host>,
         skip: &[HostStatus],
     ) -> Result<HostMap> {
@@ -179,7 +179,7 @@ impl HostMap {
     }
 
     /// `v2GetCluster` with hosts, then the map.
-    pub fn fetch(service: &dyn ControllerService, skip: &[HostStatus]) -> Result<HostMap> {
+    pub(crate) fn fetch(service: &dyn ControllerService, skip: &[HostStatus]) -> Result<HostMap> {
         let cluster = service.get_cluster(false)?;
         if cluster.hosts.is_empty() {
             tracing::debug!("the cluster has no hosts");
@@ -188,25 +188,25 @@ impl HostMap {
     }
 
     /// The host named `name` (any case).
-    pub fn get(&self, name: &str) -> Option<&HostInfo> {
+    pub(crate) fn get(&self, name: &str) -> Option<&HostInfo> {
         self.hosts.get(&name.to_lowercase())
     }
 
     /// (lowercased name, host), by name.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &HostInfo)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &HostInfo)> {
         self.hosts.iter().map(|(k, v)| (k.as_str(), v))
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.hosts.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.hosts.is_empty()
     }
 
     /// The hosts for which `keep` holds (e.g. the unfinished ones).
-    pub fn filter(&self, mut keep: impl FnMut(&HostInfo) -> bool) -> HostMap {
+    pub(crate) fn filter(&self, mut keep: impl FnMut(&HostInfo) -> bool) -> HostMap {
         HostMap {
             hosts: self
                 .hosts
@@ -218,7 +218,7 @@ impl HostMap {
     }
 
     /// Every IP of every host → that host's key.
-    pub fn ip_index(&self) -> HashMap<&str, &str> {
+    pub(crate) fn ip_index(&self) -> HashMap<&str, &str> {
         let mut index = HashMap::new();
         for (name, host) in &self.hosts {
             for ip in &host.ips {
@@ -230,7 +230,7 @@ impl HostMap {
 
     /// The host of a Node: its lowercased `name` in `self`, else the last of its `InternalIP`
     /// `addresses` (type, address) that is in `by_ip`'s IP index.
-    pub fn match_node<'a>(
+    pub(crate) fn match_node<'a>(
         &'a self,
         by_ip: &'a HostMap,
         name: &str,
@@ -250,7 +250,7 @@ impl HostMap {
 
     /// The Node's first `InternalIP` when it is not in the IP index (Go warns that the node's
     /// IP changed); `None` when it is, or when the Node has no InternalIP.
-    pub fn changed_ip<'n>(&self, addresses: &[(&str, &'n str)]) -> Option<&'n str> {
+    pub(crate) fn changed_ip<'n>(&self, addresses: &[(&str, &'n str)]) -> Option<&'n str> {
         let (_, first) = addresses.iter().find(|(kind, _)| *kind == INTERNAL_IP)?;
         (!self.ip_index().contains_key(first)).then_some(*first)
     }
@@ -290,7 +290,11 @@ mod tests {
 
     /// A host named `id`, `installing`, with `ip` (and 10.0.0.9).
     fn at(id: &str, status: &str, ip: &str) -> Host {
-        host(id, id, status, Some(&inv(&[ip], &[])))
+        named(id, id, status, ip)
+    }
+
+    fn named(id: &str, name: &str, status: &str, ip: &str) -> Host {
+        host(id, name, status, Some(&inv(&[ip], &[])))
     }
 
     #[test]
@@ -330,11 +334,8 @@ mod tests {
 
     #[test]
     fn skips_listed_statuses_and_the_last_duplicate_name_wins() {
-        let hosts = [
-            at("a", "disabled", "1.1.1.1/32"),
-            at("b", "error", "1.1.1.1/32"),
-        ];
-        let hosts = [&hosts[..], &[at("c", "installed", "1.1.1.1/32")]].concat();
+        let hosts = [("a", "disabled"), ("b", "error"), ("c", "installed")]
+            .map(|(id, status)| at(id, status, "1.1.1.1/32"));
         let names = |skip| -> Vec<String> {
             let m = HostMap::from_hosts(&hosts, skip).unwrap();
             m.iter().map(|(k, _)| k.to_string()).collect()
@@ -342,18 +343,8 @@ mod tests {
         assert_eq!(names(NODE_STATUS_SKIP), ["b", "c"]);
         assert_eq!(names(NODE_LABELS_SKIP), ["c"]);
         assert_eq!(names(&[]), ["a", "b", "c"]);
-        let first = host(
-            "first",
-            "Node-1",
-            "installing",
-            Some(&inv(&["1.1.1.1/32"], &[])),
-        );
-        let second = host(
-            "second",
-            "node-1",
-            "installing",
-            Some(&inv(&["2.2.2.2/32"], &[])),
-        );
+        let first = named("first", "Node-1", "installing", "1.1.1.1/32");
+        let second = named("second", "node-1", "installing", "2.2.2.2/32");
         let map = HostMap::from_hosts(&[first, second], &[]).unwrap();
         assert_eq!(map.len(), 1);
         assert_eq!(map.get("node-1").unwrap().id(), "second");
@@ -420,15 +411,7 @@ mod tests {
             "installed",
             Some(&inv(&["192.168.39.249/24"], &["fd00::9/64"])),
         );
-        let hosts = [
-            host(
-                "h0",
-                "node0",
-                "installing",
-                Some(&inv(&["192.168.39.248/24"], &[])),
-            ),
-            h1,
-        ];
+        let hosts = [named("h0", "node0", "installing", "192.168.39.248/24"), h1];
         let all = HostMap::from_hosts(&hosts, NODE_STATUS_SKIP).unwrap();
         let unfinished = all.filter(|h| h.status() != Some(&HostStatus::Installed));
         assert_eq!(unfinished.len(), 1);

@@ -16,10 +16,10 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, Layer};
 
 /// The controller's own log file.
-pub const LOG_PATH: &str = "/tmp/controller_logs.log";
+pub(crate) const LOG_PATH: &str = "/tmp/controller_logs.log";
 
 /// Opens (creating) the log file for appending.
-pub fn open_log_file(path: &Path) -> Result<File> {
+pub(crate) fn open_log_file(path: &Path) -> Result<File> {
     OpenOptions::new()
         .create(true)
         .append(true)
@@ -53,7 +53,7 @@ where
 
 /// Sends the process's logs to stdout and `file` from now on (a no-op when a subscriber is
 /// already set).
-pub fn init(file: File) {
+pub(crate) fn init(file: File) {
     let _ = subscriber(
         std::io::stdout,
         std::io::stdout().is_terminal(),

@@ -21,15 +21,15 @@
 //! sockets (both clients), and as a process end to end (`tests/controller_process.rs`). Dry
 //! mode (Go's load-testing mode) runs the same sequence on the pretend cluster of `cluster::dry`.
 
-pub mod bootstrap;
-pub mod config;
+pub(crate) mod bootstrap;
+pub(crate) mod config;
 pub(crate) mod deploy;
-pub mod hosts;
-pub mod log;
-pub mod run;
+pub(crate) mod hosts;
+pub(crate) mod log;
+pub(crate) mod run;
 pub mod service;
-pub mod startup;
-pub mod status;
+pub(crate) mod startup;
+pub(crate) mod status;
 pub mod tasks;
 #[cfg(test)]
 mod testing;

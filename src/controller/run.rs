@@ -57,28 +57,12 @@ const BAREMETAL: &str = "baremetal";
 
 /// How the main sequence ended (startup failures are `Err`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The completion wait returned and the shutdown ran: exit 0. `error` is the shared error
     /// flag at the end (the exit code is 0 either way, as Go).
     Done { error: bool },
     /// The completion wait asked for Go's `os.Exit(0)`: exit 0 at once, no cleanup.
     ExitNow,
-}
-
-/// The console/CVO cap of post-install, Go's 10 h in [`Intervals::production`]; the tests
-/// raise it out of reach of the fake clock that all threads move. Every other interval is Go's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Intervals {
-    pub cvo_timeout: Duration,
-}
-
-impl Intervals {
-    pub fn production() -> Intervals {
-        let post = PostInstallSettings::new("", false);
-        Intervals {
-            cvo_timeout: post.cvo_timeout,
-        }
-    }
 }
 
 /// What a task started by main gets.
@@ -91,23 +75,16 @@ struct TaskEnv {
     /// Go's main ctx: a child of the signal token, cancelled by the shutdown step.
     stop: Cancel,
     status: Arc<ControllerStatus>,
-    intervals: Intervals,
+    cvo_timeout: Duration,
     /// The reboots notifier, whose kubeconfig download the ABI post-install shares.
     notifier: Arc<RebootsNotifier>,
 }
 
-/// Where the log upload reads and writes.
-#[derive(Debug, Clone)]
-pub struct LogPaths {
-    pub log_file: PathBuf,
-    pub must_gather_dir: PathBuf,
-}
-
-/// The setter of a process environment variable.
-pub type SetEnv = Box<dyn FnMut(&str, &str)>;
+/// The setter of a process environment variable (clippy's type-complexity limit).
+pub(crate) type SetEnv = Box<dyn FnMut(&str, &str)>;
 
 /// Everything [`run`] needs.
-pub struct Controller {
+pub(crate) struct Controller {
     pub config: ControllerConfig,
     /// The Kubernetes client.
     pub build_cluster: Box<dyn FnOnce() -> Result<Arc<dyn ClusterApi>>>,
@@ -122,8 +99,12 @@ pub struct Controller {
     pub reboot_counter: Arc<dyn RebootCounter>,
     /// The SNO router probe's client (`None`: no probe).
     pub router_probe: Option<Arc<dyn HttpProbe>>,
-    pub intervals: Intervals,
-    pub log_paths: LogPaths,
+    /// The console/CVO cap of post-install: Go's 10 h (`CVO_MAX_TIMEOUT`); the tests raise it
+    /// out of reach of the fake clock that all threads move. Every other interval is Go's.
+    pub cvo_timeout: Duration,
+    /// The log file the upload reads, and where must-gather runs.
+    pub log_file: PathBuf,
+    pub must_gather_dir: PathBuf,
     /// `oc apply` of the OLM operators' manifests (the admin kubeconfig: the controller's
     /// ServiceAccount may not create arbitrary objects).
     pub applier: Arc<dyn ManifestApplier>,
@@ -143,7 +124,7 @@ fn spawn(
 }
 
 /// Go's `main` after startup; see the module documentation.
-pub fn run(controller: Controller) -> Result<Outcome> {
+pub(crate) fn run(controller: Controller) -> Result<Outcome> {
     let Controller {
         config,
         build_cluster,
@@ -154,12 +135,12 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         must_gather,
         reboot_counter,
         router_probe,
-        intervals,
-        log_paths,
+        cvo_timeout,
+        log_file,
+        must_gather_dir,
         applier,
     } = controller;
-    let connected = bootstrap::connect(build_cluster, &mut *set_env, build_service)?;
-    let (cluster, service) = (connected.cluster, connected.service);
+    let (cluster, service) = bootstrap::connect(build_cluster, &mut *set_env, build_service)?;
     let notifier = Arc::new(RebootsNotifier::new(
         config.notify_num_reboots,
         service.clone(),
@@ -189,7 +170,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
         clock,
         stop,
         status,
-        intervals,
+        cvo_timeout,
         notifier: notifier.clone(),
     };
     let mut handles = Vec::new();
@@ -248,7 +229,7 @@ pub fn run(controller: Controller) -> Result<Outcome> {
                 &env.config.openshift_version,
                 env.config.check_cluster_version,
             );
-            settings.cvo_timeout = env.intervals.cvo_timeout;
+            settings.cvo_timeout = env.cvo_timeout;
             let mut step = || {
                 wait_for_olm_operators(
                     &*env.clock,
@@ -294,8 +275,8 @@ pub fn run(controller: Controller) -> Result<Outcome> {
                 &env.config.namespace,
                 &env.config.must_gather_image,
             );
-            uploader.log_file = log_paths.log_file;
-            uploader.must_gather_dir = log_paths.must_gather_dir;
+            uploader.log_file = log_file;
+            uploader.must_gather_dir = must_gather_dir;
             uploader.control_plane_count = env.config.control_plane_count;
             uploader.router_probe = router_probe.as_deref();
             uploader.periodic(&*env.clock, &env.stop, LOGS_UPLOAD_PERIOD);

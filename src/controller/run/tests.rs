@@ -85,8 +85,6 @@ impl Harness {
         let k8s: Arc<dyn ClusterApi> = self.k8s.clone();
         let svc: Arc<dyn ControllerService> = Arc::new(self.svc.clone());
         let env_set = self.env_set.clone();
-        let mut intervals = Intervals::production();
-        intervals.cvo_timeout = Duration::from_secs(100 * 365 * 24 * 3600);
         Controller {
             config: ControllerConfig::from_env(&env).unwrap(),
             build_cluster: Box::new(move || Ok(k8s)),
@@ -97,11 +95,9 @@ impl Harness {
             must_gather: self.must_gather.clone(),
             reboot_counter: Arc::new(NoReboots),
             router_probe: None,
-            intervals,
-            log_paths: LogPaths {
-                log_file,
-                must_gather_dir: self.dir.path().join("must-gather-logs"),
-            },
+            cvo_timeout: Duration::from_secs(100 * 365 * 24 * 3600),
+            log_file,
+            must_gather_dir: self.dir.path().join("must-gather-logs"),
             applier: self.applier.clone(),
         }
     }
@@ -197,37 +193,6 @@ fn success_sends_the_event_completes_then_uploads_the_final_logs() {
     assert_eq!(h.svc.completions().len(), 1);
     let gathered = h.must_gather.0.lock().unwrap();
     assert!(gathered.is_empty(), "no must-gather on success");
-}
-
-#[test]
-fn an_error_cluster_fails_the_operator_wait_and_runs_must_gather() {
-    let h = Harness::new();
-    available_cluster(&h.k8s);
-    // No console ClusterOperator: the console never becomes available.
-    h.svc.set_operators(vec![record("console", "progressing")]);
-    h.svc.update_cluster(|c| c.status = "finalizing".into());
-    h.svc.on_call(|call, _, cluster, _| {
-        if *call == ServiceCall::UpdateFinalizingStage(FinalizingStage::WaitingForClusterOperators)
-        {
-            cluster.status = "error".into();
-        }
-    });
-    let out = run(h.controller(&[])).unwrap();
-    assert_eq!(out, Outcome::Done { error: true });
-    let completions = h.svc.completions();
-    assert_eq!(completions.len(), 1, "{completions:?}");
-    assert!(!completions[0].is_success);
-    assert_eq!(
-        completions[0].error_info,
-        "Stopped waiting for cluster operators to be available: context canceled"
-    );
-    assert_eq!(h.must_gather.0.lock().unwrap().len(), 1);
-    let calls = h.svc.calls();
-    assert!(calls.contains(&ServiceCall::DownloadKubeconfigNoingress));
-    // Post-install's failed completion and the final upload run side by side after the
-    // shutdown step cancelled the tasks: only the upload's own order is fixed.
-    let (requested, completed) = logs_progress(&calls);
-    assert!(requested < completed);
 }
 
 #[test]

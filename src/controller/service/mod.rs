@@ -4,7 +4,7 @@
 //! [`ControllerClient`] implements it over the installer's REST client
 //! ([`ServiceClient`]): same base path, `X-Secret-Key` (never logged) and a fresh `X-Request-ID`
 //! per call (shared by that call's retries), same retry loop with the controller's budget
-//! ([`ClientRetry::controller`]: 404/423/425 retried while attempt < 10, 408/429/5xx and
+//! (`ClientRetry::controller`: 404/423/425 retried while attempt < 10, 408/429/5xx and
 //! failures without an answer while attempt < 15, full-jitter delays from 2 s capped at 10 s).
 //! `testing::MemoryService` implements it in memory for the task tests.
 //!
@@ -23,8 +23,7 @@
 //! `completed`, a completion attempt after a cancellation) must still reach the service.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -34,21 +33,21 @@ use reqwest::Method;
 use crate::clock::Clock;
 use crate::service::client::encode;
 use crate::service::{
-    ClientConfig, ClientRetry, Cluster, ClusterFinalizingProgress, CompletionParams, EventParams,
+    ClientConfig, Cluster, ClusterFinalizingProgress, CompletionParams, EventParams,
     FinalizingStage, HostStage, InventoryClient, LogsState, LogsType, LogsUpload,
     MonitoredOperator, OperatorMonitorReport, ServiceClient,
 };
 
 /// How long a fetched monitored-operators list may be served from the cache.
-pub const MONITORED_OPERATORS_TTL: Duration = Duration::from_secs(20);
+pub(crate) const MONITORED_OPERATORS_TTL: Duration = Duration::from_secs(20);
 /// `V2DownloadClusterFiles` file with the OLM operators' manifests.
-pub const CUSTOM_MANIFESTS_FILE: &str = "custom_manifests.json";
+pub(crate) const CUSTOM_MANIFESTS_FILE: &str = "custom_manifests.json";
 /// `V2DownloadClusterCredentials` file the controller uses to run `oc`.
-pub const KUBECONFIG_NOINGRESS: &str = "kubeconfig-noingress";
+pub(crate) const KUBECONFIG_NOINGRESS: &str = "kubeconfig-noingress";
 /// File name of the controller's log archive (`logs_type=controller`).
-pub const CONTROLLER_LOGS_FILE: &str = "controller_logs.tar.gz";
+pub(crate) const CONTROLLER_LOGS_FILE: &str = "controller_logs.tar.gz";
 /// `name` of the reboots-notifier event.
-pub const REBOOTS_EVENT_NAME: &str = "reboots_for_node";
+pub(crate) const REBOOTS_EVENT_NAME: &str = "reboots_for_node";
 
 /// The calls of the service API, bound to one cluster. Every error is the [`crate::service::ServiceError`]
 /// of the REST client (after its retries), so callers can branch on its `status` (the
@@ -89,7 +88,7 @@ pub trait ControllerService: Send + Sync {
 /// The body sent for `report`: the name `ocs` becomes `odf` (the service knows the operator as
 /// `odf`; the controller may have renamed it `ocs` for 4.8 clusters), the rest as given (empty
 /// fields are left out by the model).
-pub fn wire_report(report: &OperatorMonitorReport) -> OperatorMonitorReport {
+pub(crate) fn wire_report(report: &OperatorMonitorReport) -> OperatorMonitorReport {
     let mut body = report.clone();
     if body.name == "ocs" {
         body.name = "odf".to_string();
@@ -105,7 +104,7 @@ pub fn wire_report(report: &OperatorMonitorReport) -> OperatorMonitorReport {
 /// A pre-release suffix is ignored here (`4.9.0-rc.1` is 4.9); Go's version library may order
 /// pre-releases differently at the 4.8/4.9 bounds, which only matters for 4.8/4.9 release
 /// candidates.
-pub fn operators_for_version(
+pub(crate) fn operators_for_version(
     mut list: Vec<MonitoredOperator>,
     openshift_version: &str,
 ) -> Result<Vec<MonitoredOperator>> {
@@ -164,7 +163,7 @@ fn non_empty(s: &str) -> Option<String> {
 }
 
 /// `t` as RFC 3339 UTC with whole seconds (`2026-11-23T19:35:44Z`).
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let secs = match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => d.as_secs() as i64,
         Err(e) => -(e.duration().as_secs() as i64),
@@ -203,58 +202,6 @@ impl OperatorsCache {
     }
 }
 
-/// How the controller reaches the service (from the Job's environment).
-#[derive(Clone, Default)]
-pub struct ControllerServiceConfig {
-    /// `INVENTORY_URL`; `/api/assisted-install` is appended.
-    pub inventory_url: String,
-    /// The token, sent as `X-Secret-Key`. Never logged.
-    pub token: String,
-    /// `SKIP_CERT_VERIFICATION`.
-    pub skip_cert_verification: bool,
-    /// `CA_CERT_PATH` ("" in the env: `None`), added to the system roots; ignored when
-    /// verification is skipped.
-    pub ca_cert_path: Option<PathBuf>,
-}
-
-impl fmt::Debug for ControllerServiceConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ControllerServiceConfig")
-            .field("inventory_url", &self.inventory_url)
-            .field(
-                "token",
-                &if self.token.is_empty() {
-                    "<empty>"
-                } else {
-                    "<SECRET>"
-                },
-            )
-            .field("skip_cert_verification", &self.skip_cert_verification)
-            .field("ca_cert_path", &self.ca_cert_path)
-            .finish()
-    }
-}
-
-impl ControllerServiceConfig {
-    /// The REST client's configuration: the controller's retry budget, and the CA file only
-    /// when certificates are verified (Go ignores it otherwise, even when unreadable).
-    pub fn client_config(&self) -> ClientConfig {
-        ClientConfig {
-            url: self.inventory_url.clone(),
-            token: self.token.clone(),
-            insecure: self.skip_cert_verification,
-            cacert: if self.skip_cert_verification {
-                None
-            } else {
-                self.ca_cert_path
-                    .clone()
-                    .filter(|p| !p.as_os_str().is_empty())
-            },
-            retry: ClientRetry::controller(),
-        }
-    }
-}
-
 /// [`ControllerService`] over the REST client.
 pub struct ControllerClient {
     client: ServiceClient,
@@ -263,25 +210,16 @@ pub struct ControllerClient {
     cache: OperatorsCache,
 }
 
-impl fmt::Debug for ControllerClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ControllerClient")
-            .field("client", &self.client)
-            .field("cluster_id", &self.cluster_id)
-            .finish_non_exhaustive()
-    }
-}
-
 impl ControllerClient {
     /// Builds the REST client from `config` (a bad URL, token or CA file is an error: fatal at
     /// startup). `clock` times the operators cache and the waits between retries.
     pub fn new(
-        config: &ControllerServiceConfig,
+        config: ClientConfig,
         cluster_id: &str,
         clock: Arc<dyn Clock>,
     ) -> Result<ControllerClient> {
         Ok(ControllerClient {
-            client: ServiceClient::new(config.client_config())?.with_clock(clock.clone()),
+            client: ServiceClient::new(config)?.with_clock(clock.clone()),
             cluster_id: cluster_id.to_string(),
             clock,
             cache: OperatorsCache::default(),

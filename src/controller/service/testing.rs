@@ -12,8 +12,8 @@ use anyhow::{Context, Result};
 use super::{wire_report, ControllerService, OperatorsCache, RebootsEvent};
 use crate::clock::Clock;
 use crate::service::{
-    Cluster, ClusterProgressInfo, CompletionParams, FinalizingStage, Host, HostProgressInfo,
-    HostStage, LogsState, MonitoredOperator, OperatorMonitorReport, ServiceError,
+    Cluster, ClusterProgressInfo, CompletionParams, FinalizingStage, HostProgressInfo, HostStage,
+    LogsState, MonitoredOperator, OperatorMonitorReport, ServiceError,
 };
 
 /// One call as the service received it.
@@ -226,17 +226,6 @@ impl MemoryService {
     }
 }
 
-fn find_host<'a>(
-    cluster: &'a mut Cluster,
-    infra_env_id: &str,
-    host_id: &str,
-) -> Option<&'a mut Host> {
-    cluster
-        .hosts
-        .iter_mut()
-        .find(|h| h.id == host_id && h.infra_env_id == infra_env_id)
-}
-
 impl ControllerService for MemoryService {
     fn get_cluster(&self, exclude_hosts: bool) -> Result<Cluster> {
         self.call(ServiceCall::GetCluster { exclude_hosts }, |s| {
@@ -255,7 +244,8 @@ impl ControllerService for MemoryService {
             stage,
         };
         self.call(call, |s| {
-            if let Some(host) = find_host(&mut s.cluster, infra_env_id, host_id) {
+            let mut hosts = s.cluster.hosts.iter_mut();
+            if let Some(host) = hosts.find(|h| h.id == host_id && h.infra_env_id == infra_env_id) {
                 let progress = host.progress.get_or_insert_with(HostProgressInfo::default);
                 progress.current_stage = Some(stage.to_string());
                 progress.progress_info.clear();

@@ -1,6 +1,6 @@
 //! The pure parts of the service calls: the report rename, the reboots event, the operators
-//! cache and the client's configuration. Every call's request on the wire (method, path, body)
-//! is `tests/controller_service.rs`'s.
+//! cache and the version's operator names. The client's configuration is `bootstrap`'s test;
+//! every call's request on the wire (method, path, body) is `tests/controller_service.rs`'s.
 
 use std::time::UNIX_EPOCH;
 
@@ -122,45 +122,6 @@ fn cache_serves_for_20_seconds_per_cluster_without_extending() {
     assert_eq!(cached(&clock), Some(a));
     clock.advance(Duration::from_secs(1));
     assert_eq!(cached(&clock), None);
-}
-
-#[test]
-fn client_config_for_the_controller() {
-    let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("missing-ca.pem");
-    let config = ControllerServiceConfig {
-        inventory_url: "https://svc:8090".into(),
-        token: "super-secret-token".into(),
-        skip_cert_verification: false,
-        ca_cert_path: Some(missing.clone()),
-    };
-    let text = format!("{config:?}");
-    assert!(
-        !text.contains("super-secret-token") && text.contains("<SECRET>"),
-        "{text}"
-    );
-    let c = config.client_config();
-    assert_eq!(c.retry, ClientRetry::controller());
-    assert_eq!(c.cacert.as_deref(), Some(missing.as_path()));
-    assert!(!c.insecure);
-    // An unreadable CA file is a startup error when certificates are verified…
-    let clock: Arc<dyn Clock> = Arc::new(FakeClock::new());
-    let err = ControllerClient::new(&config, CLUSTER, clock.clone()).unwrap_err();
-    assert!(format!("{err:#}").contains("missing-ca.pem"), "{err:#}");
-    // …and ignored when they are not (`tls_ca_file_and_skip_verification` makes the calls).
-    let insecure = ControllerServiceConfig {
-        skip_cert_verification: true,
-        ..config.clone()
-    };
-    assert!(insecure.client_config().cacert.is_none());
-    assert!(insecure.client_config().insecure);
-    // An empty CA_CERT_PATH means none.
-    let empty = ControllerServiceConfig {
-        ca_cert_path: Some(PathBuf::new()),
-        ..config
-    };
-    assert!(empty.client_config().cacert.is_none());
-    ControllerClient::new(&empty, CLUSTER, clock).unwrap();
 }
 
 #[test]

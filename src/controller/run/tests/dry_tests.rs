@@ -5,46 +5,33 @@
 
 use super::*;
 use crate::config::cluster_hosts::ClusterHost;
+use crate::controller::testing::{host, ip};
 use crate::kube::dry::{DryCluster, DRY_INGRESS_CA};
-use crate::service::{Host, HostStage, HostStatus};
+use crate::service::{HostStage, HostStatus};
 use serde_json::json;
-
-fn dry_host(dir: &Path, i: usize) -> ClusterHost {
-    ClusterHost {
-        hostname: format!("master-{i}"),
-        ip: format!("192.0.2.{}", 10 + i),
-        reboot_marker_path: dir.join(format!("master-{i}.rebooted")),
-    }
-}
-
-/// The service's view of dry host `i`: installing, at `Rebooting`, its IP in the inventory.
-fn service_host(i: usize) -> Host {
-    let inventory = json!({"interfaces": [{"name": "ens3", "ipv4_addresses": [format!("192.0.2.{}/24", 10 + i)]}]});
-    serde_json::from_value(json!({
-        "id": format!("host-{i}"),
-        "infra_env_id": "ie-1",
-        "cluster_id": "c-1",
-        "status": "installing-in-progress",
-        "role": "master",
-        "requested_hostname": format!("master-{i}"),
-        "progress": {"current_stage": "Rebooting"},
-        "inventory": inventory.to_string(),
-    }))
-    .unwrap()
-}
 
 #[test]
 fn dry_mode_takes_the_rebooted_hosts_to_done_and_completes() {
     let h = Harness::new();
-    let hosts: Vec<ClusterHost> = (0..3).map(|i| dry_host(h.dir.path(), i)).collect();
+    // Dry host `i` is the node of the service's host `i`, rebooted once its marker exists.
+    let hosts: Vec<ClusterHost> = (0..3)
+        .map(|i| ClusterHost {
+            hostname: format!("node{i}"),
+            ip: ip(i),
+            reboot_marker_path: h.dir.path().join(format!("node{i}.rebooted")),
+        })
+        .collect();
     for host in &hosts[..2] {
         std::fs::write(&host.reboot_marker_path, "").unwrap();
     }
     let late_marker = hosts[2].reboot_marker_path.clone();
     let dry = Arc::new(DryCluster::new(hosts));
 
-    h.svc
-        .update_cluster(|c| c.hosts = (0..3).map(service_host).collect());
+    // The service's view: every host installing, at `Rebooting`.
+    let installing = json!({"status": "installing-in-progress", "cluster_id": "c-1",
+        "progress": {"current_stage": "Rebooting"}});
+    let hosts = (0..3).map(|i| host(i, installing.clone())).collect();
+    h.svc.update_cluster(|c| c.hosts = hosts);
     h.svc.set_operators(vec![record("console", "progressing")]);
     // As the service would: a host at `Done` is installed; the cluster finalizes once every
     // host is, and is installed once completed. Host 2 "reboots" when host 0 is done.
