@@ -4,7 +4,7 @@
 //! - [`client::KubeClient`]: kube-rs's typed `Api<K>` (k8s-openapi types, and `DynamicObject`
 //!   for the OpenShift kinds), from a kubeconfig or a pod's service account;
 //! - [`dry::DryCluster`]: dry mode's pretend cluster, built from the dry-run hosts;
-//! - `fake::FakeCluster` (tests only): in memory, recording every call.
+//! - `testing::FakeCluster` (tests only): in memory, recording every call.
 //!
 //! [`rbac`] proves that every request the controller makes is allowed by the ClusterRole the
 //! bootstrap deploys. Errors the API server answered carry an [`ApiError`] in their chain, so
@@ -19,11 +19,11 @@ use crate::config::Role;
 
 pub mod client;
 pub mod dry;
-#[cfg(any(test, feature = "test-support"))]
-pub mod fake;
 pub(crate) mod install_config;
 pub mod model;
 pub mod rbac;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 
 pub use model::*;
 
