@@ -577,11 +577,7 @@ impl super::KubeApi for FakeCluster {
     }
 
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
-        let taints = self.get_node(node)?.taints;
-        match taints.iter().position(|t| t.key == key) {
-            Some(i) => ClusterApi::remove_node_taint(self, node, i, key),
-            None => Ok(()),
-        }
+        super::remove_taint_by_key(self, node, key)
     }
 
     fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
