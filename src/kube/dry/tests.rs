@@ -1,20 +1,19 @@
-//! The pretend cluster on temp-dir markers: nodes as hosts reboot, the MCS log read by the
-//! node-status task's own matcher and rounds, operators through the availability rules, and the
-//! objects the other tasks read.
+//! The pretend cluster on temp-dir markers: nodes as hosts reboot and their MCS log shows them,
+//! operators through the availability rules, and the objects the other tasks read. The
+//! node-status rounds over it: controller::run's dry_mode_takes_the_rebooted_hosts_to_done_and_completes.
 
 use super::*;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::completion::{upload_router_ca, MASTER_SELECTOR};
-use crate::controller::tasks::nodes::{NodeStatus, MCS_LOG_SINCE_SECONDS, MCS_SELECTOR};
+use crate::controller::tasks::nodes::{MCS_LOG_SINCE_SECONDS, MCS_SELECTOR};
 use crate::controller::tasks::operators::{
     cluster_operators_round, console_enabled, is_available, status_from_conditions, OlmHandler,
 };
-use crate::controller::tasks::reboots::RebootsNotify;
 use crate::kube::api_error_code;
 use crate::kube::install_config::replicas;
 use crate::kube::install_config::INVOKER_ASSISTED;
-use crate::service::{HostStage, MonitoredOperator, OperatorStatus};
+use crate::service::{MonitoredOperator, OperatorStatus};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -87,71 +86,6 @@ fn nodes_appear_once_the_host_rebooted_and_fetched_its_ignition() {
     std::fs::remove_file(&hosts[1].reboot_marker_path).unwrap();
     assert!(cluster.list_nodes(None).unwrap().is_empty());
     assert_eq!(read_mcs_log(&cluster), "");
-}
-
-struct NoNotify;
-impl RebootsNotify for NoNotify {
-    fn start(&self, _: &str, _: &str, _: &str, _: &str) {}
-}
-
-/// A service host `name` at `Rebooting`, its inventory holding `ip`.
-fn service_host(i: usize, name: &str, ip: &str) -> crate::service::Host {
-    let inventory =
-        json!({"interfaces": [{"name": "ens3", "ipv4_addresses": [format!("{ip}/24")]}]});
-    serde_json::from_value(json!({
-        "id": format!("host-{i}"),
-        "infra_env_id": "ie-1",
-        "cluster_id": "c-1",
-        "status": "installing-in-progress",
-        "role": "master",
-        "requested_hostname": name,
-        "progress": {"current_stage": "Rebooting"},
-        "inventory": inventory.to_string(),
-    }))
-    .unwrap()
-}
-
-/// The stage updates the service received, as (host id, stage), in order.
-fn stages(service: &MemoryService) -> Vec<(String, HostStage)> {
-    service
-        .calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            ServiceCall::UpdateHostStage { host_id, stage, .. } => Some((host_id, stage)),
-            _ => None,
-        })
-        .collect()
-}
-
-#[test]
-fn node_status_rounds_report_configuring_then_joined_and_done() {
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = vec![
-        host(dir.path(), "master-0", "192.0.2.10"),
-        host(dir.path(), "master-1", "192.0.2.11"),
-    ];
-    let service = MemoryService::new("c-1", Arc::new(FakeClock::new()));
-    service.update_cluster(|c| {
-        c.hosts = vec![
-            service_host(0, "master-0", "192.0.2.10"),
-            service_host(1, "master-1", "192.0.2.11"),
-        ];
-    });
-    let cluster = DryCluster::new(hosts.clone());
-    let clock = FakeClock::new();
-    let task = NodeStatus::new(&cluster, &service, &clock, &NoNotify, false);
-    assert!(!task.round());
-    assert!(stages(&service).is_empty(), "nothing rebooted yet");
-
-    reboot(&hosts[0]);
-    assert!(!task.round());
-    let host0 = |s| ("host-0".to_string(), s);
-    assert_eq!(stages(&service), [host0(HostStage::Configuring)]);
-    assert!(!task.round());
-    let all = [HostStage::Configuring, HostStage::Joined, HostStage::Done].map(host0);
-    assert_eq!(stages(&service), all);
-    assert!(!task.round());
-    assert_eq!(stages(&service), all, "nothing more: host-1 did not reboot");
 }
 
 #[test]
