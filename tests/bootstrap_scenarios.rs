@@ -307,17 +307,14 @@ fn bootstrap_happy_path() {
         "systemctl start progress.service",
         "mv",
     ] {
-        assert!(
-            lines.iter().any(|l| l.starts_with(want)),
-            "{want}: {lines:#?}"
-        );
+        let ran = lines.iter().any(|l| l.starts_with(want));
+        assert!(ran, "{want}: {lines:#?}");
     }
     let order = |p: &str| lines.iter().position(|l| l.starts_with(p)).unwrap();
     assert!(order("systemctl start bootkube") < order("systemctl start approve-csr"));
     assert!(order("systemctl start approve-csr") < order("systemctl start progress"));
-    assert!(lines
-        .iter()
-        .any(|l| l.contains("logs_sender") && l.contains("-bootstrap=true")));
+    let logs_sender = |l: &String| l.contains("logs_sender") && l.contains("-bootstrap=true");
+    assert!(lines.iter().any(logs_sender));
     assert_eq!(
         lines.last().unwrap(),
         "shutdown -r +1 'Installation completed, server is going to reboot.'"
@@ -336,8 +333,9 @@ fn bootstrap_happy_path() {
     assert_eq!(controller_logs_uploaded(&h), [CONTROLLER_LOG]);
     let read = ("assisted-installer".to_string(), CONTROLLER_POD.to_string());
     assert_eq!(h.kube.log_reads(), [(read.0, read.1, Some(3600))]);
+    let pull_secret = std::fs::read_to_string(h.dir.path().join("extracted_from_ignition.json"));
     assert_eq!(
-        std::fs::read_to_string(h.dir.path().join("extracted_from_ignition.json")).unwrap(),
+        pull_secret.unwrap(),
         r#"{"auths":{"quay.io":{"auth":"dXNlcjpwYXNz"}}}"#
     );
     // The early write: streamed at the start, finished with master-<host>.ign, never rewritten.
@@ -345,10 +343,8 @@ fn bootstrap_happy_path() {
     assert_eq!(events[0], "stream /dev/vda");
     assert!(events.contains(&"streamed".to_string()));
     let ignition = h.dir.path().join(format!("install-dir/master-{HOST}.ign"));
-    assert_eq!(
-        events.last(),
-        Some(&format!("finish {}", ignition.display()))
-    );
+    let finish = format!("finish {}", ignition.display());
+    assert_eq!(events.last(), Some(&finish));
     assert!(!events.iter().any(|e| e.starts_with("write")), "{events:?}");
 }
 
@@ -700,14 +696,13 @@ fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
         host(MASTER2, "master", "master-2", "192.0.2.12"),
         host(MASTER3, "master", "master-3", "192.0.2.13"),
     ]);
-    let hosts = cluster_hosts(
-        h.dir.path(),
-        &[
-            ("master-1", "192.0.2.11", true),
-            ("master-2", "192.0.2.12", true),
-            ("master-3", "192.0.2.13", false),
-        ],
-    );
+    let (rebooted, not_yet) = (true, false);
+    let hosts = [
+        ("master-1", "192.0.2.11", rebooted),
+        ("master-2", "192.0.2.12", rebooted),
+        ("master-3", "192.0.2.13", not_yet),
+    ];
+    let hosts = cluster_hosts(h.dir.path(), &hosts);
     // No kubeconfig: bootkube never runs in dry run. Its done marker is the harness's to
     // create, as in Go's dry run (the harness above did).
     std::fs::remove_file(h.dir.path().join("openshift/auth/kubeconfig")).unwrap();
@@ -725,25 +720,17 @@ fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
     assert!(marker.exists(), "the fake reboot");
     // The rebooted masters joined (the Configuring watcher, which runs in dry run too, may
     // have reported them first); master-3 has not rebooted.
+    let joined_or_configuring = |r: &Report| *r == s("Joined", "") || *r == s("Configuring", "");
     for id in [MASTER1, MASTER2] {
         let reports = h.svc.progress_reports(id);
         assert_eq!(reports.last(), Some(&s("Joined", "")), "{reports:?}");
-        assert!(
-            reports
-                .iter()
-                .all(|r| *r == s("Joined", "") || *r == s("Configuring", "")),
-            "{reports:?}"
-        );
+        assert!(reports.iter().all(joined_or_configuring), "{reports:?}");
     }
     assert!(h.svc.progress_reports(MASTER3).is_empty());
     // The host list was fetched twice: by the node wait and by the Configuring watcher.
-    let host_fetches = h
-        .svc
-        .calls()
-        .iter()
-        .filter(|c| c.ends_with("?exclude-hosts=false"))
-        .count();
-    assert_eq!(host_fetches, 2, "{:#?}", h.svc.calls());
+    let calls = h.svc.calls();
+    let host_fetches = calls.iter().filter(|c| c.ends_with("?exclude-hosts=false"));
+    assert_eq!(host_fetches.count(), 2, "{calls:#?}");
     // The pretend controller's canned log, once it is ready.
     let logs = controller_logs_uploaded(&h);
     assert_eq!(logs.len(), 1);
@@ -756,16 +743,11 @@ fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
         "hostname",
         "shutdown",
     ] {
-        assert!(
-            !lines.iter().any(|l| l.starts_with(absent)),
-            "{absent}: {lines:#?}"
-        );
+        let ran = lines.iter().any(|l| l.starts_with(absent));
+        assert!(!ran, "{absent}: {lines:#?}");
     }
-    assert!(!h
-        .dir
-        .path()
-        .join("openshift/manifests/assisted-installer-controller-pod.yaml")
-        .exists());
+    let pod = "openshift/manifests/assisted-installer-controller-pod.yaml";
+    assert!(!h.dir.path().join(pod).exists());
 }
 
 #[test]
