@@ -543,36 +543,30 @@ fn api_errors_keep_their_codes_and_name_the_object() {
         assert_eq!(api_error_code(&get_cm().unwrap_err()), Some(code));
     }
 
-    type Call<'a> = Box<dyn Fn() -> String + 'a>;
-    let c = &s.client;
-    let cases: [(&str, &str, Call); 4] = [
-        (
-            NODES,
-            "listing nodes node-role.kubernetes.io/master: ",
-            Box::new(|| msg(KubeApi::list_nodes(c, &Role::Master))),
-        ),
-        (
-            "/api/v1/namespaces/assisted-installer/events",
-            "listing events in namespace assisted-installer: ",
-            Box::new(|| msg(c.list_events(CONTROLLER_NAMESPACE))),
-        ),
-        (
-            "/apis/machineconfiguration.openshift.io",
-            "reading MachineConfig mc: ",
-            Box::new(|| msg(c.machine_config_exists("mc"))),
-        ),
-        (
-            PODS,
-            "listing pods in namespace assisted-installer: ",
-            Box::new(|| msg(KubeApi::list_pods(c, CONTROLLER_NAMESPACE, "job-name=x"))),
-        ),
-    ];
-    for (prefix, want, call) in cases {
+    // The installer's calls: a failure injected under `prefix` names the call.
+    let fails = |prefix: &str, want: &str, call: &dyn Fn() -> String| {
         s.fake.fail_next("GET", prefix, 500);
         let err = call();
-        let injected = err.contains("injected failure");
-        assert!(err.starts_with(want) && injected, "{err}");
-    }
+        assert!(
+            err.starts_with(want) && err.contains("injected failure"),
+            "{err}"
+        );
+    };
+    let c = &s.client;
+    let masters = "listing nodes node-role.kubernetes.io/master: ";
+    fails(NODES, masters, &|| {
+        msg(KubeApi::list_nodes(c, &Role::Master))
+    });
+    let events = "/api/v1/namespaces/assisted-installer/events";
+    let want = "listing events in namespace assisted-installer: ";
+    fails(events, want, &|| msg(c.list_events(CONTROLLER_NAMESPACE)));
+    let mc = "/apis/machineconfiguration.openshift.io";
+    fails(mc, "reading MachineConfig mc: ", &|| {
+        msg(c.machine_config_exists("mc"))
+    });
+    let want = "listing pods in namespace assisted-installer: ";
+    let pods = || msg(KubeApi::list_pods(c, CONTROLLER_NAMESPACE, "job-name=x"));
+    fails(PODS, want, &pods);
     // The client keeps working after errors.
     let nodes = KubeApi::list_nodes(&s.client, &Role::Master);
     assert!(nodes.unwrap().is_empty());

@@ -124,7 +124,7 @@ mod tests {
     use super::*;
     use crate::clock::FakeClock;
     use crate::controller::service::testing::MemoryService;
-    use crate::kube::fake::FakeCluster;
+    use crate::kube::testing::FakeCluster;
     use crate::kube::{ApiError, ProxyStatus};
     use anyhow::{anyhow, bail};
     use std::sync::Mutex;

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use anyhow::Result;
 
 use crate::controller::tasks::olm::{ManifestApplier, OLM_MANIFESTS_CONFIG_MAP};
-use crate::kube::fake::FakeCluster;
+use crate::kube::testing::FakeCluster;
 use crate::kube::{Condition, Csv, Node, NodeAddress, Subscription};
 use crate::service::MonitoredOperator;
 

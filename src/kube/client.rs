@@ -383,15 +383,7 @@ impl KubeApi for KubeClient {
     }
 
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
-        let index = self
-            .get_node(node)?
-            .taints
-            .iter()
-            .position(|t| t.key == key);
-        match index {
-            Some(i) => ClusterApi::remove_node_taint(self, node, i, key),
-            None => Ok(()),
-        }
+        super::remove_taint_by_key(self, node, key)
     }
 
     fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {

@@ -93,14 +93,6 @@ pub struct DryCluster {
     state: Mutex<State>,
 }
 
-impl std::fmt::Debug for DryCluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DryCluster")
-            .field("hosts", &self.hosts)
-            .finish_non_exhaustive()
-    }
-}
-
 fn not_found<T>(what: String) -> Result<T> {
     let message = format!("dry run: {what} not found");
     Err(ApiError::new(404, "NotFound", &message).into())

@@ -4,9 +4,9 @@
 //! - [`client::KubeClient`]: kube-rs's typed `Api<K>` (k8s-openapi types, and `DynamicObject`
 //!   for the OpenShift kinds), from a kubeconfig or a pod's service account;
 //! - [`dry::DryCluster`]: dry mode's pretend cluster, built from the dry-run hosts;
-//! - `fake::FakeCluster` (tests only): in memory, recording every call.
+//! - `testing::FakeCluster` (tests only): in memory, recording every call.
 //!
-//! [`rbac`] proves that every request the controller makes is allowed by the ClusterRole the
+//! `rbac` (tests only) proves that every request the controller makes is allowed by the ClusterRole the
 //! bootstrap deploys. Errors the API server answered carry an [`ApiError`] in their chain, so
 //! that a caller can branch on the status code with [`api_error_code`]. A `get_*` returning an
 //! `Option` maps NotFound to `None`; the others report it as an error.
@@ -19,11 +19,13 @@ use crate::config::Role;
 
 pub mod client;
 pub mod dry;
-#[cfg(any(test, feature = "test-support"))]
-pub mod fake;
 pub(crate) mod install_config;
 pub mod model;
+/// Only the tests use the least-privilege proof.
+#[cfg(any(test, feature = "test-support"))]
 pub mod rbac;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 
 pub use model::*;
 
@@ -111,6 +113,16 @@ pub(crate) fn untaint_patch(index: usize, key: &str) -> json_patch::Patch {
     .expect("a well-formed JSON patch")
 }
 
+/// The installer's untaint with the controller's: the index of the first taint with `key`, then
+/// the guarded patch; no-op when there is none.
+pub(crate) fn remove_taint_by_key(api: &dyn ClusterApi, node: &str, key: &str) -> Result<()> {
+    let taints = api.get_node(node)?.taints;
+    match taints.iter().position(|t| t.key == key) {
+        Some(i) => api.remove_node_taint(node, i, key),
+        None => Ok(()),
+    }
+}
+
 /// What the bootstrap and single-node flows ask of the new cluster.
 pub trait KubeApi: Send + Sync {
     /// Nodes labelled `node-role.kubernetes.io/<role>`.
@@ -134,7 +146,7 @@ pub trait KubeApi: Send + Sync {
 }
 
 /// Every Kubernetes operation of the controller's tasks. Each method makes the API requests
-/// [`rbac`] declares for it, all allowed by the controller's ClusterRole. Errors name the object.
+/// `rbac` declares for it, all allowed by the controller's ClusterRole. Errors name the object.
 pub trait ClusterApi: Send + Sync {
     /// GET `config.openshift.io/v1 Proxy` `name` (`cluster`): its status.
     fn get_proxy(&self, name: &str) -> Result<ProxyStatus>;

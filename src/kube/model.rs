@@ -264,60 +264,23 @@ fn namespace_of(meta: &kube::api::ObjectMeta) -> String {
     meta.namespace.clone().unwrap_or_default()
 }
 
-/// The `spec` and `status` of an object of a kind k8s-openapi lacks, each missing field
-/// defaulted.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Parts<S, T> {
-    spec: S,
-    status: T,
+/// The field at `pointer` of an object of a kind k8s-openapi lacks; absent or null is the default.
+fn field<T: serde::de::DeserializeOwned + Default>(
+    o: &DynamicObject,
+    pointer: &str,
+) -> anyhow::Result<T> {
+    match o.data.pointer(pointer) {
+        None | Some(Value::Null) => Ok(T::default()),
+        Some(value) => Ok(T::deserialize(value)?),
+    }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase")]
-struct Statuses {
-    conditions: Vec<Condition>,
-    versions: Vec<OperatorVersion>,
-    capabilities: Capabilities,
-    desired: Desired,
-    http_proxy: String,
-    https_proxy: String,
-    no_proxy: String,
-    #[serde(rename = "currentCSV")]
-    current_csv: String,
-    phase: String,
-    message: String,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase")]
-struct Capabilities {
-    enabled_capabilities: Vec<String>,
-    known_capabilities: Vec<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Desired {
-    version: String,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Specs {
-    version: String,
-    paused: bool,
-}
-
-/// `TryFrom<&DynamicObject>` for model structs: `$body` builds one from the object `$o`, its
-/// [`Specs`] `$spec` and [`Statuses`] `$st`.
+/// `TryFrom<&DynamicObject>` for model structs: `$body` builds one from the object `$o`.
 macro_rules! from_dynamic {
-    ($($model:ident: |$o:ident, $spec:ident, $st:ident| $body:expr;)*) => {$(
+    ($($model:ident: |$o:ident| $body:expr;)*) => {$(
         impl TryFrom<&DynamicObject> for $model {
             type Error = anyhow::Error;
             fn try_from($o: &DynamicObject) -> anyhow::Result<Self> {
-                let parts: Parts<Specs, Statuses> = serde_json::from_value($o.data.clone())?;
-                let ($spec, $st) = (parts.spec, parts.status);
                 Ok($body)
             }
         }
@@ -325,43 +288,43 @@ macro_rules! from_dynamic {
 }
 
 from_dynamic! {
-    ClusterOperator: |o, _spec, s| ClusterOperator {
+    ClusterOperator: |o| ClusterOperator {
         name: name_of(&o.metadata),
-        conditions: s.conditions,
-        versions: s.versions,
+        conditions: field(o, "/status/conditions")?,
+        versions: field(o, "/status/versions")?,
     };
-    ClusterVersion: |_o, _spec, s| ClusterVersion {
-        conditions: s.conditions,
-        enabled_capabilities: s.capabilities.enabled_capabilities,
-        known_capabilities: s.capabilities.known_capabilities,
-        desired_version: s.desired.version,
+    ClusterVersion: |o| ClusterVersion {
+        conditions: field(o, "/status/conditions")?,
+        enabled_capabilities: field(o, "/status/capabilities/enabledCapabilities")?,
+        known_capabilities: field(o, "/status/capabilities/knownCapabilities")?,
+        desired_version: field(o, "/status/desired/version")?,
     };
-    ProxyStatus: |_o, _spec, s| ProxyStatus {
-        http_proxy: s.http_proxy,
-        https_proxy: s.https_proxy,
-        no_proxy: s.no_proxy,
+    ProxyStatus: |o| ProxyStatus {
+        http_proxy: field(o, "/status/httpProxy")?,
+        https_proxy: field(o, "/status/httpsProxy")?,
+        no_proxy: field(o, "/status/noProxy")?,
     };
-    Subscription: |o, _spec, s| Subscription {
+    Subscription: |o| Subscription {
         namespace: namespace_of(&o.metadata),
         name: name_of(&o.metadata),
-        current_csv: s.current_csv,
+        current_csv: field(o, "/status/currentCSV")?,
     };
-    Csv: |o, spec, s| Csv {
+    Csv: |o| Csv {
         namespace: namespace_of(&o.metadata),
         name: name_of(&o.metadata),
-        phase: s.phase,
-        message: s.message,
-        version: spec.version,
+        phase: field(o, "/status/phase")?,
+        message: field(o, "/status/message")?,
+        version: field(o, "/spec/version")?,
     };
-    InstallPlan: |o, _spec, s| InstallPlan {
+    InstallPlan: |o| InstallPlan {
         namespace: namespace_of(&o.metadata),
         name: name_of(&o.metadata),
         owner_names: o.metadata.owner_references.iter().flatten().map(|r| r.name.clone()).collect(),
-        phase: s.phase,
+        phase: field(o, "/status/phase")?,
     };
-    MachineConfigPool: |o, spec, _st| MachineConfigPool {
+    MachineConfigPool: |o| MachineConfigPool {
         name: name_of(&o.metadata),
-        paused: spec.paused,
+        paused: field(o, "/spec/paused")?,
     };
 }
 

@@ -3,9 +3,9 @@
 //! from the same types the client uses), and the check that the controller's ClusterRole (the
 //! rules the bootstrap deploys) allows each one.
 //!
-//! Tests prove three things: every declared request is allowed; every trait method has a
-//! declaration (and no declaration is stale); and (tests/kube_client.rs) every HTTP request
-//! the real client sends, for every method, is one its method declares.
+//! Tests prove that every trait method has a declaration (and no declaration is stale), and
+//! (tests/kube_client.rs) that every HTTP request the real client sends, for every method, is
+//! the one its method declares and is allowed.
 
 use super::model::kinds;
 use crate::controller::deploy::role::RULES;
@@ -201,13 +201,6 @@ mod tests {
     }
 
     #[test]
-    fn every_declared_request_is_allowed_by_the_cluster_role() {
-        for (method, req) in declarations() {
-            assert!(allowed(&req), "{method}: {req:?} is not allowed");
-        }
-    }
-
-    #[test]
     fn allowed_refuses_what_the_role_does_not_grant() {
         let call = |group: &str, resource: &str, verb: &str| ApiCall {
             group: group.into(),
@@ -239,44 +232,16 @@ mod tests {
         assert!(stale.is_empty(), "declarations of no method: {stale:?}");
     }
 
+    /// What tests/kube_client.rs cannot meet: the client never watches, nor leaves the resource
+    /// paths (its every request is mapped there and compared with its declaration).
     #[test]
-    fn http_requests_map_to_rbac_calls() {
-        let csr = "/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-1/approval";
-        let mcp = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker";
-        let approval = "certificates.k8s.io certificatesigningrequests/approval update";
-        let mcps = "machineconfiguration.openshift.io machineconfigpools patch";
-        let (log, pods) = (
-            "/api/v1/namespaces/a/pods/p/log",
-            "/api/v1/namespaces/a/pods",
+    fn watches_and_paths_that_are_no_resource_requests() {
+        let watch = call_of_http("GET", NODES, "watch=true").unwrap();
+        assert_eq!(
+            (watch.resource.as_str(), watch.verb.as_str()),
+            ("nodes", "watch")
         );
-        for (method, path, query, want) in [
-            ("GET", NODES, "", " nodes list"),
-            ("GET", NODES, "watch=true", " nodes watch"),
-            ("GET", log, "sinceSeconds=3", " pods/log get in a namespace"),
-            ("DELETE", pods, "", " pods deletecollection in a namespace"),
-            (
-                "DELETE",
-                "/api/v1/namespaces/a/services/x",
-                "",
-                " services delete in a namespace",
-            ),
-            ("PUT", csr, "", approval),
-            (
-                "POST",
-                "/api/v1/namespaces/a/events",
-                "",
-                " events create in a namespace",
-            ),
-            ("PATCH", mcp, "", mcps),
-            ("GET", "/version", "", "none"),
-            ("GET", "/api/v1/a/b/c/d", "", "none"),
-        ] {
-            let text = |c: ApiCall| {
-                let ns = if c.namespaced { " in a namespace" } else { "" };
-                format!("{} {} {}{ns}", c.group, c.resource, c.verb)
-            };
-            let got = call_of_http(method, path, query).map_or("none".into(), text);
-            assert_eq!(got, want, "{method} {path}");
-        }
+        assert_eq!(call_of_http("GET", "/version", ""), None);
+        assert_eq!(call_of_http("GET", "/api/v1/a/b/c/d", ""), None);
     }
 }

@@ -374,13 +374,6 @@ mod tests {
     }
 
     #[test]
-    fn inventory_ips_match_the_fixture() {
-        let inventory =
-            r#"{"interfaces": [{"ipv4_addresses": ["192.168.126.11/24"], "ipv6_addresses": []}]}"#;
-        assert!(fetched_ignition(MCS_LOG, &host_ips(inventory)));
-    }
-
-    #[test]
     fn dry_run_log_lists_the_rebooted_hosts_and_matches_them() {
         let dir = tempfile::tempdir().unwrap();
         let cluster_host = |name: &str, ip: &str| ClusterHost {

@@ -1,7 +1,5 @@
 #![allow(dead_code)]
-//! The fake Kubernetes API server of the tests (an [`App`] of the test HTTP server), and the
-//! library's in-memory `FakeCluster` with the setters the installer's flow tests use
-//! ([`FakeKube`]).
+//! The fake Kubernetes API server of the tests (an [`App`] of the test HTTP server).
 //!
 //! [`FakeApiServer`] keeps objects at their REST paths (`/api/v1/nodes/master-0`,
 //! `/apis/config.openshift.io/v1/clusteroperators/console`, …) and does what the API server does
@@ -12,14 +10,8 @@
 //! collection; `GET …/log` answers the text set with [`FakeApiServer::set_pod_log`]. With a
 //! token, every request must carry `Authorization: Bearer <token>` (else 401).
 
-use anyhow::Result;
-use assisted_installer::config::Role;
-use assisted_installer::kube::fake::FakeCluster;
-use assisted_installer::kube::{ClusterApi, Condition, Event, KubeApi, NewEvent, Node, Pod};
-use assisted_installer::kube::{NodeAddress, Taint};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::http_server::{App, Reply, Request};
@@ -249,140 +241,5 @@ impl App for FakeApiServer {
 
     fn keep_alive(&self) -> bool {
         true
-    }
-}
-
-/// The library's in-memory cluster, with the setters the installer's flow tests use.
-#[derive(Clone, Default)]
-pub(crate) struct FakeKube(FakeCluster);
-
-impl Deref for FakeKube {
-    type Target = FakeCluster;
-    fn deref(&self) -> &FakeCluster {
-        &self.0
-    }
-}
-
-impl FakeKube {
-    pub(crate) fn new() -> FakeKube {
-        FakeKube::default()
-    }
-
-    fn edit_node(&self, name: &str, edit: impl FnOnce(&mut Node)) {
-        let mut node = self.0.node(name).expect("a node of the fake");
-        edit(&mut node);
-        self.0.set_node(node);
-    }
-
-    /// Add or replace a node with one role, readiness, `InternalIP` and annotations.
-    pub(crate) fn set_node(
-        &self,
-        name: &str,
-        role: &str,
-        ready: bool,
-        ip: &str,
-        annotations: BTreeMap<String, String>,
-    ) {
-        let (type_, address) = ("InternalIP".into(), ip.into());
-        self.0.set_node(Node {
-            name: name.into(),
-            labels: [(format!("node-role.kubernetes.io/{role}"), String::new())].into(),
-            annotations,
-            addresses: vec![NodeAddress { type_, address }],
-            ..Node::default()
-        });
-        self.set_node_ready(name, ready);
-    }
-
-    pub(crate) fn set_node_ready(&self, name: &str, ready: bool) {
-        let status = if ready { "True" } else { "False" }.into();
-        let ready = Condition {
-            type_: "Ready".into(),
-            status,
-            ..Default::default()
-        };
-        self.edit_node(name, |node| node.conditions = vec![ready]);
-    }
-
-    pub(crate) fn add_node_taint(&self, name: &str, key: &str, effect: &str) {
-        let (key, effect) = (key.into(), effect.into());
-        let taint = Taint {
-            key,
-            effect,
-            ..Taint::default()
-        };
-        self.edit_node(name, |node| node.taints.push(taint));
-    }
-
-    pub(crate) fn node_taints(&self, name: &str) -> Vec<String> {
-        let node = self.0.node(name).unwrap_or_default();
-        node.taints.into_iter().map(|t| t.key).collect()
-    }
-
-    pub(crate) fn add_event(&self, namespace: &str, name: &str, reason: &str) {
-        let event = NewEvent {
-            name: name.into(),
-            reason: reason.into(),
-            type_: "Normal".into(),
-            message: String::new(),
-            involved_namespace: namespace.into(),
-            involved_name: name.into(),
-            time: std::time::UNIX_EPOCH,
-        };
-        let _ = self.0.create_event(namespace, &event);
-    }
-
-    /// Add or replace a pod with its labels and phase.
-    pub(crate) fn set_pod(
-        &self,
-        namespace: &str,
-        name: &str,
-        labels: &[(&str, &str)],
-        phase: &str,
-    ) {
-        let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        self.0.set_pod(Pod {
-            namespace: namespace.into(),
-            name: name.into(),
-            phase: phase.into(),
-            labels: labels.collect(),
-        });
-    }
-
-    pub(crate) fn set_config_map(&self, ns: &str, name: &str, data: BTreeMap<String, String>) {
-        let data: Vec<(&str, &str)> = data.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        self.0.set_config_map(ns, name, &data);
-    }
-
-    /// The pod log reads so far: namespace, pod and `sinceSeconds`.
-    pub(crate) fn log_reads(&self) -> Vec<(String, String, Option<i64>)> {
-        let calls = self.0.calls().into_iter().filter(|c| c.method == "pod_log");
-        calls
-            .map(|c| (c.args[0].clone(), c.args[1].clone(), c.args[2].parse().ok()))
-            .collect()
-    }
-}
-
-impl KubeApi for FakeKube {
-    fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
-        KubeApi::list_nodes(&self.0, role)
-    }
-    fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
-        self.0.list_events(namespace)
-    }
-    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
-        KubeApi::get_config_map(&self.0, ns, name)
-    }
-    fn machine_config_exists(&self, name: &str) -> Result<bool> {
-        self.0.machine_config_exists(name)
-    }
-    fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
-        KubeApi::remove_node_taint(&self.0, node, key)
-    }
-    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
-        KubeApi::list_pods(&self.0, namespace, label_selector)
-    }
-    fn pod_logs(&self, namespace: &str, pod: &str, since: Option<i64>) -> Result<String> {
-        self.0.pod_logs(namespace, pod, since)
     }
 }

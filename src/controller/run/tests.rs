@@ -10,8 +10,8 @@ use crate::controller::service::KUBECONFIG_NOINGRESS;
 use crate::controller::testing::{
     abi_config_map, abi_operators_initialized, cond, record, Recorder,
 };
-use crate::kube::fake::FakeCluster;
 use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
+use crate::kube::testing::FakeCluster;
 use crate::kube::{ClusterOperator, ClusterVersion, ProxyStatus};
 use crate::openshift::{INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE};
 use crate::service::{FinalizingStage, LogsState};

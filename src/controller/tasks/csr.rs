@@ -79,7 +79,7 @@ mod tests {
     use super::*;
     use crate::clock::FakeClock;
     use crate::image::Cancel;
-    use crate::kube::fake::FakeCluster;
+    use crate::kube::testing::FakeCluster;
     use crate::kube::ApiError;
 
     fn cond(type_: &str, status: &str) -> Condition {

@@ -171,7 +171,7 @@ pub(crate) fn spawn(
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::kube::fake::FakeCluster;
+    use crate::kube::testing::FakeCluster;
     use crate::kube::{ApiError, Service};
 
     fn boom() -> ApiError {

@@ -311,7 +311,7 @@ mod tests {
     use crate::clock::{FakeClock, NeverStop};
     use crate::controller::service::testing::{MemoryService, ServiceCall};
     use crate::controller::testing::cond;
-    use crate::kube::fake::FakeCluster;
+    use crate::kube::testing::FakeCluster;
     use crate::kube::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
     use crate::service::{ClusterProgressInfo, MonitoredOperator};
     use std::sync::Arc;

@@ -328,7 +328,7 @@ mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
     use crate::controller::service::testing::{MemoryService, ServiceCall};
-    use crate::kube::fake::FakeCluster;
+    use crate::kube::testing::FakeCluster;
     use crate::kube::ApiError;
     use crate::service::Platform;
     use std::sync::Arc;

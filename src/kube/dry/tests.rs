@@ -1,20 +1,19 @@
-//! The pretend cluster on temp-dir markers: nodes as hosts reboot, the MCS log read by the
-//! node-status task's own matcher and rounds, operators through the availability rules, and the
-//! objects the other tasks read.
+//! The pretend cluster on temp-dir markers: nodes as hosts reboot and their MCS log shows them,
+//! operators through the availability rules, and the objects the other tasks read. The
+//! node-status rounds over it: controller::run's dry_mode_takes_the_rebooted_hosts_to_done_and_completes.
 
 use super::*;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::completion::{upload_router_ca, MASTER_SELECTOR};
-use crate::controller::tasks::nodes::{NodeStatus, MCS_LOG_SINCE_SECONDS, MCS_SELECTOR};
+use crate::controller::tasks::nodes::{MCS_LOG_SINCE_SECONDS, MCS_SELECTOR};
 use crate::controller::tasks::operators::{
     cluster_operators_round, console_enabled, is_available, status_from_conditions, OlmHandler,
 };
-use crate::controller::tasks::reboots::RebootsNotify;
 use crate::kube::api_error_code;
 use crate::kube::install_config::replicas;
 use crate::kube::install_config::INVOKER_ASSISTED;
-use crate::service::{HostStage, MonitoredOperator, OperatorStatus};
+use crate::service::{MonitoredOperator, OperatorStatus};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -87,71 +86,6 @@ fn nodes_appear_once_the_host_rebooted_and_fetched_its_ignition() {
     std::fs::remove_file(&hosts[1].reboot_marker_path).unwrap();
     assert!(cluster.list_nodes(None).unwrap().is_empty());
     assert_eq!(read_mcs_log(&cluster), "");
-}
-
-struct NoNotify;
-impl RebootsNotify for NoNotify {
-    fn start(&self, _: &str, _: &str, _: &str, _: &str) {}
-}
-
-/// A service host `name` at `Rebooting`, its inventory holding `ip`.
-fn service_host(i: usize, name: &str, ip: &str) -> crate::service::Host {
-    let inventory =
-        json!({"interfaces": [{"name": "ens3", "ipv4_addresses": [format!("{ip}/24")]}]});
-    serde_json::from_value(json!({
-        "id": format!("host-{i}"),
-        "infra_env_id": "ie-1",
-        "cluster_id": "c-1",
-        "status": "installing-in-progress",
-        "role": "master",
-        "requested_hostname": name,
-        "progress": {"current_stage": "Rebooting"},
-        "inventory": inventory.to_string(),
-    }))
-    .unwrap()
-}
-
-/// The stage updates the service received, as (host id, stage), in order.
-fn stages(service: &MemoryService) -> Vec<(String, HostStage)> {
-    service
-        .calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            ServiceCall::UpdateHostStage { host_id, stage, .. } => Some((host_id, stage)),
-            _ => None,
-        })
-        .collect()
-}
-
-#[test]
-fn node_status_rounds_report_configuring_then_joined_and_done() {
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = vec![
-        host(dir.path(), "master-0", "192.0.2.10"),
-        host(dir.path(), "master-1", "192.0.2.11"),
-    ];
-    let service = MemoryService::new("c-1", Arc::new(FakeClock::new()));
-    service.update_cluster(|c| {
-        c.hosts = vec![
-            service_host(0, "master-0", "192.0.2.10"),
-            service_host(1, "master-1", "192.0.2.11"),
-        ];
-    });
-    let cluster = DryCluster::new(hosts.clone());
-    let clock = FakeClock::new();
-    let task = NodeStatus::new(&cluster, &service, &clock, &NoNotify, false);
-    assert!(!task.round());
-    assert!(stages(&service).is_empty(), "nothing rebooted yet");
-
-    reboot(&hosts[0]);
-    assert!(!task.round());
-    let host0 = |s| ("host-0".to_string(), s);
-    assert_eq!(stages(&service), [host0(HostStage::Configuring)]);
-    assert!(!task.round());
-    let all = [HostStage::Configuring, HostStage::Joined, HostStage::Done].map(host0);
-    assert_eq!(stages(&service), all);
-    assert!(!task.round());
-    assert_eq!(stages(&service), all, "nothing more: host-1 did not reboot");
 }
 
 #[test]
@@ -289,20 +223,20 @@ fn label_patches_and_pool_pauses_are_kept() {
     assert_eq!(api_error_code(&other), Some(404));
 }
 
-/// The installer's view of `cluster`.
-fn installer(cluster: &DryCluster) -> &dyn crate::kube::KubeApi {
-    cluster
-}
-
+/// The installer's view (end to end in tests/bootstrap_scenarios.rs, dry run): nodes as their
+/// hosts reboot, on a MachineConfig that exists; the install-config; a ready controller.
 #[test]
-fn installer_nodes_appear_as_their_hosts_reboot() {
+fn the_installer_sees_rebooted_nodes_the_install_config_and_a_ready_controller() {
     let dir = tempfile::tempdir().unwrap();
     let hosts = vec![
         host(dir.path(), "master-1", "192.0.2.11"),
         host(dir.path(), "master-2", "192.0.2.12"),
     ];
-    let cluster = DryCluster::new(hosts.clone());
-    let kube = installer(&cluster);
+    let cluster = DryCluster {
+        control_plane_replicas: 3,
+        ..DryCluster::new(hosts.clone())
+    };
+    let kube: &dyn crate::kube::KubeApi = &cluster;
     assert!(kube.list_nodes(&Role::Master).unwrap().is_empty());
     reboot(&hosts[1]);
     let nodes = kube.list_nodes(&Role::Master).unwrap();
@@ -311,29 +245,17 @@ fn installer_nodes_appear_as_their_hosts_reboot() {
     assert!(node.is_ready());
     assert_eq!(node.internal_ips().collect::<Vec<_>>(), ["192.0.2.12"]);
     for key in [CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION] {
-        assert!(
-            kube.machine_config_exists(&node.annotations[key]).unwrap(),
-            "{key}"
-        );
+        let config = &node.annotations[key];
+        assert!(kube.machine_config_exists(config).unwrap(), "{key}");
     }
     assert!(!kube.machine_config_exists("rendered-other").unwrap());
     kube.remove_node_taint("master-2", "any").unwrap();
-}
 
-#[test]
-fn the_installer_finds_the_install_config_and_a_ready_controller() {
-    let cfg = InstallerConfig {
-        control_plane_count: 3,
-        ..InstallerConfig::default()
-    };
-    let cluster = DryCluster::from_config(&cfg).unwrap();
-    let kube = installer(&cluster);
     let cm = kube.get_config_map("kube-system", "cluster-config-v1");
     let r = replicas(&cm.unwrap().unwrap()["install-config"]).unwrap();
     assert_eq!((r.control_plane, r.arbiter), (Some(3), None));
     let invoker = kube.get_config_map("openshift-config", "openshift-install-manifests");
     assert_eq!(invoker.unwrap(), None);
-
     let events = kube.list_events(CONTROLLER_NAMESPACE).unwrap();
     assert!(events.iter().any(|e| e.name == CONTROLLER_READY_EVENT));
     assert!(kube.list_events("default").unwrap().is_empty());
@@ -341,39 +263,9 @@ fn the_installer_finds_the_install_config_and_a_ready_controller() {
     let pods = kube.list_pods(CONTROLLER_NAMESPACE, job).unwrap();
     let pod = (pods[0].name.as_str(), pods[0].phase.as_str());
     assert_eq!((pods.len(), pod), (1, (DRY_CONTROLLER_POD, "Running")));
-    assert!(kube
-        .list_pods(CONTROLLER_NAMESPACE, "app=other")
-        .unwrap()
-        .is_empty());
+    let other = kube.list_pods(CONTROLLER_NAMESPACE, "app=other");
+    assert!(other.unwrap().is_empty());
     let log = kube.pod_logs(CONTROLLER_NAMESPACE, DRY_CONTROLLER_POD, Some(3600));
-    let log = log.unwrap();
-    assert!(log.lines().count() >= 2 && log.starts_with("Dry run"));
+    assert_eq!(log.unwrap(), DRY_CONTROLLER_LOG);
     assert!(kube.pod_logs(CONTROLLER_NAMESPACE, "other", None).is_err());
-}
-
-#[test]
-fn from_config_reads_the_hosts_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("hosts.json");
-    let marker = dir.path().join("m1");
-    std::fs::write(&marker, "").unwrap();
-    let json = json!([{"hostname": "m1", "ip": "192.0.2.11", "rebootMarkerPath": marker}]);
-    std::fs::write(&file, json.to_string()).unwrap();
-    let cfg = InstallerConfig {
-        dry_run: true,
-        dry_run_cluster_hosts_path: Some(file.clone()),
-        ..InstallerConfig::default()
-    };
-    let cluster = DryCluster::from_config(&cfg).unwrap();
-    assert_eq!(
-        names(&installer(&cluster).list_nodes(&Role::Master).unwrap()),
-        ["m1"]
-    );
-    std::fs::write(&file, "not json").unwrap();
-    assert!(DryCluster::from_config(&cfg).is_err());
-    let none = DryCluster::from_config(&InstallerConfig::default()).unwrap();
-    assert!(installer(&none)
-        .list_nodes(&Role::Master)
-        .unwrap()
-        .is_empty());
 }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
-use crate::kube::fake::FakeCluster;
+use crate::kube::testing::FakeCluster;
 use crate::kube::ApiError;
 use std::collections::BTreeMap;
 

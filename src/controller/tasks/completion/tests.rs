@@ -6,7 +6,7 @@ use crate::clock::{Deadline, FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::testing::{cond, master, record};
 use crate::image::Cancel;
-use crate::kube::fake::FakeCluster;
+use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, ClusterOperator, ClusterVersion};
 use crate::service::OperatorStatus;
 use std::sync::Arc;

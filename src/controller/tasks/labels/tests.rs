@@ -4,7 +4,7 @@ use super::*;
 use crate::clock::{FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::testing::{self, ip};
-use crate::kube::fake::FakeCluster;
+use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, MachineConfigPool};
 use crate::service::Host;
 use serde_json::json;

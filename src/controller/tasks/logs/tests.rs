@@ -5,7 +5,7 @@ use crate::archive::read::entries;
 use crate::clock::{Deadline, FakeClock};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
-use crate::kube::fake::FakeCluster;
+use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, Pod};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

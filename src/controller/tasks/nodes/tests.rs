@@ -5,7 +5,7 @@ use super::*;
 use crate::clock::{FakeClock, SystemClock};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::testing::{self, ip, node};
-use crate::kube::fake::FakeCluster;
+use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, Csr, Pod, Taint};
 use crate::service::Host;
 use serde_json::json;

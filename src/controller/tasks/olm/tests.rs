@@ -9,7 +9,7 @@ use crate::clock::{Deadline, FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::testing::{self, abi_operators_initialized, b64, Recorder};
 use crate::host::commands::RecordingRunner;
-use crate::kube::fake::FakeCluster;
+use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, Condition, Csv, InstallPlan, Job, Subscription};
 
 const NS: &str = "openshift-local-storage";

@@ -34,9 +34,13 @@ fn key(namespace: &str, name: &str) -> Key {
     (namespace.to_string(), name.to_string())
 }
 
-#[derive(Default, Debug)]
+/// What runs before every call: the cluster and the method's name.
+type Hook = Arc<dyn Fn(&FakeCluster, &str) + Send + Sync>;
+
+#[derive(Default)]
 struct State {
     calls: Vec<Call>,
+    hook: Option<Hook>,
     /// (method, error, sticky): the first matching entry answers the call.
     failures: Vec<(String, ApiError, bool)>,
     proxy: ProxyStatus,
@@ -61,7 +65,7 @@ struct State {
 }
 
 /// The fake cluster; clones share their state.
-#[derive(Clone, Default, Debug)]
+#[derive(Clone, Default)]
 pub struct FakeCluster {
     state: Arc<Mutex<State>>,
 }
@@ -84,6 +88,10 @@ impl FakeCluster {
 
     /// Record a call, then answer with an injected failure if one matches.
     fn enter(&self, method: &'static str, args: &[&str]) -> Result<MutexGuard<'_, State>> {
+        let hook = self.lock().hook.clone();
+        if let Some(hook) = hook {
+            hook(self, method);
+        }
         let mut state = self.lock();
         let args = args.iter().map(|a| a.to_string()).collect();
         state.calls.push(Call { method, args });
@@ -95,6 +103,11 @@ impl FakeCluster {
             return Err(anyhow::Error::new(err).context(format!("fake {method}")));
         }
         Ok(state)
+    }
+
+    /// Run `hook` before every call (the flow tests change the cluster as fake time passes).
+    pub fn before_each_call(&self, hook: impl Fn(&FakeCluster, &str) + Send + Sync + 'static) {
+        self.lock().hook = Some(Arc::new(hook));
     }
 
     /// Every call so far, in order.
@@ -158,6 +171,25 @@ impl FakeCluster {
 
     pub fn node(&self, name: &str) -> Option<Node> {
         self.lock().nodes.get(name).cloned()
+    }
+
+    /// Set the `Ready` condition of a node, its only one.
+    pub fn set_node_ready(&self, name: &str, ready: bool) {
+        let status = if ready { "True" } else { "False" };
+        let ready = Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            ..Condition::default()
+        };
+        let mut state = self.lock();
+        state.nodes.get_mut(name).expect("a node").conditions = vec![ready];
+    }
+
+    /// The pod log reads so far: namespace, pod and `sinceSeconds`.
+    pub fn log_reads(&self) -> Vec<(String, String, Option<i64>)> {
+        let calls = self.calls().into_iter().filter(|c| c.method == "pod_log");
+        let read = |c: Call| (c.args[0].clone(), c.args[1].clone(), c.args[2].parse().ok());
+        calls.map(read).collect()
     }
 
     pub fn add_service(&self, service: Service) {
@@ -545,11 +577,7 @@ impl super::KubeApi for FakeCluster {
     }
 
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
-        let taints = self.get_node(node)?.taints;
-        match taints.iter().position(|t| t.key == key) {
-            Some(i) => ClusterApi::remove_node_taint(self, node, i, key),
-            None => Ok(()),
-        }
+        super::remove_taint_by_key(self, node, key)
     }
 
     fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
@@ -558,108 +586,5 @@ impl super::KubeApi for FakeCluster {
 
     fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
         self.pod_log(namespace, pod, since_seconds)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kube::{api_error_code, Taint};
-
-    fn code<T: std::fmt::Debug>(result: Result<T>) -> Option<u16> {
-        api_error_code(&result.unwrap_err())
-    }
-
-    #[test]
-    fn calls_are_recorded_and_failures_injected_once_or_always() {
-        let fake = FakeCluster::new();
-        let master = role_label("master");
-        let labels = BTreeMap::from([(master.clone(), String::new())]);
-        for (name, labels) in [("m0", labels), ("w0", BTreeMap::new())] {
-            let name = name.to_string();
-            fake.set_node(Node {
-                name,
-                labels,
-                ..Node::default()
-            });
-        }
-        assert_eq!(fake.list_nodes(Some(&master)).unwrap().len(), 1);
-        fake.fail_next("list_csrs", ApiError::new(500, "InternalError", "boom"));
-        assert_eq!(code(fake.list_csrs()), Some(500));
-        assert!(fake.list_csrs().is_ok());
-        fake.fail_always("get_proxy", ApiError::new(403, "Forbidden", "no"));
-        for _ in 0..2 {
-            assert_eq!(code(fake.get_proxy("cluster")), Some(403));
-        }
-        let calls = fake.take_calls();
-        assert_eq!(calls[0], "list_nodes(node-role.kubernetes.io/master)");
-        assert_eq!((calls.len(), fake.calls().len()), (5, 0));
-    }
-
-    #[test]
-    fn writes_change_the_state_as_the_api_server_would() {
-        let fake = FakeCluster::new();
-        let taint = |key: &str| Taint {
-            key: key.into(),
-            ..Taint::default()
-        };
-        let taints = vec![taint("a"), taint("b")];
-        fake.set_node(Node {
-            name: "m0".into(),
-            taints,
-            ..Node::default()
-        });
-        assert_eq!(
-            code(ClusterApi::remove_node_taint(&fake, "m0", 1, "a")),
-            Some(422)
-        );
-        ClusterApi::remove_node_taint(&fake, "m0", 0, "a").unwrap();
-        assert_eq!(fake.node("m0").unwrap().taints, [taint("b")]);
-        fake.patch_node_labels("m0", &json!({"x": "1"})).unwrap();
-        assert_eq!(fake.node("m0").unwrap().labels["x"], "1");
-
-        let event = NewEvent {
-            name: "e".into(),
-            reason: "r".into(),
-            type_: "Normal".into(),
-            message: "m".into(),
-            involved_namespace: "ns".into(),
-            involved_name: "x".into(),
-            time: std::time::UNIX_EPOCH,
-        };
-        fake.create_event("ns", &event).unwrap();
-        assert_eq!(code(fake.create_event("ns", &event)), Some(409));
-
-        fake.set_csr(Csr {
-            name: "csr-1".into(),
-            ..Csr::default()
-        });
-        let csr = fake.list_csrs().unwrap().remove(0);
-        let (type_, status) = ("Approved".into(), "True".into());
-        let condition = Condition {
-            type_,
-            status,
-            ..Condition::default()
-        };
-        let time = std::time::UNIX_EPOCH;
-        fake.approve_csr(&csr, &CsrApproval { condition, time })
-            .unwrap();
-        let stored = fake.csr("csr-1").unwrap();
-        assert!(stored.conditions[0].is_true("Approved"));
-        assert_eq!(stored.object["status"]["conditions"][0]["type"], "Approved");
-
-        // The main resource keeps the stored status, the subresource writes only the status.
-        let ns = "openshift-machine-api";
-        fake.set_bmh(json!({"metadata": {"name": "b", "namespace": ns}, "status": {"s": 1}}));
-        let mut bmh = fake.get_bmh(ns, "b").unwrap();
-        bmh["spec"] = json!({"externallyProvisioned": true});
-        bmh["status"] = json!({"s": 2});
-        let stored = fake.update_bmh(ns, &bmh).unwrap();
-        assert_eq!(stored["status"]["s"], 1);
-        assert_eq!(stored["spec"]["externallyProvisioned"], true);
-        bmh["spec"] = json!({});
-        let stored = fake.update_bmh_status(ns, &bmh).unwrap();
-        assert_eq!(stored["status"]["s"], 2);
-        assert_eq!(stored["spec"]["externallyProvisioned"], true);
     }
 }
