@@ -3,6 +3,7 @@
 //! OpenShift, OLM and metal3 kinds ([`kinds`]). BareMetalHosts stay whole JSON objects, since the
 //! BMH task rewrites their annotations, spec and status and puts them back.
 
+use anyhow::Context;
 use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::certificates::v1 as cert;
 use k8s_openapi::api::core::v1 as core;
@@ -264,14 +265,18 @@ fn namespace_of(meta: &kube::api::ObjectMeta) -> String {
     meta.namespace.clone().unwrap_or_default()
 }
 
-/// The field at `pointer` of an object of a kind k8s-openapi lacks; absent or null is the default.
+/// The field at `pointer` of an object of a kind k8s-openapi lacks; absent or null is the
+/// default, a value of the wrong type an error naming the object and the field.
 fn field<T: serde::de::DeserializeOwned + Default>(
     o: &DynamicObject,
     pointer: &str,
 ) -> anyhow::Result<T> {
     match o.data.pointer(pointer) {
         None | Some(Value::Null) => Ok(T::default()),
-        Some(value) => Ok(T::deserialize(value)?),
+        Some(value) => T::deserialize(value).with_context(|| {
+            let kind = o.types.as_ref().map_or("object", |t| t.kind.as_str());
+            format!("reading {pointer} of {kind} {:?}", name_of(&o.metadata))
+        }),
     }
 }
 
@@ -417,5 +422,26 @@ impl TryFrom<&cert::CertificateSigningRequest> for Csr {
             conditions: items(status.and_then(|s| s.conditions.as_ref())),
             object: serde_json::to_value(csr)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_of_the_wrong_type_names_the_object_and_the_field() {
+        let o: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "config.openshift.io/v1",
+            "kind": "ClusterVersion",
+            "metadata": {"name": "version"},
+            "status": {"desired": {"version": 4}},
+        }))
+        .unwrap();
+        let err = format!("{:#}", ClusterVersion::try_from(&o).unwrap_err());
+        assert!(
+            err.starts_with("reading /status/desired/version of ClusterVersion \"version\": "),
+            "{err}"
+        );
     }
 }
