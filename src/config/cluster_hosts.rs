@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterHost {
+pub(crate) struct ClusterHost {
     pub hostname: String,
     pub ip: String,
     pub reboot_marker_path: PathBuf,
@@ -21,13 +21,13 @@ pub struct ClusterHost {
 
 impl ClusterHost {
     /// The host's dry-run installer has "rebooted" it.
-    pub fn rebooted(&self) -> bool {
+    pub(crate) fn rebooted(&self) -> bool {
         self.reboot_marker_path.exists()
     }
 }
 
 /// Parses the file (Go: at start, and a parse error ends the installer).
-pub fn load(path: &Path) -> Result<Vec<ClusterHost>> {
+pub(crate) fn load(path: &Path) -> Result<Vec<ClusterHost>> {
     let text = std::fs::read(path)
         .with_context(|| format!("reading the dry-run cluster hosts {}", path.display()))?;
     serde_json::from_slice(&text)

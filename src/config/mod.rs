@@ -5,7 +5,7 @@
 //! for an empty value too, as the Go installer tests for `""`). Values passed through verbatim
 //! to somewhere else (images, the controller's `must-gather-image`, `service-ips`) stay text.
 
-pub mod cluster_hosts;
+pub(crate) mod cluster_hosts;
 pub(crate) mod go_values;
 mod role;
 

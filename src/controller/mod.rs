@@ -30,6 +30,6 @@ pub(crate) mod run;
 pub mod service;
 pub(crate) mod startup;
 pub(crate) mod status;
-pub mod tasks;
+pub(crate) mod tasks;
 #[cfg(test)]
 mod testing;

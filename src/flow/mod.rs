@@ -3,7 +3,7 @@
 //! `InventoryClient`, and the disk write behind `DiskWriter`; all chosen by the caller. Every
 //! wait and retry sleeps through the host's clock and ends early when [`Flow::stop`] fires.
 
-pub mod bootstrap;
+pub(crate) mod bootstrap;
 pub(crate) mod early;
 mod existing_root;
 pub mod node;

@@ -20,7 +20,7 @@ use crate::config::Role;
 pub mod client;
 pub mod dry;
 pub(crate) mod install_config;
-pub mod model;
+pub(crate) mod model;
 /// Only the tests use the least-privilege proof.
 #[cfg(any(test, feature = "test-support"))]
 pub mod rbac;

@@ -72,7 +72,7 @@ pub(crate) fn must_gather_images(
 
 /// The shell-out part of must-gather: run it in `work_dir` with `kubeconfig` and the `images`,
 /// and return the path of the tarball it made.
-pub trait MustGatherRunner: Send + Sync {
+pub(crate) trait MustGatherRunner: Send + Sync {
     fn run(&self, work_dir: &Path, kubeconfig: &Path, images: &[String]) -> Result<PathBuf>;
 }
 

@@ -39,7 +39,7 @@ pub(crate) const TIMED_OUT_INFO: &str = "Waiting for operator timed out";
 pub(crate) const OLM_TYPE: &str = "olm";
 
 /// Applies one manifest file with an admin kubeconfig (see the module doc).
-pub trait ManifestApplier: Send + Sync {
+pub(crate) trait ManifestApplier: Send + Sync {
     fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()>;
 }
 

@@ -33,7 +33,7 @@ pub(crate) trait RebootsNotify: Send + Sync {
 }
 
 /// Counts the reboots of a node with the given kubeconfig.
-pub trait RebootCounter: Send + Sync {
+pub(crate) trait RebootCounter: Send + Sync {
     fn count(&self, kubeconfig: &Path, node_name: &str) -> Result<u32>;
 }
 
@@ -75,7 +75,7 @@ impl RebootCounter for OcRebootCounter {
 }
 
 /// See the module documentation.
-pub struct RebootsNotifier {
+pub(crate) struct RebootsNotifier {
     inner: Arc<Inner>,
     jobs: Mutex<Vec<JoinHandle<()>>>,
 }

@@ -34,7 +34,7 @@ pub(crate) fn outbound_ip() -> String {
 }
 
 /// An HTTP GET that returns the status and the body (TLS verification off).
-pub trait HttpProbe: Send + Sync {
+pub(crate) trait HttpProbe: Send + Sync {
     fn get(&self, url: &str) -> Result<(u16, String)>;
 }
 
