@@ -13,7 +13,6 @@
 
 pub(crate) use super::GENERAL_WAIT;
 use std::collections::HashSet;
-use std::time::Duration;
 
 use anyhow::Result;
 
@@ -45,15 +44,9 @@ pub(crate) struct NodeStatus<'a> {
     pub(crate) notifier: &'a dyn RebootsNotify,
     /// `removeUninitializedTaint`: remove the uninitialized taint from nodes that are not Ready.
     pub(crate) remove_uninitialized_taint: bool,
-    /// Between rounds ([`GENERAL_WAIT`]).
-    pub(crate) interval: Duration,
-    /// Clock and interval of the CSR approval it owns (the same as the rounds' in production).
-    pub(crate) csr_clock: &'a dyn Clock,
-    pub(crate) csr_interval: Duration,
 }
 
 impl<'a> NodeStatus<'a> {
-    /// The task as main starts it: rounds and CSR approval every [`GENERAL_WAIT`] on `clock`.
     pub(crate) fn new(
         cluster: &'a dyn ClusterApi,
         service: &'a dyn ControllerService,
@@ -67,20 +60,17 @@ impl<'a> NodeStatus<'a> {
             clock,
             notifier,
             remove_uninitialized_taint,
-            interval: GENERAL_WAIT,
-            csr_clock: clock,
-            csr_interval: GENERAL_WAIT,
         }
     }
 
-    /// CSR approval in the background, rounds until one finishes or `stop` fires.
+    /// CSR approval in the background (its own thread, as Go's goroutine: a slow round does
+    /// not delay it), [`NodeStatus::rounds`] until one finishes or `stop` fires.
     pub(crate) fn run(&self, stop: &Cancel) -> Result<(), PollError> {
         // CSR approval stops with the tasks or when node status ends.
         let child = stop.child();
         std::thread::scope(|s| {
-            let approver =
-                s.spawn(|| csr::run(self.cluster, self.csr_clock, &child, self.csr_interval));
-            let result = poll(self.clock, stop, self.interval, None, || self.round());
+            let approver = s.spawn(|| csr::run(self.cluster, self.clock, &child, GENERAL_WAIT));
+            let result = self.rounds(stop);
             child.cancel();
             if approver.join().is_err() {
                 tracing::error!("CSR approval panicked");
@@ -91,6 +81,11 @@ impl<'a> NodeStatus<'a> {
             }
             result
         })
+    }
+
+    /// A round at once, then every [`GENERAL_WAIT`], until one finishes or `stop` fires.
+    fn rounds(&self, stop: &Cancel) -> Result<(), PollError> {
+        poll(self.clock, stop, GENERAL_WAIT, None, || self.round())
     }
 
     /// One round: true when the task is done.
