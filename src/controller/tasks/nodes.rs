@@ -101,15 +101,22 @@ impl<'a> NodeStatus<'a> {
         for (name, h) in hosts.iter() {
             tracing::info!(
                 "host {name}: status {:?}, stage {:?}, progress info {:?}",
-                h.status().map(ToString::to_string).unwrap_or_default(),
-                h.current_stage(),
-                h.progress_info()
+                h.host
+                    .status
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                h.host.current_stage(),
+                h.host
+                    .progress
+                    .as_ref()
+                    .map_or("", |p| p.progress_info.as_str())
             );
         }
-        let pending = hosts.filter(|h| h.status() != Some(&HostStatus::Installed));
+        let pending = hosts.filter(|h| h.host.status != Some(HostStatus::Installed));
         let in_error = pending
             .iter()
-            .filter(|(_, h)| h.status() == Some(&HostStatus::Error))
+            .filter(|(_, h)| h.host.status == Some(HostStatus::Error))
             .count();
         if in_error > 0 && in_error == pending.len() {
             tracing::info!("all {in_error} unfinished hosts are in error, stop waiting");
@@ -178,17 +185,17 @@ impl<'a> NodeStatus<'a> {
             }
             self.notifier.start(
                 &node.name,
-                host.id(),
-                host.infra_env_id(),
-                host.cluster_id(),
+                &host.host.id,
+                &host.host.infra_env_id,
+                host.host.cluster_id.as_deref().unwrap_or(""),
             );
         }
     }
 
     fn set_stage(&self, host: &HostInfo, stage: HostStage) -> Result<()> {
-        tracing::info!("reporting host {} stage {stage}", host.id());
+        tracing::info!("reporting host {} stage {stage}", host.host.id);
         self.service
-            .update_host_stage(host.infra_env_id(), host.id(), stage)
+            .update_host_stage(&host.host.infra_env_id, &host.host.id, stage)
     }
 
     /// GET the Node; remove its first uninitialized taint, if any (JSON patch by index).
@@ -253,8 +260,8 @@ impl<'a> NodeStatus<'a> {
             .iter()
             .filter(|h| !h.ips.is_empty())
             .map(|h| McsHost {
-                id: h.id().to_string(),
-                role: h.role().cloned(),
+                id: h.host.id.clone(),
+                role: h.host.role.clone(),
                 ips: h.ips.clone(),
             })
             .collect();
@@ -267,11 +274,11 @@ impl<'a> NodeStatus<'a> {
             let matched = if host.ips.is_empty() {
                 any_request
             } else {
-                fetched.contains(host.id())
+                fetched.contains(host.host.id.as_str())
             };
             if matched {
                 if let Err(e) = self.set_stage(host, HostStage::Configuring) {
-                    tracing::error!("failed to update the stage of host {}: {e:#}", host.id());
+                    tracing::error!("failed to update the stage of host {}: {e:#}", host.host.id);
                 }
             }
         }
