@@ -22,7 +22,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
 use super::service::ControllerService;
-use crate::config::Role;
 use crate::service::{Host, HostStatus};
 
 /// Skipped by the node-status task (`WaitAndUpdateNodesStatus`).
@@ -36,52 +35,9 @@ pub(crate) const INTERNAL_IP: &str = "InternalIP";
 /// One host of the map: the service's record and its IPs.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct HostInfo {
-    pub host: Host,
+    pub(crate) host: Host,
     /// Without prefixes, in inventory order (IPv4 before IPv6 per interface).
-    pub ips: Vec<String>,
-}
-
-impl HostInfo {
-    pub(crate) fn id(&self) -> &str {
-        &self.host.id
-    }
-
-    pub(crate) fn infra_env_id(&self) -> &str {
-        &self.host.infra_env_id
-    }
-
-    pub(crate) fn cluster_id(&self) -> &str {
-        self.host.cluster_id.as_deref().unwrap_or("")
-    }
-
-    pub(crate) fn status(&self) -> Option<&HostStatus> {
-        self.host.status.as_ref()
-    }
-
-    pub(crate) fn role(&self) -> Option<&Role> {
-        self.host.role.as_ref()
-    }
-
-    /// `progress.current_stage` as the service sent it ("" when absent).
-    pub(crate) fn current_stage(&self) -> &str {
-        self.host.current_stage()
-    }
-
-    pub(crate) fn progress_info(&self) -> &str {
-        self.host
-            .progress
-            .as_ref()
-            .map_or("", |p| p.progress_info.as_str())
-    }
-
-    /// The labels for the host's Node, a JSON object in a string ("" when none).
-    pub(crate) fn node_labels(&self) -> &str {
-        &self.host.node_labels
-    }
-
-    pub(crate) fn machine_config_pool_name(&self) -> &str {
-        &self.host.machine_config_pool_name
-    }
+    pub(crate) ips: Vec<String>,
 }
 
 /// The inventory fields the map reads (Go's model parse: unknown fields ignored, `null` is
@@ -317,18 +273,7 @@ mod tests {
             h.ips,
             ["192.168.126.10", "fe80::1", "2620:52:0:1eb::83", "10.0.0.9"]
         );
-        assert_eq!(
-            (h.id(), h.infra_env_id(), h.cluster_id()),
-            ("h0", "ie", "c")
-        );
-        assert_eq!(h.status(), Some(&HostStatus::InstallingInProgress));
-        assert_eq!(h.role(), Some(&Role::Master));
-        assert_eq!(
-            (h.current_stage(), h.progress_info()),
-            ("Rebooting", "info")
-        );
-        assert_eq!(h.node_labels(), "{\"a\":\"b\"}");
-        assert_eq!(h.machine_config_pool_name(), "infra");
+        assert_eq!(h.host, hosts[0], "the service's record, as it came");
         assert!(map.get("MASTER-0.example").is_some());
     }
 
@@ -347,7 +292,7 @@ mod tests {
         let second = named("second", "node-1", "installing", "2.2.2.2/32");
         let map = HostMap::from_hosts(&[first, second], &[]).unwrap();
         assert_eq!(map.len(), 1);
-        assert_eq!(map.get("node-1").unwrap().id(), "second");
+        assert_eq!(map.get("node-1").unwrap().host.id, "second");
         assert!(!map.ip_index().contains_key("1.1.1.1"));
     }
 
@@ -413,7 +358,7 @@ mod tests {
         );
         let hosts = [named("h0", "node0", "installing", "192.168.39.248/24"), h1];
         let all = HostMap::from_hosts(&hosts, NODE_STATUS_SKIP).unwrap();
-        let unfinished = all.filter(|h| h.status() != Some(&HostStatus::Installed));
+        let unfinished = all.filter(|h| h.host.status != Some(HostStatus::Installed));
         assert_eq!(unfinished.len(), 1);
         // Index: 192.168.39.248, 192.168.39.249, fd00::9, 10.0.0.9 (shared: the later host).
         let index = all.ip_index();
@@ -422,7 +367,7 @@ mod tests {
 
         let m = |name: &str, addrs: &[(&str, &str)]| {
             let found = unfinished.match_node(&all, name, addrs);
-            found.map(|h| h.id().to_string())
+            found.map(|h| h.host.id.clone())
         };
         let (v4, v6) = (("InternalIP", "192.168.39.248"), ("InternalIP", "fd00::9"));
         assert_eq!(m("NODE0", &[]).as_deref(), Some("h0"));

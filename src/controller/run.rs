@@ -146,6 +146,7 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
         service.clone(),
         reboot_counter,
         clock.clone(),
+        std::env::temp_dir(),
     ));
     let stop = signal.child();
     let status = Arc::new(ControllerStatus::new());
@@ -175,7 +176,7 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
     };
     let mut handles = Vec::new();
     let readiness = match phase {
-        ReadyPhase::AbiSingleNode { .. } => {
+        ReadyPhase::AbiSingleNode => {
             let (env2, applier) = (env.clone(), applier.clone());
             spawn(&mut handles, "abi-post-install", move || {
                 abi_post_install_task(&env2, &*applier, SNO_KUBECONFIG)

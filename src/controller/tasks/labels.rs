@@ -80,7 +80,7 @@ impl<'a> NodeLabels<'a> {
                 return false;
             }
         };
-        let labelled = hosts.filter(|h| !h.node_labels().is_empty());
+        let labelled = hosts.filter(|h| !h.host.node_labels.is_empty());
         if labelled.is_empty() {
             tracing::info!("No hosts with labels, skipping update node labels");
             return true;
@@ -140,7 +140,7 @@ impl<'a> NodeLabels<'a> {
             let Some(host) = labelled.match_node(labelled, &node.name, &addresses) else {
                 continue;
             };
-            let labels = host.node_labels();
+            let labels = &host.host.node_labels;
             if labels_up_to_date(node, labels) {
                 count += 1;
                 continue;
@@ -164,7 +164,7 @@ impl<'a> NodeLabels<'a> {
 }
 
 fn pauses_workers(host: &HostInfo) -> bool {
-    host.role() == Some(&Role::Worker) && !host.machine_config_pool_name().is_empty()
+    host.host.role == Some(Role::Worker) && !host.host.machine_config_pool_name.is_empty()
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@
 
 pub(crate) use super::GENERAL_WAIT;
 use std::collections::HashSet;
-use std::time::Duration;
 
 use anyhow::Result;
 
@@ -45,15 +44,9 @@ pub(crate) struct NodeStatus<'a> {
     pub(crate) notifier: &'a dyn RebootsNotify,
     /// `removeUninitializedTaint`: remove the uninitialized taint from nodes that are not Ready.
     pub(crate) remove_uninitialized_taint: bool,
-    /// Between rounds ([`GENERAL_WAIT`]).
-    pub(crate) interval: Duration,
-    /// Clock and interval of the CSR approval it owns (the same as the rounds' in production).
-    pub(crate) csr_clock: &'a dyn Clock,
-    pub(crate) csr_interval: Duration,
 }
 
 impl<'a> NodeStatus<'a> {
-    /// The task as main starts it: rounds and CSR approval every [`GENERAL_WAIT`] on `clock`.
     pub(crate) fn new(
         cluster: &'a dyn ClusterApi,
         service: &'a dyn ControllerService,
@@ -67,20 +60,17 @@ impl<'a> NodeStatus<'a> {
             clock,
             notifier,
             remove_uninitialized_taint,
-            interval: GENERAL_WAIT,
-            csr_clock: clock,
-            csr_interval: GENERAL_WAIT,
         }
     }
 
-    /// CSR approval in the background, rounds until one finishes or `stop` fires.
+    /// CSR approval in the background (its own thread, as Go's goroutine: a slow round does
+    /// not delay it), [`NodeStatus::rounds`] until one finishes or `stop` fires.
     pub(crate) fn run(&self, stop: &Cancel) -> Result<(), PollError> {
         // CSR approval stops with the tasks or when node status ends.
         let child = stop.child();
         std::thread::scope(|s| {
-            let approver =
-                s.spawn(|| csr::run(self.cluster, self.csr_clock, &child, self.csr_interval));
-            let result = poll(self.clock, stop, self.interval, None, || self.round());
+            let approver = s.spawn(|| csr::run(self.cluster, self.clock, &child, GENERAL_WAIT));
+            let result = self.rounds(stop);
             child.cancel();
             if approver.join().is_err() {
                 tracing::error!("CSR approval panicked");
@@ -91,6 +81,11 @@ impl<'a> NodeStatus<'a> {
             }
             result
         })
+    }
+
+    /// A round at once, then every [`GENERAL_WAIT`], until one finishes or `stop` fires.
+    fn rounds(&self, stop: &Cancel) -> Result<(), PollError> {
+        poll(self.clock, stop, GENERAL_WAIT, None, || self.round())
     }
 
     /// One round: true when the task is done.
@@ -106,15 +101,22 @@ impl<'a> NodeStatus<'a> {
         for (name, h) in hosts.iter() {
             tracing::info!(
                 "host {name}: status {:?}, stage {:?}, progress info {:?}",
-                h.status().map(ToString::to_string).unwrap_or_default(),
-                h.current_stage(),
-                h.progress_info()
+                h.host
+                    .status
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                h.host.current_stage(),
+                h.host
+                    .progress
+                    .as_ref()
+                    .map_or("", |p| p.progress_info.as_str())
             );
         }
-        let pending = hosts.filter(|h| h.status() != Some(&HostStatus::Installed));
+        let pending = hosts.filter(|h| h.host.status != Some(HostStatus::Installed));
         let in_error = pending
             .iter()
-            .filter(|(_, h)| h.status() == Some(&HostStatus::Error))
+            .filter(|(_, h)| h.host.status == Some(HostStatus::Error))
             .count();
         if in_error > 0 && in_error == pending.len() {
             tracing::info!("all {in_error} unfinished hosts are in error, stop waiting");
@@ -183,17 +185,17 @@ impl<'a> NodeStatus<'a> {
             }
             self.notifier.start(
                 &node.name,
-                host.id(),
-                host.infra_env_id(),
-                host.cluster_id(),
+                &host.host.id,
+                &host.host.infra_env_id,
+                host.host.cluster_id.as_deref().unwrap_or(""),
             );
         }
     }
 
     fn set_stage(&self, host: &HostInfo, stage: HostStage) -> Result<()> {
-        tracing::info!("reporting host {} stage {stage}", host.id());
+        tracing::info!("reporting host {} stage {stage}", host.host.id);
         self.service
-            .update_host_stage(host.infra_env_id(), host.id(), stage)
+            .update_host_stage(&host.host.infra_env_id, &host.host.id, stage)
     }
 
     /// GET the Node; remove its first uninitialized taint, if any (JSON patch by index).
@@ -258,8 +260,8 @@ impl<'a> NodeStatus<'a> {
             .iter()
             .filter(|h| !h.ips.is_empty())
             .map(|h| McsHost {
-                id: h.id().to_string(),
-                role: h.role().cloned(),
+                id: h.host.id.clone(),
+                role: h.host.role.clone(),
                 ips: h.ips.clone(),
             })
             .collect();
@@ -272,11 +274,11 @@ impl<'a> NodeStatus<'a> {
             let matched = if host.ips.is_empty() {
                 any_request
             } else {
-                fetched.contains(host.id())
+                fetched.contains(host.host.id.as_str())
             };
             if matched {
                 if let Err(e) = self.set_stage(host, HostStage::Configuring) {
-                    tracing::error!("failed to update the stage of host {}: {e:#}", host.id());
+                    tracing::error!("failed to update the stage of host {}: {e:#}", host.host.id);
                 }
             }
         }

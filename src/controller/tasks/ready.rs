@@ -258,7 +258,7 @@ pub(crate) fn remove_uninitialized_taint(
 pub(crate) enum ReadyPhase {
     /// The agent-based installer on a single node: no ready Event, straight to the ABI
     /// completion wait (the ABI single-node branch).
-    AbiSingleNode { invoker: String },
+    AbiSingleNode,
     /// Every other case.
     Ready(Box<Readiness>),
 }
@@ -291,7 +291,7 @@ pub(crate) fn ready_phase(
     let abi = invoker == INVOKER_AGENT;
     if abi && control_plane_count == 1 {
         tracing::warn!("Agent-based installer on a single node: not waiting to be ready");
-        return Ok(ReadyPhase::AbiSingleNode { invoker });
+        return Ok(ReadyPhase::AbiSingleNode);
     }
     let timeout = if abi {
         ABI_READY_TIMEOUT
@@ -635,12 +635,7 @@ mod tests {
         let (k8s, svc, clock) = fakes();
         set_invoker(&k8s, "agent-installer");
         let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 1, "4.17").unwrap();
-        assert_eq!(
-            got,
-            ReadyPhase::AbiSingleNode {
-                invoker: "agent-installer".into()
-            }
-        );
+        assert_eq!(got, ReadyPhase::AbiSingleNode);
         assert!(svc.calls().is_empty());
         assert_eq!(k8s.count("create_event"), 0);
     }

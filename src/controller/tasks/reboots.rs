@@ -85,23 +85,14 @@ struct Inner {
     service: Arc<dyn ControllerService>,
     counter: Arc<dyn RebootCounter>,
     clock: Arc<dyn Clock>,
-    /// Where the temp dir is made (the system's temp dir in production).
     temp_root: PathBuf,
     kubeconfig: Mutex<Option<PathBuf>>,
 }
 
 impl RebootsNotifier {
+    /// The notifier, making its `kubedir*` under `temp_root` (the system's temp dir in
+    /// production).
     pub(crate) fn new(
-        enabled: bool,
-        service: Arc<dyn ControllerService>,
-        counter: Arc<dyn RebootCounter>,
-        clock: Arc<dyn Clock>,
-    ) -> RebootsNotifier {
-        Self::with_temp_root(enabled, service, counter, clock, std::env::temp_dir())
-    }
-
-    /// [`RebootsNotifier::new`] making its `kubedir*` under `temp_root`.
-    pub(crate) fn with_temp_root(
         enabled: bool,
         service: Arc<dyn ControllerService>,
         counter: Arc<dyn RebootCounter>,
@@ -296,7 +287,7 @@ mod tests {
     }
 
     fn notifier(s: &Setup, enabled: bool, counter: Arc<FakeCounter>) -> RebootsNotifier {
-        RebootsNotifier::with_temp_root(
+        RebootsNotifier::new(
             enabled,
             Arc::new(s.service.clone()),
             counter,
@@ -415,7 +406,7 @@ mod tests {
         }
         let s = setup();
         let slow = Arc::new(Slow(s.clock.clone(), AtomicU32::new(0)));
-        let n = RebootsNotifier::with_temp_root(
+        let n = RebootsNotifier::new(
             true,
             Arc::new(s.service.clone()),
             slow.clone(),
