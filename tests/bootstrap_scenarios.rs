@@ -17,7 +17,7 @@ use common::fake_writer::FakeWriter;
 use common::flow_builder::{
     failed_info, reports, run, s, writing, FlowBuilder, Report, HOST, INFRA, LSBLK_VDA,
 };
-use common::untar::untar_gz;
+use common::untar_gz;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
