@@ -156,7 +156,7 @@ impl Harness {
             .commands(self.runner.clone())
             .clock(self.clock.clone())
             .installer_args(&["--append-karg", "nameserver=8.8.8.8"])
-            .skip_mco_reboot()
+            .cfg(|c| c.enable_skip_mco_reboot = true)
     }
 
     fn reports(&self) -> Vec<Report> {
