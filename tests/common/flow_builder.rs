@@ -184,6 +184,8 @@ setters! {
     /// The API the flow finds behind the kubeconfig bootkube writes (which must exist).
     kube: Arc<dyn KubeApi>;
     intervals: Intervals;
+    /// Whether the bootstrap and single-node disks are streamed early (default: yes).
+    early_write: bool;
     /// The flow's stop token (SIGTERM's), for a test to fire.
     stop: Cancel;
 }
