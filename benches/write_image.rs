@@ -330,9 +330,11 @@ fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
     };
     let url = f.server.url("/gz");
     let flow = FlowBuilder::new("master", dir.path(), Arc::new(svc), Arc::new(writer))
-        .boot_device(&f.target.path)
-        .control_plane_count(1)
-        .skip_disk_cleanup()
+        .cfg(|c| {
+            c.boot_device = f.target.path.clone();
+            c.control_plane_count = 1;
+            c.skip_installation_disk_cleanup = true;
+        })
         .installer_args(&["--image-url", &url, "--sha256", &f.set.gz.sha256])
         .commands(runner)
         .clock(Arc::new(SystemClock))

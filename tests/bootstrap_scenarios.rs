@@ -17,7 +17,7 @@ use common::fake_writer::FakeWriter;
 use common::flow_builder::{
     failed_info, reports, run, s, writing, FlowBuilder, Report, HOST, INFRA, LSBLK_VDA,
 };
-use common::untar::untar_gz;
+use common::untar_gz;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -136,7 +136,7 @@ impl Harness {
         self.builder(role)
             .commands(self.runner.clone())
             .kube(Arc::new(self.kube.clone()))
-            .control_plane_count(control_plane_count)
+            .cfg(|c| c.control_plane_count = control_plane_count)
     }
 
     /// What every flow of these scenarios shares.
@@ -147,7 +147,7 @@ impl Harness {
             Arc::new(self.svc.clone()),
             self.writer.clone(),
         )
-        .mco_image(MCO)
+        .cfg(|c| c.mco_image = MCO.into())
         .installer_args(&["--image-url", "http://mirror.example/rhcos.raw.gz"])
     }
 
@@ -710,11 +710,11 @@ fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
     let marker = h.dir.path().join("bootstrap.rebooted");
     let flow = h
         .builder("bootstrap")
-        .dry_run()
-        .cluster_hosts(&hosts)
+        .cfg(|c| c.dry_run = true)
+        .cfg(|c| c.dry_run_cluster_hosts_path = Some(hosts.clone()))
         .commands(runner.clone())
         .reboot(Arc::new(FakeReboot::new(&marker)))
-        .control_plane_count(3);
+        .cfg(|c| c.control_plane_count = 3);
     run(flow).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
     assert!(marker.exists(), "the fake reboot");

@@ -27,7 +27,7 @@ use common::fake_kube::FakeApiServer as FakeCluster;
 use common::fake_service::{host_json, FakeService};
 use common::http_server::TestServer;
 use common::tls_server::Pki;
-use common::untar::untar_gz;
+use common::untar_gz;
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");

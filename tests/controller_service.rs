@@ -16,7 +16,7 @@ use assisted_installer::service::{
     OperatorMonitorReport, OperatorStatus, ServiceError,
 };
 use common::fake_service::{host_json, FakeService, BASE_PATH};
-use common::http_server::{RequestLog, TestServer};
+use common::http_server::{Reply, Request, RequestLog, TestServer};
 use serde_json::json;
 
 const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
@@ -355,16 +355,14 @@ fn a_wrong_token_is_401_and_not_retried() {
 /// (that it then ignores the CA path is `bootstrap`'s unit test).
 #[test]
 fn tls_ca_file_and_skip_verification() {
-    use common::tls_server::{Pki, TlsServer};
+    use common::tls_server::Pki;
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path(), "svc");
     let ca = dir.path().join("service-ca.pem");
     std::fs::write(&ca, &pki.ca_pem).unwrap();
-    let srv = TlsServer::start(
-        dir.path(),
-        &pki,
-        br#"{"kind":"Cluster","id":"3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f","status":"installing"}"#,
-    );
+    let cluster = json!({"kind": "Cluster", "id": CLUSTER, "status": "installing"});
+    let app = move |_: &Request| Reply::json(200, &cluster);
+    let srv = TestServer::with_app_tls(app, &pki.cert, &pki.key);
     let url = srv.url("");
     let build = |insecure: bool, cacert: Option<std::path::PathBuf>| {
         let config = ClientConfig {
@@ -383,8 +381,9 @@ fn tls_ca_file_and_skip_verification() {
     assert_eq!(requests.len(), 1);
     assert_eq!(
         requests[0].path,
-        format!("{BASE_PATH}/v2/clusters/{CLUSTER}?exclude-hosts=true")
+        format!("{BASE_PATH}/v2/clusters/{CLUSTER}")
     );
+    assert_eq!(requests[0].query, "exclude-hosts=true");
     assert_eq!(requests[0].header("x-secret-key"), Some("tls-token"));
 
     let err = build(false, None).get_cluster(true).unwrap_err();

@@ -57,9 +57,9 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
         Arc::new(svc.clone()),
         Arc::new(writer),
     )
-    .boot_device(&dev.path)
-    .control_plane_count(1)
-    .dry_run()
+    .cfg(|c| c.boot_device = dev.path.clone())
+    .cfg(|c| c.control_plane_count = 1)
+    .cfg(|c| c.dry_run = true)
     .installer_args(&[
         "--image-url",
         &url,

@@ -148,7 +148,7 @@ fn install_master(installer_args: &str, host_root: &Path) -> ServiceReport {
     );
     let report = svc.stop(Signal::SIGTERM);
     assert_eq!(report.host_id, host);
-    assert!(report.refused().is_empty(), "{:?}", report.refused());
+    assert!(report.refused.is_empty(), "{:?}", report.refused);
     assert_eq!(
         report.host_logs_progress,
         [(host.clone(), "requested".to_string())]

@@ -114,8 +114,8 @@ impl Harness {
         };
         std::fs::create_dir_all(made).unwrap();
         self.flow(role)
-            .registry_marker(marker)
-            .host_root(Ok(HostRoot::At(host)))
+            .paths(|p| p.registry_marker = marker.to_path_buf())
+            .paths(|p| p.host_root = Ok(HostRoot::At(host)))
     }
 }
 
@@ -289,7 +289,10 @@ fn a_failed_disk_cleanup_is_reported_and_the_install_continues() {
 #[test]
 fn skip_installation_disk_cleanup_runs_no_cleanup_command() {
     let h = Harness::new("master");
-    run(h.flow("master").skip_disk_cleanup()).unwrap();
+    run(h
+        .flow("master")
+        .cfg(|c| c.skip_installation_disk_cleanup = true))
+    .unwrap();
     assert!(!h
         .runner
         .lines()
@@ -368,7 +371,8 @@ fn bad_input_fails_before_any_disk_is_touched() {
         (
             |f| {
                 let unreachable = Err(Unreachable(UNREACHABLE.into()));
-                f.format_disks(&["/dev/sdb"]).host_root(unreachable)
+                f.cfg(|c| c.format_disks = vec!["/dev/sdb".into()])
+                    .paths(|p| p.host_root = unreachable)
             },
             &["started without --pid=host", "--privileged --pid=host"],
         ),
@@ -455,8 +459,8 @@ fn dry_run_worker_completes_with_a_cluster_hosts_file() {
     let marker = h.dir.path().join("w1");
     run(h
         .flow("worker")
-        .dry_run()
-        .cluster_hosts(&hosts)
+        .cfg(|c| c.dry_run = true)
+        .cfg(|c| c.dry_run_cluster_hosts_path = Some(hosts.clone()))
         .commands(runner.clone())
         .reboot(Arc::new(FakeReboot::new(&marker))))
     .unwrap();
@@ -575,7 +579,11 @@ fn a_worker_on_an_appliance_copies_no_registry_data() {
 #[test]
 fn a_dry_run_reports_the_registry_copy_without_running_it() {
     let h = Harness::new("master");
-    run(h.flow("master").dry_run().registry_marker_on_host()).unwrap();
+    run(h
+        .flow("master")
+        .cfg(|c| c.dry_run = true)
+        .registry_marker_on_host())
+    .unwrap();
     let copy = vec![s("Copying registry data to disk", "")];
     assert_eq!(h.reports(), installed_with("master", copy));
     assert!(!h.runner.lines().iter().any(|l| l.starts_with("du ")));
@@ -615,7 +623,7 @@ fn coreos_image_flow(h: &Harness) -> FlowBuilder {
         "stat: cannot statx '/ostree/repo/refs/heads/coreos/node-image': No such file or directory",
     );
     h.flow("master")
-        .coreos_image(COREOS_IMAGE)
+        .cfg(|c| c.coreos_image = Some(COREOS_IMAGE.into()))
         // The image options only a disk write uses are ignored, not refused.
         .installer_args(&[
             "--image-url",
@@ -688,7 +696,7 @@ fn a_coreos_image_deploy_failing_three_times_fails_the_install() {
 #[test]
 fn a_coreos_image_dry_run_runs_no_host_command_for_it() {
     let h = Harness::new("master");
-    run(coreos_image_flow(&h).dry_run()).unwrap();
+    run(coreos_image_flow(&h).cfg(|c| c.dry_run = true)).unwrap();
     assert_eq!(h.reports(), existing_root_reports());
     let lines = h.runner.lines();
     assert!(

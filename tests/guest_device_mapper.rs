@@ -379,7 +379,7 @@ fn multipath_linear_and_faulty_device_mapper_disks_in_one_guest() {
         let out = shared(&format!("{label}.out"));
         assert_eq!(shared(&format!("{label}.rc")).trim(), "0", "{out}");
         let r = report(label);
-        assert!(r.refused().is_empty(), "{label}: {:?}", r.refused());
+        assert!(r.refused.is_empty(), "{label}: {:?}", r.refused);
         let lsblk = shared(&format!("{label}.lsblk.json"));
         (r, lsblk_children(&lsblk))
     };

@@ -14,8 +14,9 @@ use assisted_installer::image::source::{FileSource, ImageSource};
 use assisted_installer::image::{
     stream_image, Cancel, Input, Interrupted, WriteOptions, WriteSummary,
 };
-use common::images::{assert_image_on_disk, gpt_image, gz, sha256_hex, xz, zst};
+use common::images::{assert_image_on_disk, gpt_image, sha256_hex};
 use common::root::assert_empty_gpt;
+use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -71,6 +72,31 @@ fn opts(expected: Expected) -> WriteOptions {
 
 fn sha(data: &[u8]) -> Sha256Sum {
     Sha256Sum::parse(&sha256_hex(data), "test").unwrap()
+}
+
+fn gz(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+fn xz(data: &[u8]) -> Vec<u8> {
+    let stream = liblzma::stream::MtStreamBuilder::new()
+        .threads(2)
+        .block_size(1 << 20)
+        .preset(0)
+        .encoder()
+        .unwrap();
+    let mut e = liblzma::write::XzEncoder::new_stream(Vec::new(), stream);
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+fn zst(data: &[u8]) -> Vec<u8> {
+    let mut e = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
+    e.include_checksum(true).unwrap();
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
 }
 
 /// The stream, then the partition table, with no post-install step in between.

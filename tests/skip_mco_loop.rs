@@ -189,7 +189,7 @@ fn the_root_partition_grows_as_go_computes_and_the_image_is_deployed_onto_the_mo
         Arc::new(svc.clone()),
         Arc::new(writer),
     )
-    .boot_device(&dev.path)
+    .cfg(|c| c.boot_device = dev.path.clone())
     .commands(commands.clone())
     .clock(Arc::new(FakeClock::new()))
     .reboot(Arc::new(FakeReboot::new(dir.path().join("rebooted"))))
@@ -199,7 +199,7 @@ fn the_root_partition_grows_as_go_computes_and_the_image_is_deployed_onto_the_mo
         "--append-karg",
         "installer.karg=1",
     ])
-    .skip_mco_reboot()
+    .cfg(|c| c.enable_skip_mco_reboot = true)
     .build();
     let thaw = Thaw {
         mnt: mnt.clone(),

@@ -16,8 +16,8 @@ use base64::Engine;
 use common::fake_service::FakeService;
 use common::fake_writer::FakeWriter;
 use common::flow_builder::{installed_as, s, two_masters, FlowBuilder, Report, HOST, LSBLK_VDA};
-use common::http_server::{Fault, Route, TestServer};
-use common::tls_server::{Pki, TlsServer};
+use common::http_server::{Fault, Reply, Request, Route, TestServer};
+use common::tls_server::Pki;
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +62,17 @@ fn served_config(kargs: &[&str]) -> Vec<u8> {
 }
 
 /// The host's pointer Ignition config, as the service makes it.
+/// A machine-config-server over HTTPS with `pki`'s certificate, serving the config on every path.
+fn https_mcs(pki: &Pki, kargs: &[&str]) -> TestServer {
+    let config = served_config(kargs);
+    let app = move |_: &Request| Reply {
+        content_type: Some("application/json"),
+        body: config.clone(),
+        ..Reply::empty(200)
+    };
+    TestServer::with_app_tls(app, &pki.cert, &pki.key)
+}
+
 fn pointer(source: &str, ca_pem: Option<&str>) -> String {
     let mut ign = serde_json::json!({
         "ignition": {
@@ -145,7 +156,7 @@ impl Harness {
             .commands(self.runner.clone())
             .clock(self.clock.clone())
             .installer_args(&["--append-karg", "nameserver=8.8.8.8"])
-            .skip_mco_reboot()
+            .cfg(|c| c.enable_skip_mco_reboot = true)
     }
 
     fn reports(&self) -> Vec<Report> {
@@ -244,14 +255,10 @@ impl DiskWriter for WatchingWriter {
 fn https_with_its_own_ca_deploys_the_release_image_fetched_while_the_disk_is_written() {
     let h = Harness::new("master");
     let pki = Pki::new(h.dir.path(), "mcs");
-    let mcs = Arc::new(TlsServer::start(
-        h.dir.path(),
-        &pki,
-        &served_config(&["arg1", "arg2=val2"]),
-    ));
+    let mcs = Arc::new(https_mcs(&pki, &["arg1", "arg2=val2"]));
     let source = format!(
         "https://core:s3cret-pass@127.0.0.1:{}/config/master?token=s3cret-token",
-        mcs.port
+        mcs.addr().port()
     );
     h.svc
         .set_host_ignition(HOST, pointer(&source, Some(&pki.ca_pem)));
@@ -267,7 +274,8 @@ fn https_with_its_own_ca_deploys_the_release_image_fetched_while_the_disk_is_wri
     assert_eq!(h.reports(), installed_as("master"));
     let requests = mcs.requests();
     assert_eq!(requests.len(), 1, "{requests:?}");
-    assert_eq!(requests[0].path, "/config/master?token=s3cret-token");
+    assert_eq!(requests[0].path, "/config/master");
+    assert_eq!(requests[0].query, "token=s3cret-token");
     assert_eq!(requests[0].header("Accept"), Some(ACCEPT));
     assert!(
         h.clock.sleeps().is_empty(),
@@ -275,10 +283,7 @@ fn https_with_its_own_ca_deploys_the_release_image_fetched_while_the_disk_is_wri
         h.clock.sleeps()
     );
     // The source is logged without its credentials; the pointer's headers never.
-    assert!(
-        logs.contains(&format!("https://127.0.0.1:{}/config/master", mcs.port)),
-        "{logs}"
-    );
+    assert!(logs.contains(&mcs.url("/config/master")), "{logs}");
     assert!(!logs.contains("s3cret"), "{logs}");
 }
 
@@ -287,7 +292,7 @@ fn https_with_another_ca_is_given_up_after_twenty_minutes_and_the_install_goes_o
     let h = Harness::new("master");
     let pki = Pki::new(h.dir.path(), "mcs");
     let other = Pki::new(h.dir.path(), "other");
-    let mcs = TlsServer::start(h.dir.path(), &pki, &served_config(&[]));
+    let mcs = https_mcs(&pki, &[]);
     h.svc.set_host_ignition(
         HOST,
         pointer(&mcs.url("/config/master"), Some(&other.ca_pem)),

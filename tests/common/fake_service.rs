@@ -157,7 +157,6 @@ getters! {
     host_logs_reports: Vec<(String, String)>,
     cluster_logs_reports: Vec<(String, String)>,
     uploads: Vec<LogsUpload>,
-    operators: Vec<Value>,
     finalizing_stages: Vec<String>,
     operator_reports: Vec<Value>,
     ingress_certs: Vec<String>,

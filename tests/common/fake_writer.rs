@@ -19,7 +19,7 @@ pub(crate) struct WriteCall {
 
 #[derive(Default)]
 pub(crate) struct FakeWriter {
-    pub calls: Mutex<Vec<WriteCall>>,
+    calls: Mutex<Vec<WriteCall>>,
     /// Whole writes that fail before succeeding.
     pub failures: AtomicU32,
     /// Early streams that fail.

@@ -14,7 +14,7 @@ use assisted_installer::flow::writer::DiskWriter;
 use assisted_installer::flow::{Flow, Intervals, KubeFactory, Paths};
 use assisted_installer::host::commands::{CommandRunner, RecordingRunner};
 use assisted_installer::host::reboot::{Rebooter, ShutdownRebooter};
-use assisted_installer::host::root::{HostRoot, Unreachable};
+use assisted_installer::host::root::HostRoot;
 use assisted_installer::host::HostEffects;
 use assisted_installer::image::Cancel;
 use assisted_installer::kube::dry::DryCluster;
@@ -97,53 +97,19 @@ impl FlowBuilder {
         self.reboot = Some(reboot);
         self
     }
-    pub(crate) fn boot_device(mut self, device: &Path) -> Self {
-        self.cfg.boot_device = device.into();
-        self
-    }
     pub(crate) fn installer_args(mut self, args: &[&str]) -> Self {
         self.cfg.installer_args = args.iter().map(|a| a.to_string()).collect();
         self
     }
-    /// `--coreos-image`: deploy this container image onto the running root with ostree.
-    pub(crate) fn coreos_image(mut self, image: &str) -> Self {
-        self.cfg.coreos_image = Some(image.into());
+    /// Sets the Go flags, e.g. `.cfg(|c| c.dry_run = true)`.
+    pub(crate) fn cfg(mut self, set: impl FnOnce(&mut InstallerConfig)) -> Self {
+        set(&mut self.cfg);
         self
     }
-    pub(crate) fn mco_image(mut self, image: &str) -> Self {
-        self.cfg.mco_image = image.into();
-        self
-    }
-    pub(crate) fn control_plane_count(mut self, count: i64) -> Self {
-        self.cfg.control_plane_count = count;
-        self
-    }
-    pub(crate) fn dry_run(mut self) -> Self {
-        self.cfg.dry_run = true;
-        self
-    }
-    /// `--dry-run-cluster-hosts-path`.
-    pub(crate) fn cluster_hosts(mut self, path: &Path) -> Self {
-        self.cfg.dry_run_cluster_hosts_path = Some(path.to_path_buf());
-        self
-    }
-    pub(crate) fn skip_disk_cleanup(mut self) -> Self {
-        self.cfg.skip_installation_disk_cleanup = true;
-        self
-    }
-    pub(crate) fn format_disks(mut self, disks: &[&str]) -> Self {
-        self.cfg.format_disks = disks.iter().map(PathBuf::from).collect();
-        self
-    }
-    /// `--enable-skip-mco-reboot`.
-    pub(crate) fn skip_mco_reboot(mut self) -> Self {
-        self.cfg.enable_skip_mco_reboot = true;
-        self
-    }
-    /// A host path (read through the host root); default: a path under the directory that
-    /// does not exist.
-    pub(crate) fn registry_marker(mut self, path: &Path) -> Self {
-        self.paths.registry_marker = path.to_path_buf();
+    /// Sets where the flow keeps or finds its files (by default under the directory, which
+    /// has no registry marker; the host root is this system).
+    pub(crate) fn paths(mut self, set: impl FnOnce(&mut Paths)) -> Self {
+        set(&mut self.paths);
         self
     }
     /// An appliance host: `/run/media/iso/registry` exists in a host root of its own (under
@@ -156,11 +122,6 @@ impl FlowBuilder {
         self.paths.host_root = Ok(HostRoot::At(root));
         self
     }
-    pub(crate) fn host_root(mut self, root: Result<HostRoot, Unreachable>) -> Self {
-        self.paths.host_root = root;
-        self
-    }
-
     pub(crate) fn build(self) -> Flow {
         let mut cfg = self.cfg;
         cfg.set_defaults();
@@ -218,8 +179,6 @@ macro_rules! setters {
 }
 
 setters! {
-    /// `PULL_SECRET_TOKEN` (default: the fake service's).
-    token: &str;
     commands: Arc<dyn CommandRunner>;
     clock: Arc<dyn Clock>;
     /// The API the flow finds behind the kubeconfig bootkube writes (which must exist).
@@ -227,8 +186,6 @@ setters! {
     intervals: Intervals;
     /// Whether the bootstrap and single-node disks are streamed early (default: yes).
     early_write: bool;
-    /// The host's `uname -m` (default: x86_64).
-    arch: &str;
     /// The flow's stop token (SIGTERM's), for a test to fire.
     stop: Cancel;
 }

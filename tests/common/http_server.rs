@@ -245,6 +245,7 @@ type Pause = (Duration, std::sync::mpsc::Sender<()>);
 /// The server. Dropping it closes every socket.
 pub(crate) struct TestServer {
     addr: SocketAddr,
+    https: bool,
     shared: Arc<Shared>,
     pause: Option<tokio::sync::mpsc::UnboundedSender<Pause>>,
     runtime: Option<tokio::runtime::Runtime>,
@@ -269,7 +270,7 @@ impl TestServer {
     }
 
     /// As [`TestServer::with_app`] over HTTPS (TLS 1.2 or 1.3), with the certificate chain and
-    /// private key of the PEM files `cert` and `key` (e.g. a `tls_server::Pki`'s).
+    /// private key of the PEM files `cert` and `key` (e.g. a `Pki`'s).
     pub(crate) fn with_app_tls(app: impl App, cert: &Path, key: &Path) -> TestServer {
         let certs = CertificateDer::pem_file_iter(cert)
             .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
@@ -299,9 +300,11 @@ impl TestServer {
             app,
         });
         let (pause, pauses) = tokio::sync::mpsc::unbounded_channel();
+        let https = tls.is_some();
         runtime.spawn(accept_loop(shared.clone(), tls, listener, pauses));
         TestServer {
             addr,
+            https,
             shared,
             pause: Some(pause),
             runtime: Some(runtime),
@@ -312,9 +315,10 @@ impl TestServer {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (`https://` with TLS)
     pub(crate) fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// `/x` → `http://127.0.0.1:PORT/x`

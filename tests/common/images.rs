@@ -1,7 +1,6 @@
-//! Small synthetic GPT disk images (no filesystems) and their compressed forms, built in memory.
+//! Small synthetic GPT disk images (no filesystems), built in memory.
 
 use assisted_installer::disk::gpt::{empty_table, WINDOW};
-use std::io::Write;
 
 /// Deterministic, moderately compressible bytes.
 pub(crate) fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -35,31 +34,6 @@ pub(crate) fn gpt_image(size: u64, ss: u64, seed: u64) -> Vec<u8> {
     let tail_src = (WINDOW as usize) - (gpt_len - ss as usize);
     img[tail_gpt..].copy_from_slice(&w.tail()[tail_src..]);
     img
-}
-
-pub(crate) fn gz(data: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
-}
-
-pub(crate) fn xz(data: &[u8]) -> Vec<u8> {
-    let stream = liblzma::stream::MtStreamBuilder::new()
-        .threads(2)
-        .block_size(1 << 20)
-        .preset(0)
-        .encoder()
-        .unwrap();
-    let mut e = liblzma::write::XzEncoder::new_stream(Vec::new(), stream);
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
-}
-
-pub(crate) fn zst(data: &[u8]) -> Vec<u8> {
-    let mut e = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
-    e.include_checksum(true).unwrap();
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
 }
 
 pub(crate) fn sha256_hex(data: &[u8]) -> String {

@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use super::flow_builder::s;
+
 pub(crate) const CLUSTER: &str = "1e2f3a4b-5c6d-4e7f-8a9b-0c1d2e3f4a5b";
 pub(crate) const INFRA: &str = "2f3a4b5c-6d7e-4f80-9bac-1d2e3f4a5b6c";
 /// The pointer config the service serves a master.
@@ -41,10 +43,6 @@ pub(crate) fn master_args(
         .collect();
     args.push("--dry-run".into());
     args
-}
-
-fn s(stage: &str, info: &str) -> (String, String) {
-    (stage.to_string(), info.to_string())
 }
 
 /// The percentages reported with `stage`, each at least 5 points above the last or 100.

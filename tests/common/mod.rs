@@ -1,7 +1,7 @@
 //! Support shared by the integration tests: the one test HTTP server and the fakes of the
 //! assisted-service and the Kubernetes API (in memory and on that server), the scenario
-//! `Flow` builder and disk writer, small synthetic GPT images, root and loop-device helpers, an
-//! HTTPS server with a CA of its own, the package's example programs (built on demand), the
+//! `Flow` builder and disk writer, small synthetic GPT images, root and loop-device helpers, a CA
+//! of its own for HTTPS, the package's example programs (built on demand), the
 //! standalone fake service's report, and the dry-run master install the entrypoint tests run.
 #![allow(dead_code)]
 
@@ -17,7 +17,6 @@ pub(crate) mod master_run;
 pub(crate) mod root;
 pub(crate) mod service_report;
 pub(crate) mod tls_server;
-pub(crate) mod untar;
 pub(crate) mod vm;
 
 /// A tracing subscriber writing every event up to `level` (without colours) into a temporary
@@ -35,4 +34,21 @@ pub(crate) fn log_capture(
     (subscriber, move || {
         std::fs::read_to_string(file.path()).unwrap()
     })
+}
+
+/// The entries of a tar.gz the programs upload (controller logs, must-gather), in order:
+/// (name, bytes); directories have no bytes.
+pub(crate) fn untar_gz(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
+    use std::io::Read;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(archive));
+    let entries = tar.entries().expect("a tar.gz stream");
+    entries
+        .map(|entry| {
+            let mut entry = entry.expect("a valid tar entry");
+            let name = entry.path().expect("a path").to_string_lossy().into_owned();
+            let mut data = Vec::new();
+            entry.read_to_end(&mut data).expect("the entry's bytes");
+            (name, data)
+        })
+        .collect()
 }

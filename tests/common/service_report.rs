@@ -24,7 +24,7 @@ pub(crate) struct ServiceReport {
     /// Accepted host logs-progress updates: (host id, logs state).
     pub host_logs_progress: Vec<(String, String)>,
     /// The requests the service refused (status 400 and above), as `METHOD path status` lines.
-    refused: Vec<String>,
+    pub refused: Vec<String>,
 }
 
 impl ServiceReport {
@@ -49,9 +49,5 @@ impl ServiceReport {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not a fake-service report", path.display()))
-    }
-
-    pub(crate) fn refused(&self) -> &[String] {
-        &self.refused
     }
 }

@@ -1,13 +1,9 @@
-#![allow(dead_code)]
 //! HTTPS with a CA of its own, made at test time: `openssl` makes the CA and a certificate for
-//! 127.0.0.1 signed by it, and the test HTTP server serves one body on every path with it (TLS
-//! 1.2 or later). It stands in for the machine-config-server behind `api-int:22623`. Requests
-//! whose TLS handshake fails never reach the log.
+//! 127.0.0.1 signed by it, for `TestServer::with_app_tls` (the machine-config-server behind
+//! `api-int:22623`, the Kubernetes API). Requests whose TLS handshake fails never reach the log.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use super::http_server::{Reply, Request, RequestLog, TestServer};
 
 /// A CA and a server certificate for 127.0.0.1 signed by it (EC P-256 keys).
 pub(crate) struct Pki {
@@ -46,39 +42,5 @@ impl Pki {
             cert: dir.join(format!("{name}.crt")),
             key: dir.join(format!("{name}.key")),
         }
-    }
-}
-
-/// Serves one body on every path over HTTPS; closed on drop.
-pub(crate) struct TlsServer {
-    server: TestServer,
-    pub port: u16,
-}
-
-impl TlsServer {
-    /// Serves `body` on every path with `pki`'s certificate.
-    pub(crate) fn start(_dir: &Path, pki: &Pki, body: &[u8]) -> TlsServer {
-        let body = body.to_vec();
-        let app = move |_: &Request| Reply {
-            content_type: Some("application/json"),
-            body: body.clone(),
-            ..Reply::empty(200)
-        };
-        let server = TestServer::with_app_tls(app, &pki.cert, &pki.key);
-        let port = server.addr().port();
-        TlsServer { server, port }
-    }
-
-    pub(crate) fn url(&self, path: &str) -> String {
-        format!("https://127.0.0.1:{}{path}", self.port)
-    }
-
-    /// The requests served so far, each `path` with its query string.
-    pub(crate) fn requests(&self) -> Vec<RequestLog> {
-        let mut requests = self.server.requests();
-        for r in requests.iter_mut().filter(|r| !r.query.is_empty()) {
-            r.request.path = format!("{}?{}", r.path, r.query);
-        }
-        requests
     }
 }
