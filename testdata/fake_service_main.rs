@@ -101,7 +101,7 @@ fn run(args: &Args) -> Result<()> {
     }
     eprintln!("{NAME}: serving host {} on {}", args.host_id, server.addr());
     let signal = signals.forever().next().unwrap_or(SIGTERM);
-    let report = ServiceReport::of(&svc, &server, &args.host_id);
+    let report = report_of(&svc, &server, &args.host_id);
     let json = serde_json::to_vec_pretty(&report).context("the report as JSON")?;
     write_whole(&args.report_file, &json)?;
     eprintln!(
@@ -110,6 +110,23 @@ fn run(args: &Args) -> Result<()> {
         args.report_file.display()
     );
     Ok(())
+}
+
+/// What `svc`, served by `server`, recorded of `host_id`.
+fn report_of(svc: &FakeService, server: &TestServer, host_id: &str) -> ServiceReport {
+    let progress = svc.progress_reports(host_id);
+    ServiceReport {
+        host_id: host_id.to_string(),
+        current_stage: progress.last().map(|(stage, _)| stage.clone()),
+        progress,
+        host_logs_progress: svc.host_logs_reports(),
+        refused: server
+            .requests()
+            .iter()
+            .filter(|r| r.status >= 400)
+            .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+            .collect(),
+    }
 }
 
 /// Written to a temporary name beside `path`, then renamed: readers never see part of it.

@@ -23,18 +23,95 @@ use common::http_server::TestServer;
 use common::images::{pattern, sha256_hex};
 use common::live_ns::LiveLayout;
 use common::root::{have_root, run, text, Ext4, LoopDev};
-use common::vm::{boot, have_guest, have_qemu, lsblk_children, run_guest, sparse_disk};
-use common::vm::{Bus, DirectKernel, GuestDisk, GuestSpec, Run};
+use common::vm::{have, have_guest, kvm_or_tcg, lsblk_children, qemu, qemu_missing, run_dir};
+use common::vm::{run_guest, run_qemu, sparse_disk, Bus, GuestDisk, GuestSpec, Run};
 use coreos_image::{cached_image_set, ImageSet, ImageSpec, BLS_ENTRY_PATH, BOOT_LABEL};
 use live_fixture::cached_live_fixture_of;
+use std::fs;
 use std::io::{Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 const MIB: u64 = 1 << 20;
 /// The target is this much larger than the image: the backup GPT must move to its end.
 const EXTRA: u64 = 64 * MIB;
+
+/// Debian's `ovmf` package: the 4 MiB firmware (no Secure Boot) and its variable store.
+const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+
+/// Whether QEMU and OVMF are here; prints why not, or panics under AI_REQUIRE_ROOT_TESTS=1.
+pub(crate) fn have_qemu(test: &str) -> bool {
+    let ovmf = Path::new(OVMF_CODE).is_file() && Path::new(OVMF_VARS).is_file();
+    let missing = qemu_missing()
+        .or_else(|| (!ovmf).then(|| format!("{OVMF_CODE} is missing (Debian package ovmf)")));
+    have(test, missing)
+}
+
+/// A kernel, initramfs and command line QEMU hands to the firmware (`-kernel`, `-initrd`,
+/// `-append`), which starts them instead of the disk's boot loader; the disk stays attached.
+pub(crate) struct DirectKernel {
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    pub append: String,
+}
+
+/// QEMU with OVMF; the disk, if any, on virtio with `ss`-byte logical blocks, in snapshot mode.
+fn firmware(dir: &Path, accel: &str, disk: Option<(&Path, u64)>) -> Command {
+    let vars = dir.join("OVMF_VARS.fd");
+    fs::copy(OVMF_VARS, &vars).unwrap();
+    let mut cmd = qemu(dir, accel, 512);
+    cmd.arg("-drive")
+        .arg(format!(
+            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+        ))
+        .arg("-drive")
+        .arg(format!(
+            "if=pflash,format=raw,unit=1,file={}",
+            vars.display()
+        ));
+    if let Some((path, ss)) = disk {
+        let file = path.display();
+        cmd.arg("-drive")
+            .arg(format!(
+                "file={file},format=raw,if=none,id=disk0,snapshot=on"
+            ))
+            .arg("-device")
+            .arg(format!(
+                "virtio-blk-pci,drive=disk0,logical_block_size={ss},physical_block_size={ss}"
+            ));
+    }
+    cmd
+}
+
+/// Boot `disk` (a block device or image file) with `ss`-byte logical blocks through the
+/// firmware's boot manager, or start `direct` instead of its boot loader, and wait for the
+/// machine to power off (the test initramfs's last step) or reset, at most a few minutes (then
+/// QEMU is killed). [`Run::lines`] has the initramfs's report (see `INIT_SCRIPT` in
+/// testdata/boot_parts.rs).
+pub(crate) fn boot(disk: &Path, ss: u64, direct: Option<&DirectKernel>) -> Run {
+    static ACCEL: OnceLock<&'static str> = OnceLock::new();
+    // The firmware reaches its boot manager ("BdsDxe" on the console); software emulation
+    // takes about 13 s a boot on two cores.
+    let accel = *ACCEL.get_or_init(|| {
+        let probe = |d: &Path| firmware(d, "kvm", None);
+        kvm_or_tcg("run OVMF", Duration::from_secs(20), "BdsDxe", probe)
+    });
+    let limit = Duration::from_secs(if accel == "kvm" { 60 } else { 240 });
+    let dir = run_dir("boot");
+    let mut cmd = firmware(dir.path(), accel, Some((disk, ss)));
+    if let Some(k) = direct {
+        cmd.arg("-kernel")
+            .arg(&k.kernel)
+            .arg("-initrd")
+            .arg(&k.initrd);
+        cmd.args(["-append", &k.append]);
+    }
+    run_qemu(cmd, dir.path(), accel, limit, ("AI-BOOT ", ""), None)
+}
 
 fn runnable(test: &str) -> bool {
     have_root(test) && have_qemu(test)

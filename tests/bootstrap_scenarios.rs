@@ -15,7 +15,7 @@ use assisted_installer::service::client::LogsType;
 use common::fake_service::FakeService;
 use common::fake_writer::FakeWriter;
 use common::flow_builder::{
-    failed_info, reports, run, s, writing, FlowBuilder, Report, HOST, INFRA, LSBLK_VDA,
+    failed_info, run, s, writing, FlowBuilder, Report, HOST, INFRA, LSBLK_VDA,
 };
 use common::untar_gz;
 use serde_json::json;
@@ -31,6 +31,11 @@ const MCO: &str = "quay.io/openshift/mco@sha256:1234";
 const CONTROLLER_POD: &str = "assisted-installer-controller-x7k2p";
 const CONTROLLER_LOG: &str = "controller started\ncontroller ready\n";
 const PUB_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBootstrapKey root@bootstrap";
+
+/// Reports from (stage, info) pairs.
+fn reports(pairs: &[(&str, &str)]) -> Vec<Report> {
+    pairs.iter().map(|(stage, info)| s(stage, info)).collect()
+}
 
 fn pull_secret_ign() -> String {
     // {"auths":{"quay.io":{"auth":"dXNlcjpwYXNz"}}} as a base64 data URL.

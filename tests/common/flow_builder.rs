@@ -202,11 +202,6 @@ pub(crate) fn s(stage: &str, info: &str) -> Report {
     (stage.to_string(), info.to_string())
 }
 
-/// Reports from (stage, info) pairs.
-pub(crate) fn reports(pairs: &[(&str, &str)]) -> Vec<Report> {
-    pairs.iter().map(|(stage, info)| s(stage, info)).collect()
-}
-
 /// The reports of a stage that runs to completion: "" then 5%, 10%, … 100%.
 pub(crate) fn with_percents(stage: &str) -> Vec<Report> {
     let percents = (5..=100).step_by(5).map(|p| format!("{p}%"));

@@ -3,16 +3,11 @@
 //! `testdata/fake_service_main.rs`): what the fake recorded of one host's install, written as
 //! JSON when the process stops, and read back by the tests (on the host, or from a guest's
 //! disk). One definition for both sides, so that the writer and the readers agree.
-//!
-//! Include it next to `fake_service` and `http_server` (it names them through `super`).
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-
-use super::fake_service::FakeService;
-use super::http_server::TestServer;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ServiceReport {
@@ -28,23 +23,6 @@ pub(crate) struct ServiceReport {
 }
 
 impl ServiceReport {
-    /// What `svc`, served by `server`, recorded of `host_id`.
-    pub(crate) fn of(svc: &FakeService, server: &TestServer, host_id: &str) -> ServiceReport {
-        let progress = svc.progress_reports(host_id);
-        ServiceReport {
-            host_id: host_id.to_string(),
-            current_stage: progress.last().map(|(stage, _)| stage.clone()),
-            progress,
-            host_logs_progress: svc.host_logs_reports(),
-            refused: server
-                .requests()
-                .iter()
-                .filter(|r| r.status >= 400)
-                .map(|r| format!("{} {} {}", r.method, r.path, r.status))
-                .collect(),
-        }
-    }
-
     pub(crate) fn read(path: &Path) -> Result<ServiceReport> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         serde_json::from_slice(&bytes)

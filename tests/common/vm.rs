@@ -1,8 +1,9 @@
 //! QEMU for the tests, two ways, on one runner:
-//! * [`boot`]: a written disk booted under UEFI (OVMF) through the firmware's boot manager; the
-//!   test initramfs (testdata/boot_parts.rs) reports what it sees in `AI-BOOT <key> <value>`
-//!   lines. The disk is attached with `snapshot=on`: firmware's repairs (OVMF silently fixes a
-//!   bad backup GPT) and what the boot writes go to an overlay, never to the device under test.
+//! * tests/boot_qemu.rs's `boot`: a written disk booted under UEFI (OVMF) through the firmware's
+//!   boot manager; the test initramfs (testdata/boot_parts.rs) reports what it sees in `AI-BOOT
+//!   <key> <value>` lines. The disk is attached with `snapshot=on`: firmware's repairs (OVMF
+//!   silently fixes a bad backup GPT) and what the boot writes go to an overlay, never to the
+//!   device under test.
 //! * [`run_guest`]: a guest on Debian's kernel with real disks, for what this host's kernel
 //!   cannot do (device-mapper, md, partition-table parsing). Its kernel and base initramfs come
 //!   from testdata/guest_parts.rs; per run the rig appends a second archive (the kernel unpacks
@@ -35,31 +36,20 @@ use std::time::{Duration, Instant};
 mod cpio;
 
 const QEMU: &str = "qemu-system-x86_64";
-/// Debian's `ovmf` package: the 4 MiB firmware (no Secure Boot) and its variable store.
-const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 /// Where the guest has our binary.
 pub(crate) const GUEST_BIN: &str = "/usr/bin/assisted-installer";
 
-fn have(test: &str, missing: Option<String>) -> bool {
+pub(crate) fn have(test: &str, missing: Option<String>) -> bool {
     missing.is_none_or(|why| super::root::skip(test, &why))
 }
 
-fn qemu_missing() -> Option<String> {
+pub(crate) fn qemu_missing() -> Option<String> {
     let ok = Command::new(QEMU)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     (!ok).then(|| format!("{QEMU} is missing (Debian package qemu-system-x86)"))
-}
-
-/// Whether QEMU and OVMF are here; prints why not, or panics under AI_REQUIRE_ROOT_TESTS=1.
-pub(crate) fn have_qemu(test: &str) -> bool {
-    let ovmf = Path::new(OVMF_CODE).is_file() && Path::new(OVMF_VARS).is_file();
-    let missing = qemu_missing()
-        .or_else(|| (!ovmf).then(|| format!("{OVMF_CODE} is missing (Debian package ovmf)")));
-    have(test, missing)
 }
 
 /// Whether a guest can run here: root (the guest's disks and share are root's files, written
@@ -127,7 +117,7 @@ impl Run {
 
 /// QEMU on q35 without devices, its console in `dir/console.log` and its messages in
 /// `dir/stderr.log`; the snapshot overlays, if any, go to `dir` too.
-fn qemu(dir: &Path, accel: &str, memory_mib: u64) -> Command {
+pub(crate) fn qemu(dir: &Path, accel: &str, memory_mib: u64) -> Command {
     let mut cmd = Command::new(QEMU);
     cmd.args(["-machine", &format!("q35,accel={accel}")])
         .args(["-m", &memory_mib.to_string()])
@@ -144,7 +134,7 @@ fn qemu(dir: &Path, accel: &str, memory_mib: u64) -> Command {
 /// Runs `cmd` (made by [`qemu`] for `dir`) until QEMU exits, `limit` passes, or the console
 /// shows the `kill_when` text (then SIGKILL, as a power cut). `marker` prefixes
 /// the initramfs's lines; `marker` + `ready` is the text [`Run::ready_after`] times.
-fn run_qemu(
+pub(crate) fn run_qemu(
     mut cmd: Command,
     dir: &Path,
     accel: &'static str,
@@ -194,7 +184,7 @@ fn run_qemu(
     }
 }
 
-fn run_dir(prefix: &str) -> tempfile::TempDir {
+pub(crate) fn run_dir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix(prefix)
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -203,7 +193,7 @@ fn run_dir(prefix: &str) -> tempfile::TempDir {
 
 /// `kvm` when KVM is usable and a probe run (made by `probe` for a directory, under KVM) shows
 /// `ok` on its console within `limit`, else `tcg`.
-fn kvm_or_tcg(
+pub(crate) fn kvm_or_tcg(
     what: &str,
     limit: Duration,
     ok: &str,
@@ -223,68 +213,6 @@ fn kvm_or_tcg(
     }
     eprintln!("vm: KVM cannot {what} here; using software emulation (tcg)");
     "tcg"
-}
-
-/// A kernel, initramfs and command line QEMU hands to the firmware (`-kernel`, `-initrd`,
-/// `-append`), which starts them instead of the disk's boot loader; the disk stays attached.
-pub(crate) struct DirectKernel {
-    pub kernel: PathBuf,
-    pub initrd: PathBuf,
-    pub append: String,
-}
-
-/// QEMU with OVMF; the disk, if any, on virtio with `ss`-byte logical blocks, in snapshot mode.
-fn firmware(dir: &Path, accel: &str, disk: Option<(&Path, u64)>) -> Command {
-    let vars = dir.join("OVMF_VARS.fd");
-    fs::copy(OVMF_VARS, &vars).unwrap();
-    let mut cmd = qemu(dir, accel, 512);
-    cmd.arg("-drive")
-        .arg(format!(
-            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
-        ))
-        .arg("-drive")
-        .arg(format!(
-            "if=pflash,format=raw,unit=1,file={}",
-            vars.display()
-        ));
-    if let Some((path, ss)) = disk {
-        let file = path.display();
-        cmd.arg("-drive")
-            .arg(format!(
-                "file={file},format=raw,if=none,id=disk0,snapshot=on"
-            ))
-            .arg("-device")
-            .arg(format!(
-                "virtio-blk-pci,drive=disk0,logical_block_size={ss},physical_block_size={ss}"
-            ));
-    }
-    cmd
-}
-
-/// Boot `disk` (a block device or image file) with `ss`-byte logical blocks through the
-/// firmware's boot manager, or start `direct` instead of its boot loader, and wait for the
-/// machine to power off (the test initramfs's last step) or reset, at most a few minutes (then
-/// QEMU is killed). [`Run::lines`] has the initramfs's report (see `INIT_SCRIPT` in
-/// testdata/boot_parts.rs).
-pub(crate) fn boot(disk: &Path, ss: u64, direct: Option<&DirectKernel>) -> Run {
-    static ACCEL: OnceLock<&'static str> = OnceLock::new();
-    // The firmware reaches its boot manager ("BdsDxe" on the console); software emulation
-    // takes about 13 s a boot on two cores.
-    let accel = *ACCEL.get_or_init(|| {
-        let probe = |d: &Path| firmware(d, "kvm", None);
-        kvm_or_tcg("run OVMF", Duration::from_secs(20), "BdsDxe", probe)
-    });
-    let limit = Duration::from_secs(if accel == "kvm" { 60 } else { 240 });
-    let dir = run_dir("boot");
-    let mut cmd = firmware(dir.path(), accel, Some((disk, ss)));
-    if let Some(k) = direct {
-        cmd.arg("-kernel")
-            .arg(&k.kernel)
-            .arg("-initrd")
-            .arg(&k.initrd);
-        cmd.args(["-append", &k.append]);
-    }
-    run_qemu(cmd, dir.path(), accel, limit, ("AI-BOOT ", ""), None)
 }
 
 /// `ai-disk SERIAL`: the whole disks whose serial is SERIAL, one `/dev` path a line. Serials
