@@ -214,15 +214,7 @@ impl<'a> BmhUpdate<'a> {
             set_annotations(&mut bmh, annotations);
             changed = true;
         }
-        if consumer_ref(&bmh).is_none() {
-            fill_consumer_ref(&mut bmh, machines)?;
-            changed = true;
-        }
-        if changed {
-            tracing::info!("updating BareMetalHost {}", bmh_name(&bmh));
-            self.cluster.update_bmh(MACHINE_API_NAMESPACE, &bmh)?;
-        }
-        Ok(())
+        self.finish(bmh, changed, machines)
     }
 
     fn update_without_provisioning(
@@ -253,6 +245,11 @@ impl<'a> BmhUpdate<'a> {
             set_annotations(&mut bmh, annotations);
             changed = true;
         }
+        self.finish(bmh, changed, machines)
+    }
+
+    /// Both updates' last step: an empty consumerRef takes a machine, and a changed BMH is written.
+    fn finish(&self, mut bmh: Value, mut changed: bool, machines: &mut Vec<Machine>) -> Result<()> {
         if consumer_ref(&bmh).is_none() {
             fill_consumer_ref(&mut bmh, machines)?;
             changed = true;
