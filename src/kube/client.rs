@@ -316,31 +316,6 @@ fn k8s_time(time: SystemTime) -> Result<Time> {
     ))
 }
 
-/// The ready Event's shape: `count` 1, both timestamps `time`, an involved object with only a
-/// namespace and a name.
-fn event_object(namespace: &str, event: &NewEvent) -> Result<core::Event> {
-    let time = k8s_time(event.time)?;
-    Ok(core::Event {
-        metadata: ObjectMeta {
-            name: Some(event.name.clone()),
-            namespace: Some(namespace.to_string()),
-            ..ObjectMeta::default()
-        },
-        involved_object: core::ObjectReference {
-            namespace: Some(event.involved_namespace.clone()),
-            name: Some(event.involved_name.clone()),
-            ..Default::default()
-        },
-        reason: Some(event.reason.clone()),
-        message: Some(event.message.clone()),
-        type_: Some(event.type_.clone()),
-        count: Some(1),
-        first_timestamp: Some(time.clone()),
-        last_timestamp: Some(time),
-        ..Default::default()
-    })
-}
-
 /// The CSR as listed, with the approval condition appended.
 fn approved(csr: &Csr, approval: &CsrApproval) -> Result<CertificateSigningRequest> {
     let mut object: CertificateSigningRequest = serde_json::from_value(csr.object.clone())
@@ -421,7 +396,26 @@ impl ClusterApi for KubeClient {
 
     fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()> {
         let what = || format!("creating Event {namespace}/{}", event.name);
-        let object = event_object(namespace, event).with_context(what)?;
+        let time = k8s_time(event.time).with_context(what)?;
+        let object = core::Event {
+            metadata: ObjectMeta {
+                name: Some(event.name.clone()),
+                namespace: Some(namespace.to_string()),
+                ..ObjectMeta::default()
+            },
+            involved_object: core::ObjectReference {
+                namespace: Some(event.involved_namespace.clone()),
+                name: Some(event.involved_name.clone()),
+                ..Default::default()
+            },
+            reason: Some(event.reason.clone()),
+            message: Some(event.message.clone()),
+            type_: Some(event.type_.clone()),
+            count: Some(1),
+            first_timestamp: Some(time.clone()),
+            last_timestamp: Some(time),
+            ..Default::default()
+        };
         let api = self.namespaced::<core::Event>(namespace);
         self.call(what, api.create(&PostParams::default(), &object))
             .map(drop)
