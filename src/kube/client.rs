@@ -316,26 +316,6 @@ fn k8s_time(time: SystemTime) -> Result<Time> {
     ))
 }
 
-/// The CSR as listed, with the approval condition appended.
-fn approved(csr: &Csr, approval: &CsrApproval) -> Result<CertificateSigningRequest> {
-    let mut object: CertificateSigningRequest = serde_json::from_value(csr.object.clone())
-        .with_context(|| format!("CSR {} has no object to update", csr.name))?;
-    let c = &approval.condition;
-    let status = object.status.get_or_insert_with(Default::default);
-    status
-        .conditions
-        .get_or_insert_with(Vec::new)
-        .push(CertificateSigningRequestCondition {
-            type_: c.type_.clone(),
-            status: c.status.clone(),
-            reason: Some(c.reason.clone()),
-            message: Some(c.message.clone()),
-            last_update_time: Some(k8s_time(approval.time)?),
-            ..Default::default()
-        });
-    Ok(object)
-}
-
 impl KubeApi for KubeClient {
     fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
         ClusterApi::list_nodes(self, Some(&role_label(role.as_str())))
@@ -495,7 +475,23 @@ impl ClusterApi for KubeClient {
 
     fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()> {
         let what = || format!("approving CSR {}", csr.name);
-        let object = approved(csr, approval).with_context(what)?;
+        // The CSR as listed, with the approval condition appended.
+        let mut object: CertificateSigningRequest = serde_json::from_value(csr.object.clone())
+            .with_context(|| format!("CSR {} has no object to update", csr.name))
+            .with_context(what)?;
+        let c = &approval.condition;
+        let status = object.status.get_or_insert_with(Default::default);
+        status
+            .conditions
+            .get_or_insert_with(Vec::new)
+            .push(CertificateSigningRequestCondition {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: Some(c.reason.clone()),
+                message: Some(c.message.clone()),
+                last_update_time: Some(k8s_time(approval.time).with_context(what)?),
+                ..Default::default()
+            });
         let api = self.all::<CertificateSigningRequest>();
         let pp = PostParams::default();
         let put = api.replace_subresource("approval", &csr.name, &pp, &object);

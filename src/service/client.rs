@@ -262,17 +262,6 @@ impl ServiceClient {
         }
     }
 
-    fn error(&self, call: &Call, status: Option<u16>, reason: &str, attempts: u32) -> ServiceError {
-        ServiceError {
-            call: call.name,
-            method: call.method.to_string(),
-            path: call.path.clone(),
-            status,
-            reason: self.redact(reason),
-            attempts,
-        }
-    }
-
     /// Sends `call` with the retry policy; `on_success` consumes a 2xx response.
     fn execute<T>(
         &self,
@@ -357,9 +346,15 @@ impl ServiceClient {
             Err(e) => {
                 let attempts = e.failures();
                 match e.into_last() {
-                    Some(Failed::Answer { status, reason }) => {
-                        Err(self.error(call, status, &reason, attempts).into())
+                    Some(Failed::Answer { status, reason }) => Err(ServiceError {
+                        call: call.name,
+                        method: call.method.to_string(),
+                        path: call.path.clone(),
+                        status,
+                        reason: self.redact(&reason),
+                        attempts,
                     }
+                    .into()),
                     Some(Failed::Local(e)) => {
                         Err(anyhow!(self.redact(&format!("{:#}", e.context(what())))))
                     }
