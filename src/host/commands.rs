@@ -452,9 +452,27 @@ impl RecordingRunner {
     pub fn lines(&self) -> Vec<String> {
         self.calls().iter().map(Call::line).collect()
     }
+}
 
-    /// Records the call and returns its scripted answer, untrimmed.
-    fn respond(&self, program: &str, args: &[&str]) -> (Vec<String>, Reply) {
+impl std::fmt::Debug for RecordingRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordingRunner")
+            .field("calls", &self.lines())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CommandRunner for RecordingRunner {
+    /// Hands the scripted output to `sink` as a program writing it line by line would: one
+    /// chunk per `\n`- or `\r`-terminated piece (rsync rewrites its status line with `\r`),
+    /// untrimmed; then returns it as [`CommandRunner::run`] does.
+    fn run_streaming(
+        &self,
+        program: &str,
+        args: &[&str],
+        sink: &mut dyn FnMut(&[u8]),
+    ) -> Result<String, ExecError> {
+        // Record the call and find its scripted answer, untrimmed.
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let line = command_line(program, &args);
         self.calls.lock().unwrap().push(Call {
@@ -477,29 +495,6 @@ impl RecordingRunner {
         let reply = queued
             .or_else(|| self.script.as_ref().and_then(|s| s(program, &args)))
             .unwrap_or_else(|| Reply::ok(""));
-        (args, reply)
-    }
-}
-
-impl std::fmt::Debug for RecordingRunner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecordingRunner")
-            .field("calls", &self.lines())
-            .finish_non_exhaustive()
-    }
-}
-
-impl CommandRunner for RecordingRunner {
-    /// Hands the scripted output to `sink` as a program writing it line by line would: one
-    /// chunk per `\n`- or `\r`-terminated piece (rsync rewrites its status line with `\r`),
-    /// untrimmed; then returns it as [`CommandRunner::run`] does.
-    fn run_streaming(
-        &self,
-        program: &str,
-        args: &[&str],
-        sink: &mut dyn FnMut(&[u8]),
-    ) -> Result<String, ExecError> {
-        let (args, reply) = self.respond(program, args);
         let output = match &reply {
             Reply::Ok(out) => out,
             Reply::Fail { output, .. } => output,
