@@ -76,12 +76,6 @@ fn ensure_outside_runtime() -> Result<()> {
     Ok(())
 }
 
-/// Where the client's configuration comes from.
-enum Source {
-    Kubeconfig(Box<Kubeconfig>),
-    InCluster,
-}
-
 impl KubeClient {
     /// The installer's client: a kubeconfig's current context (bootkube's, with certificate data;
     /// or plain http without credentials in tests).
@@ -101,7 +95,7 @@ impl KubeClient {
         let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
         let host = var("KUBERNETES_SERVICE_HOST")?;
         if service_account_dir == Path::new(SERVICE_ACCOUNT_DIR) {
-            return KubeClient::new(Source::InCluster, CONTROLLER_READ_TIMEOUT)
+            return KubeClient::new(None, CONTROLLER_READ_TIMEOUT)
                 .context("the in-cluster Kubernetes client");
         }
         let host = match host.contains(':') {
@@ -128,34 +122,32 @@ impl KubeClient {
             "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
             "current-context": "sa",
         }))?;
-        KubeClient::new(
-            Source::Kubeconfig(Box::new(kubeconfig)),
-            CONTROLLER_READ_TIMEOUT,
-        )
-        .with_context(|| format!("service account {} for {server}", dir.display()))
+        KubeClient::new(Some(kubeconfig), CONTROLLER_READ_TIMEOUT)
+            .with_context(|| format!("service account {} for {server}", dir.display()))
     }
 
     fn kubeconfig_file(path: &Path, read_timeout: Duration) -> Result<KubeClient> {
         let kubeconfig = Kubeconfig::read_from(path)
             .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-        KubeClient::new(Source::Kubeconfig(Box::new(kubeconfig)), read_timeout)
+        KubeClient::new(Some(kubeconfig), read_timeout)
             .with_context(|| format!("kubeconfig {}", path.display()))
     }
 
-    fn new(source: Source, read_timeout: Duration) -> Result<KubeClient> {
+    /// From `kubeconfig`'s current context, or without one from the in-cluster service account.
+    fn new(kubeconfig: Option<Kubeconfig>, read_timeout: Duration) -> Result<KubeClient> {
         ensure_outside_runtime().context("creating the Kubernetes client")?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("building the runtime of the Kubernetes client")?;
-        let mut config = match source {
-            Source::Kubeconfig(kubeconfig) => runtime
+        let mut config = match kubeconfig {
+            Some(kubeconfig) => runtime
                 .block_on(Config::from_custom_kubeconfig(
-                    *kubeconfig,
+                    kubeconfig,
                     &KubeConfigOptions::default(),
                 ))
                 .context("loading the kubeconfig")?,
-            Source::InCluster => Config::incluster()?,
+            None => Config::incluster()?,
         };
         if config.root_cert.as_ref().is_some_and(Vec::is_empty) {
             bail!("the certificate authority of the cluster holds no PEM certificate");

@@ -187,7 +187,6 @@ impl<'a> BmhUpdate<'a> {
         mut bmh: Value,
         machines: &mut Vec<Machine>,
     ) -> Result<()> {
-        let mut changed = false;
         let mut annotations = annotations(&bmh);
         let status_text = annotations
             .get(STATUS_ANNOTATION)
@@ -220,9 +219,9 @@ impl<'a> BmhUpdate<'a> {
             // The status update changed the resourceVersion: read it again.
             bmh = self.cluster.get_bmh(MACHINE_API_NAMESPACE, &name)?;
         }
-        if annotations.remove(STATUS_ANNOTATION).is_some() {
+        let changed = annotations.remove(STATUS_ANNOTATION).is_some();
+        if changed {
             set_annotations(&mut bmh, annotations);
-            changed = true;
         }
         self.finish(bmh, changed, machines)
     }
