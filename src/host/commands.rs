@@ -83,6 +83,9 @@ impl ExecError {
         exit_code: Option<i32>,
         output: &str,
     ) -> Self {
+        let output = output.trim();
+        // Go keeps only the text from the first `Error` on, when the output contains it.
+        let output = output.find("Error").map_or(output, |i| &output[i..]);
         ExecError {
             command: command.into(),
             args: args.iter().map(|a| a.as_ref().to_string()).collect(),
@@ -90,7 +93,7 @@ impl ExecError {
             exit_error: exit_error.into(),
             exit_code,
             wait_status: exit_code.unwrap_or(0),
-            output: keep_from_error(output.trim()).to_string(),
+            output: output.to_string(),
         }
     }
 
@@ -133,14 +136,6 @@ impl ExecError {
     /// Whether the command ran and exited (as opposed to not starting or being killed).
     pub(crate) fn exited(&self) -> bool {
         self.exit_code.is_some()
-    }
-}
-
-/// Go keeps only the text from the first `Error` on, when the output contains it.
-fn keep_from_error(output: &str) -> &str {
-    match output.find("Error") {
-        Some(i) => &output[i..],
-        None => output,
     }
 }
 
@@ -244,17 +239,6 @@ fn env_strings(env: &[(String, String)], secret: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// Where `program` is found on `PATH` (Go's `exec.LookPath`), or `program` itself.
-fn look_path(program: &str) -> String {
-    if program.contains('/') {
-        return program.to_string();
-    }
-    which::which(program).map_or_else(
-        |_| program.to_string(),
-        |path| path.to_string_lossy().into_owned(),
-    )
-}
-
 /// Go's text for a signal death (`ProcessState.String()`).
 fn signal_text(sig: i32) -> String {
     let name = match sig {
@@ -287,7 +271,11 @@ fn execute(
     secret: Option<&str>,
     sink: &mut dyn FnMut(&[u8]),
 ) -> Result<String, ExecError> {
-    let path = look_path(program);
+    // Where `program` is found on `PATH` (Go's `exec.LookPath`), or `program` itself.
+    let path = match program.contains('/') {
+        true => program.to_string(),
+        false => which::which(program).map_or(program.to_string(), |p| p.display().to_string()),
+    };
     let env_list = env_strings(env, None);
     let fail = |exit_error: String, exit_code: Option<i32>, wait_status: i32, output: &str| {
         let err = ExecError {
@@ -464,9 +452,27 @@ impl RecordingRunner {
     pub fn lines(&self) -> Vec<String> {
         self.calls().iter().map(Call::line).collect()
     }
+}
 
-    /// Records the call and returns its scripted answer, untrimmed.
-    fn respond(&self, program: &str, args: &[&str]) -> (Vec<String>, Reply) {
+impl std::fmt::Debug for RecordingRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordingRunner")
+            .field("calls", &self.lines())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CommandRunner for RecordingRunner {
+    /// Hands the scripted output to `sink` as a program writing it line by line would: one
+    /// chunk per `\n`- or `\r`-terminated piece (rsync rewrites its status line with `\r`),
+    /// untrimmed; then returns it as [`CommandRunner::run`] does.
+    fn run_streaming(
+        &self,
+        program: &str,
+        args: &[&str],
+        sink: &mut dyn FnMut(&[u8]),
+    ) -> Result<String, ExecError> {
+        // Record the call and find its scripted answer, untrimmed.
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let line = command_line(program, &args);
         self.calls.lock().unwrap().push(Call {
@@ -489,29 +495,6 @@ impl RecordingRunner {
         let reply = queued
             .or_else(|| self.script.as_ref().and_then(|s| s(program, &args)))
             .unwrap_or_else(|| Reply::ok(""));
-        (args, reply)
-    }
-}
-
-impl std::fmt::Debug for RecordingRunner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecordingRunner")
-            .field("calls", &self.lines())
-            .finish_non_exhaustive()
-    }
-}
-
-impl CommandRunner for RecordingRunner {
-    /// Hands the scripted output to `sink` as a program writing it line by line would: one
-    /// chunk per `\n`- or `\r`-terminated piece (rsync rewrites its status line with `\r`),
-    /// untrimmed; then returns it as [`CommandRunner::run`] does.
-    fn run_streaming(
-        &self,
-        program: &str,
-        args: &[&str],
-        sink: &mut dyn FnMut(&[u8]),
-    ) -> Result<String, ExecError> {
-        let (args, reply) = self.respond(program, args);
         let output = match &reply {
             Reply::Ok(out) => out,
             Reply::Fail { output, .. } => output,

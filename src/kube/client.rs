@@ -76,12 +76,6 @@ fn ensure_outside_runtime() -> Result<()> {
     Ok(())
 }
 
-/// Where the client's configuration comes from.
-enum Source {
-    Kubeconfig(Box<Kubeconfig>),
-    InCluster,
-}
-
 impl KubeClient {
     /// The installer's client: a kubeconfig's current context (bootkube's, with certificate data;
     /// or plain http without credentials in tests).
@@ -101,7 +95,7 @@ impl KubeClient {
         let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
         let host = var("KUBERNETES_SERVICE_HOST")?;
         if service_account_dir == Path::new(SERVICE_ACCOUNT_DIR) {
-            return KubeClient::new(Source::InCluster, CONTROLLER_READ_TIMEOUT)
+            return KubeClient::new(None, CONTROLLER_READ_TIMEOUT)
                 .context("the in-cluster Kubernetes client");
         }
         let host = match host.contains(':') {
@@ -128,34 +122,32 @@ impl KubeClient {
             "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
             "current-context": "sa",
         }))?;
-        KubeClient::new(
-            Source::Kubeconfig(Box::new(kubeconfig)),
-            CONTROLLER_READ_TIMEOUT,
-        )
-        .with_context(|| format!("service account {} for {server}", dir.display()))
+        KubeClient::new(Some(kubeconfig), CONTROLLER_READ_TIMEOUT)
+            .with_context(|| format!("service account {} for {server}", dir.display()))
     }
 
     fn kubeconfig_file(path: &Path, read_timeout: Duration) -> Result<KubeClient> {
         let kubeconfig = Kubeconfig::read_from(path)
             .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-        KubeClient::new(Source::Kubeconfig(Box::new(kubeconfig)), read_timeout)
+        KubeClient::new(Some(kubeconfig), read_timeout)
             .with_context(|| format!("kubeconfig {}", path.display()))
     }
 
-    fn new(source: Source, read_timeout: Duration) -> Result<KubeClient> {
+    /// From `kubeconfig`'s current context, or without one from the in-cluster service account.
+    fn new(kubeconfig: Option<Kubeconfig>, read_timeout: Duration) -> Result<KubeClient> {
         ensure_outside_runtime().context("creating the Kubernetes client")?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("building the runtime of the Kubernetes client")?;
-        let mut config = match source {
-            Source::Kubeconfig(kubeconfig) => runtime
+        let mut config = match kubeconfig {
+            Some(kubeconfig) => runtime
                 .block_on(Config::from_custom_kubeconfig(
-                    *kubeconfig,
+                    kubeconfig,
                     &KubeConfigOptions::default(),
                 ))
                 .context("loading the kubeconfig")?,
-            Source::InCluster => Config::incluster()?,
+            None => Config::incluster()?,
         };
         if config.root_cert.as_ref().is_some_and(Vec::is_empty) {
             bail!("the certificate authority of the cluster holds no PEM certificate");
@@ -316,51 +308,6 @@ fn k8s_time(time: SystemTime) -> Result<Time> {
     ))
 }
 
-/// The ready Event's shape: `count` 1, both timestamps `time`, an involved object with only a
-/// namespace and a name.
-fn event_object(namespace: &str, event: &NewEvent) -> Result<core::Event> {
-    let time = k8s_time(event.time)?;
-    Ok(core::Event {
-        metadata: ObjectMeta {
-            name: Some(event.name.clone()),
-            namespace: Some(namespace.to_string()),
-            ..ObjectMeta::default()
-        },
-        involved_object: core::ObjectReference {
-            namespace: Some(event.involved_namespace.clone()),
-            name: Some(event.involved_name.clone()),
-            ..Default::default()
-        },
-        reason: Some(event.reason.clone()),
-        message: Some(event.message.clone()),
-        type_: Some(event.type_.clone()),
-        count: Some(1),
-        first_timestamp: Some(time.clone()),
-        last_timestamp: Some(time),
-        ..Default::default()
-    })
-}
-
-/// The CSR as listed, with the approval condition appended.
-fn approved(csr: &Csr, approval: &CsrApproval) -> Result<CertificateSigningRequest> {
-    let mut object: CertificateSigningRequest = serde_json::from_value(csr.object.clone())
-        .with_context(|| format!("CSR {} has no object to update", csr.name))?;
-    let c = &approval.condition;
-    let status = object.status.get_or_insert_with(Default::default);
-    status
-        .conditions
-        .get_or_insert_with(Vec::new)
-        .push(CertificateSigningRequestCondition {
-            type_: c.type_.clone(),
-            status: c.status.clone(),
-            reason: Some(c.reason.clone()),
-            message: Some(c.message.clone()),
-            last_update_time: Some(k8s_time(approval.time)?),
-            ..Default::default()
-        });
-    Ok(object)
-}
-
 impl KubeApi for KubeClient {
     fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
         ClusterApi::list_nodes(self, Some(&role_label(role.as_str())))
@@ -421,7 +368,26 @@ impl ClusterApi for KubeClient {
 
     fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()> {
         let what = || format!("creating Event {namespace}/{}", event.name);
-        let object = event_object(namespace, event).with_context(what)?;
+        let time = k8s_time(event.time).with_context(what)?;
+        let object = core::Event {
+            metadata: ObjectMeta {
+                name: Some(event.name.clone()),
+                namespace: Some(namespace.to_string()),
+                ..ObjectMeta::default()
+            },
+            involved_object: core::ObjectReference {
+                namespace: Some(event.involved_namespace.clone()),
+                name: Some(event.involved_name.clone()),
+                ..Default::default()
+            },
+            reason: Some(event.reason.clone()),
+            message: Some(event.message.clone()),
+            type_: Some(event.type_.clone()),
+            count: Some(1),
+            first_timestamp: Some(time.clone()),
+            last_timestamp: Some(time),
+            ..Default::default()
+        };
         let api = self.namespaced::<core::Event>(namespace);
         self.call(what, api.create(&PostParams::default(), &object))
             .map(drop)
@@ -501,7 +467,23 @@ impl ClusterApi for KubeClient {
 
     fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()> {
         let what = || format!("approving CSR {}", csr.name);
-        let object = approved(csr, approval).with_context(what)?;
+        // The CSR as listed, with the approval condition appended.
+        let mut object: CertificateSigningRequest = serde_json::from_value(csr.object.clone())
+            .with_context(|| format!("CSR {} has no object to update", csr.name))
+            .with_context(what)?;
+        let c = &approval.condition;
+        let status = object.status.get_or_insert_with(Default::default);
+        status
+            .conditions
+            .get_or_insert_with(Vec::new)
+            .push(CertificateSigningRequestCondition {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: Some(c.reason.clone()),
+                message: Some(c.message.clone()),
+                last_update_time: Some(k8s_time(approval.time).with_context(what)?),
+                ..Default::default()
+            });
         let api = self.all::<CertificateSigningRequest>();
         let pp = PostParams::default();
         let put = api.replace_subresource("approval", &csr.name, &pp, &object);

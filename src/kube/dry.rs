@@ -216,13 +216,6 @@ impl DryCluster {
             .collect()
     }
 
-    fn existing_node(&self, name: &str) -> Result<Node> {
-        match self.nodes().into_iter().find(|n| n.name == name) {
-            Some(node) => Ok(node),
-            None => not_found(format!("node {name}")),
-        }
-    }
-
     fn pool(&self, name: &str) -> Result<()> {
         match DRY_POOLS.contains(&name) {
             true => Ok(()),
@@ -281,16 +274,19 @@ impl ClusterApi for DryCluster {
     }
 
     fn get_node(&self, name: &str) -> Result<Node> {
-        self.existing_node(name)
+        match self.nodes().into_iter().find(|n| n.name == name) {
+            Some(node) => Ok(node),
+            None => not_found(format!("node {name}")),
+        }
     }
 
     fn remove_node_taint(&self, name: &str, _index: usize, _key: &str) -> Result<()> {
         // The pretend nodes have no taints, and the tasks only remove the ones they found.
-        self.existing_node(name).map(drop)
+        self.get_node(name).map(drop)
     }
 
     fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()> {
-        self.existing_node(name)?;
+        self.get_node(name)?;
         let mut state = self.lock();
         merge_labels(
             state.patched_labels.entry(name.to_string()).or_default(),

@@ -127,7 +127,6 @@ pub(crate) fn remove_taint_by_key(api: &dyn ClusterApi, node: &str, key: &str) -
 pub trait KubeApi: Send + Sync {
     /// Nodes labelled `node-role.kubernetes.io/<role>`.
     fn list_nodes(&self, role: &Role) -> Result<Vec<Node>>;
-    /// Events of a namespace.
     fn list_events(&self, namespace: &str) -> Result<Vec<Event>>;
     /// The data of a ConfigMap; `None` when it does not exist.
     fn get_config_map(
@@ -135,7 +134,6 @@ pub trait KubeApi: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> Result<Option<BTreeMap<String, String>>>;
-    /// Whether the MachineConfig `name` exists.
     fn machine_config_exists(&self, name: &str) -> Result<bool>;
     /// Remove the first taint with `key` from a node ([`untaint_patch`]; no-op when absent).
     fn remove_node_taint(&self, node: &str, key: &str) -> Result<()>;
@@ -152,9 +150,7 @@ pub trait ClusterApi: Send + Sync {
     fn get_proxy(&self, name: &str) -> Result<ProxyStatus>;
     /// GET `config.openshift.io/v1 ClusterVersion` `name` (`version`).
     fn get_cluster_version(&self, name: &str) -> Result<ClusterVersion>;
-    /// LIST `config.openshift.io/v1 ClusterOperator`.
     fn list_cluster_operators(&self) -> Result<Vec<ClusterOperator>>;
-    /// GET `config.openshift.io/v1 ClusterOperator` `name`.
     fn get_cluster_operator(&self, name: &str) -> Result<ClusterOperator>;
     /// GET a ConfigMap's data; `None` when it does not exist.
     fn get_config_map(
@@ -166,7 +162,6 @@ pub trait ClusterApi: Send + Sync {
     fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()>;
     /// LIST Nodes, all or those matching a label selector (`node-role.kubernetes.io/master`).
     fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>>;
-    /// GET a Node.
     fn get_node(&self, name: &str) -> Result<Node>;
     /// Remove taint `index` of a Node, which must still have `key` ([`untaint_patch`]).
     fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()>;
@@ -174,9 +169,7 @@ pub trait ClusterApi: Send + Sync {
     fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()>;
     /// LIST Services in all namespaces.
     fn list_services(&self) -> Result<Vec<Service>>;
-    /// DELETE a Service.
     fn delete_service(&self, namespace: &str, name: &str) -> Result<()>;
-    /// LIST Pods of a namespace, optionally by label and field selectors.
     fn list_pods(
         &self,
         namespace: &str,
@@ -185,9 +178,7 @@ pub trait ClusterApi: Send + Sync {
     ) -> Result<Vec<Pod>>;
     /// GET a Pod's log (its only container); with `since_seconds`, only that recent part.
     fn pod_log(&self, namespace: &str, name: &str, since_seconds: Option<i64>) -> Result<String>;
-    /// DELETECOLLECTION the Pods of a namespace, optionally by label selector.
     fn delete_pods(&self, namespace: &str, label_selector: Option<&str>) -> Result<()>;
-    /// LIST CertificateSigningRequests.
     fn list_csrs(&self) -> Result<Vec<Csr>>;
     /// UPDATE the `approval` subresource of a CSR: `csr.object` with `approval` appended to
     /// `status.conditions`.
@@ -196,17 +187,12 @@ pub trait ClusterApi: Send + Sync {
     fn get_subscription(&self, namespace: &str, name: &str) -> Result<Option<Subscription>>;
     /// GET an OLM ClusterServiceVersion; `None` when it does not exist.
     fn get_csv(&self, namespace: &str, name: &str) -> Result<Option<Csv>>;
-    /// LIST the OLM InstallPlans of a namespace.
     fn list_install_plans(&self, namespace: &str) -> Result<Vec<InstallPlan>>;
-    /// DELETE an OLM InstallPlan.
     fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()>;
-    /// LIST the Jobs of a namespace.
     fn list_jobs(&self, namespace: &str) -> Result<Vec<Job>>;
-    /// DELETE a Job (default options).
     fn delete_job(&self, namespace: &str, name: &str) -> Result<()>;
     /// LIST the BareMetalHosts of a namespace, whole.
     fn list_bmhs(&self, namespace: &str) -> Result<Vec<Value>>;
-    /// GET a BareMetalHost, whole.
     fn get_bmh(&self, namespace: &str, name: &str) -> Result<Value>;
     /// UPDATE (PUT) a BareMetalHost (named by its `metadata.name`); returns the stored object.
     fn update_bmh(&self, namespace: &str, bmh: &Value) -> Result<Value>;
@@ -214,9 +200,7 @@ pub trait ClusterApi: Send + Sync {
     fn update_bmh_status(&self, namespace: &str, bmh: &Value) -> Result<Value>;
     /// GET the cluster-scoped metal3 Provisioning `name`: whether it exists.
     fn provisioning_exists(&self, name: &str) -> Result<bool>;
-    /// LIST the Machines of a namespace.
     fn list_machines(&self, namespace: &str) -> Result<Vec<Machine>>;
-    /// GET a MachineConfigPool.
     fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool>;
     /// Merge-patch a MachineConfigPool with `{"spec":{"paused":<paused>}}`.
     fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()>;

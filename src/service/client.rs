@@ -31,16 +31,9 @@ use crate::clock::{Clock, Failure, NeverStop, Retrying, Stopped, SystemClock, Wa
 
 /// Appended to `--url` (swagger `basePath`).
 pub const API_BASE_PATH: &str = "/api/assisted-install";
-/// Agent authentication header (swagger `agentAuth`).
-const AUTH_HEADER: &str = "X-Secret-Key";
-/// Request correlation header.
-const REQUEST_ID_HEADER: &str = "X-Request-ID";
 /// The service stores `progress_info` in a varchar(2048); longer text is cut to this many chars.
 pub const MAX_PROGRESS_INFO_CHARS: usize = 2048;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 const REASON_EXCERPT_CHARS: usize = 200;
 const REDACTED: &str = "<SECRET>";
 
@@ -201,11 +194,11 @@ impl ServiceClient {
         token.set_sensitive(true);
 
         let mut builder = Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
+            .connect_timeout(Duration::from_secs(30))
             // No overall deadline: the Go client sets none, and downloads may be slow.
             .timeout(None)
-            .tcp_keepalive(TCP_KEEPALIVE)
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .tcp_keepalive(Duration::from_secs(30))
+            .pool_idle_timeout(Duration::from_secs(90))
             .user_agent(concat!("assisted-installer/", env!("CARGO_PKG_VERSION")));
         if is_loopback(&parsed) {
             // Like Go's ProxyFromEnvironment, never send loopback traffic through a proxy.
@@ -262,17 +255,6 @@ impl ServiceClient {
         }
     }
 
-    fn error(&self, call: &Call, status: Option<u16>, reason: &str, attempts: u32) -> ServiceError {
-        ServiceError {
-            call: call.name,
-            method: call.method.to_string(),
-            path: call.path.clone(),
-            status,
-            reason: self.redact(reason),
-            attempts,
-        }
-    }
-
     /// Sends `call` with the retry policy; `on_success` consumes a 2xx response.
     fn execute<T>(
         &self,
@@ -287,8 +269,9 @@ impl ServiceClient {
             let mut request = self
                 .http
                 .request(call.method.clone(), &url)
-                .header(AUTH_HEADER, self.token.clone())
-                .header(REQUEST_ID_HEADER, request_id.as_str());
+                // Agent authentication (swagger `agentAuth`).
+                .header("X-Secret-Key", self.token.clone())
+                .header("X-Request-ID", request_id.as_str());
             if let Some(body) = &call.body {
                 request = request
                     .header(CONTENT_TYPE, "application/json")
@@ -357,9 +340,15 @@ impl ServiceClient {
             Err(e) => {
                 let attempts = e.failures();
                 match e.into_last() {
-                    Some(Failed::Answer { status, reason }) => {
-                        Err(self.error(call, status, &reason, attempts).into())
+                    Some(Failed::Answer { status, reason }) => Err(ServiceError {
+                        call: call.name,
+                        method: call.method.to_string(),
+                        path: call.path.clone(),
+                        status,
+                        reason: self.redact(&reason),
+                        attempts,
                     }
+                    .into()),
                     Some(Failed::Local(e)) => {
                         Err(anyhow!(self.redact(&format!("{:#}", e.context(what())))))
                     }

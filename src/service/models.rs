@@ -8,8 +8,19 @@ use super::stages::{FinalizingStage, HostStage, LogsState, OperatorStatus};
 use crate::config::Role;
 use crate::wire::wire_enum;
 
-/// `null` or a missing field gives `T::default()` (the Go service may send `null` for an empty
-/// list or omit empty strings).
+/// A model of a response: `null` or a missing field gives the field's default (the Go service
+/// may send `null` for an empty list or omit empty strings).
+macro_rules! lenient {
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident: $t:ty,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct $name {
+            $($(#[$fm])* #[serde(deserialize_with = "null_as_default")] pub $f: $t,)*
+        }
+    };
+}
+
 fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
@@ -18,52 +29,43 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
-/// Swagger `cluster` (subset).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Cluster {
-    #[serde(deserialize_with = "null_as_default")]
-    pub id: String,
-    /// `Cluster`, `AddHostsCluster` (day 2) or `DisconnectedCluster`.
-    #[serde(deserialize_with = "null_as_default")]
-    pub kind: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub name: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub status: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub status_info: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub openshift_version: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub base_dns_domain: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub control_plane_count: Option<i64>,
-    /// Deprecated by the service in favour of `control_plane_count`; `Full` or `None`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub high_availability_mode: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub platform: Option<Platform>,
-    /// A JSON document (as a string) of install-config overrides, e.g. vSphere credentials.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub install_config_overrides: Option<String>,
-    /// Empty when fetched with `exclude-hosts=true`.
-    #[serde(deserialize_with = "null_as_default")]
-    pub hosts: Vec<Host>,
-    /// The finalizing stage and whether the service timed it out (the controller's OLM waits).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<ClusterProgressInfo>,
+lenient! {
+    /// Swagger `cluster` (subset).
+    pub struct Cluster {
+        pub id: String,
+        /// `Cluster`, `AddHostsCluster` (day 2) or `DisconnectedCluster`.
+        pub kind: String,
+        pub name: String,
+        pub status: String,
+        pub status_info: String,
+        pub openshift_version: String,
+        pub base_dns_domain: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub control_plane_count: Option<i64>,
+        /// Deprecated by the service in favour of `control_plane_count`; `Full` or `None`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub high_availability_mode: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub platform: Option<Platform>,
+        /// A JSON document (as a string) of install-config overrides, e.g. vSphere credentials.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub install_config_overrides: Option<String>,
+        /// Empty when fetched with `exclude-hosts=true`.
+        pub hosts: Vec<Host>,
+        /// The finalizing stage and whether the service timed it out (the controller's OLM waits).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub progress: Option<ClusterProgressInfo>,
+    }
 }
 
-/// Swagger `cluster-progress-info` (subset).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ClusterProgressInfo {
-    /// Kept as the wire string, as [`HostProgressInfo::current_stage`] is.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub finalizing_stage: Option<String>,
-    #[serde(deserialize_with = "null_as_default")]
-    pub finalizing_stage_timed_out: bool,
+lenient! {
+    /// Swagger `cluster-progress-info` (subset).
+    pub struct ClusterProgressInfo {
+        /// Kept as the wire string, as [`HostProgressInfo::current_stage`] is.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub finalizing_stage: Option<String>,
+        pub finalizing_stage_timed_out: bool,
+    }
 }
 
 impl Cluster {
@@ -78,49 +80,41 @@ impl Cluster {
     }
 }
 
-/// Swagger `platform` (subset).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Platform {
-    /// `baremetal`, `nutanix`, `vsphere`, `none` or `external`.
-    #[serde(rename = "type", deserialize_with = "null_as_default")]
-    pub type_: String,
+lenient! {
+    /// Swagger `platform` (subset).
+    pub struct Platform {
+        /// `baremetal`, `nutanix`, `vsphere`, `none` or `external`.
+        #[serde(rename = "type")]
+        pub type_: String,
+    }
 }
 
-/// Swagger `host` (subset).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Host {
-    #[serde(deserialize_with = "null_as_default")]
-    pub id: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub infra_env_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster_id: Option<String>,
-    /// `Host` or `AddToExistingClusterHost`.
-    #[serde(deserialize_with = "null_as_default")]
-    pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<HostStatus>,
-    #[serde(deserialize_with = "null_as_default")]
-    pub status_info: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub role: Option<Role>,
-    #[serde(deserialize_with = "null_as_default")]
-    pub bootstrap: bool,
-    #[serde(deserialize_with = "null_as_default")]
-    pub requested_hostname: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<HostProgressInfo>,
-    /// The agent's inventory, a JSON document as a string.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub inventory: Option<String>,
-    /// Labels for the host's Node, a JSON object as a string ("" when none).
-    #[serde(deserialize_with = "null_as_default")]
-    pub node_labels: String,
-    /// The MachineConfigPool the host joins ("" for the role's default).
-    #[serde(deserialize_with = "null_as_default")]
-    pub machine_config_pool_name: String,
+lenient! {
+    /// Swagger `host` (subset).
+    pub struct Host {
+        pub id: String,
+        pub infra_env_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub cluster_id: Option<String>,
+        /// `Host` or `AddToExistingClusterHost`.
+        pub kind: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub status: Option<HostStatus>,
+        pub status_info: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub role: Option<Role>,
+        pub bootstrap: bool,
+        pub requested_hostname: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub progress: Option<HostProgressInfo>,
+        /// The agent's inventory, a JSON document as a string.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub inventory: Option<String>,
+        /// Labels for the host's Node, a JSON object as a string ("" when none).
+        pub node_labels: String,
+        /// The MachineConfigPool the host joins ("" for the role's default).
+        pub machine_config_pool_name: String,
+    }
 }
 
 wire_enum! {
@@ -178,32 +172,28 @@ impl Host {
     }
 }
 
-/// Swagger `host-progress-info` (`host.progress` in responses; subset).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct HostProgressInfo {
-    /// Kept as the wire string so that a stage added by a newer service does not fail the
-    /// parse; read it typed through [`Host::stage`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub current_stage: Option<String>,
-    #[serde(deserialize_with = "null_as_default")]
-    pub progress_info: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub installation_percentage: Option<i64>,
+lenient! {
+    /// Swagger `host-progress-info` (`host.progress` in responses; subset).
+    pub struct HostProgressInfo {
+        /// Kept as the wire string so that a stage added by a newer service does not fail the
+        /// parse; read it typed through [`Host::stage`].
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub current_stage: Option<String>,
+        pub progress_info: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub installation_percentage: Option<i64>,
+    }
 }
 
-/// Swagger `host-progress`: the body of `PUT …/hosts/{host_id}/progress`. Like the Go model
-/// (`omitempty` on both fields), an absent stage or an empty info is left out of the JSON.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct HostProgress {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub current_stage: Option<HostStage>,
-    #[serde(
-        skip_serializing_if = "String::is_empty",
-        deserialize_with = "null_as_default"
-    )]
-    pub progress_info: String,
+lenient! {
+    /// Swagger `host-progress`: the body of `PUT …/hosts/{host_id}/progress`. Like the Go model
+    /// (`omitempty` on both fields), an absent stage or an empty info is left out of the JSON.
+    pub struct HostProgress {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub current_stage: Option<HostStage>,
+        #[serde(skip_serializing_if = "String::is_empty")]
+        pub progress_info: String,
+    }
 }
 
 /// Swagger `logs-progress-params`: the body of both logs-progress updates.
@@ -212,28 +202,21 @@ pub struct LogsProgressParams {
     pub logs_state: LogsState,
 }
 
-/// Swagger `monitored-operator` (subset): an element of `GET …/monitored-operators`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct MonitoredOperator {
-    #[serde(deserialize_with = "null_as_default")]
-    pub name: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub version: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub namespace: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub subscription_name: String,
-    /// `builtin` or `olm`.
-    #[serde(deserialize_with = "null_as_default")]
-    pub operator_type: String,
-    /// `failed`, `progressing`, `available`, or "" before the first report.
-    #[serde(deserialize_with = "null_as_default")]
-    pub status: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub status_info: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout_seconds: Option<i64>,
+lenient! {
+    /// Swagger `monitored-operator` (subset): an element of `GET …/monitored-operators`.
+    pub struct MonitoredOperator {
+        pub name: String,
+        pub version: String,
+        pub namespace: String,
+        pub subscription_name: String,
+        /// `builtin` or `olm`.
+        pub operator_type: String,
+        /// `failed`, `progressing`, `available`, or "" before the first report.
+        pub status: String,
+        pub status_info: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub timeout_seconds: Option<i64>,
+    }
 }
 
 /// Swagger `operator-monitor-report`: the body of `PUT …/monitored-operators`. Like the Go

@@ -78,41 +78,6 @@ fn spec_mut(bmh: &mut Value) -> &mut Map<String, Value> {
     bmh["spec"].as_object_mut().expect("an object")
 }
 
-/// Fills an empty consumerRef from the first of `machines` (taken off the list).
-fn fill_consumer_ref(bmh: &mut Value, machines: &mut Vec<Machine>) -> Result<()> {
-    if machines.is_empty() {
-        bail!(
-            "no available machine for bmh {}, need to wait for machineset controller to create one",
-            bmh_name(bmh)
-        );
-    }
-    let machine = machines.remove(0);
-    tracing::info!(
-        "setting the consumerRef of BareMetalHost {} to Machine {}",
-        bmh_name(bmh),
-        machine.name
-    );
-    spec_mut(bmh).insert(
-        "consumerRef".into(),
-        json!({
-            "apiVersion": machine.api_version,
-            "kind": "Machine",
-            "namespace": machine.namespace,
-            "name": machine.name,
-        }),
-    );
-    Ok(())
-}
-
-/// Whether a `lastUpdated` counts as unset (Go's `IsZero` on a nil or zero time).
-fn unset_time(v: Option<&Value>) -> bool {
-    match v {
-        None | Some(Value::Null) => true,
-        Some(Value::String(s)) => s.starts_with("0001-01-01T00:00:00"),
-        Some(_) => false,
-    }
-}
-
 impl<'a> BmhUpdate<'a> {
     /// The task as main starts it: rounds every [`GENERAL_WAIT`] on `clock`.
     pub(crate) fn new(cluster: &'a dyn ClusterApi, clock: &'a dyn Clock) -> BmhUpdate<'a> {
@@ -214,15 +179,7 @@ impl<'a> BmhUpdate<'a> {
             set_annotations(&mut bmh, annotations);
             changed = true;
         }
-        if consumer_ref(&bmh).is_none() {
-            fill_consumer_ref(&mut bmh, machines)?;
-            changed = true;
-        }
-        if changed {
-            tracing::info!("updating BareMetalHost {}", bmh_name(&bmh));
-            self.cluster.update_bmh(MACHINE_API_NAMESPACE, &bmh)?;
-        }
-        Ok(())
+        self.finish(bmh, changed, machines)
     }
 
     fn update_without_provisioning(
@@ -230,15 +187,28 @@ impl<'a> BmhUpdate<'a> {
         mut bmh: Value,
         machines: &mut Vec<Machine>,
     ) -> Result<()> {
-        let mut changed = false;
         let mut annotations = annotations(&bmh);
         let status_text = annotations
             .get(STATUS_ANNOTATION)
             .map(|v| v.as_str().unwrap_or_default().to_string());
         if let Some(text) = status_text.as_deref().filter(|t| !t.is_empty()) {
-            let mut status = parse_status(text)
-                .with_context(|| format!("parsing the status annotation of {}", bmh_name(&bmh)))?;
-            if unset_time(status.get("lastUpdated")) {
+            // A JSON object; `null` is an empty status, as Go decodes it.
+            let mut status = match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(status)) => Ok(status),
+                Ok(Value::Null) => Ok(Map::new()),
+                Ok(other) => Err(anyhow!("{other} is not a BareMetalHost status object")),
+                Err(err) => Err(err.into()),
+            }
+            .with_context(|| format!("parsing the status annotation of {}", bmh_name(&bmh)))?;
+            // Go's `IsZero` on a nil or zero time.
+            let zero = |v: &Value| {
+                v.as_str()
+                    .is_some_and(|t| t.starts_with("0001-01-01T00:00:00"))
+            };
+            if status
+                .get("lastUpdated")
+                .is_none_or(|v| v.is_null() || zero(v))
+            {
                 status.insert("lastUpdated".into(), rfc3339((self.wall_now)()).into());
             }
             bmh["status"] = Value::Object(status);
@@ -249,12 +219,38 @@ impl<'a> BmhUpdate<'a> {
             // The status update changed the resourceVersion: read it again.
             bmh = self.cluster.get_bmh(MACHINE_API_NAMESPACE, &name)?;
         }
-        if annotations.remove(STATUS_ANNOTATION).is_some() {
+        let changed = annotations.remove(STATUS_ANNOTATION).is_some();
+        if changed {
             set_annotations(&mut bmh, annotations);
-            changed = true;
         }
+        self.finish(bmh, changed, machines)
+    }
+
+    /// Both updates' last step: an empty consumerRef takes the first of `machines` (taken off the
+    /// list), and a changed BMH is written.
+    fn finish(&self, mut bmh: Value, mut changed: bool, machines: &mut Vec<Machine>) -> Result<()> {
         if consumer_ref(&bmh).is_none() {
-            fill_consumer_ref(&mut bmh, machines)?;
+            if machines.is_empty() {
+                bail!(
+                    "no available machine for bmh {}, need to wait for machineset controller to create one",
+                    bmh_name(&bmh)
+                );
+            }
+            let machine = machines.remove(0);
+            tracing::info!(
+                "setting the consumerRef of BareMetalHost {} to Machine {}",
+                bmh_name(&bmh),
+                machine.name
+            );
+            spec_mut(&mut bmh).insert(
+                "consumerRef".into(),
+                json!({
+                    "apiVersion": machine.api_version,
+                    "kind": "Machine",
+                    "namespace": machine.namespace,
+                    "name": machine.name,
+                }),
+            );
             changed = true;
         }
         if changed {
@@ -262,15 +258,6 @@ impl<'a> BmhUpdate<'a> {
             self.cluster.update_bmh(MACHINE_API_NAMESPACE, &bmh)?;
         }
         Ok(())
-    }
-}
-
-/// The status annotation: a JSON object (`null` is an empty status, as Go decodes it).
-fn parse_status(text: &str) -> Result<Map<String, Value>> {
-    match serde_json::from_str::<Value>(text)? {
-        Value::Object(status) => Ok(status),
-        Value::Null => Ok(Map::new()),
-        other => Err(anyhow!("{other} is not a BareMetalHost status object")),
     }
 }
 

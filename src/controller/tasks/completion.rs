@@ -124,9 +124,8 @@ pub(crate) fn wait_for_installation_abi(
     cluster: &dyn ClusterApi,
     interval: Duration,
     expected_masters: i64,
-    untaint: Option<&mut dyn FnMut(&crate::kube::Node)>,
+    mut untaint: Option<&mut dyn FnMut(&crate::kube::Node)>,
 ) -> bool {
-    let mut untaint = untaint;
     let mut available = false;
     poll(clock, stop, interval, None, || {
         if let Some(untaint) = untaint.as_mut() {
@@ -199,8 +198,7 @@ pub(crate) fn completion_params(
     match result {
         Ok(()) => CompletionParams {
             is_success: true,
-            error_info: String::new(),
-            data: None,
+            ..CompletionParams::default()
         },
         Err(failure) => CompletionParams {
             is_success: false,

@@ -88,11 +88,6 @@ impl OlmSettings {
 /// `openshift-marketplace` (`status.failed > 0` or a True `Failed` condition) and the `Failed`
 /// InstallPlans owned by its subscription. Errors are only warnings.
 pub(crate) fn cleanup(cluster: &dyn ClusterApi, op: &MonitoredOperator) {
-    let warn = |what: String, r: Result<()>| {
-        if let Err(err) = r {
-            tracing::warn!("{what}: {err:#}");
-        }
-    };
     match cluster.list_jobs(MARKETPLACE_NAMESPACE) {
         Ok(jobs) => {
             for job in jobs {
@@ -100,10 +95,9 @@ pub(crate) fn cleanup(cluster: &dyn ClusterApi, op: &MonitoredOperator) {
                 if job.failed > 0 || failed_cond.is_some_and(|c| c.status == "True") {
                     let (ns, name) = (&job.namespace, &job.name);
                     tracing::info!("deleting failed job {ns}/{name}");
-                    warn(
-                        format!("deleting job {ns}/{name}"),
-                        cluster.delete_job(ns, name),
-                    );
+                    if let Err(err) = cluster.delete_job(ns, name) {
+                        tracing::warn!("deleting job {ns}/{name}: {err:#}");
+                    }
                 }
             }
         }
@@ -115,8 +109,9 @@ pub(crate) fn cleanup(cluster: &dyn ClusterApi, op: &MonitoredOperator) {
                 if plan.phase == "Failed" && plan.owner_names.contains(&op.subscription_name) {
                     let (ns, name) = (&plan.namespace, &plan.name);
                     tracing::info!("deleting failed install plan {ns}/{name}");
-                    let deleted = cluster.delete_install_plan(ns, name);
-                    warn(format!("deleting install plan {ns}/{name}"), deleted);
+                    if let Err(err) = cluster.delete_install_plan(ns, name) {
+                        tracing::warn!("deleting install plan {ns}/{name}: {err:#}");
+                    }
                 }
             }
         }
@@ -404,12 +399,10 @@ pub(crate) const OLM_MANIFESTS_CONFIG_MAP: &str = "olm-operator-manifests";
 pub(crate) const SNO_KUBECONFIG: &str = "/tmp/bootstrap-secrets/kubeconfig";
 
 #[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 struct OperatorMetadata {
-    #[serde(default)]
     namespace: String,
-    #[serde(default, rename = "subscriptionName")]
     subscription_name: String,
-    #[serde(default)]
     manifests: Vec<String>,
 }
 

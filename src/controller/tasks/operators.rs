@@ -81,49 +81,32 @@ pub(crate) trait OperatorHandler {
     }
 }
 
-/// ClusterOperator `console`: conditions, and `status.versions[0].version`.
-pub(crate) struct ConsoleHandler<'a> {
-    pub(crate) cluster: &'a dyn ClusterApi,
+/// The `console` record from ClusterOperator `console` (conditions, `status.versions[0].version`)
+/// or the `cvo` record from ClusterVersion `version` (conditions, `status.desired.version`).
+struct BuiltinHandler<'a> {
+    cluster: &'a dyn ClusterApi,
+    name: &'static str,
 }
 
-impl OperatorHandler for ConsoleHandler<'_> {
+impl OperatorHandler for BuiltinHandler<'_> {
     fn name(&self) -> &str {
-        CONSOLE_NAME
+        self.name
     }
 
     fn get_status(&self) -> anyhow::Result<Observed> {
-        let co = self.cluster.get_cluster_operator(CONSOLE_NAME)?;
-        let (status, message) = status_from_conditions(&co.conditions);
-        let version = co
-            .versions
-            .first()
-            .map(|v| v.version.clone())
-            .unwrap_or_default();
+        let (conditions, version) = if self.name == CONSOLE_NAME {
+            let co = self.cluster.get_cluster_operator(CONSOLE_NAME)?;
+            let version = co.versions.first().map(|v| v.version.clone());
+            (co.conditions, version.unwrap_or_default())
+        } else {
+            let cv = self.cluster.get_cluster_version(CLUSTER_VERSION_NAME)?;
+            (cv.conditions, cv.desired_version)
+        };
+        let (status, message) = status_from_conditions(&conditions);
         Ok(Observed {
             status,
             message,
             version,
-        })
-    }
-}
-
-/// ClusterVersion `version`: conditions, and `status.desired.version`.
-pub(crate) struct CvoHandler<'a> {
-    pub(crate) cluster: &'a dyn ClusterApi,
-}
-
-impl OperatorHandler for CvoHandler<'_> {
-    fn name(&self) -> &str {
-        CVO_NAME
-    }
-
-    fn get_status(&self) -> anyhow::Result<Observed> {
-        let cv = self.cluster.get_cluster_version(CLUSTER_VERSION_NAME)?;
-        let (status, message) = status_from_conditions(&cv.conditions);
-        Ok(Observed {
-            status,
-            message,
-            version: cv.desired_version,
         })
     }
 }
@@ -261,7 +244,10 @@ pub(crate) fn cluster_operators_round(
         || is_available(
             service,
             openshift_version,
-            &mut ConsoleHandler { cluster },
+            &mut BuiltinHandler {
+                cluster,
+                name: CONSOLE_NAME,
+            },
             true,
         );
     if !check_cluster_version {
@@ -271,7 +257,10 @@ pub(crate) fn cluster_operators_round(
     let ok_cvo = is_available(
         service,
         openshift_version,
-        &mut CvoHandler { cluster },
+        &mut BuiltinHandler {
+            cluster,
+            name: CVO_NAME,
+        },
         true,
     );
     ok_cvo && ok_console
