@@ -310,9 +310,9 @@ mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
     use crate::controller::service::testing::{MemoryService, ServiceCall};
-    use crate::controller::testing::cond;
+    use crate::controller::testing::{boom, cond, lso_csv, LSO_NS, LSO_SUB};
     use crate::kube::testing::FakeCluster;
-    use crate::kube::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
+    use crate::kube::{ClusterOperator, ClusterVersion, OperatorVersion};
     use crate::service::{ClusterProgressInfo, MonitoredOperator};
     use std::sync::Arc;
 
@@ -331,6 +331,15 @@ mod tests {
             status,
             message: message.into(),
             version: String::new(),
+        }
+    }
+
+    /// A handler that observes `observed` and whose `on_change` answers `allow`.
+    fn fixed(observed: anyhow::Result<Observed>, allow: bool) -> Fixed {
+        Fixed {
+            observed,
+            allow,
+            reads: 0,
         }
     }
 
@@ -470,11 +479,7 @@ mod tests {
     #[test]
     fn available_record_answers_without_reading_the_cluster() {
         let svc = service(vec![record("lso", "available", "")]);
-        let mut h = Fixed {
-            observed: Err(anyhow::anyhow!("must not be read")),
-            allow: true,
-            reads: 0,
-        };
+        let mut h = fixed(Err(anyhow::anyhow!("must not be read")), true);
         assert!(is_available(&svc, "4.12", &mut h, true));
         assert_eq!(svc.operations(), ["V2ListOfClusterOperators"]);
     }
@@ -482,15 +487,11 @@ mod tests {
     #[test]
     fn a_change_is_reported_and_its_status_answers() {
         let svc = service(vec![record("lso", "progressing", "")]);
-        let mut h = Fixed {
-            observed: Ok(Observed {
-                status: OperatorStatus::Available,
-                message: "done".into(),
-                version: "4.12.0".into(),
-            }),
-            allow: true,
-            reads: 0,
+        let done = Observed {
+            version: "4.12.0".into(),
+            ..observed(OperatorStatus::Available, "done")
         };
+        let mut h = fixed(Ok(done), true);
         assert!(is_available(&svc, "4.12", &mut h, false));
         assert_eq!(
             reports(&svc),
@@ -511,11 +512,7 @@ mod tests {
     #[test]
     fn on_change_false_or_report_error_or_read_error_is_false() {
         let svc = service(vec![record("lso", "progressing", "")]);
-        let mut h = Fixed {
-            observed: Ok(observed(OperatorStatus::Failed, "bad")),
-            allow: false,
-            reads: 0,
-        };
+        let mut h = fixed(Ok(observed(OperatorStatus::Failed, "bad")), false);
         assert!(!is_available(&svc, "4.12", &mut h, false));
         assert_eq!(h.reads, 1);
         assert!(reports(&svc).is_empty());
@@ -533,11 +530,7 @@ mod tests {
 
     #[test]
     fn missing_record_or_bad_version_is_not_reported() {
-        let mut h = Fixed {
-            observed: Ok(observed(OperatorStatus::Available, "m")),
-            allow: true,
-            reads: 0,
-        };
+        let mut h = fixed(Ok(observed(OperatorStatus::Available, "m")), true);
         let svc = service(vec![record("other", "progressing", "")]);
         assert!(!is_available(&svc, "4.12", &mut h, false));
         let svc = service(vec![record("lso", "progressing", "")]);
@@ -549,11 +542,7 @@ mod tests {
     #[test]
     fn the_cache_flag_is_passed_through() {
         let svc = service(vec![record("lso", "progressing", "")]);
-        let mut h = Fixed {
-            observed: Ok(observed(OperatorStatus::Progressing, "")),
-            allow: true,
-            reads: 0,
-        };
+        let mut h = fixed(Ok(observed(OperatorStatus::Progressing, "")), true);
         is_available(&svc, "4.12", &mut h, true);
         is_available(&svc, "4.12", &mut h, true);
         assert_eq!(svc.operations(), ["V2ListOfClusterOperators"]);
@@ -583,7 +572,7 @@ mod tests {
                 ..ClusterVersion::default()
             },
         );
-        cluster.fail_next("get_cluster_operator", ApiError::new(500, "", "x"));
+        cluster.fail_next("get_cluster_operator", boom());
         let svc = service(vec![
             record("console", "progressing", ""),
             record("cvo", "progressing", ""),
@@ -633,7 +622,7 @@ mod tests {
         let svc = service(vec![]);
         assert!(cluster_operators_round(&cluster, &svc, "4.12", false));
         assert_eq!(cluster.count("get_cluster_operator"), 0);
-        cluster.fail_next("get_cluster_version", ApiError::new(500, "", "x"));
+        cluster.fail_next("get_cluster_version", boom());
         assert!(!cluster_operators_round(&cluster, &svc, "4.12", false));
         assert!(svc.calls().is_empty());
     }
@@ -718,20 +707,8 @@ mod tests {
     }
 
     fn olm_cluster(phase: &str, message: &str) -> FakeCluster {
-        use crate::kube::{Csv, Subscription};
         let cluster = FakeCluster::new();
-        cluster.set_subscription(Subscription {
-            namespace: "openshift-local-storage".into(),
-            name: "local-storage-operator".into(),
-            current_csv: "lso.v4.12.0".into(),
-        });
-        cluster.set_csv(Csv {
-            namespace: "openshift-local-storage".into(),
-            name: "lso.v4.12.0".into(),
-            phase: phase.into(),
-            message: message.into(),
-            version: "4.12.0".into(),
-        });
+        lso_csv(&cluster, phase, message);
         cluster
     }
 
@@ -739,8 +716,8 @@ mod tests {
         OlmHandler {
             cluster,
             name: "lso".into(),
-            namespace: "openshift-local-storage".into(),
-            subscription: "local-storage-operator".into(),
+            namespace: LSO_NS.into(),
+            subscription: LSO_SUB.into(),
         }
     }
 
@@ -780,19 +757,18 @@ mod tests {
         let cluster = FakeCluster::new();
         assert!(lso(&cluster).get_status().is_err(), "no subscription");
         cluster.set_subscription(Subscription {
-            namespace: "openshift-local-storage".into(),
-            name: "local-storage-operator".into(),
+            namespace: LSO_NS.into(),
+            name: LSO_SUB.into(),
             current_csv: String::new(),
         });
         assert!(lso(&cluster).get_status().is_err(), "no current CSV");
         let cluster = olm_cluster("Pending", "");
-        let mut c = crate::kube::Csv {
-            namespace: "openshift-local-storage".into(),
+        cluster.set_csv(crate::kube::Csv {
+            namespace: LSO_NS.into(),
             name: "lso.v4.12.0".into(),
+            phase: "Pending".into(),
             ..Default::default()
-        };
-        c.phase = "Pending".into();
-        cluster.set_csv(c);
+        });
         let o = lso(&cluster).get_status().unwrap();
         assert_eq!(
             (o.status, o.version.as_str()),
