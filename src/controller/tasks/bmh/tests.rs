@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
+use crate::controller::testing::boom;
 use crate::kube::testing::FakeCluster;
-use crate::kube::ApiError;
 use std::collections::BTreeMap;
 
 const NS: &str = MACHINE_API_NAMESPACE;
@@ -225,10 +225,9 @@ fn run_retries_every_interval_until_all_are_updated() {
     let (cluster, clock) = (FakeCluster::new(), FakeClock::new());
     cluster.set_bmh(with_status_annotation(true));
     cluster.add_machine(machine(MACHINE, "worker"));
-    let fail = || ApiError::new(500, "InternalError", "boom");
-    cluster.fail_next("list_bmhs", fail());
-    cluster.fail_next("list_machines", fail());
-    cluster.fail_next("provisioning_exists", fail());
+    cluster.fail_next("list_bmhs", boom());
+    cluster.fail_next("list_machines", boom());
+    cluster.fail_next("provisioning_exists", boom());
     task(&cluster, &clock).run(&NeverStop).unwrap();
     assert_eq!(clock.sleeps(), [GENERAL_WAIT; 3]);
     assert_eq!(cluster.count("list_bmhs"), 4);

@@ -2,12 +2,12 @@
 //! cluster and the in-memory service.
 
 use super::*;
-use crate::clock::{Deadline, FakeClock, NeverStop};
+use crate::clock::{FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::testing::{cond, master, record};
+use crate::controller::testing::{boom, cond, master, record, stop_at};
 use crate::image::Cancel;
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ApiError, ClusterOperator, ClusterVersion};
+use crate::kube::{ClusterOperator, ClusterVersion};
 use crate::service::OperatorStatus;
 use std::sync::Arc;
 
@@ -285,7 +285,7 @@ fn post_install_without_cvo_never_reads_it_and_olm_errors_do_not_fail() {
 fn post_install_cluster_operators_timeout_sends_the_report() {
     let f = fx();
     let (svc, status, cluster) = (&f.svc, &f.status, &f.cluster);
-    cluster.fail_always("get_cluster_operator", ApiError::new(500, "", "x"));
+    cluster.fail_always("get_cluster_operator", boom());
     cluster.set_cluster_version("version", ClusterVersion::default());
     cluster.set_cluster_operator(ClusterOperator {
         name: "authentication".into(),
@@ -325,8 +325,8 @@ fn post_install_cluster_operators_timeout_sends_the_report() {
 fn post_install_router_ca_stopped_still_sends_one_completion() {
     let f = fx();
     let (clock, svc, status, cluster) = (&f.clock, &f.svc, &f.status, &f.cluster);
-    cluster.fail_always("get_config_map", ApiError::new(500, "", "x"));
-    cluster.fail_always("list_cluster_operators", ApiError::new(500, "", "x"));
+    cluster.fail_always("get_config_map", boom());
+    cluster.fail_always("list_cluster_operators", boom());
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![record("console", "available")]);
     // The main context ends after 5 minutes of router-CA polling.
@@ -502,7 +502,7 @@ fn abi_wait_latches_availability_and_counts_masters() {
 fn abi_wait_ends_false_on_stop() {
     let clock = FakeClock::new();
     let cluster = FakeCluster::new();
-    cluster.fail_always("get_cluster_version", ApiError::new(500, "", "x"));
+    cluster.fail_always("get_cluster_version", boom());
     let stop = Cancel::new();
     stop.cancel();
     assert!(!wait_for_installation_abi(
@@ -525,7 +525,7 @@ fn post_install_rides_out_many_console_failures() {
     let f = fx();
     let (clock, svc, status, cluster) = (&f.clock, &f.svc, &f.status, &f.cluster);
     for _ in 0..9 {
-        cluster.fail_next("get_cluster_operator", ApiError::new(500, "", "x"));
+        cluster.fail_next("get_cluster_operator", boom());
     }
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![
@@ -559,7 +559,7 @@ fn post_install_rides_out_many_console_failures() {
 fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion() {
     let f = fx();
     let (clock, svc, status, cluster) = (&f.clock, &f.svc, &f.status, &f.cluster);
-    cluster.fail_always("get_cluster_operator", ApiError::new(500, "", "x"));
+    cluster.fail_always("get_cluster_operator", boom());
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![record("console", "progressing")]);
     svc.fail("v2CompleteInstallation", 5, 500);
@@ -581,12 +581,4 @@ fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion()
         [FinalizingStage::WaitingForClusterOperators]
     );
     assert!(status.has_error());
-}
-
-/// The main context, cancelled once the fake clock reaches `secs`.
-fn stop_at(clock: &FakeClock, secs: u64) -> Deadline<'_> {
-    Deadline {
-        clock,
-        at: clock.at(Duration::from_secs(secs)),
-    }
 }

@@ -3,9 +3,9 @@
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::testing::{self, ip};
+use crate::controller::testing::{self, boom, ip};
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ApiError, MachineConfigPool};
+use crate::kube::MachineConfigPool;
 use crate::service::Host;
 use serde_json::json;
 use std::sync::Arc;
@@ -132,8 +132,7 @@ fn failed_rounds_are_tried_again() {
         add_nodes(&s.cluster, 3);
         s.service.fail("v2GetCluster", map_failures, 500);
         for _ in 0..list_failures {
-            s.cluster
-                .fail_next("list_nodes", ApiError::new(500, "InternalError", "boom"));
+            s.cluster.fail_next("list_nodes", boom());
         }
         task(&s).run(&NeverStop).unwrap();
         assert_eq!(host_maps(&s), rounds);
@@ -309,10 +308,8 @@ fn pause_failure_ends_the_round() {
     hosts[0] = host(0, "installing", "worker", LABELS, "infra");
     let s = setup(hosts);
     add_nodes(&s.cluster, 3);
-    s.cluster.fail_next(
-        "set_machine_config_pool_paused",
-        ApiError::new(500, "InternalError", "boom"),
-    );
+    s.cluster
+        .fail_next("set_machine_config_pool_paused", boom());
     assert!(!task(&s).round());
     assert_eq!(s.cluster.count("list_nodes"), 0);
     assert!(patches(&s).is_empty());
@@ -329,10 +326,8 @@ fn unpause_failure_ends_the_round() {
         name: "worker".into(),
         paused: true,
     });
-    s.cluster.fail_next(
-        "set_machine_config_pool_paused",
-        ApiError::new(500, "InternalError", "boom"),
-    );
+    s.cluster
+        .fail_next("set_machine_config_pool_paused", boom());
     let t = task(&s);
     assert!(!t.round());
     assert_eq!(patches(&s).len(), 3);

@@ -5,8 +5,9 @@ use crate::archive::read::entries;
 use crate::clock::{Deadline, FakeClock};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
+use crate::controller::testing::boom;
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ApiError, Pod};
+use crate::kube::Pod;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -164,8 +165,7 @@ fn periodic_upload_finds_the_pod_and_uploads_its_full_log() {
 fn pod_list_or_log_failure_falls_back_to_the_file() {
     let e = env();
     std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
-    e.cluster
-        .fail_always("list_pods", ApiError::new(500, "", "x"));
+    e.cluster.fail_always("list_pods", boom());
     let mut u = e.uploader();
     u.find_pod_name();
     u.upload_controller_logs().unwrap();

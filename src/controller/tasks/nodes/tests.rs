@@ -4,9 +4,9 @@
 use super::*;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::testing::{self, ip, node};
+use crate::controller::testing::{self, boom, ip, node};
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ApiError, Csr, Pod, Taint};
+use crate::kube::{Csr, Pod, Taint};
 use crate::service::Host;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -202,8 +202,7 @@ fn rebooting_not_ready_with_taint_is_joined_and_untainted() {
 fn an_untaint_failure_skips_the_rest_of_the_node() {
     let s = setup(1, "installing", "Rebooting");
     s.cluster.set_node(node("node0", false, &ip(0)));
-    s.cluster
-        .fail_next("get_node", ApiError::new(500, "InternalError", "boom"));
+    s.cluster.fail_next("get_node", boom());
     assert!(!task(&s, true).round());
     assert_eq!(count_stage(&s.service, HostStage::Joined), 1);
 }
@@ -340,8 +339,7 @@ fn the_task_with_a_failing_node_list() {
     let s = setup(3, "installing", "Joined");
     add_nodes(&s, 3, true);
     installed_when_done(&s.service);
-    s.cluster
-        .fail_next("list_nodes", ApiError::new(500, "InternalError", "boom"));
+    s.cluster.fail_next("list_nodes", boom());
     assert_eq!(task(&s, false).run(&Cancel::new()), Ok(()));
     assert_eq!(s.cluster.count("list_nodes"), 2);
     // Round 1: map, failed list (no second map); round 2: map, list, map; round 3: map.
@@ -457,8 +455,7 @@ fn configuring_from_the_machine_config_server_logs() {
 fn a_failed_log_read_or_list_means_an_empty_log() {
     let s = mcs_setup();
     mcs_pods(&s, &[MCS_LOG, MCS_LOG]);
-    s.cluster
-        .fail_next("pod_log", ApiError::new(500, "InternalError", "boom"));
+    s.cluster.fail_next("pod_log", boom());
     assert!(!task(&s, false).round());
     assert!(stages(&s.service).is_empty());
     assert_eq!(
@@ -468,8 +465,7 @@ fn a_failed_log_read_or_list_means_an_empty_log() {
     );
     let s = mcs_setup();
     mcs_pods(&s, &[MCS_LOG]);
-    s.cluster
-        .fail_next("list_pods", ApiError::new(500, "InternalError", "boom"));
+    s.cluster.fail_next("list_pods", boom());
     assert!(!task(&s, false).round());
     assert!(stages(&s.service).is_empty());
 }
