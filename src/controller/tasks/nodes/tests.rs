@@ -144,22 +144,32 @@ fn configuring_and_ready_gives_joined_then_done_in_one_round() {
     assert_eq!(s.cluster.count("list_pods"), 1);
 }
 
+/// One round over hosts in these statuses, with ready Nodes: it finishes, after one host map
+/// and no Node list, when every host is installed or in error (disabled hosts do not count).
 #[test]
-fn all_installed_finishes_after_one_host_map() {
-    let s = setup(3, "installed", "Done");
-    add_nodes(&s, 3, true);
-    assert!(task(&s, false).round());
-    assert_eq!(get_hosts(&s.service), 1);
-    assert!(s.cluster.calls().is_empty(), "no node list");
-}
-
-#[test]
-fn disabled_hosts_are_skipped() {
-    let s = setup(2, "installed", "Done");
-    s.service
-        .update_cluster(|c| c.hosts.push(host(2, "disabled", "Rebooting", &[&ip(2)])));
-    add_nodes(&s, 3, true);
-    assert!(task(&s, false).round(), "the disabled host does not count");
+fn finished_when_no_host_is_left_to_install() {
+    let cases: [(&[&str], bool); 5] = [
+        (&["installed"; 3], true),
+        (&["installed", "installed", "disabled"], true),
+        (&["error"; 3], true),
+        (&["error", "error", "installing"], false),
+        (&["installed", "installed", "error"], true),
+    ];
+    for (statuses, finished) in cases {
+        let s = setup(0, "", "");
+        s.service.update_cluster(|c| {
+            let hosts = statuses.iter().enumerate();
+            c.hosts = hosts
+                .map(|(i, st)| host(i, st, "Rebooting", &[&ip(i)]))
+                .collect();
+        });
+        add_nodes(&s, statuses.len(), true);
+        assert_eq!(task(&s, false).round(), finished, "{statuses:?}");
+        if finished {
+            assert_eq!(get_hosts(&s.service), 1);
+            assert!(s.cluster.calls().is_empty(), "no node list");
+        }
+    }
 }
 
 #[test]
@@ -245,23 +255,6 @@ fn a_host_map_error_ends_the_round() {
         .update_cluster(|c| c.hosts[0].inventory = Some("{".into()));
     assert!(!task(&s, false).round());
     assert!(s.cluster.calls().is_empty());
-}
-
-#[test]
-fn all_in_error_finishes() {
-    let s = setup(3, "error", "Rebooting");
-    assert!(task(&s, false).round());
-    assert_eq!(get_hosts(&s.service), 1);
-    // Some in error, one still installing: keep waiting.
-    let s = setup(2, "error", "Rebooting");
-    s.service
-        .update_cluster(|c| c.hosts.push(host(2, "installing", "Rebooting", &[&ip(2)])));
-    assert!(!task(&s, false).round());
-    // Installed and error: the error ones are all that is left.
-    let s = setup(2, "installed", "Done");
-    s.service
-        .update_cluster(|c| c.hosts.push(host(2, "error", "Rebooting", &[&ip(2)])));
-    assert!(task(&s, false).round());
 }
 
 /// "Done" makes the service mark the host installed, as it does.
