@@ -341,6 +341,14 @@ mod tests {
         (FakeCluster::new(), service, clock)
     }
 
+    fn install_config(k8s: &FakeCluster, yaml: &str) {
+        k8s.set_config_map(
+            "kube-system",
+            "cluster-config-v1",
+            &[("install-config", yaml)],
+        );
+    }
+
     fn boom(code: u16) -> ApiError {
         ApiError::new(code, "InternalError", "boom")
     }
@@ -458,11 +466,7 @@ mod tests {
         assert_eq!(invoker(&k8s), "assisted-service", "GET error");
         k8s.set_config_map("openshift-config", "openshift-install-manifests", &[]);
         assert_eq!(invoker(&k8s), "", "no key");
-        k8s.set_config_map(
-            "openshift-config",
-            "openshift-install-manifests",
-            &[("invoker", "agent-installer")],
-        );
+        set_invoker(&k8s, "agent-installer");
         assert_eq!(invoker(&k8s), "agent-installer");
         assert_eq!(
             k8s.take_calls(),
@@ -481,14 +485,7 @@ mod tests {
         assert!(platform_of_install_config("platform: [\n").is_err());
         let k8s = FakeCluster::new();
         assert!(install_config_platform(&k8s).is_err(), "no ConfigMap");
-        k8s.set_config_map(
-            "kube-system",
-            "cluster-config-v1",
-            &[(
-                "install-config",
-                "platform:\n  baremetal:\n    apiVIPs: []\n",
-            )],
-        );
+        install_config(&k8s, "platform:\n  baremetal:\n    apiVIPs: []\n");
         assert_eq!(install_config_platform(&k8s).unwrap(), "baremetal");
         assert_eq!(
             k8s.take_calls(),
@@ -550,18 +547,10 @@ mod tests {
                  user: admin\n      password: secret\n"
             )
         };
-        k8s.set_config_map(
-            "kube-system",
-            "cluster-config-v1",
-            &[("install-config", &ic("vc.example.com"))],
-        );
+        install_config(&k8s, &ic("vc.example.com"));
         svc.fail("v2GetCluster", 1, 500);
         assert!(has_valid_vsphere_credentials(&k8s, &svc));
-        k8s.set_config_map(
-            "kube-system",
-            "cluster-config-v1",
-            &[("install-config", &ic("vcenterplaceholder"))],
-        );
+        install_config(&k8s, &ic("vcenterplaceholder"));
         svc.fail("v2GetCluster", 1, 500);
         assert!(!has_valid_vsphere_credentials(&k8s, &svc));
         svc.fail("v2GetCluster", 1, 500);
@@ -645,14 +634,8 @@ mod tests {
         let (k8s, svc, clock) = fakes();
         set_invoker(&k8s, "agent-installer");
         svc.fail("v2GetCluster", 5000, 500);
-        k8s.set_config_map(
-            "kube-system",
-            "cluster-config-v1",
-            &[(
-                "install-config",
-                "platform:\n  vsphere:\n    vcenters:\n    - server: vc.example.com\n",
-            )],
-        );
+        let ic = "platform:\n  vsphere:\n    vcenters:\n    - server: vc.example.com\n";
+        install_config(&k8s, ic);
         let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.16").unwrap();
         let ReadyPhase::Ready(r) = got else {
             panic!("{got:?}")
