@@ -466,16 +466,6 @@ mod tests {
         svc
     }
 
-    fn reports(svc: &MemoryService) -> Vec<OperatorMonitorReport> {
-        svc.calls()
-            .into_iter()
-            .filter_map(|c| match c {
-                ServiceCall::ReportOperatorStatus(r) => Some(r),
-                _ => None,
-            })
-            .collect()
-    }
-
     #[test]
     fn available_record_answers_without_reading_the_cluster() {
         let svc = service(vec![record("lso", "available", "")]);
@@ -494,7 +484,7 @@ mod tests {
         let mut h = fixed(Ok(done), true);
         assert!(is_available(&svc, "4.12", &mut h, false));
         assert_eq!(
-            reports(&svc),
+            svc.operator_reports(),
             [OperatorMonitorReport {
                 name: "lso".into(),
                 version: "4.12.0".into(),
@@ -506,7 +496,7 @@ mod tests {
         let svc = service(vec![record("lso", "", "")]);
         h.observed = Ok(observed(OperatorStatus::Progressing, "p"));
         assert!(!is_available(&svc, "4.12", &mut h, false));
-        assert_eq!(reports(&svc).len(), 1);
+        assert_eq!(svc.operator_reports().len(), 1);
     }
 
     #[test]
@@ -515,17 +505,17 @@ mod tests {
         let mut h = fixed(Ok(observed(OperatorStatus::Failed, "bad")), false);
         assert!(!is_available(&svc, "4.12", &mut h, false));
         assert_eq!(h.reads, 1);
-        assert!(reports(&svc).is_empty());
+        assert!(svc.operator_reports().is_empty());
 
         h.observed = Ok(observed(OperatorStatus::Available, ""));
         h.allow = true;
         svc.fail("v2ReportMonitoredOperatorStatus", 1, 500);
         assert!(!is_available(&svc, "4.12", &mut h, false));
-        assert_eq!(reports(&svc).len(), 1, "attempted once");
+        assert_eq!(svc.operator_reports().len(), 1, "attempted once");
 
         h.observed = Err(anyhow::anyhow!("boom"));
         assert!(!is_available(&svc, "4.12", &mut h, false));
-        assert_eq!(reports(&svc).len(), 1);
+        assert_eq!(svc.operator_reports().len(), 1);
     }
 
     #[test]
@@ -535,7 +525,7 @@ mod tests {
         assert!(!is_available(&svc, "4.12", &mut h, false));
         let svc = service(vec![record("lso", "progressing", "")]);
         assert!(!is_available(&svc, "not-a-version", &mut h, false));
-        assert!(reports(&svc).is_empty());
+        assert!(svc.operator_reports().is_empty());
     }
 
     /// `use_cache` reaches the service (whose cache is tested in `controller/service`).
@@ -579,7 +569,7 @@ mod tests {
         ]);
         assert!(!cluster_operators_round(&cluster, &svc, "4.12", true));
         assert_eq!(
-            reports(&svc),
+            svc.operator_reports(),
             [OperatorMonitorReport {
                 name: "cvo".into(),
                 version: "4.12.0".into(),
@@ -591,7 +581,8 @@ mod tests {
         assert!(cluster_operators_round(&cluster, &svc, "4.12", true));
         // The cached list (20 s, clock not moved) still says cvo is progressing, so the cvo
         // change is reported again, after the console's.
-        let names: Vec<_> = reports(&svc)
+        let names: Vec<_> = svc
+            .operator_reports()
             .into_iter()
             .map(|r| (r.name, r.version))
             .collect();
@@ -647,7 +638,11 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(ctx_cause(err), "context deadline exceeded");
-        assert_eq!(reports(&svc).len(), 10, "one report a minute for 10 min");
+        assert_eq!(
+            svc.operator_reports().len(),
+            10,
+            "one report a minute for 10 min"
+        );
         assert_eq!(clock.elapsed(), Duration::from_secs(600));
     }
 
@@ -692,7 +687,7 @@ mod tests {
                 true,
             );
             let row = format!("{rs}/{ri:?} vs {ct}/{cm:?}");
-            assert_eq!(reports(&svc).len(), usize::from(sent), "{row}");
+            assert_eq!(svc.operator_reports().len(), usize::from(sent), "{row}");
             let available = rs == "available" || ct == "Available";
             assert_eq!(result.is_ok(), available, "{row}");
             if !available {
@@ -726,11 +721,14 @@ mod tests {
         let svc = service(vec![record("lso", "progressing", "")]);
         let cluster = olm_cluster("Failed", "broken");
         assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
-        assert!(reports(&svc).is_empty(), "a failed CSV is never reported");
+        assert!(
+            svc.operator_reports().is_empty(),
+            "a failed CSV is never reported"
+        );
         let cluster = olm_cluster("Succeeded", "");
         assert!(is_available(&svc, "4.12", &mut lso(&cluster), false));
         assert_eq!(
-            reports(&svc),
+            svc.operator_reports(),
             [OperatorMonitorReport {
                 name: "lso".into(),
                 version: "4.12.0".into(),
@@ -747,7 +745,11 @@ mod tests {
             let svc = service(vec![record("lso", "progressing", record_info)]);
             let cluster = olm_cluster("Installing", message);
             assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
-            assert_eq!(reports(&svc).len(), sent, "{record_info:?} vs {message:?}");
+            assert_eq!(
+                svc.operator_reports().len(),
+                sent,
+                "{record_info:?} vs {message:?}"
+            );
         }
     }
 
