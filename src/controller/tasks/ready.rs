@@ -597,14 +597,24 @@ mod tests {
         );
     }
 
+    /// `ready_phase` for 3 masters on `version`, which must come out Ready.
+    fn ready(
+        k8s: &FakeCluster,
+        svc: &MemoryService,
+        clock: &FakeClock,
+        version: &str,
+    ) -> Readiness {
+        match ready_phase(k8s, svc, clock, &NeverStop, NS, 3, version).unwrap() {
+            ReadyPhase::Ready(r) => *r,
+            got => panic!("{got:?}"),
+        }
+    }
+
     #[test]
     fn ready_phase_assisted_service() {
         let (k8s, svc, clock) = fakes();
         with_platform(&svc, "nutanix", None);
-        let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.17").unwrap();
-        let ReadyPhase::Ready(r) = got else {
-            panic!("{got:?}")
-        };
+        let r = ready(&k8s, &svc, &clock, "4.17");
         assert_eq!(r.invoker, "assisted-service");
         assert_eq!(r.platform, "nutanix");
         assert!(r.remove_uninitialized_taint);
@@ -636,15 +646,9 @@ mod tests {
         svc.fail("v2GetCluster", 5000, 500);
         let ic = "platform:\n  vsphere:\n    vcenters:\n    - server: vc.example.com\n";
         install_config(&k8s, ic);
-        let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.16").unwrap();
-        let ReadyPhase::Ready(r) = got else {
-            panic!("{got:?}")
-        };
-        assert_eq!(
-            svc.calls().len(),
-            300 + 1,
-            "5 minutes, then the credentials check"
-        );
+        let r = ready(&k8s, &svc, &clock, "4.16");
+        let calls = svc.calls().len();
+        assert_eq!(calls, 300 + 1, "5 minutes, then the credentials check");
         assert_eq!(clock.elapsed(), ABI_READY_TIMEOUT);
         assert_eq!(r.cluster, None);
         assert_eq!(r.platform, "vsphere");
@@ -655,13 +659,8 @@ mod tests {
         let (k8s, svc, clock) = fakes();
         set_invoker(&k8s, "agent-installer");
         svc.fail("v2GetCluster", 5000, 500);
-        let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.16").unwrap();
-        let ReadyPhase::Ready(r) = got else {
-            panic!("{got:?}")
-        };
-        assert_eq!(
-            (r.platform.as_str(), r.remove_uninitialized_taint),
-            ("", false)
-        );
+        let r = ready(&k8s, &svc, &clock, "4.16");
+        assert_eq!(r.platform, "");
+        assert!(!r.remove_uninitialized_taint);
     }
 }
