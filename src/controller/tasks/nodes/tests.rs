@@ -176,17 +176,16 @@ fn finished_when_no_host_is_left_to_install() {
 fn rebooting_not_ready_with_taint_is_joined_and_untainted() {
     let s = setup(1, "installing", "Rebooting");
     let mut n = node("node0", false, &ip(0));
-    n.taints = vec![
-        Taint {
-            key: "other".into(),
-            ..Taint::default()
-        },
-        Taint {
-            key: UNINITIALIZED_TAINT.into(),
-            effect: "NoSchedule".into(),
-            ..Taint::default()
-        },
-    ];
+    let other = Taint {
+        key: "other".into(),
+        ..Taint::default()
+    };
+    let uninitialized = Taint {
+        key: UNINITIALIZED_TAINT.into(),
+        effect: "NoSchedule".into(),
+        ..Taint::default()
+    };
+    n.taints = vec![other, uninitialized];
     s.cluster.set_node(n);
     assert!(!task(&s, true).round());
     assert_eq!(stages(&s.service), [("host-0".into(), HostStage::Joined)]);
@@ -402,17 +401,13 @@ fn mcs_pods(s: &Setup, logs: &[&str]) {
 /// 2 at .100 but already Joined, 3 at .100 Rebooting, all without nodes.
 fn mcs_setup() -> Setup {
     let s = setup(0, "installing", "Rebooting");
+    let at = |i, stage, ip| host(i, "installing", stage, &[ip]);
     s.service.update_cluster(|c| {
         c.hosts = vec![
-            host(0, "installing", "Rebooting", &["192.168.126.10"]),
-            host(1, "installing", "Rebooting", &["fe80::5054:ff:fe9a:4739"]),
-            host(2, "installing", "Joined", &["192.168.126.100"]),
-            host(
-                3,
-                "installing",
-                "Waiting for ignition",
-                &["192.168.126.100"],
-            ),
+            at(0, "Rebooting", "192.168.126.10"),
+            at(1, "Rebooting", "fe80::5054:ff:fe9a:4739"),
+            at(2, "Joined", "192.168.126.100"),
+            at(3, "Waiting for ignition", "192.168.126.100"),
         ];
     });
     s
