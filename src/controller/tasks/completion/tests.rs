@@ -211,10 +211,8 @@ fn post_install_with_cvo_succeeds() {
     let f = fx();
     let (svc, status) = (&f.svc, &f.status);
     statuses(svc, &["installing", "installing", "finalizing"]);
-    svc.set_operators(vec![
-        record("console", "progressing"),
-        record("cvo", "progressing"),
-    ]);
+    let progressing = ["console", "cvo"].map(|name| record(name, "progressing"));
+    svc.set_operators(progressing.into());
     svc.fail("v2ReportMonitoredOperatorStatus", 1, 500);
     svc.fail("v2CompleteInstallation", 1, 500);
     let mut olm_calls = 0;
@@ -287,10 +285,8 @@ fn post_install_cluster_operators_timeout_sends_the_report() {
         versions: vec![],
     });
     svc.update_cluster(|c| c.status = "finalizing".into());
-    svc.set_operators(vec![
-        record("console", "progressing"),
-        record("cvo", "progressing"),
-    ]);
+    let progressing = ["console", "cvo"].map(|name| record(name, "progressing"));
+    svc.set_operators(progressing.into());
     let mut settings = PostInstallSettings::new("4.12", true);
     settings.cvo_timeout = Duration::from_secs(600);
     let (params, sent) = f.completed(&NeverStop, &settings, &mut no_olm);
@@ -507,11 +503,8 @@ fn abi_wait_ends_false_on_stop() {
         0,
         None
     ));
-    assert_eq!(
-        cluster.count("get_cluster_version"),
-        1,
-        "one round even when stopped"
-    );
+    let reads = cluster.count("get_cluster_version");
+    assert_eq!(reads, 1, "one round even when stopped");
 }
 
 #[test]
@@ -531,15 +524,9 @@ fn post_install_rides_out_many_console_failures() {
     assert!(params.is_success && sent);
     // Ten rounds a minute apart, then the router CA at once; one completion retry.
     assert_eq!(cluster.count("get_cluster_operator"), 10);
-    assert_eq!(
-        reports(svc),
-        [(
-            "console".to_string(),
-            Some(OperatorStatus::Available),
-            String::new(),
-            String::new()
-        )]
-    );
+    let available = Some(OperatorStatus::Available);
+    let console = ("console".into(), available, String::new(), String::new());
+    assert_eq!(reports(svc), [console]);
     assert_eq!(svc.completions().len(), 2);
     assert_eq!(
         clock.elapsed(),
@@ -565,11 +552,8 @@ fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion()
     );
     assert!(params.data.is_some());
     assert_eq!(svc.completions().len(), 1);
-    assert_eq!(
-        cluster.count("get_cluster_operator"),
-        30,
-        "one round a minute"
-    );
+    let reads = cluster.count("get_cluster_operator");
+    assert_eq!(reads, 30, "one round a minute");
     assert_eq!(
         svc.finalizing_stages(),
         [FinalizingStage::WaitingForClusterOperators]
