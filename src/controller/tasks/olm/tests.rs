@@ -350,23 +350,9 @@ fn single_operator_goes_installing_then_succeeded() {
         .into_iter()
         .map(|r| (r.name, r.version, r.status.unwrap(), r.status_info))
         .collect();
-    assert_eq!(
-        r,
-        [
-            (
-                "lso".into(),
-                "4.12.0".into(),
-                OperatorStatus::Progressing,
-                "installing".into()
-            ),
-            (
-                "lso".into(),
-                "4.12.0".into(),
-                OperatorStatus::Available,
-                "done".into()
-            ),
-        ]
-    );
+    let lso = |status, info: &str| ("lso".into(), "4.12.0".into(), status, info.into());
+    let progressing = lso(OperatorStatus::Progressing, "installing");
+    assert_eq!(r, [progressing, lso(OperatorStatus::Available, "done")]);
     assert_eq!(f.rec.contents(), ["kind: X"]);
     assert!(!status.has_operator_error());
     assert!(!status.has_error());
