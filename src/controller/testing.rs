@@ -5,9 +5,10 @@ use std::sync::Mutex;
 
 use anyhow::Result;
 
+use crate::clock::{Deadline, FakeClock};
 use crate::controller::tasks::olm::{ManifestApplier, OLM_MANIFESTS_CONFIG_MAP};
 use crate::kube::testing::FakeCluster;
-use crate::kube::{Condition, Csv, Node, NodeAddress, Subscription};
+use crate::kube::{ApiError, Condition, Csv, Node, NodeAddress, Subscription};
 use crate::service::MonitoredOperator;
 
 /// Records what would be applied: (kubeconfig, manifest content).
@@ -151,4 +152,37 @@ pub(crate) fn record(name: &str, status: &str) -> MonitoredOperator {
         operator_type: "builtin".into(),
         ..MonitoredOperator::default()
     }
+}
+
+/// The main context, cancelled once the fake clock reaches `secs`.
+pub(crate) fn stop_at(clock: &FakeClock, secs: u64) -> Deadline<'_> {
+    Deadline {
+        clock,
+        at: clock.at(std::time::Duration::from_secs(secs)),
+    }
+}
+
+/// A 500 from the API server.
+pub(crate) fn boom() -> ApiError {
+    ApiError::new(500, "InternalError", "boom")
+}
+
+/// The local-storage operator's namespace and subscription.
+pub(crate) const LSO_NS: &str = "openshift-local-storage";
+pub(crate) const LSO_SUB: &str = "local-storage-operator";
+
+/// The LSO subscription pointing at its CSV `lso.v4.12.0` in `phase` with `message`.
+pub(crate) fn lso_csv(cluster: &FakeCluster, phase: &str, message: &str) {
+    cluster.set_subscription(Subscription {
+        namespace: LSO_NS.into(),
+        name: LSO_SUB.into(),
+        current_csv: "lso.v4.12.0".into(),
+    });
+    cluster.set_csv(Csv {
+        namespace: LSO_NS.into(),
+        name: "lso.v4.12.0".into(),
+        phase: phase.into(),
+        message: message.into(),
+        version: "4.12.0".into(),
+    });
 }

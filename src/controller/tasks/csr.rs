@@ -78,17 +78,10 @@ pub(crate) fn run(
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
+    use crate::controller::testing::{boom, cond};
     use crate::image::Cancel;
     use crate::kube::testing::FakeCluster;
     use crate::kube::ApiError;
-
-    fn cond(type_: &str, status: &str) -> Condition {
-        Condition {
-            type_: type_.into(),
-            status: status.into(),
-            ..Condition::default()
-        }
-    }
 
     fn csr(name: &str, conditions: Vec<Condition>) -> Csr {
         Csr {
@@ -102,11 +95,11 @@ mod tests {
     fn denied_and_failed_are_approved_approved_ones_are_not() {
         let cluster = FakeCluster::new();
         cluster.set_csr(csr("pending", vec![]));
-        cluster.set_csr(csr("denied", vec![cond("Denied", "True")]));
-        cluster.set_csr(csr("failed", vec![cond("Failed", "True")]));
-        cluster.set_csr(csr("approved", vec![cond("Approved", "True")]));
+        cluster.set_csr(csr("denied", vec![cond("Denied", "True", "")]));
+        cluster.set_csr(csr("failed", vec![cond("Failed", "True", "")]));
+        cluster.set_csr(csr("approved", vec![cond("Approved", "True", "")]));
         // An Approved condition of any status counts as handled.
-        cluster.set_csr(csr("approved-false", vec![cond("Approved", "False")]));
+        cluster.set_csr(csr("approved-false", vec![cond("Approved", "False", "")]));
         assert_eq!(approve_pending(&cluster), 3);
         assert_eq!(
             cluster.take_calls(),
@@ -142,7 +135,7 @@ mod tests {
         let cluster = FakeCluster::new();
         cluster.set_csr(csr("a", vec![]));
         cluster.set_csr(csr("b", vec![]));
-        cluster.fail_next("list_csrs", ApiError::new(500, "InternalError", "boom"));
+        cluster.fail_next("list_csrs", boom());
         assert_eq!(approve_pending(&cluster), 0);
         cluster.fail_next("approve_csr", ApiError::new(409, "Conflict", "changed"));
         assert_eq!(approve_pending(&cluster), 1, "b is approved after a failed");
@@ -164,12 +157,8 @@ mod tests {
                 self.is_stopped()
             }
         }
-        run(
-            &cluster,
-            &clock,
-            &StopAfter(&cluster, 3),
-            Duration::from_secs(30),
-        );
+        let stop = StopAfter(&cluster, 3);
+        run(&cluster, &clock, &stop, Duration::from_secs(30));
         assert_eq!(cluster.count("list_csrs"), 3);
         assert_eq!(cluster.count("approve_csr"), 1);
         assert_eq!(clock.sleeps(), vec![Duration::from_secs(30); 3]);

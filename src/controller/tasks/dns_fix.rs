@@ -171,12 +171,9 @@ pub(crate) fn spawn(
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
+    use crate::controller::testing::boom;
     use crate::kube::testing::FakeCluster;
-    use crate::kube::{ApiError, Service};
-
-    fn boom() -> ApiError {
-        ApiError::new(500, "InternalError", "boom")
-    }
+    use crate::kube::Service;
 
     fn cluster_with_network(cidr: &str) -> FakeCluster {
         let k8s = FakeCluster::new();
@@ -210,14 +207,15 @@ mod tests {
         assert_eq!(dns_address("2002:db8::/64").unwrap(), "2002:db8::a");
         assert_eq!(dns_address("2002:0db8:0:0::0/64").unwrap(), "2002:db8::a");
         assert_eq!(dns_address("::ffff:10.1.0.0/112").unwrap(), "10.1.0.10");
-        for bad in [
+        let bad = [
             "172.30.0.0",
             "172.30.0.0/33",
             "fd02::/129",
             "x/16",
             "1.2.3.4/",
             "",
-        ] {
+        ];
+        for bad in bad {
             assert!(dns_address(bad).is_err(), "{bad:?}");
         }
     }
@@ -393,11 +391,8 @@ mod tests {
     fn spawned_on_its_own_thread() {
         let k8s = cluster_with_network("172.30.0.0/16");
         k8s.add_service(dns_default("172.30.0.10"));
-        let handle = spawn(
-            std::sync::Arc::new(k8s.clone()),
-            std::sync::Arc::new(FakeClock::new()),
-        )
-        .unwrap();
+        let clock = std::sync::Arc::new(FakeClock::new());
+        let handle = spawn(std::sync::Arc::new(k8s.clone()), clock).unwrap();
         assert_eq!(handle.join().unwrap(), DnsFixOutcome::Done);
         assert_eq!(k8s.count("list_services"), 1);
     }

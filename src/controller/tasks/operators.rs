@@ -299,9 +299,9 @@ mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
     use crate::controller::service::testing::{MemoryService, ServiceCall};
-    use crate::controller::testing::cond;
+    use crate::controller::testing::{boom, cond, lso_csv, LSO_NS, LSO_SUB};
     use crate::kube::testing::FakeCluster;
-    use crate::kube::{ApiError, ClusterOperator, ClusterVersion, OperatorVersion};
+    use crate::kube::{ClusterOperator, ClusterVersion, OperatorVersion};
     use crate::service::{ClusterProgressInfo, MonitoredOperator};
     use std::sync::Arc;
 
@@ -320,6 +320,15 @@ mod tests {
             status,
             message: message.into(),
             version: String::new(),
+        }
+    }
+
+    /// A handler that observes `observed` and whose `on_change` answers `allow`.
+    fn fixed(observed: anyhow::Result<Observed>, allow: bool) -> Fixed {
+        Fixed {
+            observed,
+            allow,
+            reads: 0,
         }
     }
 
@@ -446,24 +455,10 @@ mod tests {
         svc
     }
 
-    fn reports(svc: &MemoryService) -> Vec<OperatorMonitorReport> {
-        svc.calls()
-            .into_iter()
-            .filter_map(|c| match c {
-                ServiceCall::ReportOperatorStatus(r) => Some(r),
-                _ => None,
-            })
-            .collect()
-    }
-
     #[test]
     fn available_record_answers_without_reading_the_cluster() {
         let svc = service(vec![record("lso", "available", "")]);
-        let mut h = Fixed {
-            observed: Err(anyhow::anyhow!("must not be read")),
-            allow: true,
-            reads: 0,
-        };
+        let mut h = fixed(Err(anyhow::anyhow!("must not be read")), true);
         assert!(is_available(&svc, "4.12", &mut h, true));
         assert_eq!(svc.operations(), ["V2ListOfClusterOperators"]);
     }
@@ -471,18 +466,14 @@ mod tests {
     #[test]
     fn a_change_is_reported_and_its_status_answers() {
         let svc = service(vec![record("lso", "progressing", "")]);
-        let mut h = Fixed {
-            observed: Ok(Observed {
-                status: OperatorStatus::Available,
-                message: "done".into(),
-                version: "4.12.0".into(),
-            }),
-            allow: true,
-            reads: 0,
+        let done = Observed {
+            version: "4.12.0".into(),
+            ..observed(OperatorStatus::Available, "done")
         };
+        let mut h = fixed(Ok(done), true);
         assert!(is_available(&svc, "4.12", &mut h, false));
         assert_eq!(
-            reports(&svc),
+            svc.operator_reports(),
             [OperatorMonitorReport {
                 name: "lso".into(),
                 version: "4.12.0".into(),
@@ -494,55 +485,43 @@ mod tests {
         let svc = service(vec![record("lso", "", "")]);
         h.observed = Ok(observed(OperatorStatus::Progressing, "p"));
         assert!(!is_available(&svc, "4.12", &mut h, false));
-        assert_eq!(reports(&svc).len(), 1);
+        assert_eq!(svc.operator_reports().len(), 1);
     }
 
     #[test]
     fn on_change_false_or_report_error_or_read_error_is_false() {
         let svc = service(vec![record("lso", "progressing", "")]);
-        let mut h = Fixed {
-            observed: Ok(observed(OperatorStatus::Failed, "bad")),
-            allow: false,
-            reads: 0,
-        };
+        let mut h = fixed(Ok(observed(OperatorStatus::Failed, "bad")), false);
         assert!(!is_available(&svc, "4.12", &mut h, false));
         assert_eq!(h.reads, 1);
-        assert!(reports(&svc).is_empty());
+        assert!(svc.operator_reports().is_empty());
 
         h.observed = Ok(observed(OperatorStatus::Available, ""));
         h.allow = true;
         svc.fail("v2ReportMonitoredOperatorStatus", 1, 500);
         assert!(!is_available(&svc, "4.12", &mut h, false));
-        assert_eq!(reports(&svc).len(), 1, "attempted once");
+        assert_eq!(svc.operator_reports().len(), 1, "attempted once");
 
         h.observed = Err(anyhow::anyhow!("boom"));
         assert!(!is_available(&svc, "4.12", &mut h, false));
-        assert_eq!(reports(&svc).len(), 1);
+        assert_eq!(svc.operator_reports().len(), 1);
     }
 
     #[test]
     fn missing_record_or_bad_version_is_not_reported() {
-        let mut h = Fixed {
-            observed: Ok(observed(OperatorStatus::Available, "m")),
-            allow: true,
-            reads: 0,
-        };
+        let mut h = fixed(Ok(observed(OperatorStatus::Available, "m")), true);
         let svc = service(vec![record("other", "progressing", "")]);
         assert!(!is_available(&svc, "4.12", &mut h, false));
         let svc = service(vec![record("lso", "progressing", "")]);
         assert!(!is_available(&svc, "not-a-version", &mut h, false));
-        assert!(reports(&svc).is_empty());
+        assert!(svc.operator_reports().is_empty());
     }
 
     /// `use_cache` reaches the service (whose cache is tested in `controller/service`).
     #[test]
     fn the_cache_flag_is_passed_through() {
         let svc = service(vec![record("lso", "progressing", "")]);
-        let mut h = Fixed {
-            observed: Ok(observed(OperatorStatus::Progressing, "")),
-            allow: true,
-            reads: 0,
-        };
+        let mut h = fixed(Ok(observed(OperatorStatus::Progressing, "")), true);
         is_available(&svc, "4.12", &mut h, true);
         is_available(&svc, "4.12", &mut h, true);
         assert_eq!(svc.operations(), ["V2ListOfClusterOperators"]);
@@ -572,14 +551,14 @@ mod tests {
                 ..ClusterVersion::default()
             },
         );
-        cluster.fail_next("get_cluster_operator", ApiError::new(500, "", "x"));
+        cluster.fail_next("get_cluster_operator", boom());
         let svc = service(vec![
             record("console", "progressing", ""),
             record("cvo", "progressing", ""),
         ]);
         assert!(!cluster_operators_round(&cluster, &svc, "4.12", true));
         assert_eq!(
-            reports(&svc),
+            svc.operator_reports(),
             [OperatorMonitorReport {
                 name: "cvo".into(),
                 version: "4.12.0".into(),
@@ -591,7 +570,8 @@ mod tests {
         assert!(cluster_operators_round(&cluster, &svc, "4.12", true));
         // The cached list (20 s, clock not moved) still says cvo is progressing, so the cvo
         // change is reported again, after the console's.
-        let names: Vec<_> = reports(&svc)
+        let names: Vec<_> = svc
+            .operator_reports()
             .into_iter()
             .map(|r| (r.name, r.version))
             .collect();
@@ -622,7 +602,7 @@ mod tests {
         let svc = service(vec![]);
         assert!(cluster_operators_round(&cluster, &svc, "4.12", false));
         assert_eq!(cluster.count("get_cluster_operator"), 0);
-        cluster.fail_next("get_cluster_version", ApiError::new(500, "", "x"));
+        cluster.fail_next("get_cluster_version", boom());
         assert!(!cluster_operators_round(&cluster, &svc, "4.12", false));
         assert!(svc.calls().is_empty());
     }
@@ -647,7 +627,11 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(ctx_cause(err), "context deadline exceeded");
-        assert_eq!(reports(&svc).len(), 10, "one report a minute for 10 min");
+        assert_eq!(
+            svc.operator_reports().len(),
+            10,
+            "one report a minute for 10 min"
+        );
         assert_eq!(clock.elapsed(), Duration::from_secs(600));
     }
 
@@ -692,7 +676,7 @@ mod tests {
                 true,
             );
             let row = format!("{rs}/{ri:?} vs {ct}/{cm:?}");
-            assert_eq!(reports(&svc).len(), usize::from(sent), "{row}");
+            assert_eq!(svc.operator_reports().len(), usize::from(sent), "{row}");
             let available = rs == "available" || ct == "Available";
             assert_eq!(result.is_ok(), available, "{row}");
             if !available {
@@ -707,20 +691,8 @@ mod tests {
     }
 
     fn olm_cluster(phase: &str, message: &str) -> FakeCluster {
-        use crate::kube::{Csv, Subscription};
         let cluster = FakeCluster::new();
-        cluster.set_subscription(Subscription {
-            namespace: "openshift-local-storage".into(),
-            name: "local-storage-operator".into(),
-            current_csv: "lso.v4.12.0".into(),
-        });
-        cluster.set_csv(Csv {
-            namespace: "openshift-local-storage".into(),
-            name: "lso.v4.12.0".into(),
-            phase: phase.into(),
-            message: message.into(),
-            version: "4.12.0".into(),
-        });
+        lso_csv(&cluster, phase, message);
         cluster
     }
 
@@ -728,8 +700,8 @@ mod tests {
         OlmHandler {
             cluster,
             name: "lso".into(),
-            namespace: "openshift-local-storage".into(),
-            subscription: "local-storage-operator".into(),
+            namespace: LSO_NS.into(),
+            subscription: LSO_SUB.into(),
         }
     }
 
@@ -738,11 +710,14 @@ mod tests {
         let svc = service(vec![record("lso", "progressing", "")]);
         let cluster = olm_cluster("Failed", "broken");
         assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
-        assert!(reports(&svc).is_empty(), "a failed CSV is never reported");
+        assert!(
+            svc.operator_reports().is_empty(),
+            "a failed CSV is never reported"
+        );
         let cluster = olm_cluster("Succeeded", "");
         assert!(is_available(&svc, "4.12", &mut lso(&cluster), false));
         assert_eq!(
-            reports(&svc),
+            svc.operator_reports(),
             [OperatorMonitorReport {
                 name: "lso".into(),
                 version: "4.12.0".into(),
@@ -759,7 +734,11 @@ mod tests {
             let svc = service(vec![record("lso", "progressing", record_info)]);
             let cluster = olm_cluster("Installing", message);
             assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
-            assert_eq!(reports(&svc).len(), sent, "{record_info:?} vs {message:?}");
+            assert_eq!(
+                svc.operator_reports().len(),
+                sent,
+                "{record_info:?} vs {message:?}"
+            );
         }
     }
 
@@ -769,19 +748,18 @@ mod tests {
         let cluster = FakeCluster::new();
         assert!(lso(&cluster).get_status().is_err(), "no subscription");
         cluster.set_subscription(Subscription {
-            namespace: "openshift-local-storage".into(),
-            name: "local-storage-operator".into(),
+            namespace: LSO_NS.into(),
+            name: LSO_SUB.into(),
             current_csv: String::new(),
         });
         assert!(lso(&cluster).get_status().is_err(), "no current CSV");
         let cluster = olm_cluster("Pending", "");
-        let mut c = crate::kube::Csv {
-            namespace: "openshift-local-storage".into(),
+        cluster.set_csv(crate::kube::Csv {
+            namespace: LSO_NS.into(),
             name: "lso.v4.12.0".into(),
+            phase: "Pending".into(),
             ..Default::default()
-        };
-        c.phase = "Pending".into();
-        cluster.set_csv(c);
+        });
         let o = lso(&cluster).get_status().unwrap();
         assert_eq!(
             (o.status, o.version.as_str()),

@@ -341,6 +341,14 @@ mod tests {
         (FakeCluster::new(), service, clock)
     }
 
+    fn install_config(k8s: &FakeCluster, yaml: &str) {
+        k8s.set_config_map(
+            "kube-system",
+            "cluster-config-v1",
+            &[("install-config", yaml)],
+        );
+    }
+
     fn boom(code: u16) -> ApiError {
         ApiError::new(code, "InternalError", "boom")
     }
@@ -458,11 +466,7 @@ mod tests {
         assert_eq!(invoker(&k8s), "assisted-service", "GET error");
         k8s.set_config_map("openshift-config", "openshift-install-manifests", &[]);
         assert_eq!(invoker(&k8s), "", "no key");
-        k8s.set_config_map(
-            "openshift-config",
-            "openshift-install-manifests",
-            &[("invoker", "agent-installer")],
-        );
+        set_invoker(&k8s, "agent-installer");
         assert_eq!(invoker(&k8s), "agent-installer");
         assert_eq!(
             k8s.take_calls(),
@@ -481,14 +485,7 @@ mod tests {
         assert!(platform_of_install_config("platform: [\n").is_err());
         let k8s = FakeCluster::new();
         assert!(install_config_platform(&k8s).is_err(), "no ConfigMap");
-        k8s.set_config_map(
-            "kube-system",
-            "cluster-config-v1",
-            &[(
-                "install-config",
-                "platform:\n  baremetal:\n    apiVIPs: []\n",
-            )],
-        );
+        install_config(&k8s, "platform:\n  baremetal:\n    apiVIPs: []\n");
         assert_eq!(install_config_platform(&k8s).unwrap(), "baremetal");
         assert_eq!(
             k8s.take_calls(),
@@ -550,18 +547,10 @@ mod tests {
                  user: admin\n      password: secret\n"
             )
         };
-        k8s.set_config_map(
-            "kube-system",
-            "cluster-config-v1",
-            &[("install-config", &ic("vc.example.com"))],
-        );
+        install_config(&k8s, &ic("vc.example.com"));
         svc.fail("v2GetCluster", 1, 500);
         assert!(has_valid_vsphere_credentials(&k8s, &svc));
-        k8s.set_config_map(
-            "kube-system",
-            "cluster-config-v1",
-            &[("install-config", &ic("vcenterplaceholder"))],
-        );
+        install_config(&k8s, &ic("vcenterplaceholder"));
         svc.fail("v2GetCluster", 1, 500);
         assert!(!has_valid_vsphere_credentials(&k8s, &svc));
         svc.fail("v2GetCluster", 1, 500);
@@ -608,14 +597,24 @@ mod tests {
         );
     }
 
+    /// `ready_phase` for 3 masters on `version`, which must come out Ready.
+    fn ready(
+        k8s: &FakeCluster,
+        svc: &MemoryService,
+        clock: &FakeClock,
+        version: &str,
+    ) -> Readiness {
+        match ready_phase(k8s, svc, clock, &NeverStop, NS, 3, version).unwrap() {
+            ReadyPhase::Ready(r) => *r,
+            got => panic!("{got:?}"),
+        }
+    }
+
     #[test]
     fn ready_phase_assisted_service() {
         let (k8s, svc, clock) = fakes();
         with_platform(&svc, "nutanix", None);
-        let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.17").unwrap();
-        let ReadyPhase::Ready(r) = got else {
-            panic!("{got:?}")
-        };
+        let r = ready(&k8s, &svc, &clock, "4.17");
         assert_eq!(r.invoker, "assisted-service");
         assert_eq!(r.platform, "nutanix");
         assert!(r.remove_uninitialized_taint);
@@ -645,23 +644,11 @@ mod tests {
         let (k8s, svc, clock) = fakes();
         set_invoker(&k8s, "agent-installer");
         svc.fail("v2GetCluster", 5000, 500);
-        k8s.set_config_map(
-            "kube-system",
-            "cluster-config-v1",
-            &[(
-                "install-config",
-                "platform:\n  vsphere:\n    vcenters:\n    - server: vc.example.com\n",
-            )],
-        );
-        let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.16").unwrap();
-        let ReadyPhase::Ready(r) = got else {
-            panic!("{got:?}")
-        };
-        assert_eq!(
-            svc.calls().len(),
-            300 + 1,
-            "5 minutes, then the credentials check"
-        );
+        let ic = "platform:\n  vsphere:\n    vcenters:\n    - server: vc.example.com\n";
+        install_config(&k8s, ic);
+        let r = ready(&k8s, &svc, &clock, "4.16");
+        let calls = svc.calls().len();
+        assert_eq!(calls, 300 + 1, "5 minutes, then the credentials check");
         assert_eq!(clock.elapsed(), ABI_READY_TIMEOUT);
         assert_eq!(r.cluster, None);
         assert_eq!(r.platform, "vsphere");
@@ -672,13 +659,8 @@ mod tests {
         let (k8s, svc, clock) = fakes();
         set_invoker(&k8s, "agent-installer");
         svc.fail("v2GetCluster", 5000, 500);
-        let got = ready_phase(&k8s, &svc, &*clock, &NeverStop, NS, 3, "4.16").unwrap();
-        let ReadyPhase::Ready(r) = got else {
-            panic!("{got:?}")
-        };
-        assert_eq!(
-            (r.platform.as_str(), r.remove_uninitialized_taint),
-            ("", false)
-        );
+        let r = ready(&k8s, &svc, &clock, "4.16");
+        assert_eq!(r.platform, "");
+        assert!(!r.remove_uninitialized_taint);
     }
 }

@@ -286,7 +286,7 @@ mod tests {
         }
     }
 
-    fn notifier(s: &Setup, enabled: bool, counter: Arc<FakeCounter>) -> RebootsNotifier {
+    fn notifier(s: &Setup, enabled: bool, counter: Arc<dyn RebootCounter>) -> RebootsNotifier {
         RebootsNotifier::new(
             enabled,
             Arc::new(s.service.clone()),
@@ -326,13 +326,12 @@ mod tests {
         assert_eq!(std::fs::read_dir(s.dir.path()).unwrap().count(), 0);
         let path = n.kubeconfig().unwrap();
         assert!(path.ends_with(KUBECONFIG_NOINGRESS));
-        let dir_name = path
-            .parent()
-            .unwrap()
+        let dir = path.parent().unwrap();
+        assert!(dir
             .file_name()
             .unwrap()
-            .to_string_lossy();
-        assert!(dir_name.starts_with("kubedir"), "{dir_name}");
+            .to_string_lossy()
+            .starts_with("kubedir"));
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "apiVersion: v1\n");
         assert_eq!(n.kubeconfig().unwrap(), path);
         assert_eq!(downloads(&s.service), 2);
@@ -406,13 +405,7 @@ mod tests {
         }
         let s = setup();
         let slow = Arc::new(Slow(s.clock.clone(), AtomicU32::new(0)));
-        let n = RebootsNotifier::new(
-            true,
-            Arc::new(s.service.clone()),
-            slow.clone(),
-            s.clock.clone(),
-            s.dir.path().to_path_buf(),
-        );
+        let n = notifier(&s, true, slow.clone());
         n.start("node0", "h", "ie", "c1");
         n.finalize();
         // 0 → 2:00, wait → 2:15 → 4:15, wait → 4:30 → 6:30: past the limit, no more waits.

@@ -2,12 +2,12 @@
 //! cluster and the in-memory service.
 
 use super::*;
-use crate::clock::{Deadline, FakeClock, NeverStop};
+use crate::clock::{FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::testing::{cond, master, record};
+use crate::controller::testing::{boom, cond, master, record, stop_at};
 use crate::image::Cancel;
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ApiError, ClusterOperator, ClusterVersion};
+use crate::kube::{ClusterOperator, ClusterVersion};
 use crate::service::OperatorStatus;
 use std::sync::Arc;
 
@@ -211,14 +211,12 @@ fn post_install_with_cvo_succeeds() {
     let f = fx();
     let (svc, status) = (&f.svc, &f.status);
     statuses(svc, &["installing", "installing", "finalizing"]);
-    svc.set_operators(vec![
-        record("console", "progressing"),
-        record("cvo", "progressing"),
-    ]);
+    let progressing = ["console", "cvo"].map(|name| record(name, "progressing"));
+    svc.set_operators(progressing.into());
     svc.fail("v2ReportMonitoredOperatorStatus", 1, 500);
     svc.fail("v2CompleteInstallation", 1, 500);
     let mut olm_calls = 0;
-    let out = f.post(&NeverStop, &go(true), &mut || {
+    let out = f.completed(&NeverStop, &go(true), &mut || {
         olm_calls += 1;
         Ok(())
     });
@@ -227,13 +225,7 @@ fn post_install_with_cvo_succeeds() {
         error_info: String::new(),
         data: None,
     };
-    assert_eq!(
-        out,
-        PostInstallOutcome::Completed {
-            params: ok.clone(),
-            sent: true
-        }
-    );
+    assert_eq!(out, (ok.clone(), true));
     assert_eq!(get_clusters(svc), 3);
     assert_eq!(olm_calls, 1);
     assert_eq!(
@@ -285,7 +277,7 @@ fn post_install_without_cvo_never_reads_it_and_olm_errors_do_not_fail() {
 fn post_install_cluster_operators_timeout_sends_the_report() {
     let f = fx();
     let (svc, status, cluster) = (&f.svc, &f.status, &f.cluster);
-    cluster.fail_always("get_cluster_operator", ApiError::new(500, "", "x"));
+    cluster.fail_always("get_cluster_operator", boom());
     cluster.set_cluster_version("version", ClusterVersion::default());
     cluster.set_cluster_operator(ClusterOperator {
         name: "authentication".into(),
@@ -293,10 +285,8 @@ fn post_install_cluster_operators_timeout_sends_the_report() {
         versions: vec![],
     });
     svc.update_cluster(|c| c.status = "finalizing".into());
-    svc.set_operators(vec![
-        record("console", "progressing"),
-        record("cvo", "progressing"),
-    ]);
+    let progressing = ["console", "cvo"].map(|name| record(name, "progressing"));
+    svc.set_operators(progressing.into());
     let mut settings = PostInstallSettings::new("4.12", true);
     settings.cvo_timeout = Duration::from_secs(600);
     let (params, sent) = f.completed(&NeverStop, &settings, &mut no_olm);
@@ -325,8 +315,8 @@ fn post_install_cluster_operators_timeout_sends_the_report() {
 fn post_install_router_ca_stopped_still_sends_one_completion() {
     let f = fx();
     let (clock, svc, status, cluster) = (&f.clock, &f.svc, &f.status, &f.cluster);
-    cluster.fail_always("get_config_map", ApiError::new(500, "", "x"));
-    cluster.fail_always("list_cluster_operators", ApiError::new(500, "", "x"));
+    cluster.fail_always("get_config_map", boom());
+    cluster.fail_always("list_cluster_operators", boom());
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![record("console", "available")]);
     // The main context ends after 5 minutes of router-CA polling.
@@ -502,7 +492,7 @@ fn abi_wait_latches_availability_and_counts_masters() {
 fn abi_wait_ends_false_on_stop() {
     let clock = FakeClock::new();
     let cluster = FakeCluster::new();
-    cluster.fail_always("get_cluster_version", ApiError::new(500, "", "x"));
+    cluster.fail_always("get_cluster_version", boom());
     let stop = Cancel::new();
     stop.cancel();
     assert!(!wait_for_installation_abi(
@@ -513,11 +503,8 @@ fn abi_wait_ends_false_on_stop() {
         0,
         None
     ));
-    assert_eq!(
-        cluster.count("get_cluster_version"),
-        1,
-        "one round even when stopped"
-    );
+    let reads = cluster.count("get_cluster_version");
+    assert_eq!(reads, 1, "one round even when stopped");
 }
 
 #[test]
@@ -525,7 +512,7 @@ fn post_install_rides_out_many_console_failures() {
     let f = fx();
     let (clock, svc, status, cluster) = (&f.clock, &f.svc, &f.status, &f.cluster);
     for _ in 0..9 {
-        cluster.fail_next("get_cluster_operator", ApiError::new(500, "", "x"));
+        cluster.fail_next("get_cluster_operator", boom());
     }
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![
@@ -537,15 +524,9 @@ fn post_install_rides_out_many_console_failures() {
     assert!(params.is_success && sent);
     // Ten rounds a minute apart, then the router CA at once; one completion retry.
     assert_eq!(cluster.count("get_cluster_operator"), 10);
-    assert_eq!(
-        reports(svc),
-        [(
-            "console".to_string(),
-            Some(OperatorStatus::Available),
-            String::new(),
-            String::new()
-        )]
-    );
+    let available = Some(OperatorStatus::Available);
+    let console = ("console".into(), available, String::new(), String::new());
+    assert_eq!(reports(svc), [console]);
     assert_eq!(svc.completions().len(), 2);
     assert_eq!(
         clock.elapsed(),
@@ -559,7 +540,7 @@ fn post_install_rides_out_many_console_failures() {
 fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion() {
     let f = fx();
     let (clock, svc, status, cluster) = (&f.clock, &f.svc, &f.status, &f.cluster);
-    cluster.fail_always("get_cluster_operator", ApiError::new(500, "", "x"));
+    cluster.fail_always("get_cluster_operator", boom());
     svc.update_cluster(|c| c.status = "finalizing".into());
     svc.set_operators(vec![record("console", "progressing")]);
     svc.fail("v2CompleteInstallation", 5, 500);
@@ -571,22 +552,11 @@ fn post_install_cancelled_during_the_operator_wait_sends_one_failed_completion()
     );
     assert!(params.data.is_some());
     assert_eq!(svc.completions().len(), 1);
-    assert_eq!(
-        cluster.count("get_cluster_operator"),
-        30,
-        "one round a minute"
-    );
+    let reads = cluster.count("get_cluster_operator");
+    assert_eq!(reads, 30, "one round a minute");
     assert_eq!(
         svc.finalizing_stages(),
         [FinalizingStage::WaitingForClusterOperators]
     );
     assert!(status.has_error());
-}
-
-/// The main context, cancelled once the fake clock reaches `secs`.
-fn stop_at(clock: &FakeClock, secs: u64) -> Deadline<'_> {
-    Deadline {
-        clock,
-        at: clock.at(Duration::from_secs(secs)),
-    }
 }

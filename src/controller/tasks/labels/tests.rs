@@ -3,9 +3,9 @@
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::testing::{self, ip};
+use crate::controller::testing::{self, boom, ip};
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ApiError, MachineConfigPool};
+use crate::kube::MachineConfigPool;
 use crate::service::Host;
 use serde_json::json;
 use std::sync::Arc;
@@ -53,6 +53,15 @@ fn labelled(n: usize) -> Vec<Host> {
     (0..n)
         .map(|i| host(i, "installing", "master", LABELS, ""))
         .collect()
+}
+
+/// Three labelled hosts, host `i` a worker of pool `infra` with `labels`, and `nodes` Nodes.
+fn with_worker(i: usize, labels: &str, nodes: usize) -> Setup {
+    let mut hosts = labelled(3);
+    hosts[i] = host(i, "installing", "worker", labels, "infra");
+    let s = setup(hosts);
+    add_nodes(&s.cluster, nodes);
+    s
 }
 
 fn node(i: usize, ready: bool) -> Node {
@@ -132,8 +141,7 @@ fn failed_rounds_are_tried_again() {
         add_nodes(&s.cluster, 3);
         s.service.fail("v2GetCluster", map_failures, 500);
         for _ in 0..list_failures {
-            s.cluster
-                .fail_next("list_nodes", ApiError::new(500, "InternalError", "boom"));
+            s.cluster.fail_next("list_nodes", boom());
         }
         task(&s).run(&NeverStop).unwrap();
         assert_eq!(host_maps(&s), rounds);
@@ -247,10 +255,7 @@ fn role_labels_without_a_worker_pool_make_no_pool_calls() {
 
 #[test]
 fn a_worker_in_a_pool_pauses_the_worker_pool_around_the_patches() {
-    let mut hosts = labelled(3);
-    hosts[2] = host(2, "installing", "worker", ROLE_LABELS, "infra");
-    let s = setup(hosts);
-    add_nodes(&s.cluster, 3);
+    let s = with_worker(2, ROLE_LABELS, 3);
     assert!(task(&s).round());
     let calls: Vec<String> = s
         .cluster
@@ -275,10 +280,7 @@ fn a_worker_in_a_pool_pauses_the_worker_pool_around_the_patches() {
 
 #[test]
 fn the_pool_stays_paused_while_nodes_are_missing() {
-    let mut hosts = labelled(3);
-    hosts[2] = host(2, "installing", "worker", ROLE_LABELS, "infra");
-    let s = setup(hosts);
-    add_nodes(&s.cluster, 2);
+    let s = with_worker(2, ROLE_LABELS, 2);
     let t = task(&s);
     assert!(!t.round());
     assert!(s.cluster.machine_config_pool("worker").unwrap().paused);
@@ -305,14 +307,9 @@ fn the_pool_stays_paused_while_nodes_are_missing() {
 
 #[test]
 fn pause_failure_ends_the_round() {
-    let mut hosts = labelled(3);
-    hosts[0] = host(0, "installing", "worker", LABELS, "infra");
-    let s = setup(hosts);
-    add_nodes(&s.cluster, 3);
-    s.cluster.fail_next(
-        "set_machine_config_pool_paused",
-        ApiError::new(500, "InternalError", "boom"),
-    );
+    let s = with_worker(0, LABELS, 3);
+    s.cluster
+        .fail_next("set_machine_config_pool_paused", boom());
     assert!(!task(&s).round());
     assert_eq!(s.cluster.count("list_nodes"), 0);
     assert!(patches(&s).is_empty());
@@ -320,19 +317,14 @@ fn pause_failure_ends_the_round() {
 
 #[test]
 fn unpause_failure_ends_the_round() {
-    let mut hosts = labelled(3);
-    hosts[0] = host(0, "installing", "worker", LABELS, "infra");
-    let s = setup(hosts);
-    add_nodes(&s.cluster, 3);
+    let s = with_worker(0, LABELS, 3);
     // Already paused: the pause is a GET only, the unpause patch is the one that fails.
     s.cluster.set_machine_config_pool(MachineConfigPool {
         name: "worker".into(),
         paused: true,
     });
-    s.cluster.fail_next(
-        "set_machine_config_pool_paused",
-        ApiError::new(500, "InternalError", "boom"),
-    );
+    s.cluster
+        .fail_next("set_machine_config_pool_paused", boom());
     let t = task(&s);
     assert!(!t.round());
     assert_eq!(patches(&s).len(), 3);

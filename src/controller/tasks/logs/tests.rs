@@ -2,11 +2,12 @@
 
 use super::*;
 use crate::archive::read::entries;
-use crate::clock::{Deadline, FakeClock};
+use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
+use crate::controller::testing::{boom, stop_at};
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ApiError, Pod};
+use crate::kube::Pod;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -98,26 +99,26 @@ fn log_entry(data: &str) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn images_from_the_setting() {
-    assert!(must_gather_images("", true, &[]).is_empty());
-    assert_eq!(
-        must_gather_images("quay.io/mg:1", false, &[]),
-        ["quay.io/mg:1"]
-    );
     let json =
         r#"{"ocp":"quay.io/openshift/must-gather","cnv":"blah","ocs":"quay.io/ocs-must-gather"}"#;
-    assert_eq!(
-        must_gather_images(json, true, &["cnv".to_string()]),
-        ["quay.io/openshift/must-gather", "blah"]
-    );
-    assert_eq!(
-        must_gather_images(json, false, &["lso".to_string()]),
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        must_gather_images(r#"{"cnv":"x"}"#, true, &[]),
-        [""],
-        "missing ocp adds \"\""
-    );
+    // (setting, the error flag, operators in error, images); a missing ocp adds "".
+    let cases: [(&str, bool, &[&str], &[&str]); 5] = [
+        ("", true, &[], &[]),
+        ("quay.io/mg:1", false, &[], &["quay.io/mg:1"]),
+        (
+            json,
+            true,
+            &["cnv"],
+            &["quay.io/openshift/must-gather", "blah"],
+        ),
+        (json, false, &["lso"], &[]),
+        (r#"{"cnv":"x"}"#, true, &[], &[""]),
+    ];
+    for (setting, failed, in_error, want) in cases {
+        let in_error: Vec<String> = in_error.iter().map(|s| s.to_string()).collect();
+        let got = must_gather_images(setting, failed, &in_error);
+        assert_eq!(got, want, "{setting} {failed} {in_error:?}");
+    }
 }
 
 #[test]
@@ -139,11 +140,7 @@ fn periodic_upload_finds_the_pod_and_uploads_its_full_log() {
     let clock = FakeClock::new();
     let mut u = e.uploader();
     // The main context ends at 16 minutes.
-    let until = Deadline {
-        clock: &clock,
-        at: clock.at(Duration::from_secs(16 * 60)),
-    };
-    u.periodic(&clock, &until, LOGS_UPLOAD_PERIOD);
+    u.periodic(&clock, &stop_at(&clock, 16 * 60), LOGS_UPLOAD_PERIOD);
     assert_eq!(
         e.uploads(),
         vec![log_entry("pod log"); 3],
@@ -151,12 +148,11 @@ fn periodic_upload_finds_the_pod_and_uploads_its_full_log() {
     );
     assert_eq!(e.cluster.count("list_pods"), 1, "the name is remembered");
     assert_eq!(
-        e.cluster.calls()[1].to_string(),
-        "pod_log(assisted-installer, assisted-installer-controller-abc, -)"
-    );
-    assert_eq!(
-        e.cluster.calls()[0].to_string(),
-        "list_pods(assisted-installer, job-name=assisted-installer-controller, status.phase=Running)"
+        e.cluster.take_calls()[..2],
+        [
+            "list_pods(assisted-installer, job-name=assisted-installer-controller, status.phase=Running)",
+            "pod_log(assisted-installer, assisted-installer-controller-abc, -)",
+        ]
     );
 }
 
@@ -164,8 +160,7 @@ fn periodic_upload_finds_the_pod_and_uploads_its_full_log() {
 fn pod_list_or_log_failure_falls_back_to_the_file() {
     let e = env();
     std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
-    e.cluster
-        .fail_always("list_pods", ApiError::new(500, "", "x"));
+    e.cluster.fail_always("list_pods", boom());
     let mut u = e.uploader();
     u.find_pod_name();
     u.upload_controller_logs().unwrap();

@@ -4,9 +4,9 @@
 use super::*;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::testing::{self, ip, node};
+use crate::controller::testing::{self, boom, ip, node};
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ApiError, Csr, Pod, Taint};
+use crate::kube::{Csr, Pod, Taint};
 use crate::service::Host;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -144,39 +144,48 @@ fn configuring_and_ready_gives_joined_then_done_in_one_round() {
     assert_eq!(s.cluster.count("list_pods"), 1);
 }
 
+/// One round over hosts in these statuses, with ready Nodes: it finishes, after one host map
+/// and no Node list, when every host is installed or in error (disabled hosts do not count).
 #[test]
-fn all_installed_finishes_after_one_host_map() {
-    let s = setup(3, "installed", "Done");
-    add_nodes(&s, 3, true);
-    assert!(task(&s, false).round());
-    assert_eq!(get_hosts(&s.service), 1);
-    assert!(s.cluster.calls().is_empty(), "no node list");
-}
-
-#[test]
-fn disabled_hosts_are_skipped() {
-    let s = setup(2, "installed", "Done");
-    s.service
-        .update_cluster(|c| c.hosts.push(host(2, "disabled", "Rebooting", &[&ip(2)])));
-    add_nodes(&s, 3, true);
-    assert!(task(&s, false).round(), "the disabled host does not count");
+fn finished_when_no_host_is_left_to_install() {
+    let cases: [(&[&str], bool); 5] = [
+        (&["installed"; 3], true),
+        (&["installed", "installed", "disabled"], true),
+        (&["error"; 3], true),
+        (&["error", "error", "installing"], false),
+        (&["installed", "installed", "error"], true),
+    ];
+    for (statuses, finished) in cases {
+        let s = setup(0, "", "");
+        s.service.update_cluster(|c| {
+            let hosts = statuses.iter().enumerate();
+            c.hosts = hosts
+                .map(|(i, st)| host(i, st, "Rebooting", &[&ip(i)]))
+                .collect();
+        });
+        add_nodes(&s, statuses.len(), true);
+        assert_eq!(task(&s, false).round(), finished, "{statuses:?}");
+        if finished {
+            assert_eq!(get_hosts(&s.service), 1);
+            assert!(s.cluster.calls().is_empty(), "no node list");
+        }
+    }
 }
 
 #[test]
 fn rebooting_not_ready_with_taint_is_joined_and_untainted() {
     let s = setup(1, "installing", "Rebooting");
     let mut n = node("node0", false, &ip(0));
-    n.taints = vec![
-        Taint {
-            key: "other".into(),
-            ..Taint::default()
-        },
-        Taint {
-            key: UNINITIALIZED_TAINT.into(),
-            effect: "NoSchedule".into(),
-            ..Taint::default()
-        },
-    ];
+    let other = Taint {
+        key: "other".into(),
+        ..Taint::default()
+    };
+    let uninitialized = Taint {
+        key: UNINITIALIZED_TAINT.into(),
+        effect: "NoSchedule".into(),
+        ..Taint::default()
+    };
+    n.taints = vec![other, uninitialized];
     s.cluster.set_node(n);
     assert!(!task(&s, true).round());
     assert_eq!(stages(&s.service), [("host-0".into(), HostStage::Joined)]);
@@ -202,8 +211,7 @@ fn rebooting_not_ready_with_taint_is_joined_and_untainted() {
 fn an_untaint_failure_skips_the_rest_of_the_node() {
     let s = setup(1, "installing", "Rebooting");
     s.cluster.set_node(node("node0", false, &ip(0)));
-    s.cluster
-        .fail_next("get_node", ApiError::new(500, "InternalError", "boom"));
+    s.cluster.fail_next("get_node", boom());
     assert!(!task(&s, true).round());
     assert_eq!(count_stage(&s.service, HostStage::Joined), 1);
 }
@@ -246,23 +254,6 @@ fn a_host_map_error_ends_the_round() {
         .update_cluster(|c| c.hosts[0].inventory = Some("{".into()));
     assert!(!task(&s, false).round());
     assert!(s.cluster.calls().is_empty());
-}
-
-#[test]
-fn all_in_error_finishes() {
-    let s = setup(3, "error", "Rebooting");
-    assert!(task(&s, false).round());
-    assert_eq!(get_hosts(&s.service), 1);
-    // Some in error, one still installing: keep waiting.
-    let s = setup(2, "error", "Rebooting");
-    s.service
-        .update_cluster(|c| c.hosts.push(host(2, "installing", "Rebooting", &[&ip(2)])));
-    assert!(!task(&s, false).round());
-    // Installed and error: the error ones are all that is left.
-    let s = setup(2, "installed", "Done");
-    s.service
-        .update_cluster(|c| c.hosts.push(host(2, "error", "Rebooting", &[&ip(2)])));
-    assert!(task(&s, false).round());
 }
 
 /// "Done" makes the service mark the host installed, as it does.
@@ -340,8 +331,7 @@ fn the_task_with_a_failing_node_list() {
     let s = setup(3, "installing", "Joined");
     add_nodes(&s, 3, true);
     installed_when_done(&s.service);
-    s.cluster
-        .fail_next("list_nodes", ApiError::new(500, "InternalError", "boom"));
+    s.cluster.fail_next("list_nodes", boom());
     assert_eq!(task(&s, false).run(&Cancel::new()), Ok(()));
     assert_eq!(s.cluster.count("list_nodes"), 2);
     // Round 1: map, failed list (no second map); round 2: map, list, map; round 3: map.
@@ -411,17 +401,13 @@ fn mcs_pods(s: &Setup, logs: &[&str]) {
 /// 2 at .100 but already Joined, 3 at .100 Rebooting, all without nodes.
 fn mcs_setup() -> Setup {
     let s = setup(0, "installing", "Rebooting");
+    let at = |i, stage, ip| host(i, "installing", stage, &[ip]);
     s.service.update_cluster(|c| {
         c.hosts = vec![
-            host(0, "installing", "Rebooting", &["192.168.126.10"]),
-            host(1, "installing", "Rebooting", &["fe80::5054:ff:fe9a:4739"]),
-            host(2, "installing", "Joined", &["192.168.126.100"]),
-            host(
-                3,
-                "installing",
-                "Waiting for ignition",
-                &["192.168.126.100"],
-            ),
+            at(0, "Rebooting", "192.168.126.10"),
+            at(1, "Rebooting", "fe80::5054:ff:fe9a:4739"),
+            at(2, "Joined", "192.168.126.100"),
+            at(3, "Waiting for ignition", "192.168.126.100"),
         ];
     });
     s
@@ -457,8 +443,7 @@ fn configuring_from_the_machine_config_server_logs() {
 fn a_failed_log_read_or_list_means_an_empty_log() {
     let s = mcs_setup();
     mcs_pods(&s, &[MCS_LOG, MCS_LOG]);
-    s.cluster
-        .fail_next("pod_log", ApiError::new(500, "InternalError", "boom"));
+    s.cluster.fail_next("pod_log", boom());
     assert!(!task(&s, false).round());
     assert!(stages(&s.service).is_empty());
     assert_eq!(
@@ -468,8 +453,7 @@ fn a_failed_log_read_or_list_means_an_empty_log() {
     );
     let s = mcs_setup();
     mcs_pods(&s, &[MCS_LOG]);
-    s.cluster
-        .fail_next("list_pods", ApiError::new(500, "InternalError", "boom"));
+    s.cluster.fail_next("list_pods", boom());
     assert!(!task(&s, false).round());
     assert!(stages(&s.service).is_empty());
 }

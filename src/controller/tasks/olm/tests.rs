@@ -5,16 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::*;
-use crate::clock::{Deadline, FakeClock, NeverStop};
+use crate::clock::{FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::testing::{self, abi_operators_initialized, b64, Recorder};
+use crate::controller::testing::{self, abi_operators_initialized, b64, boom, stop_at, Recorder};
+use crate::controller::testing::{lso_csv as with_csv, LSO_NS as NS, LSO_SUB as SUB};
 use crate::host::commands::RecordingRunner;
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ApiError, Condition, Csv, InstallPlan, Job, Subscription};
-
-const NS: &str = "openshift-local-storage";
-const SUB: &str = "local-storage-operator";
-const CSV: &str = "lso-csv";
+use crate::kube::{ApiError, Condition, InstallPlan, Job, Subscription};
 
 fn lso(status: &str) -> MonitoredOperator {
     MonitoredOperator {
@@ -27,24 +24,53 @@ fn lso(status: &str) -> MonitoredOperator {
     }
 }
 
-fn setup() -> (Arc<FakeClock>, MemoryService, FakeCluster, ControllerStatus) {
-    let clock = Arc::new(FakeClock::new());
-    let svc = MemoryService::new("c", clock.clone());
-    (clock, svc, FakeCluster::new(), ControllerStatus::new())
+struct Fx {
+    clock: Arc<FakeClock>,
+    svc: MemoryService,
+    cluster: FakeCluster,
+    status: ControllerStatus,
+    rec: Recorder,
 }
 
-fn with_csv(cluster: &FakeCluster, phase: &str, message: &str) {
-    cluster.set_subscription(Subscription {
-        namespace: NS.into(),
-        name: SUB.into(),
-        current_csv: CSV.into(),
-    });
-    cluster.set_csv(Csv {
-        namespace: NS.into(),
-        name: CSV.into(),
-        phase: phase.into(),
-        message: message.into(),
-        version: "4.12.0".into(),
+fn fx() -> Fx {
+    let clock = Arc::new(FakeClock::new());
+    let svc = MemoryService::new("c", clock.clone());
+    let (cluster, status) = (FakeCluster::new(), ControllerStatus::new());
+    let rec = Recorder::default();
+    Fx {
+        clock,
+        svc,
+        cluster,
+        status,
+        rec,
+    }
+}
+
+impl Fx {
+    /// The OLM step on OpenShift 4.12.
+    fn wait(&self, stop: &dyn Stop) -> Result<()> {
+        let (clock, cluster, svc) = (&*self.clock, &self.cluster, &self.svc);
+        let settings = OlmSettings::new("4.12");
+        wait_for_olm_operators(
+            clock,
+            stop,
+            cluster,
+            svc,
+            &self.rec,
+            &self.status,
+            &settings,
+        )
+    }
+}
+
+/// The service times the current stage out whenever asked after a stage report.
+fn stages_time_out(svc: &MemoryService) {
+    svc.on_call(|call, _, cluster, _| {
+        if matches!(call, ServiceCall::GetCluster { .. }) {
+            if let Some(p) = cluster.progress.as_mut() {
+                p.finalizing_stage_timed_out = true;
+            }
+        }
     });
 }
 
@@ -53,7 +79,7 @@ fn with_csv(cluster: &FakeCluster, phase: &str, message: &str) {
 #[test]
 fn subscription_error_is_false_after_one_cleanup() {
     let cluster = FakeCluster::new();
-    cluster.fail_always("get_subscription", ApiError::new(500, "", "boom"));
+    cluster.fail_always("get_subscription", boom());
     assert!(!is_initialized(&cluster, &lso("")));
     assert_eq!(
         cluster.take_calls(),
@@ -71,10 +97,10 @@ fn csv_get_error_or_not_found_is_false_and_existing_csv_is_true() {
     cluster.set_subscription(Subscription {
         namespace: NS.into(),
         name: SUB.into(),
-        current_csv: CSV.into(),
+        current_csv: "lso.v4.12.0".into(),
     });
     assert!(!is_initialized(&cluster, &lso("")), "CSV not found");
-    cluster.fail_next("get_csv", ApiError::new(500, "", "boom"));
+    cluster.fail_next("get_csv", boom());
     with_csv(&cluster, "", "");
     assert!(!is_initialized(&cluster, &lso("")), "CSV GET error");
     assert!(is_initialized(&cluster, &lso("")), "CSV exists, any phase");
@@ -149,8 +175,8 @@ fn cleanup_deletes_failed_jobs_and_failed_owned_install_plans() {
 #[test]
 fn cleanup_errors_are_only_warnings() {
     let cluster = FakeCluster::new();
-    cluster.fail_always("list_jobs", ApiError::new(500, "", "x"));
-    cluster.fail_always("list_install_plans", ApiError::new(500, "", "x"));
+    cluster.fail_always("list_jobs", boom());
+    cluster.fail_always("list_install_plans", boom());
     with_csv(&cluster, "", "");
     assert!(is_initialized(&cluster, &lso("")));
 }
@@ -177,78 +203,31 @@ fn custom_manifests_keys_are_case_insensitive() {
 #[test]
 fn apply_manifests_skips_unknown_operators_and_goes_on_after_a_bad_one() {
     let cluster = FakeCluster::new();
-    with_csv(&cluster, "Installing", "");
     let rec = Recorder::default();
     let kubeconfig = Path::new("/k/kubeconfig-noingress");
+    let apply = |rec: &Recorder, version: &str, m: &[(String, String)]| {
+        apply_manifests(&cluster, rec, version, &[lso("")], m, kubeconfig)
+    };
+    let good = vec![("lso".to_string(), b64("kind: LocalVolume"))];
+    assert!(!apply(&rec, "4.12", &good), "not initialized");
+    assert!(rec.contents().is_empty());
+    with_csv(&cluster, "Installing", "");
     let manifests = vec![
         ("lso".to_string(), "not base64!!".to_string()),
         ("cnv".to_string(), b64("kind: Other")),
         ("lso".to_string(), b64("kind: LocalVolume")),
     ];
-    assert!(!apply_manifests(
-        &cluster,
-        &rec,
-        "4.12",
-        &[lso("")],
-        &manifests,
-        kubeconfig
-    ));
+    assert!(!apply(&rec, "4.12", &manifests));
     assert_eq!(rec.contents(), ["kind: LocalVolume"]);
     assert_eq!(rec.applied.lock().unwrap()[0].0, kubeconfig);
-
-    let good = vec![("lso".to_string(), b64("kind: LocalVolume"))];
-    assert!(apply_manifests(
-        &cluster,
-        &rec,
-        "4.12",
-        &[lso("")],
-        &good,
-        kubeconfig
-    ));
-    assert!(!apply_manifests(
-        &cluster,
-        &rec,
-        "bad",
-        &[lso("")],
-        &good,
-        kubeconfig
-    ));
+    assert!(apply(&rec, "4.12", &good));
+    assert!(!apply(&rec, "bad", &good));
     let failing = Recorder {
         fail: true,
         ..Default::default()
     };
-    assert!(!apply_manifests(
-        &cluster,
-        &failing,
-        "4.12",
-        &[lso("")],
-        &good,
-        kubeconfig
-    ));
-    assert!(apply_manifests(
-        &cluster,
-        &rec,
-        "4.12",
-        &[lso("")],
-        &[],
-        kubeconfig
-    ));
-}
-
-#[test]
-fn apply_manifests_needs_every_operator_initialized() {
-    let cluster = FakeCluster::new();
-    let rec = Recorder::default();
-    let good = vec![("lso".to_string(), b64("kind: LocalVolume"))];
-    assert!(!apply_manifests(
-        &cluster,
-        &rec,
-        "4.12",
-        &[lso("")],
-        &good,
-        Path::new("/k")
-    ));
-    assert!(rec.contents().is_empty());
+    assert!(!apply(&failing, "4.12", &good));
+    assert!(apply(&rec, "4.12", &[]));
 }
 
 #[test]
@@ -259,37 +238,33 @@ fn odf_manifest_is_renamed_ocs_on_4_8() {
     with_csv(&cluster, "", "");
     let rec = Recorder::default();
     let m = vec![("odf".to_string(), b64("kind: StorageCluster"))];
+    let k = Path::new("/k");
     assert!(apply_manifests(
         &cluster,
         &rec,
         "4.8.2",
         &[ocs.clone()],
         &m,
-        Path::new("/k")
+        k
     ));
     assert_eq!(rec.contents().len(), 1);
-    assert!(apply_manifests(
-        &cluster,
-        &rec,
-        "4.9.0",
-        &[ocs],
-        &m,
-        Path::new("/k")
-    ));
+    assert!(apply_manifests(&cluster, &rec, "4.9.0", &[ocs], &m, k));
     assert_eq!(rec.contents().len(), 1, "no rename on 4.9: skipped");
 }
 
 #[test]
 fn apply_from_service_downloads_both_files() {
-    let (_, svc, cluster, _) = setup();
+    let Fx {
+        svc, cluster, rec, ..
+    } = fx();
     with_csv(&cluster, "", "");
     svc.set_custom_manifests(format!(
         r#"[{{"Name":"lso","Content":"{}"}}]"#,
         b64("kind: X")
     ));
     svc.set_kubeconfig("kubeconfig");
-    let rec = Recorder::default();
-    assert!(apply_from_service(&cluster, &svc, &rec, "4.12", &[lso("")]));
+    let apply = || apply_from_service(&cluster, &svc, &rec, "4.12", &[lso("")]);
+    assert!(apply());
     assert_eq!(
         svc.operations(),
         ["V2DownloadClusterFiles", "V2DownloadClusterCredentials"]
@@ -300,21 +275,9 @@ fn apply_from_service_downloads_both_files() {
     assert!(!k.exists(), "the temp dir is removed");
 
     svc.fail("V2DownloadClusterCredentials", 1, 500);
-    assert!(!apply_from_service(
-        &cluster,
-        &svc,
-        &rec,
-        "4.12",
-        &[lso("")]
-    ));
+    assert!(!apply());
     svc.set_custom_manifests("not json");
-    assert!(!apply_from_service(
-        &cluster,
-        &svc,
-        &rec,
-        "4.12",
-        &[lso("")]
-    ));
+    assert!(!apply());
 }
 
 #[test]
@@ -341,44 +304,23 @@ fn oc_applier_runs_oc_apply_through_bash() {
 
 // --- the OLM step ---
 
-/// The main context, cancelled once the fake clock reaches `secs`.
-fn stop_at(clock: &FakeClock, secs: u64) -> Deadline<'_> {
-    Deadline {
-        clock,
-        at: clock.at(Duration::from_secs(secs)),
-    }
-}
-
 #[test]
 fn empty_olm_list_reports_only_the_initialization_stage() {
-    let (clock, svc, cluster, status) = setup();
-    svc.set_operators(vec![MonitoredOperator {
-        name: "console".into(),
-        operator_type: "builtin".into(),
-        ..Default::default()
-    }]);
-    let rec = Recorder::default();
-    let out = wait_for_olm_operators(
-        &*clock,
-        &NeverStop,
-        &cluster,
-        &svc,
-        &rec,
-        &status,
-        &OlmSettings::new("4.12"),
-    );
-    assert!(out.is_ok());
+    let f = fx();
+    f.svc.set_operators(vec![testing::record("console", "")]);
+    assert!(f.wait(&NeverStop).is_ok());
     assert_eq!(
-        svc.finalizing_stages(),
+        f.svc.finalizing_stages(),
         [FinalizingStage::WaitingForOlmOperatorsCsvInitialization]
     );
-    assert!(cluster.calls().is_empty());
+    assert!(f.cluster.calls().is_empty());
 }
 
 #[test]
 fn single_operator_goes_installing_then_succeeded() {
-    let (clock, svc, cluster, status) = setup();
-    with_csv(&cluster, "Installing", "installing");
+    let f = fx();
+    let (svc, cluster, status) = (&f.svc, &f.cluster, &f.status);
+    with_csv(cluster, "Installing", "installing");
     svc.set_operators(vec![lso("")]);
     svc.set_custom_manifests(format!(
         r#"[{{"Name":"lso","Content":"{}"}}]"#,
@@ -393,16 +335,7 @@ fn single_operator_goes_installing_then_succeeded() {
             }
         }
     });
-    let rec = Recorder::default();
-    let out = wait_for_olm_operators(
-        &*clock,
-        &NeverStop,
-        &cluster,
-        &svc,
-        &rec,
-        &status,
-        &OlmSettings::new("4.12"),
-    );
+    let out = f.wait(&NeverStop);
     assert!(out.is_ok(), "{out:?}");
     assert_eq!(
         svc.finalizing_stages(),
@@ -417,124 +350,61 @@ fn single_operator_goes_installing_then_succeeded() {
         .into_iter()
         .map(|r| (r.name, r.version, r.status.unwrap(), r.status_info))
         .collect();
-    assert_eq!(
-        r,
-        [
-            (
-                "lso".into(),
-                "4.12.0".into(),
-                OperatorStatus::Progressing,
-                "installing".into()
-            ),
-            (
-                "lso".into(),
-                "4.12.0".into(),
-                OperatorStatus::Available,
-                "done".into()
-            ),
-        ]
-    );
-    assert_eq!(rec.contents(), ["kind: X"]);
+    let lso = |status, info: &str| ("lso".into(), "4.12.0".into(), status, info.into());
+    let progressing = lso(OperatorStatus::Progressing, "installing");
+    assert_eq!(r, [progressing, lso(OperatorStatus::Available, "done")]);
+    assert_eq!(f.rec.contents(), ["kind: X"]);
     assert!(!status.has_operator_error());
     assert!(!status.has_error());
 }
 
-fn stuck_operator_run(stop: &dyn Stop, svc: &MemoryService, clock: &FakeClock) -> Result<()> {
-    let cluster = FakeCluster::new();
-    with_csv(&cluster, "Installing", "");
-    let status = ControllerStatus::new();
-    let rec = Recorder::default();
-    let out = wait_for_olm_operators(
-        clock,
-        stop,
-        &cluster,
-        svc,
-        &rec,
-        &status,
-        &OlmSettings::new("4.12"),
-    );
-    assert_eq!(status.operators_in_error(), ["lso"]);
-    assert!(!status.has_error());
-    out
-}
-
-fn assert_marked_once(svc: &MemoryService) {
-    assert_eq!(
-        svc.operator_reports(),
-        [OperatorMonitorReport {
-            name: "lso".into(),
-            version: String::new(),
-            status: Some(OperatorStatus::Failed),
-            status_info: TIMED_OUT_INFO.into(),
-        }]
-    );
-    assert_eq!(svc.finalizing_stages().len(), 3);
-}
-
+/// An operator whose CSV never succeeds is marked failed once, whether the main context ends
+/// or the service times the stage out.
 #[test]
-fn operator_that_never_succeeds_is_marked_failed_when_stopped() {
-    let (clock, svc, _, _) = setup();
-    svc.set_operators(vec![lso("progressing")]);
-    svc.set_custom_manifests("[]");
-    let stop = stop_at(&clock, 100);
-    let err = stuck_operator_run(&stop, &svc, &clock).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "Stopped waiting for OLM operators be installed: context canceled"
-    );
-    assert_marked_once(&svc);
-}
-
-#[test]
-fn operator_that_never_succeeds_is_marked_failed_on_stage_timeouts() {
-    let (clock, svc, _, _) = setup();
-    svc.set_operators(vec![lso("progressing")]);
-    svc.set_custom_manifests("[]");
-    // The service times the current stage out whenever asked after a stage report.
-    svc.on_call(|call, _, cluster, _| {
-        if matches!(call, ServiceCall::GetCluster { .. }) {
-            if let Some(p) = cluster.progress.as_mut() {
-                p.finalizing_stage_timed_out = true;
-            }
+fn operator_that_never_succeeds_is_marked_failed() {
+    for by_service in [false, true] {
+        let f = fx();
+        f.svc.set_operators(vec![lso("progressing")]);
+        f.svc.set_custom_manifests("[]");
+        with_csv(&f.cluster, "Installing", "");
+        let deadline = stop_at(&f.clock, 100);
+        let stop: &dyn Stop = if by_service {
+            stages_time_out(&f.svc);
+            &NeverStop
+        } else {
+            &deadline
+        };
+        let err = f.wait(stop).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Stopped waiting for OLM operators be installed: context canceled"
+        );
+        assert_eq!(
+            f.svc.operator_reports(),
+            [OperatorMonitorReport {
+                name: "lso".into(),
+                version: String::new(),
+                status: Some(OperatorStatus::Failed),
+                status_info: TIMED_OUT_INFO.into(),
+            }]
+        );
+        assert_eq!(f.svc.finalizing_stages().len(), 3);
+        assert_eq!(f.status.operators_in_error(), ["lso"]);
+        assert!(!f.status.has_error());
+        if by_service {
+            let gets = f.svc.operations();
+            let gets = gets.iter().filter(|o| **o == "v2GetCluster").count();
+            assert_eq!(gets, 1, "only the CSV wait's stage-timeout check");
         }
-    });
-    let err = stuck_operator_run(&NeverStop, &svc, &clock).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "Stopped waiting for OLM operators be installed: context canceled"
-    );
-    assert_marked_once(&svc);
-    let gets = svc
-        .calls()
-        .iter()
-        .filter(|c| matches!(c, ServiceCall::GetCluster { .. }))
-        .count();
-    assert_eq!(gets, 1, "only the CSV wait's stage-timeout check");
+    }
 }
 
 #[test]
 fn csvs_never_created_remembers_every_failure_and_marks() {
-    let (clock, svc, cluster, status) = setup();
-    svc.set_operators(vec![lso("")]);
-    svc.on_call(|call, _, cluster, _| {
-        if matches!(call, ServiceCall::GetCluster { .. }) {
-            if let Some(p) = cluster.progress.as_mut() {
-                p.finalizing_stage_timed_out = true;
-            }
-        }
-    });
-    let rec = Recorder::default();
-    let err = wait_for_olm_operators(
-        &*clock,
-        &NeverStop,
-        &cluster,
-        &svc,
-        &rec,
-        &status,
-        &OlmSettings::new("4.12"),
-    )
-    .unwrap_err()
-    .to_string();
+    let f = fx();
+    f.svc.set_operators(vec![lso("")]);
+    stages_time_out(&f.svc);
+    let err = f.wait(&NeverStop).unwrap_err().to_string();
     assert_eq!(
         err.lines().collect::<Vec<_>>(),
         [
@@ -543,13 +413,13 @@ fn csvs_never_created_remembers_every_failure_and_marks() {
             "Stopped waiting for OLM operators be installed: context canceled",
         ]
     );
-    assert_eq!(status.operators_in_error(), ["lso"]);
-    assert!(rec.contents().is_empty());
+    assert_eq!(f.status.operators_in_error(), ["lso"]);
+    assert!(f.rec.contents().is_empty());
 }
 
 #[test]
 fn marking_skips_available_and_failed_operators() {
-    let (_, svc, _, status) = setup();
+    let Fx { svc, status, .. } = fx();
     svc.set_operators(vec![lso("progressing")]);
     svc.fail("V2ListOfClusterOperators", 1, 500);
     assert!(mark_timed_out(&svc, &status, "4.12").is_err());
@@ -574,19 +444,10 @@ fn marking_skips_available_and_failed_operators() {
 
 #[test]
 fn failed_fetch_returns_without_marking() {
-    let (clock, svc, cluster, status) = setup();
+    let f = fx();
+    let (clock, svc, status) = (&f.clock, &f.svc, &f.status);
     svc.fail("V2ListOfClusterOperators", 100, 500);
-    let stop = stop_at(&clock, 25);
-    let err = wait_for_olm_operators(
-        &*clock,
-        &stop,
-        &cluster,
-        &svc,
-        &Recorder::default(),
-        &status,
-        &OlmSettings::new("4.12"),
-    )
-    .unwrap_err();
+    let err = f.wait(&stop_at(clock, 25)).unwrap_err();
     assert_eq!(
         err.to_string(),
         "Failed to fetch monitored operators: context canceled"
@@ -612,7 +473,7 @@ fn abi_post_install_table() {
     };
     let subs_fail = |c: &FakeCluster| {
         initialized(true)(c);
-        c.fail_always("get_subscription", ApiError::new(500, "", "x"));
+        c.fail_always("get_subscription", boom());
     };
     let forbidden = |c: &FakeCluster| {
         c.fail_always("get_config_map", ApiError::new(403, "Forbidden", "no"));
