@@ -16,6 +16,10 @@ use super::{
 use crate::config::Role;
 use crate::openshift::role_label;
 
+/// More calls than any test makes: a fake that receives this many panics, so that a wait that
+/// never ends fails its test instead of growing the recorded calls until the machine kills it.
+pub const RUNAWAY_CALLS: usize = 50_000;
+
 /// One recorded call: the method's name and its arguments as text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
@@ -95,6 +99,11 @@ impl FakeCluster {
         let mut state = self.lock();
         let args = args.iter().map(|a| a.to_string()).collect();
         state.calls.push(Call { method, args });
+        assert!(
+            state.calls.len() < RUNAWAY_CALLS,
+            "the fake cluster received {RUNAWAY_CALLS} calls: a wait of the code under test never \
+             ends (on a fake clock such a wait spins and eats memory instead of sleeping)"
+        );
         if let Some(i) = state.failures.iter().position(|(m, _, _)| m == method) {
             let (_, err, sticky) = state.failures[i].clone();
             if !sticky {
@@ -123,7 +132,8 @@ impl FakeCluster {
 
     /// How many times `method` was called.
     pub fn count(&self, method: &str) -> usize {
-        self.calls().iter().filter(|c| c.method == method).count()
+        let state = self.lock();
+        state.calls.iter().filter(|c| c.method == method).count()
     }
 
     /// The next call of `method` fails with `err`.

@@ -198,17 +198,15 @@ fn success_sends_the_event_completes_then_uploads_the_final_logs() {
 #[test]
 fn the_service_losing_the_cluster_exits_at_once_without_the_final_upload() {
     let h = Harness::new();
-    // Never finalizing; the cluster is deleted once the ready Event went out (the fake
-    // service injects failures per operation, from a helper thread here).
+    // Never finalizing; the service loses the cluster at its first call after the ready Event
+    // went out (from then on every call answers 404, whichever thread makes it).
     let (svc, k8s) = (h.svc.clone(), h.k8s.clone());
-    let injector = std::thread::spawn(move || {
-        while k8s.events().is_empty() {
-            std::thread::yield_now();
+    h.svc.on_call(move |_, _, _, _| {
+        if !k8s.events().is_empty() {
+            svc.lose_cluster();
         }
-        svc.fail("v2GetCluster", 1000, 404);
     });
     let out = run(h.controller(&[])).unwrap();
-    injector.join().unwrap();
     let calls = h.svc.calls();
     // Like Go's os.Exit, nothing was stopped: end the threads left running (the log thread
     // then makes its final upload, after `calls` was taken).

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::{Context, Result};
@@ -80,6 +81,8 @@ struct State {
 #[derive(Clone)]
 pub(crate) struct MemoryService {
     state: Arc<Mutex<State>>,
+    /// Outside the state's lock so that a call hook can set it.
+    cluster_lost: Arc<AtomicBool>,
     clock: Arc<dyn Clock>,
     cache: Arc<OperatorsCache>,
 }
@@ -98,6 +101,7 @@ impl MemoryService {
                 cluster,
                 ..State::default()
             })),
+            cluster_lost: Arc::default(),
             clock,
             cache: Arc::new(OperatorsCache::default()),
         }
@@ -141,6 +145,12 @@ impl MemoryService {
             .entry(operation)
             .or_default()
             .extend(std::iter::repeat_n(status, times));
+    }
+
+    /// The service deleted the cluster: from now on every call is recorded and answers 404.
+    /// A call hook may call this (it takes no lock) to lose the cluster at a given moment.
+    pub(crate) fn lose_cluster(&self) {
+        self.cluster_lost.store(true, Ordering::SeqCst);
     }
 
     /// `hook` runs at every call before it is answered (and before an injected failure), e.g.
@@ -207,10 +217,19 @@ impl MemoryService {
             s.hook = Some(hook);
         }
         state.calls.push(call);
-        let injected = state
-            .failures
-            .get_mut(operation)
-            .and_then(VecDeque::pop_front);
+        assert!(
+            state.calls.len() < crate::kube::testing::RUNAWAY_CALLS,
+            "the in-memory service received {} calls: a wait of the code under test never ends \
+             (on a fake clock such a wait spins and eats memory instead of sleeping)",
+            crate::kube::testing::RUNAWAY_CALLS
+        );
+        let lost = self.cluster_lost.load(Ordering::SeqCst).then_some(404);
+        let injected = lost.or_else(|| {
+            state
+                .failures
+                .get_mut(operation)
+                .and_then(VecDeque::pop_front)
+        });
         if let Some(status) = injected {
             return Err(ServiceError {
                 call: operation,
