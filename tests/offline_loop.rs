@@ -2,7 +2,7 @@
 //! real `coreos-installer pack osmet` 0.27.0 (see `testdata/live_fixture.rs`): the live layout
 //! mounted as a live system has it (a private mount namespace with /sysroot and
 //! /run/coreos-installer/osmet). The written disk must be the raw image byte for byte outside the
-//! GPT areas. The same files through --osmet-dir/--ostree-repo are in `postinstall_loop.rs`;
+//! GPT areas, which also vouches for the fixture (its osmet file, raw image and objects agree). The same files through --osmet-dir/--ostree-repo are in `postinstall_loop.rs`;
 //! `--offline` and the failures (a changed or missing object, the wrong sector size, unusable
 //! files) in `offline_file.rs`.
 
@@ -12,10 +12,11 @@ mod coreos_image;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
-use common::images::assert_image_on_disk;
+use common::images::{assert_image_on_disk, sha256_hex};
 use common::live_ns::LiveLayout;
 use common::root::{have_root, sgdisk_verify, text, LoopDev};
-use live_fixture::{cached_live_fixture, LiveFixture};
+use live_fixture::{cached_live_fixture, read_osmet_header, LiveFixture};
+use std::os::unix::fs::MetadataExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 const MIB: u64 = 1 << 20;
@@ -78,4 +79,34 @@ fn offline_write_on_a_live_system(ss: u64) {
         "{stdout}"
     );
     assert_is_the_raw_image(&dev, &fx);
+    assert_fixture_is_the_real_packers(&fx);
+}
+
+/// What the rebuild does not show about the fixture: the real packer made it, from a sysroot
+/// of many objects, whose /boot kernel and initramfs are hard-linked from the deployment and
+/// named by the SHA-256 of their bytes.
+fn assert_fixture_is_the_real_packers(fx: &LiveFixture) {
+    assert_eq!(read_osmet_header(&fx.osmet).unwrap().app_version, "0.27.0");
+    let objects = std::fs::read_dir(fx.sysroot.join("ostree/repo/objects")).unwrap();
+    let count: usize = objects
+        .map(|d| std::fs::read_dir(d.unwrap().path()).unwrap().count())
+        .sum();
+    assert!(count > 1000, "only {count} objects");
+    let (kernel, initramfs) = fx.boot_objects();
+    let spec = fx.spec();
+    for (object, deployed) in [
+        (&kernel, spec.deployment_kernel_path()),
+        (&initramfs, spec.deployment_initramfs_path()),
+    ] {
+        let path = fx.object_path(object);
+        let meta = std::fs::metadata(&path).unwrap();
+        assert!(
+            meta.len() > 1024,
+            "{} is too small to be mapped",
+            path.display()
+        );
+        let other = std::fs::metadata(fx.deployment().join(&deployed)).unwrap();
+        assert_eq!((meta.dev(), meta.ino()), (other.dev(), other.ino()));
+        assert_eq!(&sha256_hex(&std::fs::read(&path).unwrap()), object);
+    }
 }
