@@ -87,7 +87,9 @@ trait FlagValue {
         false
     }
     /// The type name the usage shows after the flag ("" for booleans).
-    fn type_name(&self) -> &'static str;
+    fn type_name(&self) -> &'static str {
+        "string"
+    }
     /// Sets the value from the flag's text; the error is Go's reason text.
     fn set(&mut self, text: String) -> Result<(), &'static str>;
     /// The value the usage shows as the default, or `None` for the type's zero value, which
@@ -129,9 +131,6 @@ impl FlagValue for i64 {
 }
 
 impl FlagValue for String {
-    fn type_name(&self) -> &'static str {
-        "string"
-    }
     fn set(&mut self, text: String) -> Result<(), &'static str> {
         *self = text;
         Ok(())
@@ -142,9 +141,6 @@ impl FlagValue for String {
 }
 
 impl FlagValue for Role {
-    fn type_name(&self) -> &'static str {
-        "string"
-    }
     /// Any text: the Go installer takes an unknown role down the master path.
     fn set(&mut self, text: String) -> Result<(), &'static str> {
         *self = Role::from(text);
@@ -156,9 +152,6 @@ impl FlagValue for Role {
 }
 
 impl FlagValue for PathBuf {
-    fn type_name(&self) -> &'static str {
-        "string"
-    }
     fn set(&mut self, text: String) -> Result<(), &'static str> {
         *self = PathBuf::from(text);
         Ok(())
@@ -170,9 +163,6 @@ impl FlagValue for PathBuf {
 
 /// A string flag whose empty value means "not given".
 impl<T: From<String> + AsRef<std::ffi::OsStr>> FlagValue for Option<T> {
-    fn type_name(&self) -> &'static str {
-        "string"
-    }
     fn set(&mut self, text: String) -> Result<(), &'static str> {
         *self = non_empty(text).map(T::from);
         Ok(())
