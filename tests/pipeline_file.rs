@@ -80,18 +80,6 @@ fn gz(data: &[u8]) -> Vec<u8> {
     e.finish().unwrap()
 }
 
-fn xz(data: &[u8]) -> Vec<u8> {
-    let stream = liblzma::stream::MtStreamBuilder::new()
-        .threads(2)
-        .block_size(1 << 20)
-        .preset(0)
-        .encoder()
-        .unwrap();
-    let mut e = liblzma::write::XzEncoder::new_stream(Vec::new(), stream);
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
-}
-
 fn zst(data: &[u8]) -> Vec<u8> {
     let mut e = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
     e.include_checksum(true).unwrap();
@@ -187,10 +175,12 @@ fn truncated_and_trailing_streams_fail_and_leave_an_empty_gpt() {
             },
             "truncated",
         ),
+        // The decoder's end (and its check for trailing data) is the same for every format:
+        // `image::format`'s damaged_streams_are_errors has each format's.
         (
-            "trailing after xz",
+            "trailing after gz",
             {
-                let mut c = xz(&img);
+                let mut c = gz(&img);
                 c.extend_from_slice(b"junk");
                 c
             },
