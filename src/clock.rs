@@ -423,15 +423,12 @@ impl dyn Clock + '_ {
             };
             tries.failures += 1;
             let failures = tries.failures;
-            let permitted = schedule.permits(&failure, failures);
-            let retries = match &failure {
-                Failure::RetryWithin(n, _) => Some(*n),
-                _ => schedule.retries,
-            };
-            let error = match failure {
+            let (error, retries) = match failure {
                 Failure::Fatal(error) => return Err(WaitError::Fatal { failures, error }),
-                Failure::Retry(error) | Failure::RetryWithin(_, error) => error,
+                Failure::Retry(error) => (error, schedule.retries),
+                Failure::RetryWithin(n, error) => (error, Some(n)),
             };
+            let permitted = retries.is_none_or(|n| failures <= n);
             let now = self.now();
             let ticks = matches!(schedule.delay, Delay::Ticks(_));
             let delay = match schedule.delay {
