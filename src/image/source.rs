@@ -145,18 +145,6 @@ fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
     builder.build().context("building the HTTP client")
 }
 
-/// Describe a reqwest error with its causes (reqwest's Display hides the interesting part).
-fn chain(e: &reqwest::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
-}
-
 /// A request or read that failed, and whether to try again.
 type Attempt<T> = Result<T, Failure<anyhow::Error>>;
 
@@ -245,7 +233,8 @@ impl HttpSource {
         let result = self.rt.block_on(req.send());
         let resp = match result {
             Ok(r) => r,
-            Err(e) => return retry(format!("GET {}: {}", self.url, chain(&e))),
+            // `{:#}`: with its causes (reqwest's own Display hides the interesting part).
+            Err(e) => return retry(format!("GET {}: {:#}", self.url, anyhow!(e))),
         };
         let status = resp.status();
         let code = status.as_u16();
@@ -326,7 +315,7 @@ impl HttpSource {
                         return Ok(Some(chunk.len()));
                     }
                     Ok(Ok(None)) => return Ok(None),
-                    Ok(Err(e)) => return Err(chain(&e)),
+                    Ok(Err(e)) => return Err(format!("{:#}", anyhow!(e))),
                     Err(_) => {
                         waited += slice;
                         if waited >= idle {
