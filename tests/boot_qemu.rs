@@ -19,7 +19,6 @@ mod guest_parts;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
-use common::http_server::TestServer;
 use common::images::{pattern, sha256_hex};
 use common::live_ns::LiveLayout;
 use common::root::{have_root, run, text, Ext4, LoopDev};
@@ -436,22 +435,6 @@ fn assert_boots(dev: &Path, spec: &ImageSpec, inputs: &Inputs, (partitions, last
         "{problems:#?}\n{}",
         booted.transcript()
     );
-}
-
-#[test]
-fn boots_after_writing_gz_over_http() {
-    if !runnable("boots_after_writing_gz_over_http") {
-        return;
-    }
-    let set = images(512);
-    let srv = TestServer::start();
-    let url = srv.serve_file("/rhcos.raw.gz", &set.gz.path);
-    let dev = LoopDev::new(set.raw.size + EXTRA, 512);
-    let inputs = Inputs::new();
-    let mut args = vec!["--image-url".into(), url, "--sha256".into(), set.gz.sha256];
-    args.extend(inputs.args());
-    write_image(Command::new(BIN), &args, &dev.path);
-    assert_boots(&dev.path, &set.spec, &inputs, (4, "root"));
 }
 
 /// The normal source on a real host: the live image's osmet file and OSTree objects.
