@@ -2,9 +2,9 @@
 //! real `coreos-installer pack osmet` 0.27.0 (see `testdata/live_fixture.rs`): the live layout
 //! mounted as a live system has it (a private mount namespace with /sysroot and
 //! /run/coreos-installer/osmet). The written disk must be the raw image byte for byte outside the
-//! GPT areas, which also vouches for the fixture (its osmet file, raw image and objects agree). The same files through --osmet-dir/--ostree-repo are in `postinstall_loop.rs`;
-//! `--offline` and the failures (a changed or missing object, the wrong sector size, unusable
-//! files) in `offline_file.rs`.
+//! GPT areas, which also vouches for the fixture (its osmet file, raw image and objects agree).
+//! The same files through --osmet-dir/--ostree-repo are in `postinstall_loop.rs`; the failures
+//! (a changed or missing object, the wrong sector size, unusable files) in `offline_file.rs`.
 
 mod common;
 #[path = "../testdata/coreos_image.rs"]
@@ -52,16 +52,24 @@ fn offline_write_on_a_live_system(ss: u64) {
     let fx = fixture(ss);
     let dev = target(&fx);
     let live = LiveLayout::new(&fx.sysroot, std::slice::from_ref(&fx.osmet));
-    let out = live.command(BIN).arg("write-image").arg(&dev.path).output();
+    // --offline is accepted (coreos-installer's flag); nothing is ever downloaded.
+    let mut cmd = live.command(BIN);
+    let out = cmd
+        .args(["write-image", "--offline"])
+        .arg(&dev.path)
+        .output();
     let out = out.unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    let osmet = format!(
+        "/run/coreos-installer/osmet/{}",
+        fx.osmet.file_name().unwrap().to_str().unwrap()
+    );
     assert!(
         stderr.contains(&format!(
-            "installing {} x86_64 ({ss}-byte sectors) from /run/coreos-installer/osmet/{}",
-            fx.description,
-            fx.osmet.file_name().unwrap().to_str().unwrap()
+            "installing {} x86_64 ({ss}-byte sectors) from {osmet}",
+            fx.description
         )),
         "{stderr}"
     );
@@ -75,7 +83,7 @@ fn offline_write_on_a_live_system(ss: u64) {
         stdout.contains(&format!(
             "sha256 of the image: {} (verified against the osmet checksum)",
             fx.raw_sha256
-        )),
+        )) && stdout.contains(&format!("rebuilt from {osmet}")),
         "{stdout}"
     );
     assert_is_the_raw_image(&dev, &fx);
