@@ -153,36 +153,28 @@ mod tests {
         String::from_utf8(text).unwrap()
     }
 
-    fn mountpoint() -> (tempfile::TempDir, PathBuf) {
-        let parent = tempfile::tempdir().unwrap();
-        let dir = parent.path().join("mnt");
-        std::fs::create_dir(&dir).unwrap();
-        (parent, dir)
-    }
-
     #[test]
-    fn the_explicit_unmount_leaves_nothing_for_drop_to_warn_about() {
-        let (_parent, dir) = mountpoint();
-        let guard = Mounted {
-            dir: dir.clone(),
-            mounted: false,
-            armed: true,
-        };
-        let warned = warnings_during(|| guard.finish().unwrap());
-        assert!(!dir.exists(), "the mountpoint is removed");
-        assert_eq!(warned, "", "no second removal after the explicit unmount");
-    }
-
-    #[test]
-    fn a_guard_dropped_without_finishing_removes_the_mountpoint() {
-        let (_parent, dir) = mountpoint();
-        let guard = Mounted {
-            dir: dir.clone(),
-            mounted: false,
-            armed: true,
-        };
-        let warned = warnings_during(|| drop(guard));
-        assert!(!dir.exists(), "the mountpoint is removed");
-        assert_eq!(warned, "");
+    fn the_mountpoint_is_removed_once_by_finish_or_by_drop() {
+        for finish in [true, false] {
+            let parent = tempfile::tempdir().unwrap();
+            let dir = parent.path().join("mnt");
+            std::fs::create_dir(&dir).unwrap();
+            let guard = Mounted {
+                dir: dir.clone(),
+                mounted: false,
+                armed: true,
+            };
+            // After the explicit unmount, drop has nothing left to do: no second removal to
+            // warn about.
+            let warned = warnings_during(|| {
+                if finish {
+                    guard.finish().unwrap()
+                } else {
+                    drop(guard)
+                }
+            });
+            assert!(!dir.exists(), "the mountpoint is removed");
+            assert_eq!(warned, "", "finish: {finish}");
+        }
     }
 }
