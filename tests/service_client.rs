@@ -1,4 +1,4 @@
-//! The assisted-service client against the in-process fake service: request shapes, auth and
+//! The assisted-service client against the fake service: request shapes, auth and
 //! request-id headers, the retry classes, downloads, and that the token never leaks.
 
 mod common;
@@ -68,8 +68,8 @@ fn closed_port() -> SocketAddr {
 
 /// Every operation of the trait: its request (method, path below the base path, query, body),
 /// each with the token, its own request id (a v4 UUID) and, for a JSON body, its type and
-/// length; and what the fake recorded. The flow scenarios, which run on the in-memory fake,
-/// rely on these.
+/// length; and what the fake recorded. The flow scenarios, which reach the fake through this
+/// client, rely on these.
 #[test]
 fn every_call_sends_its_request_with_the_token_and_its_own_request_id() {
     let (fake, srv) = served();

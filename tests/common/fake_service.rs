@@ -1,8 +1,7 @@
 #![allow(dead_code)]
-//! The fake assisted-service, one model with two faces: on the socket as an [`App`] of the
-//! test HTTP server (`TestServer::with_app(fake.clone())`: the REST clients, the swagger
-//! contract, the binary), and in memory as an [`InventoryClient`] (the flow scenarios) whose
-//! calls are the requests the REST client would send, answered by the same handler.
+//! The fake assisted-service, an [`App`] of the test HTTP server: served by the test
+//! (`TestServer::with_app(fake.clone())`: the REST clients, the swagger contract, the binary),
+//! or on a server of its own behind the real REST client ([`FakeService::client`], the flows).
 //!
 //! It keeps the service's stage rules: per host, a stage may repeat or move forward in its
 //! role's order (skipping is fine), never backwards, and one outside that order is a 409;
@@ -15,18 +14,15 @@
 //! `complete-installation` and events, each recorded.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use anyhow::{Context, Result};
-use assisted_installer::config::Role;
-use assisted_installer::service::client::{API_BASE_PATH, MAX_PROGRESS_INFO_CHARS};
+use assisted_installer::service::client::API_BASE_PATH;
 use assisted_installer::service::{
-    Cluster, Host, HostStage, InventoryClient, LogsState, LogsType, LogsUpload, ServiceError,
+    ClientConfig, ClientRetry, HostStage, LogsState, LogsType, LogsUpload, ServiceClient,
 };
 use serde_json::{json, Value};
 
-use super::http_server::{App, Reply, Request};
+use super::http_server::{App, Reply, Request, TestServer};
 
 /// Swagger `basePath`.
 pub(crate) const BASE_PATH: &str = API_BASE_PATH;
@@ -80,17 +76,11 @@ pub(crate) fn host_json(
 /// `GET /v2/clusters/{id}?exclude-hosts=false`).
 type HostsScript = Box<dyn FnMut(u64) -> Vec<Value> + Send>;
 
-/// A call the service refuses: its status and `reason`.
-struct Refusal {
-    status: u16,
-    reason: String,
-}
+/// A call the service refuses: its status and `reason`, as the service answers it.
+type Refusal = Reply;
 
 fn refuse<T>(status: u16, reason: impl Into<String>) -> Result<T, Refusal> {
-    Err(Refusal {
-        status,
-        reason: reason.into(),
-    })
+    Err(error_reply(status, &reason.into()))
 }
 
 #[derive(Default)]
@@ -103,7 +93,6 @@ struct Progress {
 #[derive(Default)]
 struct State {
     token: String,
-    calls: Vec<String>,
     progress: HashMap<String, Progress>,
     roles: HashMap<String, String>,
     /// What the downloads serve, by kind (`ignition` by host id, `files` and `credentials` by
@@ -134,12 +123,13 @@ struct State {
 #[derive(Clone)]
 pub(crate) struct FakeService {
     state: Arc<Mutex<State>>,
+    /// Serves `state` to [`FakeService::client`]s; started by the first, closed with the last
+    /// clone (the server's own clone has none).
+    served: Arc<OnceLock<TestServer>>,
 }
 
 /// What the fake holds or recorded, each as a getter of the same name (recordings in order).
-/// `calls` are the calls made in memory, as `METHOD /path?query` below the base path (the
-/// socket's requests are in the server's log); `*_logs_reports` are (host or cluster id,
-/// logs_state); the controller's records (finalizing stages, operator reports, ingress CA
+/// `*_logs_reports` are (host or cluster id, logs_state); the controller's records (finalizing stages, operator reports, ingress CA
 /// PEMs, `complete-installation` bodies, events) are the accepted bodies.
 macro_rules! getters {
     ($($name:ident: $t:ty,)*) => {
@@ -153,7 +143,6 @@ macro_rules! getters {
 
 getters! {
     token: String,
-    calls: Vec<String>,
     host_logs_reports: Vec<(String, String)>,
     cluster_logs_reports: Vec<(String, String)>,
     uploads: Vec<LogsUpload>,
@@ -172,7 +161,43 @@ impl FakeService {
         };
         FakeService {
             state: Arc::new(Mutex::new(state)),
+            served: Arc::default(),
         }
+    }
+
+    /// The REST client (without retries) of this fake, served on a socket of its own.
+    pub(crate) fn client(&self) -> Arc<ServiceClient> {
+        let srv = self.served.get_or_init(|| {
+            let state = self.state.clone();
+            TestServer::with_app(FakeService {
+                state,
+                served: Arc::default(),
+            })
+        });
+        let retry = ClientRetry {
+            min_retries: 0,
+            max_retries: 0,
+            ..ClientRetry::installer()
+        };
+        let config = ClientConfig {
+            url: srv.base_url(),
+            token: self.token(),
+            retry,
+            ..ClientConfig::default()
+        };
+        Arc::new(ServiceClient::new(config).expect("the fake's client"))
+    }
+
+    /// The requests of the [`FakeService::client`]s, as `METHOD /path[?query]` below the base
+    /// path.
+    pub(crate) fn calls(&self) -> Vec<String> {
+        let requests = self.served.get().map(TestServer::requests);
+        let line = |r: &super::http_server::RequestLog| {
+            let path = r.path.strip_prefix(BASE_PATH).unwrap_or(&r.path);
+            let query = (!r.query.is_empty()).then(|| format!("?{}", r.query));
+            format!("{} {path}{}", r.method, query.unwrap_or_default())
+        };
+        requests.unwrap_or_default().iter().map(line).collect()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -264,64 +289,6 @@ impl FakeService {
     /// The monitored operators (swagger `monitored-operator` objects); reports update them.
     pub(crate) fn set_operators(&self, operators: Vec<Value>) {
         self.state().operators = operators;
-    }
-
-    /// One in-memory call, answered as on the socket (with the token): recorded, and a
-    /// refusal turned into the error the REST client gives for it. The body is JSON unless a
-    /// content type is given.
-    fn call(
-        &self,
-        name: &'static str,
-        method: &str,
-        path: String,
-        content_type: Option<String>,
-        body: Vec<u8>,
-    ) -> Result<Vec<u8>> {
-        let token = {
-            let mut state = self.state();
-            state.calls.push(format!("{method} {path}"));
-            state.token.clone()
-        };
-        let (api_path, query) = path.split_once('?').unwrap_or((&path, ""));
-        let content_type = content_type.unwrap_or("application/json".into());
-        let request = Request {
-            method: method.to_string(),
-            path: format!("{BASE_PATH}{api_path}"),
-            query: query.to_string(),
-            headers: vec![
-                ("x-secret-key".into(), token),
-                ("content-type".into(), content_type),
-            ],
-            body,
-        };
-        let refusal = match self.route(&request) {
-            Ok(reply) => return Ok(reply.body),
-            Err(refusal) => refusal,
-        };
-        Err(ServiceError {
-            call: name,
-            method: method.to_string(),
-            path,
-            status: Some(refusal.status),
-            reason: refusal.reason,
-            attempts: 1,
-        }
-        .into())
-    }
-
-    fn call_json(&self, name: &'static str, method: &str, path: String, body: Value) -> Result<()> {
-        let body = serde_json::to_vec(&body).unwrap();
-        self.call(name, method, path, None, body).map(drop)
-    }
-
-    fn get<T: serde::de::DeserializeOwned>(&self, name: &'static str, path: String) -> Result<T> {
-        let body = self.call(name, "GET", path, None, Vec::new())?;
-        Ok(serde_json::from_slice(&body)?)
-    }
-
-    fn download(&self, name: &'static str, path: String, dest: &Path) -> Result<()> {
-        let bytes = self.call(name, "GET", path, None, Vec::new())?;
-        std::fs::write(dest, bytes).with_context(|| format!("writing {}", dest.display()))
     }
 }
 
@@ -489,83 +456,6 @@ fn complete_host(mut host: Value) -> Value {
         }
     }
     host
-}
-
-impl InventoryClient for FakeService {
-    fn update_host_progress(
-        &self,
-        infra_env_id: &str,
-        host_id: &str,
-        stage: HostStage,
-        info: &str,
-    ) -> Result<()> {
-        // The REST client cuts what the service's varchar cannot hold.
-        let info: String = info.chars().take(MAX_PROGRESS_INFO_CHARS).collect();
-        let path = format!("/v2/infra-envs/{infra_env_id}/hosts/{host_id}/progress");
-        let body = json!({"current_stage": stage.to_string(), "progress_info": info});
-        self.call_json("UpdateHostInstallProgress", "PUT", path, body)
-    }
-
-    fn download_host_ignition(&self, infra_env_id: &str, host_id: &str, dest: &Path) -> Result<()> {
-        let path = format!("/v2/infra-env/{infra_env_id}/hosts/{host_id}/downloads/ignition");
-        self.download("DownloadHostIgnition", path, dest)
-    }
-
-    fn download_cluster_file(&self, cluster_id: &str, file_name: &str, dest: &Path) -> Result<()> {
-        let path = format!("/v2/clusters/{cluster_id}/downloads/files?file_name={file_name}");
-        self.download("DownloadClusterFiles", path, dest)
-    }
-
-    fn get_cluster(&self, cluster_id: &str, exclude_hosts: bool) -> Result<Cluster> {
-        let path = format!("/v2/clusters/{cluster_id}?exclude-hosts={exclude_hosts}");
-        self.get("GetCluster", path)
-    }
-
-    fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&Role>) -> Result<Vec<Host>> {
-        let query = role
-            .map(|r| format!("?role={}", r.as_str()))
-            .unwrap_or_default();
-        self.get(
-            "ListClusterHosts",
-            format!("/v2/clusters/{cluster_id}/hosts{query}"),
-        )
-    }
-
-    fn update_host_logs_progress(
-        &self,
-        infra_env_id: &str,
-        host_id: &str,
-        state: LogsState,
-    ) -> Result<()> {
-        let path = format!("/v2/infra-envs/{infra_env_id}/hosts/{host_id}/logs-progress");
-        let body = json!({"logs_state": state.to_string()});
-        self.call_json("UpdateHostLogsProgress", "PUT", path, body)
-    }
-
-    fn update_cluster_logs_progress(&self, cluster_id: &str, state: LogsState) -> Result<()> {
-        let path = format!("/v2/clusters/{cluster_id}/logs-progress");
-        let body = json!({"logs_state": state.to_string()});
-        self.call_json("UpdateClusterLogsProgress", "PUT", path, body)
-    }
-
-    fn upload_logs(&self, upload: &LogsUpload) -> Result<()> {
-        let mut query = format!("logs_type={}", upload.logs_type.as_str());
-        if let Some((infra_env_id, host_id)) = &upload.host {
-            query.push_str(&format!("&infra_env_id={infra_env_id}&host_id={host_id}"));
-        }
-        let path = format!("/v2/clusters/{}/logs?{query}", upload.cluster_id);
-        // A boundary no archive holds by chance.
-        let boundary = uuid::Uuid::new_v4().simple().to_string();
-        let part = format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"upfile\"; filename=\"{}\"\r\n\r\n",
-            upload.file_name
-        );
-        let end = format!("\r\n--{boundary}--\r\n");
-        let body = [part.as_bytes(), &upload.data, end.as_bytes()].concat();
-        let content_type = Some(format!("multipart/form-data; boundary={boundary}"));
-        self.call("V2UploadLogs", "POST", path, content_type, body)
-            .map(drop)
-    }
 }
 
 /// The first part of a multipart/form-data body with a `filename`: (file name, bytes).
@@ -801,7 +691,6 @@ impl FakeService {
 
 impl App for FakeService {
     fn handle(&self, req: &Request) -> Reply {
-        self.route(req)
-            .unwrap_or_else(|r| error_reply(r.status, &r.reason))
+        self.route(req).unwrap_or_else(|refusal| refusal)
     }
 }
