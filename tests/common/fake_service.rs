@@ -592,11 +592,8 @@ impl FakeService {
                 Ok(Reply::empty(204))
             }
             ("POST", ["v2", "clusters", cluster, "logs"]) => {
-                let logs_type = match query("logs_type").as_deref() {
-                    Some("host") => LogsType::Host,
-                    Some("controller") => LogsType::Controller,
-                    other => return refuse(400, format!("logs_type: {other:?}")),
-                };
+                let logs_type = query("logs_type").unwrap_or_default().parse::<LogsType>();
+                let logs_type = logs_type.or_else(|e| refuse(400, e.to_string()))?;
                 let Some((file_name, data)) = multipart_file(req) else {
                     return refuse(400, "a log upload is multipart/form-data with a file part");
                 };
