@@ -12,7 +12,7 @@ use assisted_installer::service::{
     ClientConfig, ClientRetry, HostStage, InventoryClient, LogsState, LogsType, LogsUpload,
     ServiceClient, ServiceError,
 };
-use common::fake_service::{host_json, FakeService, BASE_PATH, DEFAULT_TOKEN};
+use common::fake_service::{host_json, FakeService, BASE_PATH};
 use common::http_server::{RequestLog, TestServer};
 
 const CLUSTER: &str = "3f8e9d2c-1b4a-4c5d-8e6f-7a8b9c0d1e2f";
@@ -258,27 +258,6 @@ fn transient_errors_then_success() {
         .unwrap();
     let statuses: Vec<u16> = srv.requests().iter().map(|c| c.status).collect();
     assert_eq!(statuses, [500, 503, 200]);
-    assert_eq!(fake.progress_reports(HOST).len(), 1);
-}
-
-#[test]
-fn a_server_that_comes_up_later_is_reached() {
-    let addr = closed_port();
-    let url = format!("http://{addr}");
-    let worker = std::thread::spawn(move || {
-        let retry = ClientRetry {
-            min_retries: 10,
-            max_retries: 360,
-            delay_base: Duration::from_millis(10),
-            delay_cap: Duration::from_millis(40),
-        };
-        let c = client_for(&url, DEFAULT_TOKEN, retry);
-        c.update_host_progress(IE, HOST, HostStage::StartingInstallation, "master")
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    let fake = FakeService::new();
-    let _srv = TestServer::with_app_on(addr, fake.clone());
-    worker.join().unwrap().unwrap();
     assert_eq!(fake.progress_reports(HOST).len(), 1);
 }
 

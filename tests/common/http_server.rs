@@ -264,7 +264,7 @@ impl TestServer {
         Self::launch(LOCALHOST.into(), Some(Arc::new(app)), None)
     }
 
-    /// As [`TestServer::with_app`] on a given address (e.g. one a client is already trying).
+    /// As [`TestServer::with_app`] on a given address (the standalone fake service's).
     pub(crate) fn with_app_on(addr: SocketAddr, app: impl App) -> TestServer {
         Self::launch(addr, Some(Arc::new(app)), None)
     }
