@@ -32,9 +32,8 @@ fn client_for(url: &str, token: &str, retry: ClientRetry) -> ServiceClient {
     ServiceClient::new(ClientConfig {
         url: url.to_string(),
         token: token.to_string(),
-        insecure: false,
-        cacert: None,
         retry,
+        ..ClientConfig::default()
     })
     .unwrap()
 }
