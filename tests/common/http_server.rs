@@ -35,8 +35,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-/// How long a [`Fault::StallAfter`] answer keeps its socket open (unless the server is dropped).
-const STALL_LIMIT: Duration = Duration::from_secs(60);
 /// File bodies go out in chunks of this size (on loopback 1 MiB beats smaller ones).
 const COPY_CHUNK: usize = 1 << 20;
 
@@ -55,7 +53,7 @@ pub(crate) enum Fault {
     Status(u16),
     /// Send the headers (with the full `Content-Length`), N body bytes, then close the socket.
     CutAfter(u64),
-    /// Send N body bytes, then nothing, keeping the socket open for a minute.
+    /// Send N body bytes, then nothing, keeping the socket open until the server is dropped.
     StallAfter(u64),
     /// Answer 200 with the whole body even when a `Range` header is present.
     IgnoreRange,
@@ -619,9 +617,8 @@ enum Then {
     Finish,
     /// Close the connection once what was sent has been flushed.
     Cut,
-    /// Send nothing more until [`STALL_LIMIT`].
+    /// Send nothing more.
     Stall,
-    Stalled,
 }
 
 /// A route's body, chunk by chunk, with its faults.
@@ -664,25 +661,16 @@ impl Body for ResourceBody {
                 this.timer = None;
             }
             if this.pos == this.end {
-                let wait = match this.then {
-                    Then::Finish => return Poll::Ready(None),
-                    // Not an error, on which hyper drops the connection with what it has not
-                    // written yet: the socket closes after hyper's next flush, which follows
-                    // this poll.
-                    Then::Cut => {
-                        this.probe.hang_up.store(true, Ordering::SeqCst);
-                        return Poll::Pending;
-                    }
-                    Then::Stall => {
-                        this.then = Then::Stalled;
-                        STALL_LIMIT
-                    }
-                    Then::Stalled => {
-                        return Poll::Ready(Some(Err(io::Error::other("stalled too long"))))
-                    }
+                // A cut is not an error, on which hyper would drop the connection with what it
+                // has not written yet: the socket closes after hyper's next flush, which follows
+                // this poll.
+                if this.then == Then::Cut {
+                    this.probe.hang_up.store(true, Ordering::SeqCst);
+                }
+                return match this.then {
+                    Then::Finish => Poll::Ready(None),
+                    Then::Cut | Then::Stall => Poll::Pending,
                 };
-                this.timer = Some(Box::pin(tokio::time::sleep(wait)));
-                continue;
             }
             if let Some((rate, began)) = this.throttle {
                 let due = began + Duration::from_secs_f64(this.sent as f64 / rate as f64);
