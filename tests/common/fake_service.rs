@@ -242,7 +242,7 @@ impl FakeService {
         self.state().cluster.extend(map);
     }
 
-    /// A fixed host list (the fields swagger requires are filled in when served).
+    /// A fixed host list (of [`host_json`]s, which have the fields swagger requires).
     pub(crate) fn set_hosts(&self, hosts: Vec<Value>) {
         let mut state = self.state();
         state.hosts = hosts;
@@ -393,11 +393,11 @@ impl State {
             Some(script) => script(n),
             None => self.hosts.clone(),
         };
-        let hosts = hosts.into_iter().map(complete_host);
         if !self.hosts_follow_progress {
-            return hosts.collect();
+            return hosts;
         }
         hosts
+            .into_iter()
             .map(|mut host| {
                 let id = host["id"].as_str().unwrap_or_default().to_string();
                 if let Some(stage) = self.progress.get(&id).and_then(|p| p.current) {
@@ -441,21 +441,6 @@ impl State {
         }
         cluster
     }
-}
-
-/// Fills in the fields swagger marks required, so that answers validate.
-fn complete_host(mut host: Value) -> Value {
-    let id = host["id"]
-        .as_str()
-        .unwrap_or("00000000-0000-4000-8000-000000000000");
-    let required = json!({"kind": "Host", "id": id, "href": format!("{BASE_PATH}/v2/hosts/{id}"),
-        "status": "installing-in-progress", "status_info": ""});
-    if let (Value::Object(map), Value::Object(required)) = (&mut host, required) {
-        for (field, value) in required {
-            map.entry(field).or_insert(value);
-        }
-    }
-    host
 }
 
 /// The first part of a multipart/form-data body with a `filename`: (file name, bytes).
