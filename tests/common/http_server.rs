@@ -15,8 +15,9 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fs::File;
 use std::future::Future;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
 use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -682,14 +683,11 @@ impl Body for ResourceBody {
             }
             let want = this.chunk.min((this.end - this.pos) as usize);
             let range = this.pos..this.pos + want as u64;
-            let mut data = match &mut this.source {
+            let mut data = match &this.source {
                 Source::Bytes(b) => b[range.start as usize..range.end as usize].to_vec(),
                 Source::File(f) => {
                     let mut buf = vec![0u8; want];
-                    let read = f
-                        .seek(SeekFrom::Start(this.pos))
-                        .and_then(|_| f.read_exact(&mut buf));
-                    if let Err(e) = read {
+                    if let Err(e) = f.read_exact_at(&mut buf, this.pos) {
                         return Poll::Ready(Some(Err(e)));
                     }
                     buf
