@@ -443,31 +443,23 @@ impl State {
     }
 }
 
-/// The first part of a multipart/form-data body with a `filename`: (file name, bytes).
+/// The file of a multipart/form-data body (the first `filename`): (file name, bytes).
 fn multipart_file(req: &Request) -> Option<(String, Vec<u8>)> {
     let content_type = req
         .header("content-type")?
         .strip_prefix("multipart/form-data")?;
     let (_, boundary) = content_type.split_once("boundary=")?;
-    let (body, delimiter) = (&req.body, format!("--{}", boundary.trim_matches('"')));
-    let find = |hay: &[u8], needle: &[u8], from: usize| {
-        hay[from..]
-            .windows(needle.len())
-            .position(|w| w == needle)
-            .map(|i| i + from)
+    let (body, delimiter) = (&req.body, format!("\r\n--{}", boundary.trim_matches('"')));
+    let find = |needle: &[u8], from: usize| {
+        let at = body[from..].windows(needle.len()).position(|w| w == needle);
+        at.map(|i| i + from)
     };
-    let mut at = find(body, delimiter.as_bytes(), 0)?;
-    loop {
-        let headers_start = at + delimiter.len() + 2;
-        let headers_end = find(body, b"\r\n\r\n", headers_start)?;
-        let next = find(body, format!("\r\n{delimiter}").as_bytes(), headers_end)?;
-        let headers = String::from_utf8_lossy(&body[headers_start..headers_end]);
-        if let Some((_, rest)) = headers.split_once("filename=\"") {
-            let name = rest.split('"').next().unwrap_or_default().to_string();
-            return Some((name, body[headers_end + 4..next].to_vec()));
-        }
-        at = next + 2;
-    }
+    let name_at = find(b"filename=\"", 0)? + b"filename=\"".len();
+    let name_end = find(b"\"", name_at)?;
+    let data_at = find(b"\r\n\r\n", name_end)? + 4;
+    let data_end = find(delimiter.as_bytes(), data_at)?;
+    let name = String::from_utf8_lossy(&body[name_at..name_end]).into_owned();
+    Some((name, body[data_at..data_end].to_vec()))
 }
 
 /// Swagger `error` (401 and 403 use `infra_error`, as the spec says).
