@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
 
@@ -52,17 +52,6 @@ fn client(fake: &FakeService, srv: &TestServer) -> ServiceClient {
 /// The path below `/api/assisted-install`.
 fn api_path(call: &RequestLog) -> &str {
     call.path.strip_prefix(BASE_PATH).unwrap()
-}
-
-fn service_error(e: &anyhow::Error) -> &ServiceError {
-    e.downcast_ref::<ServiceError>()
-        .unwrap_or_else(|| panic!("not a ServiceError: {e:#}"))
-}
-
-/// A port on 127.0.0.1 with nothing listening.
-fn closed_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
 }
 
 /// Every operation of the trait: its request (method, path below the base path, query, body),
@@ -233,7 +222,7 @@ fn failed_calls_are_retried_by_class() {
         let (fake, srv) = served();
         let dir = tempfile::tempdir().unwrap();
         let err = call(&fake, &srv, dir.path()).unwrap_err();
-        let se = service_error(&err);
+        let se = err.downcast_ref::<ServiceError>().expect("a ServiceError");
         assert_eq!((se.status, se.attempts), (Some(status), attempts), "{err}");
         assert_eq!(err.to_string(), text);
         let calls = srv.requests();
@@ -375,7 +364,12 @@ fn the_token_never_appears_in_errors_debug_or_logs() {
         fake.fail_path("/hosts", 503);
         let e = c.list_cluster_hosts(CLUSTER, None).unwrap_err();
         texts.push(format!("{e:#} {e:?}"));
-        let closed = client_for(&format!("http://{}", closed_port()), token, fast_retry(1));
+        // A port on 127.0.0.1 with nothing listening.
+        let closed_port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let closed = client_for(&format!("http://{closed_port}"), token, fast_retry(1));
         let e = closed.get_cluster(CLUSTER, true).unwrap_err();
         texts.push(format!("{e:#} {e:?}"));
     }
