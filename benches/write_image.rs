@@ -329,7 +329,7 @@ fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
         cacert: None,
     };
     let url = f.server.url("/gz");
-    let flow = FlowBuilder::new("master", dir.path(), Arc::new(svc), Arc::new(writer))
+    let flow = FlowBuilder::new("master", dir.path(), svc.client(), Arc::new(writer))
         .cfg(|c| {
             c.boot_device = f.target.path.clone();
             c.control_plane_count = 1;

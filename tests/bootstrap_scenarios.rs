@@ -1,4 +1,4 @@
-//! The bootstrap and single-node flows against the in-memory fakes of the assisted-service and
+//! The bootstrap and single-node flows against the fakes of the assisted-service and
 //! of the Kubernetes API, with recorded host commands and a scripted disk writer: the Go
 //! installer test suite's bootstrap and single-node scenarios.
 
@@ -135,7 +135,7 @@ impl Harness {
         }
     }
 
-    /// The flow of the host, with the in-memory service and Kubernetes API, on the fake clock
+    /// The flow of the host, with the fake service and Kubernetes API, on the fake clock
     /// (scenarios that change the cluster while the flow waits do it through [`OnTheClock`]).
     fn flow(&self, role: &str, control_plane_count: i64) -> FlowBuilder {
         self.builder(role)
@@ -149,7 +149,7 @@ impl Harness {
         FlowBuilder::new(
             role,
             self.dir.path(),
-            Arc::new(self.svc.clone()),
+            self.svc.client(),
             self.writer.clone(),
         )
         .cfg(|c| c.mco_image = MCO.into())

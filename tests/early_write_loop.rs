@@ -1,4 +1,4 @@
-//! The single-node early write for real (root): a dry-run host, the in-memory fake
+//! The single-node early write for real (root): a dry-run host, the fake
 //! assisted-service, the image over HTTP, the in-process writer onto a loop device. The image
 //! must be on the disk (with the disk still unbootable) before bootkube completes, and the
 //! final disk must hold the merged Ignition.
@@ -51,30 +51,25 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
         stop: Cancel::new(),
         cacert: None,
     };
-    let flow = FlowBuilder::new(
-        "master",
-        dir.path(),
-        Arc::new(svc.clone()),
-        Arc::new(writer),
-    )
-    .cfg(|c| c.boot_device = dev.path.clone())
-    .cfg(|c| c.control_plane_count = 1)
-    .cfg(|c| c.dry_run = true)
-    .installer_args(&[
-        "--image-url",
-        &url,
-        "--sha256",
-        &set.gz.sha256,
-        "--append-karg",
-        "early.write=1",
-    ])
-    .reboot(Arc::new(FakeReboot::new(&marker)))
-    .clock(Arc::new(SystemClock))
-    .intervals(Intervals {
-        poll: Duration::from_millis(20),
-        slow_poll: Duration::from_millis(100),
-    })
-    .build();
+    let flow = FlowBuilder::new("master", dir.path(), svc.client(), Arc::new(writer))
+        .cfg(|c| c.boot_device = dev.path.clone())
+        .cfg(|c| c.control_plane_count = 1)
+        .cfg(|c| c.dry_run = true)
+        .installer_args(&[
+            "--image-url",
+            &url,
+            "--sha256",
+            &set.gz.sha256,
+            "--append-karg",
+            "early.write=1",
+        ])
+        .reboot(Arc::new(FakeReboot::new(&marker)))
+        .clock(Arc::new(SystemClock))
+        .intervals(Intervals {
+            poll: Duration::from_millis(20),
+            slow_poll: Duration::from_millis(100),
+        })
+        .build();
     // Plays bootkube: it finishes only once the image's last megabytes are on the disk, while
     // the disk still has no bootable partition table.
     let watch_dev = dev.path.clone();

@@ -1,7 +1,7 @@
-//! The entrypoint's dry-run master installs against the standalone fake assisted-service (the
-//! `fake-assisted-service` example) as a process, as a guest without a network runs it, onto a
-//! disk-image file (root: the entrypoint keeps the Ignition config in /opt/install-dir), the
-//! report holding the exact Go stage sequence (with the registry copy for an appliance master).
+//! The entrypoint's dry-run appliance master install against the standalone fake
+//! assisted-service (the `fake-assisted-service` example) as a process, as a guest without a
+//! network runs it, onto a disk-image file (root: the entrypoint keeps the Ignition config in
+//! /opt/install-dir), the report holding the exact Go stage sequence with the registry copy.
 
 mod common;
 #[path = "../testdata/coreos_image.rs"]
@@ -156,34 +156,23 @@ fn install_master(installer_args: &str, host_root: &Path) -> ServiceReport {
     report
 }
 
-/// The test image's gz and its digest, as `--installer-args` naming it at `host_path`.
-fn image_args(host_path: &Path) -> String {
-    let set = cached_image_set(&ImageSpec::test(512)).unwrap();
-    serde_json::to_string(&[
-        "--image-file",
-        host_path.to_str().unwrap(),
-        "--sha256",
-        &set.gz.sha256,
-    ])
-    .unwrap()
-}
-
+/// An appliance master (the host has the registry marker, and the image) against the service
+/// process. A plain master against the fake in the test process, onto a loop device:
+/// entrypoint_e2e.rs's `dry_run_master_writes_a_bootable_disk_with_the_served_ignition`.
 #[test]
-fn dry_run_masters_against_the_service_process_report_the_go_stages() {
-    if !have_root("dry_run_masters_against_the_service_process_report_the_go_stages") {
+fn a_dry_run_appliance_master_against_the_service_process_reports_the_go_stages() {
+    if !have_root("a_dry_run_appliance_master_against_the_service_process_reports_the_go_stages") {
         return;
     }
     let set = cached_image_set(&ImageSpec::test(512)).unwrap();
-    let report = install_master(&image_args(&set.gz.path), Path::new("/"));
-    assert_master_stages(&report.progress, false);
-    assert_eq!(report.current_stage.as_deref(), Some("Rebooting"));
-    // An appliance master: the host has the registry marker, and the image.
     let host_root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     std::fs::create_dir_all(host_root.path().join("run/media/iso/registry")).unwrap();
     let image: PathBuf = host_root.path().join("image.raw.gz");
     if std::fs::hard_link(&set.gz.path, &image).is_err() {
         std::fs::copy(&set.gz.path, &image).unwrap();
     }
-    let report = install_master(&image_args(Path::new("/image.raw.gz")), host_root.path());
+    let args = ["--image-file", "/image.raw.gz", "--sha256", &set.gz.sha256];
+    let report = install_master(&serde_json::to_string(&args).unwrap(), host_root.path());
     assert_master_stages(&report.progress, true);
+    assert_eq!(report.current_stage.as_deref(), Some("Rebooting"));
 }

@@ -1,4 +1,4 @@
-//! The master and worker flows against the in-memory fake assisted-service (which enforces the
+//! The master and worker flows against the fake assisted-service (which enforces the
 //! stage order: 409 on going backwards), with recorded host commands, a fake clock and a
 //! scripted disk writer: the Go installer test suite's master and worker scenarios. Two of them
 //! reach the fake over HTTP through the REST client, whose retries they are about.
@@ -60,9 +60,9 @@ impl Harness {
         }
     }
 
-    /// The flow of a host with this role, talking to the in-memory service.
+    /// The flow of a host with this role, talking to the fake service through its client.
     fn flow(&self, role: &str) -> FlowBuilder {
-        self.flow_with(role, Arc::new(self.svc.clone()))
+        self.flow_with(role, self.svc.client())
     }
 
     /// The flow talking to the service through the REST client, over the test server.

@@ -163,23 +163,25 @@ fn a_stalled_body_hits_the_idle_timeout_and_is_resumed() {
     assert_eq!(srv.request_count("/img"), 2);
 }
 
+/// `open` without an answer: a refused connection, once retried; a URL that is not HTTP.
 #[test]
-fn connection_refused_is_retried_then_reported() {
+fn open_fails_after_the_retries_of_a_refused_connection_and_on_other_schemes() {
     // Bind and drop a listener to get a port nobody listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let err = HttpSource::open(
-        &format!("http://127.0.0.1:{port}/img"),
-        &fast(1),
-        &Cancel::new(),
-    )
-    .err()
-    .unwrap()
-    .to_string();
-    assert!(err.contains("giving up after 1 retries"), "{err}");
+    let refused = format!("http://127.0.0.1:{port}/img");
+    for (url, want) in [
+        (refused.as_str(), "giving up after 1 retries"),
+        ("ftp://example/img", "http:// or https://"),
+    ] {
+        let err = HttpSource::open(url, &fast(1), &Cancel::new())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains(want), "{err}");
+    }
 }
 
 #[test]
@@ -211,13 +213,4 @@ fn cancellation_stops_a_backoff_at_once() {
     let err = t.join().unwrap().unwrap();
     assert!(err.contains("cancelled"), "{err}");
     assert!(start.elapsed() < Duration::from_secs(10));
-}
-
-#[test]
-fn urls_that_are_not_http_are_refused() {
-    let err = HttpSource::open("ftp://example/img", &fast(0), &Cancel::new())
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(err.contains("http:// or https://"), "{err}");
 }

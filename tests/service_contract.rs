@@ -257,8 +257,6 @@ fn every_client_request_is_valid_against_the_swagger() {
         ServiceClient::new(ClientConfig {
             url: prism.url(),
             token: fake.token(),
-            insecure: false,
-            cacert: None,
             // Few, fast retries: a validation error must surface, not be retried for an hour.
             retry: ClientRetry {
                 min_retries: 1,
@@ -266,6 +264,7 @@ fn every_client_request_is_valid_against_the_swagger() {
                 delay_base: Duration::from_millis(10),
                 delay_cap: Duration::from_millis(10),
             },
+            ..ClientConfig::default()
         })
         .unwrap(),
     );

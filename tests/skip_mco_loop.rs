@@ -183,24 +183,19 @@ fn the_root_partition_grows_as_go_computes_and_the_image_is_deployed_onto_the_mo
         stop: Cancel::new(),
         cacert: None,
     };
-    let flow = FlowBuilder::new(
-        "master",
-        dir.path(),
-        Arc::new(svc.clone()),
-        Arc::new(writer),
-    )
-    .cfg(|c| c.boot_device = dev.path.clone())
-    .commands(commands.clone())
-    .clock(Arc::new(FakeClock::new()))
-    .reboot(Arc::new(FakeReboot::new(dir.path().join("rebooted"))))
-    .installer_args(&[
-        "--image-file",
-        raw.to_str().unwrap(),
-        "--append-karg",
-        "installer.karg=1",
-    ])
-    .cfg(|c| c.enable_skip_mco_reboot = true)
-    .build();
+    let flow = FlowBuilder::new("master", dir.path(), svc.client(), Arc::new(writer))
+        .cfg(|c| c.boot_device = dev.path.clone())
+        .commands(commands.clone())
+        .clock(Arc::new(FakeClock::new()))
+        .reboot(Arc::new(FakeReboot::new(dir.path().join("rebooted"))))
+        .installer_args(&[
+            "--image-file",
+            raw.to_str().unwrap(),
+            "--append-karg",
+            "installer.karg=1",
+        ])
+        .cfg(|c| c.enable_skip_mco_reboot = true)
+        .build();
     let thaw = Thaw {
         mnt: mnt.clone(),
         partitions: [

@@ -152,7 +152,7 @@ impl Harness {
     }
 
     fn flow(&self, role: &str, writer: Arc<dyn DiskWriter>) -> FlowBuilder {
-        FlowBuilder::new(role, self.dir.path(), Arc::new(self.svc.clone()), writer)
+        FlowBuilder::new(role, self.dir.path(), self.svc.client(), writer)
             .commands(self.runner.clone())
             .clock(self.clock.clone())
             .installer_args(&["--append-karg", "nameserver=8.8.8.8"])

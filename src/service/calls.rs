@@ -66,12 +66,9 @@ impl InventoryClient for ServiceClient {
     }
 
     fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&Role>) -> Result<Vec<Host>> {
-        let mut path = format!("/v2/clusters/{}/hosts", encode(cluster_id));
-        if let Some(role) = role {
-            path.push_str("?role=");
-            path.push_str(&encode(role.as_str()));
-        }
-        self.get_json("ListClusterHosts", path)
+        let query = role.map(|r| format!("?role={}", encode(r.as_str())));
+        let path = format!("/v2/clusters/{}/hosts", encode(cluster_id));
+        self.get_json("ListClusterHosts", path + &query.unwrap_or_default())
     }
 
     fn update_host_logs_progress(
@@ -108,12 +105,6 @@ impl InventoryClient for ServiceClient {
                 encode(host_id)
             ));
         }
-        self.upload(
-            "V2UploadLogs",
-            path,
-            "upfile",
-            &upload.file_name,
-            &upload.data,
-        )
+        self.upload("V2UploadLogs", path, &upload.file_name, &upload.data)
     }
 }

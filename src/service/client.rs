@@ -143,8 +143,8 @@ struct Call {
     /// Below the base path, already percent-encoded, with the query.
     path: String,
     body: Option<Vec<u8>>,
-    /// A multipart file upload `(field, file name, bytes)`, rebuilt for every attempt.
-    file: Option<(&'static str, String, Vec<u8>)>,
+    /// A multipart file upload `(file name, bytes)`, rebuilt for every attempt.
+    file: Option<(String, Vec<u8>)>,
 }
 
 impl Call {
@@ -278,7 +278,7 @@ impl ServiceClient {
                     .header(ACCEPT, "application/json")
                     .body(body.clone());
             }
-            if let Some((field, file_name, bytes)) = &call.file {
+            if let Some((file_name, bytes)) = &call.file {
                 let part = reqwest::blocking::multipart::Part::bytes(bytes.clone())
                     .file_name(file_name.clone())
                     .mime_str("application/octet-stream")
@@ -287,7 +287,7 @@ impl ServiceClient {
                     })?;
                 request = request
                     .header(ACCEPT, "application/json")
-                    .multipart(reqwest::blocking::multipart::Form::new().part(*field, part));
+                    .multipart(reqwest::blocking::multipart::Form::new().part("upfile", part));
             }
             let no_answer = |reason: String| Failed::Answer {
                 status: None,
@@ -389,17 +389,16 @@ impl ServiceClient {
         })
     }
 
-    /// POSTs `data` as the multipart field `field`, named `file_name`.
+    /// POSTs `data` as the multipart field `upfile` (swagger's), named `file_name`.
     pub(crate) fn upload(
         &self,
         name: &'static str,
         path: String,
-        field: &'static str,
         file_name: &str,
         data: &[u8],
     ) -> Result<()> {
         let call = Call {
-            file: Some((field, file_name.to_string(), data.to_vec())),
+            file: Some((file_name.to_string(), data.to_vec())),
             ..Call::new(name, Method::POST, path)
         };
         self.execute(&call, |_| Ok(()))

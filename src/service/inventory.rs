@@ -7,6 +7,7 @@ use anyhow::Result;
 use super::models::{Cluster, Host};
 use super::stages::{HostStage, LogsState};
 use crate::config::Role;
+use crate::wire::wire_enum;
 
 /// The calls the install flows make to the assisted-service. Narrow on purpose, so that flows
 /// can be tested against a fake.
@@ -41,19 +42,11 @@ pub trait InventoryClient: Send + Sync {
     fn upload_logs(&self, upload: &LogsUpload) -> Result<()>;
 }
 
-/// `logs_type` of a log upload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogsType {
-    Host,
-    Controller,
-}
-
-impl LogsType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogsType::Host => "host",
-            LogsType::Controller => "controller",
-        }
+wire_enum! {
+    /// `logs_type` of a log upload.
+    pub enum LogsType: "logs type" {
+        Host = "host",
+        Controller = "controller",
     }
 }
 

@@ -118,37 +118,13 @@ lenient! {
 }
 
 wire_enum! {
-    /// A host's status (swagger `host.status`). Open: a status added by a newer service is
-    /// kept as text.
+    /// A host's status (swagger `host.status`): the ones the installer and the controller act
+    /// on. Open: any other status is kept as text.
     pub enum HostStatus: open {
-        Discovering = "discovering",
-        Known = "known",
-        Disconnected = "disconnected",
-        Insufficient = "insufficient",
-        Disabled = "disabled",
-        PreparingForInstallation = "preparing-for-installation",
-        PreparingFailed = "preparing-failed",
-        PreparingSuccessful = "preparing-successful",
-        PendingForInput = "pending-for-input",
-        Installing = "installing",
         InstallingInProgress = "installing-in-progress",
-        InstallingPendingUserAction = "installing-pending-user-action",
-        ResettingPendingUserAction = "resetting-pending-user-action",
         Installed = "installed",
         Error = "error",
-        Resetting = "resetting",
-        AddedToExistingCluster = "added-to-existing-cluster",
-        Cancelled = "cancelled",
-        Binding = "binding",
-        Unbinding = "unbinding",
-        UnbindingPendingUserAction = "unbinding-pending-user-action",
-        KnownUnbound = "known-unbound",
-        DisconnectedUnbound = "disconnected-unbound",
-        InsufficientUnbound = "insufficient-unbound",
-        DisabledUnbound = "disabled-unbound",
-        DiscoveringUnbound = "discovering-unbound",
-        Reclaiming = "reclaiming",
-        ReclaimingRebooting = "reclaiming-rebooting",
+        Disabled = "disabled",
     }
 }
 

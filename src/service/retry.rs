@@ -24,37 +24,32 @@ pub struct ClientRetry {
 impl ClientRetry {
     /// Go `minRetries`.
     pub const MIN_RETRIES: u32 = 10;
-    /// Go `maxRetries` for the installer.
-    const MAX_RETRIES: u32 = 360;
-    /// Go `maxRetries` in dry-run mode.
-    const DRY_RUN_MAX_RETRIES: u32 = 3;
 
-    /// The installer's policy: 10 / 360 retries, delays from 2 s capped at 10 s.
+    /// The installer's policy (Go `maxRetries` 360): 10 / 360 retries, delays from 2 s capped
+    /// at 10 s.
     pub fn installer() -> Self {
         ClientRetry {
             min_retries: Self::MIN_RETRIES,
-            max_retries: Self::MAX_RETRIES,
+            max_retries: 360,
             delay_base: Duration::from_secs(2),
             delay_cap: Duration::from_secs(10),
         }
     }
 
-    /// Go `maxRetries` for the assisted-installer-controller.
-    const CONTROLLER_MAX_RETRIES: u32 = 15;
-
-    /// The controller's policy: as [`ClientRetry::installer`] with 15 retries for the "max"
-    /// classes (408/429/5xx/no answer) instead of 360.
+    /// The controller's policy (its Go `maxRetries`): as [`ClientRetry::installer`] with 15
+    /// retries for the "max" classes (408/429/5xx/no answer) instead of 360.
     pub fn controller() -> Self {
         ClientRetry {
-            max_retries: Self::CONTROLLER_MAX_RETRIES,
+            max_retries: 15,
             ..Self::installer()
         }
     }
 
-    /// The dry-run policy: as [`ClientRetry::installer`] with 3 retries for the "max" classes.
+    /// The dry-run policy (Go `maxRetries` in dry-run mode): as [`ClientRetry::installer`] with
+    /// 3 retries for the "max" classes.
     pub fn dry_run() -> Self {
         ClientRetry {
-            max_retries: Self::DRY_RUN_MAX_RETRIES,
+            max_retries: 3,
             ..Self::installer()
         }
     }

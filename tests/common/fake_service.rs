@@ -1,8 +1,7 @@
 #![allow(dead_code)]
-//! The fake assisted-service, one model with two faces: on the socket as an [`App`] of the
-//! test HTTP server (`TestServer::with_app(fake.clone())`: the REST clients, the swagger
-//! contract, the binary), and in memory as an [`InventoryClient`] (the flow scenarios) whose
-//! calls are the requests the REST client would send, answered by the same handler.
+//! The fake assisted-service, an [`App`] of the test HTTP server: served by the test
+//! (`TestServer::with_app(fake.clone())`: the REST clients, the swagger contract, the binary),
+//! or on a server of its own behind the real REST client ([`FakeService::client`], the flows).
 //!
 //! It keeps the service's stage rules: per host, a stage may repeat or move forward in its
 //! role's order (skipping is fine), never backwards, and one outside that order is a 409;
@@ -15,18 +14,15 @@
 //! `complete-installation` and events, each recorded.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use anyhow::{Context, Result};
-use assisted_installer::config::Role;
-use assisted_installer::service::client::{API_BASE_PATH, MAX_PROGRESS_INFO_CHARS};
+use assisted_installer::service::client::API_BASE_PATH;
 use assisted_installer::service::{
-    Cluster, Host, HostStage, InventoryClient, LogsState, LogsType, LogsUpload, ServiceError,
+    ClientConfig, ClientRetry, HostStage, LogsState, LogsType, LogsUpload, ServiceClient,
 };
 use serde_json::{json, Value};
 
-use super::http_server::{App, Reply, Request};
+use super::http_server::{App, Reply, Request, TestServer};
 
 /// Swagger `basePath`.
 pub(crate) const BASE_PATH: &str = API_BASE_PATH;
@@ -80,17 +76,11 @@ pub(crate) fn host_json(
 /// `GET /v2/clusters/{id}?exclude-hosts=false`).
 type HostsScript = Box<dyn FnMut(u64) -> Vec<Value> + Send>;
 
-/// A call the service refuses: its status and `reason`.
-struct Refusal {
-    status: u16,
-    reason: String,
-}
+/// A call the service refuses: its status and `reason`, as the service answers it.
+type Refusal = Reply;
 
 fn refuse<T>(status: u16, reason: impl Into<String>) -> Result<T, Refusal> {
-    Err(Refusal {
-        status,
-        reason: reason.into(),
-    })
+    Err(error_reply(status, &reason.into()))
 }
 
 #[derive(Default)]
@@ -103,7 +93,6 @@ struct Progress {
 #[derive(Default)]
 struct State {
     token: String,
-    calls: Vec<String>,
     progress: HashMap<String, Progress>,
     roles: HashMap<String, String>,
     /// What the downloads serve, by kind (`ignition` by host id, `files` and `credentials` by
@@ -134,12 +123,13 @@ struct State {
 #[derive(Clone)]
 pub(crate) struct FakeService {
     state: Arc<Mutex<State>>,
+    /// Serves `state` to [`FakeService::client`]s; started by the first, closed with the last
+    /// clone (the server's own clone has none).
+    served: Arc<OnceLock<TestServer>>,
 }
 
 /// What the fake holds or recorded, each as a getter of the same name (recordings in order).
-/// `calls` are the calls made in memory, as `METHOD /path?query` below the base path (the
-/// socket's requests are in the server's log); `*_logs_reports` are (host or cluster id,
-/// logs_state); the controller's records (finalizing stages, operator reports, ingress CA
+/// `*_logs_reports` are (host or cluster id, logs_state); the controller's records (finalizing stages, operator reports, ingress CA
 /// PEMs, `complete-installation` bodies, events) are the accepted bodies.
 macro_rules! getters {
     ($($name:ident: $t:ty,)*) => {
@@ -153,7 +143,6 @@ macro_rules! getters {
 
 getters! {
     token: String,
-    calls: Vec<String>,
     host_logs_reports: Vec<(String, String)>,
     cluster_logs_reports: Vec<(String, String)>,
     uploads: Vec<LogsUpload>,
@@ -172,7 +161,43 @@ impl FakeService {
         };
         FakeService {
             state: Arc::new(Mutex::new(state)),
+            served: Arc::default(),
         }
+    }
+
+    /// The REST client (without retries) of this fake, served on a socket of its own.
+    pub(crate) fn client(&self) -> Arc<ServiceClient> {
+        let srv = self.served.get_or_init(|| {
+            let state = self.state.clone();
+            TestServer::with_app(FakeService {
+                state,
+                served: Arc::default(),
+            })
+        });
+        let retry = ClientRetry {
+            min_retries: 0,
+            max_retries: 0,
+            ..ClientRetry::installer()
+        };
+        let config = ClientConfig {
+            url: srv.base_url(),
+            token: self.token(),
+            retry,
+            ..ClientConfig::default()
+        };
+        Arc::new(ServiceClient::new(config).expect("the fake's client"))
+    }
+
+    /// The requests of the [`FakeService::client`]s, as `METHOD /path[?query]` below the base
+    /// path.
+    pub(crate) fn calls(&self) -> Vec<String> {
+        let requests = self.served.get().map(TestServer::requests);
+        let line = |r: &super::http_server::RequestLog| {
+            let path = r.path.strip_prefix(BASE_PATH).unwrap_or(&r.path);
+            let query = (!r.query.is_empty()).then(|| format!("?{}", r.query));
+            format!("{} {path}{}", r.method, query.unwrap_or_default())
+        };
+        requests.unwrap_or_default().iter().map(line).collect()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -217,7 +242,7 @@ impl FakeService {
         self.state().cluster.extend(map);
     }
 
-    /// A fixed host list (the fields swagger requires are filled in when served).
+    /// A fixed host list (of [`host_json`]s, which have the fields swagger requires).
     pub(crate) fn set_hosts(&self, hosts: Vec<Value>) {
         let mut state = self.state();
         state.hosts = hosts;
@@ -264,64 +289,6 @@ impl FakeService {
     /// The monitored operators (swagger `monitored-operator` objects); reports update them.
     pub(crate) fn set_operators(&self, operators: Vec<Value>) {
         self.state().operators = operators;
-    }
-
-    /// One in-memory call, answered as on the socket (with the token): recorded, and a
-    /// refusal turned into the error the REST client gives for it. The body is JSON unless a
-    /// content type is given.
-    fn call(
-        &self,
-        name: &'static str,
-        method: &str,
-        path: String,
-        content_type: Option<String>,
-        body: Vec<u8>,
-    ) -> Result<Vec<u8>> {
-        let token = {
-            let mut state = self.state();
-            state.calls.push(format!("{method} {path}"));
-            state.token.clone()
-        };
-        let (api_path, query) = path.split_once('?').unwrap_or((&path, ""));
-        let content_type = content_type.unwrap_or("application/json".into());
-        let request = Request {
-            method: method.to_string(),
-            path: format!("{BASE_PATH}{api_path}"),
-            query: query.to_string(),
-            headers: vec![
-                ("x-secret-key".into(), token),
-                ("content-type".into(), content_type),
-            ],
-            body,
-        };
-        let refusal = match self.route(&request) {
-            Ok(reply) => return Ok(reply.body),
-            Err(refusal) => refusal,
-        };
-        Err(ServiceError {
-            call: name,
-            method: method.to_string(),
-            path,
-            status: Some(refusal.status),
-            reason: refusal.reason,
-            attempts: 1,
-        }
-        .into())
-    }
-
-    fn call_json(&self, name: &'static str, method: &str, path: String, body: Value) -> Result<()> {
-        let body = serde_json::to_vec(&body).unwrap();
-        self.call(name, method, path, None, body).map(drop)
-    }
-
-    fn get<T: serde::de::DeserializeOwned>(&self, name: &'static str, path: String) -> Result<T> {
-        let body = self.call(name, "GET", path, None, Vec::new())?;
-        Ok(serde_json::from_slice(&body)?)
-    }
-
-    fn download(&self, name: &'static str, path: String, dest: &Path) -> Result<()> {
-        let bytes = self.call(name, "GET", path, None, Vec::new())?;
-        std::fs::write(dest, bytes).with_context(|| format!("writing {}", dest.display()))
     }
 }
 
@@ -426,11 +393,11 @@ impl State {
             Some(script) => script(n),
             None => self.hosts.clone(),
         };
-        let hosts = hosts.into_iter().map(complete_host);
         if !self.hosts_follow_progress {
-            return hosts.collect();
+            return hosts;
         }
         hosts
+            .into_iter()
             .map(|mut host| {
                 let id = host["id"].as_str().unwrap_or_default().to_string();
                 if let Some(stage) = self.progress.get(&id).and_then(|p| p.current) {
@@ -476,123 +443,23 @@ impl State {
     }
 }
 
-/// Fills in the fields swagger marks required, so that answers validate.
-fn complete_host(mut host: Value) -> Value {
-    let id = host["id"]
-        .as_str()
-        .unwrap_or("00000000-0000-4000-8000-000000000000");
-    let required = json!({"kind": "Host", "id": id, "href": format!("{BASE_PATH}/v2/hosts/{id}"),
-        "status": "installing-in-progress", "status_info": ""});
-    if let (Value::Object(map), Value::Object(required)) = (&mut host, required) {
-        for (field, value) in required {
-            map.entry(field).or_insert(value);
-        }
-    }
-    host
-}
-
-impl InventoryClient for FakeService {
-    fn update_host_progress(
-        &self,
-        infra_env_id: &str,
-        host_id: &str,
-        stage: HostStage,
-        info: &str,
-    ) -> Result<()> {
-        // The REST client cuts what the service's varchar cannot hold.
-        let info: String = info.chars().take(MAX_PROGRESS_INFO_CHARS).collect();
-        let path = format!("/v2/infra-envs/{infra_env_id}/hosts/{host_id}/progress");
-        let body = json!({"current_stage": stage.to_string(), "progress_info": info});
-        self.call_json("UpdateHostInstallProgress", "PUT", path, body)
-    }
-
-    fn download_host_ignition(&self, infra_env_id: &str, host_id: &str, dest: &Path) -> Result<()> {
-        let path = format!("/v2/infra-env/{infra_env_id}/hosts/{host_id}/downloads/ignition");
-        self.download("DownloadHostIgnition", path, dest)
-    }
-
-    fn download_cluster_file(&self, cluster_id: &str, file_name: &str, dest: &Path) -> Result<()> {
-        let path = format!("/v2/clusters/{cluster_id}/downloads/files?file_name={file_name}");
-        self.download("DownloadClusterFiles", path, dest)
-    }
-
-    fn get_cluster(&self, cluster_id: &str, exclude_hosts: bool) -> Result<Cluster> {
-        let path = format!("/v2/clusters/{cluster_id}?exclude-hosts={exclude_hosts}");
-        self.get("GetCluster", path)
-    }
-
-    fn list_cluster_hosts(&self, cluster_id: &str, role: Option<&Role>) -> Result<Vec<Host>> {
-        let query = role
-            .map(|r| format!("?role={}", r.as_str()))
-            .unwrap_or_default();
-        self.get(
-            "ListClusterHosts",
-            format!("/v2/clusters/{cluster_id}/hosts{query}"),
-        )
-    }
-
-    fn update_host_logs_progress(
-        &self,
-        infra_env_id: &str,
-        host_id: &str,
-        state: LogsState,
-    ) -> Result<()> {
-        let path = format!("/v2/infra-envs/{infra_env_id}/hosts/{host_id}/logs-progress");
-        let body = json!({"logs_state": state.to_string()});
-        self.call_json("UpdateHostLogsProgress", "PUT", path, body)
-    }
-
-    fn update_cluster_logs_progress(&self, cluster_id: &str, state: LogsState) -> Result<()> {
-        let path = format!("/v2/clusters/{cluster_id}/logs-progress");
-        let body = json!({"logs_state": state.to_string()});
-        self.call_json("UpdateClusterLogsProgress", "PUT", path, body)
-    }
-
-    fn upload_logs(&self, upload: &LogsUpload) -> Result<()> {
-        let mut query = format!("logs_type={}", upload.logs_type.as_str());
-        if let Some((infra_env_id, host_id)) = &upload.host {
-            query.push_str(&format!("&infra_env_id={infra_env_id}&host_id={host_id}"));
-        }
-        let path = format!("/v2/clusters/{}/logs?{query}", upload.cluster_id);
-        // A boundary no archive holds by chance.
-        let boundary = uuid::Uuid::new_v4().simple().to_string();
-        let part = format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"upfile\"; filename=\"{}\"\r\n\r\n",
-            upload.file_name
-        );
-        let end = format!("\r\n--{boundary}--\r\n");
-        let body = [part.as_bytes(), &upload.data, end.as_bytes()].concat();
-        let content_type = Some(format!("multipart/form-data; boundary={boundary}"));
-        self.call("V2UploadLogs", "POST", path, content_type, body)
-            .map(drop)
-    }
-}
-
-/// The first part of a multipart/form-data body with a `filename`: (file name, bytes).
+/// The file of a multipart/form-data body (the first `filename`): (file name, bytes).
 fn multipart_file(req: &Request) -> Option<(String, Vec<u8>)> {
     let content_type = req
         .header("content-type")?
         .strip_prefix("multipart/form-data")?;
     let (_, boundary) = content_type.split_once("boundary=")?;
-    let (body, delimiter) = (&req.body, format!("--{}", boundary.trim_matches('"')));
-    let find = |hay: &[u8], needle: &[u8], from: usize| {
-        hay[from..]
-            .windows(needle.len())
-            .position(|w| w == needle)
-            .map(|i| i + from)
+    let (body, delimiter) = (&req.body, format!("\r\n--{}", boundary.trim_matches('"')));
+    let find = |needle: &[u8], from: usize| {
+        let at = body[from..].windows(needle.len()).position(|w| w == needle);
+        at.map(|i| i + from)
     };
-    let mut at = find(body, delimiter.as_bytes(), 0)?;
-    loop {
-        let headers_start = at + delimiter.len() + 2;
-        let headers_end = find(body, b"\r\n\r\n", headers_start)?;
-        let next = find(body, format!("\r\n{delimiter}").as_bytes(), headers_end)?;
-        let headers = String::from_utf8_lossy(&body[headers_start..headers_end]);
-        if let Some((_, rest)) = headers.split_once("filename=\"") {
-            let name = rest.split('"').next().unwrap_or_default().to_string();
-            return Some((name, body[headers_end + 4..next].to_vec()));
-        }
-        at = next + 2;
-    }
+    let name_at = find(b"filename=\"", 0)? + b"filename=\"".len();
+    let name_end = find(b"\"", name_at)?;
+    let data_at = find(b"\r\n\r\n", name_end)? + 4;
+    let data_end = find(delimiter.as_bytes(), data_at)?;
+    let name = String::from_utf8_lossy(&body[name_at..name_end]).into_owned();
+    Some((name, body[data_at..data_end].to_vec()))
 }
 
 /// Swagger `error` (401 and 403 use `infra_error`, as the spec says).
@@ -702,11 +569,8 @@ impl FakeService {
                 Ok(Reply::empty(204))
             }
             ("POST", ["v2", "clusters", cluster, "logs"]) => {
-                let logs_type = match query("logs_type").as_deref() {
-                    Some("host") => LogsType::Host,
-                    Some("controller") => LogsType::Controller,
-                    other => return refuse(400, format!("logs_type: {other:?}")),
-                };
+                let logs_type = query("logs_type").unwrap_or_default().parse::<LogsType>();
+                let logs_type = logs_type.or_else(|e| refuse(400, e.to_string()))?;
                 let Some((file_name, data)) = multipart_file(req) else {
                     return refuse(400, "a log upload is multipart/form-data with a file part");
                 };
@@ -801,7 +665,6 @@ impl FakeService {
 
 impl App for FakeService {
     fn handle(&self, req: &Request) -> Reply {
-        self.route(req)
-            .unwrap_or_else(|r| error_reply(r.status, &r.reason))
+        self.route(req).unwrap_or_else(|refusal| refusal)
     }
 }

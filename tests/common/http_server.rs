@@ -15,11 +15,12 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fs::File;
 use std::future::Future;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
 use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -35,8 +36,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-/// How long a [`Fault::StallAfter`] answer keeps its socket open (unless the server is dropped).
-const STALL_LIMIT: Duration = Duration::from_secs(60);
 /// File bodies go out in chunks of this size (on loopback 1 MiB beats smaller ones).
 const COPY_CHUNK: usize = 1 << 20;
 
@@ -55,7 +54,7 @@ pub(crate) enum Fault {
     Status(u16),
     /// Send the headers (with the full `Content-Length`), N body bytes, then close the socket.
     CutAfter(u64),
-    /// Send N body bytes, then nothing, keeping the socket open for a minute.
+    /// Send N body bytes, then nothing, keeping the socket open until the server is dropped.
     StallAfter(u64),
     /// Answer 200 with the whole body even when a `Range` header is present.
     IgnoreRange,
@@ -264,7 +263,7 @@ impl TestServer {
         Self::launch(LOCALHOST.into(), Some(Arc::new(app)), None)
     }
 
-    /// As [`TestServer::with_app`] on a given address (e.g. one a client is already trying).
+    /// As [`TestServer::with_app`] on a given address (the standalone fake service's).
     pub(crate) fn with_app_on(addr: SocketAddr, app: impl App) -> TestServer {
         Self::launch(addr, Some(Arc::new(app)), None)
     }
@@ -601,7 +600,6 @@ fn serve_route(
         corrupt,
         sent: 0,
         timer: None,
-        flushes_at_last_frame: probe.flushes(),
         probe: probe.clone(),
         shared: shared.clone(),
         idx,
@@ -618,11 +616,10 @@ enum Source {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Then {
     Finish,
-    /// Close the connection (once what was sent has been flushed).
+    /// Close the connection once what was sent has been flushed.
     Cut,
-    /// Send nothing more until [`STALL_LIMIT`].
+    /// Send nothing more.
     Stall,
-    Stalled,
 }
 
 /// A route's body, chunk by chunk, with its faults.
@@ -641,9 +638,6 @@ struct ResourceBody {
     corrupt: Vec<u64>,
     sent: u64,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// The connection's flush count when the last chunk was handed over: a later flush means
-    /// hyper wrote it to the socket.
-    flushes_at_last_frame: u64,
     probe: Arc<Probe>,
     shared: Arc<Shared>,
     idx: usize,
@@ -668,23 +662,16 @@ impl Body for ResourceBody {
                 this.timer = None;
             }
             if this.pos == this.end {
-                let wait = match this.then {
-                    Then::Finish => return Poll::Ready(None),
-                    // An error makes hyper drop the connection; first let it write what it has.
-                    Then::Cut if this.probe.flushes() > this.flushes_at_last_frame => {
-                        return Poll::Ready(Some(Err(io::Error::other("cut by the test server"))))
-                    }
-                    Then::Cut => Duration::from_millis(1),
-                    Then::Stall => {
-                        this.then = Then::Stalled;
-                        STALL_LIMIT
-                    }
-                    Then::Stalled => {
-                        return Poll::Ready(Some(Err(io::Error::other("stalled too long"))))
-                    }
+                // A cut is not an error, on which hyper would drop the connection with what it
+                // has not written yet: the socket closes after hyper's next flush, which follows
+                // this poll.
+                if this.then == Then::Cut {
+                    this.probe.hang_up.store(true, Ordering::SeqCst);
+                }
+                return match this.then {
+                    Then::Finish => Poll::Ready(None),
+                    Then::Cut | Then::Stall => Poll::Pending,
                 };
-                this.timer = Some(Box::pin(tokio::time::sleep(wait)));
-                continue;
             }
             if let Some((rate, began)) = this.throttle {
                 let due = began + Duration::from_secs_f64(this.sent as f64 / rate as f64);
@@ -696,14 +683,11 @@ impl Body for ResourceBody {
             }
             let want = this.chunk.min((this.end - this.pos) as usize);
             let range = this.pos..this.pos + want as u64;
-            let mut data = match &mut this.source {
+            let mut data = match &this.source {
                 Source::Bytes(b) => b[range.start as usize..range.end as usize].to_vec(),
                 Source::File(f) => {
                     let mut buf = vec![0u8; want];
-                    let read = f
-                        .seek(SeekFrom::Start(this.pos))
-                        .and_then(|_| f.read_exact(&mut buf));
-                    if let Err(e) = read {
+                    if let Err(e) = f.read_exact_at(&mut buf, this.pos) {
                         return Poll::Ready(Some(Err(e)));
                     }
                     buf
@@ -717,7 +701,6 @@ impl Body for ResourceBody {
             let sent = this.sent;
             this.shared
                 .update_log(this.idx, |l| l.body_bytes_sent = sent);
-            this.flushes_at_last_frame = this.probe.flushes();
             return Poll::Ready(Some(Ok(Frame::data(Bytes::from(data)))));
         }
     }
@@ -729,17 +712,9 @@ type ReplyBody = Either<Full<Bytes>, ResourceBody>;
 /// What the answers need to know about their connection.
 #[derive(Default)]
 struct Probe {
-    /// Completed flushes: hyper flushes only once its buffer went to the socket.
-    flushes: AtomicU64,
     /// Close after the next flush (see [`Reply::hang_up`]).
     hang_up: AtomicBool,
     hung_up: AtomicBool,
-}
-
-impl Probe {
-    fn flushes(&self) -> u64 {
-        self.flushes.load(Ordering::SeqCst)
-    }
 }
 
 /// The socket, watched by a [`Probe`].
@@ -774,7 +749,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ProbedIo<S> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         ready!(Pin::new(&mut this.stream).poll_flush(cx))?;
-        this.probe.flushes.fetch_add(1, Ordering::SeqCst);
         if this.probe.hang_up.swap(false, Ordering::SeqCst) {
             this.probe.hung_up.store(true, Ordering::SeqCst);
             ready!(Pin::new(&mut this.stream).poll_shutdown(cx))?;
