@@ -275,20 +275,33 @@ fn final_upload_gives_up_after_the_window_and_still_completes() {
     );
 }
 
+/// `oc adm must-gather` with each image, then the tarball of the first `must-gather*`
+/// directory (depth-first, sorted) it left in the work dir.
 #[test]
-fn finds_the_first_must_gather_directory() {
+fn oc_must_gather_gathers_then_tars_the_first_must_gather_directory() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("a/must-gather.local.1")).unwrap();
-    std::fs::create_dir_all(dir.path().join("b/must-gather.local.2")).unwrap();
-    std::fs::write(dir.path().join("must-gather.txt"), "").unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("a/must-gather.local.1")).unwrap();
+    std::fs::create_dir_all(d.join("b/must-gather.local.2")).unwrap();
+    std::fs::write(d.join("must-gather.txt"), "").unwrap();
+    assert_eq!(find_must_gather_dir(&d.join("a/must-gather.local.1")), None);
+    let runner = Arc::new(crate::host::commands::RecordingRunner::new());
+    let oc = OcMustGather {
+        runner: runner.clone(),
+    };
+    let images = ["quay.io/mg:1".to_string(), "blah".to_string()];
+    let tarball = oc.run(d, Path::new("/k"), &images).unwrap();
+    assert_eq!(tarball, d.join(MUST_GATHER_ENTRY));
+    let cd = format!("bash -c cd {}", d.display());
     assert_eq!(
-        find_must_gather_dir(dir.path()),
-        Some(dir.path().join("a/must-gather.local.1"))
+        runner.lines(),
+        [
+            format!("{cd} && oc --kubeconfig=/k adm must-gather --image=quay.io/mg:1 --image=blah"),
+            format!("{cd} && tar zcf must-gather.tar.gz must-gather.local.1"),
+        ]
     );
-    assert_eq!(
-        find_must_gather_dir(&dir.path().join("a/must-gather.local.1")),
-        None
-    );
+    let empty = tempfile::tempdir().unwrap();
+    assert!(oc.run(empty.path(), Path::new("/k"), &[]).is_err());
 }
 
 struct OkProbe;
