@@ -12,8 +12,7 @@ use crate::controller::testing::{
 };
 use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ClusterOperator, ClusterVersion, ProxyStatus};
-use crate::openshift::{INGRESS_CERT_KEY, INGRESS_CERT_NAME, INGRESS_CERT_NAMESPACE};
+use crate::kube::ClusterVersion;
 use crate::service::{FinalizingStage, LogsState};
 use std::path::Path;
 use std::sync::Mutex;
@@ -42,7 +41,6 @@ struct Harness {
     k8s: Arc<FakeCluster>,
     svc: MemoryService,
     must_gather: Arc<FakeMustGather>,
-    env_set: Arc<Mutex<Vec<(String, String)>>>,
     /// The signal token: fired by a test to stop the threads an `ExitNow` leaves running.
     signal: Cancel,
     applier: Arc<Recorder>,
@@ -57,7 +55,6 @@ impl Harness {
             svc: MemoryService::new("c-1", clock.clone()),
             clock,
             must_gather: Arc::default(),
-            env_set: Arc::default(),
             signal: Cancel::new(),
             applier: Arc::default(),
             dir: tempfile::tempdir().unwrap(),
@@ -84,11 +81,10 @@ impl Harness {
         std::fs::write(&log_file, "a log line\n").unwrap();
         let k8s: Arc<dyn ClusterApi> = self.k8s.clone();
         let svc: Arc<dyn ControllerService> = Arc::new(self.svc.clone());
-        let env_set = self.env_set.clone();
         Controller {
             config: ControllerConfig::from_env(&env).unwrap(),
             build_cluster: Box::new(move || Ok(k8s)),
-            set_env: Box::new(move |k, v| env_set.lock().unwrap().push((k.into(), v.into()))),
+            set_env: Box::new(|_, _| {}),
             build_service: Box::new(move || Ok(svc)),
             clock: self.clock.clone(),
             signal: self.signal.clone(),
@@ -137,62 +133,6 @@ fn position(calls: &[ServiceCall], f: impl Fn(&ServiceCall) -> bool) -> usize {
 fn logs_progress(calls: &[ServiceCall]) -> (usize, usize) {
     let at = |state| position(calls, |c| *c == ServiceCall::UpdateLogsProgress(state));
     (at(LogsState::Requested), at(LogsState::Completed))
-}
-
-#[test]
-fn success_sends_the_event_completes_then_uploads_the_final_logs() {
-    let h = Harness::new();
-    available_cluster(&h.k8s);
-    h.k8s.set_cluster_operator(ClusterOperator {
-        name: "console".into(),
-        conditions: vec![cond("Available", "True", "")],
-        versions: vec![],
-    });
-    let ca = [(INGRESS_CERT_KEY, "CA")];
-    h.k8s
-        .set_config_map(INGRESS_CERT_NAMESPACE, INGRESS_CERT_NAME, &ca);
-    h.k8s.set_proxy(ProxyStatus {
-        http_proxy: "http://proxy:3128".into(),
-        ..ProxyStatus::default()
-    });
-    h.svc.set_operators(vec![record("console", "progressing")]);
-    h.svc.update_cluster(|c| c.status = "finalizing".into());
-    h.svc.on_call(|call, _, cluster, _| {
-        if matches!(call, ServiceCall::CompleteInstallation(_)) {
-            cluster.status = "installed".into();
-        }
-    });
-    let out = run(h.controller(&[])).unwrap();
-    assert_eq!(out, Outcome::Done { error: false });
-
-    let proxy = ("HTTP_PROXY".to_string(), "http://proxy:3128".to_string());
-    assert_eq!(*h.env_set.lock().unwrap(), [proxy]);
-    assert_eq!(h.k8s.events().len(), 1, "the ready Event once");
-    let calls = h.svc.calls();
-    let olm = FinalizingStage::WaitingForOlmOperatorsCsvInitialization;
-    let olm_runs = calls
-        .iter()
-        .filter(|c| **c == ServiceCall::UpdateFinalizingStage(olm));
-    assert_eq!(olm_runs.count(), 1, "the OLM step ran once");
-    let stage =
-        |s: FinalizingStage| position(&calls, |c| *c == ServiceCall::UpdateFinalizingStage(s));
-    let complete = position(
-        &calls,
-        |c| matches!(c, ServiceCall::CompleteInstallation(p) if p.is_success),
-    );
-    assert!(
-        stage(FinalizingStage::WaitingForClusterOperators) < stage(FinalizingStage::AddingRouterCa)
-    );
-    assert!(stage(FinalizingStage::AddingRouterCa) < stage(FinalizingStage::Done));
-    assert!(stage(FinalizingStage::Done) < complete);
-    let (requested, completed) = logs_progress(&calls);
-    assert!(complete < requested && requested < completed);
-    assert!(calls[requested..completed]
-        .iter()
-        .any(|c| matches!(c, ServiceCall::UploadControllerLogs(_))));
-    assert_eq!(h.svc.completions().len(), 1);
-    let gathered = h.must_gather.0.lock().unwrap();
-    assert!(gathered.is_empty(), "no must-gather on success");
 }
 
 #[test]
