@@ -310,11 +310,7 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
                 tracing::warn!("removing the uninitialized taint of {}: {err:#}", node.name);
             }
         };
-        let untaint_fn: Option<&mut dyn FnMut(&crate::kube::Node)> = if untaint {
-            Some(&mut untaint_node)
-        } else {
-            None
-        };
+        let untaint_fn = untaint.then_some(&mut untaint_node as &mut dyn FnMut(&_));
         if !wait_for_installation_abi(
             &*env.clock,
             &env.stop,

@@ -8,31 +8,18 @@ use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::service::KUBECONFIG_NOINGRESS;
 use crate::controller::testing::{
-    abi_config_map, abi_operators_initialized, cond, record, Recorder,
+    abi_config_map, abi_operators_initialized, cond, record, FakeMustGather, Recorder,
 };
 use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
 use crate::kube::testing::FakeCluster;
 use crate::kube::ClusterVersion;
 use crate::service::{FinalizingStage, LogsState};
 use std::path::Path;
-use std::sync::Mutex;
 
 struct NoReboots;
 impl RebootCounter for NoReboots {
     fn count(&self, _: &Path, _: &str) -> Result<u32> {
         Ok(0)
-    }
-}
-
-/// A must-gather that writes a small tarball and counts its runs.
-#[derive(Default)]
-struct FakeMustGather(Mutex<Vec<Vec<String>>>);
-impl MustGatherRunner for FakeMustGather {
-    fn run(&self, work_dir: &Path, _: &Path, images: &[String]) -> Result<PathBuf> {
-        self.0.lock().unwrap().push(images.to_vec());
-        let path = work_dir.join("must-gather.tar.gz");
-        std::fs::write(&path, b"mg")?;
-        Ok(path)
     }
 }
 
@@ -172,17 +159,6 @@ fn abi_single_node_waits_for_the_cluster_version_only() {
     assert_eq!(h.k8s.count("get_cluster_version"), 1);
     assert_eq!(h.k8s.count("list_nodes"), 0);
     assert!(h.svc.calls().is_empty(), "{:?}", h.svc.calls());
-}
-
-#[test]
-fn no_cluster_within_70_minutes_is_a_startup_error() {
-    let h = Harness::new();
-    h.svc.fail("v2GetCluster", 100_000, 500);
-    let err = run(h.controller(&[])).unwrap_err();
-    assert!(format!("{err:#}").contains("within 70 minutes"), "{err:#}");
-    assert!(h.clock.elapsed() >= Duration::from_secs(70 * 60));
-    assert!(h.k8s.events().is_empty());
-    assert!(h.svc.operations().iter().all(|o| *o == "v2GetCluster"));
 }
 
 #[test]

@@ -119,7 +119,7 @@ fn dry_mode_takes_the_rebooted_hosts_to_done_and_completes() {
         .iter()
         .any(|c| matches!(c, ServiceCall::UploadControllerLogs(_))));
     assert!(
-        h.must_gather.0.lock().unwrap().is_empty(),
+        h.must_gather.images().is_empty(),
         "no must-gather on success"
     );
     assert_eq!(h.svc.cluster().status, "installed");

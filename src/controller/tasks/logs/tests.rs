@@ -5,33 +5,10 @@ use crate::archive::read::entries;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
-use crate::controller::testing::{boom, stop_at};
+use crate::controller::testing::{boom, stop_at, FakeMustGather};
 use crate::kube::testing::FakeCluster;
 use crate::kube::Pod;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
-/// Records its calls; fails the first `failures` runs; writes a tarball otherwise.
-#[derive(Default)]
-struct FakeMustGather {
-    runs: AtomicUsize,
-    failures: usize,
-    images: Mutex<Vec<Vec<String>>>,
-}
-
-impl MustGatherRunner for FakeMustGather {
-    fn run(&self, work_dir: &Path, kubeconfig: &Path, images: &[String]) -> Result<PathBuf> {
-        let n = self.runs.fetch_add(1, Ordering::SeqCst);
-        self.images.lock().unwrap().push(images.to_vec());
-        assert!(kubeconfig.exists(), "credentials downloaded first");
-        if n < self.failures {
-            bail!("must-gather failed");
-        }
-        let path = work_dir.join(MUST_GATHER_ENTRY);
-        std::fs::write(&path, b"MG")?;
-        Ok(path)
-    }
-}
+use std::sync::Arc;
 
 struct Env {
     dir: tempfile::TempDir,
@@ -191,13 +168,13 @@ fn summary_without_errors_has_no_must_gather() {
     std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
     e.uploader().summary_upload().unwrap();
     assert_eq!(e.uploads(), [log_entry("file log")]);
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(e.mg.images().len(), 0);
     assert_eq!(e.count("V2DownloadClusterCredentials"), 0);
 
     // The upload failing: an error, and still no must-gather.
     e.svc.fail("V2UploadLogs", 1, 500);
     assert!(e.uploader().summary_upload().is_err());
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(e.mg.images().len(), 0);
 }
 
 #[test]
@@ -206,9 +183,9 @@ fn summary_with_error_runs_must_gather_and_orders_the_entries() {
     std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
     e.status.error();
     e.uploader().summary_upload().unwrap();
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(e.mg.images().len(), 1);
     assert_eq!(
-        *e.mg.images.lock().unwrap(),
+        e.mg.images(),
         [vec!["quay.io/test-must-gather:latest".to_string()]]
     );
     assert_eq!(e.count("V2DownloadClusterCredentials"), 1);
@@ -224,7 +201,7 @@ fn summary_with_error_runs_must_gather_and_orders_the_entries() {
     );
     // A tarball already there is reused: no new download, no new run.
     e.uploader().summary_upload().unwrap();
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(e.mg.images().len(), 1);
     assert_eq!(e.count("V2DownloadClusterCredentials"), 1);
 }
 
@@ -237,7 +214,7 @@ fn final_upload_retries_a_failed_must_gather() {
     assert!(e
         .uploader()
         .final_upload(&clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(e.mg.images().len(), 2);
     assert_eq!(e.count("V2DownloadClusterCredentials"), 2);
     assert_eq!(clock.elapsed(), SUMMARY_LOGS_PERIOD);
     let states: Vec<_> = e
@@ -255,7 +232,7 @@ fn final_upload_retries_a_failed_must_gather() {
     assert_eq!(ops.last(), Some(&"v2UpdateClusterLogsProgress"));
     // A plain image setting is used as it is, whatever is in error.
     assert_eq!(
-        *e.mg.images.lock().unwrap(),
+        e.mg.images(),
         vec![vec!["quay.io/test-must-gather:latest".to_string()]; 2]
     );
 }
@@ -328,7 +305,7 @@ fn no_router_probe_without_an_error_or_on_several_nodes() {
         u.router_probe = Some(&OkProbe);
         assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
         assert_eq!(e.count("v2GetCluster"), 0);
-        assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+        assert_eq!(e.mg.images().len(), 1);
     }
 }
 
@@ -344,7 +321,7 @@ fn sno_with_error_probes_without_blocking_the_upload() {
         u.control_plane_count = 1;
         u.router_probe = Some(&OkProbe);
         assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
-        assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+        assert_eq!(e.mg.images().len(), 1);
         assert!(e.count("v2GetCluster") >= 1, "the probe ran at least once");
         if !probe_fails {
             assert_eq!(e.count("v2GetCluster"), 1, "the cluster is learnt once");
@@ -366,7 +343,7 @@ fn resolv_conf_read_failures_do_not_stop_must_gather() {
         e.dir.path().join("missing-2"),
     ];
     u.summary_upload().unwrap();
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(e.mg.images().len(), 1);
 }
 
 #[test]
