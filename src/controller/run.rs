@@ -42,9 +42,10 @@ use super::tasks::olm::{
     SNO_KUBECONFIG,
 };
 use super::tasks::ready::{ready_phase, ReadyPhase};
-use super::tasks::reboots::{RebootCounter, RebootsNotifier};
+use super::tasks::reboots::RebootsNotifier;
 use super::tasks::router_probe::HttpProbe;
 use crate::clock::Clock;
+use crate::host::commands::CommandRunner;
 use crate::image::Cancel;
 use crate::kube::install_config::INVOKER_AGENT;
 use crate::kube::ClusterApi;
@@ -96,7 +97,8 @@ pub(crate) struct Controller {
     /// The signal stop token.
     pub signal: Cancel,
     pub must_gather: Arc<dyn MustGatherRunner>,
-    pub reboot_counter: Arc<dyn RebootCounter>,
+    /// Runs `oc` for the reboots notifier.
+    pub reboot_counter: Arc<dyn CommandRunner>,
     /// The SNO router probe's client (`None`: no probe).
     pub router_probe: Option<Arc<dyn HttpProbe>>,
     /// The console/CVO cap of post-install: Go's 10 h (`CVO_MAX_TIMEOUT`); the tests raise it

@@ -14,14 +14,6 @@ use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMES
 use crate::kube::testing::FakeCluster;
 use crate::kube::ClusterVersion;
 use crate::service::{FinalizingStage, LogsState};
-use std::path::Path;
-
-struct NoReboots;
-impl RebootCounter for NoReboots {
-    fn count(&self, _: &Path, _: &str) -> Result<u32> {
-        Ok(0)
-    }
-}
 
 struct Harness {
     clock: Arc<FakeClock>,
@@ -76,7 +68,7 @@ impl Harness {
             clock: self.clock.clone(),
             signal: self.signal.clone(),
             must_gather: self.must_gather.clone(),
-            reboot_counter: Arc::new(NoReboots),
+            reboot_counter: Arc::new(crate::host::commands::RecordingRunner::new()),
             router_probe: None,
             cvo_timeout: Duration::from_secs(100 * 365 * 24 * 3600),
             log_file,
