@@ -283,7 +283,11 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
             uploader.control_plane_count = env.config.control_plane_count;
             uploader.router_probe = router_probe.as_deref();
             uploader.periodic(&*env.clock, &env.stop, LOGS_UPLOAD_PERIOD);
-            uploader.final_logs(abi, &*env.clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW);
+            if abi {
+                tracing::info!("assisted-service is offline in agent installer mode. final log uploads skipped.");
+            } else {
+                uploader.final_upload(&*env.clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW);
+            }
         })?;
     }
     // 5. Node labels.

@@ -322,24 +322,6 @@ impl<'a> LogUploader<'a> {
         Ok(())
     }
 
-    /// `UploadLogs`' final upload: the agent-based installer skips it (its service is gone);
-    /// otherwise [`LogUploader::final_upload`]. `None` when skipped.
-    pub(crate) fn final_logs(
-        &self,
-        agent_installer: bool,
-        clock: &dyn Clock,
-        period: Duration,
-        window: Duration,
-    ) -> Option<bool> {
-        if agent_installer {
-            tracing::info!(
-                "assisted-service is offline in agent installer mode. final log uploads skipped."
-            );
-            return None;
-        }
-        Some(self.final_upload(clock, period, window))
-    }
-
     /// `UploadLogs` final upload (assisted-service invoker; ABI skips it): `requested`, the summary
     /// retried every `period` for `window` starting at once, then `completed` whatever the
     /// result. Runs after the main stop fired, so it has no stop of its own.

@@ -345,21 +345,3 @@ fn resolv_conf_read_failures_do_not_stop_must_gather() {
     u.summary_upload().unwrap();
     assert_eq!(e.mg.images().len(), 1);
 }
-
-#[test]
-fn agent_installer_skips_the_final_upload() {
-    let e = env();
-    e.status.error();
-    let clock = FakeClock::new();
-    let u = e.uploader();
-    assert_eq!(
-        u.final_logs(true, &clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW),
-        None
-    );
-    assert!(e.svc.calls().is_empty());
-    assert_eq!(
-        u.final_logs(false, &clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW),
-        Some(true)
-    );
-    assert_eq!(e.count("v2UpdateClusterLogsProgress"), 2);
-}
