@@ -38,8 +38,7 @@ use super::tasks::logs::{
 };
 use super::tasks::nodes::{NodeStatus, GENERAL_WAIT};
 use super::tasks::olm::{
-    abi_post_install, wait_for_olm_operators, AbiKubeconfig, ManifestApplier, OlmSettings,
-    SNO_KUBECONFIG,
+    abi_post_install, wait_for_olm_operators, AbiKubeconfig, ManifestApplier, SNO_KUBECONFIG,
 };
 use super::tasks::ready::{ready_phase, ReadyPhase};
 use super::tasks::reboots::RebootsNotifier;
@@ -228,11 +227,11 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
     } else {
         let env = env.clone();
         spawn(&mut handles, "post-install", move || {
-            let mut settings = PostInstallSettings::new(
-                &env.config.openshift_version,
-                env.config.check_cluster_version,
-            );
-            settings.cvo_timeout = env.cvo_timeout;
+            let settings = PostInstallSettings {
+                openshift_version: env.config.openshift_version.clone(),
+                check_cluster_version: env.config.check_cluster_version,
+                cvo_timeout: env.cvo_timeout,
+            };
             let mut step = || {
                 wait_for_olm_operators(
                     &*env.clock,
@@ -241,7 +240,7 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
                     &*env.service,
                     &*applier,
                     &env.status,
-                    &OlmSettings::new(&env.config.openshift_version),
+                    &env.config.openshift_version,
                 )
             };
             post_install_configs(

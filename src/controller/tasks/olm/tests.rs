@@ -50,16 +50,7 @@ impl Fx {
     /// The OLM step on OpenShift 4.12.
     fn wait(&self, stop: &dyn Stop) -> Result<()> {
         let (clock, cluster, svc) = (&*self.clock, &self.cluster, &self.svc);
-        let settings = OlmSettings::new("4.12");
-        wait_for_olm_operators(
-            clock,
-            stop,
-            cluster,
-            svc,
-            &self.rec,
-            &self.status,
-            &settings,
-        )
+        wait_for_olm_operators(clock, stop, cluster, svc, &self.rec, &self.status, "4.12")
     }
 }
 
