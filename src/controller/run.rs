@@ -125,60 +125,45 @@ fn spawn(
 }
 
 /// Go's `main` after startup; see the module documentation.
-pub(crate) fn run(controller: Controller) -> Result<Outcome> {
-    let Controller {
-        config,
-        build_cluster,
-        mut set_env,
-        build_service,
-        clock,
-        signal,
-        must_gather,
-        reboot_counter,
-        router_probe,
-        cvo_timeout,
-        log_file,
-        must_gather_dir,
-        applier,
-    } = controller;
-    let (cluster, service) = bootstrap::connect(build_cluster, &mut *set_env, build_service)?;
+pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
+    let (cluster, service) = bootstrap::connect(c.build_cluster, &mut *c.set_env, c.build_service)?;
     let notifier = Arc::new(RebootsNotifier::new(
-        config.notify_num_reboots,
+        c.config.notify_num_reboots,
         service.clone(),
-        reboot_counter,
-        clock.clone(),
+        c.reboot_counter,
+        c.clock.clone(),
         std::env::temp_dir(),
     ));
-    let stop = signal.child();
+    let stop = c.signal.child();
     let status = Arc::new(ControllerStatus::new());
     let mut dns = None;
-    if !config.dry_enable {
-        dns = Some(dns_fix::spawn(cluster.clone(), clock.clone())?);
+    if !c.config.dry_enable {
+        dns = Some(dns_fix::spawn(cluster.clone(), c.clock.clone())?);
     }
 
     let phase = ready_phase(
         &*cluster,
         &*service,
-        &*clock,
+        &*c.clock,
         &stop,
-        &config.namespace,
-        config.control_plane_count,
-        &config.openshift_version,
+        &c.config.namespace,
+        c.config.control_plane_count,
+        &c.config.openshift_version,
     )?;
     let env = TaskEnv {
-        config: Arc::new(config),
+        config: Arc::new(c.config),
         cluster,
         service,
-        clock,
+        clock: c.clock,
         stop,
         status,
-        cvo_timeout,
+        cvo_timeout: c.cvo_timeout,
         notifier: notifier.clone(),
     };
     let mut handles = Vec::new();
     let readiness = match phase {
         ReadyPhase::AbiSingleNode => {
-            let (env2, applier) = (env.clone(), applier.clone());
+            let (env2, applier) = (env.clone(), c.applier.clone());
             spawn(&mut handles, "abi-post-install", move || {
                 abi_post_install_task(&env2, &*applier, SNO_KUBECONFIG)
             })?;
@@ -220,7 +205,7 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
     }
     // 2. Post-install.
     if abi {
-        let (env, applier) = (env.clone(), applier.clone());
+        let (env, applier) = (env.clone(), c.applier.clone());
         spawn(&mut handles, "abi-post-install", move || {
             abi_post_install_task(&env, &*applier, "")
         })?;
@@ -238,7 +223,7 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
                     &env.stop,
                     &*env.cluster,
                     &*env.service,
-                    &*applier,
+                    &*c.applier,
                     &env.status,
                     &env.config.openshift_version,
                 )
@@ -273,14 +258,14 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
                 &*env.cluster,
                 &*env.service,
                 &env.status,
-                &*must_gather,
+                &*c.must_gather,
                 &env.config.namespace,
                 &env.config.must_gather_image,
             );
-            uploader.log_file = log_file;
-            uploader.must_gather_dir = must_gather_dir;
+            uploader.log_file = c.log_file;
+            uploader.must_gather_dir = c.must_gather_dir;
             uploader.control_plane_count = env.config.control_plane_count;
-            uploader.router_probe = router_probe.as_deref();
+            uploader.router_probe = c.router_probe.as_deref();
             uploader.periodic(&*env.clock, &env.stop, LOGS_UPLOAD_PERIOD);
             if abi {
                 tracing::info!("assisted-service is offline in agent installer mode. final log uploads skipped.");
