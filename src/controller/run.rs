@@ -34,7 +34,8 @@ use super::tasks::completion::{
 use super::tasks::dns_fix;
 use super::tasks::labels::NodeLabels;
 use super::tasks::logs::{
-    LogUploader, MustGatherRunner, LOGS_UPLOAD_PERIOD, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW,
+    LogUploader, MustGatherRunner, LOGS_UPLOAD_PERIOD, RESOLV_CONF_FILES, SUMMARY_LOGS_PERIOD,
+    SUMMARY_LOGS_WINDOW,
 };
 use super::tasks::nodes::{NodeStatus, GENERAL_WAIT};
 use super::tasks::olm::{
@@ -254,18 +255,20 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
     {
         let env = env.clone();
         spawn(&mut handles, "logs", move || {
-            let mut uploader = LogUploader::new(
-                &*env.cluster,
-                &*env.service,
-                &env.status,
-                &*c.must_gather,
-                &env.config.namespace,
-                &env.config.must_gather_image,
-            );
-            uploader.log_file = c.log_file;
-            uploader.must_gather_dir = c.must_gather_dir;
-            uploader.control_plane_count = env.config.control_plane_count;
-            uploader.router_probe = c.router_probe.as_deref();
+            let mut uploader = LogUploader {
+                cluster: &*env.cluster,
+                service: &*env.service,
+                status: &env.status,
+                must_gather: &*c.must_gather,
+                namespace: env.config.namespace.clone(),
+                must_gather_image: env.config.must_gather_image.clone(),
+                log_file: c.log_file,
+                must_gather_dir: c.must_gather_dir,
+                resolv_conf_files: RESOLV_CONF_FILES.iter().map(PathBuf::from).collect(),
+                pod_name: None,
+                control_plane_count: env.config.control_plane_count,
+                router_probe: c.router_probe.as_deref(),
+            };
             uploader.periodic(&*env.clock, &env.stop, LOGS_UPLOAD_PERIOD);
             if abi {
                 tracing::info!("assisted-service is offline in agent installer mode. final log uploads skipped.");

@@ -32,18 +32,21 @@ fn env() -> Env {
 
 impl Env {
     fn uploader(&self) -> LogUploader<'_> {
-        let mut u = LogUploader::new(
-            &self.cluster,
-            &self.svc,
-            &self.status,
-            &self.mg,
-            "assisted-installer",
-            "quay.io/test-must-gather:latest",
-        );
-        u.log_file = self.dir.path().join("controller_logs.log");
-        u.must_gather_dir = self.dir.path().join("must-gather-logs");
-        u.resolv_conf_files = vec![self.dir.path().join("resolv.conf")];
-        u
+        let dir = self.dir.path();
+        LogUploader {
+            cluster: &self.cluster,
+            service: &self.svc,
+            status: &self.status,
+            must_gather: &self.mg,
+            namespace: "assisted-installer".into(),
+            must_gather_image: "quay.io/test-must-gather:latest".into(),
+            log_file: dir.join("controller_logs.log"),
+            must_gather_dir: dir.join("must-gather-logs"),
+            resolv_conf_files: vec![dir.join("resolv.conf")],
+            pod_name: None,
+            control_plane_count: 3,
+            router_probe: None,
+        }
     }
 
     fn uploads(&self) -> Vec<Vec<(String, Vec<u8>)>> {
