@@ -83,31 +83,25 @@ fn subscription_error_is_false_after_one_cleanup() {
 }
 
 #[test]
-fn csv_get_error_or_not_found_is_false_and_existing_csv_is_true() {
+fn no_current_csv_or_a_csv_not_found_or_unread_is_false_and_an_existing_csv_is_true() {
     let cluster = FakeCluster::new();
-    cluster.set_subscription(Subscription {
-        namespace: NS.into(),
-        name: SUB.into(),
-        current_csv: "lso.v4.12.0".into(),
-    });
+    let subscribe = |current_csv: &str| {
+        cluster.set_subscription(Subscription {
+            namespace: NS.into(),
+            name: SUB.into(),
+            current_csv: current_csv.into(),
+        })
+    };
+    subscribe("");
+    assert!(!is_initialized(&cluster, &lso("")), "no current CSV");
+    assert_eq!(cluster.count("get_csv"), 0);
+    subscribe("lso.v4.12.0");
     assert!(!is_initialized(&cluster, &lso("")), "CSV not found");
     cluster.fail_next("get_csv", boom());
     with_csv(&cluster, "", "");
     assert!(!is_initialized(&cluster, &lso("")), "CSV GET error");
     assert!(is_initialized(&cluster, &lso("")), "CSV exists, any phase");
     assert_eq!(cluster.count("get_csv"), 3);
-}
-
-#[test]
-fn empty_current_csv_is_not_initialized_and_no_csv_is_read() {
-    let cluster = FakeCluster::new();
-    cluster.set_subscription(Subscription {
-        namespace: NS.into(),
-        name: SUB.into(),
-        current_csv: String::new(),
-    });
-    assert!(!is_initialized(&cluster, &lso("")));
-    assert_eq!(cluster.count("get_csv"), 0);
 }
 
 #[test]
