@@ -1,10 +1,10 @@
 //! The controller's service calls (`ControllerClient`) against the fake assisted-service on a
-//! socket: method, path, query, headers and body of every call, the retry budget per status
-//! class (on a fake clock, so the waits take no time), and the monitored-operators cache.
+//! socket: method, path, query, headers and body of every call, the monitored-operators cache
+//! and TLS. The retry budget is `ClientRetry::controller`'s unit test, its loop the shared
+//! client's (`tests/service_client.rs`).
 
 mod common;
 
-use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,106 +219,6 @@ fn every_call_method_path_query_headers_and_body() {
     assert_eq!(mode, 0o600, "credentials are private");
 }
 
-#[test]
-fn failure_bodies_reach_the_service() {
-    let (fake, srv) = served();
-    let (c, _) = client(&fake, &srv);
-    let mut data = serde_json::Map::new();
-    data.insert(
-        "CLUSTER_OPERATORS_REPORT".into(),
-        json!([{"name": "console", "status": "failed", "status_info": "Degraded"}]),
-    );
-    let params = CompletionParams {
-        is_success: false,
-        error_info:
-            "Stopped waiting for cluster operators to be available: context deadline exceeded"
-                .into(),
-        data: Some(data),
-    };
-    c.complete_installation(&params).unwrap();
-    assert_eq!(
-        fake.completions(),
-        [json!({
-            "is_success": false,
-            "error_info": "Stopped waiting for cluster operators to be available: context deadline exceeded",
-            "data": {"CLUSTER_OPERATORS_REPORT": [{"name": "console", "status": "failed", "status_info": "Degraded"}]}
-        })]
-    );
-    for stage in FinalizingStage::ALL {
-        c.update_finalizing_stage(stage).unwrap();
-    }
-    let want: Vec<&str> = FinalizingStage::ALL.iter().map(|s| s.as_str()).collect();
-    assert_eq!(fake.finalizing_stages(), want);
-}
-
-/// Requests made for one call whose every answer is `status`.
-fn requests_for_status(status: u16) -> (usize, Vec<Duration>, anyhow::Error) {
-    let (fake, srv) = served();
-    fake.fail_path("/progress", status);
-    let (c, clock) = client(&fake, &srv);
-    let err = c
-        .update_finalizing_stage(FinalizingStage::Done)
-        .unwrap_err();
-    (srv.requests().len(), clock.sleeps(), err)
-}
-
-#[test]
-fn retry_budget_per_status_class() {
-    let retry = ClientRetry::controller();
-    for (statuses, requests) in [
-        (&[404u16, 423, 425][..], 11),
-        (&[408, 429, 500, 502, 503, 599][..], 16),
-        (&[400, 401, 403, 405, 409][..], 1),
-    ] {
-        for &status in statuses {
-            let (n, sleeps, err) = requests_for_status(status);
-            assert_eq!(n, requests, "status {status}");
-            assert_eq!(sleeps.len(), requests - 1, "status {status}");
-            for (attempt, d) in (0..).zip(&sleeps) {
-                assert!(
-                    *d < retry.delay_bound(attempt),
-                    "status {status}: {sleeps:?}"
-                );
-            }
-            let se = service_error(&err);
-            assert_eq!((se.status, se.attempts as usize), (Some(status), requests));
-        }
-    }
-}
-
-#[test]
-fn retries_end_at_the_first_success() {
-    let (fake, srv) = served();
-    let (c, clock) = client(&fake, &srv);
-    // 500, 503, 200: three requests (the Go client test).
-    fake.fail_next(1, 500);
-    fake.fail_next(1, 503);
-    c.update_finalizing_stage(FinalizingStage::AddingRouterCa)
-        .unwrap();
-    assert_eq!(srv.requests().len(), 3);
-    assert_eq!(clock.sleeps().len(), 2);
-    assert_eq!(fake.finalizing_stages(), ["Adding router ca"]);
-    // Nine 404s then a success: still within the 404 budget.
-    fake.fail_next(9, 404);
-    c.get_cluster(true).unwrap();
-    assert_eq!(srv.requests().len(), 13);
-}
-
-#[test]
-fn no_answer_is_retried_15_times() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let clock = Arc::new(FakeClock::new());
-    let c = controller(&format!("http://127.0.0.1:{port}"), "tok", clock.clone());
-    let err = c.get_cluster(true).unwrap_err();
-    let se = service_error(&err);
-    assert_eq!((se.status, se.attempts), (None, 16));
-    assert_eq!(clock.sleeps().len(), 15);
-}
-
 /// The client serves the list from its cache (whose rules are the unit test
 /// `cache_serves_for_20_seconds_per_cluster_without_extending`'s) on its clock.
 #[test]
@@ -334,20 +234,6 @@ fn monitored_operators_are_cached_for_20_seconds() {
         assert_eq!(c.monitored_operators(use_cache).unwrap().len(), 3);
         assert_eq!(count(), requests, "after {advance} s");
     }
-}
-
-#[test]
-fn a_wrong_token_is_401_and_not_retried() {
-    let (_fake, srv) = served();
-    let clock = Arc::new(FakeClock::new());
-    let c = controller(&srv.base_url(), "wrong-token-secret", clock);
-    let err = c.get_cluster(true).unwrap_err();
-    assert_eq!(
-        (service_error(&err).status, service_error(&err).attempts),
-        (Some(401), 1)
-    );
-    assert!(!format!("{err:#}").contains("wrong-token-secret"));
-    assert_eq!(srv.requests().len(), 1);
 }
 
 /// TLS as Go's service client: the `CA_CERT_PATH` bundle trusted on top of the system roots; without it the

@@ -1,11 +1,10 @@
 //! The controller's process: `assisted-installer controller` and the binary run under the name
 //! `assisted-installer-controller` (the Job's entrypoint), through Go's startup, with a clean
-//! environment: outside a cluster they end at the Kubernetes client with exit 1, unless in dry
-//! mode, whose pretend cluster needs none.
+//! environment: outside a cluster they end at the Kubernetes client with exit 1. Dry mode's
+//! pretend cluster is startup's, bootstrap's and the main sequence's unit tests (`dry_mode_*`).
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 
@@ -124,56 +123,6 @@ fn outside_a_cluster_startup_fails_at_the_kubernetes_client_with_exit_1() {
     }
     assert!(
         logged.contains("creating the Kubernetes client"),
-        "{logged}"
-    );
-}
-
-#[test]
-fn dry_mode_gets_past_the_kubernetes_client_with_its_pretend_cluster() {
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = dir.path().join("hosts.json");
-    std::fs::write(&hosts, "[]").unwrap();
-    let marker = dir.path().join("rebooted");
-    std::fs::write(&marker, "").unwrap();
-    let log = dir.path().join("controller_logs.log");
-    let mut env = base_env(dir.path());
-    env.push(("DRY_ENABLE".into(), "true".into()));
-    env.push(("DRY_CLUSTER_HOSTS_PATH".into(), hosts.display().to_string()));
-    env.push((
-        "DRY_FAKE_REBOOT_MARKER_PATH".into(),
-        marker.display().to_string(),
-    ));
-    let mut child = Command::new(BIN)
-        .arg("controller")
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Steps 5–7 pass with no cluster at all; the ready phase then keeps asking the (absent)
-    // service, so the process is stopped here.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut logged = String::new();
-    let mut exited = None;
-    while Instant::now() < deadline && !logged.contains("Start waiting to be ready") {
-        std::thread::sleep(Duration::from_millis(50));
-        logged = std::fs::read_to_string(&log).unwrap_or_default();
-        exited = child.try_wait().unwrap();
-        if exited.is_some() {
-            break;
-        }
-    }
-    assert_eq!(exited, None, "the process ended early: {logged}");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert!(
-        logged.contains("dry mode: a pretend Kubernetes API over 0 hosts"),
-        "{logged}"
-    );
-    assert!(logged.contains("Start waiting to be ready"), "{logged}");
-    assert!(
-        !logged.contains("creating the Kubernetes client"),
         "{logged}"
     );
 }

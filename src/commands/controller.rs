@@ -12,7 +12,6 @@ use crate::controller::startup::{self, Paths};
 use crate::controller::tasks::logs::OcMustGather;
 use crate::controller::tasks::olm::OcApplier;
 use crate::controller::tasks::operators::CVO_MAX_TIMEOUT;
-use crate::controller::tasks::reboots::OcRebootCounter;
 use crate::controller::tasks::router_probe::{HttpProbe, ReqwestProbe};
 use crate::controller::{self as ctrl};
 use crate::host::commands::HostRunner;
@@ -93,9 +92,7 @@ pub fn run() -> Result<()> {
         must_gather: Arc::new(OcMustGather {
             runner: runner.clone(),
         }),
-        reboot_counter: Arc::new(OcRebootCounter {
-            runner: runner.clone(),
-        }),
+        reboot_counter: runner.clone(),
         router_probe,
         cvo_timeout: CVO_MAX_TIMEOUT,
         log_file,

@@ -129,15 +129,6 @@ impl ControllerConfig {
             pull_secret_token: string("PULL_SECRET_TOKEN"),
         })
     }
-
-    /// The token as logs show it: `<masked>` when set, empty when not.
-    fn masked_token(&self) -> &'static str {
-        if self.pull_secret_token.is_empty() {
-            ""
-        } else {
-            "<masked>"
-        }
-    }
 }
 
 /// The [`fmt::Display`] line: the token never shows.
@@ -170,7 +161,12 @@ impl fmt::Display for ControllerConfig {
             self.dry_enable,
             self.dry_fake_reboot_marker_path,
             self.dry_cluster_hosts_path.as_deref().unwrap_or(""),
-            self.masked_token(),
+            // `<masked>` when set, empty when not.
+            if self.pull_secret_token.is_empty() {
+                ""
+            } else {
+                "<masked>"
+            },
         )
     }
 }

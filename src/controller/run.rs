@@ -34,17 +34,18 @@ use super::tasks::completion::{
 use super::tasks::dns_fix;
 use super::tasks::labels::NodeLabels;
 use super::tasks::logs::{
-    LogUploader, MustGatherRunner, LOGS_UPLOAD_PERIOD, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW,
+    LogUploader, MustGatherRunner, LOGS_UPLOAD_PERIOD, RESOLV_CONF_FILES, SUMMARY_LOGS_PERIOD,
+    SUMMARY_LOGS_WINDOW,
 };
 use super::tasks::nodes::{NodeStatus, GENERAL_WAIT};
 use super::tasks::olm::{
-    abi_post_install, wait_for_olm_operators, AbiKubeconfig, ManifestApplier, OlmSettings,
-    SNO_KUBECONFIG,
+    abi_post_install, wait_for_olm_operators, AbiKubeconfig, ManifestApplier, SNO_KUBECONFIG,
 };
 use super::tasks::ready::{ready_phase, ReadyPhase};
-use super::tasks::reboots::{RebootCounter, RebootsNotifier};
+use super::tasks::reboots::RebootsNotifier;
 use super::tasks::router_probe::HttpProbe;
 use crate::clock::Clock;
+use crate::host::commands::CommandRunner;
 use crate::image::Cancel;
 use crate::kube::install_config::INVOKER_AGENT;
 use crate::kube::ClusterApi;
@@ -96,7 +97,8 @@ pub(crate) struct Controller {
     /// The signal stop token.
     pub signal: Cancel,
     pub must_gather: Arc<dyn MustGatherRunner>,
-    pub reboot_counter: Arc<dyn RebootCounter>,
+    /// Runs `oc` for the reboots notifier.
+    pub reboot_counter: Arc<dyn CommandRunner>,
     /// The SNO router probe's client (`None`: no probe).
     pub router_probe: Option<Arc<dyn HttpProbe>>,
     /// The console/CVO cap of post-install: Go's 10 h (`CVO_MAX_TIMEOUT`); the tests raise it
@@ -124,60 +126,45 @@ fn spawn(
 }
 
 /// Go's `main` after startup; see the module documentation.
-pub(crate) fn run(controller: Controller) -> Result<Outcome> {
-    let Controller {
-        config,
-        build_cluster,
-        mut set_env,
-        build_service,
-        clock,
-        signal,
-        must_gather,
-        reboot_counter,
-        router_probe,
-        cvo_timeout,
-        log_file,
-        must_gather_dir,
-        applier,
-    } = controller;
-    let (cluster, service) = bootstrap::connect(build_cluster, &mut *set_env, build_service)?;
+pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
+    let (cluster, service) = bootstrap::connect(c.build_cluster, &mut *c.set_env, c.build_service)?;
     let notifier = Arc::new(RebootsNotifier::new(
-        config.notify_num_reboots,
+        c.config.notify_num_reboots,
         service.clone(),
-        reboot_counter,
-        clock.clone(),
+        c.reboot_counter,
+        c.clock.clone(),
         std::env::temp_dir(),
     ));
-    let stop = signal.child();
+    let stop = c.signal.child();
     let status = Arc::new(ControllerStatus::new());
     let mut dns = None;
-    if !config.dry_enable {
-        dns = Some(dns_fix::spawn(cluster.clone(), clock.clone())?);
+    if !c.config.dry_enable {
+        dns = Some(dns_fix::spawn(cluster.clone(), c.clock.clone())?);
     }
 
     let phase = ready_phase(
         &*cluster,
         &*service,
-        &*clock,
+        &*c.clock,
         &stop,
-        &config.namespace,
-        config.control_plane_count,
-        &config.openshift_version,
+        &c.config.namespace,
+        c.config.control_plane_count,
+        &c.config.openshift_version,
     )?;
     let env = TaskEnv {
-        config: Arc::new(config),
+        config: Arc::new(c.config),
         cluster,
         service,
-        clock,
+        clock: c.clock,
         stop,
         status,
-        cvo_timeout,
+        cvo_timeout: c.cvo_timeout,
         notifier: notifier.clone(),
     };
     let mut handles = Vec::new();
     let readiness = match phase {
         ReadyPhase::AbiSingleNode => {
-            let (env2, applier) = (env.clone(), applier.clone());
+            let (env2, applier) = (env.clone(), c.applier.clone());
             spawn(&mut handles, "abi-post-install", move || {
                 abi_post_install_task(&env2, &*applier, SNO_KUBECONFIG)
             })?;
@@ -219,27 +206,27 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
     }
     // 2. Post-install.
     if abi {
-        let (env, applier) = (env.clone(), applier.clone());
+        let (env, applier) = (env.clone(), c.applier.clone());
         spawn(&mut handles, "abi-post-install", move || {
             abi_post_install_task(&env, &*applier, "")
         })?;
     } else {
         let env = env.clone();
         spawn(&mut handles, "post-install", move || {
-            let mut settings = PostInstallSettings::new(
-                &env.config.openshift_version,
-                env.config.check_cluster_version,
-            );
-            settings.cvo_timeout = env.cvo_timeout;
+            let settings = PostInstallSettings {
+                openshift_version: env.config.openshift_version.clone(),
+                check_cluster_version: env.config.check_cluster_version,
+                cvo_timeout: env.cvo_timeout,
+            };
             let mut step = || {
                 wait_for_olm_operators(
                     &*env.clock,
                     &env.stop,
                     &*env.cluster,
                     &*env.service,
-                    &*applier,
+                    &*c.applier,
                     &env.status,
-                    &OlmSettings::new(&env.config.openshift_version),
+                    &env.config.openshift_version,
                 )
             };
             post_install_configs(
@@ -268,20 +255,26 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
     {
         let env = env.clone();
         spawn(&mut handles, "logs", move || {
-            let mut uploader = LogUploader::new(
-                &*env.cluster,
-                &*env.service,
-                &env.status,
-                &*must_gather,
-                &env.config.namespace,
-                &env.config.must_gather_image,
-            );
-            uploader.log_file = log_file;
-            uploader.must_gather_dir = must_gather_dir;
-            uploader.control_plane_count = env.config.control_plane_count;
-            uploader.router_probe = router_probe.as_deref();
+            let mut uploader = LogUploader {
+                cluster: &*env.cluster,
+                service: &*env.service,
+                status: &env.status,
+                must_gather: &*c.must_gather,
+                namespace: env.config.namespace.clone(),
+                must_gather_image: env.config.must_gather_image.clone(),
+                log_file: c.log_file,
+                must_gather_dir: c.must_gather_dir,
+                resolv_conf_files: RESOLV_CONF_FILES.iter().map(PathBuf::from).collect(),
+                pod_name: None,
+                control_plane_count: env.config.control_plane_count,
+                router_probe: c.router_probe.as_deref(),
+            };
             uploader.periodic(&*env.clock, &env.stop, LOGS_UPLOAD_PERIOD);
-            uploader.final_logs(abi, &*env.clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW);
+            if abi {
+                tracing::info!("assisted-service is offline in agent installer mode. final log uploads skipped.");
+            } else {
+                uploader.final_upload(&*env.clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW);
+            }
         })?;
     }
     // 5. Node labels.
@@ -310,11 +303,7 @@ pub(crate) fn run(controller: Controller) -> Result<Outcome> {
                 tracing::warn!("removing the uninitialized taint of {}: {err:#}", node.name);
             }
         };
-        let untaint_fn: Option<&mut dyn FnMut(&crate::kube::Node)> = if untaint {
-            Some(&mut untaint_node)
-        } else {
-            None
-        };
+        let untaint_fn = untaint.then_some(&mut untaint_node as &mut dyn FnMut(&_));
         if !wait_for_installation_abi(
             &*env.clock,
             &env.stop,

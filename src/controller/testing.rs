@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use anyhow::Result;
 
 use crate::clock::{Deadline, FakeClock};
+use crate::controller::tasks::logs::{MustGatherRunner, MUST_GATHER_ENTRY};
 use crate::controller::tasks::olm::{ManifestApplier, OLM_MANIFESTS_CONFIG_MAP};
 use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, Condition, Csv, Node, NodeAddress, Subscription};
@@ -29,6 +30,34 @@ impl ManifestApplier for Recorder {
             anyhow::bail!("apply failed");
         }
         Ok(())
+    }
+}
+
+/// A must-gather that records its images, fails its first `failures` runs and otherwise writes
+/// a small tarball; the credentials must have been downloaded first.
+#[derive(Default)]
+pub(crate) struct FakeMustGather {
+    pub(crate) failures: usize,
+    pub(crate) images: Mutex<Vec<Vec<String>>>,
+}
+
+impl MustGatherRunner for FakeMustGather {
+    fn run(&self, work_dir: &Path, kubeconfig: &Path, images: &[String]) -> Result<PathBuf> {
+        let mut runs = self.images.lock().unwrap();
+        runs.push(images.to_vec());
+        assert!(kubeconfig.exists(), "credentials downloaded first");
+        if runs.len() <= self.failures {
+            anyhow::bail!("must-gather failed");
+        }
+        let path = work_dir.join(MUST_GATHER_ENTRY);
+        std::fs::write(&path, b"MG")?;
+        Ok(path)
+    }
+}
+
+impl FakeMustGather {
+    pub(crate) fn images(&self) -> Vec<Vec<String>> {
+        self.images.lock().unwrap().clone()
     }
 }
 

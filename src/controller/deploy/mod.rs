@@ -34,53 +34,6 @@ const CONFIG_MAP_FILE: &str = "assisted-installer-controller-cm.yaml";
 const SECRET_FILE: &str = "assisted-installer-controller-secret.yaml";
 const JOB_FILE: &str = "assisted-installer-controller-pod.yaml";
 
-/// What the manifests carry (no `Debug`: the token is among them).
-pub(crate) struct ControllerSettings {
-    cluster_id: String,
-    inventory_url: String,
-    skip_cert_verification: bool,
-    ca_cert_path: String,
-    check_cluster_version: bool,
-    control_plane_count: i64,
-    must_gather_image: String,
-    controller_image: String,
-    openshift_version: String,
-    notify_num_reboots: bool,
-    service_ips: Vec<String>,
-    token: String,
-    single_node: bool,
-}
-
-impl ControllerSettings {
-    pub(crate) fn from_config(cfg: &InstallerConfig, token: &str, single_node: bool) -> Self {
-        ControllerSettings {
-            cluster_id: cfg.cluster_id.clone(),
-            inventory_url: cfg.url.clone(),
-            skip_cert_verification: cfg.insecure,
-            ca_cert_path: cfg
-                .cacert
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            check_cluster_version: cfg.check_cluster_version,
-            control_plane_count: cfg.control_plane_count,
-            must_gather_image: cfg.must_gather_image.clone(),
-            controller_image: cfg.controller_image.clone(),
-            openshift_version: cfg.openshift_version.clone(),
-            notify_num_reboots: cfg.notify_num_reboots,
-            service_ips: cfg
-                .service_ips
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect(),
-            token: token.to_string(),
-            single_node,
-        }
-    }
-}
-
 /// A name in the controller's namespace, with `app: assisted-installer-controller` when
 /// `labelled`. Like Go's, the cluster-scoped RBAC objects carry the namespace too (the API server
 /// ignores it).
@@ -94,7 +47,7 @@ fn metadata(name: &str, labelled: bool) -> Value {
 
 /// The Job's environment, in Go's order: each variable from a ConfigMap key (required or
 /// optional), but for two literal values.
-fn env(s: &ControllerSettings) -> Value {
+fn env(cfg: &InstallerConfig) -> Value {
     let from_config = |name: &str, key: &str, optional: bool| {
         let mut source = json!({"name": CONFIG_MAP_NAME, "key": key});
         if optional {
@@ -107,8 +60,8 @@ fn env(s: &ControllerSettings) -> Value {
         from_config("INVENTORY_URL", "inventory-url", false),
         from_config("CA_CERT_PATH", "ca-cert-path", true),
         from_config("SKIP_CERT_VERIFICATION", "skip-cert-verification", true),
-        {"name": "OPENSHIFT_VERSION", "value": s.openshift_version},
-        {"name": "NOTIFY_NUM_REBOOTS", "value": s.notify_num_reboots.to_string()},
+        {"name": "OPENSHIFT_VERSION", "value": cfg.openshift_version},
+        {"name": "NOTIFY_NUM_REBOOTS", "value": cfg.notify_num_reboots.to_string()},
         from_config("CONTROL_PLANE_COUNT", "control-plane-count", true),
         from_config("CHECK_CLUSTER_VERSION", "check-cluster-version", true),
         from_config("MUST_GATHER_IMAGE", "must-gather-image", true),
@@ -119,7 +72,8 @@ fn env(s: &ControllerSettings) -> Value {
 /// ConfigMap, the token as a file from the Secret, and the host files it reads. Its pod carries
 /// `app: assisted-installer-controller`; the Job controller adds `job-name:
 /// assisted-installer-controller`, by which the bootstrap finds the pod.
-fn job(s: &ControllerSettings) -> Value {
+fn job(cfg: &InstallerConfig, single_node: bool) -> Value {
+    let ca_cert_path = ca_cert_path(cfg);
     // A host path has no `type`: the kubelet checks nothing, as in Go's template.
     let host = |path: &str| json!({"hostPath": {"path": path}});
     // (volume name, mount path, volume source)
@@ -146,7 +100,7 @@ fn job(s: &ControllerSettings) -> Value {
         ),
     ];
     let mut tolerations = vec!["node-role.kubernetes.io/master"];
-    if s.single_node {
+    if single_node {
         // The controller starts before the node is Ready (no network yet) and reaches the API
         // with the bootstrap kubeconfig (`/tmp/bootstrap-secrets/kubeconfig`).
         let secrets = host("/etc/kubernetes/bootstrap-secrets");
@@ -156,10 +110,9 @@ fn job(s: &ControllerSettings) -> Value {
             "node.kubernetes.io/network-unavailable",
         ]);
     }
-    if !s.ca_cert_path.is_empty() {
+    if !ca_cert_path.is_empty() {
         // CA_CERT_PATH names a host file: the controller reads it at the same path.
-        let path = s.ca_cert_path.as_str();
-        mounts.push(("ca-cert", path, host(path)));
+        mounts.push(("ca-cert", &ca_cert_path, host(&ca_cert_path)));
     }
     let volume_mounts: Vec<Value> = mounts
         .iter()
@@ -179,9 +132,9 @@ fn job(s: &ControllerSettings) -> Value {
     let mut pod = json!({
         "containers": [{
             "name": NAME,
-            "image": s.controller_image,
+            "image": cfg.controller_image,
             "imagePullPolicy": "IfNotPresent",
-            "env": env(s),
+            "env": env(cfg),
             "volumeMounts": volume_mounts,
         }],
         "restartPolicy": "OnFailure",
@@ -191,12 +144,13 @@ fn job(s: &ControllerSettings) -> Value {
         "tolerations": tolerations,
         "volumes": volumes,
     });
-    if !s.service_ips.is_empty() {
-        // The controller reaches the service by the name its URL may use, at each service IP.
-        let aliases = s.service_ips.iter();
-        pod["hostAliases"] = aliases
-            .map(|ip| json!({"ip": ip, "hostnames": [SERVICE_HOSTNAME]}))
-            .collect();
+    // The controller reaches the service by the name its URL may use, at each service IP.
+    let aliases: Vec<Value> = (cfg.service_ips.split(',').map(str::trim))
+        .filter(|ip| !ip.is_empty())
+        .map(|ip| json!({"ip": ip, "hostnames": [SERVICE_HOSTNAME]}))
+        .collect();
+    if !aliases.is_empty() {
+        pod["hostAliases"] = aliases.into();
     }
     json!({
         "apiVersion": "batch/v1",
@@ -210,8 +164,14 @@ fn job(s: &ControllerSettings) -> Value {
     })
 }
 
+/// `--cacert` as the ConfigMap's `ca-cert-path` ("" for none).
+fn ca_cert_path(cfg: &InstallerConfig) -> String {
+    let path = cfg.cacert.as_ref().map(|p| p.display().to_string());
+    path.unwrap_or_default()
+}
+
 /// Every manifest by file name (what cluster-bootstrap reads from the manifests directory).
-fn documents(s: &ControllerSettings) -> Vec<(&'static str, Value)> {
+fn documents(cfg: &InstallerConfig, token: &str, single_node: bool) -> Vec<(&'static str, Value)> {
     let privileged = "privileged";
     vec![
         // Privileged: the controller's pod uses the host network and host paths. Pod-security
@@ -260,13 +220,13 @@ fn documents(s: &ControllerSettings) -> Vec<(&'static str, Value)> {
             CONFIG_MAP_FILE,
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(CONFIG_MAP_NAME, true),
                 "data": {
-                    "cluster-id": s.cluster_id,
-                    "inventory-url": s.inventory_url,
-                    "skip-cert-verification": s.skip_cert_verification.to_string(),
-                    "ca-cert-path": s.ca_cert_path,
-                    "check-cluster-version": s.check_cluster_version.to_string(),
-                    "control-plane-count": s.control_plane_count.to_string(),
-                    "must-gather-image": s.must_gather_image,
+                    "cluster-id": cfg.cluster_id,
+                    "inventory-url": cfg.url,
+                    "skip-cert-verification": cfg.insecure.to_string(),
+                    "ca-cert-path": ca_cert_path(cfg),
+                    "check-cluster-version": cfg.check_cluster_version.to_string(),
+                    "control-plane-count": cfg.control_plane_count.to_string(),
+                    "must-gather-image": cfg.must_gather_image,
                 },
             }),
         ),
@@ -275,17 +235,22 @@ fn documents(s: &ControllerSettings) -> Vec<(&'static str, Value)> {
         (
             SECRET_FILE,
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": metadata(SECRET_NAME, true),
-                "type": "Opaque", "stringData": {"pull-secret-token": s.token}}),
+                "type": "Opaque", "stringData": {"pull-secret-token": token}}),
         ),
-        (JOB_FILE, job(s)),
+        (JOB_FILE, job(cfg, single_node)),
     ]
 }
 
-/// Write every manifest into `dir` (created if needed) as YAML; the Secret is private from the
-/// start.
-pub(crate) fn render_manifests(dir: &Path, s: &ControllerSettings) -> Result<()> {
+/// Write every manifest of the controller of `cfg`'s cluster into `dir` (created if needed) as
+/// YAML, with the agent `token` in the Secret, which is private from the start.
+pub(crate) fn render_manifests(
+    dir: &Path,
+    cfg: &InstallerConfig,
+    token: &str,
+    single_node: bool,
+) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (name, doc) in documents(s) {
+    for (name, doc) in documents(cfg, token, single_node) {
         let text = serde_saphyr::to_string(&doc).with_context(|| format!("rendering {name}"))?;
         let path = dir.join(name);
         if name == SECRET_FILE {

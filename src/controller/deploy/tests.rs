@@ -9,28 +9,33 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use std::collections::BTreeMap;
 
-fn settings(sno: bool) -> ControllerSettings {
-    ControllerSettings {
+const TOKEN: &str = "s3cr3t\"token";
+
+/// The installer's settings of a three-master or a single-node cluster, and which.
+fn settings(sno: bool) -> (InstallerConfig, bool) {
+    let cfg = InstallerConfig {
         cluster_id: "c-1".into(),
-        inventory_url: "https://svc:8090".into(),
-        skip_cert_verification: false,
-        ca_cert_path: String::new(),
+        url: "https://svc:8090".into(),
         check_cluster_version: true,
         control_plane_count: if sno { 1 } else { 3 },
         must_gather_image: r#"{"ocp":"quay.io/mg:1"}"#.into(),
         controller_image: "quay.io/ai/controller:1".into(),
         openshift_version: "4.17".into(),
         notify_num_reboots: false,
-        service_ips: vec!["192.0.2.5".into()],
-        token: "s3cr3t\"token".into(),
-        single_node: sno,
-    }
+        service_ips: "192.0.2.5".into(),
+        ..InstallerConfig::default()
+    };
+    (cfg, sno)
+}
+
+fn render((cfg, sno): &(InstallerConfig, bool), dir: &std::path::Path) {
+    render_manifests(dir, cfg, TOKEN, *sno).unwrap();
 }
 
 /// The files `render_manifests` writes, read back, by file name.
-fn rendered(s: &ControllerSettings) -> BTreeMap<String, Value> {
+fn rendered(s: &(InstallerConfig, bool)) -> BTreeMap<String, Value> {
     let dir = tempfile::tempdir().unwrap();
-    render_manifests(dir.path(), s).unwrap();
+    render(s, dir.path());
     std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| {
@@ -46,9 +51,9 @@ fn rendered(s: &ControllerSettings) -> BTreeMap<String, Value> {
 /// A manifest read as its Kubernetes type and written again.
 type AsTyped = fn(&Value) -> Value;
 /// A change of the test settings.
-type Change<'a> = &'a dyn Fn(&mut ControllerSettings);
+type Change<'a> = &'a dyn Fn(&mut (InstallerConfig, bool));
 
-fn read(s: &ControllerSettings, name: &str) -> Value {
+fn read(s: &(InstallerConfig, bool), name: &str) -> Value {
     rendered(s).remove(name).unwrap()
 }
 
@@ -62,7 +67,7 @@ fn every_manifest_is_its_kubernetes_type_and_the_secret_is_private() {
     use std::os::unix::fs::PermissionsExt;
     for sno in [false, true] {
         let mut s = settings(sno);
-        s.ca_cert_path = "/etc/ca.pem".into();
+        s.0.cacert = Some("/etc/ca.pem".into());
         let docs = rendered(&s);
         let check: [(&str, AsTyped); 8] = [
             (CONFIG_MAP_FILE, typed::<ConfigMap>),
@@ -85,10 +90,10 @@ fn every_manifest_is_its_kubernetes_type_and_the_secret_is_private() {
         let meta = std::fs::metadata(dir.path().join(SECRET_FILE)).unwrap();
         meta.permissions().mode() & 0o777
     };
-    render_manifests(dir.path(), &settings(false)).unwrap();
+    render(&settings(false), dir.path());
     assert_eq!(mode(), 0o600);
     // A rerun replaces the files, and the Secret stays private.
-    render_manifests(dir.path(), &settings(true)).unwrap();
+    render(&settings(true), dir.path());
     assert_eq!(mode(), 0o600);
 }
 
@@ -227,14 +232,14 @@ fn the_multi_node_job_is_gos() {
 /// in its volumes, tolerations and host aliases only.
 #[test]
 fn single_node_ca_file_and_service_ips_change_the_pod() {
-    let single_node = |s: &mut ControllerSettings| *s = settings(true);
-    let ca_file = |s: &mut ControllerSettings| s.ca_cert_path = "/etc/ca.pem".into();
-    let sno_ca_file = |s: &mut ControllerSettings| {
+    let single_node = |s: &mut (InstallerConfig, bool)| *s = settings(true);
+    let ca_file = |s: &mut (InstallerConfig, bool)| s.0.cacert = Some("/etc/ca.pem".into());
+    let sno_ca_file = |s: &mut (InstallerConfig, bool)| {
         *s = settings(true);
-        s.ca_cert_path = "/etc/ca.pem".into();
+        s.0.cacert = Some("/etc/ca.pem".into());
     };
-    let two_ips = |s: &mut ControllerSettings| s.service_ips.push("2001:db8::5".into());
-    let no_ip = |s: &mut ControllerSettings| s.service_ips.clear();
+    let two_ips = |s: &mut (InstallerConfig, bool)| s.0.service_ips.push_str(", 2001:db8::5,");
+    let no_ip = |s: &mut (InstallerConfig, bool)| s.0.service_ips = " ,".into();
     let secrets = (
         "bootstrap-secrets",
         "/tmp/bootstrap-secrets",

@@ -21,7 +21,6 @@ use crate::controller::service::ControllerService;
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::operators::{
     ctx_cause, status_from_conditions, wait_for_cluster_operators, CLUSTER_OPERATORS_INTERVAL,
-    CVO_MAX_TIMEOUT,
 };
 use crate::kube::ClusterApi;
 use crate::service::{CompletionParams, FinalizingStage, OperatorMonitorReport, ServiceError};
@@ -288,32 +287,18 @@ pub(crate) fn upload_router_ca(cluster: &dyn ClusterApi, service: &dyn Controlle
     }
 }
 
-/// The settings of post-install; [`PostInstallSettings::new`] has Go's intervals.
+/// Post-install's router-CA poll.
+const ROUTER_CA_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The settings of post-install (its intervals are Go's: waiting for `finalizing` and the stage
+/// retries [`GENERAL_WAIT`], the console/CVO poll and the completion retry
+/// [`CLUSTER_OPERATORS_INTERVAL`], the router CA [`ROUTER_CA_INTERVAL`]).
 #[derive(Debug, Clone)]
 pub(crate) struct PostInstallSettings {
     pub(crate) openshift_version: String,
     pub(crate) check_cluster_version: bool,
-    /// Waiting for `finalizing`, stage-report retries (30 s).
-    pub(crate) wait_interval: Duration,
-    /// Console/CVO poll and completion retry (60 s).
-    pub(crate) progress_interval: Duration,
-    /// The console/CVO cap (10 h).
+    /// The console/CVO cap: Go's 10 h, [`super::operators::CVO_MAX_TIMEOUT`].
     pub(crate) cvo_timeout: Duration,
-    /// Router-CA poll (10 s).
-    pub(crate) router_ca_interval: Duration,
-}
-
-impl PostInstallSettings {
-    pub(crate) fn new(openshift_version: &str, check_cluster_version: bool) -> PostInstallSettings {
-        PostInstallSettings {
-            openshift_version: openshift_version.to_string(),
-            check_cluster_version,
-            wait_interval: GENERAL_WAIT,
-            progress_interval: CLUSTER_OPERATORS_INTERVAL,
-            cvo_timeout: CVO_MAX_TIMEOUT,
-            router_ca_interval: Duration::from_secs(10),
-        }
-    }
 }
 
 /// How post-install ended.
@@ -339,13 +324,13 @@ pub(crate) fn post_install_configs(
     settings: &PostInstallSettings,
     olm: &mut dyn FnMut() -> anyhow::Result<()>,
 ) -> PostInstallOutcome {
-    let finalizing = poll(clock, stop, settings.wait_interval, None, || match service
-        .get_cluster(true)
-    {
-        Ok(c) => c.status == "finalizing",
-        Err(err) => {
-            tracing::warn!("getting the cluster's status: {err:#}");
-            false
+    let finalizing = poll(clock, stop, GENERAL_WAIT, None, || {
+        match service.get_cluster(true) {
+            Ok(c) => c.status == "finalizing",
+            Err(err) => {
+                tracing::warn!("getting the cluster's status: {err:#}");
+                false
+            }
         }
     });
     if finalizing.is_err() {
@@ -353,12 +338,12 @@ pub(crate) fn post_install_configs(
         return PostInstallOutcome::Stopped;
     }
 
-    let stage = |s| report_stage(clock, stop, service, s, settings.wait_interval);
+    let stage = |s| report_stage(clock, stop, service, s, GENERAL_WAIT);
     stage(FinalizingStage::WaitingForClusterOperators);
     let waited = wait_for_cluster_operators(
         clock,
         stop,
-        settings.progress_interval,
+        CLUSTER_OPERATORS_INTERVAL,
         settings.cvo_timeout,
         cluster,
         service,
@@ -370,7 +355,7 @@ pub(crate) fn post_install_configs(
         .map_err(PostInstallFailure::ClusterOperators)
         .and_then(|()| {
             stage(FinalizingStage::AddingRouterCa);
-            poll(clock, stop, settings.router_ca_interval, None, || {
+            poll(clock, stop, ROUTER_CA_INTERVAL, None, || {
                 upload_router_ca(cluster, service)
             })
             .map_err(PostInstallFailure::RouterCa)
@@ -394,7 +379,7 @@ pub(crate) fn post_install_configs(
     let sent = until_ok(
         clock,
         stop,
-        settings.progress_interval,
+        CLUSTER_OPERATORS_INTERVAL,
         "sending complete-installation",
         || service.complete_installation(&params),
     );

@@ -133,7 +133,7 @@ impl MustGatherRunner for OcMustGather {
     }
 }
 
-/// What the log upload needs; [`LogUploader::new`] has Go's paths.
+/// What the log upload needs.
 pub(crate) struct LogUploader<'a> {
     pub(crate) cluster: &'a dyn ClusterApi,
     pub(crate) service: &'a dyn ControllerService,
@@ -141,10 +141,11 @@ pub(crate) struct LogUploader<'a> {
     pub(crate) must_gather: &'a dyn MustGatherRunner,
     pub(crate) namespace: String,
     pub(crate) must_gather_image: String,
-    /// `/tmp/controller_logs.log`.
+    /// `/tmp/controller_logs.log` in production.
     pub(crate) log_file: PathBuf,
-    /// `/tmp/must-gather-logs`.
+    /// Must-gather's work directory, `/tmp/must-gather-logs` in production.
     pub(crate) must_gather_dir: PathBuf,
+    /// The resolv.conf files logged on failure ([`RESOLV_CONF_FILES`] in production).
     pub(crate) resolv_conf_files: Vec<PathBuf>,
     /// The own pod's name once found.
     pub(crate) pod_name: Option<String>,
@@ -154,31 +155,7 @@ pub(crate) struct LogUploader<'a> {
     pub(crate) router_probe: Option<&'a dyn HttpProbe>,
 }
 
-impl<'a> LogUploader<'a> {
-    pub(crate) fn new(
-        cluster: &'a dyn ClusterApi,
-        service: &'a dyn ControllerService,
-        status: &'a ControllerStatus,
-        must_gather: &'a dyn MustGatherRunner,
-        namespace: &str,
-        must_gather_image: &str,
-    ) -> LogUploader<'a> {
-        LogUploader {
-            cluster,
-            service,
-            status,
-            must_gather,
-            namespace: namespace.to_string(),
-            must_gather_image: must_gather_image.to_string(),
-            log_file: PathBuf::from(crate::controller::log::LOG_PATH),
-            must_gather_dir: PathBuf::from(MUST_GATHER_DIR),
-            resolv_conf_files: RESOLV_CONF_FILES.iter().map(PathBuf::from).collect(),
-            pod_name: None,
-            control_plane_count: 3,
-            router_probe: None,
-        }
-    }
-
+impl LogUploader<'_> {
     /// Learn the own pod's name from the running Job pods.
     pub(crate) fn find_pod_name(&mut self) {
         if self.pod_name.is_some() {
@@ -320,24 +297,6 @@ impl<'a> LogUploader<'a> {
             bail!("Some Logs were not collected in summary");
         }
         Ok(())
-    }
-
-    /// `UploadLogs`' final upload: the agent-based installer skips it (its service is gone);
-    /// otherwise [`LogUploader::final_upload`]. `None` when skipped.
-    pub(crate) fn final_logs(
-        &self,
-        agent_installer: bool,
-        clock: &dyn Clock,
-        period: Duration,
-        window: Duration,
-    ) -> Option<bool> {
-        if agent_installer {
-            tracing::info!(
-                "assisted-service is offline in agent installer mode. final log uploads skipped."
-            );
-            return None;
-        }
-        Some(self.final_upload(clock, period, window))
     }
 
     /// `UploadLogs` final upload (assisted-service invoker; ABI skips it): `requested`, the summary

@@ -61,28 +61,12 @@ impl ManifestApplier for OcApplier {
     }
 }
 
-/// The settings of `waitForOLMOperators`; [`OlmSettings::new`] has Go's intervals.
-#[derive(Debug, Clone)]
-pub(crate) struct OlmSettings {
-    pub(crate) openshift_version: String,
-    /// The OLM-list fetch poll (10 s).
-    pub(crate) fetch_interval: Duration,
-    /// The CSV waits, the apply poll, stage retries and the marking retries (30 s).
-    pub(crate) wait_interval: Duration,
-    /// Attempts of the timeout marking (10).
-    pub(crate) marking_attempts: u32,
-}
-
-impl OlmSettings {
-    pub(crate) fn new(openshift_version: &str) -> OlmSettings {
-        OlmSettings {
-            openshift_version: openshift_version.to_string(),
-            fetch_interval: Duration::from_secs(10),
-            wait_interval: Duration::from_secs(30),
-            marking_attempts: 10,
-        }
-    }
-}
+/// `waitForOLMOperators`' OLM-list fetch poll.
+const FETCH_INTERVAL: Duration = Duration::from_secs(10);
+/// Its CSV waits, apply poll, stage retries and timeout-marking retries.
+const WAIT_INTERVAL: Duration = Duration::from_secs(30);
+/// Attempts of the timeout marking.
+const MARKING_ATTEMPTS: u32 = 10;
 
 /// The OLM early-setup cleanup of one operator: delete the failed Jobs of
 /// `openshift-marketplace` (`status.failed > 0` or a True `Failed` condition) and the `Failed`
@@ -303,11 +287,10 @@ pub(crate) fn wait_for_olm_operators(
     service: &dyn ControllerService,
     applier: &dyn ManifestApplier,
     status: &ControllerStatus,
-    settings: &OlmSettings,
+    version: &str,
 ) -> Result<()> {
     use FinalizingStage::*;
-    let version = settings.openshift_version.as_str();
-    let interval = settings.wait_interval;
+    let interval = WAIT_INTERVAL;
     let stage = |s| report_stage(clock, stop, service, s, interval);
     let poll = |interval, f: &mut dyn FnMut() -> bool, s| {
         poll_with_cancel(clock, stop, interval, None, f, || {
@@ -328,7 +311,7 @@ pub(crate) fn wait_for_olm_operators(
         }
     };
     if let Err(e) = poll(
-        settings.fetch_interval,
+        FETCH_INTERVAL,
         fetch,
         WaitingForOlmOperatorsCsvInitialization,
     ) {
@@ -384,7 +367,7 @@ pub(crate) fn wait_for_olm_operators(
     if errors.is_empty() {
         return Ok(());
     }
-    if let Err(err) = retry_attempts(clock, stop, settings.marking_attempts, interval, || {
+    if let Err(err) = retry_attempts(clock, stop, MARKING_ATTEMPTS, interval, || {
         mark_timed_out(service, status, version)
     }) {
         tracing::warn!("marking the timed-out OLM operators: {err:#}");

@@ -380,51 +380,32 @@ mod tests {
         )));
     }
 
+    /// The service's cluster answers whether the stage timed out; no answer is false.
     #[test]
-    fn stage_timeout_needs_the_stage_and_the_flag() {
-        let with = |stage: Option<&str>, out: bool| Cluster {
-            progress: Some(ClusterProgressInfo {
-                finalizing_stage: stage.map(str::to_string),
-                finalizing_stage_timed_out: out,
-            }),
-            ..Cluster::default()
-        };
-        let s = FinalizingStage::WaitingForOlmOperatorsCsv;
-        let csv = Some("Waiting for olm operators csv");
-        assert!(stage_timed_out(&with(csv, true), s));
-        assert!(!stage_timed_out(&with(csv, false), s));
-        assert!(!stage_timed_out(
-            &with(Some("Applying olm manifests"), true),
-            s
-        ));
-        assert!(!stage_timed_out(&with(None, true), s));
-        assert!(!stage_timed_out(&Cluster::default(), s));
-    }
-
-    #[test]
-    fn check_stage_timed_out_is_false_on_error() {
+    fn stage_timeout_needs_the_stage_the_flag_and_an_answer() {
         let svc = MemoryService::new("c", Arc::new(FakeClock::new()));
-        svc.update_cluster(|c| {
-            c.progress = Some(ClusterProgressInfo {
-                finalizing_stage: Some("Adding router ca".into()),
-                finalizing_stage_timed_out: true,
-            })
-        });
-        assert!(check_stage_timed_out(&svc, FinalizingStage::AddingRouterCa));
+        let s = FinalizingStage::WaitingForOlmOperatorsCsv;
+        let timed_out = |stage: Option<&str>, out: bool| {
+            svc.update_cluster(|c| {
+                c.progress = Some(ClusterProgressInfo {
+                    finalizing_stage: stage.map(str::to_string),
+                    finalizing_stage_timed_out: out,
+                })
+            });
+            check_stage_timed_out(&svc, s)
+        };
+        let csv = Some("Waiting for olm operators csv");
+        assert!(timed_out(csv, true));
+        assert!(!timed_out(csv, false));
+        assert!(!timed_out(Some("Applying olm manifests"), true));
+        assert!(!timed_out(None, true));
+        assert!(!stage_timed_out(&Cluster::default(), s));
         svc.fail("v2GetCluster", 1, 500);
-        assert!(!check_stage_timed_out(
-            &svc,
-            FinalizingStage::AddingRouterCa
-        ));
-        assert_eq!(
-            svc.calls(),
-            vec![
-                ServiceCall::GetCluster {
-                    exclude_hosts: true
-                };
-                2
-            ]
-        );
+        assert!(!timed_out(csv, true));
+        let get = ServiceCall::GetCluster {
+            exclude_hosts: true,
+        };
+        assert_eq!(svc.calls(), vec![get; 5]);
     }
 
     struct Fixed {

@@ -7,7 +7,7 @@
 //! the node's wtmp, which no Kubernetes API serves; reading it needs a privileged pod on that node
 //! with the host's root mounted, which is what `oc debug node` builds with the admin kubeconfig
 //! (debug pod spec, attach protocol, RBAC the controller's ServiceAccount does not have). So we
-//! keep the `oc` command, behind [`RebootCounter`].
+//! keep the `oc` command.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -32,11 +32,6 @@ pub(crate) trait RebootsNotify: Send + Sync {
     fn start(&self, node_name: &str, host_id: &str, infra_env_id: &str, cluster_id: &str);
 }
 
-/// Counts the reboots of a node with the given kubeconfig.
-pub(crate) trait RebootCounter: Send + Sync {
-    fn count(&self, kubeconfig: &Path, node_name: &str) -> Result<u32>;
-}
-
 /// The number of lines of `last reboot` output that start with `reboot ` (the trailing `wtmp
 /// begins …` line and blank lines do not count).
 pub(crate) fn count_reboots(output: &str) -> u32 {
@@ -46,32 +41,26 @@ pub(crate) fn count_reboots(output: &str) -> u32 {
         .count() as u32
 }
 
-/// [`RebootCounter`] running `oc debug node/<node> -- chroot /host last reboot`.
-pub(crate) struct OcRebootCounter {
-    pub(crate) runner: Arc<dyn CommandRunner>,
-}
-
-impl RebootCounter for OcRebootCounter {
-    fn count(&self, kubeconfig: &Path, node_name: &str) -> Result<u32> {
-        let kubeconfig = kubeconfig.to_string_lossy();
-        let node = format!("node/{node_name}");
-        let args = [
-            "--kubeconfig",
-            kubeconfig.as_ref(),
-            "debug",
-            node.as_str(),
-            "--",
-            "chroot",
-            "/host",
-            "last",
-            "reboot",
-        ];
-        let output = self
-            .runner
-            .run("oc", &args)
-            .with_context(|| format!("counting the reboots of node {node_name}"))?;
-        Ok(count_reboots(&output))
-    }
+/// The reboots of `node_name`: `oc --kubeconfig <kubeconfig> debug node/<node> -- chroot /host
+/// last reboot` through `runner`, counted by [`count_reboots`].
+fn count_node_reboots(runner: &dyn CommandRunner, kubeconfig: &Path, node: &str) -> Result<u32> {
+    let kubeconfig = kubeconfig.to_string_lossy();
+    let target = format!("node/{node}");
+    let args = [
+        "--kubeconfig",
+        &kubeconfig,
+        "debug",
+        &target,
+        "--",
+        "chroot",
+        "/host",
+        "last",
+        "reboot",
+    ];
+    let output = runner
+        .run("oc", &args)
+        .with_context(|| format!("counting the reboots of node {node}"))?;
+    Ok(count_reboots(&output))
 }
 
 /// See the module documentation.
@@ -83,7 +72,8 @@ pub(crate) struct RebootsNotifier {
 struct Inner {
     enabled: bool,
     service: Arc<dyn ControllerService>,
-    counter: Arc<dyn RebootCounter>,
+    /// Runs `oc` (see the module documentation).
+    runner: Arc<dyn CommandRunner>,
     clock: Arc<dyn Clock>,
     temp_root: PathBuf,
     kubeconfig: Mutex<Option<PathBuf>>,
@@ -95,7 +85,7 @@ impl RebootsNotifier {
     pub(crate) fn new(
         enabled: bool,
         service: Arc<dyn ControllerService>,
-        counter: Arc<dyn RebootCounter>,
+        runner: Arc<dyn CommandRunner>,
         clock: Arc<dyn Clock>,
         temp_root: PathBuf,
     ) -> RebootsNotifier {
@@ -103,7 +93,7 @@ impl RebootsNotifier {
             inner: Arc::new(Inner {
                 enabled,
                 service,
-                counter,
+                runner,
                 clock,
                 temp_root,
                 kubeconfig: Mutex::new(None),
@@ -178,7 +168,7 @@ impl Inner {
             &deadline,
             COUNT_ATTEMPTS,
             COUNT_INTERVAL,
-            || self.counter.count(&kubeconfig, &event.node_name),
+            || count_node_reboots(&*self.runner, &kubeconfig, &event.node_name),
         );
         let reboots = match counted {
             Ok(n) => n,
@@ -233,40 +223,19 @@ mod tests {
     use super::*;
     use crate::clock::FakeClock;
     use crate::controller::service::testing::{MemoryService, ServiceCall};
+    use crate::host::commands::{RecordingRunner, Reply};
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    /// Answers `fail` errors, then `reboots`; records the nodes asked.
-    struct FakeCounter {
-        fail: AtomicU32,
-        reboots: u32,
-        asked: Mutex<Vec<(PathBuf, String)>>,
-    }
-
-    impl FakeCounter {
-        fn new(fail: u32, reboots: u32) -> Arc<FakeCounter> {
-            Arc::new(FakeCounter {
-                fail: AtomicU32::new(fail),
-                reboots,
-                asked: Mutex::new(Vec::new()),
-            })
-        }
-        fn asked(&self) -> Vec<(PathBuf, String)> {
-            self.asked.lock().unwrap().clone()
-        }
-    }
-
-    impl RebootCounter for FakeCounter {
-        fn count(&self, kubeconfig: &Path, node_name: &str) -> Result<u32> {
-            self.asked
-                .lock()
-                .unwrap()
-                .push((kubeconfig.to_path_buf(), node_name.to_string()));
-            if self.fail.load(Ordering::SeqCst) > 0 {
-                self.fail.fetch_sub(1, Ordering::SeqCst);
-                anyhow::bail!("oc debug failed");
+    /// An `oc` that fails `fail` times, then answers `reboots` reboot lines.
+    fn oc(fail: u32, reboots: usize) -> Arc<RecordingRunner> {
+        let fail = AtomicU32::new(fail);
+        Arc::new(RecordingRunner::with_script(move |_, _| {
+            if fail.load(Ordering::SeqCst) > 0 {
+                fail.fetch_sub(1, Ordering::SeqCst);
+                return Some(Reply::fail(1, "oc debug failed"));
             }
-            Ok(self.reboots)
-        }
+            Some(Reply::ok("reboot   system boot\n".repeat(reboots)))
+        }))
     }
 
     struct Setup {
@@ -286,11 +255,11 @@ mod tests {
         }
     }
 
-    fn notifier(s: &Setup, enabled: bool, counter: Arc<dyn RebootCounter>) -> RebootsNotifier {
+    fn notifier(s: &Setup, enabled: bool, oc: Arc<dyn CommandRunner>) -> RebootsNotifier {
         RebootsNotifier::new(
             enabled,
             Arc::new(s.service.clone()),
-            counter,
+            oc,
             s.clock.clone(),
             s.dir.path().to_path_buf(),
         )
@@ -319,7 +288,7 @@ mod tests {
     #[test]
     fn kubeconfig_failure_is_not_cached_success_is() {
         let s = setup();
-        let n = notifier(&s, true, FakeCounter::new(0, 1));
+        let n = notifier(&s, true, oc(0, 1));
         s.service.fail("V2DownloadClusterCredentials", 1, 500);
         assert!(n.kubeconfig().is_err());
         // The failed attempt's dir was removed.
@@ -344,13 +313,15 @@ mod tests {
     #[test]
     fn enabled_happy_path_sends_go_s_event() {
         let s = setup();
-        let counter = FakeCounter::new(0, 1);
-        let n = notifier(&s, true, counter.clone());
+        let oc = oc(0, 1);
+        let n = notifier(&s, true, oc.clone());
         n.start("node0", "host-0", "ie-0", "c1");
+        let kubeconfig = n.kubeconfig().unwrap();
         n.finalize();
         assert_eq!(downloads(&s.service), 1);
-        assert_eq!(counter.asked().len(), 1);
-        assert_eq!(counter.asked()[0].1, "node0");
+        let k = kubeconfig.display();
+        let line = format!("oc --kubeconfig {k} debug node/node0 -- chroot /host last reboot");
+        assert_eq!(oc.lines(), [line]);
         let events: Vec<RebootsEvent> = s
             .service
             .calls()
@@ -377,11 +348,11 @@ mod tests {
     #[test]
     fn counting_is_retried_fifteen_seconds_apart_ten_times() {
         let s = setup();
-        let counter = FakeCounter::new(3, 4);
-        let n = notifier(&s, true, counter.clone());
+        let oc = oc(3, 4);
+        let n = notifier(&s, true, oc.clone());
         n.start("node1", "h1", "ie", "c1");
         n.finalize();
-        assert_eq!(counter.asked().len(), 4);
+        assert_eq!(oc.calls().len(), 4);
         assert_eq!(s.clock.sleeps(), vec![COUNT_INTERVAL; 3]);
         assert!(matches!(
             s.service.calls().last(),
@@ -395,21 +366,17 @@ mod tests {
     /// Counting that hangs: the job gives up at its 6 min limit, before the 10 attempts.
     #[test]
     fn the_job_ends_at_its_six_minute_limit() {
-        struct Slow(Arc<FakeClock>, AtomicU32);
-        impl RebootCounter for Slow {
-            fn count(&self, _: &Path, _: &str) -> Result<u32> {
-                self.1.fetch_add(1, Ordering::SeqCst);
-                self.0.advance(Duration::from_secs(120));
-                anyhow::bail!("oc debug timed out")
-            }
-        }
         let s = setup();
-        let slow = Arc::new(Slow(s.clock.clone(), AtomicU32::new(0)));
+        let clock = s.clock.clone();
+        let slow = Arc::new(RecordingRunner::with_script(move |_, _| {
+            clock.advance(Duration::from_secs(120));
+            Some(Reply::fail(1, "oc debug timed out"))
+        }));
         let n = notifier(&s, true, slow.clone());
         n.start("node0", "h", "ie", "c1");
         n.finalize();
         // 0 → 2:00, wait → 2:15 → 4:15, wait → 4:30 → 6:30: past the limit, no more waits.
-        assert_eq!(slow.1.load(Ordering::SeqCst), 3);
+        assert_eq!(slow.calls().len(), 3);
         assert_eq!(s.clock.sleeps(), vec![COUNT_INTERVAL; 2]);
         assert_eq!(s.service.operations(), ["V2DownloadClusterCredentials"]);
     }
@@ -426,12 +393,12 @@ mod tests {
         ];
         for (enabled, downloads_failing, counts_failing, asked, operations, waits) in cases {
             let s = setup();
-            let counter = FakeCounter::new(counts_failing, 1);
-            let n = notifier(&s, enabled, counter.clone());
+            let oc = oc(counts_failing, 1);
+            let n = notifier(&s, enabled, oc.clone());
             s.service.fail(download, downloads_failing, 500);
             n.start("node0", "h", "ie", "c1");
             n.finalize();
-            assert_eq!(counter.asked().len(), asked);
+            assert_eq!(oc.calls().len(), asked);
             assert_eq!(s.service.operations(), operations);
             assert_eq!(s.clock.sleeps(), vec![COUNT_INTERVAL; waits]);
         }

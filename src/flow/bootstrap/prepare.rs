@@ -9,7 +9,7 @@ use super::hostname::{needs_random_hostname, random_hostname};
 use super::ssh_manifest::{render_ssh_manifest, SSH_MANIFEST_FILE_NAME};
 use super::Flow;
 use crate::clock::{Failure, Schedule};
-use crate::controller::deploy::{render_manifests, ControllerSettings};
+use crate::controller::deploy::render_manifests;
 use crate::host::ExecError;
 use crate::ignition::pull_secret::extract_pull_secret;
 use crate::postinstall::ignition::{write_secret_file, Existing};
@@ -49,7 +49,9 @@ pub(crate) fn start_bootstrap(f: &Flow, sno: bool) -> Result<()> {
     if !dry {
         render_manifests(
             &f.paths.openshift_dir.join("manifests"),
-            &ControllerSettings::from_config(&f.cfg, &f.token, sno),
+            &f.cfg,
+            &f.token,
+            sno,
         )
         .context("rendering the assisted-installer-controller manifests")?;
     }

@@ -107,6 +107,20 @@ fn dry_mode_takes_the_rebooted_hosts_to_done_and_completes() {
         |c| matches!(c, ServiceCall::CompleteInstallation(p) if p.is_success),
     );
     assert!(at("host-2", HostStage::Done) < complete);
-    assert!(complete < logs_progress(&calls).1);
+    let stage = |s| position(&calls, |c| *c == ServiceCall::UpdateFinalizingStage(s));
+    assert!(
+        stage(FinalizingStage::WaitingForClusterOperators) < stage(FinalizingStage::AddingRouterCa)
+    );
+    assert!(stage(FinalizingStage::AddingRouterCa) < stage(FinalizingStage::Done));
+    assert!(stage(FinalizingStage::Done) < complete);
+    let (requested, completed) = logs_progress(&calls);
+    assert!(complete < requested && requested < completed);
+    assert!(calls[requested..completed]
+        .iter()
+        .any(|c| matches!(c, ServiceCall::UploadControllerLogs(_))));
+    assert!(
+        h.must_gather.images().is_empty(),
+        "no must-gather on success"
+    );
     assert_eq!(h.svc.cluster().status, "installed");
 }

@@ -4,6 +4,7 @@
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
+use crate::controller::tasks::operators::CVO_MAX_TIMEOUT;
 use crate::controller::testing::{boom, cond, master, record, stop_at};
 use crate::image::Cancel;
 use crate::kube::testing::FakeCluster;
@@ -174,7 +175,11 @@ fn fx() -> Fx {
 
 /// Go's settings for OpenShift 4.12, with or without the CVO check.
 fn go(check_cvo: bool) -> PostInstallSettings {
-    PostInstallSettings::new("4.12", check_cvo)
+    PostInstallSettings {
+        openshift_version: "4.12".into(),
+        check_cluster_version: check_cvo,
+        cvo_timeout: CVO_MAX_TIMEOUT,
+    }
 }
 
 fn no_olm() -> anyhow::Result<()> {
@@ -287,8 +292,10 @@ fn post_install_cluster_operators_timeout_sends_the_report() {
     svc.update_cluster(|c| c.status = "finalizing".into());
     let progressing = ["console", "cvo"].map(|name| record(name, "progressing"));
     svc.set_operators(progressing.into());
-    let mut settings = PostInstallSettings::new("4.12", true);
-    settings.cvo_timeout = Duration::from_secs(600);
+    let settings = PostInstallSettings {
+        cvo_timeout: Duration::from_secs(600),
+        ..go(true)
+    };
     let (params, sent) = f.completed(&NeverStop, &settings, &mut no_olm);
     assert!(sent);
     assert!(!params.is_success);

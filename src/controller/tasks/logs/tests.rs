@@ -5,33 +5,10 @@ use crate::archive::read::entries;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
-use crate::controller::testing::{boom, stop_at};
+use crate::controller::testing::{boom, stop_at, FakeMustGather};
 use crate::kube::testing::FakeCluster;
 use crate::kube::Pod;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
-/// Records its calls; fails the first `failures` runs; writes a tarball otherwise.
-#[derive(Default)]
-struct FakeMustGather {
-    runs: AtomicUsize,
-    failures: usize,
-    images: Mutex<Vec<Vec<String>>>,
-}
-
-impl MustGatherRunner for FakeMustGather {
-    fn run(&self, work_dir: &Path, kubeconfig: &Path, images: &[String]) -> Result<PathBuf> {
-        let n = self.runs.fetch_add(1, Ordering::SeqCst);
-        self.images.lock().unwrap().push(images.to_vec());
-        assert!(kubeconfig.exists(), "credentials downloaded first");
-        if n < self.failures {
-            bail!("must-gather failed");
-        }
-        let path = work_dir.join(MUST_GATHER_ENTRY);
-        std::fs::write(&path, b"MG")?;
-        Ok(path)
-    }
-}
+use std::sync::Arc;
 
 struct Env {
     dir: tempfile::TempDir,
@@ -55,18 +32,21 @@ fn env() -> Env {
 
 impl Env {
     fn uploader(&self) -> LogUploader<'_> {
-        let mut u = LogUploader::new(
-            &self.cluster,
-            &self.svc,
-            &self.status,
-            &self.mg,
-            "assisted-installer",
-            "quay.io/test-must-gather:latest",
-        );
-        u.log_file = self.dir.path().join("controller_logs.log");
-        u.must_gather_dir = self.dir.path().join("must-gather-logs");
-        u.resolv_conf_files = vec![self.dir.path().join("resolv.conf")];
-        u
+        let dir = self.dir.path();
+        LogUploader {
+            cluster: &self.cluster,
+            service: &self.svc,
+            status: &self.status,
+            must_gather: &self.mg,
+            namespace: "assisted-installer".into(),
+            must_gather_image: "quay.io/test-must-gather:latest".into(),
+            log_file: dir.join("controller_logs.log"),
+            must_gather_dir: dir.join("must-gather-logs"),
+            resolv_conf_files: vec![dir.join("resolv.conf")],
+            pod_name: None,
+            control_plane_count: 3,
+            router_probe: None,
+        }
     }
 
     fn uploads(&self) -> Vec<Vec<(String, Vec<u8>)>> {
@@ -191,13 +171,13 @@ fn summary_without_errors_has_no_must_gather() {
     std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
     e.uploader().summary_upload().unwrap();
     assert_eq!(e.uploads(), [log_entry("file log")]);
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(e.mg.images().len(), 0);
     assert_eq!(e.count("V2DownloadClusterCredentials"), 0);
 
     // The upload failing: an error, and still no must-gather.
     e.svc.fail("V2UploadLogs", 1, 500);
     assert!(e.uploader().summary_upload().is_err());
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(e.mg.images().len(), 0);
 }
 
 #[test]
@@ -206,9 +186,9 @@ fn summary_with_error_runs_must_gather_and_orders_the_entries() {
     std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
     e.status.error();
     e.uploader().summary_upload().unwrap();
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(e.mg.images().len(), 1);
     assert_eq!(
-        *e.mg.images.lock().unwrap(),
+        e.mg.images(),
         [vec!["quay.io/test-must-gather:latest".to_string()]]
     );
     assert_eq!(e.count("V2DownloadClusterCredentials"), 1);
@@ -224,7 +204,7 @@ fn summary_with_error_runs_must_gather_and_orders_the_entries() {
     );
     // A tarball already there is reused: no new download, no new run.
     e.uploader().summary_upload().unwrap();
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(e.mg.images().len(), 1);
     assert_eq!(e.count("V2DownloadClusterCredentials"), 1);
 }
 
@@ -237,7 +217,7 @@ fn final_upload_retries_a_failed_must_gather() {
     assert!(e
         .uploader()
         .final_upload(&clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(e.mg.images().len(), 2);
     assert_eq!(e.count("V2DownloadClusterCredentials"), 2);
     assert_eq!(clock.elapsed(), SUMMARY_LOGS_PERIOD);
     let states: Vec<_> = e
@@ -255,7 +235,7 @@ fn final_upload_retries_a_failed_must_gather() {
     assert_eq!(ops.last(), Some(&"v2UpdateClusterLogsProgress"));
     // A plain image setting is used as it is, whatever is in error.
     assert_eq!(
-        *e.mg.images.lock().unwrap(),
+        e.mg.images(),
         vec![vec!["quay.io/test-must-gather:latest".to_string()]; 2]
     );
 }
@@ -275,20 +255,33 @@ fn final_upload_gives_up_after_the_window_and_still_completes() {
     );
 }
 
+/// `oc adm must-gather` with each image, then the tarball of the first `must-gather*`
+/// directory (depth-first, sorted) it left in the work dir.
 #[test]
-fn finds_the_first_must_gather_directory() {
+fn oc_must_gather_gathers_then_tars_the_first_must_gather_directory() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("a/must-gather.local.1")).unwrap();
-    std::fs::create_dir_all(dir.path().join("b/must-gather.local.2")).unwrap();
-    std::fs::write(dir.path().join("must-gather.txt"), "").unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("a/must-gather.local.1")).unwrap();
+    std::fs::create_dir_all(d.join("b/must-gather.local.2")).unwrap();
+    std::fs::write(d.join("must-gather.txt"), "").unwrap();
+    assert_eq!(find_must_gather_dir(&d.join("a/must-gather.local.1")), None);
+    let runner = Arc::new(crate::host::commands::RecordingRunner::new());
+    let oc = OcMustGather {
+        runner: runner.clone(),
+    };
+    let images = ["quay.io/mg:1".to_string(), "blah".to_string()];
+    let tarball = oc.run(d, Path::new("/k"), &images).unwrap();
+    assert_eq!(tarball, d.join(MUST_GATHER_ENTRY));
+    let cd = format!("bash -c cd {}", d.display());
     assert_eq!(
-        find_must_gather_dir(dir.path()),
-        Some(dir.path().join("a/must-gather.local.1"))
+        runner.lines(),
+        [
+            format!("{cd} && oc --kubeconfig=/k adm must-gather --image=quay.io/mg:1 --image=blah"),
+            format!("{cd} && tar zcf must-gather.tar.gz must-gather.local.1"),
+        ]
     );
-    assert_eq!(
-        find_must_gather_dir(&dir.path().join("a/must-gather.local.1")),
-        None
-    );
+    let empty = tempfile::tempdir().unwrap();
+    assert!(oc.run(empty.path(), Path::new("/k"), &[]).is_err());
 }
 
 struct OkProbe;
@@ -315,7 +308,7 @@ fn no_router_probe_without_an_error_or_on_several_nodes() {
         u.router_probe = Some(&OkProbe);
         assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
         assert_eq!(e.count("v2GetCluster"), 0);
-        assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+        assert_eq!(e.mg.images().len(), 1);
     }
 }
 
@@ -331,7 +324,7 @@ fn sno_with_error_probes_without_blocking_the_upload() {
         u.control_plane_count = 1;
         u.router_probe = Some(&OkProbe);
         assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
-        assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
+        assert_eq!(e.mg.images().len(), 1);
         assert!(e.count("v2GetCluster") >= 1, "the probe ran at least once");
         if !probe_fails {
             assert_eq!(e.count("v2GetCluster"), 1, "the cluster is learnt once");
@@ -353,23 +346,5 @@ fn resolv_conf_read_failures_do_not_stop_must_gather() {
         e.dir.path().join("missing-2"),
     ];
     u.summary_upload().unwrap();
-    assert_eq!(e.mg.runs.load(Ordering::SeqCst), 1);
-}
-
-#[test]
-fn agent_installer_skips_the_final_upload() {
-    let e = env();
-    e.status.error();
-    let clock = FakeClock::new();
-    let u = e.uploader();
-    assert_eq!(
-        u.final_logs(true, &clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW),
-        None
-    );
-    assert!(e.svc.calls().is_empty());
-    assert_eq!(
-        u.final_logs(false, &clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW),
-        Some(true)
-    );
-    assert_eq!(e.count("v2UpdateClusterLogsProgress"), 2);
+    assert_eq!(e.mg.images().len(), 1);
 }
