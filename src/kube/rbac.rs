@@ -121,8 +121,17 @@ pub fn declarations() -> Vec<(&'static str, ApiCall)> {
             "set_machine_config_pool_paused",
             call(mcps(), "", "patch", false),
         ),
+        ("list_events", call(events(), "", "list", true)),
+        (
+            "machine_config_exists",
+            call(dynamic(kinds::machine_configs()), "", "get", false),
+        ),
     ]
 }
+
+/// The methods only the installer calls, with bootkube's admin kubeconfig: the controller's
+/// role need not allow them.
+pub const INSTALLER_ONLY: [&str; 2] = ["list_events", "machine_config_exists"];
 
 /// Whether the deployed ClusterRole allows `verb` on `group`/`resource` for any object name.
 /// Rules restricted to resource names never count: no method acts on such names only.
@@ -222,7 +231,7 @@ mod tests {
     #[test]
     fn every_trait_method_is_declared_and_no_declaration_is_stale() {
         let methods = trait_methods();
-        assert_eq!(methods.len(), 31, "{methods:?}");
+        assert_eq!(methods.len(), 33, "{methods:?}");
         let declared: BTreeSet<String> =
             declarations().iter().map(|(m, _)| m.to_string()).collect();
         assert_eq!(declared.len(), methods.len(), "a method declared twice");

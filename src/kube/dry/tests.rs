@@ -233,13 +233,15 @@ fn the_installer_sees_rebooted_nodes_the_install_config_and_a_ready_controller()
         host(dir.path(), "master-2", "192.0.2.12"),
     ];
     let cluster = DryCluster {
-        control_plane_replicas: 3,
+        installer: Some(3),
         ..DryCluster::new(hosts.clone())
     };
-    let kube: &dyn crate::kube::KubeApi = &cluster;
-    assert!(kube.list_nodes(&Role::Master).unwrap().is_empty());
+    let kube: &dyn ClusterApi = &cluster;
+    let workers = Some("node-role.kubernetes.io/worker");
+    assert!(kube.list_nodes(workers).unwrap().is_empty());
     reboot(&hosts[1]);
-    let nodes = kube.list_nodes(&Role::Master).unwrap();
+    // Any role, and no MCS log read first.
+    let nodes = kube.list_nodes(workers).unwrap();
     assert_eq!(names(&nodes), ["master-2"]);
     let node = &nodes[0];
     assert!(node.is_ready());
@@ -249,7 +251,7 @@ fn the_installer_sees_rebooted_nodes_the_install_config_and_a_ready_controller()
         assert!(kube.machine_config_exists(config).unwrap(), "{key}");
     }
     assert!(!kube.machine_config_exists("rendered-other").unwrap());
-    kube.remove_node_taint("master-2", "any").unwrap();
+    crate::kube::remove_taint_by_key(kube, "master-2", "any").unwrap();
 
     let cm = kube.get_config_map("kube-system", "cluster-config-v1");
     let r = replicas(&cm.unwrap().unwrap()["install-config"]).unwrap();
@@ -260,12 +262,12 @@ fn the_installer_sees_rebooted_nodes_the_install_config_and_a_ready_controller()
     assert!(events.iter().any(|e| e.name == CONTROLLER_READY_EVENT));
     assert!(kube.list_events("default").unwrap().is_empty());
     let job = "job-name=assisted-installer-controller";
-    let pods = kube.list_pods(CONTROLLER_NAMESPACE, job).unwrap();
+    let pods = kube.list_pods(CONTROLLER_NAMESPACE, Some(job), None).unwrap();
     let pod = (pods[0].name.as_str(), pods[0].phase.as_str());
     assert_eq!((pods.len(), pod), (1, (DRY_CONTROLLER_POD, "Running")));
-    let other = kube.list_pods(CONTROLLER_NAMESPACE, "app=other");
+    let other = kube.list_pods(CONTROLLER_NAMESPACE, Some("app=other"), None);
     assert!(other.unwrap().is_empty());
-    let log = kube.pod_logs(CONTROLLER_NAMESPACE, DRY_CONTROLLER_POD, Some(3600));
+    let log = kube.pod_log(CONTROLLER_NAMESPACE, DRY_CONTROLLER_POD, Some(3600));
     assert_eq!(log.unwrap(), DRY_CONTROLLER_LOG);
-    assert!(kube.pod_logs(CONTROLLER_NAMESPACE, "other", None).is_err());
+    assert!(kube.pod_log(CONTROLLER_NAMESPACE, "other", None).is_err());
 }
