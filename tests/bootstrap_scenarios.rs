@@ -112,7 +112,7 @@ impl Harness {
         kube.set_node(node("master-2", "master", "192.0.2.12"));
         kube.add_machine_config("rendered-master-1");
         add_ready_event(&kube);
-        kube.add_pod(controller_pod("Running"), CONTROLLER_LOG);
+        kube.add_pod(controller_pod(), CONTROLLER_LOG);
         let dir = tempfile::tempdir().unwrap();
         let openshift = dir.path().join("openshift");
         std::fs::create_dir_all(openshift.join("auth")).unwrap();
@@ -225,7 +225,8 @@ fn add_ready_event(kube: &FakeCluster) {
     kube.create_event("assisted-installer", &event).unwrap();
 }
 
-fn controller_pod(phase: &str) -> Pod {
+/// The controller Job's Running pod.
+fn controller_pod() -> Pod {
     let job = (
         "job-name".to_string(),
         "assisted-installer-controller".to_string(),
@@ -233,7 +234,7 @@ fn controller_pod(phase: &str) -> Pod {
     Pod {
         namespace: "assisted-installer".into(),
         name: CONTROLLER_POD.into(),
-        phase: phase.into(),
+        phase: "Running".into(),
         labels: [job].into(),
     }
 }
@@ -659,16 +660,6 @@ fn failed_controller_log_uploads_do_not_stop_the_install() {
     assert_eq!(h.reports(), bootstrap_sequence());
     assert!(h.svc.uploads().is_empty());
     assert_eq!(h.kube.log_reads().len(), 1, "the upload was tried");
-}
-
-#[test]
-fn no_controller_log_upload_while_its_pod_is_not_running() {
-    let h = Harness::new("bootstrap");
-    h.kube.set_pod(controller_pod("Pending"));
-    run(h.flow("bootstrap", 3)).unwrap();
-    assert_eq!(h.reports(), bootstrap_sequence());
-    assert!(h.svc.uploads().is_empty());
-    assert!(h.kube.log_reads().is_empty());
 }
 
 /// A cluster-hosts file: each (hostname, ip) with its reboot marker under `dir`, created when

@@ -1,7 +1,7 @@
 //! `--enable-skip-mco-reboot` in the master and worker flows, against the in-memory fake
 //! assisted-service, with recorded host commands, a fake clock and a scripted disk writer: the
-//! machine-config-server over https with a CA of its own (and with another CA), over http,
-//! never answering, a failing ostree deploy (its config embedded as a `data:` URL), and a stop.
+//! machine-config-server over https with a CA of its own (and with another CA), over http, and
+//! a stop while it never answers.
 //! The deploy's host commands are compared command by command with Go's `OverwriteOsImage`.
 
 mod common;
@@ -18,7 +18,6 @@ use common::fake_writer::FakeWriter;
 use common::flow_builder::{installed_as, s, two_masters, FlowBuilder, Report, HOST, LSBLK_VDA};
 use common::http_server::{Fault, Reply, Request, Route, TestServer};
 use common::tls_server::Pki;
-use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,17 +26,9 @@ use std::time::{Duration, Instant};
 const IMAGE: &str = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:5e1f";
 const ACCEPT: &str = "application/vnd.coreos.ignition+json; version=3.4.0";
 const TWENTY_MINUTES: Duration = Duration::from_secs(20 * 60);
-const OSTREE_FAILED: &str =
-    "error: Creating importer: failed to invoke method OpenImage: manifest unknown";
 
 fn base64(data: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(data)
-}
-
-fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
 }
 
 /// What the MCS serves: a config holding the pull secret and the encapsulated MachineConfig.
@@ -352,55 +343,6 @@ fn unavailable_mcs(h: &Harness) -> TestServer {
     srv.route("/config/master", unavailable);
     h.pointer_to(&srv.url("/config/master"));
     srv
-}
-
-#[test]
-fn an_mcs_that_never_answers_is_tried_every_five_seconds_for_twenty_minutes() {
-    let h = Harness::new("master");
-    let srv = unavailable_mcs(&h);
-    let (result, logs) = h.run("master");
-    result.unwrap();
-    assert_eq!(h.reports(), installed_as("master"));
-    assert!(h.deploy_commands().is_empty(), "{:?}", h.runner.lines());
-    let tries = srv.request_count("/config/master");
-    // At least Go's 20 minutes of 5 s polls after the write (more if tries began during it).
-    assert!(tries >= 241, "{tries} tries");
-    assert!(
-        logs.contains(&format!("gave up after {tries} tries")),
-        "{tries}: {logs}"
-    );
-    assert!(h.clock.elapsed() >= TWENTY_MINUTES);
-    let sleeps = h.clock.sleeps();
-    assert!(
-        sleeps.iter().all(|d| *d == Duration::from_secs(5)),
-        "{sleeps:?}"
-    );
-    assert_eq!(sleeps.len(), tries - 1);
-}
-
-#[test]
-fn a_failing_ostree_deploy_is_a_warning_and_the_install_completes() {
-    let h = Harness::new("master");
-    let source = format!("data:;base64,{}", base64(&gzip(&served_config(&[]))));
-    h.pointer_to(&source);
-    let ostree = go_sequence(&[])[9].clone();
-    h.runner.fail(&ostree, 1, OSTREE_FAILED);
-    let (result, logs) = h.run("master");
-    result.unwrap();
-    assert_eq!(h.reports(), installed_as("master"));
-    let mut want = go_sequence(&[])[..10].to_vec();
-    want.extend([ostree.clone(), ostree]);
-    want.extend(["umount /mnt/boot".to_string(), "umount /mnt".to_string()]);
-    assert_eq!(h.deploy_commands(), want);
-    assert_eq!(h.clock.sleeps(), vec![Duration::from_secs(5); 2]);
-    assert!(
-        logs.contains("failed overwriting OS image") && logs.contains("manifest unknown"),
-        "{logs}"
-    );
-    assert_eq!(
-        h.runner.lines().last().unwrap(),
-        "shutdown -r +1 'Installation completed, server is going to reboot.'"
-    );
 }
 
 #[test]
