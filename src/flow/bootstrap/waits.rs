@@ -70,8 +70,8 @@ fn invoker(kube: &dyn ClusterApi) -> String {
     openshift::invoker(data.ok().flatten().as_ref())
 }
 
-/// `waitForNodes`: until enough nodes of `role` are Ready, reporting `Joined` for each
-/// matching host.
+/// `waitForNodes`: until enough nodes of `role` are Ready (at once when the install-config
+/// wants none), reporting `Joined` for each matching host.
 fn wait_for_nodes(
     f: &Flow,
     kube: &dyn ClusterApi,
@@ -79,38 +79,11 @@ fn wait_for_nodes(
     platform: &str,
     creds: bool,
 ) -> Result<()> {
-    let mut nodes = ReadyNodes {
-        f,
-        kube,
-        role,
-        platform,
-        creds,
-        counted: BTreeSet::new(),
-        inventory: None,
-    };
-    f.host
-        .clock
-        .poll_until(&f.stop, f.intervals.poll, || nodes.enough().then_some(()))
-        .with_context(|| format!("waiting for the {role} nodes"))
-}
-
-/// What `waitForNodes` keeps between polls.
-struct ReadyNodes<'a> {
-    f: &'a Flow,
-    kube: &'a dyn ClusterApi,
-    role: &'a Role,
-    platform: &'a str,
-    creds: bool,
-    /// Ready nodes already counted (and reported).
-    counted: BTreeSet<String>,
-    /// The other enabled hosts, fetched once and again after a node matched none of them.
-    inventory: Option<Vec<ServiceHost>>,
-}
-
-impl ReadyNodes<'_> {
-    /// One poll: whether enough nodes are Ready (at once when the install-config wants none).
-    fn enough(&mut self) -> bool {
-        let (f, kube, role) = (self.f, self.kube, self.role);
+    // Ready nodes already counted (and reported).
+    let mut counted = BTreeSet::new();
+    // The other enabled hosts, fetched once and again after a node matched none of them.
+    let mut inventory: Option<Vec<ServiceHost>> = None;
+    let poll = || {
         let wanted = kube
             .get_config_map("kube-system", "cluster-config-v1")
             .ok()
@@ -125,18 +98,18 @@ impl ReadyNodes<'_> {
                 }
             });
         let Some(replicas) = wanted else {
-            return false;
+            return None;
         };
         if replicas < 1 {
-            return true;
+            return Some(());
         }
         let needed = if *role == Role::Arbiter {
             1
         } else {
             needed_ready_masters(replicas)
         };
-        if self.inventory.is_none() {
-            self.inventory = f
+        if inventory.is_none() {
+            inventory = f
                 .client
                 .get_cluster(&f.cfg.cluster_id, false)
                 .ok()
@@ -151,15 +124,15 @@ impl ReadyNodes<'_> {
             Ok(nodes) => nodes,
             Err(e) => {
                 tracing::warn!("listing {role} nodes: {e:#}");
-                return false;
+                return None;
             }
         };
         let untaint = !nodes.is_empty()
             && remove_uninitialized_taint(
-                self.platform,
+                platform,
                 &invoker(kube),
                 &f.cfg.openshift_version,
-                self.creds,
+                creds,
             );
         for node in &nodes {
             if untaint
@@ -170,10 +143,10 @@ impl ReadyNodes<'_> {
                     tracing::warn!("removing the uninitialized taint of {}: {e:#}", node.name);
                 }
             }
-            if !node.is_ready() || self.counted.contains(&node.name) {
+            if !node.is_ready() || counted.contains(&node.name) {
                 continue;
             }
-            let hosts = self.inventory.as_deref().unwrap_or_default();
+            let hosts = inventory.as_deref().unwrap_or_default();
             let matched = hosts.iter().find(|h| {
                 h.requested_hostname.to_lowercase() == node.name.to_lowercase()
                     || h.inventory
@@ -190,16 +163,20 @@ impl ReadyNodes<'_> {
                 }
                 Some(_) => {}
                 // Counted anyway; the inventory may be stale.
-                None => self.inventory = None,
+                None => inventory = None,
             }
-            self.counted.insert(node.name.clone());
+            counted.insert(node.name.clone());
         }
-        if self.counted.len() >= needed {
-            tracing::info!("{} {role} nodes are ready", self.counted.len());
-            return true;
+        if counted.len() >= needed {
+            tracing::info!("{} {role} nodes are ready", counted.len());
+            return Some(());
         }
-        false
-    }
+        None
+    };
+    f.host
+        .clock
+        .poll_until(&f.stop, f.intervals.poll, poll)
+        .with_context(|| format!("waiting for the {role} nodes"))
 }
 
 /// `waitForBootkube`: `Waiting for bootkube` until bootkube marks itself done.
