@@ -445,3 +445,6 @@ impl ClusterApi for DryCluster {
         Ok(name == DRY_RENDERED_CONFIG)
     }
 }
+
+#[cfg(test)]
+mod tests;

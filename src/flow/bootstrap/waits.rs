@@ -97,9 +97,7 @@ fn wait_for_nodes(
                     r.control_plane.unwrap_or(0)
                 }
             });
-        let Some(replicas) = wanted else {
-            return None;
-        };
+        let replicas = wanted?;
         if replicas < 1 {
             return Some(());
         }

@@ -262,7 +262,9 @@ fn the_installer_sees_rebooted_nodes_the_install_config_and_a_ready_controller()
     assert!(events.iter().any(|e| e.name == CONTROLLER_READY_EVENT));
     assert!(kube.list_events("default").unwrap().is_empty());
     let job = "job-name=assisted-installer-controller";
-    let pods = kube.list_pods(CONTROLLER_NAMESPACE, Some(job), None).unwrap();
+    let pods = kube
+        .list_pods(CONTROLLER_NAMESPACE, Some(job), None)
+        .unwrap();
     let pod = (pods[0].name.as_str(), pods[0].phase.as_str());
     assert_eq!((pods.len(), pod), (1, (DRY_CONTROLLER_POD, "Running")));
     let other = kube.list_pods(CONTROLLER_NAMESPACE, Some("app=other"), None);
