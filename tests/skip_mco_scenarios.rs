@@ -93,7 +93,11 @@ fn assert_deployed(deploy: &[String], mc_kargs: &[&str]) {
         ostree.push_str(&format!(" --karg {k}"));
     }
     let got = (deploy.len(), deploy[0].as_str(), deploy[9].as_str());
-    assert_eq!(got, (14, "partx --update /dev/vda", ostree.as_str()), "{deploy:#?}");
+    assert_eq!(
+        got,
+        (14, "partx --update /dev/vda", ostree.as_str()),
+        "{deploy:#?}"
+    );
 }
 
 struct Harness {

@@ -214,14 +214,6 @@ impl FakeCluster {
         self.lock().pods.push(pod);
     }
 
-    /// Add or replace a Pod (by namespace and name), keeping its log.
-    pub fn set_pod(&self, pod: Pod) {
-        let mut state = self.lock();
-        let same = |p: &Pod| (&p.namespace, &p.name) == (&pod.namespace, &pod.name);
-        state.pods.retain(|p| !same(p));
-        state.pods.push(pod);
-    }
-
     pub fn set_pod_log(&self, namespace: &str, name: &str, log: &str) {
         let log = log.to_string();
         self.lock().pod_logs.insert(key(namespace, name), log);
