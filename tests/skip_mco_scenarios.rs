@@ -86,7 +86,7 @@ fn pointer(source: &str, ca_pem: Option<&str>) -> String {
 fn assert_deployed(deploy: &[String], mc_kargs: &[&str]) {
     let mut ostree = format!(
         "ostree container image deploy --sysroot /mnt --authfile /root/.docker/config.json \
-         --imgref ostree-unverified-registry:{IMAGE} --karg ignition.platform.id=metal \
+         --imgref ostree-unverified-registry:{IMAGE} --karg ignition.platform.id=openstack \
          --karg $ignition_firstboot --stateroot rhcos --karg nameserver=8.8.8.8"
     );
     for k in mc_kargs {
@@ -119,7 +119,7 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("cmdline"),
-            "BOOT_IMAGE=/images/pxeboot/vmlinuz coreos.liveiso=rhcos-416 ignition.firstboot ignition.platform.id=metal\n",
+            "BOOT_IMAGE=/images/pxeboot/vmlinuz coreos.liveiso=rhcos-416 ignition.firstboot ignition.platform.id=openstack\n",
         )
         .unwrap();
         Harness {

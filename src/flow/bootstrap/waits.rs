@@ -90,21 +90,17 @@ fn wait_for_nodes(
             .flatten()
             .and_then(|d| d.get("install-config").cloned())
             .and_then(|y| replicas(&y).ok())
-            .map(|r| {
-                if *role == Role::Arbiter {
-                    r.arbiter.unwrap_or(0)
-                } else {
-                    r.control_plane.unwrap_or(0)
-                }
+            .map(|r| match role {
+                Role::Arbiter => r.arbiter.unwrap_or(0),
+                _ => r.control_plane.unwrap_or(0),
             });
         let replicas = wanted?;
         if replicas < 1 {
             return Some(());
         }
-        let needed = if *role == Role::Arbiter {
-            1
-        } else {
-            needed_ready_masters(replicas)
+        let needed = match role {
+            Role::Arbiter => 1,
+            _ => needed_ready_masters(replicas),
         };
         if inventory.is_none() {
             inventory = f
