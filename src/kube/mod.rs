@@ -162,9 +162,7 @@ pub trait ClusterApi: Send + Sync {
     /// UPDATE the `approval` subresource of a CSR: `csr.object` with `approval` appended to
     /// `status.conditions`.
     fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()>;
-    /// GET an OLM Subscription; `None` when it does not exist.
     fn get_subscription(&self, namespace: &str, name: &str) -> Result<Option<Subscription>>;
-    /// GET an OLM ClusterServiceVersion; `None` when it does not exist.
     fn get_csv(&self, namespace: &str, name: &str) -> Result<Option<Csv>>;
     fn list_install_plans(&self, namespace: &str) -> Result<Vec<InstallPlan>>;
     fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()>;
