@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use std::collections::BTreeSet;
 
 use super::controller_logs::{upload_controller_logs, UPLOAD_EVERY};
-use super::{kubeconfig, Flow};
+use super::Flow;
 use crate::config::Role;
 use crate::kube::install_config::{
     has_valid_vsphere_credentials, needed_ready_masters, remove_uninitialized_taint, replicas,
@@ -35,7 +35,9 @@ pub(crate) fn bootstrap_post_phase(f: &Flow) -> Result<()> {
         std::fs::write(&f.paths.resolv_conf, hosts)
             .with_context(|| format!("updating {}", f.paths.resolv_conf.display()))?;
     }
-    let kube = (f.kube)(&kubeconfig(f)).context("connecting to the bootstrap control plane")?;
+    // Through the admin kubeconfig bootkube writes.
+    let kubeconfig = f.paths.openshift_dir.join("auth/kubeconfig");
+    let kube = (f.kube)(&kubeconfig).context("connecting to the bootstrap control plane")?;
     f.reporter.stage(
         HostStage::WaitingForControlPlane,
         "Waiting for masters to join bootstrap control plane",
