@@ -1,7 +1,8 @@
 //! The one Kubernetes client (kube-rs), both programs' traits, against the fake API server: the
-//! requests each method sends (method, path, query, content type, body), what it makes of the
-//! answers, and that every request of the controller is the one its RBAC declaration names and
-//! the ClusterRole allows.
+//! requests each method sends (method, path, query, content type, body; a path is asserted
+//! where the fake's answer would not show a wrong one), what it makes of the answers, and that
+//! every request of the controller is the one its RBAC declaration names and the ClusterRole
+//! allows.
 
 mod common;
 
@@ -198,14 +199,11 @@ fn events_config_maps_and_machine_configs() {
     assert_eq!(invoker(data.as_ref()), INVOKER_AGENT);
     let empty = ClusterApi::get_config_map(&s.client, "ns", "empty").unwrap();
     assert_eq!(empty, Some(Default::default()));
-    let path = last(&s.server).path.clone();
-    assert_eq!(path, "/api/v1/namespaces/ns/configmaps/empty");
 
     let configs = "/apis/machineconfiguration.openshift.io/v1/machineconfigs";
     s.fake
         .put(configs, json!({"metadata": {"name": "rendered-master-a"}}));
     assert!(s.client.machine_config_exists("rendered-master-a").unwrap());
-    assert_eq!(last(&s.server).path, format!("{configs}/rendered-master-a"));
     assert!(!s.client.machine_config_exists("rendered-master-b").unwrap());
 }
 
@@ -647,8 +645,6 @@ fn the_controller_uses_the_kubeconfig_else_the_service_account() {
         Some(401),
         "no token in the kubeconfig"
     );
-    let path = last(&server).path.clone();
-    assert_eq!(path, "/apis/config.openshift.io/v1/proxies/cluster");
 }
 
 #[test]
