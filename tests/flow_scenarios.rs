@@ -208,23 +208,6 @@ fn a_master_and_an_arbiter_are_enough_for_a_worker() {
 }
 
 #[test]
-fn a_day_two_worker_does_not_wait() {
-    let h = Harness::new("worker");
-    h.svc.set_cluster(json!({"kind": "AddHostsCluster"}));
-    run(h.flow("worker")).unwrap();
-    assert!(h.reports().contains(&s("Waiting for control plane", "")));
-    assert!(
-        h.svc
-            .calls()
-            .iter()
-            .filter(|c| c.contains("/hosts"))
-            .all(|c| !c.contains("role=")),
-        "no host polling"
-    );
-    assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
-}
-
-#[test]
 fn a_failed_ignition_download_reports_failed_with_the_reason() {
     let h = Harness::new("master");
     h.svc.fail_path("downloads/ignition", 404);
@@ -566,7 +549,7 @@ fn a_failed_registry_copy_fails_the_install() {
 }
 
 #[test]
-fn a_worker_on_an_appliance_copies_no_registry_data() {
+fn a_day_two_worker_on_an_appliance_neither_waits_nor_copies_registry_data() {
     let h = Harness::new("worker");
     appliance_disk(&h.runner, GIB);
     h.svc.set_cluster(json!({"kind": "AddHostsCluster"}));
@@ -574,6 +557,9 @@ fn a_worker_on_an_appliance_copies_no_registry_data() {
     let want = installed_with("worker", vec![s("Waiting for control plane", "")]);
     assert_eq!(h.reports(), want);
     assert!(!h.runner.lines().iter().any(|l| l.starts_with("du ")));
+    let calls = h.svc.calls();
+    let mut polls = calls.iter().filter(|c| c.contains("/hosts"));
+    assert!(polls.all(|c| !c.contains("role=")), "{calls:#?}");
 }
 
 #[test]

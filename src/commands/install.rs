@@ -16,7 +16,7 @@ use crate::host::HostEffects;
 use crate::image::Cancel;
 use crate::kube::client::KubeClient;
 use crate::kube::dry::DryCluster;
-use crate::kube::KubeApi;
+use crate::kube::ClusterApi;
 use crate::service::client::{ClientConfig, ClientRetry, InventoryClient, ServiceClient};
 use crate::service::reporter::Reporter;
 use crate::{logging, signals};
@@ -177,8 +177,8 @@ pub fn dry_run_commands() -> RecordingRunner {
 /// Dry run: the pretend cluster, whatever the kubeconfig (bootkube never ran).
 pub fn dry_run_kube(cluster: Arc<DryCluster>) -> KubeFactory {
     Arc::new(
-        move |_: &std::path::Path| -> anyhow::Result<Arc<dyn KubeApi>> {
-            let api: Arc<dyn KubeApi> = cluster.clone();
+        move |_: &std::path::Path| -> anyhow::Result<Arc<dyn ClusterApi>> {
+            let api: Arc<dyn ClusterApi> = cluster.clone();
             Ok(api)
         },
     )
@@ -187,7 +187,7 @@ pub fn dry_run_kube(cluster: Arc<DryCluster>) -> KubeFactory {
 /// The new cluster's API through kube-rs, from the kubeconfig bootkube writes.
 fn kube_factory() -> KubeFactory {
     Arc::new(
-        |path: &std::path::Path| -> anyhow::Result<Arc<dyn KubeApi>> {
+        |path: &std::path::Path| -> anyhow::Result<Arc<dyn ClusterApi>> {
             Ok(Arc::new(KubeClient::from_kubeconfig(path)?))
         },
     )

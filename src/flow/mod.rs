@@ -20,7 +20,7 @@ use crate::config::InstallerConfig;
 use crate::host::root::{HostRoot, Unreachable};
 use crate::host::HostEffects;
 use crate::image::Cancel;
-use crate::kube::KubeApi;
+use crate::kube::ClusterApi;
 use crate::service::client::InventoryClient;
 use crate::service::reporter::Reporter;
 use writer::DiskWriter;
@@ -85,7 +85,7 @@ impl Default for Intervals {
 }
 
 /// Builds a Kubernetes client from a kubeconfig (the one bootkube writes).
-pub type KubeFactory = Arc<dyn Fn(&Path) -> Result<Arc<dyn KubeApi>> + Send + Sync>;
+pub type KubeFactory = Arc<dyn Fn(&Path) -> Result<Arc<dyn ClusterApi>> + Send + Sync>;
 
 /// Everything a flow acts through.
 pub struct Flow {

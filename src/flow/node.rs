@@ -2,7 +2,7 @@
 //! its stage and info strings (they appear in the UI and in triage signatures).
 
 use anyhow::{Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use super::bootstrap::{
@@ -144,7 +144,15 @@ fn install_after_prologue(
         role = Role::Master;
         ignition
     } else {
-        download_ignition(f, &role)?
+        // `GET …/downloads/ignition` into `<install dir>/<role>-<hostID>.ign`.
+        let path = f
+            .paths
+            .install_dir
+            .join(format!("{role}-{}.ign", cfg.host_id));
+        f.client
+            .download_host_ignition(&cfg.infra_env_id, &cfg.host_id, &path)
+            .context("downloading the host Ignition config")?;
+        path
     };
     // Fetched while the disk is written; deployed at Go's point, after the write (and a
     // worker's wait), before the boot order.
@@ -178,19 +186,6 @@ fn install_after_prologue(
     upload_logs(f, bootstrap || single_node);
     // Single node reboots at once; the others wait a minute (etcd bootstrap race, OCPBUGS-5988).
     finalize(f, if single_node { "now" } else { "+1" })
-}
-
-/// `GET …/downloads/ignition` into `/opt/install-dir/<role>-<hostID>.ign`.
-fn download_ignition(f: &Flow, role: &Role) -> Result<PathBuf> {
-    let cfg = &f.cfg;
-    let path = f
-        .paths
-        .install_dir
-        .join(format!("{role}-{}.ign", cfg.host_id));
-    f.client
-        .download_host_ignition(&cfg.infra_env_id, &cfg.host_id, &path)
-        .context("downloading the host Ignition config")?;
-    Ok(path)
 }
 
 /// Report `Writing image to disk`, finish the early write if there is one, else (or if it
@@ -319,25 +314,22 @@ fn upload_logs(f: &Flow, is_bootstrap: bool) {
     }
 }
 
-/// Report `Rebooting`, drain the reports, and reboot `when`, or leave it to ironic, or touch
-/// the marker in dry-run mode.
+/// Report `Rebooting`, drain the reports, and reboot `when`, or leave it to ironic (never in
+/// dry-run mode, where the reboot touches a marker).
 fn finalize(f: &Flow, when: &str) -> Result<()> {
-    if f.cfg.dry_run {
-        f.reporter.stage(HostStage::Rebooting, "");
-        f.reporter.drain(Duration::from_secs(60));
-        return f.host.reboot.reboot(when);
-    }
-    let ironic =
-        ironic_agent_present(f.host.commands.as_ref()).context("checking for the ironic agent")?;
-    if ironic {
-        f.reporter
-            .stage(HostStage::Rebooting, "Ironic will reboot the node shortly");
-        f.reporter.drain(Duration::from_secs(60));
-        return f.host.systemd().systemctl("stop", &["agent.service"]);
-    }
-    f.reporter.stage(HostStage::Rebooting, "");
+    let ironic = !f.cfg.dry_run
+        && ironic_agent_present(f.host.commands.as_ref())
+            .context("checking for the ironic agent")?;
+    let info = match ironic {
+        true => "Ironic will reboot the node shortly",
+        false => "",
+    };
+    f.reporter.stage(HostStage::Rebooting, info);
     f.reporter.drain(Duration::from_secs(60));
-    f.host.reboot.reboot(when)
+    match ironic {
+        true => f.host.systemd().systemctl("stop", &["agent.service"]),
+        false => f.host.reboot.reboot(when),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! The one Kubernetes client of both programs: kube-rs's typed `Api<K>` on a current-thread
-//! tokio runtime the client owns and blocks on for each call, implementing [`KubeApi`] and
-//! [`ClusterApi`].
+//! tokio runtime the client owns and blocks on for each call, implementing [`ClusterApi`].
 //!
 //! - It must be created and used outside any async runtime (from the plain threads of the flows
 //!   and tasks); doing otherwise is an error instead of a panic.
@@ -13,11 +12,9 @@
 use super::model::kinds;
 use super::{
     untaint_patch, ApiError, ClusterApi, ClusterOperator, ClusterVersion, Csr, CsrApproval, Csv,
-    Event, InstallPlan, Job, KubeApi, Machine, MachineConfigPool, NewEvent, Node, Pod, ProxyStatus,
-    Service, Subscription,
+    Event, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, Pod, ProxyStatus, Service,
+    Subscription,
 };
-use crate::config::Role;
-use crate::openshift::role_label;
 use anyhow::{anyhow, bail, Context, Result};
 use k8s_openapi::api::batch::v1::Job as K8sJob;
 use k8s_openapi::api::certificates::v1::{
@@ -308,40 +305,6 @@ fn k8s_time(time: SystemTime) -> Result<Time> {
     ))
 }
 
-impl KubeApi for KubeClient {
-    fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
-        ClusterApi::list_nodes(self, Some(&role_label(role.as_str())))
-    }
-
-    fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
-        let what = || format!("listing events in namespace {namespace}");
-        let api = self.namespaced::<core::Event>(namespace);
-        let list = self.call(what, api.list(&ListParams::default()))?;
-        Ok(list.items.iter().map(Event::from).collect())
-    }
-
-    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
-        ClusterApi::get_config_map(self, ns, name)
-    }
-
-    fn machine_config_exists(&self, name: &str) -> Result<bool> {
-        let config = self.get_dynamic(&kinds::machine_configs(), None, name)?;
-        Ok(config.is_some())
-    }
-
-    fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
-        super::remove_taint_by_key(self, node, key)
-    }
-
-    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
-        ClusterApi::list_pods(self, namespace, Some(label_selector), None)
-    }
-
-    fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
-        self.pod_log(namespace, pod, since_seconds)
-    }
-}
-
 impl ClusterApi for KubeClient {
     fn get_proxy(&self, name: &str) -> Result<ProxyStatus> {
         ProxyStatus::try_from(&self.get_existing(&kinds::proxies(), None, name)?)
@@ -559,5 +522,17 @@ impl ClusterApi for KubeClient {
         let what = || format!("setting spec.paused={paused} on MachineConfigPool {name}");
         let patch = json!({"spec": {"paused": paused}});
         self.merge_patch(self.dynamic(&kinds::mcps(), None), name, patch, what)
+    }
+
+    fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
+        let what = || format!("listing events in namespace {namespace}");
+        let api = self.namespaced::<core::Event>(namespace);
+        let list = self.call(what, api.list(&ListParams::default()))?;
+        Ok(list.items.iter().map(Event::from).collect())
+    }
+
+    fn machine_config_exists(&self, name: &str) -> Result<bool> {
+        let config = self.get_dynamic(&kinds::machine_configs(), None, name)?;
+        Ok(config.is_some())
     }
 }

@@ -25,12 +25,13 @@
 //! label patches and pool pauses kept so that tasks read back what they wrote; removing a taint
 //! or deleting Pods succeeds; writing an object that does not exist is NotFound.
 //!
-//! The installer's view ([`super::KubeApi`], as Go's dry-run mock): a Ready node per rebooted
-//! host (no gate: the installer reads no MCS log), for any role, on one rendered MachineConfig
-//! that exists; the install-config with `controlPlane.replicas` from `--control-plane-count`;
-//! the controller's ready Event and a Running controller pod with a canned log.
+//! The installer's view ([`DryCluster::from_config`], as Go's dry-run mock): a Ready node per
+//! rebooted host (no gate: the installer reads no MCS log), for any role, on one rendered
+//! MachineConfig that exists; instead of the controller's ConfigMap and pod, the install-config
+//! with `controlPlane.replicas` from `--control-plane-count` and a Running controller pod with
+//! a canned log; the controller's ready Event.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
@@ -42,7 +43,7 @@ use super::{
     NodeAddress, Pod, ProxyStatus, Service, Subscription,
 };
 use crate::config::cluster_hosts::{self, ClusterHost};
-use crate::config::{InstallerConfig, Role};
+use crate::config::InstallerConfig;
 use crate::openshift::mcs_logs::ignition_request_line;
 use crate::openshift::{
     role_label, CLUSTER_VERSION_NAME, CONTROLLER_JOB, CONTROLLER_NAMESPACE, CONTROLLER_READY_EVENT,
@@ -88,8 +89,9 @@ struct State {
 /// The pretend cluster; see the module documentation.
 pub struct DryCluster {
     hosts: Vec<ClusterHost>,
-    /// `controlPlane.replicas` of the install-config the installer reads.
-    control_plane_replicas: i64,
+    /// The installer's view (see the module documentation), with `controlPlane.replicas` of
+    /// the install-config it reads; `None`: the controller's.
+    installer: Option<i64>,
     state: Mutex<State>,
 }
 
@@ -169,7 +171,7 @@ impl DryCluster {
     pub(crate) fn new(hosts: Vec<ClusterHost>) -> DryCluster {
         DryCluster {
             hosts,
-            control_plane_replicas: 0,
+            installer: None,
             state: Mutex::new(State::default()),
         }
     }
@@ -179,7 +181,7 @@ impl DryCluster {
     pub fn from_config(cfg: &InstallerConfig) -> Result<DryCluster> {
         let hosts = cluster_hosts::load_optional(cfg.dry_run_cluster_hosts_path.as_deref())?;
         Ok(DryCluster {
-            control_plane_replicas: cfg.control_plane_count,
+            installer: Some(cfg.control_plane_count),
             ..DryCluster::new(hosts)
         })
     }
@@ -211,7 +213,9 @@ impl DryCluster {
         let state = self.lock();
         let hosts = self.hosts.iter().enumerate();
         hosts
-            .filter(|(i, host)| state.ignition_served.contains(i) && host.rebooted())
+            .filter(|(i, host)| {
+                host.rebooted() && (self.installer.is_some() || state.ignition_served.contains(i))
+            })
             .map(|(_, host)| node(host, state.patched_labels.get(&host.hostname)))
             .collect()
     }
@@ -254,9 +258,20 @@ impl ClusterApi for DryCluster {
     }
 
     fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
-        let ingress = (ns, name) == (INGRESS_CERT_NAMESPACE, INGRESS_CERT_NAME);
-        let data = [(INGRESS_CERT_KEY.to_string(), DRY_INGRESS_CA.to_string())];
-        Ok(ingress.then(|| BTreeMap::from(data)))
+        let (want, data) = match self.installer {
+            Some(replicas) => (
+                (INSTALL_CONFIG_NAMESPACE, INSTALL_CONFIG_NAME),
+                (
+                    INSTALL_CONFIG_KEY,
+                    format!("controlPlane:\n  replicas: {replicas}\n"),
+                ),
+            ),
+            None => (
+                (INGRESS_CERT_NAMESPACE, INGRESS_CERT_NAME),
+                (INGRESS_CERT_KEY, DRY_INGRESS_CA.to_string()),
+            ),
+        };
+        Ok(((ns, name) == want).then(|| BTreeMap::from([(data.0.to_string(), data.1)])))
     }
 
     fn create_event(&self, namespace: &str, event: &NewEvent) -> Result<()> {
@@ -267,9 +282,11 @@ impl ClusterApi for DryCluster {
     }
 
     fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>> {
+        // The installer's view has its nodes for any role, as Go's dry-run mock.
+        let selector = label_selector.filter(|_| self.installer.is_none());
         let nodes = self.nodes().into_iter();
         Ok(nodes
-            .filter(|n| super::selector_matches(label_selector, &n.labels))
+            .filter(|n| super::selector_matches(selector, &n.labels))
             .collect())
     }
 
@@ -303,19 +320,27 @@ impl ClusterApi for DryCluster {
     }
 
     fn list_pods(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
-        let mcs = running_pod(
-            MCS_NAMESPACE,
-            DRY_MCS_POD,
-            ("k8s-app", "machine-config-server"),
-        );
-        let pods = [mcs].into_iter();
+        let pod = match self.installer {
+            Some(_) => running_pod(
+                CONTROLLER_NAMESPACE,
+                DRY_CONTROLLER_POD,
+                ("job-name", CONTROLLER_JOB),
+            ),
+            None => running_pod(
+                MCS_NAMESPACE,
+                DRY_MCS_POD,
+                ("k8s-app", "machine-config-server"),
+            ),
+        };
+        let pods = [pod].into_iter();
         Ok(pods.filter(|p| pod_selected(p, ns, label, field)).collect())
     }
 
     fn pod_log(&self, namespace: &str, name: &str, _since_seconds: Option<i64>) -> Result<String> {
-        match (namespace, name) == (MCS_NAMESPACE, DRY_MCS_POD) {
-            true => Ok(self.mcs_log()),
-            false => not_found(format!("pod {namespace}/{name}")),
+        match (self.installer, namespace, name) {
+            (None, MCS_NAMESPACE, DRY_MCS_POD) => Ok(self.mcs_log()),
+            (Some(_), CONTROLLER_NAMESPACE, DRY_CONTROLLER_POD) => Ok(DRY_CONTROLLER_LOG.into()),
+            _ => not_found(format!("pod {namespace}/{name}")),
         }
     }
 
@@ -403,13 +428,6 @@ impl ClusterApi for DryCluster {
         self.lock().paused_pools.insert(name.to_string(), paused);
         Ok(())
     }
-}
-
-impl super::KubeApi for DryCluster {
-    fn list_nodes(&self, _: &Role) -> Result<Vec<Node>> {
-        let rebooted = self.hosts.iter().filter(|h| h.rebooted());
-        Ok(rebooted.map(|host| node(host, None)).collect())
-    }
 
     fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
         let event = Event {
@@ -423,34 +441,8 @@ impl super::KubeApi for DryCluster {
             .collect())
     }
 
-    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
-        let found = (ns, name) == (INSTALL_CONFIG_NAMESPACE, INSTALL_CONFIG_NAME);
-        let replicas = self.control_plane_replicas;
-        let install_config = format!("controlPlane:\n  replicas: {replicas}\n");
-        let data = [(INSTALL_CONFIG_KEY.to_string(), install_config)];
-        Ok(found.then(|| BTreeMap::from(data)))
-    }
-
     fn machine_config_exists(&self, name: &str) -> Result<bool> {
         Ok(name == DRY_RENDERED_CONFIG)
-    }
-
-    fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
-        Ok(())
-    }
-
-    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
-        let controller = format!("job-name={CONTROLLER_JOB}");
-        let found = namespace == CONTROLLER_NAMESPACE && label_selector == controller;
-        let pod = running_pod(namespace, DRY_CONTROLLER_POD, ("job-name", CONTROLLER_JOB));
-        Ok(found.then_some(pod).into_iter().collect())
-    }
-
-    fn pod_logs(&self, namespace: &str, pod: &str, _: Option<i64>) -> Result<String> {
-        if (namespace, pod) != (CONTROLLER_NAMESPACE, DRY_CONTROLLER_POD) {
-            bail!("dry run: no pod {namespace}/{pod}");
-        }
-        Ok(DRY_CONTROLLER_LOG.into())
     }
 }
 

@@ -2,7 +2,7 @@
 //! install-config stored in the cluster, how many Ready nodes to wait for, whether to remove the
 //! cloud-provider "uninitialized" taint, and whether the vSphere credentials are real.
 //!
-//! No I/O here: callers fetch the ConfigMaps through [`super::KubeApi`] and the cluster through the
+//! No I/O here: callers fetch the ConfigMaps through [`super::ClusterApi`] and the cluster through the
 //! assisted-service client, and pass the strings in.
 
 use anyhow::{Context, Result};

@@ -1,6 +1,5 @@
-//! The Kubernetes API as both programs use it: one object model ([`model`]), a narrow trait per
-//! program ([`KubeApi`] for the installer's bootstrap and single-node flows, [`ClusterApi`] for
-//! the controller's tasks), each implemented by
+//! The Kubernetes API as both programs use it: one object model ([`model`]) and one trait
+//! ([`ClusterApi`], the controller's tasks and the installer's bootstrap), implemented by
 //! - [`client::KubeClient`]: kube-rs's typed `Api<K>` (k8s-openapi types, and `DynamicObject`
 //!   for the OpenShift kinds), from a kubeconfig or a pod's service account;
 //! - [`dry::DryCluster`]: dry mode's pretend cluster, built from the dry-run hosts;
@@ -15,8 +14,6 @@ use anyhow::Result;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-use crate::config::Role;
-
 pub mod client;
 pub mod dry;
 pub(crate) mod install_config;
@@ -28,6 +25,8 @@ pub mod rbac;
 pub mod testing;
 
 pub use model::*;
+/// The installer's old name, still used by tests/common (to be renamed there).
+pub use ClusterApi as KubeApi;
 
 /// A status the API server answered with (a `Status` object), as a caller branches on it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,32 +114,12 @@ pub(crate) fn untaint_patch(index: usize, key: &str) -> json_patch::Patch {
 
 /// The installer's untaint with the controller's: the index of the first taint with `key`, then
 /// the guarded patch; no-op when there is none.
-pub(crate) fn remove_taint_by_key(api: &dyn ClusterApi, node: &str, key: &str) -> Result<()> {
+pub fn remove_taint_by_key(api: &dyn ClusterApi, node: &str, key: &str) -> Result<()> {
     let taints = api.get_node(node)?.taints;
     match taints.iter().position(|t| t.key == key) {
         Some(i) => api.remove_node_taint(node, i, key),
         None => Ok(()),
     }
-}
-
-/// What the bootstrap and single-node flows ask of the new cluster.
-pub trait KubeApi: Send + Sync {
-    /// Nodes labelled `node-role.kubernetes.io/<role>`.
-    fn list_nodes(&self, role: &Role) -> Result<Vec<Node>>;
-    fn list_events(&self, namespace: &str) -> Result<Vec<Event>>;
-    /// The data of a ConfigMap; `None` when it does not exist.
-    fn get_config_map(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>>;
-    fn machine_config_exists(&self, name: &str) -> Result<bool>;
-    /// Remove the first taint with `key` from a node ([`untaint_patch`]; no-op when absent).
-    fn remove_node_taint(&self, node: &str, key: &str) -> Result<()>;
-    /// Pods of a namespace matching a label selector (`key=value`, comma-joined).
-    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>>;
-    /// The log of a pod (its only container); with `since_seconds`, only that recent part.
-    fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String>;
 }
 
 /// Every Kubernetes operation of the controller's tasks. Each method makes the API requests
@@ -183,9 +162,7 @@ pub trait ClusterApi: Send + Sync {
     /// UPDATE the `approval` subresource of a CSR: `csr.object` with `approval` appended to
     /// `status.conditions`.
     fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()>;
-    /// GET an OLM Subscription; `None` when it does not exist.
     fn get_subscription(&self, namespace: &str, name: &str) -> Result<Option<Subscription>>;
-    /// GET an OLM ClusterServiceVersion; `None` when it does not exist.
     fn get_csv(&self, namespace: &str, name: &str) -> Result<Option<Csv>>;
     fn list_install_plans(&self, namespace: &str) -> Result<Vec<InstallPlan>>;
     fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()>;
@@ -204,4 +181,9 @@ pub trait ClusterApi: Send + Sync {
     fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool>;
     /// Merge-patch a MachineConfigPool with `{"spec":{"paused":<paused>}}`.
     fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()>;
+    /// LIST the Events of a namespace. This and the next are the installer's bootstrap only
+    /// (bootkube's admin kubeconfig), outside the controller's role: see `rbac::INSTALLER_ONLY`.
+    fn list_events(&self, namespace: &str) -> Result<Vec<Event>>;
+    /// GET the cluster-scoped MachineConfig `name`: whether it exists.
+    fn machine_config_exists(&self, name: &str) -> Result<bool>;
 }

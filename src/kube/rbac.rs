@@ -7,7 +7,7 @@
 //! (tests/kube_client.rs) that every HTTP request the real client sends, for every method, is
 //! the one its method declares and is allowed.
 
-use super::model::kinds;
+use super::model::kinds::*;
 use crate::controller::deploy::role::RULES;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -34,22 +34,14 @@ fn typed<K: Resource<DynamicType = ()>>() -> (String, String) {
 }
 
 /// Group and plural of an OpenShift, OLM or metal3 kind.
-fn dynamic(resource: ApiResource) -> (String, String) {
+fn kind(kind: fn() -> ApiResource) -> (String, String) {
+    let resource = kind();
     (resource.group, resource.plural)
 }
 
-/// `verb` on `plural[/sub]` of `group`, in a namespace (`ns`) or not.
-fn call((group, plural): (String, String), sub: &str, verb: &str, ns: bool) -> ApiCall {
-    ApiCall {
-        group,
-        resource: if sub.is_empty() {
-            plural
-        } else {
-            format!("{plural}/{sub}")
-        },
-        verb: verb.to_string(),
-        namespaced: ns,
-    }
+/// The subresource `sub` of a resource.
+fn sub((group, plural): (String, String), sub: &str) -> (String, String) {
+    (group, format!("{plural}/{sub}"))
 }
 
 /// Method name → the request it makes, for every method of [`super::ClusterApi`] in the
@@ -61,68 +53,61 @@ pub fn declarations() -> Vec<(&'static str, ApiCall)> {
         typed::<Job>,
         typed::<CertificateSigningRequest>,
     );
-    let operators = || dynamic(kinds::cluster_operators());
-    let plans = || dynamic(kinds::install_plans());
-    let bmhs = || dynamic(kinds::bmhs());
-    let mcps = || dynamic(kinds::mcps());
-    vec![
-        (
-            "get_proxy",
-            call(dynamic(kinds::proxies()), "", "get", false),
-        ),
-        (
-            "get_cluster_version",
-            call(dynamic(kinds::cluster_versions()), "", "get", false),
-        ),
-        (
-            "list_cluster_operators",
-            call(operators(), "", "list", false),
-        ),
-        ("get_cluster_operator", call(operators(), "", "get", false)),
-        (
-            "get_config_map",
-            call(typed::<ConfigMap>(), "", "get", true),
-        ),
-        ("create_event", call(events(), "", "create", true)),
-        ("list_nodes", call(nodes(), "", "list", false)),
-        ("get_node", call(nodes(), "", "get", false)),
-        ("remove_node_taint", call(nodes(), "", "patch", false)),
-        ("patch_node_labels", call(nodes(), "", "patch", false)),
-        ("list_services", call(services(), "", "list", false)),
-        ("delete_service", call(services(), "", "delete", true)),
-        ("list_pods", call(pods(), "", "list", true)),
-        ("pod_log", call(pods(), "log", "get", true)),
-        ("delete_pods", call(pods(), "", "deletecollection", true)),
-        ("list_csrs", call(csrs(), "", "list", false)),
-        ("approve_csr", call(csrs(), "approval", "update", false)),
-        (
-            "get_subscription",
-            call(dynamic(kinds::subscriptions()), "", "get", true),
-        ),
-        ("get_csv", call(dynamic(kinds::csvs()), "", "get", true)),
-        ("list_install_plans", call(plans(), "", "list", true)),
-        ("delete_install_plan", call(plans(), "", "delete", true)),
-        ("list_jobs", call(jobs(), "", "list", true)),
-        ("delete_job", call(jobs(), "", "delete", true)),
-        ("list_bmhs", call(bmhs(), "", "list", true)),
-        ("get_bmh", call(bmhs(), "", "get", true)),
-        ("update_bmh", call(bmhs(), "", "update", true)),
-        ("update_bmh_status", call(bmhs(), "status", "update", true)),
-        (
-            "provisioning_exists",
-            call(dynamic(kinds::provisionings()), "", "get", false),
-        ),
-        (
-            "list_machines",
-            call(dynamic(kinds::machines()), "", "list", true),
-        ),
-        ("get_machine_config_pool", call(mcps(), "", "get", false)),
-        (
-            "set_machine_config_pool_paused",
-            call(mcps(), "", "patch", false),
-        ),
-    ]
+    let operators = || kind(cluster_operators);
+    let (plans, hosts, pools) = (|| kind(install_plans), || kind(bmhs), || kind(mcps));
+    // (method, (group, resource), verb, whether the path names a namespace)
+    let calls = [
+        ("get_proxy", kind(proxies), "get", false),
+        ("get_cluster_version", kind(cluster_versions), "get", false),
+        ("list_cluster_operators", operators(), "list", false),
+        ("get_cluster_operator", operators(), "get", false),
+        ("get_config_map", typed::<ConfigMap>(), "get", true),
+        ("create_event", events(), "create", true),
+        ("list_nodes", nodes(), "list", false),
+        ("get_node", nodes(), "get", false),
+        ("remove_node_taint", nodes(), "patch", false),
+        ("patch_node_labels", nodes(), "patch", false),
+        ("list_services", services(), "list", false),
+        ("delete_service", services(), "delete", true),
+        ("list_pods", pods(), "list", true),
+        ("pod_log", sub(pods(), "log"), "get", true),
+        ("delete_pods", pods(), "deletecollection", true),
+        ("list_csrs", csrs(), "list", false),
+        ("approve_csr", sub(csrs(), "approval"), "update", false),
+        ("get_subscription", kind(subscriptions), "get", true),
+        ("get_csv", kind(csvs), "get", true),
+        ("list_install_plans", plans(), "list", true),
+        ("delete_install_plan", plans(), "delete", true),
+        ("list_jobs", jobs(), "list", true),
+        ("delete_job", jobs(), "delete", true),
+        ("list_bmhs", hosts(), "list", true),
+        ("get_bmh", hosts(), "get", true),
+        ("update_bmh", hosts(), "update", true),
+        ("update_bmh_status", sub(hosts(), "status"), "update", true),
+        ("provisioning_exists", kind(provisionings), "get", false),
+        ("list_machines", kind(machines), "list", true),
+        ("get_machine_config_pool", pools(), "get", false),
+        ("set_machine_config_pool_paused", pools(), "patch", false),
+        ("list_events", events(), "list", true),
+        ("machine_config_exists", kind(machine_configs), "get", false),
+    ];
+    let calls = calls.into_iter();
+    let calls = calls.map(|(method, (group, resource), verb, namespaced)| {
+        let verb = verb.to_string();
+        let call = ApiCall {
+            group,
+            resource,
+            verb,
+            namespaced,
+        };
+        (method, call)
+    });
+    calls.collect()
 }
+
+/// The methods only the installer calls, with bootkube's admin kubeconfig: the controller's
+/// role need not allow them.
+pub const INSTALLER_ONLY: [&str; 2] = ["list_events", "machine_config_exists"];
 
 /// Whether the deployed ClusterRole allows `verb` on `group`/`resource` for any object name.
 /// Rules restricted to resource names never count: no method acts on such names only.
@@ -222,7 +207,7 @@ mod tests {
     #[test]
     fn every_trait_method_is_declared_and_no_declaration_is_stale() {
         let methods = trait_methods();
-        assert_eq!(methods.len(), 31, "{methods:?}");
+        assert_eq!(methods.len(), 33, "{methods:?}");
         let declared: BTreeSet<String> =
             declarations().iter().map(|(m, _)| m.to_string()).collect();
         assert_eq!(declared.len(), methods.len(), "a method declared twice");

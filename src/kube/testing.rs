@@ -1,4 +1,4 @@
-//! An in-memory cluster for the tests of both programs ([`ClusterApi`] and [`KubeApi`]): state
+//! An in-memory cluster for the tests of both programs ([`ClusterApi`]): state
 //! set with `set_*`, every call recorded in order with its arguments ([`FakeCluster::calls`]),
 //! writes applied to the state, and failures injected per method as [`ApiError`]s.
 //! Selectors: as [`selector_matches`]; the field selector `status.phase=<phase>` for pods.
@@ -13,8 +13,6 @@ use super::{
     ClusterVersion, Condition, Csr, CsrApproval, Csv, Event, InstallPlan, Job, Machine,
     MachineConfigPool, NewEvent, Node, Pod, ProxyStatus, Service, Subscription,
 };
-use crate::config::Role;
-use crate::openshift::role_label;
 
 /// More calls than any test makes: a fake that receives this many panics, so that a wait that
 /// never ends fails its test instead of growing the recorded calls until the machine kills it.
@@ -214,14 +212,6 @@ impl FakeCluster {
     pub fn add_pod(&self, pod: Pod, log: &str) {
         self.set_pod_log(&pod.namespace, &pod.name, log);
         self.lock().pods.push(pod);
-    }
-
-    /// Add or replace a Pod (by namespace and name), keeping its log.
-    pub fn set_pod(&self, pod: Pod) {
-        let mut state = self.lock();
-        let same = |p: &Pod| (&p.namespace, &p.name) == (&pod.namespace, &pod.name);
-        state.pods.retain(|p| !same(p));
-        state.pods.push(pod);
     }
 
     pub fn set_pod_log(&self, namespace: &str, name: &str, log: &str) {
@@ -557,15 +547,8 @@ impl ClusterApi for FakeCluster {
             .paused = paused;
         Ok(())
     }
-}
 
-/// The installer's view of the same state: events are those created, MachineConfigs are the
-/// names given to [`FakeCluster::add_machine_config`].
-impl super::KubeApi for FakeCluster {
-    fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
-        ClusterApi::list_nodes(self, Some(&role_label(role.as_str())))
-    }
-
+    /// The Events created.
     fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
         let state = self.enter("list_events", &[namespace])?;
         let events = state.events.iter().filter(|(ns, _)| ns == namespace);
@@ -577,24 +560,9 @@ impl super::KubeApi for FakeCluster {
         Ok(events.map(|(_, e)| event(e)).collect())
     }
 
-    fn get_config_map(&self, ns: &str, name: &str) -> Result<Option<BTreeMap<String, String>>> {
-        ClusterApi::get_config_map(self, ns, name)
-    }
-
+    /// The names given to [`FakeCluster::add_machine_config`].
     fn machine_config_exists(&self, name: &str) -> Result<bool> {
         let state = self.enter("machine_config_exists", &[name])?;
         Ok(state.machine_configs.contains(name))
-    }
-
-    fn remove_node_taint(&self, node: &str, key: &str) -> Result<()> {
-        super::remove_taint_by_key(self, node, key)
-    }
-
-    fn list_pods(&self, namespace: &str, label_selector: &str) -> Result<Vec<Pod>> {
-        ClusterApi::list_pods(self, namespace, Some(label_selector), None)
-    }
-
-    fn pod_logs(&self, namespace: &str, pod: &str, since_seconds: Option<i64>) -> Result<String> {
-        self.pod_log(namespace, pod, since_seconds)
     }
 }

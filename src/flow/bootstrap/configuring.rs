@@ -4,13 +4,13 @@
 //! mode the log is made up from the cluster-hosts file (see `mcs_logs::dry_run_mcs_log`).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::Flow;
 use crate::clock::SYSTEM_CLOCK;
-use crate::config::cluster_hosts::{self, ClusterHost};
+use crate::config::cluster_hosts;
 use crate::image::Cancel;
 use crate::openshift::mcs_logs::{
     dry_run_mcs_log, host_ips, hosts_that_fetched_ignition, is_past_ignition_fetch, status_for,
@@ -63,7 +63,7 @@ struct Watch {
     cluster: String,
     /// This host, never watched.
     me: String,
-    logs: McsLog,
+    logs: Box<dyn Fn() -> String + Send>,
     /// The other enabled hosts, fetched once.
     hosts: Option<Vec<Watched>>,
 }
@@ -75,7 +75,7 @@ impl Watch {
             reporter: f.reporter.clone(),
             cluster: f.cfg.cluster_id.clone(),
             me: f.cfg.host_id.clone(),
-            logs: McsLog::of(f),
+            logs: mcs_log(f),
             hosts: None,
         }
     }
@@ -119,7 +119,7 @@ impl Watch {
         if list.is_empty() {
             return true;
         }
-        let log = self.logs.read();
+        let log = (self.logs)();
         let mcs: Vec<McsHost> = list.iter().map(|(h, _, _)| h.clone()).collect();
         let fetched: BTreeSet<String> = hosts_that_fetched_ignition(&log, &mcs)
             .into_iter()
@@ -136,33 +136,20 @@ impl Watch {
     }
 }
 
-/// Where the machine-config-server's log comes from.
-enum McsLog {
-    /// The container logs directory.
-    Files(PathBuf),
-    /// Dry run: made up from the cluster-hosts file.
-    DryRun(Vec<ClusterHost>),
-}
-
-impl McsLog {
-    fn of(f: &Flow) -> McsLog {
-        if !f.cfg.dry_run {
-            return McsLog::Files(f.paths.container_logs.clone());
-        }
-        let path = f.cfg.dry_run_cluster_hosts_path.as_deref();
-        McsLog::DryRun(cluster_hosts::load_optional(path).unwrap_or_else(|e| {
-            // The entrypoint read it at start; it can only have gone since.
-            tracing::warn!("dry run: no host will be seen fetching its Ignition: {e:#}");
-            Vec::new()
-        }))
+/// The machine-config-server's log: from the container logs directory, or in dry-run mode
+/// made up from the cluster-hosts file.
+fn mcs_log(f: &Flow) -> Box<dyn Fn() -> String + Send> {
+    if !f.cfg.dry_run {
+        let dir = f.paths.container_logs.clone();
+        return Box::new(move || read_mcs_logs(&dir));
     }
-
-    fn read(&self) -> String {
-        match self {
-            McsLog::Files(dir) => read_mcs_logs(dir),
-            McsLog::DryRun(hosts) => dry_run_mcs_log(hosts),
-        }
-    }
+    let path = f.cfg.dry_run_cluster_hosts_path.as_deref();
+    let hosts = cluster_hosts::load_optional(path).unwrap_or_else(|e| {
+        // The entrypoint read it at start; it can only have gone since.
+        tracing::warn!("dry run: no host will be seen fetching its Ignition: {e:#}");
+        Vec::new()
+    });
+    Box::new(move || dry_run_mcs_log(&hosts))
 }
 
 /// Every machine-config-server log in the container logs directory, concatenated.

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::Flow;
 use crate::archive::{tar_gz, Entry};
-use crate::kube::KubeApi;
+use crate::kube::ClusterApi;
 use crate::openshift::{CONTROLLER_JOB, CONTROLLER_LOGS_ARCHIVE, CONTROLLER_NAMESPACE};
 use crate::service::client::{LogsType, LogsUpload};
 
@@ -24,9 +24,9 @@ const ENTRY_NAME: &str = "assisted-installer-controller.logs";
 
 /// Go's `GetPodInStatus`: among the pods of the controller's Job, the first whose name has the
 /// Job's name as prefix, if that one is Running.
-fn running_controller_pod(kube: &dyn KubeApi) -> Option<String> {
+fn running_controller_pod(kube: &dyn ClusterApi) -> Option<String> {
     let selector = format!("job-name={CONTROLLER_JOB}");
-    let pods = match kube.list_pods(CONTROLLER_NAMESPACE, &selector) {
+    let pods = match kube.list_pods(CONTROLLER_NAMESPACE, Some(&selector), None) {
         Ok(pods) => pods,
         Err(e) => {
             tracing::warn!("listing the controller pods: {e:#}");
@@ -42,8 +42,8 @@ fn running_controller_pod(kube: &dyn KubeApi) -> Option<String> {
 
 /// The last hour of the pod's log; when it cannot be read, or is empty, a line saying so (what
 /// the service then shows instead, as Go's upload does).
-fn pod_log(kube: &dyn KubeApi, pod: &str) -> Vec<u8> {
-    match kube.pod_logs(CONTROLLER_NAMESPACE, pod, Some(SINCE_SECONDS)) {
+fn pod_log(kube: &dyn ClusterApi, pod: &str) -> Vec<u8> {
+    match kube.pod_log(CONTROLLER_NAMESPACE, pod, Some(SINCE_SECONDS)) {
         Ok(log) if !log.is_empty() => log.into_bytes(),
         Ok(_) => format!("The log of pod {pod} is empty\n").into_bytes(),
         Err(e) => {
@@ -54,7 +54,7 @@ fn pod_log(kube: &dyn KubeApi, pod: &str) -> Vec<u8> {
 }
 
 /// One upload of the controller pod's log, when the pod is Running. Failures are logged.
-pub(crate) fn upload_controller_logs(f: &Flow, kube: &dyn KubeApi) {
+pub(crate) fn upload_controller_logs(f: &Flow, kube: &dyn ClusterApi) {
     let Some(pod) = running_controller_pod(kube) else {
         tracing::info!("no running controller pod: its logs are not uploaded");
         return;
@@ -89,73 +89,27 @@ pub(crate) fn upload_controller_logs(f: &Flow, kube: &dyn KubeApi) {
 mod tests {
     use super::*;
     use crate::archive::read::entries;
-    use crate::config::Role;
     use crate::flow::testing::TestFlow;
-    use crate::kube::{Event, Node, Pod};
-    use anyhow::{bail, Result};
-    use std::collections::BTreeMap;
-    use std::sync::Mutex;
+    use crate::kube::testing::FakeCluster;
+    use crate::kube::{ApiError, Pod};
 
-    /// The controller's pods and what reading a log gives.
-    struct Pods {
-        pods: Vec<Pod>,
-        log: Result<String, String>,
-        reads: Mutex<Vec<(String, String, Option<i64>)>>,
-    }
-
-    impl Pods {
-        fn new(pods: &[(&str, &str)], log: Result<&str, &str>) -> Pods {
-            Pods {
-                pods: pods
-                    .iter()
-                    .map(|(name, phase)| Pod {
-                        name: name.to_string(),
-                        phase: phase.to_string(),
-                        ..Pod::default()
-                    })
-                    .collect(),
-                log: log.map(str::to_string).map_err(str::to_string),
-                reads: Mutex::default(),
-            }
+    /// The controller Job's pods, each with `log` (`None`: reading it fails).
+    fn pods(pods: &[(&str, &str)], log: Option<&str>) -> FakeCluster {
+        let kube = FakeCluster::new();
+        for (name, phase) in pods {
+            let job = [("job-name".to_string(), CONTROLLER_JOB.to_string())];
+            let pod = Pod {
+                namespace: CONTROLLER_NAMESPACE.into(),
+                name: name.to_string(),
+                phase: phase.to_string(),
+                labels: job.into(),
+            };
+            kube.add_pod(pod, log.unwrap_or_default());
         }
-    }
-
-    impl KubeApi for Pods {
-        fn list_nodes(&self, _: &Role) -> Result<Vec<Node>> {
-            unreachable!()
+        if log.is_none() {
+            kube.fail_always("pod_log", ApiError::new(500, "", "connection refused"));
         }
-        fn list_events(&self, _: &str) -> Result<Vec<Event>> {
-            unreachable!()
-        }
-        fn get_config_map(&self, _: &str, _: &str) -> Result<Option<BTreeMap<String, String>>> {
-            unreachable!()
-        }
-        fn machine_config_exists(&self, _: &str) -> Result<bool> {
-            unreachable!()
-        }
-        fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
-            unreachable!()
-        }
-        fn list_pods(&self, namespace: &str, selector: &str) -> Result<Vec<Pod>> {
-            assert_eq!(
-                (namespace, selector),
-                (
-                    "assisted-installer",
-                    "job-name=assisted-installer-controller"
-                )
-            );
-            Ok(self.pods.clone())
-        }
-        fn pod_logs(&self, namespace: &str, pod: &str, since: Option<i64>) -> Result<String> {
-            self.reads
-                .lock()
-                .unwrap()
-                .push((namespace.into(), pod.into(), since));
-            match &self.log {
-                Ok(log) => Ok(log.clone()),
-                Err(e) => bail!("{e}"),
-            }
-        }
+        kube
     }
 
     /// The one entry of each upload: (name, mode, text).
@@ -181,13 +135,15 @@ mod tests {
     #[test]
     fn the_running_pods_last_hour_is_uploaded() {
         let t = TestFlow::new("bootstrap");
-        let kube = Pods::new(
+        let kube = pods(
             &[("assisted-installer-controller-x7k2p", "Running")],
-            Ok("started\nready\n"),
+            Some("started\nready\n"),
         );
         upload_controller_logs(&t.flow, &kube);
+        let list = "list_pods(assisted-installer, job-name=assisted-installer-controller, -)";
+        assert_eq!(kube.calls()[0].to_string(), list);
         assert_eq!(
-            kube.reads.lock().unwrap().clone(),
+            kube.log_reads(),
             [(
                 "assisted-installer".to_string(),
                 "assisted-installer-controller-x7k2p".to_string(),
@@ -206,7 +162,7 @@ mod tests {
 
     #[test]
     fn nothing_is_uploaded_without_a_running_controller_pod() {
-        for pods in [
+        for listed in [
             vec![],
             vec![("assisted-installer-controller-x7k2p", "Pending")],
             vec![("other-pod", "Running")],
@@ -217,10 +173,10 @@ mod tests {
             ],
         ] {
             let t = TestFlow::new("bootstrap");
-            let kube = Pods::new(&pods, Ok("log"));
+            let kube = pods(&listed, Some("log"));
             upload_controller_logs(&t.flow, &kube);
-            assert!(uploaded(&t).is_empty(), "{pods:?}");
-            assert!(kube.reads.lock().unwrap().is_empty());
+            assert!(uploaded(&t).is_empty(), "{listed:?}");
+            assert!(kube.log_reads().is_empty());
         }
     }
 
@@ -228,13 +184,14 @@ mod tests {
     fn an_unreadable_or_empty_log_uploads_a_line_saying_so() {
         let t = TestFlow::new("bootstrap");
         let pod = [("assisted-installer-controller-x7k2p", "Running")];
-        upload_controller_logs(&t.flow, &Pods::new(&pod, Err("connection refused")));
-        upload_controller_logs(&t.flow, &Pods::new(&pod, Ok("")));
+        upload_controller_logs(&t.flow, &pods(&pod, None));
+        upload_controller_logs(&t.flow, &pods(&pod, Some("")));
         let texts: Vec<String> = uploaded(&t).into_iter().map(|u| u.2).collect();
         assert_eq!(
             texts,
             [
-                "Failed to get logs of pod assisted-installer-controller-x7k2p: connection refused\n",
+                "Failed to get logs of pod assisted-installer-controller-x7k2p: fake pod_log: the \
+                 API server answered 500 : connection refused\n",
                 "The log of pod assisted-installer-controller-x7k2p is empty\n"
             ]
         );

@@ -38,11 +38,4 @@ pub(crate) use prepare::start_bootstrap;
 pub(crate) use single_node::single_node_master_ignition;
 pub(crate) use waits::{bootstrap_post_phase, wait_for_bootkube};
 
-use std::path::PathBuf;
-
 use super::Flow;
-
-/// The admin kubeconfig bootkube writes.
-fn kubeconfig(f: &Flow) -> PathBuf {
-    f.paths.openshift_dir.join("auth/kubeconfig")
-}

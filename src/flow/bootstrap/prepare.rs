@@ -16,6 +16,12 @@ use crate::postinstall::ignition::{write_secret_file, Existing};
 
 /// Attempts at laying down the bootstrap Ignition with the MCO (Go: 3, immediate).
 const MCO_ATTEMPTS: u32 = 3;
+/// The machine-config-daemon's podman run: these arguments, the MCO image, then the start ones
+/// and the Ignition config.
+const MCO_RUN: &str = "run --net host --pid=host --volume /:/rootfs:rw \
+    --volume /usr/bin/rpm-ostree:/usr/bin/rpm-ostree --privileged \
+    --entrypoint /usr/bin/machine-config-daemon";
+const MCO_START: &str = "start --node-name localhost --root-mount /rootfs --once-from";
 
 /// `startBootstrap`. `sno`: single-node (no SSH key, no NetworkManager restart, controller
 /// with SNO=true).
@@ -89,28 +95,11 @@ fn install_pull_secret(f: &Flow, bootstrap_ign: &Path) -> Result<()> {
 /// [`MCO_ATTEMPTS`] immediate attempts; the last failure is the error.
 fn lay_down_bootstrap_ignition(f: &Flow, bootstrap_ign: &Path) -> Result<()> {
     let ign = bootstrap_ign.display().to_string();
-    let args = [
-        "run",
-        "--net",
-        "host",
-        "--pid=host",
-        "--volume",
-        "/:/rootfs:rw",
-        "--volume",
-        "/usr/bin/rpm-ostree:/usr/bin/rpm-ostree",
-        "--privileged",
-        "--entrypoint",
-        "/usr/bin/machine-config-daemon",
-        &f.cfg.mco_image,
-        "start",
-        "--node-name",
-        "localhost",
-        "--root-mount",
-        "/rootfs",
-        "--once-from",
-        &ign,
-        "--skip-reboot",
-    ];
+    let image = [f.cfg.mco_image.as_str()].into_iter();
+    let args: Vec<&str> = (MCO_RUN.split(' ').chain(image))
+        .chain(MCO_START.split(' '))
+        .chain([ign.as_str(), "--skip-reboot"])
+        .collect();
     f.host
         .clock
         .retry(

@@ -47,23 +47,10 @@ spec:
         sshAuthorizedKeys:
         - {}
 ",
-        yaml_double_quoted(key)
+        // A JSON string is a YAML double-quoted scalar: only `"` and `\` are escaped once control
+        // characters are refused; `#`, `:` and non-ASCII stay literal.
+        serde_json::to_string(key)?
     ))
-}
-
-/// A YAML double-quoted scalar. Only `"` and `\` need escaping once control characters have been
-/// refused; everything else (including `#`, `:` and non-ASCII) is literal inside double quotes.
-fn yaml_double_quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        if matches!(c, '"' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]

@@ -9,12 +9,12 @@ use anyhow::{Context, Result};
 use std::collections::BTreeSet;
 
 use super::controller_logs::{upload_controller_logs, UPLOAD_EVERY};
-use super::{kubeconfig, Flow};
+use super::Flow;
 use crate::config::Role;
 use crate::kube::install_config::{
     has_valid_vsphere_credentials, needed_ready_masters, remove_uninitialized_taint, replicas,
 };
-use crate::kube::KubeApi;
+use crate::kube::{remove_taint_by_key, ClusterApi};
 use crate::openshift;
 use crate::openshift::mcs_logs::host_ips;
 use crate::openshift::{
@@ -35,7 +35,9 @@ pub(crate) fn bootstrap_post_phase(f: &Flow) -> Result<()> {
         std::fs::write(&f.paths.resolv_conf, hosts)
             .with_context(|| format!("updating {}", f.paths.resolv_conf.display()))?;
     }
-    let kube = (f.kube)(&kubeconfig(f)).context("connecting to the bootstrap control plane")?;
+    // Through the admin kubeconfig bootkube writes.
+    let kubeconfig = f.paths.openshift_dir.join("auth/kubeconfig");
+    let kube = (f.kube)(&kubeconfig).context("connecting to the bootstrap control plane")?;
     f.reporter.stage(
         HostStage::WaitingForControlPlane,
         "Waiting for masters to join bootstrap control plane",
@@ -65,78 +67,45 @@ pub(crate) fn bootstrap_post_phase(f: &Flow) -> Result<()> {
 }
 
 /// The Go `getInvoker`: a ConfigMap that cannot be read means the assisted-service.
-fn invoker(kube: &dyn KubeApi) -> String {
+fn invoker(kube: &dyn ClusterApi) -> String {
     let data = kube.get_config_map(openshift::INVOKER_NAMESPACE, openshift::INVOKER_CONFIG_MAP);
     openshift::invoker(data.ok().flatten().as_ref())
 }
 
-/// `waitForNodes`: until enough nodes of `role` are Ready, reporting `Joined` for each
-/// matching host.
+/// `waitForNodes`: until enough nodes of `role` are Ready (at once when the install-config
+/// wants none), reporting `Joined` for each matching host.
 fn wait_for_nodes(
     f: &Flow,
-    kube: &dyn KubeApi,
+    kube: &dyn ClusterApi,
     role: &Role,
     platform: &str,
     creds: bool,
 ) -> Result<()> {
-    let mut nodes = ReadyNodes {
-        f,
-        kube,
-        role,
-        platform,
-        creds,
-        counted: BTreeSet::new(),
-        inventory: None,
-    };
-    f.host
-        .clock
-        .poll_until(&f.stop, f.intervals.poll, || nodes.enough().then_some(()))
-        .with_context(|| format!("waiting for the {role} nodes"))
-}
-
-/// What `waitForNodes` keeps between polls.
-struct ReadyNodes<'a> {
-    f: &'a Flow,
-    kube: &'a dyn KubeApi,
-    role: &'a Role,
-    platform: &'a str,
-    creds: bool,
-    /// Ready nodes already counted (and reported).
-    counted: BTreeSet<String>,
-    /// The other enabled hosts, fetched once and again after a node matched none of them.
-    inventory: Option<Vec<ServiceHost>>,
-}
-
-impl ReadyNodes<'_> {
-    /// One poll: whether enough nodes are Ready (at once when the install-config wants none).
-    fn enough(&mut self) -> bool {
-        let (f, kube, role) = (self.f, self.kube, self.role);
+    // Ready nodes already counted (and reported).
+    let mut counted = BTreeSet::new();
+    // The other enabled hosts, fetched once and again after a node matched none of them.
+    let mut inventory: Option<Vec<ServiceHost>> = None;
+    let poll = || {
         let wanted = kube
             .get_config_map("kube-system", "cluster-config-v1")
             .ok()
             .flatten()
             .and_then(|d| d.get("install-config").cloned())
             .and_then(|y| replicas(&y).ok())
-            .map(|r| {
-                if *role == Role::Arbiter {
-                    r.arbiter.unwrap_or(0)
-                } else {
-                    r.control_plane.unwrap_or(0)
-                }
+            .map(|r| match role {
+                Role::Arbiter => r.arbiter.unwrap_or(0),
+                _ => r.control_plane.unwrap_or(0),
             });
-        let Some(replicas) = wanted else {
-            return false;
-        };
+        let replicas = wanted?;
         if replicas < 1 {
-            return true;
+            return Some(());
         }
-        let needed = if *role == Role::Arbiter {
-            1
-        } else {
-            needed_ready_masters(replicas)
+        let needed = match role {
+            Role::Arbiter => 1,
+            _ => needed_ready_masters(replicas),
         };
-        if self.inventory.is_none() {
-            self.inventory = f
+        if inventory.is_none() {
+            inventory = f
                 .client
                 .get_cluster(&f.cfg.cluster_id, false)
                 .ok()
@@ -147,33 +116,33 @@ impl ReadyNodes<'_> {
                         .collect()
                 });
         }
-        let nodes = match kube.list_nodes(role) {
+        let nodes = match kube.list_nodes(Some(&openshift::role_label(role.as_str()))) {
             Ok(nodes) => nodes,
             Err(e) => {
                 tracing::warn!("listing {role} nodes: {e:#}");
-                return false;
+                return None;
             }
         };
         let untaint = !nodes.is_empty()
             && remove_uninitialized_taint(
-                self.platform,
+                platform,
                 &invoker(kube),
                 &f.cfg.openshift_version,
-                self.creds,
+                creds,
             );
         for node in &nodes {
             if untaint
                 && !node.is_ready()
                 && node.taints.iter().any(|t| t.key == UNINITIALIZED_TAINT)
             {
-                if let Err(e) = kube.remove_node_taint(&node.name, UNINITIALIZED_TAINT) {
+                if let Err(e) = remove_taint_by_key(kube, &node.name, UNINITIALIZED_TAINT) {
                     tracing::warn!("removing the uninitialized taint of {}: {e:#}", node.name);
                 }
             }
-            if !node.is_ready() || self.counted.contains(&node.name) {
+            if !node.is_ready() || counted.contains(&node.name) {
                 continue;
             }
-            let hosts = self.inventory.as_deref().unwrap_or_default();
+            let hosts = inventory.as_deref().unwrap_or_default();
             let matched = hosts.iter().find(|h| {
                 h.requested_hostname.to_lowercase() == node.name.to_lowercase()
                     || h.inventory
@@ -190,16 +159,20 @@ impl ReadyNodes<'_> {
                 }
                 Some(_) => {}
                 // Counted anyway; the inventory may be stale.
-                None => self.inventory = None,
+                None => inventory = None,
             }
-            self.counted.insert(node.name.clone());
+            counted.insert(node.name.clone());
         }
-        if self.counted.len() >= needed {
-            tracing::info!("{} {role} nodes are ready", self.counted.len());
-            return true;
+        if counted.len() >= needed {
+            tracing::info!("{} {role} nodes are ready", counted.len());
+            return Some(());
         }
-        false
-    }
+        None
+    };
+    f.host
+        .clock
+        .poll_until(&f.stop, f.intervals.poll, poll)
+        .with_context(|| format!("waiting for the {role} nodes"))
 }
 
 /// `waitForBootkube`: `Waiting for bootkube` until bootkube marks itself done.
@@ -244,7 +217,7 @@ fn wait_for_etcd_bootstrap(f: &Flow) -> Result<()> {
 /// event, logging each new event of its namespace. Meanwhile its logs are uploaded every
 /// [`UPLOAD_EVERY`] of the flow's clock (the first after that long), and once more when it is
 /// ready, after the cluster's logs are requested.
-fn wait_for_controller(f: &Flow, kube: &dyn KubeApi) -> Result<()> {
+fn wait_for_controller(f: &Flow, kube: &dyn ClusterApi) -> Result<()> {
     f.reporter.stage(
         HostStage::WaitingForController,
         "waiting for controller pod ready event",
@@ -279,7 +252,7 @@ fn wait_for_controller(f: &Flow, kube: &dyn KubeApi) -> Result<()> {
 }
 
 /// One look at the controller's events: whether the ready one is there. New events are logged.
-fn controller_ready(kube: &dyn KubeApi, seen: &mut BTreeSet<String>) -> bool {
+fn controller_ready(kube: &dyn ClusterApi, seen: &mut BTreeSet<String>) -> bool {
     match kube.list_events(CONTROLLER_NAMESPACE) {
         Ok(events) => {
             for e in &events {
@@ -326,8 +299,8 @@ fn wait_for_workers(f: &Flow) -> Result<()> {
 
 /// Pure: every master has both MachineConfig annotations, both configs exist, and all masters
 /// want the same config.
-fn mc_annotations_consistent(kube: &dyn KubeApi) -> Result<bool> {
-    let masters = kube.list_nodes(&Role::Master)?;
+fn mc_annotations_consistent(kube: &dyn ClusterApi) -> Result<bool> {
+    let masters = kube.list_nodes(Some(&openshift::role_label("master")))?;
     if masters.is_empty() {
         return Ok(false);
     }
@@ -349,7 +322,7 @@ fn mc_annotations_consistent(kube: &dyn KubeApi) -> Result<bool> {
 
 /// `waitForMCAnnotationsConsistent`: the bootstrap must not reboot while masters point at
 /// MachineConfigs that do not exist.
-fn wait_for_mc_annotations(f: &Flow, kube: &dyn KubeApi) -> Result<()> {
+fn wait_for_mc_annotations(f: &Flow, kube: &dyn ClusterApi) -> Result<()> {
     f.host
         .clock
         .poll_until(&f.stop, f.intervals.poll, || {
@@ -370,51 +343,22 @@ mod tests {
     use super::*;
     use crate::clock::Stopped;
     use crate::flow::testing::TestFlow;
-    use crate::kube::{Event, Node, Pod};
+    use crate::kube::testing::FakeCluster;
+    use crate::kube::Node;
+    use crate::openshift::role_label;
     use std::collections::BTreeMap;
 
-    /// Masters and MachineConfigs in memory; `stop_at_poll` fires the stop token during that
-    /// listing of the masters (a signal during a wait).
-    #[derive(Default)]
-    struct Kube {
-        masters: Vec<Node>,
-        configs: Vec<&'static str>,
-        polls: std::sync::atomic::AtomicUsize,
-        stop_at_poll: Option<(usize, crate::image::Cancel)>,
-    }
-
-    impl KubeApi for Kube {
-        fn list_nodes(&self, role: &Role) -> Result<Vec<Node>> {
-            let poll = self.polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-            if let Some((at, stop)) = &self.stop_at_poll {
-                if poll == *at {
-                    stop.cancel();
-                }
-            }
-            Ok(if *role == Role::Master {
-                self.masters.clone()
-            } else {
-                vec![]
-            })
+    /// Masters (all named by their annotations) and MachineConfigs in memory.
+    fn kube(masters: &[Node], configs: &[&str]) -> FakeCluster {
+        let kube = FakeCluster::new();
+        for (i, m) in masters.iter().enumerate() {
+            kube.set_node(Node {
+                name: format!("m{i}"),
+                ..m.clone()
+            });
         }
-        fn list_events(&self, _: &str) -> Result<Vec<Event>> {
-            Ok(vec![])
-        }
-        fn get_config_map(&self, _: &str, _: &str) -> Result<Option<BTreeMap<String, String>>> {
-            Ok(None)
-        }
-        fn machine_config_exists(&self, name: &str) -> Result<bool> {
-            Ok(self.configs.contains(&name))
-        }
-        fn remove_node_taint(&self, _: &str, _: &str) -> Result<()> {
-            Ok(())
-        }
-        fn list_pods(&self, _: &str, _: &str) -> Result<Vec<Pod>> {
-            Ok(vec![])
-        }
-        fn pod_logs(&self, _: &str, _: &str, _: Option<i64>) -> Result<String> {
-            Ok(String::new())
-        }
+        configs.iter().for_each(|c| kube.add_machine_config(c));
+        kube
     }
 
     fn master(current: Option<&str>, desired: Option<&str>) -> Node {
@@ -425,9 +369,10 @@ mod tests {
         if let Some(d) = desired {
             annotations.insert(DESIRED_CONFIG_ANNOTATION.to_string(), d.to_string());
         }
+        let labels = [(role_label("master"), String::new())];
         Node {
-            name: "m".into(),
             annotations,
+            labels: labels.into(),
             ..Node::default()
         }
     }
@@ -453,11 +398,8 @@ mod tests {
             (vec![&ok, &desires_b], ab, false, "masters disagree"),
         ];
         for (masters, configs, expected, why) in cases {
-            let kube = Kube {
-                masters: masters.into_iter().cloned().collect(),
-                configs: configs.to_vec(),
-                ..Kube::default()
-            };
+            let masters: Vec<Node> = masters.into_iter().cloned().collect();
+            let kube = kube(&masters, configs);
             assert_eq!(mc_annotations_consistent(&kube).unwrap(), expected, "{why}");
         }
     }
@@ -470,7 +412,7 @@ mod tests {
         assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
         assert_eq!(format!("{e:#}"), "waiting for bootkube: stop requested");
         assert!(t.clock.sleeps().is_empty(), "no poll interval slept");
-        let e = wait_for_mc_annotations(&t.flow, &Kube::default()).unwrap_err();
+        let e = wait_for_mc_annotations(&t.flow, &FakeCluster::new()).unwrap_err();
         assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
         assert!(t.clock.sleeps().is_empty());
     }
@@ -479,18 +421,20 @@ mod tests {
     fn a_stop_during_a_wait_ends_it_before_the_next_poll() {
         let t = TestFlow::new("bootstrap");
         // Masters that never agree, and a signal arriving during the third poll.
-        let kube = Kube {
-            masters: vec![master(None, None)],
-            stop_at_poll: Some((3, t.flow.stop.clone())),
-            ..Kube::default()
-        };
+        let kube = kube(&[master(None, None)], &[]);
+        let stop = t.flow.stop.clone();
+        kube.before_each_call(move |kube, _| {
+            if kube.count("list_nodes") == 2 {
+                stop.cancel();
+            }
+        });
         let e = wait_for_mc_annotations(&t.flow, &kube).unwrap_err();
         assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
         assert_eq!(
             format!("{e:#}"),
             "waiting for consistent MachineConfig annotations: stop requested"
         );
-        assert_eq!(kube.polls.into_inner(), 3);
+        assert_eq!(kube.count("list_nodes"), 3);
         assert_eq!(
             t.clock.sleeps(),
             vec![t.flow.intervals.poll; 2],

@@ -67,28 +67,14 @@ fn growpart_args(device: &str, free_percent: u64) -> Vec<String> {
 /// the platform karg, Ignition's first-boot karg (a variable the boot loader expands), then
 /// `extra_kargs` (`--karg v` pairs).
 fn ostree_args(os_image_url: &str, platform_karg: &str, extra_kargs: &[String]) -> Vec<String> {
+    let words = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+    let head = format!(
+        "container image deploy --sysroot {ROOT_MOUNT} --authfile /root/.docker/config.json --imgref"
+    );
     let image = format!("ostree-unverified-registry:{os_image_url}");
-    let args = [
-        "container",
-        "image",
-        "deploy",
-        "--sysroot",
-        ROOT_MOUNT,
-        "--authfile",
-        "/root/.docker/config.json",
-        "--imgref",
-        &image,
-        "--karg",
-        platform_karg,
-        "--karg",
-        "$ignition_firstboot",
-        "--stateroot",
-        "rhcos",
-    ];
-    args.map(String::from)
-        .into_iter()
-        .chain(extra_kargs.iter().cloned())
-        .collect()
+    let kargs = vec![image, "--karg".into(), platform_karg.into()];
+    let tail = words("--karg $ignition_firstboot --stateroot rhcos");
+    [words(&head), kargs, tail, extra_kargs.to_vec()].concat()
 }
 
 /// Deploys `os_image_url` onto `t.device` (see the module documentation). `extra_kargs` are

@@ -216,30 +216,6 @@ mod tests {
     }
 
     #[test]
-    fn an_embedded_machine_config_is_deployed_with_the_live_platform_and_all_kargs() {
-        let (t, path) = flow_with(&pointer_with(serde_json::json!({
-            "osImageURL": IMAGE, "kernelArguments": ["arg1", "arg2=val2"]
-        })));
-        finish(&t, &path).unwrap();
-        let ostree = t
-            .runner
-            .lines()
-            .into_iter()
-            .find(|l| l.starts_with("ostree "))
-            .expect("ostree ran");
-        assert_eq!(
-            ostree,
-            format!(
-                "ostree container image deploy --sysroot /mnt --authfile /root/.docker/config.json \
-                 --imgref ostree-unverified-registry:{IMAGE} --karg ignition.platform.id=openstack \
-                 --karg $ignition_firstboot --stateroot rhcos --karg ip=ens3:dhcp --karg arg1 \
-                 --karg arg2=val2"
-            )
-        );
-        assert_eq!(t.runner.lines().last().unwrap(), "umount /mnt");
-    }
-
-    #[test]
     fn an_unreadable_cmdline_means_metal() {
         let (t, path) = flow_with(&pointer_with(serde_json::json!({"osImageURL": IMAGE})));
         std::fs::remove_file(&t.flow.paths.live_cmdline).unwrap();

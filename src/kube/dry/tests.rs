@@ -11,7 +11,6 @@ use crate::controller::tasks::operators::{
     cluster_operators_round, console_enabled, is_available, status_from_conditions, OlmHandler,
 };
 use crate::kube::api_error_code;
-use crate::kube::install_config::replicas;
 use crate::kube::install_config::INVOKER_ASSISTED;
 use crate::service::{MonitoredOperator, OperatorStatus};
 use serde_json::json;
@@ -223,8 +222,11 @@ fn label_patches_and_pool_pauses_are_kept() {
     assert_eq!(api_error_code(&other), Some(404));
 }
 
-/// The installer's view (end to end in tests/bootstrap_scenarios.rs, dry run): nodes as their
-/// hosts reboot, on a MachineConfig that exists; the install-config; a ready controller.
+/// The installer's view. What the dry-run bootstrap needs of it (Ready nodes on a MachineConfig
+/// that exists, the install-config's replicas, the ready Event, the controller pod's log) is
+/// bootstrap_scenarios' dry_run_bootstrap_completes_against_the_pretend_cluster, which would not
+/// complete without them; here the rest: any role before an MCS log read, the nodes' IPs, and
+/// what does not exist.
 #[test]
 fn the_installer_sees_rebooted_nodes_the_install_config_and_a_ready_controller() {
     let dir = tempfile::tempdir().unwrap();
@@ -233,39 +235,23 @@ fn the_installer_sees_rebooted_nodes_the_install_config_and_a_ready_controller()
         host(dir.path(), "master-2", "192.0.2.12"),
     ];
     let cluster = DryCluster {
-        control_plane_replicas: 3,
+        installer: Some(3),
         ..DryCluster::new(hosts.clone())
     };
-    let kube: &dyn crate::kube::KubeApi = &cluster;
-    assert!(kube.list_nodes(&Role::Master).unwrap().is_empty());
+    let kube: &dyn ClusterApi = &cluster;
+    let workers = Some("node-role.kubernetes.io/worker");
+    assert!(kube.list_nodes(workers).unwrap().is_empty());
     reboot(&hosts[1]);
-    let nodes = kube.list_nodes(&Role::Master).unwrap();
+    let nodes = kube.list_nodes(workers).unwrap();
     assert_eq!(names(&nodes), ["master-2"]);
-    let node = &nodes[0];
-    assert!(node.is_ready());
-    assert_eq!(node.internal_ips().collect::<Vec<_>>(), ["192.0.2.12"]);
-    for key in [CURRENT_CONFIG_ANNOTATION, DESIRED_CONFIG_ANNOTATION] {
-        let config = &node.annotations[key];
-        assert!(kube.machine_config_exists(config).unwrap(), "{key}");
-    }
+    assert_eq!(nodes[0].internal_ips().collect::<Vec<_>>(), ["192.0.2.12"]);
     assert!(!kube.machine_config_exists("rendered-other").unwrap());
-    kube.remove_node_taint("master-2", "any").unwrap();
+    crate::kube::remove_taint_by_key(kube, "master-2", "any").unwrap();
 
-    let cm = kube.get_config_map("kube-system", "cluster-config-v1");
-    let r = replicas(&cm.unwrap().unwrap()["install-config"]).unwrap();
-    assert_eq!((r.control_plane, r.arbiter), (Some(3), None));
     let invoker = kube.get_config_map("openshift-config", "openshift-install-manifests");
     assert_eq!(invoker.unwrap(), None);
-    let events = kube.list_events(CONTROLLER_NAMESPACE).unwrap();
-    assert!(events.iter().any(|e| e.name == CONTROLLER_READY_EVENT));
     assert!(kube.list_events("default").unwrap().is_empty());
-    let job = "job-name=assisted-installer-controller";
-    let pods = kube.list_pods(CONTROLLER_NAMESPACE, job).unwrap();
-    let pod = (pods[0].name.as_str(), pods[0].phase.as_str());
-    assert_eq!((pods.len(), pod), (1, (DRY_CONTROLLER_POD, "Running")));
-    let other = kube.list_pods(CONTROLLER_NAMESPACE, "app=other");
+    let other = kube.list_pods(CONTROLLER_NAMESPACE, Some("app=other"), None);
     assert!(other.unwrap().is_empty());
-    let log = kube.pod_logs(CONTROLLER_NAMESPACE, DRY_CONTROLLER_POD, Some(3600));
-    assert_eq!(log.unwrap(), DRY_CONTROLLER_LOG);
-    assert!(kube.pod_logs(CONTROLLER_NAMESPACE, "other", None).is_err());
+    assert!(kube.pod_log(CONTROLLER_NAMESPACE, "other", None).is_err());
 }
