@@ -25,8 +25,6 @@ pub mod rbac;
 pub mod testing;
 
 pub use model::*;
-/// The installer's old name, still used by tests/common (to be renamed there).
-pub use ClusterApi as KubeApi;
 
 /// A status the API server answered with (a `Status` object), as a caller branches on it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -18,7 +18,7 @@ use assisted_installer::host::root::HostRoot;
 use assisted_installer::host::HostEffects;
 use assisted_installer::image::Cancel;
 use assisted_installer::kube::dry::DryCluster;
-use assisted_installer::kube::KubeApi;
+use assisted_installer::kube::ClusterApi;
 use assisted_installer::service::client::InventoryClient;
 use assisted_installer::service::reporter::Reporter;
 
@@ -38,7 +38,7 @@ pub(crate) struct FlowBuilder {
     commands: Arc<dyn CommandRunner>,
     reboot: Option<Arc<dyn Rebooter>>,
     clock: Arc<dyn Clock>,
-    kube: Option<Arc<dyn KubeApi>>,
+    kube: Option<Arc<dyn ClusterApi>>,
     intervals: Intervals,
     early_write: bool,
     arch: String,
@@ -182,7 +182,7 @@ setters! {
     commands: Arc<dyn CommandRunner>;
     clock: Arc<dyn Clock>;
     /// The API the flow finds behind the kubeconfig bootkube writes (which must exist).
-    kube: Arc<dyn KubeApi>;
+    kube: Arc<dyn ClusterApi>;
     intervals: Intervals;
     /// Whether the bootstrap and single-node disks are streamed early (default: yes).
     early_write: bool;
