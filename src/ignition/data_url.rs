@@ -189,23 +189,6 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn base64_padding_is_optional() {
-        for (encoded, decoded) in [
-            ("", &b""[..]),
-            ("Zg", b"f"),
-            ("Zg==", b"f"),
-            ("Zm8", b"fo"),
-            ("Zm8=", b"fo"),
-            ("Zm9v", b"foo"),
-            ("Zm9vYg", b"foob"),
-            ("Zm9vYmE=", b"fooba"),
-            ("Zm9vYmFy", b"foobar"),
-        ] {
-            assert_eq!(b64(encoded).unwrap(), decoded, "{encoded}");
-        }
-    }
-
-    #[test]
     fn base64_round_trips_all_byte_values() {
         let data: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
         for len in [0, 1, 2, 3, 4, 5, 999, 1000] {
@@ -273,37 +256,19 @@ pub(crate) mod tests {
     fn gzip_compression() {
         let original = b"{\"auths\":{}}\n".repeat(20);
         let url = format!("data:;base64,{}", encode_base64(&gzip(&original)));
-        assert_eq!(
-            decode_with_compression(&url, Some("gzip")).unwrap(),
-            original
-        );
+        let decoded = |url: &str, compression| decode_with_compression(url, compression);
+        assert_eq!(decoded(&url, Some("gzip")).unwrap(), original);
         // Without the compression field the caller gets the compressed bytes back.
-        assert_eq!(
-            decode_with_compression(&url, None).unwrap(),
-            gzip(&original)
-        );
-        assert_eq!(
-            decode_with_compression("data:,abc", Some("")).unwrap(),
-            b"abc"
-        );
-    }
-
-    #[test]
-    fn concatenated_gzip_members() {
+        assert_eq!(decoded(&url, None).unwrap(), gzip(&original));
+        assert_eq!(decoded("data:,abc", Some("")).unwrap(), b"abc");
+        // Concatenated members, as Go's gzip reader reads them.
         let mut both = gzip(b"first,");
         both.extend(gzip(b"second"));
         assert_eq!(decompress(both, Some("gzip")).unwrap(), b"first,second");
-    }
-
-    #[test]
-    fn compression_errors() {
-        let err = decode_with_compression("data:,not-gzip", Some("gzip")).unwrap_err();
+        let err = decoded("data:,not-gzip", Some("gzip")).unwrap_err();
         assert!(format!("{err:#}").contains("do not decompress"), "{err:#}");
-        let err = decode_with_compression("data:,x", Some("xz")).unwrap_err();
-        assert!(
-            err.to_string().contains("unsupported compression \"xz\""),
-            "{err}"
-        );
+        let err = decoded("data:,x", Some("xz")).unwrap_err();
+        assert!(err.to_string().contains("unsupported compression \"xz\""));
     }
 
     #[test]
