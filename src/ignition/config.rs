@@ -71,19 +71,12 @@ impl FromStr for IgnitionHash {
         let Some((algorithm, hex)) = s.split_once('-') else {
             bail!("invalid Ignition hash {s:?}: {FORM}");
         };
-        match algorithm {
-            "sha256" => {
-                Ok(IgnitionHash::Sha256(parse_hex(hex).with_context(|| {
-                    format!("invalid Ignition hash {s:?}: {FORM}")
-                })?))
-            }
-            "sha512" => {
-                Ok(IgnitionHash::Sha512(parse_hex(hex).with_context(|| {
-                    format!("invalid Ignition hash {s:?}: {FORM}")
-                })?))
-            }
+        let hash = match algorithm {
+            "sha256" => parse_hex(hex).map(IgnitionHash::Sha256),
+            "sha512" => parse_hex(hex).map(IgnitionHash::Sha512),
             _ => bail!("invalid Ignition hash {s:?}: unknown algorithm {algorithm:?}, {FORM}"),
-        }
+        };
+        hash.with_context(|| format!("invalid Ignition hash {s:?}: {FORM}"))
     }
 }
 

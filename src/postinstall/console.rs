@@ -294,30 +294,16 @@ pub(crate) fn replace_console_block(cfg: &str, commands: &[String]) -> Result<St
     let Some(body_end) = body_end else {
         bail!("missing marker line `{BLOCK_END}` after `{BLOCK_START}`");
     };
-    let mut out =
-        String::with_capacity(cfg.len() + commands.iter().map(|c| c.len() + 1).sum::<usize>());
-    out.push_str(&cfg[..body_start]);
-    for command in commands {
-        out.push_str(command);
-        out.push('\n');
-    }
-    out.push_str(&cfg[body_end..]);
-    Ok(out)
+    let body: String = commands.iter().map(|c| format!("{c}\n")).collect();
+    Ok(format!("{}{body}{}", &cfg[..body_start], &cfg[body_end..]))
 }
 
-/// The GRUB file holding the console block: `grub2/console.cfg` if present, else `grub2/grub.cfg`.
-pub(crate) fn console_cfg_path(boot_root: &Path) -> PathBuf {
-    let console_cfg = boot_root.join(CONSOLE_CFG);
-    if console_cfg.exists() {
-        console_cfg
-    } else {
-        boot_root.join(GRUB_CFG)
-    }
-}
-
-/// Rewrite the console block on /boot. Returns the file that was edited.
+/// Rewrite the console block on /boot: in `grub2/console.cfg` if present, else in
+/// `grub2/grub.cfg`. Returns the file that was edited.
 pub(crate) fn write_console_block(boot_root: &Path, commands: &[String]) -> Result<PathBuf> {
-    let path = console_cfg_path(boot_root);
+    let path = Some(boot_root.join(CONSOLE_CFG))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| boot_root.join(GRUB_CFG));
     let edit = || -> Result<()> {
         let cfg = std::fs::read_to_string(&path).context("reading the file")?;
         let new_cfg = replace_console_block(&cfg, commands)?;
