@@ -142,12 +142,7 @@ impl KargsEditor {
         for karg in words(&self.delete) {
             s = replace_word(&s, karg, None);
         }
-        for karg in self
-            .append
-            .iter()
-            .map(|k| k.trim())
-            .filter(|k| !k.is_empty())
-        {
+        for karg in words(&self.append) {
             s.push_str(karg);
             s.push(' ');
         }
