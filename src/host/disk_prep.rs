@@ -482,11 +482,6 @@ mod tests {
         assert!(parse_mdadm_scan("ARRAY /dev/md0 level=raid1\nsomething else\n").is_empty());
         assert!(parse_mdadm_scan("ARRAY /dev/md0 level=raid1").is_empty());
         assert!(parse_mdadm_scan("").is_empty());
-        let nvme = "ARRAY /dev/md/imsm level=container\n  devices=/dev/nvme0n1p1,/dev/nvme1n1p1";
-        assert_eq!(
-            parse_mdadm_scan(nvme)[0].members_on("/dev/nvme0n1"),
-            vec!["/dev/nvme0n1p1"]
-        );
     }
 
     const VGS: &str = "vgs --noheadings -o vg_name,pv_name";

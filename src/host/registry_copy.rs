@@ -37,7 +37,6 @@ const ATTEMPTS: u32 = 3;
 const RETRY_DELAY: Duration = Duration::from_secs(5);
 
 /// One host command of the copy.
-#[derive(Debug, Clone, PartialEq, Eq)]
 struct Step {
     pub program: &'static str,
     pub args: Vec<String>,
@@ -59,11 +58,8 @@ impl Step {
     }
 
     /// `program arg…`, for messages.
-    pub(crate) fn line(&self) -> String {
-        std::iter::once(self.program)
-            .chain(self.args.iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(" ")
+    fn line(&self) -> String {
+        format!("{} {}", self.program, self.args.join(" "))
     }
 }
 
