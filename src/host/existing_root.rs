@@ -187,28 +187,16 @@ mod tests {
     }
 
     #[test]
-    fn without_the_node_image_ref() {
-        let r = absent_ref();
-        write_image_to_existing_root(&r, &root(&[], &[], None)).unwrap();
-        let expected = [remount_and_stat(), deploy(), ignition()].concat();
-        assert_eq!(r.lines(), expected);
-    }
-
-    #[test]
     fn the_node_image_ref_is_deleted_when_it_exists() {
-        let r = RecordingRunner::new();
-        write_image_to_existing_root(&r, &root(&[], &[], None)).unwrap();
-        let expected = [
-            remount_and_stat(),
-            vec![
-                "ostree refs --repo /ostree/repo --delete coreos/node-image".into(),
-                "touch /ostree/repo/tmp/node-image".into(),
-            ],
-            deploy(),
-            ignition(),
-        ]
-        .concat();
-        assert_eq!(r.lines(), expected);
+        let delete_ref = vec![
+            "ostree refs --repo /ostree/repo --delete coreos/node-image".into(),
+            "touch /ostree/repo/tmp/node-image".into(),
+        ];
+        for (r, deleted) in [(absent_ref(), vec![]), (RecordingRunner::new(), delete_ref)] {
+            write_image_to_existing_root(&r, &root(&[], &[], None)).unwrap();
+            let expected = [remount_and_stat(), deleted, deploy(), ignition()];
+            assert_eq!(r.lines(), expected.concat());
+        }
     }
 
     #[test]
