@@ -193,22 +193,6 @@ impl HostRunner {
             secret,
         }
     }
-
-    /// The executable and the full argument list run for `program args…`.
-    pub(crate) fn command_line<'a>(
-        &self,
-        program: &'a str,
-        args: &[&str],
-    ) -> (&'a str, Vec<String>) {
-        let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        if !self.nsenter {
-            return (program, strings(args));
-        }
-        (
-            "nsenter",
-            strings(&[&NSENTER_PREFIX[..], &[program], args].concat()),
-        )
-    }
 }
 
 impl std::fmt::Debug for HostRunner {
@@ -228,7 +212,11 @@ impl CommandRunner for HostRunner {
         args: &[&str],
         sink: &mut dyn FnMut(&[u8]),
     ) -> Result<String, ExecError> {
-        let (exe, args) = self.command_line(program, args);
+        let (exe, args) = match self.nsenter {
+            true => ("nsenter", [&NSENTER_PREFIX[..], &[program], args].concat()),
+            false => (program, args.to_vec()),
+        };
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         execute(exe, &args, &self.env, self.secret.as_deref(), sink)
     }
 }
