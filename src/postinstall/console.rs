@@ -443,27 +443,8 @@ mod tests {
     #[test]
     fn grub_commands_for_console_lists() {
         assert!(grub_commands(&[]).is_empty());
-        assert_eq!(
-            grub_commands(&parse_all(&["tty0"])),
-            ["terminal_input console", "terminal_output console"]
-        );
-        assert_eq!(
-            grub_commands(&parse_all(&["ttyS1,115200n8"])),
-            [
-                "serial --unit=1 --speed=115200 --word=8 --parity=no",
-                "terminal_input serial",
-                "terminal_output serial"
-            ]
-        );
-        // Kernel order tty0 then ttyS0 (ttyS0 primary): GRUB lists them in the same order.
-        assert_eq!(
-            grub_commands(&parse_all(&["tty0", "ttyS0,115200n8"])),
-            [
-                "serial --unit=0 --speed=115200 --word=8 --parity=no",
-                "terminal_input console serial",
-                "terminal_output console serial"
-            ]
-        );
+        // Single consoles and their order: postinstall's
+        // platform_and_console_set_the_kargs_and_grub_commands.
         // Only the first serial console configures GRUB's serial port; terminals are not repeated.
         assert_eq!(
             grub_commands(&parse_all(&[
