@@ -132,10 +132,6 @@ impl IgnitionConfig {
         &self.bytes
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.bytes.len()
-    }
-
     /// The config's `ignition.version`, e.g. `3.2.0` (not secret; useful in logs).
     pub fn version(&self) -> &str {
         &self.version
@@ -267,7 +263,7 @@ mod tests {
         assert_eq!(cfg.version(), "3.2.0");
         let sha = format!("sha256-{}", to_hex(&Sha256::digest(CONFIG)));
         let cfg = IgnitionConfig::from_bytes(CONFIG.to_vec(), Some(&sha.parse().unwrap())).unwrap();
-        assert_eq!(cfg.len(), CONFIG.len());
+        assert_eq!(cfg.bytes(), CONFIG);
     }
 
     #[test]
