@@ -72,23 +72,12 @@ pub(crate) fn write_image_to_existing_root(
     }
     let init = ["admin", "stateroot-init", STATEROOT];
     step("creating the install stateroot", "ostree", &init)?;
-    let deploy = [
-        "container",
-        "image",
-        "deploy",
-        "--stateroot",
-        STATEROOT,
-        "--sysroot",
-        "/",
-        "--authfile",
-        AUTHFILE,
-        "--karg",
-        FIRSTBOOT_KARG,
-        "--karg",
-        PLATFORM_KARG,
-        "--image",
-        image,
-    ];
+    let deploy = format!(
+        "container image deploy --stateroot {STATEROOT} --sysroot / --authfile {AUTHFILE} \
+         --karg {FIRSTBOOT_KARG} --karg {PLATFORM_KARG} --image"
+    );
+    let mut deploy: Vec<&str> = deploy.split_whitespace().collect();
+    deploy.push(image);
     step(&format!("deploying {image} with ostree"), "ostree", &deploy)?;
     let finalize = ["admin", "finalize-staged"];
     step("finalizing the staged deployment", "ostree", &finalize)?;
