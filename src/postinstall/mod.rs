@@ -55,8 +55,17 @@ impl PostInstall {
             ("--append-karg", &self.append_kargs),
             ("--delete-karg", &self.delete_kargs),
         ] {
+            // The editor's matching is word-based (see `kargs::KargsEditor`), so a karg with
+            // whitespace (typically a quoted value) could never be matched or appended faithfully.
             for karg in kargs {
-                check_karg(karg).map_err(|e| anyhow!("{option} {karg:?}: {e}"))?;
+                let why = if karg.is_empty() {
+                    "a kernel argument must not be empty"
+                } else if karg.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    "a kernel argument must not contain whitespace (quoted values are not supported)"
+                } else {
+                    continue;
+                };
+                bail!("{option} {karg:?}: {why}");
             }
         }
         if let Some(platform) = &self.platform {
@@ -84,18 +93,6 @@ impl PostInstall {
     fn changed_platform(&self) -> Option<&str> {
         self.platform.as_deref().filter(|p| *p != platform::METAL)
     }
-}
-
-/// The editor's matching is word-based (see `kargs::KargsEditor`), so a karg with whitespace
-/// (typically a quoted value) could never be matched or appended faithfully.
-fn check_karg(karg: &str) -> Result<()> {
-    if karg.is_empty() {
-        bail!("a kernel argument must not be empty");
-    }
-    if karg.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        bail!("a kernel argument must not contain whitespace (quoted values are not supported)");
-    }
-    Ok(())
 }
 
 /// Apply, in coreos-installer's order: the Ignition config; then the kernel arguments (platform
