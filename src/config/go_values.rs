@@ -41,29 +41,11 @@ pub(crate) fn parse_go_int(s: &str) -> Result<i64, &'static str> {
         }
     }
     let digits: String = digits.chars().filter(|&c| c != '_').collect();
-    if digits.is_empty() {
+    // Syntax errors first, as Go reports them before a range error.
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
         return Err(PARSE);
     }
-    let mut value: u128 = 0;
-    for c in digits.chars() {
-        let d = c.to_digit(radix).ok_or(PARSE)?;
-        value = value * radix as u128 + d as u128;
-        if value > i64::MAX as u128 + 1 {
-            // Keep scanning for syntax errors, as Go reports those first.
-            if digits.chars().all(|c| c.is_digit(radix)) {
-                return Err(RANGE);
-            }
-            return Err(PARSE);
-        }
-    }
-    if neg {
-        if value > i64::MAX as u128 + 1 {
-            return Err(RANGE);
-        }
-        Ok((value as i128).wrapping_neg() as i64)
-    } else if value > i64::MAX as u128 {
-        Err(RANGE)
-    } else {
-        Ok(value as i64)
-    }
+    let value = u128::from_str_radix(&digits, radix).map_err(|_| RANGE)?;
+    let value = i128::try_from(value).map_err(|_| RANGE)?;
+    i64::try_from(if neg { -value } else { value }).map_err(|_| RANGE)
 }

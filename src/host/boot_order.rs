@@ -193,7 +193,7 @@ mod tests {
         assert!(duplicate_boot_entries("").is_empty());
     }
 
-    fn uefi_runner(efi_listing: &str, efibootmgr_output: &str) -> RecordingRunner {
+    fn uefi_runner(efi_listing: &str, create: Result<&str, &str>) -> RecordingRunner {
         let r = RecordingRunner::new();
         r.fail("test -f /usr/sbin/bootlist", 1, "")
             .ok(
@@ -202,18 +202,21 @@ mod tests {
             )
             .ok("ls -1 /mnt/EFI", efi_listing);
         for dir in ["redhat", "centos"] {
-            r.ok(
-                &format!(
+            for shim in ["shimx64", "shimaa64"] {
+                let line = format!(
                     "efibootmgr -v -d /dev/sda -p 2 -c -L Red Hat Enterprise Linux -l \
-                     \\EFI\\{dir}\\shimx64.efi"
-                ),
-                efibootmgr_output,
-            );
+                     \\EFI\\{dir}\\{shim}.efi"
+                );
+                match create {
+                    Ok(output) => r.ok(&line, output),
+                    Err(output) => r.fail(&line, 5, output),
+                };
+            }
         }
         r
     }
 
-    fn expected_uefi(dir: &str) -> Vec<String> {
+    fn expected_uefi(dir: &str, shim: &str) -> Vec<String> {
         vec![
             "test -f /usr/sbin/bootlist".to_string(),
             "test -d /sys/firmware/efi".to_string(),
@@ -223,19 +226,23 @@ mod tests {
             "umount /mnt".to_string(),
             format!(
                 "efibootmgr -v -d /dev/sda -p 2 -c -L Red Hat Enterprise Linux -l \
-                 \\EFI\\{dir}\\shimx64.efi"
+                 \\EFI\\{dir}\\{shim}.efi"
             ),
-            format!("efibootmgr -l \\EFI\\{dir}\\shimx64.efi"),
+            format!("efibootmgr -l \\EFI\\{dir}\\{shim}.efi"),
         ]
     }
 
     #[test]
-    fn uefi_redhat_or_centos() {
-        for (listing, dir) in [("BOOT\nredhat\n", "redhat"), ("BOOT\ncentos", "centos")] {
-            let r = uefi_runner(listing, "BootCurrent: 0001");
+    fn uefi_redhat_or_centos_and_the_shim_of_the_arch() {
+        for (listing, dir, arch, shim) in [
+            ("BOOT\nredhat\n", "redhat", "x86_64", "shimx64"),
+            ("BOOT\ncentos", "centos", "x86_64", "shimx64"),
+            ("BOOT\nredhat", "redhat", "aarch64", "shimaa64"),
+        ] {
+            let r = uefi_runner(listing, Ok("BootCurrent: 0001"));
             let clock = FakeClock::new();
-            set_boot_order(&r, &clock, "/dev/sda", "x86_64").unwrap();
-            assert_eq!(r.lines(), expected_uefi(dir));
+            set_boot_order(&r, &clock, "/dev/sda", arch).unwrap();
+            assert_eq!(r.lines(), expected_uefi(dir, shim));
             // The label is one argument.
             let create = &r.calls()[6];
             assert_eq!(create.args[7], "Red Hat Enterprise Linux");
@@ -244,26 +251,13 @@ mod tests {
     }
 
     #[test]
-    fn uefi_aarch64_uses_shimaa64() {
-        let r = uefi_runner("BOOT\nredhat", "");
-        r.ok(
-            "efibootmgr -v -d /dev/sda -p 2 -c -L Red Hat Enterprise Linux -l \
-             \\EFI\\redhat\\shimaa64.efi",
-            "",
-        );
-        set_boot_order(&r, &FakeClock::new(), "/dev/sda", "aarch64").unwrap();
-        assert_eq!(
-            r.lines().last().unwrap(),
-            "efibootmgr -l \\EFI\\redhat\\shimaa64.efi"
-        );
-    }
-
-    #[test]
     fn uefi_deletes_duplicates() {
         let r = uefi_runner(
             "redhat",
-            "efibootmgr: ** Warning ** : Boot0003 has same label Red Hat Enterprise Linux\n\
+            Ok(
+                "efibootmgr: ** Warning ** : Boot0003 has same label Red Hat Enterprise Linux\n\
              Boot0000* Red Hat Enterprise Linux",
+            ),
         );
         r.fail(
             "efibootmgr -v --delete-bootnum --bootnum 0003 -l \\EFI\\redhat\\shimx64.efi",
@@ -271,7 +265,7 @@ mod tests {
             "ignored",
         );
         set_boot_order(&r, &FakeClock::new(), "/dev/sda", "x86_64").unwrap();
-        let mut expected = expected_uefi("redhat");
+        let mut expected = expected_uefi("redhat", "shimx64");
         expected.insert(
             7,
             "efibootmgr -v --delete-bootnum --bootnum 0003 -l \\EFI\\redhat\\shimx64.efi"
@@ -282,7 +276,7 @@ mod tests {
 
     #[test]
     fn uefi_mount_retries_and_efi_dir_polling() {
-        let r = uefi_runner("BOOT", "");
+        let r = uefi_runner("BOOT", Ok(""));
         // The first mount fails twice, then the EFI listing has no known directory: the search
         // is retried every 5 s until 20 s have passed, then the step fails without running
         // efibootmgr.
@@ -310,19 +304,7 @@ mod tests {
 
     #[test]
     fn uefi_efibootmgr_failure_is_returned() {
-        let r = RecordingRunner::new();
-        r.fail("test -f /usr/sbin/bootlist", 1, "")
-            .ok(
-                "lsblk --bytes --json /dev/sda",
-                &lsblk("sda", "disk", &["sda1", "sda2"]),
-            )
-            .ok("ls -1 /mnt/EFI", "redhat")
-            .fail(
-                "efibootmgr -v -d /dev/sda -p 2 -c -L Red Hat Enterprise Linux -l \
-                 \\EFI\\redhat\\shimx64.efi",
-                5,
-                "Could not prepare Boot variable",
-            );
+        let r = uefi_runner("redhat", Err("Could not prepare Boot variable"));
         let err = set_boot_order(&r, &FakeClock::new(), "/dev/sda", "x86_64").unwrap_err();
         assert!(err
             .to_string()

@@ -86,48 +86,31 @@ fn parse_dmsetup_ls(output: &str) -> Vec<String> {
 
 /// `dmsetup deps -o devname <dm>` (` 1 dependencies  : (sda2)`) → the names in parentheses.
 fn parse_dm_deps(output: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut rest = output;
-    while let Some(open) = rest.find('(') {
-        let after = &rest[open + 1..];
-        let Some(close) = after.find(')') else { break };
-        let name = after[..close].trim();
-        if !name.is_empty() {
-            names.push(name.to_string());
-        }
-        rest = &after[close + 1..];
-    }
-    names
+    let inside = output.split('(').skip(1).filter_map(|s| s.split_once(')'));
+    let names = inside
+        .map(|(name, _)| name.trim())
+        .filter(|n| !n.is_empty());
+    names.map(str::to_string).collect()
 }
 
 /// Whether a `dmsetup deps -o devname` output names `device` (by its base name) or one of its
 /// partitions.
 fn dm_depends_on(deps_output: &str, device: &str) -> bool {
-    let base = basename(device);
+    let base = device.rsplit('/').next().unwrap_or(device);
     parse_dm_deps(deps_output)
         .iter()
         .any(|d| is_device_or_partition(d, base))
-}
-
-fn basename(device: &str) -> &str {
-    device.rsplit('/').next().unwrap_or(device)
 }
 
 /// The removal order for device-mapper devices: for a thin pool's `<pool>_tdata` the pool
 /// `<pool>` is added, and the `_tdata` / `_tmeta` parts go last, after the devices built on
 /// them.
 fn order_dm_devices_for_removal(devices: &[String]) -> Vec<String> {
+    let pools = devices.iter().filter_map(|d| d.strip_suffix("_tdata"));
     let mut all: Vec<String> = Vec::new();
-    for d in devices {
-        if !all.contains(d) {
-            all.push(d.clone());
-        }
-    }
-    for d in devices {
-        if let Some(base) = d.strip_suffix("_tdata") {
-            if !all.iter().any(|x| x == base) {
-                all.push(base.to_string());
-            }
+    for d in devices.iter().map(String::as_str).chain(pools) {
+        if !all.iter().any(|x| x == d) {
+            all.push(d.to_string());
         }
     }
     let dependent = |d: &String| d.ends_with("_tdata") || d.ends_with("_tmeta");
@@ -499,11 +482,6 @@ mod tests {
         assert!(parse_mdadm_scan("ARRAY /dev/md0 level=raid1\nsomething else\n").is_empty());
         assert!(parse_mdadm_scan("ARRAY /dev/md0 level=raid1").is_empty());
         assert!(parse_mdadm_scan("").is_empty());
-        let nvme = "ARRAY /dev/md/imsm level=container\n  devices=/dev/nvme0n1p1,/dev/nvme1n1p1";
-        assert_eq!(
-            parse_mdadm_scan(nvme)[0].members_on("/dev/nvme0n1"),
-            vec!["/dev/nvme0n1p1"]
-        );
     }
 
     const VGS: &str = "vgs --noheadings -o vg_name,pv_name";

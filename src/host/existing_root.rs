@@ -72,23 +72,12 @@ pub(crate) fn write_image_to_existing_root(
     }
     let init = ["admin", "stateroot-init", STATEROOT];
     step("creating the install stateroot", "ostree", &init)?;
-    let deploy = [
-        "container",
-        "image",
-        "deploy",
-        "--stateroot",
-        STATEROOT,
-        "--sysroot",
-        "/",
-        "--authfile",
-        AUTHFILE,
-        "--karg",
-        FIRSTBOOT_KARG,
-        "--karg",
-        PLATFORM_KARG,
-        "--image",
-        image,
-    ];
+    let deploy = format!(
+        "container image deploy --stateroot {STATEROOT} --sysroot / --authfile {AUTHFILE} \
+         --karg {FIRSTBOOT_KARG} --karg {PLATFORM_KARG} --image"
+    );
+    let mut deploy: Vec<&str> = deploy.split_whitespace().collect();
+    deploy.push(image);
     step(&format!("deploying {image} with ostree"), "ostree", &deploy)?;
     let finalize = ["admin", "finalize-staged"];
     step("finalizing the staged deployment", "ostree", &finalize)?;
@@ -187,28 +176,16 @@ mod tests {
     }
 
     #[test]
-    fn without_the_node_image_ref() {
-        let r = absent_ref();
-        write_image_to_existing_root(&r, &root(&[], &[], None)).unwrap();
-        let expected = [remount_and_stat(), deploy(), ignition()].concat();
-        assert_eq!(r.lines(), expected);
-    }
-
-    #[test]
     fn the_node_image_ref_is_deleted_when_it_exists() {
-        let r = RecordingRunner::new();
-        write_image_to_existing_root(&r, &root(&[], &[], None)).unwrap();
-        let expected = [
-            remount_and_stat(),
-            vec![
-                "ostree refs --repo /ostree/repo --delete coreos/node-image".into(),
-                "touch /ostree/repo/tmp/node-image".into(),
-            ],
-            deploy(),
-            ignition(),
-        ]
-        .concat();
-        assert_eq!(r.lines(), expected);
+        let delete_ref = vec![
+            "ostree refs --repo /ostree/repo --delete coreos/node-image".into(),
+            "touch /ostree/repo/tmp/node-image".into(),
+        ];
+        for (r, deleted) in [(absent_ref(), vec![]), (RecordingRunner::new(), delete_ref)] {
+            write_image_to_existing_root(&r, &root(&[], &[], None)).unwrap();
+            let expected = [remount_and_stat(), deleted, deploy(), ignition()];
+            assert_eq!(r.lines(), expected.concat());
+        }
     }
 
     #[test]

@@ -44,20 +44,9 @@ impl LogsUpload {
     /// [-v CA:CA] <agent-image> logs_sender -cluster-id … -url … -host-id … -infra-env-id …
     /// -pull-secret-token … -insecure=<bool> -bootstrap=<bool> [-cacert=<path>]`.
     fn podman_args(&self, is_bootstrap: bool) -> Vec<String> {
-        let mut args: Vec<String> = [
-            "run",
-            "--rm",
-            "--privileged",
-            "--net=host",
-            "--pid=host",
-            "-v",
-            "/run/systemd/journal/socket:/run/systemd/journal/socket",
-            "-v",
-            "/var/log:/var/log",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        const FIXED: &str = "run --rm --privileged --net=host --pid=host \
+            -v /run/systemd/journal/socket:/run/systemd/journal/socket -v /var/log:/var/log";
+        let mut args: Vec<String> = FIXED.split_whitespace().map(String::from).collect();
         if let Some(ca) = self.ca() {
             args.push("-v".into());
             args.push(format!("{ca}:{ca}"));

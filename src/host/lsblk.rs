@@ -201,24 +201,11 @@ mod tests {
         assert!(err("invalid json", "/dev/sda", 3).contains("failed to unmarshal lsblk output"));
         assert!(err(r#"{"blockdevices": []}"#, "/dev/sdb", 1)
             .contains("no block device information returned for /dev/sdb"));
-        assert!(err(
-            r#"{"blockdevices": [{"name": "sda", "type": "disk", "children": []}]}"#,
-            "/dev/sda",
-            1
-        )
-        .contains("device /dev/sda has no partitions"));
-        assert!(err(
-            r#"{"blockdevices": [{"name": "sda", "type": "disk", "children": null}]}"#,
-            "/dev/sda",
-            1
-        )
-        .contains("device /dev/sda has no partitions"));
-        assert!(err(
-            r#"{"blockdevices": [{"name": "sda", "type": "disk"}]}"#,
-            "/dev/sda",
-            1
-        )
-        .contains("device /dev/sda has no partitions"));
+        for children in [r#", "children": []"#, r#", "children": null"#, ""] {
+            let json =
+                format!(r#"{{"blockdevices": [{{"name": "sda", "type": "disk"{children}}}]}}"#);
+            assert!(err(&json, "/dev/sda", 1).contains("device /dev/sda has no partitions"));
+        }
         let one = lsblk_json("sda", "disk", &["sda1"]);
         assert!(err(&one, "/dev/sda", 0).contains("partition 0 not found on device /dev/sda"));
         let two = lsblk_json("sda", "disk", &["sda1", "sda2"]);

@@ -98,7 +98,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reboot_runs_shutdown_with_quoted_message_as_one_argument() {
+    fn reboot_runs_shutdown_with_quoted_message_as_one_argument_and_fails_with_it() {
         let r = Arc::new(RecordingRunner::new());
         ShutdownRebooter::new(r.clone()).reboot("+1").unwrap();
         ShutdownRebooter::new(r.clone()).reboot("now").unwrap();
@@ -114,11 +114,7 @@ mod tests {
             ]
         );
         assert_eq!(calls[1].args[1], "now");
-    }
-
-    #[test]
-    fn reboot_failure_is_the_command_error() {
-        let r = Arc::new(RecordingRunner::new());
+        // A failure is the command's error.
         r.fail(
             "shutdown -r +1 'Installation completed, server is going to reboot.'",
             1,

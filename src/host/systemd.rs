@@ -26,11 +26,8 @@ impl<'a> Systemd<'a> {
             return Ok(());
         }
         tracing::info!("Running systemctl {action} {}", args.join(" "));
-        let mut all = Vec::with_capacity(args.len() + 1);
-        all.push(action);
-        all.extend_from_slice(args);
         self.runner
-            .run("systemctl", &all)
+            .run("systemctl", &[&[action], args].concat())
             .map(|_| ())
             .with_context(|| format!("Failed executing systemctl {action} [{}]", args.join(" ")))
     }

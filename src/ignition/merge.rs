@@ -64,7 +64,7 @@ pub(crate) fn parse_config(bytes: &[u8]) -> Result<Value> {
     if !config.is_object() {
         bail!("ignition config is not a JSON object");
     }
-    spec_minor(&config)?;
+    spec_version(&config)?;
     Ok(config)
 }
 
@@ -89,12 +89,6 @@ pub(crate) fn spec_version(config: &Value) -> Result<&str> {
     bail!("ignition config has unsupported spec version {shown:?} (supported: 3.0.0 to 3.4.0)");
 }
 
-/// The minor number of a supported `3.<minor>.0` version.
-fn spec_minor(config: &Value) -> Result<u32> {
-    let version = spec_version(config)?;
-    Ok(version.as_bytes()[2].saturating_sub(b'0').into())
-}
-
 /// Blank the config's `ignition.config` section (its `merge` and `replace` pointers), as the Go
 /// SNO flow does to the host config before merging: the host ignition from the assisted-service
 /// points at the MCS, which does not exist yet on a single node, and the merged result must not
@@ -109,15 +103,11 @@ pub(crate) fn clear_config_pointers(host: &mut Value) {
 /// supported v3 configs; the result carries the higher of their spec versions and is checked for
 /// duplicate keys.
 pub fn merge(parent: &Value, child: &Value) -> Result<Value> {
-    let parent_minor = spec_minor(parent).context("parent ignition config")?;
-    let child_minor = spec_minor(child).context("child ignition config")?;
+    let parent_version = spec_version(parent).context("parent ignition config")?;
+    let child_version = spec_version(child).context("child ignition config")?;
     let mut merged = merge_value(&[], parent, child);
-    let version = if child_minor > parent_minor {
-        spec_version(child)?
-    } else {
-        spec_version(parent)?
-    };
-    merged["ignition"]["version"] = Value::String(version.to_string());
+    // Supported versions are `3.<digit>.0`: their text orders as their numbers.
+    merged["ignition"]["version"] = parent_version.max(child_version).into();
     check_duplicates(&[], &merged).context("merged ignition config is invalid")?;
     Ok(merged)
 }

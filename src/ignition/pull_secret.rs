@@ -125,46 +125,56 @@ mod tests {
         );
     }
 
+    /// `storage.files` entries, or whole configs, and the pull secret or the error they give.
     #[test]
-    fn gzip_compressed_pull_secret() {
-        let source = format!(
-            "data:;base64,{}",
-            encode_base64(&gzip(PULL_SECRET.as_bytes()))
-        );
-        let ign = config_with_files(json!([
-            {"path": PULL_SECRET_PATH, "contents": {"compression": "gzip", "source": source}}
-        ]));
-        assert_eq!(extract_pull_secret(&ign).unwrap(), PULL_SECRET.as_bytes());
-    }
-
-    #[test]
-    fn percent_encoded_pull_secret_and_first_match_wins() {
-        let ign = config_with_files(json!([
-            {"path": "/etc/other", "contents": {"source": "data:,x"}},
-            {"path": PULL_SECRET_PATH, "contents": {"source": "data:,%7B%22auths%22%3A%7B%7D%7D"}},
-            {"path": PULL_SECRET_PATH, "contents": {"source": "data:,ignored"}}
-        ]));
-        assert_eq!(extract_pull_secret(&ign).unwrap(), br#"{"auths":{}}"#);
-    }
-
-    #[test]
-    fn missing_pull_secret() {
-        let ign =
-            config_with_files(json!([{"path": "/etc/motd", "contents": {"source": "data:,hi"}}]));
-        let err = extract_pull_secret(&ign).unwrap_err();
-        assert!(format!("{err:#}").contains("no storage.files entry for /root/.docker/config.json"));
-        let no_storage = br#"{"ignition":{"version":"3.1.0"}}"#;
-        assert!(extract_pull_secret(no_storage).is_err());
-    }
-
-    #[test]
-    fn not_an_ignition_config() {
-        assert!(
-            format!("{:#}", extract_pull_secret(b"not json").unwrap_err())
-                .contains("not valid JSON")
-        );
-        let err = extract_pull_secret(br#"{"storage":{"files":[]}}"#).unwrap_err();
-        assert!(err.to_string().contains("no ignition.version"), "{err}");
+    fn where_the_pull_secret_comes_from() {
+        let gzipped = encode_base64(&gzip(PULL_SECRET.as_bytes()));
+        let auths = "data:,%7B%22auths%22%3A%7B%7D%7D";
+        let files =
+            |files: Value| json!({"ignition": {"version": "3.2.0"}, "storage": {"files": files}});
+        let cases: [(Value, Result<&[u8], &str>); 6] = [
+            (
+                files(json!([{"path": PULL_SECRET_PATH,
+                    "contents": {"compression": "gzip", "source": format!("data:;base64,{gzipped}")}}])),
+                Ok(PULL_SECRET.as_bytes()),
+            ),
+            // Percent-encoded; the first entry for the path wins.
+            (
+                files(
+                    json!([{"path": "/etc/other", "contents": {"source": "data:,x"}},
+                    {"path": PULL_SECRET_PATH, "contents": {"source": auths}},
+                    {"path": PULL_SECRET_PATH, "contents": {"source": "data:,ignored"}}]),
+                ),
+                Ok(br#"{"auths":{}}"#),
+            ),
+            // The spec 2 layout.
+            (
+                json!({"ignition": {"version": "2.2.0"}, "storage": {"files": [{"filesystem": "root",
+                    "path": PULL_SECRET_PATH, "contents": {"source": auths, "verification": {}}}]}}),
+                Ok(br#"{"auths":{}}"#),
+            ),
+            (
+                files(json!([{"path": "/etc/motd", "contents": {"source": "data:,hi"}}])),
+                Err("no storage.files entry for /root/.docker/config.json"),
+            ),
+            (
+                json!({"ignition": {"version": "3.1.0"}}),
+                Err("no storage.files entry for /root/.docker/config.json"),
+            ),
+            (
+                json!({"storage": {"files": []}}),
+                Err("no ignition.version"),
+            ),
+        ];
+        for (config, expected) in cases {
+            let got = extract_pull_secret(&serde_json::to_vec(&config).unwrap());
+            match expected {
+                Ok(bytes) => assert_eq!(got.unwrap(), bytes, "{config}"),
+                Err(text) => assert!(format!("{:#}", got.unwrap_err()).contains(text), "{config}"),
+            }
+        }
+        let err = extract_pull_secret(b"not json").unwrap_err();
+        assert!(format!("{err:#}").contains("not valid JSON"));
     }
 
     #[test]
@@ -205,16 +215,5 @@ mod tests {
                 "{text}"
             );
         }
-    }
-
-    #[test]
-    fn spec_2_layout_is_accepted() {
-        let ign = serde_json::to_vec(&json!({
-            "ignition": {"version": "2.2.0"},
-            "storage": {"files": [{"filesystem": "root", "path": PULL_SECRET_PATH,
-                "contents": {"source": "data:,%7B%22auths%22%3A%7B%7D%7D", "verification": {}}}]}
-        }))
-        .unwrap();
-        assert_eq!(extract_pull_secret(&ign).unwrap(), br#"{"auths":{}}"#);
     }
 }

@@ -294,30 +294,16 @@ pub(crate) fn replace_console_block(cfg: &str, commands: &[String]) -> Result<St
     let Some(body_end) = body_end else {
         bail!("missing marker line `{BLOCK_END}` after `{BLOCK_START}`");
     };
-    let mut out =
-        String::with_capacity(cfg.len() + commands.iter().map(|c| c.len() + 1).sum::<usize>());
-    out.push_str(&cfg[..body_start]);
-    for command in commands {
-        out.push_str(command);
-        out.push('\n');
-    }
-    out.push_str(&cfg[body_end..]);
-    Ok(out)
+    let body: String = commands.iter().map(|c| format!("{c}\n")).collect();
+    Ok(format!("{}{body}{}", &cfg[..body_start], &cfg[body_end..]))
 }
 
-/// The GRUB file holding the console block: `grub2/console.cfg` if present, else `grub2/grub.cfg`.
-pub(crate) fn console_cfg_path(boot_root: &Path) -> PathBuf {
-    let console_cfg = boot_root.join(CONSOLE_CFG);
-    if console_cfg.exists() {
-        console_cfg
-    } else {
-        boot_root.join(GRUB_CFG)
-    }
-}
-
-/// Rewrite the console block on /boot. Returns the file that was edited.
+/// Rewrite the console block on /boot: in `grub2/console.cfg` if present, else in
+/// `grub2/grub.cfg`. Returns the file that was edited.
 pub(crate) fn write_console_block(boot_root: &Path, commands: &[String]) -> Result<PathBuf> {
-    let path = console_cfg_path(boot_root);
+    let path = Some(boot_root.join(CONSOLE_CFG))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| boot_root.join(GRUB_CFG));
     let edit = || -> Result<()> {
         let cfg = std::fs::read_to_string(&path).context("reading the file")?;
         let new_cfg = replace_console_block(&cfg, commands)?;
@@ -457,27 +443,8 @@ mod tests {
     #[test]
     fn grub_commands_for_console_lists() {
         assert!(grub_commands(&[]).is_empty());
-        assert_eq!(
-            grub_commands(&parse_all(&["tty0"])),
-            ["terminal_input console", "terminal_output console"]
-        );
-        assert_eq!(
-            grub_commands(&parse_all(&["ttyS1,115200n8"])),
-            [
-                "serial --unit=1 --speed=115200 --word=8 --parity=no",
-                "terminal_input serial",
-                "terminal_output serial"
-            ]
-        );
-        // Kernel order tty0 then ttyS0 (ttyS0 primary): GRUB lists them in the same order.
-        assert_eq!(
-            grub_commands(&parse_all(&["tty0", "ttyS0,115200n8"])),
-            [
-                "serial --unit=0 --speed=115200 --word=8 --parity=no",
-                "terminal_input console serial",
-                "terminal_output console serial"
-            ]
-        );
+        // Single consoles and their order: postinstall's
+        // platform_and_console_set_the_kargs_and_grub_commands.
         // Only the first serial console configures GRUB's serial port; terminals are not repeated.
         assert_eq!(
             grub_commands(&parse_all(&[
@@ -503,19 +470,7 @@ mod tests {
         let head = "set timeout=1\n# Any non-default console settings will be inserted here.\n\
                     # CONSOLE-SETTINGS-START\n";
         let tail = "# CONSOLE-SETTINGS-END\n\nmenuentry x {\n}\n";
-        assert_eq!(
-            replace_console_block(CFG, &[]).unwrap(),
-            format!("{head}{tail}")
-        );
-        assert_eq!(
-            replace_console_block(CFG, &["first".into()]).unwrap(),
-            format!("{head}first\n{tail}")
-        );
-        let three = ["first".to_string(), "sec ond".into(), "third".into()];
-        assert_eq!(
-            replace_console_block(CFG, &three).unwrap(),
-            format!("{head}first\nsec ond\nthird\n{tail}")
-        );
+        // One or more commands, or none, replacing the image's: the /boot tests in postinstall.
         // An empty block, at the very start, without a final newline after the END marker.
         let cfg = "# CONSOLE-SETTINGS-START\n# CONSOLE-SETTINGS-END";
         assert_eq!(

@@ -27,7 +27,7 @@ pub(crate) fn write_config(boot_root: &Path, config: &IgnitionConfig) -> Result<
     };
     write().with_context(|| format!("writing the Ignition config to {}", path.display()))?;
     tracing::info!(
-        bytes = config.len(),
+        bytes = config.bytes().len(),
         version = config.version(),
         "wrote the Ignition config to {}",
         path.display()

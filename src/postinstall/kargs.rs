@@ -78,14 +78,6 @@ pub(crate) fn replace_options(entry: &str, new_options: &str) -> Result<String> 
     Ok(out)
 }
 
-/// One `KEY=OLD` → `KEY=NEW` replacement.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Replacement {
-    key: String,
-    old: String,
-    new: String,
-}
-
 /// coreos-installer's deliberately naive kernel-argument editor.
 ///
 /// The options string is treated as text, not parsed: whitespace runs are collapsed, the string
@@ -100,7 +92,8 @@ struct Replacement {
 pub(crate) struct KargsEditor {
     append: Vec<String>,
     delete: Vec<String>,
-    replace: Vec<Replacement>,
+    /// `KEY=OLD` → `KEY=NEW`.
+    replace: Vec<(String, String)>,
 }
 
 impl KargsEditor {
@@ -130,11 +123,9 @@ impl KargsEditor {
 
     /// Replace every `key=old` by `key=new`.
     pub(crate) fn replace(mut self, key: &str, old: &str, new: &str) -> Self {
-        self.replace.push(Replacement {
-            key: key.to_string(),
-            old: old.to_string(),
-            new: new.to_string(),
-        });
+        let (key, old, new) = (key.trim(), old.trim(), new.trim());
+        self.replace
+            .push((format!("{key}={old}"), format!("{key}={new}")));
         self
     }
 
@@ -145,21 +136,18 @@ impl KargsEditor {
 
     /// Apply the edits in coreos-installer's order: delete, append, replace.
     /// The result has single spaces between kargs and none at either end.
-    pub(crate) fn apply(&self, options: &str) -> String {
+    pub(crate) fn apply<'a>(&'a self, options: &str) -> String {
         let mut s = format!(" {} ", collapse_whitespace(options));
-        for karg in &self.delete {
-            let karg = karg.trim();
-            if !karg.is_empty() {
-                s = replace_word(&s, karg, None);
-            }
+        let words = |kargs: &'a [String]| kargs.iter().map(|k| k.trim()).filter(|k| !k.is_empty());
+        for karg in words(&self.delete) {
+            s = replace_word(&s, karg, None);
         }
-        for karg in &self.append {
-            push_word(&mut s, karg);
+        for karg in words(&self.append) {
+            s.push_str(karg);
+            s.push(' ');
         }
-        for r in &self.replace {
-            let old = format!("{}={}", r.key.trim(), r.old.trim());
-            let new = format!("{}={}", r.key.trim(), r.new.trim());
-            s = replace_word(&s, &old, Some(&new));
+        for (old, new) in &self.replace {
+            s = replace_word(&s, old, Some(new));
         }
         collapse_whitespace(&s)
     }
@@ -167,15 +155,6 @@ impl KargsEditor {
 
 fn collapse_whitespace(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// Append `karg` to a padded options string, keeping the trailing pad.
-fn push_word(padded: &mut String, karg: &str) {
-    let karg = karg.trim();
-    if !karg.is_empty() {
-        padded.push_str(karg);
-        padded.push(' ');
-    }
 }
 
 /// Replace every ` word ` in a space-padded string by ` with ` (or by a single space when `with`
@@ -261,14 +240,6 @@ mod tests {
         initrd /ostree/rhcos-abc/initramfs.img";
 
     #[test]
-    fn options_line_is_found_and_trimmed() {
-        assert_eq!(
-            options_line(ENTRY).unwrap(),
-            "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw"
-        );
-    }
-
-    #[test]
     fn options_line_errors() {
         let err = options_line("title x\nlinux /vmlinuz\n").unwrap_err();
         assert_eq!(err.to_string(), "the BLS entry has no `options` line");
@@ -284,7 +255,11 @@ mod tests {
     }
 
     #[test]
-    fn replace_options_keeps_other_lines_and_trims_them() {
+    fn options_line_is_found_and_replaced_keeping_other_lines_trimmed() {
+        assert_eq!(
+            options_line(ENTRY).unwrap(),
+            "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw"
+        );
         assert_eq!(
             replace_options(ENTRY, " a b ").unwrap(),
             "title Red Hat Enterprise Linux CoreOS 418.94 (ostree:0)\n\
@@ -313,27 +288,15 @@ mod tests {
 
         // String order, like coreos-installer: "ostree-2" > "ostree-10".
         let root = entries_dir(&["ostree-10-rhcos.conf", "ostree-2-rhcos.conf", "zz.conf.bak"]);
+        // A directory named *.conf is not an entry.
+        std::fs::create_dir(root.path().join("loader/entries/zz.conf")).unwrap();
         let path = bls_entry_path(root.path()).unwrap();
         assert_eq!(path, root.path().join("loader/entries/ostree-2-rhcos.conf"));
     }
 
     #[test]
-    fn bls_entry_skips_directories_named_conf() {
-        let root = entries_dir(&["ostree-1-rhcos.conf"]);
-        std::fs::create_dir(root.path().join("loader/entries/zz.conf")).unwrap();
-        let path = bls_entry_path(root.path()).unwrap();
-        assert_eq!(path, root.path().join("loader/entries/ostree-1-rhcos.conf"));
-    }
-
-    #[test]
     fn bls_entry_errors() {
-        let root = entries_dir(&["notes.txt"]);
-        let err = bls_entry_path(root.path()).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("found no BLS entries (*.conf) in "),
-            "{err}"
-        );
+        // No *.conf entry: postinstall's errors_name_the_step_and_the_file.
         let empty = tempfile::tempdir().unwrap();
         let err = bls_entry_path(empty.path()).unwrap_err();
         assert!(format!("{err:#}").contains("loader/entries"), "{err:#}");
