@@ -12,7 +12,7 @@
 //!
 //! The intervals are Go's (the completion wait first sleeps one minute): the test takes a bit
 //! over a minute. A failed install (its report, must-gather, the summary upload) is the
-//! completion and log tasks' unit tests, `OcMustGather`'s commands included.
+//! completion and log tasks' unit tests, must-gather's commands included.
 
 mod common;
 

@@ -9,8 +9,6 @@ use crate::clock::{Clock, SystemClock};
 use crate::controller::bootstrap;
 use crate::controller::run::{self, Controller, Outcome};
 use crate::controller::startup::{self, Paths};
-use crate::controller::tasks::logs::OcMustGather;
-use crate::controller::tasks::olm::OcApplier;
 use crate::controller::tasks::operators::CVO_MAX_TIMEOUT;
 use crate::controller::tasks::router_probe::{HttpProbe, ReqwestProbe};
 use crate::controller::{self as ctrl};
@@ -89,15 +87,11 @@ pub fn run() -> Result<()> {
         build_service: Box::new(move || bootstrap::service_client(&service_config, service_clock)),
         clock,
         signal: stop.clone(),
-        must_gather: Arc::new(OcMustGather {
-            runner: runner.clone(),
-        }),
-        reboot_counter: runner.clone(),
+        oc: runner,
         router_probe,
         cvo_timeout: CVO_MAX_TIMEOUT,
         log_file,
         must_gather_dir: paths.must_gather_dir.clone(),
-        applier: Arc::new(OcApplier { runner }),
     };
     match run::run(controller) {
         Ok(Outcome::Done { error }) => {

@@ -34,13 +34,10 @@ use super::tasks::completion::{
 use super::tasks::dns_fix;
 use super::tasks::labels::NodeLabels;
 use super::tasks::logs::{
-    LogUploader, MustGatherRunner, LOGS_UPLOAD_PERIOD, RESOLV_CONF_FILES, SUMMARY_LOGS_PERIOD,
-    SUMMARY_LOGS_WINDOW,
+    LogUploader, LOGS_UPLOAD_PERIOD, RESOLV_CONF_FILES, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW,
 };
 use super::tasks::nodes::{NodeStatus, GENERAL_WAIT};
-use super::tasks::olm::{
-    abi_post_install, wait_for_olm_operators, AbiKubeconfig, ManifestApplier, SNO_KUBECONFIG,
-};
+use super::tasks::olm::{abi_post_install, wait_for_olm_operators, AbiKubeconfig, SNO_KUBECONFIG};
 use super::tasks::ready::{ready_phase, ReadyPhase};
 use super::tasks::reboots::RebootsNotifier;
 use super::tasks::router_probe::HttpProbe;
@@ -96,9 +93,10 @@ pub(crate) struct Controller {
     pub clock: Arc<dyn Clock>,
     /// The signal stop token.
     pub signal: Cancel,
-    pub must_gather: Arc<dyn MustGatherRunner>,
-    /// Runs `oc` for the reboots notifier.
-    pub reboot_counter: Arc<dyn CommandRunner>,
+    /// Runs `oc` (through `bash` as Go does): the reboots count, must-gather, and the OLM
+    /// operators' manifests applied with the admin kubeconfig (the controller's ServiceAccount
+    /// may not create arbitrary objects).
+    pub oc: Arc<dyn CommandRunner>,
     /// The SNO router probe's client (`None`: no probe).
     pub router_probe: Option<Arc<dyn HttpProbe>>,
     /// The console/CVO cap of post-install: Go's 10 h (`CVO_MAX_TIMEOUT`); the tests raise it
@@ -107,9 +105,6 @@ pub(crate) struct Controller {
     /// The log file the upload reads, and where must-gather runs.
     pub log_file: PathBuf,
     pub must_gather_dir: PathBuf,
-    /// `oc apply` of the OLM operators' manifests (the admin kubeconfig: the controller's
-    /// ServiceAccount may not create arbitrary objects).
-    pub applier: Arc<dyn ManifestApplier>,
 }
 
 fn spawn(
@@ -131,7 +126,7 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
     let notifier = Arc::new(RebootsNotifier::new(
         c.config.notify_num_reboots,
         service.clone(),
-        c.reboot_counter,
+        c.oc.clone(),
         c.clock.clone(),
         std::env::temp_dir(),
     ));
@@ -164,9 +159,9 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
     let mut handles = Vec::new();
     let readiness = match phase {
         ReadyPhase::AbiSingleNode => {
-            let (env2, applier) = (env.clone(), c.applier.clone());
+            let (env2, oc) = (env.clone(), c.oc.clone());
             spawn(&mut handles, "abi-post-install", move || {
-                abi_post_install_task(&env2, &*applier, SNO_KUBECONFIG)
+                abi_post_install_task(&env2, &*oc, SNO_KUBECONFIG)
             })?;
             if !wait_for_installation_abi(
                 &*env.clock,
@@ -206,12 +201,12 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
     }
     // 2. Post-install.
     if abi {
-        let (env, applier) = (env.clone(), c.applier.clone());
+        let (env, oc) = (env.clone(), c.oc.clone());
         spawn(&mut handles, "abi-post-install", move || {
-            abi_post_install_task(&env, &*applier, "")
+            abi_post_install_task(&env, &*oc, "")
         })?;
     } else {
-        let env = env.clone();
+        let (env, oc) = (env.clone(), c.oc.clone());
         spawn(&mut handles, "post-install", move || {
             let settings = PostInstallSettings {
                 openshift_version: env.config.openshift_version.clone(),
@@ -224,7 +219,7 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
                     &env.stop,
                     &*env.cluster,
                     &*env.service,
-                    &*c.applier,
+                    &*oc,
                     &env.status,
                     &env.config.openshift_version,
                 )
@@ -259,7 +254,7 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
                 cluster: &*env.cluster,
                 service: &*env.service,
                 status: &env.status,
-                must_gather: &*c.must_gather,
+                oc: &*c.oc,
                 namespace: env.config.namespace.clone(),
                 must_gather_image: env.config.must_gather_image.clone(),
                 log_file: c.log_file,
@@ -351,7 +346,7 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
 /// Go's `PostInstallConfigsK8sClient`, the ABI invoker's post-install: the OLM manifests of the
 /// `olm-operator-manifests` ConfigMap applied, every general interval until done. `kubeconfig`
 /// is the single-node path, or "" for the reboots notifier's shared download.
-fn abi_post_install_task(env: &TaskEnv, applier: &dyn ManifestApplier, kubeconfig: &str) {
+fn abi_post_install_task(env: &TaskEnv, oc: &dyn CommandRunner, kubeconfig: &str) {
     let mut download = || env.notifier.kubeconfig();
     let source = match kubeconfig {
         "" => AbiKubeconfig::Download(&mut download),
@@ -361,7 +356,7 @@ fn abi_post_install_task(env: &TaskEnv, applier: &dyn ManifestApplier, kubeconfi
         &*env.clock,
         &env.stop,
         &*env.cluster,
-        applier,
+        oc,
         &env.config.namespace,
         &env.config.openshift_version,
         source,

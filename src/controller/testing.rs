@@ -3,65 +3,86 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use anyhow::Result;
-
 use crate::clock::{Deadline, FakeClock};
-use crate::controller::tasks::logs::{MustGatherRunner, MUST_GATHER_ENTRY};
-use crate::controller::tasks::olm::{ManifestApplier, OLM_MANIFESTS_CONFIG_MAP};
+use crate::controller::tasks::logs::MUST_GATHER_ENTRY;
+use crate::controller::tasks::olm::OLM_MANIFESTS_CONFIG_MAP;
+use crate::host::commands::{CommandRunner, ExecError};
 use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, Condition, Csv, Node, NodeAddress, Subscription};
 use crate::service::MonitoredOperator;
 
-/// Records what would be applied: (kubeconfig, manifest content).
+/// `oc` run through `bash -c` as the controller runs it: records each manifest applied
+/// (kubeconfig, content), failing them all with `fail_apply`; records each must-gather's images,
+/// failing the first `mg_failures` runs, else leaving a `must-gather.local.1` directory whose
+/// `tar` writes "MG". Any other command (the reboots count) succeeds with no output.
 #[derive(Default)]
-pub(crate) struct Recorder {
+pub(crate) struct FakeOc {
+    pub(crate) fail_apply: bool,
+    pub(crate) mg_failures: usize,
     pub(crate) applied: Mutex<Vec<(PathBuf, String)>>,
-    pub(crate) fail: bool,
-}
-
-impl ManifestApplier for Recorder {
-    fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()> {
-        let content = std::fs::read_to_string(manifest)?;
-        self.applied
-            .lock()
-            .unwrap()
-            .push((kubeconfig.to_path_buf(), content));
-        if self.fail {
-            anyhow::bail!("apply failed");
-        }
-        Ok(())
-    }
-}
-
-/// A must-gather that records its images, fails its first `failures` runs and otherwise writes
-/// a small tarball; the credentials must have been downloaded first.
-#[derive(Default)]
-pub(crate) struct FakeMustGather {
-    pub(crate) failures: usize,
     pub(crate) images: Mutex<Vec<Vec<String>>>,
 }
 
-impl MustGatherRunner for FakeMustGather {
-    fn run(&self, work_dir: &Path, kubeconfig: &Path, images: &[String]) -> Result<PathBuf> {
-        let mut runs = self.images.lock().unwrap();
-        runs.push(images.to_vec());
-        assert!(kubeconfig.exists(), "credentials downloaded first");
-        if runs.len() <= self.failures {
-            anyhow::bail!("must-gather failed");
+impl CommandRunner for FakeOc {
+    fn run_streaming(
+        &self,
+        program: &str,
+        args: &[&str],
+        _: &mut dyn FnMut(&[u8]),
+    ) -> Result<String, ExecError> {
+        let failed = Err(ExecError::exit(program, args, 1, "failed"));
+        let ["-c", script] = args else {
+            return Ok(String::new());
+        };
+        if let Some(rest) = script.strip_prefix("oc --kubeconfig=") {
+            let (kubeconfig, manifest) = rest.split_once(" apply -f ").expect("oc apply");
+            let content = std::fs::read_to_string(manifest).unwrap();
+            self.applied
+                .lock()
+                .unwrap()
+                .push((kubeconfig.into(), content));
+            return if self.fail_apply {
+                failed
+            } else {
+                Ok(String::new())
+            };
         }
-        let path = work_dir.join(MUST_GATHER_ENTRY);
-        std::fs::write(&path, b"MG")?;
-        Ok(path)
+        let (dir, command) = script
+            .strip_prefix("cd ")
+            .and_then(|s| s.split_once(" && "))
+            .expect("must-gather runs in its work dir");
+        let dir = Path::new(dir);
+        if let Some(rest) = command.strip_prefix("oc --kubeconfig=") {
+            let (kubeconfig, images) = rest.split_once(" adm must-gather").unwrap();
+            assert!(
+                Path::new(kubeconfig).exists(),
+                "credentials downloaded first"
+            );
+            let mut runs = self.images.lock().unwrap();
+            runs.push(
+                images
+                    .split(" --image=")
+                    .skip(1)
+                    .map(String::from)
+                    .collect(),
+            );
+            if runs.len() <= self.mg_failures {
+                return failed;
+            }
+            std::fs::create_dir_all(dir.join("must-gather.local.1")).unwrap();
+        } else {
+            assert_eq!(command, "tar zcf must-gather.tar.gz must-gather.local.1");
+            std::fs::write(dir.join(MUST_GATHER_ENTRY), "MG").unwrap();
+        }
+        Ok(String::new())
     }
 }
 
-impl FakeMustGather {
+impl FakeOc {
     pub(crate) fn images(&self) -> Vec<Vec<String>> {
         self.images.lock().unwrap().clone()
     }
-}
 
-impl Recorder {
     pub(crate) fn contents(&self) -> Vec<String> {
         let applied = self.applied.lock().unwrap();
         applied.iter().map(|(_, c)| c.clone()).collect()

@@ -7,9 +7,7 @@ use super::*;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::service::KUBECONFIG_NOINGRESS;
-use crate::controller::testing::{
-    abi_config_map, abi_operators_initialized, cond, record, FakeMustGather, Recorder,
-};
+use crate::controller::testing::{abi_config_map, abi_operators_initialized, cond, record, FakeOc};
 use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
 use crate::kube::testing::FakeCluster;
 use crate::kube::ClusterVersion;
@@ -19,10 +17,9 @@ struct Harness {
     clock: Arc<FakeClock>,
     k8s: Arc<FakeCluster>,
     svc: MemoryService,
-    must_gather: Arc<FakeMustGather>,
+    oc: Arc<FakeOc>,
     /// The signal token: fired by a test to stop the threads an `ExitNow` leaves running.
     signal: Cancel,
-    applier: Arc<Recorder>,
     dir: tempfile::TempDir,
 }
 
@@ -33,9 +30,8 @@ impl Harness {
             k8s: Arc::new(FakeCluster::new()),
             svc: MemoryService::new("c-1", clock.clone()),
             clock,
-            must_gather: Arc::default(),
+            oc: Arc::default(),
             signal: Cancel::new(),
-            applier: Arc::default(),
             dir: tempfile::tempdir().unwrap(),
         }
     }
@@ -67,13 +63,11 @@ impl Harness {
             build_service: Box::new(move || Ok(svc)),
             clock: self.clock.clone(),
             signal: self.signal.clone(),
-            must_gather: self.must_gather.clone(),
-            reboot_counter: Arc::new(crate::host::commands::RecordingRunner::new()),
+            oc: self.oc.clone(),
             router_probe: None,
             cvo_timeout: Duration::from_secs(100 * 365 * 24 * 3600),
             log_file,
             must_gather_dir: self.dir.path().join("must-gather-logs"),
-            applier: self.applier.clone(),
         }
     }
 
@@ -143,11 +137,11 @@ fn abi_single_node_waits_for_the_cluster_version_only() {
     // Nothing waits for the ABI post-install on this path: its thread may still be applying.
     // The bound only keeps a broken run from hanging; a loaded CI machine needs it generous.
     let started = std::time::Instant::now();
-    while h.applier.kubeconfigs().len() < 2 && started.elapsed() < Duration::from_secs(120) {
+    while h.oc.kubeconfigs().len() < 2 && started.elapsed() < Duration::from_secs(120) {
         std::thread::yield_now();
     }
     let sno = PathBuf::from(SNO_KUBECONFIG);
-    assert_eq!(h.applier.kubeconfigs(), [sno.clone(), sno]);
+    assert_eq!(h.oc.kubeconfigs(), [sno.clone(), sno]);
     assert!(h.k8s.events().is_empty(), "no ready Event on this path");
     assert_eq!(h.k8s.count("get_cluster_version"), 1);
     assert_eq!(h.k8s.count("list_nodes"), 0);
@@ -170,7 +164,7 @@ fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
     assert_eq!(h.k8s.events().len(), 1);
     // No kubeconfig path on this branch: the ABI post-install applies with the notifier's
     // download (its first round runs even when the tasks are already stopped).
-    let kubeconfigs = h.applier.kubeconfigs();
+    let kubeconfigs = h.oc.kubeconfigs();
     assert_eq!(kubeconfigs.len(), 2, "{kubeconfigs:?}");
     assert!(kubeconfigs
         .iter()

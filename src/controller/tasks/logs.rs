@@ -1,13 +1,12 @@
 //! Log upload (`UploadLogs`): the periodic upload of the controller's own log, and the final summary
 //! upload with must-gather when errors were flagged. Must-gather is `oc adm must-gather` run
-//! through `bash` as in Go, behind [`MustGatherRunner`].
+//! through `bash` as in Go.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::archive::{tar_gz, Entry};
 use crate::clock::{poll, ticker};
@@ -70,28 +69,6 @@ pub(crate) fn must_gather_images(
     images
 }
 
-/// The shell-out part of must-gather: run it in `work_dir` with `kubeconfig` and the `images`,
-/// and return the path of the tarball it made.
-pub(crate) trait MustGatherRunner: Send + Sync {
-    fn run(&self, work_dir: &Path, kubeconfig: &Path, images: &[String]) -> Result<PathBuf>;
-}
-
-/// Go's commands: `bash -c "cd <dir> && oc --kubeconfig=<kc> adm must-gather[ --image=…]…"`,
-/// then `tar zcf must-gather.tar.gz <the first must-gather* directory>` in the same dir.
-/// The commands run through `runner` (the startup's executor: its proxy variables are Go's).
-pub(crate) struct OcMustGather {
-    pub(crate) runner: Arc<dyn CommandRunner>,
-}
-
-impl OcMustGather {
-    fn bash(&self, script: &str) -> Result<()> {
-        self.runner
-            .run("bash", &["-c", script])
-            .map(drop)
-            .map_err(|e| anyhow!("{e}"))
-    }
-}
-
 /// The first directory named `must-gather*` under `dir` (depth-first, names sorted).
 pub(crate) fn find_must_gather_dir(dir: &Path) -> Option<PathBuf> {
     let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().collect();
@@ -111,34 +88,13 @@ pub(crate) fn find_must_gather_dir(dir: &Path) -> Option<PathBuf> {
     None
 }
 
-impl MustGatherRunner for OcMustGather {
-    fn run(&self, work_dir: &Path, kubeconfig: &Path, images: &[String]) -> Result<PathBuf> {
-        let mut cmd = format!(
-            "cd {} && oc --kubeconfig={} adm must-gather",
-            work_dir.display(),
-            kubeconfig.display()
-        );
-        for img in images {
-            cmd.push_str(&format!(" --image={img}"));
-        }
-        self.bash(&cmd)?;
-        let found = find_must_gather_dir(work_dir)
-            .with_context(|| format!("no must-gather directory in {}", work_dir.display()))?;
-        let base = found.file_name().unwrap_or_default().to_string_lossy();
-        self.bash(&format!(
-            "cd {} && tar zcf {MUST_GATHER_ENTRY} {base}",
-            work_dir.display()
-        ))?;
-        Ok(work_dir.join(MUST_GATHER_ENTRY))
-    }
-}
-
 /// What the log upload needs.
 pub(crate) struct LogUploader<'a> {
     pub(crate) cluster: &'a dyn ClusterApi,
     pub(crate) service: &'a dyn ControllerService,
     pub(crate) status: &'a ControllerStatus,
-    pub(crate) must_gather: &'a dyn MustGatherRunner,
+    /// Runs must-gather's commands (the startup's executor: its proxy variables are Go's).
+    pub(crate) oc: &'a dyn CommandRunner,
     pub(crate) namespace: String,
     pub(crate) must_gather_image: String,
     /// `/tmp/controller_logs.log` in production.
@@ -265,8 +221,20 @@ impl LogUploader<'_> {
         }
         let kubeconfig = dir.join(KUBECONFIG_NOINGRESS);
         self.service.download_kubeconfig_noingress(&kubeconfig)?;
-        let tarball = self.must_gather.run(dir, &kubeconfig, images)?;
-        std::fs::read(&tarball).with_context(|| format!("reading {}", tarball.display()))
+        // Go's commands: `oc adm must-gather` in the work dir, then the tarball of the first
+        // must-gather directory it left there.
+        let (d, k) = (dir.display(), kubeconfig.display());
+        let mut cmd = format!("cd {d} && oc --kubeconfig={k} adm must-gather");
+        for img in images {
+            cmd.push_str(&format!(" --image={img}"));
+        }
+        self.oc.run("bash", &["-c", &cmd])?;
+        let found = find_must_gather_dir(dir)
+            .with_context(|| format!("no must-gather directory in {d}"))?;
+        let base = found.file_name().unwrap_or_default().to_string_lossy();
+        let tar = format!("cd {d} && tar zcf {MUST_GATHER_ENTRY} {base}");
+        self.oc.run("bash", &["-c", &tar])?;
+        std::fs::read(&existing).with_context(|| format!("reading {}", existing.display()))
     }
 
     /// One summary upload attempt (`UploadLogs`).

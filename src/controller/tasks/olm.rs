@@ -5,9 +5,9 @@
 //!
 //! **Why the manifests go through `oc apply`.** They are arbitrary objects chosen by the service
 //! and the controller's ServiceAccount is only granted what its own calls need
-//! (`cluster/rbac.rs`); Go applies them with the admin `kubeconfig-noingress` by running `oc
-//! apply`. The narrow [`ManifestApplier`] keeps the ClusterApi (and its RBAC proof) free of a
-//! generic "apply anything" call.
+//! (`cluster/rbac.rs`); Go applies them with the admin `kubeconfig-noingress` by running `bash
+//! -c "oc --kubeconfig=<K> apply -f <file>"`. This keeps the ClusterApi (and its RBAC proof)
+//! free of a generic "apply anything" call.
 //!
 //! As in Go, a `failed` CSV is never reported by the CSV wait (see
 //! [`OlmHandler`](super::operators::OlmHandler)): OLM operators only become `failed` through
@@ -15,7 +15,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
@@ -37,29 +36,6 @@ use crate::service::{FinalizingStage, MonitoredOperator, OperatorMonitorReport, 
 pub(crate) const MARKETPLACE_NAMESPACE: &str = "openshift-marketplace";
 pub(crate) const TIMED_OUT_INFO: &str = "Waiting for operator timed out";
 pub(crate) const OLM_TYPE: &str = "olm";
-
-/// Applies one manifest file with an admin kubeconfig (see the module doc).
-pub(crate) trait ManifestApplier: Send + Sync {
-    fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()>;
-}
-
-/// `bash -c "oc --kubeconfig=<K> apply -f <file>"`, as Go runs it.
-pub(crate) struct OcApplier {
-    pub(crate) runner: Arc<dyn CommandRunner>,
-}
-
-impl ManifestApplier for OcApplier {
-    fn apply(&self, kubeconfig: &Path, manifest: &Path) -> Result<()> {
-        let (k, m) = (kubeconfig.display(), manifest.display());
-        let line = format!("oc --kubeconfig={k} apply -f {m}");
-        let out = self
-            .runner
-            .run("bash", &["-c", &line])
-            .map_err(|e| anyhow!("{e}"))?;
-        tracing::info!("applied {m}: {out}");
-        Ok(())
-    }
-}
 
 /// `waitForOLMOperators`' OLM-list fetch poll.
 const FETCH_INTERVAL: Duration = Duration::from_secs(10);
@@ -181,7 +157,7 @@ pub(crate) fn parse_custom_manifests(bytes: &[u8]) -> Result<Vec<(String, String
 /// others are still tried).
 pub(crate) fn apply_manifests(
     cluster: &dyn ClusterApi,
-    applier: &dyn ManifestApplier,
+    oc: &dyn CommandRunner,
     openshift_version: &str,
     ops: &[MonitoredOperator],
     manifests: &[(String, String)],
@@ -214,7 +190,11 @@ pub(crate) fn apply_manifests(
                     .tempfile()?;
                 file.write_all(&yaml)?;
                 file.flush()?;
-                applier.apply(kubeconfig, file.path())
+                let (k, m) = (kubeconfig.display(), file.path().display());
+                let line = format!("oc --kubeconfig={k} apply -f {m}");
+                let out = oc.run("bash", &["-c", &line])?;
+                tracing::info!("applied {m}: {out}");
+                Ok(())
             });
         if let Err(err) = applied {
             tracing::warn!("applying the manifest of {name}: {err:#}");
@@ -229,7 +209,7 @@ pub(crate) fn apply_manifests(
 pub(crate) fn apply_from_service(
     cluster: &dyn ClusterApi,
     service: &dyn ControllerService,
-    applier: &dyn ManifestApplier,
+    oc: &dyn CommandRunner,
     openshift_version: &str,
     ops: &[MonitoredOperator],
 ) -> bool {
@@ -244,7 +224,7 @@ pub(crate) fn apply_from_service(
         let manifests = parse_custom_manifests(&std::fs::read(&manifests_path)?)?;
         Ok(apply_manifests(
             cluster,
-            applier,
+            oc,
             openshift_version,
             ops,
             &manifests,
@@ -285,7 +265,7 @@ pub(crate) fn wait_for_olm_operators(
     stop: &dyn Stop,
     cluster: &dyn ClusterApi,
     service: &dyn ControllerService,
-    applier: &dyn ManifestApplier,
+    oc: &dyn CommandRunner,
     status: &ControllerStatus,
     version: &str,
 ) -> Result<()> {
@@ -335,7 +315,7 @@ pub(crate) fn wait_for_olm_operators(
     }
 
     stage(ApplyingOlmManifests);
-    let apply = &mut || apply_from_service(cluster, service, applier, version, &operators);
+    let apply = &mut || apply_from_service(cluster, service, oc, version, &operators);
     if let Err(e) = poll(interval, apply, ApplyingOlmManifests) {
         errors.push(format!("Stopped applying post manifests: {e}"));
     }
@@ -400,7 +380,7 @@ pub(crate) enum AbiKubeconfig<'a> {
 /// Forbidden/Unauthorized read, or a malformed metadata file).
 pub(crate) fn abi_post_install_round(
     cluster: &dyn ClusterApi,
-    applier: &dyn ManifestApplier,
+    oc: &dyn CommandRunner,
     namespace: &str,
     openshift_version: &str,
     kubeconfig: &mut AbiKubeconfig<'_>,
@@ -462,7 +442,7 @@ pub(crate) fn abi_post_install_round(
         },
     };
     let version = openshift_version;
-    let applied = apply_manifests(cluster, applier, version, &operators, &manifests, &path);
+    let applied = apply_manifests(cluster, oc, version, &operators, &manifests, &path);
     if applied {
         tracing::info!("applied the OLM operator manifests");
     }
@@ -476,20 +456,14 @@ pub(crate) fn abi_post_install(
     clock: &dyn Clock,
     stop: &dyn Stop,
     cluster: &dyn ClusterApi,
-    applier: &dyn ManifestApplier,
+    oc: &dyn CommandRunner,
     namespace: &str,
     openshift_version: &str,
     mut kubeconfig: AbiKubeconfig<'_>,
     interval: Duration,
 ) -> bool {
     crate::clock::poll(clock, stop, interval, None, || {
-        abi_post_install_round(
-            cluster,
-            applier,
-            namespace,
-            openshift_version,
-            &mut kubeconfig,
-        )
+        abi_post_install_round(cluster, oc, namespace, openshift_version, &mut kubeconfig)
     })
     .is_ok()
 }

@@ -118,9 +118,6 @@ fn dry_mode_takes_the_rebooted_hosts_to_done_and_completes() {
     assert!(calls[requested..completed]
         .iter()
         .any(|c| matches!(c, ServiceCall::UploadControllerLogs(_))));
-    assert!(
-        h.must_gather.images().is_empty(),
-        "no must-gather on success"
-    );
+    assert!(h.oc.images().is_empty(), "no must-gather on success");
     assert_eq!(h.svc.cluster().status, "installed");
 }

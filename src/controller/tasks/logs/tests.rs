@@ -5,7 +5,8 @@ use crate::archive::read::entries;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
-use crate::controller::testing::{boom, stop_at, FakeMustGather};
+use crate::controller::testing::{boom, stop_at, FakeOc};
+use crate::host::commands::RecordingRunner;
 use crate::kube::testing::FakeCluster;
 use crate::kube::Pod;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ struct Env {
     cluster: FakeCluster,
     svc: MemoryService,
     status: ControllerStatus,
-    mg: FakeMustGather,
+    mg: FakeOc,
 }
 
 fn env() -> Env {
@@ -26,7 +27,7 @@ fn env() -> Env {
         cluster: FakeCluster::new(),
         svc,
         status: ControllerStatus::new(),
-        mg: FakeMustGather::default(),
+        mg: FakeOc::default(),
     }
 }
 
@@ -37,7 +38,7 @@ impl Env {
             cluster: &self.cluster,
             service: &self.svc,
             status: &self.status,
-            must_gather: &self.mg,
+            oc: &self.mg,
             namespace: "assisted-installer".into(),
             must_gather_image: "quay.io/test-must-gather:latest".into(),
             log_file: dir.join("controller_logs.log"),
@@ -211,7 +212,7 @@ fn summary_with_error_runs_must_gather_and_orders_the_entries() {
 #[test]
 fn final_upload_retries_a_failed_must_gather() {
     let mut e = env();
-    e.mg.failures = 1;
+    e.mg.mg_failures = 1;
     e.status.operator_error("lso");
     let clock = FakeClock::new();
     assert!(e
@@ -255,33 +256,50 @@ fn final_upload_gives_up_after_the_window_and_still_completes() {
     );
 }
 
-/// `oc adm must-gather` with each image, then the tarball of the first `must-gather*`
-/// directory (depth-first, sorted) it left in the work dir.
+/// `oc adm must-gather` with each image in the work dir, then the tarball of the first
+/// `must-gather*` directory (depth-first, sorted) it left there; none left: an error.
 #[test]
-fn oc_must_gather_gathers_then_tars_the_first_must_gather_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::create_dir_all(d.join("a/must-gather.local.1")).unwrap();
-    std::fs::create_dir_all(d.join("b/must-gather.local.2")).unwrap();
-    std::fs::write(d.join("must-gather.txt"), "").unwrap();
-    assert_eq!(find_must_gather_dir(&d.join("a/must-gather.local.1")), None);
-    let runner = Arc::new(crate::host::commands::RecordingRunner::new());
-    let oc = OcMustGather {
-        runner: runner.clone(),
-    };
+fn must_gather_runs_oc_then_tars_the_first_must_gather_directory() {
+    let e = env();
+    let d = e.dir.path().join("must-gather-logs");
+    let d2 = d.clone();
+    let oc = RecordingRunner::with_script(move |_, args| {
+        if args[1].contains("adm must-gather") {
+            std::fs::create_dir_all(d2.join("a/must-gather.local.1")).unwrap();
+            std::fs::create_dir_all(d2.join("b/must-gather.local.2")).unwrap();
+            std::fs::write(d2.join("must-gather.txt"), "").unwrap();
+        } else {
+            std::fs::write(d2.join(MUST_GATHER_ENTRY), "MG").unwrap();
+        }
+        None
+    });
+    let mut u = e.uploader();
+    u.oc = &oc;
     let images = ["quay.io/mg:1".to_string(), "blah".to_string()];
-    let tarball = oc.run(d, Path::new("/k"), &images).unwrap();
-    assert_eq!(tarball, d.join(MUST_GATHER_ENTRY));
-    let cd = format!("bash -c cd {}", d.display());
+    assert_eq!(u.collect_must_gather(&images).unwrap(), b"MG");
+    let (cd, k) = (
+        format!("bash -c cd {}", d.display()),
+        d.join(KUBECONFIG_NOINGRESS),
+    );
+    let k = k.display();
     assert_eq!(
-        runner.lines(),
+        oc.lines(),
         [
-            format!("{cd} && oc --kubeconfig=/k adm must-gather --image=quay.io/mg:1 --image=blah"),
+            format!(
+                "{cd} && oc --kubeconfig={k} adm must-gather --image=quay.io/mg:1 --image=blah"
+            ),
             format!("{cd} && tar zcf must-gather.tar.gz must-gather.local.1"),
         ]
     );
-    let empty = tempfile::tempdir().unwrap();
-    assert!(oc.run(empty.path(), Path::new("/k"), &[]).is_err());
+    assert_eq!(find_must_gather_dir(&d.join("a/must-gather.local.1")), None);
+    std::fs::remove_file(d.join(MUST_GATHER_ENTRY)).unwrap();
+    let no_dir = RecordingRunner::new();
+    u.oc = &no_dir;
+    let err = u.collect_must_gather(&[]).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("no must-gather directory"),
+        "{err:#}"
+    );
 }
 
 struct OkProbe;

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::testing::{self, abi_operators_initialized, b64, boom, stop_at, Recorder};
+use crate::controller::testing::{self, abi_operators_initialized, b64, boom, stop_at, FakeOc};
 use crate::controller::testing::{lso_csv as with_csv, LSO_NS as NS, LSO_SUB as SUB};
-use crate::host::commands::RecordingRunner;
 use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, Condition, InstallPlan, Job, Subscription};
 
@@ -29,14 +28,14 @@ struct Fx {
     svc: MemoryService,
     cluster: FakeCluster,
     status: ControllerStatus,
-    rec: Recorder,
+    rec: FakeOc,
 }
 
 fn fx() -> Fx {
     let clock = Arc::new(FakeClock::new());
     let svc = MemoryService::new("c", clock.clone());
     let (cluster, status) = (FakeCluster::new(), ControllerStatus::new());
-    let rec = Recorder::default();
+    let rec = FakeOc::default();
     Fx {
         clock,
         svc,
@@ -188,9 +187,9 @@ fn custom_manifests_keys_are_case_insensitive() {
 #[test]
 fn apply_manifests_skips_unknown_operators_and_goes_on_after_a_bad_one() {
     let cluster = FakeCluster::new();
-    let rec = Recorder::default();
+    let rec = FakeOc::default();
     let kubeconfig = Path::new("/k/kubeconfig-noingress");
-    let apply = |rec: &Recorder, version: &str, m: &[(String, String)]| {
+    let apply = |rec: &FakeOc, version: &str, m: &[(String, String)]| {
         apply_manifests(&cluster, rec, version, &[lso("")], m, kubeconfig)
     };
     let good = vec![("lso".to_string(), b64("kind: LocalVolume"))];
@@ -207,8 +206,8 @@ fn apply_manifests_skips_unknown_operators_and_goes_on_after_a_bad_one() {
     assert_eq!(rec.applied.lock().unwrap()[0].0, kubeconfig);
     assert!(apply(&rec, "4.12", &good));
     assert!(!apply(&rec, "bad", &good));
-    let failing = Recorder {
-        fail: true,
+    let failing = FakeOc {
+        fail_apply: true,
         ..Default::default()
     };
     assert!(!apply(&failing, "4.12", &good));
@@ -221,7 +220,7 @@ fn odf_manifest_is_renamed_ocs_on_4_8() {
     let mut ocs = lso("");
     ocs.name = "ocs".into();
     with_csv(&cluster, "", "");
-    let rec = Recorder::default();
+    let rec = FakeOc::default();
     let m = vec![("odf".to_string(), b64("kind: StorageCluster"))];
     let k = Path::new("/k");
     assert!(apply_manifests(
@@ -263,28 +262,6 @@ fn apply_from_service_downloads_both_files() {
     assert!(!apply());
     svc.set_custom_manifests("not json");
     assert!(!apply());
-}
-
-#[test]
-fn oc_applier_runs_oc_apply_through_bash() {
-    let runner = RecordingRunner::new();
-    let runner = Arc::new(runner);
-    let applier = OcApplier {
-        runner: runner.clone(),
-    };
-    applier
-        .apply(
-            Path::new("/d/kubeconfig-noingress"),
-            Path::new("/t/operator-manifest1"),
-        )
-        .unwrap();
-    assert_eq!(
-        runner.lines(),
-        ["bash -c oc --kubeconfig=/d/kubeconfig-noingress apply -f /t/operator-manifest1"]
-    );
-    let line = "bash -c oc --kubeconfig=/k apply -f /m";
-    runner.fail(line, 1, "error");
-    assert!(applier.apply(Path::new("/k"), Path::new("/m")).is_err());
 }
 
 // --- the OLM step ---
@@ -498,7 +475,7 @@ fn abi_post_install_table() {
         let clock = FakeClock::new();
         let cluster = FakeCluster::new();
         setup(&cluster);
-        let rec = Recorder::default();
+        let rec = FakeOc::default();
         let mut lookups = 0;
         let mut get = || {
             lookups += 1;
