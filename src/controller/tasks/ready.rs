@@ -3,8 +3,10 @@
 //! starts the tasks.
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::IgnoredAny;
 use serde::Deserialize;
+use serde_saphyr::Spanned;
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::poll;
@@ -131,45 +133,20 @@ pub(crate) fn read_install_config(cluster_api: &dyn ClusterApi) -> Result<String
         .ok_or_else(|| anyhow!("{what} has no key {INSTALL_CONFIG_KEY}"))
 }
 
-/// The first key of a YAML mapping, in document order (the rest is skipped).
-struct FirstKey(Option<String>);
-
-impl<'de> Deserialize<'de> for FirstKey {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = FirstKey;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a mapping")
-            }
-            fn visit_map<A: MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<FirstKey, A::Error> {
-                let first = map.next_entry::<String, IgnoredAny>()?.map(|(k, _)| k);
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(FirstKey(first))
-            }
-            fn visit_unit<E>(self) -> std::result::Result<FirstKey, E> {
-                Ok(FirstKey(None))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
 #[derive(Deserialize)]
 struct PlatformDoc {
     #[serde(default)]
-    platform: Option<FirstKey>,
+    platform: Option<HashMap<Spanned<String>, IgnoredAny>>,
 }
 
-/// The platform type of an install-config YAML: the first key under `platform`.
+/// The platform type of an install-config YAML: the first key under `platform` in document
+/// order (the map is unordered: its keys' positions give the order).
 pub(crate) fn platform_of_install_config(yaml: &str) -> Result<String> {
     let doc: Option<PlatformDoc> =
         serde_saphyr::from_str(yaml).context("parsing the install-config YAML")?;
-    doc.and_then(|d| d.platform)
-        .and_then(|p| p.0)
+    let keys = doc.and_then(|d| d.platform).unwrap_or_default().into_keys();
+    keys.min_by_key(|k| (k.referenced.line(), k.referenced.column()))
+        .map(|k| k.value)
         .ok_or_else(|| anyhow!("the install-config has no platform"))
 }
 
