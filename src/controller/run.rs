@@ -37,7 +37,7 @@ use super::tasks::logs::{
     LogUploader, LOGS_UPLOAD_PERIOD, RESOLV_CONF_FILES, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW,
 };
 use super::tasks::nodes::{NodeStatus, GENERAL_WAIT};
-use super::tasks::olm::{abi_post_install, wait_for_olm_operators, AbiKubeconfig, SNO_KUBECONFIG};
+use super::tasks::olm::{abi_post_install, wait_for_olm_operators, SNO_KUBECONFIG};
 use super::tasks::ready::{ready_phase, ReadyPhase};
 use super::tasks::reboots::RebootsNotifier;
 use super::tasks::router_probe::HttpProbe;
@@ -347,10 +347,9 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
 /// `olm-operator-manifests` ConfigMap applied, every general interval until done. `kubeconfig`
 /// is the single-node path, or "" for the reboots notifier's shared download.
 fn abi_post_install_task(env: &TaskEnv, oc: &dyn CommandRunner, kubeconfig: &str) {
-    let mut download = || env.notifier.kubeconfig();
-    let source = match kubeconfig {
-        "" => AbiKubeconfig::Download(&mut download),
-        path => AbiKubeconfig::Fixed(PathBuf::from(path)),
+    let source = || match kubeconfig {
+        "" => env.notifier.kubeconfig(),
+        path => Ok(PathBuf::from(path)),
     };
     if !abi_post_install(
         &*env.clock,
@@ -359,7 +358,7 @@ fn abi_post_install_task(env: &TaskEnv, oc: &dyn CommandRunner, kubeconfig: &str
         oc,
         &env.config.namespace,
         &env.config.openshift_version,
-        source,
+        &source,
         GENERAL_WAIT,
     ) {
         tracing::info!("the ABI post-install task stopped before the manifests were applied");

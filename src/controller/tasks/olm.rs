@@ -369,21 +369,15 @@ struct OperatorMetadata {
     manifests: Vec<String>,
 }
 
-/// Where the ABI post-install gets its kubeconfig: the SNO file, or the reboots notifier's
-/// shared download, asked until it succeeds and then reused.
-pub(crate) enum AbiKubeconfig<'a> {
-    Fixed(PathBuf),
-    Download(&'a mut dyn FnMut() -> Result<PathBuf>),
-}
-
 /// One round of `PostInstallConfigsK8sClient`; true ends the task (applied, a
-/// Forbidden/Unauthorized read, or a malformed metadata file).
-pub(crate) fn abi_post_install_round(
+/// Forbidden/Unauthorized read, or a malformed metadata file). `kubeconfig` gives the SNO file
+/// or the reboots notifier's shared download (cached there once it succeeded).
+fn abi_post_install_round(
     cluster: &dyn ClusterApi,
     oc: &dyn CommandRunner,
     namespace: &str,
     openshift_version: &str,
-    kubeconfig: &mut AbiKubeconfig<'_>,
+    kubeconfig: &dyn Fn() -> Result<PathBuf>,
 ) -> bool {
     let data = match cluster.get_config_map(namespace, OLM_MANIFESTS_CONFIG_MAP) {
         Ok(Some(data)) => data,
@@ -428,18 +422,12 @@ pub(crate) fn abi_post_install_round(
             ..Default::default()
         });
     }
-    let path = match kubeconfig {
-        AbiKubeconfig::Fixed(path) => path.clone(),
-        AbiKubeconfig::Download(get) => match get() {
-            Ok(path) => {
-                *kubeconfig = AbiKubeconfig::Fixed(path.clone());
-                path
-            }
-            Err(err) => {
-                tracing::warn!("getting the kubeconfig: {err:#}");
-                return false;
-            }
-        },
+    let path = match kubeconfig() {
+        Ok(path) => path,
+        Err(err) => {
+            tracing::warn!("getting the kubeconfig: {err:#}");
+            return false;
+        }
     };
     let version = openshift_version;
     let applied = apply_manifests(cluster, oc, version, &operators, &manifests, &path);
@@ -459,11 +447,11 @@ pub(crate) fn abi_post_install(
     oc: &dyn CommandRunner,
     namespace: &str,
     openshift_version: &str,
-    mut kubeconfig: AbiKubeconfig<'_>,
+    kubeconfig: &dyn Fn() -> Result<PathBuf>,
     interval: Duration,
 ) -> bool {
     crate::clock::poll(clock, stop, interval, None, || {
-        abi_post_install_round(cluster, oc, namespace, openshift_version, &mut kubeconfig)
+        abi_post_install_round(cluster, oc, namespace, openshift_version, kubeconfig)
     })
     .is_ok()
 }
