@@ -240,30 +240,16 @@ pub(crate) fn cluster_operators_round(
             return false;
         }
     };
-    let ok_console = !enabled
-        || is_available(
-            service,
-            openshift_version,
-            &mut BuiltinHandler {
-                cluster,
-                name: CONSOLE_NAME,
-            },
-            true,
-        );
+    let available = |name| {
+        let handler = &mut BuiltinHandler { cluster, name };
+        is_available(service, openshift_version, handler, true)
+    };
+    let ok_console = !enabled || available(CONSOLE_NAME);
     if !check_cluster_version {
         return ok_console;
     }
     // Run even when the console is not available (the Go order).
-    let ok_cvo = is_available(
-        service,
-        openshift_version,
-        &mut BuiltinHandler {
-            cluster,
-            name: CVO_NAME,
-        },
-        true,
-    );
-    ok_cvo && ok_console
+    available(CVO_NAME) && ok_console
 }
 
 /// The cluster-operator wait: rounds every [`CLUSTER_OPERATORS_INTERVAL`] until one holds, `stop` fires
