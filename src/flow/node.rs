@@ -22,7 +22,7 @@ use crate::host::disk_prep::{cleanup_install_device, format_disks, resolve_disk_
 use crate::host::existing_root::write_image_to_existing_root;
 use crate::host::logs::{upload_installation_logs, LogsUpload};
 use crate::host::reboot::ironic_agent_present;
-use crate::host::registry_copy::{self, PartitionMaps};
+use crate::host::registry_copy;
 use crate::host::root::HostRoot;
 use crate::service::stages::{HostStage, LogsState};
 use crate::write::parse_installer_args;
@@ -274,11 +274,8 @@ fn copy_registry_data(f: &Flow, device: &str) -> Result<()> {
     }
     let reporter = &f.reporter;
     let reload = || reload_partitions(Path::new(device));
-    let maps = if has_partition_maps(Path::new(device)) {
-        PartitionMaps::Reload(&reload)
-    } else {
-        PartitionMaps::Kernel
-    };
+    let maps: Option<&dyn Fn() -> Result<()>> =
+        has_partition_maps(Path::new(device)).then_some(&reload);
     registry_copy::copy_registry_data(
         f.host.commands.as_ref(),
         f.host.clock.as_ref(),
