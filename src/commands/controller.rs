@@ -62,10 +62,10 @@ pub fn run() -> Result<()> {
     tracing::info!("{}", startup::config_line(&started.config));
     // The command executor (`oc`, `bash`): as Go's, it keeps the proxy variables of now, not
     // those set later from the cluster's Proxy object: `oc` children do not see the cluster proxy.
-    let runner = Arc::new(HostRunner::local(
-        bootstrap::command_proxy_snapshot(&env),
-        None,
-    ));
+    let runner = Arc::new(HostRunner {
+        env: bootstrap::command_proxy_snapshot(&env),
+        ..HostRunner::default()
+    });
     let router_probe = match ReqwestProbe::new() {
         Ok(probe) => Some(Arc::new(probe) as Arc<dyn HttpProbe>),
         Err(err) => {

@@ -118,10 +118,11 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
     let commands: Arc<dyn CommandRunner> = if cfg.dry_run {
         Arc::new(dry_run_commands())
     } else {
-        Arc::new(HostRunner::nsenter(
-            cfg.child_proxy_env(),
-            Some(token.clone()),
-        ))
+        Arc::new(HostRunner {
+            nsenter: true,
+            env: cfg.child_proxy_env(),
+            secret: Some(token.clone()),
+        })
     };
     let reboot: Arc<dyn Rebooter> = if cfg.dry_run {
         let Some(marker) = &cfg.fake_reboot_marker_path else {

@@ -20,9 +20,9 @@ use crate::disk::partitions::has_partition_maps;
 use crate::host::boot_order::set_boot_order;
 use crate::host::disk_prep::{cleanup_install_device, format_disks, resolve_disk_symlink};
 use crate::host::existing_root::write_image_to_existing_root;
-use crate::host::logs::{upload_installation_logs, LogsUpload};
+use crate::host::logs::upload_installation_logs;
 use crate::host::reboot::ironic_agent_present;
-use crate::host::registry_copy::{self, PartitionMaps};
+use crate::host::registry_copy;
 use crate::host::root::HostRoot;
 use crate::service::stages::{HostStage, LogsState};
 use crate::write::parse_installer_args;
@@ -274,11 +274,8 @@ fn copy_registry_data(f: &Flow, device: &str) -> Result<()> {
     }
     let reporter = &f.reporter;
     let reload = || reload_partitions(Path::new(device));
-    let maps = if has_partition_maps(Path::new(device)) {
-        PartitionMaps::Reload(&reload)
-    } else {
-        PartitionMaps::Kernel
-    };
+    let maps: Option<&dyn Fn() -> Result<()>> =
+        has_partition_maps(Path::new(device)).then_some(&reload);
     registry_copy::copy_registry_data(
         f.host.commands.as_ref(),
         f.host.clock.as_ref(),
@@ -299,17 +296,8 @@ fn upload_logs(f: &Flow, is_bootstrap: bool) {
     {
         tracing::warn!("reporting the logs as requested: {e:#}");
     }
-    let upload = LogsUpload {
-        agent_image: cfg.agent_image.clone(),
-        cluster_id: cfg.cluster_id.clone(),
-        infra_env_id: cfg.infra_env_id.clone(),
-        host_id: cfg.host_id.clone(),
-        url: cfg.url.clone(),
-        pull_secret_token: f.token.clone(),
-        insecure: cfg.insecure,
-        ca_cert_path: cfg.cacert.as_ref().map(|p| p.display().to_string()),
-    };
-    if let Err(e) = upload_installation_logs(f.host.commands.as_ref(), &upload, is_bootstrap) {
+    if let Err(e) = upload_installation_logs(f.host.commands.as_ref(), cfg, &f.token, is_bootstrap)
+    {
         tracing::warn!("uploading the installation logs: {e}");
     }
 }

@@ -169,30 +169,12 @@ const NSENTER_PREFIX: [&str; 7] = [
 /// privileged container), or directly (when this binary itself runs on the host).
 #[derive(Clone, Default)]
 pub struct HostRunner {
-    nsenter: bool,
-    env: Vec<(String, String)>,
-    secret: Option<String>,
-}
-
-impl HostRunner {
-    /// `env`: extra variables for every child (the proxy variables when `--http-proxy` or
-    /// `--https-proxy` is set). `secret`: redacted as `<SECRET>` in errors and logs.
-    pub(crate) fn nsenter(env: Vec<(String, String)>, secret: Option<String>) -> Self {
-        HostRunner {
-            nsenter: true,
-            env,
-            secret,
-        }
-    }
-
-    /// Runs programs directly.
-    pub(crate) fn local(env: Vec<(String, String)>, secret: Option<String>) -> Self {
-        HostRunner {
-            nsenter: false,
-            env,
-            secret,
-        }
-    }
+    pub(crate) nsenter: bool,
+    /// Extra variables for every child (the proxy variables when `--http-proxy` or
+    /// `--https-proxy` is set).
+    pub(crate) env: Vec<(String, String)>,
+    /// Redacted as `<SECRET>` in errors and logs.
+    pub(crate) secret: Option<String>,
 }
 
 impl std::fmt::Debug for HostRunner {
@@ -564,10 +546,11 @@ mod tests {
     fn nsenter_runner_error_names_nsenter_and_redacts() {
         // Whether nsenter works here or not, a failing program gives an error in Go's form
         // with the nsenter command line.
-        let r = HostRunner::nsenter(
-            vec![("HTTPS_PROXY".into(), "http://p:1".into())],
-            Some("tok-9".into()),
-        );
+        let r = HostRunner {
+            nsenter: true,
+            env: vec![("HTTPS_PROXY".into(), "http://p:1".into())],
+            secret: Some("tok-9".into()),
+        };
         let err = r.run("false", &["tok-9"]).unwrap_err();
         assert!(err.command.ends_with("nsenter"), "{}", err.command);
         assert_eq!(
@@ -584,7 +567,7 @@ mod tests {
     #[test]
     fn stdout_and_stderr_keep_the_order_of_the_writes() {
         // Two pipes read by two threads could reorder these; Go's single buffer cannot.
-        let r = HostRunner::local(vec![], None);
+        let r = HostRunner::default();
         for _ in 0..20 {
             let out = r
                 .run(
@@ -598,7 +581,10 @@ mod tests {
 
     #[test]
     fn local_runner_failure_is_exec_error() {
-        let r = HostRunner::local(vec![], Some("s3cret".into()));
+        let r = HostRunner {
+            secret: Some("s3cret".into()),
+            ..HostRunner::default()
+        };
         let err = r
             .run(
                 "sh",
@@ -622,10 +608,10 @@ mod tests {
 
     #[test]
     fn local_runner_passes_env_and_streams() {
-        let r = HostRunner::local(
-            vec![("HTTP_PROXY".into(), "http://proxy:3128".into())],
-            None,
-        );
+        let r = HostRunner {
+            env: vec![("HTTP_PROXY".into(), "http://proxy:3128".into())],
+            ..HostRunner::default()
+        };
         let mut seen = Vec::new();
         let out = r
             .run_streaming("sh", &["-c", "echo $HTTP_PROXY"], &mut |c| {

@@ -43,7 +43,7 @@ struct Step {
     /// Its output goes to the rsync progress parser.
     pub streamed: bool,
     /// It changed the partition table: the disk's partition maps must follow (device-mapper
-    /// disks only, see [`PartitionMaps`]).
+    /// disks only, see [`copy_registry_data`]).
     pub resized: bool,
 }
 
@@ -78,21 +78,10 @@ fn parse_du(output: &str) -> Result<u64> {
         .with_context(|| format!("unexpected output of du -sb {REGISTRY_DATA}: {output:?}"))
 }
 
-/// How the kernel learns of the grown root partition. On an ordinary disk `growpart` tells it
-/// itself (`partx --update`, as Go relies on). A device-mapper disk (multipath, the
-/// appliance's linear `agent` disk) has partition maps instead, which `partx` cannot change
-/// (the kernel refuses BLKPG there): the table on the disk grows, the map of the root keeps
-/// its old length, and `xfs_growfs` then finds no room to grow into (as in Go). There
-/// `growpart` runs with `-u off`, and `reload` gives the maps the grown table.
-pub(crate) enum PartitionMaps<'a> {
-    Kernel,
-    Reload(&'a dyn Fn() -> Result<()>),
-}
-
 /// The host commands after the checks, in order: the root partition (`root`) is grown with
 /// `growpart` to leave `free_percent` of `device` free, its filesystem saved and restored
 /// around that and grown, and the data copied into it. `maps`: whether `device` has
-/// device-mapper partition maps (see [`PartitionMaps`]).
+/// device-mapper partition maps (see [`copy_registry_data`]).
 fn copy_steps(device: &str, root: &str, free_percent: u64, maps: bool) -> Vec<Step> {
     let free = format!("--free-percent={free_percent}");
     let part = ROOT_PARTITION.to_string();
@@ -180,12 +169,19 @@ fn gib(bytes: u128) -> String {
 /// Copies the registry data onto `device` (see the module documentation); `report` gets the
 /// copy's percentages as they become due (as the Go installer reports them: every 5 points and
 /// 100).
+///
+/// `reload_maps`: how the kernel learns of the grown root partition. `None` on an ordinary disk,
+/// where `growpart` tells it itself (`partx --update`, as Go relies on). A device-mapper disk
+/// (multipath, the appliance's linear `agent` disk) has partition maps instead, which `partx`
+/// cannot change (the kernel refuses BLKPG there): the table on the disk grows, the map of the
+/// root keeps its old length, and `xfs_growfs` then finds no room to grow into (as in Go).
+/// There `growpart` runs with `-u off`, and `reload_maps` gives the maps the grown table.
 pub(crate) fn copy_registry_data(
     runner: &dyn CommandRunner,
     clock: &dyn Clock,
     stop: &dyn Stop,
     device: &str,
-    maps: PartitionMaps<'_>,
+    reload_maps: Option<&dyn Fn() -> Result<()>>,
     report: &mut dyn FnMut(u32),
 ) -> Result<()> {
     let du = runner
@@ -202,13 +198,9 @@ pub(crate) fn copy_registry_data(
     tracing::info!("copying {data} bytes of registry data to {device}, leaving {free}% of it free");
     let root = partition_path(runner, device, ROOT_PARTITION)?;
     let mut progress = RsyncProgress::default();
-    let reload = match maps {
-        PartitionMaps::Kernel => None,
-        PartitionMaps::Reload(reload) => Some(reload),
-    };
-    for step in copy_steps(device, &root, free, reload.is_some()) {
+    for step in copy_steps(device, &root, free, reload_maps.is_some()) {
         run_step(runner, clock, stop, &step, &mut progress, report)?;
-        if let Some(reload) = reload.filter(|_| step.resized) {
+        if let Some(reload) = reload_maps.filter(|_| step.resized) {
             reload().with_context(|| {
                 format!("giving the partition maps of {device} the grown root partition")
             })?;
@@ -306,14 +298,9 @@ mod tests {
 
     fn copy(r: &RecordingRunner, clock: &FakeClock, device: &str) -> (Result<()>, Vec<u32>) {
         let mut reported = Vec::new();
-        let result = copy_registry_data(
-            r,
-            clock,
-            &NeverStop,
-            device,
-            PartitionMaps::Kernel,
-            &mut |p| reported.push(p),
-        );
+        let result = copy_registry_data(r, clock, &NeverStop, device, None, &mut |p| {
+            reported.push(p)
+        });
         (result, reported)
     }
 
@@ -380,7 +367,7 @@ mod tests {
                 &FakeClock::new(),
                 &NeverStop,
                 "/dev/dm-0",
-                PartitionMaps::Reload(reload),
+                Some(reload),
                 &mut |_| {},
             )
         };
@@ -567,15 +554,8 @@ mod tests {
         });
         r.ok("du -sb /mnt/agentdata", "1000");
         r.ok("lsblk --bytes --json /dev/sda", &sda_json());
-        let e = copy_registry_data(
-            &r,
-            &FakeClock::new(),
-            &stop,
-            "/dev/sda",
-            PartitionMaps::Kernel,
-            &mut |_| {},
-        )
-        .unwrap_err();
+        let e = copy_registry_data(&r, &FakeClock::new(), &stop, "/dev/sda", None, &mut |_| {})
+            .unwrap_err();
         assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
         assert!(
             format!("{e:#}")

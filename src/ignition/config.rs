@@ -123,8 +123,8 @@ impl IgnitionConfig {
         if let Some(hash) = hash {
             hash.verify(&bytes, what)?;
         }
-        let version =
-            spec_version(&bytes).with_context(|| format!("{what} is not an Ignition config"))?;
+        let config = parse(&bytes).with_context(|| format!("{what} is not an Ignition config"))?;
+        let version = version(&config)?.to_owned();
         Ok(IgnitionConfig { bytes, version })
     }
 
@@ -148,18 +148,26 @@ impl fmt::Debug for IgnitionConfig {
     }
 }
 
-/// `ignition.version` of a JSON object. Errors describe the shape only: serde_json's messages
-/// carry a position, never the input text.
-fn spec_version(bytes: &[u8]) -> Result<String> {
-    let value: serde_json::Value =
+/// Parse an Ignition config of any spec version: a JSON object with a string `ignition.version`,
+/// the one shape check every reader shares (the SNO merge also limits the version, see
+/// `merge::spec_version`). Errors describe the shape only: serde_json's messages carry a
+/// position, never the input text, and configs hold secrets.
+pub(crate) fn parse(bytes: &[u8]) -> Result<serde_json::Value> {
+    let config: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|e| anyhow::anyhow!("not valid JSON ({e})"))?;
-    let Some(object) = value.as_object() else {
+    if !config.is_object() {
         bail!("the JSON document is not an object");
-    };
-    match object.get("ignition").and_then(|i| i.get("version")) {
-        Some(serde_json::Value::String(version)) => Ok(version.clone()),
-        Some(_) => bail!("\"ignition.version\" is not a string"),
-        None => bail!("it has no \"ignition.version\""),
+    }
+    version(&config)?;
+    Ok(config)
+}
+
+/// The config's `ignition.version`.
+pub(crate) fn version(config: &serde_json::Value) -> Result<&str> {
+    match config.pointer("/ignition/version") {
+        Some(serde_json::Value::String(version)) => Ok(version),
+        Some(_) => bail!("its ignition.version is not a string"),
+        None => bail!("it has no ignition.version"),
     }
 }
 
@@ -276,11 +284,11 @@ mod tests {
             ),
             (b"variant: fcos\nversion: 1.5.0\n", "not valid JSON"),
             (b"[1, 2]", "not an object"),
-            (br#"{"passwd":{}}"#, "no \"ignition.version\""),
-            (br#"{"ignition":{"config":{}}}"#, "no \"ignition.version\""),
+            (br#"{"passwd":{}}"#, "no ignition.version"),
+            (br#"{"ignition":{"config":{}}}"#, "no ignition.version"),
             (
                 br#"{"ignition":{"version":3}}"#,
-                "\"ignition.version\" is not a string",
+                "ignition.version is not a string",
             ),
         ];
         for (bytes, reason) in cases {

@@ -48,6 +48,7 @@
 //!   links together), the part of Ignition's post-merge validation that a merge can break. The rest
 //!   of Ignition's validation (paths, modes, unit names, …) is not repeated here.
 
+use super::config::parse;
 use anyhow::{bail, Context, Result};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -55,26 +56,9 @@ use std::collections::{HashMap, HashSet};
 /// The Ignition spec versions this module reads and writes.
 pub(crate) const SUPPORTED_VERSIONS: [&str; 5] = ["3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0"];
 
-/// Parse an Ignition v3 config (spec 3.0.0 to 3.4.0) into a JSON value.
-///
-/// Errors name the problem and the version, never the config's contents (it holds secrets).
-pub(crate) fn parse_config(bytes: &[u8]) -> Result<Value> {
-    let config: Value =
-        serde_json::from_slice(bytes).context("ignition config is not valid JSON")?;
-    if !config.is_object() {
-        bail!("ignition config is not a JSON object");
-    }
-    spec_version(&config)?;
-    Ok(config)
-}
-
 /// The config's `ignition.version`, checked to be one of [`SUPPORTED_VERSIONS`].
 pub(crate) fn spec_version(config: &Value) -> Result<&str> {
-    let version = config
-        .pointer("/ignition/version")
-        .context("ignition config has no ignition.version")?
-        .as_str()
-        .context("ignition config's ignition.version is not a string")?;
+    let version = super::config::version(config)?;
     if SUPPORTED_VERSIONS.contains(&version) {
         return Ok(version);
     }
@@ -112,12 +96,12 @@ pub fn merge(parent: &Value, child: &Value) -> Result<Value> {
     Ok(merged)
 }
 
-/// The SNO step: parse both configs, blank the host config's pointers, merge the host config onto
+/// The SNO step: parse both configs (`merge` checks their versions), blank the host config's pointers, merge the host config onto
 /// the SNO `master.ign`, and serialise the result as compact JSON (like Go's `json.Marshal`; the
 /// file is read by Ignition only).
 pub fn merge_host_into_sno(sno_master_ign: &[u8], host_ign: &[u8]) -> Result<Vec<u8>> {
-    let sno = parse_config(sno_master_ign).context("cannot parse the SNO master ignition")?;
-    let mut host = parse_config(host_ign).context("cannot parse the host ignition")?;
+    let sno = parse(sno_master_ign).context("cannot parse the SNO master ignition")?;
+    let mut host = parse(host_ign).context("cannot parse the host ignition")?;
     clear_config_pointers(&mut host);
     let merged = merge(&sno, &host)
         .context("cannot merge the host ignition into the SNO master ignition")?;

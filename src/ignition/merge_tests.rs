@@ -16,56 +16,42 @@ fn v32(rest: Value) -> Value {
     config("3.2.0", rest)
 }
 
-// ----- parse_config and versions -----
+// ----- versions -----
 
 #[test]
-fn parses_every_supported_version() {
+fn accepts_every_supported_version() {
     for version in SUPPORTED_VERSIONS {
-        let bytes = format!(r#"{{"ignition":{{"version":"{version}"}}}}"#);
-        let config = parse_config(bytes.as_bytes()).unwrap();
-        assert_eq!(spec_version(&config).unwrap(), version);
+        assert_eq!(spec_version(&config(version, json!({}))).unwrap(), version);
     }
 }
 
+/// The shape checks (JSON, object, string `ignition.version`) are `config::parse`'s, tested in
+/// `config::tests::not_an_ignition_config`; this is the v3 range the merge adds.
 #[test]
-fn rejects_other_versions_naming_them_and_non_configs() {
-    for (bytes, expected) in [
+fn rejects_other_versions_naming_them() {
+    for (version, expected) in [
         (
-            &br#"{"ignition":{"version":"2.2.0"},"storage":{}}"#[..],
+            json!("2.2.0"),
             "spec version \"2.2.0\", which is not supported: only Ignition v3",
         ),
-        (
-            br#"{"ignition":{"version":"3.5.0"}}"#,
-            "unsupported spec version \"3.5.0\"",
-        ),
-        (
-            br#"{"ignition":{"version":"3.4.0-experimental"}}"#,
-            "unsupported spec version",
-        ),
-        (
-            br#"{"ignition":{"version":"3.2"}}"#,
-            "unsupported spec version",
-        ),
-        (br#"{"ignition":{"version":320}}"#, "not a string"),
-        (br#"{"ignition":{}}"#, "no ignition.version"),
-        (br#"{"storage":{}}"#, "no ignition.version"),
-        (br#"["ignition"]"#, "not a JSON object"),
-        (b"{", "not valid JSON"),
-        (b"", "not valid JSON"),
+        (json!("3.5.0"), "unsupported spec version \"3.5.0\""),
+        (json!("3.4.0-experimental"), "unsupported spec version"),
+        (json!("3.2"), "unsupported spec version"),
+        (json!(320), "not a string"),
     ] {
-        let err = parse_config(bytes).unwrap_err();
+        let err = spec_version(&json!({"ignition": {"version": version}})).unwrap_err();
         assert!(
             format!("{err:#}").contains(expected),
             "{err:#} / {expected}"
         );
     }
+    let err = spec_version(&json!({"storage": {}})).unwrap_err();
+    assert!(err.to_string().contains("no ignition.version"), "{err}");
 }
 
 #[test]
 fn long_garbage_versions_are_shortened_in_errors() {
-    let version = "9".repeat(10_000);
-    let err = parse_config(format!(r#"{{"ignition":{{"version":"{version}"}}}}"#).as_bytes())
-        .unwrap_err();
+    let err = spec_version(&config(&"9".repeat(10_000), json!({}))).unwrap_err();
     assert!(err.to_string().len() < 200, "{err}");
 }
 
@@ -398,7 +384,7 @@ fn host_overrides_survive_the_sno_merge() {
     let merged_bytes = merge_host_into_sno(&sno, &host).unwrap();
     // Compact JSON that is itself a valid config.
     assert!(!merged_bytes.contains(&b'\n'));
-    let merged = parse_config(&merged_bytes).unwrap();
+    let merged = crate::ignition::config::parse(&merged_bytes).unwrap();
 
     // The SNO config with the host's changes: the host's MCS pointer is gone, its CA stays
     // (only ignition.config is blanked, as in Go), its hostname wins, its keyfile, SSH key and
@@ -429,12 +415,19 @@ fn sno_merge_errors_name_the_config() {
         format!("{err:#}").starts_with("cannot parse the SNO master ignition"),
         "{err:#}"
     );
-    let err = merge_host_into_sno(&good, br#"{"ignition":{"version":"2.2.0"}}"#).unwrap_err();
+    let err = merge_host_into_sno(&good, b"[]").unwrap_err();
     assert!(
         format!("{err:#}").starts_with("cannot parse the host ignition"),
         "{err:#}"
     );
-    assert!(format!("{err:#}").contains("2.2.0"), "{err:#}");
+    let err = merge_host_into_sno(&good, br#"{"ignition":{"version":"2.2.0"}}"#).unwrap_err();
+    assert!(
+        format!("{err:#}").starts_with(
+            "cannot merge the host ignition into the SNO master ignition: child ignition config: \
+             ignition config has spec version \"2.2.0\""
+        ),
+        "{err:#}"
+    );
 }
 
 #[test]

@@ -17,15 +17,8 @@ pub(crate) const PULL_SECRET_PATH: &str = "/root/.docker/config.json";
 /// The config may be any spec version that has `storage.files[].contents` (2.2 and all 3.x): the
 /// extraction does not depend on anything else in the spec.
 pub(crate) fn extract_pull_secret(bootstrap_ignition: &[u8]) -> Result<Vec<u8>> {
-    let config: Value = serde_json::from_slice(bootstrap_ignition)
-        .context("bootstrap ignition is not valid JSON")?;
-    if config
-        .pointer("/ignition/version")
-        .and_then(Value::as_str)
-        .is_none()
-    {
-        bail!("bootstrap ignition has no ignition.version: not an Ignition config");
-    }
+    let config = super::config::parse(bootstrap_ignition)
+        .context("bootstrap ignition is not an Ignition config")?;
     let secret = file_contents(&config, PULL_SECRET_PATH)
         .context("cannot take the pull secret out of the bootstrap ignition")?;
     validate_pull_secret(&secret)

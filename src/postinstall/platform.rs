@@ -29,18 +29,7 @@ pub(crate) struct PlatformSpec {
 }
 
 /// `coreos/platforms.json`: platform ID → console defaults.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct PlatformTable(pub HashMap<String, PlatformSpec>);
-
-impl PlatformTable {
-    pub(crate) fn parse(json: &str) -> Result<Self> {
-        Ok(PlatformTable(serde_json::from_str(json)?))
-    }
-
-    pub(crate) fn get(&self, platform: &str) -> Option<&PlatformSpec> {
-        self.0.get(platform)
-    }
-}
+pub(crate) type PlatformTable = HashMap<String, PlatformSpec>;
 
 /// Read `coreos/platforms.json` from /boot. None if the image has none (older images).
 pub(crate) fn read_table(boot_root: &Path) -> Result<Option<PlatformTable>> {
@@ -52,7 +41,7 @@ pub(crate) fn read_table(boot_root: &Path) -> Result<Option<PlatformTable>> {
             return Err(e).with_context(|| format!("reading the platform table {}", path.display()))
         }
     };
-    PlatformTable::parse(&json)
+    serde_json::from_str(&json)
         .map(Some)
         .with_context(|| format!("parsing the platform table {}", path.display()))
 }
@@ -154,8 +143,9 @@ mod tests {
 
     #[test]
     fn parse_table_errors() {
-        assert!(PlatformTable::parse(r#"{"metal": {"grub_commands": "x"}}"#).is_err());
-        assert!(PlatformTable::parse("[]").is_err());
+        let parse = serde_json::from_str::<PlatformTable>;
+        assert!(parse(r#"{"metal": {"grub_commands": "x"}}"#).is_err());
+        assert!(parse("[]").is_err());
     }
 
     #[test]
