@@ -15,9 +15,12 @@
 //! ```
 
 use std::ops::ControlFlow;
-#[cfg(any(test, feature = "test-support"))]
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+#[cfg(any(test, feature = "test-support"))]
+mod testing;
+#[cfg(any(test, feature = "test-support"))]
+pub use testing::FakeClock;
 
 pub trait Clock: Send + Sync {
     fn sleep(&self, d: Duration);
@@ -93,64 +96,6 @@ impl Stop for Deadline<'_> {
         let left = self.at.saturating_duration_since(self.clock.now());
         self.clock.sleep(d.min(left));
         self.is_stopped()
-    }
-}
-
-/// A clock for tests: `sleep` returns at once, records the duration and moves `now` forward.
-#[cfg(any(test, feature = "test-support"))]
-#[derive(Debug)]
-pub struct FakeClock {
-    start: Instant,
-    state: Mutex<(Duration, Vec<Duration>)>,
-}
-
-#[cfg(any(test, feature = "test-support"))]
-impl Default for FakeClock {
-    fn default() -> Self {
-        FakeClock::new()
-    }
-}
-
-#[cfg(any(test, feature = "test-support"))]
-impl FakeClock {
-    pub fn new() -> Self {
-        FakeClock {
-            start: Instant::now(),
-            state: Mutex::new((Duration::ZERO, Vec::new())),
-        }
-    }
-
-    /// Every sleep so far.
-    pub fn sleeps(&self) -> Vec<Duration> {
-        self.state.lock().unwrap().1.clone()
-    }
-
-    /// Time passed on this clock (the sum of the sleeps and of [`FakeClock::advance`]).
-    pub fn elapsed(&self) -> Duration {
-        self.state.lock().unwrap().0
-    }
-
-    /// Moves time forward without recording a sleep.
-    pub fn advance(&self, d: Duration) {
-        self.state.lock().unwrap().0 += d;
-    }
-
-    /// The instant `elapsed` after this clock's start (for a [`Deadline`]).
-    pub fn at(&self, elapsed: Duration) -> Instant {
-        self.start + elapsed
-    }
-}
-
-#[cfg(any(test, feature = "test-support"))]
-impl Clock for FakeClock {
-    fn sleep(&self, d: Duration) {
-        let mut state = self.state.lock().unwrap();
-        state.0 += d;
-        state.1.push(d);
-    }
-
-    fn now(&self) -> Instant {
-        self.start + self.elapsed()
     }
 }
 
