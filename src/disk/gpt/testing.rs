@@ -2,8 +2,8 @@
 
 use anyhow::Result;
 
-use crate::disk::table;
 use super::DiskWindows;
+use crate::disk::table;
 
 /// An empty, valid GPT (fresh random disk GUID, no partitions) and a protective MBR over
 /// zeroed first and last MiB of a disk of `disk_size` bytes (test images start from one).
