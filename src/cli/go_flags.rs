@@ -286,15 +286,14 @@ fn defaults_from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<InstallerCo
             })?;
         }
     }
-    if let Some(v) = env_default(env, "DRY_HOST_ID") {
-        cfg.force_id = non_empty(v);
-    }
-    if let Some(v) = env_default(env, "DRY_FAKE_REBOOT_MARKER_PATH") {
-        cfg.fake_reboot_marker_path = non_empty(v).map(PathBuf::from);
-    }
-    if let Some(v) = env_default(env, "DRY_CLUSTER_HOSTS_PATH") {
-        cfg.dry_run_cluster_hosts_path = non_empty(v).map(PathBuf::from);
-    }
+    let path = |name| {
+        env_default(env, name)
+            .and_then(non_empty)
+            .map(PathBuf::from)
+    };
+    cfg.force_id = env_default(env, "DRY_HOST_ID").and_then(non_empty);
+    cfg.fake_reboot_marker_path = path("DRY_FAKE_REBOOT_MARKER_PATH");
+    cfg.dry_run_cluster_hosts_path = path("DRY_CLUSTER_HOSTS_PATH");
     Ok(cfg)
 }
 

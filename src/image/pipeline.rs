@@ -150,22 +150,21 @@ impl std::fmt::Display for WriteSummary {
             self.elapsed.as_secs_f64(),
             self.mb_per_s()
         )?;
+        let raw = self.format == Format::Raw;
+        let (kind, want) = match raw {
+            true => (
+                "raw",
+                self.expected.compressed.or(self.expected.uncompressed),
+            ),
+            false => ("compressed", self.expected.compressed),
+        };
         write!(
             f,
-            "sha256 of the {} image: {} ({})",
-            if self.format == Format::Raw {
-                "raw"
-            } else {
-                "compressed"
-            },
+            "sha256 of the {kind} image: {} ({})",
             self.sha256,
-            verdict(if self.format == Format::Raw {
-                self.expected.compressed.or(self.expected.uncompressed)
-            } else {
-                self.expected.compressed
-            })
+            verdict(want)
         )?;
-        if let (Some(u), false) = (self.uncompressed_sha256, self.format == Format::Raw) {
+        if let (Some(u), false) = (self.uncompressed_sha256, raw) {
             write!(
                 f,
                 "\nsha256 of the uncompressed image: {u} ({})",
@@ -188,21 +187,14 @@ fn plan(
     let layout = ImageLayout::parse(head)?;
     if let Some(ss) = dev.sector_size() {
         if ss != layout.sector_size {
+            let (kind, metal) = match ss {
+                4096 => ("4Kn (4k.raw)", "metal4k"),
+                _ => ("512-byte", "metal"),
+            };
             bail!(
-                "the image has {}-byte sectors but {} has {}-byte sectors: use the {} image{}",
+                "the image has {}-byte sectors but {} has {ss}-byte sectors: use the {kind} image (rhcos-…-{metal}.x86_64.raw.gz)",
                 layout.sector_size,
                 dev.path().display(),
-                ss,
-                if ss == 4096 {
-                    "4Kn (4k.raw)"
-                } else {
-                    "512-byte"
-                },
-                if ss == 4096 {
-                    " (rhcos-…-metal4k.x86_64.raw.gz)"
-                } else {
-                    " (rhcos-…-metal.x86_64.raw.gz)"
-                }
             );
         }
     }

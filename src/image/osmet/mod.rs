@@ -88,12 +88,6 @@ fn dir_of(
     }
 }
 
-/// `uname -m`: what osmet files record as their architecture.
-fn machine_architecture() -> Result<String> {
-    let u = nix::sys::utsname::uname().context("uname")?;
-    Ok(u.machine().to_string_lossy().into_owned())
-}
-
 impl LiveImage {
     /// Where the osmet files and objects are (given, or the live system's defaults).
     pub fn locate(&self) -> Result<(PathBuf, PathBuf)> {
@@ -130,8 +124,10 @@ impl LiveImage {
             dir.display(),
             repo.display()
         );
+        // `uname -m`: what osmet files record as their architecture.
+        let uname = nix::sys::utsname::uname().context("uname")?;
         let wanted = Wanted {
-            architecture: machine_architecture()?,
+            architecture: uname.machine().to_string_lossy().into_owned(),
             sector_size,
         };
         let chosen = choose::choose(&dir, &choose::list(&dir)?, &wanted)?;
@@ -151,8 +147,12 @@ impl LiveImage {
             chosen.path.display(),
             repo.display()
         );
+        let mismatch = format!(
+            "the checksum recorded in {}: an object in {} differs from the one packed (a damaged or different live root)",
+            chosen.path.display(),
+            repo.display()
+        );
         let size = chosen.body.size;
-        let checksum = Sha256Sum(chosen.body.checksum);
         let rebuild = Rebuild::start(
             chosen.pieces,
             size,
@@ -165,9 +165,8 @@ impl LiveImage {
             rebuild,
             describe,
             size,
-            checksum,
-            osmet: chosen.path,
-            repo,
+            checksum: Sha256Sum(chosen.body.checksum),
+            mismatch,
         })
     }
 }
@@ -178,8 +177,8 @@ pub struct LiveSource {
     describe: String,
     size: u64,
     checksum: Sha256Sum,
-    osmet: PathBuf,
-    repo: PathBuf,
+    /// What a checksum mismatch means.
+    mismatch: String,
 }
 
 impl Read for LiveSource {
@@ -198,13 +197,6 @@ impl RawImage for LiveSource {
     }
 
     fn expected_sha256(&self) -> Option<(Sha256Sum, String)> {
-        Some((
-            self.checksum,
-            format!(
-                "the checksum recorded in {}: an object in {} differs from the one packed (a damaged or different live root)",
-                self.osmet.display(),
-                self.repo.display()
-            ),
-        ))
+        Some((self.checksum, self.mismatch.clone()))
     }
 }

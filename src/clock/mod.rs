@@ -15,9 +15,12 @@
 //! ```
 
 use std::ops::ControlFlow;
-#[cfg(any(test, feature = "test-support"))]
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+#[cfg(any(test, feature = "test-support"))]
+mod testing;
+#[cfg(any(test, feature = "test-support"))]
+pub use testing::FakeClock;
 
 pub trait Clock: Send + Sync {
     fn sleep(&self, d: Duration);
@@ -93,64 +96,6 @@ impl Stop for Deadline<'_> {
         let left = self.at.saturating_duration_since(self.clock.now());
         self.clock.sleep(d.min(left));
         self.is_stopped()
-    }
-}
-
-/// A clock for tests: `sleep` returns at once, records the duration and moves `now` forward.
-#[cfg(any(test, feature = "test-support"))]
-#[derive(Debug)]
-pub struct FakeClock {
-    start: Instant,
-    state: Mutex<(Duration, Vec<Duration>)>,
-}
-
-#[cfg(any(test, feature = "test-support"))]
-impl Default for FakeClock {
-    fn default() -> Self {
-        FakeClock::new()
-    }
-}
-
-#[cfg(any(test, feature = "test-support"))]
-impl FakeClock {
-    pub fn new() -> Self {
-        FakeClock {
-            start: Instant::now(),
-            state: Mutex::new((Duration::ZERO, Vec::new())),
-        }
-    }
-
-    /// Every sleep so far.
-    pub fn sleeps(&self) -> Vec<Duration> {
-        self.state.lock().unwrap().1.clone()
-    }
-
-    /// Time passed on this clock (the sum of the sleeps and of [`FakeClock::advance`]).
-    pub fn elapsed(&self) -> Duration {
-        self.state.lock().unwrap().0
-    }
-
-    /// Moves time forward without recording a sleep.
-    pub fn advance(&self, d: Duration) {
-        self.state.lock().unwrap().0 += d;
-    }
-
-    /// The instant `elapsed` after this clock's start (for a [`Deadline`]).
-    pub fn at(&self, elapsed: Duration) -> Instant {
-        self.start + elapsed
-    }
-}
-
-#[cfg(any(test, feature = "test-support"))]
-impl Clock for FakeClock {
-    fn sleep(&self, d: Duration) {
-        let mut state = self.state.lock().unwrap();
-        state.0 += d;
-        state.1.push(d);
-    }
-
-    fn now(&self) -> Instant {
-        self.start + self.elapsed()
     }
 }
 
@@ -324,13 +269,16 @@ impl Tries {
 
 /// How a wait ended without its value. `failures` counts the failed tries (of the job, for
 /// `retry_counting`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WaitError<E> {
     /// The stop token fired, before a try or during a wait; `last` is the last failure, if any.
+    #[error("{}", Stopped)]
     Stopped { failures: u32, last: Option<E> },
     /// The retries or the time ran out; `last` is the last failure.
+    #[error("{last} (gave up after {failures} tries)")]
     GaveUp { failures: u32, last: E },
     /// A failure that was not worth another try.
+    #[error("{error}")]
     Fatal { failures: u32, error: E },
 }
 
@@ -362,20 +310,6 @@ impl<E: Into<anyhow::Error>> WaitError<E> {
         }
     }
 }
-
-impl<E: std::fmt::Display> std::fmt::Display for WaitError<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WaitError::Stopped { .. } => write!(f, "{Stopped}"),
-            WaitError::GaveUp { failures, last } => {
-                write!(f, "{last} (gave up after {failures} tries)")
-            }
-            WaitError::Fatal { error, .. } => write!(f, "{error}"),
-        }
-    }
-}
-
-impl<E: std::fmt::Debug + std::fmt::Display> std::error::Error for WaitError<E> {}
 
 /// A wait ended by the stop token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -565,26 +499,15 @@ pub fn poll_with_cancel(
 }
 
 /// How a Go-style retry ended without success.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RetryError<E> {
     /// The stop token fired during a wait (Go returns the context's error alone).
+    #[error("context canceled")]
     Canceled,
     /// Every attempt failed; `last` is the last failure.
+    #[error("failed after {attempts} attempts, last error: {last}")]
     Exhausted { attempts: u32, last: E },
 }
-
-impl<E: std::fmt::Display> std::fmt::Display for RetryError<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RetryError::Canceled => write!(f, "context canceled"),
-            RetryError::Exhausted { attempts, last } => {
-                write!(f, "failed after {attempts} attempts, last error: {last}")
-            }
-        }
-    }
-}
-
-impl<E: std::fmt::Debug + std::fmt::Display> std::error::Error for RetryError<E> {}
 
 /// Go's `utils.Retry`: `f` up to `attempts` times (at least once, even when already stopped),
 /// `sleep` apart, until it succeeds.

@@ -13,6 +13,11 @@ use super::saved::SavedPartitions;
 use super::table;
 pub use super::windows::{DiskWindows, WINDOW};
 
+#[cfg(any(test, feature = "test-support"))]
+mod testing;
+#[cfg(any(test, feature = "test-support"))]
+pub use testing::empty_table;
+
 /// Sector size of a GPT image, from where its header sits in the first MiB: `EFI PART` at byte
 /// 512 (512-byte LBAs) or at byte 4096 (4Kn).
 fn detect_sector_size(head: &[u8]) -> Option<u64> {
@@ -61,15 +66,6 @@ impl ImageLayout {
             partitions,
         })
     }
-}
-
-/// An empty, valid GPT (fresh random disk GUID, no partitions) and a protective MBR over
-/// zeroed first and last MiB of a disk of `disk_size` bytes (test images start from one).
-#[cfg(any(test, feature = "test-support"))]
-pub fn empty_table(disk_size: u64, sector_size: u64) -> Result<DiskWindows> {
-    let mut w = DiskWindows::zeroed(disk_size)?;
-    table::write_new(&mut w, sector_size, &[], "an empty GPT")?;
-    Ok(w)
 }
 
 /// Reset `dev` to a valid GPT holding only the saved partitions (none: an empty table), with
