@@ -380,9 +380,7 @@ impl ServiceClient {
         path: String,
     ) -> Result<T> {
         self.execute(&Call::new(name, Method::GET, path), |response| {
-            let bytes = response
-                .bytes()
-                .map_err(|e| no_answer(error_chain(&e)))?;
+            let bytes = response.bytes().map_err(|e| no_answer(error_chain(&e)))?;
             serde_json::from_slice(&bytes)
                 .map_err(|e| local(anyhow!("decoding the response body: {e}")))
         })
