@@ -246,11 +246,6 @@ impl ServiceClient {
         self
     }
 
-    /// `--url` + `/api/assisted-install`.
-    pub fn base_url(&self) -> &str {
-        &self.base
-    }
-
     /// Replaces the token in text that may echo it (a server body, an error chain).
     fn redact(&self, text: &str) -> String {
         if self.token_text.is_empty() {
@@ -615,7 +610,7 @@ mod tests {
         let client = ServiceClient::new(config.clone()).unwrap();
         let text = format!("{client:?}");
         assert!(!text.contains("super-secret"), "{text}");
-        assert_eq!(client.base_url(), "https://svc:8090/api/assisted-install");
+        assert_eq!(client.base, "https://svc:8090/api/assisted-install");
         let empty = ClientConfig::default();
         assert!(format!("{empty:?}").contains("<empty>"));
     }
@@ -629,7 +624,7 @@ mod tests {
             })
         };
         assert_eq!(
-            mk("http://10.1.178.26:6000/").unwrap().base_url(),
+            mk("http://10.1.178.26:6000/").unwrap().base,
             "http://10.1.178.26:6000/api/assisted-install"
         );
         assert!(mk("not a url").is_err());
