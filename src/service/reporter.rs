@@ -62,15 +62,6 @@ pub struct Reporter {
     drop_timeout: Duration,
 }
 
-impl std::fmt::Debug for Reporter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reporter")
-            .field("infra_env_id", &self.infra_env_id)
-            .field("host_id", &self.host_id)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Reporter {
     /// Starts the reporter thread for this host. With an empty `host_id` every report about
     /// this host is skipped (as the Go installer does), with a debug log.
