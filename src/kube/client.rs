@@ -29,7 +29,6 @@ use kube::api::{
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -239,29 +238,6 @@ impl KubeClient {
         self.call(what, self.dynamic(kind, ns).get(name))
     }
 
-    fn merge_patch<K>(
-        &self,
-        api: Api<K>,
-        name: &str,
-        patch: Value,
-        what: impl Fn() -> String,
-    ) -> Result<()>
-    where
-        K: Clone + DeserializeOwned + Debug,
-    {
-        let patch = Patch::Merge(&patch);
-        self.call(what, api.patch(name, &PatchParams::default(), &patch))
-            .map(drop)
-    }
-
-    fn delete<K>(&self, api: Api<K>, name: &str, what: impl Fn() -> String) -> Result<()>
-    where
-        K: Clone + DeserializeOwned + Debug,
-    {
-        self.call(what, api.delete(name, &DeleteParams::default()))
-            .map(drop)
-    }
-
     /// PUT a BareMetalHost (or its `status`), named by its `metadata.name`, with `apiVersion` and
     /// `kind` set (list items may lack them).
     fn put_bmh(&self, ns: &str, bmh: &Value, status: bool) -> Result<Value> {
@@ -380,8 +356,10 @@ impl ClusterApi for KubeClient {
 
     fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()> {
         let what = || format!("patching the labels of node {name}");
-        let patch = json!({"metadata": {"labels": labels}});
-        self.merge_patch(self.all::<core::Node>(), name, patch, what)
+        let patch = Patch::Merge(json!({"metadata": {"labels": labels}}));
+        let nodes = self.all::<core::Node>();
+        self.call(what, nodes.patch(name, &PatchParams::default(), &patch))
+            .map(drop)
     }
 
     fn list_services(&self) -> Result<Vec<Service>> {
@@ -393,7 +371,9 @@ impl ClusterApi for KubeClient {
 
     fn delete_service(&self, namespace: &str, name: &str) -> Result<()> {
         let what = || format!("deleting service {namespace}/{name}");
-        self.delete(self.namespaced::<core::Service>(namespace), name, what)
+        let api = self.namespaced::<core::Service>(namespace);
+        self.call(what, api.delete(name, &DeleteParams::default()))
+            .map(drop)
     }
 
     fn list_pods(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
@@ -471,7 +451,8 @@ impl ClusterApi for KubeClient {
     fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()> {
         let what = || format!("deleting InstallPlan {namespace}/{name}");
         let api = self.dynamic(&kinds::install_plans(), Some(namespace));
-        self.delete(api, name, what)
+        self.call(what, api.delete(name, &DeleteParams::default()))
+            .map(drop)
     }
 
     fn list_jobs(&self, namespace: &str) -> Result<Vec<Job>> {
@@ -483,7 +464,9 @@ impl ClusterApi for KubeClient {
 
     fn delete_job(&self, namespace: &str, name: &str) -> Result<()> {
         let what = || format!("deleting job {namespace}/{name}");
-        self.delete(self.namespaced::<K8sJob>(namespace), name, what)
+        let api = self.namespaced::<K8sJob>(namespace);
+        self.call(what, api.delete(name, &DeleteParams::default()))
+            .map(drop)
     }
 
     fn list_bmhs(&self, namespace: &str) -> Result<Vec<Value>> {
@@ -520,8 +503,10 @@ impl ClusterApi for KubeClient {
 
     fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()> {
         let what = || format!("setting spec.paused={paused} on MachineConfigPool {name}");
-        let patch = json!({"spec": {"paused": paused}});
-        self.merge_patch(self.dynamic(&kinds::mcps(), None), name, patch, what)
+        let patch = Patch::Merge(json!({"spec": {"paused": paused}}));
+        let pools = self.dynamic(&kinds::mcps(), None);
+        self.call(what, pools.patch(name, &PatchParams::default(), &patch))
+            .map(drop)
     }
 
     fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {

@@ -159,14 +159,6 @@ impl Call {
     }
 }
 
-/// Why handling a successful response failed.
-enum HandleError {
-    /// Reading the body failed: worth another attempt.
-    Transport(String),
-    /// Anything else (bad JSON, a local file error): give up at once.
-    Fatal(anyhow::Error),
-}
-
 /// Why one attempt of a call failed.
 #[derive(Debug)]
 enum Failed {
@@ -175,6 +167,19 @@ enum Failed {
     Answer { status: Option<u16>, reason: String },
     /// A local failure (bad JSON, a file that cannot be written): reported as is.
     Local(anyhow::Error),
+}
+
+/// No answer (a body cut short, a reset): worth another attempt.
+fn no_answer(reason: String) -> Failure<Failed> {
+    Failure::Retry(Failed::Answer {
+        status: None,
+        reason,
+    })
+}
+
+/// A local failure (bad JSON, a file error): give up at once.
+fn local(e: anyhow::Error) -> Failure<Failed> {
+    Failure::Fatal(Failed::Local(e))
 }
 
 impl ServiceClient {
@@ -241,11 +246,6 @@ impl ServiceClient {
         self
     }
 
-    /// `--url` + `/api/assisted-install`.
-    pub fn base_url(&self) -> &str {
-        &self.base
-    }
-
     /// Replaces the token in text that may echo it (a server body, an error chain).
     fn redact(&self, text: &str) -> String {
         if self.token_text.is_empty() {
@@ -259,7 +259,7 @@ impl ServiceClient {
     fn execute<T>(
         &self,
         call: &Call,
-        mut on_success: impl FnMut(Response) -> Result<T, HandleError>,
+        mut on_success: impl FnMut(Response) -> Result<T, Failure<Failed>>,
     ) -> Result<T> {
         let url = format!("{}{}", self.base, call.path);
         let request_id = Uuid::new_v4().to_string();
@@ -282,26 +282,17 @@ impl ServiceClient {
                 let part = reqwest::blocking::multipart::Part::bytes(bytes.clone())
                     .file_name(file_name.clone())
                     .mime_str("application/octet-stream")
-                    .map_err(|e| {
-                        Failure::Fatal(Failed::Local(anyhow!("building the upload: {e}")))
-                    })?;
+                    .map_err(|e| local(anyhow!("building the upload: {e}")))?;
                 request = request
                     .header(ACCEPT, "application/json")
                     .multipart(reqwest::blocking::multipart::Form::new().part("upfile", part));
             }
-            let no_answer = |reason: String| Failed::Answer {
-                status: None,
-                reason,
-            };
             match request.send() {
-                Ok(response) if response.status().is_success() => match on_success(response) {
-                    Ok(value) => {
-                        debug!(call = call.name, request_id = %request_id, "request succeeded");
-                        Ok(value)
-                    }
-                    Err(HandleError::Fatal(e)) => Err(Failure::Fatal(Failed::Local(e))),
-                    Err(HandleError::Transport(msg)) => Err(Failure::Retry(no_answer(msg))),
-                },
+                Ok(response) if response.status().is_success() => {
+                    let value = on_success(response)?;
+                    debug!(call = call.name, request_id = %request_id, "request succeeded");
+                    Ok(value)
+                }
                 Ok(response) => {
                     let status = Some(response.status().as_u16());
                     let failure = self.retry.classify(response.status().as_u16(), ());
@@ -316,8 +307,11 @@ impl ServiceClient {
                     let reason = reason_from_body(response);
                     Err(Failure::Fatal(Failed::Answer { status, reason }))
                 }
-                Err(e) if is_transient(&e) => Err(Failure::Retry(no_answer(error_chain(&e)))),
-                Err(e) => Err(Failure::Fatal(no_answer(error_chain(&e)))),
+                Err(e) if is_transient(&e) => Err(no_answer(error_chain(&e))),
+                Err(e) => Err(Failure::Fatal(Failed::Answer {
+                    status: None,
+                    reason: error_chain(&e),
+                })),
             }
         };
         // Every failure up to the third, then every 30th, as a warning.
@@ -381,11 +375,9 @@ impl ServiceClient {
         path: String,
     ) -> Result<T> {
         self.execute(&Call::new(name, Method::GET, path), |response| {
-            let bytes = response
-                .bytes()
-                .map_err(|e| HandleError::Transport(error_chain(&e)))?;
+            let bytes = response.bytes().map_err(|e| no_answer(error_chain(&e)))?;
             serde_json::from_slice(&bytes)
-                .map_err(|e| HandleError::Fatal(anyhow!("decoding the response body: {e}")))
+                .map_err(|e| local(anyhow!("decoding the response body: {e}")))
         })
     }
 
@@ -508,8 +500,8 @@ fn is_transient(e: &reqwest::Error) -> bool {
 /// Streams `response` into a private (0600: Ignition files carry the pull secret) temporary
 /// file beside `dest`, fsyncs it and renames it over `dest`. The temporary file is removed on
 /// any failure.
-fn stream_to_file(mut response: Response, dest: &Path) -> Result<u64, HandleError> {
-    let fatal = HandleError::Fatal;
+fn stream_to_file(mut response: Response, dest: &Path) -> Result<u64, Failure<Failed>> {
+    let fatal = local;
     let file_name = dest.file_name().ok_or_else(|| {
         fatal(anyhow!(
             "download destination {} has no file name",
@@ -541,7 +533,7 @@ fn stream_to_file(mut response: Response, dest: &Path) -> Result<u64, HandleErro
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                return Err(HandleError::Transport(format!(
+                return Err(no_answer(format!(
                     "reading the body failed after {total} bytes: {}",
                     error_chain(&e)
                 )))
@@ -618,7 +610,7 @@ mod tests {
         let client = ServiceClient::new(config.clone()).unwrap();
         let text = format!("{client:?}");
         assert!(!text.contains("super-secret"), "{text}");
-        assert_eq!(client.base_url(), "https://svc:8090/api/assisted-install");
+        assert_eq!(client.base, "https://svc:8090/api/assisted-install");
         let empty = ClientConfig::default();
         assert!(format!("{empty:?}").contains("<empty>"));
     }
@@ -632,7 +624,7 @@ mod tests {
             })
         };
         assert_eq!(
-            mk("http://10.1.178.26:6000/").unwrap().base_url(),
+            mk("http://10.1.178.26:6000/").unwrap().base,
             "http://10.1.178.26:6000/api/assisted-install"
         );
         assert!(mk("not a url").is_err());

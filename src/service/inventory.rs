@@ -61,15 +61,3 @@ pub struct LogsUpload {
     pub file_name: String,
     pub data: Vec<u8>,
 }
-
-impl std::fmt::Debug for LogsUpload {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogsUpload")
-            .field("cluster_id", &self.cluster_id)
-            .field("logs_type", &self.logs_type)
-            .field("host", &self.host)
-            .field("file_name", &self.file_name)
-            .field("bytes", &self.data.len())
-            .finish()
-    }
-}

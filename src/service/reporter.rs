@@ -2,7 +2,6 @@
 //! thread posts them to the service in order. A failed report (after the client's own retries)
 //! is logged and dropped, never failing or blocking the install.
 
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -57,19 +56,10 @@ pub struct Reporter {
     /// `None` once dropped.
     tx: Option<Sender<Job>>,
     thread: Option<JoinHandle<()>>,
-    /// Last percentage enqueued per stage. Held while enqueueing, so that percentage reports
-    /// from several threads keep their order.
-    percents: Mutex<HashMap<HostStage, u8>>,
+    /// Last percentage of the disk write enqueued. Held while enqueueing, so that percentage
+    /// reports from several threads keep their order.
+    last_percent: Mutex<u8>,
     drop_timeout: Duration,
-}
-
-impl std::fmt::Debug for Reporter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reporter")
-            .field("infra_env_id", &self.infra_env_id)
-            .field("host_id", &self.host_id)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Reporter {
@@ -97,50 +87,32 @@ impl Reporter {
             shared,
             tx: Some(tx),
             thread: Some(thread),
-            percents: Mutex::new(HashMap::new()),
+            last_percent: Mutex::new(0),
             drop_timeout: DROP_DRAIN_TIMEOUT,
         }
     }
 
     /// Enqueues `stage` / `info` for this host; returns at once.
     pub fn stage(&self, stage: HostStage, info: impl Into<String>) {
-        self.enqueue(
-            self.infra_env_id.clone(),
-            self.host_id.clone(),
-            stage,
-            info.into(),
-        );
+        self.enqueue(&self.infra_env_id, &self.host_id, stage, info.into());
     }
 
-    /// `Writing image to disk` / `"<N>%"`, throttled as [`Reporter::stage_percent`] says.
-    pub fn write_percent(&self, percent: u8) {
-        self.stage_percent(HostStage::WritingImageToDisk, percent);
-    }
-
-    /// `stage` / `"<N>%"` for this host, only when N grew by at least 5 points since the last
-    /// percentage enqueued for that stage (so the first once N ≥ 5), or N is 100 and the last
+    /// `Writing image to disk` / `"<N>%"` for this host, only when N grew by at least 5 points
+    /// since the last percentage enqueued (so the first once N ≥ 5), or N is 100 and the last
     /// was not. Values above 100 count as 100. Coalescing happens here, at enqueue time.
-    fn stage_percent(&self, stage: HostStage, percent: u8) {
+    pub fn write_percent(&self, percent: u8) {
         let percent = percent.min(100);
-        let mut percents = self.percents.lock().unwrap_or_else(|p| p.into_inner());
-        let last = percents.get(&stage).copied().unwrap_or(0);
-        let due = percent >= last.saturating_add(PERCENT_STEP) || (percent == 100 && last != 100);
-        if !due {
-            return;
+        let mut last = self.last_percent.lock().unwrap_or_else(|p| p.into_inner());
+        if percent >= last.saturating_add(PERCENT_STEP) || (percent == 100 && *last != 100) {
+            *last = percent;
+            self.stage(HostStage::WritingImageToDisk, format!("{percent}%"));
         }
-        percents.insert(stage, percent);
-        self.stage(stage, format!("{percent}%"));
     }
 
     /// Enqueues a report about another host (e.g. `Configuring`, `Joined` seen from the
     /// bootstrap); it shares the queue, so the order with this host's reports is kept.
     pub fn other_host(&self, infra_env_id: &str, host_id: &str, stage: HostStage, info: &str) {
-        self.enqueue(
-            infra_env_id.to_string(),
-            host_id.to_string(),
-            stage,
-            info.to_string(),
-        );
+        self.enqueue(infra_env_id, host_id, stage, info.to_string());
     }
 
     /// Waits until every report enqueued before this call was sent or given up on. Returns
@@ -164,7 +136,7 @@ impl Reporter {
         true
     }
 
-    fn enqueue(&self, infra_env_id: String, host_id: String, stage: HostStage, info: String) {
+    fn enqueue(&self, infra_env_id: &str, host_id: &str, stage: HostStage, info: String) {
         if host_id.is_empty() {
             debug!(stage = %stage, info = %info, "no host id: progress report skipped");
             return;
@@ -172,8 +144,8 @@ impl Reporter {
         let Some(tx) = &self.tx else { return };
         let mut counts = self.shared.counts();
         let job = Job {
-            infra_env_id,
-            host_id,
+            infra_env_id: infra_env_id.to_string(),
+            host_id: host_id.to_string(),
             stage,
             info,
         };
@@ -397,38 +369,29 @@ mod tests {
         assert!(r.drain(Duration::ZERO));
     }
 
-    /// Percentages: the first once at least 5, then every 5 points, 100 always and once, each
-    /// stage throttled on its own.
+    /// Percentages: the first once at least 5, then every 5 points, 100 always and once.
     #[test]
-    fn percentages_are_throttled_per_stage() {
+    fn percentages_are_throttled() {
         const W: &str = "Writing image to disk";
-        const C: &str = "Copying registry data to disk";
         let every_five: Vec<String> = (1..=20).map(|i| format!("{W} {}%", i * 5)).collect();
-        let cases: [(Vec<u8>, Vec<u8>, Vec<String>); 3] = [
+        let cases: [(Vec<u8>, Vec<String>); 3] = [
             // Go's own example.
             (
                 vec![55, 60, 62, 56, 66, 98, 99, 100, 100],
-                vec![],
                 ["55", "60", "66", "98", "100"]
                     .map(|p| format!("{W} {p}%"))
                     .to_vec(),
             ),
-            ((0..=100).chain([100, 250]).collect(), vec![], every_five),
+            ((0..=100).chain([100, 250]).collect(), every_five),
             (
                 vec![4, 96, 97, 100, 100, 99],
-                vec![3, 7, 8, 12, 100],
-                [(W, 96), (W, 100), (C, 7), (C, 12), (C, 100)]
-                    .map(|(s, p)| format!("{s} {p}%"))
-                    .to_vec(),
+                vec![format!("{W} 96%"), format!("{W} 100%")],
             ),
         ];
-        for (writes, copies, want) in cases {
+        for (writes, want) in cases {
             let client = Arc::new(FakeClient::default());
             let r = spawn(&client, "h-1");
             writes.iter().for_each(|&p| r.write_percent(p));
-            for p in copies {
-                r.stage_percent(HostStage::CopyingRegistryDataToDisk, p);
-            }
             assert!(r.drain(Duration::from_secs(10)));
             let got: Vec<String> = client
                 .reports()

@@ -76,11 +76,6 @@ impl ClientRetry {
             _ => Failure::Fatal(error),
         }
     }
-
-    /// Upper bound (exclusive) of the wait after attempt number `attempt`.
-    pub fn delay_bound(&self, attempt: u32) -> Duration {
-        self.schedule().delay.bound(attempt + 1)
-    }
 }
 
 impl Default for ClientRetry {
@@ -104,6 +99,11 @@ mod tests {
         /// cut short) on attempt number `attempt` (0-based) is retried.
         fn retry_transport(&self, attempt: u32) -> bool {
             self.schedule().permits(&Failure::Retry(()), attempt + 1)
+        }
+
+        /// Upper bound (exclusive) of the wait after attempt number `attempt`.
+        pub(crate) fn delay_bound(&self, attempt: u32) -> Duration {
+            self.schedule().delay.bound(attempt + 1)
         }
 
         /// A random wait in `[0, delay_bound(attempt))`.

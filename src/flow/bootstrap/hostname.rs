@@ -11,33 +11,27 @@ use uuid::Uuid;
 const RANDOM_HOSTNAME_PREFIX: &str = "random-hostname-";
 
 /// True when `hostname` must be replaced: it is `localhost`, or it does not match
-/// `^[a-z0-9][a-z0-9\-.]{0,61}[a-z0-9]$`.
+/// `^[a-z0-9][a-z0-9\-.]{0,61}[a-z0-9]$` (checked by hand: 2 to 63 bytes, the first and last a
+/// lower-case letter or digit, the ones between may also be `-` or `.`).
 ///
 /// The name is taken exactly as given: a trailing newline (from `cat /etc/hostname`) or upper-case
 /// letters make it invalid, as they do for the Go regex. Callers that read a file should trim it.
 /// A one-character name does not match the pattern (it needs a first and a last character) and is
 /// therefore replaced too, exactly like the Go installer does.
 pub(crate) fn needs_random_hostname(hostname: &str) -> bool {
-    hostname == "localhost" || !matches_hostname_pattern(hostname)
+    let bytes = hostname.as_bytes();
+    let edge = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let middle = |b: &u8| edge(b) || *b == b'-' || *b == b'.';
+    let valid = (2..=63).contains(&bytes.len())
+        && edge(&bytes[0])
+        && edge(&bytes[bytes.len() - 1])
+        && bytes[1..bytes.len() - 1].iter().all(middle);
+    hostname == "localhost" || !valid
 }
 
 /// `random-hostname-<uuid4>`: 52 characters, all of them allowed by the pattern above.
 pub(crate) fn random_hostname() -> String {
     format!("{RANDOM_HOSTNAME_PREFIX}{}", Uuid::new_v4())
-}
-
-/// The regex `^[a-z0-9][a-z0-9\-.]{0,61}[a-z0-9]$`, written out by hand: 2 to 63 bytes, the first
-/// and last a lower-case letter or digit, the ones between may also be `-` or `.`.
-fn matches_hostname_pattern(hostname: &str) -> bool {
-    let bytes = hostname.as_bytes();
-    if !(2..=63).contains(&bytes.len()) {
-        return false;
-    }
-    let edge = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    let middle = |b: u8| edge(b) || b == b'-' || b == b'.';
-    edge(bytes[0])
-        && edge(bytes[bytes.len() - 1])
-        && bytes[1..bytes.len() - 1].iter().all(|&b| middle(b))
 }
 
 #[cfg(test)]

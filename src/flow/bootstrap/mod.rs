@@ -3,26 +3,11 @@
 //! strings. Host effects go through `Flow::host`, the new cluster through `Flow::kube`, files
 //! under /opt through `Flow::paths`; every wait ends early when `Flow::stop` fires.
 //!
-//! The steps, one file each:
-//! - `startBootstrap` in `prepare`: everything the bootstrap control plane needs before
-//!   bootkube runs (pull secret, bootstrap Ignition, SSH manifest, hostname, controller
-//!   manifests, `oc`);
-//! - `waitForControlPlane` and the rest of the post-phase in `waits` (nodes, bootkube, etcd,
-//!   controller, workers, MachineConfig annotations);
-//! - the `updateConfiguringStatus` goroutine, as a thread, in `configuring`;
-//! - the controller's log uploads while it is waited for (`uploadControllerLogs`) in
-//!   `controller_logs`;
-//! - `createSingleNodeMasterIgnition` in `single_node`.
-//!
-//! Their pure building blocks work on bytes and strings only, so their rules are tested without
-//! root:
-//! - the assisted-installer-controller manifests (`PrepareController`) come from the
-//!   controller's own [`crate::controller::deploy`];
-//! - the hostname check and the random replacement name (`checkHostname`) in [`hostname`];
-//! - which hosts fetched their Ignition from the machine-config-server, in [`crate::openshift::mcs_logs`];
-//! - the `99-assisted-installer-master-ssh` MachineConfig (`CreateOpenshiftSshManifest`) in
-//!   [`ssh_manifest`];
-//! - the tar.gz archive of a log upload (`WriteToTarGz`) in [`crate::archive`].
+//! One file per Go step: `startBootstrap` (`prepare`), `waitForControlPlane` and the rest of
+//! the post-phase (`waits`), the `updateConfiguringStatus` goroutine (`configuring`),
+//! `uploadControllerLogs` (`controller_logs`), `createSingleNodeMasterIgnition`
+//! (`single_node`); the pure rules of `checkHostname` and `CreateOpenshiftSshManifest` in
+//! [`hostname`] and [`ssh_manifest`].
 
 pub(crate) mod hostname;
 pub(crate) mod ssh_manifest;

@@ -11,11 +11,6 @@
 //!
 //! Not done in dry-run mode, with `--coreos-image` (Go never calls it there), nor on s390x
 //! (Go fetches the MachineConfig and computes the free space there, then deploys nothing).
-//!
-//! The pieces, one file each: what is read from the configs and the `--karg` list
-//! ([`machine_config`], pure), one fetch of the served config ([`fetch`]), the fetch started
-//! early on a thread of its own and its budget ([`poll`]), and the commands of the deploy
-//! ([`deploy`]).
 
 pub(crate) mod deploy;
 pub(crate) mod fetch;
