@@ -10,7 +10,6 @@
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::ignition::data_url;
 
@@ -42,6 +41,59 @@ pub(crate) struct EncapsulatedMc {
     pub kernel_arguments: Vec<String>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Config {
+    ignition: IgnitionSection,
+    storage: Storage,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct IgnitionSection {
+    config: ConfigReferences,
+    security: Security,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ConfigReferences {
+    merge: Vec<Resource>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Security {
+    tls: Tls,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct Tls {
+    certificate_authorities: Vec<Resource>,
+}
+
+/// An Ignition resource (`source` and its optional `compression`).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Resource {
+    source: Option<String>,
+    compression: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Storage {
+    files: Vec<File>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct File {
+    path: String,
+    contents: Resource,
+}
+
 #[derive(Deserialize)]
 struct MachineConfig {
     #[serde(default)]
@@ -56,28 +108,13 @@ struct MachineConfigSpec {
     kernel_arguments: Option<Vec<String>>,
 }
 
-fn parse_config(bytes: &[u8]) -> Result<Value> {
+fn parse_config(bytes: &[u8]) -> Result<Config> {
     // serde_json's errors give a line and column, not the text around them.
-    let value: Value = serde_json::from_slice(bytes).context("not JSON")?;
+    let value: serde_json::Value = serde_json::from_slice(bytes).context("not JSON")?;
     if !value.is_object() {
         bail!("not an Ignition config: the JSON is not an object");
     }
-    Ok(value)
-}
-
-/// The elements of the array at `pointer`; none when it is absent or no array.
-fn array<'a>(config: &'a Value, pointer: &str) -> impl Iterator<Item = &'a Value> {
-    config
-        .pointer(pointer)
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-}
-
-/// An Ignition resource's `source` and `compression` (`None` when absent or not a string).
-fn resource(r: &Value) -> (Option<&str>, Option<&str>) {
-    let text = |key| r.get(key).and_then(Value::as_str);
-    (text("source"), text("compression"))
+    serde_json::from_value(value).context("not an Ignition v3 config")
 }
 
 /// The first non-empty `ignition.config.merge[].source` and the first
@@ -85,21 +122,33 @@ fn resource(r: &Value) -> (Option<&str>, Option<&str>) {
 /// PEM). Go's `getPointedIgnitionAndCA`; a CA's `compression` is honoured as well.
 pub(crate) fn pointer_config(bytes: &[u8]) -> Result<PointerConfig> {
     let config = parse_config(bytes)?;
-    let mut merged = array(&config, "/ignition/config/merge").filter_map(|r| resource(r).0);
-    let Some(source) = merged.find(|s| !s.is_empty()) else {
+    let Some(source) = config
+        .ignition
+        .config
+        .merge
+        .into_iter()
+        .filter_map(|r| r.source)
+        .find(|s| !s.is_empty())
+    else {
         bail!("the pointer Ignition config has no ignition.config.merge source");
     };
-    let cas = array(&config, "/ignition/security/tls/certificateAuthorities");
-    let ca_pem = match cas.map(resource).find(|(url, _)| url.is_some()) {
-        Some((url, compression)) => {
-            let url = url.unwrap_or_default();
-            if !data_url::is_data_url(url) {
+    let ca_pem = match config
+        .ignition
+        .security
+        .tls
+        .certificate_authorities
+        .into_iter()
+        .find(|r| r.source.is_some())
+    {
+        Some(ca) => {
+            let url = ca.source.unwrap_or_default();
+            if !data_url::is_data_url(&url) {
                 bail!(
                     "the CA of the pointer Ignition config is not a data: URL ({})",
-                    display_source(url)
+                    display_source(&url)
                 );
             }
-            let pem = data_url::decode_with_compression(url, compression)
+            let pem = data_url::decode_with_compression(&url, ca.compression.as_deref())
                 .context("decoding the CA of the pointer Ignition config")?;
             Some(
                 String::from_utf8(pem)
@@ -108,22 +157,23 @@ pub(crate) fn pointer_config(bytes: &[u8]) -> Result<PointerConfig> {
         }
         None => None,
     };
-    Ok(PointerConfig {
-        source: source.to_string(),
-        ca_pem,
-    })
+    Ok(PointerConfig { source, ca_pem })
 }
 
 /// The MachineConfig in `/etc/ignition-machine-config-encapsulated.json` of a config the
 /// machine-config-server served: its `spec.osImageURL` and `spec.kernelArguments`.
 pub(crate) fn encapsulated_mc(served: &[u8]) -> Result<EncapsulatedMc> {
     let config = parse_config(served).context("the served Ignition config")?;
-    let path = |f: &&Value| f.get("path").and_then(Value::as_str) == Some(ENCAPSULATED_MC_PATH);
-    let Some(file) = array(&config, "/storage/files").find(path) else {
+    let Some(file) = config
+        .storage
+        .files
+        .into_iter()
+        .find(|f| f.path == ENCAPSULATED_MC_PATH)
+    else {
         bail!("the served Ignition config has no {ENCAPSULATED_MC_PATH}");
     };
-    let (source, compression) = file.get("contents").map(resource).unwrap_or_default();
-    let bytes = data_url::decode_with_compression(source.unwrap_or_default(), compression)
+    let source = file.contents.source.unwrap_or_default();
+    let bytes = data_url::decode_with_compression(&source, file.contents.compression.as_deref())
         .with_context(|| format!("decoding {ENCAPSULATED_MC_PATH}"))?;
     let mc: MachineConfig = serde_json::from_slice(&bytes)
         .with_context(|| format!("{ENCAPSULATED_MC_PATH} is not a MachineConfig"))?;
