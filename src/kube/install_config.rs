@@ -13,9 +13,7 @@ pub(crate) const INSTALL_CONFIG_NAMESPACE: &str = "kube-system";
 pub(crate) const INSTALL_CONFIG_NAME: &str = "cluster-config-v1";
 pub(crate) const INSTALL_CONFIG_KEY: &str = "install-config";
 
-pub(crate) use crate::openshift::{
-    INVOKER_AGENT, INVOKER_ASSISTED, INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE,
-};
+pub(crate) use crate::openshift::INVOKER_AGENT;
 
 /// Platforms whose nodes carry `node.cloudprovider.kubernetes.io/uninitialized` until a cloud
 /// controller manager with real credentials initialises them.
@@ -161,6 +159,7 @@ pub(crate) fn install_config_has_vsphere_server(install_config_yaml: &str) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::openshift::INVOKER_ASSISTED;
 
     const INSTALL_CONFIG: &str = "\
 apiVersion: v1

@@ -8,9 +8,9 @@ use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::service::KUBECONFIG_NOINGRESS;
 use crate::controller::testing::{abi_config_map, abi_operators_initialized, cond, record, FakeOc};
-use crate::kube::install_config::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
 use crate::kube::testing::FakeCluster;
 use crate::kube::ClusterVersion;
+use crate::openshift::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
 use crate::service::{FinalizingStage, LogsState};
 
 struct Harness {

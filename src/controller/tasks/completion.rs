@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::clock::{poll, PollError};
+use crate::clock::poll;
 use crate::clock::{Clock, Stop};
 use crate::controller::service::ControllerService;
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::operators::{
-    ctx_cause, status_from_conditions, wait_for_cluster_operators, CLUSTER_OPERATORS_INTERVAL,
+    cluster_operators_round, ctx_cause, status_from_conditions, CLUSTER_OPERATORS_INTERVAL,
 };
 use crate::kube::ClusterApi;
 use crate::service::{CompletionParams, FinalizingStage, OperatorMonitorReport, ServiceError};
@@ -166,47 +166,6 @@ pub(crate) fn wait_for_installation_abi(
     .is_ok()
 }
 
-/// Why post-install failed, with the cause as Go's context error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PostInstallFailure {
-    ClusterOperators(PollError),
-    RouterCa(PollError),
-}
-
-impl PostInstallFailure {
-    /// The exact `error_info` Go sends.
-    pub(crate) fn error_info(&self) -> String {
-        match self {
-            PostInstallFailure::ClusterOperators(e) => format!(
-                "Stopped waiting for cluster operators to be available: {}",
-                ctx_cause(*e)
-            ),
-            PostInstallFailure::RouterCa(e) => {
-                format!("Stopped waiting for router ca data: {}", ctx_cause(*e))
-            }
-        }
-    }
-}
-
-/// The body of `complete-installation`: success carries nothing else; a failure its
-/// `error_info` and the operator report when there is one.
-pub(crate) fn completion_params(
-    result: Result<(), PostInstallFailure>,
-    report: Option<Map<String, Value>>,
-) -> CompletionParams {
-    match result {
-        Ok(()) => CompletionParams {
-            is_success: true,
-            ..CompletionParams::default()
-        },
-        Err(failure) => CompletionParams {
-            is_success: false,
-            error_info: failure.error_info(),
-            data: report,
-        },
-    }
-}
-
 /// The operators report of `PostInstallConfigs`: `{"CLUSTER_OPERATORS_REPORT": [{name, status, status_info}…]}` from the
 /// ClusterOperators' conditions, or `None` when they cannot be listed.
 pub(crate) fn operators_report(cluster: &dyn ClusterApi) -> Option<Map<String, Value>> {
@@ -340,40 +299,46 @@ pub(crate) fn post_install_configs(
 
     let stage = |s| report_stage(clock, stop, service, s, GENERAL_WAIT);
     stage(FinalizingStage::WaitingForClusterOperators);
-    let waited = wait_for_cluster_operators(
-        clock,
-        stop,
-        CLUSTER_OPERATORS_INTERVAL,
-        settings.cvo_timeout,
-        cluster,
-        service,
-        &settings.openshift_version,
-        settings.check_cluster_version,
-    );
+    let (version, check_cv) = (&settings.openshift_version, settings.check_cluster_version);
+    let interval = CLUSTER_OPERATORS_INTERVAL;
+    let waited = poll(clock, stop, interval, Some(settings.cvo_timeout), || {
+        cluster_operators_round(cluster, service, version, check_cv)
+    });
     let report = operators_report(cluster);
-    let result = waited
-        .map_err(PostInstallFailure::ClusterOperators)
-        .and_then(|()| {
-            stage(FinalizingStage::AddingRouterCa);
-            poll(clock, stop, ROUTER_CA_INTERVAL, None, || {
-                upload_router_ca(cluster, service)
-            })
-            .map_err(PostInstallFailure::RouterCa)
-        });
-    if result.is_ok() {
-        if let Err(err) = olm() {
-            tracing::warn!("Error while initializing OLM operators: {err:#}");
-        }
-    }
-    let params = match result {
+    // The exact `error_info` Go sends, with the cause as Go's context error.
+    let failure = match waited {
+        Err(e) => Some(format!(
+            "Stopped waiting for cluster operators to be available: {}",
+            ctx_cause(e)
+        )),
         Ok(()) => {
-            stage(FinalizingStage::Done);
-            completion_params(Ok(()), None)
+            stage(FinalizingStage::AddingRouterCa);
+            let uploaded = poll(clock, stop, ROUTER_CA_INTERVAL, None, || {
+                upload_router_ca(cluster, service)
+            });
+            let cause = uploaded.err().map(ctx_cause);
+            cause.map(|c| format!("Stopped waiting for router ca data: {c}"))
         }
-        Err(failure) => {
-            tracing::error!("post-install failed: {}", failure.error_info());
+    };
+    let params = match failure {
+        None => {
+            if let Err(err) = olm() {
+                tracing::warn!("Error while initializing OLM operators: {err:#}");
+            }
+            stage(FinalizingStage::Done);
+            CompletionParams {
+                is_success: true,
+                ..CompletionParams::default()
+            }
+        }
+        Some(error_info) => {
+            tracing::error!("post-install failed: {error_info}");
             status.error();
-            completion_params(Err(failure), report)
+            CompletionParams {
+                is_success: false,
+                error_info,
+                data: report,
+            }
         }
     };
     let sent = until_ok(

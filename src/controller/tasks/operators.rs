@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 
-use crate::clock::{poll, PollError};
-use crate::clock::{Clock, Stop};
+use crate::clock::PollError;
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::kube::{ClusterApi, Condition};
 use crate::service::{Cluster, FinalizingStage, OperatorMonitorReport, OperatorStatus};
@@ -252,25 +251,6 @@ pub(crate) fn cluster_operators_round(
     available(CVO_NAME) && ok_console
 }
 
-/// The cluster-operator wait: rounds every [`CLUSTER_OPERATORS_INTERVAL`] until one holds, `stop` fires
-/// ([`PollError::Canceled`]) or `timeout` ([`CVO_MAX_TIMEOUT`] in production) passes
-/// ([`PollError::TimedOut`], Go's "context deadline exceeded").
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn wait_for_cluster_operators(
-    clock: &dyn Clock,
-    stop: &dyn Stop,
-    interval: Duration,
-    timeout: Duration,
-    cluster: &dyn ClusterApi,
-    service: &dyn ControllerService,
-    openshift_version: &str,
-    check_cluster_version: bool,
-) -> Result<(), PollError> {
-    poll(clock, stop, interval, Some(timeout), || {
-        cluster_operators_round(cluster, service, openshift_version, check_cluster_version)
-    })
-}
-
 /// Go's context error text for how a wait ended: the capped context's deadline or the main
 /// context's cancellation.
 pub(crate) fn ctx_cause(err: PollError) -> &'static str {
@@ -283,7 +263,7 @@ pub(crate) fn ctx_cause(err: PollError) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::{FakeClock, NeverStop};
+    use crate::clock::{poll, FakeClock, NeverStop};
     use crate::controller::service::testing::{MemoryService, ServiceCall};
     use crate::controller::testing::{boom, cond, lso_csv, LSO_NS, LSO_SUB};
     use crate::kube::testing::FakeCluster;
@@ -582,15 +562,13 @@ mod tests {
         available_console(&cluster);
         let svc = service(vec![record("console", "progressing", "")]);
         svc.fail("v2ReportMonitoredOperatorStatus", 1000, 500);
-        let err = wait_for_cluster_operators(
+        let timeout = Some(Duration::from_secs(600));
+        let err = poll(
             &clock,
             &NeverStop,
             CLUSTER_OPERATORS_INTERVAL,
-            Duration::from_secs(600),
-            &cluster,
-            &svc,
-            "4.12",
-            false,
+            timeout,
+            || cluster_operators_round(&cluster, &svc, "4.12", false),
         )
         .unwrap_err();
         assert_eq!(ctx_cause(err), "context deadline exceeded");
@@ -632,15 +610,13 @@ mod tests {
                 record("cvo", rs, ri),
             ]);
             // One round: the deadline falls before the second tick.
-            let result = wait_for_cluster_operators(
+            let timeout = Some(Duration::from_secs(30));
+            let result = poll(
                 &clock,
                 &NeverStop,
                 CLUSTER_OPERATORS_INTERVAL,
-                Duration::from_secs(30),
-                &cluster,
-                &svc,
-                "4.12",
-                true,
+                timeout,
+                || cluster_operators_round(&cluster, &svc, "4.12", true),
             );
             let row = format!("{rs}/{ri:?} vs {ct}/{cm:?}");
             assert_eq!(svc.operator_reports().len(), usize::from(sent), "{row}");

@@ -15,10 +15,12 @@ use crate::controller::service::ControllerService;
 use crate::kube::install_config::{
     has_valid_vsphere_credentials as overrides_have_vsphere_credentials,
     install_config_has_vsphere_server, INSTALL_CONFIG_KEY, INSTALL_CONFIG_NAME,
-    INSTALL_CONFIG_NAMESPACE, INVOKER_AGENT, INVOKER_ASSISTED, INVOKER_CONFIG_MAP, INVOKER_KEY,
-    INVOKER_NAMESPACE,
+    INSTALL_CONFIG_NAMESPACE,
 };
 use crate::kube::{api_error_code, ClusterApi, NewEvent};
+use crate::openshift::{
+    invoker as invoker_of, INVOKER_AGENT, INVOKER_CONFIG_MAP, INVOKER_NAMESPACE,
+};
 use crate::service::Cluster;
 
 /// The ready Event's name and reason.
@@ -100,25 +102,14 @@ pub(crate) fn set_ready_state(
     last
 }
 
-/// Who invoked the OpenShift installer.
+/// Who invoked the OpenShift installer: Go's `getInvoker`, the assisted-service when the
+/// ConfigMap cannot be read.
 pub(crate) fn invoker(cluster_api: &dyn ClusterApi) -> String {
-    match cluster_api.get_config_map(INVOKER_NAMESPACE, INVOKER_CONFIG_MAP) {
-        Ok(Some(data)) => data.get(INVOKER_KEY).cloned().unwrap_or_default(),
-        Ok(None) => {
-            tracing::info!(
-                "ConfigMap {INVOKER_NAMESPACE}/{INVOKER_CONFIG_MAP} not found, \
-                 invoker {INVOKER_ASSISTED}"
-            );
-            INVOKER_ASSISTED.to_string()
-        }
-        Err(e) => {
-            tracing::warn!(
-                "Failed to get ConfigMap {INVOKER_NAMESPACE}/{INVOKER_CONFIG_MAP}, \
-                 invoker {INVOKER_ASSISTED}: {e:#}"
-            );
-            INVOKER_ASSISTED.to_string()
-        }
+    let data = cluster_api.get_config_map(INVOKER_NAMESPACE, INVOKER_CONFIG_MAP);
+    if let Err(e) = &data {
+        tracing::warn!("Failed to get ConfigMap {INVOKER_NAMESPACE}/{INVOKER_CONFIG_MAP}: {e:#}");
     }
+    invoker_of(data.ok().flatten().as_ref())
 }
 
 /// The install-config YAML stored in the cluster (`kube-system/cluster-config-v1`).

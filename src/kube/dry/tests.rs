@@ -11,7 +11,7 @@ use crate::controller::tasks::operators::{
     cluster_operators_round, console_enabled, is_available, status_from_conditions, OlmHandler,
 };
 use crate::kube::api_error_code;
-use crate::kube::install_config::INVOKER_ASSISTED;
+use crate::openshift::INVOKER_ASSISTED;
 use crate::service::{MonitoredOperator, OperatorStatus};
 use serde_json::json;
 use std::path::Path;
