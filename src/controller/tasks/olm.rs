@@ -10,7 +10,7 @@
 //! free of a generic "apply anything" call.
 //!
 //! As in Go, a `failed` CSV is never reported by the CSV wait (see
-//! [`OlmHandler`](super::operators::OlmHandler)): OLM operators only become `failed` through
+//! [`is_available`](super::operators::is_available)): OLM operators only become `failed` through
 //! [`mark_timed_out`].
 
 use std::io::Write;
@@ -27,7 +27,7 @@ use crate::controller::service::{
 };
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::completion::report_stage;
-use crate::controller::tasks::operators::{check_stage_timed_out, is_available, OlmHandler};
+use crate::controller::tasks::operators::{check_stage_timed_out, is_available, olm_status};
 use crate::host::commands::CommandRunner;
 use crate::kube::ClusterApi;
 use crate::service::{FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus};
@@ -322,19 +322,13 @@ pub(crate) fn wait_for_olm_operators(
 
     // The CSV wait: the pending OLM operators (fresh list) until all are available.
     stage(WaitingForOlmOperatorsCsv);
-    let waited = olm_operators(service, version, false, true).and_then(|pending| {
-        let mut handlers: Vec<OlmHandler> = pending
-            .into_iter()
-            .map(|op| OlmHandler {
-                cluster,
-                name: op.name,
-                namespace: op.namespace,
-                subscription: op.subscription_name,
-            })
-            .collect();
+    let waited = olm_operators(service, version, false, true).and_then(|mut pending| {
         let available = &mut || {
-            handlers.retain_mut(|h| !is_available(service, version, h, true));
-            handlers.is_empty()
+            pending.retain(|op| {
+                let read = || olm_status(cluster, op);
+                !is_available(service, version, &op.name, true, false, read)
+            });
+            pending.is_empty()
         };
         Ok(poll(interval, available, WaitingForOlmOperatorsCsv)?)
     });

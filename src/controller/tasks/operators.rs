@@ -5,7 +5,9 @@ use std::time::Duration;
 use crate::clock::PollError;
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::kube::{ClusterApi, Condition};
-use crate::service::{Cluster, FinalizingStage, OperatorMonitorReport, OperatorStatus};
+use crate::service::{
+    Cluster, FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus,
+};
 
 /// Console/CVO poll interval (Go's progress-update interval).
 pub(crate) const CLUSTER_OPERATORS_INTERVAL: Duration = Duration::from_secs(60);
@@ -69,58 +71,24 @@ pub(crate) struct Observed {
     pub(crate) version: String,
 }
 
-/// A handler of the availability check: a service record name, how to read its status from the cluster and
-/// whether a change may be reported.
-pub(crate) trait OperatorHandler {
-    fn name(&self) -> &str;
-    fn get_status(&self) -> anyhow::Result<Observed>;
-    /// Go `OnChange`: false keeps the change from being reported.
-    fn on_change(&mut self, _status: OperatorStatus) -> bool {
-        true
-    }
-}
-
-/// The `console` record from ClusterOperator `console` (conditions, `status.versions[0].version`)
-/// or the `cvo` record from ClusterVersion `version` (conditions, `status.desired.version`).
-struct BuiltinHandler<'a> {
-    cluster: &'a dyn ClusterApi,
-    name: &'static str,
-}
-
-impl OperatorHandler for BuiltinHandler<'_> {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn get_status(&self) -> anyhow::Result<Observed> {
-        let (conditions, version) = if self.name == CONSOLE_NAME {
-            let co = self.cluster.get_cluster_operator(CONSOLE_NAME)?;
-            let version = co.versions.first().map(|v| v.version.clone());
-            (co.conditions, version.unwrap_or_default())
-        } else {
-            let cv = self.cluster.get_cluster_version(CLUSTER_VERSION_NAME)?;
-            (cv.conditions, cv.desired_version)
-        };
-        let (status, message) = status_from_conditions(&conditions);
-        Ok(Observed {
-            status,
-            message,
-            version,
-        })
-    }
-}
-
-/// An OLM operator: Subscription `namespace/subscription` → its `currentCSV` → the CSV's phase
-/// (`Succeeded` available, `Failed` failed, else progressing), message and `spec.version`
-/// (`0.0.0` when unset).
-///
-/// Reproduced as Go behaves: a `failed` status is never reported (Go means to
-/// tolerate 10 failures first, but its counter never advances), so `on_change` refuses it.
-pub(crate) struct OlmHandler<'a> {
-    pub(crate) cluster: &'a dyn ClusterApi,
-    pub(crate) name: String,
-    pub(crate) namespace: String,
-    pub(crate) subscription: String,
+/// The status of the `console` record from ClusterOperator `console` (conditions,
+/// `status.versions[0].version`) or of the `cvo` record from ClusterVersion `version`
+/// (conditions, `status.desired.version`).
+pub(crate) fn builtin_status(cluster: &dyn ClusterApi, name: &str) -> anyhow::Result<Observed> {
+    let (conditions, version) = if name == CONSOLE_NAME {
+        let co = cluster.get_cluster_operator(CONSOLE_NAME)?;
+        let version = co.versions.first().map(|v| v.version.clone());
+        (co.conditions, version.unwrap_or_default())
+    } else {
+        let cv = cluster.get_cluster_version(CLUSTER_VERSION_NAME)?;
+        (cv.conditions, cv.desired_version)
+    };
+    let (status, message) = status_from_conditions(&conditions);
+    Ok(Observed {
+        status,
+        message,
+        version,
+    })
 }
 
 /// The availability check's OLM handler: a CSV phase as an operator status.
@@ -132,53 +100,50 @@ pub(crate) fn csv_status(phase: &str) -> OperatorStatus {
     }
 }
 
-impl OperatorHandler for OlmHandler<'_> {
-    fn name(&self) -> &str {
-        &self.name
+/// The status of an OLM operator: its Subscription → its `currentCSV` → the CSV's phase
+/// ([`csv_status`]), message and `spec.version` (`0.0.0` when unset).
+pub(crate) fn olm_status(
+    cluster: &dyn ClusterApi,
+    op: &MonitoredOperator,
+) -> anyhow::Result<Observed> {
+    let (ns, sub) = (&op.namespace, &op.subscription_name);
+    let subscription = cluster
+        .get_subscription(ns, sub)?
+        .ok_or_else(|| anyhow::anyhow!("subscription {ns}/{sub} not found"))?;
+    if subscription.current_csv.is_empty() {
+        anyhow::bail!("subscription {ns}/{sub} has no current CSV yet");
     }
-
-    fn get_status(&self) -> anyhow::Result<Observed> {
-        let (ns, sub) = (&self.namespace, &self.subscription);
-        let subscription = self
-            .cluster
-            .get_subscription(ns, sub)?
-            .ok_or_else(|| anyhow::anyhow!("subscription {ns}/{sub} not found"))?;
-        if subscription.current_csv.is_empty() {
-            anyhow::bail!("subscription {ns}/{sub} has no current CSV yet");
-        }
-        let csv_name = &subscription.current_csv;
-        let csv = self
-            .cluster
-            .get_csv(ns, csv_name)?
-            .ok_or_else(|| anyhow::anyhow!("CSV {ns}/{csv_name} not found"))?;
-        Ok(Observed {
-            status: csv_status(&csv.phase),
-            message: csv.message,
-            version: if csv.version.is_empty() {
-                "0.0.0".to_string()
-            } else {
-                csv.version
-            },
-        })
-    }
-
-    fn on_change(&mut self, status: OperatorStatus) -> bool {
-        status != OperatorStatus::Failed
-    }
+    let csv_name = &subscription.current_csv;
+    let csv = cluster
+        .get_csv(ns, csv_name)?
+        .ok_or_else(|| anyhow::anyhow!("CSV {ns}/{csv_name} not found"))?;
+    Ok(Observed {
+        status: csv_status(&csv.phase),
+        message: csv.message,
+        version: if csv.version.is_empty() {
+            "0.0.0".to_string()
+        } else {
+            csv.version
+        },
+    })
 }
 
-/// The availability check: true when the service's record says `available`; otherwise the
-/// handler's status is read and reported when it changed (the status, or the message to a
-/// non-empty one) and the handler allows it, and the answer is whether it is `available`. No
-/// record (a list error, an unparsable `OPENSHIFT_VERSION` with a non-empty list, or a missing
-/// name) never reports.
+/// The availability check of the record `name`: true when the service's record says
+/// `available`; otherwise `read` (the cluster's status) is called and reported when it changed
+/// (the status, or the message to a non-empty one), and the answer is whether it is
+/// `available`. No record (a list error, an unparsable `OPENSHIFT_VERSION` with a non-empty
+/// list, or a missing name) never reports.
+///
+/// Without `report_failed` (OLM operators) a `failed` status is never reported, as Go behaves:
+/// Go means to tolerate 10 failures first, but its counter never advances.
 pub(crate) fn is_available(
     service: &dyn ControllerService,
     openshift_version: &str,
-    handler: &mut dyn OperatorHandler,
+    name: &str,
     use_cache: bool,
+    report_failed: bool,
+    read: impl FnOnce() -> anyhow::Result<Observed>,
 ) -> bool {
-    let name = handler.name().to_string();
     let record = service
         .monitored_operators(use_cache)
         .and_then(|l| operators_for_version(l, openshift_version))
@@ -194,7 +159,7 @@ pub(crate) fn is_available(
     {
         return true;
     }
-    let observed = match handler.get_status() {
+    let observed = match read() {
         Ok(o) => o,
         Err(err) => {
             tracing::warn!("reading the status of operator {name}: {err:#}");
@@ -209,11 +174,11 @@ pub(crate) fn is_available(
         tracing::info!("operator {name} is not available yet ({})", observed.status);
         return false;
     }
-    if !handler.on_change(observed.status) {
+    if !report_failed && observed.status == OperatorStatus::Failed {
         return false;
     }
     let report = OperatorMonitorReport {
-        name: name.clone(),
+        name: name.to_string(),
         version: observed.version,
         status: Some(observed.status),
         status_info: observed.message,
@@ -240,8 +205,8 @@ pub(crate) fn cluster_operators_round(
         }
     };
     let available = |name| {
-        let handler = &mut BuiltinHandler { cluster, name };
-        is_available(service, openshift_version, handler, true)
+        let read = || builtin_status(cluster, name);
+        is_available(service, openshift_version, name, true, true, read)
     };
     let ok_console = !enabled || available(CONSOLE_NAME);
     if !check_cluster_version {
@@ -286,15 +251,6 @@ mod tests {
             status,
             message: message.into(),
             version: String::new(),
-        }
-    }
-
-    /// A handler that observes `observed` and whose `on_change` answers `allow`.
-    fn fixed(observed: anyhow::Result<Observed>, allow: bool) -> Fixed {
-        Fixed {
-            observed,
-            allow,
-            reads: 0,
         }
     }
 
@@ -374,39 +330,27 @@ mod tests {
         assert_eq!(svc.calls(), vec![get; 5]);
     }
 
-    struct Fixed {
-        observed: anyhow::Result<Observed>,
-        allow: bool,
-        reads: usize,
-    }
-
-    impl OperatorHandler for Fixed {
-        fn name(&self) -> &str {
-            "lso"
-        }
-        fn get_status(&self) -> anyhow::Result<Observed> {
-            match &self.observed {
-                Ok(o) => Ok(o.clone()),
-                Err(e) => Err(anyhow::anyhow!("{e}")),
-            }
-        }
-        fn on_change(&mut self, _: OperatorStatus) -> bool {
-            self.reads += 1;
-            self.allow
-        }
-    }
-
     fn service(records: Vec<MonitoredOperator>) -> MemoryService {
         let svc = MemoryService::new("c", Arc::new(FakeClock::new()));
         svc.set_operators(records);
         svc
     }
 
+    /// The check of record `lso` whose cluster status reads `read`.
+    fn check(
+        svc: &MemoryService,
+        version: &str,
+        read: anyhow::Result<Observed>,
+        report_failed: bool,
+    ) -> bool {
+        is_available(svc, version, "lso", false, report_failed, || read)
+    }
+
     #[test]
     fn available_record_answers_without_reading_the_cluster() {
         let svc = service(vec![record("lso", "available", "")]);
-        let mut h = fixed(Err(anyhow::anyhow!("must not be read")), true);
-        assert!(is_available(&svc, "4.12", &mut h, true));
+        let read = || panic!("must not be read");
+        assert!(is_available(&svc, "4.12", "lso", true, true, read));
         assert_eq!(svc.operations(), ["V2ListOfClusterOperators"]);
     }
 
@@ -417,8 +361,7 @@ mod tests {
             version: "4.12.0".into(),
             ..observed(OperatorStatus::Available, "done")
         };
-        let mut h = fixed(Ok(done), true);
-        assert!(is_available(&svc, "4.12", &mut h, false));
+        assert!(check(&svc, "4.12", Ok(done), true));
         assert_eq!(
             svc.operator_reports(),
             [OperatorMonitorReport {
@@ -430,37 +373,37 @@ mod tests {
         );
         // A progressing change is reported but is not availability.
         let svc = service(vec![record("lso", "", "")]);
-        h.observed = Ok(observed(OperatorStatus::Progressing, "p"));
-        assert!(!is_available(&svc, "4.12", &mut h, false));
+        let progressing = observed(OperatorStatus::Progressing, "p");
+        assert!(!check(&svc, "4.12", Ok(progressing), true));
         assert_eq!(svc.operator_reports().len(), 1);
     }
 
     #[test]
-    fn on_change_false_or_report_error_or_read_error_is_false() {
+    fn unreported_failure_or_report_error_or_read_error_is_false() {
         let svc = service(vec![record("lso", "progressing", "")]);
-        let mut h = fixed(Ok(observed(OperatorStatus::Failed, "bad")), false);
-        assert!(!is_available(&svc, "4.12", &mut h, false));
-        assert_eq!(h.reads, 1);
+        let failed = || observed(OperatorStatus::Failed, "bad");
+        assert!(!check(&svc, "4.12", Ok(failed()), false));
         assert!(svc.operator_reports().is_empty());
-
-        h.observed = Ok(observed(OperatorStatus::Available, ""));
-        h.allow = true;
-        svc.fail("v2ReportMonitoredOperatorStatus", 1, 500);
-        assert!(!is_available(&svc, "4.12", &mut h, false));
-        assert_eq!(svc.operator_reports().len(), 1, "attempted once");
-
-        h.observed = Err(anyhow::anyhow!("boom"));
-        assert!(!is_available(&svc, "4.12", &mut h, false));
+        // With report_failed the same change is reported.
+        assert!(!check(&svc, "4.12", Ok(failed()), true));
         assert_eq!(svc.operator_reports().len(), 1);
+
+        svc.fail("v2ReportMonitoredOperatorStatus", 1, 500);
+        let available = observed(OperatorStatus::Available, "");
+        assert!(!check(&svc, "4.12", Ok(available), true));
+        assert_eq!(svc.operator_reports().len(), 2, "attempted once");
+
+        assert!(!check(&svc, "4.12", Err(anyhow::anyhow!("boom")), true));
+        assert_eq!(svc.operator_reports().len(), 2);
     }
 
     #[test]
     fn missing_record_or_bad_version_is_not_reported() {
-        let mut h = fixed(Ok(observed(OperatorStatus::Available, "m")), true);
+        let available = || Ok(observed(OperatorStatus::Available, "m"));
         let svc = service(vec![record("other", "progressing", "")]);
-        assert!(!is_available(&svc, "4.12", &mut h, false));
+        assert!(!check(&svc, "4.12", available(), true));
         let svc = service(vec![record("lso", "progressing", "")]);
-        assert!(!is_available(&svc, "not-a-version", &mut h, false));
+        assert!(!check(&svc, "not-a-version", available(), true));
         assert!(svc.operator_reports().is_empty());
     }
 
@@ -468,11 +411,11 @@ mod tests {
     #[test]
     fn the_cache_flag_is_passed_through() {
         let svc = service(vec![record("lso", "progressing", "")]);
-        let mut h = fixed(Ok(observed(OperatorStatus::Progressing, "")), true);
-        is_available(&svc, "4.12", &mut h, true);
-        is_available(&svc, "4.12", &mut h, true);
+        let read = || Ok(observed(OperatorStatus::Progressing, ""));
+        is_available(&svc, "4.12", "lso", true, true, read);
+        is_available(&svc, "4.12", "lso", true, true, read);
         assert_eq!(svc.operations(), ["V2ListOfClusterOperators"]);
-        is_available(&svc, "4.12", &mut h, false);
+        is_available(&svc, "4.12", "lso", false, true, read);
         assert_eq!(svc.operations().len(), 2);
     }
 
@@ -639,26 +582,33 @@ mod tests {
         cluster
     }
 
-    fn lso<'a>(cluster: &'a FakeCluster) -> OlmHandler<'a> {
-        OlmHandler {
-            cluster,
+    fn lso() -> MonitoredOperator {
+        MonitoredOperator {
             name: "lso".into(),
             namespace: LSO_NS.into(),
-            subscription: LSO_SUB.into(),
+            subscription_name: LSO_SUB.into(),
+            ..MonitoredOperator::default()
         }
+    }
+
+    /// The OLM check of `lso` against `cluster`.
+    fn olm_check(svc: &MemoryService, cluster: &FakeCluster) -> bool {
+        is_available(svc, "4.12", "lso", false, false, || {
+            olm_status(cluster, &lso())
+        })
     }
 
     #[test]
     fn olm_failed_csv_is_never_reported_then_success_is() {
         let svc = service(vec![record("lso", "progressing", "")]);
         let cluster = olm_cluster("Failed", "broken");
-        assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
+        assert!(!olm_check(&svc, &cluster));
         assert!(
             svc.operator_reports().is_empty(),
             "a failed CSV is never reported"
         );
         let cluster = olm_cluster("Succeeded", "");
-        assert!(is_available(&svc, "4.12", &mut lso(&cluster), false));
+        assert!(olm_check(&svc, &cluster));
         assert_eq!(
             svc.operator_reports(),
             [OperatorMonitorReport {
@@ -676,7 +626,7 @@ mod tests {
         for (record_info, message, sent) in [("", "", 0), ("m", "m", 0), ("m", "new", 1)] {
             let svc = service(vec![record("lso", "progressing", record_info)]);
             let cluster = olm_cluster("Installing", message);
-            assert!(!is_available(&svc, "4.12", &mut lso(&cluster), false));
+            assert!(!olm_check(&svc, &cluster));
             assert_eq!(
                 svc.operator_reports().len(),
                 sent,
@@ -689,13 +639,13 @@ mod tests {
     fn olm_status_errors() {
         use crate::kube::Subscription;
         let cluster = FakeCluster::new();
-        assert!(lso(&cluster).get_status().is_err(), "no subscription");
+        assert!(olm_status(&cluster, &lso()).is_err(), "no subscription");
         cluster.set_subscription(Subscription {
             namespace: LSO_NS.into(),
             name: LSO_SUB.into(),
             current_csv: String::new(),
         });
-        assert!(lso(&cluster).get_status().is_err(), "no current CSV");
+        assert!(olm_status(&cluster, &lso()).is_err(), "no current CSV");
         let cluster = olm_cluster("Pending", "");
         cluster.set_csv(crate::kube::Csv {
             namespace: LSO_NS.into(),
@@ -703,7 +653,7 @@ mod tests {
             phase: "Pending".into(),
             ..Default::default()
         });
-        let o = lso(&cluster).get_status().unwrap();
+        let o = olm_status(&cluster, &lso()).unwrap();
         assert_eq!(
             (o.status, o.version.as_str()),
             (OperatorStatus::Progressing, "0.0.0")

@@ -8,7 +8,7 @@ use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::completion::{upload_router_ca, MASTER_SELECTOR};
 use crate::controller::tasks::nodes::{MCS_LOG_SINCE_SECONDS, MCS_SELECTOR};
 use crate::controller::tasks::operators::{
-    cluster_operators_round, console_enabled, is_available, status_from_conditions, OlmHandler,
+    cluster_operators_round, console_enabled, is_available, olm_status, status_from_conditions,
 };
 use crate::kube::api_error_code;
 use crate::openshift::INVOKER_ASSISTED;
@@ -120,13 +120,8 @@ fn every_operator_is_available() {
     ]);
     assert!(cluster_operators_round(&cluster, &service, "4.17", true));
     // An OLM operator's CSV exists and succeeded.
-    let mut olm = OlmHandler {
-        cluster: &cluster,
-        name: "lvm".into(),
-        namespace: "openshift-lvm".into(),
-        subscription: "lvms-operator".into(),
-    };
-    assert!(is_available(&service, "4.17", &mut olm, false));
+    let read = || olm_status(&cluster, &service.operators()[2]);
+    assert!(is_available(&service, "4.17", "lvm", false, false, read));
     assert!(crate::controller::tasks::olm::is_initialized(
         &cluster,
         &service.operators()[2]
