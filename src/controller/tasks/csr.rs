@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::clock::ticker;
 use crate::clock::{Clock, Stop};
-use crate::kube::{ClusterApi, Condition, Csr, CsrApproval};
+use crate::kube::{ClusterApi, Condition, CsrApproval};
 
 /// The condition type an approval appends, and the one that marks a CSR as handled.
 pub(crate) const APPROVED: &str = "Approved";
@@ -31,12 +31,6 @@ pub(crate) fn approval(now: SystemTime) -> CsrApproval {
     }
 }
 
-/// Whether the CSR still waits for approval: no condition of type `Approved`, whatever its
-/// other conditions (`Denied`, `Failed`) say.
-pub(crate) fn is_pending(csr: &Csr) -> bool {
-    !csr.conditions.iter().any(|c| c.type_ == APPROVED)
-}
-
 /// One pass: list the CSRs and approve the pending ones. Returns how many approvals were
 /// accepted (0 when the list failed).
 pub(crate) fn approve_pending(cluster: &dyn ClusterApi) -> usize {
@@ -48,7 +42,12 @@ pub(crate) fn approve_pending(cluster: &dyn ClusterApi) -> usize {
         }
     };
     let mut approved = 0;
-    for csr in csrs.iter().filter(|c| is_pending(c)) {
+    // Pending: no condition of type `Approved`, whatever its other conditions (`Denied`,
+    // `Failed`) say.
+    let pending = csrs
+        .iter()
+        .filter(|c| !c.conditions.iter().any(|c| c.type_ == APPROVED));
+    for csr in pending {
         tracing::info!("approving CSR {}", csr.name);
         match cluster.approve_csr(csr, &approval(SystemTime::now())) {
             Ok(()) => approved += 1,
@@ -81,7 +80,7 @@ mod tests {
     use crate::controller::testing::{boom, cond};
     use crate::image::Cancel;
     use crate::kube::testing::FakeCluster;
-    use crate::kube::ApiError;
+    use crate::kube::{ApiError, Csr};
 
     fn csr(name: &str, conditions: Vec<Condition>) -> Csr {
         Csr {

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::clock::{poll, PollError};
 use crate::clock::{Clock, Stop};
 use crate::config::Role;
-use crate::controller::hosts::{HostInfo, HostMap, NODE_LABELS_SKIP};
+use crate::controller::hosts::{HostMap, NODE_LABELS_SKIP};
 use crate::controller::service::ControllerService;
 use crate::kube::{ClusterApi, Node};
 
@@ -85,7 +85,9 @@ impl<'a> NodeLabels<'a> {
             tracing::info!("No hosts with labels, skipping update node labels");
             return true;
         }
-        let pause = labelled.iter().any(|(_, h)| pauses_workers(h));
+        let pause = labelled.iter().any(|(_, h)| {
+            h.host.role == Some(Role::Worker) && !h.host.machine_config_pool_name.is_empty()
+        });
         if pause {
             if let Err(e) = self.set_workers_paused(true) {
                 tracing::error!("failed to pause the {WORKER_POOL} MachineConfigPool: {e:#}");
@@ -161,10 +163,6 @@ impl<'a> NodeLabels<'a> {
         tracing::info!("setting labels {labels} on node {}", node.name);
         self.cluster.patch_node_labels(&node.name, &labels)
     }
-}
-
-fn pauses_workers(host: &HostInfo) -> bool {
-    host.host.role == Some(Role::Worker) && !host.host.machine_config_pool_name.is_empty()
 }
 
 #[cfg(test)]
