@@ -19,8 +19,8 @@ use crate::signals;
 /// The file name under which the binary is the controller (the Job's image entrypoint).
 const ARGV0_NAME: &str = "assisted-installer-controller";
 
-/// Whether a process started with `args` (argv[0] first) is the controller: named
-/// [`ARGV0_NAME`] (the file name of the path argv[0]), or started without any argument (how the Job runs the image's entrypoint).
+/// Whether a process started with `args` (argv[0] first) is the controller: its file name is
+/// [`ARGV0_NAME`], or it has no argument (how the Job runs the image's entrypoint).
 pub fn is_controller_invocation(mut args: impl Iterator<Item = std::ffi::OsString>) -> bool {
     match args.next() {
         Some(argv0) => {
