@@ -358,19 +358,15 @@ pub(crate) fn parse(
             }));
         }
     }
-    let Parsed {
-        mut cfg,
-        help,
-        installer_args_json,
-    } = parsed;
+    let mut cfg = parsed.cfg;
     cfg.ignored_args = args[i..].to_vec();
 
-    if help {
+    if parsed.help {
         return Ok(ParseOutcome::Help);
     }
-    if !installer_args_json.is_empty() {
-        let decoded: Option<Vec<String>> =
-            serde_json::from_str(&installer_args_json).map_err(|e| {
+    if !parsed.installer_args_json.is_empty() {
+        let decoded: Option<Vec<String>> = serde_json::from_str(&parsed.installer_args_json)
+            .map_err(|e| {
                 UsageError::usage(format!(
                     "invalid value for -installer-args: expected a JSON array of strings, \
                      like [\"--append-karg\",\"ip=eth0:dhcp\"]: {e}"
