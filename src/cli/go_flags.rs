@@ -21,7 +21,7 @@
 //! caller sets `NO_PROXY`/`no_proxy` from `--no-proxy` and logs the warning).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub(crate) use crate::config::go_values::{parse_go_bool, parse_go_int};
 use crate::config::{InstallerConfig, Role};
@@ -130,36 +130,23 @@ impl FlagValue for i64 {
     }
 }
 
-impl FlagValue for String {
-    fn set(&mut self, text: String) -> Result<(), &'static str> {
-        *self = text;
-        Ok(())
-    }
-    fn shown_default(&self) -> Option<String> {
-        quoted_unless_empty(self)
-    }
+/// Flags taking any text (a role too: the Go installer takes an unknown role down the master
+/// path), shown quoted unless empty.
+macro_rules! text_flags {
+    ($($t:ty => $text:expr),+) => {$(
+        impl FlagValue for $t {
+            fn set(&mut self, text: String) -> Result<(), &'static str> {
+                *self = <$t>::from(text);
+                Ok(())
+            }
+            fn shown_default(&self) -> Option<String> {
+                quoted_unless_empty(&$text(self))
+            }
+        }
+    )+};
 }
 
-impl FlagValue for Role {
-    /// Any text: the Go installer takes an unknown role down the master path.
-    fn set(&mut self, text: String) -> Result<(), &'static str> {
-        *self = Role::from(text);
-        Ok(())
-    }
-    fn shown_default(&self) -> Option<String> {
-        quoted_unless_empty(self.as_str())
-    }
-}
-
-impl FlagValue for PathBuf {
-    fn set(&mut self, text: String) -> Result<(), &'static str> {
-        *self = PathBuf::from(text);
-        Ok(())
-    }
-    fn shown_default(&self) -> Option<String> {
-        quoted_unless_empty(&self.to_string_lossy())
-    }
-}
+text_flags!(String => String::as_str, Role => Role::as_str, PathBuf => Path::to_string_lossy);
 
 /// A string flag whose empty value means "not given".
 impl<T: From<String> + AsRef<std::ffi::OsStr>> FlagValue for Option<T> {
@@ -273,10 +260,20 @@ fn env_default(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<Strin
     env(&format!("DRYCONFIG_{name}")).or_else(|| env(name))
 }
 
+/// Go's flag defaults: the zero value but for these.
+fn go_defaults() -> InstallerConfig {
+    InstallerConfig {
+        openshift_version: "4.4".into(),
+        controller_image: "quay.io/ocpmetal/assisted-installer-controller:latest".into(),
+        agent_image: "quay.io/ocpmetal/assisted-installer-agent:latest".into(),
+        ..InstallerConfig::default()
+    }
+}
+
 /// Go's defaults, with the dry-run ones taken from the environment (`DRYCONFIG_<NAME>` first,
 /// then `<NAME>`).
 fn defaults_from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<InstallerConfig, UsageError> {
-    let mut cfg = InstallerConfig::default();
+    let mut cfg = go_defaults();
     if let Some(v) = env_default(env, "DRY_ENABLE") {
         if !v.is_empty() {
             cfg.dry_run = parse_go_bool(&v).ok_or_else(|| UsageError {
@@ -361,19 +358,15 @@ pub(crate) fn parse(
             }));
         }
     }
-    let Parsed {
-        mut cfg,
-        help,
-        installer_args_json,
-    } = parsed;
+    let mut cfg = parsed.cfg;
     cfg.ignored_args = args[i..].to_vec();
 
-    if help {
+    if parsed.help {
         return Ok(ParseOutcome::Help);
     }
-    if !installer_args_json.is_empty() {
-        let decoded: Option<Vec<String>> =
-            serde_json::from_str(&installer_args_json).map_err(|e| {
+    if !parsed.installer_args_json.is_empty() {
+        let decoded: Option<Vec<String>> = serde_json::from_str(&parsed.installer_args_json)
+            .map_err(|e| {
                 UsageError::usage(format!(
                     "invalid value for -installer-args: expected a JSON array of strings, \
                      like [\"--append-karg\",\"ip=eth0:dhcp\"]: {e}"
@@ -387,7 +380,10 @@ pub(crate) fn parse(
 
 /// The usage text, in Go's `PrintDefaults` layout.
 pub(crate) fn usage() -> String {
-    let mut defaults = Parsed::default();
+    let mut defaults = Parsed {
+        cfg: go_defaults(),
+        ..Parsed::default()
+    };
     let mut out = String::from("Usage of assisted-installer:\n");
     for (name, text) in flags() {
         let value = field(&mut defaults, name).expect("every listed flag has a field");
@@ -407,9 +403,7 @@ pub(crate) fn usage() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{DEFAULT_AGENT_IMAGE, DEFAULT_CONTROLLER_IMAGE};
     use std::collections::HashMap;
-    use std::path::Path;
 
     fn no_env(_: &str) -> Option<String> {
         None
@@ -435,8 +429,19 @@ mod tests {
 
     #[test]
     fn defaults() {
-        // Go's values themselves are checked in config (`go_defaults`).
-        assert_eq!(run(&[]), InstallerConfig::default());
+        let c = run(&[]);
+        assert_eq!(c.role, Role::Master);
+        assert_eq!(c.openshift_version, "4.4");
+        assert_eq!(
+            c.controller_image,
+            "quay.io/ocpmetal/assisted-installer-controller:latest"
+        );
+        assert_eq!(
+            c.agent_image,
+            "quay.io/ocpmetal/assisted-installer-agent:latest"
+        );
+        assert_eq!(c, go_defaults());
+        assert!(c.ignored_args_warning().is_none());
     }
 
     #[test]
@@ -490,7 +495,7 @@ mod tests {
             force_id: Some("f-1".into()),
             fake_reboot_marker_path: Some("/tmp/m".into()),
             dry_run_cluster_hosts_path: Some("/tmp/h.json".into()),
-            ..InstallerConfig::default()
+            ..go_defaults()
         };
         for dashes in ["-", "--"] {
             let separate: Vec<String> = flags
@@ -735,14 +740,14 @@ mod tests {
             "--force-id=",
             "--fake-reboot-marker-path=",
         ]);
-        assert_eq!(c, InstallerConfig::default());
+        assert_eq!(c, go_defaults());
         // The last value wins, an empty one too.
         assert_eq!(run(&["--cacert", "/ca.pem", "--cacert="]).cacert, None);
         let env = |k: &str| k.starts_with("DRY_").then(String::new);
         let Ok(ParseOutcome::Run(c)) = parse(&[], &env) else {
             panic!()
         };
-        assert_eq!(c, InstallerConfig::default());
+        assert_eq!(c, go_defaults());
     }
 
     #[test]
@@ -824,8 +829,8 @@ mod tests {
         assert!(u.contains("  -control-plane-count int\n"));
         assert!(u.contains("  -format-disk value\n"));
         assert!(u.contains("  -insecure\n    \tDo not verify"));
-        assert!(u.contains(&format!("(default \"{DEFAULT_AGENT_IMAGE}\")")));
-        assert!(u.contains(&format!("(default \"{DEFAULT_CONTROLLER_IMAGE}\")")));
+        assert!(u.contains("(default \"quay.io/ocpmetal/assisted-installer-agent:latest\")"));
+        assert!(u.contains("(default \"quay.io/ocpmetal/assisted-installer-controller:latest\")"));
         // Zero values are not shown, as in Go: only the four non-empty defaults are.
         assert_eq!(u.matches("(default ").count(), 4, "{u}");
         let names: Vec<&str> = flags().map(|(name, _)| name).collect();

@@ -202,7 +202,7 @@ impl Schedule {
     }
 
     /// Whether failure number `failures` (1 for the first) may be followed by another try, by
-    /// the retry count (the deadline is the clock's business).
+    /// the retry count (the deadline is the clock's business); the engine's own check.
     pub fn permits<E>(&self, failure: &Failure<E>, failures: u32) -> bool {
         match failure {
             Failure::Retry(_) => self.retries.is_none_or(|n| failures <= n),
@@ -357,12 +357,12 @@ impl dyn Clock + '_ {
             };
             tries.failures += 1;
             let failures = tries.failures;
+            let permitted = schedule.permits(&failure, failures);
             let (error, retries) = match failure {
                 Failure::Fatal(error) => return Err(WaitError::Fatal { failures, error }),
                 Failure::Retry(error) => (error, schedule.retries),
                 Failure::RetryWithin(n, error) => (error, Some(n)),
             };
-            let permitted = retries.is_none_or(|n| failures <= n);
             let now = self.now();
             let ticks = matches!(schedule.delay, Delay::Ticks(_));
             let delay = match schedule.delay {

@@ -19,18 +19,14 @@ use crate::signals;
 /// The file name under which the binary is the controller (the Job's image entrypoint).
 const ARGV0_NAME: &str = "assisted-installer-controller";
 
-/// Whether the program name `argv0` (a path) makes this process the controller.
-fn is_controller_argv0(argv0: &std::ffi::OsStr) -> bool {
-    std::path::Path::new(argv0)
-        .file_name()
-        .is_some_and(|name| name == ARGV0_NAME)
-}
-
-/// Whether a process started with `args` (argv[0] first) is the controller: named
-/// [`ARGV0_NAME`], or started without any argument (how the Job runs the image's entrypoint).
+/// Whether a process started with `args` (argv[0] first) is the controller: its file name is
+/// [`ARGV0_NAME`], or it has no argument (how the Job runs the image's entrypoint).
 pub fn is_controller_invocation(mut args: impl Iterator<Item = std::ffi::OsString>) -> bool {
     match args.next() {
-        Some(argv0) => is_controller_argv0(&argv0) || args.next().is_none(),
+        Some(argv0) => {
+            let name = std::path::Path::new(&argv0).file_name();
+            name.is_some_and(|name| name == ARGV0_NAME) || args.next().is_none()
+        }
         None => true,
     }
 }
@@ -112,7 +108,7 @@ pub fn run() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::{OsStr, OsString};
+    use std::ffi::OsString;
 
     #[test]
     fn the_controller_name_is_matched_on_the_file_name_only() {
@@ -128,8 +124,9 @@ mod tests {
             ("assisted-installer-controller2", false),
             ("", false),
         ] {
+            let args = [argv0, "--role"].map(OsString::from);
             assert_eq!(
-                is_controller_argv0(OsStr::new(argv0)),
+                is_controller_invocation(args.into_iter()),
                 controller,
                 "{argv0}"
             );

@@ -1,7 +1,7 @@
 //! The container entrypoint: `assisted-installer --role master --cluster-id … --boot-device …`
 //! with the Go installer's flags, run exactly as the assisted-service agent runs the Go one.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::cli::go_flags::{self, ParseOutcome};
@@ -124,13 +124,19 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
             secret: Some(token.clone()),
         })
     };
-    let reboot: Arc<dyn Rebooter> = if cfg.dry_run {
+    let (reboot, kube): (Arc<dyn Rebooter>, KubeFactory) = if cfg.dry_run {
         let Some(marker) = &cfg.fake_reboot_marker_path else {
             anyhow::bail!("--dry-run needs --fake-reboot-marker-path (or DRY_FAKE_REBOOT_MARKER_PATH): the file touched instead of rebooting");
         };
-        Arc::new(FakeReboot::new(marker))
+        // Go parses the cluster-hosts file at start too: a bad one ends the run here.
+        let kube = dry_run_kube(Arc::new(DryCluster::from_config(&cfg)?));
+        (Arc::new(FakeReboot::new(marker)), kube)
     } else {
-        Arc::new(ShutdownRebooter::new(commands.clone()))
+        // The new cluster's API through kube-rs, from the kubeconfig bootkube writes.
+        let kube: KubeFactory = Arc::new(|path: &Path| -> anyhow::Result<Arc<dyn ClusterApi>> {
+            Ok(Arc::new(KubeClient::from_kubeconfig(path)?))
+        });
+        (Arc::new(ShutdownRebooter::new(commands.clone())), kube)
     };
     // One token for the whole run: SIGINT/SIGTERM stop the write and every wait of the flow
     // (the client is left without it, so the `Failed` report still goes out).
@@ -141,12 +147,6 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         cacert: cfg.cacert.clone(),
     });
     let dry = cfg.dry_run;
-    let kube = if dry {
-        // Go parses the cluster-hosts file at start too: a bad one ends the run here.
-        dry_run_kube(Arc::new(DryCluster::from_config(&cfg)?))
-    } else {
-        kube_factory()
-    };
     Ok(Flow {
         cfg,
         token,
@@ -177,19 +177,8 @@ pub fn dry_run_commands() -> RecordingRunner {
 
 /// Dry run: the pretend cluster, whatever the kubeconfig (bootkube never ran).
 pub fn dry_run_kube(cluster: Arc<DryCluster>) -> KubeFactory {
-    Arc::new(
-        move |_: &std::path::Path| -> anyhow::Result<Arc<dyn ClusterApi>> {
-            let api: Arc<dyn ClusterApi> = cluster.clone();
-            Ok(api)
-        },
-    )
-}
-
-/// The new cluster's API through kube-rs, from the kubeconfig bootkube writes.
-fn kube_factory() -> KubeFactory {
-    Arc::new(
-        |path: &std::path::Path| -> anyhow::Result<Arc<dyn ClusterApi>> {
-            Ok(Arc::new(KubeClient::from_kubeconfig(path)?))
-        },
-    )
+    Arc::new(move |_: &Path| -> anyhow::Result<Arc<dyn ClusterApi>> {
+        let api: Arc<dyn ClusterApi> = cluster.clone();
+        Ok(api)
+    })
 }

@@ -1,5 +1,5 @@
-//! The installer's configuration: every flag of the Go installer, typed, with Go's defaults.
-//! The dispatch layer parses the command line into it; the flows read it.
+//! The installer's configuration: every flag of the Go installer, typed.
+//! The dispatch layer parses the command line, with Go's defaults, into it; the flows read it.
 //!
 //! Paths are `PathBuf`s, and a flag whose empty value means "not given" is an `Option` (`None`
 //! for an empty value too, as the Go installer tests for `""`). Values passed through verbatim
@@ -13,13 +13,9 @@ pub use role::Role;
 
 use std::path::PathBuf;
 
-const DEFAULT_OPENSHIFT_VERSION: &str = "4.4";
-pub(crate) const DEFAULT_CONTROLLER_IMAGE: &str =
-    "quay.io/ocpmetal/assisted-installer-controller:latest";
-pub(crate) const DEFAULT_AGENT_IMAGE: &str = "quay.io/ocpmetal/assisted-installer-agent:latest";
-
-/// Every flag of the Go installer, with Go's defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Every flag of the Go installer. `Default` is the zero value (role master); the flags' non-zero
+/// defaults are the command line's (`cli::go_flags`), as in Go.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InstallerConfig {
     pub role: Role,
     pub cluster_id: String,
@@ -59,44 +55,6 @@ pub struct InstallerConfig {
     pub dry_run_cluster_hosts_path: Option<PathBuf>,
     /// Arguments left after the first non-flag argument (or after `--`): ignored, as in Go.
     pub ignored_args: Vec<String>,
-}
-
-impl Default for InstallerConfig {
-    fn default() -> Self {
-        InstallerConfig {
-            role: Role::Master,
-            cluster_id: String::new(),
-            infra_env_id: String::new(),
-            host_id: String::new(),
-            boot_device: PathBuf::new(),
-            url: String::new(),
-            openshift_version: DEFAULT_OPENSHIFT_VERSION.into(),
-            mco_image: String::new(),
-            controller_image: DEFAULT_CONTROLLER_IMAGE.into(),
-            agent_image: DEFAULT_AGENT_IMAGE.into(),
-            insecure: false,
-            cacert: None,
-            http_proxy: None,
-            https_proxy: None,
-            no_proxy: None,
-            service_ips: String::new(),
-            control_plane_count: 0,
-            check_cluster_version: false,
-            must_gather_image: String::new(),
-            format_disks: Vec::new(),
-            skip_installation_disk_cleanup: false,
-            enable_skip_mco_reboot: false,
-            notify_num_reboots: false,
-            coreos_image: None,
-            installer_args: Vec::new(),
-            verbose: false,
-            dry_run: false,
-            force_id: None,
-            fake_reboot_marker_path: None,
-            dry_run_cluster_hosts_path: None,
-            ignored_args: Vec::new(),
-        }
-    }
 }
 
 impl InstallerConfig {
@@ -181,18 +139,6 @@ fn mask_url_password(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_defaults() {
-        let c = InstallerConfig::default();
-        assert_eq!(c.role, Role::Master);
-        assert_eq!(c.openshift_version, "4.4");
-        assert_eq!(c.controller_image, DEFAULT_CONTROLLER_IMAGE);
-        assert_eq!(c.agent_image, DEFAULT_AGENT_IMAGE);
-        assert_eq!(c.control_plane_count, 0);
-        assert!(c.installer_args.is_empty());
-        assert!(c.ignored_args_warning().is_none());
-    }
 
     #[test]
     fn proxy_env_for_children() {

@@ -10,8 +10,10 @@ wire_enum! {
     /// the `Starting installation`/`Installing` reports and the Ignition file name
     /// (`<role>-<hostID>.ign`), and skips the registry copy, which needs `master`. Kept as is:
     /// an unknown role is an [`Role::Other`], not an error.
+    #[derive(Default)]
     pub enum Role: open {
         AutoAssign = "auto-assign",
+        #[default]
         Master = "master",
         Arbiter = "arbiter",
         Worker = "worker",

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::{debug, warn};
 
@@ -118,22 +118,15 @@ impl Reporter {
     /// Waits until every report enqueued before this call was sent or given up on. Returns
     /// whether that happened within `timeout`.
     pub fn drain(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut counts = self.shared.counts();
+        let counts = self.shared.counts();
         let target = counts.queued;
-        while counts.finished < target {
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            counts = self
-                .shared
-                .changed
-                .wait_timeout(counts, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        true
+        let waited = self
+            .shared
+            .changed
+            .wait_timeout_while(counts, timeout, |c| c.finished < target)
+            .unwrap_or_else(|p| p.into_inner())
+            .1;
+        !waited.timed_out()
     }
 
     fn enqueue(&self, infra_env_id: &str, host_id: &str, stage: HostStage, info: String) {
