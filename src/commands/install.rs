@@ -128,9 +128,9 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         let Some(marker) = &cfg.fake_reboot_marker_path else {
             anyhow::bail!("--dry-run needs --fake-reboot-marker-path (or DRY_FAKE_REBOOT_MARKER_PATH): the file touched instead of rebooting");
         };
-        Arc::new(FakeReboot::new(marker))
+        Arc::new(FakeReboot(marker.clone()))
     } else {
-        Arc::new(ShutdownRebooter::new(commands.clone()))
+        Arc::new(ShutdownRebooter(commands.clone()))
     };
     // One token for the whole run: SIGINT/SIGTERM stop the write and every wait of the flow
     // (the client is left without it, so the `Failed` report still goes out).
