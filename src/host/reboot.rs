@@ -1,7 +1,7 @@
 //! Rebooting the host at the end of the installation (the Go installer's `finalize`), or
 //! pretending to in dry-run mode.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -46,16 +46,13 @@ impl Rebooter for FakeReboot {
         if self.0.as_os_str().is_empty() {
             anyhow::bail!("dry run: no fake reboot marker path given (--fake-reboot-marker-path)");
         }
-        touch(&self.0).with_context(|| format!("touching fake reboot marker {}", self.0.display()))
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.0);
+        file.and_then(|f| f.set_modified(std::time::SystemTime::now()))
+            .with_context(|| format!("touching fake reboot marker {}", self.0.display()))
     }
-}
-
-fn touch(path: &Path) -> std::io::Result<()> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    f.set_modified(std::time::SystemTime::now())
 }
 
 /// Whether the ironic agent (converged flow) runs on this host: the output of
