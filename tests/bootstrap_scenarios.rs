@@ -694,7 +694,7 @@ fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
         .cfg(|c| c.dry_run = true)
         .cfg(|c| c.dry_run_cluster_hosts_path = Some(hosts.clone()))
         .commands(runner.clone())
-        .reboot(Arc::new(FakeReboot::new(&marker)))
+        .reboot(Arc::new(FakeReboot(marker.clone())))
         .cfg(|c| c.control_plane_count = 3);
     run(flow).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());

@@ -63,7 +63,7 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
             "--append-karg",
             "early.write=1",
         ])
-        .reboot(Arc::new(FakeReboot::new(&marker)))
+        .reboot(Arc::new(FakeReboot(marker.clone())))
         .clock(Arc::new(SystemClock))
         .intervals(Intervals {
             poll: Duration::from_millis(20),

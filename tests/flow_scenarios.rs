@@ -445,7 +445,7 @@ fn dry_run_worker_completes_with_a_cluster_hosts_file() {
         .cfg(|c| c.dry_run = true)
         .cfg(|c| c.dry_run_cluster_hosts_path = Some(hosts.clone()))
         .commands(runner.clone())
-        .reboot(Arc::new(FakeReboot::new(&marker))))
+        .reboot(Arc::new(FakeReboot(marker.clone()))))
     .unwrap();
     let want = installed_with("worker", vec![s("Waiting for control plane", "")]);
     assert_eq!(h.reports(), want);

@@ -187,7 +187,7 @@ fn the_root_partition_grows_as_go_computes_and_the_image_is_deployed_onto_the_mo
         .cfg(|c| c.boot_device = dev.path.clone())
         .commands(commands.clone())
         .clock(Arc::new(FakeClock::new()))
-        .reboot(Arc::new(FakeReboot::new(dir.path().join("rebooted"))))
+        .reboot(Arc::new(FakeReboot(dir.path().join("rebooted"))))
         .installer_args(&[
             "--image-file",
             raw.to_str().unwrap(),

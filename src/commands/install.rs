@@ -130,13 +130,13 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         };
         // Go parses the cluster-hosts file at start too: a bad one ends the run here.
         let kube = dry_run_kube(Arc::new(DryCluster::from_config(&cfg)?));
-        (Arc::new(FakeReboot::new(marker)), kube)
+        (Arc::new(FakeReboot(marker.clone())), kube)
     } else {
         // The new cluster's API through kube-rs, from the kubeconfig bootkube writes.
         let kube: KubeFactory = Arc::new(|path: &Path| -> anyhow::Result<Arc<dyn ClusterApi>> {
             Ok(Arc::new(KubeClient::from_kubeconfig(path)?))
         });
-        (Arc::new(ShutdownRebooter::new(commands.clone())), kube)
+        (Arc::new(ShutdownRebooter(commands.clone())), kube)
     };
     // One token for the whole run: SIGINT/SIGTERM stop the write and every wait of the flow
     // (the client is left without it, so the `Failed` report still goes out).

@@ -68,8 +68,8 @@ impl Default for Paths {
 /// How often the waits poll (the Go installer's values by default; tests shrink them).
 #[derive(Clone, Copy, Debug)]
 pub struct Intervals {
-    /// Node, bootkube, etcd, controller and annotation waits, and the skip-MCO fetch's tries
-    /// (Go: 5 s).
+    /// Node, bootkube, etcd, controller, annotation and worker control-plane waits, and the
+    /// skip-MCO fetch's tries (Go: 5 s).
     pub poll: Duration,
     /// Other hosts' Configuring status from the MCS log, and the ABI worker wait (Go: 30 s).
     pub slow_poll: Duration,

@@ -67,7 +67,7 @@ impl TestFlow {
             client,
             host: HostEffects::new(
                 runner.clone(),
-                Arc::new(FakeReboot::new(d.join("rebooted"))),
+                Arc::new(FakeReboot(d.join("rebooted"))),
                 clock.clone(),
                 false,
             ),

@@ -2,15 +2,11 @@
 //! installer does, and fails only when the stop token ends it.
 
 use anyhow::{Context, Result};
-use std::time::Duration;
 
 use super::Flow;
 use crate::config::Role;
 use crate::service::models::Host as ServiceHost;
 use crate::service::stages::HostStage;
-
-/// How often the worker looks at the control plane (Go: 5 s).
-pub(crate) const POLL: Duration = Duration::from_secs(5);
 
 fn done(hosts: &[ServiceHost]) -> usize {
     hosts
@@ -29,7 +25,7 @@ pub(crate) fn worker_wait_for_control_plane(f: &Flow) -> Result<()> {
     let mut day2: Option<bool> = None;
     f.host
         .clock
-        .poll_until(&f.stop, POLL, || {
+        .poll_until(&f.stop, f.intervals.poll, || {
             if day2.is_none() {
                 match f.client.get_cluster(cluster_id, true) {
                     Ok(c) => day2 = Some(c.is_day2()),

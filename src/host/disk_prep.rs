@@ -84,22 +84,15 @@ fn parse_dmsetup_ls(output: &str) -> Vec<String> {
         .collect()
 }
 
-/// `dmsetup deps -o devname <dm>` (` 1 dependencies  : (sda2)`) → the names in parentheses.
-fn parse_dm_deps(output: &str) -> Vec<String> {
-    let inside = output.split('(').skip(1).filter_map(|s| s.split_once(')'));
-    let names = inside
-        .map(|(name, _)| name.trim())
-        .filter(|n| !n.is_empty());
-    names.map(str::to_string).collect()
-}
-
-/// Whether a `dmsetup deps -o devname` output names `device` (by its base name) or one of its
-/// partitions.
+/// Whether a `dmsetup deps -o devname <dm>` output (` 1 dependencies  : (sda2)`) names, in
+/// parentheses, `device` (by its base name) or one of its partitions.
 fn dm_depends_on(deps_output: &str, device: &str) -> bool {
     let base = device.rsplit('/').next().unwrap_or(device);
-    parse_dm_deps(deps_output)
-        .iter()
-        .any(|d| is_device_or_partition(d, base))
+    let mut inside = deps_output
+        .split('(')
+        .skip(1)
+        .filter_map(|s| s.split_once(')'));
+    inside.any(|(name, _)| is_device_or_partition(name.trim(), base))
 }
 
 /// The removal order for device-mapper devices: for a thin pool's `<pool>_tdata` the pool
@@ -204,9 +197,11 @@ pub(crate) fn cleanup_install_device(
         Ok(out) => {
             let arrays: Vec<RaidArray> = parse_mdadm_scan(&out)
                 .into_iter()
-                .map(|a| RaidArray {
-                    device: canonical_or_same(&a.device),
-                    members: a.members,
+                .map(|mut a| {
+                    if let Ok(p) = std::fs::canonicalize(&a.device) {
+                        a.device = p.to_string_lossy().into_owned();
+                    }
+                    a
                 })
                 .filter(|a| !a.members_on(device).is_empty())
                 .collect();
@@ -365,12 +360,6 @@ pub(crate) fn resolve_disk_symlink(path: impl AsRef<Path>) -> PathBuf {
     }
 }
 
-fn canonical_or_same(path: &str) -> String {
-    std::fs::canonicalize(path)
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| path.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::commands::RecordingRunner;
@@ -423,11 +412,18 @@ mod tests {
             vec!["vg0-root", "vg0-pool_tdata"]
         );
         assert_eq!(parse_dmsetup_ls("vg0-swap (253, 2)"), vec!["vg0-swap"]);
-        assert_eq!(parse_dm_deps(" 1 dependencies\t: (sda2)"), vec!["sda2"]);
-        assert_eq!(
-            parse_dm_deps(" 2 dependencies\t: (sdb1) (sda3)"),
-            vec!["sdb1", "sda3"]
-        );
+        assert!(dm_depends_on(
+            " 2 dependencies\t: (sdb1) (sda3)",
+            "/dev/sdb"
+        ));
+        assert!(dm_depends_on(
+            " 2 dependencies\t: (sdb1) (sda3)",
+            "/dev/sda"
+        ));
+        assert!(!dm_depends_on(
+            " 2 dependencies\t: (sdb1) (sda3)",
+            "/dev/sdc"
+        ));
         assert!(dm_depends_on(" 1 dependencies\t: (sda2)", "/dev/sda"));
         assert!(!dm_depends_on(" 1 dependencies\t: (sdab2)", "/dev/sda"));
         assert!(dm_depends_on(

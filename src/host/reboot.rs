@@ -1,7 +1,7 @@
 //! Rebooting the host at the end of the installation (the Go installer's `finalize`), or
 //! pretending to in dry-run mode.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -18,20 +18,12 @@ pub trait Rebooter: Send + Sync {
 }
 
 /// The real reboot: `shutdown -r <when> 'Installation completed, server is going to reboot.'`.
-pub struct ShutdownRebooter {
-    runner: Arc<dyn CommandRunner>,
-}
-
-impl ShutdownRebooter {
-    pub fn new(runner: Arc<dyn CommandRunner>) -> Self {
-        ShutdownRebooter { runner }
-    }
-}
+pub struct ShutdownRebooter(pub Arc<dyn CommandRunner>);
 
 impl Rebooter for ShutdownRebooter {
     fn reboot(&self, when: &str) -> anyhow::Result<()> {
         tracing::info!("Rebooting node");
-        self.runner
+        self.0
             .run("shutdown", &["-r", when, REBOOT_MESSAGE])
             .map(|_| ())
             .map_err(|e| {
@@ -42,43 +34,25 @@ impl Rebooter for ShutdownRebooter {
     }
 }
 
-/// Dry-run reboot: touch the fake reboot marker file instead.
-pub struct FakeReboot {
-    marker: PathBuf,
-}
-
-impl FakeReboot {
-    pub fn new(marker: impl Into<PathBuf>) -> Self {
-        FakeReboot {
-            marker: marker.into(),
-        }
-    }
-
-    pub fn marker(&self) -> &Path {
-        &self.marker
-    }
-}
+/// Dry-run reboot: touch this fake reboot marker file instead.
+pub struct FakeReboot(pub PathBuf);
 
 impl Rebooter for FakeReboot {
     fn reboot(&self, when: &str) -> anyhow::Result<()> {
         tracing::info!(
             "dry run: not rebooting ({when}); touching fake reboot marker {}",
-            self.marker.display()
+            self.0.display()
         );
-        if self.marker.as_os_str().is_empty() {
+        if self.0.as_os_str().is_empty() {
             anyhow::bail!("dry run: no fake reboot marker path given (--fake-reboot-marker-path)");
         }
-        touch(&self.marker)
-            .with_context(|| format!("touching fake reboot marker {}", self.marker.display()))
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.0);
+        file.and_then(|f| f.set_modified(std::time::SystemTime::now()))
+            .with_context(|| format!("touching fake reboot marker {}", self.0.display()))
     }
-}
-
-fn touch(path: &Path) -> std::io::Result<()> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    f.set_modified(std::time::SystemTime::now())
 }
 
 /// Whether the ironic agent (converged flow) runs on this host: the output of
@@ -100,8 +74,8 @@ mod tests {
     #[test]
     fn reboot_runs_shutdown_with_quoted_message_as_one_argument_and_fails_with_it() {
         let r = Arc::new(RecordingRunner::new());
-        ShutdownRebooter::new(r.clone()).reboot("+1").unwrap();
-        ShutdownRebooter::new(r.clone()).reboot("now").unwrap();
+        ShutdownRebooter(r.clone()).reboot("+1").unwrap();
+        ShutdownRebooter(r.clone()).reboot("now").unwrap();
         let calls = r.calls();
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].program, "shutdown");
@@ -120,7 +94,7 @@ mod tests {
             1,
             "Failed to talk to init daemon",
         );
-        let err = ShutdownRebooter::new(r).reboot("+1").unwrap_err();
+        let err = ShutdownRebooter(r).reboot("+1").unwrap_err();
         assert_eq!(
             err.to_string(),
             "failed executing shutdown [-r +1 'Installation completed, server is going to \
@@ -134,19 +108,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("rebooted");
         assert!(!marker.exists());
-        let fake = FakeReboot::new(&marker);
+        let fake = FakeReboot(marker.clone());
         fake.reboot("+1").unwrap();
         assert!(marker.exists());
         fake.reboot("now").unwrap();
-        assert_eq!(fake.marker(), marker.as_path());
     }
 
     #[test]
     fn fake_reboot_without_marker_fails() {
-        assert!(FakeReboot::new("").reboot("+1").is_err());
+        assert!(FakeReboot("".into()).reboot("+1").is_err());
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("missing-dir").join("marker");
-        let err = FakeReboot::new(&bad).reboot("+1").unwrap_err();
+        let err = FakeReboot(bad).reboot("+1").unwrap_err();
         assert!(err.to_string().contains("fake reboot marker"));
     }
 

@@ -127,7 +127,7 @@ impl FlowBuilder {
         cfg.set_defaults();
         let reboot = self
             .reboot
-            .unwrap_or_else(|| Arc::new(ShutdownRebooter::new(self.commands.clone())));
+            .unwrap_or_else(|| Arc::new(ShutdownRebooter(self.commands.clone())));
         let kube: KubeFactory = match self.kube {
             Some(api) => Arc::new(move |kubeconfig: &Path| {
                 anyhow::ensure!(

@@ -54,15 +54,7 @@ impl<T: Send + 'static> EarlyFetch<T> {
             .name("skip-mco-fetch".into())
             .spawn(move || {
                 tracing::dispatcher::with_default(&dispatch, || {
-                    let stop = thread_shared.abandoned.clone();
-                    poll(
-                        clock.as_ref(),
-                        &stop,
-                        interval,
-                        &thread_shared,
-                        fetch,
-                        on_failure,
-                    )
+                    poll(clock.as_ref(), interval, &thread_shared, fetch, on_failure)
                 })
             })
             .expect("spawning the skip-MCO fetch thread");
@@ -99,14 +91,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn poll<T>(
     clock: &dyn Clock,
-    stop: &Cancel,
     interval: Duration,
     shared: &Shared,
     fetch: impl Fn() -> Result<T>,
     on_failure: impl Fn(&anyhow::Error, u32),
 ) -> Result<T> {
     let result = clock.retry(
-        stop,
+        &shared.abandoned,
         &Schedule::every(interval),
         |failures| {
             fetch().map_err(|e| {

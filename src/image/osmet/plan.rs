@@ -5,21 +5,16 @@
 
 use anyhow::{bail, Result};
 
-use super::format::{Body, ObjectId};
+use super::format::Body;
+use super::objects::Extent;
 
 /// One step of the rebuild, in image order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Piece {
     /// The next `n` bytes come from the packed stream.
     Packed(u64),
-    /// `len` bytes of `object` from offset `logical`, zeros past the object's end. `at` is the
-    /// image offset, for error messages.
-    Object {
-        object: ObjectId,
-        logical: u64,
-        len: u64,
-        at: u64,
-    },
+    /// An extent of an object, zeros past the object's end.
+    Object(Extent),
 }
 
 /// The pieces that rebuild the image described by `body`; object extents are cut into reads of
@@ -90,12 +85,12 @@ pub(crate) fn plan(body: &Body, max_read: u64) -> Result<Vec<Piece>> {
                 let Some(logical) = m.logical.checked_add(done) else {
                     bail!("{}: its object offset overflows", what());
                 };
-                out.push(Piece::Object {
+                out.push(Piece::Object(Extent {
                     object: m.object,
                     logical,
                     len,
                     at: start + done,
-                });
+                }));
                 done += len;
             }
             cursor = end;
@@ -110,7 +105,7 @@ pub(crate) fn plan(body: &Body, max_read: u64) -> Result<Vec<Piece>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::format::{Mapping, Partition};
+    use super::super::format::{Mapping, ObjectId, Partition};
     use super::*;
 
     const A: ObjectId = ObjectId([0xaa; 32]);
@@ -141,12 +136,12 @@ mod tests {
     }
 
     fn obj(object: ObjectId, logical: u64, len: u64, at: u64) -> Piece {
-        Piece::Object {
+        Piece::Object(Extent {
             object,
             logical,
             len,
             at,
-        }
+        })
     }
 
     #[test]

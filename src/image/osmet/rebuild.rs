@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
-use super::objects::{Extent, Objects};
+use super::objects::Objects;
 use super::packed::Packed;
 use super::plan::Piece;
 
@@ -50,17 +50,7 @@ impl Rebuild {
         let extents = pieces
             .iter()
             .filter_map(|p| match *p {
-                Piece::Object {
-                    object,
-                    logical,
-                    len,
-                    at,
-                } => Some(Extent {
-                    object,
-                    logical,
-                    len,
-                    at,
-                }),
+                Piece::Object(e) => Some(e),
                 Piece::Packed(_) => None,
             })
             .collect();
@@ -146,7 +136,7 @@ impl Read for Rebuild {
             self.next += 1;
             self.current = match piece {
                 Piece::Packed(n) => Current::Packed { left: n },
-                Piece::Object { len, .. } => Current::Object { left: len },
+                Piece::Object(e) => Current::Object { left: e.len },
             };
         }
     }
@@ -246,11 +236,11 @@ mod tests {
             for piece in plan(&self.body, MAX_READ).unwrap() {
                 match piece {
                     Piece::Packed(n) => out.extend_from_slice(&self.image[at..at + n as usize]),
-                    Piece::Object { .. } => {}
+                    Piece::Object(_) => {}
                 }
                 at += match piece {
                     Piece::Packed(n) => n as usize,
-                    Piece::Object { len, .. } => len as usize,
+                    Piece::Object(e) => e.len as usize,
                 };
             }
             out
