@@ -58,7 +58,7 @@ pub fn api_error_code(err: &anyhow::Error) -> Option<u16> {
 /// comma-joined: the forms both programs send (`node-role.kubernetes.io/master`,
 /// `k8s-app=machine-config-server`). `None` or "" selects everything. The in-memory clusters
 /// filter with it; the real API server does its own.
-pub(crate) fn selector_matches(selector: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+pub fn selector_matches(selector: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
     selector.unwrap_or("").split(',').all(|req| {
         let req = req.trim();
         match req.split_once('=') {

@@ -4,12 +4,14 @@
 //! [`FakeApiServer`] keeps objects at their REST paths (`/api/v1/nodes/master-0`,
 //! `/apis/config.openshift.io/v1/clusteroperators/console`, …) and does what the API server does
 //! with them: `GET` an object, or a collection (filtered by `labelSelector` and `fieldSelector`
-//! requirements `k` and `k=v`; without `namespaces/<ns>/`, every namespace's); `POST` creates
-//! (409 if taken); `PUT` replaces (subresources replace the object); `PATCH` applies a JSON patch
-//! (a failed `test` is 422) or a merge patch; `DELETE` an object or the matching objects of a
-//! collection; `GET …/log` answers the text set with [`FakeApiServer::set_pod_log`]. With a
-//! token, every request must carry `Authorization: Bearer <token>` (else 401).
+//! requirements `k` and `k=v`, as the in-memory clusters select; without `namespaces/<ns>/`,
+//! every namespace's); `POST` creates (409 if taken); `PUT` replaces (subresources replace the
+//! object); `PATCH` applies a JSON patch (a failed `test` is 422) or a merge patch; `DELETE` an
+//! object or the matching objects of a collection; `GET …/log` answers the text set with
+//! [`FakeApiServer::set_pod_log`]. With a token, every request must carry `Authorization: Bearer
+//! <token>` (else 401).
 
+use assisted_installer::kube::selector_matches;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,9 +24,6 @@ struct State {
     /// Object path of a pod → its log.
     logs: BTreeMap<String, String>,
     version: u64,
-    /// (method, path prefix, answer) answered once instead of the request.
-    failures: Vec<(String, String, Reply)>,
-    hang_up: bool,
 }
 
 impl State {
@@ -37,11 +36,9 @@ impl State {
 
     /// The keys of the objects `GET collection?query` lists.
     fn matching(&self, collection: &str, query: &[(String, String)]) -> Vec<String> {
-        let cluster_wide = without_namespace(collection) == collection;
         let listed = |key: &str| {
-            let (of, _, sub) = split(key);
-            sub.is_none()
-                && (of == collection || cluster_wide && without_namespace(&of) == collection)
+            let of = key.rsplit_once('/').map_or("", |(of, _)| of);
+            of == collection || without_namespace(of) == collection
         };
         let objects = self.objects.iter();
         let matching = objects.filter(|(key, object)| listed(key) && selected(object, query));
@@ -57,7 +54,7 @@ pub(crate) struct FakeApiServer {
 }
 
 /// A `Status` answer, as the API server words its errors.
-fn status(code: u16, reason: &str, message: &str) -> Reply {
+pub(crate) fn status(code: u16, reason: &str, message: &str) -> Reply {
     let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                       "message": message, "reason": reason, "code": code});
     Reply::json(code, &body)
@@ -85,24 +82,22 @@ fn without_namespace(collection: &str) -> String {
     }
 }
 
-/// Whether `object` has every `k` or `k=v` of the query's label and field selectors.
+/// Whether `object` satisfies the query's label and field selectors.
 fn selected(object: &Value, query: &[(String, String)]) -> bool {
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
-    let label = |k: &str| text(object["metadata"]["labels"].get(k));
-    let field = |k: &str| text(k.split('.').try_fold(object, |v, k| v.get(k)));
-    let holds = |selector: &str, get: &dyn Fn(&str) -> Option<String>| {
-        let requirements = selector.split(',').filter(|r| !r.is_empty());
-        requirements
-            .into_iter()
-            .all(|req| match req.split_once('=') {
-                Some((k, v)) => get(k).as_deref() == Some(v),
-                None => get(req).is_some(),
-            })
-    };
-    query.iter().all(|(k, v)| match k.as_str() {
-        "labelSelector" => holds(v, &label),
-        "fieldSelector" => holds(v, &field),
-        _ => true,
+    query.iter().all(|(k, selector)| {
+        let values: BTreeMap<String, String> = match k.as_str() {
+            "labelSelector" => {
+                serde_json::from_value(object["metadata"]["labels"].clone()).unwrap_or_default()
+            }
+            "fieldSelector" => {
+                let fields = selector.split(',').map(|r| r.split('=').next().unwrap());
+                let value = |f: &str| f.split('.').try_fold(object, |v, k| v.get(k)).cloned();
+                let text = |f: &str| Some((f.to_string(), value(f)?.as_str()?.to_string()));
+                fields.filter_map(text).collect()
+            }
+            _ => return true,
+        };
+        selector_matches(Some(selector), &values)
     })
 }
 
@@ -135,30 +130,17 @@ impl FakeApiServer {
     pub(crate) fn set_pod_log(&self, pod: &str, log: &str) {
         self.state().logs.insert(pod.to_string(), log.to_string());
     }
+}
 
-    /// The next `method` request to a path starting with `prefix` is answered `code`.
-    pub(crate) fn fail_next(&self, method: &str, prefix: &str, code: u16) {
-        let reply = status(code, "InternalError", "injected failure");
-        self.answer_next(method, prefix, reply);
-    }
-
-    /// The next `method` request to a path starting with `prefix` is answered `reply`.
-    pub(crate) fn answer_next(&self, method: &str, prefix: &str, reply: Reply) {
-        let failure = (method.into(), prefix.into(), reply);
-        self.state().failures.push(failure);
-    }
-
-    /// Close every connection right after its answer, without saying so.
-    pub(crate) fn hang_up_after_each_answer(&self) {
-        self.state().hang_up = true;
-    }
-
-    fn route(&self, st: &mut State, req: &Request) -> Reply {
-        let (method, path) = (req.method.as_str(), req.path.as_str());
-        let mut failure = st.failures.iter();
-        if let Some(i) = failure.position(|(m, p, _)| m == method && path.starts_with(p)) {
-            return st.failures.remove(i).2;
+impl App for FakeApiServer {
+    fn handle(&self, req: &Request) -> Reply {
+        if let Some(token) = &self.token {
+            if req.header("authorization") != Some(format!("Bearer {token}").as_str()) {
+                return status(401, "Unauthorized", "Unauthorized");
+            }
         }
+        let st = &mut *self.state();
+        let (method, path) = (req.method.as_str(), req.path.as_str());
         let query = req.query_pairs();
         let (collection, name, sub) = split(path);
         let key = name.map(|n| format!("{collection}/{n}"));
@@ -220,22 +202,6 @@ impl FakeApiServer {
             }
             (_, Some(key), _) => missing(&key),
             _ => status(405, "MethodNotAllowed", path),
-        }
-    }
-}
-
-impl App for FakeApiServer {
-    fn handle(&self, req: &Request) -> Reply {
-        if let Some(token) = &self.token {
-            if req.header("authorization") != Some(format!("Bearer {token}").as_str()) {
-                return status(401, "Unauthorized", "Unauthorized");
-            }
-        }
-        let mut st = self.state();
-        let reply = self.route(&mut st, req);
-        Reply {
-            hang_up: st.hang_up,
-            ..reply
         }
     }
 
