@@ -255,7 +255,7 @@ mod tests {
     }
 
     #[test]
-    fn the_client_address_is_compared_as_an_ip() {
+    fn the_client_address_right_before_the_ignition_user_agent_is_compared_as_an_ip() {
         let v4 = r#"I1121 10:00:00.000000       1 api.go:117] Pool master requested by address:"192.168.126.100:52428" User-Agent:"Ignition/2.16.2" Accept-Header: "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1""#;
         let zoned = r#"I0701 api.go:102] Pool master requested by [fe80::5054:ff:fe9a:4739%ens3]:40548 User-Agent:"Ignition/2.6.0""#;
         let v6 = r#"I0206 api.go:109] Pool master requested by address:"[2620:52:0:1351:67c2:adb3:cfd6:83]:47018" User-Agent:"Ignition/2.14.0" Accept-Header: "application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1""#;
@@ -287,10 +287,8 @@ mod tests {
         ] {
             assert_eq!(fetched_ignition(log, &[ip]), fetched, "{ip} in {log}");
         }
-    }
 
-    #[test]
-    fn the_address_must_be_right_before_the_ignition_user_agent() {
+        // The address must be right before the Ignition user agent.
         for log in [
             // No port.
             r#"requested by address:"192.168.126.10" User-Agent:"Ignition/2.19.0""#,
@@ -306,10 +304,8 @@ mod tests {
         ] {
             assert!(!fetched_ignition(log, &["192.168.126.10"]), "{log:?}");
         }
-    }
 
-    #[test]
-    fn several_requests_on_one_line_and_crlf() {
+        // Several requests on one line, and CRLF line ends.
         let log = "a 10.0.0.1:1 User-Agent:\"Ignition/2.19.0\" b 10.0.0.2:2 User-Agent:\"Ignition/2.19.0\"\r\n\
                    c address:\"10.0.0.3:3\" User-Agent:\"Ignition/2.19.0\"\r\n";
         let expected = ["10.0.0.1", "10.0.0.2", "10.0.0.3"].map(|s| s.parse().unwrap());
@@ -343,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn host_ips_from_inventory() {
+    fn host_ips_from_good_and_bad_inventories() {
         let inventory = r#"{
             "hostname": "master-1",
             "interfaces": [
@@ -363,10 +359,6 @@ mod tests {
                 "192.168.140.11"
             ]
         );
-    }
-
-    #[test]
-    fn host_ips_of_bad_inventories() {
         let bad_ips = r#"{"interfaces": [{"ipv4_addresses": [1, null]}]}"#;
         for inventory in ["", "not json", "{}", r#"{"interfaces": "eth0"}"#, bad_ips] {
             assert!(host_ips(inventory).is_empty(), "{inventory}");

@@ -57,8 +57,14 @@ fn nodes_appear_once_the_host_rebooted_and_fetched_its_ignition() {
     assert!(cluster.list_nodes(None).unwrap().is_empty());
 
     reboot(&hosts[1]);
-    // Rebooted, but its Ignition request not seen yet: no node.
+    // Rebooted, but its Ignition request not seen yet: no node, none to patch.
     assert!(cluster.list_nodes(None).unwrap().is_empty());
+    let early = cluster.patch_node_labels("master-1", &json!({"a": "1"}));
+    assert_eq!(
+        api_error_code(&early.unwrap_err()),
+        Some(404),
+        "no node yet"
+    );
     assert_eq!(read_mcs_log(&cluster).lines().count(), 1);
     let nodes = cluster.list_nodes(None).unwrap();
     assert_eq!(names(&nodes), ["master-1"]);
@@ -81,6 +87,19 @@ fn nodes_appear_once_the_host_rebooted_and_fetched_its_ignition() {
         );
     }
 
+    // Label patches are kept.
+    let patch = |labels: Value| cluster.patch_node_labels("master-1", &labels);
+    patch(json!({"a": "1", "b": "2"})).unwrap();
+    patch(json!({"b": null})).unwrap();
+    let bad = patch(json!({"c": 1})).unwrap_err();
+    assert_eq!(api_error_code(&bad), Some(400));
+    let labels = cluster.get_node("master-1").unwrap().labels;
+    assert_eq!(labels.get("a").map(String::as_str), Some("1"));
+    assert!(!labels.contains_key("b"));
+    assert!(labels.contains_key(&role_label("master")));
+    assert_eq!(cluster.list_nodes(Some("a=1")).unwrap().len(), 1);
+    cluster.remove_node_taint("master-1", 0, "k").unwrap();
+
     // The markers are read at every call.
     std::fs::remove_file(&hosts[1].reboot_marker_path).unwrap();
     assert!(cluster.list_nodes(None).unwrap().is_empty());
@@ -88,55 +107,7 @@ fn nodes_appear_once_the_host_rebooted_and_fetched_its_ignition() {
 }
 
 #[test]
-fn every_operator_is_available() {
-    let cluster = DryCluster::new(Vec::new());
-    let operators = cluster.list_cluster_operators().unwrap();
-    assert!(operators.iter().any(|co| co.name == "console"));
-    let any = cluster.get_cluster_operator("any-operator").unwrap();
-    let cv = cluster.get_cluster_version(CLUSTER_VERSION_NAME).unwrap();
-    let conditions = operators.iter().chain([&any]).map(|co| &co.conditions);
-    for conditions in conditions.chain([&cv.conditions]) {
-        let status = status_from_conditions(conditions).0;
-        assert_eq!(status, OperatorStatus::Available, "{conditions:?}");
-    }
-    assert!(console_enabled(&cv));
-    let other = cluster.get_cluster_version("other").unwrap_err();
-    assert_eq!(api_error_code(&other), Some(404));
-
-    // With the CVO checked: the service's progressing records become available.
-    let service = MemoryService::new("c-1", Arc::new(FakeClock::new()));
-    let record = |name: &str, operator_type: &str| MonitoredOperator {
-        name: name.into(),
-        status: "progressing".into(),
-        operator_type: operator_type.into(),
-        namespace: "openshift-lvm".into(),
-        subscription_name: "lvms-operator".into(),
-        ..MonitoredOperator::default()
-    };
-    service.set_operators(vec![
-        record("console", "builtin"),
-        record("cvo", "builtin"),
-        record("lvm", "olm"),
-    ]);
-    assert!(cluster_operators_round(&cluster, &service, "4.17", true));
-    // An OLM operator's CSV exists and succeeded.
-    let read = || olm_status(&cluster, &service.operators()[2]);
-    assert!(is_available(&service, "4.17", "lvm", false, false, read));
-    assert!(crate::controller::tasks::olm::is_initialized(
-        &cluster,
-        &service.operators()[2]
-    ));
-    let operators = service.operators();
-    let available = operators.iter().map(|o| format!("{}={}", o.name, o.status));
-    let available: Vec<String> = available.collect();
-    assert_eq!(
-        available,
-        ["console=available", "cvo=available", "lvm=available"]
-    );
-}
-
-#[test]
-fn the_ready_and_post_install_reads_find_what_they_need() {
+fn every_operator_is_available_and_the_other_tasks_find_what_they_read() {
     let cluster = DryCluster::new(Vec::new());
     assert_eq!(
         cluster.get_proxy(PROXY_NAME).unwrap(),
@@ -178,33 +149,8 @@ fn the_ready_and_post_install_reads_find_what_they_need() {
     assert_eq!(api_error_code(&gone), Some(404));
     let gone = cluster.pod_log("ns", "p", None).unwrap_err();
     assert_eq!(api_error_code(&gone), Some(404));
-}
 
-#[test]
-fn label_patches_and_pool_pauses_are_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = vec![host(dir.path(), "master-0", "192.0.2.10")];
-    reboot(&hosts[0]);
-    let cluster = DryCluster::new(hosts);
-    let missing = cluster.patch_node_labels("master-0", &json!({"a": "1"}));
-    assert_eq!(
-        api_error_code(&missing.unwrap_err()),
-        Some(404),
-        "no node yet"
-    );
-    read_mcs_log(&cluster);
-    let patch = |labels: Value| cluster.patch_node_labels("master-0", &labels);
-    patch(json!({"a": "1", "b": "2"})).unwrap();
-    patch(json!({"b": null})).unwrap();
-    let bad = patch(json!({"c": 1})).unwrap_err();
-    assert_eq!(api_error_code(&bad), Some(400));
-    let labels = cluster.get_node("master-0").unwrap().labels;
-    assert_eq!(labels.get("a").map(String::as_str), Some("1"));
-    assert!(!labels.contains_key("b"));
-    assert!(labels.contains_key(&role_label("master")));
-    assert_eq!(cluster.list_nodes(Some("a=1")).unwrap().len(), 1);
-    cluster.remove_node_taint("master-0", 0, "k").unwrap();
-
+    // Pools `master` and `worker`, their pauses kept.
     let paused = || cluster.get_machine_config_pool("worker").unwrap().paused;
     assert!(!paused());
     for pause in [true, false] {
@@ -215,6 +161,49 @@ fn label_patches_and_pool_pauses_are_kept() {
     }
     let other = cluster.get_machine_config_pool("infra").unwrap_err();
     assert_eq!(api_error_code(&other), Some(404));
+
+    let operators = cluster.list_cluster_operators().unwrap();
+    assert!(operators.iter().any(|co| co.name == "console"));
+    let any = cluster.get_cluster_operator("any-operator").unwrap();
+    let cv = cluster.get_cluster_version(CLUSTER_VERSION_NAME).unwrap();
+    let conditions = operators.iter().chain([&any]).map(|co| &co.conditions);
+    for conditions in conditions.chain([&cv.conditions]) {
+        let status = status_from_conditions(conditions).0;
+        assert_eq!(status, OperatorStatus::Available, "{conditions:?}");
+    }
+    assert!(console_enabled(&cv));
+    let other = cluster.get_cluster_version("other").unwrap_err();
+    assert_eq!(api_error_code(&other), Some(404));
+
+    // With the CVO checked: the service's progressing records become available.
+    let record = |name: &str, operator_type: &str| MonitoredOperator {
+        name: name.into(),
+        status: "progressing".into(),
+        operator_type: operator_type.into(),
+        namespace: "openshift-lvm".into(),
+        subscription_name: "lvms-operator".into(),
+        ..MonitoredOperator::default()
+    };
+    service.set_operators(vec![
+        record("console", "builtin"),
+        record("cvo", "builtin"),
+        record("lvm", "olm"),
+    ]);
+    assert!(cluster_operators_round(&cluster, &service, "4.17", true));
+    // An OLM operator's CSV exists and succeeded.
+    let read = || olm_status(&cluster, &service.operators()[2]);
+    assert!(is_available(&service, "4.17", "lvm", false, false, read));
+    assert!(crate::controller::tasks::olm::is_initialized(
+        &cluster,
+        &service.operators()[2]
+    ));
+    let operators = service.operators();
+    let available = operators.iter().map(|o| format!("{}={}", o.name, o.status));
+    let available: Vec<String> = available.collect();
+    assert_eq!(
+        available,
+        ["console=available", "cvo=available", "lvm=available"]
+    );
 }
 
 /// The installer's view. What the dry-run bootstrap needs of it (Ready nodes on a MachineConfig
