@@ -41,25 +41,23 @@ fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
 }
 
 /// The fake API server behind answers injected for this file's error cases: each `(method, path
-/// prefix, answer)` answers the first request it matches instead of the fake; with `hang_up`,
-/// every connection is closed right after its answer, without saying so.
+/// prefix, answer)` of `next` answers the first request it matches instead of the fake; with
+/// `hang_up`, every connection is closed right after its answer, without saying so.
 #[derive(Clone, Default)]
 struct Faults {
     fake: FakeApiServer,
-    next: Arc<Mutex<Vec<(String, String, Reply)>>>,
+    next: Arc<Mutex<Vec<(&'static str, String, Reply)>>>,
     hang_up: Arc<AtomicBool>,
 }
 
 impl Faults {
     /// The next `method` request to a path starting with `prefix` is answered `code`.
-    fn fail_next(&self, method: &str, prefix: &str, code: u16) {
+    fn fail_next(&self, method: &'static str, prefix: &str, code: u16) {
         let reply = status(code, "InternalError", "injected failure");
-        self.answer_next(method, prefix, reply);
-    }
-
-    fn answer_next(&self, method: &str, prefix: &str, reply: Reply) {
-        let answer = (method.into(), prefix.into(), reply);
-        self.next.lock().unwrap().push(answer);
+        self.next
+            .lock()
+            .unwrap()
+            .push((method, prefix.into(), reply));
     }
 }
 
@@ -590,7 +588,11 @@ fn api_errors_keep_their_codes_and_name_the_object() {
         ..Reply::empty(403)
     };
     for (reply, code) in [(Reply::empty(401), 401), (text, 403)] {
-        s.faults.answer_next("GET", cm, reply);
+        s.faults
+            .next
+            .lock()
+            .unwrap()
+            .push(("GET", cm.into(), reply));
         assert_eq!(api_error_code(&get_cm().unwrap_err()), Some(code));
     }
 

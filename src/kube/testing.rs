@@ -72,8 +72,10 @@ pub struct FakeCluster {
     state: Arc<Mutex<State>>,
 }
 
-fn not_found(what: &str) -> anyhow::Error {
-    anyhow::Error::new(ApiError::new(404, "NotFound", &format!("{what} not found")))
+/// The stored object, or NotFound naming it.
+fn found<T>(object: Option<T>, kind: &str, name: &str) -> Result<T> {
+    let err = || ApiError::new(404, "NotFound", &format!("{kind} {name} not found"));
+    object.ok_or_else(|| err().into())
 }
 
 fn opt(s: Option<&str>) -> String {
@@ -295,8 +297,7 @@ impl FakeCluster {
         let mut state = self.enter(method, &[namespace, name.unwrap_or_default()])?;
         let name = name.ok_or_else(|| anyhow!("the BareMetalHost has no metadata.name"))?;
         let stored = state.bmhs.get_mut(&key(namespace, name));
-        let stored =
-            stored.ok_or_else(|| not_found(&format!("BareMetalHost {namespace}/{name}")))?;
+        let stored = found(stored, "BareMetalHost", &format!("{namespace}/{name}"))?;
         write(stored, bmh);
         Ok(stored.clone())
     }
@@ -304,11 +305,6 @@ impl FakeCluster {
 
 fn condition_json(c: &Condition) -> Value {
     json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message})
-}
-
-/// The stored object, or NotFound.
-fn found<T: Clone>(object: Option<&T>, what: String) -> Result<T> {
-    object.cloned().ok_or_else(|| not_found(&what))
 }
 
 /// Remove the items whose (namespace, name) is `key`; whether there were any.
@@ -332,8 +328,9 @@ impl ClusterApi for FakeCluster {
     fn get_cluster_version(&self, name: &str) -> Result<ClusterVersion> {
         let state = self.enter("get_cluster_version", &[name])?;
         found(
-            state.cluster_versions.get(name),
-            format!("ClusterVersion {name}"),
+            state.cluster_versions.get(name).cloned(),
+            "ClusterVersion",
+            name,
         )
     }
 
@@ -345,8 +342,9 @@ impl ClusterApi for FakeCluster {
     fn get_cluster_operator(&self, name: &str) -> Result<ClusterOperator> {
         let state = self.enter("get_cluster_operator", &[name])?;
         found(
-            state.cluster_operators.get(name),
-            format!("ClusterOperator {name}"),
+            state.cluster_operators.get(name).cloned(),
+            "ClusterOperator",
+            name,
         )
     }
 
@@ -378,13 +376,12 @@ impl ClusterApi for FakeCluster {
 
     fn get_node(&self, name: &str) -> Result<Node> {
         let state = self.enter("get_node", &[name])?;
-        found(state.nodes.get(name), format!("node {name}"))
+        found(state.nodes.get(name).cloned(), "node", name)
     }
 
     fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
         let mut state = self.enter("remove_node_taint", &[name, &index.to_string()])?;
-        let node = state.nodes.get_mut(name);
-        let node = node.ok_or_else(|| not_found(&format!("node {name}")))?;
+        let node = found(state.nodes.get_mut(name), "node", name)?;
         // The patch's `test` op: taint `index` must still have `key`.
         if node.taints.get(index).is_none_or(|t| t.key != key) {
             let msg = format!("taint {index} of node {name} is not {key}");
@@ -396,8 +393,7 @@ impl ClusterApi for FakeCluster {
 
     fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()> {
         let mut state = self.enter("patch_node_labels", &[name, &labels.to_string()])?;
-        let node = state.nodes.get_mut(name);
-        let node = node.ok_or_else(|| not_found(&format!("node {name}")))?;
+        let node = found(state.nodes.get_mut(name), "node", name)?;
         merge_labels(&mut node.labels, labels)
     }
 
@@ -410,7 +406,7 @@ impl ClusterApi for FakeCluster {
         let services = &mut state.services;
         match remove(services, [namespace, name], |s| [&s.namespace, &s.name]) {
             true => Ok(()),
-            false => Err(not_found(&format!("service {namespace}/{name}"))),
+            false => found(None, "service", &format!("{namespace}/{name}")),
         }
     }
 
@@ -426,8 +422,8 @@ impl ClusterApi for FakeCluster {
     fn pod_log(&self, namespace: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
         let since = since_seconds.map_or_else(|| "-".to_string(), |s| s.to_string());
         let state = self.enter("pod_log", &[namespace, name, &since])?;
-        let log = state.pod_logs.get(&key(namespace, name));
-        found(log, format!("pod {namespace}/{name}"))
+        let log = state.pod_logs.get(&key(namespace, name)).cloned();
+        found(log, "pod", &format!("{namespace}/{name}"))
     }
 
     fn delete_pods(&self, namespace: &str, label_selector: Option<&str>) -> Result<()> {
@@ -444,8 +440,7 @@ impl ClusterApi for FakeCluster {
 
     fn approve_csr(&self, csr: &Csr, approval: &CsrApproval) -> Result<()> {
         let mut state = self.enter("approve_csr", &[&csr.name, &approval.condition.type_])?;
-        let stored = state.csrs.get_mut(&csr.name);
-        let stored = stored.ok_or_else(|| not_found(&format!("CSR {}", csr.name)))?;
+        let stored = found(state.csrs.get_mut(&csr.name), "CSR", &csr.name)?;
         stored.conditions.push(approval.condition.clone());
         let mut object = csr.object.clone();
         let condition = condition_json(&approval.condition);
@@ -500,8 +495,8 @@ impl ClusterApi for FakeCluster {
 
     fn get_bmh(&self, namespace: &str, name: &str) -> Result<Value> {
         let state = self.enter("get_bmh", &[namespace, name])?;
-        let what = format!("BareMetalHost {namespace}/{name}");
-        found(state.bmhs.get(&key(namespace, name)), what)
+        let bmh = state.bmhs.get(&key(namespace, name)).cloned();
+        found(bmh, "BareMetalHost", &format!("{namespace}/{name}"))
     }
 
     fn update_bmh(&self, namespace: &str, bmh: &Value) -> Result<Value> {
@@ -536,15 +531,13 @@ impl ClusterApi for FakeCluster {
 
     fn get_machine_config_pool(&self, name: &str) -> Result<MachineConfigPool> {
         let state = self.enter("get_machine_config_pool", &[name])?;
-        found(state.mcps.get(name), format!("MachineConfigPool {name}"))
+        found(state.mcps.get(name).cloned(), "MachineConfigPool", name)
     }
 
     fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()> {
         let args = [name, &paused.to_string()];
         let mut state = self.enter("set_machine_config_pool_paused", &args)?;
-        let pool = state.mcps.get_mut(name);
-        pool.ok_or_else(|| not_found(&format!("MachineConfigPool {name}")))?
-            .paused = paused;
+        found(state.mcps.get_mut(name), "MachineConfigPool", name)?.paused = paused;
         Ok(())
     }
 
