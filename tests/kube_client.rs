@@ -172,8 +172,9 @@ fn taint_keys(s: &Setup, name: &str) -> Vec<String> {
 }
 
 #[test]
-fn nodes_by_role_with_readiness_ips_annotations_and_taints() {
+fn reads_of_every_kind_into_the_model() {
     let s = setup();
+    // Nodes by role, with readiness, IPs, annotations and taints.
     assert_eq!(s.client.server().trim_end_matches('/'), s.server.base_url());
     let ann = json!({CURRENT_CONFIG_ANNOTATION: "rendered-master-a"});
     let taints = [UNINITIALIZED_TAINT, "node.kubernetes.io/not-ready"];
@@ -211,11 +212,8 @@ fn nodes_by_role_with_readiness_ips_annotations_and_taints() {
     let want = ["master", "worker", "arbiter"]
         .map(|r| format!("GET {NODES}?labelSelector=node-role.kubernetes.io/{r}"));
     assert_eq!(calls(&s.server), want);
-}
 
-#[test]
-fn events_config_maps_and_machine_configs() {
-    let s = setup();
+    // Events, ConfigMaps and MachineConfigs.
     let events = format!("/api/v1/namespaces/{CONTROLLER_NAMESPACE}/events");
     let started = json!({"metadata": {"name": "started", "namespace": CONTROLLER_NAMESPACE},
                          "reason": "Started", "message": "pod started"});
@@ -226,7 +224,7 @@ fn events_config_maps_and_machine_configs() {
     let e = &listed[0];
     let event = format!("{} {} {}: {}", listed.len(), e.name, e.reason, e.message);
     assert_eq!(event, "1 started Started: pod started");
-    assert_eq!(calls(&s.server), [format!("GET {events}")]);
+    assert_eq!(calls(&s.server)[3..], [format!("GET {events}")]);
 
     let (ns, name) = (INVOKER_NAMESPACE, INVOKER_CONFIG_MAP);
     assert_eq!(
@@ -248,52 +246,8 @@ fn events_config_maps_and_machine_configs() {
         .put(configs, json!({"metadata": {"name": "rendered-master-a"}}));
     assert!(s.client.machine_config_exists("rendered-master-a").unwrap());
     assert!(!s.client.machine_config_exists("rendered-master-b").unwrap());
-}
 
-#[test]
-fn a_taint_is_removed_by_a_json_patch_guarded_by_its_key() {
-    let s = setup();
-    let (not_ready, unreachable) = (
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
-    );
-    let taints = [not_ready, UNINITIALIZED_TAINT, unreachable];
-    let master = node("master-1", "master", false, "10.0.0.11", json!({}), &taints);
-    s.fake.put(NODES, master);
-    remove_taint_by_key(&s.client, "master-1", UNINITIALIZED_TAINT).unwrap();
-    assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
-    let want = ["GET", "PATCH"].map(|m| format!("{m} {NODES}/master-1"));
-    assert_eq!(calls(&s.server), want);
-    let patch = last(&s.server);
-    let content_type = patch.header("content-type");
-    assert_eq!(content_type, Some("application/json-patch+json"));
-    let want = json!([{"op": "test", "path": "/spec/taints/1/key", "value": UNINITIALIZED_TAINT},
-                      {"op": "remove", "path": "/spec/taints/1"}]);
-    assert_eq!(patch.body_json(), want);
-
-    // Absent: no patch. The controller's by index: a taint list changed since it was read fails
-    // the patch's test (422) and removes nothing.
-    remove_taint_by_key(&s.client, "master-1", UNINITIALIZED_TAINT).unwrap();
-    assert_eq!(last(&s.server).method, "GET");
-    let err = ClusterApi::remove_node_taint(&s.client, "master-1", 0, UNINITIALIZED_TAINT);
-    assert_eq!(api_error_code(&err.unwrap_err()), Some(422));
-    assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
-    ClusterApi::remove_node_taint(&s.client, "master-1", 1, taints[2]).unwrap();
-    ClusterApi::remove_node_taint(&s.client, "master-1", 0, taints[0]).unwrap();
-    assert!(taint_keys(&s, "master-1").is_empty());
-
-    let err = msg(remove_taint_by_key(&s.client, "ghost", UNINITIALIZED_TAINT));
-    assert!(err.starts_with("reading node ghost: "), "{err}");
-    s.fake
-        .put(NODES, node("n", "master", true, "", json!({}), &["t"]));
-    s.faults.fail_next("PATCH", "/api/v1/nodes/n", 500);
-    let err = msg(remove_taint_by_key(&s.client, "n", "t"));
-    assert!(err.starts_with("removing taint t (0) of node n: "), "{err}");
-}
-
-#[test]
-fn pods_by_selectors_their_logs_and_deletecollection() {
-    let s = setup();
+    // Pods by selectors, their logs, and deletecollection.
     let job = "job-name=assisted-installer-controller";
     let pod = |name: &str, labels: Value, phase: &str| {
         json!({"metadata": {"name": name, "namespace": CONTROLLER_NAMESPACE, "labels": labels},
@@ -351,134 +305,8 @@ fn pods_by_selectors_their_logs_and_deletecollection() {
             .len(),
         2
     );
-}
 
-#[test]
-fn every_controller_method_sends_exactly_its_declared_and_allowed_request() {
-    let s = setup();
-    exercise_all(&s.client);
-    let requests = s.server.requests();
-    let declarations = declarations();
-    // exercise_all calls the methods in trait order, as the declarations list them; each one
-    // makes one request.
-    assert_eq!(requests.len(), declarations.len(), "{:?}", calls(&s.server));
-    for (request, (method, declared)) in requests.iter().zip(declarations) {
-        let call = call_of_http(&request.method, &request.path, &request.query);
-        let call =
-            call.unwrap_or_else(|| panic!("{method}: {} is no resource request", line(request)));
-        assert_eq!(declared, call, "{method}: {}", line(request));
-        let allowed = allowed(&call) || INSTALLER_ONLY.contains(&method);
-        assert!(allowed, "{method}: {call:?} is not allowed");
-    }
-}
-
-#[test]
-fn csr_approval_puts_the_listed_object_with_the_condition_appended() {
-    let s = setup();
-    let path = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
-    let csr = json!({"metadata": {"name": "csr-abc"},
-        "spec": {"request": "TFMwdA==", "signerName": "kubernetes.io/kubelet-serving"},
-        "status": {"conditions": [{"type": "Denied", "status": "True"}]}});
-    s.fake.put(path, csr);
-    let csr = s.client.list_csrs().unwrap().remove(0);
-    assert!(csr.conditions[0].is_true("Denied"));
-    let condition = Condition {
-        type_: "Approved".into(),
-        status: "True".into(),
-        reason: "NodeCSRApprove".into(),
-        message: "approved by the controller".into(),
-    };
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_500);
-    let approval = CsrApproval { condition, time };
-    s.client.approve_csr(&csr, &approval).unwrap();
-    let r = last(&s.server);
-    assert_eq!(line(&r), format!("PUT {path}/csr-abc/approval"));
-    assert_eq!(r.header("content-type"), Some("application/json"));
-    let body = r.body_json();
-    assert_eq!(
-        types(&body),
-        "certificates.k8s.io/v1 CertificateSigningRequest"
-    );
-    assert_eq!(body["metadata"]["resourceVersion"], "1");
-    assert_eq!(body["spec"]["request"], "TFMwdA==");
-    let approved = json!({"type": "Approved", "status": "True", "reason": "NodeCSRApprove",
-        "message": "approved by the controller", "lastUpdateTime": "2023-11-14T22:13:20Z"});
-    assert_eq!(body["status"]["conditions"][1], approved);
-}
-
-#[test]
-fn writes_send_their_bodies() {
-    let s = setup();
-    let ns = "openshift-machine-api";
-    let bmhs = format!("/apis/metal3.io/v1alpha1/namespaces/{ns}/baremetalhosts");
-    let bmh = json!({
-        "metadata": {"name": "bmh-0", "namespace": ns, "annotations": {"keep": "me"}},
-        "spec": {"externallyProvisioned": true},
-        "status": {"provisioning": {"state": "externally provisioned"}},
-    });
-    s.fake.put(&bmhs, bmh.clone());
-    let mut listed = s.client.list_bmhs(ns).unwrap().remove(0);
-    listed["spec"]["consumerRef"] = json!({"name": "worker-0"});
-    let stored = s.client.update_bmh(ns, &listed).unwrap();
-    assert_eq!(stored["spec"]["consumerRef"]["name"], "worker-0");
-    s.client.update_bmh_status(ns, &listed).unwrap();
-    let requests = s.server.requests();
-    for (r, sub) in requests[1..].iter().zip(["", "/status"]) {
-        assert_eq!(line(r), format!("PUT {bmhs}/bmh-0{sub}"));
-        let body = r.body_json();
-        assert_eq!(types(&body), "metal3.io/v1alpha1 BareMetalHost");
-        let annotations = &bmh["metadata"]["annotations"];
-        assert_eq!(&body["metadata"]["annotations"], annotations);
-        assert_eq!(body["status"], bmh["status"]);
-    }
-
-    let merge = |s: &Setup, path: &str, body: Value| {
-        let r = last(&s.server);
-        assert_eq!(line(&r), format!("PATCH {path}"));
-        let content_type = r.header("content-type");
-        assert_eq!(content_type, Some("application/merge-patch+json"));
-        assert_eq!(r.body_json(), body);
-    };
-    let pools = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools";
-    let pool = json!({"metadata": {"name": "worker"}, "spec": {"paused": false}});
-    s.fake.put(pools, pool);
-    s.client
-        .set_machine_config_pool_paused("worker", true)
-        .unwrap();
-    let paused = json!({"spec": {"paused": true}});
-    merge(&s, &format!("{pools}/worker"), paused);
-    assert!(s.client.get_machine_config_pool("worker").unwrap().paused);
-    s.fake
-        .put(NODES, node("m", "master", true, "", json!({}), &[]));
-    let labels = json!({"a": "b", "c": ""});
-    s.client.patch_node_labels("m", &labels).unwrap();
-    let patch = json!({"metadata": {"labels": labels}});
-    merge(&s, "/api/v1/nodes/m", patch);
-
-    let event = ready_event();
-    s.client.create_event(CONTROLLER_NAMESPACE, &event).unwrap();
-    let r = last(&s.server);
-    let want = "POST /api/v1/namespaces/assisted-installer/events";
-    assert_eq!(line(&r), want);
-    let body = r.body_json();
-    let meta = json!({"name": "AssistedControllerIsReady", "namespace": CONTROLLER_NAMESPACE});
-    assert_eq!(body["metadata"], meta);
-    let involved =
-        json!({"namespace": CONTROLLER_NAMESPACE, "name": "assisted-installer-controller"});
-    assert_eq!(body["involvedObject"], involved);
-    assert_eq!(
-        (&body["count"], &body["type"]),
-        (&json!(1), &json!("Normal"))
-    );
-    assert_eq!(body["firstTimestamp"], "1970-01-01T00:00:00Z");
-    assert_eq!(body["lastTimestamp"], body["firstTimestamp"]);
-    let again = s.client.create_event(CONTROLLER_NAMESPACE, &event);
-    assert_eq!(api_error_code(&again.unwrap_err()), Some(409));
-}
-
-#[test]
-fn openshift_objects_are_read_into_the_model() {
-    let s = setup();
+    // The OpenShift, OLM, machine-api and batch objects.
     let config = "/apis/config.openshift.io/v1";
     s.fake.put(
         &format!("{config}/clusteroperators"),
@@ -564,6 +392,165 @@ fn openshift_objects_are_read_into_the_model() {
         .delete_service("openshift-dns", "dns-default")
         .unwrap();
     assert!(s.client.list_services().unwrap().is_empty());
+}
+
+#[test]
+fn writes_and_the_bodies_they_send() {
+    let s = setup();
+    // A CSR approval puts the listed object with the condition appended.
+    let path = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let csr = json!({"metadata": {"name": "csr-abc"},
+        "spec": {"request": "TFMwdA==", "signerName": "kubernetes.io/kubelet-serving"},
+        "status": {"conditions": [{"type": "Denied", "status": "True"}]}});
+    s.fake.put(path, csr);
+    let csr = s.client.list_csrs().unwrap().remove(0);
+    assert!(csr.conditions[0].is_true("Denied"));
+    let condition = Condition {
+        type_: "Approved".into(),
+        status: "True".into(),
+        reason: "NodeCSRApprove".into(),
+        message: "approved by the controller".into(),
+    };
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_500);
+    let approval = CsrApproval { condition, time };
+    s.client.approve_csr(&csr, &approval).unwrap();
+    let r = last(&s.server);
+    assert_eq!(line(&r), format!("PUT {path}/csr-abc/approval"));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let body = r.body_json();
+    assert_eq!(
+        types(&body),
+        "certificates.k8s.io/v1 CertificateSigningRequest"
+    );
+    assert_eq!(body["metadata"]["resourceVersion"], "1");
+    assert_eq!(body["spec"]["request"], "TFMwdA==");
+    let approved = json!({"type": "Approved", "status": "True", "reason": "NodeCSRApprove",
+        "message": "approved by the controller", "lastUpdateTime": "2023-11-14T22:13:20Z"});
+    assert_eq!(body["status"]["conditions"][1], approved);
+
+    // A taint is removed by a JSON patch guarded by its key.
+    let (not_ready, unreachable) = (
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    );
+    let taints = [not_ready, UNINITIALIZED_TAINT, unreachable];
+    let master = node("master-1", "master", false, "10.0.0.11", json!({}), &taints);
+    s.fake.put(NODES, master);
+    remove_taint_by_key(&s.client, "master-1", UNINITIALIZED_TAINT).unwrap();
+    assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
+    let want = ["GET", "PATCH"].map(|m| format!("{m} {NODES}/master-1"));
+    assert_eq!(calls(&s.server)[2..], want);
+    let patch = last(&s.server);
+    let content_type = patch.header("content-type");
+    assert_eq!(content_type, Some("application/json-patch+json"));
+    let want = json!([{"op": "test", "path": "/spec/taints/1/key", "value": UNINITIALIZED_TAINT},
+                      {"op": "remove", "path": "/spec/taints/1"}]);
+    assert_eq!(patch.body_json(), want);
+
+    // Absent: no patch. The controller's by index: a taint list changed since it was read fails
+    // the patch's test (422) and removes nothing.
+    remove_taint_by_key(&s.client, "master-1", UNINITIALIZED_TAINT).unwrap();
+    assert_eq!(last(&s.server).method, "GET");
+    let err = ClusterApi::remove_node_taint(&s.client, "master-1", 0, UNINITIALIZED_TAINT);
+    assert_eq!(api_error_code(&err.unwrap_err()), Some(422));
+    assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
+    ClusterApi::remove_node_taint(&s.client, "master-1", 1, taints[2]).unwrap();
+    ClusterApi::remove_node_taint(&s.client, "master-1", 0, taints[0]).unwrap();
+    assert!(taint_keys(&s, "master-1").is_empty());
+
+    let err = msg(remove_taint_by_key(&s.client, "ghost", UNINITIALIZED_TAINT));
+    assert!(err.starts_with("reading node ghost: "), "{err}");
+    s.fake
+        .put(NODES, node("n", "master", true, "", json!({}), &["t"]));
+    s.faults.fail_next("PATCH", "/api/v1/nodes/n", 500);
+    let err = msg(remove_taint_by_key(&s.client, "n", "t"));
+    assert!(err.starts_with("removing taint t (0) of node n: "), "{err}");
+
+    // BareMetalHosts, merge patches and Events.
+    let ns = "openshift-machine-api";
+    let bmhs = format!("/apis/metal3.io/v1alpha1/namespaces/{ns}/baremetalhosts");
+    let bmh = json!({
+        "metadata": {"name": "bmh-0", "namespace": ns, "annotations": {"keep": "me"}},
+        "spec": {"externallyProvisioned": true},
+        "status": {"provisioning": {"state": "externally provisioned"}},
+    });
+    s.fake.put(&bmhs, bmh.clone());
+    let mut listed = s.client.list_bmhs(ns).unwrap().remove(0);
+    listed["spec"]["consumerRef"] = json!({"name": "worker-0"});
+    let stored = s.client.update_bmh(ns, &listed).unwrap();
+    assert_eq!(stored["spec"]["consumerRef"]["name"], "worker-0");
+    s.client.update_bmh_status(ns, &listed).unwrap();
+    let requests = s.server.requests();
+    for (r, sub) in requests[requests.len() - 2..].iter().zip(["", "/status"]) {
+        assert_eq!(line(r), format!("PUT {bmhs}/bmh-0{sub}"));
+        let body = r.body_json();
+        assert_eq!(types(&body), "metal3.io/v1alpha1 BareMetalHost");
+        let annotations = &bmh["metadata"]["annotations"];
+        assert_eq!(&body["metadata"]["annotations"], annotations);
+        assert_eq!(body["status"], bmh["status"]);
+    }
+
+    let merge = |s: &Setup, path: &str, body: Value| {
+        let r = last(&s.server);
+        assert_eq!(line(&r), format!("PATCH {path}"));
+        let content_type = r.header("content-type");
+        assert_eq!(content_type, Some("application/merge-patch+json"));
+        assert_eq!(r.body_json(), body);
+    };
+    let pools = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools";
+    let pool = json!({"metadata": {"name": "worker"}, "spec": {"paused": false}});
+    s.fake.put(pools, pool);
+    s.client
+        .set_machine_config_pool_paused("worker", true)
+        .unwrap();
+    let paused = json!({"spec": {"paused": true}});
+    merge(&s, &format!("{pools}/worker"), paused);
+    assert!(s.client.get_machine_config_pool("worker").unwrap().paused);
+    s.fake
+        .put(NODES, node("m", "master", true, "", json!({}), &[]));
+    let labels = json!({"a": "b", "c": ""});
+    s.client.patch_node_labels("m", &labels).unwrap();
+    let patch = json!({"metadata": {"labels": labels}});
+    merge(&s, "/api/v1/nodes/m", patch);
+
+    let event = ready_event();
+    s.client.create_event(CONTROLLER_NAMESPACE, &event).unwrap();
+    let r = last(&s.server);
+    let want = "POST /api/v1/namespaces/assisted-installer/events";
+    assert_eq!(line(&r), want);
+    let body = r.body_json();
+    let meta = json!({"name": "AssistedControllerIsReady", "namespace": CONTROLLER_NAMESPACE});
+    assert_eq!(body["metadata"], meta);
+    let involved =
+        json!({"namespace": CONTROLLER_NAMESPACE, "name": "assisted-installer-controller"});
+    assert_eq!(body["involvedObject"], involved);
+    assert_eq!(
+        (&body["count"], &body["type"]),
+        (&json!(1), &json!("Normal"))
+    );
+    assert_eq!(body["firstTimestamp"], "1970-01-01T00:00:00Z");
+    assert_eq!(body["lastTimestamp"], body["firstTimestamp"]);
+    let again = s.client.create_event(CONTROLLER_NAMESPACE, &event);
+    assert_eq!(api_error_code(&again.unwrap_err()), Some(409));
+}
+
+#[test]
+fn every_controller_method_sends_exactly_its_declared_and_allowed_request() {
+    let s = setup();
+    exercise_all(&s.client);
+    let requests = s.server.requests();
+    let declarations = declarations();
+    // exercise_all calls the methods in trait order, as the declarations list them; each one
+    // makes one request.
+    assert_eq!(requests.len(), declarations.len(), "{:?}", calls(&s.server));
+    for (request, (method, declared)) in requests.iter().zip(declarations) {
+        let call = call_of_http(&request.method, &request.path, &request.query);
+        let call =
+            call.unwrap_or_else(|| panic!("{method}: {} is no resource request", line(request)));
+        assert_eq!(declared, call, "{method}: {}", line(request));
+        let allowed = allowed(&call) || INSTALLER_ONLY.contains(&method);
+        assert!(allowed, "{method}: {call:?} is not allowed");
+    }
 }
 
 #[test]
@@ -669,7 +656,8 @@ fn the_client_is_blocking_shared_and_never_hangs() {
 }
 
 #[test]
-fn the_controller_uses_the_kubeconfig_else_the_service_account() {
+fn clients_from_kubeconfigs_and_service_accounts() {
+    // The controller uses the kubeconfig, else the service account.
     let server = TestServer::with_app(FakeApiServer::new("sa-token-1"));
     let dir = tempfile::tempdir().unwrap();
     let sa = dir.path().join("sa");
@@ -692,14 +680,11 @@ fn the_controller_uses_the_kubeconfig_else_the_service_account() {
         Some(401),
         "no token in the kubeconfig"
     );
-}
 
-#[test]
-fn kubeconfigs_missing_invalid_or_with_certificate_data() {
+    // Kubeconfigs missing, invalid, or with certificate data.
     let missing = Path::new("/nonexistent/kubeconfig");
     let err = msg(KubeClient::from_kubeconfig(missing));
     assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
-    let dir = tempfile::tempdir().unwrap();
     let [ca, cert, key] = <[String; 3]>::try_from(certs()).unwrap();
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, "clusters: [unclosed").unwrap();
