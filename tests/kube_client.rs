@@ -405,15 +405,7 @@ fn writes_and_the_bodies_they_send() {
     s.fake.put(path, csr);
     let csr = s.client.list_csrs().unwrap().remove(0);
     assert!(csr.conditions[0].is_true("Denied"));
-    let condition = Condition {
-        type_: "Approved".into(),
-        status: "True".into(),
-        reason: "NodeCSRApprove".into(),
-        message: "approved by the controller".into(),
-    };
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_500);
-    let approval = CsrApproval { condition, time };
-    s.client.approve_csr(&csr, &approval).unwrap();
+    s.client.approve_csr(&csr, &approval()).unwrap();
     let r = last(&s.server);
     assert_eq!(line(&r), format!("PUT {path}/csr-abc/approval"));
     assert_eq!(r.header("content-type"), Some("application/json"));
@@ -735,14 +727,6 @@ fn exercise_all(api: &dyn ClusterApi) {
         conditions: vec![],
         object,
     };
-    let condition = Condition {
-        type_: "Approved".into(),
-        ..Condition::default()
-    };
-    let approval = CsrApproval {
-        condition,
-        time: std::time::UNIX_EPOCH,
-    };
     let bmh = json!({"metadata": {"name": "bmh-0", "namespace": ns}, "spec": {}, "status": {}});
     let _ = api.get_proxy("cluster");
     let _ = api.get_cluster_version("version");
@@ -764,7 +748,7 @@ fn exercise_all(api: &dyn ClusterApi) {
     let _ = api.pod_log("assisted-installer", "pod-0", Some(300));
     let _ = api.delete_pods("openshift-dns-operator", None);
     let _ = api.list_csrs();
-    let _ = api.approve_csr(&csr, &approval);
+    let _ = api.approve_csr(&csr, &approval());
     let _ = api.get_subscription(storage, "odf-operator");
     let _ = api.get_csv(storage, "odf-operator.v4.15.0");
     let _ = api.list_install_plans(storage);
@@ -781,6 +765,18 @@ fn exercise_all(api: &dyn ClusterApi) {
     let _ = api.set_machine_config_pool_paused("worker", true);
     let _ = api.list_events(CONTROLLER_NAMESPACE);
     let _ = api.machine_config_exists("rendered-master-a");
+}
+
+/// The controller's approval of a CSR.
+fn approval() -> CsrApproval {
+    let condition = Condition {
+        type_: "Approved".into(),
+        status: "True".into(),
+        reason: "NodeCSRApprove".into(),
+        message: "approved by the controller".into(),
+    };
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_500);
+    CsrApproval { condition, time }
 }
 
 /// The Event the controller creates when it is ready.
