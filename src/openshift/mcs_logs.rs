@@ -383,11 +383,8 @@ mod tests {
         std::fs::write(dir.path().join("m3"), "").unwrap();
         let log = dry_run_mcs_log(&hosts);
         assert_eq!(log.lines().count(), 2, "{log}");
-        let watched = [
-            host("m1", "master", &["192.168.126.11/24"]),
-            host("m2", "master", &["192.168.126.12/24"]),
-            host("m3", "worker", &["fd00::13/64"]),
-        ];
+        let watched = hosts.iter().map(|h| host(&h.hostname, "master", &[&h.ip]));
+        let watched: Vec<McsHost> = watched.collect();
         assert_eq!(
             ids(hosts_that_fetched_ignition(&log, &watched)),
             ["m1", "m3"]
