@@ -45,13 +45,19 @@ fn names(nodes: &[Node]) -> Vec<&str> {
 }
 
 #[test]
-fn nodes_appear_once_the_host_rebooted_and_fetched_its_ignition() {
+fn nodes_appear_once_the_host_rebooted_and_for_the_controller_fetched_its_ignition() {
     let dir = tempfile::tempdir().unwrap();
     let hosts = vec![
         host(dir.path(), "master-0", "192.0.2.10"),
         host(dir.path(), "master-1", "192.0.2.11"),
     ];
     let cluster = DryCluster::new(hosts.clone());
+    let installer = DryCluster {
+        installer: Some(3),
+        ..DryCluster::new(hosts.clone())
+    };
+    let workers = Some("node-role.kubernetes.io/worker");
+    assert!(installer.list_nodes(workers).unwrap().is_empty());
     assert!(cluster.list_nodes(None).unwrap().is_empty());
     assert_eq!(read_mcs_log(&cluster), "");
     assert!(cluster.list_nodes(None).unwrap().is_empty());
@@ -65,6 +71,26 @@ fn nodes_appear_once_the_host_rebooted_and_fetched_its_ignition() {
         Some(404),
         "no node yet"
     );
+
+    // The installer's view. What the dry-run bootstrap needs of it (Ready nodes on a
+    // MachineConfig that exists, the install-config's replicas, the ready Event, the controller
+    // pod's log) is bootstrap_scenarios' dry_run_bootstrap_completes_against_the_pretend_cluster,
+    // which would not complete without them; here the rest: any role before an MCS log read, the
+    // nodes' IPs, and what does not exist.
+    let kube: &dyn ClusterApi = &installer;
+    let nodes = kube.list_nodes(workers).unwrap();
+    assert_eq!(names(&nodes), ["master-1"]);
+    assert_eq!(nodes[0].internal_ips().collect::<Vec<_>>(), ["192.0.2.11"]);
+    assert!(!kube.machine_config_exists("rendered-other").unwrap());
+    crate::kube::remove_taint_by_key(kube, "master-1", "any").unwrap();
+    let invoker = kube.get_config_map("openshift-config", "openshift-install-manifests");
+    assert_eq!(invoker.unwrap(), None);
+    assert!(kube.list_events("default").unwrap().is_empty());
+    let other = kube.list_pods(CONTROLLER_NAMESPACE, Some("app=other"), None);
+    assert!(other.unwrap().is_empty());
+    assert!(kube.pod_log(CONTROLLER_NAMESPACE, "other", None).is_err());
+
+    // The controller's view, once the MCS log showed the Ignition request.
     assert_eq!(read_mcs_log(&cluster).lines().count(), 1);
     let nodes = cluster.list_nodes(None).unwrap();
     assert_eq!(names(&nodes), ["master-1"]);
@@ -204,38 +230,4 @@ fn every_operator_is_available_and_the_other_tasks_find_what_they_read() {
         available,
         ["console=available", "cvo=available", "lvm=available"]
     );
-}
-
-/// The installer's view. What the dry-run bootstrap needs of it (Ready nodes on a MachineConfig
-/// that exists, the install-config's replicas, the ready Event, the controller pod's log) is
-/// bootstrap_scenarios' dry_run_bootstrap_completes_against_the_pretend_cluster, which would not
-/// complete without them; here the rest: any role before an MCS log read, the nodes' IPs, and
-/// what does not exist.
-#[test]
-fn the_installer_sees_rebooted_nodes_the_install_config_and_a_ready_controller() {
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = vec![
-        host(dir.path(), "master-1", "192.0.2.11"),
-        host(dir.path(), "master-2", "192.0.2.12"),
-    ];
-    let cluster = DryCluster {
-        installer: Some(3),
-        ..DryCluster::new(hosts.clone())
-    };
-    let kube: &dyn ClusterApi = &cluster;
-    let workers = Some("node-role.kubernetes.io/worker");
-    assert!(kube.list_nodes(workers).unwrap().is_empty());
-    reboot(&hosts[1]);
-    let nodes = kube.list_nodes(workers).unwrap();
-    assert_eq!(names(&nodes), ["master-2"]);
-    assert_eq!(nodes[0].internal_ips().collect::<Vec<_>>(), ["192.0.2.12"]);
-    assert!(!kube.machine_config_exists("rendered-other").unwrap());
-    crate::kube::remove_taint_by_key(kube, "master-2", "any").unwrap();
-
-    let invoker = kube.get_config_map("openshift-config", "openshift-install-manifests");
-    assert_eq!(invoker.unwrap(), None);
-    assert!(kube.list_events("default").unwrap().is_empty());
-    let other = kube.list_pods(CONTROLLER_NAMESPACE, Some("app=other"), None);
-    assert!(other.unwrap().is_empty());
-    assert!(kube.pod_log(CONTROLLER_NAMESPACE, "other", None).is_err());
 }
