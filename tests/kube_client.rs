@@ -174,8 +174,9 @@ fn taint_keys(s: &Setup, name: &str) -> Vec<String> {
 #[test]
 fn reads_of_every_kind_into_the_model() {
     let s = setup();
+    let (c, f) = (&s.client, &s.fake);
     // Nodes by role, with readiness, IPs, annotations and taints.
-    assert_eq!(s.client.server().trim_end_matches('/'), s.server.base_url());
+    assert_eq!(c.server().trim_end_matches('/'), s.server.base_url());
     let ann = json!({CURRENT_CONFIG_ANNOTATION: "rendered-master-a"});
     let taints = [UNINITIALIZED_TAINT, "node.kubernetes.io/not-ready"];
     for node in [
@@ -183,10 +184,10 @@ fn reads_of_every_kind_into_the_model() {
         node("master-1", "master", false, "fd00::11", json!({}), &taints),
         node("worker-0", "worker", true, "", json!({}), &[]),
     ] {
-        s.fake.put(NODES, node);
+        f.put(NODES, node);
     }
 
-    let masters = s.client.list_nodes(MASTERS).unwrap();
+    let masters = c.list_nodes(MASTERS).unwrap();
     let (m0, m1) = (&masters[0], &masters[1]);
     let names = (masters.len(), m0.name.as_str(), m1.name.as_str());
     assert_eq!(names, (2, "master-0", "master-1"));
@@ -199,13 +200,11 @@ fn reads_of_every_kind_into_the_model() {
     let keys: Vec<&str> = m1.taints.iter().map(|t| t.key.as_str()).collect();
     assert_eq!(keys, taints);
     assert_eq!(m1.taints[0].effect, "NoSchedule");
-    let workers = s
-        .client
+    let workers = c
         .list_nodes(Some("node-role.kubernetes.io/worker"))
         .unwrap();
     assert_eq!(workers[0].internal_ips().count(), 0);
-    assert!(s
-        .client
+    assert!(c
         .list_nodes(Some("node-role.kubernetes.io/arbiter"))
         .unwrap()
         .is_empty());
@@ -217,35 +216,30 @@ fn reads_of_every_kind_into_the_model() {
     let events = format!("/api/v1/namespaces/{CONTROLLER_NAMESPACE}/events");
     let started = json!({"metadata": {"name": "started", "namespace": CONTROLLER_NAMESPACE},
                          "reason": "Started", "message": "pod started"});
-    s.fake.put(&events, started);
+    f.put(&events, started);
     let other = json!({"metadata": {"name": "other"}});
-    s.fake.put("/api/v1/namespaces/default/events", other);
-    let listed = s.client.list_events(CONTROLLER_NAMESPACE).unwrap();
+    f.put("/api/v1/namespaces/default/events", other);
+    let listed = c.list_events(CONTROLLER_NAMESPACE).unwrap();
     let e = &listed[0];
     let event = format!("{} {} {}: {}", listed.len(), e.name, e.reason, e.message);
     assert_eq!(event, "1 started Started: pod started");
     assert_eq!(calls(&s.server)[3..], [format!("GET {events}")]);
 
     let (ns, name) = (INVOKER_NAMESPACE, INVOKER_CONFIG_MAP);
-    assert_eq!(
-        ClusterApi::get_config_map(&s.client, ns, name).unwrap(),
-        None
-    );
+    assert_eq!(c.get_config_map(ns, name).unwrap(), None);
     let invoker_map = json!({"metadata": {"name": name}, "data": {INVOKER_KEY: INVOKER_AGENT}});
-    s.fake
-        .put(&format!("/api/v1/namespaces/{ns}/configmaps"), invoker_map);
+    f.put(&format!("/api/v1/namespaces/{ns}/configmaps"), invoker_map);
     let empty = json!({"metadata": {"name": "empty"}});
-    s.fake.put("/api/v1/namespaces/ns/configmaps", empty);
-    let data = ClusterApi::get_config_map(&s.client, ns, name).unwrap();
+    f.put("/api/v1/namespaces/ns/configmaps", empty);
+    let data = c.get_config_map(ns, name).unwrap();
     assert_eq!(invoker(data.as_ref()), INVOKER_AGENT);
-    let empty = ClusterApi::get_config_map(&s.client, "ns", "empty").unwrap();
+    let empty = c.get_config_map("ns", "empty").unwrap();
     assert_eq!(empty, Some(Default::default()));
 
     let configs = "/apis/machineconfiguration.openshift.io/v1/machineconfigs";
-    s.fake
-        .put(configs, json!({"metadata": {"name": "rendered-master-a"}}));
-    assert!(s.client.machine_config_exists("rendered-master-a").unwrap());
-    assert!(!s.client.machine_config_exists("rendered-master-b").unwrap());
+    f.put(configs, json!({"metadata": {"name": "rendered-master-a"}}));
+    assert!(c.machine_config_exists("rendered-master-a").unwrap());
+    assert!(!c.machine_config_exists("rendered-master-b").unwrap());
 
     // Pods by selectors, their logs, and deletecollection.
     let job = "job-name=assisted-installer-controller";
@@ -259,11 +253,8 @@ fn reads_of_every_kind_into_the_model() {
         pod("controller-b", job_label, "Pending"),
     );
     let other = pod("other", json!({"app": "other"}), "Running");
-    [a, b, other].into_iter().for_each(|p| s.fake.put(PODS, p));
-    let pods = s
-        .client
-        .list_pods(CONTROLLER_NAMESPACE, Some(job), None)
-        .unwrap();
+    [a, b, other].into_iter().for_each(|p| f.put(PODS, p));
+    let pods = c.list_pods(CONTROLLER_NAMESPACE, Some(job), None).unwrap();
     let names: Vec<String> = pods
         .iter()
         .map(|p| format!("{} {}", p.name, p.phase))
@@ -273,139 +264,132 @@ fn reads_of_every_kind_into_the_model() {
     let last_line = || line(&last(&s.server));
     assert_eq!(last_line(), format!("GET {PODS}?labelSelector={job}"));
     let phase = Some("status.phase=Running");
-    let running = ClusterApi::list_pods(&s.client, CONTROLLER_NAMESPACE, Some(job), phase);
+    let running = c.list_pods(CONTROLLER_NAMESPACE, Some(job), phase);
     assert_eq!(running.unwrap().len(), 1);
     let want = format!("GET {PODS}?fieldSelector=status.phase=Running&labelSelector={job}");
     assert_eq!(last_line(), want);
 
-    s.fake
-        .set_pod_log(&format!("{PODS}/controller-a"), "line 1\nline 2\n");
+    f.set_pod_log(&format!("{PODS}/controller-a"), "line 1\nline 2\n");
     let ns = CONTROLLER_NAMESPACE;
-    let log = s.client.pod_log(ns, "controller-a", Some(300));
+    let log = c.pod_log(ns, "controller-a", Some(300));
     assert_eq!(log.unwrap(), "line 1\nline 2\n");
     assert_eq!(
         last_line(),
         format!("GET {PODS}/controller-a/log?sinceSeconds=300")
     );
-    let log = s.client.pod_log(ns, "controller-a", None);
+    let log = c.pod_log(ns, "controller-a", None);
     assert_eq!(log.unwrap(), "line 1\nline 2\n");
     assert_eq!(last_line(), format!("GET {PODS}/controller-a/log"));
-    let err = msg(s.client.pod_log(ns, "gone", None));
+    let err = msg(c.pod_log(ns, "gone", None));
     let want = "reading the log of pod assisted-installer/gone: ";
     assert!(err.starts_with(want), "{err}");
 
-    s.client.delete_pods(ns, Some("app=other")).unwrap();
+    c.delete_pods(ns, Some("app=other")).unwrap();
     assert_eq!(
         last_line(),
         format!("DELETE {PODS}?labelSelector=app=other")
     );
-    assert_eq!(
-        ClusterApi::list_pods(&s.client, ns, None, None)
-            .unwrap()
-            .len(),
-        2
-    );
+    assert_eq!(c.list_pods(ns, None, None).unwrap().len(), 2);
 
     // The OpenShift, OLM, machine-api and batch objects.
     let config = "/apis/config.openshift.io/v1";
-    s.fake.put(
+    f.put(
         &format!("{config}/clusteroperators"),
         json!({"metadata": {"name": "console"},
         "status": {"conditions": [{"type": "Available", "status": "True", "message": "m"}],
                    "versions": [{"name": "operator", "version": "4.15.0"}]}}),
     );
-    s.fake.put(&format!("{config}/clusterversions"), json!({"metadata": {"name": "version"},
+    f.put(&format!("{config}/clusterversions"), json!({"metadata": {"name": "version"},
         "status": {"capabilities": {"enabledCapabilities": ["Console"], "knownCapabilities": ["Console", "Insights"]},
                    "desired": {"version": "4.15.1"}}}));
-    s.fake.put(
+    f.put(
         &format!("{config}/proxies"),
         json!({"metadata": {"name": "cluster"},
         "status": {"httpProxy": "http://p:3128", "noProxy": ".svc"}}),
     );
-    let co = s.client.get_cluster_operator("console").unwrap();
+    let co = c.get_cluster_operator("console").unwrap();
     assert!(co.conditions[0].is_true("Available"));
     let (condition, version) = (&co.conditions[0], &co.versions[0]);
     assert_eq!((&*condition.message, &*version.version), ("m", "4.15.0"));
-    assert_eq!(s.client.list_cluster_operators().unwrap(), [co]);
-    let cv = s.client.get_cluster_version("version").unwrap();
+    assert_eq!(c.list_cluster_operators().unwrap(), [co]);
+    let cv = c.get_cluster_version("version").unwrap();
     let capabilities = (cv.enabled_capabilities, cv.known_capabilities.len());
     assert_eq!(capabilities, (vec!["Console".to_string()], 2));
     assert_eq!(cv.desired_version, "4.15.1");
-    let p = s.client.get_proxy("cluster").unwrap();
+    let p = c.get_proxy("cluster").unwrap();
     let proxy = format!("{} {:?} {}", p.http_proxy, p.https_proxy, p.no_proxy);
     assert_eq!(proxy, "http://p:3128 \"\" .svc");
 
     let ns = "openshift-storage";
     let olm = format!("/apis/operators.coreos.com/v1alpha1/namespaces/{ns}");
-    s.fake.put(
+    f.put(
         &format!("{olm}/subscriptions"),
         json!({"metadata": {"name": "odf", "namespace": ns},
         "status": {"currentCSV": "odf.v4"}}),
     );
-    s.fake.put(
+    f.put(
         &format!("{olm}/clusterserviceversions"),
         json!({"metadata": {"name": "odf.v4"},
         "spec": {"version": "4.15.0-rhodf"}, "status": {"phase": "Succeeded", "message": "done"}}),
     );
-    s.fake.put(&format!("{olm}/installplans"), json!({"metadata": {"name": "ip-1",
+    f.put(&format!("{olm}/installplans"), json!({"metadata": {"name": "ip-1",
         "ownerReferences": [{"apiVersion": "v1", "kind": "Subscription", "name": "odf", "uid": "u"}]},
         "status": {"phase": "Failed"}}));
-    let sub = s.client.get_subscription(ns, "odf").unwrap().unwrap();
+    let sub = c.get_subscription(ns, "odf").unwrap().unwrap();
     assert_eq!(
         format!("{} {}", sub.namespace, sub.current_csv),
         format!("{ns} odf.v4")
     );
-    let csv = s.client.get_csv(ns, "odf.v4").unwrap().unwrap();
+    let csv = c.get_csv(ns, "odf.v4").unwrap().unwrap();
     let read = format!("{} {} {}", csv.phase, csv.message, csv.version);
     assert_eq!(read, "Succeeded done 4.15.0-rhodf");
-    assert_eq!(s.client.get_csv(ns, "none").unwrap(), None);
-    let plan = s.client.list_install_plans(ns).unwrap().remove(0);
+    assert_eq!(c.get_csv(ns, "none").unwrap(), None);
+    let plan = c.list_install_plans(ns).unwrap().remove(0);
     assert_eq!(
         (plan.owner_names, &*plan.phase),
         (vec!["odf".into()], "Failed")
     );
 
     let ns = "openshift-machine-api";
-    s.fake.put(
+    f.put(
         &format!("/apis/machine.openshift.io/v1beta1/namespaces/{ns}/machines"),
         json!({"metadata": {"name": "w-0", "namespace": ns, "labels": {"role": "worker"}}}),
     );
-    let m = s.client.list_machines(ns).unwrap().remove(0);
+    let m = c.list_machines(ns).unwrap().remove(0);
     let types = format!("{} {}", m.api_version, m.kind);
     assert_eq!(types, "machine.openshift.io/v1beta1 Machine");
     assert_eq!(m.labels["role"], "worker");
-    s.fake.put(
+    f.put(
         "/apis/batch/v1/namespaces/openshift-marketplace/jobs",
         json!({"metadata": {"name": "j"},
         "status": {"failed": 2, "conditions": [{"type": "Failed", "status": "True"}]}}),
     );
-    let job = &s.client.list_jobs("openshift-marketplace").unwrap()[0];
+    let job = &c.list_jobs("openshift-marketplace").unwrap()[0];
     assert_eq!(job.failed, 2);
     assert!(job.conditions[0].is_true("Failed"));
-    s.fake.put(
+    f.put(
         "/api/v1/namespaces/openshift-dns/services",
         json!({"metadata": {"name": "dns-default"}, "spec": {"clusterIP": "172.30.0.10"}}),
     );
-    let services = s.client.list_services().unwrap();
+    let services = c.list_services().unwrap();
     assert_eq!(services[0].cluster_ip, "172.30.0.10");
-    s.client
-        .delete_service("openshift-dns", "dns-default")
-        .unwrap();
-    assert!(s.client.list_services().unwrap().is_empty());
+    c.delete_service("openshift-dns", "dns-default").unwrap();
+    assert!(c.list_services().unwrap().is_empty());
 }
 
 #[test]
 fn writes_and_the_bodies_they_send() {
     let s = setup();
+    let (c, f) = (&s.client, &s.fake);
     // A CSR approval puts the listed object with the condition appended.
     let path = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
     let csr = json!({"metadata": {"name": "csr-abc"},
         "spec": {"request": "TFMwdA==", "signerName": "kubernetes.io/kubelet-serving"},
         "status": {"conditions": [{"type": "Denied", "status": "True"}]}});
-    s.fake.put(path, csr);
-    let csr = s.client.list_csrs().unwrap().remove(0);
+    f.put(path, csr);
+    let csr = c.list_csrs().unwrap().remove(0);
     assert!(csr.conditions[0].is_true("Denied"));
-    s.client.approve_csr(&csr, &approval()).unwrap();
+    c.approve_csr(&csr, &approval()).unwrap();
     let r = last(&s.server);
     assert_eq!(line(&r), format!("PUT {path}/csr-abc/approval"));
     assert_eq!(r.header("content-type"), Some("application/json"));
@@ -427,8 +411,8 @@ fn writes_and_the_bodies_they_send() {
     );
     let taints = [not_ready, UNINITIALIZED_TAINT, unreachable];
     let master = node("master-1", "master", false, "10.0.0.11", json!({}), &taints);
-    s.fake.put(NODES, master);
-    remove_taint_by_key(&s.client, "master-1", UNINITIALIZED_TAINT).unwrap();
+    f.put(NODES, master);
+    remove_taint_by_key(c, "master-1", UNINITIALIZED_TAINT).unwrap();
     assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
     let want = ["GET", "PATCH"].map(|m| format!("{m} {NODES}/master-1"));
     assert_eq!(calls(&s.server)[2..], want);
@@ -441,21 +425,20 @@ fn writes_and_the_bodies_they_send() {
 
     // Absent: no patch. The controller's by index: a taint list changed since it was read fails
     // the patch's test (422) and removes nothing.
-    remove_taint_by_key(&s.client, "master-1", UNINITIALIZED_TAINT).unwrap();
+    remove_taint_by_key(c, "master-1", UNINITIALIZED_TAINT).unwrap();
     assert_eq!(last(&s.server).method, "GET");
-    let err = ClusterApi::remove_node_taint(&s.client, "master-1", 0, UNINITIALIZED_TAINT);
+    let err = c.remove_node_taint("master-1", 0, UNINITIALIZED_TAINT);
     assert_eq!(api_error_code(&err.unwrap_err()), Some(422));
     assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
-    ClusterApi::remove_node_taint(&s.client, "master-1", 1, taints[2]).unwrap();
-    ClusterApi::remove_node_taint(&s.client, "master-1", 0, taints[0]).unwrap();
+    c.remove_node_taint("master-1", 1, taints[2]).unwrap();
+    c.remove_node_taint("master-1", 0, taints[0]).unwrap();
     assert!(taint_keys(&s, "master-1").is_empty());
 
-    let err = msg(remove_taint_by_key(&s.client, "ghost", UNINITIALIZED_TAINT));
+    let err = msg(remove_taint_by_key(c, "ghost", UNINITIALIZED_TAINT));
     assert!(err.starts_with("reading node ghost: "), "{err}");
-    s.fake
-        .put(NODES, node("n", "master", true, "", json!({}), &["t"]));
+    f.put(NODES, node("n", "master", true, "", json!({}), &["t"]));
     s.faults.fail_next("PATCH", "/api/v1/nodes/n", 500);
-    let err = msg(remove_taint_by_key(&s.client, "n", "t"));
+    let err = msg(remove_taint_by_key(c, "n", "t"));
     assert!(err.starts_with("removing taint t (0) of node n: "), "{err}");
 
     // BareMetalHosts, merge patches and Events.
@@ -466,12 +449,12 @@ fn writes_and_the_bodies_they_send() {
         "spec": {"externallyProvisioned": true},
         "status": {"provisioning": {"state": "externally provisioned"}},
     });
-    s.fake.put(&bmhs, bmh.clone());
-    let mut listed = s.client.list_bmhs(ns).unwrap().remove(0);
+    f.put(&bmhs, bmh.clone());
+    let mut listed = c.list_bmhs(ns).unwrap().remove(0);
     listed["spec"]["consumerRef"] = json!({"name": "worker-0"});
-    let stored = s.client.update_bmh(ns, &listed).unwrap();
+    let stored = c.update_bmh(ns, &listed).unwrap();
     assert_eq!(stored["spec"]["consumerRef"]["name"], "worker-0");
-    s.client.update_bmh_status(ns, &listed).unwrap();
+    c.update_bmh_status(ns, &listed).unwrap();
     let requests = s.server.requests();
     for (r, sub) in requests[requests.len() - 2..].iter().zip(["", "/status"]) {
         assert_eq!(line(r), format!("PUT {bmhs}/bmh-0{sub}"));
@@ -491,22 +474,19 @@ fn writes_and_the_bodies_they_send() {
     };
     let pools = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools";
     let pool = json!({"metadata": {"name": "worker"}, "spec": {"paused": false}});
-    s.fake.put(pools, pool);
-    s.client
-        .set_machine_config_pool_paused("worker", true)
-        .unwrap();
+    f.put(pools, pool);
+    c.set_machine_config_pool_paused("worker", true).unwrap();
     let paused = json!({"spec": {"paused": true}});
     merge(&s, &format!("{pools}/worker"), paused);
-    assert!(s.client.get_machine_config_pool("worker").unwrap().paused);
-    s.fake
-        .put(NODES, node("m", "master", true, "", json!({}), &[]));
+    assert!(c.get_machine_config_pool("worker").unwrap().paused);
+    f.put(NODES, node("m", "master", true, "", json!({}), &[]));
     let labels = json!({"a": "b", "c": ""});
-    s.client.patch_node_labels("m", &labels).unwrap();
+    c.patch_node_labels("m", &labels).unwrap();
     let patch = json!({"metadata": {"labels": labels}});
     merge(&s, "/api/v1/nodes/m", patch);
 
     let event = ready_event();
-    s.client.create_event(CONTROLLER_NAMESPACE, &event).unwrap();
+    c.create_event(CONTROLLER_NAMESPACE, &event).unwrap();
     let r = last(&s.server);
     let want = "POST /api/v1/namespaces/assisted-installer/events";
     assert_eq!(line(&r), want);
@@ -522,7 +502,7 @@ fn writes_and_the_bodies_they_send() {
     );
     assert_eq!(body["firstTimestamp"], "1970-01-01T00:00:00Z");
     assert_eq!(body["lastTimestamp"], body["firstTimestamp"]);
-    let again = s.client.create_event(CONTROLLER_NAMESPACE, &event);
+    let again = c.create_event(CONTROLLER_NAMESPACE, &event);
     assert_eq!(api_error_code(&again.unwrap_err()), Some(409));
 }
 
@@ -548,13 +528,13 @@ fn every_controller_method_sends_exactly_its_declared_and_allowed_request() {
 #[test]
 fn api_errors_keep_their_codes_and_name_the_object() {
     let s = setup();
-    let provisioning = s.client.provisioning_exists("provisioning-configuration");
+    let c = &s.client;
+    let provisioning = c.provisioning_exists("provisioning-configuration");
     assert!(!provisioning.unwrap());
-    let gone = s.client.get_node("gone").unwrap_err();
+    let gone = c.get_node("gone").unwrap_err();
     assert_eq!(api_error_code(&gone), Some(404));
     let cm = "/api/v1/namespaces/assisted-installer/configmaps/olm-operator-manifests";
-    let get_cm =
-        || ClusterApi::get_config_map(&s.client, "assisted-installer", "olm-operator-manifests");
+    let get_cm = || c.get_config_map("assisted-installer", "olm-operator-manifests");
     s.faults.fail_next("GET", cm, 403);
     let err = get_cm().unwrap_err();
     assert_eq!(api_error_code(&err), Some(403));
@@ -584,7 +564,6 @@ fn api_errors_keep_their_codes_and_name_the_object() {
             "{err}"
         );
     };
-    let c = &s.client;
     let masters = "listing nodes node-role.kubernetes.io/master: ";
     fails(NODES, masters, &|| msg(c.list_nodes(MASTERS)));
     let events = "/api/v1/namespaces/assisted-installer/events";
@@ -598,7 +577,7 @@ fn api_errors_keep_their_codes_and_name_the_object() {
     let pods = || msg(c.list_pods(CONTROLLER_NAMESPACE, Some("job-name=x"), None));
     fails(PODS, want, &pods);
     // The client keeps working after errors.
-    let nodes = s.client.list_nodes(MASTERS);
+    let nodes = c.list_nodes(MASTERS);
     assert!(nodes.unwrap().is_empty());
 }
 
