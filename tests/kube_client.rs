@@ -187,7 +187,8 @@ fn reads_of_every_kind_into_the_model() {
         f.put(NODES, node);
     }
 
-    let masters = c.list_nodes(MASTERS).unwrap();
+    let by_role = |r: &str| c.list_nodes(Some(&format!("node-role.kubernetes.io/{r}")));
+    let masters = by_role("master").unwrap();
     let (m0, m1) = (&masters[0], &masters[1]);
     let names = (masters.len(), m0.name.as_str(), m1.name.as_str());
     assert_eq!(names, (2, "master-0", "master-1"));
@@ -200,14 +201,8 @@ fn reads_of_every_kind_into_the_model() {
     let keys: Vec<&str> = m1.taints.iter().map(|t| t.key.as_str()).collect();
     assert_eq!(keys, taints);
     assert_eq!(m1.taints[0].effect, "NoSchedule");
-    let workers = c
-        .list_nodes(Some("node-role.kubernetes.io/worker"))
-        .unwrap();
-    assert_eq!(workers[0].internal_ips().count(), 0);
-    assert!(c
-        .list_nodes(Some("node-role.kubernetes.io/arbiter"))
-        .unwrap()
-        .is_empty());
+    assert_eq!(by_role("worker").unwrap()[0].internal_ips().count(), 0);
+    assert!(by_role("arbiter").unwrap().is_empty());
     let want = ["master", "worker", "arbiter"]
         .map(|r| format!("GET {NODES}?labelSelector=node-role.kubernetes.io/{r}"));
     assert_eq!(calls(&s.server), want);
