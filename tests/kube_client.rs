@@ -24,7 +24,10 @@ use std::sync::{Arc, Mutex};
 
 const NODES: &str = "/api/v1/nodes";
 const PODS: &str = "/api/v1/namespaces/assisted-installer/pods";
+const EVENTS: &str = "/api/v1/namespaces/assisted-installer/events";
 const MASTERS: Option<&str> = Some("node-role.kubernetes.io/master");
+const JSON: &str = "application/json";
+const MERGE_PATCH: &str = "application/merge-patch+json";
 
 /// A kubeconfig at `dir/kubeconfig` for `server` (http, no credentials); returns its path.
 fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
@@ -128,6 +131,14 @@ fn last(server: &TestServer) -> RequestLog {
     server.requests().pop().unwrap()
 }
 
+/// The body of the last request, once its line and content type are checked.
+fn sent(server: &TestServer, want: &str, content_type: &str) -> Value {
+    let r = last(server);
+    let sent = (line(&r), r.header("content-type"));
+    assert_eq!(sent, (want.to_string(), Some(content_type)));
+    r.body_json()
+}
+
 fn msg<T: std::fmt::Debug>(r: anyhow::Result<T>) -> String {
     format!("{:#}", r.unwrap_err())
 }
@@ -208,17 +219,16 @@ fn reads_of_every_kind_into_the_model() {
     assert_eq!(calls(&s.server), want);
 
     // Events, ConfigMaps and MachineConfigs.
-    let events = format!("/api/v1/namespaces/{CONTROLLER_NAMESPACE}/events");
     let started = json!({"metadata": {"name": "started", "namespace": CONTROLLER_NAMESPACE},
                          "reason": "Started", "message": "pod started"});
-    f.put(&events, started);
+    f.put(EVENTS, started);
     let other = json!({"metadata": {"name": "other"}});
     f.put("/api/v1/namespaces/default/events", other);
     let listed = c.list_events(CONTROLLER_NAMESPACE).unwrap();
     let e = &listed[0];
     let event = format!("{} {} {}: {}", listed.len(), e.name, e.reason, e.message);
     assert_eq!(event, "1 started Started: pod started");
-    assert_eq!(calls(&s.server)[3..], [format!("GET {events}")]);
+    assert_eq!(calls(&s.server)[3..], [format!("GET {EVENTS}")]);
 
     let (ns, name) = (INVOKER_NAMESPACE, INVOKER_CONFIG_MAP);
     assert_eq!(c.get_config_map(ns, name).unwrap(), None);
@@ -385,10 +395,7 @@ fn writes_and_the_bodies_they_send() {
     let csr = c.list_csrs().unwrap().remove(0);
     assert!(csr.conditions[0].is_true("Denied"));
     c.approve_csr(&csr, &approval()).unwrap();
-    let r = last(&s.server);
-    assert_eq!(line(&r), format!("PUT {path}/csr-abc/approval"));
-    assert_eq!(r.header("content-type"), Some("application/json"));
-    let body = r.body_json();
+    let body = sent(&s.server, &format!("PUT {path}/csr-abc/approval"), JSON);
     assert_eq!(
         types(&body),
         "certificates.k8s.io/v1 CertificateSigningRequest"
@@ -411,12 +418,10 @@ fn writes_and_the_bodies_they_send() {
     assert_eq!(taint_keys(&s, "master-1"), [taints[0], taints[2]]);
     let want = ["GET", "PATCH"].map(|m| format!("{m} {NODES}/master-1"));
     assert_eq!(calls(&s.server)[2..], want);
-    let patch = last(&s.server);
-    let content_type = patch.header("content-type");
-    assert_eq!(content_type, Some("application/json-patch+json"));
+    let patch = sent(&s.server, &want[1], "application/json-patch+json");
     let want = json!([{"op": "test", "path": "/spec/taints/1/key", "value": UNINITIALIZED_TAINT},
                       {"op": "remove", "path": "/spec/taints/1"}]);
-    assert_eq!(patch.body_json(), want);
+    assert_eq!(patch, want);
 
     // Absent: no patch. The controller's by index: a taint list changed since it was read fails
     // the patch's test (422) and removes nothing.
@@ -460,32 +465,23 @@ fn writes_and_the_bodies_they_send() {
         assert_eq!(body["status"], bmh["status"]);
     }
 
-    let merge = |s: &Setup, path: &str, body: Value| {
-        let r = last(&s.server);
-        assert_eq!(line(&r), format!("PATCH {path}"));
-        let content_type = r.header("content-type");
-        assert_eq!(content_type, Some("application/merge-patch+json"));
-        assert_eq!(r.body_json(), body);
-    };
+    let merge = |path: &str| sent(&s.server, &format!("PATCH {path}"), MERGE_PATCH);
     let pools = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools";
     let pool = json!({"metadata": {"name": "worker"}, "spec": {"paused": false}});
     f.put(pools, pool);
     c.set_machine_config_pool_paused("worker", true).unwrap();
     let paused = json!({"spec": {"paused": true}});
-    merge(&s, &format!("{pools}/worker"), paused);
+    assert_eq!(merge(&format!("{pools}/worker")), paused);
     assert!(c.get_machine_config_pool("worker").unwrap().paused);
     f.put(NODES, node("m", "master", true, "", json!({}), &[]));
     let labels = json!({"a": "b", "c": ""});
     c.patch_node_labels("m", &labels).unwrap();
     let patch = json!({"metadata": {"labels": labels}});
-    merge(&s, "/api/v1/nodes/m", patch);
+    assert_eq!(merge("/api/v1/nodes/m"), patch);
 
     let event = ready_event();
     c.create_event(CONTROLLER_NAMESPACE, &event).unwrap();
-    let r = last(&s.server);
-    let want = "POST /api/v1/namespaces/assisted-installer/events";
-    assert_eq!(line(&r), want);
-    let body = r.body_json();
+    let body = sent(&s.server, &format!("POST {EVENTS}"), JSON);
     let meta = json!({"name": "AssistedControllerIsReady", "namespace": CONTROLLER_NAMESPACE});
     assert_eq!(body["metadata"], meta);
     let involved =
@@ -561,9 +557,8 @@ fn api_errors_keep_their_codes_and_name_the_object() {
     };
     let masters = "listing nodes node-role.kubernetes.io/master: ";
     fails(NODES, masters, &|| msg(c.list_nodes(MASTERS)));
-    let events = "/api/v1/namespaces/assisted-installer/events";
     let want = "listing events in namespace assisted-installer: ";
-    fails(events, want, &|| msg(c.list_events(CONTROLLER_NAMESPACE)));
+    fails(EVENTS, want, &|| msg(c.list_events(CONTROLLER_NAMESPACE)));
     let mc = "/apis/machineconfiguration.openshift.io";
     fails(mc, "reading MachineConfig mc: ", &|| {
         msg(c.machine_config_exists("mc"))
