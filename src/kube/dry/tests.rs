@@ -105,12 +105,9 @@ fn nodes_appear_once_the_host_rebooted_and_for_the_controller_fetched_its_igniti
     // Selectors: masters (as the ABI wait asks) match, other roles do not.
     let by_name = format!("{HOSTNAME_LABEL}=master-1");
     let worker = role_label("worker");
+    let listed = |selector: &str| cluster.list_nodes(Some(selector)).unwrap().len();
     for (selector, want) in [(MASTER_SELECTOR, 1), (&by_name, 1), (&worker, 0)] {
-        assert_eq!(
-            cluster.list_nodes(Some(selector)).unwrap().len(),
-            want,
-            "{selector}"
-        );
+        assert_eq!(listed(selector), want, "{selector}");
     }
 
     // Label patches are kept.
@@ -123,7 +120,7 @@ fn nodes_appear_once_the_host_rebooted_and_for_the_controller_fetched_its_igniti
     assert_eq!(labels.get("a").map(String::as_str), Some("1"));
     assert!(!labels.contains_key("b"));
     assert!(labels.contains_key(&role_label("master")));
-    assert_eq!(cluster.list_nodes(Some("a=1")).unwrap().len(), 1);
+    assert_eq!(listed("a=1"), 1);
     cluster.remove_node_taint("master-1", 0, "k").unwrap();
 
     // The markers are read at every call.
@@ -160,13 +157,10 @@ fn every_operator_is_available_and_the_other_tasks_find_what_they_read() {
     assert!(cluster.list_csrs().unwrap().is_empty());
     assert!(cluster.list_bmhs(ns).unwrap().is_empty());
     assert!(cluster.list_machines(ns).unwrap().is_empty());
-    assert!(!cluster
-        .provisioning_exists("provisioning-configuration")
-        .unwrap());
-    let (job, running) = (
-        "job-name=assisted-installer-controller",
-        "status.phase=Running",
-    );
+    let provisioning = cluster.provisioning_exists("provisioning-configuration");
+    assert!(!provisioning.unwrap());
+    let job = "job-name=assisted-installer-controller";
+    let running = "status.phase=Running";
     let controller = cluster.list_pods("assisted-installer", Some(job), Some(running));
     assert!(controller.unwrap().is_empty());
     let mcs = cluster.list_pods(MCS_NAMESPACE, Some(MCS_SELECTOR), Some(running));
