@@ -43,13 +43,16 @@ fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
     path
 }
 
-/// The fake API server behind answers injected for this file's error cases: each `(method, path
-/// prefix, answer)` of `next` answers the first request it matches instead of the fake; with
-/// `hang_up`, every connection is closed right after its answer, without saying so.
+/// An injected answer: (method, path prefix, answer).
+type Answer = (&'static str, String, Reply);
+
+/// The fake API server behind answers injected for this file's error cases: each [`Answer`] of
+/// `next` answers the first request it matches instead of the fake; with `hang_up`, every
+/// connection is closed right after its answer, without saying so.
 #[derive(Clone, Default)]
 struct Faults {
     fake: FakeApiServer,
-    next: Arc<Mutex<Vec<(&'static str, String, Reply)>>>,
+    next: Arc<Mutex<Vec<Answer>>>,
     hang_up: Arc<AtomicBool>,
 }
 
