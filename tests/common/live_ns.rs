@@ -2,7 +2,8 @@
 //! /run is a fresh tmpfs holding the osmet files in /run/coreos-installer/osmet (what
 //! `coreos-liveiso-persist-osmet.service` leaves there) and the live root's tree is mounted
 //! read-only on /sysroot. Optionally the NetworkManager keyfiles are laid in
-//! /etc/NetworkManager/system-connections through an overlay of /etc. Nothing of it is seen
+//! /etc/NetworkManager/system-connections through an overlay of /etc, and the udev stand-ins
+//! that `coreos-installer install` needs where no udev runs are added. Nothing of it is seen
 //! outside the namespace; only /sysroot (a live system's mountpoint) is created if missing.
 //! `mount -n`: the mount command must not create /run/mount on the host.
 
@@ -22,6 +23,13 @@ if [ -n "${LIVE_NM:-}" ]; then
   mkdir -p /etc/NetworkManager/system-connections
   cp "$LIVE_NM"/* /etc/NetworkManager/system-connections/
 fi
+if [ -n "${LIVE_UDEV_STUB:-}" ]; then
+  # coreos-installer waits for udev after writing: an empty control socket path and a udevadm
+  # that exits 0 let it go on where no udev runs.
+  mkdir -p /run/udev
+  : > /run/udev/control
+  PATH="$LIVE_WORK/bin:$PATH"
+fi
 exec "$@"
 "#;
 
@@ -31,6 +39,8 @@ pub(crate) struct LiveLayout {
     pub osmets: Vec<PathBuf>,
     /// Files to put in /etc/NetworkManager/system-connections.
     pub network_dir: Option<PathBuf>,
+    /// Add /run/udev/control and a `udevadm` that exits 0 (for coreos-installer).
+    pub udev_stub: bool,
     work: tempfile::TempDir,
 }
 
@@ -38,13 +48,18 @@ impl LiveLayout {
     pub(crate) fn new(sysroot: &Path, osmets: &[PathBuf]) -> LiveLayout {
         std::fs::create_dir_all("/sysroot").unwrap();
         let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        for d in ["upper", "work"] {
+        for d in ["upper", "work", "bin"] {
             std::fs::create_dir(work.path().join(d)).unwrap();
         }
+        let udevadm = work.path().join("bin/udevadm");
+        std::fs::write(&udevadm, "#!/bin/sh\nexit 0\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&udevadm, std::fs::Permissions::from_mode(0o755)).unwrap();
         LiveLayout {
             sysroot: sysroot.to_path_buf(),
             osmets: osmets.to_vec(),
             network_dir: None,
+            udev_stub: false,
             work,
         }
     }
@@ -72,6 +87,9 @@ impl LiveLayout {
         .env("LIVE_WORK", self.work.path());
         if let Some(nm) = &self.network_dir {
             c.env("LIVE_NM", nm);
+        }
+        if self.udev_stub {
+            c.env("LIVE_UDEV_STUB", "1");
         }
         c
     }
