@@ -28,7 +28,7 @@ use coreos_image::{cached_image_set, ImageSet, ImageSpec, BLS_ENTRY_PATH, BOOT_L
 use live_fixture::cached_live_fixture_of;
 use std::fs;
 use std::io::{Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -48,14 +48,6 @@ pub(crate) fn have_qemu(test: &str) -> bool {
     let missing = qemu_missing()
         .or_else(|| (!ovmf).then(|| format!("{OVMF_CODE} is missing (Debian package ovmf)")));
     have(test, missing)
-}
-
-/// A kernel, initramfs and command line QEMU hands to the firmware (`-kernel`, `-initrd`,
-/// `-append`), which starts them instead of the disk's boot loader; the disk stays attached.
-pub(crate) struct DirectKernel {
-    pub kernel: PathBuf,
-    pub initrd: PathBuf,
-    pub append: String,
 }
 
 /// QEMU with OVMF; the disk, if any, on virtio with `ss`-byte logical blocks, in snapshot mode.
@@ -87,11 +79,12 @@ fn firmware(dir: &Path, accel: &str, disk: Option<(&Path, u64)>) -> Command {
 }
 
 /// Boot `disk` (a block device or image file) with `ss`-byte logical blocks through the
-/// firmware's boot manager, or start `direct` instead of its boot loader, and wait for the
+/// firmware's boot manager, or start `direct` (a kernel, initramfs and command line QEMU hands
+/// to the firmware) instead of its boot loader, and wait for the
 /// machine to power off (the test initramfs's last step) or reset, at most a few minutes (then
 /// QEMU is killed). [`Run::lines`] has the initramfs's report (see `INIT_SCRIPT` in
 /// testdata/boot_parts.rs).
-pub(crate) fn boot(disk: &Path, ss: u64, direct: Option<&DirectKernel>) -> Run {
+pub(crate) fn boot(disk: &Path, ss: u64, direct: Option<(&Path, &Path, &str)>) -> Run {
     static ACCEL: OnceLock<&'static str> = OnceLock::new();
     // The firmware reaches its boot manager ("BdsDxe" on the console); software emulation
     // takes about 13 s a boot on two cores.
@@ -102,12 +95,9 @@ pub(crate) fn boot(disk: &Path, ss: u64, direct: Option<&DirectKernel>) -> Run {
     let limit = Duration::from_secs(if accel == "kvm" { 60 } else { 240 });
     let dir = run_dir("boot");
     let mut cmd = firmware(dir.path(), accel, Some((disk, ss)));
-    if let Some(k) = direct {
-        cmd.arg("-kernel")
-            .arg(&k.kernel)
-            .arg("-initrd")
-            .arg(&k.initrd);
-        cmd.args(["-append", &k.append]);
+    if let Some((kernel, initrd, append)) = direct {
+        cmd.arg("-kernel").arg(kernel).arg("-initrd").arg(initrd);
+        cmd.args(["-append", append]);
     }
     run_qemu(cmd, dir.path(), accel, limit, ("AI-BOOT ", ""), None)
 }
@@ -421,12 +411,8 @@ fn assert_boots(dev: &Path, spec: &ImageSpec, inputs: &Inputs, (partitions, last
                 std::fs::write(&to, fs.debugfs(&format!("cat {}", key(k)))).unwrap();
                 to
             };
-            let direct = DirectKernel {
-                kernel: copy("linux"),
-                initrd: copy("initrd"),
-                append: key("options"),
-            };
-            boot(dev, ss, Some(&direct))
+            let (kernel, initrd) = (copy("linux"), copy("initrd"));
+            boot(dev, ss, Some((&kernel, &initrd, &key("options"))))
         }
     };
     let problems = problems(&booted, &expected);

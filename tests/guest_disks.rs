@@ -1,19 +1,29 @@
-//! `write-image` in a QEMU guest on Debian's kernel (tests/common/vm.rs) onto real disks
-//! of several kinds, in one boot: an NVMe disk (512-byte sectors), virtio-scsi disks at 512 and
-//! 4096, an AHCI disk (512) and an md RAID1 of two virtio disks (metadata 1.0, so each member holds
-//! the array's bytes from offset 0). Each disk is a sparse file 64 MiB larger than the image.
+//! Installation disks of every kind, in one QEMU guest on Debian's kernel (tests/common/vm.rs;
+//! this host's kernel has no device-mapper or md), each disk a sparse file 64 MiB larger than
+//! the image. In the order the case runs them:
+//! * `write-image` onto an NVMe disk (512-byte sectors), virtio-scsi disks at 512 and 4096, an
+//!   AHCI disk (512) and an md RAID1 of two virtio disks (metadata 1.0, so each member holds
+//!   the array's bytes from offset 0); the guest kernel parses the tables, so lsblk and
+//!   /proc/partitions must show the partitions under the kernel's names;
+//! * the entrypoint as the service starts it for a multipath host, for the appliance's linear
+//!   `agent` disk with the registry marker, and for a loop device; the fake assisted-service
+//!   runs in the guest, on its loopback (the guest has no network device); the image is the
+//!   live ISO's (osmet file and OSTree objects), as the service never passes an image: the
+//!   live fixture's files reach the guest through the share as a host root
+//!   (`ASSISTED_INSTALLER_HOST_ROOT`);
+//! * a disk that fails writes part of the way through;
+//! * last, a power cut in the middle of a write (the guest is killed).
 //!
-//! In the guest, after each install the case records `lsblk --json` and /proc/partitions into
-//! the share; the guest kernel parses partition tables, so its partitions must be there under
-//! the kernel's names. From the host afterwards: the disk files hold the image's bytes outside
-//! the GPT areas, `sgdisk -v` is clean (for the array, inside the guest, as the members'
-//! tables sit before md's superblock), and the boot partition has the Ignition config with
-//! the given bytes and mode 0600, and the added kernel argument in its BLS entry.
+//! Then, from the host: the disk files hold the image's bytes outside the GPT areas and /boot,
+//! `sgdisk -v` is clean (for the array, inside the guest, as the members' tables sit before
+//! md's superblock), and /boot has the Ignition config with mode 0600 and the kernel arguments.
+//!
+//! The multipath install with `write-image` (over its partition maps too, and the written disk
+//! booted under OVMF) is in tests/boot_qemu.rs.
 //!
 //! Root and QEMU are needed; without them the test skips with a message, and fails instead
 //! under AI_REQUIRE_ROOT_TESTS=1. `cargo test --test guest_disks -- --nocapture` prints the
-//! boot and install times: here, under software emulation, the guest boots in about 7.5 s and
-//! each install takes 3 to 3.5 s (23 s in all).
+//! guest's times.
 
 #[path = "../testdata/boot_parts.rs"]
 mod boot_parts;
@@ -22,11 +32,17 @@ mod common;
 mod coreos_image;
 #[path = "../testdata/guest_parts.rs"]
 mod guest_parts;
+#[path = "../testdata/live_fixture.rs"]
+mod live_fixture;
 
+use common::examples::example_binary;
 use common::images::assert_image_on_disk;
-use common::root::{run, sgdisk_verify, Ext4};
+use common::master_run::{assert_master_stages, master_args, IGNITION};
+use common::root::{assert_empty_gpt, read_gpt, run, sgdisk_verify, Ext4};
+use common::service_report::ServiceReport;
 use common::vm::{have_guest, lsblk_children, run_guest, sparse_disk, Bus, GuestDisk, GuestSpec};
-use coreos_image::{cached_image_set, ImageSet, ImageSpec, BLS_ENTRY_PATH, BOOT_LABEL};
+use coreos_image::{cached_image_set, ImageSpec, BLS_ENTRY_PATH, BOOT_LABEL};
+use live_fixture::cached_live_fixture;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
@@ -34,13 +50,11 @@ use std::process::Command;
 const MIB: u64 = 1 << 20;
 /// The disks are this much larger than the image: the backup GPT must move to their end.
 const EXTRA: u64 = 64 * MIB;
-/// The kernel argument the installs add.
+/// The kernel argument the `write-image` installs add.
 const KARG: &str = "rd.md=1";
-const IGNITION: &str = r#"{"ignition":{"version":"3.2.0"},"passwd":{"users":[{"name":"core","sshAuthorizedKeys":["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGuest guest-test"]}]}}"#;
-
-/// The installs onto single disks: (label, bus, sector size). The label names the share's
-/// files of the install (`<label>.rc`, `.out`, `.lsblk.json`, ...) and, as `ai-<label>`, the
-/// disk's serial.
+/// The `write-image` installs onto single disks: (label, bus, sector size). The label names
+/// the share's files of the install (`<label>.rc`, `.out`, `.lsblk.json`, ...) and, as
+/// `ai-<label>`, the disk's serial.
 const TARGETS: [(&str, Bus, u64); 4] = [
     ("nvme", Bus::Nvme, 512),
     ("scsi", Bus::VirtioScsi, 512),
@@ -49,12 +63,95 @@ const TARGETS: [(&str, Bus, u64); 4] = [
 ];
 /// The RAID1 members (virtio-blk, 512-byte sectors), by serial.
 const MD_MEMBERS: [&str; 2] = ["ai-md-a", "ai-md-b"];
+/// Exactly what the service passes for a multipath installation disk.
+const MULTIPATH_INSTALLER_ARGS: &str =
+    r#"["--append-karg","rw","--append-karg","rd.multipath=default","--copy-network"]"#;
+const MPATH_UUID: &str = "mpath-36001405aa0000000000000000000002";
+/// Where the faulty disk refuses writes: 8 MiB from 64 MiB on, inside the image.
+const ERROR_FROM: u64 = 64 * MIB;
+const ERROR_LEN: u64 = 8 * MIB;
+/// The first-boot network keyfile of the guest's "host".
+const KEYFILE: &str = "[connection]\nid=eno1\ntype=ethernet\ninterface-name=eno1\n";
 
-/// The case: each install, then what the guest sees, into the share; exits with the number of
-/// failed steps.
-fn script() -> String {
-    let mut s = String::from(
-        r#"failed=0
+/// `'…'` for busybox sh.
+fn quote(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', r"'\''"))
+}
+
+/// One dry-run master install in the guest: the fake service started on the guest's loopback
+/// for `host`, the entrypoint onto `device` with the agent's flags (less `removed`, plus
+/// `added`), the service's report and what lsblk then shows left in the share as `<label>.*`.
+fn master_install(
+    label: &str,
+    host: &str,
+    device: &str,
+    installer_args: &str,
+    (removed, added): (&[&str], &[&str]),
+) -> String {
+    let mut args = master_args(
+        host,
+        Path::new(device),
+        "http://127.0.0.1:8090",
+        installer_args,
+        &Path::new("/tmp").join(format!("{label}.rebooted")),
+    );
+    args.retain(|a| !removed.contains(&a.as_str()));
+    args.extend(added.iter().map(|a| a.to_string()));
+    let args: Vec<String> = args.iter().map(|a| quote(a)).collect();
+    format!(
+        r#"/share/fake-assisted-service --listen 127.0.0.1:8090 --host-id {host} --role master \
+  --ignition-file /share/config.ign --token-file /tmp/{label}.token --report-file /share/{label}.report.json &
+svc=$!
+n=0; while [ ! -s /tmp/{label}.token ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n+1)); done
+PULL_SECRET_TOKEN=$(cat /tmp/{label}.token) ASSISTED_INSTALLER_LOG_FILE=/tmp/{label}.log \
+  assisted-installer {} >/share/{label}.out 2>&1
+echo $? >/share/{label}.rc
+echo "{label}: the entrypoint exited $(cat /share/{label}.rc)"
+kill $svc; wait $svc
+lsblk --json -o NAME,TYPE {device} >/share/{label}.lsblk.json 2>&1
+ls -l /dev/mapper >/share/{label}.mapper 2>&1
+"#,
+        args.join(" ")
+    )
+}
+
+/// The appliance: a linear map named `agent` over its disk, the registry marker and the
+/// registry data, and what the live ISO has that the guest lacks: the initramfs script the
+/// registry copy runs around growpart (here a stand-in that records its calls: XFS grows in
+/// place with `xfs_growfs` all the same), and `systemctl` and `shutdown` for the end of a real
+/// install (recording too).
+const APPLIANCE_SETUP: &str = r#"
+a=$(ai-disk ai-agent)
+dmsetup create agent --table "0 $(sectors $a) linear $(devno $a) 0" || exit 96
+dmsetup mknodes agent
+mkdir -p /share/hostroot/run/media/iso/registry /mnt/agentdata/blobs /usr/local/sbin
+for n in 1 2 3 4 5 6 7 8; do dd if=/dev/urandom of=/mnt/agentdata/blobs/layer$n bs=1M count=1 2>/dev/null; done
+(cd /mnt/agentdata && find . -type f | sort | xargs sha256sum) >/share/agent.registry.want
+t=/usr/lib/dracut/modules.d/40ignition-ostree/ignition-ostree-transposefs.sh
+mkdir -p ${t%/*}
+printf '#!/bin/sh
+threshold=90
+echo "transposefs $*" >>/share/agent.transposefs
+' >$t
+printf '#!/bin/sh
+exit 0
+' >/usr/local/sbin/systemctl
+printf '#!/bin/sh
+echo "shutdown $*" >>/share/agent.shutdown
+' >/usr/local/sbin/shutdown
+chmod 755 $t /usr/local/sbin/systemctl /usr/local/sbin/shutdown
+export PATH=/usr/local/sbin:$PATH
+"#;
+
+/// After the appliance install: the partition sizes the kernel has for the disk's maps (the
+/// installed root is read from the host: its file system stays frozen until the reboot).
+const APPLIANCE_CHECK: &str = r#"
+lsblk --bytes --json -o NAME,SIZE /dev/mapper/agent >/share/agent.sizes.json 2>&1
+"#;
+
+/// The `write-image` installs: each records its status and output, and what the guest then
+/// sees, into the share; `failed` counts the failed steps.
+const WRITE_IMAGE_CASE: &str = r#"failed=0
 now() { cut -d' ' -f1 /proc/uptime; }
 # install LABEL DEVICE IMAGE
 install() {
@@ -75,13 +172,17 @@ disk() {
   [ -n "$d" ] || echo "no disk with serial $1" >&2
   echo "$d"
 }
-"#,
-    );
+"#;
+
+/// The case script: the `write-image` installs, the device-mapper installs, the faulty disk,
+/// then `AI-GUEST cases <failed steps>` and the power cut.
+fn script(hosts: &[String; 4], image_sha256: &str) -> String {
+    let mut s = WRITE_IMAGE_CASE.to_string();
     for (label, _, ss) in TARGETS {
         let _ = writeln!(s, "install {label} \"$(disk ai-{label})\" img{ss}.raw.zst");
     }
     let [a, b] = MD_MEMBERS;
-    let _ = writeln!(
+    let _ = write!(
         s,
         r#"if mdadm --create /dev/md0 --run --assume-clean --level=1 --raid-devices=2 \
     --metadata=1.0 "$(disk {a})" "$(disk {b})"; then
@@ -93,80 +194,169 @@ else
   echo "mdadm --create failed"
   failed=$((failed + 1))
 fi
-exit $failed"#
+
+export ASSISTED_INSTALLER_HOST_ROOT=/share/hostroot
+mkdir -p /opt/install-dir /var/log
+sectors() {{ cat /sys/block/${{1#/dev/}}/size; }}
+devno() {{ cat /sys/block/${{1#/dev/}}/dev; }}
+
+# A multipath host: the map multipathd makes over the two paths (dm-0), with its node.
+set -- $(ai-disk ai-mpath)
+[ $# -eq 2 ] || {{ echo "expected two paths, got: $*"; exit 99; }}
+dmsetup create mpatha --uuid {MPATH_UUID} --table \
+  "0 $(sectors $1) multipath 0 0 1 1 round-robin 0 2 1 $(devno $1) 1 $(devno $2) 1" || exit 98
+[ "$(cat /sys/block/dm-0/dm/name)" = mpatha ] || exit 97
+dmsetup mknodes mpatha
+"#
+    );
+    let none: (&[&str], &[&str]) = (&[], &[]);
+    s.push_str(&master_install(
+        "mpath",
+        &hosts[0],
+        "/dev/dm-0",
+        MULTIPATH_INSTALLER_ARGS,
+        none,
+    ));
+    s.push_str(APPLIANCE_SETUP);
+    // Not a dry run: the registry copy's host commands run (the install-disk cleanup is
+    // skipped: LVM's and mdadm's tools are not in the guest).
+    s.push_str(&master_install(
+        "agent",
+        &hosts[1],
+        "/dev/mapper/agent",
+        r#"["--copy-network"]"#,
+        (&["--dry-run"], &["--skip-installation-disk-cleanup"]),
+    ));
+    s.push_str(APPLIANCE_CHECK);
+    // A loop device (no partition scanning there either), with the marker still there.
+    s.push_str("losetup /dev/loop0 /share/loop.img || exit 94\n");
+    s.push_str(&master_install(
+        "loop",
+        &hosts[3],
+        "/dev/loop0",
+        r#"["--copy-network"]"#,
+        none,
+    ));
+    let from = ERROR_FROM / 512;
+    let len = ERROR_LEN / 512;
+    let _ = write!(
+        s,
+        r#"
+rmdir /share/hostroot/run/media/iso/registry
+# A disk that fails writes part of the way in: an error target between two linear ones.
+f=$(ai-disk ai-faulty)
+rest=$(( $(sectors $f) - {from} - {len} ))
+printf '0 {from} linear %s 0\n{from} {len} error\n{end} %s linear %s {end}\n' \
+  "$(devno $f)" "$rest" "$(devno $f)" | dmsetup create faulty || exit 95
+dmsetup mknodes faulty
+assisted-installer write-image --image-file /share/img512.raw.zst --sha256 {image_sha256} \
+  /dev/mapper/faulty >/share/faulty.out 2>&1
+echo $? >/share/faulty.rc
+echo "faulty: write-image exited $(cat /share/faulty.rc)"
+"#,
+        end = from + len
+    );
+    s.push_str(&master_install(
+        "faulty-entrypoint",
+        &hosts[2],
+        "/dev/mapper/faulty",
+        r#"[]"#,
+        none,
+    ));
+    // The power cut, last: the guest is killed once 40 MiB of the image are written.
+    let _ = write!(
+        s,
+        r#"sync
+echo "AI-GUEST cases $failed"
+d=$(ai-disk ai-cut)
+written() {{ set -- $(cat /sys/block/${{d#/dev/}}/stat); echo $7; }}
+before=$(written)
+assisted-installer write-image --image-file /share/img512.raw.zst --sha256 {image_sha256} $d >/share/cut.out 2>&1 &
+while [ $(( $(written) - before )) -lt 81920 ]; do
+  kill -0 $! 2>/dev/null || {{ echo "write-image ended before the cut"; exit 1; }}
+  sleep 0.01
+done
+echo AI-CUT
+sleep 60
+"#
     );
     s
 }
 
-/// What the guest recorded for the install `label` (files of `share`): write-image's status,
-/// and the partitions `lsblk` and /proc/partitions show under the kernel's names.
-fn guest_problems(shared: impl Fn(&str) -> String, label: &str) -> Vec<String> {
-    let mut problems = Vec::new();
-    let file = |ext: &str| shared(&format!("{label}.{ext}"));
-    if file("rc").trim() != "0" {
-        let (rc, out) = (file("rc"), file("out"));
-        problems.push(format!(
-            "{label}: write-image exited {:?}:\n{out}",
-            rc.trim()
-        ));
-    }
-    let disk = file("dev").trim().to_string();
-    let sep = if disk.ends_with(|c: char| c.is_ascii_digit()) {
-        "p"
-    } else {
-        ""
-    };
-    let want: Vec<(String, String)> = (1..=4)
-        .map(|n| (format!("{disk}{sep}{n}"), "part".to_string()))
-        .collect();
-    // Without udev lsblk has no PARTLABEL (it reads udev's database); the labels are checked
-    // host-side, in the table.
-    let lsblk = file("lsblk.json");
-    if lsblk_children(&lsblk) != want {
-        problems.push(format!(
-            "{label}: lsblk in the guest, expected {want:?}:\n{lsblk}"
-        ));
-    }
-    let partitions = file("partitions");
-    let listed: Vec<&str> = partitions
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(3))
-        .collect();
-    for (name, _) in &want {
-        if !listed.contains(&name.as_str()) {
-            problems.push(format!(
-                "{label}: /proc/partitions has no {name}:\n{partitions}"
-            ));
-        }
-    }
-    problems
+/// The size in bytes of the partition `label` of the disk file `disk` and its offset.
+fn partition(disk: &Path, ss: u64, label: &str) -> (u64, u64) {
+    let gpt = read_gpt(disk, ss);
+    let (_, p) = gpt
+        .iter()
+        .find(|(_, p)| p.is_used() && p.partition_name.as_str() == label)
+        .unwrap_or_else(|| panic!("no partition {label} on {}", disk.display()));
+    (
+        (p.ending_lba + 1 - p.starting_lba) * ss,
+        p.starting_lba * ss,
+    )
 }
 
-/// The host-side checks of a disk file holding `set`'s image (`len` bytes of it are the disk:
-/// the whole file, or an md array's size): the image's bytes outside the GPT areas and the
-/// boot partition; on the boot partition, a clean file system with the Ignition config (mode
-/// 0600) and the kernel argument.
-fn check_written(file: &Path, len: usize, set: &ImageSet) {
-    let ss = set.spec.sector_size;
-    let mut disk = std::fs::read(file).unwrap();
-    let raw = std::fs::read(&set.raw.path).unwrap();
-    // The install writes into the boot file system (the Ignition config, the BLS entry's
-    // options); that is checked below, file by file.
-    let boot = &set.spec.partitions()[2];
-    assert_eq!(boot.name, BOOT_LABEL);
-    let span = boot.offset as usize..(boot.offset + boot.size) as usize;
-    disk[span.clone()].copy_from_slice(&raw[span]);
-    assert_image_on_disk(&disk[..len], &raw, ss);
-    drop(disk);
-    let fs = Ext4::on(file, ss, BOOT_LABEL);
+/// `sha256sum` lines (`<digest>  ./<path>`, sorted) of the registry directory in the XFS root
+/// partition of the disk file, mounted read-only here through a loop device; and the file
+/// system's size in bytes.
+fn registry_in_installed_root(disk: &Path) -> (String, u64) {
+    let (size, offset) = partition(disk, 512, "root");
+    let mnt = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let options = format!("ro,norecovery,loop,offset={offset},sizelimit={size}");
+    run(Command::new("mount")
+        .args(["-t", "xfs", "-o", &options])
+        .arg(disk)
+        .arg(mnt.path()));
+    let listed = Command::new("sh")
+        .arg("-c")
+        .arg("cd ostree/deploy/rhcos/var/lib/iri-registry && find . -type f | sort | xargs sha256sum")
+        .current_dir(mnt.path())
+        .output()
+        .unwrap();
+    let size = run(Command::new("df")
+        .args(["-B1", "--output=size"])
+        .arg(mnt.path()));
+    run(Command::new("umount").arg(mnt.path()));
+    let size = size.lines().last().and_then(|l| l.trim().parse().ok());
+    (
+        String::from_utf8_lossy(&listed.stdout).into_owned(),
+        size.unwrap_or_default(),
+    )
+}
+
+/// A written disk file (its first `len` bytes are the disk: the whole file, or an md array's
+/// size): the image `raw`'s bytes outside the GPT areas, /boot (which the post-install steps
+/// write into) and the partitions labelled `changed`; on /boot a clean file system with the
+/// Ignition config (mode 0600) and the BLS entry's options ending in `kargs`.
+fn check_written(disk: &Path, len: usize, raw: &Path, ss: u64, kargs: &str, changed: &[&str]) {
+    let (mut on_disk, mut image) = (std::fs::read(disk).unwrap(), std::fs::read(raw).unwrap());
+    on_disk.truncate(len);
+    for label in changed.iter().chain(&[BOOT_LABEL]) {
+        let (size, offset) = partition(disk, ss, label);
+        let (start, end) = (offset as usize, (offset + size) as usize);
+        let (d, i) = (on_disk.len(), image.len());
+        on_disk[start..end.min(d)].fill(0);
+        image[start.min(i)..end.min(i)].fill(0);
+    }
+    if changed.is_empty() {
+        assert_image_on_disk(&on_disk, &image, ss);
+    } else {
+        // Resizing a partition rewrote the table too: compare what lies between the tables.
+        let m = MIB as usize;
+        let end = image.len() - m;
+        assert!(
+            on_disk[m..end] == image[m..end],
+            "{}: the image's bytes outside the changed partitions differ",
+            disk.display()
+        );
+    }
+    drop((on_disk, image));
+    let fs = Ext4::on(disk, ss, BOOT_LABEL);
     run(Command::new("e2fsck").arg("-fn").arg(&fs.0));
-    assert_eq!(fs.text("/ignition/config.ign"), IGNITION);
-    assert_eq!(fs.mode("/ignition/config.ign"), 0o600);
+    assert_eq!(fs.text("/ignition/config.ign"), IGNITION, "{}", fs.0);
+    assert_eq!(fs.mode("/ignition/config.ign"), 0o600, "{}", fs.0);
     let options = fs.bls_options(&format!("/{BLS_ENTRY_PATH}"));
-    assert!(
-        options.split_whitespace().any(|a| a == KARG),
-        "{KARG} is not in the BLS entry's options: {options}"
-    );
+    assert!(options.ends_with(kargs), "{}: options {options:?}", fs.0);
 }
 
 /// Run `check`, turning a panic into a problem named `what`.
@@ -178,18 +368,15 @@ fn problem_of(what: &str, check: impl FnOnce()) -> Option<String> {
 }
 
 #[test]
-fn write_image_onto_nvme_scsi_512_and_4k_ahci_and_md_raid1_in_one_guest() {
-    if !have_guest("write_image_onto_nvme_scsi_512_and_4k_ahci_and_md_raid1_in_one_guest") {
+fn disks_of_every_kind_device_mapper_and_a_power_cut_in_one_guest() {
+    if !have_guest("disks_of_every_kind_device_mapper_and_a_power_cut_in_one_guest") {
         return;
     }
+    let fx = cached_live_fixture(512, false).expect("live fixture");
     let sets = [512, 4096].map(|ss| cached_image_set(&ImageSpec::test(ss)).expect("test images"));
     let set = |ss: u64| &sets[(ss == 4096) as usize];
-    let dir = tempfile::Builder::new()
-        .prefix("guest-disks")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
-    let share = dir.path().join("share");
-    std::fs::create_dir(&share).unwrap();
+    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let share = work.path();
     for s in &sets {
         let to = share.join(format!("img{}.raw.zst", s.spec.sector_size));
         if std::fs::hard_link(&s.zst.path, &to).is_err() {
@@ -198,65 +385,286 @@ fn write_image_onto_nvme_scsi_512_and_4k_ahci_and_md_raid1_in_one_guest() {
     }
     std::fs::write(share.join("config.ign"), IGNITION).unwrap();
 
+    // The host's files as the installer container reaches them: the live image (osmet file
+    // and the running root's OSTree objects, hard links into the cached fixture) and the
+    // NetworkManager keyfiles.
+    let root = share.join("hostroot");
+    let osmet_dir = root.join("run/coreos-installer/osmet");
+    std::fs::create_dir_all(&osmet_dir).unwrap();
+    std::fs::create_dir_all(root.join("sysroot")).unwrap();
+    let ostree = fx.sysroot.join("ostree");
+    run(Command::new("cp")
+        .arg("-al")
+        .arg(ostree)
+        .arg(root.join("sysroot")));
+    std::fs::copy(&fx.osmet, osmet_dir.join(fx.osmet.file_name().unwrap())).unwrap();
+    let nm = root.join("etc/NetworkManager/system-connections");
+    std::fs::create_dir_all(&nm).unwrap();
+    std::fs::write(nm.join("eno1.nmconnection"), KEYFILE).unwrap();
+    let svc = example_binary("fake-assisted-service");
+    let svc_in_share = share.join("fake-assisted-service");
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(svc)
+        .arg(svc_in_share));
+
+    let disk = |name: &str, size: u64| {
+        let p = share.join(format!("{name}.img"));
+        sparse_disk(&p, size + EXTRA);
+        p
+    };
     let parts = guest_parts::cached_guest_parts().expect("guest parts");
-    let mut spec = GuestSpec::new(parts.kernel, parts.initramfs, &share);
-    let file = |serial: &str| dir.path().join(format!("{serial}.img"));
+    let mut spec = GuestSpec::new(parts.kernel, parts.initramfs, share);
     for (i, (label, bus, ss)) in TARGETS.into_iter().enumerate() {
         let serial = format!("ai-{label}");
-        sparse_disk(&file(&serial), set(ss).raw.size + EXTRA);
-        let disk = GuestDisk::new(file(&serial), bus, ss, &serial);
+        let file = disk(&serial, set(ss).raw.size);
+        let disk = GuestDisk::new(file, bus, ss, &serial);
         spec.disks
             .push(disk.with_wwn(0x5000_c500_a1b2_c300 + i as u64));
     }
     for serial in MD_MEMBERS {
-        sparse_disk(&file(serial), set(512).raw.size + EXTRA);
-        let disk = GuestDisk::new(file(serial), Bus::VirtioBlk, 512, serial);
-        spec.disks.push(disk);
+        let file = disk(serial, set(512).raw.size);
+        spec.disks
+            .push(GuestDisk::new(file, Bus::VirtioBlk, 512, serial));
     }
-    spec.expect_disks = ["nvme0n1", "sda", "sdb", "sdc", "vda", "vdb"]
-        .map(String::from)
-        .to_vec();
-    spec.script = script();
-
+    let (mpath, agent) = (disk("mpath", fx.raw_size), disk("agent", fx.raw_size));
+    let (faulty, loop_file) = (disk("faulty", fx.raw_size), disk("loop", fx.raw_size));
+    // An earlier install, bootable, that the cut install is writing over.
+    let cut = share.join("cut.img");
+    std::fs::copy(&set(512).raw.path, &cut).unwrap();
+    let cut_file = std::fs::File::options().write(true).open(&cut).unwrap();
+    cut_file.set_len(set(512).raw.size + EXTRA).unwrap();
+    let path =
+        GuestDisk::new(&mpath, Bus::VirtioScsi, 512, "ai-mpath").with_wwn(0x6001_405a_a000_0002);
+    spec.disks.extend([
+        path.clone(),
+        path,
+        GuestDisk::new(&agent, Bus::VirtioBlk, 512, "ai-agent"),
+        GuestDisk::new(&faulty, Bus::VirtioBlk, 512, "ai-faulty"),
+        GuestDisk::new(&cut, Bus::VirtioBlk, 512, "ai-cut"),
+    ]);
+    let names = [
+        "nvme0n1", "sda", "sdb", "sdc", "sdd", "sde", "vda", "vdb", "vdc", "vdd", "vde",
+    ];
+    spec.expect_disks = names.map(String::from).to_vec();
+    // A few minutes alone here under TCG; much longer while a build shares the cores.
+    spec.limit = std::time::Duration::from_secs(1200);
+    spec.kill_when = Some("AI-CUT".into());
+    // The service client loads the system's trusted roots (the installer container has the
+    // host's /etc/pki); the guest's busybox root has none.
+    spec.extra_files = vec![(
+        "/etc/ssl/certs/ca-certificates.crt".into(),
+        "/etc/ssl/certs/ca-certificates.crt".into(),
+        0o644,
+    )];
+    // What a real (not dry-run) install runs on the live ISO that the guest's base lacks.
+    for tool in [
+        "/usr/bin/nsenter",
+        "/usr/bin/bash",
+        "/usr/bin/du",
+        "/usr/sbin/xfs_growfs",
+        "/usr/sbin/fsfreeze",
+        "/usr/bin/growpart",
+        "/usr/sbin/sfdisk",
+        "/usr/bin/flock",
+    ] {
+        spec.extra_files.push((tool.into(), tool.into(), 0o755));
+    }
+    let hosts = [(); 4].map(|_| uuid::Uuid::new_v4().to_string());
+    spec.script = script(&hosts, &set(512).zst.sha256);
     let run = run_guest(&spec);
-    eprintln!("--- console:\n{}", run.console);
-    assert!(
-        !run.timed_out
-            && run.ready_after.is_some()
-            && !run.lines.iter().any(|l| l.starts_with("error ")),
-        "the guest did not run the case:\n{}",
-        run.transcript()
-    );
-
-    let mut problems = Vec::new();
+    let cases = run.lines.iter().find_map(|l| l.strip_prefix("cases "));
+    assert_eq!(cases, Some("0"), "{}", run.transcript());
     let shared = |name: &str| run.shared(name);
-    for (label, _, ss) in TARGETS {
-        problems.extend(guest_problems(shared, label));
-        let file = file(&format!("ai-{label}"));
-        problems.extend(problem_of(&format!("{label}: the disk file"), || {
-            check_written(&file, (set(ss).raw.size + EXTRA) as usize, set(ss));
-            sgdisk_verify(&file);
-        }));
-    }
-    problems.extend(guest_problems(shared, "md"));
-    let sgdisk = run.shared("md.sgdisk");
-    if !sgdisk.contains("No problems found") {
-        problems.push(format!("md: sgdisk -v /dev/md0 in the guest:\n{sgdisk}"));
-    }
-    match run.shared("md.size").trim().parse::<usize>() {
-        Ok(sectors) => {
-            for serial in MD_MEMBERS {
-                problems.extend(problem_of(&format!("md: member {serial}"), || {
-                    check_written(&file(serial), sectors * 512, set(512))
-                }));
-            }
+    let mut problems = Vec::new();
+    let mut check = |what: &str, f: &dyn Fn()| problems.extend(problem_of(what, f));
+
+    // The write-image installs, in the guest: write-image's status, and the partitions lsblk
+    // and /proc/partitions show under the kernel's names (without udev lsblk has no
+    // PARTLABEL; the labels are checked host-side, in the table).
+    let partitions = |label: &str| {
+        let file = |ext: &str| shared(&format!("{label}.{ext}"));
+        assert_eq!(file("rc").trim(), "0", "write-image:\n{}", file("out"));
+        let disk = file("dev").trim().to_string();
+        let sep = if disk.ends_with(|c: char| c.is_ascii_digit()) {
+            "p"
+        } else {
+            ""
+        };
+        let want: Vec<(String, String)> = (1..=4)
+            .map(|n| (format!("{disk}{sep}{n}"), "part".to_string()))
+            .collect();
+        let lsblk = file("lsblk.json");
+        assert_eq!(lsblk_children(&lsblk), want, "lsblk in the guest:\n{lsblk}");
+        let listed = file("partitions");
+        for (name, _) in &want {
+            let there = listed
+                .lines()
+                .any(|l| l.split_whitespace().nth(3) == Some(name));
+            assert!(there, "/proc/partitions has no {name}:\n{listed}");
         }
-        Err(e) => problems.push(format!("md: the array's size: {e}")),
+    };
+    for (label, _, ss) in TARGETS {
+        check(label, &|| {
+            partitions(label);
+            let file = share.join(format!("ai-{label}.img"));
+            let len = (set(ss).raw.size + EXTRA) as usize;
+            check_written(&file, len, &set(ss).raw.path, ss, KARG, &[]);
+            sgdisk_verify(&file);
+        });
     }
-    assert!(
-        problems.is_empty() && run.exit_code() == Some(0),
-        "exit {:?}; {problems:#?}\n{}",
-        run.exit_code(),
-        run.transcript()
-    );
+    check("md", &|| {
+        partitions("md");
+        let sgdisk = shared("md.sgdisk");
+        assert!(
+            sgdisk.contains("No problems found"),
+            "sgdisk -v /dev/md0:\n{sgdisk}"
+        );
+        let sectors: usize = shared("md.size").trim().parse().expect("the array's size");
+        for serial in MD_MEMBERS {
+            let file = share.join(format!("{serial}.img"));
+            check_written(&file, sectors * 512, &set(512).raw.path, 512, KARG, &[]);
+        }
+    });
+
+    let report = |label: &str| {
+        ServiceReport::read(&share.join(format!("{label}.report.json"))).unwrap_or_else(|e| {
+            let out = shared(&format!("{label}.out"));
+            panic!("no service report ({e:#})\n--- {label}.out:\n{out}")
+        })
+    };
+    // One entrypoint install that must have succeeded, as the guest left it: the service's
+    // report, the disk as the live image with `kargs` (less the partitions `changed`) and the
+    // keyfile, and the names and types lsblk gave the disk's partitions: `names<n>` of `kind`.
+    let installed = |label: &str, disk: &Path, kargs: &str, changed: &[&str], names_kind| {
+        let out = shared(&format!("{label}.out"));
+        assert_eq!(shared(&format!("{label}.rc")).trim(), "0", "{out}");
+        let r = report(label);
+        assert!(r.refused.is_empty(), "{:?}", r.refused);
+        check_written(
+            disk,
+            std::fs::metadata(disk).unwrap().len() as usize,
+            &fx.raw,
+            512,
+            kargs,
+            changed,
+        );
+        sgdisk_verify(disk);
+        let keyfile =
+            Ext4::on(disk, 512, BOOT_LABEL).text("/coreos-firstboot-network/eno1.nmconnection");
+        assert_eq!(keyfile, KEYFILE);
+        let (names, kind): (&str, &str) = names_kind;
+        let want: Vec<_> = (1..=4)
+            .map(|n| (format!("{names}{n}"), kind.to_string()))
+            .collect();
+        assert_eq!(
+            lsblk_children(&shared(&format!("{label}.lsblk.json"))),
+            want
+        );
+        r
+    };
+
+    // The multipath host, as the service starts it: the Go stage sequence, the disk as the
+    // live image with the multipath kernel arguments, and kpartx's partition maps left.
+    check("mpath", &|| {
+        let r = installed(
+            "mpath",
+            &mpath,
+            "rw rd.multipath=default",
+            &[],
+            ("mpatha", "part"),
+        );
+        assert_master_stages(&r.progress, false);
+    });
+
+    // The appliance: the registry copy's stage (the dry run runs none of its commands) and
+    // the partitions under /dev/mapper, where the steps after the write look for them (maps
+    // of a disk without a uuid have none either: lsblk's type is `dm`).
+    check("agent", &|| {
+        let r = installed("agent", &agent, "", &["root"], ("agent", "dm"));
+        assert_master_stages(&r.progress, true);
+        let copied = ("Copying registry data to disk".into(), "100%".into());
+        assert!(r.progress.contains(&copied), "{:?}", r.progress);
+        // The copy as Go runs it: the stand-in initramfs script around growpart, the data in
+        // the installed root, then the reboot.
+        assert_eq!(
+            shared("agent.transposefs"),
+            "transposefs autosave-xfs\ntransposefs restore\ntransposefs cleanup\n"
+        );
+        let want = shared("agent.registry.want");
+        assert!(want.lines().count() == 8, "{want}");
+        let (registry, fs_bytes) = registry_in_installed_root(&agent);
+        let out = shared("agent.out");
+        assert_eq!(
+            registry, want,
+            "the registry data in the installed root:\n{out}"
+        );
+        let shutdown = shared("agent.shutdown");
+        assert!(shutdown.starts_with("shutdown -r +1"), "{shutdown}");
+        // growpart grew the root partition to the disk's end (less the free share), and the
+        // kernel's map of it, and the file system, grew with it.
+        let (root, _) = partition(&agent, 512, "root");
+        let image_root = fx.spec.root_mib * MIB;
+        assert!(root > image_root + 16 * MIB, "root partition {root} bytes");
+        let sizes: serde_json::Value = serde_json::from_str(&shared("agent.sizes.json")).unwrap();
+        assert_eq!(
+            sizes["blockdevices"][0]["children"][3]["size"].as_u64(),
+            Some(root),
+            "the kernel's map of the grown partition: {sizes}"
+        );
+        let (_, image_fs_bytes) = registry_in_installed_root(&fx.raw);
+        assert!(
+            fs_bytes > image_fs_bytes + 16 * MIB,
+            "the root file system was not grown: {fs_bytes} bytes, {image_fs_bytes} in the image"
+        );
+        let mapper = shared("agent.mapper");
+        assert!(mapper.contains("agent4 -> ../dm-"), "{mapper}");
+    });
+
+    // The loop device: the registry copy's stage, and the partitions the writer added with
+    // BLKPG still there for lsblk (the copy looks for them there).
+    check("loop", &|| {
+        let r = installed("loop", &loop_file, "", &[], ("loop0p", "part"));
+        assert_master_stages(&r.progress, true);
+    });
+
+    // The faulty disk: the error names the device and the byte offset; the service is told
+    // the install failed; the disk is left with an empty valid table.
+    check("faulty", &|| {
+        let out = shared("faulty.out");
+        assert_eq!(shared("faulty.rc").trim(), "1", "{out}");
+        assert!(
+            out.contains("/dev/mapper/faulty") && out.contains(&format!("at offset {ERROR_FROM}")),
+            "the write error must name the device and the offset:\n{out}"
+        );
+        let r = report("faulty-entrypoint");
+        let last = r.progress.last().cloned().unwrap_or_default();
+        assert_eq!(last.0, "Failed", "{:?}", r.progress);
+        assert!(
+            last.1.contains("/dev/mapper/faulty") && last.1.contains("offset"),
+            "{last:?}"
+        );
+        assert_empty_gpt(&faulty, 512);
+    });
+
+    // The power cut: it leaves a disk no firmware boots. The table written before the stream
+    // is empty, since the first MiB, with the image's own table, is written last; the image's
+    // bytes from the stream are there (the ESP, right after the first MiB).
+    check("power cut", &|| {
+        assert!(run.killed, "the guest was not cut");
+        assert_eq!(run.exit_code(), None);
+        let on_disk = std::fs::read(&cut).unwrap();
+        let image = std::fs::read(&set(512).raw.path).unwrap();
+        let esp = (2 * MIB) as usize..(10 * MIB) as usize;
+        let streamed = on_disk[esp.clone()] == image[esp];
+        assert!(streamed, "the stream had not begun when the power was cut");
+        assert_ne!(
+            on_disk[512..1024],
+            image[512..1024],
+            "the image's GPT header is on the disk"
+        );
+        drop((on_disk, image));
+        assert_empty_gpt(&cut, 512);
+    });
+    assert!(problems.is_empty(), "{problems:#?}\n{}", run.transcript());
 }
