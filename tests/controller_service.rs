@@ -1,7 +1,8 @@
 //! The controller's service calls (`ControllerClient`) against the fake assisted-service on a
-//! socket: method, path, query, headers and body of every call, the monitored-operators cache
-//! and TLS. The retry budget is `ClientRetry::controller`'s unit test, its loop the shared
-//! client's (`tests/service_client.rs`).
+//! socket: method, path, query and body of every call, the monitored-operators cache and TLS.
+//! The retry budget is `ClientRetry::controller`'s unit test; the retry loop and the headers
+//! (token, a request id per call, JSON content type and length) are the shared client's, which
+//! sends every request (`tests/service_client.rs`).
 
 mod common;
 
@@ -67,7 +68,7 @@ fn operators() -> Vec<serde_json::Value> {
 }
 
 #[test]
-fn every_call_method_path_query_headers_and_body() {
+fn every_call_method_path_query_and_body() {
     let (fake, srv) = served();
     fake.set_hosts(vec![host_json(HOST, IE, "master", Some("Rebooting"))]);
     fake.set_operators(operators());
@@ -79,7 +80,7 @@ fn every_call_method_path_query_headers_and_body() {
         "kubeconfig-noingress",
         b"apiVersion: v1\nkind: Config\n".to_vec(),
     );
-    let (c, _) = client(&fake, &srv);
+    let (c, clock) = client(&fake, &srv);
     let dir = tempfile::tempdir().unwrap();
 
     let cluster = c.get_cluster(true).unwrap();
@@ -88,7 +89,8 @@ fn every_call_method_path_query_headers_and_body() {
     c.update_host_stage(IE, HOST, HostStage::Joined).unwrap();
     c.update_finalizing_stage(FinalizingStage::WaitingForClusterOperators)
         .unwrap();
-    let ops = c.monitored_operators(false).unwrap();
+    // An empty cache: fetched although the cache may serve.
+    let ops = c.monitored_operators(true).unwrap();
     assert_eq!(ops.len(), 3);
     assert_eq!(
         (ops[2].subscription_name.as_str(), ops[2].timeout_seconds),
@@ -145,23 +147,6 @@ fn every_call_method_path_query_headers_and_body() {
         "POST /v2/events?".to_string(),
     ];
     assert_eq!(got, want);
-    let mut ids = std::collections::HashSet::new();
-    for call in &calls {
-        assert_eq!(
-            call.status / 100,
-            2,
-            "{} {}: {}",
-            call.method,
-            call.path,
-            call.status
-        );
-        assert_eq!(call.header("x-secret-key"), Some(fake.token().as_str()));
-        let id = call.header("x-request-id").expect("X-Request-ID");
-        assert_eq!((id.len(), id.as_bytes()[14]), (36, b'4'), "a v4 UUID: {id}");
-        ids.insert(id.to_string());
-    }
-    assert_eq!(ids.len(), calls.len(), "one request id per call");
-
     let body = |i: usize| calls[i].body_text();
     assert_eq!(body(2), r#"{"current_stage":"Joined"}"#);
     assert_eq!(
@@ -174,13 +159,6 @@ fn every_call_method_path_query_headers_and_body() {
     );
     assert_eq!(calls[6].body_json(), json!(pem));
     assert_eq!(body(9), r#"{"is_success":true}"#);
-    for i in [2, 3, 5, 6, 9, 11, 12] {
-        assert_eq!(
-            calls[i].header("content-type"),
-            Some("application/json"),
-            "{i}"
-        );
-    }
     let upload = &calls[10];
     assert!(upload
         .header("content-type")
@@ -217,19 +195,17 @@ fn every_call_method_path_query_headers_and_body() {
     );
     let mode = std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "credentials are private");
-}
 
-/// The client serves the list from its cache (whose rules are the unit test
-/// `cache_serves_for_20_seconds_per_cluster_without_extending`'s) on its clock.
-#[test]
-fn monitored_operators_are_cached_for_20_seconds() {
-    let (fake, srv) = served();
-    fake.set_operators(operators());
-    let (c, clock) = client(&fake, &srv);
+    // The operators list comes from the client's cache (whose rules are the unit test
+    // `cache_serves_for_20_seconds_per_cluster_without_extending`'s) on its clock: the fetch
+    // above was at 0 s.
     let path = format!("{BASE_PATH}/v2/clusters/{CLUSTER}/monitored-operators");
-    let count = || srv.requests_for(&path).len();
-    for (advance, use_cache, requests) in [(0, true, 1), (19, true, 1), (1, true, 2), (0, false, 3)]
-    {
+    let count = || {
+        (srv.requests_for(&path).iter())
+            .filter(|r| r.method == "GET")
+            .count()
+    };
+    for (advance, use_cache, requests) in [(19, true, 1), (1, true, 2), (0, false, 3)] {
         clock.advance(Duration::from_secs(advance));
         assert_eq!(c.monitored_operators(use_cache).unwrap().len(), 3);
         assert_eq!(count(), requests, "after {advance} s");
