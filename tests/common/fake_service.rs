@@ -13,7 +13,7 @@
 //! monitored operators (reports update the list), the ingress CA, credentials,
 //! `complete-installation` and events, each recorded as sent (beyond the finalizing stage, their
 //! enums and required fields are Prism's to check, `tests/service_contract.rs`, their exact
-//! bodies `tests/controller_service.rs`'s).
+//! bodies `tests/service_client.rs`'s).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
