@@ -139,30 +139,23 @@ impl Prism {
             log,
             _dir: dir,
         };
-        prism.wait_listening(Duration::from_secs(120));
-        prism
-    }
-
-    fn wait_listening(&mut self, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        loop {
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
-                return;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while TcpStream::connect_timeout(&prism.addr, Duration::from_millis(200)).is_err() {
+            if let Some(status) = prism.child.try_wait().unwrap() {
                 panic!(
                     "Prism exited with {status} before listening:\n{}",
-                    self.log_text()
+                    prism.log_text()
                 );
             }
             assert!(
                 Instant::now() < deadline,
-                "Prism did not listen on {} within {limit:?}:\n{}",
-                self.addr,
-                self.log_text()
+                "Prism did not listen on {} within 120 s:\n{}",
+                prism.addr,
+                prism.log_text()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        prism
     }
 
     fn url(&self) -> String {
@@ -219,20 +212,6 @@ impl Drop for Prism {
     }
 }
 
-fn hosts() -> Vec<serde_json::Value> {
-    let mut bootstrap = host_json(BOOTSTRAP, IE, "master", Some("Installing"));
-    bootstrap["bootstrap"] = json!(true);
-    bootstrap["inventory"] =
-        json!("{\"interfaces\":[{\"name\":\"ens3\",\"ipv4_addresses\":[\"192.168.126.10/24\"]}]}");
-    vec![
-        bootstrap,
-        host_json(MASTER1, IE, "master", Some("Done")),
-        host_json(MASTER2, IE, "master", Some("Rebooting")),
-        host_json(ARBITER, IE, "arbiter", Some("Done")),
-        host_json(WORKER, IE, "worker", Some("Waiting for control plane")),
-    ]
-}
-
 /// One fake behind one Prism for both clients: the installer's calls, then the controller's.
 #[test]
 fn every_request_is_valid_against_the_swagger() {
@@ -242,9 +221,6 @@ fn every_request_is_valid_against_the_swagger() {
     }
     let fake = FakeService::new();
     fake.set_behind_prism();
-    fake.set_host_role(BOOTSTRAP, "bootstrap");
-    fake.set_host_role(WORKER, "worker");
-    fake.set_host_role(MASTER2, "master");
     fake.set_host_ignition(BOOTSTRAP, br#"{"ignition":{"version":"3.2.0"}}"#.to_vec());
     fake.set_cluster_file(
         "bootstrap.ign",
@@ -254,7 +230,19 @@ fn every_request_is_valid_against_the_swagger() {
         "platform": {"type": "vsphere"},
         "install_config_overrides": "{\"platform\":{\"vsphere\":{\"vcenters\":[]}}}"
     }));
-    fake.set_hosts(hosts());
+    // The stage order each host's reports must follow is its listed role's (`bootstrap: true`:
+    // the bootstrap's).
+    let mut bootstrap = host_json(BOOTSTRAP, IE, "master", Some("Installing"));
+    bootstrap["bootstrap"] = json!(true);
+    bootstrap["inventory"] =
+        json!("{\"interfaces\":[{\"name\":\"ens3\",\"ipv4_addresses\":[\"192.168.126.10/24\"]}]}");
+    fake.set_hosts(vec![
+        bootstrap,
+        host_json(MASTER1, IE, "master", Some("Done")),
+        host_json(MASTER2, IE, "master", Some("Rebooting")),
+        host_json(ARBITER, IE, "arbiter", Some("Done")),
+        host_json(WORKER, IE, "worker", Some("Waiting for control plane")),
+    ]);
     fake.set_operators(vec![
         json!({"cluster_id": CLUSTER, "name": "console", "operator_type": "builtin", "status": "progressing"}),
         json!({"cluster_id": CLUSTER, "name": "odf", "operator_type": "olm", "namespace": "openshift-storage",
