@@ -661,8 +661,8 @@ mod tests {
 
     #[test]
     fn bad_ca_files_fail_construction() {
-        let dir = std::env::temp_dir().join(format!("svc-ca-{}", Uuid::new_v4().simple()));
-        fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let mk = |path: PathBuf| {
             ServiceClient::new(ClientConfig {
                 url: "https://svc".into(),
@@ -686,7 +686,6 @@ mod tests {
         )
         .unwrap();
         assert!(mk(broken).is_err());
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
