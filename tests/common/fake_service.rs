@@ -32,7 +32,7 @@ pub(crate) const BASE_PATH: &str = API_BASE_PATH;
 /// The token the fake expects unless told otherwise.
 pub(crate) const DEFAULT_TOKEN: &str = "fake-agent-token-0123456789";
 
-use HostStage::{Done, Failed};
+use HostStage::Failed;
 
 /// The stage order the service accepts per role (`arbiter` and unknown roles: the master's).
 /// `sno` is not a role the service stores: the fake's name for a single-node cluster's host,
@@ -84,15 +84,10 @@ fn refuse<T>(status: u16, reason: impl Into<String>) -> Result<T, Reply> {
 }
 
 #[derive(Default)]
-struct Progress {
-    accepted: Vec<(String, String)>,
-    current: Option<HostStage>,
-}
-
-#[derive(Default)]
 struct State {
     token: String,
-    progress: HashMap<String, Progress>,
+    /// Accepted progress reports by host: (stage, info), in order.
+    progress: HashMap<String, Vec<(String, String)>>,
     roles: HashMap<String, String>,
     /// What the downloads serve, by kind (`ignition` by host id, `files` and `credentials` by
     /// file name) and name.
@@ -274,9 +269,11 @@ impl FakeService {
 
     /// Accepted progress reports of a host: (stage, info), in order.
     pub(crate) fn progress_reports(&self, host_id: &str) -> Vec<(String, String)> {
-        let state = self.state();
-        let progress = state.progress.get(host_id);
-        progress.map(|p| p.accepted.clone()).unwrap_or_default()
+        self.state()
+            .progress
+            .get(host_id)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Served through Prism's proxy, which forwards a JSON-string body (the ingress CA) decoded,
@@ -315,8 +312,11 @@ impl State {
 
     fn update_progress(&mut self, host: &str, stage: HostStage, info: &str) -> Result<(), Reply> {
         let role = self.role_of(host);
-        let progress = self.progress.entry(host.to_string()).or_default();
-        if progress.current == Some(Failed) {
+        let accepted = self.progress.entry(host.to_string()).or_default();
+        let current = accepted
+            .last()
+            .map(|(s, _)| s.parse::<HostStage>().unwrap());
+        if current == Some(Failed) {
             return refuse(
                 409,
                 format!("Can't set progress {stage} to host {host}: it already failed"),
@@ -331,7 +331,7 @@ impl State {
                     format!("Stage {stage} is not valid for a host with role {role}"),
                 );
             };
-            if let Some(current) = progress.current {
+            if let Some(current) = current {
                 if new < at(current).unwrap_or(0) {
                     return refuse(
                         409,
@@ -340,10 +340,7 @@ impl State {
                 }
             }
         }
-        progress.current = Some(stage);
-        progress
-            .accepted
-            .push((stage.to_string(), info.to_string()));
+        accepted.push((stage.to_string(), info.to_string()));
         Ok(())
     }
 
@@ -389,9 +386,9 @@ impl State {
             .into_iter()
             .map(|mut host| {
                 let id = host["id"].as_str().unwrap_or_default().to_string();
-                if let Some(stage) = self.progress.get(&id).and_then(|p| p.current) {
-                    host["progress"]["current_stage"] = json!(stage.to_string());
-                    if stage == Done {
+                if let Some((stage, _)) = self.progress.get(&id).and_then(|p| p.last()) {
+                    host["progress"]["current_stage"] = json!(stage);
+                    if stage == "Done" {
                         host["status"] = json!("installed");
                     }
                 }
