@@ -304,7 +304,7 @@ mod tests {
     }
 
     #[test]
-    fn reports_go_out_in_order_under_a_slow_failing_client() {
+    fn reports_go_out_in_order_under_a_slow_failing_client_and_on_drop() {
         let client = Arc::new(FakeClient::default());
         *client.delay.lock().unwrap() = Duration::from_millis(3);
         client.fail_every_other.store(true, Ordering::SeqCst);
@@ -338,6 +338,13 @@ mod tests {
         );
         assert_eq!(got[6].0, "ie-2");
         assert_eq!(got[7].0, "ie-1");
+        // Dropping the reporter sends everything queued.
+        for i in 0..20 {
+            r.stage(HostStage::WaitingForControlPlane, format!("poll {i}"));
+        }
+        drop(r);
+        assert_eq!(client.reports().len(), 8 + 20);
+        assert_eq!(client.reports()[27].3, "poll 19");
     }
 
     #[test]
@@ -409,19 +416,6 @@ mod tests {
         drop(r);
         assert_eq!(client.reports().len(), 1);
         assert_eq!(client.reports()[0].1, "h-9");
-    }
-
-    #[test]
-    fn drop_sends_everything_queued() {
-        let client = Arc::new(FakeClient::default());
-        *client.delay.lock().unwrap() = Duration::from_millis(2);
-        let r = spawn(&client, "h-1");
-        for i in 0..20 {
-            r.stage(HostStage::WaitingForControlPlane, format!("poll {i}"));
-        }
-        drop(r);
-        assert_eq!(client.reports().len(), 20);
-        assert_eq!(client.reports()[19].3, "poll 19");
     }
 
     #[test]
