@@ -284,12 +284,8 @@ fn downloads_land_atomically_in_place() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names.len(), 2, "no temporary files left: {names:?}");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&boot_dest).unwrap().permissions().mode();
-        assert_eq!(mode & 0o077, 0, "ignition files are private: {mode:o}");
-    }
+    let mode = std::fs::metadata(&boot_dest).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "ignition files are private: {mode:o}");
     // Into a missing directory: fails at once.
     let dest = Path::new("/nonexistent-dir-for-test/x.ign");
     let err = c.download_host_ignition(IE, HOST, dest).unwrap_err();
