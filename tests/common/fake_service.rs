@@ -538,14 +538,7 @@ impl FakeService {
                 Ok(Reply::empty(200))
             }
             ("GET", ["v2", "clusters", _, "monitored-operators"]) => {
-                let name = query("operator_name");
-                let ops: Vec<Value> = state
-                    .operators
-                    .iter()
-                    .filter(|o| name.as_deref().is_none_or(|n| o["name"] == n))
-                    .cloned()
-                    .collect();
-                Ok(Reply::json(200, &Value::Array(ops)))
+                Ok(Reply::json(200, &Value::Array(state.operators.clone())))
             }
             ("PUT", ["v2", "clusters", _, "monitored-operators"]) => {
                 state.report_operator(params(&req.body)?)?;
