@@ -117,7 +117,6 @@ fn report_of(svc: &FakeService, server: &TestServer, host_id: &str) -> ServiceRe
     let progress = svc.progress_reports(host_id);
     ServiceReport {
         host_id: host_id.to_string(),
-        current_stage: progress.last().map(|(stage, _)| stage.clone()),
         progress,
         host_logs_progress: svc.host_logs_reports(),
         refused: server

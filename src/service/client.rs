@@ -560,26 +560,23 @@ fn stream_to_file(mut response: Response, dest: &Path) -> Result<u64, Failure<Fa
 mod tests {
     use super::*;
 
-    /// A port on 127.0.0.1 with nothing listening: every attempt fails at once.
-    fn refusing_client(retry: ClientRetry) -> ServiceClient {
+    #[test]
+    fn retries_wait_on_the_given_clock() {
+        let clock = Arc::new(crate::clock::FakeClock::new());
+        // A port on 127.0.0.1 with nothing listening: every attempt fails at once.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        ServiceClient::new(ClientConfig {
+        let client = ServiceClient::new(ClientConfig {
             url: format!("http://127.0.0.1:{port}"),
             token: "tok".into(),
-            retry,
+            retry: ClientRetry::dry_run(),
             ..Default::default()
         })
         .unwrap()
-    }
-
-    #[test]
-    fn retries_wait_on_the_given_clock() {
-        let clock = Arc::new(crate::clock::FakeClock::new());
-        let client = refusing_client(ClientRetry::dry_run()).with_clock(clock.clone());
+        .with_clock(clock.clone());
         let err = client.get_cluster("c", true).unwrap_err();
         let se = err.downcast_ref::<ServiceError>().unwrap();
         assert_eq!((se.status, se.attempts), (None, 4));
@@ -661,8 +658,8 @@ mod tests {
 
     #[test]
     fn bad_ca_files_fail_construction() {
-        let dir = std::env::temp_dir().join(format!("svc-ca-{}", Uuid::new_v4().simple()));
-        fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let mk = |path: PathBuf| {
             ServiceClient::new(ClientConfig {
                 url: "https://svc".into(),
@@ -686,7 +683,6 @@ mod tests {
         )
         .unwrap();
         assert!(mk(broken).is_err());
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -219,9 +219,9 @@ mod tests {
     struct FakeClient {
         reports: Mutex<Vec<Report>>,
         attempts: Mutex<u32>,
-        gate: Mutex<bool>,
-        gate_cv: Condvar,
-        blocking: AtomicBool,
+        /// While set, calls wait until [`FakeClient::release`].
+        closed: Mutex<bool>,
+        gate: Condvar,
         fail_every_other: AtomicBool,
         panic_on_first: AtomicBool,
         delay: Mutex<Duration>,
@@ -232,9 +232,8 @@ mod tests {
             self.reports.lock().unwrap().clone()
         }
         fn release(&self) {
-            self.blocking.store(false, Ordering::SeqCst);
-            *self.gate.lock().unwrap() = true;
-            self.gate_cv.notify_all();
+            *self.closed.lock().unwrap() = false;
+            self.gate.notify_all();
         }
     }
 
@@ -246,12 +245,8 @@ mod tests {
             stage: HostStage,
             info: &str,
         ) -> anyhow::Result<()> {
-            if self.blocking.load(Ordering::SeqCst) {
-                let mut open = self.gate.lock().unwrap();
-                while !*open {
-                    open = self.gate_cv.wait(open).unwrap();
-                }
-            }
+            let closed = self.closed.lock().unwrap();
+            drop(self.gate.wait_while(closed, |closed| *closed).unwrap());
             std::thread::sleep(*self.delay.lock().unwrap());
             let attempt = {
                 let mut a = self.attempts.lock().unwrap();
@@ -304,7 +299,7 @@ mod tests {
     }
 
     #[test]
-    fn reports_go_out_in_order_under_a_slow_failing_client() {
+    fn reports_go_out_in_order_under_a_slow_failing_client_and_on_drop() {
         let client = Arc::new(FakeClient::default());
         *client.delay.lock().unwrap() = Duration::from_millis(3);
         client.fail_every_other.store(true, Ordering::SeqCst);
@@ -338,12 +333,19 @@ mod tests {
         );
         assert_eq!(got[6].0, "ie-2");
         assert_eq!(got[7].0, "ie-1");
+        // Dropping the reporter sends everything queued.
+        for i in 0..20 {
+            r.stage(HostStage::WaitingForControlPlane, format!("poll {i}"));
+        }
+        drop(r);
+        assert_eq!(client.reports().len(), 8 + 20);
+        assert_eq!(client.reports()[27].3, "poll 19");
     }
 
     #[test]
     fn enqueueing_never_blocks_and_drain_waits() {
         let client = Arc::new(FakeClient::default());
-        client.blocking.store(true, Ordering::SeqCst);
+        *client.closed.lock().unwrap() = true;
         let r = spawn(&client, "h-1");
         // The client is blocked: all of these must still return.
         for stage in [
@@ -412,22 +414,9 @@ mod tests {
     }
 
     #[test]
-    fn drop_sends_everything_queued() {
-        let client = Arc::new(FakeClient::default());
-        *client.delay.lock().unwrap() = Duration::from_millis(2);
-        let r = spawn(&client, "h-1");
-        for i in 0..20 {
-            r.stage(HostStage::WaitingForControlPlane, format!("poll {i}"));
-        }
-        drop(r);
-        assert_eq!(client.reports().len(), 20);
-        assert_eq!(client.reports()[19].3, "poll 19");
-    }
-
-    #[test]
     fn drop_is_bounded_when_the_client_hangs() {
         let client = Arc::new(FakeClient::default());
-        client.blocking.store(true, Ordering::SeqCst);
+        *client.closed.lock().unwrap() = true;
         let mut r = spawn(&client, "h-1");
         r.drop_timeout = Duration::from_millis(50);
         r.stage(HostStage::Installing, "master");

@@ -64,7 +64,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_stage_wire_strings_match_swagger_enum_order() {
+    fn host_stage_wire_strings_match_swagger_enum_order_and_parse_exactly() {
         let wire: Vec<&str> = HostStage::ALL.iter().map(|s| s.as_str()).collect();
         assert_eq!(
             wire,
@@ -84,11 +84,7 @@ mod tests {
                 "Failed",
             ]
         );
-    }
-
-    /// Display, FromStr and serde round trips are the macro's: `wire::tests`.
-    #[test]
-    fn host_stage_parsing_is_exact() {
+        // Display, FromStr and serde round trips are the macro's: `wire::tests`.
         for bad in ["installing", "Installing ", "", "Writing Image To Disk"] {
             let err = bad.parse::<HostStage>().unwrap_err();
             assert_eq!(err.to_string(), format!("unknown host stage {bad:?}"));
@@ -96,13 +92,9 @@ mod tests {
     }
 
     #[test]
-    fn logs_state_wire_strings() {
+    fn logs_state_finalizing_stage_and_operator_status_wire_strings() {
         let wire: Vec<String> = LogsState::ALL.iter().map(|s| s.to_string()).collect();
         assert_eq!(wire, ["requested", "collecting", "completed", "timeout"]);
-    }
-
-    #[test]
-    fn finalizing_stage_and_operator_status_wire_strings() {
         let wire: Vec<&str> = FinalizingStage::ALL.iter().map(|s| s.as_str()).collect();
         assert_eq!(
             wire,

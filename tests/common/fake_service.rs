@@ -11,14 +11,17 @@
 //! after the token check (`X-Secret-Key`, else 401 with swagger's `infra_error`) and before
 //! the body checks (a 400). It also serves the controller's calls: finalizing stages,
 //! monitored operators (reports update the list), the ingress CA, credentials,
-//! `complete-installation` and events, each recorded.
+//! `complete-installation` and events, each recorded as sent (beyond the finalizing stage, their
+//! enums and required fields are Prism's to check, `tests/service_contract.rs`, their exact
+//! bodies `tests/service_client.rs`'s).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use assisted_installer::service::client::API_BASE_PATH;
 use assisted_installer::service::{
-    ClientConfig, ClientRetry, HostStage, LogsState, LogsType, LogsUpload, ServiceClient,
+    ClientConfig, ClientRetry, ClusterFinalizingProgress, HostProgress, HostStage,
+    LogsProgressParams, LogsType, LogsUpload, ServiceClient,
 };
 use serde_json::{json, Value};
 
@@ -29,7 +32,7 @@ pub(crate) const BASE_PATH: &str = API_BASE_PATH;
 /// The token the fake expects unless told otherwise.
 pub(crate) const DEFAULT_TOKEN: &str = "fake-agent-token-0123456789";
 
-use HostStage::{Done, Failed};
+use HostStage::Failed;
 
 /// The stage order the service accepts per role (`arbiter` and unknown roles: the master's).
 /// `sno` is not a role the service stores: the fake's name for a single-node cluster's host,
@@ -76,28 +79,19 @@ pub(crate) fn host_json(
 /// `GET /v2/clusters/{id}?exclude-hosts=false`).
 type HostsScript = Box<dyn FnMut(u64) -> Vec<Value> + Send>;
 
-/// A call the service refuses: its status and `reason`, as the service answers it.
-type Refusal = Reply;
-
-fn refuse<T>(status: u16, reason: impl Into<String>) -> Result<T, Refusal> {
+fn refuse<T>(status: u16, reason: impl Into<String>) -> Result<T, Reply> {
     Err(error_reply(status, &reason.into()))
-}
-
-#[derive(Default)]
-struct Progress {
-    accepted: Vec<(String, String)>,
-    current: Option<HostStage>,
-    failed: bool,
 }
 
 #[derive(Default)]
 struct State {
     token: String,
-    progress: HashMap<String, Progress>,
+    /// Accepted progress reports by host: (stage, info), in order.
+    progress: HashMap<String, Vec<(String, String)>>,
     roles: HashMap<String, String>,
     /// What the downloads serve, by kind (`ignition` by host id, `files` and `credentials` by
     /// file name) and name.
-    downloads: HashMap<(&'static str, String), Vec<u8>>,
+    downloads: HashMap<(String, String), Vec<u8>>,
     cluster: serde_json::Map<String, Value>,
     hosts: Vec<Value>,
     hosts_script: Option<HostsScript>,
@@ -214,8 +208,8 @@ impl FakeService {
         self.state().roles.insert(host_id.into(), role.into());
     }
 
-    fn set_download(&self, kind: &'static str, name: &str, bytes: impl Into<Vec<u8>>) {
-        let key = (kind, name.to_string());
+    fn set_download(&self, kind: &str, name: &str, bytes: impl Into<Vec<u8>>) {
+        let key = (kind.to_string(), name.to_string());
         self.state().downloads.insert(key, bytes.into());
     }
 
@@ -275,9 +269,11 @@ impl FakeService {
 
     /// Accepted progress reports of a host: (stage, info), in order.
     pub(crate) fn progress_reports(&self, host_id: &str) -> Vec<(String, String)> {
-        let state = self.state();
-        let progress = state.progress.get(host_id);
-        progress.map(|p| p.accepted.clone()).unwrap_or_default()
+        self.state()
+            .progress
+            .get(host_id)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Served through Prism's proxy, which forwards a JSON-string body (the ingress CA) decoded,
@@ -293,7 +289,7 @@ impl FakeService {
 }
 
 impl State {
-    fn injected(&mut self, full_path: &str) -> Result<(), Refusal> {
+    fn injected(&mut self, full_path: &str) -> Result<(), Reply> {
         if let Some(status) = self.fail_next.pop_front() {
             return refuse(status, format!("injected fault {status}"));
         }
@@ -314,18 +310,19 @@ impl State {
         }
     }
 
-    fn update_progress(&mut self, host: &str, stage: HostStage, info: &str) -> Result<(), Refusal> {
+    fn update_progress(&mut self, host: &str, stage: HostStage, info: &str) -> Result<(), Reply> {
         let role = self.role_of(host);
-        let progress = self.progress.entry(host.to_string()).or_default();
-        if progress.failed {
+        let accepted = self.progress.entry(host.to_string()).or_default();
+        let current = accepted
+            .last()
+            .map(|(s, _)| s.parse::<HostStage>().unwrap());
+        if current == Some(Failed) {
             return refuse(
                 409,
                 format!("Can't set progress {stage} to host {host}: it already failed"),
             );
         }
-        if stage == Failed {
-            progress.failed = true;
-        } else {
+        if stage != Failed {
             let order = stage_order(&role);
             let at = |s: HostStage| order.iter().position(|o| *o == s);
             let Some(new) = at(stage) else {
@@ -334,7 +331,7 @@ impl State {
                     format!("Stage {stage} is not valid for a host with role {role}"),
                 );
             };
-            if let Some(current) = progress.current {
+            if let Some(current) = current {
                 if new < at(current).unwrap_or(0) {
                     return refuse(
                         409,
@@ -343,32 +340,21 @@ impl State {
                 }
             }
         }
-        progress.current = Some(stage);
-        progress
-            .accepted
-            .push((stage.to_string(), info.to_string()));
+        accepted.push((stage.to_string(), info.to_string()));
         Ok(())
     }
 
-    fn download(&self, kind: &'static str, name: &str) -> Result<Vec<u8>, Refusal> {
-        match self.downloads.get(&(kind, name.to_string())) {
+    fn download(&self, kind: &str, name: &str) -> Result<Vec<u8>, Reply> {
+        match self.downloads.get(&(kind.to_string(), name.to_string())) {
             Some(bytes) => Ok(bytes.clone()),
             None if kind == "ignition" => refuse(404, format!("no ignition for host {name}")),
             None => refuse(404, format!("no {kind} file {name}")),
         }
     }
 
-    fn set_finalizing_stage(&mut self, stage: &str) {
-        self.finalizing_stages.push(stage.to_string());
-        self.cluster.insert(
-            "progress".into(),
-            json!({"finalizing_stage": stage, "finalizing_stage_timed_out": false}),
-        );
-    }
-
     /// Records a report and applies it to the operator of that name (404 when there is none,
     /// as the service answers).
-    fn report_operator(&mut self, report: Value) -> Result<(), Refusal> {
+    fn report_operator(&mut self, report: Value) -> Result<(), Reply> {
         let name = report["name"].as_str().unwrap_or("").to_string();
         let Some(op) = self
             .operators
@@ -400,9 +386,9 @@ impl State {
             .into_iter()
             .map(|mut host| {
                 let id = host["id"].as_str().unwrap_or_default().to_string();
-                if let Some(stage) = self.progress.get(&id).and_then(|p| p.current) {
-                    host["progress"]["current_stage"] = json!(stage.to_string());
-                    if stage == Done {
+                if let Some((stage, _)) = self.progress.get(&id).and_then(|p| p.last()) {
+                    host["progress"]["current_stage"] = json!(stage);
+                    if stage == "Done" {
                         host["status"] = json!("installed");
                     }
                 }
@@ -473,56 +459,13 @@ fn error_reply(status: u16, reason: &str) -> Reply {
     )
 }
 
-type Object = serde_json::Map<String, Value>;
-
 /// The body as `T` (a swagger parameters object), else a 400.
-fn params<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Refusal> {
+fn params<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
     serde_json::from_slice(body).or_else(|e| refuse(400, format!("the body: {e}")))
 }
 
-#[derive(serde::Deserialize)]
-struct HostProgress {
-    current_stage: HostStage,
-    #[serde(default)]
-    progress_info: String,
-}
-
-/// `logs_state` of a logs-progress-params body: a logs state, or empty.
-fn logs_state(body: &[u8]) -> Result<String, Refusal> {
-    #[derive(serde::Deserialize)]
-    struct LogsProgress {
-        logs_state: String,
-    }
-    let LogsProgress { logs_state } = params(body)?;
-    if !logs_state.is_empty() {
-        logs_state
-            .parse::<LogsState>()
-            .or_else(|e| refuse(400, e.to_string()))?;
-    }
-    Ok(logs_state)
-}
-
-fn enum_field(map: &Object, field: &str, allowed: &[&str], required: bool) -> Result<(), Refusal> {
-    match map.get(field) {
-        None if !required => Ok(()),
-        None => refuse(400, format!("{field} is required")),
-        Some(Value::String(v)) if allowed.contains(&v.as_str()) => Ok(()),
-        Some(v) => refuse(400, format!("{field}: {v} is not one of {allowed:?}")),
-    }
-}
-
-const FINALIZING_STAGES: &[&str] = &[
-    "Waiting for cluster operators",
-    "Adding router ca",
-    "Applying olm manifests",
-    "Waiting for olm operators csv initialization",
-    "Waiting for olm operators csv",
-    "Waiting for OLM operator setup jobs",
-    "Done",
-];
-
 impl FakeService {
-    fn route(&self, req: &Request) -> Result<Reply, Refusal> {
+    fn route(&self, req: &Request) -> Result<Reply, Reply> {
         let Some(api_path) = req.path.strip_prefix(BASE_PATH) else {
             return refuse(404, format!("no such path {}", req.path));
         };
@@ -536,22 +479,23 @@ impl FakeService {
         match (req.method.as_str(), segments.as_slice()) {
             ("PUT", ["v2", "infra-envs", _, "hosts", host, "progress"]) => {
                 let p: HostProgress = params(&req.body)?;
-                state.update_progress(host, p.current_stage, &p.progress_info)?;
+                let Some(stage) = p.current_stage else {
+                    return refuse(400, "current_stage is required");
+                };
+                state.update_progress(host, stage, &p.progress_info)?;
                 Ok(Reply::empty(200))
             }
             ("GET", ["v2", "infra-env", _, "hosts", host, "downloads", "ignition"]) => {
                 Ok(Reply::bytes(state.download("ignition", host)?))
             }
-            ("GET", ["v2", "clusters", _, "downloads", "files"]) => match query("file_name") {
-                Some(name) => Ok(Reply::bytes(state.download("files", &name)?)),
-                None => refuse(400, "file_name is required"),
-            },
+            ("GET", ["v2", "clusters", _, "downloads", kind @ ("files" | "credentials")]) => {
+                match query("file_name") {
+                    Some(name) => Ok(Reply::bytes(state.download(kind, &name)?)),
+                    None => refuse(400, "file_name is required"),
+                }
+            }
             ("GET", ["v2", "clusters", cluster]) => {
-                let exclude = match query("exclude-hosts").as_deref() {
-                    None | Some("false") => false,
-                    Some("true") => true,
-                    Some(other) => return refuse(400, format!("exclude-hosts: {other:?}")),
-                };
+                let exclude = query("exclude-hosts").as_deref() == Some("true");
                 Ok(Reply::json(200, &state.cluster(cluster, exclude)))
             }
             ("GET", ["v2", "clusters", _, "hosts"]) => {
@@ -559,13 +503,13 @@ impl FakeService {
                 Ok(Reply::json(200, &Value::Array(hosts)))
             }
             ("PUT", ["v2", "infra-envs", _, "hosts", host, "logs-progress"]) => {
-                let s = logs_state(&req.body)?;
-                state.host_logs_reports.push((host.to_string(), s));
+                let LogsProgressParams { logs_state } = params(&req.body)?;
+                (state.host_logs_reports).push((host.to_string(), logs_state.to_string()));
                 Ok(Reply::empty(204))
             }
             ("PUT", ["v2", "clusters", cluster, "logs-progress"]) => {
-                let s = logs_state(&req.body)?;
-                state.cluster_logs_reports.push((cluster.to_string(), s));
+                let LogsProgressParams { logs_state } = params(&req.body)?;
+                (state.cluster_logs_reports).push((cluster.to_string(), logs_state.to_string()));
                 Ok(Reply::empty(204))
             }
             ("POST", ["v2", "clusters", cluster, "logs"]) => {
@@ -585,31 +529,19 @@ impl FakeService {
                 Ok(Reply::empty(204))
             }
             ("PUT", ["v2", "clusters", _, "progress"]) => {
-                let body: Object = params(&req.body)?;
-                enum_field(&body, "finalizing_stage", FINALIZING_STAGES, true)?;
-                let stage = body["finalizing_stage"].as_str().unwrap_or("").to_string();
-                state.set_finalizing_stage(&stage);
+                let ClusterFinalizingProgress { finalizing_stage } = params(&req.body)?;
+                let stage = finalizing_stage.to_string();
+                let progress =
+                    json!({"finalizing_stage": stage, "finalizing_stage_timed_out": false});
+                state.cluster.insert("progress".into(), progress);
+                state.finalizing_stages.push(stage);
                 Ok(Reply::empty(200))
             }
             ("GET", ["v2", "clusters", _, "monitored-operators"]) => {
-                let name = query("operator_name");
-                let ops: Vec<Value> = state
-                    .operators
-                    .iter()
-                    .filter(|o| name.as_deref().is_none_or(|n| o["name"] == n))
-                    .cloned()
-                    .collect();
-                Ok(Reply::json(200, &Value::Array(ops)))
+                Ok(Reply::json(200, &Value::Array(state.operators.clone())))
             }
             ("PUT", ["v2", "clusters", _, "monitored-operators"]) => {
-                let body: Object = params(&req.body)?;
-                enum_field(
-                    &body,
-                    "status",
-                    &["failed", "progressing", "available"],
-                    false,
-                )?;
-                state.report_operator(Value::Object(body))?;
+                state.report_operator(params(&req.body)?)?;
                 Ok(Reply::empty(200))
             }
             ("POST", ["v2", "clusters", _, "uploads", "ingress-cert"]) => {
@@ -625,37 +557,12 @@ impl FakeService {
                     _ => refuse(400, "the body must be a JSON string (ingress-cert-params)"),
                 }
             }
-            ("GET", ["v2", "clusters", _, "downloads", "credentials"]) => {
-                match query("file_name").as_deref() {
-                    Some(name @ ("kubeadmin-password" | "kubeconfig" | "kubeconfig-noingress")) => {
-                        Ok(Reply::bytes(state.download("credentials", name)?))
-                    }
-                    other => refuse(400, format!("file_name: {other:?}")),
-                }
-            }
             ("POST", ["v2", "clusters", cluster, "actions", "complete-installation"]) => {
-                let body: Object = params(&req.body)?;
-                if !body.get("is_success").is_some_and(Value::is_boolean) {
-                    return refuse(400, "is_success (a boolean) is required");
-                }
-                state.completions.push(Value::Object(body));
+                state.completions.push(params(&req.body)?);
                 Ok(Reply::json(202, &state.cluster(cluster, true)))
             }
             ("POST", ["v2", "events"]) => {
-                let body: Object = params(&req.body)?;
-                enum_field(
-                    &body,
-                    "severity",
-                    &["info", "warning", "error", "critical"],
-                    true,
-                )?;
-                enum_field(&body, "category", &["user", "metrics"], false)?;
-                for field in ["message", "event_time"] {
-                    if !body.get(field).is_some_and(Value::is_string) {
-                        return refuse(400, format!("{field} (a string) is required"));
-                    }
-                }
-                state.events.push(Value::Object(body));
+                state.events.push(params(&req.body)?);
                 Ok(Reply::empty(201))
             }
             _ => refuse(404, format!("no route for {} {}", req.method, req.path)),

@@ -14,8 +14,6 @@ pub(crate) struct ServiceReport {
     pub host_id: String,
     /// The host's accepted progress reports, (stage, info) in order (`[stage, info]` in JSON).
     pub progress: Vec<(String, String)>,
-    /// The host's last accepted stage (`null` before the first).
-    pub current_stage: Option<String>,
     /// Accepted host logs-progress updates: (host id, logs state).
     pub host_logs_progress: Vec<(String, String)>,
     /// The requests the service refused (status 400 and above), as `METHOD path status` lines.

@@ -1,6 +1,6 @@
 //! The pure parts of the service calls: the report rename, the reboots event, the operators
 //! cache and the version's operator names. The client's configuration is `bootstrap`'s test;
-//! every call's request on the wire (method, path, body) is `tests/controller_service.rs`'s.
+//! every call's request on the wire (method, path, body) is `tests/service_client.rs`'s.
 
 use std::time::UNIX_EPOCH;
 
