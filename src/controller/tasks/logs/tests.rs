@@ -5,7 +5,7 @@ use crate::archive::read::entries;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::router_probe::HttpProbe;
-use crate::controller::testing::{boom, stop_at, FakeOc};
+use crate::controller::testing::{boom, fake_oc, mg_images, stop_at};
 use crate::host::commands::RecordingRunner;
 use crate::kube::testing::FakeCluster;
 use crate::kube::Pod;
@@ -16,7 +16,7 @@ struct Env {
     cluster: FakeCluster,
     svc: MemoryService,
     status: ControllerStatus,
-    mg: FakeOc,
+    mg: RecordingRunner,
 }
 
 fn env() -> Env {
@@ -27,7 +27,7 @@ fn env() -> Env {
         cluster: FakeCluster::new(),
         svc,
         status: ControllerStatus::new(),
-        mg: FakeOc::default(),
+        mg: fake_oc(false, 0).0,
     }
 }
 
@@ -172,13 +172,13 @@ fn summary_without_errors_has_no_must_gather() {
     std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
     e.uploader().summary_upload().unwrap();
     assert_eq!(e.uploads(), [log_entry("file log")]);
-    assert_eq!(e.mg.images().len(), 0);
+    assert_eq!(mg_images(&e.mg).len(), 0);
     assert_eq!(e.count("V2DownloadClusterCredentials"), 0);
 
     // The upload failing: an error, and still no must-gather.
     e.svc.fail("V2UploadLogs", 1, 500);
     assert!(e.uploader().summary_upload().is_err());
-    assert_eq!(e.mg.images().len(), 0);
+    assert_eq!(mg_images(&e.mg).len(), 0);
 }
 
 #[test]
@@ -187,9 +187,9 @@ fn summary_with_error_runs_must_gather_and_orders_the_entries() {
     std::fs::write(e.dir.path().join("controller_logs.log"), "file log").unwrap();
     e.status.error();
     e.uploader().summary_upload().unwrap();
-    assert_eq!(e.mg.images().len(), 1);
+    assert_eq!(mg_images(&e.mg).len(), 1);
     assert_eq!(
-        e.mg.images(),
+        mg_images(&e.mg),
         [vec!["quay.io/test-must-gather:latest".to_string()]]
     );
     assert_eq!(e.count("V2DownloadClusterCredentials"), 1);
@@ -205,20 +205,20 @@ fn summary_with_error_runs_must_gather_and_orders_the_entries() {
     );
     // A tarball already there is reused: no new download, no new run.
     e.uploader().summary_upload().unwrap();
-    assert_eq!(e.mg.images().len(), 1);
+    assert_eq!(mg_images(&e.mg).len(), 1);
     assert_eq!(e.count("V2DownloadClusterCredentials"), 1);
 }
 
 #[test]
 fn final_upload_retries_a_failed_must_gather() {
     let mut e = env();
-    e.mg.mg_failures = 1;
+    e.mg = fake_oc(false, 1).0;
     e.status.operator_error("lso");
     let clock = FakeClock::new();
     assert!(e
         .uploader()
         .final_upload(&clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
-    assert_eq!(e.mg.images().len(), 2);
+    assert_eq!(mg_images(&e.mg).len(), 2);
     assert_eq!(e.count("V2DownloadClusterCredentials"), 2);
     assert_eq!(clock.elapsed(), SUMMARY_LOGS_PERIOD);
     let states: Vec<_> = e
@@ -236,7 +236,7 @@ fn final_upload_retries_a_failed_must_gather() {
     assert_eq!(ops.last(), Some(&"v2UpdateClusterLogsProgress"));
     // A plain image setting is used as it is, whatever is in error.
     assert_eq!(
-        e.mg.images(),
+        mg_images(&e.mg),
         vec![vec!["quay.io/test-must-gather:latest".to_string()]; 2]
     );
 }
@@ -326,7 +326,7 @@ fn no_router_probe_without_an_error_or_on_several_nodes() {
         u.router_probe = Some(&OkProbe);
         assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
         assert_eq!(e.count("v2GetCluster"), 0);
-        assert_eq!(e.mg.images().len(), 1);
+        assert_eq!(mg_images(&e.mg).len(), 1);
     }
 }
 
@@ -342,7 +342,7 @@ fn sno_with_error_probes_without_blocking_the_upload() {
         u.control_plane_count = 1;
         u.router_probe = Some(&OkProbe);
         assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
-        assert_eq!(e.mg.images().len(), 1);
+        assert_eq!(mg_images(&e.mg).len(), 1);
         assert!(e.count("v2GetCluster") >= 1, "the probe ran at least once");
         if !probe_fails {
             assert_eq!(e.count("v2GetCluster"), 1, "the cluster is learnt once");
@@ -364,5 +364,5 @@ fn resolv_conf_read_failures_do_not_stop_must_gather() {
         e.dir.path().join("missing-2"),
     ];
     u.summary_upload().unwrap();
-    assert_eq!(e.mg.images().len(), 1);
+    assert_eq!(mg_images(&e.mg).len(), 1);
 }
