@@ -9,7 +9,7 @@
 //! (debug pod spec, attach protocol, RBAC the controller's ServiceAccount does not have). So we
 //! keep the `oc` command.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -39,28 +39,6 @@ pub(crate) fn count_reboots(output: &str) -> u32 {
         .lines()
         .filter(|line| line.starts_with("reboot "))
         .count() as u32
-}
-
-/// The reboots of `node_name`: `oc --kubeconfig <kubeconfig> debug node/<node> -- chroot /host
-/// last reboot` through `runner`, counted by [`count_reboots`].
-fn count_node_reboots(runner: &dyn CommandRunner, kubeconfig: &Path, node: &str) -> Result<u32> {
-    let kubeconfig = kubeconfig.to_string_lossy();
-    let target = format!("node/{node}");
-    let args = [
-        "--kubeconfig",
-        &kubeconfig,
-        "debug",
-        &target,
-        "--",
-        "chroot",
-        "/host",
-        "last",
-        "reboot",
-    ];
-    let output = runner
-        .run("oc", &args)
-        .with_context(|| format!("counting the reboots of node {node}"))?;
-    Ok(count_reboots(&output))
 }
 
 /// See the module documentation.
@@ -154,7 +132,7 @@ impl Inner {
             at: deadline,
         };
         let kubeconfig = match self.kubeconfig() {
-            Ok(path) => path,
+            Ok(path) => path.to_string_lossy().into_owned(),
             Err(e) => {
                 tracing::warn!(
                     "failed to get the kubeconfig to count the reboots of node {}: {e:#}",
@@ -163,12 +141,32 @@ impl Inner {
                 return;
             }
         };
+        // `oc --kubeconfig <kubeconfig> debug node/<node> -- chroot /host last reboot`.
+        let target = format!("node/{}", event.node_name);
+        let args = [
+            "--kubeconfig",
+            &kubeconfig,
+            "debug",
+            &target,
+            "--",
+            "chroot",
+            "/host",
+            "last",
+            "reboot",
+        ];
+        let count = || -> Result<u32> {
+            let output = self
+                .runner
+                .run("oc", &args)
+                .with_context(|| format!("counting the reboots of node {}", event.node_name))?;
+            Ok(count_reboots(&output))
+        };
         let counted = retry_attempts(
             &*self.clock,
             &deadline,
             COUNT_ATTEMPTS,
             COUNT_INTERVAL,
-            || count_node_reboots(&*self.runner, &kubeconfig, &event.node_name),
+            count,
         );
         let reboots = match counted {
             Ok(n) => n,
