@@ -53,15 +53,6 @@ struct Networking {
     service_network: Vec<String>,
 }
 
-/// `networking.serviceNetwork[0]` of an install-config YAML.
-pub(crate) fn first_service_network(install_config_yaml: &str) -> Result<String> {
-    let doc: Option<Doc> =
-        serde_saphyr::from_str(install_config_yaml).context("parsing the install-config YAML")?;
-    doc.and_then(|d| d.networking)
-        .and_then(|n| n.service_network.into_iter().next())
-        .ok_or_else(|| anyhow!("the install-config has no networking.serviceNetwork"))
-}
-
 /// The `.10` address of a CIDR, as canonical text.
 pub(crate) fn dns_address(cidr: &str) -> Result<String> {
     let bad = || anyhow!("invalid service network CIDR {cidr:?}");
@@ -99,7 +90,13 @@ pub(crate) fn hack_dns_address_conflict(
     clock: &dyn Clock,
 ) -> DnsFixOutcome {
     let target = read_install_config(cluster_api)
-        .and_then(|yaml| first_service_network(&yaml))
+        .and_then(|yaml| {
+            let doc: Option<Doc> =
+                serde_saphyr::from_str(&yaml).context("parsing the install-config YAML")?;
+            doc.and_then(|d| d.networking)
+                .and_then(|n| n.service_network.into_iter().next())
+                .ok_or_else(|| anyhow!("the install-config has no networking.serviceNetwork"))
+        })
         .and_then(|cidr| dns_address(&cidr));
     let target = match target {
         Ok(t) => t,
