@@ -43,6 +43,7 @@ impl Env {
             must_gather_image: "quay.io/test-must-gather:latest".into(),
             log_file: dir.join("controller_logs.log"),
             must_gather_dir: dir.join("must-gather-logs"),
+            // Never written: the failed-install tests log a resolv.conf that cannot be read.
             resolv_conf_files: vec![dir.join("resolv.conf")],
             pod_name: None,
             control_plane_count: 3,
@@ -352,17 +353,4 @@ fn sno_with_error_probes_without_blocking_the_upload() {
             Some(&ServiceCall::UpdateLogsProgress(LogsState::Completed))
         );
     }
-}
-
-#[test]
-fn resolv_conf_read_failures_do_not_stop_must_gather() {
-    let e = env();
-    e.status.error();
-    let mut u = e.uploader();
-    u.resolv_conf_files = vec![
-        e.dir.path().join("missing-1"),
-        e.dir.path().join("missing-2"),
-    ];
-    u.summary_upload().unwrap();
-    assert_eq!(mg_images(&e.mg).len(), 1);
 }
