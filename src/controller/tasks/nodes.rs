@@ -46,23 +46,7 @@ pub(crate) struct NodeStatus<'a> {
     pub(crate) remove_uninitialized_taint: bool,
 }
 
-impl<'a> NodeStatus<'a> {
-    pub(crate) fn new(
-        cluster: &'a dyn ClusterApi,
-        service: &'a dyn ControllerService,
-        clock: &'a dyn Clock,
-        notifier: &'a dyn RebootsNotify,
-        remove_uninitialized_taint: bool,
-    ) -> NodeStatus<'a> {
-        NodeStatus {
-            cluster,
-            service,
-            clock,
-            notifier,
-            remove_uninitialized_taint,
-        }
-    }
-
+impl NodeStatus<'_> {
     /// CSR approval in the background (its own thread, as Go's goroutine: a slow round does
     /// not delay it), [`NodeStatus::rounds`] until one finishes or `stop` fires.
     pub(crate) fn run(&self, stop: &Cancel) -> Result<(), PollError> {

@@ -73,7 +73,13 @@ fn add_nodes(s: &Setup, n: usize, ready: bool) {
 }
 
 fn task(s: &Setup, untaint: bool) -> NodeStatus<'_> {
-    NodeStatus::new(&s.cluster, &s.service, &*s.clock, &s.notified, untaint)
+    NodeStatus {
+        cluster: &s.cluster,
+        service: &s.service,
+        clock: &*s.clock,
+        notifier: &s.notified,
+        remove_uninitialized_taint: untaint,
+    }
 }
 
 /// The stage updates, as (host id, stage), in order.
