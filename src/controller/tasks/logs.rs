@@ -191,15 +191,6 @@ impl LogUploader<'_> {
         });
     }
 
-    fn log_resolv_conf(&self) {
-        for path in &self.resolv_conf_files {
-            match std::fs::read_to_string(path) {
-                Ok(text) => tracing::info!("{}:\n{text}", path.display()),
-                Err(err) => tracing::warn!("reading {}: {err}", path.display()),
-            }
-        }
-    }
-
     /// The summary's must-gather tarball, reused when one is already there.
     pub(crate) fn collect_must_gather(&self, images: &[String]) -> Result<Vec<u8>> {
         let existing = self.must_gather_dir.join(MUST_GATHER_ENTRY);
@@ -242,7 +233,12 @@ impl LogUploader<'_> {
         let mut must_gather = None;
         let mut collected = true;
         if self.status.has_error() || self.status.has_operator_error() {
-            self.log_resolv_conf();
+            for path in &self.resolv_conf_files {
+                match std::fs::read_to_string(path) {
+                    Ok(text) => tracing::info!("{}:\n{text}", path.display()),
+                    Err(err) => tracing::warn!("reading {}: {err}", path.display()),
+                }
+            }
             if let Err(err) = self.upload_controller_logs() {
                 tracing::warn!("uploading the controller's logs: {err:#}");
             }
