@@ -312,45 +312,41 @@ impl HttpProbe for OkProbe {
 }
 
 /// The router probe runs only on a single-node cluster whose install failed (an operator
-/// error is not enough).
+/// error is not enough), and never blocks the upload, even when it cannot learn the cluster.
 #[test]
-fn no_router_probe_without_an_error_or_on_several_nodes() {
-    for single_node in [true, false] {
+fn router_probe_on_a_failed_single_node_only() {
+    // (control-plane nodes, install error (else an operator error), GetCluster failing,
+    //  GetCluster calls (None: at least one))
+    let cases = [
+        (1, false, false, Some(0)),
+        (3, true, false, Some(0)),
+        (1, true, true, None),
+        (1, true, false, Some(1)),
+    ];
+    for (control_plane_count, error, probe_fails, gets) in cases {
         let e = env();
-        let mut u = e.uploader();
-        if single_node {
-            e.status.operator_error("lso");
-            u.control_plane_count = 1;
-        } else {
+        if error {
             e.status.error();
+        } else {
+            e.status.operator_error("lso");
         }
-        u.router_probe = Some(&OkProbe);
-        assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
-        assert_eq!(e.count("v2GetCluster"), 0);
-        assert_eq!(mg_images(&e.mg).len(), 1);
-    }
-}
-
-#[test]
-fn sno_with_error_probes_without_blocking_the_upload() {
-    for probe_fails in [true, false] {
-        let e = env();
-        e.status.error();
         if probe_fails {
             e.svc.fail("v2GetCluster", 10_000, 500);
         }
         let mut u = e.uploader();
-        u.control_plane_count = 1;
+        u.control_plane_count = control_plane_count;
         u.router_probe = Some(&OkProbe);
         assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
         assert_eq!(mg_images(&e.mg).len(), 1);
-        assert!(e.count("v2GetCluster") >= 1, "the probe ran at least once");
-        if !probe_fails {
-            assert_eq!(e.count("v2GetCluster"), 1, "the cluster is learnt once");
+        let case = format!("{control_plane_count} {error} {probe_fails}");
+        match gets {
+            Some(n) => assert_eq!(e.count("v2GetCluster"), n, "{case}"),
+            None => assert!(e.count("v2GetCluster") >= 1, "{case}: the probe ran"),
         }
         assert_eq!(
             e.svc.calls().last(),
-            Some(&ServiceCall::UpdateLogsProgress(LogsState::Completed))
+            Some(&ServiceCall::UpdateLogsProgress(LogsState::Completed)),
+            "{case}"
         );
     }
 }
