@@ -14,7 +14,7 @@ use crate::clock::{Clock, NeverStop, Stop};
 use crate::controller::service::{ControllerService, KUBECONFIG_NOINGRESS};
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::router_probe::{
-    probe_needed, run_router_probe, HttpProbe, ROUTER_PROBE_PERIOD, ROUTER_PROBE_WINDOW,
+    run_router_probe, HttpProbe, ROUTER_PROBE_PERIOD, ROUTER_PROBE_WINDOW,
 };
 use crate::host::commands::CommandRunner;
 use crate::image::Cancel;
@@ -289,7 +289,8 @@ impl LogUploader<'_> {
         };
         let probe = self
             .router_probe
-            .filter(|_| probe_needed(self.status.has_error(), self.control_plane_count));
+            // Only on a failed single-control-plane cluster.
+            .filter(|_| self.status.has_error() && self.control_plane_count == 1);
         let ok = match probe {
             None => summary(),
             Some(probe) => {
