@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use crate::clock::{Deadline, FakeClock};
 use crate::controller::tasks::logs::MUST_GATHER_ENTRY;
 use crate::controller::tasks::olm::OLM_MANIFESTS_CONFIG_MAP;
+use crate::controller::tasks::router_probe::HttpProbe;
 use crate::host::commands::{RecordingRunner, Reply};
 use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, Condition, Csv, Node, NodeAddress, Subscription};
@@ -84,6 +85,17 @@ pub(crate) fn mg_images(oc: &RecordingRunner) -> Vec<Vec<String>> {
             .collect()
     })
     .collect()
+}
+
+/// An HTTP probe that records the URLs it is asked and answers 200 "ok".
+#[derive(Default)]
+pub(crate) struct Urls(pub(crate) Mutex<Vec<String>>);
+
+impl HttpProbe for Urls {
+    fn get(&self, url: &str) -> anyhow::Result<(u16, String)> {
+        self.0.lock().unwrap().push(url.to_string());
+        Ok((200, "ok".into()))
+    }
 }
 
 pub(crate) fn b64(s: &str) -> String {

@@ -105,17 +105,8 @@ mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
     use crate::controller::service::testing::MemoryService;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Default)]
-    struct Urls(Mutex<Vec<String>>);
-
-    impl HttpProbe for Urls {
-        fn get(&self, url: &str) -> Result<(u16, String)> {
-            self.0.lock().unwrap().push(url.to_string());
-            Ok((200, "ok".into()))
-        }
-    }
+    use crate::controller::testing::Urls;
+    use std::sync::Arc;
 
     #[test]
     fn rounds_learn_the_cluster_once_and_probe_both_urls() {

@@ -4,8 +4,7 @@ use super::*;
 use crate::archive::read::entries;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::tasks::router_probe::HttpProbe;
-use crate::controller::testing::{boom, fake_oc, mg_images, stop_at};
+use crate::controller::testing::{boom, fake_oc, mg_images, stop_at, Urls};
 use crate::host::commands::RecordingRunner;
 use crate::kube::testing::FakeCluster;
 use crate::kube::Pod;
@@ -303,14 +302,6 @@ fn must_gather_runs_oc_then_tars_the_first_must_gather_directory() {
     );
 }
 
-struct OkProbe;
-
-impl HttpProbe for OkProbe {
-    fn get(&self, _: &str) -> Result<(u16, String)> {
-        Ok((200, "ok".into()))
-    }
-}
-
 /// The router probe runs only on a single-node cluster whose install failed (an operator
 /// error is not enough), and never blocks the upload, even when it cannot learn the cluster.
 #[test]
@@ -335,7 +326,8 @@ fn router_probe_on_a_failed_single_node_only() {
         }
         let mut u = e.uploader();
         u.control_plane_count = control_plane_count;
-        u.router_probe = Some(&OkProbe);
+        let probe = Urls::default();
+        u.router_probe = Some(&probe);
         assert!(u.final_upload(&FakeClock::new(), SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
         assert_eq!(mg_images(&e.mg).len(), 1);
         let case = format!("{control_plane_count} {error} {probe_fails}");
