@@ -237,27 +237,22 @@ fn odf_manifest_is_renamed_ocs_on_4_8() {
 
 #[test]
 fn apply_from_service_downloads_both_files() {
-    let Fx {
-        svc,
-        cluster,
-        rec,
-        applied,
-        ..
-    } = fx();
-    with_csv(&cluster, "", "");
+    let f = fx();
+    let (svc, cluster, rec, applied) = (&f.svc, &f.cluster, &f.rec, &f.applied);
+    with_csv(cluster, "", "");
     svc.set_custom_manifests(format!(
         r#"[{{"Name":"lso","Content":"{}"}}]"#,
         b64("kind: X")
     ));
     svc.set_kubeconfig("kubeconfig");
-    let apply = || apply_from_service(&cluster, &svc, &rec, "4.12", &[lso("")]);
+    let apply = || apply_from_service(cluster, svc, rec, "4.12", &[lso("")]);
     assert!(apply());
     assert_eq!(
         svc.operations(),
         ["V2DownloadClusterFiles", "V2DownloadClusterCredentials"]
     );
     assert_eq!(*applied.lock().unwrap(), ["kind: X"]);
-    let k = apply_kubeconfigs(&rec).remove(0);
+    let k = apply_kubeconfigs(rec).remove(0);
     assert!(k.ends_with(crate::controller::service::KUBECONFIG_NOINGRESS));
     assert!(!k.exists(), "the temp dir is removed");
 
