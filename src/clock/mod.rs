@@ -6,7 +6,7 @@
 //! `dyn Clock`) is the loop: a [`Schedule`] (how many retries, how long in all, how long between
 //! tries) is data, and the try itself says whether its failure is worth another ([`Failure`]).
 //! The rest are shapes of it: `poll_until` (the installer's endless waits), [`poll`],
-//! [`poll_with_cancel`], [`retry_attempts`] and [`ticker`] (the Go controller's
+//! [`retry_attempts`] and [`ticker`] (the Go controller's
 //! `wait.PollUntilContextTimeout`, `utils.Retry` and `time.Ticker`, whose call counts its tests
 //! pin):
 //!
@@ -446,7 +446,7 @@ fn first_tick_after(start: Instant, interval: Duration, t: Instant) -> Instant {
 /// How a Go-style poll ended without its predicate holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PollError {
-    /// The stop token fired, or the cancel predicate held (Go: the context's error).
+    /// The stop token fired (Go: the context's error).
     #[error("context canceled")]
     Canceled,
     /// The deadline passed.
@@ -462,33 +462,13 @@ pub fn poll(
     stop: &dyn Stop,
     interval: Duration,
     timeout: Option<Duration>,
-    p: impl FnMut() -> bool,
-) -> Result<(), PollError> {
-    poll_with_cancel(clock, stop, interval, timeout, p, || false)
-}
-
-/// [`poll`], and whenever `p` is false, `cancel` is asked: true ends the loop as cancelled.
-pub fn poll_with_cancel(
-    clock: &dyn Clock,
-    stop: &dyn Stop,
-    interval: Duration,
-    timeout: Option<Duration>,
     mut p: impl FnMut() -> bool,
-    mut cancel: impl FnMut() -> bool,
 ) -> Result<(), PollError> {
     let polled = clock.retry_counting(
         stop,
         &Schedule::ticks(interval, timeout),
         &mut Tries::calling_when_stopped(),
-        |_| {
-            if p() {
-                Ok(())
-            } else if cancel() {
-                Err(Failure::Fatal(()))
-            } else {
-                Err(Failure::Retry(()))
-            }
-        },
+        |_| if p() { Ok(()) } else { Err(Failure::Retry(())) },
         |_, _| {},
     );
     match polled {
@@ -886,24 +866,6 @@ mod tests {
         }
         assert_eq!(PollError::TimedOut.to_string(), "timed out");
         assert_eq!(PollError::Canceled.to_string(), "context canceled");
-    }
-
-    #[test]
-    fn poll_with_cancel_asks_after_each_false() {
-        let clock = FakeClock::new();
-        let (mut p_calls, mut c_calls) = (0, 0);
-        let p = || {
-            p_calls += 1;
-            false
-        };
-        let r = poll_with_cancel(&clock, &NeverStop, secs(30), None, p, || {
-            c_calls += 1;
-            c_calls == 2
-        });
-        assert_eq!((r, p_calls, c_calls), (Err(PollError::Canceled), 2, 2));
-        assert_eq!(clock.sleeps(), vec![secs(30)]);
-        let r = poll_with_cancel(&clock, &NeverStop, secs(30), None, || true, || panic!());
-        assert_eq!(r, Ok(()), "cancel is not asked when p holds");
     }
 
     #[test]

@@ -37,28 +37,6 @@ pub(crate) fn command_proxy_snapshot(
         .collect()
 }
 
-/// GET Proxy `cluster` and set `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` through
-/// `set_env` for each non-empty field of its status (the others are left as they are).
-fn apply_cluster_proxy(
-    cluster: &dyn ClusterApi,
-    set_env: &mut dyn FnMut(&str, &str),
-) -> Result<()> {
-    let proxy = cluster
-        .get_proxy(PROXY_NAME)
-        .with_context(|| format!("getting the cluster proxy settings (Proxy {PROXY_NAME})"))?;
-    for (name, value) in
-        PROXY_VARIABLES
-            .into_iter()
-            .zip([&proxy.http_proxy, &proxy.https_proxy, &proxy.no_proxy])
-    {
-        if !value.is_empty() {
-            tracing::info!("Setting {name} from the cluster proxy settings");
-            set_env(name, value);
-        }
-    }
-    Ok(())
-}
-
 /// The Kubernetes client, the proxy environment, then the service client.
 pub(crate) fn connect(
     build_cluster: impl FnOnce() -> Result<Arc<dyn ClusterApi>>,
@@ -66,7 +44,17 @@ pub(crate) fn connect(
     build_service: impl FnOnce() -> Result<Arc<dyn ControllerService>>,
 ) -> Result<(Arc<dyn ClusterApi>, Arc<dyn ControllerService>)> {
     let cluster = build_cluster().context("creating the Kubernetes client")?;
-    apply_cluster_proxy(&*cluster, set_env)?;
+    // Each non-empty field of Proxy `cluster` sets its variable; the others are left as they are.
+    let proxy = cluster
+        .get_proxy(PROXY_NAME)
+        .with_context(|| format!("getting the cluster proxy settings (Proxy {PROXY_NAME})"))?;
+    let values = [&proxy.http_proxy, &proxy.https_proxy, &proxy.no_proxy];
+    for (name, value) in PROXY_VARIABLES.into_iter().zip(values) {
+        if !value.is_empty() {
+            tracing::info!("Setting {name} from the cluster proxy settings");
+            set_env(name, value);
+        }
+    }
     let service = build_service().context("creating the assisted-service client")?;
     Ok((cluster, service))
 }

@@ -81,17 +81,6 @@ pub(crate) fn cidr_address(cidr: &str) -> Result<String> {
     Ok(ip.to_canonical().to_string())
 }
 
-/// The IPs of a parsed inventory; the first address that does not parse fails them all.
-fn inventory_ips(inventory: &Inventory) -> Result<Vec<String>> {
-    let mut ips = Vec::new();
-    for iface in &inventory.interfaces {
-        for cidr in iface.ipv4_addresses.iter().chain(&iface.ipv6_addresses) {
-            ips.push(cidr_address(cidr)?);
-        }
-    }
-    Ok(ips)
-}
-
 /// The hosts of a cluster by lowercased requested hostname; see the module documentation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct HostMap {
@@ -116,7 +105,13 @@ impl HostMap {
                     host.id, host.requested_hostname
                 )
             })?;
-            let ips = match inventory_ips(&inventory.unwrap_or_default()) {
+            // The first address that does not parse fails them all.
+            let interfaces = inventory.unwrap_or_default().interfaces;
+            let cidrs = interfaces
+                .iter()
+                .flat_map(|i| i.ipv4_addresses.iter().chain(&i.ipv6_addresses));
+            let ips: Result<Vec<String>> = cidrs.map(|cidr| cidr_address(cidr)).collect();
+            let ips = match ips {
                 Ok(ips) => ips,
                 Err(e) => {
                     tracing::warn!(host = %host.id, hostname = %host.requested_hostname, "failed to get the IPs of the host, matching it by name only: {e:#}");

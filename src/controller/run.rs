@@ -189,13 +189,13 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
         let env = env.clone();
         let notifier = notifier.clone();
         spawn(&mut handles, "node-status", move || {
-            let nodes = NodeStatus::new(
-                &*env.cluster,
-                &*env.service,
-                &*env.clock,
-                &*notifier,
-                untaint,
-            );
+            let nodes = NodeStatus {
+                cluster: &*env.cluster,
+                service: &*env.service,
+                clock: &*env.clock,
+                notifier: &*notifier,
+                remove_uninitialized_taint: untaint,
+            };
             let _ = nodes.run(&env.stop);
         })?;
     }
@@ -287,13 +287,13 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
     if abi {
         let untaint_env = env.clone();
         let mut untaint_node = |node: &crate::kube::Node| {
-            let nodes = NodeStatus::new(
-                &*untaint_env.cluster,
-                &*untaint_env.service,
-                &*untaint_env.clock,
-                &*notifier,
-                true,
-            );
+            let nodes = NodeStatus {
+                cluster: &*untaint_env.cluster,
+                service: &*untaint_env.service,
+                clock: &*untaint_env.clock,
+                notifier: &*notifier,
+                remove_uninitialized_taint: true,
+            };
             if let Err(err) = nodes.untaint(&node.name) {
                 tracing::warn!("removing the uninitialized taint of {}: {err:#}", node.name);
             }

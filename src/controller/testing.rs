@@ -1,51 +1,38 @@
 //! Builders the controller's tests share.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::clock::{Deadline, FakeClock};
 use crate::controller::tasks::logs::MUST_GATHER_ENTRY;
 use crate::controller::tasks::olm::OLM_MANIFESTS_CONFIG_MAP;
-use crate::host::commands::{CommandRunner, ExecError};
+use crate::controller::tasks::router_probe::HttpProbe;
+use crate::host::commands::{RecordingRunner, Reply};
 use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, Condition, Csv, Node, NodeAddress, Subscription};
 use crate::service::MonitoredOperator;
 
-/// `oc` run through `bash -c` as the controller runs it: records each manifest applied
-/// (kubeconfig, content), failing them all with `fail_apply`; records each must-gather's images,
-/// failing the first `mg_failures` runs, else leaving a `must-gather.local.1` directory whose
-/// `tar` writes "MG". Any other command (the reboots count) succeeds with no output.
-#[derive(Default)]
-pub(crate) struct FakeOc {
-    pub(crate) fail_apply: bool,
-    pub(crate) mg_failures: usize,
-    pub(crate) applied: Mutex<Vec<(PathBuf, String)>>,
-    pub(crate) images: Mutex<Vec<Vec<String>>>,
-}
-
-impl CommandRunner for FakeOc {
-    fn run_streaming(
-        &self,
-        program: &str,
-        args: &[&str],
-        _: &mut dyn FnMut(&[u8]),
-    ) -> Result<String, ExecError> {
-        let failed = Err(ExecError::exit(program, args, 1, "failed"));
-        let ["-c", script] = args else {
-            return Ok(String::new());
-        };
+/// `oc` run through `bash -c` as the controller runs it, on a [`RecordingRunner`]: the content of
+/// each manifest applied goes to the returned list (its temporary file is gone afterwards), the
+/// applies failing with `fail_apply`; the first `mg_failures` must-gathers fail, the others leave
+/// a `must-gather.local.1` directory whose `tar` writes "MG". Any other command (the reboots
+/// count) succeeds with no output.
+pub(crate) fn fake_oc(fail_apply: bool, mg_failures: usize) -> (RecordingRunner, Applied) {
+    let applied = Applied::default();
+    let contents = applied.clone();
+    let must_gathers = AtomicUsize::new(0);
+    let oc = RecordingRunner::with_script(move |program, args| {
+        let failed = Some(Reply::fail(1, "failed"));
+        if program != "bash" {
+            return None;
+        }
+        let script = &args[1];
         if let Some(rest) = script.strip_prefix("oc --kubeconfig=") {
-            let (kubeconfig, manifest) = rest.split_once(" apply -f ").expect("oc apply");
+            let (_, manifest) = rest.split_once(" apply -f ").expect("oc apply");
             let content = std::fs::read_to_string(manifest).unwrap();
-            self.applied
-                .lock()
-                .unwrap()
-                .push((kubeconfig.into(), content));
-            return if self.fail_apply {
-                failed
-            } else {
-                Ok(String::new())
-            };
+            contents.lock().unwrap().push(content);
+            return if fail_apply { failed } else { None };
         }
         let (dir, command) = script
             .strip_prefix("cd ")
@@ -53,20 +40,12 @@ impl CommandRunner for FakeOc {
             .expect("must-gather runs in its work dir");
         let dir = Path::new(dir);
         if let Some(rest) = command.strip_prefix("oc --kubeconfig=") {
-            let (kubeconfig, images) = rest.split_once(" adm must-gather").unwrap();
+            let (kubeconfig, _) = rest.split_once(" adm must-gather").unwrap();
             assert!(
                 Path::new(kubeconfig).exists(),
                 "credentials downloaded first"
             );
-            let mut runs = self.images.lock().unwrap();
-            runs.push(
-                images
-                    .split(" --image=")
-                    .skip(1)
-                    .map(String::from)
-                    .collect(),
-            );
-            if runs.len() <= self.mg_failures {
+            if must_gathers.fetch_add(1, Ordering::SeqCst) < mg_failures {
                 return failed;
             }
             std::fs::create_dir_all(dir.join("must-gather.local.1")).unwrap();
@@ -74,23 +53,48 @@ impl CommandRunner for FakeOc {
             assert_eq!(command, "tar zcf must-gather.tar.gz must-gather.local.1");
             std::fs::write(dir.join(MUST_GATHER_ENTRY), "MG").unwrap();
         }
-        Ok(String::new())
-    }
+        None
+    });
+    (oc, applied)
 }
 
-impl FakeOc {
-    pub(crate) fn images(&self) -> Vec<Vec<String>> {
-        self.images.lock().unwrap().clone()
-    }
+/// The contents of the manifests [`fake_oc`] applied.
+pub(crate) type Applied = Arc<Mutex<Vec<String>>>;
 
-    pub(crate) fn contents(&self) -> Vec<String> {
-        let applied = self.applied.lock().unwrap();
-        applied.iter().map(|(_, c)| c.clone()).collect()
-    }
+/// The kubeconfig of each manifest `oc` applied.
+pub(crate) fn apply_kubeconfigs(oc: &RecordingRunner) -> Vec<PathBuf> {
+    let lines = oc.lines();
+    let applies = lines.iter().filter_map(|l| {
+        let rest = l.strip_prefix("bash -c oc --kubeconfig=")?;
+        Some(PathBuf::from(rest.split_once(" apply -f ")?.0))
+    });
+    applies.collect()
+}
 
-    pub(crate) fn kubeconfigs(&self) -> Vec<PathBuf> {
-        let applied = self.applied.lock().unwrap();
-        applied.iter().map(|(k, _)| k.clone()).collect()
+/// The images of each `oc adm must-gather` run.
+pub(crate) fn mg_images(oc: &RecordingRunner) -> Vec<Vec<String>> {
+    let lines = oc.lines();
+    let runs = lines
+        .iter()
+        .filter_map(|l| l.split_once(" adm must-gather"));
+    runs.map(|(_, images)| {
+        images
+            .split(" --image=")
+            .skip(1)
+            .map(String::from)
+            .collect()
+    })
+    .collect()
+}
+
+/// An HTTP probe that records the URLs it is asked and answers 200 "ok".
+#[derive(Default)]
+pub(crate) struct Urls(pub(crate) Mutex<Vec<String>>);
+
+impl HttpProbe for Urls {
+    fn get(&self, url: &str) -> anyhow::Result<(u16, String)> {
+        self.0.lock().unwrap().push(url.to_string());
+        Ok((200, "ok".into()))
     }
 }
 

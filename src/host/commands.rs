@@ -98,7 +98,7 @@ impl ExecError {
     }
 
     /// An error for a process that exited with `code`.
-    pub(crate) fn exit<S: AsRef<str>>(command: &str, args: &[S], code: i32, output: &str) -> Self {
+    fn exit<S: AsRef<str>>(command: &str, args: &[S], code: i32, output: &str) -> Self {
         ExecError::new(
             command,
             args,

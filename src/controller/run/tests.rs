@@ -7,7 +7,10 @@ use super::*;
 use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::service::KUBECONFIG_NOINGRESS;
-use crate::controller::testing::{abi_config_map, abi_operators_initialized, cond, record, FakeOc};
+use crate::controller::testing::{
+    abi_config_map, abi_operators_initialized, apply_kubeconfigs, cond, fake_oc, record,
+};
+use crate::host::commands::RecordingRunner;
 use crate::kube::testing::FakeCluster;
 use crate::kube::ClusterVersion;
 use crate::openshift::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
@@ -17,7 +20,7 @@ struct Harness {
     clock: Arc<FakeClock>,
     k8s: Arc<FakeCluster>,
     svc: MemoryService,
-    oc: Arc<FakeOc>,
+    oc: Arc<RecordingRunner>,
     /// The signal token: fired by a test to stop the threads an `ExitNow` leaves running.
     signal: Cancel,
     dir: tempfile::TempDir,
@@ -30,7 +33,7 @@ impl Harness {
             k8s: Arc::new(FakeCluster::new()),
             svc: MemoryService::new("c-1", clock.clone()),
             clock,
-            oc: Arc::default(),
+            oc: Arc::new(fake_oc(false, 0).0),
             signal: Cancel::new(),
             dir: tempfile::tempdir().unwrap(),
         }
@@ -137,11 +140,11 @@ fn abi_single_node_waits_for_the_cluster_version_only() {
     // Nothing waits for the ABI post-install on this path: its thread may still be applying.
     // The bound only keeps a broken run from hanging; a loaded CI machine needs it generous.
     let started = std::time::Instant::now();
-    while h.oc.kubeconfigs().len() < 2 && started.elapsed() < Duration::from_secs(120) {
+    while apply_kubeconfigs(&h.oc).len() < 2 && started.elapsed() < Duration::from_secs(120) {
         std::thread::yield_now();
     }
     let sno = PathBuf::from(SNO_KUBECONFIG);
-    assert_eq!(h.oc.kubeconfigs(), [sno.clone(), sno]);
+    assert_eq!(apply_kubeconfigs(&h.oc), [sno.clone(), sno]);
     assert!(h.k8s.events().is_empty(), "no ready Event on this path");
     assert_eq!(h.k8s.count("get_cluster_version"), 1);
     assert_eq!(h.k8s.count("list_nodes"), 0);
@@ -164,7 +167,7 @@ fn abi_multi_node_sends_the_event_and_waits_for_the_masters() {
     assert_eq!(h.k8s.events().len(), 1);
     // No kubeconfig path on this branch: the ABI post-install applies with the notifier's
     // download (its first round runs even when the tasks are already stopped).
-    let kubeconfigs = h.oc.kubeconfigs();
+    let kubeconfigs = apply_kubeconfigs(&h.oc);
     assert_eq!(kubeconfigs.len(), 2, "{kubeconfigs:?}");
     assert!(kubeconfigs
         .iter()

@@ -128,12 +128,7 @@ impl<'a> BmhUpdate<'a> {
         for bmh in bmhs {
             let name = bmh_name(&bmh).to_string();
             tracing::info!("checking BareMetalHost {name}");
-            let result = if provisioning {
-                self.update_with_provisioning(bmh, &mut machines)
-            } else {
-                self.update_without_provisioning(bmh, &mut machines)
-            };
-            if let Err(e) = result {
+            if let Err(e) = self.update(bmh, provisioning, &mut machines) {
                 tracing::error!("failed to update BareMetalHost {name}: {e:#}");
                 all = false;
             }
@@ -156,42 +151,36 @@ impl<'a> BmhUpdate<'a> {
             .collect())
     }
 
-    fn update_with_provisioning(&self, mut bmh: Value, machines: &mut Vec<Machine>) -> Result<()> {
-        let state = bmh
-            .pointer("/status/provisioning/state")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if !matches!(state, "" | "unmanaged") {
-            tracing::info!(
-                "BareMetalHost {} has provisioning state {state:?}, leaving it",
-                bmh_name(&bmh)
-            );
-            return Ok(());
-        }
-        let mut changed = false;
-        let spec = spec_mut(&mut bmh);
-        if spec.get("externallyProvisioned").and_then(Value::as_bool) != Some(true) {
-            spec.insert("externallyProvisioned".into(), Value::Bool(true));
-            changed = true;
-        }
-        let mut annotations = annotations(&bmh);
-        if annotations.remove(PAUSED_ANNOTATION).is_some() {
-            set_annotations(&mut bmh, annotations);
-            changed = true;
-        }
-        self.finish(bmh, changed, machines)
-    }
-
-    fn update_without_provisioning(
+    /// One BMH (see the module documentation), written when anything changed.
+    fn update(
         &self,
         mut bmh: Value,
+        provisioning: bool,
         machines: &mut Vec<Machine>,
     ) -> Result<()> {
         let mut annotations = annotations(&bmh);
-        let status_text = annotations
+        let mut changed = false;
+        if provisioning {
+            let state = bmh
+                .pointer("/status/provisioning/state")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if !matches!(state, "" | "unmanaged") {
+                tracing::info!(
+                    "BareMetalHost {} has provisioning state {state:?}, leaving it",
+                    bmh_name(&bmh)
+                );
+                return Ok(());
+            }
+            let external = Value::Bool(true);
+            let spec = spec_mut(&mut bmh);
+            changed =
+                spec.insert("externallyProvisioned".into(), external.clone()) != Some(external);
+        } else if let Some(text) = annotations
             .get(STATUS_ANNOTATION)
-            .map(|v| v.as_str().unwrap_or_default().to_string());
-        if let Some(text) = status_text.as_deref().filter(|t| !t.is_empty()) {
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
             // A JSON object; `null` is an empty status, as Go decodes it.
             let mut status = match serde_json::from_str::<Value>(text) {
                 Ok(Value::Object(status)) => Ok(status),
@@ -219,16 +208,16 @@ impl<'a> BmhUpdate<'a> {
             // The status update changed the resourceVersion: read it again.
             bmh = self.cluster.get_bmh(MACHINE_API_NAMESPACE, &name)?;
         }
-        let changed = annotations.remove(STATUS_ANNOTATION).is_some();
-        if changed {
+        let moved = if provisioning {
+            PAUSED_ANNOTATION
+        } else {
+            STATUS_ANNOTATION
+        };
+        if annotations.remove(moved).is_some() {
             set_annotations(&mut bmh, annotations);
+            changed = true;
         }
-        self.finish(bmh, changed, machines)
-    }
-
-    /// Both updates' last step: an empty consumerRef takes the first of `machines` (taken off the
-    /// list), and a changed BMH is written.
-    fn finish(&self, mut bmh: Value, mut changed: bool, machines: &mut Vec<Machine>) -> Result<()> {
+        // Both: an empty consumerRef takes the first of `machines` (taken off the list).
         if consumer_ref(&bmh).is_none() {
             if machines.is_empty() {
                 bail!(

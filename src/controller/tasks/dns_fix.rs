@@ -53,15 +53,6 @@ struct Networking {
     service_network: Vec<String>,
 }
 
-/// `networking.serviceNetwork[0]` of an install-config YAML.
-pub(crate) fn first_service_network(install_config_yaml: &str) -> Result<String> {
-    let doc: Option<Doc> =
-        serde_saphyr::from_str(install_config_yaml).context("parsing the install-config YAML")?;
-    doc.and_then(|d| d.networking)
-        .and_then(|n| n.service_network.into_iter().next())
-        .ok_or_else(|| anyhow!("the install-config has no networking.serviceNetwork"))
-}
-
 /// The `.10` address of a CIDR, as canonical text.
 pub(crate) fn dns_address(cidr: &str) -> Result<String> {
     let bad = || anyhow!("invalid service network CIDR {cidr:?}");
@@ -99,7 +90,13 @@ pub(crate) fn hack_dns_address_conflict(
     clock: &dyn Clock,
 ) -> DnsFixOutcome {
     let target = read_install_config(cluster_api)
-        .and_then(|yaml| first_service_network(&yaml))
+        .and_then(|yaml| {
+            let doc: Option<Doc> =
+                serde_saphyr::from_str(&yaml).context("parsing the install-config YAML")?;
+            doc.and_then(|d| d.networking)
+                .and_then(|n| n.service_network.into_iter().next())
+                .ok_or_else(|| anyhow!("the install-config has no networking.serviceNetwork"))
+        })
         .and_then(|cidr| dns_address(&cidr));
     let target = match target {
         Ok(t) => t,
@@ -247,38 +244,33 @@ mod tests {
         assert!(clock.sleeps().is_empty());
     }
 
+    /// IPv6 and IPv4: the service at the `.10` address (not the other one) is deleted, the DNS
+    /// operator's pods restarted, and then dns-default holds the address.
     #[test]
-    fn ipv6_conflict_is_deleted_then_dns_default_holds_the_address() {
-        let clock = FakeClock::new();
-        let k8s = cluster_with_network("2002:db8::/64");
-        k8s.add_service(svc("testing", "conflict", "2002:db8::a"));
-        k8s.add_service(dns_default("2002:db8::a"));
-        assert_eq!(hack_dns_address_conflict(&k8s, &clock), DnsFixOutcome::Done);
-        assert_eq!(
-            k8s.take_calls(),
-            [
-                "get_config_map(kube-system, cluster-config-v1)",
-                "list_services()",
-                "delete_service(testing, conflict)",
-                "delete_pods(openshift-dns-operator, -)",
-                "list_services()",
-            ]
-        );
-        assert!(clock.sleeps().is_empty(), "no wait after a delete");
-    }
-
-    #[test]
-    fn ipv4_conflict_is_deleted() {
-        let clock = FakeClock::new();
-        let k8s = cluster_with_network("10.56.20.0/24");
-        k8s.add_service(svc("default", "other", "10.56.20.1"));
-        k8s.add_service(svc("testing", "conflict", "10.56.20.10"));
-        k8s.add_service(dns_default("10.56.20.10"));
-        assert_eq!(hack_dns_address_conflict(&k8s, &clock), DnsFixOutcome::Done);
-        assert_eq!(k8s.count("delete_service"), 1);
-        assert_eq!(k8s.calls()[2].args, ["testing", "conflict"]);
-        assert_eq!(k8s.count("delete_pods"), 1);
-        assert_eq!(k8s.count("list_services"), 2);
+    fn a_conflict_is_deleted_then_dns_default_holds_the_address() {
+        for (cidr, other, dot_ten) in [
+            ("2002:db8::/64", "2002:db8::1", "2002:db8::a"),
+            ("10.56.20.0/24", "10.56.20.1", "10.56.20.10"),
+        ] {
+            let clock = FakeClock::new();
+            let k8s = cluster_with_network(cidr);
+            k8s.add_service(svc("default", "other", other));
+            k8s.add_service(svc("testing", "conflict", dot_ten));
+            k8s.add_service(dns_default(dot_ten));
+            assert_eq!(hack_dns_address_conflict(&k8s, &clock), DnsFixOutcome::Done);
+            assert_eq!(
+                k8s.take_calls(),
+                [
+                    "get_config_map(kube-system, cluster-config-v1)",
+                    "list_services()",
+                    "delete_service(testing, conflict)",
+                    "delete_pods(openshift-dns-operator, -)",
+                    "list_services()",
+                ],
+                "{cidr}"
+            );
+            assert!(clock.sleeps().is_empty(), "no wait after a delete");
+        }
     }
 
     type Setup<'a> = &'a dyn Fn(&FakeCluster);

@@ -14,7 +14,7 @@ use crate::clock::{Clock, NeverStop, Stop};
 use crate::controller::service::{ControllerService, KUBECONFIG_NOINGRESS};
 use crate::controller::status::ControllerStatus;
 use crate::controller::tasks::router_probe::{
-    probe_needed, run_router_probe, HttpProbe, ROUTER_PROBE_PERIOD, ROUTER_PROBE_WINDOW,
+    run_router_probe, HttpProbe, ROUTER_PROBE_PERIOD, ROUTER_PROBE_WINDOW,
 };
 use crate::host::commands::CommandRunner;
 use crate::image::Cancel;
@@ -191,15 +191,6 @@ impl LogUploader<'_> {
         });
     }
 
-    fn log_resolv_conf(&self) {
-        for path in &self.resolv_conf_files {
-            match std::fs::read_to_string(path) {
-                Ok(text) => tracing::info!("{}:\n{text}", path.display()),
-                Err(err) => tracing::warn!("reading {}: {err}", path.display()),
-            }
-        }
-    }
-
     /// The summary's must-gather tarball, reused when one is already there.
     pub(crate) fn collect_must_gather(&self, images: &[String]) -> Result<Vec<u8>> {
         let existing = self.must_gather_dir.join(MUST_GATHER_ENTRY);
@@ -242,7 +233,12 @@ impl LogUploader<'_> {
         let mut must_gather = None;
         let mut collected = true;
         if self.status.has_error() || self.status.has_operator_error() {
-            self.log_resolv_conf();
+            for path in &self.resolv_conf_files {
+                match std::fs::read_to_string(path) {
+                    Ok(text) => tracing::info!("{}:\n{text}", path.display()),
+                    Err(err) => tracing::warn!("reading {}: {err}", path.display()),
+                }
+            }
             if let Err(err) = self.upload_controller_logs() {
                 tracing::warn!("uploading the controller's logs: {err:#}");
             }
@@ -293,7 +289,8 @@ impl LogUploader<'_> {
         };
         let probe = self
             .router_probe
-            .filter(|_| probe_needed(self.status.has_error(), self.control_plane_count));
+            // Only on a failed single-control-plane cluster.
+            .filter(|_| self.status.has_error() && self.control_plane_count == 1);
         let ok = match probe {
             None => summary(),
             Some(probe) => {

@@ -23,7 +23,7 @@ use crate::clock::{poll, PollError};
 use crate::controller::hosts::{HostInfo, HostMap, NODE_STATUS_SKIP};
 use crate::controller::service::ControllerService;
 use crate::image::Cancel;
-use crate::kube::{ClusterApi, Node};
+use crate::kube::ClusterApi;
 use crate::openshift::mcs_logs::{hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost};
 use crate::service::{HostStage, HostStatus};
 
@@ -46,23 +46,7 @@ pub(crate) struct NodeStatus<'a> {
     pub(crate) remove_uninitialized_taint: bool,
 }
 
-impl<'a> NodeStatus<'a> {
-    pub(crate) fn new(
-        cluster: &'a dyn ClusterApi,
-        service: &'a dyn ControllerService,
-        clock: &'a dyn Clock,
-        notifier: &'a dyn RebootsNotify,
-        remove_uninitialized_taint: bool,
-    ) -> NodeStatus<'a> {
-        NodeStatus {
-            cluster,
-            service,
-            clock,
-            notifier,
-            remove_uninitialized_taint,
-        }
-    }
-
+impl NodeStatus<'_> {
     /// CSR approval in the background (its own thread, as Go's goroutine: a slow round does
     /// not delay it), [`NodeStatus::rounds`] until one finishes or `stop` fires.
     pub(crate) fn run(&self, stop: &Cancel) -> Result<(), PollError> {
@@ -133,63 +117,59 @@ impl<'a> NodeStatus<'a> {
                 return false;
             }
         };
+        // Each Node's stage updates; an error ends the Node's turn.
         for node in &nodes {
-            self.update_node(&pending, &hosts, node);
+            let addresses: Vec<(&str, &str)> = node
+                .addresses
+                .iter()
+                .map(|a| (a.type_.as_str(), a.address.as_str()))
+                .collect();
+            let Some(host) = pending.match_node(&hosts, &node.name, &addresses) else {
+                tracing::warn!("Node {} is not in inventory hosts", node.name);
+                continue;
+            };
+            if let Some(ip) = hosts.changed_ip(&addresses) {
+                tracing::warn!(
+                    "node {} has IP {ip}, which is not among its host's IPs: it may have changed",
+                    node.name
+                );
+            }
+            // The round's snapshot: not re-read after the updates below.
+            let stage = host.host.stage();
+            if matches!(stage, Some(HostStage::Configuring | HostStage::Rebooting)) {
+                if let Err(e) = self.set_stage(host, HostStage::Joined) {
+                    tracing::error!("failed to update the stage of node {}: {e:#}", node.name);
+                    continue;
+                }
+            }
+            let ready = node.is_ready();
+            if !ready && self.remove_uninitialized_taint {
+                if let Err(e) = self.untaint(&node.name) {
+                    tracing::error!(
+                        "failed to remove the uninitialized taint of node {}: {e:#}",
+                        node.name
+                    );
+                    continue;
+                }
+            }
+            if ready && stage != Some(HostStage::Done) {
+                if let Err(e) = self.set_stage(host, HostStage::Done) {
+                    tracing::error!("failed to update the stage of node {}: {e:#}", node.name);
+                    continue;
+                }
+                self.notifier.start(
+                    &node.name,
+                    &host.host.id,
+                    &host.host.infra_env_id,
+                    host.host.cluster_id.as_deref().unwrap_or(""),
+                );
+            }
         }
         match HostMap::fetch(self.service, NODE_STATUS_SKIP) {
             Ok(fresh) => self.update_configuring(&fresh),
             Err(e) => tracing::error!("failed to get the hosts' info: {e:#}"),
         }
         false
-    }
-
-    /// The stage updates of one Node (point 3 of a round); an error ends the Node's turn.
-    fn update_node(&self, pending: &HostMap, all: &HostMap, node: &Node) {
-        let addresses: Vec<(&str, &str)> = node
-            .addresses
-            .iter()
-            .map(|a| (a.type_.as_str(), a.address.as_str()))
-            .collect();
-        let Some(host) = pending.match_node(all, &node.name, &addresses) else {
-            tracing::warn!("Node {} is not in inventory hosts", node.name);
-            return;
-        };
-        if let Some(ip) = all.changed_ip(&addresses) {
-            tracing::warn!(
-                "node {} has IP {ip}, which is not among its host's IPs: it may have changed",
-                node.name
-            );
-        }
-        // The round's snapshot: not re-read after the updates below.
-        let stage = host.host.stage();
-        if matches!(stage, Some(HostStage::Configuring | HostStage::Rebooting)) {
-            if let Err(e) = self.set_stage(host, HostStage::Joined) {
-                tracing::error!("failed to update the stage of node {}: {e:#}", node.name);
-                return;
-            }
-        }
-        let ready = node.is_ready();
-        if !ready && self.remove_uninitialized_taint {
-            if let Err(e) = self.untaint(&node.name) {
-                tracing::error!(
-                    "failed to remove the uninitialized taint of node {}: {e:#}",
-                    node.name
-                );
-                return;
-            }
-        }
-        if ready && stage != Some(HostStage::Done) {
-            if let Err(e) = self.set_stage(host, HostStage::Done) {
-                tracing::error!("failed to update the stage of node {}: {e:#}", node.name);
-                return;
-            }
-            self.notifier.start(
-                &node.name,
-                &host.host.id,
-                &host.host.infra_env_id,
-                host.host.cluster_id.as_deref().unwrap_or(""),
-            );
-        }
     }
 
     fn set_stage(&self, host: &HostInfo, stage: HostStage) -> Result<()> {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
-use crate::clock::{poll_with_cancel, retry_attempts};
+use crate::clock::{retry_attempts, PollError};
 use crate::clock::{Clock, Stop};
 use crate::controller::service::{
     operators_for_version, ControllerService, CUSTOM_MANIFESTS_FILE, KUBECONFIG_NOINGRESS,
@@ -272,10 +272,21 @@ pub(crate) fn wait_for_olm_operators(
     use FinalizingStage::*;
     let interval = WAIT_INTERVAL;
     let stage = |s| report_stage(clock, stop, service, s, interval);
+    // A poll whose every false round asks whether the service timed the stage out; if so, it
+    // ends as cancelled.
     let poll = |interval, f: &mut dyn FnMut() -> bool, s| {
-        poll_with_cancel(clock, stop, interval, None, f, || {
-            check_stage_timed_out(service, s)
-        })
+        let mut timed_out = false;
+        crate::clock::poll(clock, stop, interval, None, || {
+            f() || {
+                timed_out = check_stage_timed_out(service, s);
+                timed_out
+            }
+        })?;
+        if timed_out {
+            Err(PollError::Canceled)
+        } else {
+            Ok(())
+        }
     };
 
     stage(WaitingForOlmOperatorsCsvInitialization);

@@ -9,7 +9,7 @@
 //! (debug pod spec, attach protocol, RBAC the controller's ServiceAccount does not have). So we
 //! keep the `oc` command.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -39,28 +39,6 @@ pub(crate) fn count_reboots(output: &str) -> u32 {
         .lines()
         .filter(|line| line.starts_with("reboot "))
         .count() as u32
-}
-
-/// The reboots of `node_name`: `oc --kubeconfig <kubeconfig> debug node/<node> -- chroot /host
-/// last reboot` through `runner`, counted by [`count_reboots`].
-fn count_node_reboots(runner: &dyn CommandRunner, kubeconfig: &Path, node: &str) -> Result<u32> {
-    let kubeconfig = kubeconfig.to_string_lossy();
-    let target = format!("node/{node}");
-    let args = [
-        "--kubeconfig",
-        &kubeconfig,
-        "debug",
-        &target,
-        "--",
-        "chroot",
-        "/host",
-        "last",
-        "reboot",
-    ];
-    let output = runner
-        .run("oc", &args)
-        .with_context(|| format!("counting the reboots of node {node}"))?;
-    Ok(count_reboots(&output))
 }
 
 /// See the module documentation.
@@ -154,7 +132,7 @@ impl Inner {
             at: deadline,
         };
         let kubeconfig = match self.kubeconfig() {
-            Ok(path) => path,
+            Ok(path) => path.to_string_lossy().into_owned(),
             Err(e) => {
                 tracing::warn!(
                     "failed to get the kubeconfig to count the reboots of node {}: {e:#}",
@@ -163,12 +141,32 @@ impl Inner {
                 return;
             }
         };
+        // `oc --kubeconfig <kubeconfig> debug node/<node> -- chroot /host last reboot`.
+        let target = format!("node/{}", event.node_name);
+        let args = [
+            "--kubeconfig",
+            &kubeconfig,
+            "debug",
+            &target,
+            "--",
+            "chroot",
+            "/host",
+            "last",
+            "reboot",
+        ];
+        let count = || -> Result<u32> {
+            let output = self
+                .runner
+                .run("oc", &args)
+                .with_context(|| format!("counting the reboots of node {}", event.node_name))?;
+            Ok(count_reboots(&output))
+        };
         let counted = retry_attempts(
             &*self.clock,
             &deadline,
             COUNT_ATTEMPTS,
             COUNT_INTERVAL,
-            || count_node_reboots(&*self.runner, &kubeconfig, &event.node_name),
+            count,
         );
         let reboots = match counted {
             Ok(n) => n,
@@ -345,24 +343,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn counting_is_retried_fifteen_seconds_apart_ten_times() {
-        let s = setup();
-        let oc = oc(3, 4);
-        let n = notifier(&s, true, oc.clone());
-        n.start("node1", "h1", "ie", "c1");
-        n.finalize();
-        assert_eq!(oc.calls().len(), 4);
-        assert_eq!(s.clock.sleeps(), vec![COUNT_INTERVAL; 3]);
-        assert!(matches!(
-            s.service.calls().last(),
-            Some(ServiceCall::TriggerRebootsEvent(RebootsEvent {
-                reboots: 4,
-                ..
-            }))
-        ));
-    }
-
     /// Counting that hangs: the job gives up at its 6 min limit, before the 10 attempts.
     #[test]
     fn the_job_ends_at_its_six_minute_limit() {
@@ -382,7 +362,8 @@ mod tests {
     }
 
     /// (enabled, failed downloads, failed counts) → counts asked, the service's operations
-    /// and the waits: no count without a kubeconfig, no event without a count.
+    /// and the waits: no count without a kubeconfig, no event without a count; the count is
+    /// retried 15 s apart, 10 times at most, and the one that succeeds is sent.
     #[test]
     fn nothing_is_sent_without_a_count() {
         let download = "V2DownloadClusterCredentials";
@@ -390,10 +371,11 @@ mod tests {
             (false, 0, 0, 0, vec![], 0),
             (true, 1, 0, 0, vec![download], 0),
             (true, 0, 100, 10, vec![download], 9),
+            (true, 0, 3, 4, vec![download, "v2TriggerEvent"], 3),
         ];
         for (enabled, downloads_failing, counts_failing, asked, operations, waits) in cases {
             let s = setup();
-            let oc = oc(counts_failing, 1);
+            let oc = oc(counts_failing, 4);
             let n = notifier(&s, enabled, oc.clone());
             s.service.fail(download, downloads_failing, 500);
             n.start("node0", "h", "ie", "c1");
@@ -401,6 +383,9 @@ mod tests {
             assert_eq!(oc.calls().len(), asked);
             assert_eq!(s.service.operations(), operations);
             assert_eq!(s.clock.sleeps(), vec![COUNT_INTERVAL; waits]);
+            if let Some(ServiceCall::TriggerRebootsEvent(e)) = s.service.calls().last() {
+                assert_eq!(e.reboots, 4);
+            }
         }
     }
 }

@@ -18,21 +18,6 @@ pub(crate) const ROUTER_PROBE_WINDOW: Duration = Duration::from_secs(70 * 60);
 /// Timeout of one HTTP probe.
 pub(crate) const HTTP_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Whether the probe runs: the error flag set on a single-control-plane cluster.
-pub(crate) fn probe_needed(has_error: bool, control_plane_count: i64) -> bool {
-    has_error && control_plane_count == 1
-}
-
-/// The local address of a UDP "connection" to 8.8.8.8:80, or `localhost`.
-pub(crate) fn outbound_ip() -> String {
-    std::net::UdpSocket::bind("0.0.0.0:0")
-        .and_then(|s| {
-            s.connect("8.8.8.8:80")?;
-            s.local_addr()
-        })
-        .map_or_else(|_| "localhost".to_string(), |a| a.ip().to_string())
-}
-
 /// An HTTP GET that returns the status and the body (TLS verification off).
 pub(crate) trait HttpProbe: Send + Sync {
     fn get(&self, url: &str) -> Result<(u16, String)>;
@@ -74,33 +59,6 @@ fn log_probe(probe: &dyn HttpProbe, url: &str) {
     }
 }
 
-/// One round: learn the cluster's name and domain until known (a failure skips the round),
-/// then probe the canary and the router.
-pub(crate) fn router_probe_round(
-    service: &dyn ControllerService,
-    probe: &dyn HttpProbe,
-    cluster: &mut Option<(String, String)>,
-    ip: &str,
-) {
-    if cluster.is_none() {
-        match service.get_cluster(true) {
-            Ok(c) => *cluster = Some((c.name, c.base_dns_domain)),
-            Err(err) => {
-                tracing::warn!("router probe: getting the cluster: {err:#}");
-                return;
-            }
-        }
-    }
-    if let Some((name, domain)) = cluster.as_ref() {
-        let canary = "https://canary-openshift-ingress-canary.apps";
-        log_probe(probe, &format!("{canary}.{name}.{domain}/health"));
-    }
-    log_probe(
-        probe,
-        &format!("http://{ip}/_______internal_router_healthz"),
-    );
-}
-
 /// Rounds every `period` from now, for `window` or until `stop` fires.
 pub(crate) fn run_router_probe(
     clock: &dyn Clock,
@@ -110,10 +68,34 @@ pub(crate) fn run_router_probe(
     period: Duration,
     window: Duration,
 ) {
-    let ip = outbound_ip();
+    // The local address of a UDP "connection" to 8.8.8.8:80, or `localhost`.
+    let ip = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            s.connect("8.8.8.8:80")?;
+            s.local_addr()
+        })
+        .map_or_else(|_| "localhost".to_string(), |a| a.ip().to_string());
     let mut cluster = None;
+    // Each round learns the cluster's name and domain until known (a failure skips the round),
+    // then probes the canary and the router.
     let _ = poll(clock, stop, period, Some(window), || {
-        router_probe_round(service, probe, &mut cluster, &ip);
+        if cluster.is_none() {
+            match service.get_cluster(true) {
+                Ok(c) => cluster = Some((c.name, c.base_dns_domain)),
+                Err(err) => {
+                    tracing::warn!("router probe: getting the cluster: {err:#}");
+                    return false;
+                }
+            }
+        }
+        if let Some((name, domain)) = cluster.as_ref() {
+            let canary = "https://canary-openshift-ingress-canary.apps";
+            log_probe(probe, &format!("{canary}.{name}.{domain}/health"));
+        }
+        log_probe(
+            probe,
+            &format!("http://{ip}/_______internal_router_healthz"),
+        );
         false
     });
 }
@@ -123,24 +105,8 @@ mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
     use crate::controller::service::testing::MemoryService;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Default)]
-    struct Urls(Mutex<Vec<String>>);
-
-    impl HttpProbe for Urls {
-        fn get(&self, url: &str) -> Result<(u16, String)> {
-            self.0.lock().unwrap().push(url.to_string());
-            Ok((200, "ok".into()))
-        }
-    }
-
-    #[test]
-    fn only_failed_single_node_clusters_are_probed() {
-        assert!(probe_needed(true, 1));
-        assert!(!probe_needed(false, 1));
-        assert!(!probe_needed(true, 3));
-    }
+    use crate::controller::testing::Urls;
+    use std::sync::Arc;
 
     #[test]
     fn rounds_learn_the_cluster_once_and_probe_both_urls() {

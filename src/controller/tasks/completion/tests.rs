@@ -57,11 +57,13 @@ fn wait_sleeps_first_and_tolerates_errors() {
 }
 
 /// The completion wait on a cluster in a status, behind failed calls (one each): the outcome,
-/// the GetCluster calls and whether the error is flagged.
+/// the service calls (all GetCluster) and whether the error is flagged; stopped at once
+/// ("stopped"), it makes no call.
 #[test]
 fn wait_outcomes() {
     use WaitOutcome::*;
-    let cases: [(&str, &[u16], _, usize, bool); 9] = [
+    let cases: [(&str, &[u16], _, usize, bool); 10] = [
+        ("stopped", &[], Stopped, 0, false),
         ("cancelled", &[], Finished, 1, false),
         ("adding-hosts", &[], Finished, 1, false),
         ("installed", &[], Finished, 1, false),
@@ -80,8 +82,16 @@ fn wait_outcomes() {
         for code in failures {
             svc.fail("v2GetCluster", 1, *code);
         }
-        let out =
-            wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL);
+        let stop = Cancel::new();
+        if s == "stopped" {
+            stop.cancel();
+        }
+        let out = wait_for_installation(&*clock, &stop, &svc, &status, INSTALL_STATUS_INTERVAL);
+        assert_eq!(
+            get_clusters(&svc),
+            svc.operations().len(),
+            "{s} {failures:?}"
+        );
         let got = (out, get_clusters(&svc), status.has_error());
         assert_eq!(got, (outcome, calls, flagged), "{s} {failures:?}");
     }
@@ -111,16 +121,6 @@ fn exit_counter_resets_on_success_only() {
     assert!(c.error(&e(401)), "third 401 since the success");
     let mut c = ExitCounter::default();
     assert!(c.error(&e(404).context("wrapped")), "found under context");
-}
-
-#[test]
-fn wait_returns_when_stopped() {
-    let (clock, svc, status) = setup();
-    let stop = Cancel::new();
-    stop.cancel();
-    let out = wait_for_installation(&*clock, &stop, &svc, &status, INSTALL_STATUS_INTERVAL);
-    assert_eq!(out, WaitOutcome::Stopped);
-    assert!(svc.calls().is_empty());
 }
 
 fn reports(svc: &MemoryService) -> Vec<(String, Option<OperatorStatus>, String, String)> {

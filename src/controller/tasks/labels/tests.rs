@@ -114,22 +114,41 @@ fn mcp_calls(s: &Setup) -> Vec<String> {
         .collect()
 }
 
+/// One round over labelled hosts and their ready Nodes (`name` at [`ip`]`(i)`): one host map,
+/// the patches, no pool calls. A host without labels is skipped, a Node whose name is no host's
+/// is matched by its InternalIP, and malformed labels count as applied.
 #[test]
-fn three_labelled_hosts_with_ready_nodes() {
-    let s = setup(labelled(3));
-    add_nodes(&s.cluster, 3);
-    assert!(task(&s).round());
-    assert_eq!(host_maps(&s), 1);
-    assert_eq!(s.service.calls().len(), 1);
-    assert_eq!(
-        patches(&s),
-        (0..3).map(|i| patch(i, LABELS)).collect::<Vec<_>>()
-    );
-    assert_eq!(
-        s.cluster.node("node1").unwrap().labels["node.ocs.openshift.io/storage"],
-        ""
-    );
-    assert!(mcp_calls(&s).is_empty());
+fn one_round_patches_the_labelled_hosts_nodes() {
+    let mut one_unlabelled = labelled(3);
+    one_unlabelled[1] = host(1, "installing", "master", "", "");
+    let malformed = vec![host(0, "installing", "master", "{not json", "")];
+    let p = |i| patch(i, LABELS);
+    let renamed = format!("patch_node_labels(some-fake-name, {LABELS})");
+    let three: &[&str] = &["node0", "node1", "node2"];
+    let cases: [(Vec<Host>, &[&str], Vec<String>); 4] = [
+        (labelled(3), three, vec![p(0), p(1), p(2)]),
+        (one_unlabelled, three, vec![p(0), p(2)]),
+        (labelled(1), &["some-fake-name"], vec![renamed]),
+        (malformed, &["node0"], vec![]),
+    ];
+    for (hosts, nodes, want) in cases {
+        let s = setup(hosts);
+        for (i, name) in nodes.iter().enumerate() {
+            s.cluster.set_node(testing::node(name, true, &ip(i)));
+        }
+        assert!(task(&s).round(), "{nodes:?}");
+        assert_eq!(patches(&s), want);
+        assert_eq!(host_maps(&s), 1);
+        assert_eq!(s.service.calls().len(), 1);
+        assert!(mcp_calls(&s).is_empty());
+        for name in nodes
+            .iter()
+            .filter(|n| want.iter().any(|p| p.contains(&format!("({n},"))))
+        {
+            let labels = s.cluster.node(name).unwrap().labels;
+            assert_eq!(labels["node.ocs.openshift.io/storage"], "", "{name}");
+        }
+    }
 }
 
 /// Failed host maps or node lists: the rounds a minute apart until every node is patched.
@@ -181,16 +200,6 @@ fn no_labelled_hosts_lists_no_nodes() {
 }
 
 #[test]
-fn two_of_three_hosts_labelled() {
-    let mut hosts = labelled(3);
-    hosts[1] = host(1, "installing", "master", "", "");
-    let s = setup(hosts);
-    add_nodes(&s.cluster, 3);
-    assert!(task(&s).round());
-    assert_eq!(patches(&s), [patch(0, LABELS), patch(2, LABELS)]);
-}
-
-#[test]
 fn a_node_not_ready_is_patched_in_the_next_round() {
     let s = setup(labelled(3));
     add_nodes(&s.cluster, 3);
@@ -213,27 +222,6 @@ fn a_node_not_ready_is_patched_in_the_next_round() {
     s.cluster.set_node(node(1, true));
     assert!(t.round());
     assert_eq!(patches(&s), [patch(1, LABELS)]);
-}
-
-#[test]
-fn labels_are_matched_by_internal_ip() {
-    let s = setup(labelled(1));
-    let mut n = node(0, true);
-    n.name = "some-fake-name".into();
-    s.cluster.set_node(n);
-    assert!(task(&s).round());
-    assert_eq!(
-        patches(&s),
-        [format!("patch_node_labels(some-fake-name, {LABELS})")]
-    );
-}
-
-#[test]
-fn malformed_labels_count_as_applied() {
-    let s = setup(vec![host(0, "installing", "master", "{not json", "")]);
-    add_nodes(&s.cluster, 1);
-    assert!(task(&s).round());
-    assert!(patches(&s).is_empty());
 }
 
 /// Role labels on masters, or on a worker without a pool name: no pool calls.

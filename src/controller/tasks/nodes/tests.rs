@@ -73,7 +73,13 @@ fn add_nodes(s: &Setup, n: usize, ready: bool) {
 }
 
 fn task(s: &Setup, untaint: bool) -> NodeStatus<'_> {
-    NodeStatus::new(&s.cluster, &s.service, &*s.clock, &s.notified, untaint)
+    NodeStatus {
+        cluster: &s.cluster,
+        service: &s.service,
+        clock: &*s.clock,
+        notifier: &s.notified,
+        remove_uninitialized_taint: untaint,
+    }
 }
 
 /// The stage updates, as (host id, stage), in order.
@@ -200,20 +206,15 @@ fn rebooting_not_ready_with_taint_is_joined_and_untainted() {
         ]
     );
     assert_eq!(s.cluster.node("node0").unwrap().taints.len(), 1);
-    // Untaint off: no Node read.
-    let s = setup(1, "installing", "Rebooting");
-    s.cluster.set_node(node("node0", false, &ip(0)));
-    assert!(!task(&s, false).round());
-    assert_eq!(s.cluster.count("get_node"), 0);
-}
-
-#[test]
-fn an_untaint_failure_skips_the_rest_of_the_node() {
-    let s = setup(1, "installing", "Rebooting");
-    s.cluster.set_node(node("node0", false, &ip(0)));
-    s.cluster.fail_next("get_node", boom());
-    assert!(!task(&s, true).round());
-    assert_eq!(count_stage(&s.service, HostStage::Joined), 1);
+    // Untaint off: no Node read; an untaint failure skips the rest of the node.
+    for untaint in [false, true] {
+        let s = setup(1, "installing", "Rebooting");
+        s.cluster.set_node(node("node0", false, &ip(0)));
+        s.cluster.fail_next("get_node", boom());
+        assert!(!task(&s, untaint).round());
+        assert_eq!(s.cluster.count("get_node"), usize::from(untaint));
+        assert_eq!(count_stage(&s.service, HostStage::Joined), 1);
+    }
 }
 
 /// One round over `n` hosts at `stage` and their Nodes: the stages sent (all the same, `n` of

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use super::*;
 use crate::clock::{FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
-use crate::controller::testing::{self, abi_operators_initialized, b64, boom, stop_at, FakeOc};
+use crate::controller::testing::{self, abi_operators_initialized, apply_kubeconfigs, b64, boom};
+use crate::controller::testing::{fake_oc, stop_at, Applied};
 use crate::controller::testing::{lso_csv as with_csv, LSO_NS as NS, LSO_SUB as SUB};
+use crate::host::commands::RecordingRunner;
 use crate::kube::testing::FakeCluster;
 use crate::kube::{ApiError, Condition, InstallPlan, Job, Subscription};
 
@@ -28,20 +30,22 @@ struct Fx {
     svc: MemoryService,
     cluster: FakeCluster,
     status: ControllerStatus,
-    rec: FakeOc,
+    rec: RecordingRunner,
+    applied: Applied,
 }
 
 fn fx() -> Fx {
     let clock = Arc::new(FakeClock::new());
     let svc = MemoryService::new("c", clock.clone());
     let (cluster, status) = (FakeCluster::new(), ControllerStatus::new());
-    let rec = FakeOc::default();
+    let (rec, applied) = fake_oc(false, 0);
     Fx {
         clock,
         svc,
         cluster,
         status,
         rec,
+        applied,
     }
 }
 
@@ -101,6 +105,10 @@ fn no_current_csv_or_a_csv_not_found_or_unread_is_false_and_an_existing_csv_is_t
     assert!(!is_initialized(&cluster, &lso("")), "CSV GET error");
     assert!(is_initialized(&cluster, &lso("")), "CSV exists, any phase");
     assert_eq!(cluster.count("get_csv"), 3);
+    // The cleanup's errors are only warnings.
+    cluster.fail_always("list_jobs", boom());
+    cluster.fail_always("list_install_plans", boom());
+    assert!(is_initialized(&cluster, &lso("")));
 }
 
 #[test]
@@ -156,15 +164,6 @@ fn cleanup_deletes_failed_jobs_and_failed_owned_install_plans() {
     );
 }
 
-#[test]
-fn cleanup_errors_are_only_warnings() {
-    let cluster = FakeCluster::new();
-    cluster.fail_always("list_jobs", boom());
-    cluster.fail_always("list_install_plans", boom());
-    with_csv(&cluster, "", "");
-    assert!(is_initialized(&cluster, &lso("")));
-}
-
 // --- manifests ---
 
 #[test]
@@ -187,14 +186,14 @@ fn custom_manifests_keys_are_case_insensitive() {
 #[test]
 fn apply_manifests_skips_unknown_operators_and_goes_on_after_a_bad_one() {
     let cluster = FakeCluster::new();
-    let rec = FakeOc::default();
+    let (rec, applied) = fake_oc(false, 0);
     let kubeconfig = Path::new("/k/kubeconfig-noingress");
-    let apply = |rec: &FakeOc, version: &str, m: &[(String, String)]| {
+    let apply = |rec: &RecordingRunner, version: &str, m: &[(String, String)]| {
         apply_manifests(&cluster, rec, version, &[lso("")], m, kubeconfig)
     };
     let good = vec![("lso".to_string(), b64("kind: LocalVolume"))];
     assert!(!apply(&rec, "4.12", &good), "not initialized");
-    assert!(rec.contents().is_empty());
+    assert!(applied.lock().unwrap().is_empty());
     with_csv(&cluster, "Installing", "");
     let manifests = vec![
         ("lso".to_string(), "not base64!!".to_string()),
@@ -202,15 +201,11 @@ fn apply_manifests_skips_unknown_operators_and_goes_on_after_a_bad_one() {
         ("lso".to_string(), b64("kind: LocalVolume")),
     ];
     assert!(!apply(&rec, "4.12", &manifests));
-    assert_eq!(rec.contents(), ["kind: LocalVolume"]);
-    assert_eq!(rec.applied.lock().unwrap()[0].0, kubeconfig);
+    assert_eq!(*applied.lock().unwrap(), ["kind: LocalVolume"]);
+    assert_eq!(apply_kubeconfigs(&rec), [kubeconfig]);
     assert!(apply(&rec, "4.12", &good));
     assert!(!apply(&rec, "bad", &good));
-    let failing = FakeOc {
-        fail_apply: true,
-        ..Default::default()
-    };
-    assert!(!apply(&failing, "4.12", &good));
+    assert!(!apply(&fake_oc(true, 0).0, "4.12", &good));
     assert!(apply(&rec, "4.12", &[]));
 }
 
@@ -220,7 +215,7 @@ fn odf_manifest_is_renamed_ocs_on_4_8() {
     let mut ocs = lso("");
     ocs.name = "ocs".into();
     with_csv(&cluster, "", "");
-    let rec = FakeOc::default();
+    let (rec, applied) = fake_oc(false, 0);
     let m = vec![("odf".to_string(), b64("kind: StorageCluster"))];
     let k = Path::new("/k");
     assert!(apply_manifests(
@@ -231,30 +226,33 @@ fn odf_manifest_is_renamed_ocs_on_4_8() {
         &m,
         k
     ));
-    assert_eq!(rec.contents().len(), 1);
+    assert_eq!(applied.lock().unwrap().len(), 1);
     assert!(apply_manifests(&cluster, &rec, "4.9.0", &[ocs], &m, k));
-    assert_eq!(rec.contents().len(), 1, "no rename on 4.9: skipped");
+    assert_eq!(
+        applied.lock().unwrap().len(),
+        1,
+        "no rename on 4.9: skipped"
+    );
 }
 
 #[test]
 fn apply_from_service_downloads_both_files() {
-    let Fx {
-        svc, cluster, rec, ..
-    } = fx();
-    with_csv(&cluster, "", "");
+    let f = fx();
+    let (svc, cluster, rec, applied) = (&f.svc, &f.cluster, &f.rec, &f.applied);
+    with_csv(cluster, "", "");
     svc.set_custom_manifests(format!(
         r#"[{{"Name":"lso","Content":"{}"}}]"#,
         b64("kind: X")
     ));
     svc.set_kubeconfig("kubeconfig");
-    let apply = || apply_from_service(&cluster, &svc, &rec, "4.12", &[lso("")]);
+    let apply = || apply_from_service(cluster, svc, rec, "4.12", &[lso("")]);
     assert!(apply());
     assert_eq!(
         svc.operations(),
         ["V2DownloadClusterFiles", "V2DownloadClusterCredentials"]
     );
-    let (k, content) = rec.applied.lock().unwrap()[0].clone();
-    assert_eq!(content, "kind: X");
+    assert_eq!(*applied.lock().unwrap(), ["kind: X"]);
+    let k = apply_kubeconfigs(rec).remove(0);
     assert!(k.ends_with(crate::controller::service::KUBECONFIG_NOINGRESS));
     assert!(!k.exists(), "the temp dir is removed");
 
@@ -315,7 +313,7 @@ fn single_operator_goes_installing_then_succeeded() {
     let lso = |status, info: &str| ("lso".into(), "4.12.0".into(), status, info.into());
     let progressing = lso(OperatorStatus::Progressing, "installing");
     assert_eq!(r, [progressing, lso(OperatorStatus::Available, "done")]);
-    assert_eq!(f.rec.contents(), ["kind: X"]);
+    assert_eq!(*f.applied.lock().unwrap(), ["kind: X"]);
     assert!(!status.has_operator_error());
     assert!(!status.has_error());
 }
@@ -376,7 +374,7 @@ fn csvs_never_created_remembers_every_failure_and_marks() {
         ]
     );
     assert_eq!(f.status.operators_in_error(), ["lso"]);
-    assert!(f.rec.contents().is_empty());
+    assert!(f.applied.lock().unwrap().is_empty());
 }
 
 #[test]
@@ -471,11 +469,11 @@ fn abi_post_install_table() {
         ("no file", &missing_file, None, 60, false, 2, None, &[]),
         ("empty", &empty, None, 0, true, 1, Some(0), &[]),
     ];
-    for (case, setup, failures, stop_after, done, reads, others, applied) in cases {
+    for (case, setup, failures, stop_after, done, reads, others, want) in cases {
         let clock = FakeClock::new();
         let cluster = FakeCluster::new();
         setup(&cluster);
-        let rec = FakeOc::default();
+        let (rec, applied) = fake_oc(false, 0);
         let lookups = std::cell::Cell::new(0);
         let want_path = if failures.is_some() {
             "/k/kubeconfig"
@@ -509,9 +507,11 @@ fn abi_post_install_table() {
         if let Some(others) = others {
             assert_eq!(cluster.calls().len() - reads, others, "{case}");
         }
-        assert_eq!(rec.contents(), applied, "{case}");
+        assert_eq!(*applied.lock().unwrap(), want, "{case}");
         assert!(
-            rec.kubeconfigs().iter().all(|k| k == Path::new(want_path)),
+            apply_kubeconfigs(&rec)
+                .iter()
+                .all(|k| k == Path::new(want_path)),
             "{case}"
         );
         if let Some(n) = failures.filter(|_| done) {
