@@ -6,6 +6,7 @@ mod common;
 
 use assisted_installer::clock::FakeClock;
 use assisted_installer::commands::install::dry_run_commands;
+use assisted_installer::flow::testing::{FakeWriter, FlowBuilder, CLUSTER, HOST, INFRA};
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::kube::testing::FakeCluster;
@@ -13,10 +14,7 @@ use assisted_installer::kube::{ClusterApi, Condition, NewEvent, Node, NodeAddres
 use assisted_installer::openshift::{CURRENT_CONFIG_ANNOTATION, UNINITIALIZED_TAINT};
 use assisted_installer::service::client::LogsUpload;
 use common::fake_service::FakeService;
-use common::fake_writer::FakeWriter;
-use common::flow_builder::{
-    failed_info, run, s, writing, FlowBuilder, Report, HOST, INFRA, LSBLK_VDA,
-};
+use common::flow_builder::{failed_info, run, s, writing, Report, LSBLK_VDA};
 use common::untar_gz;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -637,10 +635,7 @@ fn controller_logs_are_uploaded_every_five_minutes_while_waiting_and_once_ready(
 fn failed_controller_log_uploads_do_not_stop_the_install() {
     let h = Harness::new("bootstrap");
     // The upload and the cluster logs-progress both fail, every time.
-    h.svc.fail_path(
-        &format!("/clusters/{}/logs", common::flow_builder::CLUSTER),
-        500,
-    );
+    h.svc.fail_path(&format!("/clusters/{}/logs", CLUSTER), 500);
     run(h.flow("bootstrap", 3)).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
     assert!(h.svc.uploads().is_empty());

@@ -7,16 +7,16 @@ mod common;
 
 use assisted_installer::clock::FakeClock;
 use assisted_installer::commands::install::dry_run_commands;
+use assisted_installer::flow::testing::{FakeWriter, FlowBuilder, HOST, INFRA};
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::host::root::{HostRoot, Unreachable};
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
 use assisted_installer::service::InventoryClient;
 use common::fake_service::{host_json, FakeService};
-use common::fake_writer::FakeWriter;
 use common::flow_builder::{
-    failed_info, installed_as, installed_with, run, s, two_masters, with_percents, FlowBuilder,
-    Report, HOST, INFRA, LSBLK_VDA,
+    failed_info, installed_as, installed_with, run, s, two_masters, with_percents, Report,
+    LSBLK_VDA,
 };
 use common::http_server::TestServer;
 use serde_json::json;

@@ -8,7 +8,6 @@
 pub(crate) mod examples;
 pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
-pub(crate) mod fake_writer;
 pub(crate) mod flow_builder;
 pub(crate) mod http_server;
 pub(crate) mod images;
