@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use super::controller_logs::{upload_controller_logs, UPLOAD_EVERY};
 use super::Flow;
 use crate::config::Role;
+use crate::controller::tasks::ready::invoker;
 use crate::kube::install_config::{
     has_valid_vsphere_credentials, needed_ready_masters, remove_uninitialized_taint, replicas,
 };
@@ -64,12 +65,6 @@ pub(crate) fn bootstrap_post_phase(f: &Flow) -> Result<()> {
         wait_for_workers(f)?;
     }
     wait_for_mc_annotations(f, kube.as_ref())
-}
-
-/// The Go `getInvoker`: a ConfigMap that cannot be read means the assisted-service.
-fn invoker(kube: &dyn ClusterApi) -> String {
-    let data = kube.get_config_map(openshift::INVOKER_NAMESPACE, openshift::INVOKER_CONFIG_MAP);
-    openshift::invoker(data.ok().flatten().as_ref())
 }
 
 /// `waitForNodes`: until enough nodes of `role` are Ready (at once when the install-config
