@@ -10,7 +10,7 @@ use assisted_installer::commands::install::dry_run_commands;
 use assisted_installer::flow::testing::{FakeWriter, FlowBuilder, HOST, INFRA};
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
-use assisted_installer::host::root::{HostRoot, Unreachable};
+use assisted_installer::host::root::Unreachable;
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
 use assisted_installer::service::InventoryClient;
 use common::fake_service::{host_json, FakeService};
@@ -100,22 +100,6 @@ impl Harness {
         self.dir
             .path()
             .join(format!("install-dir/{role}-{HOST}.ign"))
-    }
-
-    /// A host root of its own where the appliance's registry marker exists (`with_marker`)
-    /// or not, and the flow looking for the marker there.
-    fn appliance_flow(&self, role: &str, with_marker: bool) -> FlowBuilder {
-        let host = self.dir.path().join("host");
-        let marker = Path::new("/run/media/iso/registry");
-        let made = if with_marker {
-            host.join(&marker.to_str().unwrap()[1..])
-        } else {
-            host.clone()
-        };
-        std::fs::create_dir_all(made).unwrap();
-        self.flow(role)
-            .paths(|p| p.registry_marker = marker.to_path_buf())
-            .paths(|p| p.host_root = Ok(HostRoot::At(host)))
     }
 }
 
@@ -251,7 +235,7 @@ fn the_write_is_tried_three_times_a_second_apart() {
 }
 
 #[test]
-fn a_failed_disk_cleanup_is_reported_and_the_install_continues() {
+fn a_failed_disk_cleanup_is_reported_and_the_install_continues_and_a_skipped_one_runs_nothing() {
     let h = Harness::new("master");
     h.runner.fail(
         "wipefs --all --force /dev/vda",
@@ -267,10 +251,7 @@ fn a_failed_disk_cleanup_is_reported_and_the_install_continues() {
     let mut want = installed_as("master");
     want.insert(1, s("Starting installation", CLEAN_FAILED));
     assert_eq!(h.reports(), want);
-}
-
-#[test]
-fn skip_installation_disk_cleanup_runs_no_cleanup_command() {
+    // With --skip-installation-disk-cleanup, no cleanup command runs.
     let h = Harness::new("master");
     run(h
         .flow("master")
@@ -379,34 +360,13 @@ fn bad_input_fails_before_any_disk_is_touched() {
 }
 
 #[test]
-fn the_registry_marker_is_looked_for_on_the_host() {
-    // The appliance's /run/media/iso/registry exists on the host only (the container does not
-    // mount /run/media): the flow must see it through the host's root.
-    let h = Harness::new("master");
-    appliance_disk(&h.runner, GIB);
-    run(h.appliance_flow("master", true)).unwrap();
-    assert!(h
-        .reports()
-        .contains(&s("Copying registry data to disk", "")));
-    assert!(h
-        .runner
-        .lines()
-        .contains(&"du -sb /mnt/agentdata".to_string()));
-    // Without it on the host, the same install copies nothing.
-    let h = Harness::new("master");
-    run(h.appliance_flow("master", false)).unwrap();
-    assert_eq!(h.reports(), installed_as("master"));
-    assert!(!h.runner.lines().iter().any(|l| l.starts_with("du ")));
-}
-
-#[test]
 fn any_other_role_takes_the_master_path_under_its_own_name() {
     // Go: only bootstrap and worker are special; another role (arbiter, or one it does not
     // know) installs like a master, but is reported and names its Ignition file by its own
     // name, and skips the registry copy, which needs role master.
     for role in ["arbiter", "observer"] {
         let h = Harness::new(role);
-        run(h.appliance_flow(role, true)).unwrap();
+        run(h.flow(role).registry_marker_on_host()).unwrap();
         assert_eq!(h.reports(), installed_as(role), "{role}");
         assert_eq!(h.writer.calls()[0].ignition, h.ignition(role), "{role}");
         assert!(
@@ -635,23 +595,32 @@ fn existing_root_reports() -> Vec<Report> {
 
 #[test]
 fn coreos_image_deploys_onto_the_running_root_and_skips_the_disk_steps() {
-    let h = Harness::new("master");
-    run(coreos_image_flow(&h)).unwrap();
-    assert_eq!(h.reports(), existing_root_reports());
-    assert!(h.writer.calls().is_empty(), "no disk write");
-    let expected = existing_root_sequence(&h.ignition("master"));
-    let lines = h.runner.lines();
-    assert_eq!(lines[..expected.len()], expected[..], "{lines:#?}");
-    // Then only the logs and the reboot: no disk cleanup, boot entry or registry copy.
-    let rest = &lines[expected.len()..];
-    assert!(rest[0].starts_with("podman run"), "{rest:#?}");
-    assert_eq!(
-        rest[1..],
-        [
-            "systemctl list-units --no-legend ironic-agent.service".to_string(),
-            "shutdown -r +1 'Installation completed, server is going to reboot.'".to_string(),
-        ]
-    );
+    for dry_run in [false, true] {
+        let h = Harness::new("master");
+        run(coreos_image_flow(&h).cfg(|c| c.dry_run = dry_run)).unwrap();
+        assert_eq!(h.reports(), existing_root_reports(), "dry run: {dry_run}");
+        assert!(h.writer.calls().is_empty(), "no disk write");
+        let lines = h.runner.lines();
+        if dry_run {
+            // No host command for it.
+            let deploying =
+                |l: &String| ["mount", "ostree", "stat"].iter().any(|p| l.starts_with(p));
+            assert!(!lines.iter().any(deploying), "{lines:#?}");
+            continue;
+        }
+        let expected = existing_root_sequence(&h.ignition("master"));
+        assert_eq!(lines[..expected.len()], expected[..], "{lines:#?}");
+        // Then only the logs and the reboot: no disk cleanup, boot entry or registry copy.
+        let rest = &lines[expected.len()..];
+        assert!(rest[0].starts_with("podman run"), "{rest:#?}");
+        assert_eq!(
+            rest[1..],
+            [
+                "systemctl list-units --no-legend ironic-agent.service".to_string(),
+                "shutdown -r +1 'Installation completed, server is going to reboot.'".to_string(),
+            ]
+        );
+    }
 }
 
 #[test]
@@ -677,19 +646,4 @@ fn a_coreos_image_deploy_failing_three_times_fails_the_install() {
     let lines = h.runner.lines();
     assert_eq!(lines.iter().filter(|l| **l == deploy).count(), 3);
     assert!(!lines.iter().any(|l| l.starts_with("shutdown")));
-}
-
-#[test]
-fn a_coreos_image_dry_run_runs_no_host_command_for_it() {
-    let h = Harness::new("master");
-    run(coreos_image_flow(&h).cfg(|c| c.dry_run = true)).unwrap();
-    assert_eq!(h.reports(), existing_root_reports());
-    let lines = h.runner.lines();
-    assert!(
-        !lines
-            .iter()
-            .any(|l| l.starts_with("mount") || l.starts_with("ostree") || l.starts_with("stat")),
-        "{lines:#?}"
-    );
-    assert!(h.writer.calls().is_empty());
 }
