@@ -209,6 +209,9 @@ pub struct FakeWriter {
     events: Arc<Mutex<Vec<String>>>,
     /// When set, the Ignition the writer gets must hold exactly this.
     pub expected_ignition: Mutex<Option<String>>,
+    /// When set, runs at the start of each whole write (what else happens meanwhile).
+    #[allow(clippy::type_complexity)]
+    pub before_write: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
 }
 
 fn take_one(n: &AtomicU32) -> bool {
@@ -252,6 +255,9 @@ impl DiskWriter for FakeWriter {
         ignition: &Path,
         percent: &(dyn Fn(u8) + Send + Sync),
     ) -> Result<()> {
+        if let Some(before) = &*self.before_write.lock().unwrap() {
+            before();
+        }
         self.calls.lock().unwrap().push(WriteCall {
             device: req.device.clone(),
             ignition: ignition.to_path_buf(),
