@@ -82,13 +82,9 @@ impl Harness {
         FlowBuilder::new(role, self.dir.path(), service, self.writer.clone())
             .commands(self.runner.clone())
             .clock(self.clock.clone())
-            .installer_args(&[
-                "--image-url",
-                "http://mirror.example/rhcos-metal.x86_64.raw.gz",
-                "--append-karg",
-                "nameserver=8.8.8.8",
-                "-n",
-            ])
+            // What the service sends: no image (the live one is installed), only what users
+            // and the service add.
+            .installer_args(&["--append-karg", "nameserver=8.8.8.8", "-n"])
     }
 
     fn reports(&self) -> Vec<Report> {
@@ -108,16 +104,16 @@ fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
     let h = Harness::new("master");
     run(h.flow("master")).unwrap();
     assert_eq!(h.reports(), installed_as("master"));
-    // The write got the device, the downloaded Ignition and the installer args.
+    // The write got the device, the downloaded Ignition and the installer args: no image
+    // source, so the live image.
     let calls = h.writer.calls();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].device.display().to_string(), "/dev/vda");
     assert_eq!(calls[0].ignition, h.ignition("master"));
-    assert_eq!(
-        calls[0].args.kargs_network.append_kargs,
-        vec!["nameserver=8.8.8.8".to_string()]
-    );
-    assert!(calls[0].args.kargs_network.copy_network);
+    let args = &calls[0].args;
+    assert_eq!(args.kargs_network.append_kargs, vec!["nameserver=8.8.8.8"]);
+    assert!(args.kargs_network.copy_network);
+    assert_eq!((&args.image_url, &args.image_file), (&None, &None));
     let lines = h.runner.lines();
     assert!(
         lines.contains(&"wipefs --all --force /dev/vda".to_string()),
@@ -155,6 +151,15 @@ fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
 
 #[test]
 fn worker_waits_for_two_done_masters_after_the_write() {
+    // A master and an arbiter are enough too.
+    let h = Harness::new("worker");
+    h.svc.set_hosts_script(|_| {
+        let mut hosts = two_masters("Done");
+        hosts[1]["role"] = json!("arbiter");
+        hosts
+    });
+    run(h.flow("worker")).unwrap();
+    assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
     let h = Harness::new("worker");
     h.svc.set_hosts_script(|poll| {
         let mut hosts = two_masters(if poll >= 3 { "Done" } else { "Rebooting" });
@@ -177,18 +182,6 @@ fn worker_waits_for_two_done_masters_after_the_write() {
     );
     let ign = &h.writer.calls()[0].ignition;
     assert!(ign.ends_with(format!("worker-{HOST}.ign")), "{ign:?}");
-}
-
-#[test]
-fn a_master_and_an_arbiter_are_enough_for_a_worker() {
-    let h = Harness::new("worker");
-    h.svc.set_hosts_script(|_| {
-        let mut hosts = two_masters("Done");
-        hosts[1]["role"] = json!("arbiter");
-        hosts
-    });
-    run(h.flow("worker")).unwrap();
-    assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
 }
 
 #[test]
@@ -280,7 +273,7 @@ fn a_service_unreachable_for_a_while_loses_no_stage_and_keeps_the_order() {
 }
 
 #[test]
-fn ironic_present_stops_the_agent_instead_of_rebooting() {
+fn ironic_stops_the_agent_instead_of_rebooting_and_a_failed_reboot_is_fatal() {
     let h = Harness::new("master");
     h.runner.ok(
         "systemctl list-units --no-legend ironic-agent.service",
@@ -297,22 +290,15 @@ fn ironic_present_stops_the_agent_instead_of_rebooting() {
         "{lines:#?}"
     );
     assert!(!lines.iter().any(|l| l.starts_with("shutdown")));
-}
-
-#[test]
-fn no_image_source_installs_the_live_image() {
-    // What the service sends: no image, only what users and the service add.
+    // Without ironic, a failed reboot is fatal.
     let h = Harness::new("master");
-    run(h
-        .flow("master")
-        .installer_args(&["--append-karg", "x=1", "-n"]))
-    .unwrap();
-    let calls = h.writer.calls();
-    assert_eq!(calls.len(), 1);
-    let args = &calls[0].args;
-    assert_eq!((&args.image_url, &args.image_file), (&None, &None));
-    assert!(args.kargs_network.copy_network);
-    assert_eq!(args.kargs_network.append_kargs, vec!["x=1"]);
+    h.runner.fail(
+        "shutdown -r +1 'Installation completed, server is going to reboot.'",
+        1,
+        "Failed to set wall message",
+    );
+    run(h.flow("master")).unwrap_err();
+    failed_info(&h.reports());
 }
 
 /// What the installer says when the host's files cannot be read.
@@ -374,18 +360,6 @@ fn any_other_role_takes_the_master_path_under_its_own_name() {
             "{role}: no control-plane wait"
         );
     }
-}
-
-#[test]
-fn a_reboot_failure_is_fatal() {
-    let h = Harness::new("master");
-    h.runner.fail(
-        "shutdown -r +1 'Installation completed, server is going to reboot.'",
-        1,
-        "Failed to set wall message",
-    );
-    run(h.flow("master")).unwrap_err();
-    failed_info(&h.reports());
 }
 
 #[test]
