@@ -6,7 +6,6 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::Flow;
 use crate::clock::SYSTEM_CLOCK;
@@ -36,7 +35,11 @@ impl ConfiguringStatus {
         let (every, thread_stop) = (f.intervals.slow_poll, stop.clone());
         let handle = std::thread::Builder::new()
             .name("configuring".into())
-            .spawn(move || watch.run(&thread_stop, every))
+            // On the real clock: the thread runs beside the flow, whose (in tests, fake) clock
+            // records the flow's own waits only. A stop is the normal end (the flow went on).
+            .spawn(move || {
+                let _ = SYSTEM_CLOCK.poll_until(&thread_stop, every, || watch.poll().then_some(()));
+            })
             .expect("spawning the configuring-status thread");
         ConfiguringStatus {
             stop,
@@ -78,14 +81,6 @@ impl Watch {
             logs: mcs_log(f),
             hosts: None,
         }
-    }
-
-    /// Polls until no host is left to watch or `stop` fires. The thread sleeps on the real
-    /// clock: it runs beside the flow, whose (in tests, fake) clock records the flow's own
-    /// waits only.
-    fn run(&mut self, stop: &Cancel, every: Duration) {
-        // A stop is the normal end here (the flow went on): nothing to report.
-        let _ = SYSTEM_CLOCK.poll_until(stop, every, || self.poll().then_some(()));
     }
 
     /// One look at the log; whether every host is past its Ignition fetch.
@@ -220,7 +215,7 @@ mod tests {
         t.flow.cfg.dry_run_cluster_hosts_path = Some(path);
         let mut watch = Watch::of(&t.flow);
         let reports = || {
-            t.flow.reporter.drain(Duration::from_secs(10));
+            t.flow.reporter.drain(std::time::Duration::from_secs(10));
             t.service.other_reports.lock().unwrap().clone()
         };
         let report = |id: &str, stage: &str| (id.to_string(), stage.to_string());

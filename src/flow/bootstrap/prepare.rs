@@ -39,7 +39,12 @@ pub(crate) fn start_bootstrap(f: &Flow, sno: bool) -> Result<()> {
         if !sno {
             r.run("ssh-keygen", &["-q", "-f", "/root/.ssh/id_rsa", "-N", ""])
                 .context("generating the bootstrap SSH key")?;
-            create_ssh_manifest(f)?;
+            let key = r.run("cat", &["/root/.ssh/id_rsa.pub"])?;
+            let dir = f.paths.openshift_dir.join("openshift");
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let path = dir.join(SSH_MANIFEST_FILE_NAME);
+            std::fs::write(&path, render_ssh_manifest(&key)?)
+                .with_context(|| format!("writing {}", path.display()))?;
         }
     }
     f.host.systemd().systemctl("daemon-reload", &[])?;
@@ -116,15 +121,6 @@ fn lay_down_bootstrap_ignition(f: &Flow, bootstrap_ign: &Path) -> Result<()> {
         )
         .map(|_| ())
         .map_err(|e| e.into_anyhow())
-}
-
-fn create_ssh_manifest(f: &Flow) -> Result<()> {
-    let key = f.host.commands.run("cat", &["/root/.ssh/id_rsa.pub"])?;
-    let dir = f.paths.openshift_dir.join("openshift");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(SSH_MANIFEST_FILE_NAME);
-    std::fs::write(&path, render_ssh_manifest(&key)?)
-        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// `checkHostname`: an invalid or `localhost` hostname would let NetworkManager overwrite

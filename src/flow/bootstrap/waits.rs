@@ -222,8 +222,17 @@ fn wait_for_controller(f: &Flow, kube: &dyn ClusterApi) -> Result<()> {
     let mut next_upload = clock.now() + UPLOAD_EVERY;
     clock
         .poll_until(&f.stop, f.intervals.poll, || {
-            if controller_ready(kube, &mut seen) {
-                return Some(());
+            // Whether the ready event is there; new events are logged.
+            match kube.list_events(CONTROLLER_NAMESPACE) {
+                Ok(events) => {
+                    for e in events.iter().filter(|e| seen.insert(e.name.clone())) {
+                        tracing::info!("controller event {}: {} {}", e.name, e.reason, e.message);
+                    }
+                    if events.iter().any(|e| e.name == CONTROLLER_READY_EVENT) {
+                        return Some(());
+                    }
+                }
+                Err(e) => tracing::warn!("listing events in {CONTROLLER_NAMESPACE}: {e:#}"),
             }
             if clock.now() >= next_upload {
                 upload_controller_logs(f, kube);
@@ -244,24 +253,6 @@ fn wait_for_controller(f: &Flow, kube: &dyn ClusterApi) -> Result<()> {
     }
     upload_controller_logs(f, kube);
     Ok(())
-}
-
-/// One look at the controller's events: whether the ready one is there. New events are logged.
-fn controller_ready(kube: &dyn ClusterApi, seen: &mut BTreeSet<String>) -> bool {
-    match kube.list_events(CONTROLLER_NAMESPACE) {
-        Ok(events) => {
-            for e in &events {
-                if seen.insert(e.name.clone()) {
-                    tracing::info!("controller event {}: {} {}", e.name, e.reason, e.message);
-                }
-            }
-            events.iter().any(|e| e.name == CONTROLLER_READY_EVENT)
-        }
-        Err(e) => {
-            tracing::warn!("listing events in {CONTROLLER_NAMESPACE}: {e:#}");
-            false
-        }
-    }
 }
 
 /// `waitForWorkers`: agent-based installs run the service on this host, so it waits until no
