@@ -4,7 +4,6 @@
 //! mode the log is made up from the cluster-hosts file (see `mcs_logs::dry_run_mcs_log`).
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 
 use super::Flow;
@@ -131,12 +130,22 @@ impl Watch {
     }
 }
 
-/// The machine-config-server's log: from the container logs directory, or in dry-run mode
-/// made up from the cluster-hosts file.
+/// The machine-config-server's log: every one in the container logs directory, concatenated,
+/// or in dry-run mode made up from the cluster-hosts file.
 fn mcs_log(f: &Flow) -> Box<dyn Fn() -> String + Send> {
     if !f.cfg.dry_run {
         let dir = f.paths.container_logs.clone();
-        return Box::new(move || read_mcs_logs(&dir));
+        return Box::new(move || {
+            let mut out = String::new();
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.contains("machine-config-server") && name.ends_with(".log") {
+                    out.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+                    out.push('\n');
+                }
+            }
+            out
+        });
     }
     let path = f.cfg.dry_run_cluster_hosts_path.as_deref();
     let hosts = cluster_hosts::load_optional(path).unwrap_or_else(|e| {
@@ -145,21 +154,6 @@ fn mcs_log(f: &Flow) -> Box<dyn Fn() -> String + Send> {
         Vec::new()
     });
     Box::new(move || dry_run_mcs_log(&hosts))
-}
-
-/// Every machine-config-server log in the container logs directory, concatenated.
-fn read_mcs_logs(dir: &Path) -> String {
-    let mut out = String::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.contains("machine-config-server") && name.ends_with(".log") {
-                out.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
-                out.push('\n');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
