@@ -234,7 +234,7 @@ fn controller_pod() -> Pod {
 }
 
 /// The controller log of each upload the service accepted, in order (what an upload holds
-/// besides: controller_logs' the_running_pods_last_hour_is_uploaded).
+/// besides: controller_logs' the_running_pods_last_hour_is_uploaded_or_a_line_saying_why_not).
 fn controller_logs_uploaded(h: &Harness) -> Vec<String> {
     let log = |u: &LogsUpload| String::from_utf8(untar_gz(&u.data).remove(0).1).unwrap();
     h.svc.uploads().iter().map(log).collect()
