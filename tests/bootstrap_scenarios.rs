@@ -511,7 +511,7 @@ fn single_node_happy_path_merges_the_host_ignition_and_reboots_now() {
 }
 
 #[test]
-fn single_node_without_master_ign_fails_and_resets_the_early_write() {
+fn single_node_without_master_ign_resets_the_early_write_and_a_failed_one_is_written_again() {
     let h = Harness::new("sno");
     run(h.flow("master", 1)).unwrap_err();
     let info = failed_info(&h.reports());
@@ -520,10 +520,7 @@ fn single_node_without_master_ign_fails_and_resets_the_early_write() {
         "{info}"
     );
     assert_eq!(h.writer.events().last().unwrap(), "abandon");
-}
-
-#[test]
-fn a_failed_early_write_is_written_again_in_the_normal_place() {
+    // A failed early write is written again in the normal place.
     let h = Harness::new("sno");
     std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
     h.writer.stream_failures.store(1, Ordering::SeqCst);
