@@ -10,8 +10,6 @@ mod coreos_image;
 mod estimates;
 #[path = "../tests/common/fake_service.rs"]
 mod fake_service;
-#[path = "../tests/common/flow_builder.rs"]
-mod flow_builder;
 #[path = "../tests/common/http_server.rs"]
 mod http_server;
 #[path = "common/loopdev.rs"]
@@ -301,11 +299,11 @@ const SIMULATED_BOOTSTRAP: Duration = Duration::from_secs(4);
 fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
     use assisted_installer::clock::SystemClock;
     use assisted_installer::flow::node::run_installer;
+    use assisted_installer::flow::testing::{FlowBuilder, HOST};
     use assisted_installer::flow::writer::InProcessWriter;
     use assisted_installer::flow::Intervals;
     use assisted_installer::host::commands::RecordingRunner;
     use assisted_installer::image::Cancel;
-    use flow_builder::{FlowBuilder, HOST};
     use std::sync::Arc;
     let svc = fake_service::FakeService::new();
     svc.set_host_role(HOST, "sno");

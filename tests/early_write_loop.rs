@@ -9,13 +9,13 @@ mod coreos_image;
 
 use assisted_installer::clock::SystemClock;
 use assisted_installer::flow::node::run_installer;
+use assisted_installer::flow::testing::{FlowBuilder, HOST};
 use assisted_installer::flow::writer::InProcessWriter;
 use assisted_installer::flow::Intervals;
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::ignition::merge::merge_host_into_sno;
 use assisted_installer::image::Cancel;
 use common::fake_service::FakeService;
-use common::flow_builder::{FlowBuilder, HOST};
 use common::http_server::TestServer;
 use common::root::{have_root, sgdisk_verify, Ext4, LoopDev};
 use coreos_image::{cached_image_set, ImageSpec, BLS_ENTRY_PATH, BOOT_LABEL};

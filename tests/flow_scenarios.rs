@@ -7,16 +7,16 @@ mod common;
 
 use assisted_installer::clock::FakeClock;
 use assisted_installer::commands::install::dry_run_commands;
+use assisted_installer::flow::testing::{FakeWriter, FlowBuilder, HOST, INFRA};
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
-use assisted_installer::host::root::{HostRoot, Unreachable};
+use assisted_installer::host::root::Unreachable;
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
 use assisted_installer::service::InventoryClient;
 use common::fake_service::{host_json, FakeService};
-use common::fake_writer::FakeWriter;
 use common::flow_builder::{
-    failed_info, installed_as, installed_with, run, s, two_masters, with_percents, FlowBuilder,
-    Report, HOST, INFRA, LSBLK_VDA,
+    failed_info, installed_as, installed_with, run, s, two_masters, with_percents, Report,
+    LSBLK_VDA,
 };
 use common::http_server::TestServer;
 use serde_json::json;
@@ -82,13 +82,9 @@ impl Harness {
         FlowBuilder::new(role, self.dir.path(), service, self.writer.clone())
             .commands(self.runner.clone())
             .clock(self.clock.clone())
-            .installer_args(&[
-                "--image-url",
-                "http://mirror.example/rhcos-metal.x86_64.raw.gz",
-                "--append-karg",
-                "nameserver=8.8.8.8",
-                "-n",
-            ])
+            // What the service sends: no image (the live one is installed), only what users
+            // and the service add.
+            .installer_args(&["--append-karg", "nameserver=8.8.8.8", "-n"])
     }
 
     fn reports(&self) -> Vec<Report> {
@@ -101,22 +97,6 @@ impl Harness {
             .path()
             .join(format!("install-dir/{role}-{HOST}.ign"))
     }
-
-    /// A host root of its own where the appliance's registry marker exists (`with_marker`)
-    /// or not, and the flow looking for the marker there.
-    fn appliance_flow(&self, role: &str, with_marker: bool) -> FlowBuilder {
-        let host = self.dir.path().join("host");
-        let marker = Path::new("/run/media/iso/registry");
-        let made = if with_marker {
-            host.join(&marker.to_str().unwrap()[1..])
-        } else {
-            host.clone()
-        };
-        std::fs::create_dir_all(made).unwrap();
-        self.flow(role)
-            .paths(|p| p.registry_marker = marker.to_path_buf())
-            .paths(|p| p.host_root = Ok(HostRoot::At(host)))
-    }
 }
 
 #[test]
@@ -124,16 +104,16 @@ fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
     let h = Harness::new("master");
     run(h.flow("master")).unwrap();
     assert_eq!(h.reports(), installed_as("master"));
-    // The write got the device, the downloaded Ignition and the installer args.
+    // The write got the device, the downloaded Ignition and the installer args: no image
+    // source, so the live image.
     let calls = h.writer.calls();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].device.display().to_string(), "/dev/vda");
     assert_eq!(calls[0].ignition, h.ignition("master"));
-    assert_eq!(
-        calls[0].args.kargs_network.append_kargs,
-        vec!["nameserver=8.8.8.8".to_string()]
-    );
-    assert!(calls[0].args.kargs_network.copy_network);
+    let args = &calls[0].args;
+    assert_eq!(args.kargs_network.append_kargs, vec!["nameserver=8.8.8.8"]);
+    assert!(args.kargs_network.copy_network);
+    assert_eq!((&args.image_url, &args.image_file), (&None, &None));
     let lines = h.runner.lines();
     assert!(
         lines.contains(&"wipefs --all --force /dev/vda".to_string()),
@@ -171,6 +151,15 @@ fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
 
 #[test]
 fn worker_waits_for_two_done_masters_after_the_write() {
+    // A master and an arbiter are enough too.
+    let h = Harness::new("worker");
+    h.svc.set_hosts_script(|_| {
+        let mut hosts = two_masters("Done");
+        hosts[1]["role"] = json!("arbiter");
+        hosts
+    });
+    run(h.flow("worker")).unwrap();
+    assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
     let h = Harness::new("worker");
     h.svc.set_hosts_script(|poll| {
         let mut hosts = two_masters(if poll >= 3 { "Done" } else { "Rebooting" });
@@ -193,18 +182,6 @@ fn worker_waits_for_two_done_masters_after_the_write() {
     );
     let ign = &h.writer.calls()[0].ignition;
     assert!(ign.ends_with(format!("worker-{HOST}.ign")), "{ign:?}");
-}
-
-#[test]
-fn a_master_and_an_arbiter_are_enough_for_a_worker() {
-    let h = Harness::new("worker");
-    h.svc.set_hosts_script(|_| {
-        let mut hosts = two_masters("Done");
-        hosts[1]["role"] = json!("arbiter");
-        hosts
-    });
-    run(h.flow("worker")).unwrap();
-    assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
 }
 
 #[test]
@@ -251,7 +228,7 @@ fn the_write_is_tried_three_times_a_second_apart() {
 }
 
 #[test]
-fn a_failed_disk_cleanup_is_reported_and_the_install_continues() {
+fn a_failed_disk_cleanup_is_reported_and_the_install_continues_and_a_skipped_one_runs_nothing() {
     let h = Harness::new("master");
     h.runner.fail(
         "wipefs --all --force /dev/vda",
@@ -267,10 +244,7 @@ fn a_failed_disk_cleanup_is_reported_and_the_install_continues() {
     let mut want = installed_as("master");
     want.insert(1, s("Starting installation", CLEAN_FAILED));
     assert_eq!(h.reports(), want);
-}
-
-#[test]
-fn skip_installation_disk_cleanup_runs_no_cleanup_command() {
+    // With --skip-installation-disk-cleanup, no cleanup command runs.
     let h = Harness::new("master");
     run(h
         .flow("master")
@@ -299,7 +273,7 @@ fn a_service_unreachable_for_a_while_loses_no_stage_and_keeps_the_order() {
 }
 
 #[test]
-fn ironic_present_stops_the_agent_instead_of_rebooting() {
+fn ironic_stops_the_agent_instead_of_rebooting_and_a_failed_reboot_is_fatal() {
     let h = Harness::new("master");
     h.runner.ok(
         "systemctl list-units --no-legend ironic-agent.service",
@@ -316,22 +290,15 @@ fn ironic_present_stops_the_agent_instead_of_rebooting() {
         "{lines:#?}"
     );
     assert!(!lines.iter().any(|l| l.starts_with("shutdown")));
-}
-
-#[test]
-fn no_image_source_installs_the_live_image() {
-    // What the service sends: no image, only what users and the service add.
+    // Without ironic, a failed reboot is fatal.
     let h = Harness::new("master");
-    run(h
-        .flow("master")
-        .installer_args(&["--append-karg", "x=1", "-n"]))
-    .unwrap();
-    let calls = h.writer.calls();
-    assert_eq!(calls.len(), 1);
-    let args = &calls[0].args;
-    assert_eq!((&args.image_url, &args.image_file), (&None, &None));
-    assert!(args.kargs_network.copy_network);
-    assert_eq!(args.kargs_network.append_kargs, vec!["x=1"]);
+    h.runner.fail(
+        "shutdown -r +1 'Installation completed, server is going to reboot.'",
+        1,
+        "Failed to set wall message",
+    );
+    run(h.flow("master")).unwrap_err();
+    failed_info(&h.reports());
 }
 
 /// What the installer says when the host's files cannot be read.
@@ -379,34 +346,13 @@ fn bad_input_fails_before_any_disk_is_touched() {
 }
 
 #[test]
-fn the_registry_marker_is_looked_for_on_the_host() {
-    // The appliance's /run/media/iso/registry exists on the host only (the container does not
-    // mount /run/media): the flow must see it through the host's root.
-    let h = Harness::new("master");
-    appliance_disk(&h.runner, GIB);
-    run(h.appliance_flow("master", true)).unwrap();
-    assert!(h
-        .reports()
-        .contains(&s("Copying registry data to disk", "")));
-    assert!(h
-        .runner
-        .lines()
-        .contains(&"du -sb /mnt/agentdata".to_string()));
-    // Without it on the host, the same install copies nothing.
-    let h = Harness::new("master");
-    run(h.appliance_flow("master", false)).unwrap();
-    assert_eq!(h.reports(), installed_as("master"));
-    assert!(!h.runner.lines().iter().any(|l| l.starts_with("du ")));
-}
-
-#[test]
 fn any_other_role_takes_the_master_path_under_its_own_name() {
     // Go: only bootstrap and worker are special; another role (arbiter, or one it does not
     // know) installs like a master, but is reported and names its Ignition file by its own
     // name, and skips the registry copy, which needs role master.
     for role in ["arbiter", "observer"] {
         let h = Harness::new(role);
-        run(h.appliance_flow(role, true)).unwrap();
+        run(h.flow(role).registry_marker_on_host()).unwrap();
         assert_eq!(h.reports(), installed_as(role), "{role}");
         assert_eq!(h.writer.calls()[0].ignition, h.ignition(role), "{role}");
         assert!(
@@ -414,18 +360,6 @@ fn any_other_role_takes_the_master_path_under_its_own_name() {
             "{role}: no control-plane wait"
         );
     }
-}
-
-#[test]
-fn a_reboot_failure_is_fatal() {
-    let h = Harness::new("master");
-    h.runner.fail(
-        "shutdown -r +1 'Installation completed, server is going to reboot.'",
-        1,
-        "Failed to set wall message",
-    );
-    run(h.flow("master")).unwrap_err();
-    failed_info(&h.reports());
 }
 
 #[test]
@@ -635,23 +569,32 @@ fn existing_root_reports() -> Vec<Report> {
 
 #[test]
 fn coreos_image_deploys_onto_the_running_root_and_skips_the_disk_steps() {
-    let h = Harness::new("master");
-    run(coreos_image_flow(&h)).unwrap();
-    assert_eq!(h.reports(), existing_root_reports());
-    assert!(h.writer.calls().is_empty(), "no disk write");
-    let expected = existing_root_sequence(&h.ignition("master"));
-    let lines = h.runner.lines();
-    assert_eq!(lines[..expected.len()], expected[..], "{lines:#?}");
-    // Then only the logs and the reboot: no disk cleanup, boot entry or registry copy.
-    let rest = &lines[expected.len()..];
-    assert!(rest[0].starts_with("podman run"), "{rest:#?}");
-    assert_eq!(
-        rest[1..],
-        [
-            "systemctl list-units --no-legend ironic-agent.service".to_string(),
-            "shutdown -r +1 'Installation completed, server is going to reboot.'".to_string(),
-        ]
-    );
+    for dry_run in [false, true] {
+        let h = Harness::new("master");
+        run(coreos_image_flow(&h).cfg(|c| c.dry_run = dry_run)).unwrap();
+        assert_eq!(h.reports(), existing_root_reports(), "dry run: {dry_run}");
+        assert!(h.writer.calls().is_empty(), "no disk write");
+        let lines = h.runner.lines();
+        if dry_run {
+            // No host command for it.
+            let deploying =
+                |l: &String| ["mount", "ostree", "stat"].iter().any(|p| l.starts_with(p));
+            assert!(!lines.iter().any(deploying), "{lines:#?}");
+            continue;
+        }
+        let expected = existing_root_sequence(&h.ignition("master"));
+        assert_eq!(lines[..expected.len()], expected[..], "{lines:#?}");
+        // Then only the logs and the reboot: no disk cleanup, boot entry or registry copy.
+        let rest = &lines[expected.len()..];
+        assert!(rest[0].starts_with("podman run"), "{rest:#?}");
+        assert_eq!(
+            rest[1..],
+            [
+                "systemctl list-units --no-legend ironic-agent.service".to_string(),
+                "shutdown -r +1 'Installation completed, server is going to reboot.'".to_string(),
+            ]
+        );
+    }
 }
 
 #[test]
@@ -677,19 +620,4 @@ fn a_coreos_image_deploy_failing_three_times_fails_the_install() {
     let lines = h.runner.lines();
     assert_eq!(lines.iter().filter(|l| **l == deploy).count(), 3);
     assert!(!lines.iter().any(|l| l.starts_with("shutdown")));
-}
-
-#[test]
-fn a_coreos_image_dry_run_runs_no_host_command_for_it() {
-    let h = Harness::new("master");
-    run(coreos_image_flow(&h).cfg(|c| c.dry_run = true)).unwrap();
-    assert_eq!(h.reports(), existing_root_reports());
-    let lines = h.runner.lines();
-    assert!(
-        !lines
-            .iter()
-            .any(|l| l.starts_with("mount") || l.starts_with("ostree") || l.starts_with("stat")),
-        "{lines:#?}"
-    );
-    assert!(h.writer.calls().is_empty());
 }

@@ -11,13 +11,13 @@ mod coreos_image;
 
 use assisted_installer::clock::FakeClock;
 use assisted_installer::flow::node::run_installer;
+use assisted_installer::flow::testing::{FlowBuilder, HOST};
 use assisted_installer::flow::writer::InProcessWriter;
 use assisted_installer::host::commands::{CommandRunner, HostRunner, RecordingRunner, Reply};
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::image::Cancel;
 use base64::Engine;
 use common::fake_service::FakeService;
-use common::flow_builder::{FlowBuilder, HOST};
 use common::root::{have_root, read_gpt, sgdisk_verify, LoopDev};
 use coreos_image::cached_xfs_raw;
 use std::io::Write;

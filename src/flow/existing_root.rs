@@ -78,10 +78,7 @@ mod tests {
             Some(Path::new("/etc/NetworkManager/system-connections"))
         );
         assert!(unused_options(&a).is_empty());
-    }
-
-    #[test]
-    fn no_copy_network_no_keyfiles_and_network_dir_is_honoured() {
+        // No --copy-network, no keyfiles; --network-dir is honoured.
         let a = args("--network-dir /etc/custom");
         assert_eq!(request("i", &a, Path::new("x")).network_dir, None);
         let a = args("--copy-network --network-dir /etc/custom");

@@ -8,6 +8,8 @@ pub(crate) mod early;
 mod existing_root;
 pub mod node;
 pub(crate) mod skip_mco;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 pub(crate) mod wait;
 pub mod writer;
 
@@ -107,6 +109,3 @@ pub struct Flow {
     /// [`crate::clock::Stopped`], which the flow reports as `Failed` like any other error.
     pub stop: Cancel,
 }
-
-#[cfg(test)]
-mod testing;

@@ -327,47 +327,32 @@ mod tests {
     use crate::host::ExecError;
     use std::sync::atomic::Ordering;
 
+    /// A stop before the write (master) or during the worker's wait, after it: reported as a
+    /// failure, with no poll after it and no reboot.
     #[test]
-    fn a_stop_during_the_workers_wait_is_reported_as_a_failure() {
-        let t = TestFlow::new("worker");
-        t.service
-            .stop_when_listing_hosts
-            .store(true, Ordering::SeqCst);
-        let e = run_installer(&t.flow).unwrap_err();
-        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
-        let reports = t.reports();
-        assert_eq!(
-            reports.last().unwrap(),
-            &(
-                "Failed".to_string(),
-                "waiting for the control plane: stop requested".to_string()
-            ),
-            "{reports:?}"
-        );
-        assert!(t.clock.sleeps().is_empty(), "no poll after the stop");
-        assert!(!reports.iter().any(|(stage, _)| stage == "Rebooting"));
-        assert_eq!(
-            t.writes.load(Ordering::SeqCst),
-            1,
-            "the disk was written before"
-        );
-    }
-
-    #[test]
-    fn a_stop_before_the_write_ends_the_flow_without_writing() {
-        let t = TestFlow::new("master");
-        t.flow.stop.cancel();
-        let e = run_installer(&t.flow).unwrap_err();
-        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
-        assert_eq!(
-            t.reports().last().unwrap(),
-            &(
-                "Failed".to_string(),
-                "writing the image to /dev/vda: stop requested".to_string()
-            )
-        );
-        assert_eq!(t.writes.load(Ordering::SeqCst), 0);
-        assert!(t.clock.sleeps().is_empty());
+    fn a_stop_is_reported_as_a_failure() {
+        let cases = [
+            ("master", "writing the image to /dev/vda", 0),
+            ("worker", "waiting for the control plane", 1),
+        ];
+        for (role, during, writes) in cases {
+            let t = TestFlow::new(role);
+            match role {
+                "master" => t.flow.stop.cancel(),
+                _ => t
+                    .service
+                    .stop_when_listing_hosts
+                    .store(true, Ordering::SeqCst),
+            }
+            let e = run_installer(&t.flow).unwrap_err();
+            assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+            let reports = t.reports();
+            let failed = ("Failed".to_string(), format!("{during}: stop requested"));
+            assert_eq!(reports.last().unwrap(), &failed, "{reports:?}");
+            assert!(t.clock.sleeps().is_empty(), "no poll after the stop");
+            assert!(!reports.iter().any(|(stage, _)| stage == "Rebooting"));
+            assert_eq!(t.writer.calls().len(), writes, "{role}");
+        }
     }
 
     #[test]

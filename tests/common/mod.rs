@@ -1,6 +1,6 @@
 //! Support shared by the integration tests: the one test HTTP server and the fakes of the
-//! assisted-service and the Kubernetes API it serves, the scenario
-//! `Flow` builder and disk writer, small synthetic GPT images, root and loop-device helpers, a CA
+//! assisted-service and the Kubernetes API it serves, the scenarios'
+//! expected reports (their `Flow` builder and disk writer are the crate's `flow::testing`), small synthetic GPT images, root and loop-device helpers, a CA
 //! of its own for HTTPS, the package's example programs (built on demand), the
 //! standalone fake service's report, and the dry-run master install the entrypoint tests run.
 #![allow(dead_code)]
@@ -8,7 +8,6 @@
 pub(crate) mod examples;
 pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
-pub(crate) mod fake_writer;
 pub(crate) mod flow_builder;
 pub(crate) mod http_server;
 pub(crate) mod images;

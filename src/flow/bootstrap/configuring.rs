@@ -4,9 +4,7 @@
 //! mode the log is made up from the cluster-hosts file (see `mcs_logs::dry_run_mcs_log`).
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::Flow;
 use crate::clock::SYSTEM_CLOCK;
@@ -36,7 +34,11 @@ impl ConfiguringStatus {
         let (every, thread_stop) = (f.intervals.slow_poll, stop.clone());
         let handle = std::thread::Builder::new()
             .name("configuring".into())
-            .spawn(move || watch.run(&thread_stop, every))
+            // On the real clock: the thread runs beside the flow, whose (in tests, fake) clock
+            // records the flow's own waits only. A stop is the normal end (the flow went on).
+            .spawn(move || {
+                let _ = SYSTEM_CLOCK.poll_until(&thread_stop, every, || watch.poll().then_some(()));
+            })
             .expect("spawning the configuring-status thread");
         ConfiguringStatus {
             stop,
@@ -78,14 +80,6 @@ impl Watch {
             logs: mcs_log(f),
             hosts: None,
         }
-    }
-
-    /// Polls until no host is left to watch or `stop` fires. The thread sleeps on the real
-    /// clock: it runs beside the flow, whose (in tests, fake) clock records the flow's own
-    /// waits only.
-    fn run(&mut self, stop: &Cancel, every: Duration) {
-        // A stop is the normal end here (the flow went on): nothing to report.
-        let _ = SYSTEM_CLOCK.poll_until(stop, every, || self.poll().then_some(()));
     }
 
     /// One look at the log; whether every host is past its Ignition fetch.
@@ -136,12 +130,22 @@ impl Watch {
     }
 }
 
-/// The machine-config-server's log: from the container logs directory, or in dry-run mode
-/// made up from the cluster-hosts file.
+/// The machine-config-server's log: every one in the container logs directory, concatenated,
+/// or in dry-run mode made up from the cluster-hosts file.
 fn mcs_log(f: &Flow) -> Box<dyn Fn() -> String + Send> {
     if !f.cfg.dry_run {
         let dir = f.paths.container_logs.clone();
-        return Box::new(move || read_mcs_logs(&dir));
+        return Box::new(move || {
+            let mut out = String::new();
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.contains("machine-config-server") && name.ends_with(".log") {
+                    out.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+                    out.push('\n');
+                }
+            }
+            out
+        });
     }
     let path = f.cfg.dry_run_cluster_hosts_path.as_deref();
     let hosts = cluster_hosts::load_optional(path).unwrap_or_else(|e| {
@@ -150,21 +154,6 @@ fn mcs_log(f: &Flow) -> Box<dyn Fn() -> String + Send> {
         Vec::new()
     });
     Box::new(move || dry_run_mcs_log(&hosts))
-}
-
-/// Every machine-config-server log in the container logs directory, concatenated.
-fn read_mcs_logs(dir: &Path) -> String {
-    let mut out = String::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.contains("machine-config-server") && name.ends_with(".log") {
-                out.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
-                out.push('\n');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -220,7 +209,7 @@ mod tests {
         t.flow.cfg.dry_run_cluster_hosts_path = Some(path);
         let mut watch = Watch::of(&t.flow);
         let reports = || {
-            t.flow.reporter.drain(Duration::from_secs(10));
+            t.flow.reporter.drain(std::time::Duration::from_secs(10));
             t.service.other_reports.lock().unwrap().clone()
         };
         let report = |id: &str, stage: &str| (id.to_string(), stage.to_string());

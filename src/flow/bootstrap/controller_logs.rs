@@ -133,7 +133,7 @@ mod tests {
     }
 
     #[test]
-    fn the_running_pods_last_hour_is_uploaded() {
+    fn the_running_pods_last_hour_is_uploaded_or_a_line_saying_why_not() {
         let t = TestFlow::new("bootstrap");
         let kube = pods(
             &[("assisted-installer-controller-x7k2p", "Running")],
@@ -158,6 +158,19 @@ mod tests {
                 "started\nready\n".to_string()
             )]
         );
+        // An unreadable or empty log uploads a line saying so.
+        let pod = [("assisted-installer-controller-x7k2p", "Running")];
+        upload_controller_logs(&t.flow, &pods(&pod, None));
+        upload_controller_logs(&t.flow, &pods(&pod, Some("")));
+        let texts: Vec<String> = uploaded(&t).into_iter().skip(1).map(|u| u.2).collect();
+        assert_eq!(
+            texts,
+            [
+                "Failed to get logs of pod assisted-installer-controller-x7k2p: fake pod_log: the \
+                 API server answered 500 : connection refused\n",
+                "The log of pod assisted-installer-controller-x7k2p is empty\n"
+            ]
+        );
     }
 
     #[test]
@@ -178,22 +191,5 @@ mod tests {
             assert!(uploaded(&t).is_empty(), "{listed:?}");
             assert!(kube.log_reads().is_empty());
         }
-    }
-
-    #[test]
-    fn an_unreadable_or_empty_log_uploads_a_line_saying_so() {
-        let t = TestFlow::new("bootstrap");
-        let pod = [("assisted-installer-controller-x7k2p", "Running")];
-        upload_controller_logs(&t.flow, &pods(&pod, None));
-        upload_controller_logs(&t.flow, &pods(&pod, Some("")));
-        let texts: Vec<String> = uploaded(&t).into_iter().map(|u| u.2).collect();
-        assert_eq!(
-            texts,
-            [
-                "Failed to get logs of pod assisted-installer-controller-x7k2p: fake pod_log: the \
-                 API server answered 500 : connection refused\n",
-                "The log of pod assisted-installer-controller-x7k2p is empty\n"
-            ]
-        );
     }
 }

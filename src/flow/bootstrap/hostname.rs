@@ -39,8 +39,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn valid_names_are_kept() {
-        for name in [
+    fn valid_names_are_kept_and_invalid_ones_replaced() {
+        let kept = [
             "master-0",
             "master-0.ocp.example.com",
             "ab",
@@ -51,14 +51,8 @@ mod tests {
             // Only the exact name localhost is replaced: a longer one that starts with it is fine.
             "localhost2",
             "localhost.localdomain",
-        ] {
-            assert!(!needs_random_hostname(name), "{name:?} should be kept");
-        }
-    }
-
-    #[test]
-    fn invalid_names_are_replaced() {
-        for name in [
+        ];
+        let replaced = [
             "localhost",
             "",
             "a",
@@ -72,8 +66,11 @@ mod tests {
             "master-0\n",
             "mäster",
             &"a".repeat(64),
-        ] {
-            assert!(needs_random_hostname(name), "{name:?} should be replaced");
+        ];
+        for (names, replace) in [(&kept[..], false), (&replaced[..], true)] {
+            for name in names {
+                assert_eq!(needs_random_hostname(name), replace, "{name:?}");
+            }
         }
     }
 

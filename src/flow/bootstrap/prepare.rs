@@ -39,12 +39,25 @@ pub(crate) fn start_bootstrap(f: &Flow, sno: bool) -> Result<()> {
         if !sno {
             r.run("ssh-keygen", &["-q", "-f", "/root/.ssh/id_rsa", "-N", ""])
                 .context("generating the bootstrap SSH key")?;
-            create_ssh_manifest(f)?;
+            let key = r.run("cat", &["/root/.ssh/id_rsa.pub"])?;
+            let dir = f.paths.openshift_dir.join("openshift");
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let path = dir.join(SSH_MANIFEST_FILE_NAME);
+            std::fs::write(&path, render_ssh_manifest(&key)?)
+                .with_context(|| format!("writing {}", path.display()))?;
         }
     }
     f.host.systemd().systemctl("daemon-reload", &[])?;
     if !dry {
-        check_hostname(f)?;
+        // `checkHostname`: an invalid or `localhost` hostname would let NetworkManager
+        // overwrite /etc/resolv.conf and undo the local DNS prepender that bootkube needs.
+        let name = r.run("hostname", &[]).context("reading the hostname")?;
+        let name = name.trim();
+        if needs_random_hostname(name) {
+            let new = random_hostname();
+            tracing::info!("hostname {name:?} is not valid for the cluster; setting {new}");
+            r.run("bash", &["-c", &format!("hostnamectl set-hostname {new}")])?;
+        }
     }
     if !sno {
         // Triggers the local DNS prepender dispatcher script (absent on SNO's platform none).
@@ -116,31 +129,6 @@ fn lay_down_bootstrap_ignition(f: &Flow, bootstrap_ign: &Path) -> Result<()> {
         )
         .map(|_| ())
         .map_err(|e| e.into_anyhow())
-}
-
-fn create_ssh_manifest(f: &Flow) -> Result<()> {
-    let key = f.host.commands.run("cat", &["/root/.ssh/id_rsa.pub"])?;
-    let dir = f.paths.openshift_dir.join("openshift");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(SSH_MANIFEST_FILE_NAME);
-    std::fs::write(&path, render_ssh_manifest(&key)?)
-        .with_context(|| format!("writing {}", path.display()))
-}
-
-/// `checkHostname`: an invalid or `localhost` hostname would let NetworkManager overwrite
-/// /etc/resolv.conf and undo the local DNS prepender that bootkube needs: set a random valid one.
-fn check_hostname(f: &Flow) -> Result<()> {
-    let r = f.host.commands.as_ref();
-    let name = r.run("hostname", &[]).context("reading the hostname")?;
-    if needs_random_hostname(name.trim()) {
-        let new = random_hostname();
-        tracing::info!(
-            "hostname {:?} is not valid for the cluster; setting {new}",
-            name.trim()
-        );
-        r.run("bash", &["-c", &format!("hostnamectl set-hostname {new}")])?;
-    }
-    Ok(())
 }
 
 /// RHEL-only boot images lack `oc`: overlay the node image first and wait for it (the Go

@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use super::controller_logs::{upload_controller_logs, UPLOAD_EVERY};
 use super::Flow;
 use crate::config::Role;
+use crate::controller::tasks::ready::invoker;
 use crate::kube::install_config::{
     has_valid_vsphere_credentials, needed_ready_masters, remove_uninitialized_taint, replicas,
 };
@@ -64,12 +65,6 @@ pub(crate) fn bootstrap_post_phase(f: &Flow) -> Result<()> {
         wait_for_workers(f)?;
     }
     wait_for_mc_annotations(f, kube.as_ref())
-}
-
-/// The Go `getInvoker`: a ConfigMap that cannot be read means the assisted-service.
-fn invoker(kube: &dyn ClusterApi) -> String {
-    let data = kube.get_config_map(openshift::INVOKER_NAMESPACE, openshift::INVOKER_CONFIG_MAP);
-    openshift::invoker(data.ok().flatten().as_ref())
 }
 
 /// `waitForNodes`: until enough nodes of `role` are Ready (at once when the install-config
@@ -227,8 +222,17 @@ fn wait_for_controller(f: &Flow, kube: &dyn ClusterApi) -> Result<()> {
     let mut next_upload = clock.now() + UPLOAD_EVERY;
     clock
         .poll_until(&f.stop, f.intervals.poll, || {
-            if controller_ready(kube, &mut seen) {
-                return Some(());
+            // Whether the ready event is there; new events are logged.
+            match kube.list_events(CONTROLLER_NAMESPACE) {
+                Ok(events) => {
+                    for e in events.iter().filter(|e| seen.insert(e.name.clone())) {
+                        tracing::info!("controller event {}: {} {}", e.name, e.reason, e.message);
+                    }
+                    if events.iter().any(|e| e.name == CONTROLLER_READY_EVENT) {
+                        return Some(());
+                    }
+                }
+                Err(e) => tracing::warn!("listing events in {CONTROLLER_NAMESPACE}: {e:#}"),
             }
             if clock.now() >= next_upload {
                 upload_controller_logs(f, kube);
@@ -249,24 +253,6 @@ fn wait_for_controller(f: &Flow, kube: &dyn ClusterApi) -> Result<()> {
     }
     upload_controller_logs(f, kube);
     Ok(())
-}
-
-/// One look at the controller's events: whether the ready one is there. New events are logged.
-fn controller_ready(kube: &dyn ClusterApi, seen: &mut BTreeSet<String>) -> bool {
-    match kube.list_events(CONTROLLER_NAMESPACE) {
-        Ok(events) => {
-            for e in &events {
-                if seen.insert(e.name.clone()) {
-                    tracing::info!("controller event {}: {} {}", e.name, e.reason, e.message);
-                }
-            }
-            events.iter().any(|e| e.name == CONTROLLER_READY_EVENT)
-        }
-        Err(e) => {
-            tracing::warn!("listing events in {CONTROLLER_NAMESPACE}: {e:#}");
-            false
-        }
-    }
 }
 
 /// `waitForWorkers`: agent-based installs run the service on this host, so it waits until no
@@ -405,20 +391,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stopped_token_ends_a_wait_at_once() {
-        let t = TestFlow::new("bootstrap");
-        t.flow.stop.cancel();
-        let e = wait_for_bootkube(&t.flow).unwrap_err();
-        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
-        assert_eq!(format!("{e:#}"), "waiting for bootkube: stop requested");
-        assert!(t.clock.sleeps().is_empty(), "no poll interval slept");
-        let e = wait_for_mc_annotations(&t.flow, &FakeCluster::new()).unwrap_err();
-        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
-        assert!(t.clock.sleeps().is_empty());
-    }
-
-    #[test]
-    fn a_stop_during_a_wait_ends_it_before_the_next_poll() {
+    fn a_stop_ends_a_wait_before_its_next_poll() {
         let t = TestFlow::new("bootstrap");
         // Masters that never agree, and a signal arriving during the third poll.
         let kube = kube(&[master(None, None)], &[]);
@@ -440,5 +413,12 @@ mod tests {
             vec![t.flow.intervals.poll; 2],
             "the interval after the stop is not slept"
         );
+        // Already stopped: the waits end at once, no interval slept.
+        let e = wait_for_bootkube(&t.flow).unwrap_err();
+        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+        assert_eq!(format!("{e:#}"), "waiting for bootkube: stop requested");
+        let e = wait_for_mc_annotations(&t.flow, &FakeCluster::new()).unwrap_err();
+        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+        assert_eq!(t.clock.sleeps().len(), 2, "no poll interval slept");
     }
 }

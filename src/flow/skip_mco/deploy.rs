@@ -308,40 +308,36 @@ mod tests {
         assert!(!lines.iter().any(|l| l.starts_with("fsfreeze")));
     }
 
+    /// A failing mount, a disk that is not CoreOS, and a stop: nothing is mounted after.
     #[test]
-    fn a_failing_mount_leaves_nothing_to_unmount() {
-        let r = runner_for("/dev/sda", &sda_json());
-        r.fail("mount /dev/sda4 /mnt", 32, "mount: /mnt: wrong fs type");
-        let e = deploy(&r, &FakeClock::new(), "/dev/sda").unwrap_err();
-        assert!(format!("{e:#}").contains("mount /dev/sda4 /mnt"), "{e:#}");
-        assert_eq!(r.lines().last().unwrap(), "mount /dev/sda4 /mnt");
-    }
-
-    #[test]
-    fn a_disk_that_is_not_coreos_stops_before_any_mount() {
-        let r = runner_for(
-            "/dev/sda",
-            r#"{"blockdevices":[{"name":"sda","size":1000,"type":"disk","children":[{"name":"sda1","size":10}]}]}"#,
-        );
-        let e = deploy(&r, &FakeClock::new(), "/dev/sda").unwrap_err();
-        assert!(format!("{e:#}").contains("expected at least 4"), "{e:#}");
-        assert!(r.lines().iter().all(|l| !l.starts_with("mount")));
-    }
-
-    #[test]
-    fn a_stop_ends_the_retries() {
-        let r = runner_for("/dev/sda", &sda_json());
-        let stop = crate::image::Cancel::new();
-        stop.cancel();
-        let t = Target {
-            runner: &r,
-            clock: &FakeClock::new(),
-            stop: &stop,
-            device: "/dev/sda",
-        };
-        let e = overwrite_os_image(&t, IMAGE, DEFAULT_PLATFORM_KARG, &[]).unwrap_err();
-        assert!(e.downcast_ref::<crate::clock::Stopped>().is_some(), "{e:#}");
-        assert!(r.lines().iter().all(|l| !l.starts_with("mount")));
+    fn what_stops_the_deploy_before_or_at_its_first_mount() {
+        let not_coreos = r#"{"blockdevices":[{"name":"sda","size":1000,"type":"disk","children":[{"name":"sda1","size":10}]}]}"#;
+        let stopped = crate::image::Cancel::new();
+        stopped.cancel();
+        let cases: [(&str, bool, &str); 3] = [
+            (&sda_json(), false, "mount /dev/sda4 /mnt"),
+            (not_coreos, false, "expected at least 4"),
+            (&sda_json(), true, "stop requested"),
+        ];
+        for (json, stop, want) in cases {
+            let r = runner_for("/dev/sda", json);
+            r.fail("mount /dev/sda4 /mnt", 32, "mount: /mnt: wrong fs type");
+            let t = Target {
+                runner: &r,
+                clock: &FakeClock::new(),
+                stop: if stop { &stopped } else { &NeverStop },
+                device: "/dev/sda",
+            };
+            let e = overwrite_os_image(&t, IMAGE, DEFAULT_PLATFORM_KARG, &[]).unwrap_err();
+            assert!(format!("{e:#}").contains(want), "{e:#}");
+            assert_eq!(e.downcast_ref::<crate::clock::Stopped>().is_some(), stop);
+            // Nothing after the failed mount; no mount at all otherwise.
+            let lines = r.lines();
+            match want.starts_with("mount") {
+                true => assert_eq!(lines.last().map(String::as_str), Some(want)),
+                false => assert!(lines.iter().all(|l| !l.starts_with("mount")), "{lines:?}"),
+            }
+        }
     }
 
     #[test]

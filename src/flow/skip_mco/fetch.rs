@@ -165,30 +165,20 @@ mod tests {
     }
 
     #[test]
-    fn a_gzipped_data_url() {
-        let source = format!("data:;base64,{}", encode_base64(&gzip(&mc_config())));
-        let mc = fetch(&source).unwrap();
-        assert_eq!(mc.os_image_url, "quay.io/ocp@sha256:1");
-        assert_eq!(mc.kernel_arguments, vec!["a=1"]);
-    }
-
-    #[test]
-    fn a_plain_data_url_is_taken_as_it_is() {
-        let source = format!("data:;base64,{}", encode_base64(&mc_config()));
-        let f = McsFetcher::new(&pointer(&source, None)).unwrap();
+    fn data_urls_plain_gzipped_and_broken() {
+        let plain = format!("data:;base64,{}", encode_base64(&mc_config()));
+        let f = McsFetcher::new(&pointer(&plain, None)).unwrap();
         assert_eq!(f.fetch().unwrap().os_image_url, "quay.io/ocp@sha256:1");
         assert_eq!(
             f.shown(),
-            format!("an embedded data: URL ({} bytes)", source.len())
+            format!("an embedded data: URL ({} bytes)", plain.len())
         );
-    }
-
-    #[test]
-    fn a_broken_gzip_data_url_fails() {
-        let mut bad = gzip(&mc_config());
-        bad.truncate(bad.len() / 2);
-        let source = format!("data:;base64,{}", encode_base64(&bad));
-        let e = fetch(&source).unwrap_err();
+        let mut gzipped = gzip(&mc_config());
+        let mc = fetch(&format!("data:;base64,{}", encode_base64(&gzipped))).unwrap();
+        assert_eq!(mc.os_image_url, "quay.io/ocp@sha256:1");
+        assert_eq!(mc.kernel_arguments, vec!["a=1"]);
+        gzipped.truncate(gzipped.len() / 2);
+        let e = fetch(&format!("data:;base64,{}", encode_base64(&gzipped))).unwrap_err();
         assert!(format!("{e:#}").contains("decompressing"), "{e:#}");
     }
 

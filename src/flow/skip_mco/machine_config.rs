@@ -238,7 +238,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_non_empty_merge_source_and_the_first_ca() {
+    fn the_first_non_empty_merge_source_and_the_first_ca_if_any_gzipped_or_not() {
         let ign = serde_json::json!({
             "ignition": {
                 "version": "3.2.0",
@@ -258,10 +258,7 @@ mod tests {
         let p = pointer_config(&serde_json::to_vec(&ign).unwrap()).unwrap();
         assert_eq!(p.source, "https://api-int.example.com:22623/config/worker");
         assert_eq!(p.ca_pem.as_deref(), Some(CA));
-    }
-
-    #[test]
-    fn a_pointer_without_a_ca_or_with_a_gzipped_one() {
+        // Without a CA, or with a gzipped one.
         let ign = r#"{"ignition":{"version":"3.1.0","config":{"merge":[{"source":"http://10.0.0.1:22624/config/master"}]}}}"#;
         let p = pointer_config(ign.as_bytes()).unwrap();
         assert_eq!(p.ca_pem, None);
@@ -327,10 +324,7 @@ mod tests {
                 .kernel_arguments,
             Vec::<String>::new()
         );
-    }
-
-    #[test]
-    fn a_compressed_encapsulated_file_is_read_too() {
+        // A compressed encapsulated file is read too.
         let mc = br#"{"spec":{"osImageURL":"img@sha256:1"}}"#;
         let served = serde_json::json!({"storage": {"files": [{
             "path": ENCAPSULATED_MC_PATH,

@@ -211,7 +211,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unreadable_cmdline_means_metal() {
+    fn an_unreadable_cmdline_means_metal_and_no_image_nothing() {
         let (t, path) = flow_with(&pointer_with(serde_json::json!({"osImageURL": IMAGE})));
         std::fs::remove_file(&t.flow.paths.live_cmdline).unwrap();
         finish(&t, &path).unwrap();
@@ -221,11 +221,18 @@ mod tests {
             ostree.contains("--karg ignition.platform.id=metal --karg $ignition_firstboot"),
             "{ostree}"
         );
+        // A MachineConfig without an image deploys nothing.
+        let (t, path) = flow_with(&pointer_with(serde_json::json!({"kernelArguments": ["a"]})));
+        finish(&t, &path).unwrap();
+        assert!(t.runner.lines().is_empty(), "{:?}", t.runner.lines());
     }
 
     #[test]
-    fn nothing_is_started_in_dry_run_with_coreos_image_on_s390x_or_when_off() {
+    fn nothing_is_started_in_dry_run_with_coreos_image_on_s390x_when_off_or_pointing_nowhere() {
         let pointer = pointer_with(serde_json::json!({"osImageURL": IMAGE}));
+        // The flow with skip-MCO as it should be does start (the test can fail).
+        let (t, path) = flow_with(&pointer);
+        assert!(SkipMco::start(&t.flow, &path).is_some());
         type Change = fn(&mut TestFlow);
         let changes: [(&str, Change); 4] = [
             ("dry run", |t| t.flow.cfg.dry_run = true),
@@ -240,14 +247,8 @@ mod tests {
             change(&mut t);
             assert!(SkipMco::start(&t.flow, &path).is_none(), "{what}");
             assert!(t.runner.lines().is_empty(), "{what}");
-            // The same flow with skip-MCO as it should be does start (the test can fail).
-            let (t, path) = flow_with(&pointer);
-            assert!(SkipMco::start(&t.flow, &path).is_some(), "{what}");
         }
-    }
-
-    #[test]
-    fn a_pointer_that_leads_nowhere_is_given_up_at_once() {
+        // A pointer that leads nowhere is given up at once.
         for pointer in [
             r#"{"ignition":{"version":"3.2.0"}}"#.to_string(),
             r#"{"ignition":{"config":{"merge":[{"source":"https://api-int.x:22623/config/master"}]}}}"#.to_string(),
@@ -257,12 +258,5 @@ mod tests {
             assert!(SkipMco::start(&t.flow, &path).is_none(), "{pointer}");
             assert!(t.clock.sleeps().is_empty());
         }
-    }
-
-    #[test]
-    fn a_machine_config_without_an_image_deploys_nothing() {
-        let (t, path) = flow_with(&pointer_with(serde_json::json!({"kernelArguments": ["a"]})));
-        finish(&t, &path).unwrap();
-        assert!(t.runner.lines().is_empty(), "{:?}", t.runner.lines());
     }
 }

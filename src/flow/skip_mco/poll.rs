@@ -220,46 +220,37 @@ mod tests {
         assert_eq!(clock.elapsed(), before);
     }
 
+    /// The flow's stop, or dropping the unfinished fetch, ends it at once (on the real clock:
+    /// its 5 s wait must end): no second try.
     #[test]
-    fn the_flows_stop_ends_the_fetch() {
-        let stop = Cancel::new();
-        // The real clock: a 5 s wait must end at once on the stop.
+    fn the_flows_stop_or_a_drop_ends_the_fetch() {
         let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
-        let (tries, go, fetch) = scripted(None);
-        go.send(()).unwrap();
-        let fetcher = EarlyFetch::start(clock.clone(), stop.clone(), FIVE, fetch, |_, _| {});
-        while tries.load(Ordering::SeqCst) == 0 {
-            std::thread::yield_now();
+        for drop_it in [false, true] {
+            let stop = Cancel::new();
+            let (tries, go, fetch) = scripted(None);
+            go.send(()).unwrap();
+            let fetcher = EarlyFetch::start(clock.clone(), stop.clone(), FIVE, fetch, |_, _| {});
+            while tries.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            let started = Instant::now();
+            if drop_it {
+                let shared = fetcher.shared.clone();
+                drop(fetcher);
+                assert!(shared.abandoned.is_cancelled());
+                // The thread let go of `shared`.
+                while Arc::strong_count(&shared) > 1 {
+                    let running = started.elapsed() < Duration::from_secs(4);
+                    assert!(running, "the fetch thread is still running");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            } else {
+                stop.cancel();
+                let e = fetcher.finish(clock.as_ref(), FETCH_BUDGET).unwrap_err();
+                assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
+                assert!(started.elapsed() < Duration::from_secs(4));
+            }
+            assert_eq!(tries.load(Ordering::SeqCst), 1, "drop: {drop_it}");
         }
-        let started = Instant::now();
-        stop.cancel();
-        let e = fetcher.finish(clock.as_ref(), FETCH_BUDGET).unwrap_err();
-        assert!(e.downcast_ref::<Stopped>().is_some(), "{e:#}");
-        assert!(started.elapsed() < Duration::from_secs(4));
-        assert_eq!(tries.load(Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn dropping_an_unfinished_fetch_ends_its_thread() {
-        let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
-        let (tries, go, fetch) = scripted(None);
-        go.send(()).unwrap();
-        let fetcher = EarlyFetch::start(clock, Cancel::new(), FIVE, fetch, |_, _| {});
-        while tries.load(Ordering::SeqCst) == 0 {
-            std::thread::yield_now();
-        }
-        let shared = fetcher.shared.clone();
-        drop(fetcher);
-        assert!(shared.abandoned.is_cancelled());
-        // Its 5 s wait ended at once: no second try, and the thread let go of `shared`.
-        let deadline = Instant::now() + Duration::from_secs(4);
-        while Arc::strong_count(&shared) > 1 {
-            assert!(
-                Instant::now() < deadline,
-                "the fetch thread is still running"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(tries.load(Ordering::SeqCst), 1);
     }
 }
