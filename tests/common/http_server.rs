@@ -263,11 +263,6 @@ impl TestServer {
         Self::launch(LOCALHOST.into(), Some(Arc::new(app)), None)
     }
 
-    /// As [`TestServer::with_app`] on a given address (the standalone fake service's).
-    pub(crate) fn with_app_on(addr: SocketAddr, app: impl App) -> TestServer {
-        Self::launch(addr, Some(Arc::new(app)), None)
-    }
-
     /// As [`TestServer::with_app`] over HTTPS (TLS 1.2 or 1.3), with the certificate chain and
     /// private key of the PEM files `cert` and `key` (e.g. a `Pki`'s).
     pub(crate) fn with_app_tls(app: impl App, cert: &Path, key: &Path) -> TestServer {
@@ -345,11 +340,6 @@ impl TestServer {
         let mut requests = self.requests();
         requests.retain(|r| r.path == path);
         requests
-    }
-
-    /// How many requests the current route at `path` has answered.
-    pub(crate) fn request_count(&self, path: &str) -> usize {
-        lock(&self.shared.routes).get(path).map_or(0, |r| r.1)
     }
 
     /// Closes the listening socket for `duration` (connections are refused), then listens on
