@@ -232,4 +232,3 @@ fn only_a_file_of_the_other_sector_size_is_refused_untouched() {
         "the disk must be untouched"
     );
 }
-
