@@ -125,26 +125,21 @@ fn assert_post_installed(dev: &Path, spec: &ImageSpec) {
 }
 
 /// One sector size with partition scanning on (BLKRRPART succeeds, and creates nothing on a
-/// kernel without parsers), the other without (BLKRRPART fails with EINVAL).
+/// kernel without parsers), the other without (BLKRRPART fails with EINVAL); each over an earlier
+/// install whose `data` partition is saved.
 #[test]
-fn write_image_with_post_install_options_at_512_and_4096() {
-    if !have_root("write_image_with_post_install_options_at_512_and_4096") {
+fn write_image_with_post_install_options_and_a_saved_partition_at_512_and_4096() {
+    if !have_root("write_image_with_post_install_options_and_a_saved_partition_at_512_and_4096") {
         return;
     }
     for (ss, flags) in [(512, &[][..]), (4096, &["--partscan"][..])] {
         let set = images(ss);
-        let dev = LoopDev::with_flags(set.raw.size + 200 * MIB, ss, flags);
-        let out = installed(
-            "write-image",
-            &source(&set.zst),
-            Some(&Inputs::new()),
-            &dev.path,
-        );
+        let (out, dev) =
+            write_keeping_a_saved_partition(ss, set.raw.size, &set.spec, &source(&set.zst), flags);
         assert!(
             !out.contains("removing the mountpoint"),
             "the mountpoint is removed once, without a warning: {out}"
         );
-        assert_post_installed(&dev.path, &set.spec);
         // The data partitions are the image's, byte for byte.
         let (disk, raw) = (
             std::fs::read(&dev.path).unwrap(),
@@ -217,8 +212,9 @@ fn disk_with_data_partition(
     size: u64,
     start_mib: u64,
     len_mib: u64,
+    flags: &[&str],
 ) -> (LoopDev, Vec<u8>) {
-    let dev = LoopDev::new(size, ss);
+    let dev = LoopDev::with_flags(size, ss, flags);
     let lba = |mib: u64| mib * MIB / ss;
     let old_boot = format!("1:{}:{}", lba(1), lba(9) - 1);
     let data = format!("2:{}:{}", lba(start_mib), lba(start_mib + len_mib) - 1);
@@ -240,16 +236,18 @@ fn disk_with_data_partition(
 
 /// Write an image (`source`: its write-image arguments) of `image_size` bytes with the
 /// post-install options and `--save-partlabel da*` over an earlier install holding a `data`
-/// partition past the image: everything post-installed, and `data` kept (renumbered to #5,
-/// same bytes). Returns write-image's output.
+/// partition past the image, on a loop device attached with `flags`: everything
+/// post-installed, and `data` kept (renumbered to #5, same bytes). Returns write-image's output
+/// and the device.
 fn write_keeping_a_saved_partition(
     ss: u64,
     image_size: u64,
     spec: &ImageSpec,
     source: &[String],
-) -> String {
+    flags: &[&str],
+) -> (String, LoopDev) {
     let start = (image_size >> 20) + 16;
-    let (dev, data) = disk_with_data_partition(ss, image_size + 64 * MIB, start, 32);
+    let (dev, data) = disk_with_data_partition(ss, image_size + 64 * MIB, start, 32, flags);
     let mut args = source.to_vec();
     args.extend(["--save-partlabel".to_string(), "da*".to_string()]);
     let out = installed("write-image", &args, Some(&Inputs::new()), &dev.path);
@@ -261,18 +259,7 @@ fn write_keeping_a_saved_partition(
         dev.read(start * MIB, data.len()) == data,
         "saved data changed"
     );
-    out
-}
-
-#[test]
-fn saved_partitions_keep_their_data_and_name_and_are_renumbered() {
-    if !have_root("saved_partitions_keep_their_data_and_name_and_are_renumbered") {
-        return;
-    }
-    for ss in [512u64, 4096] {
-        let set = images(ss);
-        write_keeping_a_saved_partition(ss, set.raw.size, &set.spec, &source(&set.xz));
-    }
+    (out, dev)
 }
 
 /// What the service passes through `--installer-args` (kargs, network, saved partitions) works
@@ -292,7 +279,7 @@ fn the_live_image_takes_every_post_install_option_and_keeps_saved_partitions() {
             "--ostree-repo".into(),
             fx.sysroot.join("ostree/repo").display().to_string(),
         ];
-        let out = write_keeping_a_saved_partition(ss, fx.raw_size, &fx.spec(), &source);
+        let (out, _) = write_keeping_a_saved_partition(ss, fx.raw_size, &fx.spec(), &source, &[]);
         assert!(out.contains("verified against the osmet checksum"), "{out}");
     }
 }
@@ -303,7 +290,7 @@ fn a_saved_partition_inside_the_image_is_refused_before_writing() {
         return;
     }
     let set = images(512);
-    let (dev, _) = disk_with_data_partition(512, set.raw.size + 64 * MIB, 40, 16);
+    let (dev, _) = disk_with_data_partition(512, set.raw.size + 64 * MIB, 40, 16, &[]);
     let before = dev.sha256();
     let mut args = source(&set.gz);
     args.extend(["--save-partindex".to_string(), "2".to_string()]);
@@ -324,7 +311,7 @@ fn a_failing_post_install_step_resets_the_table_keeping_saved_partitions() {
     }
     let set = images(512);
     let start = (set.raw.size >> 20) + 16;
-    let (dev, data) = disk_with_data_partition(512, set.raw.size + 64 * MIB, start, 32);
+    let (dev, data) = disk_with_data_partition(512, set.raw.size + 64 * MIB, start, 32, &[]);
     let inp = Inputs::new();
     // More than the boot filesystem can hold: the network copy fails with ENOSPC.
     let huge = inp.dir.path().join("net/huge.nmconnection");
