@@ -49,16 +49,6 @@ fn assert_written(dev: &LoopDev, set: &ImageSet) {
     sgdisk_verify(&dev.path);
 }
 
-/// `write-image` of the raw image served by `srv` with one byte corrupted past the first MiB
-/// (the write is under way when it comes), and the raw image's digest: it must fail.
-fn write_corrupted(srv: &TestServer, set: &ImageSet, dev: &LoopDev) -> Output {
-    srv.route(
-        "/img.raw",
-        Route::file(&set.raw.path).with_sticky(vec![Fault::CorruptByte(set.raw.size / 2 + 12345)]),
-    );
-    write_image(&from(&srv.url("/img.raw"), &set.raw.sha256), &dev.path)
-}
-
 /// `write-image` with `args` onto `dev` must fail before writing anything, saying each of
 /// `wanted` on stderr.
 fn assert_refused(dev: &LoopDev, args: &[&str], wanted: &[&str]) {
@@ -186,9 +176,12 @@ fn partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one() {
         );
     }
 
-    // The same disk again, with an image that fails its digest half-way (raw: nothing but the
-    // digest can notice).
-    let out = write_corrupted(&TestServer::start(), &set, &dev);
+    // The same disk again, with an image that fails its digest half-way, past the first MiB
+    // (raw: nothing but the digest can notice).
+    let srv = TestServer::start();
+    let corrupt = vec![Fault::CorruptByte(set.raw.size / 2 + 12345)];
+    srv.route("/img.raw", Route::file(&set.raw.path).with_sticky(corrupt));
+    let out = write_image(&from(&srv.url("/img.raw"), &set.raw.sha256), &dev.path);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
