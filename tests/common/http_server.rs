@@ -264,6 +264,11 @@ impl TestServer {
         Self::launch(LOCALHOST.into(), Some(Arc::new(app)), None)
     }
 
+    /// As [`TestServer::with_app`] on a given address (the standalone fake service's).
+    pub(crate) fn with_app_on(addr: SocketAddr, app: impl App) -> TestServer {
+        Self::launch(addr, Some(Arc::new(app)), None)
+    }
+
     /// As [`TestServer::with_app`] over HTTPS (TLS 1.2 or 1.3), with the certificate chain and
     /// private key of the PEM files `cert` and `key` (e.g. a `Pki`'s).
     pub(crate) fn with_app_tls(app: impl App, cert: &Path, key: &Path) -> TestServer {
