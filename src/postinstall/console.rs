@@ -364,7 +364,11 @@ mod tests {
                 .collect();
             expected.push(format!("terminal_input {terminal}"));
             expected.push(format!("terminal_output {terminal}"));
-            assert_eq!(grub_commands(&[console.clone()]), expected, "{spec}");
+            assert_eq!(
+                grub_commands(std::slice::from_ref(&console)),
+                expected,
+                "{spec}"
+            );
             console.check().unwrap();
         }
         assert_eq!(
