@@ -67,7 +67,8 @@ fn cut_connections_are_resumed_with_range_requests() {
     assert_eq!(srv.requests_for("/thrice").len(), 4);
 }
 
-/// Each retryable status: twice, then the data; always, until the budget runs out.
+/// Each retryable status: twice, then the data; always, until the budget runs out. A 404 is
+/// not retried.
 #[test]
 fn retryable_statuses_are_retried_and_the_budget_runs_out() {
     let data = pattern(100_000, 3);
@@ -87,10 +88,7 @@ fn retryable_statuses_are_retried_and_the_budget_runs_out() {
         let count = srv.requests_for("/gone").len();
         assert_eq!(count, 3, "{code}: first try + 2 retries");
     }
-}
-
-#[test]
-fn not_found_fails_at_once_with_the_url_and_status() {
+    // A 404 is not: it fails at once with the URL and the status.
     let srv = TestServer::start();
     let err = fetch(&srv, "/missing.raw.gz", &fast(5))
         .unwrap_err()
