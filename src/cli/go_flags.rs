@@ -604,6 +604,12 @@ mod tests {
             );
             assert_eq!(got, expected, "{a}");
         }
+        // --format-disk repeats, in either syntax.
+        let a = "--format-disk /dev/sdb -format-disk=/dev/sdc --format-disk /dev/nvme0n1";
+        assert_eq!(
+            run(&a.split(' ').collect::<Vec<_>>()).format_disks,
+            ["/dev/sdb", "/dev/sdc", "/dev/nvme0n1"].map(PathBuf::from)
+        );
         let c = run(&["--enable-skip-mco-reboot", "true", "--role", "worker"]);
         assert!(c.enable_skip_mco_reboot);
         let w = c.ignored_args_warning().unwrap();
@@ -748,15 +754,6 @@ mod tests {
             panic!()
         };
         assert_eq!(c, go_defaults());
-    }
-
-    #[test]
-    fn format_disk_repeats() {
-        let a = "--format-disk /dev/sdb -format-disk=/dev/sdc --format-disk /dev/nvme0n1";
-        assert_eq!(
-            run(&a.split(' ').collect::<Vec<_>>()).format_disks,
-            ["/dev/sdb", "/dev/sdc", "/dev/nvme0n1"].map(PathBuf::from)
-        );
     }
 
     #[test]
