@@ -14,8 +14,8 @@ use common::fake_service::FakeService;
 use common::http_server::TestServer;
 use common::live_ns::LiveLayout;
 use common::master_run::{assert_master_stages, master_args, IGNITION};
-use common::root::{have_root, run, sgdisk_verify, LoopDev};
-use coreos_image::{cached_image_set, ImageSpec};
+use common::root::{have_root, sgdisk_verify, Ext4, LoopDev};
+use coreos_image::{cached_image_set, ImageSpec, BOOT_LABEL};
 use live_fixture::cached_live_fixture;
 use std::path::Path;
 use std::process::Command;
@@ -89,24 +89,6 @@ impl MasterRun {
     }
 }
 
-/// `debugfs -R request` on the written disk's /boot (partition 3, ext4, copied out once).
-fn debugfs(dev: &Path, work: &Path, request: &str) -> String {
-    let boot_fs = work.join("boot.img");
-    if !boot_fs.exists() {
-        sgdisk_verify(dev);
-        let mut f = std::fs::File::open(dev).unwrap();
-        let gpt = gptman::GPT::read_from(&mut f, 512).unwrap();
-        let (first, last) = (gpt[3].starting_lba * 512, (gpt[3].ending_lba + 1) * 512);
-        run(Command::new("dd")
-            .arg(format!("if={}", dev.display()))
-            .arg(format!("of={}", boot_fs.display()))
-            .args(["bs=1M", "status=none", "iflag=skip_bytes,count_bytes"])
-            .arg(format!("skip={first}"))
-            .arg(format!("count={}", last - first)));
-    }
-    run(Command::new("debugfs").arg("-R").arg(request).arg(&boot_fs))
-}
-
 #[test]
 fn dry_run_master_writes_a_bootable_disk_with_the_served_ignition() {
     if !have_root("dry_run_master_writes_a_bootable_disk_with_the_served_ignition") {
@@ -138,10 +120,15 @@ fn dry_run_master_writes_a_bootable_disk_with_the_served_ignition() {
     cmd.env("ASSISTED_INSTALLER_HOST_ROOT", "/");
     let r = run_master(cmd, &dev.path, &installer_args);
     r.assert_installed();
-    let cat = |p: &str| debugfs(&dev.path, r.dir.path(), &format!("cat {p}"));
-    assert_eq!(cat("/ignition/config.ign"), IGNITION);
-    assert!(cat("/loader/entries/ostree-1-rhcos.conf").contains(" nameserver=8.8.8.8"));
-    assert!(cat("/coreos-firstboot-network/eno1.nmconnection").contains("id=eno1"));
+    sgdisk_verify(&dev.path);
+    let boot = Ext4::on(&dev.path, 512, BOOT_LABEL);
+    assert_eq!(boot.text("/ignition/config.ign"), IGNITION);
+    assert!(boot
+        .text("/loader/entries/ostree-1-rhcos.conf")
+        .contains(" nameserver=8.8.8.8"));
+    assert!(boot
+        .text("/coreos-firstboot-network/eno1.nmconnection")
+        .contains("id=eno1"));
 }
 
 /// A process whose mount namespace is "the host": the live system's layout and its
@@ -227,20 +214,17 @@ fn dry_run_master_in_a_container_installs_the_hosts_live_image_and_keyfiles() {
         "{}",
         r.stderr()
     );
-    let cat = |p: &str| debugfs(&dev.path, r.dir.path(), &format!("cat {p}"));
-    assert_eq!(cat("/ignition/config.ign"), IGNITION);
-    let bls = cat("/loader/entries/ostree-1-rhcos.conf");
-    let options = bls.lines().find(|l| l.starts_with("options ")).unwrap();
+    sgdisk_verify(&dev.path);
+    let boot = Ext4::on(&dev.path, 512, BOOT_LABEL);
+    assert_eq!(boot.text("/ignition/config.ign"), IGNITION);
+    let options = boot.bls_options("/loader/entries/ostree-1-rhcos.conf");
     assert!(options.ends_with(" x=1"), "{options}");
     // The host's keyfile, byte for byte, mode 0600; not the container's.
-    assert_eq!(
-        cat("/coreos-firstboot-network/static-eno1.nmconnection"),
-        keyfile
-    );
-    let keyfile_stat = "stat /coreos-firstboot-network/static-eno1.nmconnection";
-    let stat = debugfs(&dev.path, r.dir.path(), keyfile_stat);
-    assert!(stat.contains("Mode:  0600"), "{stat}");
-    let listing = debugfs(&dev.path, r.dir.path(), "ls /coreos-firstboot-network");
+    let copied = "/coreos-firstboot-network/static-eno1.nmconnection";
+    assert_eq!(boot.text(copied), keyfile);
+    assert_eq!(boot.mode(copied), 0o600);
+    let listing = boot.debugfs("ls /coreos-firstboot-network");
+    let listing = String::from_utf8_lossy(&listing);
     assert!(!listing.contains("decoy"), "{listing}");
     // Everything but the table and /boot is the live image, byte for byte.
     let raw = std::fs::File::open(&fx.raw).unwrap();

@@ -34,18 +34,19 @@ fn fetch(srv: &TestServer, path: &str, opts: &HttpOptions) -> anyhow::Result<Vec
     read_all(&mut src)
 }
 
+/// One cut, resumed with a Range request carrying the ETag; three cuts, each resumed (each
+/// resume makes progress, so a retry budget of 1 is renewed every time).
 #[test]
-fn a_cut_connection_is_resumed_with_a_range_request() {
-    let data = pattern(3 << 20, 1);
+fn cut_connections_are_resumed_with_range_requests() {
+    let data = pattern(4 << 20, 1);
     let srv = TestServer::start();
-    srv.route(
-        "/img",
-        Route::bytes(data.clone())
-            .with_etag("v1")
-            .with_faults(vec![vec![Fault::CutAfter(1_500_000)]]),
-    );
-    assert_eq!(fetch(&srv, "/img", &fast(3)).unwrap(), data);
-    let reqs = srv.requests_for("/img");
+    let cut = |at| vec![Fault::CutAfter(at)];
+    let once = Route::bytes(data.clone()).with_etag("v1");
+    srv.route("/once", once.with_faults(vec![cut(1_500_000)]));
+    let thrice = Route::bytes(data.clone()).with_faults(vec![cut(700_000); 3]);
+    srv.route("/thrice", thrice);
+    assert_eq!(fetch(&srv, "/once", &fast(3)).unwrap(), data);
+    let reqs = srv.requests_for("/once");
     assert_eq!(reqs.len(), 2, "{reqs:?}");
     assert_eq!(reqs[0].header("range"), None);
     let resumed_at: u64 = reqs[1]
@@ -62,23 +63,12 @@ fn a_cut_connection_is_resumed_with_a_range_request() {
         "If-Range carries the ETag"
     );
     assert_eq!(reqs[1].status, 206);
+    assert_eq!(fetch(&srv, "/thrice", &fast(1)).unwrap(), data);
+    assert_eq!(srv.requests_for("/thrice").len(), 4);
 }
 
-#[test]
-fn several_cuts_are_each_resumed() {
-    let data = pattern(4 << 20, 2);
-    let srv = TestServer::start();
-    let cut = vec![Fault::CutAfter(700_000)];
-    srv.route(
-        "/img",
-        Route::bytes(data.clone()).with_faults(vec![cut.clone(), cut.clone(), cut]),
-    );
-    // Each resume makes progress, so the retry budget (1) is renewed every time.
-    assert_eq!(fetch(&srv, "/img", &fast(1)).unwrap(), data);
-    assert_eq!(srv.request_count("/img"), 4);
-}
-
-/// Each retryable status: twice, then the data; always, until the budget runs out.
+/// Each retryable status: twice, then the data; always, until the budget runs out. A 404 is
+/// not retried.
 #[test]
 fn retryable_statuses_are_retried_and_the_budget_runs_out() {
     let data = pattern(100_000, 3);
@@ -91,17 +81,14 @@ fn retryable_statuses_are_retried_and_the_budget_runs_out() {
             Route::bytes(data.clone()).with_sticky(vec![Fault::Status(code)]),
         );
         assert_eq!(fetch(&srv, "/img", &fast(2)).unwrap(), data, "{code}");
-        assert_eq!(srv.request_count("/img"), 3, "{code}");
+        assert_eq!(srv.requests_for("/img").len(), 3, "{code}");
         let err = fetch(&srv, "/gone", &fast(2)).unwrap_err().to_string();
         assert!(err.contains(&code.to_string()), "{err}");
         assert!(err.contains("giving up after 2 retries"), "{err}");
-        let count = srv.request_count("/gone");
+        let count = srv.requests_for("/gone").len();
         assert_eq!(count, 3, "{code}: first try + 2 retries");
     }
-}
-
-#[test]
-fn not_found_fails_at_once_with_the_url_and_status() {
+    // A 404 is not: it fails at once with the URL and the status.
     let srv = TestServer::start();
     let err = fetch(&srv, "/missing.raw.gz", &fast(5))
         .unwrap_err()
@@ -160,7 +147,7 @@ fn a_stalled_body_hits_the_idle_timeout_and_is_resumed() {
     let start = Instant::now();
     assert_eq!(fetch(&srv, "/img", &opts).unwrap(), data);
     assert!(start.elapsed() < Duration::from_secs(20));
-    assert_eq!(srv.request_count("/img"), 2);
+    assert_eq!(srv.requests_for("/img").len(), 2);
 }
 
 /// `open` without an answer: a refused connection, once retried; a URL that is not HTTP.

@@ -29,16 +29,11 @@ mod osmet_pack {
         pub extents: Vec<(u64, PathBuf)>,
     }
 
-    /// Pack `image` as an osmet file `<osmet_dir>/<name>` for `arch` and `ss`-byte sectors: one
-    /// partition whose extents (4 KiB to 448 KiB, 4 KiB apart) are objects under `<repo>/objects`.
-    pub(crate) fn pack(
-        image: &[u8],
-        ss: u32,
-        arch: &str,
-        osmet_dir: &Path,
-        name: &str,
-        repo: &Path,
-    ) -> Packed {
+    /// Pack `image` as an osmet file `<dir>/osmet/rhcos-<ss>.osmet` for this architecture and
+    /// `ss`-byte sectors: one partition whose extents (4 KiB to 448 KiB, 4 KiB apart) are objects
+    /// under `<dir>/repo/objects`.
+    pub(crate) fn pack(image: &[u8], ss: u32, dir: &Path) -> Packed {
+        let (osmet_dir, repo) = (dir.join("osmet"), dir.join("repo"));
         let size = image.len() as u64;
         let (start, end) = (2u64 << 20, size - (1 << 20));
         let bytes = |from: u64, len: u64| &image[from as usize..(from + len) as usize];
@@ -79,18 +74,18 @@ mod osmet_pack {
             app_version: "0.27.0".into(),
             sector_size: ss,
             os_description: format!("Test CoreOS {ss}"),
-            os_architecture: arch.into(),
+            os_architecture: std::env::consts::ARCH.into(),
         };
         let mut file = encode(&header, &body);
         let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 0);
         xz.write_all(&packed).unwrap();
         file.extend_from_slice(&xz.finish().unwrap());
-        std::fs::create_dir_all(osmet_dir).unwrap();
-        let osmet = osmet_dir.join(name);
+        std::fs::create_dir_all(&osmet_dir).unwrap();
+        let osmet = osmet_dir.join(format!("rhcos-{ss}.osmet"));
         std::fs::write(&osmet, file).unwrap();
         Packed {
             osmet,
-            repo: repo.to_path_buf(),
+            repo,
             extents,
         }
     }
@@ -108,14 +103,7 @@ impl Live {
     fn new(ss: u32, seed: u64) -> Live {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let image = gpt_image(SIZE, u64::from(ss), seed);
-        let packed = pack(
-            &image,
-            ss,
-            std::env::consts::ARCH,
-            &dir.path().join("osmet"),
-            &format!("rhcos-{ss}.osmet"),
-            &dir.path().join("repo"),
-        );
+        let packed = pack(&image, ss, dir.path());
         Live { dir, image, packed }
     }
 
@@ -148,16 +136,54 @@ impl Live {
     }
 }
 
+/// One live image at 512-byte sectors, installed from in turn (each time onto a fresh disk):
+/// unusable files beside the good one are skipped and it is rebuilt byte for byte; the live-image
+/// flags conflict with a given image; a changed object byte fails the checksum and a missing
+/// object is named with its offset, both leaving an empty GPT.
 #[test]
-fn a_changed_object_byte_fails_the_checksum_and_leaves_an_empty_gpt() {
-    let live = Live::new(512, 2);
+fn unusable_files_are_skipped_and_damaged_objects_leave_an_empty_gpt() {
+    let live = Live::new(512, 6);
+    std::fs::write(
+        live.osmet_dir().join("0-garbage.osmet"),
+        b"<html>oops</html>",
+    )
+    .unwrap();
+    let mut truncated = std::fs::read(&live.packed.osmet).unwrap();
+    truncated.truncate(40);
+    std::fs::write(live.osmet_dir().join("1-truncated.osmet"), truncated).unwrap();
+    let disk = live.disk(SIZE);
+    let (status, stdout, stderr) = live.write(&disk, &[]);
+    assert!(status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("0-garbage.osmet: not an osmet file"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1-truncated.osmet: truncated"), "{stderr}");
+    assert_image_on_disk(&std::fs::read(&disk).unwrap(), &live.image, 512);
+
+    let conflicting = ["--image-file", "/nonexistent.raw.gz", "--insecure"];
+    let (status, _, stderr) = live.write(&disk, &conflicting);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+    let out = Command::new(env!("CARGO_BIN_EXE_assisted-installer"))
+        .args(["write-image", "--osmet-dir"])
+        .arg(live.dir.path().join("missing"))
+        .arg(&disk)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--osmet-dir"), "{stderr}");
+    assert!(stderr.contains("no such directory"), "{stderr}");
+
     let (_, obj) = &live.packed.extents[live.packed.extents.len() / 2];
-    let mut bytes = std::fs::read(obj).unwrap();
+    let good = std::fs::read(obj).unwrap();
+    let mut bytes = good.clone();
     bytes[0] ^= 1;
     std::fs::write(obj, bytes).unwrap();
     let disk = live.disk(SIZE);
     let (status, _, stderr) = live.write(&disk, &[]);
-    assert!(!status.success());
+    assert!(!status.success(), "a changed object byte: {stderr}");
     assert!(
         stderr.contains("the image does not match the checksum recorded in"),
         "{stderr}"
@@ -167,16 +193,13 @@ fn a_changed_object_byte_fails_the_checksum_and_leaves_an_empty_gpt() {
         "{stderr}"
     );
     common::root::assert_empty_gpt(&disk, 512);
-}
+    std::fs::write(obj, good).unwrap();
 
-#[test]
-fn a_missing_object_is_named_with_its_offset_and_leaves_an_empty_gpt() {
-    let live = Live::new(512, 3);
     let (at, obj) = live.packed.extents[live.packed.extents.len() / 3].clone();
     std::fs::remove_file(&obj).unwrap();
     let disk = live.disk(SIZE);
     let (status, _, stderr) = live.write(&disk, &[]);
-    assert!(!status.success());
+    assert!(!status.success(), "a missing object: {stderr}");
     assert!(
         stderr.contains(&format!(
             "OSTree object {} (needed at image offset {at}) cannot be opened",
@@ -208,46 +231,4 @@ fn only_a_file_of_the_other_sector_size_is_refused_untouched() {
         std::fs::read(&disk).unwrap().iter().all(|&b| b == 0xa5),
         "the disk must be untouched"
     );
-}
-
-#[test]
-fn unusable_files_beside_a_good_one_are_skipped() {
-    let live = Live::new(512, 6);
-    std::fs::write(
-        live.osmet_dir().join("0-garbage.osmet"),
-        b"<html>oops</html>",
-    )
-    .unwrap();
-    let mut truncated = std::fs::read(&live.packed.osmet).unwrap();
-    truncated.truncate(40);
-    std::fs::write(live.osmet_dir().join("1-truncated.osmet"), truncated).unwrap();
-    let disk = live.disk(SIZE);
-    let (status, stdout, stderr) = live.write(&disk, &[]);
-    assert!(status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stderr.contains("0-garbage.osmet: not an osmet file"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("1-truncated.osmet: truncated"), "{stderr}");
-    assert_image_on_disk(&std::fs::read(&disk).unwrap(), &live.image, 512);
-}
-
-#[test]
-fn live_image_flags_conflict_with_a_given_image() {
-    let live = Live::new(512, 7);
-    let disk = live.disk(SIZE);
-    let conflicting = ["--image-file", "/nonexistent.raw.gz", "--insecure"];
-    let (status, _, stderr) = live.write(&disk, &conflicting);
-    assert_eq!(status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("cannot be used with"), "{stderr}");
-    let out = Command::new(env!("CARGO_BIN_EXE_assisted-installer"))
-        .args(["write-image", "--osmet-dir"])
-        .arg(live.dir.path().join("missing"))
-        .arg(&disk)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(stderr.contains("--osmet-dir"), "{stderr}");
-    assert!(stderr.contains("no such directory"), "{stderr}");
 }

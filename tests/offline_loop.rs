@@ -21,73 +21,57 @@ use std::os::unix::fs::MetadataExt;
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 const MIB: u64 = 1 << 20;
 
-fn fixture(ss: u64) -> LiveFixture {
-    cached_live_fixture(ss, false).unwrap()
-}
-
-/// A target larger than the image, so the backup GPT must move.
-fn target(fx: &LiveFixture) -> LoopDev {
-    LoopDev::new(fx.raw_size + 64 * MIB, fx.sector_size)
-}
-
-/// Byte for byte the raw image, outside the GPT structures the fix-up rewrites by design.
-fn assert_is_the_raw_image(dev: &LoopDev, fx: &LiveFixture) {
-    sgdisk_verify(&dev.path);
-    let disk = std::fs::read(&dev.path).unwrap();
-    let raw = std::fs::read(&fx.raw).unwrap();
-    assert_image_on_disk(&disk, &raw, fx.sector_size);
-}
-
+/// Onto a target larger than the image (the backup GPT must move), at both sector sizes.
 #[test]
 fn offline_write_512_and_4096_on_a_live_system() {
     if !have_root("offline_write_512_and_4096_on_a_live_system") {
         return;
     }
     for ss in [512, 4096] {
-        offline_write_on_a_live_system(ss);
+        let fx = cached_live_fixture(ss, false).unwrap();
+        let dev = LoopDev::new(fx.raw_size + 64 * MIB, fx.sector_size);
+        let live = LiveLayout::new(&fx.sysroot, std::slice::from_ref(&fx.osmet));
+        // --offline is accepted (coreos-installer's flag); nothing is ever downloaded.
+        let mut cmd = live.command(BIN);
+        let out = cmd
+            .args(["write-image", "--offline"])
+            .arg(&dev.path)
+            .output();
+        let out = out.unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let osmet = format!(
+            "/run/coreos-installer/osmet/{}",
+            fx.osmet.file_name().unwrap().to_str().unwrap()
+        );
+        assert!(
+            stderr.contains(&format!(
+                "installing {} x86_64 ({ss}-byte sectors) from {osmet}",
+                fx.description
+            )),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(
+                "live image: osmet files in /run/coreos-installer/osmet, OSTree objects in /sysroot/ostree/repo"
+            ),
+            "{stderr}"
+        );
+        assert!(
+            stdout.contains(&format!(
+                "sha256 of the image: {} (verified against the osmet checksum)",
+                fx.raw_sha256
+            )) && stdout.contains(&format!("rebuilt from {osmet}")),
+            "{stdout}"
+        );
+        // Byte for byte the raw image, outside the GPT structures the fix-up rewrites by design.
+        sgdisk_verify(&dev.path);
+        let disk = std::fs::read(&dev.path).unwrap();
+        let raw = std::fs::read(&fx.raw).unwrap();
+        assert_image_on_disk(&disk, &raw, fx.sector_size);
+        assert_fixture_is_the_real_packers(&fx);
     }
-}
-
-fn offline_write_on_a_live_system(ss: u64) {
-    let fx = fixture(ss);
-    let dev = target(&fx);
-    let live = LiveLayout::new(&fx.sysroot, std::slice::from_ref(&fx.osmet));
-    // --offline is accepted (coreos-installer's flag); nothing is ever downloaded.
-    let mut cmd = live.command(BIN);
-    let out = cmd
-        .args(["write-image", "--offline"])
-        .arg(&dev.path)
-        .output();
-    let out = out.unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let osmet = format!(
-        "/run/coreos-installer/osmet/{}",
-        fx.osmet.file_name().unwrap().to_str().unwrap()
-    );
-    assert!(
-        stderr.contains(&format!(
-            "installing {} x86_64 ({ss}-byte sectors) from {osmet}",
-            fx.description
-        )),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains(
-            "live image: osmet files in /run/coreos-installer/osmet, OSTree objects in /sysroot/ostree/repo"
-        ),
-        "{stderr}"
-    );
-    assert!(
-        stdout.contains(&format!(
-            "sha256 of the image: {} (verified against the osmet checksum)",
-            fx.raw_sha256
-        )) && stdout.contains(&format!("rebuilt from {osmet}")),
-        "{stdout}"
-    );
-    assert_is_the_raw_image(&dev, &fx);
-    assert_fixture_is_the_real_packers(&fx);
 }
 
 /// What the rebuild does not show about the fixture: the real packer made it, from a sysroot

@@ -125,26 +125,21 @@ fn assert_post_installed(dev: &Path, spec: &ImageSpec) {
 }
 
 /// One sector size with partition scanning on (BLKRRPART succeeds, and creates nothing on a
-/// kernel without parsers), the other without (BLKRRPART fails with EINVAL).
+/// kernel without parsers), the other without (BLKRRPART fails with EINVAL); each over an earlier
+/// install whose `data` partition is saved.
 #[test]
-fn write_image_with_post_install_options_at_512_and_4096() {
-    if !have_root("write_image_with_post_install_options_at_512_and_4096") {
+fn write_image_with_post_install_options_and_a_saved_partition_at_512_and_4096() {
+    if !have_root("write_image_with_post_install_options_and_a_saved_partition_at_512_and_4096") {
         return;
     }
     for (ss, flags) in [(512, &[][..]), (4096, &["--partscan"][..])] {
         let set = images(ss);
-        let dev = LoopDev::with_flags(set.raw.size + 200 * MIB, ss, flags);
-        let out = installed(
-            "write-image",
-            &source(&set.zst),
-            Some(&Inputs::new()),
-            &dev.path,
-        );
+        let (out, dev) =
+            write_keeping_a_saved_partition(ss, set.raw.size, &set.spec, &source(&set.zst), flags);
         assert!(
             !out.contains("removing the mountpoint"),
             "the mountpoint is removed once, without a warning: {out}"
         );
-        assert_post_installed(&dev.path, &set.spec);
         // The data partitions are the image's, byte for byte.
         let (disk, raw) = (
             std::fs::read(&dev.path).unwrap(),
@@ -161,6 +156,7 @@ fn write_image_with_post_install_options_at_512_and_4096() {
     }
 }
 
+/// The one-shot write at 512 goes to a disk-image file: the post-install steps work on files too.
 #[test]
 fn embed_on_a_written_disk_matches_a_one_shot_write() {
     if !have_root("embed_on_a_written_disk_matches_a_one_shot_write") {
@@ -174,21 +170,28 @@ fn embed_on_a_written_disk_matches_a_one_shot_write() {
         installed("write-image", &source(&set.gz), None, &a.path);
         installed("embed", &[], Some(&inp), &a.path);
         assert_post_installed(&a.path, &set.spec);
-        // One shot.
-        let b = LoopDev::new(set.raw.size + 64 * MIB, ss);
-        installed("write-image", &source(&set.gz), Some(&inp), &b.path);
+        // One shot: at 512 onto a disk-image file (a disk of 512-byte sectors to the writer).
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let (b, _loop_dev) = if ss == 512 {
+            let file = dir.path().join("disk.img");
+            let f = std::fs::File::create(&file).unwrap();
+            f.set_len(set.raw.size + 64 * MIB).unwrap();
+            (file, None)
+        } else {
+            let dev = LoopDev::new(set.raw.size + 64 * MIB, ss);
+            (dev.path.clone(), Some(dev))
+        };
+        installed("write-image", &source(&set.gz), Some(&inp), &b);
+        assert_post_installed(&b, &set.spec);
         // Same table, same non-boot bytes, same files in /boot.
-        let (ga, gb) = (read_gpt(&a.path, ss), read_gpt(&b.path, ss));
+        let (ga, gb) = (read_gpt(&a.path, ss), read_gpt(&b, ss));
         assert_eq!(ga.header.disk_guid, gb.header.disk_guid);
         let entries = |g: &gptman::GPT| {
             let used = g.iter().filter(|(_, p)| p.is_used());
             used.map(|(n, p)| (n, p.clone())).collect::<Vec<_>>()
         };
         assert_eq!(entries(&ga), entries(&gb));
-        let (da, db) = (
-            std::fs::read(&a.path).unwrap(),
-            std::fs::read(&b.path).unwrap(),
-        );
+        let (da, db) = (std::fs::read(&a.path).unwrap(), std::fs::read(&b).unwrap());
         let boot = &ga[3];
         let (start, end) = (
             (boot.starting_lba * ss) as usize,
@@ -198,7 +201,7 @@ fn embed_on_a_written_disk_matches_a_one_shot_write() {
         assert!(da[end..] == db[end..], "bytes after /boot differ");
         let (fa, fb) = (
             Ext4::on(&a.path, ss, BOOT_LABEL),
-            Ext4::on(&b.path, ss, BOOT_LABEL),
+            Ext4::on(&b, ss, BOOT_LABEL),
         );
         for path in [
             "/ignition/config.ign",
@@ -217,8 +220,9 @@ fn disk_with_data_partition(
     size: u64,
     start_mib: u64,
     len_mib: u64,
+    flags: &[&str],
 ) -> (LoopDev, Vec<u8>) {
-    let dev = LoopDev::new(size, ss);
+    let dev = LoopDev::with_flags(size, ss, flags);
     let lba = |mib: u64| mib * MIB / ss;
     let old_boot = format!("1:{}:{}", lba(1), lba(9) - 1);
     let data = format!("2:{}:{}", lba(start_mib), lba(start_mib + len_mib) - 1);
@@ -240,16 +244,18 @@ fn disk_with_data_partition(
 
 /// Write an image (`source`: its write-image arguments) of `image_size` bytes with the
 /// post-install options and `--save-partlabel da*` over an earlier install holding a `data`
-/// partition past the image: everything post-installed, and `data` kept (renumbered to #5,
-/// same bytes). Returns write-image's output.
+/// partition past the image, on a loop device attached with `flags`: everything
+/// post-installed, and `data` kept (renumbered to #5, same bytes). Returns write-image's output
+/// and the device.
 fn write_keeping_a_saved_partition(
     ss: u64,
     image_size: u64,
     spec: &ImageSpec,
     source: &[String],
-) -> String {
+    flags: &[&str],
+) -> (String, LoopDev) {
     let start = (image_size >> 20) + 16;
-    let (dev, data) = disk_with_data_partition(ss, image_size + 64 * MIB, start, 32);
+    let (dev, data) = disk_with_data_partition(ss, image_size + 64 * MIB, start, 32, flags);
     let mut args = source.to_vec();
     args.extend(["--save-partlabel".to_string(), "da*".to_string()]);
     let out = installed("write-image", &args, Some(&Inputs::new()), &dev.path);
@@ -261,18 +267,7 @@ fn write_keeping_a_saved_partition(
         dev.read(start * MIB, data.len()) == data,
         "saved data changed"
     );
-    out
-}
-
-#[test]
-fn saved_partitions_keep_their_data_and_name_and_are_renumbered() {
-    if !have_root("saved_partitions_keep_their_data_and_name_and_are_renumbered") {
-        return;
-    }
-    for ss in [512u64, 4096] {
-        let set = images(ss);
-        write_keeping_a_saved_partition(ss, set.raw.size, &set.spec, &source(&set.xz));
-    }
+    (out, dev)
 }
 
 /// What the service passes through `--installer-args` (kargs, network, saved partitions) works
@@ -292,39 +287,36 @@ fn the_live_image_takes_every_post_install_option_and_keeps_saved_partitions() {
             "--ostree-repo".into(),
             fx.sysroot.join("ostree/repo").display().to_string(),
         ];
-        let out = write_keeping_a_saved_partition(ss, fx.raw_size, &fx.spec(), &source);
+        let (out, _) = write_keeping_a_saved_partition(ss, fx.raw_size, &fx.spec(), &source, &[]);
         assert!(out.contains("verified against the osmet checksum"), "{out}");
     }
 }
 
+/// Over an earlier install: saving its old boot partition, inside the image, is refused before
+/// anything is written; then a failing post-install step resets the table, keeping the saved
+/// `data` partition past the image.
 #[test]
-fn a_saved_partition_inside_the_image_is_refused_before_writing() {
-    if !have_root("a_saved_partition_inside_the_image_is_refused_before_writing") {
-        return;
-    }
-    let set = images(512);
-    let (dev, _) = disk_with_data_partition(512, set.raw.size + 64 * MIB, 40, 16);
-    let before = dev.sha256();
-    let mut args = source(&set.gz);
-    args.extend(["--save-partindex".to_string(), "2".to_string()]);
-    let out = install("write-image", &args, None, &dev.path);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let message = stderr.lines().find(|l| l.contains("saved partition 2"));
-    let message = message.unwrap_or_else(|| panic!("{stderr}"));
-    assert!(stderr.contains("nothing was written"), "{stderr}");
-    assert!(!message.contains("  "), "a run of spaces in {message:?}");
-    assert_eq!(dev.sha256(), before);
-}
-
-#[test]
-fn a_failing_post_install_step_resets_the_table_keeping_saved_partitions() {
-    if !have_root("a_failing_post_install_step_resets_the_table_keeping_saved_partitions") {
+fn a_saved_partition_inside_the_image_is_refused_and_a_failing_post_install_step_keeps_one() {
+    if !have_root(
+        "a_saved_partition_inside_the_image_is_refused_and_a_failing_post_install_step_keeps_one",
+    ) {
         return;
     }
     let set = images(512);
     let start = (set.raw.size >> 20) + 16;
-    let (dev, data) = disk_with_data_partition(512, set.raw.size + 64 * MIB, start, 32);
+    let (dev, data) = disk_with_data_partition(512, set.raw.size + 64 * MIB, start, 32, &[]);
+    let before = dev.sha256();
+    let mut args = source(&set.gz);
+    args.extend(["--save-partindex".to_string(), "1".to_string()]);
+    let out = install("write-image", &args, None, &dev.path);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let message = stderr.lines().find(|l| l.contains("saved partition 1"));
+    let message = message.unwrap_or_else(|| panic!("{stderr}"));
+    assert!(stderr.contains("nothing was written"), "{stderr}");
+    assert!(!message.contains("  "), "a run of spaces in {message:?}");
+    assert_eq!(dev.sha256(), before);
+
     let inp = Inputs::new();
     // More than the boot filesystem can hold: the network copy fails with ENOSPC.
     let huge = inp.dir.path().join("net/huge.nmconnection");
@@ -346,20 +338,4 @@ fn a_failing_post_install_step_resets_the_table_keeping_saved_partitions() {
         "only the saved partition is left"
     );
     assert!(dev.read(start * MIB, data.len()) == data);
-}
-
-#[test]
-fn write_image_with_post_install_onto_a_disk_image_file() {
-    if !have_root("write_image_with_post_install_onto_a_disk_image_file") {
-        return;
-    }
-    let set = images(512);
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let file = dir.path().join("disk.img");
-    std::fs::File::create(&file)
-        .unwrap()
-        .set_len(set.raw.size + 32 * MIB)
-        .unwrap();
-    installed("write-image", &source(&set.gz), Some(&Inputs::new()), &file);
-    assert_post_installed(&file, &set.spec);
 }

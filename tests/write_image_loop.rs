@@ -49,16 +49,6 @@ fn assert_written(dev: &LoopDev, set: &ImageSet) {
     sgdisk_verify(&dev.path);
 }
 
-/// `write-image` of the raw image served by `srv` with one byte corrupted past the first MiB
-/// (the write is under way when it comes), and the raw image's digest: it must fail.
-fn write_corrupted(srv: &TestServer, set: &ImageSet, dev: &LoopDev) -> Output {
-    srv.route(
-        "/img.raw",
-        Route::file(&set.raw.path).with_sticky(vec![Fault::CorruptByte(set.raw.size / 2 + 12345)]),
-    );
-    write_image(&from(&srv.url("/img.raw"), &set.raw.sha256), &dev.path)
-}
-
 /// `write-image` with `args` onto `dev` must fail before writing anything, saying each of
 /// `wanted` on stderr.
 fn assert_refused(dev: &LoopDev, args: &[&str], wanted: &[&str]) {
@@ -74,8 +64,8 @@ fn assert_refused(dev: &LoopDev, args: &[&str], wanted: &[&str]) {
 }
 
 #[test]
-fn each_format_over_http_onto_512_and_4096_byte_loop_devices() {
-    if !have_root("each_format_over_http_onto_512_and_4096_byte_loop_devices") {
+fn each_format_over_http_onto_512_and_4096_byte_loop_devices_one_resumed() {
+    if !have_root("each_format_over_http_onto_512_and_4096_byte_loop_devices_one_resumed") {
         return;
     }
     let compressions = [
@@ -89,7 +79,13 @@ fn each_format_over_http_onto_512_and_4096_byte_loop_devices() {
         let srv = TestServer::start();
         for c in compressions {
             let file = set.compressed(c);
-            let url = srv.serve_file(&format!("/img-{c:?}"), &file.path);
+            // The gzip image at 512 has its connection cut at half, to be resumed.
+            let cut = (ss, c) == (512, Some(Compression::Gzip));
+            let faults = vec![vec![Fault::CutAfter(file.size / 2)]];
+            let route = Route::file(&file.path).with_faults(if cut { faults } else { vec![] });
+            let path = format!("/img-{c:?}");
+            srv.route(&path, route);
+            let url = srv.url(&path);
             let dev = LoopDev::new(set.raw.size + 64 * MIB, ss);
             let mut args = from(&url, &file.sha256).to_vec();
             if c.is_some() {
@@ -108,52 +104,16 @@ fn each_format_over_http_onto_512_and_4096_byte_loop_devices() {
                 "MB/s".into(),
             ];
             assert!(wanted.iter().all(|w| stdout.contains(w)), "{stdout}");
+            if cut {
+                let reqs = srv.requests_for(&path);
+                assert_eq!(reqs.len(), 2, "{reqs:?}");
+                let range = reqs[1].header("range").unwrap();
+                assert!(range.starts_with("bytes="), "{reqs:?}");
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(stderr.contains("resuming"), "{}", text(&out));
+            }
         }
     }
-}
-
-#[test]
-fn a_connection_cut_at_half_is_resumed_and_the_disk_is_identical() {
-    if !have_root("a_connection_cut_at_half_is_resumed_and_the_disk_is_identical") {
-        return;
-    }
-    let set = images(512);
-    let srv = TestServer::start();
-    srv.route(
-        "/img.gz",
-        Route::file(&set.gz.path).with_faults(vec![vec![Fault::CutAfter(set.gz.size / 2)]]),
-    );
-    let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
-    let out = write_image(&from(&srv.url("/img.gz"), &set.gz.sha256), &dev.path);
-    assert!(out.status.success(), "{}", text(&out));
-    assert_written(&dev, &set);
-    let reqs = srv.requests_for("/img.gz");
-    assert_eq!(reqs.len(), 2, "{reqs:?}");
-    assert!(
-        reqs[1].header("range").unwrap().starts_with("bytes="),
-        "{reqs:?}"
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("resuming"),
-        "{}",
-        text(&out)
-    );
-}
-
-#[test]
-fn not_found_is_a_clear_error_and_the_disk_is_untouched() {
-    if !have_root("not_found_is_a_clear_error_and_the_disk_is_untouched") {
-        return;
-    }
-    let srv = TestServer::start();
-    let dev = LoopDev::new(64 * MIB, 512);
-    dev.write(0, &vec![0xa5u8; MIB as usize]);
-    let url = srv.url("/nope.raw.gz");
-    assert_refused(
-        &dev,
-        &["--image-url", &url, "--insecure"],
-        &["404", "/nope.raw.gz"],
-    );
 }
 
 /// The partitions the kernel has for `dev` (from sysfs): number, byte offset, byte length,
@@ -216,9 +176,12 @@ fn partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one() {
         );
     }
 
-    // The same disk again, with an image that fails its digest half-way (raw: nothing but the
-    // digest can notice).
-    let out = write_corrupted(&TestServer::start(), &set, &dev);
+    // The same disk again, with an image that fails its digest half-way, past the first MiB
+    // (raw: nothing but the digest can notice).
+    let srv = TestServer::start();
+    let corrupt = vec![Fault::CorruptByte(set.raw.size / 2 + 12345)];
+    srv.route("/img.raw", Route::file(&set.raw.path).with_sticky(corrupt));
+    let out = write_image(&from(&srv.url("/img.raw"), &set.raw.sha256), &dev.path);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -229,13 +192,30 @@ fn partition_nodes_stay_after_a_successful_install_and_go_with_a_failed_one() {
     assert_eq!(kernel_partitions(&dev), vec![], "{}", text(&out));
 }
 
+/// On one 512-byte device smaller than the 512-byte image, with data at both ends: a 404, an
+/// image of the other sector size and one too big are refused before anything is written; the
+/// device, once mounted, is refused naming the mountpoint.
 #[test]
-fn a_mounted_device_is_refused_naming_the_mountpoint() {
-    if !have_root("a_mounted_device_is_refused_naming_the_mountpoint") {
+fn refusals_come_before_anything_is_written() {
+    if !have_root("refusals_come_before_anything_is_written") {
         return;
     }
     let set = images(512);
-    let dev = LoopDev::new(64 * MIB, 512);
+    let dev = LoopDev::new(set.raw.size - 8 * MIB, 512);
+    let pattern = vec![0x3cu8; MIB as usize];
+    dev.write(0, &pattern);
+    dev.write(set.raw.size - 9 * MIB, &pattern);
+    let srv = TestServer::start();
+    let url = srv.url("/nope.raw.gz");
+    let not_found = ["--image-url", &url, "--insecure"];
+    assert_refused(&dev, &not_found, &["404", "/nope.raw.gz"]);
+    let set4k = images(4096);
+    let args = from(set4k.gz.path.to_str().unwrap(), &set4k.gz.sha256);
+    assert_refused(&dev, &args, &["4096-byte sectors", "512-byte sectors"]);
+    let url = srv.serve_file("/img.xz", &set.xz.path);
+    let args = from(&url, &set.xz.sha256);
+    assert_refused(&dev, &args, &["holds only", "nothing was written"]);
+
     run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev.path));
     let mnt = tempfile::tempdir().unwrap();
     run(Command::new("mount").arg(&dev.path).arg(mnt.path()));
@@ -251,33 +231,6 @@ fn a_mounted_device_is_refused_naming_the_mountpoint() {
         stderr.contains(&format!("mounted on {}", mnt.path().display())),
         "{stderr}"
     );
-}
-
-#[test]
-fn a_device_too_small_is_refused_before_anything_is_written() {
-    if !have_root("a_device_too_small_is_refused_before_anything_is_written") {
-        return;
-    }
-    let set = images(512);
-    let dev = LoopDev::new(set.raw.size - 8 * MIB, 512);
-    let pattern = vec![0x3cu8; MIB as usize];
-    dev.write(0, &pattern);
-    dev.write(set.raw.size - 9 * MIB, &pattern);
-    let srv = TestServer::start();
-    let url = srv.serve_file("/img.xz", &set.xz.path);
-    let args = from(&url, &set.xz.sha256);
-    assert_refused(&dev, &args, &["holds only", "nothing was written"]);
-}
-
-#[test]
-fn an_image_with_the_other_sector_size_is_refused_before_anything_is_written() {
-    if !have_root("an_image_with_the_other_sector_size_is_refused_before_anything_is_written") {
-        return;
-    }
-    let set = images(4096);
-    let dev = LoopDev::new(set.raw.size + 16 * MIB, 512);
-    let args = from(set.gz.path.to_str().unwrap(), &set.gz.sha256);
-    assert_refused(&dev, &args, &["4096-byte sectors", "512-byte sectors"]);
 }
 
 #[test]

@@ -6,14 +6,15 @@ use anyhow::{bail, Result};
 use super::device::Device;
 use super::direct::AlignedBuf;
 use super::partitions::PartitionSpec;
-use super::probe::{probe, FsType, PROBE_LEN};
+use super::probe::{probe, PROBE_LEN};
 
 pub(crate) const BOOT_LABEL: &str = "boot";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct BootPartition {
     pub number: u32,
-    pub fstype: FsType,
+    /// As `mount(2)` names it.
+    pub fstype: &'static str,
 }
 
 /// Probe each partition of `table` on `dev` (superblocks read at the partition's offset, no

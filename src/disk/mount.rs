@@ -125,32 +125,17 @@ pub(crate) fn with_private_mount<T: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
 
     /// The warnings logged on this thread while `f` runs.
     fn warnings_during(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Sink(Arc<Mutex<Vec<u8>>>);
-        impl Write for Sink {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let sink = Sink::default();
-        let writer = sink.clone();
+        let file = tempfile::NamedTempFile::new().unwrap();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::WARN)
             .with_ansi(false)
-            .with_writer(move || writer.clone())
+            .with_writer(std::sync::Mutex::new(file.reopen().unwrap()))
             .finish();
         tracing::subscriber::with_default(subscriber, f);
-        let text = sink.0.lock().unwrap().clone();
-        String::from_utf8(text).unwrap()
+        std::fs::read_to_string(file.path()).unwrap()
     }
 
     #[test]

@@ -528,12 +528,23 @@ mod tests {
             (PVS, 0, "  /dev/md0\n  /dev/sdz"),
         ];
         let listing = [VGS, PVS, "dmsetup ls", SCAN];
-        let cases: [(&str, &[Answer], Vec<&str>); 4] = [
+        let no_force = (
+            "wipefs --all --force /dev/sda",
+            1,
+            "unrecognized option '--force'",
+        );
+        let cases: [(&str, &[Answer], Vec<&str>); 5] = [
             // A clean disk: the listings and wipefs only.
             (
                 "/dev/sda",
                 &[NO_DM],
                 [&listing[..], &["wipefs --all --force /dev/sda"]].concat(),
+            ),
+            // A wipefs without --force: tried again without it.
+            (
+                "/dev/sda",
+                &[NO_DM, no_force],
+                [&listing[..], &[no_force.0, "wipefs --all /dev/sda"]].concat(),
             ),
             // A failing RAID scan is only logged.
             (
@@ -614,18 +625,34 @@ mod tests {
         );
     }
 
+    /// Each failing step is collected and the others still run: vgremove, pvs, one device-mapper
+    /// device's deps, one array's stop (its member is left alone, the next array is handled),
+    /// then wipefs with and without --force. Each fails once: the LVM and device-mapper steps
+    /// run again for each array on the disk.
     #[test]
     fn cleanup_errors_are_combined_and_all_steps_run() {
         let r = RecordingRunner::new();
-        r.ok("vgs --noheadings -o vg_name,pv_name", "vg0 /dev/sda2")
+        r.ok(VGS, "vg0 /dev/sda2")
             .fail("vgremove vg0 -y", 5, "Error: Can't remove vg0")
-            .fail("pvs --noheadings -o pv_name", 5, "pvs broke")
-            .ok("dmsetup ls", "No devices found")
-            .ok("mdadm -v --query --detail --scan", MDADM)
+            .fail(PVS, 5, "pvs broke")
+            .ok(PVS, "")
+            .ok("dmsetup ls", "a\t(253:0)\nb\t(253:1)")
+            .fail("dmsetup deps -o devname a", 1, "no such device")
+            .ok("dmsetup deps -o devname a", "")
+            .ok("dmsetup deps -o devname b", " 1 dependencies : (sda1)")
+            .ok(
+                SCAN,
+                "ARRAY /dev/md0 x\n devices=/dev/sda1\nARRAY /dev/md1 y\n devices=/dev/sda2",
+            )
+            .fail(
+                "mdadm --stop /dev/md0",
+                1,
+                "mdadm: Cannot get exclusive access",
+            )
             .fail("wipefs --all --force /dev/sda", 1, "busy")
             .fail("wipefs --all /dev/sda", 1, "still busy");
         let err = cleanup_install_device(&r, "/dev/sda").unwrap_err();
-        assert_eq!(err.errors.len(), 3);
+        assert_eq!(err.errors.len(), 5, "{err}");
         let text = err.to_string();
         assert!(text.contains("vgremove [vg0 -y]"), "{text}");
         assert!(
@@ -634,59 +661,16 @@ mod tests {
         );
         assert!(text.contains("pvs [--noheadings -o pv_name]"), "{text}");
         assert!(text.ends_with("LastOutput \"still busy\""), "{text}");
-        assert_eq!(text.matches("; ").count(), 2);
+        assert_eq!(text.matches("; ").count(), 4);
+        let lines = r.lines();
+        let ran = |line: &str| lines.iter().any(|l| l == line);
+        assert!(ran("dmsetup remove --retry b"));
+        assert!(!ran("mdadm --zero-superblock /dev/sda1"));
+        assert!(ran("mdadm --stop /dev/md1") && ran("mdadm --zero-superblock /dev/sda2"));
         assert_eq!(
-            r.lines().last().unwrap(),
+            lines.last().unwrap(),
             "wipefs --all /dev/sda",
             "fallback without --force"
-        );
-    }
-
-    #[test]
-    fn raid_stop_failure_skips_members_and_goes_on() {
-        let r = RecordingRunner::new();
-        r.ok("dmsetup ls", "No devices found")
-            .ok(
-                "mdadm -v --query --detail --scan",
-                "ARRAY /dev/md0 x\n devices=/dev/sda1\nARRAY /dev/md1 y\n devices=/dev/sda2",
-            )
-            .fail(
-                "mdadm --stop /dev/md0",
-                1,
-                "mdadm: Cannot get exclusive access",
-            );
-        let err = cleanup_install_device(&r, "/dev/sda").unwrap_err();
-        assert_eq!(err.errors.len(), 1);
-        let lines = r.lines();
-        assert!(!lines.contains(&"mdadm --zero-superblock /dev/sda1".to_string()));
-        assert!(lines.contains(&"mdadm --stop /dev/md1".to_string()));
-        assert!(lines.contains(&"mdadm --zero-superblock /dev/sda2".to_string()));
-        assert_eq!(lines.last().unwrap(), "wipefs --all --force /dev/sda");
-    }
-
-    #[test]
-    fn dm_deps_failure_is_collected() {
-        let r = RecordingRunner::new();
-        r.ok("dmsetup ls", "a\t(253:0)\nb\t(253:1)")
-            .fail("dmsetup deps -o devname a", 1, "no such device")
-            .ok("dmsetup deps -o devname b", " 1 dependencies : (sda1)");
-        let err = cleanup_install_device(&r, "/dev/sda").unwrap_err();
-        assert_eq!(err.errors.len(), 1);
-        assert!(r.lines().contains(&"dmsetup remove --retry b".to_string()));
-    }
-
-    #[test]
-    fn wipefs_fallback() {
-        let r = RecordingRunner::new();
-        r.fail(
-            "wipefs --all --force /dev/sdb",
-            1,
-            "unrecognized option '--force'",
-        );
-        wipefs(&r, "/dev/sdb").unwrap();
-        assert_eq!(
-            r.lines(),
-            vec!["wipefs --all --force /dev/sdb", "wipefs --all /dev/sdb"]
         );
     }
 

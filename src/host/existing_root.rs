@@ -188,18 +188,27 @@ mod tests {
         }
     }
 
+    /// The kargs through rpm-ostree then a second finalize; the network keyfiles after them,
+    /// from the directory with or without its trailing slash.
     #[test]
-    fn copy_network_copies_the_keyfiles() {
+    fn kernel_arguments_then_a_second_finalize_then_the_network_keyfiles() {
+        let append = ["nameserver=8.8.8.8".to_string(), "foo=bar".to_string()];
+        let delete = ["baz".to_string()];
         for dir in [
             "/etc/NetworkManager/system-connections",
             "/etc/NetworkManager/system-connections/",
         ] {
             let r = absent_ref();
-            write_image_to_existing_root(&r, &root(&[], &[], Some(Path::new(dir)))).unwrap();
+            let net = Some(Path::new(dir));
+            write_image_to_existing_root(&r, &root(&append, &delete, net)).unwrap();
             let expected = [
                 remount_and_stat(),
                 deploy(),
                 vec![
+                    "rpm-ostree kargs --os install --append nameserver=8.8.8.8 --append foo=bar \
+                     --delete-if-present baz"
+                        .into(),
+                    "ostree admin finalize-staged".into(),
                     "mkdir -p /boot/coreos-firstboot-network".into(),
                     "rsync -av /etc/NetworkManager/system-connections/ /boot/coreos-firstboot-network/"
                         .into(),
@@ -209,27 +218,6 @@ mod tests {
             .concat();
             assert_eq!(r.lines(), expected, "{dir}");
         }
-    }
-
-    #[test]
-    fn kernel_arguments_go_through_rpm_ostree_then_a_second_finalize() {
-        let r = absent_ref();
-        let append = ["nameserver=8.8.8.8".to_string(), "foo=bar".to_string()];
-        let delete = ["baz".to_string()];
-        write_image_to_existing_root(&r, &root(&append, &delete, None)).unwrap();
-        let expected = [
-            remount_and_stat(),
-            deploy(),
-            vec![
-                "rpm-ostree kargs --os install --append nameserver=8.8.8.8 --append foo=bar \
-                 --delete-if-present baz"
-                    .into(),
-                "ostree admin finalize-staged".into(),
-            ],
-            ignition(),
-        ]
-        .concat();
-        assert_eq!(r.lines(), expected);
         // Deletions alone are enough.
         let r = absent_ref();
         write_image_to_existing_root(&r, &root(&[], &delete, None)).unwrap();

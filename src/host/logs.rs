@@ -90,7 +90,7 @@ mod tests {
     }
 
     #[test]
-    fn without_ca_neither_mount_nor_flag() {
+    fn without_ca_neither_mount_nor_flag_and_a_failure_is_returned() {
         for ca in [None, Some("")] {
             let r = RecordingRunner::new();
             let mut u = upload(ca);
@@ -104,10 +104,7 @@ mod tests {
             assert!(args.contains(&"-insecure=false".to_string()));
             assert_eq!(args.last().unwrap(), "-bootstrap=false");
         }
-    }
-
-    #[test]
-    fn failure_is_returned() {
+        // A failure is returned.
         let r = RecordingRunner::with_script(|p, _| {
             (p == "podman").then(|| super::super::commands::Reply::fail(125, "Error: no image"))
         });

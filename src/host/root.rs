@@ -206,27 +206,23 @@ mod tests {
         }
     }
 
+    /// The host's own namespace reads as is, a --pid=host container through PID 1; a container
+    /// without --pid=host, or without privileges over PID 1, is refused; the override wins.
     #[test]
-    fn the_hosts_own_namespace_reads_as_is_and_a_pid_host_container_through_pid1() {
+    fn where_the_host_root_is() {
         assert_eq!(decide(&seen("mnt:[1]", Ok("mnt:[1]"))), Ok(HostRoot::Here));
         assert_eq!(
             decide(&seen("mnt:[2]", Ok("mnt:[1]"))),
             Ok(HostRoot::At(PathBuf::from("/proc/1/root")))
         );
-    }
 
-    #[test]
-    fn a_container_without_pid_host_is_refused() {
         let mut o = seen("mnt:[2]", Ok("mnt:[2]"));
         o.container_marker = Some("/run/.containerenv".into());
         let e = decide(&o).unwrap_err().to_string();
         assert!(e.contains("started without --pid=host"), "{e}");
         assert!(e.contains("--privileged --pid=host"), "{e}");
         assert!(e.contains(OVERRIDE_ENV), "{e}");
-    }
 
-    #[test]
-    fn without_privileges_over_pid1_it_is_refused() {
         let e = decide(&seen("mnt:[2]", Err("Permission denied (os error 13)")))
             .unwrap_err()
             .to_string();
@@ -235,10 +231,7 @@ mod tests {
         let mut o = seen("mnt:[2]", Ok("mnt:[1]"));
         o.pid1_root_readable = false;
         assert!(decide(&o).unwrap_err().to_string().contains("/proc/1/root"));
-    }
 
-    #[test]
-    fn the_override_wins() {
         let mut o = seen("mnt:[2]", Err("denied"));
         o.override_root = Some("/proc/4242/root".into());
         assert_eq!(decide(&o), Ok(HostRoot::At("/proc/4242/root".into())));
@@ -286,16 +279,10 @@ mod tests {
             HostRoot::Here.path(Path::new("/etc/x")).unwrap(),
             PathBuf::from("/etc/x")
         );
-    }
-
-    #[test]
-    fn link_loops_are_an_error() {
-        let d = tempfile::tempdir().unwrap();
-        symlink("/b", d.path().join("a")).unwrap();
-        symlink("/a", d.path().join("b")).unwrap();
-        let e = HostRoot::At(d.path().to_path_buf())
-            .path(Path::new("/a/x"))
-            .unwrap_err();
+        // Link loops are an error.
+        symlink("/b", root.join("a")).unwrap();
+        symlink("/a", root.join("b")).unwrap();
+        let e = at.path(Path::new("/a/x")).unwrap_err();
         assert!(e.to_string().contains("too many symbolic links"), "{e}");
     }
 }

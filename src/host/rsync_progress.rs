@@ -101,7 +101,7 @@ mod tests {
     }
 
     #[test]
-    fn lines_without_progress_report_nothing() {
+    fn lines_without_progress_or_a_separator_report_nothing() {
         for chunk in [
             "some log with a new line \n",
             "   \r\n",
@@ -114,10 +114,7 @@ mod tests {
         ] {
             assert!(reported(&[chunk]).is_empty(), "{chunk:?}");
         }
-    }
-
-    #[test]
-    fn nothing_happens_before_a_separator_arrives() {
+        // Nothing happens before a separator arrives.
         assert!(reported(&["  11.5G  56%   84.95MB/s"]).is_empty());
         // The same line in fragments: one report when the \r comes.
         assert_eq!(

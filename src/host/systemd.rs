@@ -64,7 +64,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn systemctl_runs_actions_except_in_dry_run() {
+    fn systemctl_runs_actions_except_in_dry_run_and_fails_with_context() {
         let r = RecordingRunner::new();
         let args = ["--no-block", "a.service", "b.service"];
         Systemd::new(&r, false).systemctl("start", &args).unwrap();
@@ -73,11 +73,7 @@ mod tests {
             r.lines(),
             vec!["systemctl start --no-block a.service b.service"]
         );
-    }
-
-    #[test]
-    fn systemctl_error_has_context_and_cause() {
-        let r = RecordingRunner::new();
+        // A failure has the action as context over the command's error.
         r.fail("systemctl restart NetworkManager.service", 1, "Job failed");
         let err = Systemd::new(&r, false)
             .systemctl("restart", &["NetworkManager.service"])

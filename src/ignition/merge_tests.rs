@@ -18,17 +18,14 @@ fn v32(rest: Value) -> Value {
 
 // ----- versions -----
 
+/// Every supported version is accepted; the others are refused, naming them (shortened when
+/// long). The shape checks (JSON, object, string `ignition.version`) are `config::parse`'s,
+/// tested in `config::tests::not_an_ignition_config`; this is the v3 range the merge adds.
 #[test]
-fn accepts_every_supported_version() {
+fn accepts_the_supported_versions_and_rejects_others_naming_them() {
     for version in SUPPORTED_VERSIONS {
         assert_eq!(spec_version(&config(version, json!({}))).unwrap(), version);
     }
-}
-
-/// The shape checks (JSON, object, string `ignition.version`) are `config::parse`'s, tested in
-/// `config::tests::not_an_ignition_config`; this is the v3 range the merge adds.
-#[test]
-fn rejects_other_versions_naming_them() {
     for (version, expected) in [
         (
             json!("2.2.0"),
@@ -47,16 +44,12 @@ fn rejects_other_versions_naming_them() {
     }
     let err = spec_version(&json!({"storage": {}})).unwrap_err();
     assert!(err.to_string().contains("no ignition.version"), "{err}");
-}
-
-#[test]
-fn long_garbage_versions_are_shortened_in_errors() {
     let err = spec_version(&config(&"9".repeat(10_000), json!({}))).unwrap_err();
     assert!(err.to_string().len() < 200, "{err}");
 }
 
 #[test]
-fn result_has_the_higher_version() {
+fn result_has_the_higher_version_of_two_checked_ones() {
     let older = config("3.1.0", json!({}));
     let newer = config("3.4.0", json!({}));
     for (parent, child) in [(&older, &newer), (&newer, &older)] {
@@ -65,10 +58,7 @@ fn result_has_the_higher_version() {
     }
     let merged = merge(&config("3.0.0", json!({})), &config("3.0.0", json!({}))).unwrap();
     assert_eq!(merged["ignition"]["version"], "3.0.0");
-}
-
-#[test]
-fn merge_checks_both_versions() {
+    // Both versions are checked.
     let good = v32(json!({}));
     let bad = config("2.2.0", json!({}));
     assert!(format!("{:#}", merge(&bad, &good).unwrap_err()).starts_with("parent ignition config"));

@@ -93,15 +93,12 @@ mod tests {
     }
 
     #[test]
-    fn extracts_the_pull_secret_from_the_fixture() {
+    fn extracts_the_pull_secret_and_the_other_files_from_the_fixture() {
         let secret = extract_pull_secret(BOOTSTRAP_IGN.as_bytes()).unwrap();
         assert_eq!(secret, PULL_SECRET.as_bytes());
         let parsed: Value = serde_json::from_slice(&secret).unwrap();
         assert!(parsed["auths"]["quay.io"]["auth"].is_string());
-    }
-
-    #[test]
-    fn other_fixture_files_decode_too() {
+        // Its other files decode too.
         let config: Value = serde_json::from_str(BOOTSTRAP_IGN).unwrap();
         let kubeconfig = file_contents(&config, "/opt/openshift/auth/kubeconfig").unwrap();
         assert!(String::from_utf8(kubeconfig)

@@ -25,24 +25,6 @@ pub enum Parity {
     Even,
 }
 
-impl Parity {
-    fn karg_letter(self) -> char {
-        match self {
-            Parity::None => 'n',
-            Parity::Odd => 'o',
-            Parity::Even => 'e',
-        }
-    }
-
-    fn grub_word(self) -> &'static str {
-        match self {
-            Parity::None => "no",
-            Parity::Odd => "odd",
-            Parity::Even => "even",
-        }
-    }
-}
-
 /// A console, as given to `--console`.
 ///
 /// Stop bits and flow control are not represented: the kernel's `console=` syntax has no stop
@@ -79,31 +61,6 @@ impl Console {
         format!("console={self}")
     }
 
-    /// The GRUB terminal that reaches this console: `serial` or `console` (the firmware's).
-    pub(crate) fn grub_terminal(&self) -> &'static str {
-        match self {
-            Console::Graphical(_) => "console",
-            Console::Serial { .. } => "serial",
-        }
-    }
-
-    /// The GRUB `serial` command that sets the port up, for serial consoles.
-    pub(crate) fn grub_serial_command(&self) -> Option<String> {
-        match self {
-            Console::Graphical(_) => None,
-            Console::Serial {
-                unit,
-                speed,
-                parity,
-                word,
-                ..
-            } => Some(format!(
-                "serial --unit={unit} --speed={speed} --word={word} --parity={}",
-                parity.grub_word()
-            )),
-        }
-    }
-
     /// Check a value that may have been built by hand rather than parsed: it must be exactly what
     /// parsing its own spec gives back.
     pub fn check(&self) -> Result<()> {
@@ -127,7 +84,14 @@ impl fmt::Display for Console {
                 parity,
                 word,
                 ..
-            } => write!(f, "{name},{speed}{}{word}", parity.karg_letter()),
+            } => {
+                let parity = match parity {
+                    Parity::None => 'n',
+                    Parity::Odd => 'o',
+                    Parity::Even => 'e',
+                };
+                write!(f, "{name},{speed}{parity}{word}")
+            }
         }
     }
 }
@@ -244,7 +208,25 @@ fn parse_serial_settings(s: &str) -> Result<(u32, Parity, u8)> {
 /// No consoles, no commands.
 pub(crate) fn grub_commands(consoles: &[Console]) -> Vec<String> {
     let mut commands = Vec::new();
-    let mut serials = consoles.iter().filter_map(|c| c.grub_serial_command());
+    let mut serials = consoles.iter().filter_map(|c| match c {
+        Console::Graphical(_) => None,
+        Console::Serial {
+            unit,
+            speed,
+            parity,
+            word,
+            ..
+        } => {
+            let parity = match parity {
+                Parity::None => "no",
+                Parity::Odd => "odd",
+                Parity::Even => "even",
+            };
+            Some(format!(
+                "serial --unit={unit} --speed={speed} --word={word} --parity={parity}"
+            ))
+        }
+    });
     if let Some(first) = serials.next() {
         commands.push(first);
         if serials.next().is_some() {
@@ -255,7 +237,10 @@ pub(crate) fn grub_commands(consoles: &[Console]) -> Vec<String> {
     }
     let mut terminals: Vec<&str> = Vec::new();
     for console in consoles {
-        let terminal = console.grub_terminal();
+        let terminal = match console {
+            Console::Graphical(_) => "console",
+            Console::Serial { .. } => "serial",
+        };
         if !terminals.contains(&terminal) {
             terminals.push(terminal);
         }
@@ -330,7 +315,7 @@ mod tests {
         }
     }
 
-    /// Each spec's karg and GRUB `serial` command, which between them show every field parsed.
+    /// Each spec's karg and GRUB commands, which between them show every field parsed.
     #[test]
     fn valid_specs() {
         let cases = [
@@ -372,10 +357,18 @@ mod tests {
         for (spec, karg, grub) in cases {
             let console: Console = spec.parse().unwrap_or_else(|e| panic!("{spec}: {e:#}"));
             assert_eq!(console.karg(), format!("console={karg}"), "{spec}");
-            let grub = grub.map(|g| format!("serial --unit={g}"));
-            assert_eq!(console.grub_serial_command(), grub, "{spec}");
             let terminal = if grub.is_some() { "serial" } else { "console" };
-            assert_eq!(console.grub_terminal(), terminal, "{spec}");
+            let mut expected: Vec<String> = grub
+                .map(|g| format!("serial --unit={g}"))
+                .into_iter()
+                .collect();
+            expected.push(format!("terminal_input {terminal}"));
+            expected.push(format!("terminal_output {terminal}"));
+            assert_eq!(
+                grub_commands(std::slice::from_ref(&console)),
+                expected,
+                "{spec}"
+            );
             console.check().unwrap();
         }
         assert_eq!(

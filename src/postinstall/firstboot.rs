@@ -83,42 +83,36 @@ mod tests {
         assert_eq!(empty, "set ignition_network_kcmdline=\"\"\n");
     }
 
+    /// On one /boot: a missing file is an error and is not created; bad arguments leave the file
+    /// alone; a missing final newline is added, and an empty file gets no leading one.
     #[test]
-    fn adds_a_missing_final_newline() {
+    fn write_args_edits_the_existing_file_only() {
         let root = tempfile::tempdir().unwrap();
         let path = root.path().join(FIRSTBOOT_FILE);
+        let err = format!("{:#}", write_args(root.path(), "ip=dhcp").unwrap_err());
+        let step = format!(
+            "writing first-boot kernel arguments to {}: opening the file",
+            path.display()
+        );
+        assert!(err.starts_with(&step), "{err}");
+        assert!(err.contains("it must already exist"), "{err}");
+        assert!(!path.exists());
+
+        std::fs::write(&path, ORIGINAL).unwrap();
+        assert!(write_args(root.path(), "a\"; boot").is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), ORIGINAL);
+
         std::fs::write(&path, "# comment").unwrap();
         write_args(root.path(), "ip=dhcp").unwrap();
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "# comment\nset ignition_network_kcmdline=\"ip=dhcp\"\n"
         );
-        // An empty file gets no leading newline.
         std::fs::write(&path, "").unwrap();
         write_args(root.path(), "ip=dhcp").unwrap();
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "set ignition_network_kcmdline=\"ip=dhcp\"\n"
         );
-    }
-
-    #[test]
-    fn missing_file_is_an_error_and_is_not_created() {
-        let root = tempfile::tempdir().unwrap();
-        let err = format!("{:#}", write_args(root.path(), "ip=dhcp").unwrap_err());
-        let path = root.path().join(FIRSTBOOT_FILE).display().to_string();
-        let step = format!("writing first-boot kernel arguments to {path}: opening the file");
-        assert!(err.starts_with(&step), "{err}");
-        assert!(err.contains("it must already exist"), "{err}");
-        assert!(!root.path().join(FIRSTBOOT_FILE).exists());
-    }
-
-    #[test]
-    fn bad_args_leave_the_file_alone() {
-        let root = tempfile::tempdir().unwrap();
-        let path = root.path().join(FIRSTBOOT_FILE);
-        std::fs::write(&path, ORIGINAL).unwrap();
-        assert!(write_args(root.path(), "a\"; boot").is_err());
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), ORIGINAL);
     }
 }

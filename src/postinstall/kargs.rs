@@ -240,7 +240,7 @@ mod tests {
         initrd /ostree/rhcos-abc/initramfs.img";
 
     #[test]
-    fn options_line_errors() {
+    fn options_line_is_found_and_replaced_or_refused() {
         let err = options_line("title x\nlinux /vmlinuz\n").unwrap_err();
         assert_eq!(err.to_string(), "the BLS entry has no `options` line");
         // `optionsfoo` and an indented line are not options lines.
@@ -252,10 +252,7 @@ mod tests {
         );
         assert!(replace_options("options a\noptions b\n", "c").is_err());
         assert!(replace_options("title x\n", "c").is_err());
-    }
-
-    #[test]
-    fn options_line_is_found_and_replaced_keeping_other_lines_trimmed() {
+        // Found and replaced, the other lines kept and trimmed.
         assert_eq!(
             options_line(ENTRY).unwrap(),
             "ignition.platform.id=metal $ignition_firstboot root=UUID=abc rw"
@@ -292,11 +289,8 @@ mod tests {
         std::fs::create_dir(root.path().join("loader/entries/zz.conf")).unwrap();
         let path = bls_entry_path(root.path()).unwrap();
         assert_eq!(path, root.path().join("loader/entries/ostree-2-rhcos.conf"));
-    }
 
-    #[test]
-    fn bls_entry_errors() {
-        // No *.conf entry: postinstall's errors_name_the_step_and_the_file.
+        // No entries directory (no *.conf entry: postinstall's errors_name_the_step_and_the_file).
         let empty = tempfile::tempdir().unwrap();
         let err = bls_entry_path(empty.path()).unwrap_err();
         assert!(format!("{err:#}").contains("loader/entries"), "{err:#}");

@@ -124,13 +124,14 @@ pub(crate) fn apply(boot_root: &Path, p: &PostInstall) -> Result<()> {
     } else {
         None
     };
-    let plan = platform::console_plan(table.as_ref(), p.platform.as_deref(), &p.consoles);
+    let (console_kargs, grub_commands) =
+        platform::console_plan(table.as_ref(), p.platform.as_deref(), &p.consoles);
 
     let user_kargs = kargs::KargsEditor::new()
         .delete(&p.delete_kargs)
         .append(&p.append_kargs);
     if console_change || !user_kargs.is_empty() {
-        edit_bls_entry(boot_root, p.changed_platform(), &plan, &user_kargs)?;
+        edit_bls_entry(boot_root, p.changed_platform(), &console_kargs, &user_kargs)?;
     }
 
     // A separate file, not the BLS entry: its place among the karg steps does not matter.
@@ -138,7 +139,7 @@ pub(crate) fn apply(boot_root: &Path, p: &PostInstall) -> Result<()> {
         firstboot::write_args(boot_root, args)?;
     }
 
-    if let Some(commands) = &plan.grub_commands {
+    if let Some(commands) = &grub_commands {
         // s390x boots with zipl, not GRUB: there is no console block to edit.
         if cfg!(target_arch = "s390x") {
             tracing::info!("not editing GRUB console settings on s390x");
@@ -160,11 +161,11 @@ pub(crate) fn apply(boot_root: &Path, p: &PostInstall) -> Result<()> {
 }
 
 /// One read-modify-write of the default BLS entry's options line: platform ID, then the console
-/// plan (delete metal's console kargs, append the new ones), then the user's delete/append.
+/// kargs (delete metal's console kargs, append the new ones), then the user's delete/append.
 fn edit_bls_entry(
     boot_root: &Path,
     platform: Option<&str>,
-    plan: &platform::ConsolePlan,
+    console_kargs: &kargs::KargsEditor,
     user_kargs: &kargs::KargsEditor,
 ) -> Result<()> {
     let path = kargs::bls_entry_path(boot_root).context("finding the BLS entry to edit")?;
@@ -174,7 +175,7 @@ fn edit_bls_entry(
         if let Some(platform) = platform {
             options = platform::replace_platform_id(&options, platform)?;
         }
-        options = plan.kargs_editor().apply(&options);
+        options = console_kargs.apply(&options);
         options = user_kargs.apply(&options);
         let new_entry = kargs::replace_options(&entry, &options)?;
         if new_entry != entry {

@@ -143,19 +143,15 @@ mod tests {
         assert_eq!(listed, names);
     }
 
+    /// An empty source gives an empty directory; a missing one is an error naming both.
     #[test]
-    fn empty_source_creates_the_directory() {
+    fn empty_or_missing_source() {
         let src = tempfile::tempdir().unwrap();
         let boot = tempfile::tempdir().unwrap();
         assert!(copy_network_dir(src.path(), boot.path())
             .unwrap()
             .is_empty());
         assert!(boot.path().join(NETWORK_DIR).is_dir());
-    }
-
-    #[test]
-    fn missing_source_is_an_error_naming_both_dirs() {
-        let boot = tempfile::tempdir().unwrap();
         let src = boot.path().join("nope");
         let err = copy_network_dir(&src, boot.path()).unwrap_err().to_string();
         assert_eq!(

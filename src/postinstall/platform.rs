@@ -75,24 +75,6 @@ pub(crate) fn replace_platform_id(options: &str, platform: &str) -> Result<Strin
         .apply(options))
 }
 
-/// What the platform and console options do to the kargs and to GRUB.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct ConsolePlan {
-    /// Kargs to delete (metal's console defaults), applied before `append_kargs`.
-    pub delete_kargs: Vec<String>,
-    pub append_kargs: Vec<String>,
-    /// New contents of the GRUB console block; None to leave it alone.
-    pub grub_commands: Option<Vec<String>>,
-}
-
-impl ConsolePlan {
-    pub(crate) fn kargs_editor(&self) -> KargsEditor {
-        KargsEditor::new()
-            .delete(&self.delete_kargs)
-            .append(&self.append_kargs)
-    }
-}
-
 /// Work out the console changes, as coreos-installer does:
 /// - `--console` given: its kargs and GRUB commands replace the platform's defaults entirely;
 /// - otherwise a non-metal `--platform`: that platform's `kernel_arguments` and `grub_commands`
@@ -102,11 +84,14 @@ impl ConsolePlan {
 /// In the first two cases metal's `kernel_arguments` (baked into the image's BLS entry) are
 /// deleted, and GRUB is rewritten only if the new commands differ from metal's (which the image
 /// already has). Without a table there are no defaults to delete or compare against.
+///
+/// Returns the karg edits (metal's console kargs deleted, then the new ones appended) and the new
+/// contents of the GRUB console block, `None` to leave it alone.
 pub(crate) fn console_plan(
     table: Option<&PlatformTable>,
     platform: Option<&str>,
     consoles: &[Console],
-) -> ConsolePlan {
+) -> (KargsEditor, Option<Vec<String>>) {
     let (append_kargs, grub_commands) = if !consoles.is_empty() {
         let kargs = consoles.iter().map(Console::karg).collect();
         (kargs, console::grub_commands(consoles))
@@ -123,18 +108,18 @@ pub(crate) fn console_plan(
                 let spec = spec.cloned().unwrap_or_default();
                 (spec.kernel_arguments, spec.grub_commands)
             }
-            _ => return ConsolePlan::default(),
+            _ => return (KargsEditor::new(), None),
         }
     };
     let metal = table
         .and_then(|t| t.get(METAL))
         .cloned()
         .unwrap_or_default();
-    ConsolePlan {
-        delete_kargs: metal.kernel_arguments,
-        append_kargs,
-        grub_commands: (grub_commands != metal.grub_commands).then_some(grub_commands),
-    }
+    let kargs = KargsEditor::new()
+        .delete(&metal.kernel_arguments)
+        .append(&append_kargs);
+    let grub_commands = (grub_commands != metal.grub_commands).then_some(grub_commands);
+    (kargs, grub_commands)
 }
 
 #[cfg(test)]

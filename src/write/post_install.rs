@@ -54,10 +54,8 @@ fn apply_on_block(dev: Device, table: &[PartitionSpec], post: &PostInstall) -> R
     let applied = match nodes.node(boot.number) {
         Some(node) => {
             tracing::info!("applying post-install steps to /boot on {}", node.display());
-            with_private_mount(node, boot.fstype.mount_name(), |root| {
-                postinstall::apply(root, post)
-            })
-            .with_context(|| format!("post-install steps on {}", node.display()))
+            with_private_mount(node, boot.fstype, |root| postinstall::apply(root, post))
+                .with_context(|| format!("post-install steps on {}", node.display()))
         }
         None => Err(anyhow!(
             "no device node for partition {} of {}",

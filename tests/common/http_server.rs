@@ -39,10 +39,11 @@ use tokio_rustls::TlsAcceptor;
 /// File bodies go out in chunks of this size (on loopback 1 MiB beats smaller ones).
 const COPY_CHUNK: usize = 1 << 20;
 
+/// A route's content (`Source<PathBuf>`: the file is opened, and its size taken, anew for every
+/// request) and an answer's (`Source<File>`).
 #[derive(Clone, Debug)]
-enum Content {
-    /// Opened (and its size taken) anew for every request.
-    File(PathBuf),
+enum Source<F> {
+    File(F),
     Bytes(Bytes),
 }
 
@@ -67,7 +68,7 @@ pub(crate) enum Fault {
 /// A served resource and its fault script.
 #[derive(Clone, Debug)]
 pub(crate) struct Route {
-    content: Content,
+    content: Source<PathBuf>,
     /// `faults[i]` applies to the i-th request (0-based) of this path; later ones get none.
     faults: Vec<Vec<Fault>>,
     /// Applied to every request, in addition to `faults[i]`.
@@ -78,12 +79,12 @@ pub(crate) struct Route {
 
 impl Route {
     pub(crate) fn file(path: impl Into<PathBuf>) -> Route {
-        Route::new(Content::File(path.into()))
+        Route::new(Source::File(path.into()))
     }
     pub(crate) fn bytes(data: impl Into<Vec<u8>>) -> Route {
-        Route::new(Content::Bytes(Bytes::from(data.into())))
+        Route::new(Source::Bytes(Bytes::from(data.into())))
     }
-    fn new(content: Content) -> Route {
+    fn new(content: Source<PathBuf>) -> Route {
         Route {
             content,
             faults: Vec::new(),
@@ -347,11 +348,6 @@ impl TestServer {
         requests
     }
 
-    /// How many requests the current route at `path` has answered.
-    pub(crate) fn request_count(&self, path: &str) -> usize {
-        lock(&self.shared.routes).get(path).map_or(0, |r| r.1)
-    }
-
     /// Closes the listening socket for `duration` (connections are refused), then listens on
     /// the same port again. Returns once the socket is closed.
     pub(crate) fn unavailable_for(&self, duration: Duration) {
@@ -553,8 +549,8 @@ fn serve_route(
         }
     }
     let (total, source) = match route.content {
-        Content::Bytes(b) => (b.len() as u64, Source::Bytes(b)),
-        Content::File(p) => match File::open(&p).and_then(|f| Ok((f.metadata()?.len(), f))) {
+        Source::Bytes(b) => (b.len() as u64, Source::Bytes(b)),
+        Source::File(p) => match File::open(&p).and_then(|f| Ok((f.metadata()?.len(), f))) {
             Ok((n, f)) => (n, Source::File(f)),
             Err(_) => return text_answer(500),
         },
@@ -607,11 +603,6 @@ fn serve_route(
     with_status(r, status)
 }
 
-enum Source {
-    File(File),
-    Bytes(Bytes),
-}
-
 /// What happens once `end` is reached.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Then {
@@ -624,7 +615,7 @@ enum Then {
 
 /// A route's body, chunk by chunk, with its faults.
 struct ResourceBody {
-    source: Source,
+    source: Source<File>,
     /// Absolute offset of the next byte.
     pos: u64,
     /// Absolute offset where sending stops.

@@ -173,24 +173,13 @@ mod tests {
             // The backup header is at the last LBA of the disk.
             let backup = &w.tail()[(WINDOW - ss) as usize..][..8];
             assert_eq!(backup, b"EFI PART");
-        }
-    }
-
-    #[test]
-    fn two_empty_tables_get_different_disk_guids() {
-        let a = empty_table(4 << 20, 512).unwrap();
-        let b = empty_table(4 << 20, 512).unwrap();
-        assert_ne!(a.head()[512 + 56..512 + 72], b.head()[512 + 56..512 + 72]);
-    }
-
-    #[test]
-    fn image_layout_comes_from_the_primary_header() {
-        for ss in [512u64, 4096] {
-            let size = 6 << 20;
-            let w = empty_table(size, ss).unwrap();
+            // As an image, its layout comes from the primary header.
             let layout = ImageLayout::parse(w.head()).unwrap();
-            assert_eq!(layout.sector_size, ss);
-            assert_eq!(layout.size, size);
+            assert_eq!((layout.sector_size, layout.size), (ss, size));
+            // Another empty table gets another disk GUID.
+            let other = empty_table(size, ss).unwrap();
+            let guid = |w: &DiskWindows| w.head()[ss as usize + 56..ss as usize + 72].to_vec();
+            assert_ne!(guid(&w), guid(&other));
         }
     }
 
@@ -245,16 +234,12 @@ mod tests {
     }
 
     #[test]
-    fn a_head_without_gpt_is_not_a_metal_image() {
+    fn a_head_without_gpt_is_not_a_metal_image_and_a_corrupt_header_is_named() {
         let err = ImageLayout::parse(&vec![0u8; WINDOW as usize]).unwrap_err();
         assert!(
             err.to_string().contains("not a CoreOS metal disk image"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn a_corrupt_primary_header_is_named() {
         let w = empty_table(4 << 20, 512).unwrap();
         let mut head = w.head().to_vec();
         head[512 + 40] ^= 1; // first usable LBA: the header CRC no longer matches
