@@ -118,7 +118,7 @@ fn report_of(svc: &FakeService, server: &TestServer, host_id: &str) -> ServiceRe
     ServiceReport {
         host_id: host_id.to_string(),
         progress,
-        host_logs_progress: svc.host_logs_reports(),
+        host_logs_progress: svc.state().host_logs_reports.clone(),
         refused: server
             .requests()
             .iter()

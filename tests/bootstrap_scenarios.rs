@@ -237,7 +237,7 @@ fn controller_pod() -> Pod {
 /// besides: controller_logs' the_running_pods_last_hour_is_uploaded_or_a_line_saying_why_not).
 fn controller_logs_uploaded(h: &Harness) -> Vec<String> {
     let log = |u: &LogsUpload| String::from_utf8(untar_gz(&u.data).remove(0).1).unwrap();
-    h.svc.uploads().iter().map(log).collect()
+    h.svc.state().uploads.iter().map(log).collect()
 }
 
 /// The machine-config-daemon run that lays the bootstrap Ignition down.
@@ -597,7 +597,7 @@ fn controller_logs_are_uploaded_every_five_minutes_while_waiting_and_once_ready(
     assert_eq!(secs, [300, 600, 750]);
     assert_eq!(controller_logs_uploaded(&h), [CONTROLLER_LOG; 3]);
     assert_eq!(
-        h.svc.cluster_logs_reports().len(),
+        h.svc.state().cluster_logs_reports.len(),
         1,
         "the cluster's logs are requested once, when the controller is ready"
     );
@@ -617,7 +617,7 @@ fn failed_controller_log_uploads_do_not_stop_the_install() {
     h.svc.fail_path(&format!("/clusters/{}/logs", CLUSTER), 500);
     run(h.flow("bootstrap", 3)).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
-    assert!(h.svc.uploads().is_empty());
+    assert!(h.svc.state().uploads.is_empty());
     assert_eq!(h.kube.log_reads().len(), 1, "the upload was tried");
 }
 

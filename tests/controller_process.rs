@@ -172,7 +172,7 @@ fn cluster() -> FakeCluster {
 fn service() -> FakeService {
     let svc = FakeService::new();
     svc.set_cluster(json!({"id": CLUSTER, "status": "installing"}));
-    svc.hosts_follow_progress();
+    svc.state().hosts_follow_progress = true;
     svc.set_hosts(
         HOSTS
             .iter()
@@ -196,10 +196,10 @@ fn service() -> FakeService {
             })
             .collect(),
     );
-    svc.set_operators(vec![
+    svc.state().operators = vec![
         json!({"name": "console", "operator_type": "builtin", "status": "progressing"}),
         json!({"name": "cvo", "operator_type": "builtin", "status": "progressing"}),
-    ]);
+    ];
     svc.set_credentials_file("kubeconfig-noingress", "apiVersion: v1\nkind: Config\n");
     svc
 }
@@ -384,9 +384,7 @@ impl Run {
 }
 
 fn reboot_events(svc: &FakeService) -> Vec<String> {
-    let mut events: Vec<String> = svc
-        .events()
-        .iter()
+    let mut events: Vec<String> = (svc.state().events.iter())
         .filter(|e| e["name"] == "reboots_for_node")
         .map(|e| e["message"].as_str().unwrap().to_string())
         .collect();
@@ -398,7 +396,9 @@ fn reboot_events(svc: &FakeService) -> Vec<String> {
 fn from_job_start_to_complete_installation_and_exit_0() {
     let mut run = Run::start();
     run.play();
-    run.wait_for("complete-installation", |r| !r.svc.completions().is_empty());
+    run.wait_for("complete-installation", |r| {
+        !r.svc.state().completions.is_empty()
+    });
     run.svc.set_cluster(json!({"status": "installed"}));
     let code = run.exit_code();
     let log = run.log();
@@ -471,7 +471,7 @@ fn from_job_start_to_complete_installation_and_exit_0() {
     // Finalizing: Go's stages in order, the operators reported available, the ingress CA.
     // Go reports the OLM csv-initialization stage before it knows the OLM list is empty.
     assert_eq!(
-        run.svc.finalizing_stages(),
+        run.svc.state().finalizing_stages,
         [
             "Waiting for cluster operators",
             "Adding router ca",
@@ -479,23 +479,23 @@ fn from_job_start_to_complete_installation_and_exit_0() {
             "Done"
         ]
     );
-    let reported: Vec<Value> = (run.svc.operator_reports().iter())
+    let reported: Vec<Value> = (run.svc.state().operator_reports.iter())
         .map(|r| json!([r["name"], r["status"]]))
         .collect();
     for name in ["console", "cvo"] {
         let available = json!([name, "available"]);
         assert!(reported.contains(&available), "{reported:?}");
     }
-    assert_eq!(run.svc.ingress_certs(), [INGRESS_CA]);
-    assert_eq!(run.svc.completions(), [json!({"is_success": true})]);
+    assert_eq!(run.svc.state().ingress_certs, [INGRESS_CA]);
+    assert_eq!(run.svc.state().completions, [json!({"is_success": true})]);
     // The final log upload: requested, the controller's log without must-gather, completed.
     // As Go, the pod's name is only looked up by the periodic upload (first after 5 minutes),
     // so a shorter run uploads its log file.
-    let states: Vec<String> = (run.svc.cluster_logs_reports().into_iter())
+    let states: Vec<String> = (run.svc.state().cluster_logs_reports.clone().into_iter())
         .map(|r| r.1)
         .collect();
     assert_eq!(states, ["requested", "completed"]);
-    let uploads = run.svc.uploads();
+    let uploads = run.svc.state().uploads.clone();
     assert_eq!(uploads.len(), 1);
     assert_eq!(uploads[0].logs_type, LogsType::Controller);
     let entries = untar_gz(&uploads[0].data);

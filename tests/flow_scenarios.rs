@@ -132,7 +132,7 @@ fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
         "shutdown -r +1 'Installation completed, server is going to reboot.'"
     );
     assert_eq!(
-        h.svc.host_logs_reports(),
+        h.svc.state().host_logs_reports,
         vec![(HOST.to_string(), "requested".to_string())]
     );
     // Every call went through the flow's InventoryClient, which sends each with the token and

@@ -177,11 +177,11 @@ fn every_call_sends_its_request_with_the_token_and_its_own_request_id() {
         ]
     );
     assert_eq!(
-        fake.host_logs_reports(),
+        fake.state().host_logs_reports,
         [(HOST.to_string(), "requested".to_string())]
     );
     assert_eq!(
-        fake.cluster_logs_reports(),
+        fake.state().cluster_logs_reports,
         [(CLUSTER.to_string(), "completed".to_string())]
     );
 }
@@ -297,9 +297,8 @@ fn downloads_land_atomically_in_place() {
 
 #[test]
 fn the_token_never_appears_in_errors_debug_or_logs() {
-    let token = "s3cr3t-T0KEN-value-0987654321";
     let (fake, srv) = served();
-    fake.set_token(token);
+    let token = &fake.token();
     let (subscriber, logs) = common::log_capture(tracing::Level::TRACE);
     let mut texts = Vec::new();
     // The process-wide subscriber, not a scoped one: tracing caches a callsite's interest when
@@ -350,7 +349,7 @@ fn the_token_never_appears_in_errors_debug_or_logs() {
     assert!(logs.contains("--insecure"), "{logs}");
     for text in texts.iter().chain(std::iter::once(&logs)) {
         assert!(!text.contains(token), "token leaked: {text}");
-        assert!(!text.contains("s3cr3t"), "token leaked: {text}");
+        assert!(!text.contains("fake-agent-token"), "token leaked: {text}");
     }
 }
 
@@ -380,7 +379,7 @@ fn operators() -> Vec<serde_json::Value> {
 fn every_controller_call_method_path_query_and_body() {
     let (fake, srv) = served();
     fake.set_hosts(vec![host_json(HOST, IE, "master", Some("Rebooting"))]);
-    fake.set_operators(operators());
+    fake.state().operators = operators();
     fake.set_cluster_file(
         "custom_manifests.json",
         br#"[{"Name":"odf","Content":"eA=="}]"#.to_vec(),

@@ -220,7 +220,7 @@ fn every_request_is_valid_against_the_swagger() {
         return;
     }
     let fake = FakeService::new();
-    fake.set_behind_prism();
+    fake.state().behind_prism = true;
     fake.set_host_ignition(BOOTSTRAP, br#"{"ignition":{"version":"3.2.0"}}"#.to_vec());
     fake.set_cluster_file(
         "bootstrap.ign",
@@ -243,11 +243,11 @@ fn every_request_is_valid_against_the_swagger() {
         host_json(ARBITER, IE, "arbiter", Some("Done")),
         host_json(WORKER, IE, "worker", Some("Waiting for control plane")),
     ]);
-    fake.set_operators(vec![
+    fake.state().operators = vec![
         json!({"cluster_id": CLUSTER, "name": "console", "operator_type": "builtin", "status": "progressing"}),
         json!({"cluster_id": CLUSTER, "name": "odf", "operator_type": "olm", "namespace": "openshift-storage",
                "subscription_name": "odf-operator", "timeout_seconds": 1800}),
-    ]);
+    ];
     fake.set_cluster_file("custom_manifests.json", b"[]".to_vec());
     fake.set_credentials_file("kubeconfig-noingress", b"apiVersion: v1\n".to_vec());
     let srv = TestServer::with_app(fake.clone());
@@ -416,8 +416,8 @@ fn installer_requests(fake: &FakeService, srv: &TestServer, prism: &Prism) {
         .map(|(_, i)| i.as_str())
         .collect();
     assert_eq!(percents, ["12%", "55%", "60%", "97%", "100%"]);
-    assert_eq!(fake.host_logs_reports().len(), 1);
-    assert_eq!(fake.cluster_logs_reports().len(), 1);
+    assert_eq!(fake.state().host_logs_reports.len(), 1);
+    assert_eq!(fake.state().cluster_logs_reports.len(), 1);
     let queries: Vec<&str> = calls.iter().map(|c| c.query.as_str()).collect();
     for q in [
         "exclude-hosts=true",
@@ -593,10 +593,10 @@ fn controller_requests(fake: &FakeService, srv: &TestServer, prism: &Prism) {
         assert!((200..300).contains(&status), "{method} {path} → {status}");
         assert_eq!(call.header("x-secret-key"), Some(fake.token().as_str()));
     }
-    assert_eq!(fake.finalizing_stages().len(), 7);
-    assert_eq!(fake.operator_reports().len(), 2);
-    assert_eq!(fake.operator_reports()[1]["name"], "odf");
-    assert_eq!(fake.completions().len(), 2);
-    assert_eq!(fake.events().len(), 1);
-    assert_eq!(fake.ingress_certs().len(), 1);
+    assert_eq!(fake.state().finalizing_stages.len(), 7);
+    assert_eq!(fake.state().operator_reports.len(), 2);
+    assert_eq!(fake.state().operator_reports[1]["name"], "odf");
+    assert_eq!(fake.state().completions.len(), 2);
+    assert_eq!(fake.state().events.len(), 1);
+    assert_eq!(fake.state().ingress_certs.len(), 1);
 }

@@ -1,7 +1,8 @@
 #![allow(dead_code)]
 //! The fake assisted-service, an [`App`] of the test HTTP server: served by the test
-//! (`TestServer::with_app(fake.clone())`: the REST clients, the swagger contract, the binary),
-//! or on a server of its own behind the real REST client ([`FakeService::client`], the flows).
+//! (`TestServer::with_app(fake.clone())`), or on a server of its own behind the real REST
+//! client ([`FakeService::client`]). Tests set up and read what it holds through
+//! [`FakeService::state`].
 //!
 //! It keeps the service's stage rules: per host, a stage may repeat or move forward in its
 //! role's order (skipping is fine), never backwards, and one outside that order is a 409;
@@ -9,11 +10,8 @@
 //! [`FakeService::set_host_role`], else the host list's (`bootstrap: true` means the bootstrap
 //! order), else `master`. Injected answers ([`FakeService::fail_next`], `fail_path`) apply
 //! after the token check (`X-Secret-Key`, else 401 with swagger's `infra_error`) and before
-//! the body checks (a 400). It also serves the controller's calls: finalizing stages,
-//! monitored operators (reports update the list), the ingress CA, credentials,
-//! `complete-installation` and events, each recorded as sent (beyond the finalizing stage, their
-//! enums and required fields are Prism's to check, `tests/service_contract.rs`, their exact
-//! bodies `tests/service_client.rs`'s).
+//! the body checks (a 400). The controller's calls are recorded as sent (their enums and
+//! required fields are Prism's to check, `tests/service_contract.rs`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -29,8 +27,6 @@ use super::http_server::{App, Reply, Request, TestServer};
 
 /// Swagger `basePath`.
 pub(crate) const BASE_PATH: &str = API_BASE_PATH;
-/// The token the fake expects unless told otherwise.
-pub(crate) const DEFAULT_TOKEN: &str = "fake-agent-token-0123456789";
 
 use HostStage::Failed;
 
@@ -83,9 +79,10 @@ fn refuse<T>(status: u16, reason: impl Into<String>) -> Result<T, Reply> {
     Err(error_reply(status, &reason.into()))
 }
 
+/// What the fake holds, and what it recorded (in order; `*_logs_reports` are (host or
+/// cluster id, logs_state), the controller's records are the accepted bodies).
 #[derive(Default)]
-struct State {
-    token: String,
+pub(crate) struct State {
     /// Accepted progress reports by host: (stage, info), in order.
     progress: HashMap<String, Vec<(String, String)>>,
     roles: HashMap<String, String>,
@@ -98,19 +95,22 @@ struct State {
     host_list_answers: u64,
     fail_next: VecDeque<u16>,
     fail_paths: Vec<(String, u16)>,
-    host_logs_reports: Vec<(String, String)>,
-    cluster_logs_reports: Vec<(String, String)>,
-    uploads: Vec<LogsUpload>,
-    // The controller's calls (on the socket).
-    operators: Vec<Value>,
-    finalizing_stages: Vec<String>,
-    operator_reports: Vec<Value>,
-    ingress_certs: Vec<String>,
-    completions: Vec<Value>,
-    events: Vec<Value>,
-    behind_prism: bool,
-    /// Listed hosts carry their last accepted stage, and `Done` makes a host `installed`.
-    hosts_follow_progress: bool,
+    pub host_logs_reports: Vec<(String, String)>,
+    pub cluster_logs_reports: Vec<(String, String)>,
+    pub uploads: Vec<LogsUpload>,
+    /// The monitored operators (swagger `monitored-operator` objects); reports update them.
+    pub operators: Vec<Value>,
+    pub finalizing_stages: Vec<String>,
+    pub operator_reports: Vec<Value>,
+    pub ingress_certs: Vec<String>,
+    pub completions: Vec<Value>,
+    pub events: Vec<Value>,
+    /// Served through Prism's proxy, which forwards a JSON-string body (the ingress CA)
+    /// decoded, without its quotes: accept that text as the string (Prism validated it).
+    pub behind_prism: bool,
+    /// As the service: listed hosts carry their last accepted stage, and `Done` makes a host
+    /// `installed`.
+    pub hosts_follow_progress: bool,
 }
 
 /// See the module documentation. Clones share the state.
@@ -122,41 +122,17 @@ pub(crate) struct FakeService {
     served: Arc<OnceLock<TestServer>>,
 }
 
-/// What the fake holds or recorded, each as a getter of the same name (recordings in order).
-/// `*_logs_reports` are (host or cluster id, logs_state); the controller's records (finalizing stages, operator reports, ingress CA
-/// PEMs, `complete-installation` bodies, events) are the accepted bodies.
-macro_rules! getters {
-    ($($name:ident: $t:ty,)*) => {
-        impl FakeService {
-            $(pub(crate) fn $name(&self) -> $t {
-                self.state().$name.clone()
-            })*
-        }
-    };
-}
-
-getters! {
-    token: String,
-    host_logs_reports: Vec<(String, String)>,
-    cluster_logs_reports: Vec<(String, String)>,
-    uploads: Vec<LogsUpload>,
-    finalizing_stages: Vec<String>,
-    operator_reports: Vec<Value>,
-    ingress_certs: Vec<String>,
-    completions: Vec<Value>,
-    events: Vec<Value>,
-}
-
 impl FakeService {
     pub(crate) fn new() -> FakeService {
-        let state = State {
-            token: DEFAULT_TOKEN.to_string(),
-            ..State::default()
-        };
         FakeService {
-            state: Arc::new(Mutex::new(state)),
+            state: Arc::default(),
             served: Arc::default(),
         }
+    }
+
+    /// The token the fake expects (`X-Secret-Key`).
+    pub(crate) fn token(&self) -> String {
+        "fake-agent-token-0123456789".into()
     }
 
     /// The REST client (without retries) of this fake, served on a socket of its own.
@@ -168,15 +144,14 @@ impl FakeService {
                 served: Arc::default(),
             })
         });
-        let retry = ClientRetry {
-            min_retries: 0,
-            max_retries: 0,
-            ..ClientRetry::installer()
-        };
         let config = ClientConfig {
             url: srv.base_url(),
             token: self.token(),
-            retry,
+            retry: ClientRetry {
+                min_retries: 0,
+                max_retries: 0,
+                ..ClientRetry::installer()
+            },
             ..ClientConfig::default()
         };
         Arc::new(ServiceClient::new(config).expect("the fake's client"))
@@ -194,12 +169,9 @@ impl FakeService {
         requests.unwrap_or_default().iter().map(line).collect()
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    /// Drop the guard before the next call to the fake (a statement of its own).
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn set_token(&self, token: &str) {
-        self.state().token = token.to_string();
     }
 
     /// The stage order enforced for this host: `master`, `arbiter`, `worker`, `bootstrap` or
@@ -249,12 +221,6 @@ impl FakeService {
         self.state().hosts_script = Some(Box::new(script));
     }
 
-    /// As the service: the listed hosts show the stage last reported for them, and a host
-    /// reported `Done` is `installed`.
-    pub(crate) fn hosts_follow_progress(&self) {
-        self.state().hosts_follow_progress = true;
-    }
-
     /// The next `n` calls (any path) get `status`; calls queue up.
     pub(crate) fn fail_next(&self, n: usize, status: u16) {
         let mut state = self.state();
@@ -274,17 +240,6 @@ impl FakeService {
             .get(host_id)
             .cloned()
             .unwrap_or_default()
-    }
-
-    /// Served through Prism's proxy, which forwards a JSON-string body (the ingress CA) decoded,
-    /// without its quotes: accept that text as the string (Prism has validated it already).
-    pub(crate) fn set_behind_prism(&self) {
-        self.state().behind_prism = true;
-    }
-
-    /// The monitored operators (swagger `monitored-operator` objects); reports update them.
-    pub(crate) fn set_operators(&self, operators: Vec<Value>) {
-        self.state().operators = operators;
     }
 }
 
@@ -397,13 +352,6 @@ impl State {
             .collect()
     }
 
-    fn hosts(&mut self, role: Option<&str>) -> Vec<Value> {
-        self.current_hosts()
-            .into_iter()
-            .filter(|h| role.is_none_or(|r| h["role"] == r))
-            .collect()
-    }
-
     fn cluster(&mut self, id: &str, exclude_hosts: bool) -> Value {
         let mut cluster = json!({
             "kind": "Cluster",
@@ -470,7 +418,7 @@ impl FakeService {
             return refuse(404, format!("no such path {}", req.path));
         };
         let mut state = self.state();
-        if req.header("x-secret-key") != Some(state.token.as_str()) {
+        if req.header("x-secret-key") != Some(self.token().as_str()) {
             return refuse(401, "Unauthorized");
         }
         state.injected(&req.path)?;
@@ -489,18 +437,19 @@ impl FakeService {
                 Ok(Reply::bytes(state.download("ignition", host)?))
             }
             ("GET", ["v2", "clusters", _, "downloads", kind @ ("files" | "credentials")]) => {
-                match query("file_name") {
-                    Some(name) => Ok(Reply::bytes(state.download(kind, &name)?)),
-                    None => refuse(400, "file_name is required"),
-                }
+                let name =
+                    query("file_name").ok_or_else(|| error_reply(400, "file_name is required"))?;
+                Ok(Reply::bytes(state.download(kind, &name)?))
             }
             ("GET", ["v2", "clusters", cluster]) => {
                 let exclude = query("exclude-hosts").as_deref() == Some("true");
                 Ok(Reply::json(200, &state.cluster(cluster, exclude)))
             }
             ("GET", ["v2", "clusters", _, "hosts"]) => {
-                let hosts = state.hosts(query("role").as_deref());
-                Ok(Reply::json(200, &Value::Array(hosts)))
+                let role = query("role");
+                let hosts = state.current_hosts().into_iter();
+                let hosts = hosts.filter(|h| role.as_deref().is_none_or(|r| h["role"] == r));
+                Ok(Reply::json(200, &hosts.collect::<Value>()))
             }
             ("PUT", ["v2", "infra-envs", _, "hosts", host, "logs-progress"]) => {
                 let LogsProgressParams { logs_state } = params(&req.body)?;
