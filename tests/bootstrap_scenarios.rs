@@ -14,7 +14,7 @@ use assisted_installer::kube::{ClusterApi, Condition, NewEvent, Node, NodeAddres
 use assisted_installer::openshift::{CURRENT_CONFIG_ANNOTATION, UNINITIALIZED_TAINT};
 use assisted_installer::service::client::LogsUpload;
 use common::fake_service::FakeService;
-use common::flow_builder::{failed_info, run, s, writing, Report, LSBLK_VDA};
+use common::flow_builder::{failed_info, run, s, with_percents, Report, LSBLK_VDA};
 use common::untar_gz;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -255,7 +255,7 @@ fn bootstrap_sequence() -> Vec<Report> {
         ("Starting installation", "bootstrap"),
         ("Installing", "master"),
     ]);
-    v.extend(writing());
+    v.extend(with_percents("Writing image to disk"));
     let (control_plane, bootkube) = ("Waiting for control plane", "Waiting for bootkube");
     v.extend(reports(&[
         (control_plane, "Waiting for bootstrap node preparation"),
@@ -459,7 +459,7 @@ fn sno_sequence() -> Vec<Report> {
         ("Installing", "master"),
         ("Waiting for bootkube", ""),
     ]);
-    v.extend(writing());
+    v.extend(with_percents("Writing image to disk"));
     v.push(s("Rebooting", ""));
     v
 }
@@ -720,7 +720,7 @@ fn a_single_node_appliance_copies_the_registry_data_as_a_master() {
         s("Installing", "bootstrap"),
         s("Waiting for bootkube", ""),
     ];
-    expected.extend(writing());
+    expected.extend(with_percents("Writing image to disk"));
     expected.push(s("Copying registry data to disk", ""));
     expected.push(s("Rebooting", ""));
     assert_eq!(h.reports(), expected);

@@ -1,15 +1,9 @@
 #![allow(dead_code)]
-//! The fake Kubernetes API server of the tests (an [`App`] of the test HTTP server).
-//!
-//! [`FakeApiServer`] keeps objects at their REST paths (`/api/v1/nodes/master-0`,
-//! `/apis/config.openshift.io/v1/clusteroperators/console`, …) and does what the API server does
-//! with them: `GET` an object, or a collection (filtered by `labelSelector` and `fieldSelector`
-//! requirements `k` and `k=v`, as the in-memory clusters select; without `namespaces/<ns>/`,
-//! every namespace's); `POST` creates (409 if taken); `PUT` replaces (subresources replace the
-//! object); `PATCH` applies a JSON patch (a failed `test` is 422) or a merge patch; `DELETE` an
-//! object or the matching objects of a collection; `GET …/log` answers the text set with
-//! [`FakeApiServer::set_pod_log`]. With a token, every request must carry `Authorization: Bearer
-//! <token>` (else 401).
+//! The fake Kubernetes API server of the tests (an [`App`] of the test HTTP server): objects
+//! at their REST paths (`/api/v1/nodes/master-0`), served as the API server does. A collection
+//! without `namespaces/<ns>/` lists every namespace's; subresources `PUT` replace the object;
+//! a failed JSON-patch `test` is a 422. With a token, requests without `Authorization: Bearer
+//! <token>` get a 401.
 
 use assisted_installer::kube::selector_matches;
 use serde_json::{json, Value};
@@ -46,7 +40,7 @@ impl State {
     }
 }
 
-/// See the module documentation. Clones share the store.
+/// Clones share the store.
 #[derive(Clone, Default)]
 pub(crate) struct FakeApiServer {
     token: Option<String>,

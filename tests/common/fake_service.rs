@@ -114,7 +114,7 @@ pub(crate) struct State {
 }
 
 /// See the module documentation. Clones share the state.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(crate) struct FakeService {
     state: Arc<Mutex<State>>,
     /// Serves `state` to [`FakeService::client`]s; started by the first, closed with the last
@@ -124,10 +124,7 @@ pub(crate) struct FakeService {
 
 impl FakeService {
     pub(crate) fn new() -> FakeService {
-        FakeService {
-            state: Arc::default(),
-            served: Arc::default(),
-        }
+        FakeService::default()
     }
 
     /// The token the fake expects (`X-Secret-Key`).
@@ -138,10 +135,9 @@ impl FakeService {
     /// The REST client (without retries) of this fake, served on a socket of its own.
     pub(crate) fn client(&self) -> Arc<ServiceClient> {
         let srv = self.served.get_or_init(|| {
-            let state = self.state.clone();
             TestServer::with_app(FakeService {
-                state,
-                served: Arc::default(),
+                state: self.state.clone(),
+                ..FakeService::default()
             })
         });
         let config = ClientConfig {
@@ -223,14 +219,12 @@ impl FakeService {
 
     /// The next `n` calls (any path) get `status`; calls queue up.
     pub(crate) fn fail_next(&self, n: usize, status: u16) {
-        let mut state = self.state();
-        state.fail_next.extend(std::iter::repeat_n(status, n));
+        (self.state().fail_next).extend(std::iter::repeat_n(status, n));
     }
 
     /// Every call whose full path contains `path_substring` gets `status`.
     pub(crate) fn fail_path(&self, path_substring: &str, status: u16) {
-        let mut state = self.state();
-        state.fail_paths.push((path_substring.into(), status));
+        (self.state().fail_paths).push((path_substring.into(), status));
     }
 
     /// Accepted progress reports of a host: (stage, info), in order.

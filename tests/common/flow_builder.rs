@@ -24,11 +24,6 @@ pub(crate) fn with_percents(stage: &str) -> Vec<Report> {
     infos.map(|info| s(stage, &info)).collect()
 }
 
-/// The reports of a successful write.
-pub(crate) fn writing() -> Vec<Report> {
-    with_percents("Writing image to disk")
-}
-
 /// The reports of a host that installs as `role` like a master: started, written, rebooting.
 pub(crate) fn installed_as(role: &str) -> Vec<Report> {
     installed_with(role, vec![])
@@ -37,7 +32,7 @@ pub(crate) fn installed_as(role: &str) -> Vec<Report> {
 /// The reports of a host installing as `role`, with `then` between the write and the reboot.
 pub(crate) fn installed_with(role: &str, then: Vec<Report>) -> Vec<Report> {
     let mut v = vec![s("Starting installation", role), s("Installing", role)];
-    v.extend(writing());
+    v.extend(with_percents("Writing image to disk"));
     v.extend(then);
     v.push(s("Rebooting", ""));
     v

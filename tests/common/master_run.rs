@@ -1,7 +1,5 @@
-//! The entrypoint's dry-run master install as the tests run it, wherever the service is (in
-//! the test process, or the `fake-assisted-service` example as a process, on the host or in a
-//! guest): the ids and the Ignition config served, the Go flags the agent passes, and the Go
-//! stage sequence the service must have seen.
+//! The entrypoint's dry-run master install as the tests run it, wherever the service is: the
+//! ids and Ignition config served, the agent's Go flags, the Go stages the service must see.
 
 use std::path::Path;
 
@@ -60,11 +58,9 @@ fn percents(reports: &[(String, String)], stage: &str) -> Vec<u32> {
 }
 
 /// The exact Go stage sequence of a dry-run master, from the service's accepted reports
-/// (stage, info) in order: the percentages of the write depend on timing, but each is at least
-/// 5 points above the last and the last is 100. An appliance master (`registry_copy`: the
-/// host has the registry marker) reports the registry copy between the write and the reboot:
-/// a dry run reports the stage and runs none of the copy's host commands; a real copy then
-/// reports rsync's percentages the same way.
+/// (stage, info) in order: the write's percentages depend on timing ([`percents`]), the last
+/// is 100. An appliance master (`registry_copy`) reports the registry copy between the write
+/// and the reboot, with rsync's percentages the same way when the copy is real.
 pub(crate) fn assert_master_stages(reports: &[(String, String)], registry_copy: bool) {
     let mut want = vec![
         s("Starting installation", "master"),
