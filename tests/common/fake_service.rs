@@ -71,10 +71,6 @@ pub(crate) fn host_json(
     host
 }
 
-/// The host list of the n-th host-list answer (n counts from 0 over both `GET …/hosts` and
-/// `GET /v2/clusters/{id}?exclude-hosts=false`).
-type HostsScript = Box<dyn FnMut(u64) -> Vec<Value> + Send>;
-
 fn refuse<T>(status: u16, reason: impl Into<String>) -> Result<T, Reply> {
     Err(error_reply(status, &reason.into()))
 }
@@ -91,7 +87,9 @@ pub(crate) struct State {
     downloads: HashMap<(String, String), Vec<u8>>,
     cluster: serde_json::Map<String, Value>,
     hosts: Vec<Value>,
-    hosts_script: Option<HostsScript>,
+    /// The hosts of the n-th host-list answer (n counts from 0 over both `GET …/hosts` and
+    /// `GET /v2/clusters/{id}?exclude-hosts=false`).
+    hosts_script: Option<Box<dyn FnMut(u64) -> Vec<Value> + Send>>,
     host_list_answers: u64,
     fail_next: VecDeque<u16>,
     fail_paths: Vec<(String, u16)>,
@@ -261,33 +259,23 @@ impl State {
 
     fn update_progress(&mut self, host: &str, stage: HostStage, info: &str) -> Result<(), Reply> {
         let role = self.role_of(host);
+        let order = stage_order(&role);
+        let at = |s: HostStage| order.iter().position(|o| *o == s);
         let accepted = self.progress.entry(host.to_string()).or_default();
-        let current = accepted
-            .last()
-            .map(|(s, _)| s.parse::<HostStage>().unwrap());
-        if current == Some(Failed) {
-            return refuse(
-                409,
-                format!("Can't set progress {stage} to host {host}: it already failed"),
-            );
-        }
-        if stage != Failed {
-            let order = stage_order(&role);
-            let at = |s: HostStage| order.iter().position(|o| *o == s);
-            let Some(new) = at(stage) else {
-                return refuse(
-                    409,
-                    format!("Stage {stage} is not valid for a host with role {role}"),
-                );
-            };
-            if let Some(current) = current {
-                if new < at(current).unwrap_or(0) {
-                    return refuse(
-                        409,
-                        format!("Can't move host {host} stage backwards from {current} to {stage}"),
-                    );
-                }
+        let current = accepted.last().map(|(s, _)| s.parse().unwrap());
+        let refusal = match current {
+            Some(Failed) => format!("Can't set progress {stage} to host {host}: it already failed"),
+            _ if stage == Failed => String::new(),
+            _ if at(stage).is_none() => {
+                format!("Stage {stage} is not valid for a host with role {role}")
             }
+            Some(current) if at(stage) < at(current) => {
+                format!("Can't move host {host} stage backwards from {current} to {stage}")
+            }
+            _ => String::new(),
+        };
+        if !refusal.is_empty() {
+            return refuse(409, refusal);
         }
         accepted.push((stage.to_string(), info.to_string()));
         Ok(())
@@ -488,17 +476,15 @@ impl FakeService {
                 Ok(Reply::empty(200))
             }
             ("POST", ["v2", "clusters", _, "uploads", "ingress-cert"]) => {
-                match serde_json::from_slice::<Value>(&req.body) {
-                    Ok(Value::String(pem)) => {
-                        state.ingress_certs.push(pem);
-                        Ok(Reply::empty(201))
+                let pem = match serde_json::from_slice::<Value>(&req.body) {
+                    Ok(Value::String(pem)) => pem,
+                    Err(_) if state.behind_prism => req.body_text(),
+                    _ => {
+                        return refuse(400, "the body must be a JSON string (ingress-cert-params)")
                     }
-                    Err(_) if state.behind_prism => {
-                        state.ingress_certs.push(req.body_text());
-                        Ok(Reply::empty(201))
-                    }
-                    _ => refuse(400, "the body must be a JSON string (ingress-cert-params)"),
-                }
+                };
+                state.ingress_certs.push(pem);
+                Ok(Reply::empty(201))
             }
             ("POST", ["v2", "clusters", cluster, "actions", "complete-installation"]) => {
                 state.completions.push(params(&req.body)?);
