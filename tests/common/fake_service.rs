@@ -27,6 +27,7 @@ use super::http_server::{App, Reply, Request, TestServer};
 
 /// Swagger `basePath`.
 pub(crate) const BASE_PATH: &str = API_BASE_PATH;
+const TOKEN: &str = "fake-agent-token-0123456789";
 
 use HostStage::Failed;
 
@@ -127,7 +128,7 @@ impl FakeService {
 
     /// The token the fake expects (`X-Secret-Key`).
     pub(crate) fn token(&self) -> String {
-        "fake-agent-token-0123456789".into()
+        TOKEN.into()
     }
 
     /// The REST client (without retries) of this fake, served on a socket of its own.
@@ -227,12 +228,44 @@ impl FakeService {
 
     /// Accepted progress reports of a host: (stage, info), in order.
     pub(crate) fn progress_reports(&self, host_id: &str) -> Vec<(String, String)> {
-        self.state()
-            .progress
-            .get(host_id)
-            .cloned()
-            .unwrap_or_default()
+        let reports = self.state().progress.get(host_id).cloned();
+        reports.unwrap_or_default()
     }
+}
+
+/// The file of a multipart/form-data body (the first `filename`): (file name, bytes).
+fn multipart_file(req: &Request) -> Option<(String, Vec<u8>)> {
+    let content_type = req
+        .header("content-type")?
+        .strip_prefix("multipart/form-data")?;
+    let (_, boundary) = content_type.split_once("boundary=")?;
+    let (body, delimiter) = (&req.body, format!("\r\n--{}", boundary.trim_matches('"')));
+    let find = |needle: &[u8], from: usize| {
+        let at = body[from..].windows(needle.len()).position(|w| w == needle);
+        at.map(|i| i + from)
+    };
+    let name_at = find(b"filename=\"", 0)? + b"filename=\"".len();
+    let name_end = find(b"\"", name_at)?;
+    let data_at = find(b"\r\n\r\n", name_end)? + 4;
+    let data_end = find(delimiter.as_bytes(), data_at)?;
+    let name = String::from_utf8_lossy(&body[name_at..name_end]).into_owned();
+    Some((name, body[data_at..data_end].to_vec()))
+}
+
+/// Swagger `error` (401 and 403 use `infra_error`, as the spec says).
+fn error_reply(status: u16, reason: &str) -> Reply {
+    if status == 401 || status == 403 {
+        return Reply::json(status, &json!({"code": status, "message": reason}));
+    }
+    Reply::json(
+        status,
+        &json!({"kind": "Error", "id": status, "href": "", "code": status.to_string(), "reason": reason}),
+    )
+}
+
+/// The body as `T` (a swagger parameters object), else a 400.
+fn params<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
+    serde_json::from_slice(body).or_else(|e| refuse(400, format!("the body: {e}")))
 }
 
 impl State {
@@ -293,11 +326,7 @@ impl State {
     /// as the service answers).
     fn report_operator(&mut self, report: Value) -> Result<(), Reply> {
         let name = report["name"].as_str().unwrap_or("").to_string();
-        let Some(op) = self
-            .operators
-            .iter_mut()
-            .find(|o| o["name"] == name.as_str())
-        else {
+        let Some(op) = (self.operators.iter_mut()).find(|o| o["name"] == name.as_str()) else {
             return refuse(404, format!("no monitored operator {name:?}"));
         };
         for field in ["status", "status_info", "version"] {
@@ -312,26 +341,23 @@ impl State {
     fn current_hosts(&mut self) -> Vec<Value> {
         let n = self.host_list_answers;
         self.host_list_answers += 1;
-        let hosts = match self.hosts_script.as_mut() {
+        let mut hosts = match self.hosts_script.as_mut() {
             Some(script) => script(n),
             None => self.hosts.clone(),
         };
         if !self.hosts_follow_progress {
             return hosts;
         }
-        hosts
-            .into_iter()
-            .map(|mut host| {
-                let id = host["id"].as_str().unwrap_or_default().to_string();
-                if let Some((stage, _)) = self.progress.get(&id).and_then(|p| p.last()) {
-                    host["progress"]["current_stage"] = json!(stage);
-                    if stage == "Done" {
-                        host["status"] = json!("installed");
-                    }
+        for host in &mut hosts {
+            let id = host["id"].as_str().unwrap_or_default().to_string();
+            if let Some((stage, _)) = self.progress.get(&id).and_then(|p| p.last()) {
+                host["progress"]["current_stage"] = json!(stage);
+                if stage == "Done" {
+                    host["status"] = json!("installed");
                 }
-                host
-            })
-            .collect()
+            }
+        }
+        hosts
     }
 
     fn cluster(&mut self, id: &str, exclude_hosts: bool) -> Value {
@@ -357,53 +383,15 @@ impl State {
         }
         cluster
     }
-}
 
-/// The file of a multipart/form-data body (the first `filename`): (file name, bytes).
-fn multipart_file(req: &Request) -> Option<(String, Vec<u8>)> {
-    let content_type = req
-        .header("content-type")?
-        .strip_prefix("multipart/form-data")?;
-    let (_, boundary) = content_type.split_once("boundary=")?;
-    let (body, delimiter) = (&req.body, format!("\r\n--{}", boundary.trim_matches('"')));
-    let find = |needle: &[u8], from: usize| {
-        let at = body[from..].windows(needle.len()).position(|w| w == needle);
-        at.map(|i| i + from)
-    };
-    let name_at = find(b"filename=\"", 0)? + b"filename=\"".len();
-    let name_end = find(b"\"", name_at)?;
-    let data_at = find(b"\r\n\r\n", name_end)? + 4;
-    let data_end = find(delimiter.as_bytes(), data_at)?;
-    let name = String::from_utf8_lossy(&body[name_at..name_end]).into_owned();
-    Some((name, body[data_at..data_end].to_vec()))
-}
-
-/// Swagger `error` (401 and 403 use `infra_error`, as the spec says).
-fn error_reply(status: u16, reason: &str) -> Reply {
-    if status == 401 || status == 403 {
-        return Reply::json(status, &json!({"code": status, "message": reason}));
-    }
-    Reply::json(
-        status,
-        &json!({"kind": "Error", "id": status, "href": "", "code": status.to_string(), "reason": reason}),
-    )
-}
-
-/// The body as `T` (a swagger parameters object), else a 400.
-fn params<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
-    serde_json::from_slice(body).or_else(|e| refuse(400, format!("the body: {e}")))
-}
-
-impl FakeService {
-    fn route(&self, req: &Request) -> Result<Reply, Reply> {
+    fn route(&mut self, req: &Request) -> Result<Reply, Reply> {
         let Some(api_path) = req.path.strip_prefix(BASE_PATH) else {
             return refuse(404, format!("no such path {}", req.path));
         };
-        let mut state = self.state();
-        if req.header("x-secret-key") != Some(self.token().as_str()) {
+        if req.header("x-secret-key") != Some(TOKEN) {
             return refuse(401, "Unauthorized");
         }
-        state.injected(&req.path)?;
+        self.injected(&req.path)?;
         let segments: Vec<&str> = api_path.trim_start_matches('/').split('/').collect();
         let query = |name: &str| req.query_param(name);
         match (req.method.as_str(), segments.as_slice()) {
@@ -412,35 +400,35 @@ impl FakeService {
                 let Some(stage) = p.current_stage else {
                     return refuse(400, "current_stage is required");
                 };
-                state.update_progress(host, stage, &p.progress_info)?;
+                self.update_progress(host, stage, &p.progress_info)?;
                 Ok(Reply::empty(200))
             }
             ("GET", ["v2", "infra-env", _, "hosts", host, "downloads", "ignition"]) => {
-                Ok(Reply::bytes(state.download("ignition", host)?))
+                Ok(Reply::bytes(self.download("ignition", host)?))
             }
             ("GET", ["v2", "clusters", _, "downloads", kind @ ("files" | "credentials")]) => {
                 let name =
                     query("file_name").ok_or_else(|| error_reply(400, "file_name is required"))?;
-                Ok(Reply::bytes(state.download(kind, &name)?))
+                Ok(Reply::bytes(self.download(kind, &name)?))
             }
             ("GET", ["v2", "clusters", cluster]) => {
                 let exclude = query("exclude-hosts").as_deref() == Some("true");
-                Ok(Reply::json(200, &state.cluster(cluster, exclude)))
+                Ok(Reply::json(200, &self.cluster(cluster, exclude)))
             }
             ("GET", ["v2", "clusters", _, "hosts"]) => {
                 let role = query("role");
-                let hosts = state.current_hosts().into_iter();
+                let hosts = self.current_hosts().into_iter();
                 let hosts = hosts.filter(|h| role.as_deref().is_none_or(|r| h["role"] == r));
                 Ok(Reply::json(200, &hosts.collect::<Value>()))
             }
             ("PUT", ["v2", "infra-envs", _, "hosts", host, "logs-progress"]) => {
                 let LogsProgressParams { logs_state } = params(&req.body)?;
-                (state.host_logs_reports).push((host.to_string(), logs_state.to_string()));
+                (self.host_logs_reports).push((host.to_string(), logs_state.to_string()));
                 Ok(Reply::empty(204))
             }
             ("PUT", ["v2", "clusters", cluster, "logs-progress"]) => {
                 let LogsProgressParams { logs_state } = params(&req.body)?;
-                (state.cluster_logs_reports).push((cluster.to_string(), logs_state.to_string()));
+                (self.cluster_logs_reports).push((cluster.to_string(), logs_state.to_string()));
                 Ok(Reply::empty(204))
             }
             ("POST", ["v2", "clusters", cluster, "logs"]) => {
@@ -450,7 +438,7 @@ impl FakeService {
                     return refuse(400, "a log upload is multipart/form-data with a file part");
                 };
                 let host = query("infra_env_id").zip(query("host_id"));
-                state.uploads.push(LogsUpload {
+                self.uploads.push(LogsUpload {
                     cluster_id: cluster.to_string(),
                     logs_type,
                     host,
@@ -464,34 +452,32 @@ impl FakeService {
                 let stage = finalizing_stage.to_string();
                 let progress =
                     json!({"finalizing_stage": stage, "finalizing_stage_timed_out": false});
-                state.cluster.insert("progress".into(), progress);
-                state.finalizing_stages.push(stage);
+                self.cluster.insert("progress".into(), progress);
+                self.finalizing_stages.push(stage);
                 Ok(Reply::empty(200))
             }
             ("GET", ["v2", "clusters", _, "monitored-operators"]) => {
-                Ok(Reply::json(200, &Value::Array(state.operators.clone())))
+                Ok(Reply::json(200, &Value::Array(self.operators.clone())))
             }
             ("PUT", ["v2", "clusters", _, "monitored-operators"]) => {
-                state.report_operator(params(&req.body)?)?;
+                self.report_operator(params(&req.body)?)?;
                 Ok(Reply::empty(200))
             }
             ("POST", ["v2", "clusters", _, "uploads", "ingress-cert"]) => {
                 let pem = match serde_json::from_slice::<Value>(&req.body) {
                     Ok(Value::String(pem)) => pem,
-                    Err(_) if state.behind_prism => req.body_text(),
-                    _ => {
-                        return refuse(400, "the body must be a JSON string (ingress-cert-params)")
-                    }
+                    Err(_) if self.behind_prism => req.body_text(),
+                    _ => return refuse(400, "ingress-cert-params must be a JSON string"),
                 };
-                state.ingress_certs.push(pem);
+                self.ingress_certs.push(pem);
                 Ok(Reply::empty(201))
             }
             ("POST", ["v2", "clusters", cluster, "actions", "complete-installation"]) => {
-                state.completions.push(params(&req.body)?);
-                Ok(Reply::json(202, &state.cluster(cluster, true)))
+                self.completions.push(params(&req.body)?);
+                Ok(Reply::json(202, &self.cluster(cluster, true)))
             }
             ("POST", ["v2", "events"]) => {
-                state.events.push(params(&req.body)?);
+                self.events.push(params(&req.body)?);
                 Ok(Reply::empty(201))
             }
             _ => refuse(404, format!("no route for {} {}", req.method, req.path)),
@@ -501,6 +487,6 @@ impl FakeService {
 
 impl App for FakeService {
     fn handle(&self, req: &Request) -> Reply {
-        self.route(req).unwrap_or_else(|refusal| refusal)
+        self.state().route(req).unwrap_or_else(|refusal| refusal)
     }
 }

@@ -19,25 +19,23 @@ pub(crate) fn master_args(
     installer_args: &str,
     reboot_marker: &Path,
 ) -> Vec<String> {
-    let flags: [(&str, String); 11] = [
+    let (boot_device, marker) = (boot_device.display(), reboot_marker.display());
+    let flags = [
         ("--role", "master".into()),
         ("--infra-env-id", INFRA.into()),
         ("--cluster-id", CLUSTER.into()),
         ("--host-id", host.into()),
-        ("--boot-device", boot_device.display().to_string()),
+        ("--boot-device", boot_device.to_string()),
         ("--url", url.into()),
         ("--openshift-version", "4.17".into()),
         ("--controller-image", "quay.io/example/controller:1".into()),
         ("--agent-image", "quay.io/example/agent:1".into()),
         ("--installer-args", installer_args.into()),
-        (
-            "--fake-reboot-marker-path",
-            reboot_marker.display().to_string(),
-        ),
+        ("--fake-reboot-marker-path", marker.to_string()),
     ];
     let mut args: Vec<String> = flags
         .into_iter()
-        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .flat_map(|(flag, value): (&str, String)| [flag.to_string(), value])
         .collect();
     args.push("--dry-run".into());
     args
