@@ -9,7 +9,6 @@
 //! Every request is logged with its body, the status answered and the body bytes sent.
 //! Connections serve one request each (`Connection: close`) unless the app asks for
 //! keep-alive. Dropping the server closes every socket at once, stalled ones included.
-//! Benches include it with `#[path = "../tests/common/http_server.rs"] mod http_server;`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -103,7 +102,7 @@ impl Route {
     }
 }
 
-/// A request as received.
+/// A request as received and, in the log, how it was answered.
 #[derive(Clone, Debug)]
 pub(crate) struct Request {
     pub method: String,
@@ -111,18 +110,21 @@ pub(crate) struct Request {
     pub path: String,
     /// Raw, without the `?`.
     pub query: String,
-    /// Names lower-cased (as hyper gives them), in arrival order.
-    pub headers: Vec<(String, String)>,
+    pub headers: hyper::HeaderMap,
     pub body: Vec<u8>,
+    /// The status answered (0 until then).
+    pub status: u16,
+    /// Body bytes handed to the connection so far (final once the answer ended).
+    pub body_bytes_sent: u64,
 }
+
+/// A request of the log.
+pub(crate) type RequestLog = Request;
 
 impl Request {
     /// First value of a header (name matched case-insensitively).
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name)?.to_str().ok()
     }
 
     /// The query's pairs, percent-decoded (`+` is a space).
@@ -147,22 +149,6 @@ impl Request {
     /// The body as JSON (`Null` when it is not JSON).
     pub(crate) fn body_json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
-    }
-}
-
-/// One request and how it was answered.
-#[derive(Clone, Debug)]
-pub(crate) struct RequestLog {
-    pub request: Request,
-    pub status: u16,
-    /// Body bytes handed to the connection so far (final once the answer ended).
-    pub body_bytes_sent: u64,
-}
-
-impl std::ops::Deref for RequestLog {
-    type Target = Request;
-    fn deref(&self) -> &Request {
-        &self.request
     }
 }
 
@@ -444,16 +430,14 @@ async fn answer(
 ) -> Result<Response<ReplyBody>, Infallible> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes().to_vec());
-    let headers = parts.headers.iter().map(|(n, v)| {
-        let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
-        (n.to_string(), v)
-    });
     let request = Request {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
         query: parts.uri.query().unwrap_or("").to_string(),
-        headers: headers.collect(),
+        headers: parts.headers,
         body: body.unwrap_or_default(),
+        status: 0,
+        body_bytes_sent: 0,
     };
     // Count the request and log it in one critical section, so that the log order matches the
     // per-route numbering.
@@ -466,11 +450,7 @@ async fn answer(
             (route.clone(), faults)
         });
         let mut log = lock(&shared.log);
-        log.push(RequestLog {
-            request: request.clone(),
-            status: 0,
-            body_bytes_sent: 0,
-        });
+        log.push(request.clone());
         (log.len() - 1, route)
     };
     let response = match (route, &shared.app) {
