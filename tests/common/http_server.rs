@@ -350,9 +350,8 @@ impl TestServer {
     }
 
     pub(crate) fn requests_for(&self, path: &str) -> Vec<RequestLog> {
-        let mut requests = self.requests();
-        requests.retain(|r| r.path == path);
-        requests
+        let requests = self.requests().into_iter();
+        requests.filter(|r| r.path == path).collect()
     }
 
     /// Closes the listening socket for `duration` (connections are refused), then listens on
@@ -557,7 +556,6 @@ fn serve_route(
         probe: probe.clone(),
         shared: shared.clone(),
         idx,
-        sent: 0,
     });
     r
 }
@@ -565,7 +563,7 @@ fn serve_route(
 /// Reads `range` of a route's resource for its [`ResourceBody`], chunk by chunk, with its
 /// faults; then ends the body, or (`stop`) keeps it pending, after asking for the cut.
 async fn send_resource(
-    chunks: tokio::sync::mpsc::Sender<Option<Bytes>>,
+    chunks: tokio::sync::mpsc::Sender<Option<(Bytes, u64)>>,
     source: Source<File>,
     range: std::ops::Range<u64>,
     throttle: Option<u64>,
@@ -597,7 +595,8 @@ async fn send_resource(
             data[(o - pos) as usize] ^= 0xff;
         }
         pos = next.end;
-        if chunks.send(Some(Bytes::from(data))).await.is_err() {
+        let sent = pos - range.start;
+        if chunks.send(Some((Bytes::from(data), sent))).await.is_err() {
             return;
         }
     }
@@ -609,13 +608,13 @@ async fn send_resource(
     }
 }
 
-/// A route's body: the chunks [`send_resource`] reads; `None` is a cut.
+/// A route's body: the chunks [`send_resource`] reads, each with the bytes sent once it is;
+/// `None` is a cut.
 struct ResourceBody {
-    chunks: tokio::sync::mpsc::Receiver<Option<Bytes>>,
+    chunks: tokio::sync::mpsc::Receiver<Option<(Bytes, u64)>>,
     probe: Arc<Probe>,
     shared: Arc<Shared>,
     idx: usize,
-    sent: u64,
 }
 
 impl Body for ResourceBody {
@@ -628,9 +627,7 @@ impl Body for ResourceBody {
     ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
         let this = self.get_mut();
         match ready!(this.chunks.poll_recv(cx)) {
-            Some(Some(data)) => {
-                this.sent += data.len() as u64;
-                let sent = this.sent;
+            Some(Some((data, sent))) => {
                 this.shared
                     .update_log(this.idx, |l| l.body_bytes_sent = sent);
                 Poll::Ready(Some(Ok(Frame::data(data))))
