@@ -19,7 +19,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -236,13 +236,9 @@ struct Shared {
     tls: Option<TlsAcceptor>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Shared {
     fn update_log(&self, idx: usize, f: impl FnOnce(&mut RequestLog)) {
-        if let Some(entry) = lock(&self.log).get_mut(idx) {
+        if let Some(entry) = self.log.lock().unwrap().get_mut(idx) {
             f(entry);
         }
     }
@@ -335,7 +331,8 @@ impl TestServer {
 
     /// Adds or replaces a route (replacing resets its request count).
     pub(crate) fn route(&self, path: &str, route: Route) {
-        lock(&self.shared.routes).insert(path.to_string(), (route, 0));
+        let mut routes = self.shared.routes.lock().unwrap();
+        routes.insert(path.to_string(), (route, 0));
     }
 
     /// Serves a file without faults; returns its URL.
@@ -346,7 +343,7 @@ impl TestServer {
 
     /// Every request so far, in arrival order.
     pub(crate) fn requests(&self) -> Vec<RequestLog> {
-        lock(&self.shared.log).clone()
+        self.shared.log.lock().unwrap().clone()
     }
 
     pub(crate) fn requests_for(&self, path: &str) -> Vec<RequestLog> {
@@ -358,7 +355,7 @@ impl TestServer {
     /// the same port again (tokio binds with `SO_REUSEADDR`). Returns once the socket is closed.
     pub(crate) fn unavailable_for(&self, duration: Duration) {
         let runtime = self.runtime.as_ref().expect("test http server: running");
-        let mut accept = lock(&self.accept);
+        let mut accept = self.accept.lock().unwrap();
         accept.abort();
         let _ = runtime.block_on(&mut *accept);
         let (shared, addr) = (self.shared.clone(), self.addr);
@@ -441,14 +438,14 @@ async fn answer(
     // Count the request and log it in one critical section, so that the log order matches the
     // per-route numbering.
     let (idx, route) = {
-        let mut routes = lock(&shared.routes);
+        let mut routes = shared.routes.lock().unwrap();
         let route = routes.get_mut(&request.path).map(|(route, hits)| {
             let mut faults = route.faults.get(*hits).cloned().unwrap_or_default();
             faults.extend(route.sticky.iter().cloned());
             *hits += 1;
             (route.clone(), faults)
         });
-        let mut log = lock(&shared.log);
+        let mut log = shared.log.lock().unwrap();
         log.push(request.clone());
         (log.len() - 1, route)
     };

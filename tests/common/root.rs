@@ -1,6 +1,7 @@
 //! Tests that need root (loop devices, mounts) skip with a message when not root, and fail
 //! instead when AI_REQUIRE_ROOT_TESTS=1 (CI sets it: CI runs as root and must not skip them).
 
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -87,7 +88,6 @@ impl LoopDev {
     }
 
     pub(crate) fn read(&self, offset: u64, len: usize) -> Vec<u8> {
-        use std::os::unix::fs::FileExt;
         let mut buf = vec![0u8; len];
         let f = std::fs::File::open(&self.path).unwrap();
         f.read_exact_at(&mut buf, offset).unwrap();
@@ -95,7 +95,6 @@ impl LoopDev {
     }
 
     pub(crate) fn write(&self, offset: u64, data: &[u8]) {
-        use std::os::unix::fs::FileExt;
         let f = std::fs::OpenOptions::new().write(true).open(&self.path);
         let f = f.unwrap();
         f.write_all_at(data, offset).unwrap();
