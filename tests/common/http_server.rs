@@ -649,7 +649,6 @@ type ReplyBody = Either<Full<Bytes>, ResourceBody>;
 struct Probe {
     /// Close after the next flush (see [`Reply::hang_up`]).
     hang_up: AtomicBool,
-    hung_up: AtomicBool,
 }
 
 /// The socket, watched by a [`Probe`].
@@ -664,11 +663,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ProbedIo<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.probe.hung_up.load(Ordering::SeqCst) {
-            return Poll::Ready(Ok(())); // end of stream: hyper closes the connection
-        }
-        Pin::new(&mut this.stream).poll_read(cx, buf)
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
     }
 }
 
@@ -684,9 +679,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ProbedIo<S> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         ready!(Pin::new(&mut this.stream).poll_flush(cx))?;
-        if this.probe.hang_up.swap(false, Ordering::SeqCst) {
-            this.probe.hung_up.store(true, Ordering::SeqCst);
+        if this.probe.hang_up.load(Ordering::SeqCst) {
             ready!(Pin::new(&mut this.stream).poll_shutdown(cx))?;
+            // An error ends hyper's connection, which drops the socket.
+            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
         }
         Poll::Ready(Ok(()))
     }
