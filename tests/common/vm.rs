@@ -506,13 +506,10 @@ pub(crate) fn run_guest(spec: &GuestSpec) -> Run {
 pub(crate) fn lsblk_children(json: &str) -> Vec<(String, String)> {
     let v: serde_json::Value = serde_json::from_str(json)
         .unwrap_or_else(|e| panic!("lsblk output is not JSON ({e}):\n{json}"));
-    let children = v["blockdevices"][0]["children"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let children = v["blockdevices"][0]["children"].as_array().into_iter();
     let text = |c: &serde_json::Value, k: &str| c[k].as_str().unwrap_or_default().to_string();
     children
-        .iter()
+        .flatten()
         .map(|c| (text(c, "name"), text(c, "type")))
         .collect()
 }
