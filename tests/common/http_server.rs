@@ -238,9 +238,7 @@ struct Shared {
 
 impl Shared {
     fn update_log(&self, idx: usize, f: impl FnOnce(&mut RequestLog)) {
-        if let Some(entry) = self.log.lock().unwrap().get_mut(idx) {
-            f(entry);
-        }
+        f(&mut self.log.lock().unwrap()[idx]);
     }
 }
 
@@ -406,13 +404,14 @@ async fn serve_connection<S>(shared: Arc<Shared>, stream: S)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let probe = Arc::new(Probe::default());
+    let hang_up = Arc::new(AtomicBool::new(false));
     let keep_alive = shared.app.as_ref().is_some_and(|a| a.keep_alive());
-    let io = TokioIo::new(ProbedIo {
+    let io = TokioIo::new(HangUpIo {
         stream,
-        probe: probe.clone(),
+        hang_up: hang_up.clone(),
     });
-    let service = hyper::service::service_fn(move |req| answer(shared.clone(), probe.clone(), req));
+    let service =
+        hyper::service::service_fn(move |req| answer(shared.clone(), hang_up.clone(), req));
     let _ = hyper::server::conn::http1::Builder::new()
         .keep_alive(keep_alive)
         .serve_connection(io, service)
@@ -421,7 +420,7 @@ where
 
 async fn answer(
     shared: Arc<Shared>,
-    probe: Arc<Probe>,
+    hang_up: Arc<AtomicBool>,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<ReplyBody>, Infallible> {
     let (parts, body) = req.into_parts();
@@ -450,10 +449,10 @@ async fn answer(
         (log.len() - 1, route)
     };
     let response = match (route, &shared.app) {
-        (Some((route, faults)), _) => serve_route(&shared, idx, &probe, &request, route, faults),
+        (Some((route, faults)), _) => serve_route(&shared, idx, &hang_up, &request, route, faults),
         (None, Some(app)) => {
             let reply = app.handle(&request);
-            probe.hang_up.store(reply.hang_up, Ordering::SeqCst);
+            hang_up.store(reply.hang_up, Ordering::SeqCst);
             let sent = reply.body.len() as u64;
             shared.update_log(idx, |l| l.body_bytes_sent = sent);
             reply.into()
@@ -485,7 +484,7 @@ fn parse_range(value: &str, total: u64) -> Option<Result<(u64, u64), ()>> {
 fn serve_route(
     shared: &Arc<Shared>,
     idx: usize,
-    probe: &Arc<Probe>,
+    hang_up: &Arc<AtomicBool>,
     req: &Request,
     route: Route,
     faults: Vec<Fault>,
@@ -550,7 +549,7 @@ fn serve_route(
     *r.status_mut() = status;
     *r.body_mut() = Either::Right(ResourceBody {
         chunks: rx,
-        probe: probe.clone(),
+        hang_up: hang_up.clone(),
         shared: shared.clone(),
         idx,
     });
@@ -609,7 +608,7 @@ async fn send_resource(
 /// `None` is a cut.
 struct ResourceBody {
     chunks: tokio::sync::mpsc::Receiver<Option<(Bytes, u64)>>,
-    probe: Arc<Probe>,
+    hang_up: Arc<AtomicBool>,
     shared: Arc<Shared>,
     idx: usize,
 }
@@ -633,7 +632,7 @@ impl Body for ResourceBody {
             // not written yet: the socket closes after hyper's next flush, which follows this
             // poll.
             Some(None) => {
-                this.probe.hang_up.store(true, Ordering::SeqCst);
+                this.hang_up.store(true, Ordering::SeqCst);
                 Poll::Pending
             }
             None => Poll::Ready(None),
@@ -644,20 +643,13 @@ impl Body for ResourceBody {
 /// An answer's body: a buffer (or nothing), or a route's resource.
 type ReplyBody = Either<Full<Bytes>, ResourceBody>;
 
-/// What the answers need to know about their connection.
-#[derive(Default)]
-struct Probe {
-    /// Close after the next flush (see [`Reply::hang_up`]).
-    hang_up: AtomicBool,
-}
-
-/// The socket, watched by a [`Probe`].
-struct ProbedIo<S> {
+/// The socket, which closes after the next flush once `hang_up` is set (see [`Reply::hang_up`]).
+struct HangUpIo<S> {
     stream: S,
-    probe: Arc<Probe>,
+    hang_up: Arc<AtomicBool>,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ProbedIo<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for HangUpIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -667,7 +659,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ProbedIo<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ProbedIo<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for HangUpIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -679,7 +671,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ProbedIo<S> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         ready!(Pin::new(&mut this.stream).poll_flush(cx))?;
-        if this.probe.hang_up.load(Ordering::SeqCst) {
+        if this.hang_up.load(Ordering::SeqCst) {
             ready!(Pin::new(&mut this.stream).poll_shutdown(cx))?;
             // An error ends hyper's connection, which drops the socket.
             return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
