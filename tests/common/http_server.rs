@@ -534,18 +534,11 @@ fn serve_route(
     set("content-type", "application/octet-stream".into());
     set("content-length", len.to_string());
     // Where (if anywhere) the body stops early, and how.
-    let (to_send, stop) = stop
-        .filter(|s| s.0 < len)
-        .map_or((len, None), |(n, f)| (n, Some(f)));
+    let stop = stop.filter(|s| s.0 < len);
+    let n = stop.as_ref().map_or(len, |s| s.0);
     let (chunks, rx) = tokio::sync::mpsc::channel(1);
-    tokio::spawn(send_resource(
-        chunks,
-        source,
-        start..start + to_send,
-        throttle,
-        corrupt,
-        stop,
-    ));
+    let task = send_resource(chunks, source, start..start + n, throttle, corrupt, stop);
+    tokio::spawn(task);
     *r.status_mut() = status;
     *r.body_mut() = Either::Right(ResourceBody {
         chunks: rx,
@@ -564,7 +557,7 @@ async fn send_resource(
     range: std::ops::Range<u64>,
     throttle: Option<u64>,
     corrupt: Vec<u64>,
-    stop: Option<Fault>,
+    stop: Option<(u64, Fault)>,
 ) {
     let began = Instant::now();
     let chunk = throttle.map_or(COPY_CHUNK, |rate| (rate / 20).clamp(1, 64 << 10) as usize);
@@ -596,7 +589,7 @@ async fn send_resource(
             return;
         }
     }
-    if let Some(stop) = stop {
+    if let Some((_, stop)) = stop {
         if matches!(stop, Fault::CutAfter(_)) {
             let _ = chunks.send(None).await;
         }
