@@ -9,24 +9,22 @@
 //! Every request is logged with its body, the status answered and the body bytes sent.
 //! Connections serve one request each (`Connection: close`) unless the app asks for
 //! keep-alive. Dropping the server closes every socket at once, stalled ones included.
-//! Benches include it with `#[path = "../tests/common/http_server.rs"] mod http_server;`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fs::File;
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Either, Full};
-use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Bytes, Frame, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -104,7 +102,7 @@ impl Route {
     }
 }
 
-/// A request as received.
+/// A request as received and, in the log, how it was answered.
 #[derive(Clone, Debug)]
 pub(crate) struct Request {
     pub method: String,
@@ -112,18 +110,21 @@ pub(crate) struct Request {
     pub path: String,
     /// Raw, without the `?`.
     pub query: String,
-    /// Names lower-cased (as hyper gives them), in arrival order.
-    pub headers: Vec<(String, String)>,
+    pub headers: hyper::HeaderMap,
     pub body: Vec<u8>,
+    /// The status answered (0 until then).
+    pub status: u16,
+    /// Body bytes handed to the connection so far (final once the answer ended).
+    pub body_bytes_sent: u64,
 }
+
+/// A request of the log.
+pub(crate) type RequestLog = Request;
 
 impl Request {
     /// First value of a header (name matched case-insensitively).
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name)?.to_str().ok()
     }
 
     /// The query's pairs, percent-decoded (`+` is a space).
@@ -148,22 +149,6 @@ impl Request {
     /// The body as JSON (`Null` when it is not JSON).
     pub(crate) fn body_json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
-    }
-}
-
-/// One request and how it was answered.
-#[derive(Clone, Debug)]
-pub(crate) struct RequestLog {
-    pub request: Request,
-    pub status: u16,
-    /// Body bytes handed to the connection so far (final once the answer ended).
-    pub body_bytes_sent: u64,
-}
-
-impl std::ops::Deref for RequestLog {
-    type Target = Request;
-    fn deref(&self) -> &Request {
-        &self.request
     }
 }
 
@@ -220,34 +205,49 @@ impl Reply {
     }
 }
 
+impl From<Reply> for Response<ReplyBody> {
+    fn from(reply: Reply) -> Self {
+        let mut r = Response::new(Either::Left(Full::from(reply.body)));
+        *r.status_mut() = StatusCode::from_u16(reply.status).expect("a valid status code");
+        if let Some(ct) = reply.content_type {
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+        }
+        r
+    }
+}
+
+/// `404 Not Found\n` and the like.
+fn text_answer(status: u16) -> Response<ReplyBody> {
+    let code = StatusCode::from_u16(status).expect("a valid status code");
+    let text = Reply {
+        content_type: Some("text/plain"),
+        body: format!("{code}\n").into_bytes(),
+        ..Reply::empty(status)
+    };
+    text.into()
+}
+
 struct Shared {
     /// Each route with the number of requests it answered.
     routes: Mutex<HashMap<String, (Route, usize)>>,
     log: Mutex<Vec<RequestLog>>,
     app: Option<Arc<dyn App>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    tls: Option<TlsAcceptor>,
 }
 
 impl Shared {
     fn update_log(&self, idx: usize, f: impl FnOnce(&mut RequestLog)) {
-        if let Some(entry) = lock(&self.log).get_mut(idx) {
-            f(entry);
-        }
+        f(&mut self.log.lock().unwrap()[idx]);
     }
 }
-
-/// A request to close the listening socket for a while; answered once it is closed.
-type Pause = (Duration, std::sync::mpsc::Sender<()>);
 
 /// The server. Dropping it closes every socket.
 pub(crate) struct TestServer {
     addr: SocketAddr,
-    https: bool,
     shared: Arc<Shared>,
-    pause: Option<tokio::sync::mpsc::UnboundedSender<Pause>>,
+    /// The task accepting connections (it owns the listening socket).
+    accept: Mutex<tokio::task::JoinHandle<()>>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -292,21 +292,18 @@ impl TestServer {
             .enable_all()
             .build()
             .expect("test http server: runtime");
-        let listener = bind(addr).expect("test http server: bind");
-        let addr = listener.local_addr().expect("test http server: local_addr");
+        let listener = runtime.block_on(TcpListener::bind(addr));
+        let listener = listener.expect("test http server: bind");
         let shared = Arc::new(Shared {
             routes: Mutex::default(),
             log: Mutex::default(),
             app,
+            tls,
         });
-        let (pause, pauses) = tokio::sync::mpsc::unbounded_channel();
-        let https = tls.is_some();
-        runtime.spawn(accept_loop(shared.clone(), tls, listener, pauses));
         TestServer {
-            addr,
-            https,
+            addr: listener.local_addr().expect("test http server: local_addr"),
+            accept: Mutex::new(runtime.spawn(accept_loop(shared.clone(), listener))),
             shared,
-            pause: Some(pause),
             runtime: Some(runtime),
         }
     }
@@ -317,7 +314,11 @@ impl TestServer {
 
     /// `http://127.0.0.1:PORT` (`https://` with TLS)
     pub(crate) fn base_url(&self) -> String {
-        let scheme = if self.https { "https" } else { "http" };
+        let scheme = if self.shared.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         format!("{scheme}://{}", self.addr)
     }
 
@@ -328,7 +329,8 @@ impl TestServer {
 
     /// Adds or replaces a route (replacing resets its request count).
     pub(crate) fn route(&self, path: &str, route: Route) {
-        lock(&self.shared.routes).insert(path.to_string(), (route, 0));
+        let mut routes = self.shared.routes.lock().unwrap();
+        routes.insert(path.to_string(), (route, 0));
     }
 
     /// Serves a file without faults; returns its URL.
@@ -339,29 +341,36 @@ impl TestServer {
 
     /// Every request so far, in arrival order.
     pub(crate) fn requests(&self) -> Vec<RequestLog> {
-        lock(&self.shared.log).clone()
+        self.shared.log.lock().unwrap().clone()
     }
 
     pub(crate) fn requests_for(&self, path: &str) -> Vec<RequestLog> {
-        let mut requests = self.requests();
-        requests.retain(|r| r.path == path);
-        requests
+        let requests = self.requests().into_iter();
+        requests.filter(|r| r.path == path).collect()
     }
 
     /// Closes the listening socket for `duration` (connections are refused), then listens on
-    /// the same port again. Returns once the socket is closed.
+    /// the same port again (tokio binds with `SO_REUSEADDR`). Returns once the socket is closed.
     pub(crate) fn unavailable_for(&self, duration: Duration) {
-        let (closed, wait) = std::sync::mpsc::channel();
-        let pause = self.pause.as_ref().expect("test http server: running");
-        pause.send((duration, closed)).expect("the accept loop");
-        wait.recv_timeout(Duration::from_secs(5))
-            .expect("test http server: listener closed");
+        let runtime = self.runtime.as_ref().expect("test http server: running");
+        let mut accept = self.accept.lock().unwrap();
+        accept.abort();
+        let _ = runtime.block_on(&mut *accept);
+        let (shared, addr) = (self.shared.clone(), self.addr);
+        *accept = runtime.spawn(async move {
+            tokio::time::sleep(duration).await;
+            loop {
+                match TcpListener::bind(addr).await {
+                    Ok(listener) => break accept_loop(shared, listener).await,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+            }
+        });
     }
 }
 
 impl Drop for TestServer {
     fn drop(&mut self) {
-        self.pause.take();
         if let Some(rt) = self.runtime.take() {
             // Drops every task: the listener and all connections close, stalled ones too.
             rt.shutdown_timeout(Duration::from_secs(5));
@@ -369,56 +378,25 @@ impl Drop for TestServer {
     }
 }
 
-/// std binds with `SO_REUSEADDR`, so a port can be taken again right after it was closed.
-fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
-    let l = std::net::TcpListener::bind(addr)?;
-    l.set_nonblocking(true)?;
-    Ok(l)
-}
-
-async fn accept_loop(
-    shared: Arc<Shared>,
-    tls: Option<TlsAcceptor>,
-    listener: std::net::TcpListener,
-    mut pauses: tokio::sync::mpsc::UnboundedReceiver<Pause>,
-) {
-    let addr = listener.local_addr().expect("listener address");
-    let mut listener = TcpListener::from_std(listener).expect("test http server: listener");
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     loop {
-        let event = tokio::select! {
-            conn = listener.accept() => Ok(conn),
-            pause = pauses.recv() => Err(pause),
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
         };
-        match event {
-            Ok(Ok((stream, _))) => {
-                let _ = stream.set_nodelay(true);
-                let (shared, tls) = (shared.clone(), tls.clone());
-                tokio::spawn(async move {
-                    match tls {
-                        None => serve_connection(shared, stream).await,
-                        // A failed handshake (a client refusing our CA) just closes.
-                        Some(acceptor) => {
-                            if let Ok(stream) = acceptor.accept(stream).await {
-                                serve_connection(shared, stream).await;
-                            }
-                        }
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            match shared.tls.clone() {
+                None => serve_connection(shared, stream).await,
+                // A failed handshake (a client refusing our CA) just closes.
+                Some(acceptor) => {
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        serve_connection(shared, stream).await;
                     }
-                });
+                }
             }
-            Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(5)).await,
-            Err(None) => return,
-            Err(Some((duration, closed))) => {
-                drop(listener);
-                let _ = closed.send(());
-                tokio::time::sleep(duration).await;
-                listener = loop {
-                    match bind(addr).and_then(TcpListener::from_std) {
-                        Ok(l) => break l,
-                        Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-                    }
-                };
-            }
-        }
+        });
     }
 }
 
@@ -426,13 +404,14 @@ async fn serve_connection<S>(shared: Arc<Shared>, stream: S)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let probe = Arc::new(Probe::default());
+    let hang_up = Arc::new(AtomicBool::new(false));
     let keep_alive = shared.app.as_ref().is_some_and(|a| a.keep_alive());
-    let io = TokioIo::new(ProbedIo {
+    let io = TokioIo::new(HangUpIo {
         stream,
-        probe: probe.clone(),
+        hang_up: hang_up.clone(),
     });
-    let service = hyper::service::service_fn(move |req| answer(shared.clone(), probe.clone(), req));
+    let service =
+        hyper::service::service_fn(move |req| answer(shared.clone(), hang_up.clone(), req));
     let _ = hyper::server::conn::http1::Builder::new()
         .keep_alive(keep_alive)
         .serve_connection(io, service)
@@ -441,75 +420,48 @@ where
 
 async fn answer(
     shared: Arc<Shared>,
-    probe: Arc<Probe>,
+    hang_up: Arc<AtomicBool>,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<ReplyBody>, Infallible> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes().to_vec());
-    let headers = parts.headers.iter().map(|(n, v)| {
-        let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
-        (n.to_string(), v)
-    });
     let request = Request {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
         query: parts.uri.query().unwrap_or("").to_string(),
-        headers: headers.collect(),
+        headers: parts.headers,
         body: body.unwrap_or_default(),
+        status: 0,
+        body_bytes_sent: 0,
     };
     // Count the request and log it in one critical section, so that the log order matches the
     // per-route numbering.
     let (idx, route) = {
-        let mut routes = lock(&shared.routes);
+        let mut routes = shared.routes.lock().unwrap();
         let route = routes.get_mut(&request.path).map(|(route, hits)| {
             let mut faults = route.faults.get(*hits).cloned().unwrap_or_default();
             faults.extend(route.sticky.iter().cloned());
             *hits += 1;
             (route.clone(), faults)
         });
-        let mut log = lock(&shared.log);
-        log.push(RequestLog {
-            request: request.clone(),
-            status: 0,
-            body_bytes_sent: 0,
-        });
+        let mut log = shared.log.lock().unwrap();
+        log.push(request.clone());
         (log.len() - 1, route)
     };
     let response = match (route, &shared.app) {
-        (Some((route, faults)), _) => serve_route(&shared, idx, &probe, &request, route, faults),
+        (Some((route, faults)), _) => serve_route(&shared, idx, &hang_up, &request, route, faults),
         (None, Some(app)) => {
             let reply = app.handle(&request);
-            probe.hang_up.store(reply.hang_up, Ordering::SeqCst);
+            hang_up.store(reply.hang_up, Ordering::SeqCst);
             let sent = reply.body.len() as u64;
             shared.update_log(idx, |l| l.body_bytes_sent = sent);
-            let body = Either::Left(Full::from(reply.body));
-            let mut r = with_status(Response::new(body), reply.status);
-            if let Some(ct) = reply.content_type {
-                r.headers_mut()
-                    .insert(CONTENT_TYPE, HeaderValue::from_static(ct));
-            }
-            r
+            reply.into()
         }
         (None, None) => text_answer(404),
     };
     let status = response.status().as_u16();
     shared.update_log(idx, |l| l.status = status);
     Ok(response)
-}
-
-fn with_status(mut r: Response<ReplyBody>, status: u16) -> Response<ReplyBody> {
-    *r.status_mut() = StatusCode::from_u16(status).expect("a valid status code");
-    r
-}
-
-/// `404 Not Found\n` and the like.
-fn text_answer(status: u16) -> Response<ReplyBody> {
-    let code = StatusCode::from_u16(status).expect("a valid status code");
-    let text = format!("{code}\n");
-    let mut r = with_status(Response::new(Either::Left(Full::from(text))), status);
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    r
 }
 
 /// `bytes=A-` or `bytes=A-B` (the forms the installer sends): the inclusive range, `Err` when
@@ -532,7 +484,7 @@ fn parse_range(value: &str, total: u64) -> Option<Result<(u64, u64), ()>> {
 fn serve_route(
     shared: &Arc<Shared>,
     idx: usize,
-    probe: &Arc<Probe>,
+    hang_up: &Arc<AtomicBool>,
     req: &Request,
     route: Route,
     faults: Vec<Fault>,
@@ -541,10 +493,9 @@ fn serve_route(
     for fault in faults {
         match fault {
             Fault::Status(code) => return text_answer(code),
-            Fault::CutAfter(n) => stop = Some((n, Then::Cut)),
-            Fault::StallAfter(n) => stop = Some((n, Then::Stall)),
+            Fault::CutAfter(n) | Fault::StallAfter(n) => stop = Some((n, fault)),
             Fault::IgnoreRange => ignore_range = true,
-            Fault::Throttle(rate) => throttle = Some((rate.max(1), Instant::now())),
+            Fault::Throttle(rate) => throttle = Some(rate.max(1)),
             Fault::CorruptByte(at) => corrupt.push(at),
         }
     }
@@ -560,7 +511,7 @@ fn serve_route(
         .header("range")
         .filter(|_| !ignore_range && req.header("if-range").is_none_or(|v| v == etag))
         .and_then(|r| parse_range(r, total));
-    let mut r = Response::new(Either::Left(Full::default()));
+    let mut r: Response<ReplyBody> = Reply::empty(200).into();
     let h = r.headers_mut();
     let mut set = |name: &'static str, value: String| {
         h.insert(name, HeaderValue::from_str(&value).expect("a header value"));
@@ -568,68 +519,89 @@ fn serve_route(
     set("accept-ranges", "bytes".into());
     set("etag", etag);
     let (status, start, len) = match range {
-        None => (200, 0, total),
+        None => (StatusCode::OK, 0, total),
         Some(Ok((s, e))) => {
             set("content-range", format!("bytes {s}-{e}/{total}"));
-            (206, s, e - s + 1)
+            (StatusCode::PARTIAL_CONTENT, s, e - s + 1)
         }
         Some(Err(())) => {
             set("content-range", format!("bytes */{total}"));
             set("content-length", "0".into());
-            return with_status(r, 416);
+            *r.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+            return r;
         }
     };
     set("content-type", "application/octet-stream".into());
     set("content-length", len.to_string());
-    // Where (if anywhere) the body stops early.
-    let (to_send, then) = stop.filter(|s| s.0 < len).unwrap_or((len, Then::Finish));
+    // Where (if anywhere) the body stops early, and how.
+    let stop = stop.filter(|s| s.0 < len);
+    let n = stop.as_ref().map_or(len, |s| s.0);
+    let (chunks, rx) = tokio::sync::mpsc::channel(1);
+    let task = send_resource(chunks, source, start..start + n, throttle, corrupt, stop);
+    tokio::spawn(task);
+    *r.status_mut() = status;
     *r.body_mut() = Either::Right(ResourceBody {
-        source,
-        pos: start,
-        end: start + to_send,
-        len,
-        then,
-        chunk: throttle.map_or(COPY_CHUNK, |(rate, _)| {
-            (rate / 20).clamp(1, 64 << 10) as usize
-        }),
-        throttle,
-        corrupt,
-        sent: 0,
-        timer: None,
-        probe: probe.clone(),
+        chunks: rx,
+        hang_up: hang_up.clone(),
         shared: shared.clone(),
         idx,
     });
-    with_status(r, status)
+    r
 }
 
-/// What happens once `end` is reached.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Then {
-    Finish,
-    /// Close the connection once what was sent has been flushed.
-    Cut,
-    /// Send nothing more.
-    Stall,
-}
-
-/// A route's body, chunk by chunk, with its faults.
-struct ResourceBody {
+/// Reads `range` of a route's resource for its [`ResourceBody`], chunk by chunk, with its
+/// faults; then ends the body, or (`stop`) keeps it pending, after asking for the cut.
+async fn send_resource(
+    chunks: tokio::sync::mpsc::Sender<Option<(Bytes, u64)>>,
     source: Source<File>,
-    /// Absolute offset of the next byte.
-    pos: u64,
-    /// Absolute offset where sending stops.
-    end: u64,
-    /// The advertised length.
-    len: u64,
-    then: Then,
-    chunk: usize,
-    /// Rate and start.
-    throttle: Option<(u64, Instant)>,
+    range: std::ops::Range<u64>,
+    throttle: Option<u64>,
     corrupt: Vec<u64>,
-    sent: u64,
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    probe: Arc<Probe>,
+    stop: Option<(u64, Fault)>,
+) {
+    let began = Instant::now();
+    let chunk = throttle.map_or(COPY_CHUNK, |rate| (rate / 20).clamp(1, 64 << 10) as usize);
+    let mut pos = range.start;
+    while pos < range.end {
+        if let Some(rate) = throttle {
+            let sent = (pos - range.start) as f64;
+            let due = began + Duration::from_secs_f64(sent / rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let next = pos..range.end.min(pos + chunk as u64);
+        let mut data = match &source {
+            Source::Bytes(b) => b[next.start as usize..next.end as usize].to_vec(),
+            Source::File(f) => {
+                let mut buf = vec![0u8; (next.end - pos) as usize];
+                // A read error ends the body short: hyper drops the connection.
+                let Ok(()) = f.read_exact_at(&mut buf, pos) else {
+                    return;
+                };
+                buf
+            }
+        };
+        for o in corrupt.iter().filter(|o| next.contains(o)) {
+            data[(o - pos) as usize] ^= 0xff;
+        }
+        pos = next.end;
+        let sent = pos - range.start;
+        if chunks.send(Some((Bytes::from(data), sent))).await.is_err() {
+            return;
+        }
+    }
+    if let Some((_, stop)) = stop {
+        if matches!(stop, Fault::CutAfter(_)) {
+            let _ = chunks.send(None).await;
+        }
+        std::future::pending::<()>().await;
+    }
+}
+
+/// A route's body: the chunks [`send_resource`] reads, each with the bytes sent once it is;
+/// `None` is a cut.
+struct ResourceBody {
+    chunks: tokio::sync::mpsc::Receiver<Option<(Bytes, u64)>>,
+    hang_up: Arc<AtomicBool>,
     shared: Arc<Shared>,
     idx: usize,
 }
@@ -638,61 +610,25 @@ impl Body for ResourceBody {
     type Data = Bytes;
     type Error = io::Error;
 
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.len - self.sent)
-    }
-
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
         let this = self.get_mut();
-        loop {
-            if let Some(t) = this.timer.as_mut() {
-                ready!(t.as_mut().poll(cx));
-                this.timer = None;
+        match ready!(this.chunks.poll_recv(cx)) {
+            Some(Some((data, sent))) => {
+                this.shared
+                    .update_log(this.idx, |l| l.body_bytes_sent = sent);
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
-            if this.pos == this.end {
-                // A cut is not an error, on which hyper would drop the connection with what it
-                // has not written yet: the socket closes after hyper's next flush, which follows
-                // this poll.
-                if this.then == Then::Cut {
-                    this.probe.hang_up.store(true, Ordering::SeqCst);
-                }
-                return match this.then {
-                    Then::Finish => Poll::Ready(None),
-                    Then::Cut | Then::Stall => Poll::Pending,
-                };
+            // A cut is not an error, on which hyper would drop the connection with what it has
+            // not written yet: the socket closes after hyper's next flush, which follows this
+            // poll.
+            Some(None) => {
+                this.hang_up.store(true, Ordering::SeqCst);
+                Poll::Pending
             }
-            if let Some((rate, began)) = this.throttle {
-                let due = began + Duration::from_secs_f64(this.sent as f64 / rate as f64);
-                let wait = due.saturating_duration_since(Instant::now());
-                if !wait.is_zero() {
-                    this.timer = Some(Box::pin(tokio::time::sleep(wait)));
-                    continue;
-                }
-            }
-            let want = this.chunk.min((this.end - this.pos) as usize);
-            let range = this.pos..this.pos + want as u64;
-            let mut data = match &this.source {
-                Source::Bytes(b) => b[range.start as usize..range.end as usize].to_vec(),
-                Source::File(f) => {
-                    let mut buf = vec![0u8; want];
-                    if let Err(e) = f.read_exact_at(&mut buf, this.pos) {
-                        return Poll::Ready(Some(Err(e)));
-                    }
-                    buf
-                }
-            };
-            for o in this.corrupt.iter().filter(|o| range.contains(o)) {
-                data[(o - this.pos) as usize] ^= 0xff;
-            }
-            this.pos = range.end;
-            this.sent += want as u64;
-            let sent = this.sent;
-            this.shared
-                .update_log(this.idx, |l| l.body_bytes_sent = sent);
-            return Poll::Ready(Some(Ok(Frame::data(Bytes::from(data)))));
+            None => Poll::Ready(None),
         }
     }
 }
@@ -700,35 +636,23 @@ impl Body for ResourceBody {
 /// An answer's body: a buffer (or nothing), or a route's resource.
 type ReplyBody = Either<Full<Bytes>, ResourceBody>;
 
-/// What the answers need to know about their connection.
-#[derive(Default)]
-struct Probe {
-    /// Close after the next flush (see [`Reply::hang_up`]).
-    hang_up: AtomicBool,
-    hung_up: AtomicBool,
-}
-
-/// The socket, watched by a [`Probe`].
-struct ProbedIo<S> {
+/// The socket, which closes after the next flush once `hang_up` is set (see [`Reply::hang_up`]).
+struct HangUpIo<S> {
     stream: S,
-    probe: Arc<Probe>,
+    hang_up: Arc<AtomicBool>,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ProbedIo<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for HangUpIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.probe.hung_up.load(Ordering::SeqCst) {
-            return Poll::Ready(Ok(())); // end of stream: hyper closes the connection
-        }
-        Pin::new(&mut this.stream).poll_read(cx, buf)
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ProbedIo<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for HangUpIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -740,9 +664,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ProbedIo<S> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         ready!(Pin::new(&mut this.stream).poll_flush(cx))?;
-        if this.probe.hang_up.swap(false, Ordering::SeqCst) {
-            this.probe.hung_up.store(true, Ordering::SeqCst);
+        if this.hang_up.load(Ordering::SeqCst) {
             ready!(Pin::new(&mut this.stream).poll_shutdown(cx))?;
+            // An error ends hyper's connection, which drops the socket.
+            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
         }
         Poll::Ready(Ok(()))
     }

@@ -57,10 +57,9 @@ pub(crate) fn assert_image_on_disk(disk: &[u8], img: &[u8], ss: u64) {
         first_diff, None,
         "image data differs at byte {first_diff:?}"
     );
-    let mut dc = std::io::Cursor::new(disk);
-    let mut ic = std::io::Cursor::new(img);
-    let dg = gptman::GPT::read_from(&mut dc, ss as u64).expect("valid GPT on the disk");
-    let ig = gptman::GPT::read_from(&mut ic, ss as u64).expect("valid GPT in the image");
+    let gpt = |b: &[u8]| gptman::GPT::read_from(&mut std::io::Cursor::new(b), ss as u64);
+    let dg = gpt(disk).expect("valid GPT on the disk");
+    let ig = gpt(img).expect("valid GPT in the image");
     assert_eq!(
         dg.header.disk_guid, ig.header.disk_guid,
         "disk GUID changed"

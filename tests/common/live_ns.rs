@@ -26,8 +26,10 @@ fi
 if [ -n "${LIVE_UDEV_STUB:-}" ]; then
   # coreos-installer waits for udev after writing: an empty control socket path and a udevadm
   # that exits 0 let it go on where no udev runs.
-  mkdir -p /run/udev
+  mkdir -p /run/udev "$LIVE_WORK/bin"
   : > /run/udev/control
+  printf '#!/bin/sh\nexit 0\n' > "$LIVE_WORK/bin/udevadm"
+  chmod 755 "$LIVE_WORK/bin/udevadm"
   PATH="$LIVE_WORK/bin:$PATH"
 fi
 exec "$@"
@@ -48,13 +50,9 @@ impl LiveLayout {
     pub(crate) fn new(sysroot: &Path, osmets: &[PathBuf]) -> LiveLayout {
         std::fs::create_dir_all("/sysroot").unwrap();
         let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        for d in ["upper", "work", "bin"] {
+        for d in ["upper", "work"] {
             std::fs::create_dir(work.path().join(d)).unwrap();
         }
-        let udevadm = work.path().join("bin/udevadm");
-        std::fs::write(&udevadm, "#!/bin/sh\nexit 0\n").unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&udevadm, std::fs::Permissions::from_mode(0o755)).unwrap();
         LiveLayout {
             sysroot: sysroot.to_path_buf(),
             osmets: osmets.to_vec(),
@@ -66,25 +64,13 @@ impl LiveLayout {
 
     /// `program args…` inside the live layout.
     pub(crate) fn command(&self, program: impl AsRef<OsStr>) -> Command {
-        let osmets: Vec<String> = self
-            .osmets
-            .iter()
-            .map(|p| p.to_str().unwrap().to_string())
-            .collect();
         let mut c = Command::new("unshare");
-        c.args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            SCRIPT,
-            "live",
-        ])
-        .arg(program)
-        .env("LIVE_SYSROOT", &self.sysroot)
-        .env("LIVE_OSMETS", osmets.join(":"))
-        .env("LIVE_WORK", self.work.path());
+        c.args(["--mount", "--propagation", "private"])
+            .args(["sh", "-c", SCRIPT, "live"])
+            .arg(program)
+            .env("LIVE_SYSROOT", &self.sysroot)
+            .env("LIVE_OSMETS", std::env::join_paths(&self.osmets).unwrap())
+            .env("LIVE_WORK", self.work.path());
         if let Some(nm) = &self.network_dir {
             c.env("LIVE_NM", nm);
         }

@@ -1,8 +1,4 @@
-//! Support shared by the integration tests: the one test HTTP server and the fakes of the
-//! assisted-service and the Kubernetes API it serves, the scenarios'
-//! expected reports (their `Flow` builder and disk writer are the crate's `flow::testing`), small synthetic GPT images, root and loop-device helpers, a CA
-//! of its own for HTTPS, the package's example programs (built on demand), the
-//! standalone fake service's report, and the dry-run master install the entrypoint tests run.
+//! Support shared by the integration tests, one subject a module.
 #![allow(dead_code)]
 
 pub(crate) mod examples;

@@ -1,20 +1,18 @@
 //! Tests that need root (loop devices, mounts) skip with a message when not root, and fail
 //! instead when AI_REQUIRE_ROOT_TESTS=1 (CI sets it: CI runs as root and must not skip them).
 
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Whether a root-only test can run here; prints why not, or panics under AI_REQUIRE_ROOT_TESTS.
 pub(crate) fn have_root(test: &str) -> bool {
-    let euid = nix::unistd::geteuid();
-    let losetup = Command::new("losetup").arg("--version").output().is_ok();
-    if euid.is_root() && losetup {
-        return true;
-    }
-    let why = if euid.is_root() {
+    let why = if !nix::unistd::geteuid().is_root() {
+        "it needs root for loop devices"
+    } else if Command::new("losetup").arg("--version").output().is_err() {
         "losetup is not installed"
     } else {
-        "it needs root for loop devices"
+        return true;
     };
     skip(test, why)
 }
@@ -27,6 +25,14 @@ pub(crate) fn skip(test: &str, why: &str) -> bool {
     }
     eprintln!("SKIPPED {test}: {why}");
     false
+}
+
+/// A temporary directory under the target's.
+pub(crate) fn run_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
 }
 
 pub(crate) fn run(cmd: &mut Command) -> String {
@@ -61,10 +67,7 @@ impl LoopDev {
     /// With extra losetup flags, e.g. `--partscan` (then BLKRRPART succeeds, and on a kernel
     /// without partition parsers still creates nothing).
     pub(crate) fn with_flags(size: u64, sector_size: u64, flags: &[&str]) -> LoopDev {
-        let dir = tempfile::Builder::new()
-            .prefix("loopdev")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .unwrap();
+        let dir = run_dir("loopdev");
         let backing = dir.path().join("disk.img");
         std::fs::File::create(&backing)
             .unwrap()
@@ -85,7 +88,6 @@ impl LoopDev {
     }
 
     pub(crate) fn read(&self, offset: u64, len: usize) -> Vec<u8> {
-        use std::os::unix::fs::FileExt;
         let mut buf = vec![0u8; len];
         let f = std::fs::File::open(&self.path).unwrap();
         f.read_exact_at(&mut buf, offset).unwrap();
@@ -93,7 +95,6 @@ impl LoopDev {
     }
 
     pub(crate) fn write(&self, offset: u64, data: &[u8]) {
-        use std::os::unix::fs::FileExt;
         let f = std::fs::OpenOptions::new().write(true).open(&self.path);
         let f = f.unwrap();
         f.write_all_at(data, offset).unwrap();

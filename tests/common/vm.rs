@@ -29,6 +29,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub(crate) use super::root::run_dir;
+
 // The test data modules load this file too (testdata/boot_parts.rs); tests/common cannot use
 // theirs, as most test binaries do not have them.
 #[allow(clippy::duplicate_mod)]
@@ -184,13 +186,6 @@ pub(crate) fn run_qemu(
     }
 }
 
-pub(crate) fn run_dir(prefix: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap()
-}
-
 /// `kvm` when KVM is usable and a probe run (made by `probe` for a directory, under KVM) shows
 /// `ok` on its console within `limit`, else `tcg`.
 pub(crate) fn kvm_or_tcg(
@@ -340,9 +335,8 @@ impl GuestSpec {
         cmd
     }
 
-    /// `kvm` when KVM boots the guest kernel here, else `tcg`; decided once per test binary (the
-    /// probe boots with `ai.probe`, which powers off at once; a working KVM gets there in a
-    /// second or two). `AI_GUEST_ACCEL` overrides.
+    /// `kvm` or `tcg` (see the module's doc); the probe boots with `ai.probe`, which powers off
+    /// at once.
     fn accel(&self) -> &'static str {
         static ACCEL: OnceLock<&'static str> = OnceLock::new();
         ACCEL.get_or_init(|| match std::env::var("AI_GUEST_ACCEL").as_deref() {
@@ -512,13 +506,10 @@ pub(crate) fn run_guest(spec: &GuestSpec) -> Run {
 pub(crate) fn lsblk_children(json: &str) -> Vec<(String, String)> {
     let v: serde_json::Value = serde_json::from_str(json)
         .unwrap_or_else(|e| panic!("lsblk output is not JSON ({e}):\n{json}"));
-    let children = v["blockdevices"][0]["children"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let children = v["blockdevices"][0]["children"].as_array().into_iter();
     let text = |c: &serde_json::Value, k: &str| c[k].as_str().unwrap_or_default().to_string();
     children
-        .iter()
+        .flatten()
         .map(|c| (text(c, "name"), text(c, "type")))
         .collect()
 }
