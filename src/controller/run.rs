@@ -78,6 +78,19 @@ struct TaskEnv {
     notifier: Arc<RebootsNotifier>,
 }
 
+impl TaskEnv {
+    /// The node-status task (node stages, CSR approval, the taint) over this environment.
+    fn node_status(&self, remove_uninitialized_taint: bool) -> NodeStatus<'_> {
+        NodeStatus {
+            cluster: &*self.cluster,
+            service: &*self.service,
+            clock: &*self.clock,
+            notifier: &*self.notifier,
+            remove_uninitialized_taint,
+        }
+    }
+}
+
 /// The setter of a process environment variable (clippy's type-complexity limit).
 pub(crate) type SetEnv = Box<dyn FnMut(&str, &str)>;
 
@@ -187,16 +200,8 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
     // 1. Node status, with CSR approval.
     {
         let env = env.clone();
-        let notifier = notifier.clone();
         spawn(&mut handles, "node-status", move || {
-            let nodes = NodeStatus {
-                cluster: &*env.cluster,
-                service: &*env.service,
-                clock: &*env.clock,
-                notifier: &*notifier,
-                remove_uninitialized_taint: untaint,
-            };
-            let _ = nodes.run(&env.stop);
+            let _ = env.node_status(untaint).run(&env.stop);
         })?;
     }
     // 2. Post-install.
@@ -285,16 +290,8 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
 
     // The completion wait.
     if abi {
-        let untaint_env = env.clone();
         let mut untaint_node = |node: &crate::kube::Node| {
-            let nodes = NodeStatus {
-                cluster: &*untaint_env.cluster,
-                service: &*untaint_env.service,
-                clock: &*untaint_env.clock,
-                notifier: &*notifier,
-                remove_uninitialized_taint: true,
-            };
-            if let Err(err) = nodes.untaint(&node.name) {
+            if let Err(err) = env.node_status(true).untaint(&node.name) {
                 tracing::warn!("removing the uninitialized taint of {}: {err:#}", node.name);
             }
         };
