@@ -559,3 +559,42 @@ pub(crate) fn cached_live_fixture_of(spec: ImageSpec) -> Result<LiveFixture> {
         },
     )
 }
+
+/// The fixture's root tree as a live ISO ships it: a zstd squashfs (the ISO's `root.squashfs`,
+/// which the live system mounts on /sysroot), made by `mksquashfs` (squashfs-tools) from
+/// `fx.sysroot` at zstd `level`. mksquashfs's default, 15, is the live ISO build's; the tests
+/// pass 3, which packs in seconds instead of minutes: zstd decodes at about the same speed
+/// whatever the level, and reading through the kernel's decompressor is what the fixture is
+/// for. Cached beside the fixture, tied to its raw image's checksum (the tree belongs to it).
+pub(crate) fn cached_live_squashfs(fx: &LiveFixture, level: u32) -> Result<PathBuf> {
+    let name = format!("{}-squashfs-zstd{level}", live_cache_name(&fx.spec));
+    let marker = format!("root.squashfs of raw {}", fx.raw_sha256);
+    cached(
+        &name,
+        "live squashfs",
+        |dir| {
+            let done = fs::read_to_string(dir.join(MARKER_NAME)).ok()? == marker;
+            done.then(|| dir.join("root.squashfs"))
+        },
+        |dir| {
+            fs::create_dir_all(dir)?;
+            let out = dir.join("root.squashfs");
+            let mksquashfs = find_tool("mksquashfs")
+                .ok_or_else(|| anyhow!("mksquashfs not found (install squashfs-tools)"))?;
+            let status = Command::new(mksquashfs)
+                .arg(&fx.sysroot)
+                .arg(&out)
+                .args(["-comp", "zstd", "-Xcompression-level", &level.to_string()])
+                .args(["-noappend", "-quiet", "-no-progress"])
+                .status()
+                .context("running mksquashfs")?;
+            ensure!(
+                status.success(),
+                "mksquashfs {} failed: {status}",
+                fx.sysroot.display()
+            );
+            fs::write(dir.join(MARKER_NAME), &marker)?;
+            Ok(out)
+        },
+    )
+}
