@@ -314,5 +314,8 @@ fn verify_reads_the_image_back_and_says_so_in_the_summary() {
     let read = (set.raw.size - MIB) as f64 / MIB as f64;
     let want = format!("read back: sha256 matches ({read:.1} MiB in ");
     let line = stdout.lines().find(|l| l.starts_with(&want));
-    assert!(line.is_some_and(|l| l.ends_with(" MB/s)")), "{want:?} in {stdout}");
+    assert!(
+        line.is_some_and(|l| l.ends_with(" MB/s)")),
+        "{want:?} in {stdout}"
+    );
 }

@@ -103,7 +103,10 @@ mod tests {
         let p = parse("--image-url http://x/i.gz --insecure /dev/sda").unwrap();
         assert!(p.write.expected.is_empty());
         assert!(!p.write.verify, "--verify is off by default");
-        let p = parse(&format!("--image-file /i.gz --sha256 {H} --verify /dev/sda")).unwrap();
+        let p = parse(&format!(
+            "--image-file /i.gz --sha256 {H} --verify /dev/sda"
+        ))
+        .unwrap();
         assert!(p.write.verify);
         assert_eq!(p.origin, Origin::Given(ImageLocation::File("/i.gz".into())));
         assert_eq!(p.write.expected.compressed.unwrap().to_string(), H);

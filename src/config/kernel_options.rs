@@ -116,16 +116,31 @@ mod tests {
             ("ai.verify-write=false", off, &[]),
             ("ai.verify-write=1 ai.verify-write=0", off, &[]),
             ("xai.verify-write=1 verify-write=1", off, &[]),
-            ("ai.verify-write=yes", off, &["ai.verify-write=yes", "takes 1, 0, true or false"]),
-            ("ai.verify-write=1 ai.verfy-write=1", on, &["ai.verfy-write", "not an installer option"]),
+            (
+                "ai.verify-write=yes",
+                off,
+                &["ai.verify-write=yes", "takes 1, 0, true or false"],
+            ),
+            (
+                "ai.verify-write=1 ai.verfy-write=1",
+                on,
+                &["ai.verfy-write", "not an installer option"],
+            ),
             ("ai.kexec=1", off, &["ai.kexec", "known: ai.verify-write"]),
         ];
         for (cmdline, want, warned) in cases {
             let (got, warnings) = KernelOptions::parse(cmdline);
             assert_eq!(got, *want, "{cmdline:?}");
-            assert_eq!(warnings.len(), warned.len().min(1), "{cmdline:?}: {warnings:?}");
+            assert_eq!(
+                warnings.len(),
+                warned.len().min(1),
+                "{cmdline:?}: {warnings:?}"
+            );
             for w in *warned {
-                assert!(warnings[0].contains(w), "{cmdline:?}: {warnings:?} lacks {w:?}");
+                assert!(
+                    warnings[0].contains(w),
+                    "{cmdline:?}: {warnings:?} lacks {w:?}"
+                );
             }
         }
     }
@@ -133,7 +148,10 @@ mod tests {
     #[test]
     fn an_unreadable_command_line_sets_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(KernelOptions::read(&dir.path().join("none")), KernelOptions::default());
+        assert_eq!(
+            KernelOptions::read(&dir.path().join("none")),
+            KernelOptions::default()
+        );
         let path = dir.path().join("cmdline");
         std::fs::write(&path, "ro ai.verify-write\n").unwrap();
         assert!(KernelOptions::read(&path).verify_write);

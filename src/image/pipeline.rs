@@ -27,11 +27,11 @@ use super::format::{Format, XzSettings};
 use super::progress::{Progress, ProgressSink};
 use super::source::ImageSource;
 pub use super::stages::RawImage;
-use super::verify::{read_back, ReadBack};
 use super::stages::{
     decode_stage, fetch_stage, hash_stage, joined, write_stage, Block, DecodeInput, Msg, Next,
     Router, Shared, BLOCK,
 };
+use super::verify::{read_back, ReadBack};
 use crate::disk::device::Device;
 use crate::disk::direct::AlignedBuf;
 use crate::disk::gpt::{self, ImageLayout};
@@ -541,7 +541,13 @@ fn run(
         // the post-install steps and the commit change it after this.
         let read_back = match (opts.verify, &sums) {
             (true, Some(sums)) => Some(check_on_disk(
-                dev, &head, sums, image_bytes, &layout, progress, stop,
+                dev,
+                &head,
+                sums,
+                image_bytes,
+                &layout,
+                progress,
+                stop,
             )?),
             _ => None,
         };
@@ -576,18 +582,29 @@ fn check_on_disk(
     progress: &dyn ProgressSink,
     stop: &Cancel,
 ) -> Result<ReadBack> {
-    tracing::info!("--verify: reading the image back from {}", dev.path().display());
+    tracing::info!(
+        "--verify: reading the image back from {}",
+        dev.path().display()
+    );
     let head = &head.buf.as_slice()[..head.len];
-    let r = read_back(dev, head, sums, image_bytes, layout.sector_size, stop, &|n, elapsed| {
-        progress.update(&Progress {
-            written: image_bytes,
-            image_size: Some(image_bytes),
-            elapsed,
-            verify: true,
-            read_back: Some(n),
-            ..Progress::default()
-        })
-    })
+    let r = read_back(
+        dev,
+        head,
+        sums,
+        image_bytes,
+        layout.sector_size,
+        stop,
+        &|n, elapsed| {
+            progress.update(&Progress {
+                written: image_bytes,
+                image_size: Some(image_bytes),
+                elapsed,
+                verify: true,
+                read_back: Some(n),
+                ..Progress::default()
+            })
+        },
+    )
     .context("--verify: reading the image back")?;
     tracing::info!("{r}");
     Ok(r)

@@ -235,10 +235,18 @@ mod tests {
             ..at(written)
         };
         assert_eq!(p(500, None).percent(), Some(25));
-        assert_eq!(p(1000, None).percent(), Some(50), "written, not yet checked");
+        assert_eq!(
+            p(1000, None).percent(),
+            Some(50),
+            "written, not yet checked"
+        );
         assert_eq!(p(1000, Some(500)).percent(), Some(75));
         assert_eq!(p(1000, Some(1000)).percent(), Some(100));
-        assert_eq!(p(1000, Some(500)).pass_bytes(), 500, "the rate is the read-back's");
+        assert_eq!(
+            p(1000, Some(500)).pass_bytes(),
+            500,
+            "the rate is the read-back's"
+        );
     }
 
     #[test]

@@ -102,7 +102,11 @@ pub(crate) fn read_back(
             let read = move |i: u64| {
                 let off = from + i * CHUNK as u64;
                 let len = (image_len - off).min(CHUNK as u64);
-                (off, len as usize, pad.map_or(len, |s| round_up(len, s)) as usize)
+                (
+                    off,
+                    len as usize,
+                    pad.map_or(len, |s| round_up(len, s)) as usize,
+                )
             };
             std::thread::Builder::new()
                 .name(format!("read-back-{lane}"))
@@ -127,7 +131,9 @@ pub(crate) fn read_back(
         }
         let checker = std::thread::Builder::new()
             .name("read-back-sha256".into())
-            .spawn_scoped(s, move || check_in_order(dev, head, lanes, chunks, sums, done, cancel))?;
+            .spawn_scoped(s, move || {
+                check_in_order(dev, head, lanes, chunks, sums, done, cancel)
+            })?;
         while !checker.is_finished() {
             if stop.is_cancelled() {
                 return Err(Interrupted.into());
@@ -239,14 +245,21 @@ mod tests {
         let (file, image, sums) = written(14 * MIB as usize + 512 * 1024 + 512);
         let r = check(file.path(), &image, &sums).unwrap();
         assert_eq!(r.bytes, image.len() as u64 - MIB);
-        assert!(r.to_string().starts_with("read back: sha256 matches (13.5 MiB in "), "{r}");
+        assert!(
+            r.to_string()
+                .starts_with("read back: sha256 matches (13.5 MiB in "),
+            "{r}"
+        );
     }
 
     #[test]
     fn a_changed_mib_behind_the_writers_back_is_named() {
         for bad in [1u64, 6, 14] {
             let (file, image, sums) = written(14 * MIB as usize + 4096);
-            let f = std::fs::OpenOptions::new().write(true).open(file.path()).unwrap();
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(file.path())
+                .unwrap();
             std::os::unix::fs::FileExt::write_all_at(&f, b"lie", bad * MIB + 77).unwrap();
             let e = check(file.path(), &image, &sums).unwrap_err().to_string();
             assert!(e.contains("did not return what was written"), "{e}");
