@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::cancel::Cancel;
+use super::cancel::{Cancel, CancelOnDrop};
 use super::digest::{check, Expected, Sha256Sum};
 use super::format::{Format, XzSettings};
 use super::progress::{Progress, ProgressSink};
@@ -362,13 +362,7 @@ fn run(
 
     std::thread::scope(|s| {
         // Whatever happens below, no stage outlives this scope.
-        struct CancelOnExit<'a>(&'a Cancel);
-        impl Drop for CancelOnExit<'_> {
-            fn drop(&mut self) {
-                self.0.cancel();
-            }
-        }
-        let _guard = CancelOnExit(&sh.cancel);
+        let _guard = CancelOnDrop(&sh.cancel);
         let sh = &sh;
 
         let (fetch, decode_input) = match input {
@@ -605,7 +599,7 @@ fn check_on_disk(
             })
         },
     )
-    .context("--verify: reading the image back")?;
+    .context("--verify: checking the image on the disk")?;
     tracing::info!("{r}");
     Ok(r)
 }

@@ -16,7 +16,7 @@ use sha2::Digest;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::cancel::Cancel;
+use super::cancel::{Cancel, CancelOnDrop};
 use super::digest::{Sha256, Sha256Sum};
 use super::pipeline::{Interrupted, POLL};
 use crate::disk::device::Device;
@@ -90,13 +90,7 @@ pub(crate) fn read_back(
         .unzip();
     let read_sha = std::thread::scope(|s| {
         // Whatever happens below, no reader outlives this scope.
-        struct CancelOnExit<'a>(&'a Cancel);
-        impl Drop for CancelOnExit<'_> {
-            fn drop(&mut self) {
-                self.0.cancel();
-            }
-        }
-        let _guard = CancelOnExit(&cancel);
+        let _guard = CancelOnDrop(&cancel);
         let (cancel, done, lanes) = (&cancel, &done, &lanes);
         for (lane, (free, full)) in ends.into_iter().enumerate() {
             let read = move |i: u64| {
