@@ -12,6 +12,8 @@
 //!   live fixture's files reach the guest through the share as a host root
 //!   (`ASSISTED_INSTALLER_HOST_ROOT`);
 //! * a disk that fails writes part of the way through;
+//! * a disk that lies (dm-flakey dropping the writes to its middle and reporting them done),
+//!   which `write-image --verify` must catch;
 //! * last, a power cut in the middle of a write (the guest is killed).
 //!
 //! Then, from the host: the disk files hold the image's bytes outside the GPT areas and /boot,
@@ -70,6 +72,9 @@ const MPATH_UUID: &str = "mpath-36001405aa0000000000000000000002";
 /// Where the faulty disk refuses writes: 8 MiB from 64 MiB on, inside the image.
 const ERROR_FROM: u64 = 64 * MIB;
 const ERROR_LEN: u64 = 8 * MIB;
+/// Where the lying disk drops writes: 8 MiB from 48 MiB on, inside the image.
+const FLAKEY_FROM: u64 = 48 * MIB;
+const FLAKEY_LEN: u64 = 8 * MIB;
 /// The first-boot network keyfile of the guest's "host".
 const KEYFILE: &str = "[connection]\nid=eno1\ntype=ethernet\ninterface-name=eno1\n";
 
@@ -253,8 +258,22 @@ assisted-installer write-image --image-file /share/img512.raw.zst --sha256 {imag
   /dev/mapper/faulty >/share/faulty.out 2>&1
 echo $? >/share/faulty.rc
 echo "faulty: write-image exited $(cat /share/faulty.rc)"
+# A disk that lies: writes to its middle are dropped yet reported done (flakey, always down:
+# up 0 s, down 1 s), between two linear segments.
+f=$(ai-disk ai-flakey)
+rest=$(( $(sectors $f) - {ffrom} - {flen} ))
+printf '0 {ffrom} linear %s 0\n{ffrom} {flen} flakey %s {ffrom} 0 1 1 drop_writes\n{fend} %s linear %s {fend}\n' \
+  "$(devno $f)" "$(devno $f)" "$rest" "$(devno $f)" | dmsetup create flakey || exit 93
+dmsetup mknodes flakey
+assisted-installer write-image --image-file /share/img512.raw.zst --sha256 {image_sha256} \
+  --verify /dev/mapper/flakey >/share/flakey.out 2>&1
+echo $? >/share/flakey.rc
+echo "flakey: write-image --verify exited $(cat /share/flakey.rc)"
 "#,
-        end = from + len
+        end = from + len,
+        ffrom = FLAKEY_FROM / 512,
+        flen = FLAKEY_LEN / 512,
+        fend = (FLAKEY_FROM + FLAKEY_LEN) / 512,
     );
     s.push_str(&master_install(
         "faulty-entrypoint",
@@ -429,6 +448,7 @@ fn disks_of_every_kind_device_mapper_and_a_power_cut_in_one_guest() {
     }
     let (mpath, agent) = (disk("mpath", fx.raw_size), disk("agent", fx.raw_size));
     let (faulty, loop_file) = (disk("faulty", fx.raw_size), disk("loop", fx.raw_size));
+    let flakey = disk("flakey", set(512).raw.size);
     // An earlier install, bootable, that the cut install is writing over.
     let cut = share.join("cut.img");
     std::fs::copy(&set(512).raw.path, &cut).unwrap();
@@ -442,9 +462,10 @@ fn disks_of_every_kind_device_mapper_and_a_power_cut_in_one_guest() {
         GuestDisk::new(&agent, Bus::VirtioBlk, 512, "ai-agent"),
         GuestDisk::new(&faulty, Bus::VirtioBlk, 512, "ai-faulty"),
         GuestDisk::new(&cut, Bus::VirtioBlk, 512, "ai-cut"),
+        GuestDisk::new(&flakey, Bus::VirtioBlk, 512, "ai-flakey"),
     ]);
     let names = [
-        "nvme0n1", "sda", "sdb", "sdc", "sdd", "sde", "vda", "vdb", "vdc", "vdd", "vde",
+        "nvme0n1", "sda", "sdb", "sdc", "sdd", "sde", "vda", "vdb", "vdc", "vdd", "vde", "vdf",
     ];
     spec.expect_disks = names.map(String::from).to_vec();
     // A few minutes alone here under TCG; much longer while a build shares the cores.
@@ -645,6 +666,31 @@ fn disks_of_every_kind_device_mapper_and_a_power_cut_in_one_guest() {
             "{last:?}"
         );
         assert_empty_gpt(&faulty, 512);
+    });
+
+    // The lying disk: `--verify` fails the write, naming the device and the first MiB of the
+    // dropped segment whose image bytes differ from what the disk held before (zeros); the
+    // reset lands (the table areas are on the linear segments).
+    check("flakey", &|| {
+        let out = shared("flakey.out");
+        assert_eq!(shared("flakey.rc").trim(), "1", "{out}");
+        let image = std::fs::read(&set(512).raw.path).unwrap();
+        let first = (FLAKEY_FROM / MIB..(FLAKEY_FROM + FLAKEY_LEN) / MIB)
+            .find(|&m| {
+                image[(m * MIB) as usize..((m + 1) * MIB) as usize]
+                    .iter()
+                    .any(|&b| b != 0)
+            })
+            .expect("the image has data where the disk lies");
+        let wanted = [
+            "/dev/mapper/flakey did not return what was written".to_string(),
+            format!(
+                "the first differing MiB is MiB {first} (offset {})",
+                first * MIB
+            ),
+        ];
+        assert!(wanted.iter().all(|w| out.contains(w)), "{wanted:?}:\n{out}");
+        assert_empty_gpt(&flakey, 512);
     });
 
     // The power cut: it leaves a disk no firmware boots. The table written before the stream

@@ -295,3 +295,27 @@ fn sigterm_mid_write_leaves_an_empty_gpt_and_exits_143() {
     );
     assert_empty_gpt(&dev.path, 512);
 }
+
+#[test]
+fn verify_reads_the_image_back_and_says_so_in_the_summary() {
+    if !have_root("verify_reads_the_image_back_and_says_so_in_the_summary") {
+        return;
+    }
+    let set = images(512);
+    let file = set.compressed(Some(Compression::Gzip));
+    let dev = LoopDev::new(set.raw.size + 64 * MIB, 512);
+    let path = file.path.to_str().unwrap();
+    let args = [from(path, &file.sha256).as_slice(), &["--verify"]].concat();
+    let out = write_image(&args, &dev.path);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_written(&dev, &set);
+    // Everything after the first MiB came from the disk (the first is written at commit).
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let read = (set.raw.size - MIB) as f64 / MIB as f64;
+    let want = format!("read back: sha256 matches ({read:.1} MiB in ");
+    let line = stdout.lines().find(|l| l.starts_with(&want));
+    assert!(
+        line.is_some_and(|l| l.ends_with(" MB/s)")),
+        "{want:?} in {stdout}"
+    );
+}

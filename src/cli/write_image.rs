@@ -38,6 +38,10 @@ pub struct WriteImageArgs {
     /// On failure, leave the disk as the failed write left it instead of resetting it to an empty partition table.
     #[arg(long)]
     pub preserve_on_error: bool,
+    /// After the write, read the image back from the disk (O_DIRECT) and check its SHA-256
+    /// against the stream's; a mismatch fails the write, naming the first differing MiB.
+    #[arg(long)]
+    pub verify: bool,
     #[command(flatten)]
     pub post: PostInstallArgs,
     /// Threads for xz decoding (multi-block images); default: one per CPU.
@@ -64,6 +68,7 @@ impl WriteImageArgs {
             ostree_repo: self.ostree_repo.clone(),
             preserve_on_error: self.preserve_on_error,
             xz_threads: self.xz_threads,
+            verify: self.verify,
         };
         WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)
     }
@@ -97,7 +102,12 @@ mod tests {
         assert!(e.to_string().contains("--insecure"), "{e}");
         let p = parse("--image-url http://x/i.gz --insecure /dev/sda").unwrap();
         assert!(p.write.expected.is_empty());
-        let p = parse(&format!("--image-file /i.gz --sha256 {H} /dev/sda")).unwrap();
+        assert!(!p.write.verify, "--verify is off by default");
+        let p = parse(&format!(
+            "--image-file /i.gz --sha256 {H} --verify /dev/sda"
+        ))
+        .unwrap();
+        assert!(p.write.verify);
         assert_eq!(p.origin, Origin::Given(ImageLocation::File("/i.gz".into())));
         assert_eq!(p.write.expected.compressed.unwrap().to_string(), H);
     }

@@ -7,8 +7,10 @@
 
 pub(crate) mod cluster_hosts;
 pub(crate) mod go_values;
+pub mod kernel_options;
 mod role;
 
+pub use kernel_options::KernelOptions;
 pub use role::Role;
 
 use std::path::PathBuf;

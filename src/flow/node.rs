@@ -15,7 +15,7 @@ use super::wait::worker_wait_for_control_plane;
 use super::writer::WriteRequest;
 use super::Flow;
 use crate::clock::{Failure, Schedule, Stopped, WaitError};
-use crate::config::Role;
+use crate::config::{KernelOptions, Role};
 use crate::disk::partitions::has_partition_maps;
 use crate::host::boot_order::set_boot_order;
 use crate::host::disk_prep::{cleanup_install_device, format_disks, resolve_disk_symlink};
@@ -99,10 +99,19 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
         .with_context(|| format!("creating {}", f.paths.install_dir.display()))?;
     let single_node = cfg.is_single_node();
     let bootstrap = cfg.role == Role::Bootstrap && !single_node;
+    let kernel = KernelOptions::read(&f.paths.live_cmdline);
+    if kernel.verify_write {
+        tracing::info!(
+            "ai.verify-write is set on the kernel command line ({}): the image will be read back from {} and checked after the write",
+            f.paths.live_cmdline.display(),
+            device.display()
+        );
+    }
     let request = WriteRequest {
         device,
         args: writer_args,
         host_root: Some(host_root.clone()),
+        verify: kernel.verify_write,
     };
     // The bootstrap and single-node disks are not needed by the live system: write them while
     // the control plane forms (see flow::early).
@@ -375,6 +384,26 @@ mod tests {
             info,
             "failed executing mkdir [-p /root/.ssh], Error exit status 1, LastOutput \"Error: read-only file system\""
         );
+    }
+
+    #[test]
+    fn ai_verify_write_on_the_live_kernel_command_line_turns_the_read_back_on() {
+        for (cmdline, verify) in [
+            (Some("BOOT_IMAGE=/vmlinuz ro ai.verify-write=1 quiet"), true),
+            (Some("BOOT_IMAGE=/vmlinuz ro ai.verify-write=0"), false),
+            (Some("BOOT_IMAGE=/vmlinuz ro"), false),
+            (None, false),
+        ] {
+            let t = TestFlow::new("master");
+            if let Some(text) = cmdline {
+                std::fs::write(&t.flow.paths.live_cmdline, text).unwrap();
+            }
+            // Only the write matters here, whatever the steps after it do.
+            let _ = run_installer(&t.flow);
+            let calls = t.writer.calls();
+            assert_eq!(calls.len(), 1, "{cmdline:?}");
+            assert_eq!(calls[0].verify, verify, "{cmdline:?}");
+        }
     }
 
     #[test]

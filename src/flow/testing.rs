@@ -194,6 +194,8 @@ pub struct WriteCall {
     pub device: PathBuf,
     pub ignition: PathBuf,
     pub args: WriterArgs,
+    /// Whether the flow asked for a read-back.
+    pub verify: bool,
 }
 
 /// A scripted disk writer: reports 0..=100%, fails the first N calls on request, checks it gets
@@ -262,6 +264,7 @@ impl DiskWriter for FakeWriter {
             device: req.device.clone(),
             ignition: ignition.to_path_buf(),
             args: req.args.clone(),
+            verify: req.verify,
         });
         record(&self.events, format!("write {}", ignition.display()));
         if take_one(&self.failures) {

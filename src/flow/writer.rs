@@ -23,6 +23,9 @@ pub struct WriteRequest {
     /// the live image are (the Go installer's coreos-installer reads them in the host's mount
     /// namespace); `None`: local paths, else /proc/1/root for the live image.
     pub host_root: Option<HostRoot>,
+    /// Read the image back after the write and check it (`ai.verify-write` on the live
+    /// kernel command line: the service cannot pass `--verify`).
+    pub verify: bool,
 }
 
 pub trait DiskWriter: Send + Sync {
@@ -67,6 +70,13 @@ impl InProcessWriter {
     fn settings(&self, host_root: Option<&HostRoot>) -> PlanSettings {
         PlanSettings::for_flows(host_root.cloned(), self.cacert.clone())
     }
+
+    fn settings_of(&self, req: &WriteRequest) -> PlanSettings {
+        PlanSettings {
+            verify: req.verify,
+            ..self.settings(req.host_root.as_ref())
+        }
+    }
 }
 
 /// The flow's Ignition config, the one post-install step `--installer-args` cannot carry.
@@ -99,7 +109,7 @@ impl DiskWriter for InProcessWriter {
                 ignition: Some(ignition_config(ignition)?),
                 ..PostInstall::default()
             },
-            &self.settings(req.host_root.as_ref()),
+            &self.settings_of(req),
         )?;
         let progress = PercentCallback::new(percent);
         let summary = crate::write::run(&plan, &progress, &self.stop)?;
@@ -116,7 +126,7 @@ impl DiskWriter for InProcessWriter {
             &req.device,
             &req.args,
             PostInstall::default(),
-            &self.settings(req.host_root.as_ref()),
+            &self.settings_of(req),
         )?;
         let progress = PercentCallback::new(percent);
         let streamed = crate::write::stream(&plan, &progress, &self.stop)?;

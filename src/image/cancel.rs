@@ -8,6 +8,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+/// Cancels its token when dropped: at the top of a `thread::scope`'s body, so that however the
+/// body ends (an error, an early return), the scope's threads are told to stop before the scope
+/// waits for them.
+pub(crate) struct CancelOnDrop<'a>(pub(crate) &'a Cancel);
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
 #[derive(Clone)]
 pub struct Cancel {
     inner: Arc<Inner>,

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::cancel::Cancel;
+use super::cancel::{Cancel, CancelOnDrop};
 use super::digest::{check, Expected, Sha256Sum};
 use super::format::{Format, XzSettings};
 use super::progress::{Progress, ProgressSink};
@@ -31,6 +31,7 @@ use super::stages::{
     decode_stage, fetch_stage, hash_stage, joined, write_stage, Block, DecodeInput, Msg, Next,
     Router, Shared, BLOCK,
 };
+use super::verify::{read_back, ReadBack};
 use crate::disk::device::Device;
 use crate::disk::direct::AlignedBuf;
 use crate::disk::gpt::{self, ImageLayout};
@@ -51,6 +52,8 @@ pub struct WriteOptions {
     pub preserve_on_error: bool,
     /// Partitions of the old table to keep (read from the disk before the write).
     pub saved: SavedPartitions,
+    /// Read the image back from the disk after the write and check its SHA-256 (`--verify`).
+    pub verify: bool,
 }
 
 impl Default for WriteOptions {
@@ -62,6 +65,7 @@ impl Default for WriteOptions {
             buffers: 8,
             preserve_on_error: false,
             saved: SavedPartitions::none(),
+            verify: false,
         }
     }
 }
@@ -107,6 +111,8 @@ pub struct WriteSummary {
     pub source: String,
     /// The image was rebuilt locally (the live image) and checked against its own checksum.
     pub rebuilt: bool,
+    /// The `--verify` read-back, when it ran (it matched, or the write failed).
+    pub read_back: Option<ReadBack>,
 }
 
 impl WriteSummary {
@@ -117,6 +123,16 @@ impl WriteSummary {
 
 impl std::fmt::Display for WriteSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.fmt_write(f)?;
+        match &self.read_back {
+            Some(r) => write!(f, "\n{r}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl WriteSummary {
+    fn fmt_write(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let verdict = |expected: Option<Sha256Sum>| {
             if expected.is_some() {
                 "verified"
@@ -327,8 +343,9 @@ fn run(
         Input::Raw(r) => (Some(r.size()), r.describe(), r.expected_sha256()),
     };
     let rebuilt = matches!(input, Input::Raw(_));
-    // A raw input has no fetch stage to hash it: the sha256 stage always runs for it.
-    let want_uncompressed_hash = rebuilt || opts.expected.uncompressed.is_some();
+    // A raw input has no fetch stage to hash it: the sha256 stage always runs for it; and for
+    // --verify, whose read-back is checked against it.
+    let want_uncompressed_hash = rebuilt || opts.expected.uncompressed.is_some() || opts.verify;
 
     let (comp_tx, comp_rx) = bounded::<Msg>(8);
     let (pool_tx, pool_rx) = bounded::<AlignedBuf>(opts.buffers);
@@ -345,13 +362,7 @@ fn run(
 
     std::thread::scope(|s| {
         // Whatever happens below, no stage outlives this scope.
-        struct CancelOnExit<'a>(&'a Cancel);
-        impl Drop for CancelOnExit<'_> {
-            fn drop(&mut self) {
-                self.0.cancel();
-            }
-        }
-        let _guard = CancelOnExit(&sh.cancel);
+        let _guard = CancelOnDrop(&sh.cancel);
         let sh = &sh;
 
         let (fetch, decode_input) = match input {
@@ -456,6 +467,8 @@ fn run(
                 downloaded: sh.downloaded.load(Ordering::Relaxed),
                 download_size: source_len,
                 elapsed: start.elapsed(),
+                verify: opts.verify,
+                read_back: None,
             })
         };
         while !(decode.is_finished()
@@ -468,10 +481,11 @@ fn run(
         }
         status(sh)?;
         let decoded = joined(decode.join())?;
-        let hashed = match hasher {
+        let sums = match hasher {
             Some(h) => joined(h.join())?,
             None => None,
         };
+        let hashed = sums.as_ref().map(|s| s.sha256);
         // Bytes read and their digest: the fetch stage's, or for a raw input (no fetch stage)
         // the decode and sha256 stages'.
         let fetched = match fetch {
@@ -517,6 +531,20 @@ fn run(
             return Err(Interrupted.into());
         }
         report(sh);
+        // The disk must now hold the image but its first MiB (written at commit, from `head`):
+        // the post-install steps and the commit change it after this.
+        let read_back = match (opts.verify, &sums) {
+            (true, Some(sums)) => Some(check_on_disk(
+                dev,
+                &head,
+                sums,
+                image_bytes,
+                &layout,
+                progress,
+                stop,
+            )?),
+            _ => None,
+        };
         Ok(Staged {
             head: head.buf,
             layout,
@@ -531,8 +559,47 @@ fn run(
                 expected: opts.expected,
                 source: source_name,
                 rebuilt,
+                read_back,
             },
             started: start,
         })
     })
+}
+
+/// `--verify`: the read-back, reported as a second pass over the image.
+fn check_on_disk(
+    dev: &Device,
+    head: &Block,
+    sums: &super::verify::StreamSums,
+    image_bytes: u64,
+    layout: &ImageLayout,
+    progress: &dyn ProgressSink,
+    stop: &Cancel,
+) -> Result<ReadBack> {
+    tracing::info!(
+        "--verify: reading the image back from {}",
+        dev.path().display()
+    );
+    let head = &head.buf.as_slice()[..head.len];
+    let r = read_back(
+        dev,
+        head,
+        sums,
+        image_bytes,
+        layout.sector_size,
+        stop,
+        &|n, elapsed| {
+            progress.update(&Progress {
+                written: image_bytes,
+                image_size: Some(image_bytes),
+                elapsed,
+                verify: true,
+                read_back: Some(n),
+                ..Progress::default()
+            })
+        },
+    )
+    .context("--verify: checking the image on the disk")?;
+    tracing::info!("{r}");
+    Ok(r)
 }

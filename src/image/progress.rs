@@ -16,26 +16,44 @@ pub struct Progress {
     /// Compressed bytes downloaded or read.
     pub downloaded: u64,
     pub download_size: Option<u64>,
+    /// Since the write began; during the read-back, since the read-back began.
     pub elapsed: Duration,
+    /// `--verify`: a read-back follows the write, and counts as much as it in [`Self::percent`].
+    pub verify: bool,
+    /// Bytes of the image checked by the read-back so far (the first MiB, held in memory,
+    /// counts from its start); `None` until it starts.
+    pub read_back: Option<u64>,
 }
 
 impl Progress {
     /// Whole percent done, from the written bytes when the image size is known, else from the
     /// download.
+    /// With `--verify`, the write is the first half and the read-back the second, so the
+    /// percentage the service sees keeps rising and reaches 100 once, at the very end.
     pub fn percent(&self) -> Option<u8> {
         let (done, total) = match (self.image_size, self.download_size) {
             (Some(t), _) if t > 0 => (self.written, t),
             (_, Some(t)) if t > 0 => (self.downloaded, t),
             _ => return None,
         };
-        Some((done.min(total) * 100 / total) as u8)
+        let written = done.min(total) * 100 / total;
+        if !self.verify {
+            return Some(written as u8);
+        }
+        let checked = self.read_back.map_or(0, |r| r.min(total) * 100 / total);
+        Some(((written + checked) / 2) as u8)
     }
 
-    /// MB/s of uncompressed output so far.
+    /// Bytes done by the current pass: the write, or the read-back once it started.
+    fn pass_bytes(&self) -> u64 {
+        self.read_back.unwrap_or(self.written)
+    }
+
+    /// MB/s of the current pass so far.
     fn rate_mb_s(&self) -> f64 {
         let secs = self.elapsed.as_secs_f64();
         if secs > 0.0 {
-            self.written as f64 / secs / 1e6
+            self.pass_bytes() as f64 / secs / 1e6
         } else {
             0.0
         }
@@ -65,7 +83,7 @@ impl TerminalBar {
         let bar = ProgressBar::new(0);
         bar.set_style(
             ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+                "{spinner} {msg} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
             )
             .expect("valid template")
             .progress_chars("=> "),
@@ -85,7 +103,10 @@ impl ProgressSink for TerminalBar {
         if let Some(t) = p.image_size {
             self.bar.set_length(t);
         }
-        self.bar.set_position(p.written);
+        if p.read_back.is_some() && self.bar.message().is_empty() {
+            self.bar.set_message("read back");
+        }
+        self.bar.set_position(p.pass_bytes());
     }
     fn finish(&self) {
         self.bar.finish_and_clear();
@@ -129,9 +150,13 @@ impl ProgressSink for LogLines {
             return;
         }
         let pct = p.percent().map(|x| format!("{x}% ")).unwrap_or_default();
+        let pass = match p.read_back {
+            Some(_) => "read back",
+            None => "written",
+        };
         tracing::info!(
-            "written {pct}({} MiB of {}), {:.0} MB/s",
-            p.written >> 20,
+            "{pass} {pct}({} MiB of {}), {:.0} MB/s",
+            p.pass_bytes() >> 20,
             p.image_size
                 .map(|t| format!("{} MiB", t >> 20))
                 .unwrap_or_else(|| "?".into()),
@@ -200,6 +225,28 @@ mod tests {
         };
         assert_eq!(p.percent(), Some(25));
         assert_eq!(Progress::default().percent(), None);
+    }
+
+    #[test]
+    fn with_verify_the_write_is_the_first_half_and_the_read_back_the_second() {
+        let p = |written, read_back| Progress {
+            verify: true,
+            read_back,
+            ..at(written)
+        };
+        assert_eq!(p(500, None).percent(), Some(25));
+        assert_eq!(
+            p(1000, None).percent(),
+            Some(50),
+            "written, not yet checked"
+        );
+        assert_eq!(p(1000, Some(500)).percent(), Some(75));
+        assert_eq!(p(1000, Some(1000)).percent(), Some(100));
+        assert_eq!(
+            p(1000, Some(500)).pass_bytes(),
+            500,
+            "the rate is the read-back's"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::cancel::Cancel;
 use super::digest::{Sha256, Sha256Sum};
 use super::format::{sniff, Decompressor, Format, XzSettings, SNIFF_LEN};
 use super::source::ImageSource;
+use super::verify::StreamSums;
 use crate::disk::device::Device;
 use crate::disk::direct::{pad_to_sector, AlignedBuf};
 
@@ -290,19 +291,27 @@ pub(super) fn decode_stage(
     }
 }
 
-pub(super) fn hash_stage(rx: Receiver<Block>, router: Router, sh: &Shared) -> Option<Sha256Sum> {
+/// Also a CRC-32 of each block (each MiB: the decoder fills every block but the last), which a
+/// `--verify` read-back compares to place a mismatch; a few KiB even for a large image.
+pub(super) fn hash_stage(rx: Receiver<Block>, router: Router, sh: &Shared) -> Option<StreamSums> {
     let mut hasher = Sha256::new();
+    let mut mib_crc32 = Vec::new();
     loop {
         let block = select! {
             recv(rx) -> b => match b { Ok(b) => b, Err(_) => break },
             recv(sh.cancel.receiver()) -> _ => return None,
         };
-        hasher.update(&block.buf.as_slice()[..block.len]);
+        let data = &block.buf.as_slice()[..block.len];
+        hasher.update(data);
+        mib_crc32.push(crc32fast::hash(data));
         if !router.send(block, &sh.cancel) {
             return None;
         }
     }
-    Some(Sha256Sum::of(hasher))
+    Some(StreamSums {
+        sha256: Sha256Sum::of(hasher),
+        mib_crc32,
+    })
 }
 
 pub(super) fn write_stage(

@@ -60,6 +60,8 @@ pub struct PlanSettings {
     pub preserve_on_error: bool,
     /// Threads for xz decoding; `None`: one per CPU.
     pub xz_threads: Option<u32>,
+    /// Read the image back after the write and check it.
+    pub verify: bool,
 }
 
 impl Default for PlanSettings {
@@ -74,6 +76,7 @@ impl Default for PlanSettings {
             ostree_repo: None,
             preserve_on_error: false,
             xz_threads: None,
+            verify: false,
         }
     }
 }
@@ -183,6 +186,7 @@ impl WritePlan {
                 expected,
                 xz,
                 preserve_on_error: settings.preserve_on_error,
+                verify: settings.verify,
                 ..WriteOptions::default()
             },
             device: device.to_path_buf(),
