@@ -38,6 +38,10 @@ pub struct WriteImageArgs {
     /// On failure, leave the disk as the failed write left it instead of resetting it to an empty partition table.
     #[arg(long)]
     pub preserve_on_error: bool,
+    /// Write the image's zeros as data instead of having the disk zero them (BLKZEROOUT, or
+    /// holes punched in an image file): for benches, and disks whose zeroing is slow.
+    #[arg(long)]
+    pub write_zeros: bool,
     #[command(flatten)]
     pub post: PostInstallArgs,
     /// Threads for xz decoding (multi-block images); default: one per CPU.
@@ -65,7 +69,9 @@ impl WriteImageArgs {
             preserve_on_error: self.preserve_on_error,
             xz_threads: self.xz_threads,
         };
-        WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)
+        let mut plan = WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)?;
+        plan.write.zeroing = !self.write_zeros;
+        Ok(plan)
     }
 }
 
@@ -132,5 +138,11 @@ mod tests {
         let e = parse("--image-url http://x --uncompressed-sha256 12 /d").unwrap_err();
         assert!(e.to_string().contains("--uncompressed-sha256"), "{e}");
         assert!(parse("--image-url http://x --insecure --fetch-retries many /d").is_err());
+    }
+
+    #[test]
+    fn zeros_go_to_the_kernel_unless_write_zeros() {
+        assert!(parse("/dev/sda").unwrap().write.zeroing);
+        assert!(!parse("--write-zeros /dev/sda").unwrap().write.zeroing);
     }
 }

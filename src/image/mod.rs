@@ -9,12 +9,14 @@ pub mod progress;
 pub mod retry;
 pub mod source;
 mod stages;
+mod zeros;
 
 pub use cancel::Cancel;
 pub use pipeline::{
     reset_after_failure, stream_image, Input, Interrupted, RawImage, Staged, WriteOptions,
     WriteSummary,
 };
+pub use zeros::{ZeroHow, ZeroSummary};
 
 use osmet::LiveImage;
 use source::ImageLocation;

@@ -31,6 +31,7 @@ use super::stages::{
     decode_stage, fetch_stage, hash_stage, joined, write_stage, Block, DecodeInput, Msg, Next,
     Router, Shared, BLOCK,
 };
+use super::zeros::{ZeroSummary, Zeroing, ZERO_CHUNK};
 use crate::disk::device::Device;
 use crate::disk::direct::AlignedBuf;
 use crate::disk::gpt::{self, ImageLayout};
@@ -51,6 +52,8 @@ pub struct WriteOptions {
     pub preserve_on_error: bool,
     /// Partitions of the old table to keep (read from the disk before the write).
     pub saved: SavedPartitions,
+    /// Runs of zeros zeroed by the kernel instead of written (off: `--write-zeros`).
+    pub zeroing: bool,
 }
 
 impl Default for WriteOptions {
@@ -62,6 +65,7 @@ impl Default for WriteOptions {
             buffers: 8,
             preserve_on_error: false,
             saved: SavedPartitions::none(),
+            zeroing: true,
         }
     }
 }
@@ -107,6 +111,7 @@ pub struct WriteSummary {
     pub source: String,
     /// The image was rebuilt locally (the live image) and checked against its own checksum.
     pub rebuilt: bool,
+    pub zeros: ZeroSummary,
 }
 
 impl WriteSummary {
@@ -125,7 +130,7 @@ impl std::fmt::Display for WriteSummary {
             }
         };
         if self.rebuilt {
-            return write!(
+            write!(
                 f,
                 "wrote {} bytes ({:.1} MiB, {}-byte sectors) in {:.2} s: {:.0} MB/s\n\
                  from {}\n\
@@ -137,7 +142,8 @@ impl std::fmt::Display for WriteSummary {
                 self.mb_per_s(),
                 self.source,
                 self.sha256
-            );
+            )?;
+            return write!(f, "\n{}", self.zeros);
         }
         writeln!(
             f,
@@ -171,7 +177,7 @@ impl std::fmt::Display for WriteSummary {
                 verdict(self.expected.uncompressed)
             )?;
         }
-        Ok(())
+        write!(f, "\n{}", self.zeros)
     }
 }
 
@@ -321,6 +327,7 @@ fn run(
         cancel: Cancel::new(),
         written: AtomicU64::new(0),
         downloaded: AtomicU64::new(0),
+        zeros: Zeroing::new(opts.zeroing),
     };
     let (source_len, source_name, own_digest) = match &input {
         Input::Encoded(s) => (s.total_len(), s.describe(), None),
@@ -426,6 +433,14 @@ fn run(
             layout.partitions.iter().filter(|p| p.is_used()).count(),
             dev.path().display()
         );
+        if opts.zeroing {
+            tracing::debug!(
+                "runs of zeros of {} KiB and more go to {} as zeroing ({})",
+                ZERO_CHUNK >> 10,
+                dev.path().display(),
+                dev.zero_method()
+            );
+        }
 
         // 2. Wipe both ends of the disk and leave an empty valid GPT there, durably.
         status(sh)?;
@@ -531,6 +546,7 @@ fn run(
                 expected: opts.expected,
                 source: source_name,
                 rebuilt,
+                zeros: sh.zeros.summary(dev, image_bytes),
             },
             started: start,
         })
