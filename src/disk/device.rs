@@ -238,7 +238,7 @@ impl Device {
         };
         let Err(e) = done else { return Ok(()) };
         // The operation is missing (ENOTTY: no such ioctl; ENOSYS: no such syscall; EOPNOTSUPP:
-        // a filesystem without hole punching, such as ext2 or vfat, or a stacked driver without
+        // a filesystem without hole punching, such as vfat, ramfs or the ext2 driver, or a stacked driver without
         // zeroing) or rejected as a whole (EINVAL: our ranges are sector-aligned and inside the
         // target, so only a driver or filesystem that does not take the request says it).
         // Writing the zeros instead is always correct. Anything else (EIO, ENOSPC ...) is the
