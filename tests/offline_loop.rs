@@ -67,7 +67,10 @@ fn offline_write_512_and_4096_on_a_live_system() {
             "{stdout}"
         );
         let (zeros, how) = zeros_summary(&stdout);
-        assert!(zeros > 1.0 && how == "zeroed by the kernel (BLKZEROOUT)", "{stdout}");
+        assert!(
+            zeros > 1.0 && how == "zeroed by the kernel (BLKZEROOUT)",
+            "{stdout}"
+        );
         // Byte for byte the raw image, outside the GPT structures the fix-up rewrites by design.
         sgdisk_verify(&dev.path);
         let disk = std::fs::read(&dev.path).unwrap();

@@ -181,6 +181,8 @@ impl std::fmt::Display for ZeroSummary {
 }
 
 #[cfg(test)]
+// The expected values are lists of runs, some of one run.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
 
