@@ -247,6 +247,50 @@ mod tests {
         assert_eq!(super::super::stages::BLOCK % ZERO_CHUNK, 0);
     }
 
+    /// One MiB block (chunks 0, 3-4 and 15 zero, and a short tail) written over old data in an
+    /// image file, with zeroing on and off: the same bytes, counted the same, holes only when on.
+    #[test]
+    fn a_block_is_written_around_its_zero_runs_over_old_data() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        for on in [true, false] {
+            let f = tempfile::NamedTempFile::new().unwrap();
+            f.as_file().write_all_at(&vec![0x5a; 3 << 20], 0).unwrap();
+            f.as_file().sync_all().unwrap();
+            let dev = Device::open_for_write(f.path()).unwrap();
+            let z = Zeroing::new(on);
+            let mut buf = crate::disk::direct::AlignedBuf::new(16 * C);
+            buf.as_mut_slice()
+                .copy_from_slice(&block(16, 0, &[0, 3, 4, 15]));
+            z.write_block(&dev, buf.as_slice(), 1 << 20, 16 * C)
+                .unwrap();
+            // A short last block: its zero tail is less than a chunk, so it is data.
+            let mut tail = crate::disk::direct::AlignedBuf::new(C);
+            tail.as_mut_slice()[..512].fill(1);
+            z.write_block(&dev, &tail.as_slice()[..4096], 2 << 20, 4096)
+                .unwrap();
+            let mut back = vec![0u8; 3 << 20];
+            f.as_file().read_exact_at(&mut back, 0).unwrap();
+            assert!(back[..1 << 20].iter().all(|&x| x == 0x5a));
+            // (assert! rather than assert_eq!: a failure would print MiBs.)
+            assert!(back[1 << 20..2 << 20] == *buf.as_slice(), "zeroing {on}");
+            assert!(back[2 << 20..(2 << 20) + 4096] == tail.as_slice()[..4096]);
+            assert!(back[(2 << 20) + 4096..].iter().all(|&x| x == 0x5a));
+            let s = z.summary(&dev, 3 << 20);
+            assert_eq!(
+                (s.found, s.zeroed),
+                (4 * C as u64, if on { 4 * C as u64 } else { 0 })
+            );
+            let holes = f.as_file().metadata().unwrap().blocks() * 512 <= (3 << 20) - 4 * C as u64;
+            assert_eq!(holes, on, "holes punched with zeroing {on}");
+            let how = if on {
+                ZeroHow::Kernel(ZeroMethod::PunchHole)
+            } else {
+                ZeroHow::Disabled
+            };
+            assert_eq!(s.how, how);
+        }
+    }
+
     #[test]
     fn the_summary_line_says_how() {
         let s = |how, zeroed| {
