@@ -91,17 +91,19 @@ fn a_loop_device_gets_its_zeros_from_the_kernel_or_as_data_with_write_zeros() {
     assert_eq!(seen[0], seen[1], "the same zeros counted either way");
 }
 
+/// An image file of `size` bytes full of old data; its size.
+fn old_data_file(path: &Path, size: u64) -> u64 {
+    std::fs::File::create(path).unwrap().set_len(size).unwrap();
+    fill(path, size, 0xa5);
+    size
+}
+
 #[test]
 fn an_image_file_gets_holes_where_the_image_has_zeros() {
     let set = images(512);
     let dir = run_dir("zeros-file");
     let target = dir.path().join("disk.img");
-    let size = set.raw.size + 16 * MIB;
-    std::fs::File::create(&target)
-        .unwrap()
-        .set_len(size)
-        .unwrap();
-    fill(&target, size, 0xa5);
+    let size = old_data_file(&target, set.raw.size + 16 * MIB);
     let out = write_gz(&set, &target, &[]);
     let (zeros, how) = zeros_summary(&stdout(&out));
     assert_eq!(
@@ -141,12 +143,7 @@ fn a_target_that_refuses_zeroing_gets_the_zeros_as_data_with_one_warning() {
         .args(["-t", "ramfs", "ramfs"])
         .arg(mnt.0.path()));
     let target = mnt.0.path().join("disk.img");
-    let size = set.raw.size + 16 * MIB;
-    std::fs::File::create(&target)
-        .unwrap()
-        .set_len(size)
-        .unwrap();
-    fill(&target, size, 0xa5);
+    old_data_file(&target, set.raw.size + 16 * MIB);
     let out = write_gz(&set, &target, &[]);
     let refusal = format!("{} refused zeroing (EOPNOTSUPP)", target.display());
     let (zeros, how) = zeros_summary(&stdout(&out));
