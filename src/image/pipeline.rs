@@ -111,6 +111,7 @@ pub struct WriteSummary {
     pub source: String,
     /// The image was rebuilt locally (the live image) and checked against its own checksum.
     pub rebuilt: bool,
+    /// How the image's zeros reached the disk.
     pub zeros: ZeroSummary,
 }
 
@@ -435,7 +436,7 @@ fn run(
         );
         if opts.zeroing {
             tracing::debug!(
-                "runs of zeros of {} KiB and more go to {} as zeroing ({})",
+                "runs of zeros (whole {} KiB chunks) are left to the kernel on {} ({})",
                 ZERO_CHUNK >> 10,
                 dev.path().display(),
                 dev.zero_method()
