@@ -12,7 +12,7 @@ mod coreos_image;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
-use common::images::{assert_image_on_disk, sha256_hex};
+use common::images::{assert_image_on_disk, sha256_hex, zeros_summary};
 use common::live_ns::LiveLayout;
 use common::root::{have_root, sgdisk_verify, text, LoopDev};
 use live_fixture::{cached_live_fixture, read_osmet_header, LiveFixture};
@@ -30,6 +30,7 @@ fn offline_write_512_and_4096_on_a_live_system() {
     for ss in [512, 4096] {
         let fx = cached_live_fixture(ss, false).unwrap();
         let dev = LoopDev::new(fx.raw_size + 64 * MIB, fx.sector_size);
+        dev.fill(fx.raw_size, 0x5a);
         let live = LiveLayout::new(&fx.sysroot, std::slice::from_ref(&fx.osmet));
         // --offline is accepted (coreos-installer's flag); nothing is ever downloaded.
         let mut cmd = live.command(BIN);
@@ -63,6 +64,11 @@ fn offline_write_512_and_4096_on_a_live_system() {
                 "sha256 of the image: {} (verified against the osmet checksum)",
                 fx.raw_sha256
             )) && stdout.contains(&format!("rebuilt from {osmet}")),
+            "{stdout}"
+        );
+        let (zeros, how) = zeros_summary(&stdout);
+        assert!(
+            zeros > 1.0 && how == "zeroed by the kernel (BLKZEROOUT)",
             "{stdout}"
         );
         // Byte for byte the raw image, outside the GPT structures the fix-up rewrites by design.

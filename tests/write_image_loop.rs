@@ -7,7 +7,7 @@ mod common;
 mod coreos_image;
 
 use common::http_server::{Fault, Route, TestServer};
-use common::images::assert_image_on_disk;
+use common::images::{assert_image_on_disk, zeros_summary};
 use common::root::{assert_empty_gpt, have_root, run, sgdisk_verify, text, LoopDev};
 use coreos_image::{cached_image_set, Compression, ImageSet, ImageSpec};
 use std::path::Path;
@@ -87,6 +87,8 @@ fn each_format_over_http_onto_512_and_4096_byte_loop_devices_one_resumed() {
             srv.route(&path, route);
             let url = srv.url(&path);
             let dev = LoopDev::new(set.raw.size + 64 * MIB, ss);
+            // Old data under the whole image: a zero the write left out would show.
+            dev.fill(set.raw.size, 0x5a);
             let mut args = from(&url, &file.sha256).to_vec();
             if c.is_some() {
                 args.extend(["--uncompressed-sha256", &set.raw.sha256]);
@@ -104,6 +106,9 @@ fn each_format_over_http_onto_512_and_4096_byte_loop_devices_one_resumed() {
                 "MB/s".into(),
             ];
             assert!(wanted.iter().all(|w| stdout.contains(w)), "{stdout}");
+            let (zeros, how) = zeros_summary(&stdout);
+            assert!(zeros > 1.0, "{stdout}");
+            assert_eq!(how, "zeroed by the kernel (BLKZEROOUT)", "{stdout}");
             if cut {
                 let reqs = srv.requests_for(&path);
                 assert_eq!(reqs.len(), 2, "{reqs:?}");

@@ -42,6 +42,10 @@ pub struct WriteImageArgs {
     /// against the stream's; a mismatch fails the write, naming the first differing MiB.
     #[arg(long)]
     pub verify: bool,
+    /// Write the image's zeros as data instead of having the disk zero them (BLKZEROOUT, or
+    /// holes punched in an image file): for benches, and disks whose zeroing is slow.
+    #[arg(long)]
+    pub write_zeros: bool,
     #[command(flatten)]
     pub post: PostInstallArgs,
     /// Threads for xz decoding (multi-block images); default: one per CPU.
@@ -70,7 +74,9 @@ impl WriteImageArgs {
             xz_threads: self.xz_threads,
             verify: self.verify,
         };
-        WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)
+        let mut plan = WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)?;
+        plan.write.zeroing = !self.write_zeros;
+        Ok(plan)
     }
 }
 
@@ -142,5 +148,11 @@ mod tests {
         let e = parse("--image-url http://x --uncompressed-sha256 12 /d").unwrap_err();
         assert!(e.to_string().contains("--uncompressed-sha256"), "{e}");
         assert!(parse("--image-url http://x --insecure --fetch-retries many /d").is_err());
+    }
+
+    #[test]
+    fn zeros_go_to_the_kernel_unless_write_zeros() {
+        assert!(parse("/dev/sda").unwrap().write.zeroing);
+        assert!(!parse("--write-zeros /dev/sda").unwrap().write.zeroing);
     }
 }

@@ -3,8 +3,10 @@
 //! swap, or claimed by device-mapper/MD; we then look up who holds it so the message can say so.
 
 use anyhow::{bail, Context, Result};
+use nix::fcntl::{fallocate, FallocateFlags};
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsFd;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -18,6 +20,34 @@ pub enum DeviceKind {
     Block,
     /// A regular file used as a disk image.
     File,
+}
+
+/// How the kernel zeroes a range of a target without the zeros crossing from user space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZeroMethod {
+    /// `BLKZEROOUT` on a block device: the device's own zeroing command where it has one.
+    ZeroOut,
+    /// `fallocate(PUNCH_HOLE | KEEP_SIZE)` on a regular file: the range becomes a hole.
+    PunchHole,
+}
+
+impl std::fmt::Display for ZeroMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ZeroMethod::ZeroOut => "BLKZEROOUT",
+            ZeroMethod::PunchHole => "holes punched",
+        })
+    }
+}
+
+/// The target cannot zero a range itself (the operation, not the disk, failed): the zeros must
+/// be written as data. Carried as the root of [`Device::zero_range`]'s error.
+#[derive(Debug, thiserror::Error)]
+#[error("{device} refused zeroing ({errno})")]
+pub(crate) struct ZeroRefused {
+    device: String,
+    /// The errno's name, e.g. `EOPNOTSUPP`.
+    errno: String,
 }
 
 /// An open target disk. Destructive code takes `&Device`, never a path.
@@ -178,6 +208,59 @@ impl Device {
         })
     }
 
+    pub fn zero_method(&self) -> ZeroMethod {
+        match self.kind {
+            DeviceKind::Block => ZeroMethod::ZeroOut,
+            DeviceKind::File => ZeroMethod::PunchHole,
+        }
+    }
+
+    /// Make `len` bytes at `offset` read as zeros, by the kernel (see [`ZeroMethod`]); offset
+    /// and length must be sector multiples. A target that cannot do it fails with a
+    /// [`ZeroRefused`] root cause; any other error (EIO ...) is a failure of the disk.
+    pub fn zero_range(&self, offset: u64, len: u64) -> Result<()> {
+        let end = offset + len;
+        if end > self.size {
+            bail!(
+                "zeroing {len} bytes at offset {offset} would pass the end of {} ({} bytes)",
+                self.path.display(),
+                self.size
+            );
+        }
+        let done = match self.kind {
+            DeviceKind::Block => sys::zero_out(self.file.as_fd(), offset, len),
+            DeviceKind::File => {
+                let mode =
+                    FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+                fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64)
+                    .map_err(io::Error::from)
+            }
+        };
+        let Err(e) = done else { return Ok(()) };
+        // The operation is missing (ENOTTY: no such ioctl; ENOSYS: no such syscall; EOPNOTSUPP:
+        // a filesystem without hole punching, such as vfat, ramfs or the ext2 driver, or a stacked driver without
+        // zeroing) or rejected as a whole (EINVAL: our ranges are sector-aligned and inside the
+        // target, so only a driver or filesystem that does not take the request says it).
+        // Writing the zeros instead is always correct. Anything else (EIO, ENOSPC ...) is the
+        // disk failing, which writing would meet too.
+        let errno = e.raw_os_error().map(nix::errno::Errno::from_raw);
+        use nix::errno::Errno::{EINVAL, ENOSYS, ENOTTY, EOPNOTSUPP};
+        match errno {
+            Some(n @ (EOPNOTSUPP | ENOTTY | ENOSYS | EINVAL)) => Err(ZeroRefused {
+                device: self.path.display().to_string(),
+                errno: format!("{n:?}"),
+            }
+            .into()),
+            _ => Err(e).with_context(|| {
+                format!(
+                    "zeroing {len} bytes at offset {offset} of {} ({})",
+                    self.path.display(),
+                    self.zero_method()
+                )
+            }),
+        }
+    }
+
     /// Read exactly `buf.len()` bytes at `offset` (same alignment rules as `write_at`).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.file.read_exact_at(buf, offset).with_context(|| {
@@ -244,5 +327,31 @@ mod tests {
         let mut back = super::super::direct::AlignedBuf::new(4096);
         dev.read_at(back.as_mut_slice(), 8192).unwrap();
         assert_eq!(back.as_slice(), buf.as_slice());
+    }
+
+    #[test]
+    fn zeroing_a_regular_file_punches_a_hole_and_stays_inside_it() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        f.as_file().write_all_at(&vec![0x5a; 1 << 20], 0).unwrap();
+        f.as_file().sync_all().unwrap();
+        let dev = Device::open_for_write(f.path()).unwrap();
+        assert_eq!(dev.zero_method(), ZeroMethod::PunchHole);
+        let blocks = || f.as_file().metadata().unwrap().blocks() * 512;
+        let before = blocks();
+        dev.zero_range(64 << 10, 512 << 10).unwrap();
+        let mut back = super::super::direct::AlignedBuf::new(1 << 20);
+        dev.read_at(back.as_mut_slice(), 0).unwrap();
+        let b = back.as_slice();
+        assert!(b[..64 << 10].iter().all(|&x| x == 0x5a));
+        assert!(b[64 << 10..576 << 10].iter().all(|&x| x == 0));
+        assert!(b[576 << 10..].iter().all(|&x| x == 0x5a));
+        assert!(
+            blocks() <= before - (512 << 10),
+            "{} -> {}",
+            before,
+            blocks()
+        );
+        let err = dev.zero_range(1 << 20, 4096).unwrap_err();
+        assert!(err.to_string().contains("would pass the end"), "{err}");
     }
 }

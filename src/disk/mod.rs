@@ -18,5 +18,5 @@ pub(crate) mod table;
 mod udev;
 mod windows;
 
-pub use device::{Device, DeviceKind};
+pub use device::{Device, DeviceKind, ZeroMethod};
 pub use holders::DeviceBusy;

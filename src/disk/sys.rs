@@ -17,6 +17,8 @@ const BLKGETSIZE64: ioctl_num_type =
     nix::request_code_read!(0x12, 114, std::mem::size_of::<libc::size_t>()) as ioctl_num_type;
 /// `_IO(0x12, 105)` in include/uapi/linux/fs.h, although it takes a `blkpg_ioctl_arg` pointer.
 const BLKPG: ioctl_num_type = nix::request_code_none!(0x12, 105) as ioctl_num_type;
+/// `_IO(0x12, 127)` in include/uapi/linux/fs.h, although it takes a `uint64_t[2]` pointer.
+const BLKZEROOUT: ioctl_num_type = nix::request_code_none!(0x12, 127) as ioctl_num_type;
 
 const BLKPG_ADD_PARTITION: libc::c_int = 1;
 const BLKPG_DEL_PARTITION: libc::c_int = 2;
@@ -26,12 +28,13 @@ const BLKPG_DEL_PARTITION: libc::c_int = 2;
 /// pointer points at.
 #[allow(unreachable_pub)]
 mod raw {
-    use super::{BlkpgIoctlArg, BLKGETSIZE64, BLKPG};
+    use super::{BlkpgIoctlArg, BLKGETSIZE64, BLKPG, BLKZEROOUT};
 
     nix::ioctl_read_bad!(blksszget, libc::BLKSSZGET, libc::c_int);
     nix::ioctl_read_bad!(blkgetsize64, BLKGETSIZE64, u64);
     nix::ioctl_none!(blkrrpart, 0x12, 95);
     nix::ioctl_write_ptr_bad!(blkpg, BLKPG, BlkpgIoctlArg);
+    nix::ioctl_write_ptr_bad!(blkzeroout, BLKZEROOUT, [u64; 2]);
 }
 
 /// `struct blkpg_partition` from include/uapi/linux/blkpg.h (offsets and lengths in bytes).
@@ -141,6 +144,17 @@ pub(super) fn reread_partitions(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Zero `len` bytes from byte `start` (`BLKZEROOUT`): the kernel sends the device its own
+/// zeroing command (NVMe Write Zeroes, SCSI WRITE SAME, a loop device's fallocate on its backing
+/// file) and, where the device has none, writes zero pages itself. Both must be multiples of the
+/// logical sector size.
+pub(super) fn zero_out(fd: BorrowedFd<'_>, start: u64, len: u64) -> io::Result<()> {
+    let range = [start, len];
+    // SAFETY: BLKZEROOUT reads two `u64`s (start, length) through the pointer, a live local.
+    unsafe { raw::blkzeroout(fd.as_raw_fd(), &range) }?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +173,8 @@ mod tests {
         assert_eq!(err.raw_os_error(), Some(libc::ENOTTY), "{err}");
         let err = delete_partition(f.as_fd(), 1).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOTTY), "{err}");
+        let err = zero_out(f.as_fd(), 0, 4096).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTTY), "{err}");
     }
 
     /// The numbers computed here are the kernel headers' on x86_64 and aarch64.
@@ -167,6 +183,7 @@ mod tests {
     fn computed_request_numbers_are_the_kernels() {
         assert_eq!(BLKGETSIZE64 as u32, 0x8008_1272);
         assert_eq!(BLKPG as u32, 0x1269);
+        assert_eq!(BLKZEROOUT as u32, 0x127f);
         // DM_DEV_CREATE = _IOWR(0xfd, 3, struct dm_ioctl).
         assert_eq!(
             nix::request_code_readwrite!(0xfd, 3, DM_IOCTL_HEADER) as u32,

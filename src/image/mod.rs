@@ -10,6 +10,7 @@ pub mod retry;
 pub mod source;
 mod stages;
 pub(crate) mod verify;
+mod zeros;
 
 pub use cancel::Cancel;
 pub use pipeline::{
@@ -17,6 +18,7 @@ pub use pipeline::{
     WriteSummary,
 };
 pub use verify::ReadBack;
+pub use zeros::{ZeroHow, ZeroSummary};
 
 use osmet::LiveImage;
 use source::ImageLocation;

@@ -32,6 +32,7 @@ use super::stages::{
     Router, Shared, BLOCK,
 };
 use super::verify::{read_back, ReadBack};
+use super::zeros::{ZeroSummary, Zeroing, ZERO_CHUNK};
 use crate::disk::device::Device;
 use crate::disk::direct::AlignedBuf;
 use crate::disk::gpt::{self, ImageLayout};
@@ -54,6 +55,8 @@ pub struct WriteOptions {
     pub saved: SavedPartitions,
     /// Read the image back from the disk after the write and check its SHA-256 (`--verify`).
     pub verify: bool,
+    /// Runs of zeros zeroed by the kernel instead of written (off: `--write-zeros`).
+    pub zeroing: bool,
 }
 
 impl Default for WriteOptions {
@@ -66,6 +69,7 @@ impl Default for WriteOptions {
             preserve_on_error: false,
             saved: SavedPartitions::none(),
             verify: false,
+            zeroing: true,
         }
     }
 }
@@ -113,6 +117,8 @@ pub struct WriteSummary {
     pub rebuilt: bool,
     /// The `--verify` read-back, when it ran (it matched, or the write failed).
     pub read_back: Option<ReadBack>,
+    /// How the image's zeros reached the disk.
+    pub zeros: ZeroSummary,
 }
 
 impl WriteSummary {
@@ -141,7 +147,7 @@ impl WriteSummary {
             }
         };
         if self.rebuilt {
-            return write!(
+            write!(
                 f,
                 "wrote {} bytes ({:.1} MiB, {}-byte sectors) in {:.2} s: {:.0} MB/s\n\
                  from {}\n\
@@ -153,7 +159,8 @@ impl WriteSummary {
                 self.mb_per_s(),
                 self.source,
                 self.sha256
-            );
+            )?;
+            return write!(f, "\n{}", self.zeros);
         }
         writeln!(
             f,
@@ -187,7 +194,7 @@ impl WriteSummary {
                 verdict(self.expected.uncompressed)
             )?;
         }
-        Ok(())
+        write!(f, "\n{}", self.zeros)
     }
 }
 
@@ -337,6 +344,7 @@ fn run(
         cancel: Cancel::new(),
         written: AtomicU64::new(0),
         downloaded: AtomicU64::new(0),
+        zeros: Zeroing::new(opts.zeroing),
     };
     let (source_len, source_name, own_digest) = match &input {
         Input::Encoded(s) => (s.total_len(), s.describe(), None),
@@ -437,6 +445,14 @@ fn run(
             layout.partitions.iter().filter(|p| p.is_used()).count(),
             dev.path().display()
         );
+        if opts.zeroing {
+            tracing::debug!(
+                "runs of zeros (whole {} KiB chunks) are left to the kernel on {} ({})",
+                ZERO_CHUNK >> 10,
+                dev.path().display(),
+                dev.zero_method()
+            );
+        }
 
         // 2. Wipe both ends of the disk and leave an empty valid GPT there, durably.
         status(sh)?;
@@ -560,6 +576,7 @@ fn run(
                 source: source_name,
                 rebuilt,
                 read_back,
+                zeros: sh.zeros.summary(dev, image_bytes),
             },
             started: start,
         })

@@ -13,6 +13,7 @@ use super::digest::{Sha256, Sha256Sum};
 use super::format::{sniff, Decompressor, Format, XzSettings, SNIFF_LEN};
 use super::source::ImageSource;
 use super::verify::StreamSums;
+use super::zeros::Zeroing;
 use crate::disk::device::Device;
 use crate::disk::direct::{pad_to_sector, AlignedBuf};
 
@@ -51,6 +52,7 @@ pub(super) struct Shared {
     pub(super) cancel: Cancel,
     pub(super) written: AtomicU64,
     pub(super) downloaded: AtomicU64,
+    pub(super) zeros: Zeroing,
 }
 
 impl Shared {
@@ -350,7 +352,8 @@ pub(super) fn write_stage(
                 return;
             }
         }
-        if let Err(e) = dev.write_at(&block.buf.as_slice()[..len], block.offset) {
+        let buf = &block.buf.as_slice()[..len];
+        if let Err(e) = sh.zeros.write_block(dev, buf, block.offset, block.len) {
             sh.fail(e);
             return;
         }

@@ -77,3 +77,13 @@ pub(crate) fn assert_image_on_disk(disk: &[u8], img: &[u8], ss: u64) {
     };
     assert_eq!(entries(&dg), entries(&ig), "partition entries differ");
 }
+
+/// The summary's `zeros:` line of write-image's stdout: the MiB it counts and how they went
+/// ("zeroed by the kernel (BLKZEROOUT)", "written as data (--write-zeros)" ...).
+pub(crate) fn zeros_summary(stdout: &str) -> (f64, String) {
+    let line = stdout.lines().find_map(|l| l.strip_prefix("zeros: "));
+    let line = line.unwrap_or_else(|| panic!("no zeros line in the summary:\n{stdout}"));
+    let (mib, rest) = line.split_once(" MiB (").unwrap();
+    let how = rest.split_once(") ").unwrap().1;
+    (mib.parse().unwrap(), how.to_string())
+}

@@ -101,6 +101,17 @@ impl LoopDev {
         f.sync_all().unwrap();
     }
 
+    /// The file behind the device.
+    pub(crate) fn backing(&self) -> PathBuf {
+        self._dir.path().join("disk.img")
+    }
+
+    /// Fill the first `len` bytes with `byte`: data that was there before, which every byte the
+    /// next write leaves out would show.
+    pub(crate) fn fill(&self, len: u64, byte: u8) {
+        fill(&self.path, len, byte);
+    }
+
     /// The sha256 of the whole device.
     pub(crate) fn sha256(&self) -> String {
         run(Command::new("sha256sum").arg(&self.path))[..64].to_string()
@@ -113,6 +124,19 @@ impl Drop for LoopDev {
         delete_partitions(&self.path);
         let _ = Command::new("losetup").arg("-d").arg(&self.path).output();
     }
+}
+
+/// Write `len` bytes of `byte` from the start of `path` (a device or a file), durably.
+pub(crate) fn fill(path: &Path, len: u64, byte: u8) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let chunk = vec![byte; 1 << 20];
+    let mut at = 0;
+    while at < len {
+        let n = chunk.len().min((len - at) as usize);
+        f.write_all_at(&chunk[..n], at).unwrap();
+        at += n as u64;
+    }
+    f.sync_all().unwrap();
 }
 
 /// Remove every partition the kernel has for `dev`. Partitions added with BLKPG (by our writer,
