@@ -1,5 +1,7 @@
 //! A disk's old GPT, read to save some of its partitions, and an image's GPT, read from the
-//! first MiB of the stream. Seeds: disks of 128 KiB (a GPT made by sgdisk, an MBR).
+//! first MiB of the stream. Seeds: the first sectors of disks (a GPT made by sgdisk: its MBR,
+//! header and first entries; an MBR), laid at the start of a zeroed 2 MiB disk. Only the primary
+//! table is kept: mutations then land on its fields rather than on the zeros in between.
 
 use proptest::prelude::*;
 
@@ -55,17 +57,17 @@ proptest! {
 
     #[test]
     fn a_disks_old_gpt_and_an_images_gpt(
-        mut input in mutated(corpus("gpt")),
+        input in mutated(corpus("gpt")),
         fix in any::<bool>(),
         ss in prop::sample::select(vec![None, Some(512u64), Some(4096)]),
     ) {
-        if fix {
-            fix_checksums(&mut input, 512);
-        }
         let size = 2 * WINDOW;
         let mut w = DiskWindows::zeroed(size).unwrap();
         let n = input.len().min(WINDOW as usize);
         w.head_mut()[..n].copy_from_slice(&input[..n]);
+        if fix {
+            fix_checksums(w.head_mut(), 512);
+        }
         let filters = [
             label_filters(&["*".into()]),
             index_filters(&["1-".into()]).unwrap(),
@@ -84,5 +86,73 @@ proptest! {
         if let Err(e) = bounded(n, 0, || ImageLayout::parse(w.head())) {
             assert_named(&e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sgdisk seed laid on a 2 MiB disk, `edit`ed, checksums fixed.
+    fn seed_disk(edit: impl FnOnce(&mut [u8])) -> DiskWindows {
+        let seed = &corpus("gpt")[1];
+        let mut w = DiskWindows::zeroed(2 * WINDOW).unwrap();
+        w.head_mut()[..seed.len()].copy_from_slice(seed);
+        edit(w.head_mut());
+        fix_checksums(w.head_mut(), 512);
+        w
+    }
+
+    fn saved(w: &mut DiskWindows) -> Result<Vec<(u32, String)>, String> {
+        SavedPartitions::select(w, None, &label_filters(&["*".into()]))
+            .map(|s| {
+                let e = s.entries.iter();
+                e.map(|(n, p)| (*n, p.partition_name.as_str().to_string()))
+                    .collect()
+            })
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    #[test]
+    fn the_seed_parses_with_its_three_partitions() {
+        let mut w = seed_disk(|_| {});
+        let names = [(1, "boot"), (2, "data"), (5, "var")].map(|(n, l)| (n, l.to_string()));
+        assert_eq!(saved(&mut w).unwrap(), names);
+        assert_eq!(ImageLayout::parse(w.head()).unwrap().partitions.len(), 128);
+    }
+
+    /// Fields set to huge values behind valid checksums: before the checks, the entry count made
+    /// gptman reserve 2^32 entries (an abort), and the LBAs overflowed when turned into bytes
+    /// (a panic). Now the image's table is refused, naming the field, and the disk's table is
+    /// treated as unreadable (nothing saved).
+    #[test]
+    fn huge_counts_and_lbas_behind_valid_checksums_are_refused() {
+        let cases = [
+            (512 + 80, 4, "partition entries (a table has at most 1024)"),
+            (512 + 84, 4, "entries are 4294967295 bytes long"),
+            (512 + 72, 8, "lie past any disk"),
+            (512 + 32, 8, "lie past any disk"),
+            (512 + 48, 8, "lie past any disk"),
+            (1024 + 40, 8, "partition 1 spans LBAs 40 to 18446744073709551615"),
+        ];
+        for (at, width, says) in cases {
+            let edit = |h: &mut [u8]| h[at..at + width].copy_from_slice(&u64::MAX.to_le_bytes()[..width]);
+            let e = ImageLayout::parse(seed_disk(edit).head()).unwrap_err();
+            assert!(format!("{e:#}").contains(says), "byte {at}: {e:#}");
+            assert_eq!(saved(&mut seed_disk(edit)), Ok(vec![]), "byte {at}");
+        }
+        // Every partition at LBA 0: gptman's alignment guess unwrapped nothing (a panic).
+        let at_zero = |h: &mut [u8]| [1024, 1152, 1536].iter().for_each(|e| h[e + 32..e + 40].fill(0));
+        assert!(saved(&mut seed_disk(at_zero)).unwrap().is_empty());
+        let e = ImageLayout::parse(seed_disk(at_zero).head()).unwrap_err();
+        assert!(format!("{e:#}").contains("partition 1 spans LBAs 0 to 113"), "{e:#}");
+        // A backup header inside the entry array: the write would zero "stale" sectors before 0.
+        let edit = |h: &mut [u8]| {
+            h[1024..2048].fill(0);
+            h[512 + 32..512 + 40].copy_from_slice(&20u64.to_le_bytes());
+            h[512 + 48..512 + 56].copy_from_slice(&10u64.to_le_bytes());
+        };
+        let e = ImageLayout::parse(seed_disk(edit).head()).unwrap_err();
+        assert!(e.to_string().contains("inconsistent"), "{e:#}");
     }
 }
