@@ -14,7 +14,11 @@ fn crc32(bytes: &[u8]) -> u32 {
     !bytes.iter().fold(!0u32, |mut c, &b| {
         c ^= u32::from(b);
         for _ in 0..8 {
-            c = if c & 1 == 1 { (c >> 1) ^ 0xEDB8_8320 } else { c >> 1 };
+            c = if c & 1 == 1 {
+                (c >> 1) ^ 0xEDB8_8320
+            } else {
+                c >> 1
+            };
         }
         c
     })
@@ -95,9 +99,13 @@ mod tests {
 
     /// The sgdisk seed laid on a 2 MiB disk, `edit`ed, checksums fixed.
     fn seed_disk(edit: impl FnOnce(&mut [u8])) -> DiskWindows {
-        let seed = &corpus("gpt")[1];
+        let seed = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/fuzz/gpt/sgdisk-512-three-partitions.head"
+        ))
+        .unwrap();
         let mut w = DiskWindows::zeroed(2 * WINDOW).unwrap();
-        w.head_mut()[..seed.len()].copy_from_slice(seed);
+        w.head_mut()[..seed.len()].copy_from_slice(&seed);
         edit(w.head_mut());
         fix_checksums(w.head_mut(), 512);
         w
@@ -133,19 +141,31 @@ mod tests {
             (512 + 72, 8, "lie past any disk"),
             (512 + 32, 8, "lie past any disk"),
             (512 + 48, 8, "lie past any disk"),
-            (1024 + 40, 8, "partition 1 spans LBAs 40 to 18446744073709551615"),
+            (
+                1024 + 40,
+                8,
+                "partition 1 spans LBAs 40 to 18446744073709551615",
+            ),
         ];
         for (at, width, says) in cases {
-            let edit = |h: &mut [u8]| h[at..at + width].copy_from_slice(&u64::MAX.to_le_bytes()[..width]);
+            let edit =
+                |h: &mut [u8]| h[at..at + width].copy_from_slice(&u64::MAX.to_le_bytes()[..width]);
             let e = ImageLayout::parse(seed_disk(edit).head()).unwrap_err();
             assert!(format!("{e:#}").contains(says), "byte {at}: {e:#}");
             assert_eq!(saved(&mut seed_disk(edit)), Ok(vec![]), "byte {at}");
         }
         // Every partition at LBA 0: gptman's alignment guess unwrapped nothing (a panic).
-        let at_zero = |h: &mut [u8]| [1024, 1152, 1536].iter().for_each(|e| h[e + 32..e + 40].fill(0));
+        let at_zero = |h: &mut [u8]| {
+            [1024, 1152, 1536]
+                .iter()
+                .for_each(|e| h[e + 32..e + 40].fill(0))
+        };
         assert!(saved(&mut seed_disk(at_zero)).unwrap().is_empty());
         let e = ImageLayout::parse(seed_disk(at_zero).head()).unwrap_err();
-        assert!(format!("{e:#}").contains("partition 1 spans LBAs 0 to 113"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("partition 1 spans LBAs 0 to 113"),
+            "{e:#}"
+        );
         // A backup header inside the entry array: the write would zero "stale" sectors before 0.
         let edit = |h: &mut [u8]| {
             h[1024..2048].fill(0);

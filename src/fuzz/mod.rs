@@ -123,7 +123,9 @@ pub(crate) fn config(regressions: &'static str) -> Config {
 
 /// The seed inputs of `target`, from `testdata/fuzz/<target>/`, in name order.
 pub(crate) fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fuzz").join(target);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/fuzz")
+        .join(target);
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("reading the seed corpus {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -149,8 +151,22 @@ const HUGE: [u64; 8] = [
 
 /// Text that changes a JSON document's or a log line's structure.
 const TOKENS: [&str; 16] = [
-    "\"", "{", "}", "[", "]", ",", ":", "null", "1152921504606846976", "-1", "1e400", "\\u0000",
-    "é", "\u{1F980}", "[[[[[[[[[[[[[[[[", " User-Agent:\"Ignition",
+    "\"",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    "null",
+    "1152921504606846976",
+    "-1",
+    "1e400",
+    "\\u0000",
+    "é",
+    "\u{1F980}",
+    "[[[[[[[[[[[[[[[[",
+    " User-Agent:\"Ignition",
 ];
 
 #[derive(Clone, Debug)]

@@ -14,9 +14,8 @@ use crate::image::osmet::plan::{plan, Piece, MAX_IMAGE};
 /// ends and the packed runs between them; twice that for the vector's growth.
 fn plan_allowance(body: &Body) -> usize {
     let extents: usize = body.partitions.iter().map(|p| p.mappings.len()).sum();
-    let pieces = (body.size.min(MAX_IMAGE) / MAX_READ) as usize
-        + 2 * (extents + body.partitions.len())
-        + 1;
+    let pieces =
+        (body.size.min(MAX_IMAGE) / MAX_READ) as usize + 2 * (extents + body.partitions.len()) + 1;
     2 * pieces * std::mem::size_of::<Piece>()
 }
 
@@ -42,5 +41,29 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of 130 bytes describing an image of 2^60 bytes with one extent spanning it: the
+    /// plan cut it into 2^40 reads (memory and time without end) before the image size was
+    /// checked.
+    #[test]
+    fn a_table_of_a_2_to_the_60_byte_image_is_refused_before_planning() {
+        let path = "testdata/fuzz/osmet/regression-extent-of-2^60-bytes.osmet";
+        let input =
+            std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
+        let mut d = Decoder::new(&input[..]);
+        d.header().unwrap();
+        let body = d.body().unwrap();
+        let e = bounded(input.len(), 0, || plan(&body, MAX_READ)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("is 1152921504606846976 bytes, more than the 1099511627776 bytes"),
+            "{e}"
+        );
     }
 }
