@@ -199,7 +199,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
-fn overwrite(input: &mut Vec<u8>, at: usize, bytes: &[u8]) {
+fn overwrite(input: &mut [u8], at: usize, bytes: &[u8]) {
     let end = (at + bytes.len()).min(input.len());
     input[at..end].copy_from_slice(&bytes[..end - at]);
 }
