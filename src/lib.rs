@@ -9,6 +9,8 @@ pub mod config;
 pub mod controller;
 pub mod disk;
 pub mod flow;
+#[cfg(test)]
+mod fuzz;
 pub mod host;
 pub mod ignition;
 pub mod image;

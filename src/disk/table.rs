@@ -4,9 +4,9 @@
 //! disk GUID here, and nowhere else. Pure over `Read + Write + Seek` (in practice a
 //! [`DiskWindows`](super::windows::DiskWindows)).
 
-use anyhow::{anyhow, Result};
-use gptman::{GPTPartitionEntry, GPT};
-use std::io::{Read, Seek, Write};
+use anyhow::{anyhow, bail, Result};
+use gptman::{GPTHeader, GPTPartitionEntry, GPT};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 
 /// Write `gpt` (primary and backup header and entry arrays) and a protective MBR covering the
@@ -39,12 +39,87 @@ pub(super) fn write_new<D: Read + Write + Seek>(
 
 /// The table on `disk`, read at the device's sector size, or at 512 then 4096 bytes when it has
 /// none of its own (an image file). gptman falls back to the backup header when the primary is
-/// damaged.
-pub(crate) fn read<D: Read + Seek>(disk: &mut D, sector_size: Option<u64>) -> gptman::Result<GPT> {
-    match sector_size {
+/// damaged, and trusts what it reads: each header and its entries are checked first
+/// ([`check_header`], [`check_entries`]).
+pub(crate) fn read<D: Read + Seek>(disk: &mut D, sector_size: Option<u64>) -> Result<GPT> {
+    let len = disk.seek(SeekFrom::End(0))?;
+    for ss in sector_size.map_or(vec![512, 4096], |ss| vec![ss]) {
+        let backup = (len / ss).saturating_sub(1) * ss;
+        for (at, which) in [(ss, "primary"), (backup, "backup")] {
+            disk.seek(SeekFrom::Start(at))?;
+            let Ok(h) = GPTHeader::read_from(disk) else {
+                continue;
+            };
+            check_header(&h, ss, which)?;
+            if let Ok(entries) = h.read_partitions(disk, ss) {
+                check_entries(&h, (1..).zip(&entries))?;
+            }
+        }
+    }
+    let gpt = match sector_size {
         Some(ss) => GPT::read_from(disk, ss),
         None => GPT::find_from(disk),
     }
+    .map_err(|e| anyhow!("{e}"))?;
+    Ok(gpt)
+}
+
+/// The most partition entries a table may have: UEFI asks for room for 128 and partitioners
+/// write 128. gptman reserves memory for the header's count (a u32: up to 4 G entries of 80
+/// bytes) before it reads the array, so a damaged or hostile count must be refused first.
+const MAX_ENTRIES: u32 = 1024;
+
+/// The fields of a GPT header (with valid checksum) that gptman trusts to read the entry array
+/// and that we trust to turn LBAs into byte offsets; `which` names the header in the error.
+pub(super) fn check_header(h: &GPTHeader, ss: u64, which: &str) -> Result<()> {
+    let n = h.number_of_partition_entries;
+    if n > MAX_ENTRIES {
+        bail!("the {which} GPT header says it has {n} partition entries (a table has at most {MAX_ENTRIES})");
+    }
+    if h.size_of_partition_entry != 128 {
+        bail!(
+            "the {which} GPT header says its partition entries are {} bytes long, not 128",
+            h.size_of_partition_entry
+        );
+    }
+    let bytes = |lba: u64, extra: u64| lba.checked_mul(ss)?.checked_add(extra);
+    let fits = bytes(h.partition_entry_lba, u64::from(n) * 128).is_some()
+        && bytes(h.last_usable_lba, ss).is_some()
+        && bytes(h.backup_lba, ss).is_some();
+    if !fits {
+        bail!(
+            "the {which} GPT header's LBAs (entries at {}, last usable {}, backup {}) lie past any disk with {ss}-byte sectors",
+            h.partition_entry_lba,
+            h.last_usable_lba,
+            h.backup_lba
+        );
+    }
+    Ok(())
+}
+
+/// Each used entry lies inside the table's usable LBAs (which [`check_header`] keeps
+/// addressable), so [`byte_range`] cannot overflow, and none starts at LBA 0 (gptman's
+/// alignment guess panics on a table whose partitions all start there).
+pub(super) fn check_entries<'a>(
+    h: &GPTHeader,
+    entries: impl Iterator<Item = (u32, &'a GPTPartitionEntry)>,
+) -> Result<()> {
+    for (n, p) in entries.filter(|(_, p)| p.is_used()) {
+        let usable = h.first_usable_lba.max(1)..=h.last_usable_lba;
+        if p.starting_lba > p.ending_lba
+            || !usable.contains(&p.starting_lba)
+            || !usable.contains(&p.ending_lba)
+        {
+            bail!(
+                "GPT partition {n} spans LBAs {} to {}, not inside the table's usable LBAs ({} to {})",
+                p.starting_lba,
+                p.ending_lba,
+                usable.start(),
+                usable.end()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The bytes a partition entry spans on a disk of `sector_size`-byte LBAs.

@@ -32,7 +32,7 @@ struct LsblkDevice {
 /// `/dev/mapper/<child name>` when the disk is a device-mapper disk of type `mpath` or `dm` (a
 /// linear map). `device` is only used in error
 /// messages.
-fn partition_path_from_lsblk_json(
+pub(crate) fn partition_path_from_lsblk_json(
     lsblk_json: &str,
     device: &str,
     index: u32,
@@ -99,7 +99,7 @@ pub(crate) struct DiskSizes {
 }
 
 /// The sizes in `lsblk --bytes --json <device>` output (`device` names it in errors).
-fn sizes_from_lsblk_json(lsblk_json: &str, device: &str) -> anyhow::Result<DiskSizes> {
+pub(crate) fn sizes_from_lsblk_json(lsblk_json: &str, device: &str) -> anyhow::Result<DiskSizes> {
     let parsed: Lsblk =
         serde_json::from_str(lsblk_json).context("failed to unmarshal lsblk output")?;
     let Some(disk) = parsed.blockdevices.first() else {

@@ -376,8 +376,7 @@ impl ServiceClient {
     ) -> Result<T> {
         self.execute(&Call::new(name, Method::GET, path), |response| {
             let bytes = response.bytes().map_err(|e| no_answer(error_chain(&e)))?;
-            serde_json::from_slice(&bytes)
-                .map_err(|e| local(anyhow!("decoding the response body: {e}")))
+            decode_body(&bytes).map_err(local)
         })
     }
 
@@ -404,6 +403,12 @@ impl ServiceClient {
         debug!(call = name, dest = %dest.display(), bytes, "download complete");
         Ok(())
     }
+}
+
+/// A response body as `T`. serde_json's message names the line and column (and the field, when
+/// one is missing or of the wrong type) and never the body, which may hold secrets.
+pub(crate) fn decode_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| anyhow!("decoding the response body: {e}"))
 }
 
 /// `localhost` or a loopback address.
@@ -440,7 +445,7 @@ fn reason_from_body(response: Response) -> String {
     reason_from_bytes(&body)
 }
 
-fn reason_from_bytes(body: &[u8]) -> String {
+pub(crate) fn reason_from_bytes(body: &[u8]) -> String {
     if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
         for key in ["reason", "message"] {
             if let Some(text) = value.get(key).and_then(|v| v.as_str()) {

@@ -48,10 +48,17 @@ impl ImageLayout {
         cur.seek(SeekFrom::Start(sector_size))?;
         let header = GPTHeader::read_from(&mut cur)
             .map_err(|e| anyhow::anyhow!("the image's primary GPT header is invalid: {e}"))?;
+        table::check_header(&header, sector_size, "image's primary")?;
         let partitions = header
             .read_partitions(&mut cur, sector_size)
             .map_err(|e| anyhow::anyhow!("the image's GPT partition entries are invalid: {e}"))?;
-        if header.primary_lba != 1 || header.backup_lba <= header.last_usable_lba {
+        table::check_entries(&header, (1..).zip(&partitions))
+            .context("the image's GPT partition entries are invalid")?;
+        // The write moves the backup table from the image's end: it must lie past an entry array.
+        if header.primary_lba != 1
+            || header.backup_lba <= header.last_usable_lba
+            || header.backup_lba <= entry_array_sectors(sector_size)
+        {
             bail!(
                 "the image's GPT header is inconsistent (primary LBA {}, backup LBA {}, last usable LBA {})",
                 header.primary_lba,

@@ -234,7 +234,9 @@ impl<R: Read> Decoder<R> {
             let start_offset = self.varint("a partition start")?;
             let end_offset = self.varint("a partition end")?;
             let m = self.varint("a mapping count")?;
-            let mut mappings = Vec::with_capacity(m.min(1 << 16) as usize);
+            // At most 1024 ahead (57 KiB): past that the vector grows with what is actually
+            // read, so a count of 2^16 in a short file cannot reserve megabytes.
+            let mut mappings = Vec::with_capacity(m.min(1024) as usize);
             for _ in 0..m {
                 mappings.push(Mapping {
                     logical: self.varint("an extent's object offset")?,

@@ -17,10 +17,22 @@ pub(crate) enum Piece {
     Object(Extent),
 }
 
+/// The largest image a table may describe. The plan holds one piece per MAX_READ of the image,
+/// so a table claiming an image of 2^60 bytes (a few bytes in the file) would otherwise make the
+/// plan allocate gigabytes before any object is read; CoreOS metal images are a few GiB, and
+/// 1 TiB keeps the plan under 64 MiB.
+pub(crate) const MAX_IMAGE: u64 = 1 << 40;
+
 /// The pieces that rebuild the image described by `body`; object extents are cut into reads of
 /// at most `max_read` bytes (so memory in flight stays bounded whatever the object size).
 pub(crate) fn plan(body: &Body, max_read: u64) -> Result<Vec<Piece>> {
     assert!(max_read > 0);
+    if body.size > MAX_IMAGE {
+        bail!(
+            "the image it describes is {} bytes, more than the {MAX_IMAGE} bytes (1 TiB) of any CoreOS image",
+            body.size
+        );
+    }
     let mut out = Vec::new();
     let mut cursor = 0u64;
     // Consecutive packed runs (a gap before a partition, then one before its first extent)
