@@ -60,6 +60,8 @@ pub struct PlanSettings {
     pub preserve_on_error: bool,
     /// Threads for xz decoding; `None`: one per CPU.
     pub xz_threads: Option<u32>,
+    /// Threads reading the live image's objects; `None`: the default (8).
+    pub read_threads: Option<usize>,
 }
 
 impl Default for PlanSettings {
@@ -74,6 +76,7 @@ impl Default for PlanSettings {
             ostree_repo: None,
             preserve_on_error: false,
             xz_threads: None,
+            read_threads: None,
         }
     }
 }
@@ -121,6 +124,7 @@ fn image(a: &WriterArgs, settings: &PlanSettings) -> Result<Image> {
             osmet_dir: settings.osmet_dir.clone(),
             ostree_repo: settings.ostree_repo.clone(),
             host_root: settings.host_root.clone(),
+            read_threads: settings.read_threads,
         }),
         (Some(_), Some(_)) => bail!("pass at most one of --image-url and --image-file"),
     };
