@@ -6,7 +6,7 @@
 CARGO ?= cargo
 DEMO_DIR ?= target/demo
 
-.PHONY: test lint demo bench bench-offline images deps
+.PHONY: test lint demo bench bench-offline bench-guest images deps
 
 # The whole suite: formatting, lints, unit and integration tests. The loop-device tests need
 # root; they skip with a message otherwise (CI sets AI_REQUIRE_ROOT_TESTS=1 so they cannot).
@@ -25,10 +25,16 @@ demo: deps
 
 # Criterion benches on loop devices (root): >= 1 GiB images in each format, with the stage
 # limits (decoder alone, gzip -dc, dd oflag=direct) measured in the same run; then the offline
-# install from the live image against coreos-installer, dd and sha256sum (bench-offline).
+# install from the live image against coreos-installer, dd and sha256sum (bench-offline); and
+# the live install with one object reader thread against eight in a QEMU guest whose kernel
+# decompresses squashfs on every CPU (bench-guest).
 bench:
 	$(CARGO) bench --locked --bench write_image
 	$(CARGO) bench --locked --bench offline
+	$(CARGO) bench --locked --bench guest_readers
+
+bench-guest:
+	$(CARGO) bench --locked --bench guest_readers
 
 bench-offline:
 	$(CARGO) bench --locked --bench offline

@@ -7,6 +7,7 @@
 //! | `vmlinux` (see [`elf_kernel`]) | the kernel package `linux-image-amd64` points to       |
 //! | busybox                       | `busybox-static`                                        |
 //! | kernel modules ([`ROOT_MODULES`] and their dependencies, in load order) | the kernel package |
+//! | `/boot/config-<release>` (the kernel's build configuration) | the kernel package |
 //! | [`HOST_TOOLS`] and every shared library `ldd` names for them | this host, at the same paths |
 //!
 //! The packages come from `apt-get download` (see testdata/boot_parts.rs, whose download,
@@ -32,13 +33,14 @@ use crate::boot_parts::{
 use crate::coreos_image::{cached, find_tool, hex_sha256};
 
 /// Bump whenever the parts or the initramfs change; part of the cache key.
-pub(crate) const GUEST_PARTS_VERSION: u32 = 1;
+pub(crate) const GUEST_PARTS_VERSION: u32 = 2;
 
 /// The modules `/init` loads, dependencies added (names as the kernel spells them; those built
 /// into the kernel are left out). The crypto algorithms come first: ext4, jbd2 and libcrc32c
 /// (XFS) ask the crypto API for crc32c, and t10-pi (sd, NVMe) for crct10dif and crc64-rocksoft,
-/// which no `depends=` names and which nothing can load on demand without modprobe.
-pub(crate) const ROOT_MODULES: [&str; 21] = [
+/// which no `depends=` names and which nothing can load on demand without modprobe. squashfs
+/// is the live ISO's root file system (Debian builds its zstd decompressor into the kernel).
+pub(crate) const ROOT_MODULES: [&str; 22] = [
     "crc32c_generic",
     "crct10dif_generic",
     "crc64_rocksoft_generic",
@@ -60,6 +62,7 @@ pub(crate) const ROOT_MODULES: [&str; 21] = [
     "ext4",
     "libcrc32c",
     "xfs",
+    "squashfs",
 ];
 
 /// Host programs the guest gets, at the paths they have here, with their libraries.
@@ -205,11 +208,18 @@ pub(crate) fn elf_kernel(bzimage: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// The gzip'd base initramfs: busybox, the modules (numbered in load order), the host tools
-/// with their libraries, a minimal /etc and `/init`.
-fn initramfs(busybox: &[u8], modules: &[(String, Vec<u8>)], tools: &[PathBuf]) -> Result<Vec<u8>> {
+/// with their libraries, the kernel's configuration where distributions keep it (`config`:
+/// (release, text); a case can tell what the kernel was built with), a minimal /etc and
+/// `/init`.
+fn initramfs(
+    busybox: &[u8],
+    modules: &[(String, Vec<u8>)],
+    tools: &[PathBuf],
+    config: (&str, &[u8]),
+) -> Result<Vec<u8>> {
     let mut c = Cpio::new();
     for d in [
-        "bin", "dev", "etc", "proc", "sys", "run", "tmp", "mnt", "share", "root", "modules",
+        "bin", "boot", "dev", "etc", "proc", "sys", "run", "tmp", "mnt", "share", "root", "modules",
     ] {
         c.dir(d);
     }
@@ -218,6 +228,7 @@ fn initramfs(busybox: &[u8], modules: &[(String, Vec<u8>)], tools: &[PathBuf]) -
     c.file("bin/busybox", 0o755, busybox);
     c.file("etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\n");
     c.file("etc/group", 0o644, b"root:x:0:\n");
+    c.file(&format!("boot/config-{}", config.0), 0o644, config.1);
     for (i, (name, ko)) in modules.iter().enumerate() {
         c.file(&format!("modules/{i:03}-{name}.ko"), 0o644, ko);
     }
@@ -265,11 +276,14 @@ fn generate(dir: &Path) -> Result<GuestParts> {
         .collect();
     let modules = modules_in_load_order(&modules_dir.join("kernel"), &roots)?;
     let busybox = fs::read(tree.join("bin/busybox")).context("busybox-static's /bin/busybox")?;
+    let config_path = tree.join(format!("boot/config-{kver}"));
+    let config =
+        fs::read(&config_path).with_context(|| format!("reading {}", config_path.display()))?;
     let parts = parts_in(dir, String::new(), kver.clone());
     fs::write(&parts.kernel, elf_kernel(&fs::read(&kernel_src)?)?)?;
     fs::write(
         &parts.initramfs,
-        initramfs(&busybox, &modules, &host_tools()?)?,
+        initramfs(&busybox, &modules, &host_tools()?, (&kver, &config))?,
     )?;
     fs::remove_dir_all(&work)?;
 

@@ -5,6 +5,7 @@ use clap::Args;
 use std::path::PathBuf;
 
 use super::postinstall::PostInstallArgs;
+use crate::image::osmet::MAX_READERS;
 use crate::image::retry::Retries;
 use crate::write::{PlanSettings, Unverified, WritePlan, WriterArgs};
 
@@ -51,6 +52,12 @@ pub struct WriteImageArgs {
     /// Threads for xz decoding (multi-block images); default: one per CPU.
     #[arg(long, value_name = "N", hide_short_help = true)]
     pub xz_threads: Option<u32>,
+    /// Threads reading the live image's OSTree objects, 1 to 64 [default: 8]. On a live ISO
+    /// they are read from its squashfs root, which a kernel with per-CPU squashfs
+    /// decompressors decompresses on as many cores.
+    #[arg(long, value_name = "N", hide_short_help = true, conflicts_with = "image",
+          value_parser = clap::value_parser!(u16).range(1..=MAX_READERS as i64))]
+    pub read_threads: Option<u16>,
     /// Target: a block device, or an existing regular file used as a disk image.
     #[arg(value_name = "DEVICE")]
     pub device: PathBuf,
@@ -73,6 +80,7 @@ impl WriteImageArgs {
             preserve_on_error: self.preserve_on_error,
             xz_threads: self.xz_threads,
             verify: self.verify,
+            read_threads: self.read_threads.map(usize::from),
         };
         let mut plan = WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)?;
         plan.write.zeroing = !self.write_zeros;
@@ -128,7 +136,7 @@ mod tests {
             Origin::Live(LiveImage {
                 osmet_dir: Some("/o".into()),
                 ostree_repo: Some("/r".into()),
-                host_root: None,
+                ..LiveImage::default()
             })
         );
         for a in [
@@ -139,6 +147,25 @@ mod tests {
         ] {
             assert!(parse(a).is_err(), "{a}");
         }
+    }
+
+    #[test]
+    fn read_threads_from_1_to_64_reach_the_live_image() {
+        for n in [1, 5, 64] {
+            let p = parse(&format!("--read-threads {n} /d")).unwrap();
+            let live = LiveImage {
+                read_threads: Some(n),
+                ..LiveImage::default()
+            };
+            assert_eq!(p.origin, Origin::Live(live), "--read-threads {n}");
+        }
+        for bad in ["0", "65", "many"] {
+            let e = parse(&format!("--read-threads {bad} /d")).unwrap_err();
+            assert!(e.to_string().contains("--read-threads"), "{bad}: {e}");
+        }
+        let e = parse("--read-threads 65 /d").unwrap_err().to_string();
+        assert!(e.contains("1..=64"), "{e}");
+        assert!(parse("--read-threads 2 --image-url http://x --insecure /d").is_err());
     }
 
     #[test]

@@ -62,6 +62,8 @@ pub struct PlanSettings {
     pub xz_threads: Option<u32>,
     /// Read the image back after the write and check it.
     pub verify: bool,
+    /// Threads reading the live image's objects; `None`: the default (8).
+    pub read_threads: Option<usize>,
 }
 
 impl Default for PlanSettings {
@@ -77,6 +79,7 @@ impl Default for PlanSettings {
             preserve_on_error: false,
             xz_threads: None,
             verify: false,
+            read_threads: None,
         }
     }
 }
@@ -124,6 +127,7 @@ fn image(a: &WriterArgs, settings: &PlanSettings) -> Result<Image> {
             osmet_dir: settings.osmet_dir.clone(),
             ostree_repo: settings.ostree_repo.clone(),
             host_root: settings.host_root.clone(),
+            read_threads: settings.read_threads,
         }),
         (Some(_), Some(_)) => bail!("pass at most one of --image-url and --image-file"),
     };

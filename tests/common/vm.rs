@@ -258,6 +258,9 @@ pub(crate) struct GuestDisk {
     pub serial: String,
     /// SCSI and ATA WWN, or NVMe EUI-64; ignored on virtio-blk.
     pub wwn: Option<u64>,
+    /// Attached read-only (QEMU's `readonly=on`): the guest cannot write it, so a cached file
+    /// can be given as is.
+    pub read_only: bool,
 }
 
 impl GuestDisk {
@@ -269,11 +272,17 @@ impl GuestDisk {
             sector_size,
             serial,
             wwn: None,
+            read_only: false,
         }
     }
 
     pub(crate) fn with_wwn(mut self, wwn: u64) -> Self {
         self.wwn = Some(wwn);
+        self
+    }
+
+    pub(crate) fn read_only(mut self) -> Self {
+        self.read_only = true;
         self
     }
 }
@@ -385,6 +394,9 @@ fn disk_args(disks: &[GuestDisk]) -> Vec<String> {
         let mut drive = format!("if=none,id=disk{i},format=raw,file={file}");
         if shared {
             drive.push_str(",file.locking=off,cache=writethrough");
+        }
+        if d.read_only {
+            drive.push_str(",readonly=on");
         }
         args.extend(["-drive".to_string(), drive]);
         let sizes = format!("logical_block_size={ss},physical_block_size={ss}");

@@ -21,6 +21,7 @@ use crate::host::root::{HostRoot, PID1_ROOT};
 use crate::image::digest::Sha256Sum;
 use crate::image::pipeline::RawImage;
 use choose::Wanted;
+pub(crate) use objects::MAX_READERS;
 use rebuild::Rebuild;
 
 /// Where the live ISO's service (`coreos-liveiso-persist-osmet`) or the PXE initramfs puts the
@@ -37,6 +38,8 @@ pub struct LiveImage {
     /// Where the install flows found the host's root: the defaults are looked for there only.
     /// `None` (`write-image`): here, else through /proc/1/root.
     pub host_root: Option<HostRoot>,
+    /// Threads reading the objects (`--read-threads`); `None`: [`objects::READERS`].
+    pub read_threads: Option<usize>,
 }
 
 /// A default path, on the host the flow found; or without one, here if it exists here, else
@@ -119,8 +122,9 @@ impl LiveImage {
     /// its image. Fails before anything is written when no file matches.
     pub fn open(&self, sector_size: u64) -> Result<LiveSource> {
         let (dir, repo) = self.locate()?;
+        let readers = self.read_threads.unwrap_or(objects::READERS);
         tracing::info!(
-            "live image: osmet files in {}, OSTree objects in {}",
+            "live image: osmet files in {}, OSTree objects in {} (read on {readers} threads)",
             dir.display(),
             repo.display()
         );
@@ -159,6 +163,7 @@ impl LiveImage {
             chosen.packed,
             chosen.path.display().to_string(),
             &repo,
+            readers,
         )
         .context("starting the live image rebuild")?;
         Ok(LiveSource {

@@ -3,13 +3,18 @@
 //!
 //! coreos-installer opens each object anew for every extent and reads it through an 8 KiB
 //! pipe, on the thread that also hashes and writes. Here consecutive extents are grouped into
-//! batches of up to [`MAX_READ`] bytes; each batch is read by one of [`READERS`] threads into
-//! one of [`BUFFERS`] recycled 1 MiB buffers (large reads straight into the buffer, zeros only
-//! past an object's end), and batches come back in order. So:
-//! - memory in flight is exactly `BUFFERS × MAX_READ`, whatever the object sizes, with no
-//!   allocation once the buffers exist;
-//! - up to `BUFFERS` batches are in flight on `READERS` threads, which keeps slow media (a live
-//!   ISO on virtual media) busy;
+//! batches of up to [`MAX_READ`] bytes; each batch is read by one of `readers` threads
+//! ([`READERS`] unless `--read-threads` says otherwise) into one of `readers + SPARE_BUFFERS`
+//! recycled 1 MiB buffers (large reads straight into the buffer, zeros only past an object's
+//! end), and batches come back in order. So:
+//! - memory in flight is exactly `(readers + SPARE_BUFFERS) × MAX_READ`, whatever the object
+//!   sizes, with no allocation once the buffers exist;
+//! - every reader has a batch to read while the consumer copies out of one and a few finished
+//!   ones wait their turn: slow media (a live ISO on virtual media) stay busy, and on the live
+//!   ISO, whose root is a squashfs, a kernel with per-CPU decompressors
+//!   (`CONFIG_SQUASHFS_DECOMP_MULTI_PERCPU`: Fedora, RHEL, Debian) decompresses on as many cores
+//!   as there are readers (a kernel with a single decompressor serializes them: nothing gained,
+//!   nothing lost);
 //! - many small objects cost one message per batch, not one per object.
 
 use std::collections::VecDeque;
@@ -25,10 +30,14 @@ use super::format::ObjectId;
 
 /// The largest read, and the size of a batch (the plan cuts longer extents to this).
 pub(crate) const MAX_READ: u64 = 1 << 20;
-/// Buffers, hence batches in flight, at most.
-pub(crate) const BUFFERS: usize = 12;
-/// Threads reading objects.
+/// Buffers beyond one per reader: the batch the consumer is copying out of, and finished
+/// batches that wait behind a slower one (batches come back in order), so that a reader never
+/// waits for a buffer while an earlier batch is still being read.
+const SPARE_BUFFERS: usize = 4;
+/// Threads reading objects, by default (`--read-threads`).
 pub(crate) const READERS: usize = 8;
+/// The most reader threads (each one holds a 1 MiB buffer).
+pub(crate) const MAX_READERS: usize = 64;
 /// Extents in one batch, at most (a batch of many tiny objects is read by one thread).
 const MAX_BATCH_EXTENTS: usize = 128;
 
@@ -101,11 +110,13 @@ pub(crate) struct Objects {
 }
 
 impl Objects {
-    /// Start reading `extents` (in image order) from the objects of `repo`.
-    pub(crate) fn start(extents: Vec<Extent>, repo: &Path) -> io::Result<Objects> {
+    /// Start reading `extents` (in image order) from the objects of `repo` on `readers`
+    /// threads (1 to [`MAX_READERS`]; clamped there).
+    pub(crate) fn start(extents: Vec<Extent>, repo: &Path, readers: usize) -> io::Result<Objects> {
+        let readers = readers.clamp(1, MAX_READERS);
         let (jobs_tx, jobs_rx) = unbounded::<Job>();
         let repo = Arc::new(repo.to_path_buf());
-        let threads = (0..READERS)
+        let threads = (0..readers)
             .map(|i| {
                 let (rx, repo) = (jobs_rx.clone(), repo.clone());
                 std::thread::Builder::new()
@@ -117,7 +128,7 @@ impl Objects {
             extents,
             next: 0,
             ahead: VecDeque::new(),
-            free: (0..BUFFERS).map(|_| Vec::new()).collect(),
+            free: (0..readers + SPARE_BUFFERS).map(|_| Vec::new()).collect(),
             jobs: Some(jobs_tx),
             batch: Vec::new(),
             pos: 0,
@@ -185,6 +196,75 @@ impl Drop for Objects {
         self.ahead.clear();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 600 objects of sizes from 1 byte to 1.3 MiB (several batches of many small extents, and
+    /// extents of a whole batch), each extent its object rounded up to 4 KiB, as the plan cuts
+    /// them; and the bytes they make in order.
+    fn objects(repo: &Path) -> (Vec<Extent>, Vec<u8>) {
+        let (mut extents, mut want, mut at) = (Vec::new(), Vec::new(), 0);
+        for n in 0..600u32 {
+            let size = if n % 50 == 0 {
+                1_300_000
+            } else {
+                (n * 997 % 9000 + 1) as usize
+            };
+            let mut id = [0u8; 32];
+            id[..4].copy_from_slice(&n.to_be_bytes());
+            let object = ObjectId(id);
+            let bytes: Vec<u8> = (0..size).map(|i| (i as u32 ^ n) as u8 | 1).collect();
+            let path = repo.join(object.relative_path());
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+            let rounded = (size as u64).next_multiple_of(4096);
+            for logical in (0..rounded).step_by(MAX_READ as usize) {
+                let len = (rounded - logical).min(MAX_READ);
+                extents.push(Extent {
+                    object,
+                    logical,
+                    len,
+                    at,
+                });
+                at += len;
+            }
+            want.extend_from_slice(&bytes);
+            want.resize(want.len() + (rounded as usize - size), 0);
+        }
+        (extents, want)
+    }
+
+    #[test]
+    fn the_bytes_come_in_image_order_whatever_the_number_of_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (extents, want) = objects(dir.path());
+        for readers in [1, 2, 7, READERS, MAX_READERS] {
+            let mut o = Objects::start(extents.clone(), dir.path(), readers).unwrap();
+            assert_eq!(o.threads.len(), readers);
+            assert_eq!(o.free.len() + o.ahead.len(), readers + SPARE_BUFFERS);
+            let (mut got, mut buf) = (Vec::new(), vec![0u8; 100_000]);
+            loop {
+                let n = o.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got == want, "{readers} readers: the object bytes differ");
+        }
+    }
+
+    #[test]
+    fn the_number_of_readers_is_kept_within_its_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        for (asked, got) in [(0, 1), (MAX_READERS + 1, MAX_READERS)] {
+            let o = Objects::start(Vec::new(), dir.path(), asked).unwrap();
+            assert_eq!(o.threads.len(), got, "{asked} readers asked");
         }
     }
 }

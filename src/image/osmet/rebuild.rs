@@ -39,13 +39,14 @@ pub(crate) struct Rebuild {
 
 impl Rebuild {
     /// Start rebuilding: `xz` is the osmet file positioned at its packed stream, `repo` the
-    /// OSTree repository holding the objects (`<repo>/objects/..`).
+    /// OSTree repository holding the objects (`<repo>/objects/..`), read on `readers` threads.
     pub(crate) fn start(
         pieces: Vec<Piece>,
         size: u64,
         xz: BufReader<File>,
         osmet_name: String,
         repo: &Path,
+        readers: usize,
     ) -> io::Result<Rebuild> {
         let extents = pieces
             .iter()
@@ -54,7 +55,7 @@ impl Rebuild {
                 Piece::Packed(_) => None,
             })
             .collect();
-        let objects = Objects::start(extents, repo)?;
+        let objects = Objects::start(extents, repo, readers)?;
         let packed = Packed::spawn(xz, osmet_name)?;
         Ok(Rebuild {
             pieces,
@@ -145,7 +146,7 @@ impl Read for Rebuild {
 #[cfg(test)]
 mod tests {
     use super::super::format::{Body, Mapping, ObjectId, Partition};
-    use super::super::objects::MAX_READ;
+    use super::super::objects::{MAX_READ, READERS};
     use super::super::plan::plan;
     use super::*;
     use std::io::{Seek, SeekFrom, Write};
@@ -247,8 +248,8 @@ mod tests {
         }
 
         /// Start a rebuild whose packed stream is `stream`, stored after a 5-byte prefix (the
-        /// header's place) in a file.
-        fn start(&self, stream: &[u8]) -> Rebuild {
+        /// header's place) in a file, with `readers` object reader threads.
+        fn start(&self, stream: &[u8], readers: usize) -> Rebuild {
             let path = self.dir.path().join("image.osmet");
             let mut bytes = b"HEAD!".to_vec();
             bytes.extend_from_slice(stream);
@@ -261,6 +262,7 @@ mod tests {
                 BufReader::new(f),
                 path.display().to_string(),
                 self.dir.path(),
+                readers,
             )
             .unwrap()
         }
@@ -283,11 +285,11 @@ mod tests {
     fn rebuilds_the_image_byte_for_byte_whatever_the_read_size() {
         let f = fixture();
         let stream = xz(&f.packed());
-        for step in [1 << 20, 4096, 777] {
-            let got = read_all(&mut f.start(&stream), step).unwrap();
+        for (step, readers) in [(1 << 20, 1), (1 << 20, READERS), (4096, 3), (777, 1)] {
+            let got = read_all(&mut f.start(&stream, readers), step).unwrap();
             assert!(
                 got == f.image,
-                "read size {step}: the rebuilt image differs"
+                "read size {step}, {readers} readers: the rebuilt image differs"
             );
         }
     }
@@ -314,7 +316,7 @@ mod tests {
             ([&stream[..], b"trailing"].concat(), &["trailing data"]),
         ];
         for (bytes, needles) in cases {
-            let e = read_all(&mut f.start(&bytes), 1 << 20).unwrap_err();
+            let e = read_all(&mut f.start(&bytes, READERS), 1 << 20).unwrap_err();
             let text = e.to_string();
             for needle in needles {
                 assert!(text.contains(needle), "{needle:?} in {text}");
@@ -328,7 +330,7 @@ mod tests {
     #[test]
     fn dropping_a_rebuild_midway_stops_its_threads() {
         let f = fixture();
-        let mut r = f.start(&xz(&f.packed()));
+        let mut r = f.start(&xz(&f.packed()), READERS);
         let mut buf = vec![0u8; 5000];
         assert!(r.read(&mut buf).unwrap() > 0);
         drop(r);
