@@ -33,7 +33,9 @@ mod peak_rss;
 
 use criterion::{criterion_group, Criterion, Throughput};
 use estimates::median_secs;
-use live_fixture::{cached_live_fixture, cached_live_squashfs, coreos_installer, LiveFixture};
+use live_fixture::{
+    cached_live_fixture, cached_live_squashfs, coreos_installer, live_cache_name, LiveFixture,
+};
 use live_ns::{loop_devices_of, LiveLayout};
 use loopdev::BenchLoop;
 use std::collections::HashSet;
@@ -66,7 +68,6 @@ struct Fixture {
     live_xz9: LiveLayout,
     packer: PathBuf,
     target: BenchLoop,
-    _work: tempfile::TempDir,
 }
 
 fn fixture() -> &'static Fixture {
@@ -82,14 +83,10 @@ fn fixture() -> &'static Fixture {
             fx.raw_size >> 20,
             std::fs::metadata(&squashfs).unwrap().len() >> 20
         );
-        let work = tempfile::Builder::new()
-            .prefix("bench-offline")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .unwrap();
         // --partscan: coreos-installer checks exclusive access with BLKRRPART, which a loop
         // device without it refuses (EINVAL).
         let target = BenchLoop::new(fx.raw_size + (256 << 20), &["--partscan"]);
-        let osmet_xz9 = recompress_xz9(&fx.osmet, work.path());
+        let osmet_xz9 = cached_osmet_xz9(&fx);
         // Warm the page cache: the ISO (hence root.squashfs) and the osmet are in RAM on a
         // live system; what is cold is the squashfs's own caches, fresh at each mount.
         for p in [&fx.raw, &fx.osmet, &osmet_xz9, &squashfs] {
@@ -107,15 +104,32 @@ fn fixture() -> &'static Fixture {
             fx,
             packer,
             target,
-            _work: work,
         }
     })
 }
 
-/// The osmet file with its packed stream (the xz stream after header and body) decoded and
-/// encoded again at preset 9, as live ISOs ship it.
-fn recompress_xz9(osmet: &Path, dir: &Path) -> PathBuf {
-    let t = Instant::now();
+/// The fixture's osmet file with its packed stream (the xz stream after header and body)
+/// decoded and encoded again at preset 9, as live ISOs ship it; cached beside the fixture (it
+/// takes minutes), tied to its raw image's checksum.
+fn cached_osmet_xz9(fx: &LiveFixture) -> PathBuf {
+    let name = format!("{}-osmet-xz9", live_cache_name(&fx.spec));
+    let path = |dir: &Path| dir.join(fx.osmet.file_name().unwrap());
+    let done = |dir: &Path| std::fs::read_to_string(dir.join("COMPLETE")).ok();
+    coreos_image::cached(
+        &name,
+        "osmet xz -9",
+        |dir| (done(dir)? == fx.raw_sha256).then(|| path(dir)),
+        |dir| {
+            std::fs::create_dir_all(dir)?;
+            recompress_xz9(&fx.osmet, &path(dir));
+            std::fs::write(dir.join("COMPLETE"), &fx.raw_sha256)?;
+            Ok(path(dir))
+        },
+    )
+    .unwrap()
+}
+
+fn recompress_xz9(osmet: &Path, path: &Path) {
     let bytes = std::fs::read(osmet).unwrap();
     let mut d = assisted_installer::image::osmet::format::Decoder::new(&bytes[..]);
     d.header().unwrap();
@@ -138,14 +152,9 @@ fn recompress_xz9(osmet: &Path, dir: &Path) -> PathBuf {
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
     assert!(out.status.success());
-    let dir = dir.join("osmet-xz9");
-    std::fs::create_dir(&dir).unwrap();
-    let path = dir.join(osmet.file_name().unwrap());
     let mut file = bytes[..at].to_vec();
     file.extend_from_slice(&out.stdout);
-    std::fs::write(&path, file).unwrap();
-    eprintln!("osmet recompressed at xz -9 in {:.1?}", t.elapsed());
-    path
+    std::fs::write(path, file).unwrap();
 }
 
 /// The rows that ran in this process: criterion's saved medians of the others are older runs'.
@@ -238,7 +247,8 @@ fn offline(c: &mut Criterion) {
             ran("objects-alone");
             let out = f
                 .live
-                .command(std::env::current_exe().unwrap())
+                // This very binary, even if a rebuild has replaced its file since it started.
+                .command(format!("/proc/{}/exe", std::process::id()))
                 .env(READ_OBJECTS_ENV, &f.fx.osmet)
                 .output()
                 .unwrap();
@@ -284,7 +294,7 @@ fn offline(c: &mut Criterion) {
 /// /sysroot/ostree/repo, in batches of up to 1 MiB in image order taken by [`READERS`] threads:
 /// what write-image's readers do, without the rest of the install.
 fn read_objects(osmet: &Path) {
-    use assisted_installer::image::osmet::format::Decoder;
+    use assisted_installer::image::osmet::format::{Decoder, ObjectId};
     let mut d = Decoder::new(std::io::BufReader::new(std::fs::File::open(osmet).unwrap()));
     d.header().unwrap();
     let body = d.body().unwrap();
@@ -298,15 +308,26 @@ fn read_objects(osmet: &Path) {
         })
         .collect();
     extents.sort_by_key(|(at, _)| *at);
-    let mut batches: Vec<Vec<_>> = vec![Vec::new()];
+    // As write-image plans them: extents cut to reads of at most 1 MiB, grouped into batches of
+    // at most 1 MiB and 128 extents.
+    let mut batches: Vec<Vec<(ObjectId, u64, u64)>> = vec![Vec::new()];
     let mut size = 0;
     for (_, m) in extents {
-        if size + m.length > BATCH && !batches.last().unwrap().is_empty() {
-            batches.push(Vec::new());
-            size = 0;
+        let mut off = 0;
+        while off < m.length {
+            let len = (m.length - off).min(BATCH);
+            let last = batches.last().unwrap();
+            if !last.is_empty() && (size + len > BATCH || last.len() == 128) {
+                batches.push(Vec::new());
+                size = 0;
+            }
+            size += len;
+            batches
+                .last_mut()
+                .unwrap()
+                .push((m.object, m.logical + off, len));
+            off += len;
         }
-        size += m.length;
-        batches.last_mut().unwrap().push(m);
     }
     let repo = Path::new("/sysroot/ostree/repo");
     let next = AtomicUsize::new(0);
@@ -317,11 +338,11 @@ fn read_objects(osmet: &Path) {
                 let mut buf = Vec::with_capacity(BATCH as usize);
                 while let Some(batch) = batches.get(next.fetch_add(1, Ordering::Relaxed)) {
                     buf.clear();
-                    for m in batch {
+                    for (object, logical, len) in batch {
                         let mut file =
-                            std::fs::File::open(repo.join(m.object.relative_path())).unwrap();
-                        file.seek(SeekFrom::Start(m.logical)).unwrap();
-                        file.take(m.length).read_to_end(&mut buf).unwrap();
+                            std::fs::File::open(repo.join(object.relative_path())).unwrap();
+                        file.seek(SeekFrom::Start(*logical)).unwrap();
+                        file.take(*len).read_to_end(&mut buf).unwrap();
                     }
                     total.fetch_add(buf.len(), Ordering::Relaxed);
                 }
