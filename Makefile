@@ -25,9 +25,10 @@ demo: deps
 
 # Criterion benches on loop devices (root): >= 1 GiB images in each format, with the stage
 # limits (decoder alone, gzip -dc, dd oflag=direct) measured in the same run; then the offline
-# install from the live image against coreos-installer, dd and sha256sum (bench-offline); and
-# the live install with one object reader thread against eight in a QEMU guest whose kernel
-# decompresses squashfs on every CPU (bench-guest).
+# install from the live image (its root a squashfs, as on the ISO) against coreos-installer, dd,
+# the objects read alone and SHA-256 (bench-offline); and the live install with one object
+# reader thread against eight in a QEMU guest whose kernel decompresses squashfs on every CPU
+# (bench-guest).
 bench:
 	$(CARGO) bench --locked --bench write_image
 	$(CARGO) bench --locked --bench offline

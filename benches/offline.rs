@@ -1,9 +1,15 @@
 //! `make bench`, offline part: install the live image (osmet) of a >= 1 GiB live fixture onto a
-//! loop device, and in the same run, on the same files and device: the real
-//! `coreos-installer install --offline` (the build the tests use), `dd oflag=direct bs=4M` of
-//! the raw image, and `sha256sum` of the raw image. Both installers run in the same live-system
-//! layout (a private mount namespace with /sysroot and /run/coreos-installer/osmet). A table of
-//! medians and the ratios the offline-install issue asks for close the run.
+//! loop device, the live root mounted on /sysroot from a zstd squashfs as the live ISO ships it
+//! (`root.squashfs`, level 15 like the ISO build), and in the same run, on the same files and
+//! device: the real `coreos-installer install --offline` (the build the tests use),
+//! `dd oflag=direct bs=4M` of the raw image, the objects alone read from the squashfs with
+//! write-image's parallelism, SHA-256 of the raw image by OpenSSL (SHA-NI where the CPU has it),
+//! and a direct read of the written range of the device. Both installers run in the same
+//! live-system layout (a private mount namespace with /sysroot and /run/coreos-installer/osmet);
+//! every run that reads the root mounts the squashfs afresh in its own namespace, so its
+//! squashfs caches are cold as on a live system's first read (the squashfs file itself stays in
+//! the page cache: the ISO is in RAM). A table of medians and the ratios the offline-install
+//! issues ask for close the run; rows left out by a criterion filter are left out of it.
 //!
 //! The fixture's osmet is packed with `--fast` (xz preset 0) to keep its generation quick; live
 //! ISOs ship preset 9, whose decoder needs a 64 MiB dictionary. So our write also runs on the
@@ -18,6 +24,7 @@ mod estimates;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 #[path = "../tests/common/live_ns.rs"]
+#[allow(dead_code)] // the tests' layout; this bench needs only its squashfs form
 mod live_ns;
 #[path = "common/loopdev.rs"]
 mod loopdev;
@@ -26,27 +33,41 @@ mod peak_rss;
 
 use criterion::{criterion_group, Criterion, Throughput};
 use estimates::median_secs;
-use live_fixture::{cached_live_fixture, coreos_installer, LiveFixture};
-use live_ns::LiveLayout;
+use live_fixture::{
+    cached_live_fixture, cached_live_squashfs, coreos_installer, live_cache_name, LiveFixture,
+};
+use live_ns::{loop_devices_of, LiveLayout};
 use loopdev::BenchLoop;
-use std::io::Write;
+use std::collections::HashSet;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 const GROUP: &str = "offline";
+/// mksquashfs's default zstd level, the one the live ISO build uses.
+const SQUASHFS_LEVEL: u32 = 15;
+/// Set (to an osmet file) when this binary is run inside the live layout to read the objects
+/// alone (see [`read_objects`]).
+const READ_OBJECTS_ENV: &str = "AI_BENCH_READ_OBJECTS";
+/// Threads reading objects: write-image's default (`--read-threads`).
+const READERS: usize = 8;
+/// A reader's batch, at most: write-image's largest read.
+const BATCH: u64 = 1 << 20;
 
 struct Fixture {
     fx: LiveFixture,
-    /// The live layout with the fixture's osmet, and with the same osmet whose packed stream
-    /// is recompressed at xz preset 9; both with the udev stand-ins coreos-installer needs.
+    squashfs: PathBuf,
+    /// The live layout on the squashfs with the fixture's osmet, and with the same osmet whose
+    /// packed stream is recompressed at xz preset 9; both with the udev stand-ins
+    /// coreos-installer needs.
     live: LiveLayout,
     live_xz9: LiveLayout,
     packer: PathBuf,
     target: BenchLoop,
-    _work: tempfile::TempDir,
 }
 
 fn fixture() -> &'static Fixture {
@@ -54,50 +75,61 @@ fn fixture() -> &'static Fixture {
     F.get_or_init(|| {
         let t = Instant::now();
         let fx = cached_live_fixture(512, true).expect("the live bench fixture");
+        let squashfs = cached_live_squashfs(&fx, SQUASHFS_LEVEL).expect("its squashfs");
         let packer = coreos_installer().expect("coreos-installer 0.27.0");
         eprintln!(
-            "live bench fixture ready in {:.1?}: raw {} MiB",
+            "live bench fixture ready in {:.1?}: raw {} MiB, root.squashfs {} MiB",
             t.elapsed(),
-            fx.raw_size >> 20
+            fx.raw_size >> 20,
+            std::fs::metadata(&squashfs).unwrap().len() >> 20
         );
-        let work = tempfile::Builder::new()
-            .prefix("bench-offline")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .unwrap();
         // --partscan: coreos-installer checks exclusive access with BLKRRPART, which a loop
         // device without it refuses (EINVAL).
         let target = BenchLoop::new(fx.raw_size + (256 << 20), &["--partscan"]);
-        let osmet_xz9 = recompress_xz9(&fx.osmet, work.path());
-        // Warm the page cache: the live root and the osmet are in RAM on a live system.
-        for p in [&fx.raw, &fx.osmet, &osmet_xz9] {
+        let osmet_xz9 = cached_osmet_xz9(&fx);
+        // Warm the page cache: the ISO (hence root.squashfs) and the osmet are in RAM on a
+        // live system; what is cold is the squashfs's own caches, fresh at each mount.
+        for p in [&fx.raw, &fx.osmet, &osmet_xz9, &squashfs] {
             let _ = std::fs::read(p).map(|d| d.len());
         }
-        let _ = Command::new("sh")
-            .arg("-c")
-            .arg("find \"$1\" -type f -exec cat {} + > /dev/null")
-            .arg("sh")
-            .arg(&fx.sysroot)
-            .status();
         let layout = |osmet: &Path| {
-            let mut l = LiveLayout::new(&fx.sysroot, &[osmet.to_path_buf()]);
+            let mut l = LiveLayout::squashfs(&squashfs, &[osmet.to_path_buf()]);
             l.udev_stub = true;
             l
         };
         Fixture {
             live: layout(&fx.osmet),
             live_xz9: layout(&osmet_xz9),
+            squashfs,
             fx,
             packer,
             target,
-            _work: work,
         }
     })
 }
 
-/// The osmet file with its packed stream (the xz stream after header and body) decoded and
-/// encoded again at preset 9, as live ISOs ship it.
-fn recompress_xz9(osmet: &Path, dir: &Path) -> PathBuf {
-    let t = Instant::now();
+/// The fixture's osmet file with its packed stream (the xz stream after header and body)
+/// decoded and encoded again at preset 9, as live ISOs ship it; cached beside the fixture (it
+/// takes minutes), tied to its raw image's checksum.
+fn cached_osmet_xz9(fx: &LiveFixture) -> PathBuf {
+    let name = format!("{}-osmet-xz9", live_cache_name(&fx.spec));
+    let path = |dir: &Path| dir.join(fx.osmet.file_name().unwrap());
+    let done = |dir: &Path| std::fs::read_to_string(dir.join("COMPLETE")).ok();
+    coreos_image::cached(
+        &name,
+        "osmet xz -9",
+        |dir| (done(dir)? == fx.raw_sha256).then(|| path(dir)),
+        |dir| {
+            std::fs::create_dir_all(dir)?;
+            recompress_xz9(&fx.osmet, &path(dir));
+            std::fs::write(dir.join("COMPLETE"), &fx.raw_sha256)?;
+            Ok(path(dir))
+        },
+    )
+    .unwrap()
+}
+
+fn recompress_xz9(osmet: &Path, path: &Path) {
     let bytes = std::fs::read(osmet).unwrap();
     let mut d = assisted_installer::image::osmet::format::Decoder::new(&bytes[..]);
     d.header().unwrap();
@@ -120,20 +152,35 @@ fn recompress_xz9(osmet: &Path, dir: &Path) -> PathBuf {
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
     assert!(out.status.success());
-    let dir = dir.join("osmet-xz9");
-    std::fs::create_dir(&dir).unwrap();
-    let path = dir.join(osmet.file_name().unwrap());
     let mut file = bytes[..at].to_vec();
     file.extend_from_slice(&out.stdout);
-    std::fs::write(&path, file).unwrap();
-    eprintln!("osmet recompressed at xz -9 in {:.1?}", t.elapsed());
-    path
+    std::fs::write(path, file).unwrap();
 }
 
-fn run_ours(f: &Fixture, live: &LiveLayout, case: &'static str) {
+/// The rows that ran in this process: criterion's saved medians of the others are older runs'.
+static RAN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+/// The `zeros:` line of write-image's summary (default options), as printed.
+static ZEROS: Mutex<Option<String>> = Mutex::new(None);
+
+fn ran(id: &'static str) {
+    RAN.lock()
+        .unwrap()
+        .get_or_insert_with(HashSet::new)
+        .insert(id);
+}
+
+/// The median of row `id`, if it ran in this process.
+fn median(id: &str) -> Option<f64> {
+    let ran = RAN.lock().unwrap().as_ref()?.contains(id);
+    ran.then(|| median_secs(GROUP, id)).flatten()
+}
+
+fn run_ours(f: &Fixture, live: &LiveLayout, case: &'static str, args: &[&str]) {
+    ran(case);
     let out = live
         .command(BIN)
         .arg("write-image")
+        .args(args)
         .arg(&f.target.path)
         .env("ASSISTED_INSTALLER_LOG", "warn")
         .output()
@@ -145,6 +192,11 @@ fn run_ours(f: &Fixture, live: &LiveLayout, case: &'static str) {
         String::from_utf8_lossy(&out.stderr)
     );
     peak_rss::record(case, &stdout);
+    if case == "write-image" {
+        if let Some(line) = stdout.lines().find(|l| l.starts_with("zeros: ")) {
+            *ZEROS.lock().unwrap() = Some(line.to_string());
+        }
+    }
 }
 
 fn offline(c: &mut Criterion) {
@@ -152,14 +204,23 @@ fn offline(c: &mut Criterion) {
     let mut g = c.benchmark_group(GROUP);
     g.sample_size(10).warm_up_time(Duration::from_millis(1));
     g.throughput(Throughput::Bytes(f.fx.raw_size));
-    g.bench_function("write-image", |b| {
-        b.iter(|| run_ours(f, &f.live, "write-image"))
-    });
-    g.bench_function("write-image-xz9", |b| {
-        b.iter(|| run_ours(f, &f.live_xz9, "write-image-xz9"))
-    });
+    let ours: [(&'static str, &LiveLayout, &[&str]); 5] = [
+        ("write-image", &f.live, &[]),
+        ("write-image-write-zeros", &f.live, &["--write-zeros"]),
+        ("write-image-verify", &f.live, &["--verify"]),
+        (
+            "write-image-read-threads-1",
+            &f.live,
+            &["--read-threads", "1"],
+        ),
+        ("write-image-xz9", &f.live_xz9, &[]),
+    ];
+    for (id, live, args) in ours {
+        g.bench_function(id, |b| b.iter(|| run_ours(f, live, id, args)));
+    }
     g.bench_function("coreos-installer", |b| {
         b.iter(|| {
+            ran("coreos-installer");
             let out = f
                 .live
                 .command(&f.packer)
@@ -175,57 +236,209 @@ fn offline(c: &mut Criterion) {
             );
         })
     });
-    g.bench_function("dd-direct", |b| b.iter(|| f.target.dd_direct(&f.fx.raw)));
-    g.bench_function("sha256sum", |b| {
+    g.bench_function("dd-direct", |b| {
         b.iter(|| {
-            let out = Command::new("sha256sum").arg(&f.fx.raw).output().unwrap();
+            ran("dd-direct");
+            f.target.dd_direct(&f.fx.raw)
+        })
+    });
+    g.bench_function("objects-alone", |b| {
+        b.iter(|| {
+            ran("objects-alone");
+            let out = f
+                .live
+                // This very binary, even if a rebuild has replaced its file since it started.
+                .command(format!("/proc/{}/exe", std::process::id()))
+                .env(READ_OBJECTS_ENV, &f.fx.osmet)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        })
+    });
+    g.bench_function("sha256-openssl", |b| {
+        b.iter(|| {
+            ran("sha256-openssl");
+            let out = Command::new("openssl")
+                .args(["dgst", "-sha256", "-r"])
+                .arg(&f.fx.raw)
+                .output()
+                .unwrap();
             assert!(String::from_utf8_lossy(&out.stdout).starts_with(&f.fx.raw_sha256));
         })
     });
+    g.bench_function("device-read", |b| {
+        b.iter(|| {
+            ran("device-read");
+            let st = Command::new("dd")
+                .arg(format!("if={}", f.target.path.display()))
+                .args([
+                    "of=/dev/null",
+                    "bs=4M",
+                    "iflag=direct,count_bytes",
+                    "status=none",
+                ])
+                .arg(format!("count={}", f.fx.raw_size))
+                .status()
+                .unwrap();
+            assert!(st.success());
+        })
+    });
     g.finish();
+}
+
+/// Inside the live layout: read every object extent the osmet file maps, from
+/// /sysroot/ostree/repo, in batches of up to 1 MiB in image order taken by [`READERS`] threads:
+/// what write-image's readers do, without the rest of the install.
+fn read_objects(osmet: &Path) {
+    use assisted_installer::image::osmet::format::{Decoder, ObjectId};
+    let mut d = Decoder::new(std::io::BufReader::new(std::fs::File::open(osmet).unwrap()));
+    d.header().unwrap();
+    let body = d.body().unwrap();
+    let mut extents: Vec<_> = body
+        .partitions
+        .iter()
+        .flat_map(|p| {
+            p.mappings
+                .iter()
+                .map(move |m| (p.start_offset + m.physical, m))
+        })
+        .collect();
+    extents.sort_by_key(|(at, _)| *at);
+    // As write-image plans them: extents cut to reads of at most 1 MiB, grouped into batches of
+    // at most 1 MiB and 128 extents.
+    let mut batches: Vec<Vec<(ObjectId, u64, u64)>> = vec![Vec::new()];
+    let mut size = 0;
+    for (_, m) in extents {
+        let mut off = 0;
+        while off < m.length {
+            let len = (m.length - off).min(BATCH);
+            let last = batches.last().unwrap();
+            if !last.is_empty() && (size + len > BATCH || last.len() == 128) {
+                batches.push(Vec::new());
+                size = 0;
+            }
+            size += len;
+            batches
+                .last_mut()
+                .unwrap()
+                .push((m.object, m.logical + off, len));
+            off += len;
+        }
+    }
+    let repo = Path::new("/sysroot/ostree/repo");
+    let next = AtomicUsize::new(0);
+    let total = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..READERS {
+            s.spawn(|| {
+                let mut buf = Vec::with_capacity(BATCH as usize);
+                while let Some(batch) = batches.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    buf.clear();
+                    for (object, logical, len) in batch {
+                        let mut file =
+                            std::fs::File::open(repo.join(object.relative_path())).unwrap();
+                        file.seek(SeekFrom::Start(*logical)).unwrap();
+                        file.take(*len).read_to_end(&mut buf).unwrap();
+                    }
+                    total.fetch_add(buf.len(), Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    assert!(total.into_inner() > 0, "no object bytes read");
 }
 
 fn report() {
     let Some(f) = FIXTURE.get() else { return };
     let size = f.fx.raw_size;
     println!(
-        "\n== offline install bench: {} MiB live fixture (osmet by coreos-installer 0.27.0), loop device (medians)",
+        "\n== offline install bench: {} MiB live fixture (osmet by coreos-installer 0.27.0), root.squashfs (zstd {SQUASHFS_LEVEL}) mounted afresh per run, loop device (medians)",
         size >> 20
     );
-    println!("{:<44} {:>9} {:>9}", "", "MB/s", "seconds");
+    println!("{:<52} {:>9} {:>9}", "", "MB/s", "seconds");
     let rows = [
         ("write-image", "write-image, live image (osmet --fast)"),
+        (
+            "write-image-write-zeros",
+            "write-image --write-zeros (zeroing off)",
+        ),
+        ("write-image-verify", "write-image --verify"),
+        ("write-image-read-threads-1", "write-image --read-threads 1"),
         ("write-image-xz9", "write-image, live image (osmet xz -9)"),
         ("coreos-installer", "coreos-installer install --offline"),
         ("dd-direct", "dd oflag=direct bs=4M (raw image)"),
-        ("sha256sum", "sha256sum (raw image)"),
+        (
+            "objects-alone",
+            "objects alone from the squashfs (8 threads)",
+        ),
+        ("sha256-openssl", "openssl dgst -sha256 (SHA-NI; raw image)"),
+        (
+            "device-read",
+            "dd iflag=direct bs=4M (device, written range)",
+        ),
     ];
     for (id, label) in rows {
-        if let Some(s) = median_secs(GROUP, id) {
-            println!("{label:<44} {:>9.0} {:>9.2}", size as f64 / s / 1e6, s);
+        if let Some(s) = median(id) {
+            println!("{label:<52} {:>9.0} {:>9.2}", size as f64 / s / 1e6, s);
         }
     }
-    let ours = median_secs(GROUP, "write-image");
-    if let (Some(ours), Some(ci)) = (ours, median_secs(GROUP, "coreos-installer")) {
-        println!(
-            "\ncoreos-installer install --offline / write-image: {:.2}x faster (goal >= 4)",
-            ci / ours
-        );
+    println!();
+    let limits = [
+        ("dd direct", median("dd-direct")),
+        ("objects alone", median("objects-alone")),
+        ("SHA-256", median("sha256-openssl")),
+    ];
+    let limit = limits
+        .iter()
+        .filter_map(|&(name, s)| Some((name, s?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    for (id, what) in [
+        ("write-image", ""),
+        ("write-image-write-zeros", " (zeroing off)"),
+    ] {
+        let Some(ours) = median(id) else { continue };
+        if let Some(ci) = median("coreos-installer") {
+            println!(
+                "coreos-installer install --offline / {id}: {:.2}x{what} (goal >= 6)",
+                ci / ours
+            );
+        }
+        if let Some((name, s)) = limit {
+            println!(
+                "{id} / max(dd direct, objects alone, SHA-256) = {:.2}{what} (the max: {name}; goal <= 1.3)",
+                ours / s
+            );
+        }
     }
-    if let (Some(ours), Some(dd), Some(sha)) = (
-        ours,
-        median_secs(GROUP, "dd-direct"),
-        median_secs(GROUP, "sha256sum"),
+    if let Some(line) = ZEROS.lock().unwrap().as_deref() {
+        println!("share of the image that was zeros: {line}");
+    }
+    if let (Some(v), Some(w), Some(r)) = (
+        median("write-image-verify"),
+        median("write-image"),
+        median("device-read"),
     ) {
         println!(
-            "write-image / max(dd direct, sha256sum): {:.2} (goal <= 1.3)",
-            ours / dd.max(sha)
+            "--verify adds {:.2} s = {:.2}x a direct read of the device alone",
+            v - w,
+            (v - w) / r
         );
+    }
+    if let (Some(one), Some(w)) = (median("write-image-read-threads-1"), median("write-image")) {
+        println!("--read-threads 1 / default (8): {:.2}", one / w);
     }
     for case in ["write-image", "write-image-xz9"] {
         if let Some(peak) = peak_rss::max(case) {
             println!("peak RSS {case}: {peak:.1} MiB (goal < 128)");
         }
+    }
+    let leaked = loop_devices_of(&f.squashfs);
+    if !leaked.is_empty() {
+        println!("loop devices left on root.squashfs: {leaked:?}");
     }
 }
 
@@ -239,6 +452,9 @@ fn benches(c: &mut Criterion) {
 criterion_group!(group, benches);
 
 fn main() {
+    if let Some(osmet) = std::env::var_os(READ_OBJECTS_ENV) {
+        return read_objects(Path::new(&osmet));
+    }
     loopdev::run_bench("offline", group, report, || {
         FIXTURE.get().map(|f| &f.target)
     });

@@ -13,7 +13,12 @@
 //!   0.27.0 (`pack osmet --fast`), so readers are checked against the reference packer rather
 //!   than against our own idea of the format;
 //! - `sysroot/`: the root filesystem's tree as staged, byte-identical to the XFS contents (it
-//!   was copied into the XFS with `cp -a`), for tests to bind-mount read-only on `/sysroot`.
+//!   was copied into the XFS with `cp -a`), for tests to bind-mount read-only on `/sysroot`;
+//! - beside it, on demand ([`cached_live_squashfs`]), that tree as the live ISO ships it: a zstd
+//!   squashfs (`root.squashfs`), which the tests' live layout (`tests/common/live_ns.rs`) mounts
+//!   on `/sysroot` through a loop device, afresh per command, so reads go through the kernel's
+//!   squashfs decompressor with cold caches as on a live system. The byte-for-byte offline
+//!   install (`tests/offline_loop.rs`, 512-byte sectors) and the offline bench read from it.
 //!
 //! Generation needs root (loop devices, mounts), xfsprogs, util-linux (`losetup`, `partx`,
 //! `unshare`, `lsblk`, `blkid`) and the packer; it takes ~20 s per test fixture on two cores.

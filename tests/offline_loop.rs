@@ -1,7 +1,9 @@
 //! Offline installs from the live image on loop devices (root), with osmet files written by the
 //! real `coreos-installer pack osmet` 0.27.0 (see `testdata/live_fixture.rs`): the live layout
 //! mounted as a live system has it (a private mount namespace with /sysroot and
-//! /run/coreos-installer/osmet). The written disk must be the raw image byte for byte outside the
+//! /run/coreos-installer/osmet). At 512-byte sectors /sysroot is the fixture's root as the live
+//! ISO ships it, a zstd squashfs read through the kernel's decompressor; at 4096 the root's tree
+//! bound there (the other layout the tests use). The written disk must be the raw image byte for byte outside the
 //! GPT areas, which also vouches for the fixture (its osmet file, raw image and objects agree).
 //! The same files through --osmet-dir/--ostree-repo are in `postinstall_loop.rs`; the failures
 //! (a changed or missing object, the wrong sector size, unusable files) in `offline_file.rs`.
@@ -13,15 +15,16 @@ mod coreos_image;
 mod live_fixture;
 
 use common::images::{assert_image_on_disk, sha256_hex, zeros_summary};
-use common::live_ns::LiveLayout;
+use common::live_ns::{loop_devices_of, LiveLayout};
 use common::root::{have_root, sgdisk_verify, text, LoopDev};
-use live_fixture::{cached_live_fixture, read_osmet_header, LiveFixture};
+use live_fixture::{cached_live_fixture, cached_live_squashfs, read_osmet_header, LiveFixture};
 use std::os::unix::fs::MetadataExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 const MIB: u64 = 1 << 20;
 
-/// Onto a target larger than the image (the backup GPT must move), at both sector sizes.
+/// Onto a target larger than the image (the backup GPT must move), at both sector sizes; at 512
+/// from the squashfs root.
 #[test]
 fn offline_write_512_and_4096_on_a_live_system() {
     if !have_root("offline_write_512_and_4096_on_a_live_system") {
@@ -31,7 +34,21 @@ fn offline_write_512_and_4096_on_a_live_system() {
         let fx = cached_live_fixture(ss, false).unwrap();
         let dev = LoopDev::new(fx.raw_size + 64 * MIB, fx.sector_size);
         dev.fill(fx.raw_size, 0x5a);
-        let live = LiveLayout::new(&fx.sysroot, std::slice::from_ref(&fx.osmet));
+        let osmets = std::slice::from_ref(&fx.osmet);
+        let squashfs = (ss == 512).then(|| cached_live_squashfs(&fx, 3).unwrap());
+        // The loop devices already on the image: another process may mount it meanwhile (and
+        // `mount -o loop` shares a read-only loop device of the same file), ours must be gone.
+        let loops_before = squashfs.as_deref().map(loop_devices_of);
+        let live = match &squashfs {
+            Some(image) => {
+                assert_eq!(
+                    sysroot_fs_type(&LiveLayout::squashfs(image, osmets)),
+                    "squashfs"
+                );
+                LiveLayout::squashfs(image, osmets)
+            }
+            None => LiveLayout::new(&fx.sysroot, osmets),
+        };
         // --offline is accepted (coreos-installer's flag); nothing is ever downloaded.
         let mut cmd = live.command(BIN);
         let out = cmd
@@ -77,7 +94,22 @@ fn offline_write_512_and_4096_on_a_live_system() {
         let raw = std::fs::read(&fx.raw).unwrap();
         assert_image_on_disk(&disk, &raw, fx.sector_size);
         assert_fixture_is_the_real_packers(&fx);
+        // Each command's namespace took its mount, hence its loop device, with it.
+        if let (Some(image), Some(before)) = (&squashfs, loops_before) {
+            assert_eq!(loop_devices_of(image), before);
+        }
     }
+}
+
+/// The filesystem type of /sysroot inside the layout (`stat -f`).
+fn sysroot_fs_type(live: &LiveLayout) -> String {
+    let out = live
+        .command("stat")
+        .args(["-f", "-c", "%T", "/sysroot"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// What the rebuild does not show about the fixture: the real packer made it, from a sysroot

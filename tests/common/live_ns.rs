@@ -1,7 +1,11 @@
 //! Run a command the way it runs on a CoreOS live system: in a private mount namespace where
 //! /run is a fresh tmpfs holding the osmet files in /run/coreos-installer/osmet (what
-//! `coreos-liveiso-persist-osmet.service` leaves there) and the live root's tree is mounted
-//! read-only on /sysroot. Optionally the NetworkManager keyfiles are laid in
+//! `coreos-liveiso-persist-osmet.service` leaves there) and the live root is mounted read-only on
+//! /sysroot: either a tree bound there (cheap, for tests that need no more), or, as the live ISO
+//! has it, a squashfs image (its `root.squashfs`) mounted through a loop device. The squashfs is
+//! mounted anew in each command's namespace, so every command reads it with cold squashfs caches,
+//! as a live system's first read does; the mount holds the loop device's last reference and
+//! `mount -o loop` sets autoclear, so the device is detached when the namespace goes. Optionally the NetworkManager keyfiles are laid in
 //! /etc/NetworkManager/system-connections through an overlay of /etc, and the udev stand-ins
 //! that `coreos-installer install` needs where no udev runs are added. Nothing of it is seen
 //! outside the namespace; only /sysroot (a live system's mountpoint) is created if missing.
@@ -17,7 +21,11 @@ mkdir -p /run/coreos-installer/osmet
 IFS=:
 for f in $LIVE_OSMETS; do cp "$f" /run/coreos-installer/osmet/; done
 unset IFS
-mount -n --bind -o ro "$LIVE_SYSROOT" /sysroot
+if [ -n "${LIVE_SQUASHFS:-}" ]; then
+  mount -n -t squashfs -o ro,loop "$LIVE_SQUASHFS" /sysroot
+else
+  mount -n --bind -o ro "$LIVE_SYSROOT" /sysroot
+fi
 if [ -n "${LIVE_NM:-}" ]; then
   mount -n -t overlay live-etc -o "lowerdir=/etc,upperdir=$LIVE_WORK/upper,workdir=$LIVE_WORK/work" /etc
   mkdir -p /etc/NetworkManager/system-connections
@@ -35,8 +43,17 @@ fi
 exec "$@"
 "#;
 
+/// What is mounted on /sysroot.
+#[derive(Clone, Debug)]
+pub(crate) enum LiveRoot {
+    /// A directory, bound read-only.
+    Tree(PathBuf),
+    /// A squashfs image, mounted read-only through a loop device.
+    Squashfs(PathBuf),
+}
+
 pub(crate) struct LiveLayout {
-    pub sysroot: PathBuf,
+    pub root: LiveRoot,
     /// Copied into /run/coreos-installer/osmet, in this order.
     pub osmets: Vec<PathBuf>,
     /// Files to put in /etc/NetworkManager/system-connections.
@@ -47,14 +64,24 @@ pub(crate) struct LiveLayout {
 }
 
 impl LiveLayout {
+    /// The tree `sysroot` bound on /sysroot.
     pub(crate) fn new(sysroot: &Path, osmets: &[PathBuf]) -> LiveLayout {
+        Self::with_root(LiveRoot::Tree(sysroot.to_path_buf()), osmets)
+    }
+
+    /// The squashfs image `image` mounted on /sysroot, afresh in each command.
+    pub(crate) fn squashfs(image: &Path, osmets: &[PathBuf]) -> LiveLayout {
+        Self::with_root(LiveRoot::Squashfs(image.to_path_buf()), osmets)
+    }
+
+    pub(crate) fn with_root(root: LiveRoot, osmets: &[PathBuf]) -> LiveLayout {
         std::fs::create_dir_all("/sysroot").unwrap();
         let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         for d in ["upper", "work"] {
             std::fs::create_dir(work.path().join(d)).unwrap();
         }
         LiveLayout {
-            sysroot: sysroot.to_path_buf(),
+            root,
             osmets: osmets.to_vec(),
             network_dir: None,
             udev_stub: false,
@@ -68,9 +95,12 @@ impl LiveLayout {
         c.args(["--mount", "--propagation", "private"])
             .args(["sh", "-c", SCRIPT, "live"])
             .arg(program)
-            .env("LIVE_SYSROOT", &self.sysroot)
             .env("LIVE_OSMETS", std::env::join_paths(&self.osmets).unwrap())
             .env("LIVE_WORK", self.work.path());
+        match &self.root {
+            LiveRoot::Tree(dir) => c.env("LIVE_SYSROOT", dir),
+            LiveRoot::Squashfs(image) => c.env("LIVE_SQUASHFS", image),
+        };
         if let Some(nm) = &self.network_dir {
             c.env("LIVE_NM", nm);
         }
@@ -79,4 +109,19 @@ impl LiveLayout {
         }
         c
     }
+}
+
+/// The loop devices whose backing file is `image` (`losetup -j`): none once every command of a
+/// squashfs layout has ended, if the namespace took its loop device with it.
+pub(crate) fn loop_devices_of(image: &Path) -> Vec<String> {
+    let out = Command::new("losetup")
+        .arg("-j")
+        .arg(image)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "losetup -j {}", image.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
