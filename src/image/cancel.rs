@@ -8,6 +8,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+/// How often a write's coordinators (the pipeline's, the read-back's) look at progress, errors
+/// and signals.
+pub(super) const POLL: Duration = Duration::from_millis(50);
+
+/// The write was stopped from outside (SIGINT/SIGTERM).
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted before the image was complete")]
+pub struct Interrupted;
+
 /// Cancels its token when dropped: at the top of a `thread::scope`'s body, so that however the
 /// body ends (an error, an early return), the scope's threads are told to stop before the scope
 /// waits for them.

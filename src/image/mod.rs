@@ -12,10 +12,9 @@ mod stages;
 pub(crate) mod verify;
 mod zeros;
 
-pub use cancel::Cancel;
+pub use cancel::{Cancel, Interrupted};
 pub use pipeline::{
-    reset_after_failure, stream_image, Input, Interrupted, RawImage, Staged, WriteOptions,
-    WriteSummary,
+    reset_after_failure, stream_image, Input, RawImage, Staged, WriteOptions, WriteSummary,
 };
 pub use verify::ReadBack;
 pub use zeros::{ZeroHow, ZeroSummary};

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::cancel::{Cancel, CancelOnDrop};
+use super::cancel::{Cancel, CancelOnDrop, Interrupted, POLL};
 use super::digest::{check, Expected, Sha256Sum};
 use super::format::{Format, XzSettings};
 use super::progress::{Progress, ProgressSink};
@@ -37,9 +37,6 @@ use crate::disk::device::Device;
 use crate::disk::direct::AlignedBuf;
 use crate::disk::gpt::{self, ImageLayout};
 use crate::disk::saved::SavedPartitions;
-
-/// How often the coordinator looks at progress, errors and signals.
-pub(super) const POLL: Duration = Duration::from_millis(50);
 
 #[derive(Clone, Debug)]
 pub struct WriteOptions {
@@ -93,11 +90,6 @@ impl<S: ImageSource + 'static> From<Box<S>> for Input {
         Input::Encoded(s)
     }
 }
-
-/// The write was stopped from outside (SIGINT/SIGTERM).
-#[derive(Debug, thiserror::Error)]
-#[error("interrupted before the image was complete")]
-pub struct Interrupted;
 
 #[derive(Clone, Debug)]
 pub struct WriteSummary {

@@ -16,9 +16,8 @@ use sha2::Digest;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::cancel::{Cancel, CancelOnDrop};
+use super::cancel::{Cancel, CancelOnDrop, Interrupted, POLL};
 use super::digest::{Sha256, Sha256Sum};
-use super::pipeline::{Interrupted, POLL};
 use crate::disk::device::Device;
 use crate::disk::direct::{round_up, AlignedBuf};
 
