@@ -39,10 +39,9 @@ use live_fixture::{
 use live_ns::{loop_devices_of, LiveLayout};
 use loopdev::BenchLoop;
 use std::collections::HashSet;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -53,10 +52,6 @@ const SQUASHFS_LEVEL: u32 = 15;
 /// Set (to an osmet file) when this binary is run inside the live layout to read the objects
 /// alone (see [`read_objects`]).
 const READ_OBJECTS_ENV: &str = "AI_BENCH_READ_OBJECTS";
-/// Threads reading objects: write-image's default (`--read-threads`).
-const READERS: usize = 8;
-/// A reader's batch, at most: write-image's largest read.
-const BATCH: u64 = 1 << 20;
 
 struct Fixture {
     fx: LiveFixture,
@@ -290,66 +285,13 @@ fn offline(c: &mut Criterion) {
     g.finish();
 }
 
-/// Inside the live layout: read every object extent the osmet file maps, from
-/// /sysroot/ostree/repo, in batches of up to 1 MiB in image order taken by [`READERS`] threads:
-/// what write-image's readers do, without the rest of the install.
+/// Inside the live layout: read every object extent the osmet file maps from
+/// /sysroot/ostree/repo with write-image's own readers (its plan, batches and default thread
+/// count), without the rest of the install.
 fn read_objects(osmet: &Path) {
-    use assisted_installer::image::osmet::format::{Decoder, ObjectId};
-    let mut d = Decoder::new(std::io::BufReader::new(std::fs::File::open(osmet).unwrap()));
-    d.header().unwrap();
-    let body = d.body().unwrap();
-    let mut extents: Vec<_> = body
-        .partitions
-        .iter()
-        .flat_map(|p| {
-            p.mappings
-                .iter()
-                .map(move |m| (p.start_offset + m.physical, m))
-        })
-        .collect();
-    extents.sort_by_key(|(at, _)| *at);
-    // As write-image plans them: extents cut to reads of at most 1 MiB, grouped into batches of
-    // at most 1 MiB and 128 extents.
-    let mut batches: Vec<Vec<(ObjectId, u64, u64)>> = vec![Vec::new()];
-    let mut size = 0;
-    for (_, m) in extents {
-        let mut off = 0;
-        while off < m.length {
-            let len = (m.length - off).min(BATCH);
-            let last = batches.last().unwrap();
-            if !last.is_empty() && (size + len > BATCH || last.len() == 128) {
-                batches.push(Vec::new());
-                size = 0;
-            }
-            size += len;
-            batches
-                .last_mut()
-                .unwrap()
-                .push((m.object, m.logical + off, len));
-            off += len;
-        }
-    }
-    let repo = Path::new("/sysroot/ostree/repo");
-    let next = AtomicUsize::new(0);
-    let total = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..READERS {
-            s.spawn(|| {
-                let mut buf = Vec::with_capacity(BATCH as usize);
-                while let Some(batch) = batches.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    buf.clear();
-                    for (object, logical, len) in batch {
-                        let mut file =
-                            std::fs::File::open(repo.join(object.relative_path())).unwrap();
-                        file.seek(SeekFrom::Start(*logical)).unwrap();
-                        file.take(*len).read_to_end(&mut buf).unwrap();
-                    }
-                    total.fetch_add(buf.len(), Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    assert!(total.into_inner() > 0, "no object bytes read");
+    use assisted_installer::image::osmet::{read_objects_alone, READERS};
+    let read = read_objects_alone(osmet, Path::new("/sysroot/ostree/repo"), READERS).unwrap();
+    assert!(read > 0, "no object bytes read");
 }
 
 fn report() {

@@ -80,11 +80,10 @@ impl WriteImageArgs {
             preserve_on_error: self.preserve_on_error,
             xz_threads: self.xz_threads,
             verify: self.verify,
+            zeroing: !self.write_zeros,
             read_threads: self.read_threads.map(usize::from),
         };
-        let mut plan = WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)?;
-        plan.write.zeroing = !self.write_zeros;
-        Ok(plan)
+        WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)
     }
 }
 

@@ -379,7 +379,7 @@ fn run(
         let (next, hasher) = if want_uncompressed_hash {
             let h = std::thread::Builder::new()
                 .name("sha256".into())
-                .spawn_scoped(s, move || hash_stage(hash_rx, router, sh))?;
+                .spawn_scoped(s, move || hash_stage(hash_rx, router, opts.verify, sh))?;
             (Next::Hash(hash_tx), Some(h))
         } else {
             drop(hash_rx);
@@ -547,7 +547,7 @@ fn run(
                 &head,
                 sums,
                 image_bytes,
-                &layout,
+                sector,
                 progress,
                 stop,
             )?),
@@ -581,7 +581,7 @@ fn check_on_disk(
     head: &Block,
     sums: &super::verify::StreamSums,
     image_bytes: u64,
-    layout: &ImageLayout,
+    sector: u64,
     progress: &dyn ProgressSink,
     stop: &Cancel,
 ) -> Result<ReadBack> {
@@ -590,24 +590,16 @@ fn check_on_disk(
         dev.path().display()
     );
     let head = &head.buf.as_slice()[..head.len];
-    let r = read_back(
-        dev,
-        head,
-        sums,
-        image_bytes,
-        layout.sector_size,
-        stop,
-        &|n, elapsed| {
-            progress.update(&Progress {
-                written: image_bytes,
-                image_size: Some(image_bytes),
-                elapsed,
-                verify: true,
-                read_back: Some(n),
-                ..Progress::default()
-            })
-        },
-    )
+    let r = read_back(dev, head, sums, image_bytes, sector, stop, &|n, elapsed| {
+        progress.update(&Progress {
+            written: image_bytes,
+            image_size: Some(image_bytes),
+            elapsed,
+            verify: true,
+            read_back: Some(n),
+            ..Progress::default()
+        })
+    })
     .context("--verify: checking the image on the disk")?;
     tracing::info!("{r}");
     Ok(r)

@@ -293,9 +293,15 @@ pub(super) fn decode_stage(
     }
 }
 
-/// Also a CRC-32 of each block (each MiB: the decoder fills every block but the last), which a
-/// `--verify` read-back compares to place a mismatch; a few KiB even for a large image.
-pub(super) fn hash_stage(rx: Receiver<Block>, router: Router, sh: &Shared) -> Option<StreamSums> {
+/// With `per_mib`, also a CRC-32 of each block (each MiB: the decoder fills every block but the
+/// last), which a `--verify` read-back compares to place a mismatch; a few KiB even for a large
+/// image. Without it none is taken: this thread is on every live install's critical path.
+pub(super) fn hash_stage(
+    rx: Receiver<Block>,
+    router: Router,
+    per_mib: bool,
+    sh: &Shared,
+) -> Option<StreamSums> {
     let mut hasher = Sha256::new();
     let mut mib_crc32 = Vec::new();
     loop {
@@ -305,7 +311,9 @@ pub(super) fn hash_stage(rx: Receiver<Block>, router: Router, sh: &Shared) -> Op
         };
         let data = &block.buf.as_slice()[..block.len];
         hasher.update(data);
-        mib_crc32.push(crc32fast::hash(data));
+        if per_mib {
+            mib_crc32.push(crc32fast::hash(data));
+        }
         if !router.send(block, &sh.cancel) {
             return None;
         }

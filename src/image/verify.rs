@@ -28,8 +28,9 @@ const CHUNK: usize = 4 << 20;
 const LANES: usize = 3;
 const MIB: u64 = 1 << 20;
 
-/// What the sha256 stage saw of the uncompressed stream: its SHA-256, and a CRC-32 of each MiB
-/// (entry `i` covers bytes `[i MiB, (i+1) MiB)`) so that a read-back mismatch can be placed.
+/// What the sha256 stage saw of the uncompressed stream: its SHA-256, and with `--verify` a
+/// CRC-32 of each MiB (entry `i` covers bytes `[i MiB, (i+1) MiB)`) so that a read-back mismatch
+/// can be placed.
 #[derive(Clone, Debug)]
 pub(crate) struct StreamSums {
     pub(crate) sha256: Sha256Sum,

@@ -62,6 +62,8 @@ pub struct PlanSettings {
     pub xz_threads: Option<u32>,
     /// Read the image back after the write and check it.
     pub verify: bool,
+    /// Runs of zeros zeroed by the kernel instead of written (off: `--write-zeros`).
+    pub zeroing: bool,
     /// Threads reading the live image's objects; `None`: the default (8).
     pub read_threads: Option<usize>,
 }
@@ -79,6 +81,7 @@ impl Default for PlanSettings {
             preserve_on_error: false,
             xz_threads: None,
             verify: false,
+            zeroing: true,
             read_threads: None,
         }
     }
@@ -191,6 +194,7 @@ impl WritePlan {
                 xz,
                 preserve_on_error: settings.preserve_on_error,
                 verify: settings.verify,
+                zeroing: settings.zeroing,
                 ..WriteOptions::default()
             },
             device: device.to_path_buf(),

@@ -22,6 +22,8 @@ use crate::image::digest::Sha256Sum;
 use crate::image::pipeline::RawImage;
 use choose::Wanted;
 pub(crate) use objects::MAX_READERS;
+#[cfg(any(test, feature = "test-support"))]
+pub use objects::READERS;
 use rebuild::Rebuild;
 
 /// Where the live ISO's service (`coreos-liveiso-persist-osmet`) or the PXE initramfs puts the
@@ -203,5 +205,25 @@ impl RawImage for LiveSource {
 
     fn expected_sha256(&self) -> Option<(Sha256Sum, String)> {
         Some((self.checksum, self.mismatch.clone()))
+    }
+}
+
+/// Read every object extent the osmet file `osmet` maps from the OSTree repository `repo`, as a
+/// rebuild does (the same plan, the same `readers` threads and batches), and drop the bytes: the
+/// benches' limit "the objects alone". The bytes read.
+#[cfg(any(test, feature = "test-support"))]
+pub fn read_objects_alone(osmet: &Path, repo: &Path, readers: usize) -> Result<u64> {
+    let file =
+        std::fs::File::open(osmet).with_context(|| format!("opening {}", osmet.display()))?;
+    let mut d = format::Decoder::new(std::io::BufReader::new(file));
+    d.header()?;
+    let pieces = plan::plan(&d.body()?, objects::MAX_READ)?;
+    let mut objects = objects::Objects::start(plan::object_extents(&pieces), repo, readers)?;
+    let (mut buf, mut total) = (vec![0u8; objects::MAX_READ as usize], 0);
+    loop {
+        match objects.read(&mut buf)? {
+            0 => return Ok(total),
+            n => total += n as u64,
+        }
     }
 }

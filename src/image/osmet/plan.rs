@@ -23,6 +23,17 @@ pub(crate) enum Piece {
 /// 1 TiB keeps the plan under 64 MiB.
 pub(crate) const MAX_IMAGE: u64 = 1 << 40;
 
+/// The object extents of `pieces`, in order: what the object readers are given.
+pub(crate) fn object_extents(pieces: &[Piece]) -> Vec<Extent> {
+    pieces
+        .iter()
+        .filter_map(|p| match *p {
+            Piece::Object(e) => Some(e),
+            Piece::Packed(_) => None,
+        })
+        .collect()
+}
+
 /// The pieces that rebuild the image described by `body`; object extents are cut into reads of
 /// at most `max_read` bytes (so memory in flight stays bounded whatever the object size).
 pub(crate) fn plan(body: &Body, max_read: u64) -> Result<Vec<Piece>> {

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use super::objects::Objects;
 use super::packed::Packed;
-use super::plan::Piece;
+use super::plan::{object_extents, Piece};
 
 /// Where the next bytes come from.
 enum Current {
@@ -48,14 +48,7 @@ impl Rebuild {
         repo: &Path,
         readers: usize,
     ) -> io::Result<Rebuild> {
-        let extents = pieces
-            .iter()
-            .filter_map(|p| match *p {
-                Piece::Object(e) => Some(e),
-                Piece::Packed(_) => None,
-            })
-            .collect();
-        let objects = Objects::start(extents, repo, readers)?;
+        let objects = Objects::start(object_extents(&pieces), repo, readers)?;
         let packed = Packed::spawn(xz, osmet_name)?;
         Ok(Rebuild {
             pieces,
