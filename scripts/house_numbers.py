@@ -2,7 +2,8 @@
 """The numbers the house keeps to, measured on the working tree.
 
 Lines of code are a source file's lines before its first `#[cfg(test)]`; files named
-`tests.rs`, `*_tests.rs`, `testing.rs` or `testdata.rs` count as tests, as does all of `tests/`.
+`tests.rs`, `*_tests.rs`, `testing.rs` or `testdata.rs` count as tests, as do the files of a
+module declared `#[cfg(test)] mod name;` and all of `tests/`.
 A file cycle is a group of files whose code (tests aside) names each other through `use` or
 `crate::`/`super::` paths, directly or round a loop.
 Usage: python3 scripts/house_numbers.py [-v]
@@ -27,13 +28,46 @@ def rust_files(top):
                 yield os.path.join(d, f)
 
 
-def split(path):
+# `#[cfg(test)]` on a module declared in its own file (`mod fuzz;`): that file, or directory, is
+# all tests, and the declaring file's tests do not start there.
+TEST_MOD = re.compile(r"^\s*(?:pub(?:\([\w:]+\))?\s+)?mod (\w+);")
+
+
+def test_module_decl(body, i):
+    """The module name if line `i` is `#[cfg(test)]` on an out-of-line `mod name;`."""
+    if body[i].strip() != "#[cfg(test)]":
+        return None
+    for line in body[i + 1 :]:
+        if not line.strip().startswith("#["):
+            m = TEST_MOD.match(line)
+            return m.group(1) if m else None
+    return None
+
+
+def test_module_dirs(top="src"):
+    """Files and directories of modules declared `#[cfg(test)] mod name;`."""
+    out = []
+    for path in rust_files(top):
+        body = lines(path)
+        base = os.path.dirname(path)
+        if os.path.basename(path) not in ("mod.rs", "lib.rs", "main.rs"):
+            base = path[:-3]
+        for i in range(len(body)):
+            name = test_module_decl(body, i)
+            if name:
+                out += [os.path.join(base, name + ".rs"), os.path.join(base, name) + "/"]
+    return out
+
+
+def split(path, test_modules=()):
     body = lines(path)
     name = os.path.basename(path)
     if name in TEST_FILES or name.endswith("_tests.rs"):
         return 0, len(body)
+    if any(path == t or path.startswith(t) for t in test_modules if t):
+        return 0, len(body)
     for i, line in enumerate(body):
-        if line.strip() == "#[cfg(test)]":
+        if line.strip() == "#[cfg(test)]" and not test_module_decl(body, i):
             return i, len(body) - i
     return len(body), 0
 
@@ -148,8 +182,9 @@ def main():
     verbose = "-v" in sys.argv
     code = inline = 0
     big, per_dir = [], {}
+    test_modules = test_module_dirs()
     for path in rust_files("src"):
-        c, t = split(path)
+        c, t = split(path, test_modules)
         code += c
         inline += t
         if c > FILE_LIMIT:
