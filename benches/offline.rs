@@ -52,6 +52,9 @@ const SQUASHFS_LEVEL: u32 = 15;
 /// Set (to an osmet file) when this binary is run inside the live layout to read the objects
 /// alone (see [`read_objects`]).
 const READ_OBJECTS_ENV: &str = "AI_BENCH_READ_OBJECTS";
+/// With [`READ_OBJECTS_ENV`]: `1` to read them through the mounted squashfs (the kernel's
+/// driver) instead of decoding its image.
+const THROUGH_MOUNT_ENV: &str = "AI_BENCH_THROUGH_MOUNT";
 
 struct Fixture {
     fx: LiveFixture,
@@ -199,8 +202,13 @@ fn offline(c: &mut Criterion) {
     let mut g = c.benchmark_group(GROUP);
     g.sample_size(10).warm_up_time(Duration::from_millis(1));
     g.throughput(Throughput::Bytes(f.fx.raw_size));
-    let ours: [(&'static str, &LiveLayout, &[&str]); 5] = [
+    let ours: [(&'static str, &LiveLayout, &[&str]); 6] = [
         ("write-image", &f.live, &[]),
+        (
+            "write-image-through-mount",
+            &f.live,
+            &["--read-through-mount"],
+        ),
         ("write-image-write-zeros", &f.live, &["--write-zeros"]),
         ("write-image-verify", &f.live, &["--verify"]),
         (
@@ -237,23 +245,26 @@ fn offline(c: &mut Criterion) {
             f.target.dd_direct(&f.fx.raw)
         })
     });
-    g.bench_function("objects-alone", |b| {
-        b.iter(|| {
-            ran("objects-alone");
-            let out = f
-                .live
-                // This very binary, even if a rebuild has replaced its file since it started.
-                .command(format!("/proc/{}/exe", std::process::id()))
-                .env(READ_OBJECTS_ENV, &f.fx.osmet)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        })
-    });
+    for (id, through_mount) in [("objects-alone", "0"), ("objects-alone-through-mount", "1")] {
+        g.bench_function(id, |b| {
+            b.iter(|| {
+                ran(id);
+                let out = f
+                    .live
+                    // This very binary, even if a rebuild has replaced its file since it started.
+                    .command(format!("/proc/{}/exe", std::process::id()))
+                    .env(READ_OBJECTS_ENV, &f.fx.osmet)
+                    .env(THROUGH_MOUNT_ENV, through_mount)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            })
+        });
+    }
     g.bench_function("sha256-openssl", |b| {
         b.iter(|| {
             ran("sha256-openssl");
@@ -286,11 +297,13 @@ fn offline(c: &mut Criterion) {
 }
 
 /// Inside the live layout: read every object extent the osmet file maps from
-/// /sysroot/ostree/repo with write-image's own readers (its plan, batches and default thread
-/// count), without the rest of the install.
+/// /sysroot/ostree/repo with write-image's own readers (its plan, store, batches and default
+/// thread count), without the rest of the install.
 fn read_objects(osmet: &Path) {
     use assisted_installer::image::osmet::{read_objects_alone, READERS};
-    let read = read_objects_alone(osmet, Path::new("/sysroot/ostree/repo"), READERS).unwrap();
+    let through_mount = std::env::var(THROUGH_MOUNT_ENV).as_deref() == Ok("1");
+    let repo = Path::new("/sysroot/ostree/repo");
+    let read = read_objects_alone(osmet, repo, READERS, through_mount).unwrap();
     assert!(read > 0, "no object bytes read");
 }
 
@@ -305,6 +318,10 @@ fn report() {
     let rows = [
         ("write-image", "write-image, live image (osmet --fast)"),
         (
+            "write-image-through-mount",
+            "write-image --read-through-mount (kernel's squashfs)",
+        ),
+        (
             "write-image-write-zeros",
             "write-image --write-zeros (zeroing off)",
         ),
@@ -316,6 +333,10 @@ fn report() {
         (
             "objects-alone",
             "objects alone from the squashfs (8 threads)",
+        ),
+        (
+            "objects-alone-through-mount",
+            "objects alone through the mount (8 threads)",
         ),
         ("sha256-openssl", "openssl dgst -sha256 (SHA-NI; raw image)"),
         (
@@ -372,6 +393,12 @@ fn report() {
     }
     if let (Some(one), Some(w)) = (median("write-image-read-threads-1"), median("write-image")) {
         println!("--read-threads 1 / default (8): {:.2}", one / w);
+    }
+    if let (Some(k), Some(w)) = (median("write-image-through-mount"), median("write-image")) {
+        println!(
+            "--read-through-mount / default (the image decoded here): {:.2}",
+            k / w
+        );
     }
     for case in ["write-image", "write-image-xz9"] {
         if let Some(peak) = peak_rss::max(case) {

@@ -2,7 +2,8 @@
 //! real `coreos-installer pack osmet` 0.27.0 (see `testdata/live_fixture.rs`): the live layout
 //! mounted as a live system has it (a private mount namespace with /sysroot and
 //! /run/coreos-installer/osmet). At 512-byte sectors /sysroot is the fixture's root as the live
-//! ISO ships it, a zstd squashfs read through the kernel's decompressor; at 4096 the root's tree
+//! ISO ships it, a zstd squashfs, whose image the installer decodes itself (and, once more,
+//! through the kernel's squashfs driver with `--read-through-mount`); at 4096 the root's tree
 //! bound there (the other layout the tests use). The written disk must be the raw image byte for byte outside the
 //! GPT areas, which also vouches for the fixture (its osmet file, raw image and objects agree).
 //! The same files through --osmet-dir/--ostree-repo are in `postinstall_loop.rs`; the failures
@@ -76,6 +77,10 @@ fn offline_write_512_and_4096_on_a_live_system() {
             ),
             "{stderr}"
         );
+        // On the squashfs, the objects come from its image, decoded here, without a warning.
+        let decoded = "live image: decoding the objects from the squashfs image on /dev/loop";
+        assert_eq!(stderr.contains(decoded), squashfs.is_some(), "{stderr}");
+        assert!(!stderr.contains("WARN"), "{stderr}");
         assert!(
             stdout.contains(&format!(
                 "sha256 of the image: {} (verified against the osmet checksum)",
@@ -94,6 +99,24 @@ fn offline_write_512_and_4096_on_a_live_system() {
         let raw = std::fs::read(&fx.raw).unwrap();
         assert_image_on_disk(&disk, &raw, fx.sector_size);
         assert_fixture_is_the_real_packers(&fx);
+        if squashfs.is_some() {
+            // The same through the kernel's squashfs driver, as asked.
+            dev.fill(fx.raw_size, 0x5a);
+            let out = live
+                .command(BIN)
+                .args(["write-image", "--read-through-mount"])
+                .arg(&dev.path)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("reading the objects through the mounted filesystem, as asked"),
+                "{stderr}"
+            );
+            assert!(!stderr.contains(decoded), "{stderr}");
+            assert_image_on_disk(&std::fs::read(&dev.path).unwrap(), &raw, fx.sector_size);
+        }
         // Each command's namespace took its mount, hence its loop device, with it.
         if let (Some(image), Some(before)) = (&squashfs, loops_before) {
             assert_eq!(loop_devices_of(image), before);

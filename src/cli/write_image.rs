@@ -58,6 +58,11 @@ pub struct WriteImageArgs {
     #[arg(long, value_name = "N", hide_short_help = true, conflicts_with = "image",
           value_parser = clap::value_parser!(u16).range(1..=MAX_READERS as i64))]
     pub read_threads: Option<u16>,
+    /// Read the live image's OSTree objects through the mounted filesystem even when it is a
+    /// squashfs (by default its image is decoded here, on every reader thread): for benches, and
+    /// a way around a squashfs this program cannot decode.
+    #[arg(long, hide_short_help = true, conflicts_with = "image")]
+    pub read_through_mount: bool,
     /// Target: a block device, or an existing regular file used as a disk image.
     #[arg(value_name = "DEVICE")]
     pub device: PathBuf,
@@ -82,6 +87,7 @@ impl WriteImageArgs {
             verify: self.verify,
             zeroing: !self.write_zeros,
             read_threads: self.read_threads.map(usize::from),
+            read_through_mount: self.read_through_mount,
         };
         WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)
     }
@@ -165,6 +171,13 @@ mod tests {
         let e = parse("--read-threads 65 /d").unwrap_err().to_string();
         assert!(e.contains("1..=64"), "{e}");
         assert!(parse("--read-threads 2 --image-url http://x --insecure /d").is_err());
+        let p = parse("--read-through-mount /d").unwrap();
+        let live = LiveImage {
+            read_through_mount: true,
+            ..LiveImage::default()
+        };
+        assert_eq!(p.origin, Origin::Live(live), "--read-through-mount");
+        assert!(parse("--read-through-mount --image-file /f --insecure /d").is_err());
     }
 
     #[test]

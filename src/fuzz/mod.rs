@@ -16,6 +16,7 @@ mod ignition;
 mod json;
 mod mcs;
 mod osmet;
+mod squashfs;
 
 use proptest::prelude::*;
 use proptest::sample::Index;

@@ -66,6 +66,8 @@ pub struct PlanSettings {
     pub zeroing: bool,
     /// Threads reading the live image's objects; `None`: the default (8).
     pub read_threads: Option<usize>,
+    /// Read the live image's objects through the mounted filesystem (`--read-through-mount`).
+    pub read_through_mount: bool,
 }
 
 impl Default for PlanSettings {
@@ -83,6 +85,7 @@ impl Default for PlanSettings {
             verify: false,
             zeroing: true,
             read_threads: None,
+            read_through_mount: false,
         }
     }
 }
@@ -131,6 +134,7 @@ fn image(a: &WriterArgs, settings: &PlanSettings) -> Result<Image> {
             ostree_repo: settings.ostree_repo.clone(),
             host_root: settings.host_root.clone(),
             read_threads: settings.read_threads,
+            read_through_mount: settings.read_through_mount,
         }),
         (Some(_), Some(_)) => bail!("pass at most one of --image-url and --image-file"),
     };

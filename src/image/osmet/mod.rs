@@ -9,6 +9,8 @@ pub(crate) mod objects;
 pub(crate) mod packed;
 pub(crate) mod plan;
 pub(crate) mod rebuild;
+pub(crate) mod squashfs;
+mod store;
 
 use anyhow::{bail, Context, Result};
 use std::io::Read;
@@ -42,6 +44,9 @@ pub struct LiveImage {
     pub host_root: Option<HostRoot>,
     /// Threads reading the objects (`--read-threads`); `None`: [`objects::READERS`].
     pub read_threads: Option<usize>,
+    /// Read the objects through the mounted filesystem even when it is a squashfs whose image
+    /// could be decoded here (`--read-through-mount`).
+    pub read_through_mount: bool,
 }
 
 /// A default path, on the host the flow found; or without one, here if it exists here, else
@@ -164,7 +169,7 @@ impl LiveImage {
             size,
             chosen.packed,
             chosen.path.display().to_string(),
-            &repo,
+            (&repo, self.read_through_mount),
             readers,
         )
         .context("starting the live image rebuild")?;
@@ -209,16 +214,23 @@ impl RawImage for LiveSource {
 }
 
 /// Read every object extent the osmet file `osmet` maps from the OSTree repository `repo`, as a
-/// rebuild does (the same plan, the same `readers` threads and batches), and drop the bytes: the
+/// rebuild does (the same plan, store, `readers` threads and batches), and drop the bytes: the
 /// benches' limit "the objects alone". The bytes read.
 #[cfg(any(test, feature = "test-support"))]
-pub fn read_objects_alone(osmet: &Path, repo: &Path, readers: usize) -> Result<u64> {
+pub fn read_objects_alone(
+    osmet: &Path,
+    repo: &Path,
+    readers: usize,
+    through_mount: bool,
+) -> Result<u64> {
     let file =
         std::fs::File::open(osmet).with_context(|| format!("opening {}", osmet.display()))?;
     let mut d = format::Decoder::new(std::io::BufReader::new(file));
     d.header()?;
     let pieces = plan::plan(&d.body()?, objects::MAX_READ)?;
-    let mut objects = objects::Objects::start(plan::object_extents(&pieces), repo, readers)?;
+    let extents = plan::object_extents(&pieces);
+    let store = store::Store::open(repo, &extents, through_mount);
+    let mut objects = objects::Objects::start(extents, store, readers)?;
     let (mut buf, mut total) = (vec![0u8; objects::MAX_READ as usize], 0);
     loop {
         match objects.read(&mut buf)? {

@@ -11,23 +11,21 @@
 //!   sizes, with no allocation once the buffers exist;
 //! - every reader has a batch to read while the consumer copies out of one and a few finished
 //!   ones wait their turn: slow media (a live ISO on virtual media) stay busy, and on the live
-//!   ISO, whose root is a squashfs, a kernel with per-CPU decompressors
-//!   (`CONFIG_SQUASHFS_DECOMP_MULTI_PERCPU`: Fedora, RHEL, Debian) decompresses on as many cores
-//!   as there are readers (with a single decompressor, the decompression is serialized but the
-//!   readers still overlap the loop device's I/O and the copies: measured 1.9× faster than one
-//!   reader);
+//!   ISO, whose root is a squashfs, every reader decompresses on its own core (from the
+//!   squashfs image, see [`super::store`]; or through the kernel, where a kernel with per-CPU
+//!   decompressors does the same and one with a single decompressor serializes them);
 //! - many small objects cost one message per batch, not one per object.
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
 use super::format::ObjectId;
+use super::squashfs::Decoder;
+use super::store::Store;
 
 /// The largest read, and the size of a batch (the plan cuts longer extents to this).
 pub(crate) const MAX_READ: u64 = 1 << 20;
@@ -57,40 +55,15 @@ struct Job {
     reply: Sender<io::Result<Vec<u8>>>,
 }
 
-/// An I/O error that names the object and where in the image it was needed.
-fn object_error(e: io::Error, path: &Path, at: u64, doing: &str) -> io::Error {
-    io::Error::new(
-        e.kind(),
-        format!(
-            "OSTree object {} (needed at image offset {at}) {doing}: {e}",
-            path.display()
-        ),
-    )
-}
-
-/// Append one extent to `buf`, zeros where the object ends first (an extent is rounded up to
-/// the filesystem block, and the block's slack is zero on disk). The bytes are read into the
-/// buffer's spare capacity: nothing is zeroed that is then overwritten.
-fn read_extent(repo: &Path, e: &Extent, buf: &mut Vec<u8>) -> io::Result<()> {
-    let path = repo.join(e.object.relative_path());
-    let mut f =
-        File::open(&path).map_err(|err| object_error(err, &path, e.at, "cannot be opened"))?;
-    let end = buf.len() + e.len as usize;
-    f.seek(SeekFrom::Start(e.logical))
-        .and_then(|_| f.take(e.len).read_to_end(buf))
-        .map_err(|err| object_error(err, &path, e.at, "cannot be read"))?;
-    buf.resize(end, 0);
-    Ok(())
-}
-
-fn reader_thread(repo: Arc<PathBuf>, jobs: Receiver<Job>) {
+fn reader_thread(store: Arc<Store>, jobs: Receiver<Job>) {
+    let mut decoder = Decoder::new();
     while let Ok(mut job) = jobs.recv() {
         job.buf.clear();
         job.buf.reserve_exact(MAX_READ as usize);
         let result = job
             .extents
             .iter()
-            .try_for_each(|e| read_extent(&repo, e, &mut job.buf))
+            .try_for_each(|e| store.read_extent(e, &mut job.buf, &mut decoder))
             .map(|()| job.buf);
         // The rebuild may be gone (failed or dropped): then nobody wants the answer.
         let _ = job.reply.send(result);
@@ -111,18 +84,18 @@ pub(crate) struct Objects {
 }
 
 impl Objects {
-    /// Start reading `extents` (in image order) from the objects of `repo` on `readers`
-    /// threads (1 to [`MAX_READERS`]; clamped there).
-    pub(crate) fn start(extents: Vec<Extent>, repo: &Path, readers: usize) -> io::Result<Objects> {
+    /// Start reading `extents` (in image order) from `store` on `readers` threads (1 to
+    /// [`MAX_READERS`]; clamped there).
+    pub(crate) fn start(extents: Vec<Extent>, store: Store, readers: usize) -> io::Result<Objects> {
         let readers = readers.clamp(1, MAX_READERS);
         let (jobs_tx, jobs_rx) = unbounded::<Job>();
-        let repo = Arc::new(repo.to_path_buf());
+        let store = Arc::new(store);
         let threads = (0..readers)
             .map(|i| {
-                let (rx, repo) = (jobs_rx.clone(), repo.clone());
+                let (rx, store) = (jobs_rx.clone(), store.clone());
                 std::thread::Builder::new()
                     .name(format!("osmet-read-{i}"))
-                    .spawn(move || reader_thread(repo, rx))
+                    .spawn(move || reader_thread(store, rx))
             })
             .collect::<io::Result<_>>()?;
         let mut o = Objects {
@@ -208,7 +181,7 @@ mod tests {
     /// 600 objects of sizes from 1 byte to 1.3 MiB (several batches of many small extents, and
     /// extents of a whole batch), each extent its object rounded up to 4 KiB, as the plan cuts
     /// them; and the bytes they make in order.
-    fn objects(repo: &Path) -> (Vec<Extent>, Vec<u8>) {
+    fn objects(repo: &std::path::Path) -> (Vec<Extent>, Vec<u8>) {
         let (mut extents, mut want, mut at) = (Vec::new(), Vec::new(), 0);
         for n in 0..600u32 {
             let size = if n % 50 == 0 {
@@ -245,7 +218,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (extents, want) = objects(dir.path());
         for readers in [1, 2, 7, READERS, MAX_READERS] {
-            let mut o = Objects::start(extents.clone(), dir.path(), readers).unwrap();
+            let mut o =
+                Objects::start(extents.clone(), Store::Files(dir.path().into()), readers).unwrap();
             assert_eq!(o.threads.len(), readers);
             assert_eq!(o.free.len() + o.ahead.len(), readers + SPARE_BUFFERS);
             let (mut got, mut buf) = (Vec::new(), vec![0u8; 100_000]);
@@ -264,7 +238,7 @@ mod tests {
     fn the_number_of_readers_is_kept_within_its_bounds() {
         let dir = tempfile::tempdir().unwrap();
         for (asked, got) in [(0, 1), (MAX_READERS + 1, MAX_READERS)] {
-            let o = Objects::start(Vec::new(), dir.path(), asked).unwrap();
+            let o = Objects::start(Vec::new(), Store::Files(dir.path().into()), asked).unwrap();
             assert_eq!(o.threads.len(), got, "{asked} readers asked");
         }
     }

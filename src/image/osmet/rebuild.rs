@@ -15,6 +15,7 @@ use std::path::Path;
 use super::objects::Objects;
 use super::packed::Packed;
 use super::plan::{object_extents, Piece};
+use super::store::Store;
 
 /// Where the next bytes come from.
 enum Current {
@@ -39,16 +40,19 @@ pub(crate) struct Rebuild {
 
 impl Rebuild {
     /// Start rebuilding: `xz` is the osmet file positioned at its packed stream, `repo` the
-    /// OSTree repository holding the objects (`<repo>/objects/..`), read on `readers` threads.
+    /// OSTree repository holding the objects (`<repo>/objects/..`, see [`Store`] for how they
+    /// are read), read on `readers` threads.
     pub(crate) fn start(
         pieces: Vec<Piece>,
         size: u64,
         xz: BufReader<File>,
         osmet_name: String,
-        repo: &Path,
+        (repo, through_mount): (&Path, bool),
         readers: usize,
     ) -> io::Result<Rebuild> {
-        let objects = Objects::start(object_extents(&pieces), repo, readers)?;
+        let extents = object_extents(&pieces);
+        let store = Store::open(repo, &extents, through_mount);
+        let objects = Objects::start(extents, store, readers)?;
         let packed = Packed::spawn(xz, osmet_name)?;
         Ok(Rebuild {
             pieces,
@@ -254,7 +258,7 @@ mod tests {
                 self.body.size,
                 BufReader::new(f),
                 path.display().to_string(),
-                self.dir.path(),
+                (self.dir.path(), false),
                 readers,
             )
             .unwrap()
