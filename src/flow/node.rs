@@ -463,12 +463,13 @@ mod tests {
         (value, text.lines().map(str::to_string).collect())
     }
 
-    /// A master's run with `cmdline` and a /boot set up by `boot`: its host commands, its
-    /// reports, and its warnings about kexec.
-    fn master_run(
-        cmdline: &str,
-        boot: impl FnOnce(&mut TestFlow),
-    ) -> (TestFlow, Vec<String>, Vec<(String, String)>, Vec<String>) {
+    /// A master's run: the flow, its host commands, its reports, its warnings about kexec.
+    type MasterRun = (TestFlow, Vec<String>, Vec<(String, String)>, Vec<String>);
+    /// A fallback case: its name, how it breaks the kexec, what the warning says.
+    type Fallback = (&'static str, fn(&mut TestFlow), &'static str);
+
+    /// A master's run with `cmdline` and a /boot set up by `boot`.
+    fn master_run(cmdline: &str, boot: impl FnOnce(&mut TestFlow)) -> MasterRun {
         let mut t = TestFlow::new("master");
         std::fs::write(&t.flow.paths.live_cmdline, cmdline).unwrap();
         boot(&mut t);
@@ -520,7 +521,7 @@ mod tests {
     #[test]
     fn each_kexec_failure_is_one_warning_and_the_usual_reboot() {
         let (_, plain, plain_reports, _) = master_run("ro", |_| {});
-        let cases: [(&str, fn(&mut TestFlow), &str); 4] = [
+        let cases: [Fallback; 4] = [
             ("no entry", |_| {}, "no BLS entry"),
             (
                 "no kernel",
