@@ -102,6 +102,7 @@ fn a_refused_load_says_why() {
         (libc::EPERM, "not allowed"),
         (libc::EKEYREJECTED, "signature was refused"),
         (libc::EBADMSG, "signature was refused"),
+        (libc::ENODATA, "signature was refused"),
         (libc::ENOEXEC, "not a kernel image"),
         (libc::EBUSY, "already in progress"),
     ] {
