@@ -21,7 +21,8 @@ pub trait Rebooter: Send + Sync {
 }
 
 /// What the timer of a delayed kexec reboot runs: the kexec reboot, or, should it be refused
-/// by then (no kernel loaded any more), the firmware reboot, with the wall message (`$1`).
+/// by then (no kernel loaded any more), the firmware reboot, with the wall message (`$1`). A
+/// kexec job once queued is irreversible, so the fallback cannot replace one that started.
 const KEXEC_OR_REBOOT: &str =
     "systemctl --message=\"$1\" kexec || systemctl --message=\"$1\" reboot";
 /// The transient unit of a delayed kexec reboot (`systemctl list-timers` shows it).
