@@ -373,3 +373,55 @@ fn kexec_loads_the_written_entry_or_warns_why_and_succeeds() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!stdout.contains("kexec: loaded"), "{stdout}");
 }
+
+/// The library's load on written disks, a loop device and a disk-image file, through the
+/// recording loader (this machine's kernel cannot load): it is handed the kernel and the
+/// initramfs of the image's /boot, byte for byte, and the entry's command line; the disk is
+/// left as written.
+#[test]
+fn the_written_system_is_handed_to_the_loader_from_a_disk_and_from_an_image_file() {
+    use assisted_installer::kexec::load_installed;
+    use assisted_installer::kexec::testing::RecordingLoader;
+    if !have_root("the_written_system_is_handed_to_the_loader_from_a_disk_and_from_an_image_file") {
+        return;
+    }
+    let set = images(512);
+    let file = set.compressed(Some(Compression::Gzip));
+    let path = file.path.to_str().unwrap();
+    let dev = LoopDev::new(set.raw.size + 64 * MIB, 512);
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("disk.img");
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(set.raw.size + 64 * MIB)
+        .unwrap();
+    let (kernel, initrd) = set.spec.boot_payloads();
+    let cmdline = set
+        .spec
+        .bls_options()
+        .replace("$ignition_firstboot ", "ignition.firstboot ");
+    for target in [dev.path.clone(), image] {
+        let out = write_image(&from(path, &file.sha256), &target);
+        assert!(out.status.success(), "{}", text(&out));
+        let before = std::fs::read(&target).unwrap();
+        let loader = RecordingLoader::default();
+        let loaded = load_installed(&target, &loader).unwrap();
+        let calls = loader.calls();
+        assert_eq!(calls.len(), 1, "{}", target.display());
+        assert!(calls[0].kernel == kernel && calls[0].initrd.as_ref() == Some(&initrd));
+        assert_eq!(calls[0].cmdline, cmdline);
+        assert_eq!(
+            loaded.to_string(),
+            format!(
+                "kexec: loaded /{} ({:.1} MiB initramfs); start it with: systemctl kexec",
+                set.spec.kernel_path(),
+                initrd.len() as f64 / MIB as f64
+            )
+        );
+        assert!(
+            std::fs::read(&target).unwrap() == before,
+            "{}",
+            target.display()
+        );
+    }
+}

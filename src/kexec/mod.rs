@@ -69,7 +69,14 @@ pub(crate) fn refusal(e: &io::Error) -> String {
             "kexec is not allowed here (no CAP_SYS_BOOT, kernel.kexec_load_disabled, or lockdown)"
         }
         Some(
-            libc::EKEYREJECTED | libc::EBADMSG | libc::EKEYREVOKED | libc::ENOKEY | libc::EKEYEXPIRED,
+            libc::EKEYREJECTED
+            | libc::EBADMSG
+            | libc::EKEYREVOKED
+            | libc::EKEYEXPIRED
+            | libc::ENOKEY
+            // No signature at all, or no way to check its kind, where one is required.
+            | libc::ENODATA
+            | libc::ENOPKG,
         ) => "the kernel's signature was refused (Secure Boot or lockdown wants a kernel signed by a trusted key)",
         Some(libc::ENOEXEC) => "not a kernel image this kernel can boot",
         Some(libc::EBUSY) => "a kexec load is already in progress",

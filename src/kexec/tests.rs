@@ -36,10 +36,13 @@ fn after_the_first_boot_the_command_line_has_no_firstboot_arguments() {
     );
 }
 
+/// A case: its name, how it breaks /boot, what the error says.
+type Breakage = (&'static str, fn(&Path), &'static str);
+
 /// Each failure names the file on /boot and what was wrong, and nothing is loaded.
 #[test]
 fn failures_name_the_file_and_the_reason() {
-    let cases: &[(&str, fn(&Path), &str)] = &[
+    let cases: &[Breakage] = &[
         (
             "no entry",
             |b| std::fs::remove_file(b.join("loader/entries/ostree-1-rhcos.conf")).unwrap(),
@@ -99,6 +102,7 @@ fn a_refused_load_says_why() {
         (libc::EPERM, "not allowed"),
         (libc::EKEYREJECTED, "signature was refused"),
         (libc::EBADMSG, "signature was refused"),
+        (libc::ENODATA, "signature was refused"),
         (libc::ENOEXEC, "not a kernel image"),
         (libc::EBUSY, "already in progress"),
     ] {
