@@ -6,7 +6,7 @@
 CARGO ?= cargo
 DEMO_DIR ?= target/demo
 
-.PHONY: test lint demo bench bench-offline bench-guest images deps
+.PHONY: test lint demo bench bench-offline bench-guest bench-kexec images deps
 
 # The whole suite: formatting, lints, unit and integration tests. The loop-device tests need
 # root; they skip with a message otherwise (CI sets AI_REQUIRE_ROOT_TESTS=1 so they cannot).
@@ -28,14 +28,19 @@ demo: deps
 # install from the live image (its root a squashfs, as on the ISO) against coreos-installer, dd,
 # the objects read alone and SHA-256 (bench-offline); and the live install with one object
 # reader thread against eight in a QEMU guest whose kernel decompresses squashfs on every CPU
-# (bench-guest).
+# (bench-guest); and a kexec reboot into the written system against a reboot through the
+# firmware (OVMF), in the same guest rig (bench-kexec).
 bench:
 	$(CARGO) bench --locked --bench write_image
 	$(CARGO) bench --locked --bench offline
 	$(CARGO) bench --locked --bench guest_readers
+	$(CARGO) bench --locked --bench kexec_reboot
 
 bench-guest:
 	$(CARGO) bench --locked --bench guest_readers
+
+bench-kexec:
+	$(CARGO) bench --locked --bench kexec_reboot
 
 bench-offline:
 	$(CARGO) bench --locked --bench offline

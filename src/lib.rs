@@ -14,6 +14,7 @@ mod fuzz;
 pub mod host;
 pub mod ignition;
 pub mod image;
+pub mod kexec;
 pub mod kube;
 pub mod logging;
 pub mod openshift;

@@ -44,6 +44,14 @@ fn main() -> ExitCode {
                     if let Some(rss) = commands::write_image::peak_rss_bytes() {
                         println!("peak memory: {:.1} MiB", rss as f64 / 1048576.0);
                     }
+                    if args.kexec {
+                        let loader = assisted_installer::kexec::SyscallLoader;
+                        if let Some(loaded) =
+                            commands::write_image::load_for_kexec(&args.device, &loader)
+                        {
+                            println!("{loaded}");
+                        }
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(e) if e.chain().any(|c| c.is::<Interrupted>()) => {

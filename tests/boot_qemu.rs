@@ -19,88 +19,24 @@ mod guest_parts;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
+use common::firmware::{boot, have_qemu};
 use common::images::{pattern, sha256_hex};
+use common::kexec_guest::{kexec_spec, report_after_kexec, REBOOT_LINE};
 use common::live_ns::LiveLayout;
 use common::root::{have_root, run, text, Ext4, LoopDev};
-use common::vm::{have, have_guest, kvm_or_tcg, lsblk_children, qemu, qemu_missing, run_dir};
-use common::vm::{run_guest, run_qemu, sparse_disk, Bus, GuestDisk, GuestSpec, Run};
+use common::vm::{have_guest, lsblk_children};
+use common::vm::{run_guest, sparse_disk, Bus, GuestDisk, GuestSpec, Run};
 use coreos_image::{cached_image_set, ImageSet, ImageSpec, BLS_ENTRY_PATH, BOOT_LABEL};
 use live_fixture::cached_live_fixture_of;
 use std::fs;
 use std::io::{Seek, SeekFrom};
 use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
-use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_assisted-installer");
 const MIB: u64 = 1 << 20;
 /// The target is this much larger than the image: the backup GPT must move to its end.
 const EXTRA: u64 = 64 * MIB;
-
-/// Debian's `ovmf` package: the 4 MiB firmware (no Secure Boot) and its variable store.
-const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
-
-/// Whether QEMU and OVMF are here; prints why not, or panics under AI_REQUIRE_ROOT_TESTS=1.
-pub(crate) fn have_qemu(test: &str) -> bool {
-    let ovmf = Path::new(OVMF_CODE).is_file() && Path::new(OVMF_VARS).is_file();
-    let missing = qemu_missing()
-        .or_else(|| (!ovmf).then(|| format!("{OVMF_CODE} is missing (Debian package ovmf)")));
-    have(test, missing)
-}
-
-/// QEMU with OVMF; the disk, if any, on virtio with `ss`-byte logical blocks, in snapshot mode.
-fn firmware(dir: &Path, accel: &str, disk: Option<(&Path, u64)>) -> Command {
-    let vars = dir.join("OVMF_VARS.fd");
-    fs::copy(OVMF_VARS, &vars).unwrap();
-    let mut cmd = qemu(dir, accel, 512);
-    cmd.arg("-drive")
-        .arg(format!(
-            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
-        ))
-        .arg("-drive")
-        .arg(format!(
-            "if=pflash,format=raw,unit=1,file={}",
-            vars.display()
-        ));
-    if let Some((path, ss)) = disk {
-        let file = path.display();
-        cmd.arg("-drive")
-            .arg(format!(
-                "file={file},format=raw,if=none,id=disk0,snapshot=on"
-            ))
-            .arg("-device")
-            .arg(format!(
-                "virtio-blk-pci,drive=disk0,logical_block_size={ss},physical_block_size={ss}"
-            ));
-    }
-    cmd
-}
-
-/// Boot `disk` (a block device or image file) with `ss`-byte logical blocks through the
-/// firmware's boot manager, or start `direct` (a kernel, initramfs and command line QEMU hands
-/// to the firmware) instead of its boot loader, and wait for the
-/// machine to power off (the test initramfs's last step) or reset, at most a few minutes (then
-/// QEMU is killed). [`Run::lines`] has the initramfs's report (see `INIT_SCRIPT` in
-/// testdata/boot_parts.rs).
-pub(crate) fn boot(disk: &Path, ss: u64, direct: Option<(&Path, &Path, &str)>) -> Run {
-    static ACCEL: OnceLock<&'static str> = OnceLock::new();
-    // The firmware reaches its boot manager ("BdsDxe" on the console); software emulation
-    // takes about 13 s a boot on two cores.
-    let accel = *ACCEL.get_or_init(|| {
-        let probe = |d: &Path| firmware(d, "kvm", None);
-        kvm_or_tcg("run OVMF", Duration::from_secs(20), "BdsDxe", probe)
-    });
-    let limit = Duration::from_secs(if accel == "kvm" { 60 } else { 240 });
-    let dir = run_dir("boot");
-    let mut cmd = firmware(dir.path(), accel, Some((disk, ss)));
-    if let Some((kernel, initrd, append)) = direct {
-        cmd.arg("-kernel").arg(kernel).arg("-initrd").arg(initrd);
-        cmd.args(["-append", append]);
-    }
-    run_qemu(cmd, dir.path(), accel, limit, ("AI-BOOT ", ""), None)
-}
 
 fn runnable(test: &str) -> bool {
     have_root(test) && have_qemu(test)
@@ -123,6 +59,8 @@ struct Inputs {
     ignition: Vec<u8>,
     /// More `--append-karg`s, after [`APPEND_KARGS`] (what the service adds for a disk kind).
     extra_kargs: Vec<&'static str>,
+    /// `--firstboot-args`: the first boot's network arguments (the live ISO's, on a host).
+    firstboot_args: Option<&'static str>,
 }
 
 impl Inputs {
@@ -139,11 +77,11 @@ impl Inputs {
             )
             .unwrap();
         }
-        let extra_kargs = Vec::new();
         Inputs {
             dir,
             ignition,
-            extra_kargs,
+            extra_kargs: Vec::new(),
+            firstboot_args: None,
         }
     }
 
@@ -164,6 +102,9 @@ impl Inputs {
             ]
             .map(String::from),
         );
+        if let Some(a) = self.firstboot_args {
+            args.extend(["--firstboot-args".to_string(), a.to_string()]);
+        }
         args
     }
 
@@ -190,6 +131,16 @@ impl Inputs {
         }
         let options = spec.bls_options();
         let options = options.split_whitespace().filter(|a| *a != DELETE_KARG);
+        // A kexec load expands GRUB's first-boot variable as GRUB would: `ignition.firstboot`
+        // and the network arguments of /boot/ignition.firstboot; the boot loaders here pass it
+        // as it is.
+        let firstboot = format!("ignition.firstboot {}", self.firstboot_args.unwrap_or(""));
+        let options = options.flat_map(|a| match a {
+            "$ignition_firstboot" if loader == Loader::Kexec => {
+                firstboot.split_whitespace().collect()
+            }
+            a => vec![a],
+        });
         args.extend(
             options
                 .chain(APPEND_KARGS)
@@ -353,6 +304,8 @@ enum Loader {
     /// The firmware starts the kernel and initramfs the written BLS entry names, with its
     /// options, handed over by QEMU; the firmware's own boot of the disk is checked apart.
     Direct,
+    /// `write-image --kexec` loaded the written entry in a guest, which then kexec-rebooted.
+    Kexec,
 }
 
 /// The host-side table checks, then a boot whose report must match exactly, with `partitions`
@@ -383,6 +336,7 @@ fn assert_boots(dev: &Path, spec: &ImageSpec, inputs: &Inputs, (partitions, last
     let expected = inputs.expected(spec, &entries, disk_bytes, loader);
     let booted = match loader {
         Loader::SystemdBoot => boot(dev, ss, None),
+        Loader::Kexec => unreachable!("the written disk is booted by firmware here"),
         Loader::Direct => {
             // The firmware finds the ESP in the written GPT, reads its FAT and starts the boot
             // loader (systemd-boot then shows its menu, without the entries it cannot find).
@@ -677,4 +631,73 @@ fn boots_after_writing_onto_a_multipath_map_in_a_guest() {
     );
     drop(on_disk);
     assert_boots(&disk, &set.spec, &inputs, (5, "data"));
+}
+
+/// The first boot's network arguments the kexec test installs with.
+const FIRSTBOOT_ARGS: &str = "rd.neednet=1 ip=dhcp";
+
+/// A kexec reboot into what `write-image --kexec` wrote and loaded, in a guest on Debian's
+/// kernel (`CONFIG_KEXEC_FILE`; no Secure Boot, so no lockdown refuses an unsigned kernel):
+/// the written kernel's report shows the entry's options after the kargs edits with GRUB's
+/// first-boot variable expanded (`ignition.firstboot` and the network arguments), the Ignition
+/// config and the network keyfiles on /boot, and the partitions of the written table.
+#[test]
+fn kexec_starts_the_written_system_in_a_guest() {
+    let test = "kexec_starts_the_written_system_in_a_guest";
+    if !(runnable(test) && have_guest(test)) {
+        return;
+    }
+    let ss = 512;
+    let set = images(ss);
+    let mut inputs = Inputs::new();
+    inputs.firstboot_args = Some(FIRSTBOOT_ARGS);
+    let share = inputs.dir.path().to_path_buf();
+    fs::copy(&set.zst.path, share.join("image.raw.zst")).unwrap();
+    let args: Vec<String> = inputs
+        .args_in("/share")
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect();
+    let write = format!(
+        "assisted-installer write-image --image-file /share/image.raw.zst --sha256 {} {} \\
+         --kexec \"$1\"\n",
+        set.zst.sha256,
+        args.join(" ")
+    );
+    let disk = share.join("disk.img");
+    let parts = guest_parts::cached_guest_parts().expect("guest parts");
+    let target = (disk.as_path(), set.raw.size + EXTRA, ss);
+    let spec = kexec_spec((&parts.kernel, &parts.initramfs), &share, &write, target);
+    let mut run = run_guest(&spec);
+    let why = |run: &Run| {
+        let out = (run.shared("write.out"), run.shared("write.err"));
+        format!(
+            "{}\n--- write-image:\n{}\n{}",
+            run.transcript(),
+            out.0,
+            out.1
+        )
+    };
+    let loaded = run.shared("write.out");
+    let kernel = format!("/{} (", set.spec.kernel_path());
+    let line = loaded.lines().find(|l| l.starts_with("kexec: loaded "));
+    assert!(
+        line.is_some_and(|l| l.contains(&kernel)
+            && l.ends_with(" MiB initramfs); start it with: systemctl kexec")),
+        "no kexec line for {kernel}: {line:?}\n{}",
+        why(&run)
+    );
+    assert!(
+        run.console.contains(REBOOT_LINE),
+        "no kexec reboot\n{}",
+        why(&run)
+    );
+    // The guest's case never ended: the written kernel took over (and powered off).
+    assert_eq!(run.exit_code(), None, "{}", why(&run));
+    let (gpt_problems, entries, disk_bytes) = check_gpt(&disk, ss);
+    assert!(gpt_problems.is_empty(), "GPT: {gpt_problems:#?}");
+    let expected = inputs.expected(&set.spec, &entries, disk_bytes, Loader::Kexec);
+    run.lines = report_after_kexec(&run.console);
+    let problems = problems(&run, &expected);
+    assert!(problems.is_empty(), "{problems:#?}\n{}", why(&run));
 }

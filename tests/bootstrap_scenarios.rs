@@ -476,6 +476,33 @@ fn sno_master_ign() -> String {
     .to_string()
 }
 
+/// `ai.kexec` on a single node: the same stages, the write loaded off /dev/vda, and the kexec
+/// reboot at once where Go reboots `now`.
+#[test]
+fn single_node_with_ai_kexec_reboots_into_the_written_system_now() {
+    use assisted_installer::kexec::testing::{coreos_boot, FromBootDir, RecordingLoader};
+    let h = Harness::new("sno");
+    std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
+    std::fs::write(h.dir.path().join("cmdline"), "ro ai.kexec=1").unwrap();
+    let boot = h.dir.path().join("boot");
+    coreos_boot(&boot, Some("ip=dhcp"));
+    let loader = Arc::new(RecordingLoader::default());
+    let kexec = Arc::new(FromBootDir::new(&boot, loader.clone()));
+    run(h.flow("master", 1).kexec(kexec.clone())).unwrap();
+    assert_eq!(h.reports(), sno_sequence());
+    assert_eq!(kexec.devices(), [PathBuf::from("/dev/vda")]);
+    assert_eq!(loader.calls().len(), 1);
+    let lines = h.runner.lines();
+    assert_eq!(
+        lines.last().unwrap(),
+        "systemctl --message=Installation completed, server is going to reboot. kexec"
+    );
+    assert!(
+        !lines.iter().any(|l| l.starts_with("shutdown")),
+        "{lines:#?}"
+    );
+}
+
 #[test]
 fn single_node_happy_path_merges_the_host_ignition_and_reboots_now() {
     let h = Harness::new("sno");

@@ -11,6 +11,7 @@ use assisted_installer::flow::testing::{FakeWriter, FlowBuilder, HOST, INFRA};
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::host::root::Unreachable;
+use assisted_installer::kexec::testing::{coreos_boot, FromBootDir, RecordingLoader};
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
 use assisted_installer::service::InventoryClient;
 use common::fake_service::{host_json, FakeService};
@@ -391,6 +392,69 @@ fn dry_run_worker_completes_with_a_cluster_hosts_file() {
             "{absent}: {lines:#?}"
         );
     }
+}
+
+/// `ai.kexec` on the live kernel command line: the master's stages are the usual ones, the
+/// host commands are the usual ones up to the reboot, which is the kexec one, from the system
+/// loaded off /dev/vda; in dry-run mode nothing is loaded and the fake reboot stands for it.
+#[test]
+fn ai_kexec_reboots_a_master_into_the_written_system() {
+    let h = Harness::new("master");
+    std::fs::write(
+        h.dir.path().join("cmdline"),
+        "BOOT_IMAGE=/images/pxeboot/vmlinuz ai.kexec=1",
+    )
+    .unwrap();
+    let boot = h.dir.path().join("boot");
+    coreos_boot(&boot, Some(""));
+    let loader = Arc::new(RecordingLoader::default());
+    let kexec = Arc::new(FromBootDir::new(&boot, loader.clone()));
+    run(h.flow("master").kexec(kexec.clone())).unwrap();
+    assert_eq!(h.reports(), installed_as("master"));
+    assert_eq!(kexec.devices(), [PathBuf::from("/dev/vda")]);
+    assert_eq!(
+        loader.calls()[0].cmdline,
+        "ignition.firstboot ostree=/ostree/boot.1/rhcos/1/0 console=ttyS0"
+    );
+    let lines = h.runner.lines();
+    let n = lines.len();
+    assert!(lines[n - 3].contains("logs_sender"), "{lines:#?}");
+    assert_eq!(
+        lines[n - 2],
+        "systemctl list-units --no-legend ironic-agent.service"
+    );
+    assert!(
+        lines[n - 1].starts_with("systemd-run --unit=assisted-installer-kexec --on-active=1min "),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.starts_with("shutdown")),
+        "{lines:#?}"
+    );
+
+    // Dry run: the same path, nothing loaded, the marker touched.
+    let h = Harness::new("master");
+    std::fs::write(h.dir.path().join("cmdline"), "ai.kexec").unwrap();
+    let loader = Arc::new(RecordingLoader::default());
+    let kexec = Arc::new(FromBootDir::new(&boot, loader.clone()));
+    let runner = Arc::new(dry_run_commands());
+    let marker = h.dir.path().join("rebooted");
+    run(h
+        .flow("master")
+        .cfg(|c| c.dry_run = true)
+        .commands(runner.clone())
+        .kexec(kexec.clone())
+        .reboot(Arc::new(FakeReboot(marker.clone()))))
+    .unwrap();
+    assert!(marker.exists(), "the fake reboot touched its marker");
+    assert!(kexec.devices().is_empty() && loader.calls().is_empty());
+    let lines = runner.lines();
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("systemd-run") || l.starts_with("shutdown")),
+        "{lines:#?}"
+    );
 }
 
 const GIB: u64 = 1 << 30;

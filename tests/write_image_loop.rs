@@ -324,3 +324,104 @@ fn verify_reads_the_image_back_and_says_so_in_the_summary() {
         "{want:?} in {stdout}"
     );
 }
+
+/// `write-image --kexec` reads the written /boot: the BLS entry's kernel, and its options after
+/// our karg edit with `$ignition_firstboot` expanded from the first-boot arguments, as the
+/// debug line shows. The kernel of this machine cannot load (no kexec, or a test image's
+/// kernel that is no kernel): one warning says why, and the write still succeeds.
+#[test]
+fn kexec_loads_the_written_entry_or_warns_why_and_succeeds() {
+    if !have_root("kexec_loads_the_written_entry_or_warns_why_and_succeeds") {
+        return;
+    }
+    let set = images(512);
+    let file = set.compressed(Some(Compression::Gzip));
+    let dev = LoopDev::new(set.raw.size + 64 * MIB, 512);
+    let path = file.path.to_str().unwrap();
+    let post = [
+        "--kexec",
+        "--append-karg",
+        "ai.test=1",
+        "--firstboot-args",
+        "rd.neednet=1 ip=dhcp",
+    ];
+    let args = [from(path, &file.sha256).as_slice(), &post].concat();
+    let out = write_image(&args, &dev.path);
+    assert!(out.status.success(), "{}", text(&out));
+    sgdisk_verify(&dev.path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let options = set.spec.bls_options().replace(
+        "$ignition_firstboot",
+        "ignition.firstboot rd.neednet=1 ip=dhcp",
+    );
+    let want = format!(
+        "kexec: loading /{} with options {options} ai.test=1",
+        set.spec.kernel_path()
+    );
+    assert!(stderr.contains(&want), "{want:?} in {stderr}");
+    // /sys/kernel/kexec_loaded exists on kernels built with kexec.
+    let why = match Path::new("/sys/kernel/kexec_loaded").exists() {
+        true => "not a kernel image this kernel can boot",
+        false => "this kernel has no kexec support",
+    };
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("kexec: not loaded") && warnings[0].contains(why),
+        "{why:?}: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("kexec: loaded"), "{stdout}");
+}
+
+/// The library's load on written disks, a loop device and a disk-image file, through the
+/// recording loader (this machine's kernel cannot load): it is handed the kernel and the
+/// initramfs of the image's /boot, byte for byte, and the entry's command line; the disk is
+/// left as written.
+#[test]
+fn the_written_system_is_handed_to_the_loader_from_a_disk_and_from_an_image_file() {
+    use assisted_installer::kexec::load_installed;
+    use assisted_installer::kexec::testing::RecordingLoader;
+    if !have_root("the_written_system_is_handed_to_the_loader_from_a_disk_and_from_an_image_file") {
+        return;
+    }
+    let set = images(512);
+    let file = set.compressed(Some(Compression::Gzip));
+    let path = file.path.to_str().unwrap();
+    let dev = LoopDev::new(set.raw.size + 64 * MIB, 512);
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("disk.img");
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(set.raw.size + 64 * MIB)
+        .unwrap();
+    let (kernel, initrd) = set.spec.boot_payloads();
+    let cmdline = set
+        .spec
+        .bls_options()
+        .replace("$ignition_firstboot ", "ignition.firstboot ");
+    for target in [dev.path.clone(), image] {
+        let out = write_image(&from(path, &file.sha256), &target);
+        assert!(out.status.success(), "{}", text(&out));
+        let before = std::fs::read(&target).unwrap();
+        let loader = RecordingLoader::default();
+        let loaded = load_installed(&target, &loader).unwrap();
+        let calls = loader.calls();
+        assert_eq!(calls.len(), 1, "{}", target.display());
+        assert!(calls[0].kernel == kernel && calls[0].initrd.as_ref() == Some(&initrd));
+        assert_eq!(calls[0].cmdline, cmdline);
+        assert_eq!(
+            loaded.to_string(),
+            format!(
+                "kexec: loaded /{} ({:.1} MiB initramfs); start it with: systemctl kexec",
+                set.spec.kernel_path(),
+                initrd.len() as f64 / MIB as f64
+            )
+        );
+        assert!(
+            std::fs::read(&target).unwrap() == before,
+            "{}",
+            target.display()
+        );
+    }
+}

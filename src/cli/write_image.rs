@@ -47,6 +47,11 @@ pub struct WriteImageArgs {
     /// holes punched in an image file): for benches, and disks whose zeroing is slow.
     #[arg(long)]
     pub write_zeros: bool,
+    /// After the write, load the installed system (the written /boot's boot entry, kernel and
+    /// initramfs, with the first-boot arguments) for a kexec reboot and say how to start it;
+    /// if it cannot be loaded, a warning says why and the write still succeeds.
+    #[arg(long)]
+    pub kexec: bool,
     #[command(flatten)]
     pub post: PostInstallArgs,
     /// Threads for xz decoding (multi-block images); default: one per CPU.
@@ -187,6 +192,14 @@ mod tests {
         let e = parse("--image-url http://x --uncompressed-sha256 12 /d").unwrap_err();
         assert!(e.to_string().contains("--uncompressed-sha256"), "{e}");
         assert!(parse("--image-url http://x --insecure --fetch-retries many /d").is_err());
+    }
+
+    #[test]
+    fn kexec_is_off_by_default() {
+        let t = T::try_parse_from(["x", "/dev/sda"]).unwrap();
+        assert!(!t.a.kexec);
+        let t = T::try_parse_from(["x", "--kexec", "/dev/sda"]).unwrap();
+        assert!(t.a.kexec);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::host::commands::{CommandRunner, HostRunner, RecordingRunner};
 use crate::host::reboot::{FakeReboot, Rebooter, ShutdownRebooter};
 use crate::host::HostEffects;
 use crate::image::Cancel;
+use crate::kexec::{FromDisk, SyscallLoader};
 use crate::kube::client::KubeClient;
 use crate::kube::dry::DryCluster;
 use crate::kube::ClusterApi;
@@ -154,6 +155,7 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         reporter,
         host: HostEffects::new(commands, reboot, Arc::new(SystemClock), dry),
         writer,
+        kexec: Arc::new(FromDisk(Arc::new(SyscallLoader))),
         paths: Paths {
             host_root: crate::host::root::detect(),
             ..Paths::default()

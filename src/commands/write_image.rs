@@ -1,10 +1,12 @@
 //! `write-image`: the plan from the command line, then the write.
 
 use anyhow::Result;
+use std::path::Path;
 
 use crate::cli::write_image::WriteImageArgs;
 use crate::image::progress::ProgressSink;
 use crate::image::{Cancel, WriteSummary};
+use crate::kexec::{load_installed, KexecLoader, Loaded};
 
 pub fn run(
     args: &WriteImageArgs,
@@ -12,6 +14,18 @@ pub fn run(
     stop: &Cancel,
 ) -> Result<WriteSummary> {
     crate::write::run(&args.plan()?, progress, stop)
+}
+
+/// `--kexec`, once the write succeeded: load the installed system of `device`. A failure is
+/// one warning saying why: the disk is written and boots through the firmware as ever.
+pub fn load_for_kexec(device: &Path, loader: &dyn KexecLoader) -> Option<Loaded> {
+    match load_installed(device, loader) {
+        Ok(loaded) => Some(loaded),
+        Err(e) => {
+            tracing::warn!("kexec: not loaded, reboot through the firmware as usual: {e:#}");
+            None
+        }
+    }
 }
 
 /// Peak resident memory of this process (VmHWM), for the summary.

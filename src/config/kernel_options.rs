@@ -37,6 +37,7 @@ macro_rules! kernel_options {
 
 kernel_options! {
     verify_write = "ai.verify-write": "Read the image back after the write and check it (`write-image --verify`).",
+    kexec = "ai.kexec": "Reboot into the installed system with kexec, skipping the firmware (`write-image --kexec`); a firmware reboot when it cannot load.",
 }
 
 impl KernelOptions {
@@ -103,7 +104,14 @@ mod tests {
 
     #[test]
     fn switches_unknown_keys_and_bad_values() {
-        let on = KernelOptions { verify_write: true };
+        let on = KernelOptions {
+            verify_write: true,
+            ..KernelOptions::default()
+        };
+        let kexec = KernelOptions {
+            kexec: true,
+            ..KernelOptions::default()
+        };
         let off = KernelOptions::default();
         // (command line, options, warnings naming these)
         let cases: &[(&str, KernelOptions, &[&str])] = &[
@@ -126,7 +134,13 @@ mod tests {
                 on,
                 &["ai.verfy-write", "not an installer option"],
             ),
-            ("ai.kexec=1", off, &["ai.kexec", "known: ai.verify-write"]),
+            ("ai.kexec=1", kexec, &[]),
+            ("ai.kexec ai.kexec=0", off, &[]),
+            (
+                "ai.kexek=1",
+                off,
+                &["ai.kexek", "known: ai.verify-write, ai.kexec"],
+            ),
         ];
         for (cmdline, want, warned) in cases {
             let (got, warnings) = KernelOptions::parse(cmdline);

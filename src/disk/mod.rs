@@ -12,7 +12,7 @@ mod partition_maps;
 pub(crate) mod partitions;
 pub(crate) mod probe;
 pub(crate) mod saved;
-mod sys;
+pub(crate) mod sys;
 mod sysfs;
 pub(crate) mod table;
 mod udev;

@@ -73,6 +73,25 @@ pub(crate) fn with_private_mount<T: Send>(
     fstype: &str,
     f: impl FnOnce(&Path) -> Result<T> + Send,
 ) -> Result<T> {
+    private_mount(source, fstype, MsFlags::empty(), f)
+}
+
+/// [`with_private_mount`], read-only: for reading a written disk without changing a byte of it
+/// (not even an ext4 mount count).
+pub(crate) fn with_private_mount_read_only<T: Send>(
+    source: &Path,
+    fstype: &str,
+    f: impl FnOnce(&Path) -> Result<T> + Send,
+) -> Result<T> {
+    private_mount(source, fstype, MsFlags::MS_RDONLY, f)
+}
+
+fn private_mount<T: Send>(
+    source: &Path,
+    fstype: &str,
+    extra: MsFlags,
+    f: impl FnOnce(&Path) -> Result<T> + Send,
+) -> Result<T> {
     std::thread::scope(|s| {
         std::thread::Builder::new()
             .name("mount".into())
@@ -99,7 +118,7 @@ pub(crate) fn with_private_mount<T: Send>(
                     Some(source),
                     &guard.dir,
                     Some(fstype),
-                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV | extra,
                     None::<&str>,
                 )
                 .with_context(|| {

@@ -1,11 +1,13 @@
-//! The block-device ioctls. This is the only module of the crate with `unsafe`: every block
-//! below calls `ioctl(2)` on a descriptor we own, with an argument of exactly the type the
-//! kernel's `include/uapi/linux/fs.h` (and `blkpg.h`) declares for that request, or, for
-//! device-mapper, a buffer that starts with a `struct dm_ioctl` (`dm-ioctl.h`) and is as long
-//! as that header's `data_size` says.
+//! The block-device ioctls, and `kexec_file_load`. This is the only module of the crate with
+//! `unsafe`: every block below calls `ioctl(2)` on a descriptor we own, with an argument of
+//! exactly the type the kernel's `include/uapi/linux/fs.h` (and `blkpg.h`) declares for that
+//! request, or, for device-mapper, a buffer that starts with a `struct dm_ioctl`
+//! (`dm-ioctl.h`) and is as long as that header's `data_size` says; or a system call with
+//! descriptors we borrow and a NUL-terminated string we own.
 // The one module allowed unsafe code (Cargo.toml denies it everywhere else).
 #![allow(unsafe_code)]
 
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -155,6 +157,41 @@ pub(super) fn zero_out(fd: BorrowedFd<'_>, start: u64, len: u64) -> io::Result<(
     Ok(())
 }
 
+/// `KEXEC_FILE_NO_INITRAMFS` in include/uapi/linux/kexec.h: the initrd descriptor is ignored.
+const KEXEC_FILE_NO_INITRAMFS: libc::c_ulong = 0x4;
+
+/// `kexec_file_load(2)`: the kernel reads the kernel image (and the initramfs) from the
+/// descriptors, checks the image's signature where the kernel requires one (Secure Boot,
+/// lockdown), and keeps it loaded for the next kexec reboot. `cmdline` is its command line.
+pub(crate) fn kexec_file_load(
+    kernel: BorrowedFd<'_>,
+    initrd: Option<BorrowedFd<'_>>,
+    cmdline: &CStr,
+) -> io::Result<()> {
+    let (initrd_fd, flags) = match initrd {
+        Some(fd) => (fd.as_raw_fd(), 0),
+        None => (-1, KEXEC_FILE_NO_INITRAMFS),
+    };
+    // The length counts the terminating NUL (the kernel checks it is there).
+    let len = cmdline.to_bytes_with_nul().len() as libc::c_ulong;
+    // SAFETY: the descriptors are borrowed for the call; the kernel reads `len` bytes from the
+    // pointer, which is the NUL-terminated string `cmdline` owns.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_kexec_file_load,
+            kernel.as_raw_fd(),
+            initrd_fd,
+            len,
+            cmdline.as_ptr(),
+            flags,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +212,22 @@ mod tests {
         assert_eq!(err.raw_os_error(), Some(libc::ENOTTY), "{err}");
         let err = zero_out(f.as_fd(), 0, 4096).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOTTY), "{err}");
+    }
+
+    /// A file that is no kernel is never loaded: the call fails with the kernel's reason
+    /// (ENOEXEC on a kernel with kexec, ENOSYS without it, EPERM for a user without
+    /// CAP_SYS_BOOT or under lockdown), which stays the raw OS error.
+    #[test]
+    fn kexec_file_load_of_a_file_that_is_no_kernel_fails_with_the_kernels_reason() {
+        use std::io::Write;
+        let mut kernel = tempfile::tempfile().unwrap();
+        kernel.write_all(&[0u8; 4096]).unwrap();
+        let err = kexec_file_load(kernel.as_fd(), None, c"console=ttyS0").unwrap_err();
+        let errno = err.raw_os_error();
+        assert!(
+            [libc::ENOEXEC, libc::ENOSYS, libc::EPERM, libc::EINVAL].contains(&errno.unwrap()),
+            "{err}"
+        );
     }
 
     /// The numbers computed here are the kernel headers' on x86_64 and aarch64.

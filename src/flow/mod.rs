@@ -97,6 +97,8 @@ pub struct Flow {
     pub reporter: Arc<Reporter>,
     pub host: HostEffects,
     pub writer: Arc<dyn DiskWriter>,
+    /// Loads the written disk's system for a kexec reboot (`ai.kexec`).
+    pub kexec: Arc<dyn crate::kexec::InstalledLoader>,
     pub paths: Paths,
     /// `uname -m` of the host, for the UEFI loader name.
     pub arch: String,

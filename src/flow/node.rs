@@ -107,6 +107,12 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
             device.display()
         );
     }
+    if kernel.kexec {
+        tracing::info!(
+            "ai.kexec is set on the kernel command line ({}): the host will reboot into the installed system with kexec, or through the firmware if it cannot be loaded",
+            f.paths.live_cmdline.display()
+        );
+    }
     let request = WriteRequest {
         device,
         args: writer_args,
@@ -117,8 +123,13 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
     // the control plane forms (see flow::early).
     let mut early = ((bootstrap || single_node) && f.early_write && cfg.coreos_image.is_none())
         .then(|| EarlyWrite::start(f.writer.clone(), &request));
-    let result =
-        install_after_prologue(f, &host_root, &request, bootstrap, single_node, &mut early);
+    let result = install_after_prologue(
+        f,
+        &host_root,
+        &request,
+        (bootstrap, single_node, kernel.kexec),
+        &mut early,
+    );
     match (result, early) {
         (Err(e), Some(early)) => Err(early.abandon(e)),
         (r, _) => r,
@@ -129,8 +140,7 @@ fn install_after_prologue(
     f: &Flow,
     host_root: &HostRoot,
     request: &WriteRequest,
-    bootstrap: bool,
-    single_node: bool,
+    (bootstrap, single_node, kexec): (bool, bool, bool),
     early: &mut Option<EarlyWrite>,
 ) -> Result<()> {
     let cfg = &f.cfg;
@@ -193,8 +203,10 @@ fn install_after_prologue(
         bootstrap_post_phase(f)?;
     }
     upload_logs(f, bootstrap || single_node);
+    // With --coreos-image no disk was written: nothing to load.
+    let kexec = (kexec && on_disk).then_some(request.device.as_path());
     // Single node reboots at once; the others wait a minute (etcd bootstrap race, OCPBUGS-5988).
-    finalize(f, if single_node { "now" } else { "+1" })
+    finalize(f, if single_node { "now" } else { "+1" }, kexec)
 }
 
 /// Report `Writing image to disk`, finish the early write if there is one, else (or if it
@@ -313,7 +325,7 @@ fn upload_logs(f: &Flow, is_bootstrap: bool) {
 
 /// Report `Rebooting`, drain the reports, and reboot `when`, or leave it to ironic (never in
 /// dry-run mode, where the reboot touches a marker).
-fn finalize(f: &Flow, when: &str) -> Result<()> {
+fn finalize(f: &Flow, when: &str, kexec: Option<&Path>) -> Result<()> {
     let ironic = !f.cfg.dry_run
         && ironic_agent_present(f.host.commands.as_ref())
             .context("checking for the ironic agent")?;
@@ -323,10 +335,40 @@ fn finalize(f: &Flow, when: &str) -> Result<()> {
     };
     f.reporter.stage(HostStage::Rebooting, info);
     f.reporter.drain(Duration::from_secs(60));
-    match ironic {
-        true => f.host.systemd().systemctl("stop", &["agent.service"]),
-        false => f.host.reboot.reboot(when),
+    if ironic {
+        if kexec.is_some() {
+            tracing::info!("ai.kexec: Ironic reboots this host, not the installer: no kexec");
+        }
+        return f.host.systemd().systemctl("stop", &["agent.service"]);
     }
+    if let Some(device) = kexec {
+        // The one warning of a fallback: the install succeeded whatever happens here.
+        match kexec_reboot(f, device, when) {
+            Ok(()) => return Ok(()),
+            Err(e) => tracing::warn!("ai.kexec: {e:#}; rebooting through the firmware"),
+        }
+    }
+    f.host.reboot.reboot(when)
+}
+
+/// Load the installed system of `device` (not in dry-run mode, where no disk was written) and
+/// schedule the kexec reboot into it.
+fn kexec_reboot(f: &Flow, device: &Path, when: &str) -> Result<()> {
+    if f.cfg.dry_run {
+        tracing::info!(
+            "dry run: not loading the installed system of {}",
+            device.display()
+        );
+    } else {
+        let loaded = f.kexec.load(device)?;
+        tracing::info!(
+            "ai.kexec: loaded {} ({} bytes of initramfs) from {}",
+            loaded.image.kernel,
+            loaded.initramfs_bytes,
+            device.display()
+        );
+    }
+    f.host.reboot.kexec_reboot(when)
 }
 
 #[cfg(test)]
@@ -334,7 +376,9 @@ mod tests {
     use super::*;
     use crate::flow::testing::TestFlow;
     use crate::host::ExecError;
+    use crate::kexec::testing::{coreos_boot, FromBootDir, RecordingLoader};
     use std::sync::atomic::Ordering;
+    use std::sync::Arc;
 
     /// A stop before the write (master) or during the worker's wait, after it: reported as a
     /// failure, with no poll after it and no reboot.
@@ -403,6 +447,124 @@ mod tests {
             let calls = t.writer.calls();
             assert_eq!(calls.len(), 1, "{cmdline:?}");
             assert_eq!(calls[0].verify, verify, "{cmdline:?}");
+        }
+    }
+
+    /// The warnings logged on this thread while `f` runs, one a line.
+    fn warnings_during<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(file.reopen().unwrap()))
+            .finish();
+        let value = tracing::subscriber::with_default(subscriber, f);
+        let text = std::fs::read_to_string(file.path()).unwrap();
+        (value, text.lines().map(str::to_string).collect())
+    }
+
+    /// A master's run: the flow, its host commands, its reports, its warnings about kexec.
+    type MasterRun = (TestFlow, Vec<String>, Vec<(String, String)>, Vec<String>);
+    /// A fallback case: its name, how it breaks the kexec, what the warning says.
+    type Fallback = (&'static str, fn(&mut TestFlow), &'static str);
+
+    /// A master's run with `cmdline` and a /boot set up by `boot`.
+    fn master_run(cmdline: &str, boot: impl FnOnce(&mut TestFlow)) -> MasterRun {
+        let mut t = TestFlow::new("master");
+        std::fs::write(&t.flow.paths.live_cmdline, cmdline).unwrap();
+        boot(&mut t);
+        let (result, warnings) = warnings_during(|| run_installer(&t.flow));
+        result.expect("the install succeeds");
+        let kexec = warnings
+            .into_iter()
+            .filter(|w| w.contains("kexec"))
+            .collect();
+        let (lines, reports) = (t.runner.lines(), t.reports());
+        (t, lines, reports, kexec)
+    }
+
+    const SHUTDOWN: &str = "shutdown -r +1 'Installation completed, server is going to reboot.'";
+    const TIMER: &str = "systemd-run --unit=assisted-installer-kexec --on-active=1min \
+        --timer-property=AccuracySec=1s /bin/sh -c systemctl --message=\"$1\" kexec || \
+        systemctl --message=\"$1\" reboot sh Installation completed, server is going to reboot.";
+
+    /// Every step before the reboot is the same as without the option (boot order, logs,
+    /// `Rebooting`); the load comes after them, and the reboot is the kexec one.
+    #[test]
+    fn ai_kexec_loads_the_written_system_and_reboots_into_it_after_every_other_step() {
+        let (_, plain, plain_reports, _) = master_run("ro", |_| {});
+        assert_eq!(plain.last().unwrap(), SHUTDOWN);
+        // The boot order (bootlist here, efibootmgr on UEFI hosts) and the logs come first.
+        for step in ["bootlist -m normal -o /dev/vda", "logs_sender"] {
+            assert!(plain.iter().any(|l| l.contains(step)), "{step}: {plain:?}");
+        }
+
+        let (t, lines, reports, warnings) = master_run("ro ai.kexec=1", |t| {
+            coreos_boot(&t.boot, Some("rd.neednet=1 ip=dhcp"))
+        });
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(lines[..lines.len() - 1], plain[..plain.len() - 1]);
+        assert_eq!(lines.last().unwrap(), TIMER);
+        assert_eq!(reports, plain_reports);
+        assert_eq!(t.kexec.devices(), [Path::new("/dev/vda")]);
+        let calls = t.loader.calls();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].kernel, b"kernel image");
+        assert_eq!(
+            calls[0].cmdline,
+            "ignition.firstboot rd.neednet=1 ip=dhcp ostree=/ostree/boot.1/rhcos/1/0 console=ttyS0"
+        );
+    }
+
+    /// Whatever fails, one warning says why and the host reboots through the firmware exactly
+    /// as without the option.
+    #[test]
+    fn each_kexec_failure_is_one_warning_and_the_usual_reboot() {
+        let (_, plain, plain_reports, _) = master_run("ro", |_| {});
+        let cases: [Fallback; 4] = [
+            ("no entry", |_| {}, "no BLS entry"),
+            (
+                "no kernel",
+                |t| {
+                    coreos_boot(&t.boot, None);
+                    std::fs::remove_file(t.boot.join("ostree/rhcos-1/vmlinuz")).unwrap();
+                },
+                "the kernel /ostree/rhcos-1/vmlinuz on /boot: No such file",
+            ),
+            (
+                "refused",
+                |t| {
+                    coreos_boot(&t.boot, None);
+                    let refusing = Arc::new(RecordingLoader::refusing(libc::EKEYREJECTED));
+                    t.flow.kexec = Arc::new(FromBootDir::new(&t.boot, refusing));
+                },
+                "the kernel's signature was refused",
+            ),
+            (
+                "not scheduled",
+                |t| {
+                    coreos_boot(&t.boot, None);
+                    t.runner
+                        .fail(TIMER, 1, "Failed to start transient timer unit");
+                },
+                "scheduling the kexec reboot: failed executing systemd-run",
+            ),
+        ];
+        for (name, boot, why) in cases {
+            let (_, lines, reports, warnings) = master_run("ro ai.kexec", boot);
+            assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
+            assert!(
+                warnings[0].contains("ai.kexec: ")
+                    && warnings[0].contains(why)
+                    && warnings[0].ends_with("; rebooting through the firmware"),
+                "{name}: {warnings:?}"
+            );
+            let without_timer: Vec<_> = lines
+                .iter()
+                .filter(|l| !l.starts_with("systemd-run"))
+                .collect();
+            assert_eq!(without_timer, plain.iter().collect::<Vec<_>>(), "{name}");
+            assert_eq!(reports, plain_reports, "{name}");
         }
     }
 

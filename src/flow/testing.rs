@@ -18,6 +18,8 @@ use crate::config::{InstallerConfig, Role};
 use crate::host::root::HostRoot;
 use crate::host::{CommandRunner, HostEffects, Rebooter, RecordingRunner, ShutdownRebooter};
 use crate::image::Cancel;
+use crate::kexec::testing::{FromBootDir, RecordingLoader};
+use crate::kexec::InstalledLoader;
 use crate::kube::dry::DryCluster;
 use crate::kube::ClusterApi;
 use crate::service::client::InventoryClient;
@@ -34,6 +36,7 @@ pub struct FlowBuilder {
     dir: PathBuf,
     service: Arc<dyn InventoryClient>,
     writer: Arc<dyn DiskWriter>,
+    kexec: Arc<dyn InstalledLoader>,
     commands: Arc<dyn CommandRunner>,
     reboot: Option<Arc<dyn Rebooter>>,
     clock: Arc<dyn Clock>,
@@ -78,6 +81,11 @@ impl FlowBuilder {
             dir: dir.to_path_buf(),
             service,
             writer,
+            // A /boot that is an empty directory: nothing to load, a firmware reboot.
+            kexec: Arc::new(FromBootDir::new(
+                &dir.join("boot"),
+                Arc::new(RecordingLoader::default()),
+            )),
             commands: Arc::new(RecordingRunner::new()),
             reboot: None,
             clock: Arc::new(FakeClock::new()),
@@ -153,6 +161,7 @@ impl FlowBuilder {
             client: self.service,
             host: HostEffects::new(self.commands, reboot, self.clock, dry_run),
             writer: self.writer,
+            kexec: self.kexec,
             paths: self.paths,
             arch: "x86_64".into(),
             kube,
@@ -178,6 +187,9 @@ macro_rules! setters {
 
 setters! {
     commands: Arc<dyn CommandRunner>;
+    /// Loads the installed system for `ai.kexec` (default: from an empty directory, which
+    /// fails: a firmware reboot).
+    kexec: Arc<dyn InstalledLoader>;
     clock: Arc<dyn Clock>;
     /// The API the flow finds behind the kubeconfig bootkube writes (which must exist).
     kube: Arc<dyn ClusterApi>;
@@ -328,6 +340,10 @@ mod unit {
         pub runner: Arc<RecordingRunner>,
         pub service: Arc<TestService>,
         pub writer: Arc<FakeWriter>,
+        /// What `ai.kexec` loads from: `boot` below, through `loader`.
+        pub kexec: Arc<FromBootDir>,
+        pub loader: Arc<RecordingLoader>,
+        pub boot: PathBuf,
         _dir: tempfile::TempDir,
     }
 
@@ -347,7 +363,11 @@ mod unit {
             let clock = Arc::new(FakeClock::new());
             let runner = Arc::new(RecordingRunner::new());
             let writer = Arc::new(FakeWriter::default());
+            let boot = dir.path().join("boot");
+            let loader = Arc::new(RecordingLoader::default());
+            let kexec = Arc::new(FromBootDir::new(&boot, loader.clone()));
             let flow = FlowBuilder::new(role, dir.path(), service.clone(), writer.clone())
+                .kexec(kexec.clone())
                 .installer_args(&["--image-url", "http://mirror.example/rhcos.raw.gz"])
                 .commands(runner.clone())
                 .clock(clock.clone())
@@ -360,6 +380,9 @@ mod unit {
                 runner,
                 service,
                 writer,
+                kexec,
+                loader,
+                boot,
                 _dir: dir,
             }
         }

@@ -4,13 +4,14 @@
 //! edits, and put the kernel's view back as it was. During a write (before the partition table
 //! is committed), or on a disk written earlier (`embed`).
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
 
 use crate::disk::boot::find_boot;
+use crate::disk::boot::BootPartition;
 use crate::disk::gpt::DiskWindows;
 use crate::disk::loopdev::LoopAttachment;
-use crate::disk::mount::with_private_mount;
+use crate::disk::mount::{with_private_mount, with_private_mount_read_only};
 use crate::disk::partitions::{ensure_nodes, publish, PartitionSpec};
 use crate::disk::table;
 use crate::disk::{Device, DeviceKind};
@@ -126,4 +127,48 @@ pub(crate) fn apply_to_written_disk(
         // no --save-part* options: no partition is kept).
         Err(e) => Err(reset(None, &path, ss, &WriteOptions::default(), e)),
     }
+}
+
+/// Call `f` on the /boot of a written disk (its partition table on the disk), mounted
+/// read-only: a block device through its partition node, a disk-image file through a loop
+/// device. What the kexec load reads the installed system from.
+pub(crate) fn with_written_boot<T: Send>(
+    device: &Path,
+    f: impl FnOnce(&Path) -> Result<T> + Send,
+) -> Result<T> {
+    let dev = Device::open_for_write(device)?;
+    let mut w = DiskWindows::load(&dev)?;
+    let gpt = table::read(&mut w, dev.sector_size())
+        .map_err(|e| anyhow!("{} has no readable GPT ({e})", device.display()))?;
+    let table = PartitionSpec::from_gpt(&gpt);
+    let boot = find_boot(&dev, &table)?;
+    let kind = dev.kind();
+    // mount(2) refuses a partition of a disk held with O_EXCL.
+    drop(dev);
+    match kind {
+        DeviceKind::Block => mount_boot_read_only(device, &table, &boot, f),
+        DeviceKind::File => {
+            let attached = LoopAttachment::attach(device, gpt.sector_size)?;
+            mount_boot_read_only(attached.path(), &table, &boot, f)
+        }
+    }
+}
+
+fn mount_boot_read_only<T: Send>(
+    disk: &Path,
+    table: &[PartitionSpec],
+    boot: &BootPartition,
+    f: impl FnOnce(&Path) -> Result<T> + Send,
+) -> Result<T> {
+    // The table is on the disk for good: the nodes may stay, as after a write.
+    let nodes = publish(disk, table)?;
+    let Some((_, node)) = nodes.iter().find(|(n, _)| *n == boot.number) else {
+        bail!(
+            "no device node for partition {} of {}",
+            boot.number,
+            disk.display()
+        );
+    };
+    with_private_mount_read_only(node, boot.fstype, f)
+        .with_context(|| format!("reading /boot ({}) of {}", node.display(), disk.display()))
 }

@@ -4,9 +4,11 @@
 pub(crate) mod examples;
 pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
+pub(crate) mod firmware;
 pub(crate) mod flow_builder;
 pub(crate) mod http_server;
 pub(crate) mod images;
+pub(crate) mod kexec_guest;
 pub(crate) mod live_ns;
 pub(crate) mod master_run;
 pub(crate) mod root;

@@ -83,6 +83,9 @@ pub(crate) struct Run {
     pub lines: Vec<String>,
     /// The guest's share (empty for a boot).
     pub share: PathBuf,
+    /// When each console line was first seen complete, from QEMU's start (index = line number
+    /// in [`Run::console`]); the console is polled every 20 ms, so each is up to that late.
+    pub line_seen: Vec<Duration>,
 }
 
 impl Run {
@@ -109,6 +112,14 @@ impl Run {
     pub(crate) fn exit_code(&self) -> Option<i32> {
         let exit = |l: &String| l.strip_prefix("exit ")?.trim().parse().ok();
         self.lines.iter().find_map(exit)
+    }
+
+    /// The first console line from line `from` on that contains `text`: its number and when it
+    /// was seen (see [`Run::line_seen`]).
+    pub(crate) fn seen(&self, text: &str, from: usize) -> Option<(usize, Duration)> {
+        let mut lines = self.console.lines().enumerate().skip(from);
+        let (n, _) = lines.find(|(_, l)| l.contains(text))?;
+        Some((n, *self.line_seen.get(n)?))
     }
 
     /// A file of the guest's share as text ("" when missing).
@@ -151,9 +162,13 @@ pub(crate) fn run_qemu(
         .unwrap_or_else(|e| panic!("starting {QEMU}: {e}"));
     let read = || fs::read(dir.join("console.log")).unwrap_or_default();
     let (mut ready_after, mut killed, mut timed_out) = (None, false, false);
+    let mut line_seen = Vec::new();
     while child.try_wait().unwrap().is_none() {
+        let bytes = read();
+        let lines = bytes.iter().filter(|b| **b == b'\n').count();
+        line_seen.resize(lines.max(line_seen.len()), started.elapsed());
         if ready_after.is_none() || kill_when.is_some() {
-            let console = String::from_utf8_lossy(&read()).into_owned();
+            let console = String::from_utf8_lossy(&bytes);
             if ready_after.is_none() && console.contains(&ready) {
                 ready_after = Some(started.elapsed());
             }
@@ -169,6 +184,7 @@ pub(crate) fn run_qemu(
     }
     let elapsed = started.elapsed();
     let console = String::from_utf8_lossy(&read()).into_owned();
+    line_seen.resize(console.lines().count().max(line_seen.len()), elapsed);
     let lines = console
         .lines()
         .filter_map(|l| Some(l.split_once(marker)?.1.trim_end().to_string()))
@@ -183,6 +199,7 @@ pub(crate) fn run_qemu(
         killed,
         lines,
         share: PathBuf::new(),
+        line_seen,
     }
 }
 
