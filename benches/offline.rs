@@ -300,10 +300,10 @@ fn offline(c: &mut Criterion) {
 /// /sysroot/ostree/repo with write-image's own readers (its plan, store, batches and default
 /// thread count), without the rest of the install.
 fn read_objects(osmet: &Path) {
-    use assisted_installer::image::osmet::{read_objects_alone, READERS};
+    use assisted_installer::image::osmet::read_objects_alone;
     let through_mount = std::env::var(THROUGH_MOUNT_ENV).as_deref() == Ok("1");
     let repo = Path::new("/sysroot/ostree/repo");
-    let read = read_objects_alone(osmet, repo, READERS, through_mount).unwrap();
+    let read = read_objects_alone(osmet, repo, None, through_mount).unwrap();
     assert!(read > 0, "no object bytes read");
 }
 
@@ -332,7 +332,7 @@ fn report() {
         ("dd-direct", "dd oflag=direct bs=4M (raw image)"),
         (
             "objects-alone",
-            "objects alone from the squashfs (8 threads)",
+            "objects alone from the squashfs (default threads)",
         ),
         (
             "objects-alone-through-mount",

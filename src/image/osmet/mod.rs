@@ -129,9 +129,8 @@ impl LiveImage {
     /// its image. Fails before anything is written when no file matches.
     pub fn open(&self, sector_size: u64) -> Result<LiveSource> {
         let (dir, repo) = self.locate()?;
-        let readers = self.read_threads.unwrap_or(objects::READERS);
         tracing::info!(
-            "live image: osmet files in {}, OSTree objects in {} (read on {readers} threads)",
+            "live image: osmet files in {}, OSTree objects in {}",
             dir.display(),
             repo.display()
         );
@@ -170,7 +169,7 @@ impl LiveImage {
             chosen.packed,
             chosen.path.display().to_string(),
             (&repo, self.read_through_mount),
-            readers,
+            self.read_threads,
         )
         .context("starting the live image rebuild")?;
         Ok(LiveSource {
@@ -214,13 +213,14 @@ impl RawImage for LiveSource {
 }
 
 /// Read every object extent the osmet file `osmet` maps from the OSTree repository `repo`, as a
-/// rebuild does (the same plan, store, `readers` threads and batches), and drop the bytes: the
+/// rebuild does (the same plan, store, `readers` threads (`None`: the store's default) and
+/// batches), and drop the bytes: the
 /// benches' limit "the objects alone". The bytes read.
 #[cfg(any(test, feature = "test-support"))]
 pub fn read_objects_alone(
     osmet: &Path,
     repo: &Path,
-    readers: usize,
+    readers: Option<usize>,
     through_mount: bool,
 ) -> Result<u64> {
     let file =
@@ -230,6 +230,7 @@ pub fn read_objects_alone(
     let pieces = plan::plan(&d.body()?, objects::MAX_READ)?;
     let extents = plan::object_extents(&pieces);
     let store = store::Store::open(repo, &extents, through_mount);
+    let readers = readers.unwrap_or_else(|| store.default_readers());
     let mut objects = objects::Objects::start(extents, store, readers)?;
     let (mut buf, mut total) = (vec![0u8; objects::MAX_READ as usize], 0);
     loop {

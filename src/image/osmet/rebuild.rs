@@ -41,17 +41,19 @@ pub(crate) struct Rebuild {
 impl Rebuild {
     /// Start rebuilding: `xz` is the osmet file positioned at its packed stream, `repo` the
     /// OSTree repository holding the objects (`<repo>/objects/..`, see [`Store`] for how they
-    /// are read), read on `readers` threads.
+    /// are read), read on `readers` threads (`None`: the store's default).
     pub(crate) fn start(
         pieces: Vec<Piece>,
         size: u64,
         xz: BufReader<File>,
         osmet_name: String,
         (repo, through_mount): (&Path, bool),
-        readers: usize,
+        readers: Option<usize>,
     ) -> io::Result<Rebuild> {
         let extents = object_extents(&pieces);
         let store = Store::open(repo, &extents, through_mount);
+        let readers = readers.unwrap_or_else(|| store.default_readers());
+        tracing::info!("live image: reading the objects on {readers} threads");
         let objects = Objects::start(extents, store, readers)?;
         let packed = Packed::spawn(xz, osmet_name)?;
         Ok(Rebuild {
@@ -259,7 +261,7 @@ mod tests {
                 BufReader::new(f),
                 path.display().to_string(),
                 (self.dir.path(), false),
-                readers,
+                Some(readers),
             )
             .unwrap()
         }
