@@ -392,7 +392,7 @@ fn report() {
         );
     }
     if let (Some(one), Some(w)) = (median("write-image-read-threads-1"), median("write-image")) {
-        println!("--read-threads 1 / default (8): {:.2}", one / w);
+        println!("--read-threads 1 / default: {:.2}", one / w);
     }
     if let (Some(k), Some(w)) = (median("write-image-through-mount"), median("write-image")) {
         println!(

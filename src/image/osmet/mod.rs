@@ -24,9 +24,9 @@ use crate::image::digest::Sha256Sum;
 use crate::image::pipeline::RawImage;
 use choose::Wanted;
 pub(crate) use objects::MAX_READERS;
-#[cfg(any(test, feature = "test-support"))]
-pub use objects::READERS;
 use rebuild::Rebuild;
+#[cfg(any(test, feature = "test-support"))]
+pub use store::READERS;
 
 /// Where the live ISO's service (`coreos-liveiso-persist-osmet`) or the PXE initramfs puts the
 /// osmet files.
@@ -42,7 +42,7 @@ pub struct LiveImage {
     /// Where the install flows found the host's root: the defaults are looked for there only.
     /// `None` (`write-image`): here, else through /proc/1/root.
     pub host_root: Option<HostRoot>,
-    /// Threads reading the objects (`--read-threads`); `None`: [`objects::READERS`].
+    /// Threads reading the objects (`--read-threads`); `None`: [`store::READERS`].
     pub read_threads: Option<usize>,
     /// Read the objects through the mounted filesystem even when it is a squashfs whose image
     /// could be decoded here (`--read-through-mount`).

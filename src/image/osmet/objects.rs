@@ -4,8 +4,8 @@
 //! coreos-installer opens each object anew for every extent and reads it through an 8 KiB
 //! pipe, on the thread that also hashes and writes. Here consecutive extents are grouped into
 //! batches of up to [`MAX_READ`] bytes; each batch is read by one of `readers` threads
-//! ([`READERS`] unless `--read-threads` says otherwise) into one of `readers + SPARE_BUFFERS`
-//! recycled 1 MiB buffers (large reads straight into the buffer, zeros only past an object's
+//! ([`Store::default_readers`] unless `--read-threads` says otherwise) into one of
+//! `readers + SPARE_BUFFERS` recycled 1 MiB buffers (large reads straight into the buffer, zeros only past an object's
 //! end), and batches come back in order. So:
 //! - memory in flight is exactly `(readers + SPARE_BUFFERS) × MAX_READ`, whatever the object
 //!   sizes, with no allocation once the buffers exist;
@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
-use super::format::ObjectId;
+use super::plan::Extent;
 use super::squashfs::Decoder;
 use super::store::Store;
 
@@ -33,21 +33,10 @@ pub(crate) const MAX_READ: u64 = 1 << 20;
 /// batches that wait behind a slower one (batches come back in order), so that a reader never
 /// waits for a buffer while an earlier batch is still being read.
 const SPARE_BUFFERS: usize = 4;
-/// Threads reading objects, by default (`--read-threads`).
-pub const READERS: usize = 8;
 /// The most reader threads (each one holds a 1 MiB buffer).
 pub(crate) const MAX_READERS: usize = 64;
 /// Extents in one batch, at most (a batch of many tiny objects is read by one thread).
 const MAX_BATCH_EXTENTS: usize = 128;
-
-/// One extent of an object: `len` bytes from `logical`, needed at image offset `at`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Extent {
-    pub object: ObjectId,
-    pub logical: u64,
-    pub len: u64,
-    pub at: u64,
-}
 
 struct Job {
     extents: Vec<Extent>,
@@ -176,6 +165,8 @@ impl Drop for Objects {
 
 #[cfg(test)]
 mod tests {
+    use super::super::format::ObjectId;
+    use super::super::store::READERS;
     use super::*;
 
     /// 600 objects of sizes from 1 byte to 1.3 MiB (several batches of many small extents, and

@@ -5,8 +5,16 @@
 
 use anyhow::{bail, Result};
 
-use super::format::Body;
-use super::objects::Extent;
+use super::format::{Body, ObjectId};
+
+/// One extent of an object: `len` bytes from `logical`, needed at image offset `at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub object: ObjectId,
+    pub logical: u64,
+    pub len: u64,
+    pub at: u64,
+}
 
 /// One step of the rebuild, in image order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -145,8 +145,9 @@ impl Read for Rebuild {
 #[cfg(test)]
 mod tests {
     use super::super::format::{Body, Mapping, ObjectId, Partition};
-    use super::super::objects::{MAX_READ, READERS};
+    use super::super::objects::MAX_READ;
     use super::super::plan::plan;
+    use super::super::store::READERS;
     use super::*;
     use std::io::{Seek, SeekFrom, Write};
 

@@ -15,12 +15,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::format::ObjectId;
-use super::objects::{Extent, READERS};
+use super::plan::Extent;
 use super::squashfs::format::{FileInode, Inode};
 use super::squashfs::{Decoder, Squashfs, NEVER};
 
 /// `statfs`'s type of a SquashFS mount ("hsqs").
 const SQUASHFS_MAGIC: u64 = 0x7371_7368;
+
+/// Threads reading objects through the kernel, by default (`--read-threads`).
+pub const READERS: usize = 8;
 
 pub(crate) enum Store {
     /// `<repo>/objects/..`, read through the kernel.
