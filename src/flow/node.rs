@@ -450,19 +450,6 @@ mod tests {
         }
     }
 
-    /// The warnings logged on this thread while `f` runs, one a line.
-    fn warnings_during<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
-        let file = tempfile::NamedTempFile::new().unwrap();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(std::sync::Mutex::new(file.reopen().unwrap()))
-            .finish();
-        let value = tracing::subscriber::with_default(subscriber, f);
-        let text = std::fs::read_to_string(file.path()).unwrap();
-        (value, text.lines().map(str::to_string).collect())
-    }
-
     /// A master's run: the flow, its host commands, its reports, its warnings about kexec.
     type MasterRun = (TestFlow, Vec<String>, Vec<(String, String)>, Vec<String>);
     /// A fallback case: its name, how it breaks the kexec, what the warning says.
@@ -473,7 +460,7 @@ mod tests {
         let mut t = TestFlow::new("master");
         std::fs::write(&t.flow.paths.live_cmdline, cmdline).unwrap();
         boot(&mut t);
-        let (result, warnings) = warnings_during(|| run_installer(&t.flow));
+        let (result, warnings) = crate::logging::warnings_during(|| run_installer(&t.flow));
         result.expect("the install succeeds");
         let kexec = warnings
             .into_iter()

@@ -63,3 +63,17 @@ pub(crate) fn init_with_file(
         .with(journal_layer)
         .try_init();
 }
+
+/// The warnings logged on this thread while `f` runs, one a line, with its result.
+#[cfg(test)]
+pub(crate) fn warnings_during<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file.reopen().unwrap()))
+        .finish();
+    let value = tracing::subscriber::with_default(subscriber, f);
+    let text = std::fs::read_to_string(file.path()).unwrap();
+    (value, text.lines().map(str::to_string).collect())
+}

@@ -254,10 +254,8 @@ impl Inode {
                 file(
                     &mut r,
                     number,
-                    blocks_start,
-                    fragment,
-                    offset,
-                    size,
+                    (blocks_start, size),
+                    (fragment, offset),
                     block_size,
                 )
             }
@@ -272,10 +270,8 @@ impl Inode {
                 file(
                     &mut r,
                     number,
-                    blocks_start,
-                    fragment,
-                    offset,
-                    size,
+                    (blocks_start, size),
+                    (fragment, offset),
                     block_size,
                 )
             }
@@ -306,13 +302,13 @@ fn block_count(size: u64, fragment: u32, block_size: u32) -> io::Result<usize> {
     } as usize)
 }
 
+/// The rest of a file inode after its fixed fields: where its blocks start and its size, its
+/// fragment block and the tail's offset there.
 fn file(
     r: &mut Le,
     number: u32,
-    blocks_start: u64,
-    fragment: u32,
-    offset: u32,
-    size: u64,
+    (blocks_start, size): (u64, u64),
+    (fragment, offset): (u32, u32),
     block_size: u32,
 ) -> io::Result<Inode> {
     let count = block_count(size, fragment, block_size)?;
