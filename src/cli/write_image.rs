@@ -57,9 +57,9 @@ pub struct WriteImageArgs {
     /// Threads for xz decoding (multi-block images); default: one per CPU.
     #[arg(long, value_name = "N", hide_short_help = true)]
     pub xz_threads: Option<u32>,
-    /// Threads reading the live image's OSTree objects, 1 to 64 [default: 8]. On a live ISO
-    /// they are read from its squashfs root, which a kernel with per-CPU squashfs
-    /// decompressors decompresses on as many cores.
+    /// Threads reading the live image's OSTree objects, 1 to 64 [default: one per core, up to
+    /// 8, when the squashfs image under them is decoded here; 8 through the mounted
+    /// filesystem, where they also wait on the media].
     #[arg(long, value_name = "N", hide_short_help = true, conflicts_with = "image",
           value_parser = clap::value_parser!(u16).range(1..=MAX_READERS as i64))]
     pub read_threads: Option<u16>,
