@@ -209,8 +209,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (extents, want) = objects(dir.path());
         for readers in [1, 2, 7, READERS, MAX_READERS] {
-            let mut o =
-                Objects::start(extents.clone(), Store::Files(dir.path().into()), readers).unwrap();
+            let mut o = Objects::start(extents.clone(), Store::files(dir.path()), readers).unwrap();
             assert_eq!(o.threads.len(), readers);
             assert_eq!(o.free.len() + o.ahead.len(), readers + SPARE_BUFFERS);
             let (mut got, mut buf) = (Vec::new(), vec![0u8; 100_000]);
@@ -229,7 +228,7 @@ mod tests {
     fn the_number_of_readers_is_kept_within_its_bounds() {
         let dir = tempfile::tempdir().unwrap();
         for (asked, got) in [(0, 1), (MAX_READERS + 1, MAX_READERS)] {
-            let o = Objects::start(Vec::new(), Store::Files(dir.path().into()), asked).unwrap();
+            let o = Objects::start(Vec::new(), Store::files(dir.path()), asked).unwrap();
             assert_eq!(o.threads.len(), got, "{asked} readers asked");
         }
     }

@@ -25,14 +25,14 @@ const SQUASHFS_MAGIC: u64 = 0x7371_7368;
 /// Threads reading objects through the kernel, by default (`--read-threads`).
 pub const READERS: usize = 8;
 
-pub(crate) enum Store {
-    /// `<repo>/objects/..`, read through the kernel.
-    Files(PathBuf),
-    Image(Box<Image>),
+pub(crate) struct Store {
+    /// `<repo>/objects/..`, read through the kernel when there is no image, or for what the
+    /// image cannot give.
+    repo: PathBuf,
+    image: Option<Image>,
 }
 
 pub(crate) struct Image {
-    repo: PathBuf,
     fs: Squashfs,
     objects: HashMap<ObjectId, FileInode>,
     /// For each extent that reads a tail from a fragment block (by its image offset): the image
@@ -43,6 +43,14 @@ pub(crate) struct Image {
 }
 
 impl Store {
+    /// The objects of `repo` read through the kernel.
+    pub(crate) fn files(repo: &Path) -> Store {
+        Store {
+            repo: repo.to_path_buf(),
+            image: None,
+        }
+    }
+
     /// The store for the objects `wanted` of `repo`: the SquashFS image under it unless
     /// `through_mount` or it cannot be used (then the log says why).
     pub(crate) fn open(repo: &Path, wanted: &[Extent], through_mount: bool) -> Store {
@@ -50,25 +58,28 @@ impl Store {
             tracing::info!(
                 "live image: reading the objects through the mounted filesystem, as asked"
             );
-            return Store::Files(repo.to_path_buf());
+            return Store::files(repo);
         }
-        match Image::open(repo, wanted) {
-            Ok(Some(image)) => {
-                tracing::info!(
-                    "live image: decoding the objects from the squashfs image on {} ({} objects)",
-                    image.fs.name,
-                    image.objects.len()
-                );
-                Store::Image(Box::new(image))
-            }
-            Ok(None) => Store::Files(repo.to_path_buf()),
+        let image = match Image::open(repo, wanted) {
+            Ok(image) => image,
             Err(e) => {
                 tracing::warn!(
                     "live image: {} is on a squashfs whose image cannot be read here ({e}); reading the objects through the mounted filesystem",
                     repo.display()
                 );
-                Store::Files(repo.to_path_buf())
+                None
             }
+        };
+        if let Some(image) = &image {
+            tracing::info!(
+                "live image: decoding the objects from the squashfs image on {} ({} objects)",
+                image.fs.name,
+                image.objects.len()
+            );
+        }
+        Store {
+            repo: repo.to_path_buf(),
+            image,
         }
     }
 
@@ -78,18 +89,11 @@ impl Store {
     /// its root into RAM so the ISO can go), the work is decompression, and each thread holds
     /// a decompression context and blocks (2.3 MiB each in the offline bench).
     pub(crate) fn default_readers(&self) -> usize {
-        match self {
-            Store::Files(_) => READERS,
-            Store::Image(_) => {
+        match self.image {
+            None => READERS,
+            Some(_) => {
                 std::thread::available_parallelism().map_or(READERS, |n| n.get().min(READERS))
             }
-        }
-    }
-
-    fn repo(&self) -> &Path {
-        match self {
-            Store::Files(repo) => repo,
-            Store::Image(image) => &image.repo,
         }
     }
 
@@ -101,32 +105,14 @@ impl Store {
         buf: &mut Vec<u8>,
         d: &mut Decoder,
     ) -> io::Result<()> {
-        let start = buf.len();
-        if let Store::Image(image) = self {
-            if let Some(file) = image.objects.get(&e.object) {
-                if !image.failed.load(Ordering::Relaxed) {
-                    let len = file.size.saturating_sub(e.logical).min(e.len);
-                    let next = image.next_use.get(&e.at).copied().unwrap_or(NEVER);
-                    match image.fs.read(file, (e.logical, len), buf, next, d) {
-                        Ok(()) => {
-                            buf.resize(start + e.len as usize, 0);
-                            return Ok(());
-                        }
-                        Err(err) => {
-                            buf.truncate(start);
-                            if !image.failed.swap(true, Ordering::Relaxed) {
-                                tracing::warn!(
-                                    "live image: OSTree object {e} cannot be decoded from the squashfs image on {} ({err}); reading the objects through the mounted filesystem from now on",
-                                    image.fs.name,
-                                    e = e.object
-                                );
-                            }
-                        }
-                    }
-                }
-            }
+        if self
+            .image
+            .as_ref()
+            .is_some_and(|i| i.read_extent(e, buf, d))
+        {
+            return Ok(());
         }
-        read_file_extent(self.repo(), e, buf)
+        read_file_extent(&self.repo, e, buf)
     }
 }
 
@@ -156,6 +142,37 @@ fn read_file_extent(repo: &Path, e: &Extent, buf: &mut Vec<u8>) -> io::Result<()
 }
 
 impl Image {
+    /// [`Store::read_extent`] from the image: false, `buf` as it was, when the object must be
+    /// read through the kernel (not in the image, or the image failed once: then one warning).
+    fn read_extent(&self, e: &Extent, buf: &mut Vec<u8>, d: &mut Decoder) -> bool {
+        let Some(file) = self.objects.get(&e.object) else {
+            return false;
+        };
+        if self.failed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let start = buf.len();
+        let len = file.size.saturating_sub(e.logical).min(e.len);
+        let next = self.next_use.get(&e.at).copied().unwrap_or(NEVER);
+        match self.fs.read(file, (e.logical, len), buf, next, d) {
+            Ok(()) => {
+                buf.resize(start + e.len as usize, 0);
+                true
+            }
+            Err(err) => {
+                buf.truncate(start);
+                if !self.failed.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "live image: OSTree object {} cannot be decoded from the squashfs image on {} ({err}); reading the objects through the mounted filesystem from now on",
+                        e.object,
+                        self.fs.name
+                    );
+                }
+                false
+            }
+        }
+    }
+
     /// The image under `repo` with the `wanted` objects looked up; `None` when `repo` is not on
     /// a SquashFS.
     fn open(repo: &Path, wanted: &[Extent]) -> io::Result<Option<Image>> {
@@ -184,7 +201,6 @@ impl Image {
         drop(lookup);
         let next_use = next_fragment_use(wanted, &objects, fs.block_size());
         Ok(Some(Image {
-            repo: repo.to_path_buf(),
             fs,
             objects,
             next_use,
@@ -299,6 +315,7 @@ fn components_below_mount(path: &Path, dev: u64) -> io::Result<Vec<String>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::squashfs::format::DataBlock;
     use super::*;
 
     fn id(n: u8) -> ObjectId {
@@ -354,19 +371,24 @@ mod tests {
         (repo, image, objects)
     }
 
-    fn image_store(repo: &Path, image: &Path, wanted: &[Extent]) -> Image {
+    /// The store of `repo` with its squashfs image `image` (a file here, a mounted device in
+    /// use), the `wanted` objects looked up.
+    fn image_store(repo: &Path, image: &Path, wanted: &[Extent]) -> Store {
         let fs = Squashfs::open(File::open(image).unwrap(), image.display().to_string()).unwrap();
         let mut lookup = fs.lookup();
         let root = lookup.root().unwrap();
         let objects = lookup_objects(&mut lookup, root, wanted).unwrap();
         drop(lookup);
         let next_use = next_fragment_use(wanted, &objects, fs.block_size());
-        Image {
-            repo: repo.to_path_buf(),
+        let image = Image {
             fs,
             objects,
             next_use,
             failed: AtomicBool::new(false),
+        };
+        Store {
+            repo: repo.to_path_buf(),
+            image: Some(image),
         }
     }
 
@@ -396,18 +418,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (repo, image, objects) = repo(dir.path());
         let (extents, want) = all(&objects);
-        let store = Store::Image(Box::new(image_store(&repo, &image, &extents)));
-        let Store::Image(i) = &store else {
-            unreachable!()
-        };
+        let store = image_store(&repo, &image, &extents);
+        let i = store.image.as_ref().unwrap();
         assert_eq!(i.objects.len(), 3);
         assert!(read_all(&store, &extents) == want);
         assert!(!i.failed.load(Ordering::Relaxed));
         // Not on a squashfs: the files.
-        assert!(matches!(
-            Store::open(&repo, &extents, false),
-            Store::Files(_)
-        ));
+        assert!(Store::open(&repo, &extents, false).image.is_none());
     }
 
     #[test]
@@ -417,19 +434,16 @@ mod tests {
         let (extents, want) = all(&objects);
         let good = image_store(&repo, &image, &extents);
         // The first object's first data block overwritten in the image.
-        let at = good.objects[&id(1)].blocks_start;
+        let at = good.image.unwrap().objects[&id(1)].blocks[0].at;
         let mut bytes = std::fs::read(&image).unwrap();
         bytes[at as usize..at as usize + 32].fill(0x55);
         std::fs::write(&image, bytes).unwrap();
-        let store = Store::Image(Box::new(image_store(&repo, &image, &extents)));
+        let store = image_store(&repo, &image, &extents);
         assert!(
             read_all(&store, &extents) == want,
             "the bytes come from the files"
         );
-        let Store::Image(i) = &store else {
-            unreachable!()
-        };
-        assert!(i.failed.load(Ordering::Relaxed));
+        assert!(store.image.unwrap().failed.load(Ordering::Relaxed));
     }
 
     #[test]
@@ -437,8 +451,14 @@ mod tests {
         let file = |fragment: Option<u32>, blocks: usize, size: u64| FileInode {
             number: 0,
             size,
-            blocks_start: 0,
-            blocks: vec![1; blocks],
+            blocks: vec![
+                DataBlock {
+                    at: 0,
+                    stored: 1,
+                    compressed: true
+                };
+                blocks
+            ],
             fragment: fragment.map(|f| (f, 0)),
         };
         let objects = HashMap::from([

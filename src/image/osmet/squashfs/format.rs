@@ -86,14 +86,12 @@ impl Superblock {
         if r.u32()? != MAGIC {
             return Err(bad("no superblock (wrong magic number)"));
         }
-        let _inodes = r.u32()?;
-        let _mtime = r.u32()?;
+        r.skip(8)?; // inode count, modification time
         let block_size = r.u32()?;
         let fragment_count = r.u32()?;
         let compressor = r.u16()?;
         let block_log = r.u16()?;
-        let _flags = r.u16()?;
-        let _ids = r.u16()?;
+        r.skip(4)?; // flags, id count
         let version = (r.u16()?, r.u16()?);
         if version != (4, 0) {
             return Err(bad(format_args!(
@@ -117,8 +115,7 @@ impl Superblock {
         };
         let root_inode = r.u64()?;
         let bytes_used = r.u64()?;
-        let _ids_table = r.u64()?;
-        let _xattr_table = r.u64()?;
+        r.skip(16)?; // id and xattr tables
         let (inode_table, directory_table, fragment_table) = (r.u64()?, r.u64()?, r.u64()?);
         for (name, at) in [
             ("inode table", inode_table),
@@ -155,7 +152,7 @@ pub(crate) fn metadata_header(h: u16) -> io::Result<(usize, bool)> {
 }
 
 /// A data block's stored length (0: a sparse block of zeros) and whether it is compressed.
-pub(crate) fn data_size(word: u32, block_size: u32) -> io::Result<(u32, bool)> {
+fn data_size(word: u32, block_size: u32) -> io::Result<(u32, bool)> {
     let len = word & !DATA_UNCOMPRESSED;
     if len > block_size {
         return Err(bad(format_args!(
@@ -183,14 +180,36 @@ impl MetaRef {
     }
 }
 
-/// A regular file: where its blocks are, their sizes, and its tail in a fragment block.
+/// A data block (of a file, or a fragment block) as stored: where, how many bytes (0: a sparse
+/// block of zeros), compressed or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DataBlock {
+    pub(crate) at: u64,
+    pub(crate) stored: u32,
+    pub(crate) compressed: bool,
+}
+
+impl DataBlock {
+    /// The block at `at` whose size word is `word`.
+    pub(crate) fn new(at: u64, word: u32, block_size: u32) -> io::Result<DataBlock> {
+        let (stored, compressed) = data_size(word, block_size)?;
+        Ok(DataBlock {
+            at,
+            stored,
+            compressed,
+        })
+    }
+}
+
+/// A regular file: its blocks, located once here (a read then starts at the block it needs,
+/// without summing the sizes before it), and its tail in a fragment block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FileInode {
     pub(crate) number: u32,
     pub(crate) size: u64,
-    pub(crate) blocks_start: u64,
-    /// The size words of its whole blocks (and of a last partial block when it has no tail).
-    pub(crate) blocks: Vec<u32>,
+    /// Its whole blocks (and a last partial block when it has no tail), stored one after the
+    /// other.
+    pub(crate) blocks: Vec<DataBlock>,
     /// The fragment block holding its tail, and the tail's offset in it.
     pub(crate) fragment: Option<(u32, u32)>,
 }
@@ -232,17 +251,16 @@ impl Inode {
         match kind {
             1 => {
                 let block = r.u32()? as u64;
-                let _links = r.u32()?;
+                r.skip(4)?; // link count
                 let size = r.u16()? as usize;
                 let offset = r.u16()? as usize;
                 Ok(Inode::dir(number, block, offset, size))
             }
             8 => {
-                let _links = r.u32()?;
+                r.skip(4)?; // link count
                 let size = r.u32()? as usize;
                 let block = r.u32()? as u64;
-                let _parent = r.u32()?;
-                let _index_count = r.u16()?;
+                r.skip(6)?; // parent inode, index count
                 let offset = r.u16()? as usize;
                 Ok(Inode::dir(number, block, offset, size))
             }
@@ -262,11 +280,10 @@ impl Inode {
             9 => {
                 let blocks_start = r.u64()?;
                 let size = r.u64()?;
-                let _sparse = r.u64()?;
-                let _links = r.u32()?;
+                r.skip(12)?; // sparse bytes, link count
                 let fragment = r.u32()?;
                 let offset = r.u32()?;
-                let _xattr = r.u32()?;
+                r.skip(4)?; // xattr index
                 file(
                     &mut r,
                     number,
@@ -317,7 +334,14 @@ fn file(
             "file inode {number}: its list of {count} blocks is truncated"
         )));
     }
-    let blocks = (0..count).map(|_| r.u32()).collect::<io::Result<_>>()?;
+    let mut at = blocks_start;
+    let blocks = (0..count)
+        .map(|_| {
+            let block = DataBlock::new(at, r.u32()?, block_size)?;
+            at += block.stored as u64;
+            Ok(block)
+        })
+        .collect::<io::Result<_>>()?;
     let fragment = (fragment != NO_FRAGMENT).then_some((fragment, offset));
     if let Some((_, offset)) = fragment {
         let tail = size % block_size as u64;
@@ -330,7 +354,6 @@ fn file(
     Ok(Inode::File(FileInode {
         number,
         size,
-        blocks_start,
         blocks,
         fragment,
     }))
@@ -517,12 +540,24 @@ mod tests {
         let Inode::File(f) = Inode::parse(&b, bs).unwrap() else {
             panic!("not a file")
         };
-        assert_eq!((f.number, f.size, f.blocks_start), (77, 8202, 4096));
-        assert_eq!(f.blocks, [1000, 4096 | DATA_UNCOMPRESSED]);
+        assert_eq!((f.number, f.size), (77, 8202));
+        let block = |at, stored, compressed| DataBlock {
+            at,
+            stored,
+            compressed,
+        };
+        // Located one after the other from the blocks' start.
+        assert_eq!(
+            f.blocks,
+            [block(4096, 1000, true), block(5096, 4096, false)]
+        );
         assert_eq!(f.fragment, Some((5, 100)));
-        assert_eq!(data_size(f.blocks[1], bs).unwrap(), (4096, false));
-        assert_eq!(data_size(f.blocks[0], bs).unwrap(), (1000, true));
         assert!(data_size(4097, bs).is_err());
+        let e = Inode::parse(&file_inode(4096 + 10, 1, &[4097]), bs).unwrap_err();
+        assert!(
+            e.to_string().contains("a data block of 4097 bytes stored"),
+            "{e}"
+        );
         // Without a fragment the last partial block is a block of its own.
         let b = file_inode(4096 + 10, NO_FRAGMENT, &[900, 9]);
         let Inode::File(f) = Inode::parse(&b, bs).unwrap() else {

@@ -21,7 +21,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 
-use format::{bad, Compression, FileInode, Inode, MetaRef, Superblock};
+use format::{bad, Compression, DataBlock, FileInode, Inode, MetaRef, Superblock};
 
 /// Decompressed fragment blocks kept, in bytes (8 at the largest block size, 64 at the
 /// default 128 KiB: 6,966 decompressions in the measurement above, 3,676 with 256 kept). The
@@ -37,8 +37,8 @@ pub(crate) struct Squashfs {
     /// The device or file, for messages.
     pub(crate) name: String,
     sb: Superblock,
-    /// Each fragment block's offset in the image and size word.
-    fragments: Vec<(u64, u32)>,
+    /// The fragment blocks.
+    fragments: Vec<DataBlock>,
     cache: Mutex<FragmentCache>,
     cache_len: usize,
 }
@@ -174,7 +174,7 @@ impl Squashfs {
         Ok((out, at + 2 + len as u64))
     }
 
-    fn fragment_table(&self) -> io::Result<Vec<(u64, u32)>> {
+    fn fragment_table(&self) -> io::Result<Vec<DataBlock>> {
         let count = self.sb.fragment_count as usize;
         if count == 0 {
             return Ok(Vec::new());
@@ -192,7 +192,8 @@ impl Squashfs {
             let at = u64::from_le_bytes(pointer.try_into().expect("8 bytes"));
             let (bytes, _) = self.metadata(at, &mut d)?;
             for e in bytes.chunks_exact(16).take(count - entries.len()) {
-                entries.push(format::parse_fragment(e)?);
+                let (at, word) = format::parse_fragment(e)?;
+                entries.push(DataBlock::new(at, word, self.sb.block_size)?);
             }
         }
         if entries.len() != count {
@@ -235,16 +236,12 @@ impl Squashfs {
             return Ok(());
         }
         let bs = self.sb.block_size as u64;
-        let mut at = file.blocks_start;
-        for (k, &word) in file.blocks.iter().enumerate() {
-            let (stored, compressed) = format::data_size(word, self.sb.block_size)?;
+        let first = (logical / bs) as usize;
+        for (k, b) in file.blocks.iter().enumerate().skip(first) {
             let (start, block_end) = (k as u64 * bs, ((k as u64 + 1) * bs).min(file.size));
-            if block_end > logical && start < end {
-                let block = self.data_block(at, stored, compressed, block_end - start, d)?;
-                let from = logical.max(start) - start;
-                out.extend_from_slice(&block[from as usize..(end.min(block_end) - start) as usize]);
-            }
-            at += stored as u64;
+            let block = self.data_block(b, block_end - start, d)?;
+            let from = logical.max(start) - start;
+            out.extend_from_slice(&block[from as usize..(end.min(block_end) - start) as usize]);
             if block_end >= end {
                 return Ok(());
             }
@@ -274,9 +271,11 @@ impl Squashfs {
     /// One data block, decompressed into the decoder's scratch block: at least `want` bytes.
     fn data_block<'d>(
         &self,
-        at: u64,
-        stored: u32,
-        compressed: bool,
+        &DataBlock {
+            at,
+            stored,
+            compressed,
+        }: &DataBlock,
         want: u64,
         d: &'d mut Decoder,
     ) -> io::Result<&'d [u8]> {
@@ -323,14 +322,13 @@ impl Squashfs {
         }
         let spare = cache.spare.pop().unwrap_or_default();
         drop(cache);
-        let &(at, word) = self.fragments.get(index as usize).ok_or_else(|| {
+        let block = self.fragments.get(index as usize).ok_or_else(|| {
             bad(format_args!(
                 "fragment block {index} asked, the table has {}",
                 self.fragments.len()
             ))
         })?;
-        let (stored, compressed) = format::data_size(word, self.sb.block_size)?;
-        self.data_block(at, stored, compressed, 0, d)?;
+        self.data_block(block, 0, d)?;
         let bytes = Arc::new(std::mem::replace(&mut d.block, spare));
         if next != NEVER {
             let mut cache = self.cache.lock().expect("fragment cache lock");
