@@ -224,19 +224,11 @@ fn offline(c: &mut Criterion) {
     g.bench_function("coreos-installer", |b| {
         b.iter(|| {
             ran("coreos-installer");
-            let out = f
-                .live
-                .command(&f.packer)
-                .args(["install", "--offline"])
+            let mut cmd = f.live.command(&f.packer);
+            cmd.args(["install", "--offline"])
                 .arg(&f.target.path)
-                .env("RUST_BACKTRACE", "0")
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "coreos-installer install --offline: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+                .env("RUST_BACKTRACE", "0");
+            coreos_image::run(&mut cmd).unwrap();
         })
     });
     g.bench_function("dd-direct", |b| {
@@ -249,19 +241,11 @@ fn offline(c: &mut Criterion) {
         g.bench_function(id, |b| {
             b.iter(|| {
                 ran(id);
-                let out = f
-                    .live
-                    // This very binary, even if a rebuild has replaced its file since it started.
-                    .command(format!("/proc/{}/exe", std::process::id()))
-                    .env(READ_OBJECTS_ENV, &f.fx.osmet)
-                    .env(THROUGH_MOUNT_ENV, through_mount)
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                // This very binary, even if a rebuild has replaced its file since it started.
+                let mut cmd = f.live.command(format!("/proc/{}/exe", std::process::id()));
+                cmd.env(READ_OBJECTS_ENV, &f.fx.osmet)
+                    .env(THROUGH_MOUNT_ENV, through_mount);
+                coreos_image::run(&mut cmd).unwrap();
             })
         });
     }
