@@ -201,3 +201,38 @@ fn cancellation_stops_a_backoff_at_once() {
     assert!(err.contains("cancelled"), "{err}");
     assert!(start.elapsed() < Duration::from_secs(10));
 }
+
+/// A small document: read whole through a cut (resumed like an image), `None` for a 404 (a
+/// signature may be absent), an error for other refusals and for a body over the limit.
+#[test]
+fn documents_are_fetched_whole_and_a_404_is_missing() {
+    use assisted_installer::image::source::fetch_document;
+    let data = pattern(300_000, 6);
+    let srv = TestServer::start();
+    srv.route(
+        "/doc",
+        Route::bytes(data.clone()).with_faults(vec![vec![Fault::CutAfter(100_000)]]),
+    );
+    srv.route(
+        "/denied",
+        Route::bytes(vec![]).with_sticky(vec![Fault::Status(403)]),
+    );
+    let get = |path: &str, limit| {
+        fetch_document(
+            &srv.url(path),
+            "test document",
+            limit,
+            &fast(2),
+            &Cancel::new(),
+        )
+    };
+    assert_eq!(get("/doc", 1 << 20).unwrap(), Some(data));
+    assert_eq!(get("/nothing-here", 1 << 20).unwrap(), None);
+    let e = format!("{:#}", get("/denied", 1 << 20).unwrap_err());
+    assert!(
+        e.contains("fetching the test document") && e.contains("403"),
+        "{e}"
+    );
+    let e = format!("{:#}", get("/doc", 1000).unwrap_err());
+    assert!(e.contains("larger than 1000 bytes"), "{e}");
+}

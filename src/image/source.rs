@@ -163,10 +163,9 @@ fn log_retry(why: &anyhow::Error, next: &Retrying) {
 
 impl HttpSource {
     pub fn open(url: &str, opts: &HttpOptions, cancel: &Cancel) -> Result<HttpSource> {
-        let parsed =
-            reqwest::Url::parse(url).with_context(|| format!("invalid image URL {url:?}"))?;
+        let parsed = reqwest::Url::parse(url).with_context(|| format!("invalid URL {url:?}"))?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            bail!("image URL {url:?} must be http:// or https://");
+            bail!("URL {url:?} must be http:// or https://");
         }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -242,9 +241,12 @@ impl HttpSource {
             return retry(format!("GET {}: server answered {status}", self.url));
         }
         if self.pos == 0 {
+            if matches!(code, 404 | 410) {
+                return fatal(anyhow!(NotFound(self.url.to_string())));
+            }
             if !status.is_success() {
                 return fatal(anyhow!(
-                    "GET {}: server answered {status}; check the image URL",
+                    "GET {}: server answered {status}; check the URL",
                     self.url
                 ));
             }
@@ -360,6 +362,46 @@ impl HttpSource {
             self.total.map(|t| format!(" of {t}")).unwrap_or_default()
         ))
     }
+}
+
+/// The server has no such file (404 or 410): for a document that may be absent (a signature),
+/// "missing" rather than a failure.
+#[derive(Debug, thiserror::Error)]
+#[error("GET {0}: the server has no such file (404); check the URL")]
+pub struct NotFound(pub String);
+
+/// A small document over http(s) (a signature, stream metadata, an Ignition config), read
+/// whole with the same retries, CA certificates and timeouts as the image; `None` when the
+/// server has no such file. `what` names it in errors; more than `limit` bytes is refused (a
+/// wrong URL can name a multi-GiB image).
+pub fn fetch_document(
+    url: &str,
+    what: &str,
+    limit: u64,
+    http: &HttpOptions,
+    cancel: &Cancel,
+) -> Result<Option<Vec<u8>>> {
+    let mut src = match HttpSource::open(url, http, cancel) {
+        Ok(src) => src,
+        Err(e) if e.downcast_ref::<NotFound>().is_some() => return Ok(None),
+        Err(e) => return Err(e.context(format!("fetching the {what}"))),
+    };
+    let too_big =
+        || anyhow!("the {what} at {url} is larger than {limit} bytes: is it the right URL?");
+    if src.total.is_some_and(|t| t > limit) {
+        return Err(too_big());
+    }
+    let mut body = Vec::new();
+    while src
+        .read_more(&mut body, cancel)
+        .with_context(|| format!("fetching the {what}"))?
+        > 0
+    {
+        if body.len() as u64 > limit {
+            return Err(too_big());
+        }
+    }
+    Ok(Some(body))
 }
 
 fn validator(h: &HeaderMap) -> Option<String> {
