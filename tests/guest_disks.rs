@@ -183,6 +183,7 @@ disk() {
 /// then `AI-GUEST cases <failed steps>` and the power cut.
 fn script(hosts: &[String; 4], image_sha256: &str) -> String {
     let mut s = WRITE_IMAGE_CASE.to_string();
+    s.push_str("d=$(disk ai-cut); echo \"${d#/dev/}\" >/share/cut.dev\n");
     for (label, _, ss) in TARGETS {
         let _ = writeln!(s, "install {label} \"$(disk ai-{label})\" img{ss}.raw.zst");
     }
@@ -546,6 +547,39 @@ fn disks_of_every_kind_device_mapper_and_a_power_cut_in_one_guest() {
             let file = share.join(format!("{serial}.img"));
             check_written(&file, sectors * 512, &set(512).raw.path, 512, KARG, &[]);
         }
+    });
+
+    // Each install warns about the other disks with a filesystem labelled `boot`, read from
+    // their GPTs (at 512 and 4096-byte sectors): the earlier install on the cut disk, then the
+    // disks installed before; never the array's own members.
+    check("other boot filesystems", &|| {
+        let warned = |label: &str| -> Vec<String> {
+            let out = shared(&format!("{label}.out"));
+            let list = out
+                .split_once("labelled \"boot\": ")
+                .and_then(|(_, rest)| rest.split_once(". GRUB"))
+                .map_or("", |(list, _)| list);
+            list.split(", ")
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        let node = |label: &str| format!("/dev/{}", shared(&format!("{label}.dev")).trim());
+        let boot = |labels: &[&str]| -> Vec<String> {
+            let mut nodes: Vec<String> = labels
+                .iter()
+                .map(|l| format!("{} partition 3", node(l)))
+                .collect();
+            nodes.sort();
+            nodes
+        };
+        assert_eq!(warned("nvme"), boot(&["cut"]));
+        assert_eq!(warned("scsi"), boot(&["nvme", "cut"]));
+        assert_eq!(warned("ahci"), boot(&["nvme", "scsi", "scsi4k", "cut"]));
+        assert_eq!(
+            warned("md"),
+            boot(&["nvme", "scsi", "scsi4k", "ahci", "cut"])
+        );
     });
 
     let report = |label: &str| {

@@ -8,6 +8,7 @@ pub mod gpt;
 pub(crate) mod holders;
 pub(crate) mod loopdev;
 pub(crate) mod mount;
+mod other_boot;
 mod partition_maps;
 pub(crate) mod partitions;
 pub(crate) mod probe;
@@ -20,3 +21,4 @@ mod windows;
 
 pub use device::{Device, DeviceKind, ZeroMethod};
 pub use holders::DeviceBusy;
+pub(crate) use other_boot::warn_about_other_boot_filesystems;

@@ -12,7 +12,7 @@ use super::reset::show_partitions;
 use crate::disk::gpt::DiskWindows;
 use crate::disk::partitions::PartitionSpec;
 use crate::disk::saved::SavedPartitions;
-use crate::disk::Device;
+use crate::disk::{warn_about_other_boot_filesystems, Device};
 use crate::image::progress::ProgressSink;
 use crate::image::{
     source, stream_image, Cancel, Input, Interrupted, Origin, Staged, WriteOptions, WriteSummary,
@@ -76,6 +76,7 @@ impl Streamed {
     pub fn finish(self, post: &PostInstall, stop: &Cancel) -> Result<WriteSummary> {
         let Streamed { dev, staged, opts } = self;
         let path = dev.path().to_path_buf();
+        let devno = dev.devno();
         let ss = staged.layout().sector_size;
         let mut held = Some(dev);
         let summary = post_install_then_commit(&mut held, staged, &opts.saved, post, stop)
@@ -84,6 +85,7 @@ impl Streamed {
         if let Some(dev) = held {
             show_partitions(dev);
         }
+        warn_about_other_boot_filesystems(devno);
         Ok(summary)
     }
 

@@ -1,0 +1,310 @@
+//! After an install: other disks with a filesystem labelled `boot`. GRUB and CoreOS find /boot
+//! by that label, so a second one (an old install on another disk) can make the installed system
+//! boot with the wrong /boot. coreos-installer warns about them after re-reading every partition
+//! table and running `blkid` on every node; we read each disk's GPT and superblocks ourselves,
+//! read-only, so no partition node or udev is needed.
+//!
+//! Only devices that exist when the installed system boots matter: loop, ram, zram and nbd
+//! devices are made at run time (the live ISO's own root is a loop device), optical and floppy
+//! drives are skipped. Neither is the target, nor what it is built from or what is built on it
+//! (a multipath map's paths, its partition maps, an md array's members).
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::boot::BOOT_LABEL;
+use super::probe::{probe, PROBE_LEN};
+use super::sysfs;
+use super::table::{self, PartitionSpec};
+
+/// A filesystem labelled `boot` found on another device: the device node, and the partition
+/// (`None`: the filesystem is on the whole device).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BootLabelled {
+    pub node: PathBuf,
+    pub partition: Option<u32>,
+}
+
+impl std::fmt::Display for BootLabelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.partition {
+            Some(n) => write!(f, "{} partition {n}", self.node.display()),
+            None => write!(f, "{}", self.node.display()),
+        }
+    }
+}
+
+/// Kernel name prefixes of devices that do not exist when the installed system boots, or that
+/// are not disks.
+const NOT_AT_BOOT: [&str; 6] = ["loop", "ram", "zram", "nbd", "sr", "fd"];
+
+/// One warning naming every other device with a filesystem labelled `boot`, if any. `target`:
+/// the installed disk's device number (`None` for a disk-image file). Best effort: a device
+/// that cannot be read is skipped.
+pub(crate) fn warn_about_other_boot_filesystems(target: Option<(u64, u64)>) {
+    let target = target
+        .and_then(|(major, minor)| sysfs::block_dir(major, minor).ok())
+        .and_then(|dir| Some(dir.file_name()?.to_string_lossy().into_owned()));
+    let found = other_boot_filesystems(Path::new("/sys/block"), Path::new("/dev"), target);
+    if found.is_empty() {
+        return;
+    }
+    let list: Vec<String> = found.iter().map(ToString::to_string).collect();
+    tracing::warn!(
+        "other disks also have a filesystem labelled {BOOT_LABEL:?}: {}. GRUB and CoreOS find /boot by that \
+         label, so the installed system may boot with the wrong one: wipe them (wipefs -a on each) before rebooting",
+        list.join(", ")
+    );
+}
+
+/// The devices under `sys_block` (nodes in `dev`) other than `target` (a kernel name) and the
+/// devices related to it, with a filesystem labelled `boot` on the whole device or on a
+/// partition (of its GPT, or one the kernel lists).
+pub(crate) fn other_boot_filesystems(
+    sys_block: &Path,
+    dev: &Path,
+    target: Option<String>,
+) -> Vec<BootLabelled> {
+    let skip = target.map(|t| related(sys_block, &t)).unwrap_or_default();
+    let mut found = Vec::new();
+    for name in sysfs::names_in(sys_block) {
+        let dir = sys_block.join(&name);
+        if skip.contains(&name)
+            || NOT_AT_BOOT.iter().any(|p| name.starts_with(p))
+            || is_partition_map(&dir)
+        {
+            continue;
+        }
+        let node = dev.join(&name);
+        match labelled_boot(&node, &dir) {
+            Ok(parts) => found.extend(parts.into_iter().map(|partition| BootLabelled {
+                node: node.clone(),
+                partition,
+            })),
+            Err(e) => tracing::debug!(
+                "looking for a {BOOT_LABEL:?} label on {}: {e}",
+                node.display()
+            ),
+        }
+    }
+    found
+}
+
+/// `target` and everything it is built from (slaves, transitively) or that is built on it
+/// (holders, transitively), and the other paths of a multipath map built on it (the same
+/// disk). The two directions are not mixed otherwise: an LVM volume over the target and another
+/// disk must not hide that other disk.
+fn related(sys_block: &Path, target: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::from([target.to_string()]);
+    for list in ["slaves", "holders"] {
+        let mut todo = vec![target.to_string()];
+        while let Some(name) = todo.pop() {
+            for next in sysfs::names_in(&sys_block.join(&name).join(list)) {
+                if out.insert(next.clone()) {
+                    todo.push(next);
+                }
+            }
+        }
+    }
+    let multipath = |name: &String| {
+        sysfs::dm_identity(&sys_block.join(name))
+            .is_some_and(|(_, uuid)| uuid.starts_with("mpath-"))
+    };
+    let paths: Vec<String> = out
+        .iter()
+        .filter(|name| multipath(name))
+        .flat_map(|map| sysfs::names_in(&sys_block.join(map).join("slaves")))
+        .collect();
+    out.extend(paths);
+    out
+}
+
+/// A device-mapper partition map of another disk (uuid `partN-…`, as kpartx and we name
+/// them): the disk itself is probed at the partition's offset already.
+fn is_partition_map(dir: &Path) -> bool {
+    sysfs::dm_identity(dir).is_some_and(|(_, uuid)| uuid.starts_with("part"))
+}
+
+/// Where on `node` a filesystem is labelled `boot`: `None` for the whole device, else the
+/// partition numbers.
+fn labelled_boot(node: &Path, sys_dir: &Path) -> std::io::Result<Vec<Option<u32>>> {
+    let mut file = File::open(node)?;
+    let mut at: Vec<(Option<u32>, u64)> = vec![(None, 0)];
+    if let Ok(gpt) = table::read(&mut file, None) {
+        at.extend(
+            PartitionSpec::from_gpt(&gpt)
+                .iter()
+                .map(|p| (Some(p.number), p.start)),
+        );
+    }
+    for p in sysfs::partitions(sys_dir) {
+        if !at.iter().any(|&(_, start)| start == p.start) {
+            at.push((Some(p.number), p.start));
+        }
+    }
+    let mut head = vec![0u8; PROBE_LEN];
+    let mut found = Vec::new();
+    for (partition, start) in at {
+        let n = read_up_to(&file, &mut head, start)?;
+        if probe(&head[..n]).is_some_and(|(_, label)| label == BOOT_LABEL) {
+            found.push(partition);
+        }
+    }
+    Ok(found)
+}
+
+/// Fill `buf` from `offset` as far as the device goes; the bytes read.
+fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], offset + n as u64)? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gptman::GPTPartitionEntry;
+    use std::fs;
+
+    const MIB: u64 = 1 << 20;
+
+    /// An ext4 superblock labelled `label` at `offset` of `file`.
+    fn ext4_at(file: &File, offset: u64, label: &str) {
+        file.write_all_at(&[0x53, 0xef], offset + 1024 + 0x38)
+            .unwrap();
+        file.write_all_at(label.as_bytes(), offset + 1024 + 0x78)
+            .unwrap();
+    }
+
+    /// A fake /sys/block and /dev: `disks` are (name, slaves, holders, dm uuid), each node an
+    /// 8 MiB file.
+    struct Host {
+        dir: tempfile::TempDir,
+    }
+
+    impl Host {
+        fn new() -> Host {
+            let dir = tempfile::tempdir().unwrap();
+            fs::create_dir_all(dir.path().join("sys")).unwrap();
+            fs::create_dir_all(dir.path().join("dev")).unwrap();
+            Host { dir }
+        }
+        fn sys(&self) -> PathBuf {
+            self.dir.path().join("sys")
+        }
+        fn disk(&self, name: &str) -> File {
+            let sys = self.sys().join(name);
+            for list in ["slaves", "holders"] {
+                fs::create_dir_all(sys.join(list)).unwrap();
+            }
+            let f = fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(self.dir.path().join("dev").join(name))
+                .unwrap();
+            f.set_len(8 * MIB).unwrap();
+            f
+        }
+        fn link(&self, from: &str, list: &str, to: &str) {
+            fs::write(self.sys().join(from).join(list).join(to), "").unwrap();
+        }
+        fn found(&self, target: Option<&str>) -> Vec<String> {
+            other_boot_filesystems(
+                &self.sys(),
+                &self.dir.path().join("dev"),
+                target.map(Into::into),
+            )
+            .iter()
+            .map(|b| {
+                b.to_string()
+                    .replace(&*self.dir.path().to_string_lossy(), "")
+            })
+            .collect()
+        }
+    }
+
+    /// A GPT whose partition 2 (at 2 MiB) holds an ext4 filesystem labelled `label`.
+    fn gpt_disk(mut f: File, label: &str) {
+        let entry = GPTPartitionEntry {
+            partition_type_guid: [1; 16],
+            unique_partition_guid: [2; 16],
+            starting_lba: 2 * MIB / 512,
+            ending_lba: 4 * MIB / 512 - 1,
+            attribute_bits: 0,
+            partition_name: "boot".into(),
+        };
+        table::write_new(&mut f, 512, &[(2, entry)], "a test GPT").unwrap();
+        ext4_at(&f, 2 * MIB, label);
+    }
+
+    #[test]
+    fn other_disks_labelled_boot_are_found_on_their_gpt_kernel_partitions_or_whole() {
+        let h = Host::new();
+        gpt_disk(h.disk("sdb"), "boot");
+        ext4_at(&h.disk("sdc"), 0, "boot");
+        // An MBR disk: only the kernel knows its partition 1, at 1 MiB.
+        ext4_at(&h.disk("sdd"), MIB, "boot");
+        let part = h.sys().join("sdd/sdd1");
+        fs::create_dir_all(&part).unwrap();
+        for (k, v) in [("partition", "1"), ("start", "2048"), ("size", "4096")] {
+            fs::write(part.join(k), v).unwrap();
+        }
+        // Other labels and blank disks are not reported.
+        gpt_disk(h.disk("sde"), "root");
+        h.disk("sdf");
+        // Not there at boot: a loop device holding an installed image.
+        gpt_disk(h.disk("loop3"), "boot");
+        let want = ["/dev/sdb partition 2", "/dev/sdc", "/dev/sdd partition 1"];
+        assert_eq!(h.found(None), want);
+        assert_eq!(h.found(Some("sde")), want);
+        // The target itself is not "another" disk.
+        assert_eq!(
+            h.found(Some("sdc")),
+            ["/dev/sdb partition 2", "/dev/sdd partition 1"]
+        );
+    }
+
+    #[test]
+    fn the_targets_own_paths_and_maps_are_not_other_disks() {
+        let h = Host::new();
+        // The target dm-0 is a multipath map over sda and sdb; dm-1 is its partition map
+        // (and a holder); dm-2 a partition map of another disk, sdc.
+        for name in ["sda", "sdb", "sdc", "dm-0", "dm-1", "dm-2"] {
+            gpt_disk(h.disk(name), "boot");
+        }
+        for path in ["sda", "sdb"] {
+            h.link("dm-0", "slaves", path);
+            h.link(path, "holders", "dm-0");
+        }
+        h.link("dm-0", "holders", "dm-1");
+        let maps = [
+            ("dm-0", "mpath-36001"),
+            ("dm-1", "part2-mpath-36001"),
+            ("dm-2", "part2-sdc"),
+        ];
+        for (map, uuid) in maps {
+            fs::create_dir_all(h.sys().join(map).join("dm")).unwrap();
+            fs::write(h.sys().join(map).join("dm/name"), map).unwrap();
+            fs::write(h.sys().join(map).join("dm/uuid"), uuid).unwrap();
+        }
+        assert_eq!(h.found(Some("dm-0")), ["/dev/sdc partition 2"]);
+        // Written through one of the map's paths: the other path is the same disk.
+        assert_eq!(h.found(Some("sda")), ["/dev/sdc partition 2"]);
+        // An LVM volume over the target and sdc does not hide sdc.
+        fs::write(h.sys().join("dm-0/dm/uuid"), "LVM-abc").unwrap();
+        h.link("dm-0", "slaves", "sdc");
+        assert_eq!(
+            h.found(Some("sda")),
+            ["/dev/sdb partition 2", "/dev/sdc partition 2"]
+        );
+    }
+}
