@@ -25,7 +25,7 @@ pub struct PostInstallArgs {
     #[arg(long, value_name = "sha256-HEX|sha512-HEX", requires = "ignition_file", help_heading = POST)]
     pub ignition_hash: Option<String>,
     /// Platform ID for ignition.platform.id (and that platform's console defaults).
-    #[arg(long, value_name = "ID", help_heading = POST)]
+    #[arg(short = 'p', long, value_name = "ID", help_heading = POST)]
     pub platform: Option<String>,
     /// Kernel and GRUB console, e.g. ttyS0,115200n8 or tty0 (repeatable).
     #[arg(long, value_name = "SPEC", help_heading = POST)]
