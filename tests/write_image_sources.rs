@@ -220,3 +220,36 @@ fn an_ignition_url_over_http_needs_its_digest_or_insecure_ignition() {
         assert_eq!(fs.mode("/ignition/config.ign"), 0o600);
     }
 }
+
+/// An image URL's password and signed query stay out of the output, retries included.
+#[test]
+fn an_image_urls_credentials_are_never_printed() {
+    let set = images();
+    let srv = TestServer::start();
+    let flaky = vec![vec![common::http_server::Fault::Status(500)]];
+    srv.route("/i.raw.gz", Route::file(&set.gz.path).with_faults(flaky));
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let disk = target(dir.path(), "disk.img", &set);
+    let url = srv
+        .url("/i.raw.gz")
+        .replace("http://", "http://core:hunter2@")
+        + "?sig=s3cret";
+    let missing = url.replace("/i.raw.gz", "/none.raw.gz");
+    for (u, want) in [(&url, "server answered 500"), (&missing, "no such file")] {
+        let out = write_image(&[
+            "-u",
+            u,
+            "--insecure",
+            "--fetch-retries",
+            "1",
+            "--preserve-on-error",
+            disk.to_str().unwrap(),
+        ]);
+        let said = text(&out);
+        assert!(said.contains(want), "{said}");
+        assert!(
+            !said.contains("hunter2") && !said.contains("s3cret"),
+            "{said}"
+        );
+    }
+}

@@ -11,10 +11,10 @@ use clap::{Args, CommandFactory, FromArgMatches};
 use std::path::{Path, PathBuf};
 
 use super::config_file::file_args;
-use super::ignition_url::shown;
 use super::live_install::karg_args;
 use super::write_image::WriteImageArgs;
 use super::{Cli, Command};
+use crate::image::source::shown_url;
 
 /// Where the live system's config files are, as coreos-installer's live install service.
 const INSTALLER_D: &str = "/etc/coreos/installer.d";
@@ -127,13 +127,11 @@ fn without_sources(argv: &[String]) -> Vec<String> {
     let mut skip_value = false;
     for a in argv {
         let name = a.split('=').next().unwrap_or(a);
-        if std::mem::take(&mut skip_value) {
+        let attached_c = a.starts_with("-c") && a.len() > 2 && !a.starts_with("--");
+        if std::mem::take(&mut skip_value) || a == "--from-kernel-args" || attached_c {
             continue;
-        } else if a == "--from-kernel-args"
-            || (a.starts_with("-c") && a.len() > 2 && !a.starts_with("--"))
-        {
-            continue;
-        } else if WITH_VALUE.contains(&name) {
+        }
+        if WITH_VALUE.contains(&name) {
             skip_value = !a.contains('=');
             continue;
         }
@@ -142,14 +140,14 @@ fn without_sources(argv: &[String]) -> Vec<String> {
     out
 }
 
-/// Arguments as one line for the log: URLs without credentials or query (see [`shown`]),
+/// Arguments as one line for the log: URLs without credentials or query (see [`shown_url`]),
 /// arguments with spaces quoted.
 fn for_log(args: &[String]) -> String {
     let safe = |a: &String| match a.split_once('=') {
         Some((option, url)) if option.starts_with("--") && url.contains("://") => {
-            format!("{option}={}", shown(url))
+            format!("{option}={}", shown_url(url))
         }
-        _ if a.contains("://") => shown(a),
+        _ if a.contains("://") => shown_url(a),
         _ => a.clone(),
     };
     let quoted = |a: String| if a.contains(' ') { format!("'{a}'") } else { a };

@@ -2,48 +2,35 @@
 //! checked like `--ignition-file` (its `--ignition-hash` as soon as it arrives, then its shape).
 //!
 //! Such URLs may carry credentials (`user:password@`) or tokens (a signed query): only
-//! [`shown`] (scheme, host, port, path) ever reaches a message.
+//! [`shown_url`] (scheme, host, port, path) ever reaches a message.
 
 use anyhow::{anyhow, bail, Result};
 
 use crate::ignition::{IgnitionConfig, IgnitionHash};
-use crate::image::source::{fetch_document, HttpOptions};
+use crate::image::source::{fetch_document, shown_url, HttpOptions};
 use crate::image::Cancel;
 
 /// The largest config fetched: configs embed files as data URLs, but a URL naming a disk image
 /// by mistake must not fill the memory.
 const LIMIT: u64 = 64 << 20;
 
-/// The URL for messages: scheme://host[:port]/path, without credentials, query or fragment.
-pub(crate) fn shown(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(u) => {
-            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
-            let host = u.host_str().unwrap_or_default();
-            format!("{}://{host}{port}{}", u.scheme(), u.path())
-        }
-        // Not a URL: it may still hold a secret, so nothing of it.
-        Err(_) => "<not a URL>".to_string(),
-    }
-}
-
 /// Refuse a URL that cannot be fetched safely: https, or plain http only when its content is
 /// checked (`hash`) or accepted unchecked (`insecure`). No network access.
 pub(crate) fn check(url: &str, hash: bool, insecure: bool) -> Result<()> {
     let parsed = reqwest::Url::parse(url)
-        .map_err(|e| anyhow!("--ignition-url {} is not a URL ({e})", shown(url)))?;
+        .map_err(|e| anyhow!("--ignition-url {} is not a URL ({e})", shown_url(url)))?;
     match parsed.scheme() {
         "https" => Ok(()),
         "http" if hash || insecure => Ok(()),
         "http" => bail!(
             "refusing to fetch the Ignition config {} over plain http: pass --ignition-hash to \
              check it, or --insecure-ignition to accept it unchecked, or use https",
-            shown(url)
+            shown_url(url)
         ),
         other => bail!(
             "--ignition-url {}: unsupported scheme {other:?}; use https (or http with \
              --ignition-hash or --insecure-ignition)",
-            shown(url)
+            shown_url(url)
         ),
     }
 }
@@ -55,7 +42,7 @@ pub(crate) fn fetch(
     http: &HttpOptions,
     cancel: &Cancel,
 ) -> Result<IgnitionConfig> {
-    let what = format!("Ignition config {}", shown(url));
+    let what = format!("Ignition config {}", shown_url(url));
     let body = fetch_document(url, "Ignition config", LIMIT, http, cancel)
         .map_err(|e| anyhow!(scrub(&format!("{e:#}"), url)))?
         .ok_or_else(|| {
@@ -65,12 +52,12 @@ pub(crate) fn fetch(
     IgnitionConfig::check(body, hash, &what)
 }
 
-/// `text` with every spelling of `url` in it replaced by its [`shown`] form: the download's
-/// messages name the URL whole.
+/// `text` with every spelling of `url` in it replaced by its [`shown_url`] form, in case a
+/// message of the download names it whole.
 fn scrub(text: &str, url: &str) -> String {
-    let mut out = text.replace(url, &shown(url));
+    let mut out = text.replace(url, &shown_url(url));
     if let Ok(parsed) = reqwest::Url::parse(url) {
-        out = out.replace(parsed.as_str(), &shown(url));
+        out = out.replace(parsed.as_str(), &shown_url(url));
     }
     out
 }
@@ -80,13 +67,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shown_drops_credentials_query_and_fragment() {
+    fn shown_urls_drop_credentials_query_and_fragment() {
         assert_eq!(
-            shown("https://user:pw@example.com:8443/a/b.ign?token=s3cret#frag"),
+            shown_url("https://user:pw@example.com:8443/a/b.ign?token=s3cret#frag"),
             "https://example.com:8443/a/b.ign"
         );
-        assert_eq!(shown("http://h/x.ign"), "http://h/x.ign");
-        assert_eq!(shown("s3cret"), "<not a URL>");
+        assert_eq!(shown_url("http://h/x.ign"), "http://h/x.ign");
+        assert_eq!(shown_url("s3cret"), "<not a URL>");
         let url = "http://u:pw@h/x?sig=abc";
         let text = format!(
             "GET {}: server answered 500",
