@@ -79,6 +79,7 @@ pub fn resolve(args: WriteImageArgs, argv: &[String]) -> Result<WriteImageArgs> 
     let matches = cli.try_get_matches_from(full).map_err(|e| {
         let rendered = e.render().to_string();
         let first = rendered.lines().next().unwrap_or_default();
+        let first = first.trim_start_matches("error: ");
         anyhow!("with the options of the config files and kernel arguments: {first}")
     })?;
     let Command::WriteImage(mut resolved) = Cli::from_arg_matches(&matches)?.command else {

@@ -222,7 +222,9 @@ fn conflicts_across_sources_are_refused() {
     let e = resolve_argv(&["-c", &path(&d, "u.yaml"), "-f", "/i.raw", "/d"]).unwrap_err();
     let e = e.to_string();
     assert!(
-        e.contains("config files and kernel arguments") && e.contains("--image-url"),
+        e.starts_with(
+            "with the options of the config files and kernel arguments: the argument '--image-url"
+        ),
         "{e}"
     );
 }
