@@ -14,6 +14,7 @@ use super::config_file::file_args;
 use super::live_install::karg_args;
 use super::write_image::WriteImageArgs;
 use super::{Cli, Command};
+use crate::host::root::{HostRoot, PID1_ROOT};
 use crate::image::source::shown_url;
 
 /// Where the live system's config files are, as coreos-installer's live install service.
@@ -35,8 +36,14 @@ pub fn resolve(args: WriteImageArgs, argv: &[String]) -> Result<WriteImageArgs> 
     if args.from_kernel_args {
         // The live install service retries forever: it has nothing to lose.
         front.push("--fetch-retries=infinite".to_string());
-        let dir = args.installer_config_dir.as_deref();
-        files = installer_d(dir.unwrap_or(Path::new(INSTALLER_D)))?;
+        let dir = args
+            .installer_config_dir
+            .clone()
+            .or_else(default_installer_d);
+        files = dir
+            .map(|d| installer_d(&d))
+            .transpose()?
+            .unwrap_or_default();
         let path = args.cmdline.as_deref().unwrap_or(Path::new(PROC_CMDLINE));
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the kernel command line {}", path.display()))?;
@@ -87,6 +94,18 @@ pub fn resolve(args: WriteImageArgs, argv: &[String]) -> Result<WriteImageArgs> 
     };
     resolved.device = Some(PathBuf::from(device));
     Ok(resolved)
+}
+
+/// The live system's installer.d: here if it exists, else the host's through /proc/1/root (as
+/// the live image's default paths, for a run in a container); none where neither is there
+/// or the host cannot be seen.
+fn default_installer_d() -> Option<PathBuf> {
+    let here = Path::new(INSTALLER_D);
+    if here.is_dir() {
+        return Some(here.to_path_buf());
+    }
+    let host = HostRoot::At(PathBuf::from(PID1_ROOT)).path(here).ok()?;
+    host.is_dir().then_some(host)
 }
 
 /// The regular files of `dir` (symlinks to one too) in name order; none if it does not exist.
