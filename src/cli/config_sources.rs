@@ -27,46 +27,7 @@ pub fn resolve(args: WriteImageArgs, argv: &[String]) -> Result<WriteImageArgs> 
     if args.config_file.is_empty() && !args.from_kernel_args {
         return Ok(args);
     }
-    let command = WriteImageArgs::augment_args(clap::Command::new("write-image"));
-    let mut front = Vec::new();
-    // (where it was given, the device)
-    let mut devices = Vec::new();
-    let mut files = Vec::new();
-    let mut kargs = None;
-    if args.from_kernel_args {
-        // The live install service retries forever: it has nothing to lose.
-        front.push("--fetch-retries=infinite".to_string());
-        let dir = args
-            .installer_config_dir
-            .clone()
-            .or_else(default_installer_d);
-        files = dir
-            .map(|d| installer_d(&d))
-            .transpose()?
-            .unwrap_or_default();
-        let path = args.cmdline.as_deref().unwrap_or(Path::new(PROC_CMDLINE));
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the kernel command line {}", path.display()))?;
-        let k = karg_args(&text)
-            .with_context(|| format!("the kernel command line {}", path.display()))?;
-        k.warnings.iter().for_each(|w| tracing::warn!("{w}"));
-        kargs = Some(k);
-    }
-    files.extend(args.config_file.iter().cloned());
-    for file in &files {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("reading the config file {}", file.display()))?;
-        let f = file_args(&command, file, &text)?;
-        front.extend(f.args);
-        devices.extend(
-            f.device
-                .map(|d| (format!("config file {}", file.display()), d)),
-        );
-    }
-    if let Some(k) = kargs {
-        front.extend(k.args);
-        devices.extend(k.device.map(|d| ("coreos.inst.install_dev".to_string(), d)));
-    }
+    let (front, mut devices) = sources(&args)?;
     let given = args.device.as_ref().map(|d| d.display().to_string());
     devices.extend(given.map(|d| ("the command line".to_string(), d)));
     let device = one_device(&devices)?;
@@ -94,6 +55,45 @@ pub fn resolve(args: WriteImageArgs, argv: &[String]) -> Result<WriteImageArgs> 
     };
     resolved.device = Some(PathBuf::from(device));
     Ok(resolved)
+}
+
+/// The arguments of `args`' config files and kernel arguments, lowest precedence first, and
+/// the targets they name (where, which).
+fn sources(args: &WriteImageArgs) -> Result<(Vec<String>, Vec<(String, String)>)> {
+    let mut front = Vec::new();
+    let mut devices = Vec::new();
+    let mut files = Vec::new();
+    let mut kargs = None;
+    if args.from_kernel_args {
+        // The live install service retries forever: it has nothing to lose.
+        front.push("--fetch-retries=infinite".to_string());
+        let dir = args.installer_config_dir.clone();
+        if let Some(dir) = dir.or_else(default_installer_d) {
+            files = installer_d(&dir)?;
+        }
+        let path = args.cmdline.as_deref().unwrap_or(Path::new(PROC_CMDLINE));
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the kernel command line {}", path.display()))?;
+        let k = karg_args(&text)
+            .with_context(|| format!("the kernel command line {}", path.display()))?;
+        k.warnings.iter().for_each(|w| tracing::warn!("{w}"));
+        kargs = Some(k);
+    }
+    files.extend(args.config_file.iter().cloned());
+    let command = WriteImageArgs::augment_args(clap::Command::new("write-image"));
+    for file in &files {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading the config file {}", file.display()))?;
+        let f = file_args(&command, file, &text)?;
+        front.extend(f.args);
+        let from = || format!("config file {}", file.display());
+        devices.extend(f.device.map(|d| (from(), d)));
+    }
+    if let Some(k) = kargs {
+        front.extend(k.args);
+        devices.extend(k.device.map(|d| ("coreos.inst.install_dev".to_string(), d)));
+    }
+    Ok((front, devices))
 }
 
 /// The live system's installer.d: here if it exists, else the host's through /proc/1/root (as
