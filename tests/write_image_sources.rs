@@ -219,6 +219,26 @@ fn an_ignition_url_over_http_needs_its_digest_or_insecure_ignition() {
         assert_eq!(fs.text("/ignition/config.ign"), IGNITION, "{extra:?}");
         assert_eq!(fs.mode("/ignition/config.ign"), 0o600);
     }
+    // `embed` fetches one too, onto a disk written without one.
+    let other = IGNITION.replace("core", "admin");
+    srv.route("/d.ign", Route::bytes(other.clone()));
+    let d = srv.url("/d.ign");
+    assert!(run(&[]).status.success());
+    let out = Command::new(BIN)
+        .args([
+            "embed",
+            "-I",
+            &d,
+            "--insecure-ignition",
+            disk.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        Ext4::on(&disk, 512, BOOT_LABEL).text("/ignition/config.ign"),
+        other
+    );
 }
 
 /// An image URL's password and signed query stay out of the output, retries included.
