@@ -21,6 +21,9 @@ use crate::image::source::shown_url;
 const INSTALLER_D: &str = "/etc/coreos/installer.d";
 const PROC_CMDLINE: &str = "/proc/cmdline";
 
+/// Target devices, each with where it was given.
+type Targets = Vec<(String, String)>;
+
 /// `args` (parsed from `argv`: `write-image` and its arguments) with the options of its config
 /// files and kernel arguments; `args` itself when it names neither.
 pub fn resolve(args: WriteImageArgs, argv: &[String]) -> Result<WriteImageArgs> {
@@ -59,7 +62,7 @@ pub fn resolve(args: WriteImageArgs, argv: &[String]) -> Result<WriteImageArgs> 
 
 /// The arguments of `args`' config files and kernel arguments, lowest precedence first, and
 /// the targets they name (where, which).
-fn sources(args: &WriteImageArgs) -> Result<(Vec<String>, Vec<(String, String)>)> {
+fn sources(args: &WriteImageArgs) -> Result<(Vec<String>, Targets)> {
     let mut front = Vec::new();
     let mut devices = Vec::new();
     let mut files = Vec::new();
@@ -130,7 +133,7 @@ fn installer_d(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// The one target all sources name. Two different ones are refused rather than one chosen: a
 /// write to the wrong disk cannot be undone (coreos-installer refuses them too).
-fn one_device(devices: &[(String, String)]) -> Result<String> {
+fn one_device(devices: &Targets) -> Result<String> {
     let Some((from, first)) = devices.first() else {
         bail!("no target device: give DEVICE, dest-device in a config file, or coreos.inst.install_dev");
     };
