@@ -4,7 +4,7 @@ use clap::Parser;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
-use assisted_installer::cli::{Cli, Command};
+use assisted_installer::cli::{self, Cli, Command};
 use assisted_installer::image::{progress, Cancel, Interrupted};
 use assisted_installer::{commands, logging, signals};
 
@@ -26,12 +26,18 @@ fn main() -> ExitCode {
     {
         return ExitCode::from(commands::install::run(&args).clamp(0, 255) as u8);
     }
+    let args_after_binary = args;
     let cli = Cli::parse();
     match cli.command {
         // The controller sets up its own log (stdout and its log file).
         Command::Controller => fail_or_ok(commands::controller::run()),
         Command::WriteImage(args) => {
             logging::init(cli.verbose);
+            // Config files and kernel arguments add options: parsed again with them.
+            let args = match cli::config_sources::resolve(args, &args_after_binary) {
+                Ok(args) => args,
+                Err(e) => return fail(&e, 1),
+            };
             let stop = Cancel::new();
             let signal = match signals::cancel_on_signal(&stop) {
                 Ok(s) => s,
@@ -44,10 +50,9 @@ fn main() -> ExitCode {
                     if let Some(rss) = commands::write_image::peak_rss_bytes() {
                         println!("peak memory: {:.1} MiB", rss as f64 / 1048576.0);
                     }
-                    if args.kexec {
+                    if let (true, Some(device)) = (args.kexec, &args.device) {
                         let loader = assisted_installer::kexec::SyscallLoader;
-                        if let Some(loaded) =
-                            commands::write_image::load_for_kexec(&args.device, &loader)
+                        if let Some(loaded) = commands::write_image::load_for_kexec(device, &loader)
                         {
                             println!("{loaded}");
                         }

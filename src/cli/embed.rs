@@ -5,6 +5,8 @@ use clap::Args;
 use std::path::PathBuf;
 
 use super::postinstall::PostInstallArgs;
+use crate::image::source::HttpOptions;
+use crate::image::Cancel;
 use crate::postinstall::PostInstall;
 use crate::write::KargsAndNetworkArgs;
 
@@ -25,9 +27,15 @@ pub struct EmbedArgs {
 impl EmbedArgs {
     /// The post-install steps to apply, read and checked; at least one.
     pub(crate) fn post_install(&self) -> Result<PostInstall> {
-        let post = self.kargs_network.post_install(self.post.read()?, None)?;
+        let mut rest = self.post.read()?;
+        // No signal handler runs during `embed`: Ctrl-C ends a fetch that keeps retrying.
+        let fetched = self
+            .post
+            .fetch_ignition(&HttpOptions::default(), &Cancel::new())?;
+        rest.ignition = fetched.or(rest.ignition);
+        let post = self.kargs_network.post_install(rest, None)?;
         if post.is_empty() {
-            bail!("nothing to embed: pass -i/--ignition-file, --append-karg, --delete-karg, -n, --platform, --console or --firstboot-args");
+            bail!("nothing to embed: pass -i/--ignition-file, -I/--ignition-url, --append-karg, --delete-karg, -n, --platform, --console or --firstboot-args");
         }
         Ok(post)
     }

@@ -2,8 +2,12 @@
 //! `main.rs` parses with these and dispatches to `commands`. The writer's options that
 //! `--installer-args` shares are defined with the write (`write::args`).
 
+mod config_file;
+pub mod config_sources;
 pub mod embed;
 pub(crate) mod go_flags;
+pub(crate) mod ignition_url;
+mod live_install;
 pub(crate) mod postinstall;
 pub mod write_image;
 

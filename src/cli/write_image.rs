@@ -1,6 +1,6 @@
 //! `assisted-installer write-image`: options, and their translation into a checked plan.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -68,9 +68,23 @@ pub struct WriteImageArgs {
     /// a way around a squashfs this program cannot decode.
     #[arg(long, hide_short_help = true, conflicts_with = "image")]
     pub read_through_mount: bool,
+    /// YAML file of options: keys are the long option names, dest-device is DEVICE
+    /// (repeatable; later files override earlier ones, the command line overrides them all).
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config_file: Vec<PathBuf>,
+    /// Install as the live system's coreos.inst.* kernel arguments say, with the config files
+    /// of /etc/coreos/installer.d, as coreos-installer's live install service does.
+    #[arg(long)]
+    pub from_kernel_args: bool,
+    /// The kernel command line for --from-kernel-args [default: /proc/cmdline].
+    #[arg(long, value_name = "FILE", requires = "from_kernel_args")]
+    pub cmdline: Option<PathBuf>,
+    /// Where --from-kernel-args takes config files from [default: /etc/coreos/installer.d].
+    #[arg(long, value_name = "DIR", requires = "from_kernel_args", hide = true)]
+    pub installer_config_dir: Option<PathBuf>,
     /// Target: a block device, or an existing regular file used as a disk image.
-    #[arg(value_name = "DEVICE")]
-    pub device: PathBuf,
+    #[arg(value_name = "DEVICE", required_unless_present_any = ["config_file", "from_kernel_args"])]
+    pub device: Option<PathBuf>,
 }
 
 impl WriteImageArgs {
@@ -94,7 +108,10 @@ impl WriteImageArgs {
             read_threads: self.read_threads.map(usize::from),
             read_through_mount: self.read_through_mount,
         };
-        WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)
+        let device = self.device.as_deref().context(
+            "no target device: give DEVICE, dest-device in a config file, or coreos.inst.install_dev",
+        )?;
+        WritePlan::build(device, &self.writer, self.post.read()?, &settings)
     }
 }
 

@@ -13,7 +13,12 @@ pub fn run(
     progress: &dyn ProgressSink,
     stop: &Cancel,
 ) -> Result<WriteSummary> {
-    crate::write::run(&args.plan()?, progress, stop)
+    let mut plan = args.plan()?;
+    // Fetched once everything else checked out, still before the disk is opened.
+    if let Some(config) = args.post.fetch_ignition(&plan.http, stop)? {
+        plan.post.ignition = Some(config);
+    }
+    crate::write::run(&plan, progress, stop)
 }
 
 /// `--kexec`, once the write succeeded: load the installed system of `device`. A failure is

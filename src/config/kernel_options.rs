@@ -40,6 +40,19 @@ kernel_options! {
     kexec = "ai.kexec": "Reboot into the installed system with kexec, skipping the firmware (`write-image --kexec`); a firmware reboot when it cannot load.",
 }
 
+/// The words of a kernel command line (the text of `/proc/cmdline`), each with its key and
+/// value: `key=value`, or the bare key (`None`). Split at whitespace: quoted values with spaces
+/// are not understood. The `ai.*` options here and the `coreos.inst.*` ones of
+/// `write-image --from-kernel-args` both read the command line this way.
+pub fn words(cmdline: &str) -> impl Iterator<Item = (&str, &str, Option<&str>)> {
+    cmdline
+        .split_whitespace()
+        .map(|arg| match arg.split_once('=') {
+            Some((k, v)) => (arg, k, Some(v)),
+            None => (arg, arg, None),
+        })
+}
+
 impl KernelOptions {
     /// The options in `cmdline` (the text of `/proc/cmdline`), and one warning per unknown `ai.`
     /// key or bad value. A key given twice takes its last value, as the kernel's own do.
@@ -47,11 +60,7 @@ impl KernelOptions {
         let mut options = KernelOptions::default();
         let mut warnings = Vec::new();
         let known = || KernelOptions::KEYS.join(", ");
-        for arg in cmdline.split_whitespace() {
-            let (key, value) = match arg.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (arg, None),
-            };
+        for (arg, key, value) in words(cmdline) {
             if !key.starts_with(PREFIX) {
                 continue;
             }

@@ -119,7 +119,8 @@ impl IgnitionConfig {
         Self::check(bytes, hash, &path.display().to_string())
     }
 
-    fn check(bytes: Vec<u8>, hash: Option<&IgnitionHash>, what: &str) -> Result<Self> {
+    /// Check a config read from elsewhere (`what` names it): digest first, then its shape.
+    pub(crate) fn check(bytes: Vec<u8>, hash: Option<&IgnitionHash>, what: &str) -> Result<Self> {
         if let Some(hash) = hash {
             hash.verify(&bytes, what)?;
         }

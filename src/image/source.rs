@@ -161,11 +161,30 @@ fn log_retry(why: &anyhow::Error, next: &Retrying) {
     tracing::warn!("{why}; {next} in {:.1}s", next.delay.as_secs_f64());
 }
 
+/// `url` for messages and logs: scheme://host[:port]/path, without the credentials, query or
+/// fragment it may carry (a password, a signed token).
+pub fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => {
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            let host = u.host_str().unwrap_or_default();
+            format!("{}://{host}{port}{}", u.scheme(), u.path())
+        }
+        // Not a URL: it may still hold a secret, so nothing of it.
+        Err(_) => "<not a URL>".to_string(),
+    }
+}
+
 impl HttpSource {
+    /// The URL as messages show it (see [`shown_url`]).
+    fn shown(&self) -> String {
+        shown_url(self.url.as_str())
+    }
+
     pub fn open(url: &str, opts: &HttpOptions, cancel: &Cancel) -> Result<HttpSource> {
         let parsed = reqwest::Url::parse(url).with_context(|| format!("invalid URL {url:?}"))?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            bail!("URL {url:?} must be http:// or https://");
+            bail!("URL {} must be http:// or https://", shown_url(url));
         }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -207,7 +226,7 @@ impl HttpSource {
         self.tries = tries;
         result.map_err(|e| match e {
             WaitError::Stopped { .. } => {
-                anyhow!(Stopped).context(format!("download of {} cancelled", self.url))
+                anyhow!(Stopped).context(format!("download of {} cancelled", self.shown()))
             }
             WaitError::GaveUp { failures, last } => anyhow!(
                 "{last}; giving up after {} retries (raise --fetch-retries, or check the server and network)",
@@ -233,21 +252,27 @@ impl HttpSource {
         let resp = match result {
             Ok(r) => r,
             // `{:#}`: with its causes (reqwest's own Display hides the interesting part).
-            Err(e) => return retry(format!("GET {}: {:#}", self.url, anyhow!(e))),
+            Err(e) => {
+                return retry(format!(
+                    "GET {}: {:#}",
+                    self.shown(),
+                    anyhow!(e.without_url())
+                ))
+            }
         };
         let status = resp.status();
         let code = status.as_u16();
         if is_retryable_status(code) {
-            return retry(format!("GET {}: server answered {status}", self.url));
+            return retry(format!("GET {}: server answered {status}", self.shown()));
         }
         if self.pos == 0 {
             if matches!(code, 404 | 410) {
-                return fatal(anyhow!(NotFound(self.url.to_string())));
+                return fatal(anyhow!(NotFound(self.shown())));
             }
             if !status.is_success() {
                 return fatal(anyhow!(
                     "GET {}: server answered {status}; check the URL",
-                    self.url
+                    self.shown()
                 ));
             }
             self.total = resp.content_length();
@@ -264,7 +289,7 @@ impl HttpSource {
             return fatal(anyhow!(
                 "the download of {} broke off at byte {}{}, and the server answered the request for the rest (Range: bytes={}-) \
                  with the whole file ({status}): it does not support range requests, or the file changed; cannot resume",
-                self.url,
+                self.shown(),
                 self.pos,
                 self.total.map(|t| format!(" of {t}")).unwrap_or_default(),
                 self.pos
@@ -273,7 +298,7 @@ impl HttpSource {
         if status.as_u16() != 206 {
             return fatal(anyhow!(
                 "GET {} (resuming at byte {}): server answered {status}",
-                self.url,
+                self.shown(),
                 self.pos
             ));
         }
@@ -290,7 +315,7 @@ impl HttpSource {
             }
             other => fatal(anyhow!(
                 "GET {} (resuming at byte {}): the server sent an unexpected Content-Range {:?}; cannot resume",
-                self.url,
+                self.shown(),
                 self.pos,
                 other
             )),
@@ -335,7 +360,7 @@ impl HttpSource {
     /// Reconnect if the last read broke off, then read the next chunk.
     fn read_step(&mut self, buf: &mut Vec<u8>, cancel: &Cancel) -> Attempt<usize> {
         if self.response.is_none() {
-            tracing::info!("resuming {} from byte {}", self.url, self.pos);
+            tracing::info!("resuming {} from byte {}", self.shown(), self.pos);
             self.response = Some(self.attempt()?);
         }
         let why = match self.next_chunk(buf, cancel) {
@@ -349,7 +374,8 @@ impl HttpSource {
             },
             Err(e) if cancel.is_cancelled() => {
                 return fatal(
-                    anyhow!(Stopped).context(format!("download of {} cancelled: {e}", self.url)),
+                    anyhow!(Stopped)
+                        .context(format!("download of {} cancelled: {e}", self.shown())),
                 )
             }
             Err(e) => e,
@@ -357,7 +383,7 @@ impl HttpSource {
         self.response = None;
         retry(format!(
             "download of {} interrupted at byte {}{}: {why}",
-            self.url,
+            self.shown(),
             self.pos,
             self.total.map(|t| format!(" of {t}")).unwrap_or_default()
         ))
@@ -386,8 +412,12 @@ pub fn fetch_document(
         Err(e) if e.downcast_ref::<NotFound>().is_some() => return Ok(None),
         Err(e) => return Err(e.context(format!("fetching the {what}"))),
     };
-    let too_big =
-        || anyhow!("the {what} at {url} is larger than {limit} bytes: is it the right URL?");
+    let too_big = || {
+        anyhow!(
+            "the {what} at {} is larger than {limit} bytes: is it the right URL?",
+            shown_url(url)
+        )
+    };
     if src.total.is_some_and(|t| t > limit) {
         return Err(too_big());
     }
@@ -415,7 +445,7 @@ fn validator(h: &HeaderMap) -> Option<String> {
 
 impl ImageSource for HttpSource {
     fn describe(&self) -> String {
-        self.url.to_string()
+        self.shown()
     }
 
     fn total_len(&self) -> Option<u64> {

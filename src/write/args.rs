@@ -46,10 +46,10 @@ pub struct WriterArgs {
     pub save_partindex: Vec<String>,
     /// Image to download (http or https). Without it or --image-file, the live system's own
     /// image is installed.
-    #[arg(long, value_name = "URL", allow_hyphen_values = true, value_parser = value())]
+    #[arg(short = 'u', long, value_name = "URL", allow_hyphen_values = true, value_parser = value())]
     pub image_url: Option<String>,
     /// Local image file.
-    #[arg(long, value_name = "PATH", allow_hyphen_values = true, value_parser = path())]
+    #[arg(short = 'f', long, value_name = "PATH", allow_hyphen_values = true, value_parser = path())]
     pub image_file: Option<PathBuf>,
     /// SHA-256 of the image as downloaded (compressed), as RHCOS stream metadata publishes it.
     #[arg(long, value_name = "HEX", allow_hyphen_values = true, value_parser = value())]

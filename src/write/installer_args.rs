@@ -73,7 +73,7 @@ fn explain(e: &clap::Error, args: &[String]) -> String {
         ErrorKind::ArgumentConflict => match context(ContextKind::PriorArg) {
             Some(other) if other != arg => {
                 // In the order they were given.
-                let given = |name: &str| args.iter().position(|a| option_name(a) == name);
+                let given = |name: &str| args.iter().position(|a| spelled(a, name));
                 let (first, second) = if given(&other) < given(&arg) {
                     (other, arg)
                 } else {
@@ -84,7 +84,7 @@ fn explain(e: &clap::Error, args: &[String]) -> String {
             _ => format!("{arg:?} is given more than once"),
         },
         // clap says the same of `--image-url` at the end and of `--image-url=`.
-        ErrorKind::InvalidValue if args.last().is_some_and(|a| *a == arg) => {
+        ErrorKind::InvalidValue if args.last().is_some_and(|a| spelled(a, &arg)) => {
             format!("{arg:?} needs a value")
         }
         ErrorKind::InvalidValue => format!("{arg:?} needs a non-empty value"),
@@ -110,6 +110,24 @@ fn explain(e: &clap::Error, args: &[String]) -> String {
 fn option_name(rendered: &str) -> String {
     let name = rendered.split([' ', '=']).next().unwrap_or(rendered);
     name.to_string()
+}
+
+/// Whether the argument `a` is the option clap calls `name` (`--image-url`), in its long or
+/// short form (`-u`, `-uURL`).
+fn spelled(a: &str, name: &str) -> bool {
+    if option_name(a) == name {
+        return true;
+    }
+    let short = InstallerArgs::command()
+        .get_arguments()
+        .find(|x| {
+            x.get_long()
+                .is_some_and(|l| name.strip_prefix("--") == Some(l))
+        })
+        .and_then(|x| x.get_short());
+    short.is_some_and(|s| {
+        !a.starts_with("--") && a.strip_prefix('-').is_some_and(|r| r.starts_with(s))
+    })
 }
 
 /// The supported options, in the order of their definitions.
@@ -211,6 +229,25 @@ mod tests {
         assert_eq!(w.kargs_network.delete_kargs, vec!["-x"]);
     }
 
+    /// coreos-installer's short forms, which a passthrough may use: the same options, and the
+    /// same refusal when both sources are given.
+    #[test]
+    fn short_forms_of_the_image_options() {
+        let w = parse(&["-u", "https://mirror/i.raw.xz", "--sha256", "abc"]).unwrap();
+        assert_eq!(w.image_url.as_deref(), Some("https://mirror/i.raw.xz"));
+        let w = parse(&["-f/i.raw.xz"]).unwrap();
+        assert_eq!(w.image_file, Some("/i.raw.xz".into()));
+        let e = parse(&["-f", "/i", "-u", "https://x"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"--image-file\" and \"--image-url\" cannot be used together"),
+            "{e}"
+        );
+        let e = parse(&["-u"]).unwrap_err().to_string();
+        assert!(e.contains("\"--image-url\" needs a value"), "{e}");
+    }
+
     /// Each refusal names the first wrong argument.
     #[test]
     fn refusals() {
@@ -222,7 +259,7 @@ mod tests {
             ),
             (&["--platform=metal"], "\"--platform\" is not supported"),
             (&["/dev/sda"], "\"/dev/sda\" is not supported"),
-            (&["-u", "https://x"], "\"-u\" is not supported"),
+            (&["-p", "metal"], "\"-p\" is not supported"),
             (&["--append-karg"], "needs a"),
             (&["--append-karg", "--copy-network"], "needs a"),
             (&["--image-url"], "needs a"),
