@@ -43,14 +43,25 @@ fn describe(l: &ImageLocation) -> String {
     }
 }
 
-/// The signature's bytes; `None` when there is none (404, or no such file).
+/// The signature's bytes; `None` when there is none (not found, or not fetched, over http).
 fn read_signature(
     at: &ImageLocation,
     http: &HttpOptions,
     stop: &Cancel,
 ) -> Result<Option<Vec<u8>>> {
     match at {
-        ImageLocation::Url(u) => fetch_document(u, "image signature", SIGNATURE_LIMIT, http, stop),
+        // As coreos-installer: a signature that cannot be fetched (a 403 from a bucket that
+        // hides missing objects, a server error after the retries) counts as missing. That
+        // weakens nothing: a missing signature still needs a digest or --insecure.
+        ImageLocation::Url(u) => {
+            match fetch_document(u, "image signature", SIGNATURE_LIMIT, http, stop) {
+                Err(e) if !stop.is_cancelled() => {
+                    tracing::warn!("{e:#}: treating the signature as missing");
+                    Ok(None)
+                }
+                r => r,
+            }
+        }
         ImageLocation::File(p) => match std::fs::read(p) {
             Ok(data) => Ok(Some(data)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
