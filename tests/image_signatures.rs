@@ -445,3 +445,42 @@ fn a_4k_disk_gets_the_streams_4k_image() {
     );
     assert_eq!(dev.sha256(), before);
 }
+
+/// The install flows look for `<--image-url>.sig` too, and refuse a signature by a key they do
+/// not know before the disk is opened (the Go installer's coreos-installer did the same).
+#[test]
+fn the_flows_check_the_signature_next_to_an_installer_args_image_url() {
+    use assisted_installer::flow::writer::{DiskWriter, InProcessWriter, WriteRequest};
+    use assisted_installer::image::Cancel;
+    use assisted_installer::write::parse_installer_args;
+    let set = images(512);
+    let k = keys();
+    let d = k.dir.path();
+    let srv = TestServer::start();
+    srv.route("/f.raw.xz", Route::file(&set.xz.path));
+    srv.route(
+        "/f.raw.xz.sig",
+        Route::bytes(k.gpg.sign(&k.a, &set.xz.path)),
+    );
+    let ign = d.join("config.ign");
+    std::fs::write(&ign, r#"{"ignition":{"version":"3.2.0"}}"#).unwrap();
+    let writer = InProcessWriter {
+        stop: Cancel::new(),
+        cacert: None,
+    };
+    let target = old_disk(d, "flow");
+    let before = sha(&target);
+    let args = ["--image-url".to_string(), srv.url("/f.raw.xz")];
+    let req = WriteRequest {
+        device: target.clone(),
+        args: parse_installer_args(&args).unwrap(),
+        host_root: None,
+        verify: false,
+    };
+    let e = writer.write(&req, &ign, &|_| {}).unwrap_err();
+    let e = format!("{e:#}");
+    assert!(e.contains(&format!("fingerprint {}", k.a)), "{e}");
+    assert!(e.contains("--signing-key FILE"), "{e}");
+    assert_eq!(srv.requests_for("/f.raw.xz.sig").len(), 1);
+    assert_eq!(sha(&target), before, "the disk was touched");
+}

@@ -40,12 +40,14 @@ pub struct WriteImageArgs {
     #[arg(short = 's', long, value_name = "NAME", conflicts_with_all = STREAM_CONFLICTS,
           value_parser = stream_name())]
     pub stream: Option<String>,
-    /// Where the stream metadata is (<URL>/<NAME>.json).
-    #[arg(long, value_name = "URL", requires = "stream", default_value = DEFAULT_BASE_URL)]
-    pub stream_base_url: String,
-    /// The architecture whose stream image to install (only with --stream) [default: this
-    /// machine's: x86_64, aarch64, s390x or ppc64le].
-    #[arg(short = 'a', long, value_name = "ARCH", requires = "stream")]
+    /// Where the stream metadata is (<URL>/<NAME>.json) [default:
+    /// https://builds.coreos.fedoraproject.org/streams/].
+    #[arg(long, value_name = "URL")]
+    pub stream_base_url: Option<String>,
+    /// The architecture whose stream image to install [default: this machine's: x86_64,
+    /// aarch64, s390x or ppc64le]. Only streams use it (accepted and ignored otherwise, as by
+    /// coreos-installer, so one config file serves both).
+    #[arg(short = 'a', long, value_name = "ARCH")]
     pub architecture: Option<String>,
     /// A public key (armored or binary OpenPGP) trusted for image signatures besides the
     /// publishers' built-in release keys (repeatable).
@@ -117,14 +119,22 @@ impl WriteImageArgs {
             signing_keys: self.signing_key.clone(),
         };
         let mut plan = WritePlan::build(&self.device, &self.writer, self.post.read()?, &settings)?;
-        if let Some(name) = &self.stream {
-            plan.origin = Origin::Stream(StreamSpec {
-                name: name.clone(),
-                base_url: self.stream_base_url.clone(),
-                arch: (self.architecture.as_deref())
-                    .unwrap_or(this_architecture())
-                    .to_string(),
-            });
+        match &self.stream {
+            Some(name) => {
+                plan.origin = Origin::Stream(StreamSpec {
+                    name: name.clone(),
+                    base_url: (self.stream_base_url.as_deref())
+                        .unwrap_or(DEFAULT_BASE_URL)
+                        .to_string(),
+                    arch: (self.architecture.as_deref())
+                        .unwrap_or(this_architecture())
+                        .to_string(),
+                });
+            }
+            None if self.architecture.is_some() || self.stream_base_url.is_some() => {
+                tracing::warn!("--architecture and --stream-base-url are ignored without --stream")
+            }
+            None => {}
         }
         Ok(plan)
     }
@@ -218,11 +228,12 @@ mod tests {
             "-s stable --offline /d",
             "-s stable --read-threads 2 /d",
             "-s ../etc /d",
-            "-a x86_64 /d",
-            "--stream-base-url http://x /d",
         ] {
             assert!(parse(a).is_err(), "{a}");
         }
+        // Without a stream they are ignored, as by coreos-installer.
+        let p = parse("-a s390x --stream-base-url http://x --image-file /f /d").unwrap();
+        assert_eq!(p.origin, Origin::Given(ImageLocation::File("/f".into())));
     }
 
     #[test]
