@@ -484,3 +484,64 @@ fn the_flows_check_the_signature_next_to_an_installer_args_image_url() {
     assert_eq!(srv.requests_for("/f.raw.xz.sig").len(), 1);
     assert_eq!(sha(&target), before, "the disk was touched");
 }
+
+/// Over https the stream's digests verify the image: an unsigned image is written without
+/// --insecure when its sha256 matches, and refused (the disk reset) when it does not.
+#[test]
+fn a_stream_over_https_is_verified_by_its_digests() {
+    use common::http_server::{Reply, Request};
+    use common::tls_server::Pki;
+    let set = images(512);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pki = Pki::new(d, "streams");
+    let ca = d.join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let images_srv = TestServer::start();
+    images_srv.route("/unsigned.raw.xz", Route::file(&set.xz.path));
+    let location = images_srv.url("/unsigned.raw.xz");
+    let (good, bad) = (set.xz.sha256.clone(), "ab".repeat(32));
+    let app = move |r: &Request| {
+        let sha = match r.path.as_str() {
+            "/streams/good.json" => &good,
+            "/streams/bad.json" => &bad,
+            _ => return Reply::empty(404),
+        };
+        let disk = serde_json::json!({ "location": location, "sha256": sha });
+        let metal = serde_json::json!({ "formats": { "raw.xz": { "disk": disk } } });
+        let arch = serde_json::json!({ "artifacts": { "metal": metal } });
+        Reply::json(
+            200,
+            &serde_json::json!({ "architectures": { "x86_64": arch } }),
+        )
+    };
+    let tls = TestServer::with_app_tls(app, &pki.cert, &pki.key);
+    let base = tls.url("/streams/");
+    assert!(base.starts_with("https://"), "{base}");
+    let args = |name| {
+        let ca = ca.to_str().unwrap().to_string();
+        [
+            "-s",
+            name,
+            "--stream-base-url",
+            &base,
+            "-a",
+            "x86_64",
+            "--cacert",
+            &ca,
+        ]
+        .map(str::to_string)
+    };
+    let target = old_disk(d, "https");
+    let good = args("good");
+    let out = write_image(&good.each_ref().map(String::as_str), &target);
+    assert_written(&out, &target, &set);
+    let bad = args("bad");
+    let bad = bad.each_ref().map(String::as_str);
+    assert_refused_reset(
+        &bad,
+        &target,
+        512,
+        &["sha256 of the compressed image", &"ab".repeat(32)],
+    );
+}

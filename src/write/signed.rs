@@ -70,14 +70,24 @@ fn read_signature(
     }
 }
 
+/// Where an image's digests come from, and so whether they count as verification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Digests {
+    /// `--sha256`, `--uncompressed-sha256`: the user's.
+    Given,
+    /// The stream metadata's: they count only over https (over plain http whoever forges the
+    /// image can forge them too).
+    Stream { https: bool },
+}
+
 /// The policy: the signature to check while streaming, or none when the image may be written
-/// without one. `digest_counts`: `expected` came from the user or over https.
+/// without one.
 pub(crate) fn decide(
     image: &str,
     sig_source: &str,
     sig: Option<&[u8]>,
     expected: &Expected,
-    digest_counts: bool,
+    digests: Digests,
     signing: &Signing,
 ) -> Result<Option<ImageSignature>> {
     if let Some(data) = sig {
@@ -88,23 +98,28 @@ pub(crate) fn decide(
         );
         return Ok(Some(sig));
     }
-    if digest_counts && !expected.is_empty() {
+    if digests != (Digests::Stream { https: false }) && !expected.is_empty() {
         tracing::info!("{image}: no signature ({sig_source} is missing); checking its sha256");
         return Ok(None);
     }
-    let http_digests = match expected.is_empty() {
-        true => "",
-        false => {
-            " (the stream's digests came over plain http, where whoever forges the image can forge them too)"
-        }
+    let (why, remedy) = match (digests, expected.is_empty()) {
+        (Digests::Given, _) => (
+            "no digest to check it",
+            "pass --sha256 (of the download) or --uncompressed-sha256",
+        ),
+        (Digests::Stream { .. }, true) => ("the stream gives no digest", "pass --signing-key if it is signed by another key"),
+        (Digests::Stream { .. }, false) => (
+            "the stream's digests came over plain http, where whoever forges the image can forge them too",
+            "use an https --stream-base-url",
+        ),
     };
     match signing.unverified {
         Unverified::Refuse => bail!(
-            "refusing to write {image}: it has no signature ({sig_source} is missing) and no digest to check it{http_digests}; \
-             pass --sha256 (of the download) or --uncompressed-sha256, or --insecure to write it unchecked"
+            "refusing to write {image}: it has no signature ({sig_source} is missing) and {why}; \
+             {remedy}, or --insecure to write it unchecked"
         ),
         Unverified::Allow => tracing::warn!(
-            "--insecure: writing {image} without verification: no signature ({sig_source} is missing) and no digest{http_digests}"
+            "--insecure: writing {image} without verification: no signature ({sig_source} is missing) and {why}"
         ),
         Unverified::Warn => tracing::warn!(
             "no signature ({sig_source} is missing) and no --sha256 in --installer-args: {image} will be written without verification"
@@ -129,7 +144,7 @@ pub(super) fn open_given(
         &sig_source,
         sig.as_deref(),
         &opts.expected,
-        true,
+        Digests::Given,
         &plan.signing,
     )?;
     // The source first: a wrong URL or an unreachable server fails before the disk is opened.
@@ -169,14 +184,14 @@ pub(super) fn open_stream(
     };
     let sig = read_signature(&at, &plan.http, stop)?;
     // Over plain http a man in the middle could change the image and its digests together.
-    let over_https = url.starts_with("https://");
+    let https = url.starts_with("https://");
     opts.expected = img.expected;
     opts.signature = decide(
         &img.location,
         &describe(&at),
         sig.as_deref(),
         &img.expected,
-        over_https,
+        Digests::Stream { https },
         &plan.signing,
     )?;
     let src = source::open(&location, &plan.http, stop)?;
@@ -211,10 +226,17 @@ mod tests {
         };
         let none = Expected::default();
         let refuse = signing(Unverified::Refuse);
-        assert!(decide("i", "i.sig", None, &d, true, &refuse)
-            .unwrap()
-            .is_none());
-        let e = decide("i", "i.sig", None, &none, true, &refuse).unwrap_err();
+        let (given, http, https) = (
+            Digests::Given,
+            Digests::Stream { https: false },
+            Digests::Stream { https: true },
+        );
+        for digests in [given, https] {
+            assert!(decide("i", "i.sig", None, &d, digests, &refuse)
+                .unwrap()
+                .is_none());
+        }
+        let e = decide("i", "i.sig", None, &none, given, &refuse).unwrap_err();
         let e = e.to_string();
         assert!(
             e.contains("refusing to write i: it has no signature (i.sig is missing)"),
@@ -222,10 +244,14 @@ mod tests {
         );
         assert!(e.contains("--insecure"), "{e}");
         // Digests from plain http do not count.
-        let e = decide("i", "i.sig", None, &d, false, &refuse).unwrap_err();
+        let e = decide("i", "i.sig", None, &d, http, &refuse).unwrap_err();
         assert!(e.to_string().contains("came over plain http"), "{e}");
+        assert!(
+            e.to_string().contains("use an https --stream-base-url"),
+            "{e}"
+        );
         for u in [Unverified::Allow, Unverified::Warn] {
-            assert!(decide("i", "i.sig", None, &none, false, &signing(u))
+            assert!(decide("i", "i.sig", None, &none, http, &signing(u))
                 .unwrap()
                 .is_none());
         }
@@ -235,7 +261,7 @@ mod tests {
             "i.sig",
             Some(b"junk"),
             &d,
-            true,
+            given,
             &signing(Unverified::Allow),
         );
         assert!(e
