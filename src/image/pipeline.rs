@@ -1,7 +1,7 @@
 //! The streaming write. Stages run on their own threads, joined by bounded channels:
 //!
 //! ```text
-//! fetch (+sha256 of compressed) -> decode -> [sha256 of uncompressed] -> writers (O_DIRECT pwrite) x N
+//! fetch (+sha256 of compressed, +signature) -> decode -> [sha256 of uncompressed] -> writers (O_DIRECT pwrite) x N
 //!                                      \-> first MiB held back by the coordinator
 //! ```
 //!
@@ -10,9 +10,10 @@
 //!
 //! Uncompressed data lives in a fixed pool of page-aligned 1 MiB buffers that circulate from the
 //! decoder to the writers and back, so memory stays bounded whatever the image size. The first
-//! MiB (MBR and primary GPT) is written last, only after every byte is on disk and every digest
-//! matched: until then the disk holds an empty, valid GPT written (and fsynced) before
-//! streaming, so an interrupted or failed write never leaves a bootable, unverified disk.
+//! MiB (MBR and primary GPT) is written last, only after every byte is on disk, every digest
+//! matched and the signature (when there is one) verified: until then the disk holds an empty,
+//! valid GPT written (and fsynced) before streaming, so an interrupted or failed write never
+//! leaves a bootable, unverified disk.
 
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{bounded, select};
