@@ -1,12 +1,15 @@
 //! `assisted-installer write-image`: options, and their translation into a checked plan.
 
 use anyhow::{Context, Result};
+use clap::builder::TypedValueParser;
 use clap::Args;
 use std::path::PathBuf;
 
 use super::postinstall::PostInstallArgs;
 use crate::image::osmet::MAX_READERS;
 use crate::image::retry::Retries;
+use crate::image::stream::{this_architecture, StreamSpec, DEFAULT_BASE_URL};
+use crate::image::Origin;
 use crate::write::{PlanSettings, Unverified, WritePlan, WriterArgs};
 
 #[derive(Args, Debug, Clone)]
@@ -27,9 +30,29 @@ pub struct WriteImageArgs {
     /// else the host's, through /proc/1/root].
     #[arg(long, value_name = "DIR", conflicts_with = "image")]
     pub ostree_repo: Option<PathBuf>,
-    /// Write without any digest to check (otherwise refused).
+    /// Write an image that has no signature and no digest to check (otherwise refused). A
+    /// signature that is present is always checked: a bad one is refused even with this.
     #[arg(long)]
     pub insecure: bool,
+    /// Install the latest image of this CoreOS stream (stable, testing, next, …): the metal
+    /// image for --architecture and the disk's sector size, checked against the stream's
+    /// signature (and its digests when the metadata came over https).
+    #[arg(short = 's', long, value_name = "NAME", conflicts_with_all = STREAM_CONFLICTS,
+          value_parser = stream_name())]
+    pub stream: Option<String>,
+    /// Where the stream metadata is (<URL>/<NAME>.json) [default:
+    /// https://builds.coreos.fedoraproject.org/streams/].
+    #[arg(long, value_name = "URL")]
+    pub stream_base_url: Option<String>,
+    /// The architecture whose stream image to install [default: this machine's: x86_64,
+    /// aarch64, s390x or ppc64le]. Only streams use it (accepted and ignored otherwise, as by
+    /// coreos-installer, so one config file serves both).
+    #[arg(short = 'a', long, value_name = "ARCH")]
+    pub architecture: Option<String>,
+    /// A public key (armored or binary OpenPGP) trusted for image signatures besides the
+    /// publishers' built-in release keys (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub signing_key: Vec<PathBuf>,
     /// Extra CA certificates (PEM) to trust for https, on top of the system roots.
     #[arg(long, value_name = "PEM")]
     pub cacert: Option<PathBuf>,
@@ -107,12 +130,57 @@ impl WriteImageArgs {
             zeroing: !self.write_zeros,
             read_threads: self.read_threads.map(usize::from),
             read_through_mount: self.read_through_mount,
+            signing_keys: self.signing_key.clone(),
         };
         let device = self.device.as_deref().context(
             "no target device: give DEVICE, dest-device in a config file, or coreos.inst.install_dev",
         )?;
-        WritePlan::build(device, &self.writer, self.post.read()?, &settings)
+        let mut plan = WritePlan::build(device, &self.writer, self.post.read()?, &settings)?;
+        match &self.stream {
+            Some(name) => {
+                plan.origin = Origin::Stream(StreamSpec {
+                    name: name.clone(),
+                    base_url: (self.stream_base_url.as_deref())
+                        .unwrap_or(DEFAULT_BASE_URL)
+                        .to_string(),
+                    arch: (self.architecture.as_deref())
+                        .unwrap_or(this_architecture())
+                        .to_string(),
+                });
+            }
+            None if self.architecture.is_some() || self.stream_base_url.is_some() => {
+                tracing::warn!("--architecture and --stream-base-url are ignored without --stream")
+            }
+            None => {}
+        }
+        Ok(plan)
     }
+}
+
+/// What `--stream` names the image instead of.
+const STREAM_CONFLICTS: [&str; 9] = [
+    "image_url",
+    "image_file",
+    "sha256",
+    "uncompressed_sha256",
+    "offline",
+    "osmet_dir",
+    "ostree_repo",
+    "read_threads",
+    "read_through_mount",
+];
+
+/// A stream name: a file name on the metadata server.
+fn stream_name() -> impl TypedValueParser<Value = String> {
+    clap::builder::NonEmptyStringValueParser::new().try_map(|v| {
+        if v.contains(['/', '?', '#']) || v.starts_with('.') || v.starts_with('-') {
+            Err(format!(
+                "{v:?} is not a stream name (e.g. stable, testing, next)"
+            ))
+        } else {
+            Ok(v)
+        }
+    })
 }
 
 #[cfg(test)]
@@ -120,7 +188,6 @@ mod tests {
     use super::*;
     use crate::image::osmet::LiveImage;
     use crate::image::source::ImageLocation;
-    use crate::image::Origin;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -138,10 +205,13 @@ mod tests {
     const H: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
 
     #[test]
-    fn a_digest_or_insecure_is_required() {
-        let e = parse("--image-url http://x/i.gz /dev/sda").unwrap_err();
-        assert!(e.to_string().contains("--insecure"), "{e}");
+    fn insecure_and_digests_reach_the_plan_and_the_decision_is_left_to_the_run() {
+        // Whether an image without a digest is refused depends on its signature, looked for
+        // when the write runs (see write::signed).
+        let p = parse("--image-url http://x/i.gz /dev/sda").unwrap();
+        assert_eq!(p.signing.unverified, Unverified::Refuse);
         let p = parse("--image-url http://x/i.gz --insecure /dev/sda").unwrap();
+        assert_eq!(p.signing.unverified, Unverified::Allow);
         assert!(p.write.expected.is_empty());
         assert!(!p.write.verify, "--verify is off by default");
         let p = parse(&format!(
@@ -151,6 +221,36 @@ mod tests {
         assert!(p.write.verify);
         assert_eq!(p.origin, Origin::Given(ImageLocation::File("/i.gz".into())));
         assert_eq!(p.write.expected.compressed.unwrap().to_string(), H);
+    }
+
+    #[test]
+    fn a_stream_replaces_the_image_options() {
+        let p = parse("-s next -a s390x /d").unwrap();
+        let spec = StreamSpec {
+            name: "next".into(),
+            base_url: DEFAULT_BASE_URL.into(),
+            arch: "s390x".into(),
+        };
+        assert_eq!(p.origin, Origin::Stream(spec));
+        let p = parse("--stream stable --stream-base-url http://127.0.0.1:9/s /d").unwrap();
+        let Origin::Stream(s) = p.origin else {
+            panic!("{:?}", p.origin)
+        };
+        assert_eq!(s.url(), "http://127.0.0.1:9/s/stable.json");
+        assert_eq!(s.arch, this_architecture());
+        for a in [
+            "-s stable --image-url http://x /d",
+            "-s stable --image-file /f /d",
+            &format!("-s stable --sha256 {H} /d"),
+            "-s stable --offline /d",
+            "-s stable --read-threads 2 /d",
+            "-s ../etc /d",
+        ] {
+            assert!(parse(a).is_err(), "{a}");
+        }
+        // Without a stream they are ignored, as by coreos-installer.
+        let p = parse("-a s390x --stream-base-url http://x --image-file /f /d").unwrap();
+        assert_eq!(p.origin, Origin::Given(ImageLocation::File("/f".into())));
     }
 
     #[test]

@@ -7,8 +7,10 @@ pub mod osmet;
 pub(crate) mod pipeline;
 pub mod progress;
 pub mod retry;
+pub mod signing;
 pub mod source;
 mod stages;
+pub mod stream;
 pub(crate) mod verify;
 mod zeros;
 
@@ -30,4 +32,7 @@ pub enum Origin {
     Given(ImageLocation),
     /// The live ISO's image, rebuilt from its osmet file and the live root's objects.
     Live(LiveImage),
+    /// `--stream`: the metal image its metadata names for this architecture and the disk's
+    /// sector size (resolved once the disk is open).
+    Stream(stream::StreamSpec),
 }

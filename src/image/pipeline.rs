@@ -1,7 +1,7 @@
 //! The streaming write. Stages run on their own threads, joined by bounded channels:
 //!
 //! ```text
-//! fetch (+sha256 of compressed) -> decode -> [sha256 of uncompressed] -> writers (O_DIRECT pwrite) x N
+//! fetch (+sha256 of compressed, +signature) -> decode -> [sha256 of uncompressed] -> writers (O_DIRECT pwrite) x N
 //!                                      \-> first MiB held back by the coordinator
 //! ```
 //!
@@ -10,9 +10,10 @@
 //!
 //! Uncompressed data lives in a fixed pool of page-aligned 1 MiB buffers that circulate from the
 //! decoder to the writers and back, so memory stays bounded whatever the image size. The first
-//! MiB (MBR and primary GPT) is written last, only after every byte is on disk and every digest
-//! matched: until then the disk holds an empty, valid GPT written (and fsynced) before
-//! streaming, so an interrupted or failed write never leaves a bootable, unverified disk.
+//! MiB (MBR and primary GPT) is written last, only after every byte is on disk, every digest
+//! matched and the signature (when there is one) verified: until then the disk holds an empty,
+//! valid GPT written (and fsynced) before streaming, so an interrupted or failed write never
+//! leaves a bootable, unverified disk.
 
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{bounded, select};
@@ -25,6 +26,7 @@ use super::cancel::{Cancel, CancelOnDrop, Interrupted, POLL};
 use super::digest::{check, Expected, Sha256Sum};
 use super::format::{Format, XzSettings};
 use super::progress::{Progress, ProgressSink};
+use super::signing::ImageSignature;
 use super::source::ImageSource;
 pub use super::stages::RawImage;
 use super::stages::{
@@ -54,6 +56,8 @@ pub struct WriteOptions {
     pub verify: bool,
     /// Runs of zeros zeroed by the kernel instead of written (off: `--write-zeros`).
     pub zeroing: bool,
+    /// The image's OpenPGP signature, checked over the bytes as read (an encoded input only).
+    pub signature: Option<ImageSignature>,
 }
 
 impl Default for WriteOptions {
@@ -67,6 +71,7 @@ impl Default for WriteOptions {
             saved: SavedPartitions::none(),
             verify: false,
             zeroing: true,
+            signature: None,
         }
     }
 }
@@ -111,6 +116,8 @@ pub struct WriteSummary {
     pub read_back: Option<ReadBack>,
     /// How the image's zeros reached the disk.
     pub zeros: ZeroSummary,
+    /// The OpenPGP signature that verified the image: where it came from, and its key.
+    pub signature: Option<(String, String)>,
 }
 
 impl WriteSummary {
@@ -185,6 +192,9 @@ impl WriteSummary {
                 "\nsha256 of the uncompressed image: {u} ({})",
                 verdict(self.expected.uncompressed)
             )?;
+        }
+        if let Some((source, key)) = &self.signature {
+            write!(f, "\nOpenPGP signature {source}: good, by {key}")?;
         }
         write!(f, "\n{}", self.zeros)
     }
@@ -370,7 +380,9 @@ fn run(
                 Some(
                     std::thread::Builder::new()
                         .name("fetch".into())
-                        .spawn_scoped(s, move || fetch_stage(&mut *source, comp_tx, sh))?,
+                        .spawn_scoped(s, move || {
+                            fetch_stage(&mut *source, comp_tx, opts.signature.as_ref(), sh)
+                        })?,
                 ),
                 DecodeInput::Channel(comp_rx, opts.xz),
             ),
@@ -569,6 +581,9 @@ fn run(
                 rebuilt,
                 read_back,
                 zeros: sh.zeros.summary(dev, image_bytes),
+                signature: (!rebuilt)
+                    .then(|| opts.signature.as_ref().map(|s| (s.source.clone(), s.key())))
+                    .flatten(),
             },
             started: start,
         })

@@ -11,6 +11,8 @@ use std::sync::Mutex;
 use super::cancel::Cancel;
 use super::digest::{Sha256, Sha256Sum};
 use super::format::{sniff, Decompressor, Format, XzSettings, SNIFF_LEN};
+use super::signing::feed::Feed;
+use super::signing::ImageSignature;
 use super::source::ImageSource;
 use super::verify::StreamSums;
 use super::zeros::Zeroing;
@@ -145,11 +147,21 @@ pub(super) enum Next {
     Hash(Sender<Block>),
 }
 
+/// With `sig`, the bytes also go to the signature check, and the stage ends with its verdict
+/// (a bad one is the stage's error): the pipeline commits only after the stage ended well.
 pub(super) fn fetch_stage(
     source: &mut dyn ImageSource,
     tx: Sender<Msg>,
+    sig: Option<&ImageSignature>,
     sh: &Shared,
 ) -> Option<(u64, Sha256Sum)> {
+    let feed = match sig.map(Feed::start).transpose() {
+        Ok(f) => f,
+        Err(e) => {
+            sh.fail(e);
+            return None;
+        }
+    };
     let mut hasher = Sha256::new();
     let mut total = 0u64;
     loop {
@@ -171,6 +183,9 @@ pub(super) fn fetch_stage(
             }
         }
         hasher.update(&buf);
+        if feed.as_ref().is_some_and(|f| !f.send(&buf, &sh.cancel)) {
+            return None;
+        }
         total += buf.len() as u64;
         let msgs = (!buf.is_empty())
             .then_some(Msg::Data(buf))
@@ -183,6 +198,10 @@ pub(super) fn fetch_stage(
             }
         }
         if eof {
+            if let Some(Err(e)) = feed.map(Feed::finish) {
+                sh.fail(e);
+                return None;
+            }
             return Some((total, Sha256Sum::of(hasher)));
         }
     }

@@ -10,8 +10,9 @@ pub(crate) mod plan;
 pub(crate) mod post_install;
 mod reset;
 pub(crate) mod run;
+pub(crate) mod signed;
 
 pub use args::{KargsAndNetworkArgs, WriterArgs};
 pub use installer_args::parse_installer_args;
-pub use plan::{PlanSettings, Unverified, WritePlan};
+pub use plan::{PlanSettings, Signing, Unverified, WritePlan};
 pub use run::{run, stream, Streamed};

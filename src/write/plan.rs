@@ -11,6 +11,7 @@ use crate::image::digest::{Expected, Sha256Sum};
 use crate::image::format::XzSettings;
 use crate::image::osmet::LiveImage;
 use crate::image::retry::{Retries, RetryPolicy};
+use crate::image::signing::Keyring;
 use crate::image::source::{HttpOptions, ImageLocation};
 use crate::image::{Origin, WriteOptions};
 use crate::postinstall::PostInstall;
@@ -25,6 +26,15 @@ pub struct WritePlan {
     /// Which partitions of the old table to keep; read from the disk once it is open.
     pub save: Vec<PartitionFilter>,
     pub post: PostInstall,
+    /// The keys an image signature may be made with, and what an unverifiable image gets.
+    pub signing: Signing,
+}
+
+/// How an image is verified (see `write::signed`): decided once its signature is fetched.
+#[derive(Debug, Clone)]
+pub struct Signing {
+    pub keys: Keyring,
+    pub unverified: Unverified,
 }
 
 /// What an image without a digest to check gets.
@@ -68,6 +78,8 @@ pub struct PlanSettings {
     pub read_threads: Option<usize>,
     /// Read the live image's objects through the mounted filesystem (`--read-through-mount`).
     pub read_through_mount: bool,
+    /// Public key files trusted for image signatures beyond the built-in ones (`--signing-key`).
+    pub signing_keys: Vec<PathBuf>,
 }
 
 impl Default for PlanSettings {
@@ -86,6 +98,7 @@ impl Default for PlanSettings {
             zeroing: true,
             read_threads: None,
             read_through_mount: false,
+            signing_keys: Vec::new(),
         }
     }
 }
@@ -162,20 +175,8 @@ impl WritePlan {
             expected,
             save,
         } = image(args, settings)?;
-        // The live image carries its own checksum, always verified; anything else needs a
-        // digest from its publisher.
-        if expected.is_empty() && matches!(origin, Origin::Given(_)) {
-            match settings.unverified {
-                Unverified::Refuse => bail!(
-                    "refusing to write an image that cannot be verified: pass --sha256 (of the download) \
-                     or --uncompressed-sha256, or --insecure to write it unchecked"
-                ),
-                Unverified::Allow => {}
-                Unverified::Warn => tracing::warn!(
-                    "no --sha256 in --installer-args: the image will be written without verification"
-                ),
-            }
-        }
+        // Whether an image needs --insecure is decided once its signature was looked for.
+        let keys = Keyring::with_files(&settings.signing_keys)?;
         let post = args
             .kargs_network
             .post_install(rest, settings.host_root.as_ref())?;
@@ -204,6 +205,10 @@ impl WritePlan {
             device: device.to_path_buf(),
             save,
             post,
+            signing: Signing {
+                keys,
+                unverified: settings.unverified,
+            },
         })
     }
 }
@@ -225,10 +230,12 @@ mod tests {
             ..WriterArgs::default()
         };
         let flows = PlanSettings::for_flows(Some(HostRoot::Here), Some("/ca.pem".into()));
-        // write-image refuses an image without a digest (see cli::write_image); the flows
-        // write it, as the Go installer's coreos-installer --insecure does.
-        assert!(build(&unverified, &PlanSettings::default()).is_err());
+        // write-image refuses an image without a signature or digest (see write::signed);
+        // the flows write it, as the Go installer's coreos-installer --insecure does.
+        let p = build(&unverified, &PlanSettings::default()).unwrap();
+        assert_eq!(p.signing.unverified, Unverified::Refuse);
         let p = build(&unverified, &flows).unwrap();
+        assert_eq!(p.signing.unverified, Unverified::Warn);
         assert!(p.write.expected.is_empty());
         assert_eq!(p.http.retry.retries, Retries::Count(10));
         assert_eq!(p.http.cacert.as_deref(), Some(Path::new("/ca.pem")));

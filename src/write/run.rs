@@ -15,7 +15,7 @@ use crate::disk::saved::SavedPartitions;
 use crate::disk::{warn_about_other_boot_filesystems, Device};
 use crate::image::progress::ProgressSink;
 use crate::image::{
-    source, stream_image, Cancel, Input, Interrupted, Origin, Staged, WriteOptions, WriteSummary,
+    stream_image, Cancel, Input, Interrupted, Origin, Staged, WriteOptions, WriteSummary,
 };
 use crate::postinstall::PostInstall;
 
@@ -34,13 +34,10 @@ pub struct Streamed {
 
 /// Stream and verify, without post-install steps and without writing the partition table.
 pub fn stream(plan: &WritePlan, progress: &dyn ProgressSink, stop: &Cancel) -> Result<Streamed> {
+    let mut opts = plan.write.clone();
     let (input, dev): (Input, Device) = match &plan.origin {
-        Origin::Given(location) => {
-            // The source first: a wrong URL or an unreachable server fails before the disk
-            // is opened.
-            let src = source::open(location, &plan.http, stop)?;
-            (src.into(), Device::open_for_write(&plan.device)?)
-        }
+        Origin::Given(location) => super::signed::open_given(plan, location, &mut opts, stop)?,
+        Origin::Stream(spec) => super::signed::open_stream(plan, spec, &mut opts, stop)?,
         Origin::Live(live) => {
             // The device first: its sector size chooses the osmet file. A disk-image file has
             // none of its own; it gets the usual 512-byte image.
@@ -49,7 +46,6 @@ pub fn stream(plan: &WritePlan, progress: &dyn ProgressSink, stop: &Cancel) -> R
             (Input::Raw(Box::new(live.open(ss)?)), dev)
         }
     };
-    let mut opts = plan.write.clone();
     if !plan.save.is_empty() {
         let mut w = DiskWindows::load(&dev)?;
         opts.saved =

@@ -1,0 +1,79 @@
+//! The signature checked over the compressed image as the fetch stage reads it: a thread runs
+//! rPGP's streaming verify over a `Read` fed chunk by chunk through a bounded channel, so the
+//! image is read once and memory stays a few chunks whatever its size.
+
+use anyhow::{anyhow, Result};
+use crossbeam_channel::{bounded, select, Receiver, Sender};
+use std::io::{self, Read};
+use std::thread::JoinHandle;
+
+use super::ImageSignature;
+use crate::image::cancel::Cancel;
+
+/// Chunks in flight to the verifier: it hashes faster than any download, so a few suffice.
+const DEPTH: usize = 4;
+
+/// A verification in progress.
+pub(crate) struct Feed {
+    /// `Some(chunk)`, then `None` at the end; dropped without `None`, the verify fails.
+    tx: Sender<Option<Vec<u8>>>,
+    verdict: JoinHandle<Result<()>>,
+}
+
+impl Feed {
+    pub(crate) fn start(sig: &ImageSignature) -> Result<Feed> {
+        let (tx, rx) = bounded(DEPTH);
+        let sig = sig.clone();
+        let verdict = std::thread::Builder::new()
+            .name("signature".into())
+            .spawn(move || {
+                sig.verify(Chunks {
+                    rx,
+                    cur: Vec::new(),
+                    pos: 0,
+                })
+            })?;
+        Ok(Feed { tx, verdict })
+    }
+
+    /// Pass the next bytes on; false when cancelled (the verifier is then left to fail alone).
+    pub(crate) fn send(&self, chunk: &[u8], cancel: &Cancel) -> bool {
+        select! {
+            // A closed channel means the verifier stopped early: its verdict says why.
+            send(self.tx, Some(chunk.to_vec())) -> _ => true,
+            recv(cancel.receiver()) -> _ => false,
+        }
+    }
+
+    /// The end of the image: the verdict.
+    pub(crate) fn finish(self) -> Result<()> {
+        let _ = self.tx.send(None);
+        drop(self.tx);
+        self.verdict
+            .join()
+            .map_err(|_| anyhow!("the signature check panicked"))?
+    }
+}
+
+/// The verifier's input.
+struct Chunks {
+    rx: Receiver<Option<Vec<u8>>>,
+    cur: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.cur.len() {
+            match self.rx.recv() {
+                Ok(Some(v)) => (self.cur, self.pos) = (v, 0),
+                Ok(None) => return Ok(0),
+                Err(_) => return Err(io::Error::other("the image stream stopped")),
+            }
+        }
+        let n = out.len().min(self.cur.len() - self.pos);
+        out[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
