@@ -290,3 +290,42 @@ fn ignition_url_rules() {
         Some("/i".into())
     );
 }
+
+/// The stream options work in config files and kernel arguments like every other option:
+/// nothing in the expansion knows them by name.
+#[test]
+fn stream_options_come_from_config_files_and_kernel_arguments_too() {
+    let d = files(&[
+        (
+            "s.yaml",
+            "dest-device: /dev/vda\nstream: testing\narchitecture: aarch64\n\
+             stream-base-url: https://mirror.example/streams/\nsigning-key: [/k1.asc, /k2.gpg]\n",
+        ),
+        (
+            "cmdline",
+            "coreos.inst.stream=next coreos.inst.install_dev=/dev/vda",
+        ),
+    ]);
+    let (s, cmdline) = (path(&d, "s.yaml"), path(&d, "cmdline"));
+    let a = resolve_argv(&["-c", &s]).unwrap();
+    assert_eq!(a.stream.as_deref(), Some("testing"));
+    assert_eq!(a.architecture.as_deref(), Some("aarch64"));
+    assert_eq!(
+        a.stream_base_url.as_deref(),
+        Some("https://mirror.example/streams/")
+    );
+    assert_eq!(a.signing_key, [PathBuf::from("/k1.asc"), "/k2.gpg".into()]);
+    // The kernel argument overrides the file; the command line overrides both.
+    let k = ["--from-kernel-args", "--cmdline", &cmdline, "-c", &s];
+    assert_eq!(resolve_argv(&k).unwrap().stream.as_deref(), Some("next"));
+    let mut argv = k.to_vec();
+    argv.extend(["-s", "stable"]);
+    assert_eq!(
+        resolve_argv(&argv).unwrap().stream.as_deref(),
+        Some("stable")
+    );
+    // A stream from the kernel arguments still conflicts with an image URL from a file.
+    std::fs::write(&s, "image-url: https://h/i.raw.xz\n").unwrap();
+    let e = resolve_argv(&k).unwrap_err().to_string();
+    assert!(e.contains("--stream") && e.contains("--image-url"), "{e}");
+}

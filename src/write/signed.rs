@@ -12,7 +12,7 @@ use super::plan::{Signing, Unverified, WritePlan};
 use crate::disk::Device;
 use crate::image::digest::Expected;
 use crate::image::signing::ImageSignature;
-use crate::image::source::{self, fetch_document, HttpOptions, ImageLocation};
+use crate::image::source::{self, fetch_document, shown_url, HttpOptions, ImageLocation};
 use crate::image::stream::{metal_image, StreamSpec};
 use crate::image::{Cancel, Input, WriteOptions};
 
@@ -36,9 +36,10 @@ pub(crate) fn signature_location(image: &ImageLocation) -> ImageLocation {
     }
 }
 
+/// For messages and logs: a URL without credentials or query (see [`shown_url`]).
 fn describe(l: &ImageLocation) -> String {
     match l {
-        ImageLocation::Url(u) => u.clone(),
+        ImageLocation::Url(u) => shown_url(u),
         ImageLocation::File(p) => p.display().to_string(),
     }
 }
@@ -164,8 +165,9 @@ pub(super) fn open_stream(
     let what = format!("metadata of stream {:?}", spec.name);
     let Some(json) = fetch_document(&url, &what, METADATA_LIMIT, &plan.http, stop)? else {
         bail!(
-            "there is no stream {:?}: {url} does not exist (404); check --stream (e.g. stable, testing, next) and --stream-base-url",
-            spec.name
+            "there is no stream {:?}: {} does not exist (404); check --stream (e.g. stable, testing, next) and --stream-base-url",
+            spec.name,
+            shown_url(&url)
         );
     };
     let dev = Device::open_for_write(&plan.device)?;
@@ -175,7 +177,7 @@ pub(super) fn open_stream(
         "stream {:?} ({}, {format}): {}",
         spec.name,
         spec.arch,
-        img.location
+        shown_url(&img.location)
     );
     let location = ImageLocation::Url(img.location.clone());
     let at = match &img.signature {
@@ -187,7 +189,7 @@ pub(super) fn open_stream(
     let https = url.starts_with("https://");
     opts.expected = img.expected;
     opts.signature = decide(
-        &img.location,
+        &shown_url(&img.location),
         &describe(&at),
         sig.as_deref(),
         &img.expected,
