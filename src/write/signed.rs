@@ -208,12 +208,18 @@ mod tests {
 
     #[test]
     fn the_signature_is_next_to_the_image() {
-        let url = |u: &str| describe(&signature_location(&ImageLocation::Url(u.into())));
+        let url = |u: &str| match signature_location(&ImageLocation::Url(u.into())) {
+            ImageLocation::Url(sig) => sig,
+            other => panic!("{other:?}"),
+        };
         assert_eq!(url("https://h/a/i.raw.xz"), "https://h/a/i.raw.xz.sig");
         assert_eq!(url("https://h/i.xz?t=1&u=2"), "https://h/i.xz.sig?t=1&u=2");
         assert_eq!(url("http://h/i.xz#x"), "http://h/i.xz.sig#x");
         let f = signature_location(&ImageLocation::File("/v/i.raw.gz".into()));
         assert_eq!(f, ImageLocation::File("/v/i.raw.gz.sig".into()));
+        // Messages name it without the query (it may hold a token).
+        let sig = signature_location(&ImageLocation::Url("https://u:p@h/i.xz?t=1".into()));
+        assert_eq!(describe(&sig), "https://h/i.xz.sig");
     }
 
     #[test]
