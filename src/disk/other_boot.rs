@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::boot::BOOT_LABEL;
 use super::probe::{probe, PROBE_LEN};
@@ -40,14 +41,27 @@ impl std::fmt::Display for BootLabelled {
 /// are not disks.
 const NOT_AT_BOOT: [&str; 6] = ["loop", "ram", "zram", "nbd", "sr", "fd"];
 
+/// How long the look at the other disks may take. A read can wait for minutes (SCSI timeouts
+/// of a failing path) or for ever (a multipath map queueing I/O without a path): the install
+/// it follows succeeded, and must not wait on a disk it does not use.
+const TIME_LIMIT: Duration = Duration::from_secs(10);
+
 /// One warning naming every other device with a filesystem labelled `boot`, if any. `target`:
 /// the installed disk's device number (`None` for a disk-image file). Best effort: a device
-/// that cannot be read is skipped.
+/// that cannot be read is skipped, and the look is given up after [`TIME_LIMIT`].
 pub(crate) fn warn_about_other_boot_filesystems(target: Option<(u64, u64)>) {
     let target = target
         .and_then(|(major, minor)| sysfs::block_dir(major, minor).ok())
         .and_then(|dir| Some(dir.file_name()?.to_string_lossy().into_owned()));
-    let found = other_boot_filesystems(Path::new("/sys/block"), Path::new("/dev"), target);
+    let scan = move || other_boot_filesystems(Path::new("/sys/block"), Path::new("/dev"), target);
+    let Some(found) = within(TIME_LIMIT, scan) else {
+        tracing::warn!(
+            "looking at the other disks for a filesystem labelled {BOOT_LABEL:?} took more than {} s \
+             (a disk that does not answer?): given up; check them with blkid before rebooting",
+            TIME_LIMIT.as_secs()
+        );
+        return;
+    };
     if found.is_empty() {
         return;
     }
@@ -57,6 +71,19 @@ pub(crate) fn warn_about_other_boot_filesystems(target: Option<(u64, u64)>) {
          label, so the installed system may boot with the wrong one: wipe them (wipefs -a on each) before rebooting",
         list.join(", ")
     );
+}
+
+/// What `f` returns, run on its own thread, unless it takes longer than `limit` (the thread is
+/// then left to finish, or to hang, alone).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let spawned = std::thread::Builder::new()
+        .name("other-boot".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        });
+    spawned.ok()?;
+    rx.recv_timeout(limit).ok()
 }
 
 /// The devices under `sys_block` (nodes in `dev`) other than `target` (a kernel name) and the
@@ -74,6 +101,7 @@ pub(crate) fn other_boot_filesystems(
         if skip.contains(&name)
             || NOT_AT_BOOT.iter().any(|p| name.starts_with(p))
             || is_partition_map(&dir)
+            || is_multipath_path(sys_block, &dir)
         {
             continue;
         }
@@ -119,6 +147,17 @@ fn related(sys_block: &Path, target: &str) -> BTreeSet<String> {
         .collect();
     out.extend(paths);
     out
+}
+
+/// A path of a multipath map: the map is looked at instead (one disk, named once).
+fn is_multipath_path(sys_block: &Path, dir: &Path) -> bool {
+    sysfs::names_in(&dir.join("holders"))
+        .iter()
+        .any(|h| is_multipath(&sys_block.join(h)))
+}
+
+fn is_multipath(dir: &Path) -> bool {
+    sysfs::dm_identity(dir).is_some_and(|(_, uuid)| uuid.starts_with("mpath-"))
 }
 
 /// A device-mapper partition map of another disk (uuid `partN-…`, as kpartx and we name
@@ -274,6 +313,16 @@ mod tests {
     }
 
     #[test]
+    fn a_look_that_takes_too_long_is_given_up() {
+        let quick = within(Duration::from_secs(5), || 7);
+        assert_eq!(quick, Some(7));
+        let (release, wait) = crossbeam_channel::bounded::<()>(0);
+        let stuck = within(Duration::from_millis(50), move || wait.recv().is_ok());
+        assert_eq!(stuck, None);
+        drop(release);
+    }
+
+    #[test]
     fn the_targets_own_paths_and_maps_are_not_other_disks() {
         let h = Host::new();
         // The target dm-0 is a multipath map over sda and sdb; dm-1 is its partition map
@@ -299,6 +348,12 @@ mod tests {
         assert_eq!(h.found(Some("dm-0")), ["/dev/sdc partition 2"]);
         // Written through one of the map's paths: the other path is the same disk.
         assert_eq!(h.found(Some("sda")), ["/dev/sdc partition 2"]);
+        // Another disk's multipath map is named once, not once more for each of its paths.
+        assert_eq!(
+            h.found(Some("sdc")),
+            ["/dev/dm-0 partition 2"],
+            "sda and sdb are paths of dm-0"
+        );
         // An LVM volume over the target and sdc does not hide sdc.
         fs::write(h.sys().join("dm-0/dm/uuid"), "LVM-abc").unwrap();
         h.link("dm-0", "slaves", "sdc");
