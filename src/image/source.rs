@@ -182,7 +182,8 @@ impl HttpSource {
     }
 
     pub fn open(url: &str, opts: &HttpOptions, cancel: &Cancel) -> Result<HttpSource> {
-        let parsed = reqwest::Url::parse(url).with_context(|| format!("invalid URL {url:?}"))?;
+        // Not even an unparseable URL is printed: it may still hold a password or a token.
+        let parsed = reqwest::Url::parse(url).context("invalid URL")?;
         if !matches!(parsed.scheme(), "http" | "https") {
             bail!("URL {} must be http:// or https://", shown_url(url));
         }
