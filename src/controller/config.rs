@@ -26,33 +26,24 @@ pub(crate) const DEFAULT_NAMESPACE: &str = "assisted-installer";
 /// The control-plane size when `CONTROL_PLANE_COUNT` is absent.
 pub(crate) const DEFAULT_CONTROL_PLANE_COUNT: i64 = 3;
 
+/// Each field is the variable of its name in capitals (see [`ControllerConfig::from_env`]).
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct ControllerConfig {
-    /// `CLUSTER_ID` (required).
     pub cluster_id: String,
-    /// `INVENTORY_URL` (required): the service base URL.
+    /// The service base URL.
     pub inventory_url: String,
-    /// `SKIP_CERT_VERIFICATION` (default false).
     pub skip_cert_verification: bool,
-    /// `CA_CERT_PATH` (default ""): a PEM added to the system roots.
+    /// A PEM added to the system roots.
     pub ca_cert_path: String,
-    /// `NAMESPACE` (default `assisted-installer`).
     pub namespace: String,
-    /// `OPENSHIFT_VERSION` (required, may be empty).
     pub openshift_version: String,
-    /// `CONTROL_PLANE_COUNT` (default 3).
     pub control_plane_count: i64,
-    /// `CHECK_CLUSTER_VERSION` (default false).
     pub check_cluster_version: bool,
-    /// `MUST_GATHER_IMAGE` (default ""): an image, or a JSON object of images.
+    /// An image, or a JSON object of images.
     pub must_gather_image: String,
-    /// `NOTIFY_NUM_REBOOTS` (default false).
     pub notify_num_reboots: bool,
-    /// `DRY_ENABLE` (default false).
     pub dry_enable: bool,
-    /// `DRY_FAKE_REBOOT_MARKER_PATH` (default "").
     pub dry_fake_reboot_marker_path: String,
-    /// `DRY_CLUSTER_HOSTS_PATH` (unset by default).
     pub dry_cluster_hosts_path: Option<String>,
     /// The service token: `PULL_SECRET_TOKEN` after parsing, replaced by the token file's
     /// content at startup (the token file). Never shown.

@@ -15,7 +15,6 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, Layer};
 
-/// The controller's own log file.
 pub(crate) const LOG_PATH: &str = "/tmp/controller_logs.log";
 
 /// Opens (creating) the log file for appending.
@@ -69,26 +68,6 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
 
-    /// A writer into shared memory.
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Buf {
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-        }
-    }
-
     #[test]
     fn appends_to_an_existing_file_and_creates_a_missing_one() {
         let dir = tempfile::tempdir().unwrap();
@@ -109,14 +88,16 @@ mod tests {
 
     #[test]
     fn every_line_goes_to_both() {
-        let (out, file) = (Buf::default(), Buf::default());
-        let (o, f) = (out.clone(), file.clone());
-        let sub = subscriber(move || o.clone(), false, move || f.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let (out, file) = (dir.path().join("stdout"), dir.path().join("file"));
+        let create = |p: &Path| Arc::new(File::create(p).unwrap());
+        let sub = subscriber(create(&out), false, create(&file));
         tracing::subscriber::with_default(sub, || {
             tracing::info!("first line");
             tracing::warn!("second line");
         });
-        for text in [out.text(), file.text()] {
+        for path in [out, file] {
+            let text = std::fs::read_to_string(path).unwrap();
             assert!(
                 text.contains("INFO") && text.contains("first line"),
                 "{text}"

@@ -3,17 +3,10 @@
 //! failures (no client, no Proxy object, no cluster within SetReadyState's limit) are errors:
 //! the caller exits 1 and the Job restarts the container.
 //!
-//! Go's order: connect (Kubernetes client, Proxy env, service client); the reboots notifier,
-//! finalized last; the tasks' stop token (a child of the signal token); the DNS fix (not in dry
-//! mode); the ready phase. ABI on a single node then only applies the OLM manifests and waits for
-//! the ClusterVersion, and returns without waiting for any thread (Go returns from main).
-//! Otherwise the threads start, in Go's order (node status with CSR approval, post-install, BMH
-//! on bare metal, log upload, node labels), then the completion wait. [`Outcome::ExitNow`] is
-//! Go's `os.Exit(0)`: nothing joined, nothing finalized. A signal ends the wait with an error and
-//! no shutdown: Go has no signal handling and dies of SIGTERM, so the Job restarts it; the final
-//! log upload (up to 70 min) would only be cut short by the pod's SIGKILL. Last, the shutdown
-//! (cancel the tasks, join every thread, the DNS fix and the final log upload included) and the
-//! notifier's finalize.
+//! Every step is in Go's order. [`Outcome::ExitNow`] is Go's `os.Exit(0)`: nothing joined,
+//! nothing finalized. A signal ends the completion wait with an error and no shutdown: Go has no
+//! signal handling and dies of SIGTERM, so the Job restarts it; the final log upload (up to
+//! 70 min) would only be cut short by the pod's SIGKILL.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,6 +34,7 @@ use super::tasks::olm::{abi_post_install, wait_for_olm_operators, SNO_KUBECONFIG
 use super::tasks::ready::{ready_phase, ReadyPhase};
 use super::tasks::reboots::RebootsNotifier;
 use super::tasks::router_probe::HttpProbe;
+use super::tasks::OrLog;
 use crate::clock::Clock;
 use crate::host::commands::CommandRunner;
 use crate::image::Cancel;
@@ -144,7 +138,7 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
         std::env::temp_dir(),
     ));
     let stop = c.signal.child();
-    let status = Arc::new(ControllerStatus::new());
+    let status = Arc::new(ControllerStatus::default());
     let mut dns = None;
     if !c.config.dry_enable {
         dns = Some(dns_fix::spawn(cluster.clone(), c.clock.clone())?);
@@ -244,9 +238,8 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
     if readiness.cluster.is_some() && readiness.platform == BAREMETAL {
         let env = env.clone();
         spawn(&mut handles, "bmh", move || {
-            if let Err(e) = BmhUpdate::new(&*env.cluster, &*env.clock).run(&env.stop) {
-                tracing::warn!("updating the BareMetalHosts ended: {e}");
-            }
+            let ended = BmhUpdate::new(&*env.cluster, &*env.clock).run(&env.stop);
+            ended.or_warn("updating the BareMetalHosts ended");
         })?;
     } else {
         tracing::info!("Cluster platform is not baremetal, skipping BMH");
@@ -281,19 +274,26 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
     {
         let env = env.clone();
         spawn(&mut handles, "labels", move || {
-            let labels = NodeLabels::new(&*env.cluster, &*env.service, &*env.clock);
-            if let Err(e) = labels.run(&env.stop) {
-                tracing::warn!("updating the node labels ended: {e}");
-            }
+            let (cluster, service, clock) = (&*env.cluster, &*env.service, &*env.clock);
+            let labels = NodeLabels {
+                cluster,
+                service,
+                clock,
+            };
+            labels
+                .run(&env.stop)
+                .or_warn("updating the node labels ended");
         })?;
     }
 
     // The completion wait.
     if abi {
         let mut untaint_node = |node: &crate::kube::Node| {
-            if let Err(err) = env.node_status(true).untaint(&node.name) {
-                tracing::warn!("removing the uninitialized taint of {}: {err:#}", node.name);
-            }
+            let untainted = env.node_status(true).untaint(&node.name);
+            untainted.or_warn(format_args!(
+                "removing the uninitialized taint of {}",
+                node.name
+            ));
         };
         let untaint_fn = untaint.then_some(&mut untaint_node as &mut dyn FnMut(&_));
         if !wait_for_installation_abi(
@@ -321,7 +321,7 @@ pub(crate) fn run(mut c: Controller) -> Result<Outcome> {
         }
     }
 
-    // The shutdown, then the notifier.
+    // The shutdown (the final log upload included), then the notifier.
     tracing::info!("stopping the controller's tasks");
     env.stop.cancel();
     for (name, handle) in handles {

@@ -18,10 +18,6 @@ struct Inner {
 }
 
 impl ControllerStatus {
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // The state stays consistent whatever panicked while holding the lock.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
@@ -58,7 +54,7 @@ mod tests {
 
     #[test]
     fn errors_and_operators_are_independent() {
-        let s = ControllerStatus::new();
+        let s = ControllerStatus::default();
         assert!(!s.has_error() && !s.has_operator_error());
         assert!(s.operators_in_error().is_empty());
         s.operator_error("lso");

@@ -10,7 +10,7 @@ use crate::controller::tasks::olm::OLM_MANIFESTS_CONFIG_MAP;
 use crate::controller::tasks::router_probe::HttpProbe;
 use crate::host::commands::{RecordingRunner, Reply};
 use crate::kube::testing::FakeCluster;
-use crate::kube::{ApiError, Condition, Csv, Node, NodeAddress, Subscription};
+use crate::kube::{ApiError, ClusterVersion, Condition, Csv, Node, NodeAddress, Subscription};
 use crate::service::MonitoredOperator;
 
 /// `oc` run through `bash -c` as the controller runs it, on a [`RecordingRunner`]: the content of
@@ -165,6 +165,17 @@ pub(crate) fn host(i: usize, fields: serde_json::Value) -> crate::service::Host 
         host[k] = v.clone();
     }
     serde_json::from_value(host).unwrap()
+}
+
+/// ClusterVersion `version` at 4.12.0, `Available` with `message`, the console enabled.
+pub(crate) fn available_version(cluster: &FakeCluster, message: &str) {
+    let cv = ClusterVersion {
+        conditions: vec![cond("Available", "True", message)],
+        enabled_capabilities: vec!["Console".into()],
+        known_capabilities: vec!["Console".into()],
+        desired_version: "4.12.0".into(),
+    };
+    cluster.set_cluster_version("version", cv);
 }
 
 /// A Node with its Ready condition and InternalIP.

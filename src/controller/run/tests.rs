@@ -8,11 +8,11 @@ use crate::clock::FakeClock;
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::service::KUBECONFIG_NOINGRESS;
 use crate::controller::testing::{
-    abi_config_map, abi_operators_initialized, apply_kubeconfigs, cond, fake_oc, record,
+    abi_config_map, abi_operators_initialized, apply_kubeconfigs, available_version, fake_oc,
+    record,
 };
 use crate::host::commands::RecordingRunner;
 use crate::kube::testing::FakeCluster;
-use crate::kube::ClusterVersion;
 use crate::openshift::{INVOKER_CONFIG_MAP, INVOKER_KEY, INVOKER_NAMESPACE};
 use crate::service::{FinalizingStage, LogsState};
 
@@ -80,22 +80,10 @@ impl Harness {
         let invoker = [(INVOKER_KEY, INVOKER_AGENT)];
         self.k8s
             .set_config_map(INVOKER_NAMESPACE, INVOKER_CONFIG_MAP, &invoker);
-        available_cluster(&self.k8s);
+        available_version(&self.k8s, "");
         abi_operators_initialized(&self.k8s);
         abi_config_map(&self.k8s, "assisted-installer", true);
     }
-}
-
-fn available_cluster(k8s: &FakeCluster) {
-    k8s.set_cluster_version(
-        "version",
-        ClusterVersion {
-            conditions: vec![cond("Available", "True", "")],
-            enabled_capabilities: vec!["Console".into()],
-            known_capabilities: vec!["Console".into()],
-            desired_version: "4.12.0".into(),
-        },
-    );
 }
 
 fn position(calls: &[ServiceCall], f: impl Fn(&ServiceCall) -> bool) -> usize {

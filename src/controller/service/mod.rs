@@ -52,36 +52,25 @@ pub(crate) const REBOOTS_EVENT_NAME: &str = "reboots_for_node";
 /// The calls of the service API, bound to one cluster. Every error is the [`crate::service::ServiceError`]
 /// of the REST client (after its retries), so callers can branch on its `status` (the
 /// completion wait counts 404 and 401).
+///
+/// Each method is the swagger operation its client implementation names.
 pub trait ControllerService: Send + Sync {
-    /// `v2GetCluster`: `GET /v2/clusters/{cluster_id}?exclude-hosts=…`.
     fn get_cluster(&self, exclude_hosts: bool) -> Result<Cluster>;
-    /// `v2UpdateHostInstallProgress` with `{"current_stage": stage}` only (no `progress_info`):
-    /// `Joined`, `Done` or `Configuring` for the hosts the controller follows.
+    /// `{"current_stage": stage}` only (no `progress_info`).
     fn update_host_stage(&self, infra_env_id: &str, host_id: &str, stage: HostStage) -> Result<()>;
-    /// `v2UpdateClusterFinalizingProgress`: `PUT /v2/clusters/{cluster_id}/progress`.
     fn update_finalizing_stage(&self, stage: FinalizingStage) -> Result<()>;
-    /// `V2ListOfClusterOperators`: `GET /v2/clusters/{cluster_id}/monitored-operators`. With
-    /// `use_cache`, a list fetched less than [`MONITORED_OPERATORS_TTL`] ago is returned without
-    /// a request; every fetch (cached or not) refreshes the cache.
+    /// With `use_cache`, a list fetched less than [`MONITORED_OPERATORS_TTL`] ago is returned
+    /// without a request; every fetch (cached or not) refreshes the cache.
     fn monitored_operators(&self, use_cache: bool) -> Result<Vec<MonitoredOperator>>;
-    /// `v2ReportMonitoredOperatorStatus`: `PUT /v2/clusters/{cluster_id}/monitored-operators`
-    /// with the body of [`wire_report`] (empty fields left out, `ocs` sent as `odf`).
+    /// Sends the body of [`wire_report`] (empty fields left out, `ocs` sent as `odf`).
     fn report_operator_status(&self, report: &OperatorMonitorReport) -> Result<()>;
-    /// `v2UploadClusterIngressCert`: `POST …/uploads/ingress-cert`, the PEM bundle as a JSON
-    /// string.
     fn upload_ingress_cert(&self, ca_bundle: &str) -> Result<()>;
-    /// `V2DownloadClusterFiles` `file_name=custom_manifests.json` into `dest`.
     fn download_custom_manifests(&self, dest: &Path) -> Result<()>;
-    /// `V2DownloadClusterCredentials` `file_name=kubeconfig-noingress` into `dest` (0600).
+    /// Into `dest` (0600).
     fn download_kubeconfig_noingress(&self, dest: &Path) -> Result<()>;
-    /// `v2CompleteInstallation`: `POST …/actions/complete-installation`.
     fn complete_installation(&self, params: &CompletionParams) -> Result<()>;
-    /// `V2UploadLogs` `logs_type=controller`, the archive as multipart `upfile` named
-    /// [`CONTROLLER_LOGS_FILE`].
     fn upload_controller_logs(&self, archive: Vec<u8>) -> Result<()>;
-    /// `v2UpdateClusterLogsProgress`: `PUT /v2/clusters/{cluster_id}/logs-progress`.
     fn update_logs_progress(&self, state: LogsState) -> Result<()>;
-    /// `v2TriggerEvent`: `POST /v2/events` with [`RebootsEvent::params`] stamped now.
     fn trigger_reboots_event(&self, event: &RebootsEvent) -> Result<()>;
 }
 

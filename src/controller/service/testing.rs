@@ -207,6 +207,14 @@ impl MemoryService {
             .collect()
     }
 
+    /// How many calls of `operation` were made so far.
+    pub(crate) fn count(&self, operation: &str) -> usize {
+        self.operations()
+            .iter()
+            .filter(|o| **o == operation)
+            .count()
+    }
+
     /// Records `call`; an injected failure ends it, otherwise `apply` runs on the state.
     fn call<T>(&self, call: ServiceCall, apply: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
         let mut state = self.state();

@@ -6,9 +6,9 @@
 //! Knowingly different from Go: the status annotation is copied as JSON as it is (it must be an
 //! object), where Go decodes it into the typed status and encodes that (dropping unknown fields).
 
-use super::GENERAL_WAIT;
+use super::{OrLog, GENERAL_WAIT};
 use std::collections::HashSet;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Map, Value};
@@ -34,8 +34,6 @@ pub(crate) const STATUS_ANNOTATION: &str = "baremetalhost.metal3.io/status";
 pub(crate) struct BmhUpdate<'a> {
     pub(crate) cluster: &'a dyn ClusterApi,
     pub(crate) clock: &'a dyn Clock,
-    /// Between rounds ([`GENERAL_WAIT`]).
-    pub(crate) interval: Duration,
     /// The wall clock, for `status.lastUpdated`.
     pub(crate) wall_now: fn() -> SystemTime,
 }
@@ -79,19 +77,19 @@ fn spec_mut(bmh: &mut Value) -> &mut Map<String, Value> {
 }
 
 impl<'a> BmhUpdate<'a> {
-    /// The task as main starts it: rounds every [`GENERAL_WAIT`] on `clock`.
+    /// The task as main starts it, on the wall clock.
     pub(crate) fn new(cluster: &'a dyn ClusterApi, clock: &'a dyn Clock) -> BmhUpdate<'a> {
+        let wall_now = SystemTime::now;
         BmhUpdate {
             cluster,
             clock,
-            interval: GENERAL_WAIT,
-            wall_now: SystemTime::now,
+            wall_now,
         }
     }
 
-    /// Rounds until one updates everything or `stop` fires.
+    /// Rounds every [`GENERAL_WAIT`] until one updates everything or `stop` fires.
     pub(crate) fn run(&self, stop: &dyn Stop) -> Result<(), PollError> {
-        let result = poll(self.clock, stop, self.interval, None, || self.round());
+        let result = poll(self.clock, stop, GENERAL_WAIT, None, || self.round());
         match &result {
             Ok(()) => tracing::info!("Updated all the BMH CRs, finished successfully"),
             Err(e) => tracing::info!("stopped updating the BMH CRs: {e}"),
@@ -101,37 +99,30 @@ impl<'a> BmhUpdate<'a> {
 
     /// One round: true when every BMH is updated.
     pub(crate) fn round(&self) -> bool {
-        let bmhs = match self.cluster.list_bmhs(MACHINE_API_NAMESPACE) {
-            Ok(bmhs) => bmhs,
-            Err(e) => {
-                tracing::error!("failed to list the BareMetalHosts: {e:#}");
-                return false;
-            }
+        let bmhs = self.cluster.list_bmhs(MACHINE_API_NAMESPACE);
+        let Some(bmhs) = bmhs.or_error("failed to list the BareMetalHosts") else {
+            return false;
         };
         tracing::info!("Number of BMHs is {}", bmhs.len());
-        let mut machines = match self.unallocated_machines(&bmhs) {
-            Ok(machines) => machines,
-            Err(e) => {
-                tracing::error!("failed to find the unallocated machines: {e:#}");
-                return false;
-            }
+        let machines = self.unallocated_machines(&bmhs);
+        let Some(mut machines) = machines.or_error("failed to find the unallocated machines")
+        else {
+            return false;
         };
         tracing::info!("Number of unallocated Machines is {}", machines.len());
-        let provisioning = match self.cluster.provisioning_exists(PROVISIONING_NAME) {
-            Ok(exists) => exists,
-            Err(e) => {
-                tracing::error!("failed to read the Provisioning {PROVISIONING_NAME}: {e:#}");
-                return false;
-            }
+        let provisioning = self.cluster.provisioning_exists(PROVISIONING_NAME);
+        let what = format_args!("failed to read the Provisioning {PROVISIONING_NAME}");
+        let Some(provisioning) = provisioning.or_error(what) else {
+            return false;
         };
         let mut all = true;
         for bmh in bmhs {
             let name = bmh_name(&bmh).to_string();
             tracing::info!("checking BareMetalHost {name}");
-            if let Err(e) = self.update(bmh, provisioning, &mut machines) {
-                tracing::error!("failed to update BareMetalHost {name}: {e:#}");
-                all = false;
-            }
+            let updated = self.update(bmh, provisioning, &mut machines);
+            all &= updated
+                .or_error(format_args!("failed to update BareMetalHost {name}"))
+                .is_some();
         }
         all
     }

@@ -10,7 +10,7 @@
 //! deadline exceeded"; in production the main context is only ever cancelled, which is what the
 //! stop token models, so ours reads "context canceled".
 
-use super::GENERAL_WAIT;
+use super::{OrLog, GENERAL_WAIT};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -128,19 +128,13 @@ pub(crate) fn wait_for_installation_abi(
     let mut available = false;
     poll(clock, stop, interval, None, || {
         if let Some(untaint) = untaint.as_mut() {
-            let nodes = cluster.list_nodes(None).unwrap_or_else(|err| {
-                tracing::warn!("listing the nodes: {err:#}");
-                Vec::new()
-            });
-            for node in &nodes {
-                untaint(node);
-            }
+            let nodes = cluster.list_nodes(None).or_warn("listing the nodes");
+            nodes.unwrap_or_default().iter().for_each(untaint);
         }
         if !available {
-            match cluster.get_cluster_version(crate::openshift::CLUSTER_VERSION_NAME) {
-                Ok(cv) => available = cv.conditions.iter().any(|c| c.is_true("Available")),
-                Err(err) => tracing::warn!("reading ClusterVersion: {err:#}"),
-            }
+            let cv = cluster.get_cluster_version(crate::openshift::CLUSTER_VERSION_NAME);
+            let cv = cv.or_warn("reading ClusterVersion");
+            available = cv.is_some_and(|cv| cv.conditions.iter().any(|c| c.is_true("Available")));
             if !available {
                 return false;
             }
@@ -148,20 +142,17 @@ pub(crate) fn wait_for_installation_abi(
         if expected_masters <= 0 {
             return true;
         }
-        match cluster.list_nodes(Some(MASTER_SELECTOR)) {
-            Ok(nodes) if nodes.len() as i64 >= expected_masters => true,
-            Ok(nodes) => {
-                tracing::info!(
-                    "{} of {expected_masters} control-plane nodes joined",
-                    nodes.len()
-                );
-                false
-            }
-            Err(err) => {
-                tracing::warn!("listing the control-plane nodes: {err:#}");
-                false
-            }
+        let masters = cluster.list_nodes(Some(MASTER_SELECTOR));
+        let Some(n) = masters.or_warn("listing the control-plane nodes") else {
+            return false;
+        };
+        if (n.len() as i64) < expected_masters {
+            tracing::info!(
+                "{} of {expected_masters} control-plane nodes joined",
+                n.len()
+            );
         }
+        n.len() as i64 >= expected_masters
     })
     .is_ok()
 }
@@ -169,13 +160,9 @@ pub(crate) fn wait_for_installation_abi(
 /// The operators report of `PostInstallConfigs`: `{"CLUSTER_OPERATORS_REPORT": [{name, status, status_info}…]}` from the
 /// ClusterOperators' conditions, or `None` when they cannot be listed.
 pub(crate) fn operators_report(cluster: &dyn ClusterApi) -> Option<Map<String, Value>> {
-    let operators = match cluster.list_cluster_operators() {
-        Ok(list) => list,
-        Err(err) => {
-            tracing::warn!("listing the cluster operators: {err:#}");
-            return None;
-        }
-    };
+    let operators = cluster
+        .list_cluster_operators()
+        .or_warn("listing the cluster operators")?;
     let entries = operators.iter().map(|co| {
         tracing::info!("cluster operator {}: {:?}", co.name, co.conditions);
         let (status, message) = status_from_conditions(&co.conditions);
@@ -201,9 +188,7 @@ fn until_ok(
     call: impl Fn() -> anyhow::Result<()>,
 ) -> bool {
     poll(clock, stop, interval, None, || {
-        call()
-            .map_err(|err| tracing::warn!("{what}: {err:#}"))
-            .is_ok()
+        call().or_warn(what).is_some()
     })
     .is_ok()
 }
@@ -237,13 +222,8 @@ pub(crate) fn upload_router_ca(cluster: &dyn ClusterApi, service: &dyn Controlle
         }
     };
     let ca = data.get(INGRESS_CERT_KEY).map(String::as_str).unwrap_or("");
-    match service.upload_ingress_cert(ca) {
-        Ok(()) => true,
-        Err(err) => {
-            tracing::warn!("uploading the router CA: {err:#}");
-            false
-        }
-    }
+    let uploaded = service.upload_ingress_cert(ca);
+    uploaded.or_warn("uploading the router CA").is_some()
 }
 
 /// Post-install's router-CA poll.
@@ -284,13 +264,9 @@ pub(crate) fn post_install_configs(
     olm: &mut dyn FnMut() -> anyhow::Result<()>,
 ) -> PostInstallOutcome {
     let finalizing = poll(clock, stop, GENERAL_WAIT, None, || {
-        match service.get_cluster(true) {
-            Ok(c) => c.status == "finalizing",
-            Err(err) => {
-                tracing::warn!("getting the cluster's status: {err:#}");
-                false
-            }
-        }
+        let cluster = service.get_cluster(true);
+        let cluster = cluster.or_warn("getting the cluster's status");
+        cluster.is_some_and(|c| c.status == "finalizing")
     });
     if finalizing.is_err() {
         tracing::info!("stopped before the cluster reached finalizing");
@@ -322,9 +298,7 @@ pub(crate) fn post_install_configs(
     };
     let params = match failure {
         None => {
-            if let Err(err) = olm() {
-                tracing::warn!("Error while initializing OLM operators: {err:#}");
-            }
+            olm().or_warn("Error while initializing OLM operators");
             stage(FinalizingStage::Done);
             CompletionParams {
                 is_success: true,

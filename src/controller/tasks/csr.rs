@@ -6,40 +6,19 @@
 use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime};
 
+use super::OrLog;
 use crate::clock::ticker;
 use crate::clock::{Clock, Stop};
 use crate::kube::{ClusterApi, Condition, CsrApproval};
 
 /// The condition type an approval appends, and the one that marks a CSR as handled.
 pub(crate) const APPROVED: &str = "Approved";
-/// `reason` of the approval condition.
-pub(crate) const APPROVAL_REASON: &str = "NodeCSRApprove";
-/// `message` of the approval condition.
-pub(crate) const APPROVAL_MESSAGE: &str =
-    "This CSR was approved by the assisted-installer-controller";
-
-/// The condition appended to an approved CSR, stamped `now` (its `lastUpdateTime`).
-pub(crate) fn approval(now: SystemTime) -> CsrApproval {
-    CsrApproval {
-        condition: Condition {
-            type_: APPROVED.to_string(),
-            status: "True".to_string(),
-            reason: APPROVAL_REASON.to_string(),
-            message: APPROVAL_MESSAGE.to_string(),
-        },
-        time: now,
-    }
-}
 
 /// One pass: list the CSRs and approve the pending ones. Returns how many approvals were
 /// accepted (0 when the list failed).
 pub(crate) fn approve_pending(cluster: &dyn ClusterApi) -> usize {
-    let csrs = match cluster.list_csrs() {
-        Ok(csrs) => csrs,
-        Err(e) => {
-            tracing::error!("failed to list CSRs: {e:#}");
-            return 0;
-        }
+    let Some(csrs) = cluster.list_csrs().or_error("failed to list CSRs") else {
+        return 0;
     };
     let mut approved = 0;
     // Pending: no condition of type `Approved`, whatever its other conditions (`Denied`,
@@ -49,10 +28,19 @@ pub(crate) fn approve_pending(cluster: &dyn ClusterApi) -> usize {
         .filter(|c| !c.conditions.iter().any(|c| c.type_ == APPROVED));
     for csr in pending {
         tracing::info!("approving CSR {}", csr.name);
-        match cluster.approve_csr(csr, &approval(SystemTime::now())) {
-            Ok(()) => approved += 1,
-            Err(e) => tracing::warn!("failed to approve CSR {}: {e:#}", csr.name),
-        }
+        let approval = CsrApproval {
+            condition: Condition {
+                type_: APPROVED.to_string(),
+                status: "True".to_string(),
+                reason: "NodeCSRApprove".to_string(),
+                message: "This CSR was approved by the assisted-installer-controller".to_string(),
+            },
+            // Its `lastUpdateTime`.
+            time: SystemTime::now(),
+        };
+        let done = cluster.approve_csr(csr, &approval);
+        let what = format_args!("failed to approve CSR {}", csr.name);
+        approved += usize::from(done.or_warn(what).is_some());
     }
     approved
 }

@@ -6,23 +6,23 @@
 //! Like Go, it ignores cancellation: it is started at startup and ends on its own (at worst
 //! after about 45 × 20 s, or 45 × 5 × 10 s when deletes keep failing), or with the process.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use super::ready::read_install_config;
+use super::OrLog;
 use crate::clock::retry_attempts;
 use crate::clock::{Clock, NeverStop};
+use crate::controller::hosts::cidr_address;
 use crate::kube::ClusterApi;
 
 /// How many times the fix looks for the address.
 pub(crate) const DNS_FIX_ATTEMPTS: u32 = 45;
 /// The wait after an attempt that found nothing to do (or could not list).
 pub(crate) const DNS_FIX_INTERVAL: Duration = Duration::from_secs(20);
-/// Attempts of each delete.
 pub(crate) const DELETE_ATTEMPTS: u32 = 5;
-/// The wait between failed deletes.
 pub(crate) const DELETE_INTERVAL: Duration = Duration::from_secs(10);
 /// The Service that must hold the address.
 pub(crate) const DNS_NAMESPACE: &str = "openshift-dns";
@@ -53,34 +53,24 @@ struct Networking {
     service_network: Vec<String>,
 }
 
-/// The `.10` address of a CIDR, as canonical text.
+/// The `.10` address of a CIDR, as canonical text (an IPv4-mapped address as IPv4, as Go
+/// prints it).
 pub(crate) fn dns_address(cidr: &str) -> Result<String> {
-    let bad = || anyhow!("invalid service network CIDR {cidr:?}");
-    let (addr, prefix) = cidr.split_once('/').ok_or_else(bad)?;
-    let ip: IpAddr = addr.parse().map_err(|_| bad())?;
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    let prefix_ok = !prefix.is_empty()
-        && prefix.bytes().all(|b| b.is_ascii_digit())
-        && prefix.parse::<u32>().is_ok_and(|p| p <= max);
-    if !prefix_ok {
-        return Err(bad());
-    }
+    let ip = cidr_address(cidr)
+        .ok()
+        .and_then(|a| a.parse::<IpAddr>().ok());
     Ok(match ip {
-        IpAddr::V4(v4) => {
+        Some(IpAddr::V4(v4)) => {
             let mut o = v4.octets();
             o[3] = 10;
             std::net::Ipv4Addr::from(o).to_string()
         }
-        IpAddr::V6(v6) => {
+        Some(IpAddr::V6(v6)) => {
             let mut o = v6.octets();
             o[15] = 10;
-            let v6 = std::net::Ipv6Addr::from(o);
-            // Go prints an IPv4-mapped address as dotted IPv4.
-            match v6.to_ipv4_mapped() {
-                Some(v4) => v4.to_string(),
-                None => v6.to_string(),
-            }
+            std::net::Ipv6Addr::from(o).to_string()
         }
+        None => bail!("invalid service network CIDR {cidr:?}"),
     })
 }
 
@@ -106,13 +96,10 @@ pub(crate) fn hack_dns_address_conflict(
         }
     };
     for attempt in 1..=DNS_FIX_ATTEMPTS {
-        let services = match cluster_api.list_services() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("DNS address fix: failed to list services: {e:#}");
-                clock.sleep(DNS_FIX_INTERVAL);
-                continue;
-            }
+        let services = cluster_api.list_services();
+        let Some(services) = services.or_warn("DNS address fix: failed to list services") else {
+            clock.sleep(DNS_FIX_INTERVAL);
+            continue;
         };
         let Some(holder) = services.iter().find(|s| s.cluster_ip == target) else {
             tracing::info!("DNS address fix: no service has IP {target} yet (attempt {attempt})");
@@ -131,22 +118,17 @@ pub(crate) fn hack_dns_address_conflict(
         let deleted = retry_attempts(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
             cluster_api.delete_service(&holder.namespace, &holder.name)
         });
-        if let Err(e) = deleted {
-            tracing::warn!(
-                "DNS address fix: failed to delete service {}/{}: {e:#}",
-                holder.namespace,
-                holder.name
-            );
+        let (ns, name) = (&holder.namespace, &holder.name);
+        let what = format_args!("DNS address fix: failed to delete service {ns}/{name}");
+        if deleted.or_warn(what).is_none() {
             continue;
         }
         let restarted = retry_attempts(clock, &NeverStop, DELETE_ATTEMPTS, DELETE_INTERVAL, || {
             cluster_api.delete_pods(DNS_OPERATOR_NAMESPACE, None)
         });
-        if let Err(e) = restarted {
-            tracing::warn!(
-                "DNS address fix: failed to delete the pods of {DNS_OPERATOR_NAMESPACE}: {e:#}"
-            );
-        }
+        let what =
+            format_args!("DNS address fix: failed to delete the pods of {DNS_OPERATOR_NAMESPACE}");
+        restarted.or_warn(what);
     }
     tracing::warn!("DNS address fix: gave up after {DNS_FIX_ATTEMPTS} attempts");
     DnsFixOutcome::GaveUp

@@ -2,9 +2,8 @@
 //! labels are applied, and stays paused until every labelled host's Node carries its labels; an
 //! unpause failure ends the round and the next one re-pauses (a no-op) and retries.
 
-use super::GENERAL_WAIT;
+use super::{OrLog, GENERAL_WAIT};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::Value;
@@ -24,8 +23,6 @@ pub(crate) struct NodeLabels<'a> {
     pub(crate) cluster: &'a dyn ClusterApi,
     pub(crate) service: &'a dyn ControllerService,
     pub(crate) clock: &'a dyn Clock,
-    /// Between rounds ([`GENERAL_WAIT`]).
-    pub(crate) interval: Duration,
 }
 
 /// Whether every label of `labels` (a JSON object of strings) is already on `node`. Text that
@@ -46,24 +43,10 @@ fn labels_up_to_date(node: &Node, labels: &str) -> bool {
     }
 }
 
-impl<'a> NodeLabels<'a> {
-    /// The task as main starts it: rounds every [`GENERAL_WAIT`] on `clock`.
-    pub(crate) fn new(
-        cluster: &'a dyn ClusterApi,
-        service: &'a dyn ControllerService,
-        clock: &'a dyn Clock,
-    ) -> NodeLabels<'a> {
-        NodeLabels {
-            cluster,
-            service,
-            clock,
-            interval: GENERAL_WAIT,
-        }
-    }
-
-    /// Rounds until one finishes or `stop` fires.
+impl NodeLabels<'_> {
+    /// Rounds every [`GENERAL_WAIT`] until one finishes or `stop` fires.
     pub(crate) fn run(&self, stop: &dyn Stop) -> Result<(), PollError> {
-        let result = poll(self.clock, stop, self.interval, None, || self.round());
+        let result = poll(self.clock, stop, GENERAL_WAIT, None, || self.round());
         match &result {
             Ok(()) => tracing::info!("finished updating the node labels"),
             Err(e) => tracing::info!("stopped updating the node labels: {e}"),
@@ -73,12 +56,9 @@ impl<'a> NodeLabels<'a> {
 
     /// One round: true when the task is done.
     pub(crate) fn round(&self) -> bool {
-        let hosts = match HostMap::fetch(self.service, NODE_LABELS_SKIP) {
-            Ok(hosts) => hosts,
-            Err(e) => {
-                tracing::error!("failed to get the hosts' info: {e:#}");
-                return false;
-            }
+        let hosts = HostMap::fetch(self.service, NODE_LABELS_SKIP);
+        let Some(hosts) = hosts.or_error("failed to get the hosts' info") else {
+            return false;
         };
         let labelled = hosts.filter(|h| !h.host.node_labels.is_empty());
         if labelled.is_empty() {
@@ -88,11 +68,9 @@ impl<'a> NodeLabels<'a> {
         let pause = labelled.iter().any(|(_, h)| {
             h.host.role == Some(Role::Worker) && !h.host.machine_config_pool_name.is_empty()
         });
-        if pause {
-            if let Err(e) = self.set_workers_paused(true) {
-                tracing::error!("failed to pause the {WORKER_POOL} MachineConfigPool: {e:#}");
-                return false;
-            }
+        let what = format_args!("failed to pause the {WORKER_POOL} MachineConfigPool");
+        if pause && self.set_workers_paused(true).or_error(what).is_none() {
+            return false;
         }
         let updated = self.label_nodes(&labelled);
         if updated < labelled.len() {
@@ -102,13 +80,8 @@ impl<'a> NodeLabels<'a> {
             );
             return false;
         }
-        if pause {
-            if let Err(e) = self.set_workers_paused(false) {
-                tracing::error!("failed to unpause the {WORKER_POOL} MachineConfigPool: {e:#}");
-                return false;
-            }
-        }
-        true
+        let what = format_args!("failed to unpause the {WORKER_POOL} MachineConfigPool");
+        !pause || self.set_workers_paused(false).or_error(what).is_some()
     }
 
     /// GET the worker pool; merge-patch `spec.paused` when it is not `paused` already.
@@ -125,12 +98,9 @@ impl<'a> NodeLabels<'a> {
 
     /// How many Nodes of `labelled` carry their labels now.
     fn label_nodes(&self, labelled: &HostMap) -> usize {
-        let nodes = match self.cluster.list_nodes(None) {
-            Ok(nodes) => nodes,
-            Err(e) => {
-                tracing::error!("failed to list the nodes: {e:#}");
-                return 0;
-            }
+        let nodes = self.cluster.list_nodes(None);
+        let Some(nodes) = nodes.or_error("failed to list the nodes") else {
+            return 0;
         };
         let mut count = 0;
         for node in nodes.iter().filter(|n| n.is_ready()) {
@@ -147,11 +117,9 @@ impl<'a> NodeLabels<'a> {
                 count += 1;
                 continue;
             }
-            match self.patch(node, labels) {
-                Ok(()) => count += 1,
-                Err(e) => {
-                    tracing::error!("failed to set the labels of node {}: {e:#}", node.name)
-                }
+            let what = format_args!("failed to set the labels of node {}", node.name);
+            if self.patch(node, labels).or_error(what).is_some() {
+                count += 1;
             }
         }
         count

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 
+use super::OrLog;
 use crate::archive::{tar_gz, Entry};
 use crate::clock::{poll, ticker};
 use crate::clock::{Clock, NeverStop, Stop};
@@ -21,7 +22,6 @@ use crate::image::Cancel;
 use crate::kube::ClusterApi;
 use crate::service::LogsState;
 
-/// Periodic upload period.
 pub(crate) const LOGS_UPLOAD_PERIOD: Duration = Duration::from_secs(5 * 60);
 /// Retry period of the final summary upload.
 pub(crate) const SUMMARY_LOGS_PERIOD: Duration = Duration::from_secs(30);
@@ -117,15 +117,16 @@ impl LogUploader<'_> {
         if self.pod_name.is_some() {
             return;
         }
-        match self
-            .cluster
-            .list_pods(&self.namespace, Some(OWN_POD_LABELS), Some(RUNNING_PODS))
+        let pods =
+            self.cluster
+                .list_pods(&self.namespace, Some(OWN_POD_LABELS), Some(RUNNING_PODS));
+        match pods
+            .or_warn("listing the controller's pods")
+            .map(|p| p.into_iter().next())
         {
-            Ok(pods) => match pods.into_iter().next() {
-                Some(p) => self.pod_name = Some(p.name),
-                None => tracing::warn!("no running controller pod in {}", self.namespace),
-            },
-            Err(err) => tracing::warn!("listing the controller's pods: {err:#}"),
+            Some(Some(p)) => self.pod_name = Some(p.name),
+            Some(None) => tracing::warn!("no running controller pod in {}", self.namespace),
+            None => {}
         }
     }
 
@@ -184,9 +185,8 @@ impl LogUploader<'_> {
     pub(crate) fn periodic(&mut self, clock: &dyn Clock, stop: &dyn Stop, period: Duration) {
         ticker(clock, stop, period, || {
             self.find_pod_name();
-            if let Err(err) = self.upload_controller_logs() {
-                tracing::warn!("uploading the controller's logs: {err:#}");
-            }
+            let uploaded = self.upload_controller_logs();
+            uploaded.or_warn("uploading the controller's logs");
             ControlFlow::Continue(())
         });
     }
@@ -239,21 +239,16 @@ impl LogUploader<'_> {
                     Err(err) => tracing::warn!("reading {}: {err}", path.display()),
                 }
             }
-            if let Err(err) = self.upload_controller_logs() {
-                tracing::warn!("uploading the controller's logs: {err:#}");
-            }
+            let uploaded = self.upload_controller_logs();
+            uploaded.or_warn("uploading the controller's logs");
             let images = must_gather_images(
                 &self.must_gather_image,
                 self.status.has_error(),
                 &self.status.operators_in_error(),
             );
-            match self.collect_must_gather(&images) {
-                Ok(bytes) => must_gather = Some(bytes),
-                Err(err) => {
-                    tracing::warn!("collecting must-gather: {err:#}");
-                    collected = false;
-                }
-            }
+            let collecting = self.collect_must_gather(&images);
+            must_gather = collecting.or_warn("collecting must-gather");
+            collected = must_gather.is_some();
         }
         let archive = self.log_entry_archive(must_gather.as_deref())?;
         self.service.upload_controller_logs(archive)?;
@@ -272,18 +267,12 @@ impl LogUploader<'_> {
         period: Duration,
         window: Duration,
     ) -> bool {
-        if let Err(err) = self.service.update_logs_progress(LogsState::Requested) {
-            tracing::warn!("reporting logs requested: {err:#}");
-        }
+        let requested = self.service.update_logs_progress(LogsState::Requested);
+        requested.or_warn("reporting logs requested");
         let summary = || {
             poll(clock, &NeverStop, period, Some(window), || {
-                match self.summary_upload() {
-                    Ok(()) => true,
-                    Err(err) => {
-                        tracing::warn!("uploading the summary logs: {err:#}");
-                        false
-                    }
-                }
+                let uploaded = self.summary_upload();
+                uploaded.or_warn("uploading the summary logs").is_some()
             })
             .is_ok()
         };
@@ -314,9 +303,8 @@ impl LogUploader<'_> {
                 })
             }
         };
-        if let Err(err) = self.service.update_logs_progress(LogsState::Completed) {
-            tracing::warn!("reporting logs completed: {err:#}");
-        }
+        let completed = self.service.update_logs_progress(LogsState::Completed);
+        completed.or_warn("reporting logs completed");
         ok
     }
 }

@@ -17,3 +17,20 @@ pub(crate) mod operators;
 pub(crate) mod ready;
 pub(crate) mod reboots;
 pub(crate) mod router_probe;
+
+/// A call's value, or `None` once its error is logged as "`what`: error": a task's round logs
+/// what failed and tries again at the next round.
+pub(crate) trait OrLog<T> {
+    fn or_warn(self, what: impl std::fmt::Display) -> Option<T>;
+    fn or_error(self, what: impl std::fmt::Display) -> Option<T>;
+}
+
+impl<T, E: std::fmt::Display> OrLog<T> for Result<T, E> {
+    fn or_warn(self, what: impl std::fmt::Display) -> Option<T> {
+        self.map_err(|e| tracing::warn!("{what}: {e:#}")).ok()
+    }
+
+    fn or_error(self, what: impl std::fmt::Display) -> Option<T> {
+        self.map_err(|e| tracing::error!("{what}: {e:#}")).ok()
+    }
+}

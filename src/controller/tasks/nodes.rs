@@ -16,8 +16,8 @@ use std::collections::HashSet;
 
 use anyhow::Result;
 
-use super::csr;
 use super::reboots::RebootsNotify;
+use super::{csr, OrLog};
 use crate::clock::Clock;
 use crate::clock::{poll, PollError};
 use crate::controller::hosts::{HostInfo, HostMap, NODE_STATUS_SKIP};
@@ -75,12 +75,9 @@ impl NodeStatus<'_> {
     /// One round: true when the task is done.
     pub(crate) fn round(&self) -> bool {
         tracing::info!("checking the status of the nodes");
-        let hosts = match HostMap::fetch(self.service, NODE_STATUS_SKIP) {
-            Ok(hosts) => hosts,
-            Err(e) => {
-                tracing::error!("failed to get the hosts' info: {e:#}");
-                return false;
-            }
+        let hosts = HostMap::fetch(self.service, NODE_STATUS_SKIP);
+        let Some(hosts) = hosts.or_error("failed to get the hosts' info") else {
+            return false;
         };
         for (name, h) in hosts.iter() {
             tracing::info!(
@@ -110,12 +107,9 @@ impl NodeStatus<'_> {
             tracing::info!("all nodes were successfully installed");
             return true;
         }
-        let nodes = match self.cluster.list_nodes(None) {
-            Ok(nodes) => nodes,
-            Err(e) => {
-                tracing::error!("failed to list the nodes: {e:#}");
-                return false;
-            }
+        let nodes = self.cluster.list_nodes(None);
+        let Some(nodes) = nodes.or_error("failed to list the nodes") else {
+            return false;
         };
         // Each Node's stage updates; an error ends the Node's turn.
         for node in &nodes {
@@ -136,25 +130,32 @@ impl NodeStatus<'_> {
             }
             // The round's snapshot: not re-read after the updates below.
             let stage = host.host.stage();
-            if matches!(stage, Some(HostStage::Configuring | HostStage::Rebooting)) {
-                if let Err(e) = self.set_stage(host, HostStage::Joined) {
-                    tracing::error!("failed to update the stage of node {}: {e:#}", node.name);
-                    continue;
-                }
+            let failed_stage = format_args!("failed to update the stage of node {}", node.name);
+            if matches!(stage, Some(HostStage::Configuring | HostStage::Rebooting))
+                && self
+                    .set_stage(host, HostStage::Joined)
+                    .or_error(failed_stage)
+                    .is_none()
+            {
+                continue;
             }
             let ready = node.is_ready();
-            if !ready && self.remove_uninitialized_taint {
-                if let Err(e) = self.untaint(&node.name) {
-                    tracing::error!(
-                        "failed to remove the uninitialized taint of node {}: {e:#}",
-                        node.name
-                    );
-                    continue;
-                }
+            let untaint = format_args!(
+                "failed to remove the uninitialized taint of node {}",
+                node.name
+            );
+            if !ready
+                && self.remove_uninitialized_taint
+                && self.untaint(&node.name).or_error(untaint).is_none()
+            {
+                continue;
             }
             if ready && stage != Some(HostStage::Done) {
-                if let Err(e) = self.set_stage(host, HostStage::Done) {
-                    tracing::error!("failed to update the stage of node {}: {e:#}", node.name);
+                if self
+                    .set_stage(host, HostStage::Done)
+                    .or_error(failed_stage)
+                    .is_none()
+                {
                     continue;
                 }
                 self.notifier.start(
@@ -165,9 +166,9 @@ impl NodeStatus<'_> {
                 );
             }
         }
-        match HostMap::fetch(self.service, NODE_STATUS_SKIP) {
-            Ok(fresh) => self.update_configuring(&fresh),
-            Err(e) => tracing::error!("failed to get the hosts' info: {e:#}"),
+        let fresh = HostMap::fetch(self.service, NODE_STATUS_SKIP);
+        if let Some(fresh) = fresh.or_error("failed to get the hosts' info") {
+            self.update_configuring(&fresh);
         }
         false
     }
@@ -196,30 +197,16 @@ impl NodeStatus<'_> {
     /// The machine-config-server pods' recent logs, concatenated; "" when the list or any log
     /// read fails.
     fn mcs_log(&self) -> String {
-        let pods = match self
+        let pods = self
             .cluster
-            .list_pods(MCS_NAMESPACE, Some(MCS_SELECTOR), None)
-        {
-            Ok(pods) => pods,
-            Err(e) => {
-                tracing::warn!("failed to list the machine-config-server pods: {e:#}");
-                return String::new();
-            }
-        };
-        let mut log = String::new();
-        for pod in &pods {
-            match self
-                .cluster
-                .pod_log(MCS_NAMESPACE, &pod.name, Some(MCS_LOG_SINCE_SECONDS))
-            {
-                Ok(text) => log.push_str(&text),
-                Err(e) => {
-                    tracing::warn!("failed to read the log of pod {}: {e:#}", pod.name);
-                    return String::new();
-                }
-            }
-        }
-        log
+            .list_pods(MCS_NAMESPACE, Some(MCS_SELECTOR), None);
+        let pods = pods.or_warn("failed to list the machine-config-server pods");
+        let logs = pods.into_iter().flatten().map(|pod| {
+            let since = Some(MCS_LOG_SINCE_SECONDS);
+            let log = self.cluster.pod_log(MCS_NAMESPACE, &pod.name, since);
+            log.or_warn(format_args!("failed to read the log of pod {}", pod.name))
+        });
+        logs.collect::<Option<String>>().unwrap_or_default()
     }
 
     /// The MCS detection (point 4 of a round): `Configuring` for the hosts that fetched their Ignition.
@@ -257,9 +244,8 @@ impl NodeStatus<'_> {
                 fetched.contains(host.host.id.as_str())
             };
             if matched {
-                if let Err(e) = self.set_stage(host, HostStage::Configuring) {
-                    tracing::error!("failed to update the stage of host {}: {e:#}", host.host.id);
-                }
+                let what = format_args!("failed to update the stage of host {}", host.host.id);
+                self.set_stage(host, HostStage::Configuring).or_error(what);
             }
         }
     }

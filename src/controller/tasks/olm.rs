@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
+use super::OrLog;
 use crate::clock::{retry_attempts, PollError};
 use crate::clock::{Clock, Stop};
 use crate::controller::service::{
@@ -48,34 +49,33 @@ const MARKING_ATTEMPTS: u32 = 10;
 /// `openshift-marketplace` (`status.failed > 0` or a True `Failed` condition) and the `Failed`
 /// InstallPlans owned by its subscription. Errors are only warnings.
 pub(crate) fn cleanup(cluster: &dyn ClusterApi, op: &MonitoredOperator) {
-    match cluster.list_jobs(MARKETPLACE_NAMESPACE) {
-        Ok(jobs) => {
-            for job in jobs {
-                let failed_cond = job.conditions.iter().find(|c| c.type_ == "Failed");
-                if job.failed > 0 || failed_cond.is_some_and(|c| c.status == "True") {
-                    let (ns, name) = (&job.namespace, &job.name);
-                    tracing::info!("deleting failed job {ns}/{name}");
-                    if let Err(err) = cluster.delete_job(ns, name) {
-                        tracing::warn!("deleting job {ns}/{name}: {err:#}");
-                    }
-                }
-            }
+    let jobs = cluster.list_jobs(MARKETPLACE_NAMESPACE);
+    for job in jobs
+        .or_warn(format_args!("listing the jobs of {MARKETPLACE_NAMESPACE}"))
+        .unwrap_or_default()
+    {
+        let failed_cond = job.conditions.iter().find(|c| c.type_ == "Failed");
+        if job.failed > 0 || failed_cond.is_some_and(|c| c.status == "True") {
+            let (ns, name) = (&job.namespace, &job.name);
+            tracing::info!("deleting failed job {ns}/{name}");
+            let deleted = cluster.delete_job(ns, name);
+            deleted.or_warn(format_args!("deleting job {ns}/{name}"));
         }
-        Err(err) => tracing::warn!("listing the jobs of {MARKETPLACE_NAMESPACE}: {err:#}"),
     }
-    match cluster.list_install_plans(&op.namespace) {
-        Ok(plans) => {
-            for plan in plans {
-                if plan.phase == "Failed" && plan.owner_names.contains(&op.subscription_name) {
-                    let (ns, name) = (&plan.namespace, &plan.name);
-                    tracing::info!("deleting failed install plan {ns}/{name}");
-                    if let Err(err) = cluster.delete_install_plan(ns, name) {
-                        tracing::warn!("deleting install plan {ns}/{name}: {err:#}");
-                    }
-                }
-            }
+    let plans = cluster.list_install_plans(&op.namespace);
+    for plan in plans
+        .or_warn(format_args!(
+            "listing the install plans of {}",
+            op.namespace
+        ))
+        .unwrap_or_default()
+    {
+        if plan.phase == "Failed" && plan.owner_names.contains(&op.subscription_name) {
+            let (ns, name) = (&plan.namespace, &plan.name);
+            tracing::info!("deleting failed install plan {ns}/{name}");
+            let deleted = cluster.delete_install_plan(ns, name);
+            deleted.or_warn(format_args!("deleting install plan {ns}/{name}"));
         }
-        Err(err) => tracing::warn!("listing the install plans of {}: {err:#}", op.namespace),
     }
 }
 
@@ -98,18 +98,13 @@ pub(crate) fn is_initialized(cluster: &dyn ClusterApi, op: &MonitoredOperator) -
             return false;
         }
     };
-    match cluster.get_csv(ns, &csv) {
-        Ok(found) => {
-            if found.is_none() {
-                tracing::info!("operator {}: CSV {ns}/{csv} not created yet", op.name);
-            }
-            found.is_some()
-        }
-        Err(err) => {
-            tracing::warn!("reading CSV {ns}/{csv}: {err:#}");
-            false
-        }
+    let found = cluster
+        .get_csv(ns, &csv)
+        .or_warn(format_args!("reading CSV {ns}/{csv}"));
+    if found.as_ref().is_some_and(Option::is_none) {
+        tracing::info!("operator {}: CSV {ns}/{csv} not created yet", op.name);
     }
+    found.flatten().is_some()
 }
 
 /// Every operator is initialized (checked in order; the first that is not ends the check).
@@ -196,10 +191,8 @@ pub(crate) fn apply_manifests(
                 tracing::info!("applied {m}: {out}");
                 Ok(())
             });
-        if let Err(err) = applied {
-            tracing::warn!("applying the manifest of {name}: {err:#}");
-            ok = false;
-        }
+        let what = format_args!("applying the manifest of {name}");
+        ok &= applied.or_warn(what).is_some();
     }
     ok
 }
@@ -231,10 +224,8 @@ pub(crate) fn apply_from_service(
             &kubeconfig,
         ))
     };
-    attempt().unwrap_or_else(|err| {
-        tracing::warn!("applying the OLM manifests from the service: {err:#}");
-        false
-    })
+    let applied = attempt().or_warn("applying the OLM manifests from the service");
+    applied.unwrap_or(false)
 }
 
 /// The timeout marking: every OLM operator still pending (fresh list) joins the operator-error
@@ -291,15 +282,11 @@ pub(crate) fn wait_for_olm_operators(
 
     stage(WaitingForOlmOperatorsCsvInitialization);
     let mut operators = Vec::new();
-    let fetch = &mut || match olm_operators(service, version, true, false) {
-        Ok(list) => {
-            operators = list;
-            true
-        }
-        Err(err) => {
-            tracing::warn!("fetching the OLM operators: {err:#}");
-            false
-        }
+    let fetch = &mut || {
+        let list = olm_operators(service, version, true, false);
+        list.or_warn("fetching the OLM operators")
+            .map(|list| operators = list)
+            .is_some()
     };
     if let Err(e) = poll(
         FETCH_INTERVAL,
@@ -352,11 +339,10 @@ pub(crate) fn wait_for_olm_operators(
     if errors.is_empty() {
         return Ok(());
     }
-    if let Err(err) = retry_attempts(clock, stop, MARKING_ATTEMPTS, interval, || {
+    let marked = retry_attempts(clock, stop, MARKING_ATTEMPTS, interval, || {
         mark_timed_out(service, status, version)
-    }) {
-        tracing::warn!("marking the timed-out OLM operators: {err:#}");
-    }
+    });
+    marked.or_warn("marking the timed-out OLM operators");
     Err(anyhow!(errors.join("\n")))
 }
 
@@ -427,12 +413,8 @@ fn abi_post_install_round(
             ..Default::default()
         });
     }
-    let path = match kubeconfig() {
-        Ok(path) => path,
-        Err(err) => {
-            tracing::warn!("getting the kubeconfig: {err:#}");
-            return false;
-        }
+    let Some(path) = kubeconfig().or_warn("getting the kubeconfig") else {
+        return false;
     };
     let version = openshift_version;
     let applied = apply_manifests(cluster, oc, version, &operators, &manifests, &path);

@@ -2,12 +2,11 @@
 
 use std::time::Duration;
 
+use super::OrLog;
 use crate::clock::PollError;
 use crate::controller::service::{operators_for_version, ControllerService};
 use crate::kube::{ClusterApi, Condition};
-use crate::service::{
-    Cluster, FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus,
-};
+use crate::service::{FinalizingStage, MonitoredOperator, OperatorMonitorReport, OperatorStatus};
 
 /// Console/CVO poll interval (Go's progress-update interval).
 pub(crate) const CLUSTER_OPERATORS_INTERVAL: Duration = Duration::from_secs(60);
@@ -41,26 +40,18 @@ pub(crate) fn console_enabled(cv: &crate::kube::ClusterVersion) -> bool {
         || !cv.known_capabilities.iter().any(|c| c == "Console")
 }
 
-/// The stage-timeout check on a fetched cluster: the current finalizing stage is `stage` and timed out.
-pub(crate) fn stage_timed_out(cluster: &Cluster, stage: FinalizingStage) -> bool {
-    cluster.progress.as_ref().is_some_and(|p| {
-        p.finalizing_stage.as_deref() == Some(stage.to_string().as_str())
-            && p.finalizing_stage_timed_out
-    })
-}
-
-/// The stage-timeout check: `v2GetCluster` (hosts excluded) and [`stage_timed_out`]; an error is false.
+/// The stage-timeout check: the cluster (hosts excluded) says its current finalizing stage is
+/// `stage` and timed out; an error is false.
 pub(crate) fn check_stage_timed_out(
     service: &dyn ControllerService,
     stage: FinalizingStage,
 ) -> bool {
-    match service.get_cluster(true) {
-        Ok(cluster) => stage_timed_out(&cluster, stage),
-        Err(err) => {
-            tracing::warn!("checking whether stage {stage} timed out: {err:#}");
-            false
-        }
-    }
+    let what = format_args!("checking whether stage {stage} timed out");
+    let cluster = service.get_cluster(true).or_warn(what);
+    cluster.and_then(|c| c.progress).is_some_and(|p| {
+        p.finalizing_stage.as_deref() == Some(stage.to_string().as_str())
+            && p.finalizing_stage_timed_out
+    })
 }
 
 /// What a handler reads from the cluster (in the availability check).
@@ -159,12 +150,9 @@ pub(crate) fn is_available(
     {
         return true;
     }
-    let observed = match read() {
-        Ok(o) => o,
-        Err(err) => {
-            tracing::warn!("reading the status of operator {name}: {err:#}");
-            return false;
-        }
+    let what = format_args!("reading the status of operator {name}");
+    let Some(observed) = read().or_warn(what) else {
+        return false;
     };
     let changed = record.is_some_and(|r| {
         observed.status.to_string() != r.status
@@ -183,11 +171,9 @@ pub(crate) fn is_available(
         status: Some(observed.status),
         status_info: observed.message,
     };
-    if let Err(err) = service.report_operator_status(&report) {
-        tracing::warn!("reporting the status of operator {name}: {err:#}");
-        return false;
-    }
-    observed.status == available
+    let reported = service.report_operator_status(&report);
+    let what = format_args!("reporting the status of operator {name}");
+    reported.or_warn(what).is_some() && observed.status == available
 }
 
 /// One round of the cluster-operator wait.
@@ -197,13 +183,14 @@ pub(crate) fn cluster_operators_round(
     openshift_version: &str,
     check_cluster_version: bool,
 ) -> bool {
-    let enabled = match cluster.get_cluster_version(CLUSTER_VERSION_NAME) {
-        Ok(cv) => console_enabled(&cv),
-        Err(err) => {
-            tracing::warn!("reading ClusterVersion {CLUSTER_VERSION_NAME}: {err:#}");
-            return false;
-        }
+    let what = format_args!("reading ClusterVersion {CLUSTER_VERSION_NAME}");
+    let Some(cv) = cluster
+        .get_cluster_version(CLUSTER_VERSION_NAME)
+        .or_warn(what)
+    else {
+        return false;
     };
+    let enabled = console_enabled(&cv);
     let available = |name| {
         let read = || builtin_status(cluster, name);
         is_available(service, openshift_version, name, true, true, read)
@@ -230,7 +217,7 @@ mod tests {
     use super::*;
     use crate::clock::{poll, FakeClock, NeverStop};
     use crate::controller::service::testing::{MemoryService, ServiceCall};
-    use crate::controller::testing::{boom, cond, lso_csv, LSO_NS, LSO_SUB};
+    use crate::controller::testing::{available_version, boom, cond, lso_csv, LSO_NS, LSO_SUB};
     use crate::kube::testing::FakeCluster;
     use crate::kube::{ClusterOperator, ClusterVersion, OperatorVersion};
     use crate::service::{ClusterProgressInfo, MonitoredOperator};
@@ -307,6 +294,7 @@ mod tests {
     fn stage_timeout_needs_the_stage_the_flag_and_an_answer() {
         let svc = MemoryService::new("c", Arc::new(FakeClock::new()));
         let s = FinalizingStage::WaitingForOlmOperatorsCsv;
+        assert!(!check_stage_timed_out(&svc, s), "no progress");
         let timed_out = |stage: Option<&str>, out: bool| {
             svc.update_cluster(|c| {
                 c.progress = Some(ClusterProgressInfo {
@@ -321,13 +309,12 @@ mod tests {
         assert!(!timed_out(csv, false));
         assert!(!timed_out(Some("Applying olm manifests"), true));
         assert!(!timed_out(None, true));
-        assert!(!stage_timed_out(&Cluster::default(), s));
         svc.fail("v2GetCluster", 1, 500);
         assert!(!timed_out(csv, true));
         let get = ServiceCall::GetCluster {
             exclude_hosts: true,
         };
-        assert_eq!(svc.calls(), vec![get; 5]);
+        assert_eq!(svc.calls(), vec![get; 6]);
     }
 
     fn service(records: Vec<MonitoredOperator>) -> MemoryService {
@@ -433,14 +420,7 @@ mod tests {
     #[test]
     fn round_reads_console_then_cvo_even_when_console_is_not_available() {
         let cluster = FakeCluster::new();
-        cluster.set_cluster_version(
-            "version",
-            ClusterVersion {
-                conditions: vec![cond("Available", "True", "done")],
-                desired_version: "4.12.0".into(),
-                ..ClusterVersion::default()
-            },
-        );
+        available_version(&cluster, "done");
         cluster.fail_next("get_cluster_operator", boom());
         let svc = service(vec![
             record("console", "progressing", ""),
@@ -470,13 +450,7 @@ mod tests {
             [("cvo", "4.12.0"), ("console", "4.12.0"), ("cvo", "4.12.0")]
                 .map(|(a, b)| (a.to_string(), b.to_string()))
         );
-        assert_eq!(
-            svc.operations()
-                .iter()
-                .filter(|o| **o == "V2ListOfClusterOperators")
-                .count(),
-            1
-        );
+        assert_eq!(svc.count("V2ListOfClusterOperators"), 1);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use serde_saphyr::Spanned;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
+use super::OrLog;
 use crate::clock::poll;
 use crate::clock::{Clock, Stop};
 use crate::controller::service::ControllerService;
@@ -25,12 +26,6 @@ use crate::service::Cluster;
 
 /// The ready Event's name and reason.
 pub(crate) const READY_EVENT_NAME: &str = "AssistedControllerIsReady";
-/// The ready Event's message.
-pub(crate) const READY_EVENT_MESSAGE: &str =
-    "Assisted controller managed to connect to assisted service \
-     and kube-apiserver and is ready to start";
-/// The ready Event's involvedObject name (the Job's name).
-pub(crate) const CONTROLLER_NAME: &str = "assisted-installer-controller";
 /// How often SetReadyState tries.
 pub(crate) const READY_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// SetReadyState's limit for the assisted-service invoker (the general wait timeout).
@@ -47,9 +42,12 @@ pub(crate) fn ready_event(namespace: &str, time: SystemTime) -> NewEvent {
         name: READY_EVENT_NAME.to_string(),
         reason: READY_EVENT_NAME.to_string(),
         type_: "Normal".to_string(),
-        message: READY_EVENT_MESSAGE.to_string(),
+        message: "Assisted controller managed to connect to assisted service and kube-apiserver \
+                  and is ready to start"
+            .to_string(),
         involved_namespace: namespace.to_string(),
-        involved_name: CONTROLLER_NAME.to_string(),
+        // The Job's name.
+        involved_name: crate::openshift::CONTROLLER_JOB.to_string(),
         time,
     }
 }
@@ -77,8 +75,11 @@ pub(crate) fn set_ready_state(
             }
         }
         tracing::info!("Connected to assisted service");
-        if let Err(e) = cluster_api.list_nodes(None) {
-            tracing::warn!("Failed to list nodes through the kube-apiserver: {e:#}");
+        let nodes = cluster_api.list_nodes(None);
+        if nodes
+            .or_warn("Failed to list nodes through the kube-apiserver")
+            .is_none()
+        {
             return false;
         }
         tracing::info!("Connected to kube-apiserver");
@@ -96,9 +97,7 @@ pub(crate) fn set_ready_state(
         tracing::info!("Assisted controller is ready");
         true
     });
-    if let Err(e) = result {
-        tracing::warn!("Stopped waiting to be ready: {e}");
-    }
+    result.or_warn("Stopped waiting to be ready");
     last
 }
 
@@ -106,10 +105,8 @@ pub(crate) fn set_ready_state(
 /// ConfigMap cannot be read.
 pub(crate) fn invoker(cluster_api: &dyn ClusterApi) -> String {
     let data = cluster_api.get_config_map(INVOKER_NAMESPACE, INVOKER_CONFIG_MAP);
-    if let Err(e) = &data {
-        tracing::warn!("Failed to get ConfigMap {INVOKER_NAMESPACE}/{INVOKER_CONFIG_MAP}: {e:#}");
-    }
-    invoker_of(data.ok().flatten().as_ref())
+    let what = format_args!("Failed to get ConfigMap {INVOKER_NAMESPACE}/{INVOKER_CONFIG_MAP}");
+    invoker_of(data.or_warn(what).flatten().as_ref())
 }
 
 /// The install-config YAML stored in the cluster (`kube-system/cluster-config-v1`).
@@ -187,13 +184,9 @@ pub(crate) fn has_valid_vsphere_credentials(
                 "Failed to get the cluster, checking the vSphere credentials in the \
                  install-config: {e:#}"
             );
-            match read_install_config(cluster_api) {
-                Ok(yaml) => install_config_has_vsphere_server(&yaml),
-                Err(e) => {
-                    tracing::warn!("Failed to read the install-config: {e:#}");
-                    false
-                }
-            }
+            let yaml = read_install_config(cluster_api);
+            let yaml = yaml.or_warn("Failed to read the install-config");
+            yaml.is_some_and(|yaml| install_config_has_vsphere_server(&yaml))
         }
     }
 }
@@ -271,10 +264,9 @@ pub(crate) fn ready_phase(
         Some(c) => c.platform_type().to_string(),
         None if abi => {
             tracing::warn!("No cluster from the assisted service, reading the platform from the install-config");
-            install_config_platform(cluster_api).unwrap_or_else(|e| {
-                tracing::warn!("Failed to get the platform from the install-config: {e:#}");
-                String::new()
-            })
+            let platform = install_config_platform(cluster_api);
+            let what = "Failed to get the platform from the install-config";
+            platform.or_warn(what).unwrap_or_default()
         }
         None => bail!(
             "failed to connect to the assisted service and the kube-apiserver within {} minutes",
@@ -296,6 +288,7 @@ mod tests {
     use super::*;
     use crate::clock::{FakeClock, NeverStop};
     use crate::controller::service::testing::{MemoryService, ServiceCall};
+    use crate::controller::testing::boom;
     use crate::kube::testing::FakeCluster;
     use crate::kube::ApiError;
     use crate::service::Platform;
@@ -317,16 +310,12 @@ mod tests {
         );
     }
 
-    fn boom(code: u16) -> ApiError {
-        ApiError::new(code, "InternalError", "boom")
-    }
-
     #[test]
     fn set_ready_state_retries_each_step_until_the_event_is_created() {
         let (k8s, svc, clock) = fakes();
         svc.fail("v2GetCluster", 1, 500);
-        k8s.fail_next("list_nodes", boom(500));
-        k8s.fail_next("create_event", boom(500));
+        k8s.fail_next("list_nodes", boom());
+        k8s.fail_next("create_event", boom());
         let got = set_ready_state(&k8s, &svc, &*clock, &NeverStop, NS, READY_TIMEOUT);
         assert_eq!(got.map(|c| c.id), Some("c-1".to_string()));
         assert_eq!(
@@ -375,7 +364,7 @@ mod tests {
     fn the_limit_returns_the_last_cluster_or_none() {
         // The Event never gets created: the cluster of the last GetCluster comes back anyway.
         let (k8s, svc, clock) = fakes();
-        k8s.fail_always("create_event", boom(403));
+        k8s.fail_always("create_event", ApiError::new(403, "Forbidden", "no"));
         let got = set_ready_state(&k8s, &svc, &*clock, &NeverStop, NS, ABI_READY_TIMEOUT);
         assert!(got.is_some());
         assert_eq!(svc.calls().len(), 300, "every second for 5 minutes");
@@ -397,7 +386,7 @@ mod tests {
             }
         }
         let (k8s, svc, _) = fakes();
-        k8s.fail_always("list_nodes", boom(500));
+        k8s.fail_always("list_nodes", boom());
         let clock = FailLater {
             fake: FakeClock::new(),
             svc: svc.clone(),
@@ -423,7 +412,7 @@ mod tests {
     fn the_invoker_from_the_install_manifests_config_map() {
         let k8s = FakeCluster::new();
         assert_eq!(invoker(&k8s), "assisted-service", "no ConfigMap");
-        k8s.fail_next("get_config_map", boom(500));
+        k8s.fail_next("get_config_map", boom());
         assert_eq!(invoker(&k8s), "assisted-service", "GET error");
         k8s.set_config_map("openshift-config", "openshift-install-manifests", &[]);
         assert_eq!(invoker(&k8s), "", "no key");
@@ -515,7 +504,7 @@ mod tests {
         svc.fail("v2GetCluster", 1, 500);
         assert!(!has_valid_vsphere_credentials(&k8s, &svc));
         svc.fail("v2GetCluster", 1, 500);
-        k8s.fail_next("get_config_map", boom(500));
+        k8s.fail_next("get_config_map", boom());
         assert!(!has_valid_vsphere_credentials(&k8s, &svc));
         assert_eq!(k8s.count("get_config_map"), 3);
     }

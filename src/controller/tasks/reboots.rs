@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use super::OrLog;
 use crate::clock::{retry_attempts, Clock, Deadline, RetryError};
 use crate::controller::service::{ControllerService, RebootsEvent, KUBECONFIG_NOINGRESS};
 use crate::host::commands::CommandRunner;
 
-/// Each job's limit.
 pub(crate) const JOB_TIMEOUT: Duration = Duration::from_secs(6 * 60);
 /// Attempts at counting a node's reboots.
 pub(crate) const COUNT_ATTEMPTS: u32 = 10;
@@ -131,16 +131,12 @@ impl Inner {
             clock: &*self.clock,
             at: deadline,
         };
-        let kubeconfig = match self.kubeconfig() {
-            Ok(path) => path.to_string_lossy().into_owned(),
-            Err(e) => {
-                tracing::warn!(
-                    "failed to get the kubeconfig to count the reboots of node {}: {e:#}",
-                    event.node_name
-                );
-                return;
-            }
+        let node = &event.node_name;
+        let what = format_args!("failed to get the kubeconfig to count the reboots of node {node}");
+        let Some(kubeconfig) = self.kubeconfig().or_warn(what) else {
+            return;
         };
+        let kubeconfig = kubeconfig.to_string_lossy();
         // `oc --kubeconfig <kubeconfig> debug node/<node> -- chroot /host last reboot`.
         let target = format!("node/{}", event.node_name);
         let args = [
@@ -185,12 +181,12 @@ impl Inner {
         };
         let event = RebootsEvent { reboots, ..event };
         tracing::info!("{}", event.message());
-        if let Err(e) = self.service.trigger_reboots_event(&event) {
-            tracing::error!(
-                "failed to send the reboots event of node {}: {e:#}",
-                event.node_name
-            );
-        }
+        let sent = self.service.trigger_reboots_event(&event);
+        let what = format_args!(
+            "failed to send the reboots event of node {}",
+            event.node_name
+        );
+        sent.or_error(what);
     }
 }
 
@@ -263,14 +259,6 @@ mod tests {
         )
     }
 
-    fn downloads(service: &MemoryService) -> usize {
-        service
-            .calls()
-            .iter()
-            .filter(|c| matches!(c, ServiceCall::DownloadKubeconfigNoingress))
-            .count()
-    }
-
     #[test]
     fn counts_lines_starting_with_reboot_and_a_space() {
         let out = "reboot   system boot  5.14.0-284.el9 Mon Nov 23 10:01   still running\n\
@@ -301,7 +289,7 @@ mod tests {
             .starts_with("kubedir"));
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "apiVersion: v1\n");
         assert_eq!(n.kubeconfig().unwrap(), path);
-        assert_eq!(downloads(&s.service), 2);
+        assert_eq!(s.service.count("V2DownloadClusterCredentials"), 2);
         // Finalize deletes the file, not the dir.
         n.finalize();
         assert!(!path.exists());
@@ -316,7 +304,7 @@ mod tests {
         n.start("node0", "host-0", "ie-0", "c1");
         let kubeconfig = n.kubeconfig().unwrap();
         n.finalize();
-        assert_eq!(downloads(&s.service), 1);
+        assert_eq!(s.service.count("V2DownloadClusterCredentials"), 1);
         let k = kubeconfig.display();
         let line = format!("oc --kubeconfig {k} debug node/node0 -- chroot /host last reboot");
         assert_eq!(oc.lines(), [line]);

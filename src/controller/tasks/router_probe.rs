@@ -7,15 +7,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use super::OrLog;
 use crate::clock::poll;
 use crate::clock::{Clock, Stop};
 use crate::controller::service::ControllerService;
 
-/// Probe period.
 pub(crate) const ROUTER_PROBE_PERIOD: Duration = Duration::from_secs(30);
-/// Probe window.
 pub(crate) const ROUTER_PROBE_WINDOW: Duration = Duration::from_secs(70 * 60);
-/// Timeout of one HTTP probe.
 pub(crate) const HTTP_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An HTTP GET that returns the status and the body (TLS verification off).
@@ -53,9 +51,8 @@ impl HttpProbe for ReqwestProbe {
 }
 
 fn log_probe(probe: &dyn HttpProbe, url: &str) {
-    match probe.get(url) {
-        Ok((status, body)) => tracing::info!("router probe {url}: {status} {body}"),
-        Err(err) => tracing::warn!("router probe {url}: {err:#}"),
+    if let Some((status, body)) = probe.get(url).or_warn(format_args!("router probe {url}")) {
+        tracing::info!("router probe {url}: {status} {body}");
     }
 }
 
@@ -80,13 +77,11 @@ pub(crate) fn run_router_probe(
     // then probes the canary and the router.
     let _ = poll(clock, stop, period, Some(window), || {
         if cluster.is_none() {
-            match service.get_cluster(true) {
-                Ok(c) => cluster = Some((c.name, c.base_dns_domain)),
-                Err(err) => {
-                    tracing::warn!("router probe: getting the cluster: {err:#}");
-                    return false;
-                }
-            }
+            let got = service.get_cluster(true);
+            let Some(c) = got.or_warn("router probe: getting the cluster") else {
+                return false;
+            };
+            cluster = Some((c.name, c.base_dns_domain));
         }
         if let Some((name, domain)) = cluster.as_ref() {
             let canary = "https://canary-openshift-ingress-canary.apps";

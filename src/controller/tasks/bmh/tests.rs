@@ -5,6 +5,7 @@ use crate::clock::{FakeClock, NeverStop};
 use crate::controller::testing::boom;
 use crate::kube::testing::FakeCluster;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 const NS: &str = MACHINE_API_NAMESPACE;
 const BMH: &str = "openshift-worker-0";
@@ -62,11 +63,9 @@ fn fixed_now() -> SystemTime {
 }
 
 fn task<'a>(cluster: &'a FakeCluster, clock: &'a FakeClock) -> BmhUpdate<'a> {
-    let t = BmhUpdate::new(cluster, clock);
-    assert_eq!(t.interval, GENERAL_WAIT);
     BmhUpdate {
         wall_now: fixed_now,
-        ..t
+        ..BmhUpdate::new(cluster, clock)
     }
 }
 

@@ -5,17 +5,41 @@ use super::*;
 use crate::clock::{FakeClock, NeverStop};
 use crate::controller::service::testing::{MemoryService, ServiceCall};
 use crate::controller::tasks::operators::CVO_MAX_TIMEOUT;
-use crate::controller::testing::{boom, cond, master, record, stop_at};
+use crate::controller::testing::{available_version, boom, cond, master, record, stop_at};
 use crate::image::Cancel;
 use crate::kube::testing::FakeCluster;
 use crate::kube::{ClusterOperator, ClusterVersion};
 use crate::service::OperatorStatus;
 use std::sync::Arc;
 
-fn setup() -> (Arc<FakeClock>, MemoryService, ControllerStatus) {
+struct Fx {
+    clock: Arc<FakeClock>,
+    svc: MemoryService,
+    status: ControllerStatus,
+    cluster: FakeCluster,
+}
+
+/// The fakes; the cluster's console and CVO are available (the CVO with "done"), its router CA
+/// is there.
+fn fx() -> Fx {
     let clock = Arc::new(FakeClock::new());
     let svc = MemoryService::new("cluster-id", clock.clone());
-    (clock, svc, ControllerStatus::new())
+    let cluster = FakeCluster::new();
+    available_version(&cluster, "done");
+    cluster.set_cluster_operator(ClusterOperator {
+        name: "console".into(),
+        conditions: vec![cond("Available", "True", "")],
+        versions: vec![],
+    });
+    let ca = [(INGRESS_CERT_KEY, "CA")];
+    cluster.set_config_map(INGRESS_CERT_NAMESPACE, INGRESS_CERT_NAME, &ca);
+    let status = ControllerStatus::default();
+    Fx {
+        clock,
+        svc,
+        status,
+        cluster,
+    }
 }
 
 /// The cluster status answered at each `v2GetCluster`, in order; the last one stays.
@@ -30,15 +54,14 @@ fn statuses(svc: &MemoryService, list: &'static [&'static str]) {
 }
 
 fn get_clusters(svc: &MemoryService) -> usize {
-    svc.operations()
-        .iter()
-        .filter(|o| **o == "v2GetCluster")
-        .count()
+    svc.count("v2GetCluster")
 }
 
 #[test]
 fn wait_sleeps_first_and_tolerates_errors() {
-    let (clock, svc, status) = setup();
+    let Fx {
+        clock, svc, status, ..
+    } = fx();
     // The hook also sees the failed first call.
     statuses(&svc, &["installing", "installing", "installed"]);
     svc.fail("v2GetCluster", 1, 500);
@@ -77,7 +100,9 @@ fn wait_outcomes() {
         ("installed", &[401, 500, 401, 500, 401], ExitNow, 5, false),
     ];
     for (s, failures, outcome, calls, flagged) in cases {
-        let (clock, svc, status) = setup();
+        let Fx {
+            clock, svc, status, ..
+        } = fx();
         svc.update_cluster(|c| c.status = s.to_string());
         for code in failures {
             svc.fail("v2GetCluster", 1, *code);
@@ -128,49 +153,6 @@ fn reports(svc: &MemoryService) -> Vec<(String, Option<OperatorStatus>, String, 
         .into_iter()
         .map(|r| (r.name, r.status, r.status_info, r.version))
         .collect()
-}
-
-/// A cluster whose console is available and whose CVO is available with "done".
-fn ready_cluster() -> FakeCluster {
-    let cluster = FakeCluster::new();
-    cluster.set_cluster_version(
-        "version",
-        ClusterVersion {
-            conditions: vec![cond("Available", "True", "done")],
-            enabled_capabilities: vec!["Console".into()],
-            known_capabilities: vec!["Console".into()],
-            desired_version: "4.12.0".into(),
-        },
-    );
-    cluster.set_cluster_operator(ClusterOperator {
-        name: "console".into(),
-        conditions: vec![cond("Available", "True", "")],
-        versions: vec![],
-    });
-    cluster.set_config_map(
-        INGRESS_CERT_NAMESPACE,
-        INGRESS_CERT_NAME,
-        &[(INGRESS_CERT_KEY, "CA")],
-    );
-    cluster
-}
-
-struct Fx {
-    clock: Arc<FakeClock>,
-    svc: MemoryService,
-    status: ControllerStatus,
-    cluster: FakeCluster,
-}
-
-fn fx() -> Fx {
-    let (clock, svc, status) = setup();
-    let cluster = ready_cluster();
-    Fx {
-        clock,
-        svc,
-        status,
-        cluster,
-    }
 }
 
 /// Go's settings for OpenShift 4.12, with or without the CVO check.
@@ -369,7 +351,7 @@ fn post_install_stopped_before_finalizing_reports_nothing() {
 
 #[test]
 fn stage_reports_retry_every_30_s_until_they_go_through() {
-    let (clock, svc, _) = setup();
+    let Fx { clock, svc, .. } = fx();
     svc.fail("v2UpdateClusterFinalizingProgress", 3, 500);
     report_stage(
         &*clock,
@@ -408,21 +390,11 @@ fn completion_bodies_on_the_wire() {
     );
 }
 
-fn available_cv(cluster: &FakeCluster) {
-    cluster.set_cluster_version(
-        "version",
-        ClusterVersion {
-            conditions: vec![cond("Available", "True", "")],
-            ..ClusterVersion::default()
-        },
-    );
-}
-
 #[test]
 fn abi_wait_untaints_then_returns_with_no_expected_masters() {
     let clock = FakeClock::new();
     let cluster = FakeCluster::new();
-    available_cv(&cluster);
+    available_version(&cluster, "");
     cluster.set_node(master("node0"));
     let mut untainted = Vec::new();
     let mut untaint = |n: &crate::kube::Node| untainted.push(n.name.clone());
@@ -452,7 +424,7 @@ impl Stop for Script<'_> {
     fn is_stopped(&self) -> bool {
         let minutes = self.clock.elapsed().as_secs() / 60;
         if minutes >= 1 {
-            available_cv(&self.cluster);
+            available_version(&self.cluster, "");
         }
         if minutes >= 2 {
             self.cluster.set_node(master("m2"));

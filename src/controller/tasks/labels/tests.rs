@@ -75,21 +75,17 @@ fn add_nodes(cluster: &FakeCluster, n: usize) {
 }
 
 fn task(s: &Setup) -> NodeLabels<'_> {
-    let t = NodeLabels::new(&s.cluster, &s.service, &*s.clock);
-    assert_eq!(t.interval, GENERAL_WAIT);
-    t
+    let (cluster, service, clock) = (&s.cluster, &s.service, &*s.clock);
+    NodeLabels {
+        cluster,
+        service,
+        clock,
+    }
 }
 
+/// `v2GetCluster` calls: the task only makes them with hosts (`HostMap::fetch`).
 fn host_maps(s: &Setup) -> usize {
-    s.service
-        .calls()
-        .iter()
-        .filter(|c| {
-            **c == ServiceCall::GetCluster {
-                exclude_hosts: false,
-            }
-        })
-        .count()
+    s.service.count("v2GetCluster")
 }
 
 fn patches(s: &Setup) -> Vec<String> {

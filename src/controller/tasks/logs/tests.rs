@@ -25,7 +25,7 @@ fn env() -> Env {
         dir: tempfile::tempdir().unwrap(),
         cluster: FakeCluster::new(),
         svc,
-        status: ControllerStatus::new(),
+        status: ControllerStatus::default(),
         mg: fake_oc(false, 0).0,
     }
 }
@@ -67,10 +67,6 @@ impl Env {
                 _ => None,
             })
             .collect()
-    }
-
-    fn count(&self, op: &str) -> usize {
-        self.svc.operations().iter().filter(|o| **o == op).count()
     }
 }
 
@@ -173,7 +169,7 @@ fn summary_without_errors_has_no_must_gather() {
     e.uploader().summary_upload().unwrap();
     assert_eq!(e.uploads(), [log_entry("file log")]);
     assert_eq!(mg_images(&e.mg).len(), 0);
-    assert_eq!(e.count("V2DownloadClusterCredentials"), 0);
+    assert_eq!(e.svc.count("V2DownloadClusterCredentials"), 0);
 
     // The upload failing: an error, and still no must-gather.
     e.svc.fail("V2UploadLogs", 1, 500);
@@ -192,7 +188,7 @@ fn summary_with_error_runs_must_gather_and_orders_the_entries() {
         mg_images(&e.mg),
         [vec!["quay.io/test-must-gather:latest".to_string()]]
     );
-    assert_eq!(e.count("V2DownloadClusterCredentials"), 1);
+    assert_eq!(e.svc.count("V2DownloadClusterCredentials"), 1);
     let up = e.uploads();
     assert_eq!(up.len(), 2, "the own logs alone, then the summary");
     assert_eq!(up[0], log_entry("file log"));
@@ -206,7 +202,7 @@ fn summary_with_error_runs_must_gather_and_orders_the_entries() {
     // A tarball already there is reused: no new download, no new run.
     e.uploader().summary_upload().unwrap();
     assert_eq!(mg_images(&e.mg).len(), 1);
-    assert_eq!(e.count("V2DownloadClusterCredentials"), 1);
+    assert_eq!(e.svc.count("V2DownloadClusterCredentials"), 1);
 }
 
 #[test]
@@ -219,7 +215,7 @@ fn final_upload_retries_a_failed_must_gather() {
         .uploader()
         .final_upload(&clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
     assert_eq!(mg_images(&e.mg).len(), 2);
-    assert_eq!(e.count("V2DownloadClusterCredentials"), 2);
+    assert_eq!(e.svc.count("V2DownloadClusterCredentials"), 2);
     assert_eq!(clock.elapsed(), SUMMARY_LOGS_PERIOD);
     let states: Vec<_> = e
         .svc
@@ -249,7 +245,7 @@ fn final_upload_gives_up_after_the_window_and_still_completes() {
     assert!(!e
         .uploader()
         .final_upload(&clock, SUMMARY_LOGS_PERIOD, SUMMARY_LOGS_WINDOW));
-    assert_eq!(e.count("V2UploadLogs"), 140, "every 30 s for 70 min");
+    assert_eq!(e.svc.count("V2UploadLogs"), 140, "every 30 s for 70 min");
     assert_eq!(
         e.svc.calls().last(),
         Some(&ServiceCall::UpdateLogsProgress(LogsState::Completed))
@@ -332,8 +328,8 @@ fn router_probe_on_a_failed_single_node_only() {
         assert_eq!(mg_images(&e.mg).len(), 1);
         let case = format!("{control_plane_count} {error} {probe_fails}");
         match gets {
-            Some(n) => assert_eq!(e.count("v2GetCluster"), n, "{case}"),
-            None => assert!(e.count("v2GetCluster") >= 1, "{case}: the probe ran"),
+            Some(n) => assert_eq!(e.svc.count("v2GetCluster"), n, "{case}"),
+            None => assert!(e.svc.count("v2GetCluster") >= 1, "{case}: the probe ran"),
         }
         assert_eq!(
             e.svc.calls().last(),

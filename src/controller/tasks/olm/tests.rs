@@ -37,7 +37,7 @@ struct Fx {
 fn fx() -> Fx {
     let clock = Arc::new(FakeClock::new());
     let svc = MemoryService::new("c", clock.clone());
-    let (cluster, status) = (FakeCluster::new(), ControllerStatus::new());
+    let (cluster, status) = (FakeCluster::new(), ControllerStatus::default());
     let (rec, applied) = fake_oc(false, 0);
     Fx {
         clock,
@@ -352,8 +352,7 @@ fn operator_that_never_succeeds_is_marked_failed() {
         assert_eq!(f.status.operators_in_error(), ["lso"]);
         assert!(!f.status.has_error());
         if by_service {
-            let gets = f.svc.operations();
-            let gets = gets.iter().filter(|o| **o == "v2GetCluster").count();
+            let gets = f.svc.count("v2GetCluster");
             assert_eq!(gets, 1, "only the CSV wait's stage-timeout check");
         }
     }
