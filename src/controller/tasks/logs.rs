@@ -117,16 +117,14 @@ impl LogUploader<'_> {
         if self.pod_name.is_some() {
             return;
         }
-        let pods =
-            self.cluster
-                .list_pods(&self.namespace, Some(OWN_POD_LABELS), Some(RUNNING_PODS));
-        match pods
-            .or_warn("listing the controller's pods")
-            .map(|p| p.into_iter().next())
-        {
-            Some(Some(p)) => self.pod_name = Some(p.name),
-            Some(None) => tracing::warn!("no running controller pod in {}", self.namespace),
-            None => {}
+        let (labels, running) = (Some(OWN_POD_LABELS), Some(RUNNING_PODS));
+        let pods = self.cluster.list_pods(&self.namespace, labels, running);
+        let Some(pods) = pods.or_warn("listing the controller's pods") else {
+            return;
+        };
+        match pods.into_iter().next() {
+            Some(p) => self.pod_name = Some(p.name),
+            None => tracing::warn!("no running controller pod in {}", self.namespace),
         }
     }
 

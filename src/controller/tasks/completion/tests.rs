@@ -53,10 +53,6 @@ fn statuses(svc: &MemoryService, list: &'static [&'static str]) {
     });
 }
 
-fn get_clusters(svc: &MemoryService) -> usize {
-    svc.count("v2GetCluster")
-}
-
 #[test]
 fn wait_sleeps_first_and_tolerates_errors() {
     let Fx {
@@ -68,7 +64,7 @@ fn wait_sleeps_first_and_tolerates_errors() {
     let out = wait_for_installation(&*clock, &NeverStop, &svc, &status, INSTALL_STATUS_INTERVAL);
     assert_eq!(out, WaitOutcome::Finished);
     // error, installing, installed.
-    assert_eq!(get_clusters(&svc), 3);
+    assert_eq!(svc.count("v2GetCluster"), 3);
     assert_eq!(clock.sleeps(), vec![INSTALL_STATUS_INTERVAL; 3]);
     assert_eq!(
         svc.calls()[0],
@@ -113,11 +109,11 @@ fn wait_outcomes() {
         }
         let out = wait_for_installation(&*clock, &stop, &svc, &status, INSTALL_STATUS_INTERVAL);
         assert_eq!(
-            get_clusters(&svc),
+            svc.count("v2GetCluster"),
             svc.operations().len(),
             "{s} {failures:?}"
         );
-        let got = (out, get_clusters(&svc), status.has_error());
+        let got = (out, svc.count("v2GetCluster"), status.has_error());
         assert_eq!(got, (outcome, calls, flagged), "{s} {failures:?}");
     }
 }
@@ -213,7 +209,7 @@ fn post_install_with_cvo_succeeds() {
         data: None,
     };
     assert_eq!(out, (ok.clone(), true));
-    assert_eq!(get_clusters(svc), 3);
+    assert_eq!(svc.count("v2GetCluster"), 3);
     assert_eq!(olm_calls, 1);
     assert_eq!(
         svc.finalizing_stages(),
