@@ -29,7 +29,6 @@ use kube::api::{
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -200,42 +199,6 @@ impl KubeClient {
         Api::namespaced(self.client.clone(), namespace)
     }
 
-    /// LIST the objects of `api` into the model.
-    fn list<K, M>(&self, what: impl Fn() -> String, api: Api<K>, lp: ListParams) -> Result<Vec<M>>
-    where
-        K: Clone + DeserializeOwned + Debug,
-        M: for<'a> From<&'a K>,
-    {
-        Ok(self
-            .call(what, api.list(&lp))?
-            .items
-            .iter()
-            .map(M::from)
-            .collect())
-    }
-
-    fn delete<K>(&self, what: impl Fn() -> String, api: Api<K>, name: &str) -> Result<()>
-    where
-        K: Clone + DeserializeOwned + Debug,
-    {
-        self.call(what, api.delete(name, &DeleteParams::default()))
-            .map(drop)
-    }
-
-    fn patch<K>(
-        &self,
-        what: impl Fn() -> String,
-        api: Api<K>,
-        name: &str,
-        patch: Patch<Value>,
-    ) -> Result<()>
-    where
-        K: Clone + DeserializeOwned + Debug,
-    {
-        self.call(what, api.patch(name, &PatchParams::default(), &patch))
-            .map(drop)
-    }
-
     fn dynamic(&self, kind: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
         match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, kind),
@@ -370,9 +333,10 @@ impl ClusterApi for KubeClient {
     }
 
     fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>> {
-        let what = || format!("listing nodes {}", label_selector.unwrap_or_default());
         let params = selectors(label_selector, None);
-        self.list(what, self.all::<core::Node>(), params)
+        let what = || format!("listing nodes {}", label_selector.unwrap_or_default());
+        let list = self.call(what, self.all::<core::Node>().list(&params))?;
+        Ok(list.items.iter().map(Node::from).collect())
     }
 
     fn get_node(&self, name: &str) -> Result<Node> {
@@ -383,37 +347,46 @@ impl ClusterApi for KubeClient {
     }
 
     fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
-        let what = || format!("removing taint {key} ({index}) of node {name}");
         let path = format!("/spec/taints/{index}");
         let patch = serde_json::from_value(json!([
             {"op": "test", "path": format!("{path}/key"), "value": key},
             {"op": "remove", "path": path},
         ]))
         .expect("a well-formed JSON patch");
-        let patch = Patch::Json(patch);
-        self.patch(what, self.all::<core::Node>(), name, patch)
+        let patch: Patch<()> = Patch::Json(patch);
+        let what = || format!("removing taint {key} ({index}) of node {name}");
+        let nodes = self.all::<core::Node>();
+        self.call(what, nodes.patch(name, &PatchParams::default(), &patch))
+            .map(drop)
     }
 
     fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()> {
         let what = || format!("patching the labels of node {name}");
         let patch = Patch::Merge(json!({"metadata": {"labels": labels}}));
-        self.patch(what, self.all::<core::Node>(), name, patch)
+        let nodes = self.all::<core::Node>();
+        self.call(what, nodes.patch(name, &PatchParams::default(), &patch))
+            .map(drop)
     }
 
     fn list_services(&self) -> Result<Vec<Service>> {
         let what = || "listing services in all namespaces".to_string();
-        self.list(what, self.all::<core::Service>(), ListParams::default())
+        let api = self.all::<core::Service>();
+        let list = self.call(what, api.list(&ListParams::default()))?;
+        Ok(list.items.iter().map(Service::from).collect())
     }
 
     fn delete_service(&self, namespace: &str, name: &str) -> Result<()> {
         let what = || format!("deleting service {namespace}/{name}");
-        self.delete(what, self.namespaced::<core::Service>(namespace), name)
+        let api = self.namespaced::<core::Service>(namespace);
+        self.call(what, api.delete(name, &DeleteParams::default()))
+            .map(drop)
     }
 
     fn list_pods(&self, ns: &str, label: Option<&str>, field: Option<&str>) -> Result<Vec<Pod>> {
-        let what = || format!("listing pods in namespace {ns}");
         let params = selectors(label, field);
-        self.list(what, self.namespaced::<core::Pod>(ns), params)
+        let what = || format!("listing pods in namespace {ns}");
+        let list = self.call(what, self.namespaced::<core::Pod>(ns).list(&params))?;
+        Ok(list.items.iter().map(Pod::from).collect())
     }
 
     fn pod_log(&self, ns: &str, name: &str, since_seconds: Option<i64>) -> Result<String> {
@@ -484,21 +457,22 @@ impl ClusterApi for KubeClient {
     fn delete_install_plan(&self, namespace: &str, name: &str) -> Result<()> {
         let what = || format!("deleting InstallPlan {namespace}/{name}");
         let api = self.dynamic(&kinds::install_plans(), Some(namespace));
-        self.delete(what, api, name)
+        self.call(what, api.delete(name, &DeleteParams::default()))
+            .map(drop)
     }
 
     fn list_jobs(&self, namespace: &str) -> Result<Vec<Job>> {
         let what = || format!("listing jobs in namespace {namespace}");
-        self.list(
-            what,
-            self.namespaced::<K8sJob>(namespace),
-            ListParams::default(),
-        )
+        let api = self.namespaced::<K8sJob>(namespace);
+        let list = self.call(what, api.list(&ListParams::default()))?;
+        Ok(list.items.iter().map(Job::from).collect())
     }
 
     fn delete_job(&self, namespace: &str, name: &str) -> Result<()> {
         let what = || format!("deleting job {namespace}/{name}");
-        self.delete(what, self.namespaced::<K8sJob>(namespace), name)
+        let api = self.namespaced::<K8sJob>(namespace);
+        self.call(what, api.delete(name, &DeleteParams::default()))
+            .map(drop)
     }
 
     fn list_bmhs(&self, namespace: &str) -> Result<Vec<Value>> {
@@ -536,13 +510,16 @@ impl ClusterApi for KubeClient {
     fn set_machine_config_pool_paused(&self, name: &str, paused: bool) -> Result<()> {
         let what = || format!("setting spec.paused={paused} on MachineConfigPool {name}");
         let patch = Patch::Merge(json!({"spec": {"paused": paused}}));
-        self.patch(what, self.dynamic(&kinds::mcps(), None), name, patch)
+        let pools = self.dynamic(&kinds::mcps(), None);
+        self.call(what, pools.patch(name, &PatchParams::default(), &patch))
+            .map(drop)
     }
 
     fn list_events(&self, namespace: &str) -> Result<Vec<Event>> {
         let what = || format!("listing events in namespace {namespace}");
         let api = self.namespaced::<core::Event>(namespace);
-        self.list(what, api, ListParams::default())
+        let list = self.call(what, api.list(&ListParams::default()))?;
+        Ok(list.items.iter().map(Event::from).collect())
     }
 
     fn machine_config_exists(&self, name: &str) -> Result<bool> {
