@@ -44,25 +44,24 @@ impl State {
 
     /// The fake's own answer to `req`.
     fn answer(&mut self, req: &Request) -> Reply {
-        let st = self;
         let (method, path) = (req.method.as_str(), req.path.as_str());
         let query = req.query_pairs();
         let (collection, name, sub) = split(path);
         let key = name.map(|n| format!("{collection}/{n}"));
         let missing = |key: &str| status(404, "NotFound", &format!("{key} not found"));
         match (method, key, sub.as_deref()) {
-            ("GET", Some(key), Some("log")) => match st.logs.get(&key) {
+            ("GET", Some(key), Some("log")) => match self.logs.get(&key) {
                 Some(log) => Reply::bytes(log.clone().into_bytes()),
                 None => missing(&key),
             },
-            ("GET", Some(key), None) => match st.objects.get(&key) {
+            ("GET", Some(key), None) => match self.objects.get(&key) {
                 Some(object) => Reply::json(200, object),
                 None => missing(&key),
             },
             ("GET", None, _) => {
-                let keys = st.matching(&collection, &query);
-                let items: Vec<&Value> = keys.iter().map(|key| &st.objects[key]).collect();
-                let meta = json!({"resourceVersion": st.version.to_string()});
+                let keys = self.matching(&collection, &query);
+                let items: Vec<&Value> = keys.iter().map(|key| &self.objects[key]).collect();
+                let meta = json!({"resourceVersion": self.version.to_string()});
                 let list =
                     json!({"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items});
                 Reply::json(200, &list)
@@ -71,19 +70,19 @@ impl State {
                 let object = req.body_json();
                 let name = object["metadata"]["name"].as_str().unwrap_or("");
                 let key = format!("{collection}/{name}");
-                if st.objects.contains_key(&key) {
+                if self.objects.contains_key(&key) {
                     return status(409, "AlreadyExists", &format!("{key} already exists"));
                 }
                 Reply {
                     status: 201,
-                    ..st.store(key, object)
+                    ..self.store(key, object)
                 }
             }
-            ("PUT", Some(key), _) if st.objects.contains_key(&key) => {
-                st.store(key, req.body_json())
+            ("PUT", Some(key), _) if self.objects.contains_key(&key) => {
+                self.store(key, req.body_json())
             }
-            ("PATCH", Some(key), _) if st.objects.contains_key(&key) => {
-                let mut object = st.objects[&key].clone();
+            ("PATCH", Some(key), _) if self.objects.contains_key(&key) => {
+                let mut object = self.objects[&key].clone();
                 let content_type = req.header("content-type").unwrap_or_default();
                 if content_type.starts_with("application/json-patch+json") {
                     let patch: json_patch::Patch = serde_json::from_slice(&req.body).unwrap();
@@ -93,15 +92,15 @@ impl State {
                 } else {
                     json_patch::merge(&mut object, &req.body_json());
                 }
-                st.store(key, object)
+                self.store(key, object)
             }
-            ("DELETE", Some(key), None) => match st.objects.remove(&key) {
+            ("DELETE", Some(key), None) => match self.objects.remove(&key) {
                 Some(object) => Reply::json(200, &object),
                 None => missing(&key),
             },
             ("DELETE", None, _) => {
-                for key in st.matching(&collection, &query) {
-                    st.objects.remove(&key);
+                for key in self.matching(&collection, &query) {
+                    self.objects.remove(&key);
                 }
                 Reply::json(200, &json!({"kind": "Status", "status": "Success"}))
             }
