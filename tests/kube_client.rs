@@ -15,12 +15,11 @@ use assisted_installer::openshift::{
     INVOKER_KEY, INVOKER_NAMESPACE, UNINITIALIZED_TAINT,
 };
 use base64::Engine;
-use common::fake_kube::{status, FakeApiServer};
-use common::http_server::{App, Reply, Request, RequestLog, TestServer};
+use common::fake_kube::FakeApiServer;
+use common::http_server::{Reply, RequestLog, TestServer};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 const NODES: &str = "/api/v1/nodes";
 const PODS: &str = "/api/v1/namespaces/assisted-installer/pods";
@@ -43,65 +42,20 @@ fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
     path
 }
 
-/// An injected answer: (method, path prefix, answer).
-type Answer = (&'static str, String, Reply);
-
-/// The fake API server behind answers injected for this file's error cases: each [`Answer`] of
-/// `next` answers the first request it matches instead of the fake; with `hang_up`, every
-/// connection is closed right after its answer, without saying so.
-#[derive(Clone, Default)]
-struct Faults {
-    fake: FakeApiServer,
-    next: Arc<Mutex<Vec<Answer>>>,
-    hang_up: Arc<AtomicBool>,
-}
-
-impl Faults {
-    /// The next `method` request to a path starting with `prefix` is answered `code`.
-    fn fail_next(&self, method: &'static str, prefix: &str, code: u16) {
-        let reply = status(code, "InternalError", "injected failure");
-        self.next
-            .lock()
-            .unwrap()
-            .push((method, prefix.into(), reply));
-    }
-}
-
-impl App for Faults {
-    fn handle(&self, req: &Request) -> Reply {
-        let mut next = self.next.lock().unwrap();
-        let at = next
-            .iter()
-            .position(|(m, p, _)| *m == req.method && req.path.starts_with(p));
-        let reply = match at {
-            Some(i) => next.remove(i).2,
-            None => self.fake.handle(req),
-        };
-        let hang_up = self.hang_up.load(SeqCst);
-        Reply { hang_up, ..reply }
-    }
-
-    fn keep_alive(&self) -> bool {
-        true
-    }
-}
-
 struct Setup {
     fake: FakeApiServer,
-    faults: Faults,
     server: TestServer,
     client: KubeClient,
     dir: tempfile::TempDir,
 }
 
 fn setup() -> Setup {
-    let faults = Faults::default();
-    let server = TestServer::with_app(faults.clone());
+    let fake = FakeApiServer::default();
+    let server = TestServer::with_app(fake.clone());
     let dir = tempfile::tempdir().unwrap();
     let client = KubeClient::from_kubeconfig(&kubeconfig(dir.path(), &server.base_url())).unwrap();
     Setup {
-        fake: faults.fake.clone(),
-        faults,
+        fake,
         server,
         client,
         dir,
@@ -440,7 +394,7 @@ fn writes_and_the_bodies_they_send() {
     let err = msg(remove_taint_by_key(c, "ghost", UNINITIALIZED_TAINT));
     assert!(err.starts_with("reading node ghost: "), "{err}");
     f.put(NODES, node("n", "master", true, "", json!({}), &["t"]));
-    s.faults.fail_next("PATCH", "/api/v1/nodes/n", 500);
+    s.fake.fail_next("PATCH", "/api/v1/nodes/n", 500);
     let err = msg(remove_taint_by_key(c, "n", "t"));
     assert!(err.starts_with("removing taint t (0) of node n: "), "{err}");
 
@@ -529,7 +483,7 @@ fn api_errors_keep_their_codes_and_name_the_object() {
     assert_eq!(api_error_code(&gone), Some(404));
     let cm = "/api/v1/namespaces/assisted-installer/configmaps/olm-operator-manifests";
     let get_cm = || c.get_config_map("assisted-installer", "olm-operator-manifests");
-    s.faults.fail_next("GET", cm, 403);
+    s.fake.fail_next("GET", cm, 403);
     let err = get_cm().unwrap_err();
     assert_eq!(api_error_code(&err), Some(403));
     let want = "reading ConfigMap assisted-installer/olm-operator-manifests: ";
@@ -541,17 +495,13 @@ fn api_errors_keep_their_codes_and_name_the_object() {
         ..Reply::empty(403)
     };
     for (reply, code) in [(Reply::empty(401), 401), (text, 403)] {
-        s.faults
-            .next
-            .lock()
-            .unwrap()
-            .push(("GET", cm.into(), reply));
+        s.fake.answer_next("GET", cm, reply);
         assert_eq!(api_error_code(&get_cm().unwrap_err()), Some(code));
     }
 
     // The installer's calls: a failure injected under `prefix` names the call.
     let fails = |prefix: &str, want: &str, call: &dyn Fn() -> String| {
-        s.faults.fail_next("GET", prefix, 500);
+        s.fake.fail_next("GET", prefix, 500);
         let err = call();
         assert!(
             err.starts_with(want) && err.contains("injected failure"),
@@ -602,7 +552,7 @@ fn the_client_is_blocking_shared_and_never_hangs() {
     assert_eq!(s.server.requests().len(), 20);
 
     // A connection per call: the server closing each one after its answer breaks nothing.
-    s.faults.hang_up.store(true, SeqCst);
+    s.fake.hang_up();
     for _ in 0..3 {
         assert_eq!(masters(&client).unwrap().len(), 1);
         std::thread::sleep(std::time::Duration::from_millis(50));

@@ -11,8 +11,8 @@
 
 use super::model::kinds;
 use super::{
-    untaint_patch, ApiError, ClusterApi, ClusterOperator, ClusterVersion, Csr, CsrApproval, Csv,
-    Event, InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, Pod, ProxyStatus, Service,
+    ApiError, ClusterApi, ClusterOperator, ClusterVersion, Csr, CsrApproval, Csv, Event,
+    InstallPlan, Job, Machine, MachineConfigPool, NewEvent, Node, Pod, ProxyStatus, Service,
     Subscription,
 };
 use anyhow::{anyhow, bail, Context, Result};
@@ -347,7 +347,13 @@ impl ClusterApi for KubeClient {
     }
 
     fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()> {
-        let patch: Patch<()> = Patch::Json(untaint_patch(index, key));
+        let path = format!("/spec/taints/{index}");
+        let patch = serde_json::from_value(json!([
+            {"op": "test", "path": format!("{path}/key"), "value": key},
+            {"op": "remove", "path": path},
+        ]))
+        .expect("a well-formed JSON patch");
+        let patch: Patch<()> = Patch::Json(patch);
         let what = || format!("removing taint {key} ({index}) of node {name}");
         let nodes = self.all::<core::Node>();
         self.call(what, nodes.patch(name, &PatchParams::default(), &patch))

@@ -161,36 +161,19 @@ mod tests {
     use super::*;
     use crate::openshift::INVOKER_ASSISTED;
 
+    /// An install-config with the compute pool's replicas too, and a platform other than vSphere.
     const INSTALL_CONFIG: &str = "\
 apiVersion: v1
-baseDomain: example.com
 compute:
-- architecture: amd64
-  hyperthreading: Enabled
-  name: worker
-  platform: {}
+- name: worker
   replicas: 2
 controlPlane:
-  architecture: amd64
-  hyperthreading: Enabled
   name: master
-  platform: {}
   replicas: 3
-metadata:
-  name: test-cluster
-networking:
-  clusterNetwork:
-  - cidr: 10.128.0.0/14
-    hostPrefix: 23
-  machineNetwork:
-  - cidr: 192.168.126.0/24
 platform:
   baremetal:
     apiVIPs:
     - 192.168.126.100
-pullSecret: \"\"
-sshKey: |
-  ssh-rsa AAAA test
 ";
 
     #[test]
@@ -221,16 +204,6 @@ sshKey: |
             assert_eq!(needed_ready_masters(replicas), masters, "{replicas}");
         }
         assert_eq!(needed_ready_masters(5), 2);
-    }
-
-    #[test]
-    fn invoker_from_config_map() {
-        use crate::openshift::invoker;
-        assert_eq!(invoker(None), "assisted-service");
-        let mut data = std::collections::BTreeMap::new();
-        assert_eq!(invoker(Some(&data)), "");
-        data.insert("invoker".to_string(), "agent-installer".to_string());
-        assert_eq!(invoker(Some(&data)), INVOKER_AGENT);
     }
 
     #[test]

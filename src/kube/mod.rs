@@ -98,18 +98,6 @@ pub(crate) fn merge_labels(labels: &mut BTreeMap<String, String>, patch: &Value)
     Ok(())
 }
 
-/// How both programs remove a taint, as Go's `UntaintNode`: a JSON patch removing taint `index`
-/// (the first with `key`), guarded by a `test` of that taint's key, so that a taint list changed
-/// since it was read fails the patch (422) instead of losing another taint.
-pub(crate) fn untaint_patch(index: usize, key: &str) -> json_patch::Patch {
-    let path = format!("/spec/taints/{index}");
-    serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": format!("{path}/key"), "value": key},
-        {"op": "remove", "path": path},
-    ]))
-    .expect("a well-formed JSON patch")
-}
-
 /// The installer's untaint with the controller's: the index of the first taint with `key`, then
 /// the guarded patch; no-op when there is none.
 pub fn remove_taint_by_key(api: &dyn ClusterApi, node: &str, key: &str) -> Result<()> {
@@ -140,7 +128,9 @@ pub trait ClusterApi: Send + Sync {
     /// LIST Nodes, all or those matching a label selector (`node-role.kubernetes.io/master`).
     fn list_nodes(&self, label_selector: Option<&str>) -> Result<Vec<Node>>;
     fn get_node(&self, name: &str) -> Result<Node>;
-    /// Remove taint `index` of a Node, which must still have `key` ([`untaint_patch`]).
+    /// Remove taint `index` of a Node, which must still have `key`: as Go's `UntaintNode`, a
+    /// JSON patch guarded by a `test` of that taint's key, so that a taint list changed since it
+    /// was read fails the patch (422) instead of losing another taint.
     fn remove_node_taint(&self, name: &str, index: usize, key: &str) -> Result<()>;
     /// Merge-patch a Node with `{"metadata":{"labels":<labels>}}`, `labels` sent verbatim.
     fn patch_node_labels(&self, name: &str, labels: &Value) -> Result<()>;

@@ -3,7 +3,7 @@
 //! at their REST paths (`/api/v1/nodes/master-0`), served as the API server does. A collection
 //! without `namespaces/<ns>/` lists every namespace's; subresources `PUT` replace the object;
 //! a failed JSON-patch `test` is a 422. With a token, requests without `Authorization: Bearer
-//! <token>` get a 401.
+//! <token>` get a 401. Tests can inject answers and have every connection hung up.
 
 use assisted_installer::kube::selector_matches;
 use serde_json::{json, Value};
@@ -18,6 +18,9 @@ struct State {
     /// Object path of a pod → its log.
     logs: BTreeMap<String, String>,
     version: u64,
+    /// (method, path prefix, answer): each answers the first request it matches instead.
+    injected: Vec<(String, String, Reply)>,
+    hang_up: bool,
 }
 
 impl State {
@@ -38,6 +41,73 @@ impl State {
         let matching = objects.filter(|(key, object)| listed(key) && selected(object, query));
         matching.map(|(key, _)| key.clone()).collect()
     }
+
+    /// The fake's own answer to `req`.
+    fn answer(&mut self, req: &Request) -> Reply {
+        let (method, path) = (req.method.as_str(), req.path.as_str());
+        let query = req.query_pairs();
+        let (collection, name, sub) = split(path);
+        let key = name.map(|n| format!("{collection}/{n}"));
+        let missing = |key: &str| status(404, "NotFound", &format!("{key} not found"));
+        match (method, key, sub.as_deref()) {
+            ("GET", Some(key), Some("log")) => match self.logs.get(&key) {
+                Some(log) => Reply::bytes(log.clone().into_bytes()),
+                None => missing(&key),
+            },
+            ("GET", Some(key), None) => match self.objects.get(&key) {
+                Some(object) => Reply::json(200, object),
+                None => missing(&key),
+            },
+            ("GET", None, _) => {
+                let keys = self.matching(&collection, &query);
+                let items: Vec<&Value> = keys.iter().map(|key| &self.objects[key]).collect();
+                let meta = json!({"resourceVersion": self.version.to_string()});
+                let list =
+                    json!({"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items});
+                Reply::json(200, &list)
+            }
+            ("POST", None, _) => {
+                let object = req.body_json();
+                let name = object["metadata"]["name"].as_str().unwrap_or("");
+                let key = format!("{collection}/{name}");
+                if self.objects.contains_key(&key) {
+                    return status(409, "AlreadyExists", &format!("{key} already exists"));
+                }
+                Reply {
+                    status: 201,
+                    ..self.store(key, object)
+                }
+            }
+            ("PUT", Some(key), _) if self.objects.contains_key(&key) => {
+                self.store(key, req.body_json())
+            }
+            ("PATCH", Some(key), _) if self.objects.contains_key(&key) => {
+                let mut object = self.objects[&key].clone();
+                let content_type = req.header("content-type").unwrap_or_default();
+                if content_type.starts_with("application/json-patch+json") {
+                    let patch: json_patch::Patch = serde_json::from_slice(&req.body).unwrap();
+                    if let Err(e) = json_patch::patch(&mut object, &patch) {
+                        return status(422, "Invalid", &e.to_string());
+                    }
+                } else {
+                    json_patch::merge(&mut object, &req.body_json());
+                }
+                self.store(key, object)
+            }
+            ("DELETE", Some(key), None) => match self.objects.remove(&key) {
+                Some(object) => Reply::json(200, &object),
+                None => missing(&key),
+            },
+            ("DELETE", None, _) => {
+                for key in self.matching(&collection, &query) {
+                    self.objects.remove(&key);
+                }
+                Reply::json(200, &json!({"kind": "Status", "status": "Success"}))
+            }
+            (_, Some(key), _) => missing(&key),
+            _ => status(405, "MethodNotAllowed", path),
+        }
+    }
 }
 
 /// Clones share the store.
@@ -48,7 +118,7 @@ pub(crate) struct FakeApiServer {
 }
 
 /// A `Status` answer, as the API server words its errors.
-pub(crate) fn status(code: u16, reason: &str, message: &str) -> Reply {
+fn status(code: u16, reason: &str, message: &str) -> Reply {
     let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                       "message": message, "reason": reason, "code": code});
     Reply::json(code, &body)
@@ -124,6 +194,23 @@ impl FakeApiServer {
     pub(crate) fn set_pod_log(&self, pod: &str, log: &str) {
         self.state().logs.insert(pod.to_string(), log.to_string());
     }
+
+    /// The next `method` request to a path starting with `prefix` is answered `reply`.
+    pub(crate) fn answer_next(&self, method: &str, prefix: &str, reply: Reply) {
+        let injected = (method.to_string(), prefix.to_string(), reply);
+        self.state().injected.push(injected);
+    }
+
+    /// The next `method` request to a path starting with `prefix` fails with `code`.
+    pub(crate) fn fail_next(&self, method: &str, prefix: &str, code: u16) {
+        let reply = status(code, "InternalError", "injected failure");
+        self.answer_next(method, prefix, reply);
+    }
+
+    /// From now on every connection is closed right after its answer, without saying so.
+    pub(crate) fn hang_up(&self) {
+        self.state().hang_up = true;
+    }
 }
 
 impl App for FakeApiServer {
@@ -134,68 +221,16 @@ impl App for FakeApiServer {
             }
         }
         let st = &mut *self.state();
-        let (method, path) = (req.method.as_str(), req.path.as_str());
-        let query = req.query_pairs();
-        let (collection, name, sub) = split(path);
-        let key = name.map(|n| format!("{collection}/{n}"));
-        let missing = |key: &str| status(404, "NotFound", &format!("{key} not found"));
-        match (method, key, sub.as_deref()) {
-            ("GET", Some(key), Some("log")) => match st.logs.get(&key) {
-                Some(log) => Reply::bytes(log.clone().into_bytes()),
-                None => missing(&key),
-            },
-            ("GET", Some(key), None) => match st.objects.get(&key) {
-                Some(object) => Reply::json(200, object),
-                None => missing(&key),
-            },
-            ("GET", None, _) => {
-                let keys = st.matching(&collection, &query);
-                let items: Vec<&Value> = keys.iter().map(|key| &st.objects[key]).collect();
-                let meta = json!({"resourceVersion": st.version.to_string()});
-                let list =
-                    json!({"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items});
-                Reply::json(200, &list)
-            }
-            ("POST", None, _) => {
-                let object = req.body_json();
-                let name = object["metadata"]["name"].as_str().unwrap_or("");
-                let key = format!("{collection}/{name}");
-                if st.objects.contains_key(&key) {
-                    return status(409, "AlreadyExists", &format!("{key} already exists"));
-                }
-                Reply {
-                    status: 201,
-                    ..st.store(key, object)
-                }
-            }
-            ("PUT", Some(key), _) if st.objects.contains_key(&key) => {
-                st.store(key, req.body_json())
-            }
-            ("PATCH", Some(key), _) if st.objects.contains_key(&key) => {
-                let mut object = st.objects[&key].clone();
-                let content_type = req.header("content-type").unwrap_or_default();
-                if content_type.starts_with("application/json-patch+json") {
-                    let patch: json_patch::Patch = serde_json::from_slice(&req.body).unwrap();
-                    if let Err(e) = json_patch::patch(&mut object, &patch) {
-                        return status(422, "Invalid", &e.to_string());
-                    }
-                } else {
-                    json_patch::merge(&mut object, &req.body_json());
-                }
-                st.store(key, object)
-            }
-            ("DELETE", Some(key), None) => match st.objects.remove(&key) {
-                Some(object) => Reply::json(200, &object),
-                None => missing(&key),
-            },
-            ("DELETE", None, _) => {
-                for key in st.matching(&collection, &query) {
-                    st.objects.remove(&key);
-                }
-                Reply::json(200, &json!({"kind": "Status", "status": "Success"}))
-            }
-            (_, Some(key), _) => missing(&key),
-            _ => status(405, "MethodNotAllowed", path),
+        let matches =
+            |(m, p, _): &(String, String, Reply)| *m == req.method && req.path.starts_with(p);
+        let at = st.injected.iter().position(matches);
+        let reply = match at {
+            Some(i) => st.injected.remove(i).2,
+            None => st.answer(req),
+        };
+        Reply {
+            hang_up: st.hang_up,
+            ..reply
         }
     }
 
