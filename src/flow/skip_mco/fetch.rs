@@ -1,14 +1,12 @@
 //! Fetching the config a pointer Ignition config points to (Go `getMCSIgnition`): a `data:` URL
-//! is decoded (and gunzipped when it is gzip), anything else is one GET from the
-//! machine-config-server with the Ignition `Accept` header. `https` trusts the pointer config's
-//! CA and nothing else; `http` needs none.
+//! is decoded (gunzipped when it is gzip), anything else is one GET from the
+//! machine-config-server, `https` trusting the pointer config's CA only.
 //!
-//! As in Go: no proxy (the MCS is the cluster's own `api-int` endpoint, which a proxy cannot
-//! reach or must not see), the status code is not checked (the body must then parse as an
-//! Ignition config), and the pointer config's HTTP headers are not sent. Unlike Go, a request
-//! has a time limit, so a stalled server cannot hold the install past the fetch budget. No
-//! User-Agent is sent: the bootstrap reads `User-Agent:"Ignition…` lines of the MCS log as
-//! "this host fetched its Ignition config", which this request must not look like.
+//! As in Go: no proxy (the MCS is the cluster's own `api-int`, which a proxy cannot reach or
+//! must not see), the status code is not checked (the body must parse as a config), the
+//! pointer's HTTP headers are not sent. Unlike Go, a request has a time limit (a stalled server
+//! cannot outlast the fetch budget). No User-Agent: the bootstrap reads `User-Agent:"Ignition…`
+//! in the MCS log as "this host fetched its Ignition config".
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::time::Duration;
@@ -23,8 +21,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The whole request; the MCS answers a few MiB at most.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Fetches the encapsulated MachineConfig behind one pointer config; built once, tried as
-/// often as the poll needs.
+/// Fetches the encapsulated MachineConfig behind one pointer config, as often as needed.
 pub(crate) struct McsFetcher {
     source: String,
     /// `None` for a `data:` source.
@@ -32,8 +29,7 @@ pub(crate) struct McsFetcher {
 }
 
 impl McsFetcher {
-    /// Everything that cannot get better by trying again is checked here: the scheme, the CA
-    /// an `https` source needs, the HTTP client.
+    /// Checks what trying again cannot fix: the scheme, the CA `https` needs, the client.
     pub(crate) fn new(pointer: &PointerConfig) -> Result<McsFetcher> {
         let source = pointer.source.clone();
         if data_url::is_data_url(&source) {
@@ -216,23 +212,6 @@ mod tests {
             request
         });
         (format!("http://{addr}/config/worker"), handle)
-    }
-
-    #[test]
-    fn http_sends_the_ignition_accept_header_and_no_user_agent() {
-        let (url, server) = serve_once("200 OK", mc_config());
-        let mc = fetch(&url).unwrap();
-        assert_eq!(mc.os_image_url, "quay.io/ocp@sha256:1");
-        let request = server.join().unwrap().to_ascii_lowercase();
-        assert!(
-            request.starts_with("get /config/worker http/1.1\r\n"),
-            "{request}"
-        );
-        assert!(
-            request.contains("\r\naccept: application/vnd.coreos.ignition+json; version=3.4.0\r\n"),
-            "{request}"
-        );
-        assert!(!request.contains("user-agent"), "{request}");
     }
 
     #[test]
