@@ -177,16 +177,10 @@ fn the_write_is_tried_three_times_a_second_apart() {
 #[test]
 fn a_failed_disk_cleanup_is_reported_and_the_install_continues_and_a_skipped_one_runs_nothing() {
     let h = harness("master");
-    h.runner.fail(
-        "wipefs --all --force /dev/vda",
-        1,
-        "wipefs: error: /dev/vda: probing initialization failed",
-    );
-    h.runner.fail(
-        "wipefs --all /dev/vda",
-        1,
-        "wipefs: error: /dev/vda: probing initialization failed",
-    );
+    for line in ["wipefs --all --force /dev/vda", "wipefs --all /dev/vda"] {
+        let failed = "wipefs: error: /dev/vda: probing initialization failed";
+        h.runner.fail(line, 1, failed);
+    }
     run(h.flow("master")).unwrap();
     let mut want = installed_as("master");
     want.insert(1, s("Starting installation", CLEAN_FAILED));

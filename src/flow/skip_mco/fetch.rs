@@ -125,20 +125,6 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpListener;
 
-    /// The request head a test server got.
-    fn read_request(stream: &mut std::net::TcpStream) -> String {
-        let mut buf = [0u8; 4096];
-        let mut got = Vec::new();
-        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = stream.read(&mut buf).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
-        String::from_utf8_lossy(&got).into_owned()
-    }
-
     fn mc_config() -> Vec<u8> {
         let mc = br#"{"spec":{"osImageURL":"quay.io/ocp@sha256:1","kernelArguments":["a=1"]}}"#;
         serde_json::to_vec(&serde_json::json!({"storage": {"files": [{
@@ -195,39 +181,45 @@ mod tests {
         McsFetcher::new(&pointer("http://x/c", Some("whatever"))).unwrap();
     }
 
-    /// A one-shot HTTP server answering `body` with `status`; returns the request it got.
-    fn serve_once(status: &str, body: Vec<u8>) -> (String, std::thread::JoinHandle<String>) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let status = status.to_string();
-        let handle = std::thread::spawn(move || {
-            let (mut stream, _) = listener.accept().unwrap();
-            let request = read_request(&mut stream);
-            let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            stream.write_all(head.as_bytes()).unwrap();
-            stream.write_all(&body).unwrap();
-            request
-        });
-        (format!("http://{addr}/config/worker"), handle)
-    }
-
+    /// Go reads whatever comes back: an error page fails as "not JSON", a config is used.
     #[test]
     fn the_status_is_not_checked_but_the_body_must_be_a_config() {
-        // Go reads whatever comes back: an error page fails as "not JSON", a config is used.
-        let (url, server) = serve_once("500 Internal Server Error", mc_config());
-        fetch(&url).unwrap();
-        server.join().unwrap();
-        let (url, server) = serve_once("503 Service Unavailable", b"not ready".to_vec());
-        let e = fetch(&url).unwrap_err();
-        assert!(format!("{e:#}").contains("not JSON"), "{e:#}");
-        server.join().unwrap();
-        let (url, server) = serve_once("200 OK", Vec::new());
-        let e = fetch(&url).unwrap_err();
-        assert!(format!("{e:#}").contains("not JSON"), "{e:#}");
-        server.join().unwrap();
+        let cases = [
+            ("500 Internal Server Error", mc_config(), true),
+            ("503 Service Unavailable", b"not ready".to_vec(), false),
+            ("200 OK", Vec::new(), false),
+        ];
+        for (status, body, used) in cases {
+            // A one-shot server: the request head read, then the answer.
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let url = format!("http://{}/config/worker", listener.local_addr().unwrap());
+            let server = std::thread::spawn(move || {
+                let (mut stream, _) = listener.accept().unwrap();
+                let (mut buf, mut got) = ([0u8; 4096], Vec::new());
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let length = body.len();
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+                );
+                stream
+                    .write_all(&[head.as_bytes(), &body].concat())
+                    .unwrap();
+            });
+            let got = fetch(&url);
+            server.join().unwrap();
+            match got {
+                Ok(mc) => assert!(
+                    used && mc.os_image_url == "quay.io/ocp@sha256:1",
+                    "{status}"
+                ),
+                Err(e) => assert!(!used && format!("{e:#}").contains("not JSON"), "{e:#}"),
+            }
+        }
     }
 
     #[test]
