@@ -4,17 +4,14 @@
 
 mod common;
 
-use assisted_installer::clock::FakeClock;
 use assisted_installer::commands::install::dry_run_commands;
-use assisted_installer::flow::testing::{FakeWriter, FlowBuilder, CLUSTER, HOST, INFRA};
-use assisted_installer::host::commands::RecordingRunner;
+use assisted_installer::flow::testing::{FlowBuilder, CLUSTER, HOST, INFRA};
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::kube::testing::FakeCluster;
 use assisted_installer::kube::{ClusterApi, Condition, NewEvent, Node, NodeAddress, Pod, Taint};
 use assisted_installer::openshift::{CURRENT_CONFIG_ANNOTATION, UNINITIALIZED_TAINT};
 use assisted_installer::service::client::LogsUpload;
-use common::fake_service::FakeService;
-use common::flow_builder::{failed_info, run, s, with_percents, Report, LSBLK_VDA};
+use common::flow_builder::{failed_info, run, s, with_percents, Harness, Report, LSBLK_VDA};
 use common::untar_gz;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -76,26 +73,34 @@ fn set_install_config(kube: &FakeCluster, yaml: &str) {
     );
 }
 
-struct Harness {
-    svc: FakeService,
+/// The common harness, and the in-memory Kubernetes API of the cluster the bootstrap forms.
+struct Bootstrap {
+    h: Harness,
     kube: FakeCluster,
-    runner: Arc<RecordingRunner>,
-    writer: Arc<FakeWriter>,
-    dir: tempfile::TempDir,
 }
 
-impl Harness {
+impl std::ops::Deref for Bootstrap {
+    type Target = Harness;
+    fn deref(&self) -> &Harness {
+        &self.h
+    }
+}
+
+impl Bootstrap {
     /// The host's `hostname` is `localhost`: the bootstrap replaces it with a random one.
-    fn new(service_role: &str) -> Harness {
-        let svc = FakeService::new();
-        svc.set_host_role(HOST, service_role);
-        svc.set_host_role(MASTER1, "master");
-        svc.set_host_role(MASTER2, "master");
-        svc.set_host_role(ARBITER, "master");
-        svc.set_host_ignition(HOST, host_ign("master-0"));
-        svc.set_cluster_file("bootstrap.ign", pull_secret_ign());
-        svc.set_cluster(json!({"platform": {"type": "baremetal"}}));
-        svc.set_hosts(vec![
+    fn new(service_role: &str) -> Bootstrap {
+        let h = Harness::new(
+            service_role,
+            &["--image-url", "http://mirror.example/rhcos.raw.gz"],
+        );
+        for id in [MASTER1, MASTER2, ARBITER] {
+            h.svc.set_host_role(id, "master");
+        }
+        h.svc.set_host_ignition(HOST, host_ign("master-0"));
+        h.svc.set_cluster_file("bootstrap.ign", pull_secret_ign());
+        h.svc
+            .set_cluster(json!({"platform": {"type": "baremetal"}}));
+        h.svc.set_hosts(vec![
             host(HOST, "bootstrap", "master-0", "192.0.2.10"),
             host(MASTER1, "master", "master-1", "192.0.2.11"),
             host(MASTER2, "master", "master-2", "192.0.2.12"),
@@ -107,64 +112,39 @@ impl Harness {
         kube.add_machine_config("rendered-master-1");
         add_ready_event(&kube);
         kube.add_pod(controller_pod(), CONTROLLER_LOG);
-        let dir = tempfile::tempdir().unwrap();
-        let openshift = dir.path().join("openshift");
-        std::fs::create_dir_all(openshift.join("auth")).unwrap();
-        // What bootkube leaves; the flow gets the in-memory API through it.
-        std::fs::write(openshift.join("auth/kubeconfig"), "").unwrap();
-        std::fs::write(openshift.join(".bootkube.done"), "").unwrap();
-        let runner = Arc::new(RecordingRunner::new());
-        runner.ok("cat /root/.ssh/id_rsa.pub", PUB_KEY);
-        runner.ok("hostname", "localhost");
-        runner.ok("systemctl is-active progress.service", "inactive");
-        runner.ok("cat /etc/resolv.conf", "nameserver 192.0.2.53");
-        runner.fail("test -f /usr/sbin/bootlist", 1, "");
-        runner.fail("test -d /sys/firmware/efi", 1, "");
-        Harness {
-            svc,
-            kube,
-            runner,
-            writer: Arc::new(FakeWriter::default()),
-            dir,
-        }
+        // What bootkube leaves; the flow gets the in-memory API through its kubeconfig.
+        std::fs::create_dir_all(h.path("openshift/auth")).unwrap();
+        std::fs::write(h.path("openshift/auth/kubeconfig"), "").unwrap();
+        std::fs::write(h.path("openshift/.bootkube.done"), "").unwrap();
+        h.runner.ok("cat /root/.ssh/id_rsa.pub", PUB_KEY);
+        h.runner.ok("hostname", "localhost");
+        h.runner
+            .ok("systemctl is-active progress.service", "inactive");
+        h.runner.ok("cat /etc/resolv.conf", "nameserver 192.0.2.53");
+        Bootstrap { h, kube }
     }
 
-    /// The flow of the host, with the fake service and Kubernetes API, on the fake clock
-    /// (scenarios that change the cluster while the flow waits do it through [`OnTheClock`]).
+    /// The flow of the host, with the in-memory API behind the kubeconfig.
     fn flow(&self, role: &str, control_plane_count: i64) -> FlowBuilder {
         self.builder(role)
-            .commands(self.runner.clone())
             .kube(Arc::new(self.kube.clone()))
             .cfg(|c| c.control_plane_count = control_plane_count)
     }
 
     /// What every flow of these scenarios shares.
     fn builder(&self, role: &str) -> FlowBuilder {
-        FlowBuilder::new(
-            role,
-            self.dir.path(),
-            self.svc.client(),
-            self.writer.clone(),
-        )
-        .cfg(|c| c.mco_image = MCO.into())
-        .installer_args(&["--image-url", "http://mirror.example/rhcos.raw.gz"])
-    }
-
-    /// The bootstrap flow on a fake clock that drives the changes of [`Harness::on_the_clock`].
-    fn flow_on_the_clock(&self, clock: &Arc<FakeClock>) -> FlowBuilder {
-        self.flow("bootstrap", 3).clock(clock.clone())
+        self.h.flow(role).cfg(|c| c.mco_image = MCO.into())
     }
 
     /// Before each call to the in-memory API, `change` may change the cluster, given the method
-    /// called and the fake time since the first call. Returns the flow's fake clock and the fake
-    /// times of the log reads since the first call.
+    /// called and the fake time since the first call. Returns the fake times of the log reads
+    /// since the first call.
     fn on_the_clock(
         &self,
         change: impl Fn(&FakeCluster, &str, Duration) + Send + Sync + 'static,
-    ) -> (Arc<FakeClock>, Arc<Mutex<Vec<Duration>>>) {
-        let clock = Arc::new(FakeClock::new());
+    ) -> Arc<Mutex<Vec<Duration>>> {
         let log_reads_at = Arc::new(Mutex::new(Vec::new()));
-        let (now, reads) = (clock.clone(), log_reads_at.clone());
+        let (now, reads) = (self.clock.clone(), log_reads_at.clone());
         let started = Mutex::new(None);
         self.kube.before_each_call(move |cluster, method| {
             let now = now.elapsed();
@@ -174,11 +154,7 @@ impl Harness {
                 reads.lock().unwrap().push(since_start);
             }
         });
-        (clock, log_reads_at)
-    }
-
-    fn reports(&self) -> Vec<Report> {
-        self.svc.progress_reports(HOST)
+        log_reads_at
     }
 }
 
@@ -235,7 +211,7 @@ fn controller_pod() -> Pod {
 
 /// The controller log of each upload the service accepted, in order (what an upload holds
 /// besides: controller_logs' the_running_pods_last_hour_is_uploaded_or_a_line_saying_why_not).
-fn controller_logs_uploaded(h: &Harness) -> Vec<String> {
+fn controller_logs_uploaded(h: &Bootstrap) -> Vec<String> {
     let log = |u: &LogsUpload| String::from_utf8(untar_gz(&u.data).remove(0).1).unwrap();
     h.svc.state().uploads.iter().map(log).collect()
 }
@@ -246,7 +222,7 @@ fn mco_line(h: &Harness) -> String {
         "podman run --net host --pid=host --volume /:/rootfs:rw --volume /usr/bin/rpm-ostree:/usr/bin/rpm-ostree \
          --privileged --entrypoint /usr/bin/machine-config-daemon {MCO} start --node-name localhost --root-mount /rootfs \
          --once-from {} --skip-reboot",
-        h.dir.path().join("install-dir/bootstrap.ign").display()
+        h.path("install-dir/bootstrap.ign").display()
     )
 }
 
@@ -276,7 +252,7 @@ fn bootstrap_sequence() -> Vec<Report> {
 
 #[test]
 fn bootstrap_happy_path() {
-    let h = Harness::new("bootstrap");
+    let h = Bootstrap::new("bootstrap");
     run(h.flow("bootstrap", 3)).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
     assert_eq!(h.svc.progress_reports(MASTER1), vec![s("Joined", "")]);
@@ -306,7 +282,7 @@ fn bootstrap_happy_path() {
         "shutdown -r +1 'Installation completed, server is going to reboot.'"
     );
     // What the bootstrap leaves for bootkube.
-    let openshift = h.dir.path().join("openshift");
+    let openshift = h.path("openshift");
     let ssh = "openshift/99_openshift-machineconfig_99-assisted-installer-master-ssh.yaml";
     let manifest = std::fs::read_to_string(openshift.join(ssh)).unwrap();
     assert!(manifest.contains(PUB_KEY), "{manifest}");
@@ -317,7 +293,7 @@ fn bootstrap_happy_path() {
     }
     // The controller's logs, once it is ready.
     assert_eq!(controller_logs_uploaded(&h), [CONTROLLER_LOG]);
-    let pull_secret = std::fs::read_to_string(h.dir.path().join("extracted_from_ignition.json"));
+    let pull_secret = std::fs::read_to_string(h.path("extracted_from_ignition.json"));
     assert_eq!(
         pull_secret.unwrap(),
         r#"{"auths":{"quay.io":{"auth":"dXNlcjpwYXNz"}}}"#
@@ -326,7 +302,7 @@ fn bootstrap_happy_path() {
     let events = h.writer.events();
     assert_eq!(events[0], "stream /dev/vda");
     assert!(events.contains(&"streamed".to_string()));
-    let ignition = h.dir.path().join(format!("install-dir/master-{HOST}.ign"));
+    let ignition = h.path(&format!("install-dir/master-{HOST}.ign"));
     let finish = format!("finish {}", ignition.display());
     assert_eq!(events.last(), Some(&finish));
     assert!(!events.iter().any(|e| e.starts_with("write")), "{events:?}");
@@ -334,7 +310,7 @@ fn bootstrap_happy_path() {
 
 #[test]
 fn bootstrap_with_an_arbiter_reports_it_joined() {
-    let h = Harness::new("bootstrap");
+    let h = Bootstrap::new("bootstrap");
     set_install_config(
         &h.kube,
         "controlPlane:\n  replicas: 2\narbiter:\n  replicas: 1\n",
@@ -355,7 +331,7 @@ fn bootstrap_with_an_arbiter_reports_it_joined() {
 #[test]
 fn mco_extraction_is_tried_three_times() {
     for then_ok in [true, false] {
-        let h = Harness::new("bootstrap");
+        let h = Bootstrap::new("bootstrap");
         let line = mco_line(&h);
         h.runner.fail(&line, 1, "Error: extract failed");
         if then_ok {
@@ -381,7 +357,7 @@ fn mco_extraction_is_tried_three_times() {
 #[test]
 fn the_node_image_overlay_is_waited_for_when_oc_is_missing() {
     for pull_fails in [false, true] {
-        let h = Harness::new("bootstrap");
+        let h = Bootstrap::new("bootstrap");
         h.runner.fail("stat /usr/bin/oc", 1, "no such file");
         h.runner.ok("stat /usr/bin/oc", "");
         let state = "systemctl show -P ActiveState";
@@ -417,8 +393,8 @@ fn the_node_image_overlay_is_waited_for_when_oc_is_missing() {
 
 #[test]
 fn other_hosts_are_reported_configuring_from_the_mcs_log() {
-    let h = Harness::new("bootstrap");
-    let logs = h.dir.path().join("containers");
+    let h = Bootstrap::new("bootstrap");
+    let logs = h.path("containers");
     std::fs::create_dir_all(&logs).unwrap();
     std::fs::write(
         logs.join("machine-config-server-abc_openshift-machine-config-operator_machine-config-server-123.log"),
@@ -432,7 +408,7 @@ fn other_hosts_are_reported_configuring_from_the_mcs_log() {
         h.kube.set_node_ready(node, false);
     }
     let svc = h.svc.clone();
-    let (clock, _) = h.on_the_clock(move |cluster, _, since_start| {
+    h.on_the_clock(move |cluster, _, since_start| {
         if svc
             .progress_reports(MASTER1)
             .contains(&s("Configuring", ""))
@@ -443,7 +419,7 @@ fn other_hosts_are_reported_configuring_from_the_mcs_log() {
             }
         }
     });
-    run(h.flow_on_the_clock(&clock)).unwrap();
+    run(h.flow("bootstrap", 3)).unwrap();
     let m1 = h.svc.progress_reports(MASTER1);
     assert_eq!(m1.first(), Some(&s("Configuring", "")), "{m1:?}");
     assert_eq!(m1.last(), Some(&s("Joined", "")));
@@ -481,10 +457,10 @@ fn sno_master_ign() -> String {
 #[test]
 fn single_node_with_ai_kexec_reboots_into_the_written_system_now() {
     use assisted_installer::kexec::testing::{coreos_boot, FromBootDir, RecordingLoader};
-    let h = Harness::new("sno");
-    std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
-    std::fs::write(h.dir.path().join("cmdline"), "ro ai.kexec=1").unwrap();
-    let boot = h.dir.path().join("boot");
+    let h = Bootstrap::new("sno");
+    std::fs::write(h.path("openshift/master.ign"), sno_master_ign()).unwrap();
+    std::fs::write(h.path("cmdline"), "ro ai.kexec=1").unwrap();
+    let boot = h.path("boot");
     coreos_boot(&boot, Some("ip=dhcp"));
     let loader = Arc::new(RecordingLoader::default());
     let kexec = Arc::new(FromBootDir::new(&boot, loader.clone()));
@@ -505,8 +481,8 @@ fn single_node_with_ai_kexec_reboots_into_the_written_system_now() {
 
 #[test]
 fn single_node_happy_path_merges_the_host_ignition_and_reboots_now() {
-    let h = Harness::new("sno");
-    std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
+    let h = Bootstrap::new("sno");
+    std::fs::write(h.path("openshift/master.ign"), sno_master_ign()).unwrap();
     let expected = assisted_installer::ignition::merge::merge_host_into_sno(
         sno_master_ign().as_bytes(),
         host_ign("master-0").as_bytes(),
@@ -517,7 +493,7 @@ fn single_node_happy_path_merges_the_host_ignition_and_reboots_now() {
     run(h.flow("master", 1)).unwrap();
     assert_eq!(h.reports(), sno_sequence());
     // The merge itself (the host's overrides win, its pointer cleared): ignition::merge's tests.
-    let merged = std::fs::read_to_string(h.dir.path().join("openshift/master.ign"));
+    let merged = std::fs::read_to_string(h.path("openshift/master.ign"));
     assert_eq!(merged.unwrap(), expected);
     let lines = h.runner.lines();
     assert!(
@@ -539,7 +515,7 @@ fn single_node_happy_path_merges_the_host_ignition_and_reboots_now() {
 
 #[test]
 fn single_node_without_master_ign_resets_the_early_write_and_a_failed_one_is_written_again() {
-    let h = Harness::new("sno");
+    let h = Bootstrap::new("sno");
     run(h.flow("master", 1)).unwrap_err();
     let info = failed_info(&h.reports());
     assert!(
@@ -548,8 +524,8 @@ fn single_node_without_master_ign_resets_the_early_write_and_a_failed_one_is_wri
     );
     assert_eq!(h.writer.events().last().unwrap(), "abandon");
     // A failed early write is written again in the normal place.
-    let h = Harness::new("sno");
-    std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
+    let h = Bootstrap::new("sno");
+    std::fs::write(h.path("openshift/master.ign"), sno_master_ign()).unwrap();
     h.writer.stream_failures.store(1, Ordering::SeqCst);
     run(h.flow("master", 1)).unwrap();
     assert_eq!(h.reports(), sno_sequence());
@@ -560,7 +536,7 @@ fn single_node_without_master_ign_resets_the_early_write_and_a_failed_one_is_wri
 
 /// A not-Ready master with the cloud provider's uninitialized taint; it becomes Ready a minute
 /// into the node wait.
-fn tainted_master(h: &Harness) -> Arc<FakeClock> {
+fn tainted_master(h: &Bootstrap) {
     let mut master = h.kube.node("master-2").unwrap();
     master.taints.push(Taint {
         key: UNINITIALIZED_TAINT.into(),
@@ -569,12 +545,11 @@ fn tainted_master(h: &Harness) -> Arc<FakeClock> {
     });
     h.kube.set_node(master);
     h.kube.set_node_ready("master-2", false);
-    let (clock, _) = h.on_the_clock(|cluster, _, since_start| {
+    h.on_the_clock(|cluster, _, since_start| {
         if since_start >= Duration::from_secs(60) {
             cluster.set_node_ready("master-2", true);
         }
     });
-    clock
 }
 
 #[test]
@@ -585,9 +560,10 @@ fn the_uninitialized_taint_is_removed_on_nutanix_and_vsphere_only() {
         ("baremetal", false),
         ("none", false),
     ] {
-        let h = Harness::new("bootstrap");
+        let h = Bootstrap::new("bootstrap");
         h.svc.set_cluster(json!({"platform": {"type": platform}}));
-        run(h.flow_on_the_clock(&tainted_master(&h))).unwrap();
+        tainted_master(&h);
+        run(h.flow("bootstrap", 3)).unwrap();
         let taints = h.kube.node("master-2").unwrap().taints;
         let kept = taints.iter().any(|t| t.key == UNINITIALIZED_TAINT);
         assert_eq!(kept, !removed, "{platform}: {taints:?}");
@@ -597,13 +573,13 @@ fn the_uninitialized_taint_is_removed_on_nutanix_and_vsphere_only() {
 
 #[test]
 fn controller_logs_are_uploaded_every_five_minutes_while_waiting_and_once_ready() {
-    let h = Harness::new("bootstrap");
+    let h = Bootstrap::new("bootstrap");
     h.kube.clear_events("assisted-installer");
     // The controller's ready event appears 12 min 30 s into the controller wait (its first
     // event listing): uploads at 5 and 10 min, then once ready.
     let wait_started = Arc::new(Mutex::new(None));
     let started = wait_started.clone();
-    let (clock, log_reads_at) = h.on_the_clock(move |cluster, method, since_start| {
+    let log_reads_at = h.on_the_clock(move |cluster, method, since_start| {
         if method != "list_events" {
             return;
         }
@@ -612,7 +588,7 @@ fn controller_logs_are_uploaded_every_five_minutes_while_waiting_and_once_ready(
             add_ready_event(cluster);
         }
     });
-    run(h.flow_on_the_clock(&clock)).unwrap();
+    run(h.flow("bootstrap", 3)).unwrap();
     assert_eq!(h.reports(), bootstrap_sequence());
     let started = wait_started.lock().unwrap().unwrap();
     let secs: Vec<u64> = log_reads_at
@@ -629,7 +605,8 @@ fn controller_logs_are_uploaded_every_five_minutes_while_waiting_and_once_ready(
         "the cluster's logs are requested once, when the controller is ready"
     );
     // The controller wait polled every 5 s on the flow's clock, 150 times.
-    let polls = clock
+    let polls = h
+        .clock
         .sleeps()
         .iter()
         .filter(|d| **d == Duration::from_secs(5))
@@ -639,7 +616,7 @@ fn controller_logs_are_uploaded_every_five_minutes_while_waiting_and_once_ready(
 
 #[test]
 fn failed_controller_log_uploads_do_not_stop_the_install() {
-    let h = Harness::new("bootstrap");
+    let h = Bootstrap::new("bootstrap");
     // The upload and the cluster logs-progress both fail, every time.
     h.svc.fail_path(&format!("/clusters/{}/logs", CLUSTER), 500);
     run(h.flow("bootstrap", 3)).unwrap();
@@ -670,7 +647,7 @@ const MASTER3: &str = "bf708192-a3b4-4ec5-9a4b-5c6d7e8f90a1";
 
 #[test]
 fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
-    let h = Harness::new("bootstrap");
+    let h = Bootstrap::new("bootstrap");
     h.svc.set_host_role(MASTER3, "master");
     h.svc.set_hosts(vec![
         host(HOST, "bootstrap", "master-0", "192.0.2.10"),
@@ -687,9 +664,9 @@ fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
     let hosts = cluster_hosts(h.dir.path(), &hosts);
     // No kubeconfig: bootkube never runs in dry run. Its done marker is the harness's to
     // create, as in Go's dry run (the harness above did).
-    std::fs::remove_file(h.dir.path().join("openshift/auth/kubeconfig")).unwrap();
+    std::fs::remove_file(h.path("openshift/auth/kubeconfig")).unwrap();
     let runner = Arc::new(dry_run_commands());
-    let marker = h.dir.path().join("bootstrap.rebooted");
+    let marker = h.path("bootstrap.rebooted");
     let flow = h
         .builder("bootstrap")
         .cfg(|c| c.dry_run = true)
@@ -729,15 +706,15 @@ fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
         assert!(!ran, "{absent}: {lines:#?}");
     }
     let pod = "openshift/manifests/assisted-installer-controller-pod.yaml";
-    assert!(!h.dir.path().join(pod).exists());
+    assert!(!h.path(pod).exists());
 }
 
 #[test]
 fn a_single_node_appliance_copies_the_registry_data_as_a_master() {
     // Go installs the single node as a master once bootkube is done, whatever --role said;
     // the registry copy needs that role.
-    let h = Harness::new("sno");
-    std::fs::write(h.dir.path().join("openshift/master.ign"), sno_master_ign()).unwrap();
+    let h = Bootstrap::new("sno");
+    std::fs::write(h.path("openshift/master.ign"), sno_master_ign()).unwrap();
     h.runner
         .ok("du -sb /mnt/agentdata", "1073741824\t/mnt/agentdata");
     h.runner.ok("lsblk --bytes --json /dev/vda", LSBLK_VDA);

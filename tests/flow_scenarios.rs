@@ -5,18 +5,16 @@
 
 mod common;
 
-use assisted_installer::clock::FakeClock;
 use assisted_installer::commands::install::dry_run_commands;
-use assisted_installer::flow::testing::{FakeWriter, FlowBuilder, HOST, INFRA};
+use assisted_installer::flow::testing::{FlowBuilder, HOST, INFRA};
 use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::host::reboot::FakeReboot;
 use assisted_installer::host::root::Unreachable;
 use assisted_installer::kexec::testing::{coreos_boot, FromBootDir, RecordingLoader};
 use assisted_installer::service::client::{ClientConfig, ClientRetry, ServiceClient};
-use assisted_installer::service::InventoryClient;
-use common::fake_service::{host_json, FakeService};
+use common::fake_service::host_json;
 use common::flow_builder::{
-    failed_info, installed_as, installed_with, run, s, two_masters, with_percents, Report,
+    failed_info, installed_as, installed_with, run, s, two_masters, with_percents, Harness, Report,
     LSBLK_VDA,
 };
 use common::http_server::TestServer;
@@ -31,78 +29,26 @@ const IGNITION: &str = r#"{"ignition":{"version":"3.4.0","config":{"merge":[{"so
 const THIRD: &str = "ae6f7081-92a3-4db4-8f3a-4b5c6d7e8f90";
 const CLEAN_FAILED: &str = "Could not clean install device /dev/vda. The installation will continue. If the installation fails, clean the disk and try again";
 
-struct Harness {
-    svc: FakeService,
-    runner: Arc<RecordingRunner>,
-    clock: Arc<FakeClock>,
-    writer: Arc<FakeWriter>,
-    dir: tempfile::TempDir,
+/// What the service sends: no image (the live one is installed), only what users and the
+/// service add.
+const ARGS: &[&str] = &["--append-karg", "nameserver=8.8.8.8", "-n"];
+
+/// A host of `role` served [`IGNITION`], which the writer must get.
+fn harness(role: &str) -> Harness {
+    let h = Harness::new(role, ARGS);
+    h.svc.set_host_ignition(HOST, IGNITION);
+    *h.writer.expected_ignition.lock().unwrap() = Some(IGNITION.to_string());
+    h
 }
 
-impl Harness {
-    fn new(role: &str) -> Harness {
-        let svc = FakeService::new();
-        svc.set_host_role(HOST, role);
-        svc.set_host_ignition(HOST, IGNITION);
-        let runner = Arc::new(RecordingRunner::new());
-        // A BIOS machine, not PowerVM: no boot entry to create.
-        runner.fail("test -f /usr/sbin/bootlist", 1, "");
-        runner.fail("test -d /sys/firmware/efi", 1, "");
-        Harness {
-            svc,
-            runner,
-            clock: Arc::new(FakeClock::new()),
-            writer: {
-                let w = FakeWriter::default();
-                *w.expected_ignition.lock().unwrap() = Some(IGNITION.to_string());
-                Arc::new(w)
-            },
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    /// The flow of a host with this role, talking to the fake service through its client.
-    fn flow(&self, role: &str) -> FlowBuilder {
-        self.flow_with(role, self.svc.client())
-    }
-
-    /// The flow talking to the service through the REST client, over the test server.
-    fn flow_over_http(&self, role: &str, srv: &TestServer, retry: ClientRetry) -> FlowBuilder {
-        let client = ServiceClient::new(ClientConfig {
-            url: srv.base_url(),
-            token: self.svc.token(),
-            insecure: false,
-            cacert: None,
-            retry,
-        })
-        .unwrap();
-        self.flow_with(role, Arc::new(client))
-    }
-
-    fn flow_with(&self, role: &str, service: Arc<dyn InventoryClient>) -> FlowBuilder {
-        FlowBuilder::new(role, self.dir.path(), service, self.writer.clone())
-            .commands(self.runner.clone())
-            .clock(self.clock.clone())
-            // What the service sends: no image (the live one is installed), only what users
-            // and the service add.
-            .installer_args(&["--append-karg", "nameserver=8.8.8.8", "-n"])
-    }
-
-    fn reports(&self) -> Vec<Report> {
-        self.svc.progress_reports(HOST)
-    }
-
-    /// Where the flow keeps the host's Ignition config when installing as `role`.
-    fn ignition(&self, role: &str) -> PathBuf {
-        self.dir
-            .path()
-            .join(format!("install-dir/{role}-{HOST}.ign"))
-    }
+/// Where the flow keeps the host's Ignition config when installing as `role`.
+fn ignition(h: &Harness, role: &str) -> PathBuf {
+    h.path(&format!("install-dir/{role}-{HOST}.ign"))
 }
 
 #[test]
 fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
-    let h = Harness::new("master");
+    let h = harness("master");
     run(h.flow("master")).unwrap();
     assert_eq!(h.reports(), installed_as("master"));
     // The write got the device, the downloaded Ignition and the installer args: no image
@@ -110,7 +56,7 @@ fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
     let calls = h.writer.calls();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].device.display().to_string(), "/dev/vda");
-    assert_eq!(calls[0].ignition, h.ignition("master"));
+    assert_eq!(calls[0].ignition, ignition(&h, "master"));
     let args = &calls[0].args;
     assert_eq!(args.kargs_network.append_kargs, vec!["nameserver=8.8.8.8"]);
     assert!(args.kargs_network.copy_network);
@@ -153,7 +99,7 @@ fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
 #[test]
 fn worker_waits_for_two_done_masters_after_the_write() {
     // A master and an arbiter are enough too.
-    let h = Harness::new("worker");
+    let h = harness("worker");
     h.svc.set_hosts_script(|_| {
         let mut hosts = two_masters("Done");
         hosts[1]["role"] = json!("arbiter");
@@ -161,7 +107,7 @@ fn worker_waits_for_two_done_masters_after_the_write() {
     });
     run(h.flow("worker")).unwrap();
     assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
-    let h = Harness::new("worker");
+    let h = harness("worker");
     h.svc.set_hosts_script(|poll| {
         let mut hosts = two_masters(if poll >= 3 { "Done" } else { "Rebooting" });
         hosts.push(host_json(THIRD, INFRA, "master", Some("Rebooting")));
@@ -187,7 +133,7 @@ fn worker_waits_for_two_done_masters_after_the_write() {
 
 #[test]
 fn a_failed_ignition_download_reports_failed_with_the_reason() {
-    let h = Harness::new("master");
+    let h = harness("master");
     h.svc.fail_path("downloads/ignition", 404);
     let err = run(h.flow("master")).unwrap_err();
     let info = failed_info(&h.reports());
@@ -206,7 +152,7 @@ fn a_failed_ignition_download_reports_failed_with_the_reason() {
 #[test]
 fn the_write_is_tried_three_times_a_second_apart() {
     for failures in [2, 3] {
-        let h = Harness::new("master");
+        let h = harness("master");
         h.writer.failures.store(failures, Ordering::SeqCst);
         let result = run(h.flow("master"));
         assert_eq!(h.writer.calls().len(), 3);
@@ -230,23 +176,17 @@ fn the_write_is_tried_three_times_a_second_apart() {
 
 #[test]
 fn a_failed_disk_cleanup_is_reported_and_the_install_continues_and_a_skipped_one_runs_nothing() {
-    let h = Harness::new("master");
-    h.runner.fail(
-        "wipefs --all --force /dev/vda",
-        1,
-        "wipefs: error: /dev/vda: probing initialization failed",
-    );
-    h.runner.fail(
-        "wipefs --all /dev/vda",
-        1,
-        "wipefs: error: /dev/vda: probing initialization failed",
-    );
+    let h = harness("master");
+    for line in ["wipefs --all --force /dev/vda", "wipefs --all /dev/vda"] {
+        let failed = "wipefs: error: /dev/vda: probing initialization failed";
+        h.runner.fail(line, 1, failed);
+    }
     run(h.flow("master")).unwrap();
     let mut want = installed_as("master");
     want.insert(1, s("Starting installation", CLEAN_FAILED));
     assert_eq!(h.reports(), want);
     // With --skip-installation-disk-cleanup, no cleanup command runs.
-    let h = Harness::new("master");
+    let h = harness("master");
     run(h
         .flow("master")
         .cfg(|c| c.skip_installation_disk_cleanup = true))
@@ -260,7 +200,7 @@ fn a_failed_disk_cleanup_is_reported_and_the_install_continues_and_a_skipped_one
 
 #[test]
 fn a_service_unreachable_for_a_while_loses_no_stage_and_keeps_the_order() {
-    let h = Harness::new("master");
+    let h = harness("master");
     let srv = TestServer::with_app(h.svc.clone());
     srv.unavailable_for(Duration::from_millis(1500));
     let retry = ClientRetry {
@@ -269,13 +209,21 @@ fn a_service_unreachable_for_a_while_loses_no_stage_and_keeps_the_order() {
         delay_base: Duration::from_millis(5),
         delay_cap: Duration::from_millis(50),
     };
-    run(h.flow_over_http("master", &srv, retry)).unwrap();
+    let client = ServiceClient::new(ClientConfig {
+        url: srv.base_url(),
+        token: h.svc.token(),
+        insecure: false,
+        cacert: None,
+        retry,
+    })
+    .unwrap();
+    run(h.flow("master").service(Arc::new(client))).unwrap();
     assert_eq!(h.reports(), installed_as("master"));
 }
 
 #[test]
 fn ironic_stops_the_agent_instead_of_rebooting_and_a_failed_reboot_is_fatal() {
-    let h = Harness::new("master");
+    let h = harness("master");
     h.runner.ok(
         "systemctl list-units --no-legend ironic-agent.service",
         "ironic-agent.service loaded active running Ironic agent",
@@ -292,7 +240,7 @@ fn ironic_stops_the_agent_instead_of_rebooting_and_a_failed_reboot_is_fatal() {
     );
     assert!(!lines.iter().any(|l| l.starts_with("shutdown")));
     // Without ironic, a failed reboot is fatal.
-    let h = Harness::new("master");
+    let h = harness("master");
     h.runner.fail(
         "shutdown -r +1 'Installation completed, server is going to reboot.'",
         1,
@@ -329,7 +277,7 @@ fn bad_input_fails_before_any_disk_is_touched() {
         ),
     ];
     for (change, needles) in cases {
-        let h = Harness::new("master");
+        let h = harness("master");
         run(change(h.flow("master"))).unwrap_err();
         let info = failed_info(&h.reports());
         for needle in needles {
@@ -352,10 +300,10 @@ fn any_other_role_takes_the_master_path_under_its_own_name() {
     // know) installs like a master, but is reported and names its Ignition file by its own
     // name, and skips the registry copy, which needs role master.
     for role in ["arbiter", "observer"] {
-        let h = Harness::new(role);
+        let h = harness(role);
         run(h.flow(role).registry_marker_on_host()).unwrap();
         assert_eq!(h.reports(), installed_as(role), "{role}");
-        assert_eq!(h.writer.calls()[0].ignition, h.ignition(role), "{role}");
+        assert_eq!(h.writer.calls()[0].ignition, ignition(&h, role), "{role}");
         assert!(
             h.svc.calls().iter().all(|c| !c.contains("role=")),
             "{role}: no control-plane wait"
@@ -365,16 +313,16 @@ fn any_other_role_takes_the_master_path_under_its_own_name() {
 
 #[test]
 fn dry_run_worker_completes_with_a_cluster_hosts_file() {
-    let h = Harness::new("worker");
+    let h = harness("worker");
     h.svc.set_hosts(two_masters("Done"));
-    let hosts = h.dir.path().join("cluster-hosts.json");
+    let hosts = h.path("cluster-hosts.json");
     let list = json!([
-        {"hostname": "master-1", "ip": "192.0.2.11", "rebootMarkerPath": h.dir.path().join("m1")},
-        {"hostname": "worker-1", "ip": "192.0.2.21", "rebootMarkerPath": h.dir.path().join("w1")},
+        {"hostname": "master-1", "ip": "192.0.2.11", "rebootMarkerPath": h.path("m1")},
+        {"hostname": "worker-1", "ip": "192.0.2.21", "rebootMarkerPath": h.path("w1")},
     ]);
     std::fs::write(&hosts, list.to_string()).unwrap();
     let runner = Arc::new(dry_run_commands());
-    let marker = h.dir.path().join("w1");
+    let marker = h.path("w1");
     run(h
         .flow("worker")
         .cfg(|c| c.dry_run = true)
@@ -394,51 +342,19 @@ fn dry_run_worker_completes_with_a_cluster_hosts_file() {
     }
 }
 
-/// `ai.kexec` on the live kernel command line: the master's stages are the usual ones, the
-/// host commands are the usual ones up to the reboot, which is the kexec one, from the system
-/// loaded off /dev/vda; in dry-run mode nothing is loaded and the fake reboot stands for it.
+/// `ai.kexec` in dry-run mode: nothing is loaded and the fake reboot stands for the kexec one
+/// (the real run: node's ai_kexec_loads_the_written_system_and_reboots_into_it_after_every_other_step).
 #[test]
-fn ai_kexec_reboots_a_master_into_the_written_system() {
-    let h = Harness::new("master");
-    std::fs::write(
-        h.dir.path().join("cmdline"),
-        "BOOT_IMAGE=/images/pxeboot/vmlinuz ai.kexec=1",
-    )
-    .unwrap();
-    let boot = h.dir.path().join("boot");
+fn ai_kexec_in_a_dry_run_loads_nothing() {
+    let h = harness("master");
+    std::fs::write(h.path("cmdline"), "ai.kexec").unwrap();
+    // A /boot it could load.
+    let boot = h.path("boot");
     coreos_boot(&boot, Some(""));
     let loader = Arc::new(RecordingLoader::default());
     let kexec = Arc::new(FromBootDir::new(&boot, loader.clone()));
-    run(h.flow("master").kexec(kexec.clone())).unwrap();
-    assert_eq!(h.reports(), installed_as("master"));
-    assert_eq!(kexec.devices(), [PathBuf::from("/dev/vda")]);
-    assert_eq!(
-        loader.calls()[0].cmdline,
-        "ignition.firstboot ostree=/ostree/boot.1/rhcos/1/0 console=ttyS0"
-    );
-    let lines = h.runner.lines();
-    let n = lines.len();
-    assert!(lines[n - 3].contains("logs_sender"), "{lines:#?}");
-    assert_eq!(
-        lines[n - 2],
-        "systemctl list-units --no-legend ironic-agent.service"
-    );
-    assert!(
-        lines[n - 1].starts_with("systemd-run --unit=assisted-installer-kexec --on-active=1min "),
-        "{lines:#?}"
-    );
-    assert!(
-        !lines.iter().any(|l| l.starts_with("shutdown")),
-        "{lines:#?}"
-    );
-
-    // Dry run: the same path, nothing loaded, the marker touched.
-    let h = Harness::new("master");
-    std::fs::write(h.dir.path().join("cmdline"), "ai.kexec").unwrap();
-    let loader = Arc::new(RecordingLoader::default());
-    let kexec = Arc::new(FromBootDir::new(&boot, loader.clone()));
     let runner = Arc::new(dry_run_commands());
-    let marker = h.dir.path().join("rebooted");
+    let marker = h.path("rebooted");
     run(h
         .flow("master")
         .cfg(|c| c.dry_run = true)
@@ -482,7 +398,7 @@ fn appliance_disk(runner: &RecordingRunner, data: u64) {
 
 #[test]
 fn registry_data_is_copied_after_the_write_with_its_progress() {
-    let h = Harness::new("master");
+    let h = harness("master");
     // 20 GiB of data need 50 GiB: 42 % of the disk stays free, as in Go's test. The copy's
     // exact command sequence is checked in host::registry_copy; here, where the flow runs it.
     appliance_disk(&h.runner, 20 * GIB);
@@ -525,7 +441,7 @@ fn a_failed_registry_copy_fails_the_install() {
         ),
     ];
     for (data, failing, want) in cases {
-        let h = Harness::new("master");
+        let h = harness("master");
         appliance_disk(&h.runner, data);
         if let Some(line) = failing {
             h.runner.fail(line, 1, "xfs_growfs: not a mounted XFS");
@@ -548,7 +464,7 @@ fn a_failed_registry_copy_fails_the_install() {
 
 #[test]
 fn a_day_two_worker_on_an_appliance_neither_waits_nor_copies_registry_data() {
-    let h = Harness::new("worker");
+    let h = harness("worker");
     appliance_disk(&h.runner, GIB);
     h.svc.set_cluster(json!({"kind": "AddHostsCluster"}));
     run(h.flow("worker").registry_marker_on_host()).unwrap();
@@ -562,7 +478,7 @@ fn a_day_two_worker_on_an_appliance_neither_waits_nor_copies_registry_data() {
 
 #[test]
 fn a_dry_run_reports_the_registry_copy_without_running_it() {
-    let h = Harness::new("master");
+    let h = harness("master");
     run(h
         .flow("master")
         .cfg(|c| c.dry_run = true)
@@ -634,7 +550,7 @@ fn existing_root_reports() -> Vec<Report> {
 #[test]
 fn coreos_image_deploys_onto_the_running_root_and_skips_the_disk_steps() {
     for dry_run in [false, true] {
-        let h = Harness::new("master");
+        let h = harness("master");
         run(coreos_image_flow(&h).cfg(|c| c.dry_run = dry_run)).unwrap();
         assert_eq!(h.reports(), existing_root_reports(), "dry run: {dry_run}");
         assert!(h.writer.calls().is_empty(), "no disk write");
@@ -646,7 +562,7 @@ fn coreos_image_deploys_onto_the_running_root_and_skips_the_disk_steps() {
             assert!(!lines.iter().any(deploying), "{lines:#?}");
             continue;
         }
-        let expected = existing_root_sequence(&h.ignition("master"));
+        let expected = existing_root_sequence(&ignition(&h, "master"));
         assert_eq!(lines[..expected.len()], expected[..], "{lines:#?}");
         // Then only the logs and the reboot: no disk cleanup, boot entry or registry copy.
         let rest = &lines[expected.len()..];
@@ -663,9 +579,9 @@ fn coreos_image_deploys_onto_the_running_root_and_skips_the_disk_steps() {
 
 #[test]
 fn a_coreos_image_deploy_failing_three_times_fails_the_install() {
-    let h = Harness::new("master");
+    let h = harness("master");
     let flow = coreos_image_flow(&h);
-    let deploy = existing_root_sequence(&h.ignition("master"))[4].clone();
+    let deploy = existing_root_sequence(&ignition(&h, "master"))[4].clone();
     h.runner
         .fail(&deploy, 1, "error: Error: pulling image: unauthorized");
     run(flow).unwrap_err();

@@ -7,15 +7,11 @@
 mod common;
 
 use anyhow::Result;
-use assisted_installer::clock::FakeClock;
 use assisted_installer::flow::node::run_installer;
-use assisted_installer::flow::testing::FakeWriter;
 use assisted_installer::flow::testing::{FlowBuilder, HOST};
-use assisted_installer::host::commands::RecordingRunner;
 use assisted_installer::image::Cancel;
 use base64::Engine;
-use common::fake_service::FakeService;
-use common::flow_builder::{installed_as, s, two_masters, Report, LSBLK_VDA};
+use common::flow_builder::{installed_as, s, two_masters, Harness, LSBLK_VDA};
 use common::http_server::{Fault, Reply, Request, Route, TestServer};
 use common::tls_server::Pki;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,84 +95,47 @@ fn assert_deployed(deploy: &[String], mc_kargs: &[&str]) {
     );
 }
 
-struct Harness {
-    svc: FakeService,
-    runner: Arc<RecordingRunner>,
-    clock: Arc<FakeClock>,
-    writer: Arc<FakeWriter>,
-    dir: tempfile::TempDir,
+/// A host of `role` whose live kernel command line names the openstack platform.
+fn harness(role: &str) -> Harness {
+    let h = Harness::new(role, &["--append-karg", "nameserver=8.8.8.8"]);
+    h.runner.ok("lsblk --bytes --json /dev/vda", LSBLK_VDA);
+    std::fs::write(
+        h.path("cmdline"),
+        "BOOT_IMAGE=/images/pxeboot/vmlinuz coreos.liveiso=rhcos-416 ignition.firstboot ignition.platform.id=openstack\n",
+    )
+    .unwrap();
+    h
 }
 
-impl Harness {
-    fn new(role: &str) -> Harness {
-        let svc = FakeService::new();
-        svc.set_host_role(HOST, role);
-        let runner = Arc::new(RecordingRunner::new());
-        // A BIOS machine, not PowerVM: the boot order needs nothing.
-        runner.fail("test -f /usr/sbin/bootlist", 1, "");
-        runner.fail("test -d /sys/firmware/efi", 1, "");
-        runner.ok("lsblk --bytes --json /dev/vda", LSBLK_VDA);
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("cmdline"),
-            "BOOT_IMAGE=/images/pxeboot/vmlinuz coreos.liveiso=rhcos-416 ignition.firstboot ignition.platform.id=openstack\n",
-        )
+fn flow(h: &Harness, role: &str) -> FlowBuilder {
+    h.flow(role).cfg(|c| c.enable_skip_mco_reboot = true)
+}
+
+/// The commands of the skip-MCO step (from `partx` to the last `umount`), checked to come
+/// after the disk cleanup and before the boot order.
+fn deploy_commands(h: &Harness) -> Vec<String> {
+    let lines = h.runner.lines();
+    let Some(start) = lines.iter().position(|l| l.starts_with("partx ")) else {
+        return Vec::new();
+    };
+    let end = lines
+        .iter()
+        .rposition(|l| l.starts_with("umount "))
         .unwrap();
-        Harness {
-            svc,
-            runner,
-            clock: Arc::new(FakeClock::new()),
-            writer: Arc::default(),
-            dir,
-        }
-    }
+    let wipefs = lines.iter().position(|l| l.starts_with("wipefs ")).unwrap();
+    let boot_order = lines.iter().position(|l| l == "test -f /usr/sbin/bootlist");
+    assert!(wipefs < start && end < boot_order.unwrap(), "{lines:#?}");
+    lines[start..=end].to_vec()
+}
 
-    fn flow(&self, role: &str) -> FlowBuilder {
-        FlowBuilder::new(
-            role,
-            self.dir.path(),
-            self.svc.client(),
-            self.writer.clone(),
-        )
-        .commands(self.runner.clone())
-        .clock(self.clock.clone())
-        .installer_args(&["--append-karg", "nameserver=8.8.8.8"])
-        .cfg(|c| c.enable_skip_mco_reboot = true)
-    }
+/// The host's pointer config names `source` (no CA of its own).
+fn pointer_to(h: &Harness, source: &str) {
+    h.svc.set_host_ignition(HOST, pointer(source, None));
+}
 
-    fn reports(&self) -> Vec<Report> {
-        self.svc.progress_reports(HOST)
-    }
-
-    /// The commands of the skip-MCO step (from `partx` to the last `umount`), checked to come
-    /// after the disk cleanup and before the boot order.
-    fn deploy_commands(&self) -> Vec<String> {
-        let lines = self.runner.lines();
-        let Some(start) = lines.iter().position(|l| l.starts_with("partx ")) else {
-            return Vec::new();
-        };
-        let end = lines
-            .iter()
-            .rposition(|l| l.starts_with("umount "))
-            .unwrap();
-        let wipefs = lines.iter().position(|l| l.starts_with("wipefs ")).unwrap();
-        let boot_order = lines
-            .iter()
-            .position(|l| l == "test -f /usr/sbin/bootlist")
-            .unwrap();
-        assert!(wipefs < start && end < boot_order, "{lines:#?}");
-        lines[start..=end].to_vec()
-    }
-
-    /// The host's pointer config names `source` (no CA of its own).
-    fn pointer_to(&self, source: &str) {
-        self.svc.set_host_ignition(HOST, pointer(source, None));
-    }
-
-    /// Runs the flow of `role`, its logs captured.
-    fn run(&self, role: &str) -> (Result<()>, String) {
-        run_logged(self.flow(role))
-    }
+/// Runs the flow of `role`, its logs captured.
+fn run(h: &Harness, role: &str) -> (Result<()>, String) {
+    run_logged(flow(h, role))
 }
 
 /// Runs the flow with its logs captured.
@@ -188,7 +147,7 @@ fn run_logged(flow: FlowBuilder) -> (Result<()>, String) {
 
 #[test]
 fn https_with_its_own_ca_deploys_the_release_image_fetched_while_the_disk_is_written() {
-    let h = Harness::new("master");
+    let h = harness("master");
     let pki = Pki::new(h.dir.path(), "mcs");
     let mcs = Arc::new(https_mcs(&pki, &["arg1", "arg2=val2"]));
     let source = format!(
@@ -207,17 +166,25 @@ fn https_with_its_own_ca_deploys_the_release_image_fetched_while_the_disk_is_wri
         }
         seen.store(!watched.requests().is_empty(), Ordering::SeqCst);
     }));
-    let (result, logs) = h.run("master");
+    let (result, logs) = run(&h, "master");
     result.unwrap();
     let saw = saw.load(Ordering::SeqCst);
     assert!(saw, "the MCS was asked while the disk was written");
-    assert_deployed(&h.deploy_commands(), &["arg1", "arg2=val2"]);
+    assert_deployed(&deploy_commands(&h), &["arg1", "arg2=val2"]);
     assert_eq!(h.reports(), installed_as("master"));
     let requests = mcs.requests();
     assert_eq!(requests.len(), 1, "{requests:?}");
-    assert_eq!(requests[0].path, "/config/master");
-    assert_eq!(requests[0].query, "token=s3cret-token");
-    assert_eq!(requests[0].header("Accept"), Some(ACCEPT));
+    let r = &requests[0];
+    let (method, path, query) = (r.method.as_str(), r.path.as_str(), r.query.as_str());
+    assert_eq!(
+        (method, path, query),
+        ("GET", "/config/master", "token=s3cret-token")
+    );
+    // The Ignition Accept header, and no User-Agent (the MCS log would take it for Ignition's).
+    assert_eq!(
+        (r.header("Accept"), r.header("User-Agent")),
+        (Some(ACCEPT), None)
+    );
     assert!(
         h.clock.sleeps().is_empty(),
         "nothing waited: {:?}",
@@ -230,7 +197,7 @@ fn https_with_its_own_ca_deploys_the_release_image_fetched_while_the_disk_is_wri
 
 #[test]
 fn https_with_another_ca_is_given_up_after_twenty_minutes_and_the_install_goes_on() {
-    let h = Harness::new("master");
+    let h = harness("master");
     let pki = Pki::new(h.dir.path(), "mcs");
     let other = Pki::new(h.dir.path(), "other");
     let mcs = https_mcs(&pki, &[]);
@@ -238,11 +205,11 @@ fn https_with_another_ca_is_given_up_after_twenty_minutes_and_the_install_goes_o
         HOST,
         pointer(&mcs.url("/config/master"), Some(&other.ca_pem)),
     );
-    let (result, logs) = h.run("master");
+    let (result, logs) = run(&h, "master");
     result.unwrap();
     assert_eq!(h.reports(), installed_as("master"));
     assert!(mcs.requests().is_empty(), "no request got past TLS");
-    assert!(h.deploy_commands().is_empty(), "{:?}", h.runner.lines());
+    assert!(deploy_commands(&h).is_empty(), "{:?}", h.runner.lines());
     assert!(h.clock.elapsed() >= TWENTY_MINUTES);
     assert!(
         logs.contains("failed getting encapsulated machine config")
@@ -257,10 +224,10 @@ fn https_with_another_ca_is_given_up_after_twenty_minutes_and_the_install_goes_o
 
 #[test]
 fn over_http_a_worker_deploys_after_its_wait() {
-    let h = Harness::new("worker");
+    let h = harness("worker");
     let srv = TestServer::start();
     srv.route("/config/worker", Route::bytes(served_config(&["a=1"])));
-    h.pointer_to(&srv.url("/config/worker"));
+    pointer_to(&h, &srv.url("/config/worker"));
     // Two masters are Done at the third poll; until then no deploy command may have run.
     let runner = h.runner.clone();
     let early_deploy = Arc::new(AtomicBool::new(false));
@@ -272,40 +239,35 @@ fn over_http_a_worker_deploys_after_its_wait() {
         let stage = if poll >= 3 { "Done" } else { "Rebooting" };
         two_masters(stage)
     });
-    h.run("worker").0.unwrap();
+    run(&h, "worker").0.unwrap();
     assert!(
         !early_deploy.load(Ordering::SeqCst),
         "deployed before the wait ended"
     );
-    assert_deployed(&h.deploy_commands(), &["a=1"]);
+    assert_deployed(&deploy_commands(&h), &["a=1"]);
     let requests = srv.requests_for("/config/worker");
     assert_eq!(requests.len(), 1);
     assert!(h.reports().contains(&s("Waiting for control plane", "")));
     assert_eq!(h.reports().last().unwrap(), &s("Rebooting", ""));
 }
 
-/// A machine-config-server answering 503 to every request, named by the host's pointer.
-fn unavailable_mcs(h: &Harness) -> TestServer {
-    let srv = TestServer::start();
-    let unavailable = Route::bytes(Vec::new()).with_sticky(vec![Fault::Status(503)]);
-    srv.route("/config/master", unavailable);
-    h.pointer_to(&srv.url("/config/master"));
-    srv
-}
-
 #[test]
 fn a_stop_while_waiting_for_the_mcs_fails_the_install() {
-    let h = Harness::new("master");
-    let _mcs = unavailable_mcs(&h);
+    let h = harness("master");
+    // A machine-config-server answering 503 to every request.
+    let mcs = TestServer::start();
+    let unavailable = Route::bytes(Vec::new()).with_sticky(vec![Fault::Status(503)]);
+    mcs.route("/config/master", unavailable);
+    pointer_to(&h, &mcs.url("/config/master"));
     let stop = Cancel::new();
     let fire = stop.clone();
     *h.writer.before_write.lock().unwrap() = Some(Box::new(move || fire.cancel()));
-    let flow = h.flow("master").stop(stop);
+    let flow = flow(&h, "master").stop(stop);
     run_logged(flow).0.unwrap_err();
     assert_eq!(
         h.reports().last().unwrap(),
         &s("Failed", "skip-MCO reboot: stop requested")
     );
-    assert!(h.deploy_commands().is_empty());
+    assert!(deploy_commands(&h).is_empty());
     assert!(!h.runner.lines().iter().any(|l| l.starts_with("shutdown")));
 }

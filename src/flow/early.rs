@@ -1,12 +1,8 @@
-//! The early write: on the bootstrap and single-node hosts the install disk is not needed by
-//! the live system, so the image is streamed to it while the bootstrap control plane forms.
-//! Only the Ignition config and kernel arguments wait for the normal "Writing image to disk"
-//! point, where embedding them and writing the partition table take seconds. Until then the
-//! disk holds an empty partition table and cannot boot, and it stays held with O_EXCL.
-//!
-//! The stages reported to the service do not change: progress percentages are kept and only
-//! sent once `Writing image to disk` is reported in its usual place. If the early write fails,
-//! the flow writes the disk again in the normal place, with the usual three attempts.
+//! The early write: the bootstrap and single-node install disks are not needed by the live
+//! system, so the image is streamed while the bootstrap control plane forms; the Ignition
+//! config and partition table (seconds) wait for the usual `Writing image to disk` point, and
+//! until then the disk cannot boot and stays held with O_EXCL. The reported stages do not
+//! change: percentages are kept until that point. A failed early write is written again there.
 
 use anyhow::{anyhow, Result};
 use crossbeam_channel::{bounded, select, Receiver};
@@ -55,8 +51,8 @@ impl EarlyWrite {
         }
     }
 
-    /// At the normal write point, with `Writing image to disk` reported: forward the progress
-    /// until the stream is done, then embed `ignition` and write the partition table.
+    /// At the write point: forward the progress until the stream is done, then embed
+    /// `ignition` and write the partition table.
     pub(crate) fn complete(self, reporter: &Reporter, ignition: &Path) -> Result<()> {
         loop {
             select! {
@@ -76,8 +72,8 @@ impl EarlyWrite {
         Ok(())
     }
 
-    /// The flow failed before the write point: the streamed disk must not be left looking
-    /// half-installed; reset it (when the stream got that far) and report `why`.
+    /// The flow failed before the write point: reset the streamed disk (it must not look
+    /// half-installed) and report `why`.
     pub(crate) fn abandon(self, why: anyhow::Error) -> anyhow::Error {
         match self.handle.join() {
             Ok(Ok(pending)) => pending.abandon(why),

@@ -1,11 +1,8 @@
 //! `--installer-args` for `--coreos-image`: what the ostree deploy onto the running root takes
-//! from them (kernel arguments, `--copy-network`), and what it has no use for.
-//!
-//! They are parsed as for a disk write (an unknown option is still refused), but the disk
-//! writer's preflight does not run: there is no disk image to find, and a host booted from its
-//! disk has no live image. The options that only a disk write uses are ignored with a warning,
-//! as the Go installer ignores everything but kernel arguments and `--copy-network` here:
-//! refusing them would fail installs the Go installer completes.
+//! from them (kernel arguments, `--copy-network`). They are parsed as for a disk write (an
+//! unknown option is refused), but there is no image to find nor live image: the options only
+//! a disk write uses are ignored with a warning, as Go ignores them (refusing them would fail
+//! installs Go completes).
 
 use std::path::Path;
 
@@ -13,9 +10,8 @@ use crate::host::existing_root::ExistingRoot;
 use crate::write::args::DEFAULT_NETWORK_DIR;
 use crate::write::WriterArgs;
 
-/// The deploy of `image` with `ignition`, as `args` ask. `--network-dir` is honoured (it
-/// names the keyfiles to copy, as it does for a disk write); Go always copies the default
-/// directory.
+/// The deploy of `image` with `ignition`, as `args` ask; `--network-dir` is honoured (Go always
+/// copies the default directory).
 pub(super) fn request<'a>(
     image: &'a str,
     args: &'a WriterArgs,
@@ -61,31 +57,19 @@ mod tests {
         parse_installer_args(&a.split(' ').map(String::from).collect::<Vec<_>>()).unwrap()
     }
 
+    /// The keyfiles copied (the kargs and the default directory: flow_scenarios'
+    /// coreos_image_deploys_onto_the_running_root_and_skips_the_disk_steps).
     #[test]
-    fn kargs_and_copy_network_reach_the_deploy() {
-        let a = args("--append-karg nameserver=8.8.8.8 --delete-karg baz --append-karg=foo=bar -n");
-        let r = request(
-            "quay.io/x/y@sha256:1",
-            &a,
-            Path::new("/opt/install-dir/m.ign"),
-        );
-        assert_eq!(r.image, "quay.io/x/y@sha256:1");
-        assert_eq!(r.ignition, Path::new("/opt/install-dir/m.ign"));
-        assert_eq!(r.append_kargs, ["nameserver=8.8.8.8", "foo=bar"]);
-        assert_eq!(r.delete_kargs, ["baz"]);
-        assert_eq!(
-            r.network_dir,
-            Some(Path::new("/etc/NetworkManager/system-connections"))
-        );
-        assert!(unused_options(&a).is_empty());
-        // No --copy-network, no keyfiles; --network-dir is honoured.
-        let a = args("--network-dir /etc/custom");
-        assert_eq!(request("i", &a, Path::new("x")).network_dir, None);
-        let a = args("--copy-network --network-dir /etc/custom");
-        assert_eq!(
-            request("i", &a, Path::new("x")).network_dir,
-            Some(Path::new("/etc/custom"))
-        );
+    fn network_dir_is_honoured_with_copy_network_only() {
+        let dir = |a: &str| {
+            let args = args(a);
+            let dir = request("i", &args, Path::new("x")).network_dir;
+            dir.map(Path::to_path_buf)
+        };
+        assert_eq!(dir("--network-dir /etc/custom"), None);
+        let custom = dir("--copy-network --network-dir /etc/custom");
+        assert_eq!(custom, Some("/etc/custom".into()));
+        assert!(unused_options(&args("--append-karg a --delete-karg b -n")).is_empty());
     }
 
     #[test]

@@ -1,7 +1,5 @@
-//! Install orchestration: the Go installer's role flows, stage by stage, with every host effect
-//! behind the narrow traits of `host` (commands, reboot, clock), the assisted-service behind
-//! `InventoryClient`, and the disk write behind `DiskWriter`; all chosen by the caller. Every
-//! wait and retry sleeps through the host's clock and ends early when [`Flow::stop`] fires.
+//! The Go installer's role flows, stage by stage, acting through [`Flow`]; every wait and retry
+//! sleeps through the host's clock and ends early when [`Flow::stop`] fires.
 
 pub(crate) mod bootstrap;
 pub(crate) mod early;
@@ -10,10 +8,9 @@ pub mod node;
 pub(crate) mod skip_mco;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
-pub(crate) mod wait;
 pub mod writer;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,8 +29,7 @@ use writer::DiskWriter;
 pub struct Paths {
     /// Downloaded Ignition configs (`/opt/install-dir`).
     pub install_dir: PathBuf,
-    /// Present on appliance/agent-based disconnected installs (`/run/media/iso/registry`, a
-    /// host path: read through `host_root`).
+    /// Present on appliance installs (`/run/media/iso/registry`, read through `host_root`).
     pub registry_marker: PathBuf,
     /// What bootkube writes: `auth/kubeconfig`, `.bootkube.done`, `master.ign`, `manifests/`.
     pub openshift_dir: PathBuf,
@@ -43,12 +39,10 @@ pub struct Paths {
     pub resolv_conf: PathBuf,
     /// Container logs, where the machine-config-server's shows who fetched Ignition.
     pub container_logs: PathBuf,
-    /// The live system's kernel command line (`/proc/cmdline`: the container shares the host's
-    /// kernel), whose `ignition.platform.id=` skip-MCO keeps for the deployed image.
+    /// The live system's kernel command line (the container shares the host's kernel).
     pub live_cmdline: PathBuf,
-    /// Where the host's own files are (network keyfiles, the live image, the registry marker):
-    /// the installer container does not mount them. Decided once by the entrypoint; a flow
-    /// that cannot reach them fails before touching the disk.
+    /// Where the host's own files are (keyfiles, the live image, the registry marker), which
+    /// the container does not mount; a flow that cannot reach them fails before any write.
     pub host_root: Result<HostRoot, Unreachable>,
 }
 
@@ -67,13 +61,12 @@ impl Default for Paths {
     }
 }
 
-/// How often the waits poll (the Go installer's values by default; tests shrink them).
+/// How often the waits poll (Go's values by default).
 #[derive(Clone, Copy, Debug)]
 pub struct Intervals {
-    /// Node, bootkube, etcd, controller, annotation and worker control-plane waits, and the
-    /// skip-MCO fetch's tries (Go: 5 s).
+    /// Most waits, and the skip-MCO fetch's tries (Go: 5 s).
     pub poll: Duration,
-    /// Other hosts' Configuring status from the MCS log, and the ABI worker wait (Go: 30 s).
+    /// The MCS log watch and the agent-based installs' worker wait (Go: 30 s).
     pub slow_poll: Duration,
 }
 
@@ -104,10 +97,23 @@ pub struct Flow {
     pub arch: String,
     pub kube: KubeFactory,
     pub intervals: Intervals,
-    /// Stream the image during the control-plane wait on bootstrap and single-node hosts
-    /// (see `early`); off only to measure what it saves.
+    /// Stream the image early on bootstrap and single-node hosts (see `early`).
     pub early_write: bool,
-    /// Fired on SIGINT/SIGTERM (the writer's token too): a wait or retry then ends at once with
-    /// [`crate::clock::Stopped`], which the flow reports as `Failed` like any other error.
+    /// Fired on SIGINT/SIGTERM (the writer's token too): a wait then ends at once with
+    /// [`crate::clock::Stopped`], reported as `Failed`.
     pub stop: Cancel,
+}
+
+impl Flow {
+    /// `check` every `every` on the host's clock until it gives a value; only the stop token
+    /// ends it otherwise, with [`crate::clock::Stopped`] under `what`.
+    pub(crate) fn poll<T>(
+        &self,
+        every: Duration,
+        what: impl std::fmt::Display + Send + Sync + 'static,
+        check: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        let polled = self.host.clock.poll_until(&self.stop, every, check);
+        polled.context(what)
+    }
 }

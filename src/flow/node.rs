@@ -11,7 +11,6 @@ use super::bootstrap::{
 use super::early::EarlyWrite;
 use super::existing_root;
 use super::skip_mco::SkipMco;
-use super::wait::worker_wait_for_control_plane;
 use super::writer::WriteRequest;
 use super::Flow;
 use crate::clock::{Failure, Schedule, Stopped, WaitError};
@@ -24,6 +23,7 @@ use crate::host::logs::upload_installation_logs;
 use crate::host::reboot::ironic_agent_present;
 use crate::host::registry_copy;
 use crate::host::root::HostRoot;
+use crate::service::models::Host as ServiceHost;
 use crate::service::stages::{HostStage, LogsState};
 use crate::write::parse_installer_args;
 use crate::write::post_install::reload_partitions;
@@ -371,6 +371,57 @@ fn kexec_reboot(f: &Flow, device: &Path, when: &str) -> Result<()> {
     f.host.reboot.kexec_reboot(when)
 }
 
+fn done(hosts: &[ServiceHost]) -> usize {
+    hosts
+        .iter()
+        .filter(|h| h.stage() == Some(HostStage::Done))
+        .count()
+}
+
+/// `workerWaitFor2ReadyMasters`: report `Waiting for control plane`, then wait until two
+/// control-plane hosts (masters, or a master and an arbiter) are Done; at once for day-2
+/// clusters (`AddHostsCluster`). Errors are logged and the poll goes on; only the stop token
+/// ends it otherwise.
+fn worker_wait_for_control_plane(f: &Flow) -> Result<()> {
+    f.reporter.stage(HostStage::WaitingForControlPlane, "");
+    let cluster_id = &f.cfg.cluster_id;
+    let mut day2: Option<bool> = None;
+    let what = "waiting for the control plane";
+    f.poll(f.intervals.poll, what, || {
+            if day2.is_none() {
+                match f.client.get_cluster(cluster_id, true) {
+                    Ok(c) => day2 = Some(c.is_day2()),
+                    Err(e) => tracing::warn!("getting cluster {cluster_id}: {e:#}"),
+                }
+            }
+            if day2? {
+                tracing::info!("day-2 cluster: not waiting for the control plane");
+                return Some(());
+            }
+            let masters = match f.client.list_cluster_hosts(cluster_id, Some(&Role::Master)) {
+                Ok(h) => done(&h),
+                Err(e) => {
+                    tracing::warn!("listing the masters of cluster {cluster_id}: {e:#}");
+                    0
+                }
+            };
+            // Two-node clusters with an arbiter: a Done arbiter counts too. Errors ignored.
+            let arbiters = f
+                .client
+                .list_cluster_hosts(cluster_id, Some(&Role::Arbiter))
+                .map(|h| done(&h))
+                .unwrap_or(0);
+            if masters + arbiters >= 2 {
+                tracing::info!(
+                    "{masters} masters and {arbiters} arbiters are done: the control plane is up"
+                );
+                return Some(());
+            }
+            tracing::info!("waiting for the control plane: {masters} masters and {arbiters} arbiters done, 2 needed");
+            None
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,26 +459,28 @@ mod tests {
         }
     }
 
+    /// A failed host command stays an ExecError under the flow's error, with or without context.
     #[test]
     fn a_failed_host_command_stays_an_exec_error() {
-        let t = TestFlow::new("bootstrap");
-        t.runner.fail(
-            "mkdir -p /root/.ssh",
-            1,
-            "mkdir: Error: read-only file system",
-        );
-        let e = run_installer(&t.flow).unwrap_err();
-        let exec = e
-            .downcast_ref::<ExecError>()
-            .expect("the ExecError under the flow's error");
-        assert_eq!(exec.exit_code, Some(1));
-        assert_eq!(exec.output, "Error: read-only file system");
-        let (stage, info) = t.reports().last().unwrap().clone();
-        assert_eq!(stage, "Failed");
-        assert_eq!(
-            info,
-            "failed executing mkdir [-p /root/.ssh], Error exit status 1, LastOutput \"Error: read-only file system\""
-        );
+        let ironic = "systemctl list-units --no-legend ironic-agent.service";
+        let cases = [
+            ("bootstrap", "mkdir -p /root/.ssh", "mkdir: Error: read-only file system", "Error: read-only file system",
+             "failed executing mkdir [-p /root/.ssh], Error exit status 1, LastOutput \"Error: read-only file system\""),
+            ("master", ironic, "boom", "boom",
+             "checking for the ironic agent: failed executing systemctl [list-units --no-legend ironic-agent.service], Error exit status 1, LastOutput \"boom\""),
+        ];
+        for (role, line, output, last_output, info) in cases {
+            let t = TestFlow::new(role);
+            t.runner.fail(line, 1, output);
+            let e = run_installer(&t.flow).unwrap_err();
+            let exec = e.downcast_ref::<ExecError>().expect("the ExecError");
+            assert_eq!(
+                (exec.exit_code, exec.output.as_str()),
+                (Some(1), last_output)
+            );
+            let failed = ("Failed".to_string(), info.to_string());
+            assert_eq!(t.reports().last().unwrap(), &failed);
+        }
     }
 
     #[test]
@@ -553,20 +606,5 @@ mod tests {
             assert_eq!(without_timer, plain.iter().collect::<Vec<_>>(), "{name}");
             assert_eq!(reports, plain_reports, "{name}");
         }
-    }
-
-    #[test]
-    fn a_failed_ironic_check_keeps_its_exec_error_under_the_context() {
-        let t = TestFlow::new("master");
-        t.runner.reply(
-            "systemctl list-units --no-legend ironic-agent.service",
-            crate::host::Reply::fail(5, "boom"),
-        );
-        let e = run_installer(&t.flow).unwrap_err();
-        assert!(e.downcast_ref::<ExecError>().is_some(), "{e:#}");
-        assert!(
-            format!("{e:#}").starts_with("checking for the ironic agent: failed executing "),
-            "{e:#}"
-        );
     }
 }

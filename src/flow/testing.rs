@@ -1,10 +1,8 @@
-//! The one way the tests build a [`Flow`] (the unit tests here, the integration scenarios through
-//! the `test-support` feature): [`FlowBuilder`], the Go flags the agent would pass, the effects
-//! the flow acts through, and where it keeps its files (all under one directory); and
-//! [`FakeWriter`], the scripted disk writer. Defaults: recorded host commands, a real-looking
-//! reboot over them, a fake clock, no Kubernetes API (in dry-run mode: the entrypoint's pretend
-//! cluster), the Go poll intervals. For the unit tests, [`TestFlow`]: such a flow against an
-//! in-memory service, with a stop token the test can fire.
+//! The one way the tests build a [`Flow`]: [`FlowBuilder`] (defaults: recorded host commands,
+//! a `shutdown -r` reboot over them, a fake clock, no Kubernetes API but in dry-run mode the
+//! entrypoint's pretend cluster, Go's poll intervals, files under one directory) and
+//! [`FakeWriter`], the scripted disk writer; for the unit tests, [`TestFlow`]: such a flow
+//! against an in-memory service.
 
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
@@ -47,8 +45,7 @@ pub struct FlowBuilder {
 }
 
 impl FlowBuilder {
-    /// `--role role` for host [`HOST`] of cluster [`CLUSTER`], installing onto /dev/vda through
-    /// `writer`, talking to `service`, with its files under `dir`.
+    /// `--role role` for host [`HOST`] of cluster [`CLUSTER`], onto /dev/vda, files under `dir`.
     pub fn new(
         role: &str,
         dir: &Path,
@@ -110,14 +107,12 @@ impl FlowBuilder {
         set(&mut self.cfg);
         self
     }
-    /// Sets where the flow keeps or finds its files (by default under the directory, which
-    /// has no registry marker; the host root is this system).
+    /// Sets where the flow keeps or finds its files.
     pub fn paths(mut self, set: impl FnOnce(&mut Paths)) -> Self {
         set(&mut self.paths);
         self
     }
-    /// An appliance host: `/run/media/iso/registry` exists in a host root of its own (under
-    /// the directory), which the flow reads the host's files through.
+    /// An appliance host: `/run/media/iso/registry` exists in a host root of its own.
     pub fn registry_marker_on_host(mut self) -> Self {
         let root = self.dir.join("host-root");
         std::fs::create_dir_all(root.join("run/media/iso/registry"))
@@ -186,6 +181,8 @@ macro_rules! setters {
 }
 
 setters! {
+    /// The assisted-service the flow talks to.
+    service: Arc<dyn InventoryClient>;
     commands: Arc<dyn CommandRunner>;
     /// Loads the installed system for `ai.kexec` (default: from an empty directory, which
     /// fails: a firmware reboot).
@@ -211,7 +208,7 @@ pub struct WriteCall {
 }
 
 /// A scripted disk writer: reports 0..=100%, fails the first N calls on request, checks it gets
-/// the expected Ignition, and records the order of what happened.
+/// the expected Ignition, and records what happened.
 #[derive(Default)]
 pub struct FakeWriter {
     calls: Mutex<Vec<WriteCall>>,

@@ -1,7 +1,5 @@
-//! The flows' disk write, behind a narrow trait so scenario tests can script failures. The real
-//! one runs the in-process writer (`write`) with the image source, digests and post-install
-//! options the service passed in `--installer-args`, and the Ignition config the flow
-//! downloaded.
+//! The flows' disk write, behind a narrow trait so scenario tests can script failures; the real
+//! one runs the in-process writer (`write`).
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -19,9 +17,8 @@ pub struct WriteRequest {
     pub device: PathBuf,
     /// `--installer-args`, parsed.
     pub args: WriterArgs,
-    /// Where the host paths of `args` (`--image-file`, `--network-dir` and its default) and
-    /// the live image are (the Go installer's coreos-installer reads them in the host's mount
-    /// namespace); `None`: local paths, else /proc/1/root for the live image.
+    /// Where the host paths of `args` and the live image are (Go's coreos-installer reads them
+    /// in the host's mount namespace); `None`: local paths, else /proc/1/root for the live image.
     pub host_root: Option<HostRoot>,
     /// Read the image back after the write and check it (`ai.verify-write` on the live
     /// kernel command line: the service cannot pass `--verify`).
@@ -30,8 +27,7 @@ pub struct WriteRequest {
 
 pub trait DiskWriter: Send + Sync {
     /// Everything in `--installer-args` that can be wrong, checked before the disk is touched
-    /// (the flows call it first, so a flow fails before it cleans the disk rather than after
-    /// three write attempts).
+    /// (rather than after three write attempts).
     fn preflight(&self, args: &WriterArgs, host_root: Option<&HostRoot>) -> Result<()> {
         plan::check(args, &PlanSettings::for_flows(host_root.cloned(), None))?;
         Ok(())
@@ -67,15 +63,14 @@ pub struct InProcessWriter {
 }
 
 impl InProcessWriter {
-    fn settings(&self, host_root: Option<&HostRoot>) -> PlanSettings {
-        PlanSettings::for_flows(host_root.cloned(), self.cacert.clone())
+    fn settings(&self, host_root: Option<&HostRoot>, verify: bool) -> PlanSettings {
+        let settings = PlanSettings::for_flows(host_root.cloned(), self.cacert.clone());
+        PlanSettings { verify, ..settings }
     }
 
-    fn settings_of(&self, req: &WriteRequest) -> PlanSettings {
-        PlanSettings {
-            verify: req.verify,
-            ..self.settings(req.host_root.as_ref())
-        }
+    fn plan(&self, req: &WriteRequest, post: PostInstall) -> Result<WritePlan> {
+        let settings = self.settings(req.host_root.as_ref(), req.verify);
+        WritePlan::build(&req.device, &req.args, post, &settings)
     }
 }
 
@@ -86,11 +81,9 @@ fn ignition_config(path: &Path) -> Result<IgnitionConfig> {
 }
 
 impl DiskWriter for InProcessWriter {
-    /// Also: without an image in `--installer-args`, the live image must be reachable (here or
-    /// through the host's root), so a host that is not a live system fails before its disk is
-    /// cleaned, not after three write attempts.
+    /// Also: without an image in `--installer-args`, the live image must be reachable.
     fn preflight(&self, args: &WriterArgs, host_root: Option<&HostRoot>) -> Result<()> {
-        if let Origin::Live(live) = plan::check(args, &self.settings(host_root))? {
+        if let Origin::Live(live) = plan::check(args, &self.settings(host_root, false))? {
             live.locate()?;
         }
         Ok(())
@@ -102,14 +95,13 @@ impl DiskWriter for InProcessWriter {
         ignition: &Path,
         percent: &(dyn Fn(u8) + Send + Sync),
     ) -> Result<()> {
-        let plan = WritePlan::build(
-            &req.device,
-            &req.args,
+        let ignition = Some(ignition_config(ignition)?);
+        let plan = self.plan(
+            req,
             PostInstall {
-                ignition: Some(ignition_config(ignition)?),
+                ignition,
                 ..PostInstall::default()
             },
-            &self.settings_of(req),
         )?;
         let progress = PercentCallback::new(percent);
         let summary = crate::write::run(&plan, &progress, &self.stop)?;
@@ -122,12 +114,7 @@ impl DiskWriter for InProcessWriter {
         req: &WriteRequest,
         percent: &(dyn Fn(u8) + Send + Sync),
     ) -> Result<Box<dyn PendingDisk>> {
-        let plan = WritePlan::build(
-            &req.device,
-            &req.args,
-            PostInstall::default(),
-            &self.settings_of(req),
-        )?;
+        let plan = self.plan(req, PostInstall::default())?;
         let progress = PercentCallback::new(percent);
         let streamed = crate::write::stream(&plan, &progress, &self.stop)?;
         Ok(Box::new(InProcessPending {
@@ -140,8 +127,7 @@ impl DiskWriter for InProcessWriter {
 
 struct InProcessPending {
     streamed: Streamed,
-    /// The plan's post-install steps (`--installer-args`' kargs and keyfiles, checked when the
-    /// stream began); the Ignition config joins them in `finish`.
+    /// The plan's post-install steps; the Ignition config joins them in `finish`.
     post: PostInstall,
     stop: Cancel,
 }

@@ -1,24 +1,19 @@
-//! Which hosts fetched their ignition from the bootstrap machine-config-server (the Go
-//! installer's `updateConfiguringStatus` goroutine and the matching cases of its test suite).
-//!
-//! While bootkube runs, the bootstrap scans the MCS container logs every 30 s. A host whose
-//! address appears in a request line made by Ignition has booted its installed disk and pulled its
-//! rendered config, so the bootstrap reports it `Configuring` (masters) or `Waiting for ignition`
-//! (workers) on that host's behalf. The MCS logs requests in two shapes:
+//! Which hosts fetched their ignition from the machine-config-server (Go's
+//! `updateConfiguringStatus`): a host whose address appears in a request line made by Ignition
+//! has booted its installed disk and pulled its rendered config. The MCS logs requests in two
+//! shapes:
 //!
 //! ```text
 //! … api.go:102] Pool master requested by 192.168.126.12:32780 User-Agent:"Ignition/2.6.0"
 //! … api.go:117] Pool master requested by address:"[fe80::1%ens3]:40548" User-Agent:"Ignition/2.19.0" Accept-Header: "…"
 //! ```
 //!
-//! Matching rule (the Go installer's regex `(<ips>\b)(%zone)?(])?:\d+"? User-Agent:"Ignition`,
-//! made exact): on each line, every `User-Agent:"Ignition` must be preceded by the client address
-//! as `<ip>:<port>` or `[<ipv6>(%<zone>)]:<port>`, optionally inside `"…"` or after `address:"`.
-//! That address is parsed and compared with the host's addresses as IP values, so
-//! `192.168.126.10` never matches `192.168.126.100`, the IPv6 zone is ignored, IPv6 spellings that
-//! differ only in case or zero compression are equal, and an IPv4-mapped IPv6 client
-//! (`[::ffff:192.168.126.10]`) counts as its IPv4 address. Unlike the Go regex, the dots of an
-//! IPv4 address are not wildcards and the address cannot match in the middle of a longer one.
+//! Go's regex `(<ips>\b)(%zone)?(])?:\d+"? User-Agent:"Ignition`, made exact: every
+//! `User-Agent:"Ignition` must be preceded by the client address as `<ip>:<port>` or
+//! `[<ipv6>(%<zone>)]:<port>`, optionally inside `"…"` or after `address:"`, and it is compared
+//! with the host's addresses as IP values: `192.168.126.10` never matches `192.168.126.100`,
+//! dots are not wildcards (Go's were), zones are ignored, IPv6 spellings are equal whatever
+//! their case or zero compression, and an IPv4-mapped client counts as IPv4.
 
 use serde_json::Value;
 use std::collections::HashSet;
@@ -31,7 +26,7 @@ use crate::service::stages::HostStage;
 /// What follows the client address on an MCS request line made by Ignition.
 const IGNITION_USER_AGENT: &str = "User-Agent:\"Ignition";
 
-/// A host the configuring goroutine still watches: its id, its role and its inventory addresses.
+/// A host still watched: its id, its role and its inventory addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct McsHost {
     pub id: String,
@@ -41,11 +36,8 @@ pub(crate) struct McsHost {
     pub ips: Vec<String>,
 }
 
-/// The stage the bootstrap reports for a host of `role` once the host fetched its ignition:
-/// workers wait for the control plane to serve them, everything else is configuring.
-///
-/// (The controller, which runs later on the cluster, reports `Configuring` for every role; that
-/// variant is not needed here.)
+/// The stage the bootstrap reports for a host of `role` once it fetched its ignition: workers
+/// wait for the control plane to serve them, everything else is configuring.
 pub(crate) fn status_for(role: Option<&Role>) -> HostStage {
     if role == Some(&Role::Worker) {
         HostStage::WaitingForIgnition
@@ -54,9 +46,7 @@ pub(crate) fn status_for(role: Option<&Role>) -> HostStage {
     }
 }
 
-/// True for the stages in which the bootstrap no longer checks a host (it stops watching hosts
-/// that reached them): Configuring, Joined, Done and Waiting for ignition. `None`: no stage
-/// yet, or one this build does not know.
+/// The stages after which the bootstrap stops watching a host (`None`: none yet, or unknown).
 pub(crate) fn is_past_ignition_fetch(stage: Option<HostStage>) -> bool {
     matches!(
         stage,
@@ -81,8 +71,7 @@ pub(crate) fn hosts_that_fetched_ignition<'a>(
         .collect()
 }
 
-/// Every client address of an Ignition request in `mcs_log`, zones dropped and IPv4-mapped IPv6
-/// addresses turned into IPv4.
+/// Every client address of an Ignition request in `mcs_log`, in canonical form.
 pub(crate) fn ignition_fetch_addresses(mcs_log: &str) -> HashSet<IpAddr> {
     let mut addresses = HashSet::new();
     for line in mcs_log.lines() {
@@ -151,10 +140,9 @@ fn parse_inventory_ip(text: &str) -> Option<IpAddr> {
     strip_zone(text).parse().ok()
 }
 
-/// The host's addresses from its inventory JSON (`interfaces[].ipv4_addresses` and
-/// `ipv6_addresses`, CIDR strings), without prefix lengths, in canonical text form, in inventory
-/// order (per interface: IPv4 then IPv6), without duplicates. Entries that are not addresses are
-/// skipped; an inventory that is not JSON gives no addresses (the host then simply never matches).
+/// The host's addresses from its inventory JSON (`interfaces[].ipv4_addresses` then
+/// `ipv6_addresses`, CIDR strings), canonical, in order, once each; what is not an address, or
+/// an inventory that is not JSON, gives none.
 pub(crate) fn host_ips(inventory_json: &str) -> Vec<String> {
     let inventory: Value = match serde_json::from_str(inventory_json) {
         Ok(value) => value,
@@ -363,31 +351,5 @@ mod tests {
         for inventory in ["", "not json", "{}", r#"{"interfaces": "eth0"}"#, bad_ips] {
             assert!(host_ips(inventory).is_empty(), "{inventory}");
         }
-    }
-
-    #[test]
-    fn dry_run_log_lists_the_rebooted_hosts_and_matches_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let cluster_host = |name: &str, ip: &str| ClusterHost {
-            hostname: name.into(),
-            ip: ip.into(),
-            reboot_marker_path: dir.path().join(name),
-        };
-        let hosts = vec![
-            cluster_host("m1", "192.168.126.11"),
-            cluster_host("m2", "192.168.126.12"),
-            cluster_host("m3", "fd00::13"),
-        ];
-        assert_eq!(dry_run_mcs_log(&hosts), "");
-        std::fs::write(dir.path().join("m1"), "").unwrap();
-        std::fs::write(dir.path().join("m3"), "").unwrap();
-        let log = dry_run_mcs_log(&hosts);
-        assert_eq!(log.lines().count(), 2, "{log}");
-        let watched = hosts.iter().map(|h| host(&h.hostname, "master", &[&h.ip]));
-        let watched: Vec<McsHost> = watched.collect();
-        assert_eq!(
-            ids(hosts_that_fetched_ignition(&log, &watched)),
-            ["m1", "m3"]
-        );
     }
 }

@@ -1,9 +1,62 @@
-//! The scenarios' side of the one test-`Flow` builder (the crate's `flow::testing`): running it,
-//! and the reports the fake service must have seen.
+//! The scenarios' side of the one test-`Flow` builder (the crate's `flow::testing`): a host's
+//! harness, running its flow, and the reports the fake service must have seen.
 
-use assisted_installer::flow::testing::{FlowBuilder, INFRA};
+use assisted_installer::clock::FakeClock;
+use assisted_installer::flow::testing::{FakeWriter, FlowBuilder, HOST, INFRA};
+use assisted_installer::host::commands::RecordingRunner;
+use std::sync::Arc;
 
-use super::fake_service::host_json;
+use super::fake_service::{host_json, FakeService};
+
+/// Host [`HOST`] against the fake service, with recorded host commands on a BIOS machine (not
+/// PowerVM: no boot entry to create), a fake clock, a scripted writer and a directory.
+pub(crate) struct Harness {
+    pub(crate) svc: FakeService,
+    pub(crate) runner: Arc<RecordingRunner>,
+    pub(crate) clock: Arc<FakeClock>,
+    pub(crate) writer: Arc<FakeWriter>,
+    pub(crate) dir: tempfile::TempDir,
+    installer_args: &'static [&'static str],
+}
+
+impl Harness {
+    /// The host has `role` at the service; its flows get `installer_args`.
+    pub(crate) fn new(role: &str, installer_args: &'static [&'static str]) -> Harness {
+        let svc = FakeService::new();
+        svc.set_host_role(HOST, role);
+        let runner = Arc::new(RecordingRunner::new());
+        runner.fail("test -f /usr/sbin/bootlist", 1, "");
+        runner.fail("test -d /sys/firmware/efi", 1, "");
+        let (clock, writer) = (Arc::default(), Arc::default());
+        let dir = tempfile::tempdir().unwrap();
+        Harness {
+            svc,
+            runner,
+            clock,
+            writer,
+            dir,
+            installer_args,
+        }
+    }
+
+    /// The flow of `role`, talking to the fake service through `svc.client()`.
+    pub(crate) fn flow(&self, role: &str) -> FlowBuilder {
+        let (dir, writer) = (self.dir.path(), self.writer.clone());
+        FlowBuilder::new(role, dir, self.svc.client(), writer)
+            .commands(self.runner.clone())
+            .clock(self.clock.clone())
+            .installer_args(self.installer_args)
+    }
+
+    pub(crate) fn reports(&self) -> Vec<Report> {
+        self.svc.progress_reports(HOST)
+    }
+
+    /// A path under the directory.
+    pub(crate) fn path(&self, relative: &str) -> std::path::PathBuf {
+        self.dir.path().join(relative)
+    }
+}
 
 /// Builds the flow and runs the installer's flow for its role.
 pub(crate) fn run(flow: FlowBuilder) -> anyhow::Result<()> {

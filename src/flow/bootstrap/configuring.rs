@@ -171,7 +171,8 @@ mod tests {
         let hosts = [
             ("m1", Role::Master, "master-1", "192.0.2.11"),
             ("m2", Role::Master, "master-2", "192.0.2.12"),
-            ("w1", Role::Worker, "worker-1", "192.0.2.21"),
+            // Its log line has the address in brackets.
+            ("w1", Role::Worker, "worker-1", "fd00::21"),
         ];
         let list: Vec<_> = hosts
             .iter()
@@ -191,7 +192,8 @@ mod tests {
                 infra_env_id: "infra".into(),
                 role: Some(role.clone()),
                 inventory: Some(format!(
-                    r#"{{"interfaces": [{{"ipv4_addresses": ["{ip}/24"]}}]}}"#
+                    r#"{{"interfaces": [{{"ipv{}_addresses": ["{ip}/64"]}}]}}"#,
+                    if ip.contains(':') { 6 } else { 4 }
                 )),
                 ..Host::default()
             })

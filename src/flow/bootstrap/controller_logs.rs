@@ -1,11 +1,6 @@
-//! The bootstrap's upload of the assisted-installer-controller's logs (Go's
-//! `uploadControllerLogs`): while it waits for the controller, every few minutes, and once more
-//! when the controller is ready, since the bootstrap reboots soon after and the controller's
-//! first minutes are the part most often needed to triage a failed install.
-//!
-//! The service keeps the archive as `controller_logs.tar.gz` (`logs_type=controller`), holding
-//! `assisted-installer-controller.logs`: the last hour of the controller pod's log. Nothing is
-//! uploaded while the pod is not Running; failures are only logged.
+//! The bootstrap's upload of the controller's logs (Go's `uploadControllerLogs`): the
+//! bootstrap reboots soon after the controller is ready, and the controller's first minutes are
+//! the part most often needed to triage a failed install.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,8 +17,7 @@ const SINCE_SECONDS: i64 = 3600;
 /// The one entry of the archive.
 const ENTRY_NAME: &str = "assisted-installer-controller.logs";
 
-/// Go's `GetPodInStatus`: among the pods of the controller's Job, the first whose name has the
-/// Job's name as prefix, if that one is Running.
+/// Go's `GetPodInStatus`: the first pod of the controller's Job named after it, if Running.
 fn running_controller_pod(kube: &dyn ClusterApi) -> Option<String> {
     let selector = format!("job-name={CONTROLLER_JOB}");
     let pods = match kube.list_pods(CONTROLLER_NAMESPACE, Some(&selector), None) {
@@ -40,8 +34,7 @@ fn running_controller_pod(kube: &dyn ClusterApi) -> Option<String> {
     (pod.phase == "Running").then_some(pod.name)
 }
 
-/// The last hour of the pod's log; when it cannot be read, or is empty, a line saying so (what
-/// the service then shows instead, as Go's upload does).
+/// The last hour of the pod's log, or (as Go's upload) a line saying why there is none.
 fn pod_log(kube: &dyn ClusterApi, pod: &str) -> Vec<u8> {
     match kube.pod_log(CONTROLLER_NAMESPACE, pod, Some(SINCE_SECONDS)) {
         Ok(log) if !log.is_empty() => log.into_bytes(),
@@ -53,7 +46,8 @@ fn pod_log(kube: &dyn ClusterApi, pod: &str) -> Vec<u8> {
     }
 }
 
-/// One upload of the controller pod's log, when the pod is Running. Failures are logged.
+/// One upload of the controller pod's log (`controller_logs.tar.gz`), when the pod is Running.
+/// Failures are logged.
 pub(crate) fn upload_controller_logs(f: &Flow, kube: &dyn ClusterApi) {
     let Some(pod) = running_controller_pod(kube) else {
         tracing::info!("no running controller pod: its logs are not uploaded");

@@ -1,16 +1,17 @@
 //! `startBootstrap`: everything the bootstrap control plane needs before bootkube runs, on the
-//! HA bootstrap host and (with the single-node differences) on the single-node host.
+//! HA bootstrap host and (with the single-node differences) on the single-node host; then the
+//! single-node host's `createSingleNodeMasterIgnition`.
 
 use anyhow::{bail, Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+use uuid::Uuid;
 
-use super::hostname::{needs_random_hostname, random_hostname};
-use super::ssh_manifest::{render_ssh_manifest, SSH_MANIFEST_FILE_NAME};
-use super::Flow;
+use super::{wait_for_bootkube, Flow};
 use crate::clock::{Failure, Schedule};
 use crate::controller::deploy::render_manifests;
 use crate::host::ExecError;
+use crate::ignition::merge::merge_host_into_sno;
 use crate::ignition::pull_secret::extract_pull_secret;
 use crate::postinstall::ignition::{write_secret_file, Existing};
 
@@ -143,22 +144,227 @@ fn ensure_oc(f: &Flow) -> Result<()> {
         .systemd()
         .systemctl("start", &["--no-block", units[0], units[1]])?;
     for unit in units {
-        f.host
-            .clock
-            .poll_until(&f.stop, f.intervals.poll, || {
-                match f.host.systemd().show_active_state(unit) {
-                    Ok(s) if s.trim() == "active" => Some(Ok(())),
-                    Ok(s) if s.trim() == "failed" => {
-                        tracing::error!("{}", f.host.systemd().status(unit));
-                        Some(Err(anyhow::anyhow!("{unit} failed")))
-                    }
-                    _ => None,
-                }
-            })
-            .with_context(|| format!("waiting for {unit}"))??;
+        f.poll(f.intervals.poll, format!("waiting for {unit}"), || match f
+            .host
+            .systemd()
+            .show_active_state(unit)
+        {
+            Ok(s) if s.trim() == "active" => Some(Ok(())),
+            Ok(s) if s.trim() == "failed" => {
+                tracing::error!("{}", f.host.systemd().status(unit));
+                Some(Err(anyhow::anyhow!("{unit} failed")))
+            }
+            _ => None,
+        })??;
     }
     if r.run("stat", &["/usr/bin/oc"]).is_err() {
         bail!("/usr/bin/oc is still missing after the node image overlay");
     }
     Ok(())
+}
+
+/// Bootstrap in place, wait for bootkube, and merge the host's own Ignition into the
+/// single-node master.ign it produced (`updateSingleNodeIgnition`, mode 0600). Returns
+/// master.ign.
+pub(crate) fn single_node_master_ignition(f: &Flow) -> Result<PathBuf> {
+    start_bootstrap(f, true)?;
+    wait_for_bootkube(f)?;
+    let master = f.paths.openshift_dir.join("master.ign");
+    if !master.exists() {
+        bail!("{} was not created by bootkube", master.display());
+    }
+    // Pure file work: done in dry-run mode too (the Go dry-run skips it; ours keeps the disk's
+    // content meaningful).
+    let host_ign = f
+        .paths
+        .install_dir
+        .join(format!("master-{}.ign", f.cfg.host_id));
+    f.client
+        .download_host_ignition(&f.cfg.infra_env_id, &f.cfg.host_id, &host_ign)
+        .context("downloading the host Ignition config")?;
+    let merged = merge_host_into_sno(
+        &std::fs::read(&master).with_context(|| format!("reading {}", master.display()))?,
+        &std::fs::read(&host_ign).with_context(|| format!("reading {}", host_ign.display()))?,
+    )
+    .context("merging the host Ignition config into the single-node master.ign")?;
+    write_secret_file(&master, &merged, Existing::Replace)
+        .with_context(|| format!("writing {}", master.display()))?;
+    Ok(master)
+}
+
+/// Prefix of the replacement hostname, as the Go installer spells it.
+const RANDOM_HOSTNAME_PREFIX: &str = "random-hostname-";
+
+/// `checkHostname`: true for `localhost` and for a name that does not match
+/// `^[a-z0-9][a-z0-9\-.]{0,61}[a-z0-9]$` (checked by hand). The name is taken exactly as given:
+/// a trailing newline, upper case or a single character make it invalid, as for the Go regex.
+fn needs_random_hostname(hostname: &str) -> bool {
+    let bytes = hostname.as_bytes();
+    let edge = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let middle = |b: &u8| edge(b) || *b == b'-' || *b == b'.';
+    let valid = (2..=63).contains(&bytes.len())
+        && edge(&bytes[0])
+        && edge(&bytes[bytes.len() - 1])
+        && bytes[1..bytes.len() - 1].iter().all(middle);
+    hostname == "localhost" || !valid
+}
+
+/// `random-hostname-<uuid4>`: 52 characters, all of them allowed by the pattern above.
+fn random_hostname() -> String {
+    format!("{RANDOM_HOSTNAME_PREFIX}{}", Uuid::new_v4())
+}
+
+/// `metadata.name` of the SSH MachineConfig (Go `CreateOpenshiftSshManifest`), which authorises
+/// the bootstrap's key for `core` on every master so log gathering can ssh into them.
+const SSH_MANIFEST_NAME: &str = "99-assisted-installer-master-ssh";
+/// Its file under `/opt/openshift/openshift/`, in the openshift-installer manifest naming scheme.
+const SSH_MANIFEST_FILE_NAME: &str =
+    "99_openshift-machineconfig_99-assisted-installer-master-ssh.yaml";
+
+/// The MachineConfig for `public_key` (`id_rsa.pub`), trimmed. An empty key, or one with a line
+/// break or another control character inside, is refused: an `authorized_keys` entry is one line.
+fn render_ssh_manifest(public_key: &str) -> Result<String> {
+    let key = public_key.trim();
+    if key.is_empty() {
+        bail!("cannot render the SSH manifest: the public key is empty");
+    }
+    if key.contains(['\n', '\r']) {
+        bail!("cannot render the SSH manifest: the public key spans several lines");
+    }
+    if key.chars().any(char::is_control) {
+        bail!("cannot render the SSH manifest: the public key contains control characters");
+    }
+    Ok(format!(
+        "apiVersion: machineconfiguration.openshift.io/v1
+kind: MachineConfig
+metadata:
+  labels:
+    machineconfiguration.openshift.io/role: master
+  name: {SSH_MANIFEST_NAME}
+spec:
+  config:
+    ignition:
+      version: 3.1.0
+    passwd:
+      users:
+      - name: core
+        sshAuthorizedKeys:
+        - {}
+",
+        // A JSON string is a YAML double-quoted scalar: only `"` and `\` are escaped once control
+        // characters are refused; `#`, `:` and non-ASCII stay literal.
+        serde_json::to_string(key)?
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_names_are_kept_and_invalid_ones_replaced() {
+        let kept = [
+            "master-0",
+            "master-0.ocp.example.com",
+            "ab",
+            "a1",
+            "00",
+            "node.with-dashes-and.dots9",
+            &"a".repeat(63),
+            // Only the exact name localhost is replaced: a longer one that starts with it is fine.
+            "localhost2",
+            "localhost.localdomain",
+        ];
+        let replaced = [
+            "localhost",
+            "",
+            "a",
+            "-master",
+            "master-",
+            ".master",
+            "master.",
+            "Master-0",
+            "master_0",
+            "master 0",
+            "master-0\n",
+            "mäster",
+            &"a".repeat(64),
+        ];
+        for (names, replace) in [(&kept[..], false), (&replaced[..], true)] {
+            for name in names {
+                assert_eq!(needs_random_hostname(name), replace, "{name:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn random_hostname_is_valid_and_random() {
+        let first = random_hostname();
+        let second = random_hostname();
+        assert_ne!(first, second);
+        for name in [&first, &second] {
+            assert!(name.starts_with(RANDOM_HOSTNAME_PREFIX), "{name}");
+            let uuid = Uuid::parse_str(&name[RANDOM_HOSTNAME_PREFIX.len()..]).unwrap();
+            assert_eq!(uuid.get_version_num(), 4);
+            assert_eq!(name.len(), 52);
+            assert!(!needs_random_hostname(name), "{name}");
+        }
+    }
+
+    const KEY: &str =
+        "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQDfakekeyfortestsonly+/= root@bootstrap";
+
+    #[test]
+    fn exact_output_whatever_whitespace_surrounds_the_key() {
+        let expected = r#"apiVersion: machineconfiguration.openshift.io/v1
+kind: MachineConfig
+metadata:
+  labels:
+    machineconfiguration.openshift.io/role: master
+  name: 99-assisted-installer-master-ssh
+spec:
+  config:
+    ignition:
+      version: 3.1.0
+    passwd:
+      users:
+      - name: core
+        sshAuthorizedKeys:
+        - "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQDfakekeyfortestsonly+/= root@bootstrap"
+"#;
+        // Surrounding whitespace is trimmed.
+        for key in [KEY.to_string(), format!("  {KEY}\n"), format!("{KEY}\r\n")] {
+            assert_eq!(render_ssh_manifest(&key).unwrap(), expected);
+        }
+        assert!(SSH_MANIFEST_FILE_NAME.ends_with(&format!("_{SSH_MANIFEST_NAME}.yaml")));
+    }
+
+    #[test]
+    fn quotes_and_backslashes_are_escaped() {
+        let key = r#"ssh-ed25519 AAAAC3Nz "quoted" back\slash # not: a comment"#;
+        let manifest = render_ssh_manifest(key).unwrap();
+        let last = manifest.lines().last().unwrap();
+        assert_eq!(
+            last,
+            r#"        - "ssh-ed25519 AAAAC3Nz \"quoted\" back\\slash # not: a comment""#
+        );
+    }
+
+    #[test]
+    fn empty_and_multi_line_keys_are_refused() {
+        for key in ["", "   ", "\n"] {
+            let err = render_ssh_manifest(key).unwrap_err();
+            assert!(err.to_string().contains("empty"), "{err}");
+        }
+        for key in [
+            "ssh-rsa AAAA\nssh-rsa BBBB",
+            "ssh-rsa AAAA\r\nkind: Secret",
+            "ssh-rsa A\rB",
+        ] {
+            let err = render_ssh_manifest(key).unwrap_err();
+            assert!(err.to_string().contains("several lines"), "{err}");
+        }
+        let err = render_ssh_manifest("ssh-rsa AAAA\u{0}x").unwrap_err();
+        assert!(err.to_string().contains("control characters"), "{err}");
+    }
 }

@@ -1,9 +1,8 @@
 //! `waitForControlPlane` and the rest of the bootstrap post-phase: the bootstrap host stays up
 //! until the masters have joined, bootkube and the etcd bootstrap are done, the controller runs,
 //! (agent-based installs) no worker still needs this host's service, and the masters agree on
-//! their MachineConfig. Like the Go installer's, these waits poll with no time limit and log
-//! their errors instead of failing; only the stop token ends one early, with
-//! [`crate::clock::Stopped`] under the wait's name.
+//! their MachineConfig. As in Go, these waits have no time limit and log their errors; only
+//! the stop token ends one early.
 
 use anyhow::{Context, Result};
 use std::collections::BTreeSet;
@@ -36,7 +35,6 @@ pub(crate) fn bootstrap_post_phase(f: &Flow) -> Result<()> {
         std::fs::write(&f.paths.resolv_conf, hosts)
             .with_context(|| format!("updating {}", f.paths.resolv_conf.display()))?;
     }
-    // Through the admin kubeconfig bootkube writes.
     let kubeconfig = f.paths.openshift_dir.join("auth/kubeconfig");
     let kube = (f.kube)(&kubeconfig).context("connecting to the bootstrap control plane")?;
     f.reporter.stage(
@@ -56,8 +54,9 @@ pub(crate) fn bootstrap_post_phase(f: &Flow) -> Result<()> {
         cluster.platform_type()
     );
     let platform = cluster.platform_type().to_string();
-    wait_for_nodes(f, kube.as_ref(), &Role::Master, &platform, creds)?;
-    wait_for_nodes(f, kube.as_ref(), &Role::Arbiter, &platform, creds)?;
+    for role in [Role::Master, Role::Arbiter] {
+        wait_for_nodes(f, kube.as_ref(), &role, &platform, creds)?;
+    }
     wait_for_bootkube(f)?;
     wait_for_etcd_bootstrap(f)?;
     wait_for_controller(f, kube.as_ref())?;
@@ -80,108 +79,104 @@ fn wait_for_nodes(
     let mut counted = BTreeSet::new();
     // The other enabled hosts, fetched once and again after a node matched none of them.
     let mut inventory: Option<Vec<ServiceHost>> = None;
-    let poll = || {
-        let wanted = kube
-            .get_config_map("kube-system", "cluster-config-v1")
-            .ok()
-            .flatten()
-            .and_then(|d| d.get("install-config").cloned())
-            .and_then(|y| replicas(&y).ok())
-            .map(|r| match role {
-                Role::Arbiter => r.arbiter.unwrap_or(0),
-                _ => r.control_plane.unwrap_or(0),
-            });
-        let replicas = wanted?;
-        if replicas < 1 {
-            return Some(());
-        }
-        let needed = match role {
-            Role::Arbiter => 1,
-            _ => needed_ready_masters(replicas),
-        };
-        if inventory.is_none() {
-            inventory = f
-                .client
-                .get_cluster(&f.cfg.cluster_id, false)
+    f.poll(
+        f.intervals.poll,
+        format!("waiting for the {role} nodes"),
+        || {
+            let replicas = kube
+                .get_config_map("kube-system", "cluster-config-v1")
                 .ok()
-                .map(|c| {
-                    c.hosts
-                        .into_iter()
-                        .filter(|h| h.id != f.cfg.host_id && !h.is_disabled())
-                        .collect()
+                .flatten()
+                .and_then(|d| d.get("install-config").cloned())
+                .and_then(|y| replicas(&y).ok())
+                .map(|r| match role {
+                    Role::Arbiter => r.arbiter.unwrap_or(0),
+                    _ => r.control_plane.unwrap_or(0),
+                })?;
+            if replicas < 1 {
+                return Some(());
+            }
+            let needed = match role {
+                Role::Arbiter => 1,
+                _ => needed_ready_masters(replicas),
+            };
+            if inventory.is_none() {
+                inventory = f
+                    .client
+                    .get_cluster(&f.cfg.cluster_id, false)
+                    .ok()
+                    .map(|c| {
+                        c.hosts
+                            .into_iter()
+                            .filter(|h| h.id != f.cfg.host_id && !h.is_disabled())
+                            .collect()
+                    });
+            }
+            let nodes = match kube.list_nodes(Some(&openshift::role_label(role.as_str()))) {
+                Ok(nodes) => nodes,
+                Err(e) => {
+                    tracing::warn!("listing {role} nodes: {e:#}");
+                    return None;
+                }
+            };
+            let untaint = !nodes.is_empty()
+                && remove_uninitialized_taint(
+                    platform,
+                    &invoker(kube),
+                    &f.cfg.openshift_version,
+                    creds,
+                );
+            for node in &nodes {
+                if untaint
+                    && !node.is_ready()
+                    && node.taints.iter().any(|t| t.key == UNINITIALIZED_TAINT)
+                {
+                    if let Err(e) = remove_taint_by_key(kube, &node.name, UNINITIALIZED_TAINT) {
+                        tracing::warn!("removing the uninitialized taint of {}: {e:#}", node.name);
+                    }
+                }
+                if !node.is_ready() || counted.contains(&node.name) {
+                    continue;
+                }
+                let hosts = inventory.as_deref().unwrap_or_default();
+                let matched = hosts.iter().find(|h| {
+                    h.requested_hostname.to_lowercase() == node.name.to_lowercase()
+                        || h.inventory
+                            .as_deref()
+                            .map(host_ips)
+                            .unwrap_or_default()
+                            .iter()
+                            .any(|ip| node.internal_ips().any(|n| n == ip))
                 });
-        }
-        let nodes = match kube.list_nodes(Some(&openshift::role_label(role.as_str()))) {
-            Ok(nodes) => nodes,
-            Err(e) => {
-                tracing::warn!("listing {role} nodes: {e:#}");
-                return None;
-            }
-        };
-        let untaint = !nodes.is_empty()
-            && remove_uninitialized_taint(
-                platform,
-                &invoker(kube),
-                &f.cfg.openshift_version,
-                creds,
-            );
-        for node in &nodes {
-            if untaint
-                && !node.is_ready()
-                && node.taints.iter().any(|t| t.key == UNINITIALIZED_TAINT)
-            {
-                if let Err(e) = remove_taint_by_key(kube, &node.name, UNINITIALIZED_TAINT) {
-                    tracing::warn!("removing the uninitialized taint of {}: {e:#}", node.name);
+                match matched {
+                    Some(h) if h.status != Some(HostStatus::Installed) => {
+                        f.reporter
+                            .other_host(&h.infra_env_id, &h.id, HostStage::Joined, "");
+                    }
+                    Some(_) => {}
+                    // Counted anyway; the inventory may be stale.
+                    None => inventory = None,
                 }
+                counted.insert(node.name.clone());
             }
-            if !node.is_ready() || counted.contains(&node.name) {
-                continue;
+            if counted.len() >= needed {
+                tracing::info!("{} {role} nodes are ready", counted.len());
+                return Some(());
             }
-            let hosts = inventory.as_deref().unwrap_or_default();
-            let matched = hosts.iter().find(|h| {
-                h.requested_hostname.to_lowercase() == node.name.to_lowercase()
-                    || h.inventory
-                        .as_deref()
-                        .map(host_ips)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|ip| node.internal_ips().any(|n| n == ip))
-            });
-            match matched {
-                Some(h) if h.status != Some(HostStatus::Installed) => {
-                    f.reporter
-                        .other_host(&h.infra_env_id, &h.id, HostStage::Joined, "");
-                }
-                Some(_) => {}
-                // Counted anyway; the inventory may be stale.
-                None => inventory = None,
-            }
-            counted.insert(node.name.clone());
-        }
-        if counted.len() >= needed {
-            tracing::info!("{} {role} nodes are ready", counted.len());
-            return Some(());
-        }
-        None
-    };
-    f.host
-        .clock
-        .poll_until(&f.stop, f.intervals.poll, poll)
-        .with_context(|| format!("waiting for the {role} nodes"))
+            None
+        },
+    )
 }
 
 /// `waitForBootkube`: `Waiting for bootkube` until bootkube marks itself done.
 pub(crate) fn wait_for_bootkube(f: &Flow) -> Result<()> {
     f.reporter.stage(HostStage::WaitingForBootkube, "");
     let done = f.paths.openshift_dir.join(".bootkube.done");
-    f.host
-        .clock
-        .poll_until(&f.stop, f.intervals.poll, || done.exists().then_some(()))
-        .context("waiting for bootkube")?;
-    tracing::info!(
-        "bootkube is done: {}",
-        f.host.systemd().status("bootkube.service")
-    );
+    f.poll(f.intervals.poll, "waiting for bootkube", || {
+        done.exists().then_some(())
+    })?;
+    let status = f.host.systemd().status("bootkube.service");
+    tracing::info!("bootkube is done: {status}");
     Ok(())
 }
 
@@ -191,27 +186,24 @@ fn wait_for_etcd_bootstrap(f: &Flow) -> Result<()> {
         HostStage::WaitingForBootkube,
         "waiting for ETCD bootstrap to be complete",
     );
-    f.host
-        .clock
-        .poll_until(&f.stop, f.intervals.poll, || {
-            match f.host.systemd().is_active("progress.service") {
-                Ok(s) if s.trim() == "inactive" => Some(()),
-                Err(e) if e.output.trim() == "inactive" => Some(()),
-                _ => None,
-            }
-        })
-        .context("waiting for the etcd bootstrap")?;
-    tracing::info!(
-        "etcd bootstrap is done: {}",
-        f.host.systemd().status("progress.service")
-    );
+    f.poll(
+        f.intervals.poll,
+        "waiting for the etcd bootstrap",
+        || match f.host.systemd().is_active("progress.service") {
+            Ok(s) if s.trim() == "inactive" => Some(()),
+            Err(e) if e.output.trim() == "inactive" => Some(()),
+            _ => None,
+        },
+    )?;
+    let status = f.host.systemd().status("progress.service");
+    tracing::info!("etcd bootstrap is done: {status}");
     Ok(())
 }
 
-/// `waitForController`: until the assisted-installer-controller reports itself ready with an
-/// event, logging each new event of its namespace. Meanwhile its logs are uploaded every
-/// [`UPLOAD_EVERY`] of the flow's clock (the first after that long), and once more when it is
-/// ready, after the cluster's logs are requested.
+/// `waitForController`: until the controller reports itself ready with an event, logging each
+/// new event of its namespace. Meanwhile its logs are uploaded every [`UPLOAD_EVERY`] of the
+/// flow's clock (the first after that long), and once more when it is ready, after the
+/// cluster's logs are requested.
 fn wait_for_controller(f: &Flow, kube: &dyn ClusterApi) -> Result<()> {
     f.reporter.stage(
         HostStage::WaitingForController,
@@ -220,30 +212,28 @@ fn wait_for_controller(f: &Flow, kube: &dyn ClusterApi) -> Result<()> {
     let clock = f.host.clock.as_ref();
     let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut next_upload = clock.now() + UPLOAD_EVERY;
-    clock
-        .poll_until(&f.stop, f.intervals.poll, || {
-            // Whether the ready event is there; new events are logged.
-            match kube.list_events(CONTROLLER_NAMESPACE) {
-                Ok(events) => {
-                    for e in events.iter().filter(|e| seen.insert(e.name.clone())) {
-                        tracing::info!("controller event {}: {} {}", e.name, e.reason, e.message);
-                    }
-                    if events.iter().any(|e| e.name == CONTROLLER_READY_EVENT) {
-                        return Some(());
-                    }
+    let what = "waiting for the assisted-installer-controller";
+    f.poll(f.intervals.poll, what, || {
+        match kube.list_events(CONTROLLER_NAMESPACE) {
+            Ok(events) => {
+                for e in events.iter().filter(|e| seen.insert(e.name.clone())) {
+                    tracing::info!("controller event {}: {} {}", e.name, e.reason, e.message);
                 }
-                Err(e) => tracing::warn!("listing events in {CONTROLLER_NAMESPACE}: {e:#}"),
-            }
-            if clock.now() >= next_upload {
-                upload_controller_logs(f, kube);
-                // As Go's ticker: uploads missed while one was slow are dropped, not caught up.
-                while next_upload <= clock.now() {
-                    next_upload += UPLOAD_EVERY;
+                if events.iter().any(|e| e.name == CONTROLLER_READY_EVENT) {
+                    return Some(());
                 }
             }
-            None
-        })
-        .context("waiting for the assisted-installer-controller")?;
+            Err(e) => tracing::warn!("listing events in {CONTROLLER_NAMESPACE}: {e:#}"),
+        }
+        if clock.now() >= next_upload {
+            upload_controller_logs(f, kube);
+            // As Go's ticker: uploads missed while one was slow are dropped, not caught up.
+            while next_upload <= clock.now() {
+                next_upload += UPLOAD_EVERY;
+            }
+        }
+        None
+    })?;
     tracing::info!("the assisted-installer-controller is ready");
     if let Err(e) = f
         .client
@@ -263,33 +253,26 @@ fn wait_for_workers(f: &Flow) -> Result<()> {
         HostStage::Installing,
         HostStage::StartingInstallation,
     ];
-    f.host
-        .clock
-        .poll_until(&f.stop, f.intervals.slow_poll, || {
-            match f
-                .client
-                .list_cluster_hosts(&f.cfg.cluster_id, Some(&Role::Worker))
-            {
-                Ok(hosts) => (!hosts
-                    .iter()
-                    .any(|h| h.stage().is_some_and(|s| busy.contains(&s))))
-                .then_some(()),
-                Err(e) => {
-                    tracing::warn!("listing workers: {e:#}");
-                    None
-                }
-            }
-        })
-        .context("waiting for the workers")
+    let workers = Some(&Role::Worker);
+    f.poll(f.intervals.slow_poll, "waiting for the workers", || match f
+        .client
+        .list_cluster_hosts(&f.cfg.cluster_id, workers)
+    {
+        Ok(hosts) => (!hosts
+            .iter()
+            .any(|h| h.stage().is_some_and(|s| busy.contains(&s))))
+        .then_some(()),
+        Err(e) => {
+            tracing::warn!("listing workers: {e:#}");
+            None
+        }
+    })
 }
 
-/// Pure: every master has both MachineConfig annotations, both configs exist, and all masters
-/// want the same config.
+/// Every master has both MachineConfig annotations, both configs exist, and all masters want
+/// the same config.
 fn mc_annotations_consistent(kube: &dyn ClusterApi) -> Result<bool> {
     let masters = kube.list_nodes(Some(&openshift::role_label("master")))?;
-    if masters.is_empty() {
-        return Ok(false);
-    }
     let mut desired: BTreeSet<&str> = BTreeSet::new();
     for node in &masters {
         let (Some(cur), Some(want)) = (
@@ -303,25 +286,24 @@ fn mc_annotations_consistent(kube: &dyn ClusterApi) -> Result<bool> {
         }
         desired.insert(want);
     }
+    // No masters: none desired, keep waiting.
     Ok(desired.len() == 1)
 }
 
 /// `waitForMCAnnotationsConsistent`: the bootstrap must not reboot while masters point at
 /// MachineConfigs that do not exist.
 fn wait_for_mc_annotations(f: &Flow, kube: &dyn ClusterApi) -> Result<()> {
-    f.host
-        .clock
-        .poll_until(&f.stop, f.intervals.poll, || {
-            match mc_annotations_consistent(kube) {
-                Ok(true) => return Some(()),
-                Ok(false) => tracing::info!(
-                    "waiting for consistent MachineConfig annotations on the masters"
-                ),
-                Err(e) => tracing::warn!("checking MachineConfig annotations: {e:#}"),
+    let what = "waiting for consistent MachineConfig annotations";
+    f.poll(f.intervals.poll, what, || {
+        match mc_annotations_consistent(kube) {
+            Ok(true) => return Some(()),
+            Ok(false) => {
+                tracing::info!("waiting for consistent MachineConfig annotations on the masters")
             }
-            None
-        })
-        .context("waiting for consistent MachineConfig annotations")
+            Err(e) => tracing::warn!("checking MachineConfig annotations: {e:#}"),
+        }
+        None
+    })
 }
 
 #[cfg(test)]

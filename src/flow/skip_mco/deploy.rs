@@ -1,20 +1,15 @@
-//! Deploying the release OS image onto the freshly written disk (Go `OverwriteOsImage`), so the
-//! node's first boot runs the release image with its kernel arguments and the MCO has nothing
-//! to update and no reboot to do.
+//! Deploying the release OS image onto the freshly written disk (Go `OverwriteOsImage`): the
+//! root partition grown by its own size (what a second deployment needs, the rest left
+//! unallocated as Go does), `ostree container image deploy` into the disk's sysroot, and both
+//! filesystems frozen before they are unmounted, so nothing of the live system writes to them
+//! before the reboot.
 //!
-//! The root partition is grown first, by its own size (what a second deployment needs), leaving
-//! the rest of the disk unallocated as Go does; then `ostree container image deploy` pulls the
-//! image into the disk's sysroot, and both filesystems are frozen before they are unmounted, so
-//! nothing of the live system writes to them before the reboot.
-//!
-//! The commands are Go's, each tried 3 times 5 s apart, with one addition first: `partx
-//! --update <disk>`. Our writer leaves the kernel's view of the partitions as it found it (a
-//! kernel without partition-table parsers, and no udev, gets no nodes from a reread, and the
-//! ones the writer adds with BLKPG are removed after the write); `partx --update` adds the
-//! partitions the kernel lacks, as coreos-installer's udev would have, and changes nothing
-//! where they exist. Its failure (a multipath disk, whose partitions are device-mapper's) is
-//! only logged: lsblk then says whether the partitions are there. Unlike Go, a failure after
-//! the mounts unmounts what was mounted (best effort) instead of leaving it mounted.
+//! Go's commands, each tried 3 times 5 s apart, after one of ours: `partx --update <disk>`. Our
+//! writer leaves the kernel's view of the partitions as it found it (without partition-table
+//! parsers or udev a reread adds no nodes, and the writer's BLKPG ones are removed after the
+//! write); partx adds the missing ones, as coreos-installer's udev would have. Its failure (a
+//! multipath disk, whose partitions are device-mapper's) is only logged. Unlike Go, a failure
+//! after the mounts unmounts what was mounted.
 
 use anyhow::{Context, Result};
 use std::time::Duration;
@@ -43,24 +38,13 @@ pub(crate) struct Target<'a> {
     pub device: &'a str,
 }
 
-/// The `ignition.platform.id=…` argument of the live system's kernel command line, or
-/// `ignition.platform.id=metal` when it has none.
+/// The live kernel command line's `ignition.platform.id=…`, or the metal one.
 pub(crate) fn platform_karg(cmdline: &str) -> String {
     cmdline
         .split_whitespace()
         .find(|a| a.starts_with(PLATFORM_ID))
         .unwrap_or(DEFAULT_PLATFORM_KARG)
         .to_string()
-}
-
-/// `growpart [--free-percent=N] <device> 4` (no option when nothing is to stay free).
-fn growpart_args(device: &str, free_percent: u64) -> Vec<String> {
-    let mut args = Vec::new();
-    if free_percent > 0 {
-        args.push(format!("--free-percent={free_percent}"));
-    }
-    args.extend([device.to_string(), ROOT_PARTITION.to_string()]);
-    args
 }
 
 /// The ostree deploy arguments: the image (unverified: the release payload pins it by digest),
@@ -77,8 +61,8 @@ fn ostree_args(os_image_url: &str, platform_karg: &str, extra_kargs: &[String]) 
     [words(&head), kargs, tail, extra_kargs.to_vec()].concat()
 }
 
-/// Deploys `os_image_url` onto `t.device` (see the module documentation). `extra_kargs` are
-/// `--karg v` pairs. An error says which command failed; the caller only logs it.
+/// Deploys `os_image_url` onto `t.device`; `extra_kargs` are `--karg v` pairs. An error says
+/// which command failed.
 pub(crate) fn overwrite_os_image(
     t: &Target<'_>,
     os_image_url: &str,
@@ -93,10 +77,15 @@ pub(crate) fn overwrite_os_image(
         .with_context(|| format!("computing the free space to leave on {device}"))?;
     let root = partition_path(t.runner, device, ROOT_PARTITION)?;
     let boot = partition_path(t.runner, device, BOOT_PARTITION)?;
+    // No option when nothing is to stay free.
+    let free = (free_percent > 0).then(|| format!("--free-percent={free_percent}"));
+    let growpart = free
+        .into_iter()
+        .chain([device.into(), ROOT_PARTITION.to_string()]);
     let steps: Vec<(&str, Vec<String>)> = vec![
         ("mount", vec![root, ROOT_MOUNT.into()]),
         ("mount", vec![boot, BOOT_MOUNT.into()]),
-        ("growpart", growpart_args(device, free_percent)),
+        ("growpart", growpart.collect()),
         ("xfs_growfs", vec![ROOT_MOUNT.into()]),
         // ostree fails with SELinux enforcing on the live system (Go's comment: OCP 4.14).
         ("setenforce", vec!["0".into()]),
@@ -113,7 +102,12 @@ pub(crate) fn overwrite_os_image(
     for (program, args) in &steps {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         if let Err(e) = run_with_retries(t, program, &args) {
-            unmount_after_failure(t, &mounted);
+            // Unmounted innermost first; failures are only logged.
+            for at in mounted.iter().rev() {
+                if let Err(e) = t.runner.run("umount", &[at]) {
+                    tracing::warn!("unmounting {at} after the failed deploy: {e}");
+                }
+            }
             return Err(e);
         }
         match (*program, args.as_slice()) {
@@ -143,15 +137,6 @@ fn run_with_retries(t: &Target<'_>, program: &str, args: &[&str]) -> Result<()> 
         Err(e @ WaitError::Stopped { .. }) => Err(e.into_anyhow()),
         Err(e) => Err(e.into_anyhow())
             .with_context(|| format!("failed after {COMMAND_TRIES} attempts to run {line}")),
-    }
-}
-
-/// Unmount, innermost first, what the failed deploy left mounted; failures are only logged.
-fn unmount_after_failure(t: &Target<'_>, mounted: &[&str]) {
-    for at in mounted.iter().rev() {
-        if let Err(e) = t.runner.run("umount", &[at]) {
-            tracing::warn!("unmounting {at} after the failed deploy: {e}");
-        }
     }
 }
 
@@ -342,18 +327,10 @@ mod tests {
 
     #[test]
     fn the_platform_karg_of_the_live_system() {
-        assert_eq!(
-            platform_karg("BOOT_IMAGE=/images/pxeboot/vmlinuz coreos.liveiso=rhcos ignition.platform.id=openstack rd.neednet=1\n"),
-            "ignition.platform.id=openstack"
-        );
-        assert_eq!(
-            platform_karg("ignition.platform.id=metal"),
-            "ignition.platform.id=metal"
-        );
-        assert_eq!(
-            platform_karg("quiet ignition.firstboot"),
-            DEFAULT_PLATFORM_KARG
-        );
-        assert_eq!(platform_karg(""), DEFAULT_PLATFORM_KARG);
+        let openstack = "BOOT_IMAGE=/images/pxeboot/vmlinuz coreos.liveiso=rhcos ignition.platform.id=openstack rd.neednet=1\n";
+        assert_eq!(platform_karg(openstack), "ignition.platform.id=openstack");
+        for cmdline in ["ignition.platform.id=metal", "quiet ignition.firstboot", ""] {
+            assert_eq!(platform_karg(cmdline), DEFAULT_PLATFORM_KARG, "{cmdline}");
+        }
     }
 }

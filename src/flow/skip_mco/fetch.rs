@@ -1,14 +1,12 @@
 //! Fetching the config a pointer Ignition config points to (Go `getMCSIgnition`): a `data:` URL
-//! is decoded (and gunzipped when it is gzip), anything else is one GET from the
-//! machine-config-server with the Ignition `Accept` header. `https` trusts the pointer config's
-//! CA and nothing else; `http` needs none.
+//! is decoded (gunzipped when it is gzip), anything else is one GET from the
+//! machine-config-server, `https` trusting the pointer config's CA only.
 //!
-//! As in Go: no proxy (the MCS is the cluster's own `api-int` endpoint, which a proxy cannot
-//! reach or must not see), the status code is not checked (the body must then parse as an
-//! Ignition config), and the pointer config's HTTP headers are not sent. Unlike Go, a request
-//! has a time limit, so a stalled server cannot hold the install past the fetch budget. No
-//! User-Agent is sent: the bootstrap reads `User-Agent:"Ignition…` lines of the MCS log as
-//! "this host fetched its Ignition config", which this request must not look like.
+//! As in Go: no proxy (the MCS is the cluster's own `api-int`, which a proxy cannot reach or
+//! must not see), the status code is not checked (the body must parse as a config), the
+//! pointer's HTTP headers are not sent. Unlike Go, a request has a time limit (a stalled server
+//! cannot outlast the fetch budget). No User-Agent: the bootstrap reads `User-Agent:"Ignition…`
+//! in the MCS log as "this host fetched its Ignition config".
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::time::Duration;
@@ -23,8 +21,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The whole request; the MCS answers a few MiB at most.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Fetches the encapsulated MachineConfig behind one pointer config; built once, tried as
-/// often as the poll needs.
+/// Fetches the encapsulated MachineConfig behind one pointer config, as often as needed.
 pub(crate) struct McsFetcher {
     source: String,
     /// `None` for a `data:` source.
@@ -32,8 +29,7 @@ pub(crate) struct McsFetcher {
 }
 
 impl McsFetcher {
-    /// Everything that cannot get better by trying again is checked here: the scheme, the CA
-    /// an `https` source needs, the HTTP client.
+    /// Checks what trying again cannot fix: the scheme, the CA `https` needs, the client.
     pub(crate) fn new(pointer: &PointerConfig) -> Result<McsFetcher> {
         let source = pointer.source.clone();
         if data_url::is_data_url(&source) {
@@ -129,20 +125,6 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpListener;
 
-    /// The request head a test server got.
-    fn read_request(stream: &mut std::net::TcpStream) -> String {
-        let mut buf = [0u8; 4096];
-        let mut got = Vec::new();
-        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = stream.read(&mut buf).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
-        String::from_utf8_lossy(&got).into_owned()
-    }
-
     fn mc_config() -> Vec<u8> {
         let mc = br#"{"spec":{"osImageURL":"quay.io/ocp@sha256:1","kernelArguments":["a=1"]}}"#;
         serde_json::to_vec(&serde_json::json!({"storage": {"files": [{
@@ -199,56 +181,45 @@ mod tests {
         McsFetcher::new(&pointer("http://x/c", Some("whatever"))).unwrap();
     }
 
-    /// A one-shot HTTP server answering `body` with `status`; returns the request it got.
-    fn serve_once(status: &str, body: Vec<u8>) -> (String, std::thread::JoinHandle<String>) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let status = status.to_string();
-        let handle = std::thread::spawn(move || {
-            let (mut stream, _) = listener.accept().unwrap();
-            let request = read_request(&mut stream);
-            let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            stream.write_all(head.as_bytes()).unwrap();
-            stream.write_all(&body).unwrap();
-            request
-        });
-        (format!("http://{addr}/config/worker"), handle)
-    }
-
-    #[test]
-    fn http_sends_the_ignition_accept_header_and_no_user_agent() {
-        let (url, server) = serve_once("200 OK", mc_config());
-        let mc = fetch(&url).unwrap();
-        assert_eq!(mc.os_image_url, "quay.io/ocp@sha256:1");
-        let request = server.join().unwrap().to_ascii_lowercase();
-        assert!(
-            request.starts_with("get /config/worker http/1.1\r\n"),
-            "{request}"
-        );
-        assert!(
-            request.contains("\r\naccept: application/vnd.coreos.ignition+json; version=3.4.0\r\n"),
-            "{request}"
-        );
-        assert!(!request.contains("user-agent"), "{request}");
-    }
-
+    /// Go reads whatever comes back: an error page fails as "not JSON", a config is used.
     #[test]
     fn the_status_is_not_checked_but_the_body_must_be_a_config() {
-        // Go reads whatever comes back: an error page fails as "not JSON", a config is used.
-        let (url, server) = serve_once("500 Internal Server Error", mc_config());
-        fetch(&url).unwrap();
-        server.join().unwrap();
-        let (url, server) = serve_once("503 Service Unavailable", b"not ready".to_vec());
-        let e = fetch(&url).unwrap_err();
-        assert!(format!("{e:#}").contains("not JSON"), "{e:#}");
-        server.join().unwrap();
-        let (url, server) = serve_once("200 OK", Vec::new());
-        let e = fetch(&url).unwrap_err();
-        assert!(format!("{e:#}").contains("not JSON"), "{e:#}");
-        server.join().unwrap();
+        let cases = [
+            ("500 Internal Server Error", mc_config(), true),
+            ("503 Service Unavailable", b"not ready".to_vec(), false),
+            ("200 OK", Vec::new(), false),
+        ];
+        for (status, body, used) in cases {
+            // A one-shot server: the request head read, then the answer.
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let url = format!("http://{}/config/worker", listener.local_addr().unwrap());
+            let server = std::thread::spawn(move || {
+                let (mut stream, _) = listener.accept().unwrap();
+                let (mut buf, mut got) = ([0u8; 4096], Vec::new());
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let length = body.len();
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+                );
+                stream
+                    .write_all(&[head.as_bytes(), &body].concat())
+                    .unwrap();
+            });
+            let got = fetch(&url);
+            server.join().unwrap();
+            match got {
+                Ok(mc) => assert!(
+                    used && mc.os_image_url == "quay.io/ocp@sha256:1",
+                    "{status}"
+                ),
+                Err(e) => assert!(!used && format!("{e:#}").contains("not JSON"), "{e:#}"),
+            }
+        }
     }
 
     #[test]

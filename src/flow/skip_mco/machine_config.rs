@@ -1,7 +1,7 @@
 //! What skip-MCO reads, as pure functions over bytes: where the host's pointer Ignition config
 //! points (its first merge source and the CA that serves it), the MachineConfig the
 //! machine-config-server encapsulates in the config it serves (the release OS image and its
-//! kernel arguments), and the `--karg` list handed to `ostree container image deploy`.
+//! kernel arguments).
 //!
 //! Only the few fields used are parsed, leniently, so any Ignition 3.x config works (they have
 //! the same shape in every 3.x version). The configs hold secrets (the served one holds the
@@ -10,8 +10,10 @@
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::ignition::data_url;
+use crate::ignition::pull_secret::file_contents;
 
 /// The file of a served config that holds the node's rendered MachineConfig.
 pub(crate) const ENCAPSULATED_MC_PATH: &str = "/etc/ignition-machine-config-encapsulated.json";
@@ -41,59 +43,6 @@ pub(crate) struct EncapsulatedMc {
     pub kernel_arguments: Vec<String>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Config {
-    ignition: IgnitionSection,
-    storage: Storage,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct IgnitionSection {
-    config: ConfigReferences,
-    security: Security,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct ConfigReferences {
-    merge: Vec<Resource>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Security {
-    tls: Tls,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase")]
-struct Tls {
-    certificate_authorities: Vec<Resource>,
-}
-
-/// An Ignition resource (`source` and its optional `compression`).
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Resource {
-    source: Option<String>,
-    compression: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Storage {
-    files: Vec<File>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct File {
-    path: String,
-    contents: Resource,
-}
-
 #[derive(Deserialize)]
 struct MachineConfig {
     #[serde(default)]
@@ -108,13 +57,13 @@ struct MachineConfigSpec {
     kernel_arguments: Option<Vec<String>>,
 }
 
-fn parse_config(bytes: &[u8]) -> Result<Config> {
+fn parse_config(bytes: &[u8]) -> Result<Value> {
     // serde_json's errors give a line and column, not the text around them.
-    let value: serde_json::Value = serde_json::from_slice(bytes).context("not JSON")?;
+    let value: Value = serde_json::from_slice(bytes).context("not JSON")?;
     if !value.is_object() {
         bail!("not an Ignition config: the JSON is not an object");
     }
-    serde_json::from_value(value).context("not an Ignition v3 config")
+    Ok(value)
 }
 
 /// The first non-empty `ignition.config.merge[].source` and the first
@@ -122,33 +71,26 @@ fn parse_config(bytes: &[u8]) -> Result<Config> {
 /// PEM). Go's `getPointedIgnitionAndCA`; a CA's `compression` is honoured as well.
 pub(crate) fn pointer_config(bytes: &[u8]) -> Result<PointerConfig> {
     let config = parse_config(bytes)?;
-    let Some(source) = config
-        .ignition
-        .config
-        .merge
-        .into_iter()
-        .filter_map(|r| r.source)
+    let list = |path| config.pointer(path).and_then(Value::as_array).into_iter();
+    let source_of = |r: &Value| r.get("source").and_then(Value::as_str).map(String::from);
+    let Some(source) = list("/ignition/config/merge")
+        .flatten()
+        .filter_map(source_of)
         .find(|s| !s.is_empty())
     else {
         bail!("the pointer Ignition config has no ignition.config.merge source");
     };
-    let ca_pem = match config
-        .ignition
-        .security
-        .tls
-        .certificate_authorities
-        .into_iter()
-        .find(|r| r.source.is_some())
-    {
-        Some(ca) => {
-            let url = ca.source.unwrap_or_default();
+    let cas = list("/ignition/security/tls/certificateAuthorities");
+    let ca_pem = match cas.flatten().find_map(|r| Some((source_of(r)?, r))) {
+        Some((url, ca)) => {
             if !data_url::is_data_url(&url) {
                 bail!(
                     "the CA of the pointer Ignition config is not a data: URL ({})",
                     display_source(&url)
                 );
             }
-            let pem = data_url::decode_with_compression(&url, ca.compression.as_deref())
+            let compression = ca.get("compression").and_then(Value::as_str);
+            let pem = data_url::decode_with_compression(&url, compression)
                 .context("decoding the CA of the pointer Ignition config")?;
             Some(
                 String::from_utf8(pem)
@@ -163,36 +105,15 @@ pub(crate) fn pointer_config(bytes: &[u8]) -> Result<PointerConfig> {
 /// The MachineConfig in `/etc/ignition-machine-config-encapsulated.json` of a config the
 /// machine-config-server served: its `spec.osImageURL` and `spec.kernelArguments`.
 pub(crate) fn encapsulated_mc(served: &[u8]) -> Result<EncapsulatedMc> {
-    let config = parse_config(served).context("the served Ignition config")?;
-    let Some(file) = config
-        .storage
-        .files
-        .into_iter()
-        .find(|f| f.path == ENCAPSULATED_MC_PATH)
-    else {
-        bail!("the served Ignition config has no {ENCAPSULATED_MC_PATH}");
-    };
-    let source = file.contents.source.unwrap_or_default();
-    let bytes = data_url::decode_with_compression(&source, file.contents.compression.as_deref())
-        .with_context(|| format!("decoding {ENCAPSULATED_MC_PATH}"))?;
+    let what = "the served Ignition config";
+    let config = parse_config(served).context(what)?;
+    let bytes = file_contents(&config, ENCAPSULATED_MC_PATH).context(what)?;
     let mc: MachineConfig = serde_json::from_slice(&bytes)
         .with_context(|| format!("{ENCAPSULATED_MC_PATH} is not a MachineConfig"))?;
     Ok(EncapsulatedMc {
         os_image_url: mc.spec.os_image_url,
         kernel_arguments: mc.spec.kernel_arguments.unwrap_or_default(),
     })
-}
-
-/// The `--karg` arguments of the deploy: each `--append-karg` of `--installer-args` (as the
-/// writer parsed them, so `--append-karg=x` counts too), then each of the MachineConfig's
-/// kernel arguments. Go's `convertToOverwriteKargs` over the installer args followed by
-/// `--append-karg` pairs for the MachineConfig's.
-pub(crate) fn overwrite_kargs(installer_appends: &[String], mc_kargs: &[String]) -> Vec<String> {
-    installer_appends
-        .iter()
-        .chain(mc_kargs)
-        .flat_map(|k| ["--karg".to_string(), k.clone()])
-        .collect()
 }
 
 /// A source fit for a log line: `scheme://host[:port]/path` without userinfo, query or
@@ -341,7 +262,9 @@ mod tests {
         let without = br#"{"storage":{"files":[{"path":"/etc/x","contents":{"source":"data:,pull-s3cret"}}]}}"#;
         let e = err(without);
         assert!(
-            e.contains("has no /etc/ignition-machine-config-encapsulated.json"),
+            e.contains(
+                "has no storage.files entry for /etc/ignition-machine-config-encapsulated.json"
+            ),
             "{e}"
         );
         assert!(!e.contains("pull-s3cret"), "{e}");
@@ -351,25 +274,6 @@ mod tests {
         let e = err(&serde_json::to_vec(&not_mc).unwrap());
         assert!(e.contains("is not a MachineConfig"), "{e}");
         assert!(!e.contains("s3cret"), "{e}");
-    }
-
-    #[test]
-    fn kargs_as_go_builds_them() {
-        // The installer args' appended kargs (parsed, `--delete-karg` apart, as
-        // write::installer_args checks), then the MachineConfig's.
-        let kargs = |k: &[&str]| k.iter().map(|k| k.to_string()).collect::<Vec<_>>();
-        let mc = kargs(&["arg1", "arg2=val2"]);
-        let got = overwrite_kargs(&kargs(&["nameserver=8.8.8.8"]), &mc);
-        let want = [
-            "--karg",
-            "nameserver=8.8.8.8",
-            "--karg",
-            "arg1",
-            "--karg",
-            "arg2=val2",
-        ];
-        assert_eq!(got, want);
-        assert!(overwrite_kargs(&[], &[]).is_empty());
     }
 
     #[test]

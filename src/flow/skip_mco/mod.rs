@@ -1,16 +1,11 @@
 //! Skip-MCO reboot (`--enable-skip-mco-reboot`, Go `installer.skipMcoReboot`): after the disk
 //! is written, deploy the release OS image onto it with ostree, with the kernel arguments of
-//! the node's MachineConfig, so that the node boots straight into what the machine-config
-//! operator would otherwise update it to, and that update's reboot is saved.
-//!
-//! The release image and kernel arguments come from the MachineConfig the machine-config-server
-//! encapsulates in the config it serves for this node; the host's pointer Ignition config says
-//! where that server is and which CA it has. Best effort throughout, as in Go: any failure is
-//! a warning and the install goes on with the image as written (the MCO then updates and
-//! reboots the node as usual). Only a stop (SIGTERM) ends the install here.
-//!
-//! Not done in dry-run mode, with `--coreos-image` (Go never calls it there), nor on s390x
-//! (Go fetches the MachineConfig and computes the free space there, then deploys nothing).
+//! the node's MachineConfig (encapsulated in the config the machine-config-server serves, which
+//! the host's pointer Ignition config names), so the node boots straight into what the MCO
+//! would update it to and that reboot is saved. Best effort, as in Go: a failure is a warning
+//! and the MCO updates the node as usual; only a stop (SIGTERM) ends the install here. Not
+//! done in dry-run mode, with `--coreos-image` (Go never calls it there), nor on s390x (Go
+//! deploys nothing there).
 
 pub(crate) mod deploy;
 pub(crate) mod fetch;
@@ -24,37 +19,31 @@ use super::Flow;
 use crate::clock::Stopped;
 use deploy::{overwrite_os_image, platform_karg, Target};
 use fetch::McsFetcher;
-use machine_config::{overwrite_kargs, pointer_config, EncapsulatedMc};
+use machine_config::{pointer_config, EncapsulatedMc};
 use poll::{EarlyFetch, FETCH_BUDGET};
 
 const CONTINUING: &str = "Continuing installation without skipping MCO reboot";
 
-/// The skip-MCO step of one install: its fetch runs from [`SkipMco::start`] (the Ignition config
-/// is known) to [`SkipMco::finish`] (Go's point, after the write). Dropped unfinished when the
-/// flow fails in between: the fetch then ends.
+/// The skip-MCO step of one install: its fetch runs from [`SkipMco::start`] to
+/// [`SkipMco::finish`] (Go's point, after the write); dropped unfinished, the fetch ends.
 pub(crate) struct SkipMco {
     fetch: EarlyFetch<EncapsulatedMc>,
 }
 
 impl SkipMco {
-    /// Starts fetching the MachineConfig behind `ignition` (the host's pointer config) when the
-    /// flow does skip-MCO; `None` when it does not, or when the pointer config cannot lead to
-    /// a MachineConfig (logged as Go's warning).
+    /// Starts fetching the MachineConfig behind `ignition` (the host's pointer config); `None`
+    /// when the flow does not skip the MCO reboot or the pointer leads nowhere (Go's warning).
     pub(crate) fn start(f: &Flow, ignition: &Path) -> Option<SkipMco> {
         let cfg = &f.cfg;
         if !cfg.enable_skip_mco_reboot {
             return None;
         }
-        let skipped = if cfg.dry_run {
-            Some("in dry-run mode")
-        } else if cfg.coreos_image.is_some() {
-            Some("with --coreos-image")
-        } else if f.arch == "s390x" {
-            Some("on s390x")
-        } else {
-            None
-        };
-        if let Some(why) = skipped {
+        let skipped = [
+            (cfg.dry_run, "in dry-run mode"),
+            (cfg.coreos_image.is_some(), "with --coreos-image"),
+            (f.arch == "s390x", "on s390x"),
+        ];
+        if let Some((_, why)) = skipped.iter().find(|(skip, _)| *skip) {
             tracing::info!("--enable-skip-mco-reboot: no OS image is deployed {why}");
             return None;
         }
@@ -83,13 +72,12 @@ impl SkipMco {
         Some(SkipMco { fetch })
     }
 
-    /// Go's point (after the write, and a worker's control-plane wait): wait for the
-    /// MachineConfig (at most 20 minutes from now), then deploy its OS image onto `device`
-    /// with the `--append-karg`s of `--installer-args` (`installer_appends`) and its kernel
-    /// arguments. Failures are warnings; the error is only a stop.
+    /// Go's point (after the write, and a worker's wait): wait for the MachineConfig (at most
+    /// 20 minutes from now), then deploy its OS image onto `device` with the `--append-karg`s
+    /// of `--installer-args` and its kernel arguments. Failures are warnings; the error is only
+    /// a stop.
     pub(crate) fn finish(self, f: &Flow, device: &str, installer_appends: &[String]) -> Result<()> {
         match self.deploy(f, device, installer_appends) {
-            // A stop stays an error; anything else becomes Go's warning.
             Err(e) if e.downcast_ref::<Stopped>().is_some() => Err(e.context("skip-MCO reboot")),
             Err(e) => {
                 tracing::warn!("{e:#}. {CONTINUING}");
@@ -109,17 +97,17 @@ impl SkipMco {
             anyhow::bail!("the encapsulated machine config has no osImageURL to deploy");
         }
         let cmdline = &f.paths.live_cmdline;
-        let platform = match std::fs::read_to_string(cmdline) {
-            Ok(text) => platform_karg(&text),
-            Err(e) => {
-                tracing::warn!(
-                    "reading {}: {e}; the platform is taken to be metal",
-                    cmdline.display()
-                );
-                platform_karg("")
-            }
-        };
-        let kargs = overwrite_kargs(installer_appends, &mc.kernel_arguments);
+        let cmdline = std::fs::read_to_string(cmdline).unwrap_or_else(|e| {
+            let path = cmdline.display();
+            tracing::warn!("reading {path}: {e}; the platform is taken to be metal");
+            String::new()
+        });
+        let platform = platform_karg(&cmdline);
+        // Go's `convertToOverwriteKargs`: the installer args' appended kargs, then the
+        // MachineConfig's, each as a `--karg` pair.
+        let kargs: Vec<String> = (installer_appends.iter().chain(&mc.kernel_arguments))
+            .flat_map(|k| ["--karg".to_string(), k.clone()])
+            .collect();
         tracing::info!(
             "deploying {} onto {device} with {} kernel arguments of the MachineConfig",
             mc.os_image_url,

@@ -1,13 +1,11 @@
 //! The fetch of the encapsulated MachineConfig, on a thread of its own from the moment the
-//! Ignition config is known, so that it overlaps the disk write: when the machine-config-server
-//! is up by the time the disk is written, skip-MCO adds nothing to the critical path.
+//! Ignition config is known, so that it overlaps the disk write and adds nothing to the
+//! critical path when the machine-config-server is up by then.
 //!
-//! Go fetches after the write (and after a worker's control-plane wait), every 5 s for at most
-//! 20 minutes. Here the tries start earlier and go on, every `interval`, until [`EarlyFetch::finish`]
-//! is called at Go's point; from then on the budget counts, so the window Go gives the server
-//! (20 minutes from that point) is always covered, and the extra time before it is free.
-//! Every sleep goes through the flow's clock and ends at once when the flow's stop token fires
-//! or the fetch is dropped unfinished (the flow failed before Go's point).
+//! Go fetches after the write (and a worker's wait), every 5 s for at most 20 minutes. Here
+//! the tries start earlier and go on until [`EarlyFetch::finish`] at Go's point, from which the
+//! budget counts: Go's window is always covered, the time before it is extra. Every sleep ends
+//! at once when the flow's stop token fires or the fetch is dropped unfinished.
 
 use anyhow::Result;
 use std::sync::{Arc, Mutex};
