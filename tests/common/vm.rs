@@ -277,14 +277,13 @@ pub(crate) struct GuestDisk {
 impl GuestDisk {
     pub(crate) fn new(file: impl Into<PathBuf>, bus: Bus, sector_size: u64, serial: &str) -> Self {
         let (file, serial) = (file.into(), serial.to_string());
-        let (wwn, read_only) = (None, false);
         GuestDisk {
             file,
             bus,
             sector_size,
             serial,
-            wwn,
-            read_only,
+            wwn: None,
+            read_only: false,
         }
     }
 
