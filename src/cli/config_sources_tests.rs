@@ -168,17 +168,6 @@ fn one_target_device_from_anywhere() {
         path(&d, "none.yaml"),
         path(&d, "cmdline"),
     );
-    let e = resolve_argv(&["-c", &a, "-c", &b]).unwrap_err().to_string();
-    assert!(
-        e.contains("two target devices: /dev/vda") && e.contains("/dev/vdb"),
-        "{e}"
-    );
-    let e = resolve_argv(&["-c", &a, "/dev/sdc"])
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("(the command line)"), "{e}");
-    let e = resolve_argv(&["-c", &none]).unwrap_err().to_string();
-    assert!(e.contains("no target device"), "{e}");
     let got = resolve_argv(&[
         "-c",
         &a,
@@ -193,27 +182,25 @@ fn one_target_device_from_anywhere() {
         Some("/dev/vda".into()),
         "the same device twice is one"
     );
-    assert!(
-        resolve_argv(&[]).is_err(),
-        "DEVICE is required without -c or --from-kernel-args"
-    );
-    let e = resolve_argv(&[
-        "--from-kernel-args",
-        "--cmdline",
-        &path(&d, "missing"),
-        "/d",
-    ])
-    .unwrap_err();
-    assert!(
-        e.to_string().contains("reading the kernel command line"),
-        "{e}"
-    );
-    let e = resolve_argv(&["-c", &path(&d, "missing.yaml")]).unwrap_err();
-    assert!(e.to_string().contains("reading the config file"), "{e}");
-    assert!(
-        resolve_argv(&["--cmdline", &cmdline, "/d"]).is_err(),
-        "--cmdline needs --from-kernel-args"
-    );
+    let (missing, missing_yaml) = (path(&d, "missing"), path(&d, "missing.yaml"));
+    for (argv, want) in [
+        (&["-c", &a, "-c", &b][..], "two target devices: /dev/vda"),
+        (&["-c", &a, "-c", &b], "/dev/vdb"),
+        (&["-c", &a, "/dev/sdc"], "(the command line)"),
+        (&["-c", &none], "no target device"),
+        // DEVICE is required without -c or --from-kernel-args.
+        (&[], "DEVICE"),
+        (
+            &["--from-kernel-args", "--cmdline", &missing, "/d"],
+            "reading the kernel command line",
+        ),
+        (&["-c", &missing_yaml], "reading the config file"),
+        // --cmdline needs --from-kernel-args.
+        (&["--cmdline", &cmdline, "/d"], "--from-kernel-args"),
+    ] {
+        let e = resolve_argv(argv).unwrap_err().to_string();
+        assert!(e.contains(want), "{argv:?}: {e}");
+    }
 }
 
 #[test]

@@ -238,16 +238,6 @@ mod tests {
         };
         assert_eq!(s.url(), "http://127.0.0.1:9/s/stable.json");
         assert_eq!(s.arch, this_architecture());
-        for a in [
-            "-s stable --image-url http://x /d",
-            "-s stable --image-file /f /d",
-            &format!("-s stable --sha256 {H} /d"),
-            "-s stable --offline /d",
-            "-s stable --read-threads 2 /d",
-            "-s ../etc /d",
-        ] {
-            assert!(parse(a).is_err(), "{a}");
-        }
         // Without a stream they are ignored, as by coreos-installer.
         let p = parse("-a s390x --stream-base-url http://x --image-file /f /d").unwrap();
         assert_eq!(p.origin, Origin::Given(ImageLocation::File("/f".into())));
@@ -266,11 +256,25 @@ mod tests {
                 ..LiveImage::default()
             })
         );
+    }
+
+    /// A stream, the live image's options and another source exclude each other.
+    #[test]
+    fn conflicting_sources_are_refused() {
         for a in [
+            "-s stable --image-url http://x /d",
+            "-s stable --image-file /f /d",
+            &format!("-s stable --sha256 {H} /d"),
+            "-s stable --offline /d",
+            "-s stable --read-threads 2 /d",
+            "-s ../etc /d",
             "--offline --image-url http://x --insecure /d",
             "--osmet-dir /o --image-file /f --insecure /d",
             "--ostree-repo /r --image-url http://x --insecure /d",
             "--image-url http://x --image-file /y --insecure /dev/sda",
+            "--read-threads 2 --image-url http://x --insecure /d",
+            "--read-through-mount --image-file /f --insecure /d",
+            "--image-url http://x --insecure --fetch-retries many /d",
         ] {
             assert!(parse(a).is_err(), "{a}");
         }
@@ -292,14 +296,12 @@ mod tests {
         }
         let e = parse("--read-threads 65 /d").unwrap_err().to_string();
         assert!(e.contains("1..=64"), "{e}");
-        assert!(parse("--read-threads 2 --image-url http://x --insecure /d").is_err());
         let p = parse("--read-through-mount /d").unwrap();
         let live = LiveImage {
             read_through_mount: true,
             ..LiveImage::default()
         };
         assert_eq!(p.origin, Origin::Live(live), "--read-through-mount");
-        assert!(parse("--read-through-mount --image-file /f --insecure /d").is_err());
     }
 
     #[test]
@@ -308,20 +310,18 @@ mod tests {
         assert_eq!(p.http.retry.retries, Retries::Infinite);
         let e = parse("--image-url http://x --uncompressed-sha256 12 /d").unwrap_err();
         assert!(e.to_string().contains("--uncompressed-sha256"), "{e}");
-        assert!(parse("--image-url http://x --insecure --fetch-retries many /d").is_err());
     }
 
+    /// No kexec load unless `--kexec`; zeros go to the kernel unless `--write-zeros`.
     #[test]
-    fn kexec_is_off_by_default() {
-        let t = T::try_parse_from(["x", "/dev/sda"]).unwrap();
-        assert!(!t.a.kexec);
-        let t = T::try_parse_from(["x", "--kexec", "/dev/sda"]).unwrap();
-        assert!(t.a.kexec);
-    }
-
-    #[test]
-    fn zeros_go_to_the_kernel_unless_write_zeros() {
-        assert!(parse("/dev/sda").unwrap().write.zeroing);
-        assert!(!parse("--write-zeros /dev/sda").unwrap().write.zeroing);
+    fn kexec_and_write_zeros_are_off_by_default() {
+        let t = |args: &[&str]| {
+            T::try_parse_from([&["x"], args, &["/d"]].concat())
+                .unwrap()
+                .a
+        };
+        assert!(!t(&[]).kexec && t(&["--kexec"]).kexec);
+        assert!(t(&[]).plan().unwrap().write.zeroing);
+        assert!(!t(&["--write-zeros"]).plan().unwrap().write.zeroing);
     }
 }

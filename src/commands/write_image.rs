@@ -24,13 +24,10 @@ pub fn run(
 /// `--kexec`, once the write succeeded: load the installed system of `device`. A failure is
 /// one warning saying why: the disk is written and boots through the firmware as ever.
 pub fn load_for_kexec(device: &Path, loader: &dyn KexecLoader) -> Option<Loaded> {
-    match load_installed(device, loader) {
-        Ok(loaded) => Some(loaded),
-        Err(e) => {
-            tracing::warn!("kexec: not loaded, reboot through the firmware as usual: {e:#}");
-            None
-        }
-    }
+    let loaded = load_installed(device, loader).inspect_err(|e| {
+        tracing::warn!("kexec: not loaded, reboot through the firmware as usual: {e:#}")
+    });
+    loaded.ok()
 }
 
 /// Peak resident memory of this process (VmHWM), for the summary.

@@ -50,6 +50,12 @@ pub(crate) struct ZeroRefused {
     errno: String,
 }
 
+fn open_rw(path: &Path, flags: libc::c_int) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    let options = options.read(true).write(true);
+    options.custom_flags(flags | libc::O_CLOEXEC).open(path)
+}
+
 /// An open target disk. Destructive code takes `&Device`, never a path.
 #[derive(Debug)]
 pub struct Device {
@@ -86,13 +92,7 @@ impl Device {
     }
 
     fn open_block(path: &Path) -> Result<Device> {
-        let open = || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(libc::O_EXCL | libc::O_DIRECT | libc::O_CLOEXEC)
-                .open(path)
-        };
+        let open = || open_rw(path, libc::O_EXCL | libc::O_DIRECT);
         let file = match open() {
             // A device-mapper disk (multipath, linear) held by nothing but its own partition
             // maps is ours to take, as coreos-installer takes a /dev/dm-* target: the maps are
@@ -136,13 +136,7 @@ impl Device {
     }
 
     fn open_file(path: &Path, size: u64) -> Result<Device> {
-        let open = |flags| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(flags | libc::O_CLOEXEC)
-                .open(path)
-        };
+        let open = |flags| open_rw(path, flags);
         // tmpfs and some overlay filesystems refuse O_DIRECT with EINVAL: fall back to the page
         // cache there, it is only a file.
         let (file, direct) = match open(libc::O_DIRECT) {

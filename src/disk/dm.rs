@@ -97,15 +97,6 @@ fn linear_payload(targets: &[Linear]) -> Vec<u8> {
     out
 }
 
-/// The device number the kernel answered with (`dev`, encoded as the kernel's `huge_encode_dev`).
-fn answered_devno(buf: &[u8]) -> (u64, u64) {
-    let dev = u64::from_ne_bytes(buf[40..48].try_into().expect("8 bytes"));
-    // huge_encode_dev: minor's low 8 bits, then major (12 bits), then the minor's upper bits.
-    let major = (dev & 0xfff00) >> 8;
-    let minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
-    (major, minor)
-}
-
 /// An open `/dev/mapper/control`.
 pub(crate) struct Control {
     file: File,
@@ -125,37 +116,39 @@ impl Control {
         Ok(Control { file })
     }
 
-    fn call(&self, cmd: u8, what: &str, mut buf: Vec<u8>) -> io::Result<Vec<u8>> {
+    /// Request `cmd` on the device `name` (with `uuid`), with `targets` as its table.
+    fn call(
+        &self,
+        cmd: u8,
+        what: &str,
+        name: &str,
+        uuid: &str,
+        targets: &[Linear],
+    ) -> io::Result<()> {
+        let payload = linear_payload(targets);
+        let mut buf =
+            request(name, uuid, targets.len() as u32, &payload).map_err(io::Error::other)?;
         tracing::trace!("device-mapper {what}");
-        sys::dm_ioctl(self.file.as_fd(), cmd, &mut buf)?;
-        Ok(buf)
+        sys::dm_ioctl(self.file.as_fd(), cmd, &mut buf)
     }
 
     /// A new device `name` without a table (as `dmsetup create --notable`), `uuid` may be empty.
-    /// Returns its device number. EBUSY: the name or uuid is taken.
-    pub(crate) fn create(&self, name: &str, uuid: &str) -> io::Result<(u64, u64)> {
-        let buf = request(name, uuid, 0, &[]).map_err(io::Error::other)?;
-        let buf = self.call(DM_DEV_CREATE, "create", buf)?;
-        Ok(answered_devno(&buf))
+    /// EBUSY: the name or uuid is taken.
+    pub(crate) fn create(&self, name: &str, uuid: &str) -> io::Result<()> {
+        self.call(DM_DEV_CREATE, "create", name, uuid, &[])
     }
 
     /// Load `targets` as the inactive table of `name`, then resume it, which swaps the table
     /// in (suspending the device first when it had one).
     pub(crate) fn load_and_resume(&self, name: &str, targets: &[Linear]) -> io::Result<()> {
-        let payload = linear_payload(targets);
-        let buf = request(name, "", targets.len() as u32, &payload).map_err(io::Error::other)?;
-        self.call(DM_TABLE_LOAD, "table load", buf)?;
+        self.call(DM_TABLE_LOAD, "table load", name, "", targets)?;
         // DM_DEV_SUSPEND without DM_SUSPEND_FLAG is a resume.
-        let buf = request(name, "", 0, &[]).map_err(io::Error::other)?;
-        self.call(DM_DEV_SUSPEND, "resume", buf)?;
-        Ok(())
+        self.call(DM_DEV_SUSPEND, "resume", name, "", &[])
     }
 
     /// Remove device `name`. EBUSY: it is open (mounted, or held by another device).
     pub(crate) fn remove(&self, name: &str) -> io::Result<()> {
-        let buf = request(name, "", 0, &[]).map_err(io::Error::other)?;
-        self.call(DM_DEV_REMOVE, "remove", buf)?;
-        Ok(())
+        self.call(DM_DEV_REMOVE, "remove", name, "", &[])
     }
 }
 
@@ -226,16 +219,5 @@ mod tests {
             2048,
             "the second target starts where the first ends"
         );
-    }
-
-    #[test]
-    fn the_answered_device_number_is_decoded_like_the_kernel_encodes_it() {
-        let mut b = vec![0u8; 312];
-        // huge_encode_dev(MKDEV(253, 3)) = 0xfd03; MKDEV(253, 300): minor 300 = 0x12c.
-        b[40..48].copy_from_slice(&0xfd03u64.to_ne_bytes());
-        assert_eq!(answered_devno(&b), (253, 3));
-        let enc = (300u64 & 0xff) | (253 << 8) | ((300u64 & !0xff) << 12);
-        b[40..48].copy_from_slice(&enc.to_ne_bytes());
-        assert_eq!(answered_devno(&b), (253, 300));
     }
 }

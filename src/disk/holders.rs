@@ -15,13 +15,6 @@ pub struct DeviceBusy {
     pub holders: String,
 }
 
-/// One block device we look for: the disk itself or one of its partitions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Node {
-    pub name: String,
-    pub devno: String,
-}
-
 /// Mount points in `mountinfo` text whose source device number is `devno` ("7:3").
 pub(crate) fn mounts_of(mountinfo: &str, devno: &str) -> Vec<String> {
     mountinfo
@@ -64,8 +57,8 @@ pub(crate) fn is_swap(swaps: &str, name: &str) -> bool {
         .any(|l| l.split_whitespace().next() == Some(dev.as_str()))
 }
 
-/// The disk and its partitions as sysfs knows them, with their sysfs directories.
-fn nodes(sys_disk: &Path) -> Vec<(Node, PathBuf)> {
+/// The disk and its partitions as sysfs knows them: name, `major:minor`, sysfs directory.
+fn nodes(sys_disk: &Path) -> Vec<(String, String, PathBuf)> {
     let name = sys_disk
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -77,10 +70,7 @@ fn nodes(sys_disk: &Path) -> Vec<(Node, PathBuf)> {
     });
     disk.into_iter()
         .chain(parts)
-        .map(|(name, (major, minor), dir)| {
-            let devno = format!("{major}:{minor}");
-            (Node { name, devno }, dir)
-        })
+        .map(|(name, (major, minor), dir)| (name, format!("{major}:{minor}"), dir))
         .collect()
 }
 
@@ -91,21 +81,17 @@ pub(crate) fn describe(disk: &Path) -> std::io::Result<Vec<String>> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
     let mut found = Vec::new();
-    for (node, sys) in nodes(&sys_disk) {
-        for mp in mounts_of(&mountinfo, &node.devno) {
-            found.push(format!("/dev/{} is mounted on {mp}", node.name));
+    for (name, devno, sys) in nodes(&sys_disk) {
+        for mp in mounts_of(&mountinfo, &devno) {
+            found.push(format!("/dev/{name} is mounted on {mp}"));
         }
-        if is_swap(&swaps, &node.name) {
-            found.push(format!("/dev/{} is an active swap device", node.name));
+        if is_swap(&swaps, &name) {
+            found.push(format!("/dev/{name} is an active swap device"));
         }
-        if let Ok(holders) = std::fs::read_dir(sys.join("holders")) {
-            for h in holders.flatten() {
-                let hname = h.file_name().to_string_lossy().into_owned();
-                let dm_name = std::fs::read_to_string(h.path().join("dm/name"))
-                    .map(|n| format!(" ({})", n.trim()))
-                    .unwrap_or_default();
-                found.push(format!("/dev/{} is held by {hname}{dm_name}", node.name));
-            }
+        for h in sysfs::names_in(&sys.join("holders")) {
+            let dm = sysfs::dm_identity(&sys.join("holders").join(&h));
+            let dm_name = dm.map(|(n, _)| format!(" ({n})")).unwrap_or_default();
+            found.push(format!("/dev/{name} is held by {h}{dm_name}"));
         }
     }
     Ok(found)

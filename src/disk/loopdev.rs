@@ -38,18 +38,15 @@ impl LoopAttachment {
 
 impl Drop for LoopAttachment {
     fn drop(&mut self) {
-        match Command::new("losetup")
+        let detached = Command::new("losetup")
             .arg("--detach")
             .arg(&self.path)
-            .output()
-        {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => tracing::warn!(
-                "detaching {}: {}",
-                self.path.display(),
-                String::from_utf8_lossy(&o.stderr).trim()
-            ),
-            Err(e) => tracing::warn!("detaching {}: {e}", self.path.display()),
-        }
+            .output();
+        let why = match detached {
+            Ok(o) if o.status.success() => return,
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!("detaching {}: {why}", self.path.display());
     }
 }

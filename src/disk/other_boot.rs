@@ -136,13 +136,9 @@ fn related(sys_block: &Path, target: &str) -> BTreeSet<String> {
             }
         }
     }
-    let multipath = |name: &String| {
-        sysfs::dm_identity(&sys_block.join(name))
-            .is_some_and(|(_, uuid)| uuid.starts_with("mpath-"))
-    };
     let paths: Vec<String> = out
         .iter()
-        .filter(|name| multipath(name))
+        .filter(|name| is_multipath(&sys_block.join(name)))
         .flat_map(|map| sysfs::names_in(&sys_block.join(map).join("slaves")))
         .collect();
     out.extend(paths);

@@ -25,8 +25,7 @@ use super::dm::{self, Control, Linear};
 use super::holders::DeviceBusy;
 use super::sysfs;
 use super::table::PartitionSpec;
-use super::udev::{settle_udev, udev_running};
-use crate::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
+use super::udev::{settle_udev, udev_running, wait_until};
 
 /// Partition numbers and their nodes.
 pub(crate) type PartitionNodeList = Vec<(u32, PathBuf)>;
@@ -197,19 +196,12 @@ fn ensure_mapper_node(disk: &DmDisk, name: &str) -> Result<PathBuf> {
                     a.rdev() == b.rdev()
                 })
     };
-    if udev_running() {
-        let appears = Schedule::within(Duration::from_secs(5), Duration::from_millis(50));
-        let by_udev = SYSTEM_CLOCK.retry(
-            &NeverStop,
-            &appears,
-            |_| same(&node).then_some(()).ok_or(Failure::Retry(())),
-            |_, _| {},
-        );
-        if by_udev.is_ok() {
-            return Ok(node);
-        }
-    }
-    if same(&node) {
+    let by_udev = || {
+        wait_until(Duration::from_secs(5), Duration::from_millis(50), || {
+            same(&node)
+        })
+    };
+    if (udev_running() && by_udev()) || same(&node) {
         return Ok(node);
     }
     if node.symlink_metadata().is_ok() {
@@ -264,7 +256,6 @@ pub(crate) fn ensure(
         .collect();
     remove(&stale)?;
     let mut names = Vec::new();
-    let mut nodes = Vec::new();
     for p in want {
         let table = [disk.table(p)];
         let name = match existing.iter().find(|m| m.number == p.number) {
@@ -272,7 +263,7 @@ pub(crate) fn ensure(
             None => {
                 let name = format!("{}{delimiter}{}", disk.name, p.number);
                 match control.create(&name, &disk.map_uuid(p.number)) {
-                    Ok(_) => name,
+                    Ok(()) => name,
                     // udev's kpartx on the host may have made it since we looked: take that one.
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) => disk
                         .holders()
@@ -306,10 +297,9 @@ pub(crate) fn ensure(
         names.push(name);
     }
     settle_udev();
-    for (p, name) in want.iter().zip(&names) {
-        nodes.push((p.number, ensure_mapper_node(disk, name)?));
-    }
-    Ok((nodes, names))
+    let nodes = want.iter().zip(&names);
+    let nodes = nodes.map(|(p, name)| Ok((p.number, ensure_mapper_node(disk, name)?)));
+    Ok((nodes.collect::<Result<_>>()?, names))
 }
 
 /// Before an exclusive open of `disk`: when its own partition maps are all that holds it,

@@ -18,18 +18,14 @@ use crate::clock::{Failure, NeverStop, Schedule, WaitError, SYSTEM_CLOCK};
 use super::partition_maps::{self, DmDisk};
 use super::sys;
 use super::sysfs::{self, KernelPartition};
-use super::udev::settle_udev;
+use super::udev::{settle_udev, wait_until};
 
 pub(crate) use super::table::PartitionSpec;
 
 /// Node name of partition `n` of disk `disk`: a `p` goes between when the disk name ends in a
-/// digit (loop0p3, nvme0n1p3, mmcblk0p3), not otherwise (sda3, vda3).
+/// digit (loop0p3, nvme0n1p3, mmcblk0p3), not otherwise (sda3, vda3), as kpartx's default.
 pub(crate) fn partition_name(disk: &str, n: u32) -> String {
-    if disk.ends_with(|c: char| c.is_ascii_digit()) {
-        format!("{disk}p{n}")
-    } else {
-        format!("{disk}{n}")
-    }
+    format!("{disk}{}{n}", partition_maps::default_delimiter(disk))
 }
 
 /// What to do so the kernel's partitions match ours: (delete, add) lists. Pure.
@@ -37,25 +33,12 @@ pub(crate) fn reconcile(
     want: &[PartitionSpec],
     have: &[KernelPartition],
 ) -> (Vec<u32>, Vec<PartitionSpec>) {
-    let mut delete = Vec::new();
-    let mut add = Vec::new();
-    for k in have {
-        let matches = want
-            .iter()
-            .any(|w| w.number == k.number && w.start == k.start && w.length == k.length);
-        if !matches {
-            delete.push(k.number);
-        }
-    }
-    for w in want {
-        let present = have
-            .iter()
-            .any(|k| w.number == k.number && w.start == k.start && w.length == k.length);
-        if !present {
-            add.push(w.clone());
-        }
-    }
-    (delete, add)
+    let same = |w: &PartitionSpec, k: &KernelPartition| {
+        (w.number, w.start, w.length) == (k.number, k.start, k.length)
+    };
+    let delete = have.iter().filter(|k| !want.iter().any(|w| same(w, k)));
+    let add = want.iter().filter(|w| !have.iter().any(|k| same(w, k)));
+    (delete.map(|k| k.number).collect(), add.cloned().collect())
 }
 
 /// What we changed in the kernel to get a disk's partition nodes, so it can be undone.
@@ -245,17 +228,13 @@ pub(crate) fn ensure_nodes(disk: &Path, want: &[PartitionSpec]) -> Result<Partit
     let mut made = Vec::new();
     let have = sysfs::partitions(&view.sys);
     for w in want {
-        let name = have
-            .iter()
-            .find(|k| k.number == w.number)
-            .map(|k| k.name.clone())
-            .unwrap_or_else(|| partition_name(&disk_name, w.number));
+        let known = have.iter().find(|k| k.number == w.number);
+        let name = known.map_or_else(|| partition_name(&disk_name, w.number), |k| k.name.clone());
         let node = PathBuf::from("/dev").join(&name);
-        let devno = have
-            .iter()
-            .find(|k| k.number == w.number)
-            .and_then(|k| k.devno);
-        if wait_for_node(&node, Duration::from_secs(5)) {
+        let devno = known.and_then(|k| k.devno);
+        if wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
+            node.exists()
+        }) {
             nodes.push((w.number, node));
             continue;
         }
@@ -290,8 +269,7 @@ pub(crate) fn ensure_nodes(disk: &Path, want: &[PartitionSpec]) -> Result<Partit
 /// (or kpartx, on a device-mapper disk) would, so the steps after the write, and the user's
 /// own tools, find them.
 pub(crate) fn publish(disk: &Path, table: &[PartitionSpec]) -> Result<Vec<(u32, PathBuf)>> {
-    let nodes = ensure_nodes(disk, table)?;
-    Ok(nodes.nodes)
+    Ok(ensure_nodes(disk, table)?.nodes)
 }
 
 /// Before an exclusive open of the block device `path`: a device-mapper disk held only by its
@@ -311,18 +289,6 @@ pub(crate) fn release_own_maps(path: &Path) -> Result<bool> {
 /// maps rather than the kernel's.
 pub(crate) fn has_partition_maps(path: &Path) -> bool {
     KernelView::open(path).is_ok_and(|view| DmDisk::of(&view.sys).is_some())
-}
-
-fn wait_for_node(node: &Path, limit: Duration) -> bool {
-    let appears = Schedule::within(limit, Duration::from_millis(20));
-    SYSTEM_CLOCK
-        .retry(
-            &NeverStop,
-            &appears,
-            |_| node.exists().then_some(()).ok_or(Failure::Retry(())),
-            |_, _| {},
-        )
-        .is_ok()
 }
 
 #[cfg(test)]

@@ -49,27 +49,24 @@ pub(crate) fn index_filters(values: &[String]) -> Result<Vec<PartitionFilter>> {
             Err(_) => bail!("--save-partindex {v:?}: {s:?} is not a partition number"),
         }
     };
-    let mut out = Vec::new();
-    for v in values.iter().flat_map(|v| v.split(',')) {
-        let f = match v.split_once('-') {
-            None => {
-                let n = num(v, v)?;
-                PartitionFilter::Index(Some(n), Some(n))
-            }
+    let filter = |v: &str| -> Result<PartitionFilter> {
+        let (lo, hi) = match v.split_once('-') {
+            None => (Some(num(v, v)?), Some(num(v, v)?)),
             Some(("", "")) => bail!("--save-partindex {v:?}: a range needs at least one end"),
-            Some((lo, "")) => PartitionFilter::Index(Some(num(lo, v)?), None),
-            Some(("", hi)) => PartitionFilter::Index(None, Some(num(hi, v)?)),
-            Some((lo, hi)) => {
-                let (lo, hi) = (num(lo, v)?, num(hi, v)?);
-                if lo > hi {
-                    bail!("--save-partindex {v:?}: the range is backwards");
-                }
-                PartitionFilter::Index(Some(lo), Some(hi))
+            Some((lo, "")) => (Some(num(lo, v)?), None),
+            Some(("", hi)) => (None, Some(num(hi, v)?)),
+            Some((lo, hi)) if num(lo, v)? > num(hi, v)? => {
+                bail!("--save-partindex {v:?}: the range is backwards")
             }
+            Some((lo, hi)) => (Some(num(lo, v)?), Some(num(hi, v)?)),
         };
-        out.push(f);
-    }
-    Ok(out)
+        Ok(PartitionFilter::Index(lo, hi))
+    };
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(filter)
+        .collect()
 }
 
 /// Whether a partition name matches a `--save-partlabel` glob: the `glob` crate's patterns with

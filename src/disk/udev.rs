@@ -3,6 +3,9 @@
 //! than race it.
 
 use std::path::Path;
+use std::time::Duration;
+
+use crate::clock::{Failure, NeverStop, Schedule, SYSTEM_CLOCK};
 
 /// Whether udev runs on this system (its control socket is there): then it makes the /dev
 /// links, and we wait for it instead of making them.
@@ -22,4 +25,13 @@ pub(crate) fn settle_udev() {
     if let Err(e) = status {
         tracing::debug!("udevadm settle: {e}");
     }
+}
+
+/// Whether `done` holds within `limit`, asked every `every`.
+pub(crate) fn wait_until(limit: Duration, every: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let schedule = Schedule::within(limit, every);
+    let ask = |_| done().then_some(()).ok_or(Failure::Retry(()));
+    SYSTEM_CLOCK
+        .retry(&NeverStop, &schedule, ask, |_, _| {})
+        .is_ok()
 }

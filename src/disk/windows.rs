@@ -74,31 +74,22 @@ impl DiskWindows {
     /// Zero both windows except the bytes inside `keep` (saved partitions' data).
     pub fn zero_except(&mut self, keep: &[Range<u64>]) {
         let kept = |at: u64| keep.iter().any(|r| r.contains(&at));
-        for (i, b) in self.head.iter_mut().enumerate() {
-            if !kept(i as u64) {
-                *b = 0;
-            }
-        }
-        let start = self.tail_start;
-        for (i, b) in self.tail.iter_mut().enumerate() {
-            if !kept(start + i as u64) {
-                *b = 0;
+        for (start, window) in [(0, &mut self.head), (self.tail_start, &mut self.tail)] {
+            for (i, b) in window.iter_mut().enumerate() {
+                if !kept(start + i as u64) {
+                    *b = 0;
+                }
             }
         }
     }
 
     /// Zero `len` bytes at `offset` if they lie inside a window; whether they did.
     pub fn zero_range(&mut self, offset: u64, len: u64) -> bool {
-        if offset + len <= WINDOW {
-            self.head[offset as usize..(offset + len) as usize].fill(0);
-            true
-        } else if offset >= self.tail_start && offset + len <= self.size {
-            let at = (offset - self.tail_start) as usize;
-            self.tail[at..at + len as usize].fill(0);
-            true
-        } else {
-            false
-        }
+        let Some((in_head, at)) = self.locate(offset, len as usize) else {
+            return false;
+        };
+        self.window(in_head)[at..at + len as usize].fill(0);
+        true
     }
 
     fn write_window(dev: &Device, data: &[u8], offset: u64) -> Result<()> {
@@ -116,17 +107,23 @@ impl DiskWindows {
         dev.sync()
     }
 
-    fn locate(&self, len: usize) -> io::Result<(bool, usize)> {
-        let end = self.pos + len as u64;
+    /// Where `len` bytes at `pos` are: in the head (or else the tail) window, at this index.
+    fn locate(&self, pos: u64, len: usize) -> Option<(bool, usize)> {
+        let end = pos + len as u64;
         if end <= WINDOW {
-            Ok((true, self.pos as usize))
-        } else if self.pos >= self.tail_start && end <= self.size {
-            Ok((false, (self.pos - self.tail_start) as usize))
+            Some((true, pos as usize))
+        } else if pos >= self.tail_start && end <= self.size {
+            Some((false, (pos - self.tail_start) as usize))
         } else {
-            Err(io::Error::other(format!(
-                "GPT write of {len} bytes at offset {} falls outside the first and last MiB",
-                self.pos
-            )))
+            None
+        }
+    }
+
+    fn window(&mut self, in_head: bool) -> &mut [u8] {
+        if in_head {
+            &mut self.head
+        } else {
+            &mut self.tail
         }
     }
 }
@@ -135,10 +132,9 @@ impl Read for DiskWindows {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = buf.len().min(self.size.saturating_sub(self.pos) as usize);
         let buf = &mut buf[..n];
-        match self.locate(n) {
-            Ok((true, at)) => buf.copy_from_slice(&self.head[at..at + n]),
-            Ok((false, at)) => buf.copy_from_slice(&self.tail[at..at + n]),
-            Err(_) => buf.fill(0),
+        match self.locate(self.pos, n) {
+            Some((in_head, at)) => buf.copy_from_slice(&self.window(in_head)[at..at + n]),
+            None => buf.fill(0),
         }
         self.pos += n as u64;
         Ok(n)
@@ -147,13 +143,14 @@ impl Read for DiskWindows {
 
 impl Write for DiskWindows {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let (in_head, at) = self.locate(buf.len())?;
-        let window = if in_head {
-            &mut self.head
-        } else {
-            &mut self.tail
-        };
-        window[at..at + buf.len()].copy_from_slice(buf);
+        let (in_head, at) = self.locate(self.pos, buf.len()).ok_or_else(|| {
+            io::Error::other(format!(
+                "GPT write of {} bytes at offset {} falls outside the first and last MiB",
+                buf.len(),
+                self.pos
+            ))
+        })?;
+        self.window(in_head)[at..at + buf.len()].copy_from_slice(buf);
         self.pos += buf.len() as u64;
         Ok(buf.len())
     }

@@ -9,21 +9,6 @@ use super::{bounded, config, corpus, mutated};
 use crate::disk::gpt::{DiskWindows, ImageLayout, WINDOW};
 use crate::disk::saved::{index_filters, label_filters, SavedPartitions};
 
-/// CRC-32 (IEEE, reflected), as a GPT header and its entry array carry.
-fn crc32(bytes: &[u8]) -> u32 {
-    !bytes.iter().fold(!0u32, |mut c, &b| {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 == 1 {
-                (c >> 1) ^ 0xEDB8_8320
-            } else {
-                c >> 1
-            };
-        }
-        c
-    })
-}
-
 /// Make the primary header's two checksums (entry array, header) match again after a mutation,
 /// as a hostile or buggy partitioner's table would: without it nearly every mutation stops at
 /// the CRC check and the fields behind it (LBAs, entry count and size) are never reached.
@@ -40,12 +25,12 @@ fn fix_checksums(disk: &mut [u8], ss: usize) {
         .and_then(|start| Some(start..start.checked_add(len)?))
         .and_then(|r| disk.get(r.start as usize..r.end as usize));
     if let Some(entries) = entries {
-        let crc = crc32(entries);
+        let crc = crc32fast::hash(entries);
         disk[h + 88..h + 92].copy_from_slice(&crc.to_le_bytes());
     }
     let header_len = (u32_at(disk, h + 12) as usize).clamp(92, ss);
     disk[h + 16..h + 20].fill(0);
-    let crc = crc32(&disk[h..h + header_len]);
+    let crc = crc32fast::hash(&disk[h..h + header_len]);
     disk[h + 16..h + 20].copy_from_slice(&crc.to_le_bytes());
 }
 

@@ -2,7 +2,7 @@
 //! entry's `linux`, `initrd` and `options` lines, and the first-boot arguments GRUB's
 //! `ignition.firstboot` script sets, expanded where the entry says `$ignition_firstboot`.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 /// The lines of a Boot Loader Specification entry that a kexec load needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,10 +96,7 @@ fn unquote(value: &str) -> Option<String> {
 /// exists (`firstboot` is its network arguments), by nothing otherwise; whitespace collapsed.
 /// Any other variable is refused: only GRUB's environment knows its value.
 pub(crate) fn expand_options(options: &str, firstboot: Option<&str>) -> Result<String> {
-    let value = match firstboot {
-        Some(network) => format!("ignition.firstboot {network}"),
-        None => String::new(),
-    };
+    let value = firstboot.map_or_else(String::new, |n| format!("ignition.firstboot {n}"));
     let mut out = Vec::new();
     for word in options.split_whitespace() {
         let mut expanded = String::new();
@@ -108,10 +105,9 @@ pub(crate) fn expand_options(options: &str, firstboot: Option<&str>) -> Result<S
             expanded.push_str(&rest[..at]);
             let after = &rest[at + 1..];
             let (name, tail) = match after.strip_prefix('{') {
-                Some(braced) => match braced.split_once('}') {
-                    Some(split) => split,
-                    None => bail!("unterminated ${{ in the option {word:?}"),
-                },
+                Some(braced) => braced
+                    .split_once('}')
+                    .with_context(|| format!("unterminated ${{ in the option {word:?}"))?,
                 None => {
                     let end = after
                         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

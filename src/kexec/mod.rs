@@ -89,10 +89,11 @@ pub(crate) fn refusal(e: &io::Error) -> String {
 
 /// `path` as a path on /boot, for messages (`/loader/entries/…`), not the private mountpoint.
 fn on_boot(boot_root: &Path, path: &Path) -> String {
-    match path.strip_prefix(boot_root) {
-        Ok(rel) => format!("/{}", rel.display()),
-        Err(_) => path.display().to_string(),
-    }
+    let rel = path.strip_prefix(boot_root);
+    rel.map_or_else(
+        |_| path.display().to_string(),
+        |r| format!("/{}", r.display()),
+    )
 }
 
 /// Read the BLS entry (the one post-install edits: the last by name, which GRUB's blscfg
@@ -156,14 +157,11 @@ pub fn load_from_boot(boot_root: &Path, loader: &dyn KexecLoader) -> Result<Load
         image.cmdline
     );
     let kernel = open_on_boot(boot_root, &image.kernel, "kernel")?;
-    let initrd = match &image.initrd {
-        Some(path) => Some(open_on_boot(boot_root, path, "initramfs")?),
-        None => None,
-    };
-    let initramfs_bytes = match &initrd {
-        Some(f) => f.metadata()?.len(),
-        None => 0,
-    };
+    let initrd = image.initrd.as_deref();
+    let initrd = initrd.map(|path| open_on_boot(boot_root, path, "initramfs"));
+    let initrd = initrd.transpose()?;
+    let initramfs_bytes = initrd.as_ref().map(File::metadata).transpose()?;
+    let initramfs_bytes = initramfs_bytes.map_or(0, |m| m.len());
     let cmdline = CString::new(image.cmdline.clone())
         .map_err(|_| anyhow!("the command line has a NUL byte"))?;
     loader

@@ -7,8 +7,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
 
-use crate::disk::boot::find_boot;
-use crate::disk::boot::BootPartition;
+use crate::disk::boot::{find_boot, BootPartition};
 use crate::disk::gpt::DiskWindows;
 use crate::disk::loopdev::LoopAttachment;
 use crate::disk::mount::{with_private_mount, with_private_mount_read_only};
@@ -18,7 +17,7 @@ use crate::disk::{Device, DeviceKind};
 use crate::image::WriteOptions;
 use crate::postinstall::{self, PostInstall};
 
-use super::reset::{reset, show_partitions, table_on};
+use super::reset::{node_list, reset, show_partitions, table_on};
 
 /// Apply `post` to the /boot partition of `dev`, whose partitions are `table` (the table on the
 /// disk, or the one about to be committed). Consumes the exclusive handle, because mount(2)
@@ -86,11 +85,7 @@ pub(crate) fn reload_partitions(path: &Path) -> Result<()> {
     tracing::info!(
         "partitions of {} reloaded: {}",
         path.display(),
-        nodes
-            .iter()
-            .map(|(_, n)| n.display().to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
+        node_list(&nodes)
     );
     Ok(())
 }
@@ -104,17 +99,8 @@ pub(crate) fn apply_to_written_disk(
     preserve_on_error: bool,
 ) -> Result<()> {
     let dev = Device::open_for_write(device)?;
-    let mut w = DiskWindows::load(&dev)?;
-    let gpt = table::read(&mut w, dev.sector_size()).map_err(|e| {
-        anyhow!(
-            "{} has no readable GPT ({e}): write the image first",
-            dev.path().display()
-        )
-    })?;
-    let ss = gpt.sector_size;
-    let table = PartitionSpec::from_gpt(&gpt);
-    // Refuse a disk without a CoreOS /boot before anything changes (it would not be reset).
-    find_boot(&dev, &table)?;
+    // Refuses a disk without a CoreOS /boot before anything changes (it would not be reset).
+    let (ss, table, _) = written(&dev, ": write the image first")?;
     let path = dev.path().to_path_buf();
     match apply_to_disk(dev, &table, ss, post) {
         Ok(dev) => {
@@ -129,6 +115,17 @@ pub(crate) fn apply_to_written_disk(
     }
 }
 
+/// The partition table on the written disk `dev`, its sector size and its /boot; `hint` ends
+/// the error of a disk without a GPT.
+fn written(dev: &Device, hint: &str) -> Result<(u64, Vec<PartitionSpec>, BootPartition)> {
+    let mut w = DiskWindows::load(dev)?;
+    let gpt = table::read(&mut w, dev.sector_size())
+        .map_err(|e| anyhow!("{} has no readable GPT ({e}){hint}", dev.path().display()))?;
+    let table = PartitionSpec::from_gpt(&gpt);
+    let boot = find_boot(dev, &table)?;
+    Ok((gpt.sector_size, table, boot))
+}
+
 /// Call `f` on the /boot of a written disk (its partition table on the disk), mounted
 /// read-only: a block device through its partition node, a disk-image file through a loop
 /// device. What the kexec load reads the installed system from.
@@ -137,18 +134,14 @@ pub(crate) fn with_written_boot<T: Send>(
     f: impl FnOnce(&Path) -> Result<T> + Send,
 ) -> Result<T> {
     let dev = Device::open_for_write(device)?;
-    let mut w = DiskWindows::load(&dev)?;
-    let gpt = table::read(&mut w, dev.sector_size())
-        .map_err(|e| anyhow!("{} has no readable GPT ({e})", device.display()))?;
-    let table = PartitionSpec::from_gpt(&gpt);
-    let boot = find_boot(&dev, &table)?;
+    let (ss, table, boot) = written(&dev, "")?;
     let kind = dev.kind();
     // mount(2) refuses a partition of a disk held with O_EXCL.
     drop(dev);
     match kind {
         DeviceKind::Block => mount_boot_read_only(device, &table, &boot, f),
         DeviceKind::File => {
-            let attached = LoopAttachment::attach(device, gpt.sector_size)?;
+            let attached = LoopAttachment::attach(device, ss)?;
             mount_boot_read_only(attached.path(), &table, &boot, f)
         }
     }

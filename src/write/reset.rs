@@ -4,7 +4,7 @@
 //! of it (`show_partitions`).
 
 use anyhow::Result;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::disk::gpt::DiskWindows;
 use crate::disk::partitions::{publish, PartitionSpec};
@@ -21,17 +21,12 @@ pub(super) fn reset(
     opts: &WriteOptions,
     e: anyhow::Error,
 ) -> anyhow::Error {
-    let dev = match held {
-        Some(dev) => dev,
-        None => match Device::open_for_write(path) {
-            Ok(dev) => dev,
-            Err(reopen) => {
-                return reopen.context(format!(
-                    "{e:#}; and reopening {} to reset it failed",
-                    path.display()
-                ))
-            }
-        },
+    let dev = match held.map_or_else(|| Device::open_for_write(path), Ok) {
+        Ok(dev) => dev,
+        Err(reopen) => {
+            let display = path.display();
+            return reopen.context(format!("{e:#}; and reopening {display} to reset it failed"));
+        }
     };
     let e = reset_after_failure(&dev, sector_size, opts, e);
     show_partitions(dev);
@@ -56,24 +51,21 @@ pub(crate) fn show_partitions(dev: Device) {
         Vec::new()
     });
     match publish(&path, &table) {
-        Ok(nodes) => tracing::info!(
-            "partitions of {}: {}",
-            path.display(),
-            if nodes.is_empty() {
-                "none".to_string()
-            } else {
-                nodes
-                    .iter()
-                    .map(|(_, n)| n.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            }
-        ),
+        Ok(nodes) => tracing::info!("partitions of {}: {}", path.display(), node_list(&nodes)),
         Err(e) => tracing::warn!(
             "the kernel's partitions of {} could not be brought in line with its partition table ({e:#}); the disk itself is as reported, but steps that look for its partitions may not find them",
             path.display()
         ),
     }
+}
+
+/// The partition nodes for a log line: their paths, or "none".
+pub(super) fn node_list(nodes: &[(u32, PathBuf)]) -> String {
+    if nodes.is_empty() {
+        return "none".to_string();
+    }
+    let paths: Vec<String> = nodes.iter().map(|(_, n)| n.display().to_string()).collect();
+    paths.join(" ")
 }
 
 /// The partitions of the table on `dev`.

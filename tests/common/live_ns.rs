@@ -43,17 +43,10 @@ fi
 exec "$@"
 "#;
 
-/// What is mounted on /sysroot.
-#[derive(Clone, Debug)]
-pub(crate) enum LiveRoot {
-    /// A directory, bound read-only.
-    Tree(PathBuf),
-    /// A squashfs image, mounted read-only through a loop device.
-    Squashfs(PathBuf),
-}
-
 pub(crate) struct LiveLayout {
-    pub root: LiveRoot,
+    /// What is mounted on /sysroot: `LIVE_SYSROOT`, a directory bound read-only, or
+    /// `LIVE_SQUASHFS`, a squashfs image mounted read-only through a loop device.
+    root: (&'static str, PathBuf),
     /// Copied into /run/coreos-installer/osmet, in this order.
     pub osmets: Vec<PathBuf>,
     /// Files to put in /etc/NetworkManager/system-connections.
@@ -66,15 +59,15 @@ pub(crate) struct LiveLayout {
 impl LiveLayout {
     /// The tree `sysroot` bound on /sysroot.
     pub(crate) fn new(sysroot: &Path, osmets: &[PathBuf]) -> LiveLayout {
-        Self::with_root(LiveRoot::Tree(sysroot.to_path_buf()), osmets)
+        Self::with_root(("LIVE_SYSROOT", sysroot.to_path_buf()), osmets)
     }
 
     /// The squashfs image `image` mounted on /sysroot, afresh in each command.
     pub(crate) fn squashfs(image: &Path, osmets: &[PathBuf]) -> LiveLayout {
-        Self::with_root(LiveRoot::Squashfs(image.to_path_buf()), osmets)
+        Self::with_root(("LIVE_SQUASHFS", image.to_path_buf()), osmets)
     }
 
-    pub(crate) fn with_root(root: LiveRoot, osmets: &[PathBuf]) -> LiveLayout {
+    fn with_root(root: (&'static str, PathBuf), osmets: &[PathBuf]) -> LiveLayout {
         std::fs::create_dir_all("/sysroot").unwrap();
         let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         for d in ["upper", "work"] {
@@ -96,11 +89,8 @@ impl LiveLayout {
             .args(["sh", "-c", SCRIPT, "live"])
             .arg(program)
             .env("LIVE_OSMETS", std::env::join_paths(&self.osmets).unwrap())
-            .env("LIVE_WORK", self.work.path());
-        match &self.root {
-            LiveRoot::Tree(dir) => c.env("LIVE_SYSROOT", dir),
-            LiveRoot::Squashfs(image) => c.env("LIVE_SQUASHFS", image),
-        };
+            .env("LIVE_WORK", self.work.path())
+            .env(self.root.0, &self.root.1);
         if let Some(nm) = &self.network_dir {
             c.env("LIVE_NM", nm);
         }

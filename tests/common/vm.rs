@@ -62,21 +62,17 @@ pub(crate) fn have_guest(test: &str) -> bool {
     have(test, (!root).then(|| why.to_string()).or_else(qemu_missing))
 }
 
-/// How one QEMU run went.
+/// How one QEMU run went: the serial console, QEMU's stderr, `kvm` or `tcg`.
 #[derive(Debug)]
 pub(crate) struct Run {
-    /// The serial console.
     pub console: String,
-    /// QEMU's own messages.
     pub stderr: String,
-    /// `kvm` or `tcg`.
     pub accel: &'static str,
     pub elapsed: Duration,
     /// From QEMU's start to the console's first `ready` text, if it got there.
     pub ready_after: Option<Duration>,
-    /// Killed at the run's limit.
+    /// Killed at the run's limit, or once the console showed the `kill_when` text.
     pub timed_out: bool,
-    /// Killed once the console showed the `kill_when` text.
     pub killed: bool,
     /// The console lines of the initramfs (`AI-BOOT ` or `AI-GUEST `), without that prefix:
     /// the boot's report, or the guest's `error` and `exit` lines.
@@ -250,7 +246,7 @@ exit 0
 /// How a disk is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Bus {
-    /// virtio-blk-pci: `/dev/vda`, `vdb`, ... in the order given.
+    /// `/dev/vda`, `vdb`, ... in the order given.
     VirtioBlk,
     /// scsi-hd on a virtio-scsi-pci controller: `/dev/sdX`. A file's second attachment goes to
     /// a second controller (two paths to one disk, for dm-multipath).
@@ -262,21 +258,19 @@ pub(crate) enum Bus {
     Ahci,
 }
 
-/// A disk: a host file (a sparse file the test made, see [`sparse_disk`]) on a bus. Attaching
-/// the same file twice makes a multipath pair: both paths see the same bytes (no host locking,
-/// shared writes, write-through); give both the same serial and WWN.
+/// A disk: a host file on a bus, with 512 or 4096-byte sectors and a serial (up to 20
+/// characters of `[A-Za-z0-9_.-]`, what `ai-disk` finds it by). Attaching the same file twice
+/// makes a multipath pair: both paths see the same bytes (no host locking, shared writes,
+/// write-through); give both the same serial and WWN.
 #[derive(Clone, Debug)]
 pub(crate) struct GuestDisk {
     pub file: PathBuf,
     pub bus: Bus,
-    /// Logical and physical block size: 512 or 4096.
     pub sector_size: u64,
-    /// Up to 20 characters of `[A-Za-z0-9_.-]`; what `ai-disk` finds the disk by.
     pub serial: String,
     /// SCSI and ATA WWN, or NVMe EUI-64; ignored on virtio-blk.
     pub wwn: Option<u64>,
-    /// Attached read-only (QEMU's `readonly=on`): the guest cannot write it, so a cached file
-    /// can be given as is.
+    /// QEMU's `readonly=on`: a cached file can be given as is.
     pub read_only: bool,
 }
 
@@ -310,24 +304,20 @@ pub(crate) fn sparse_disk(path: &Path, size: u64) {
     f.set_len(size).unwrap();
 }
 
-/// One guest run, with 1 GiB of memory.
+/// One guest run, with 1 GiB of memory: the kernel (an uncompressed ELF, started at its PVH
+/// entry, or a bzImage) and gzip'd newc initramfs of testdata/guest_parts.rs, the disks, the
+/// host directory that is `/share` (the rig writes `case.sh` and `disks` there, the guest
+/// `case.log`), the case script, the kernel names of the disks to wait for (`vda`, `sda`,
+/// `nvme0n1`), the time QEMU gets, and the console text that kills it (SIGKILL, as a power cut).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct GuestSpec {
-    /// From testdata/guest_parts.rs: an uncompressed ELF kernel (QEMU starts it at its PVH
-    /// entry) or a bzImage, and a gzip'd newc cpio with the guest's `/init`.
     pub kernel: PathBuf,
     pub initramfs: PathBuf,
     pub disks: Vec<GuestDisk>,
-    /// A host directory, `/share` in the guest (files created as the guest's root). The rig
-    /// writes `case.sh` and `disks` into it; the guest writes `case.log`.
     pub share: PathBuf,
-    /// The case script (busybox sh); its exit status is [`Run::exit_code`].
     pub script: String,
-    /// Kernel names of the disks (`vda`, `sda`, `nvme0n1`) to wait for before the case runs.
     pub expect_disks: Vec<String>,
-    /// QEMU is killed after this long (then [`Run::timed_out`]).
     pub limit: Duration,
-    /// Kill QEMU (SIGKILL, as a power cut) once the console shows this text.
     pub kill_when: Option<String>,
     /// More files for the guest: (guest path, host path, mode); executables get their shared
     /// libraries too.
