@@ -251,15 +251,22 @@ pub(crate) struct TestServer {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
+const LOCALHOST: ([u8; 4], u16) = ([127, 0, 0, 1], 0);
+
 impl TestServer {
     /// Routes only, on an ephemeral port.
     pub(crate) fn start() -> TestServer {
-        Self::launch(None, None)
+        Self::launch(LOCALHOST.into(), None, None)
     }
 
     /// `app` answers every path that is not a route.
     pub(crate) fn with_app(app: impl App) -> TestServer {
-        Self::launch(Some(Arc::new(app)), None)
+        Self::launch(LOCALHOST.into(), Some(Arc::new(app)), None)
+    }
+
+    /// As [`TestServer::with_app`] on a given address (the standalone fake service's).
+    pub(crate) fn with_app_on(addr: SocketAddr, app: impl App) -> TestServer {
+        Self::launch(addr, Some(Arc::new(app)), None)
     }
 
     /// As [`TestServer::with_app`] over HTTPS (TLS 1.2 or 1.3), with the certificate chain and
@@ -275,17 +282,17 @@ impl TestServer {
             .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
             .expect("test https server: TLS configuration");
         let acceptor = TlsAcceptor::from(Arc::new(config));
-        Self::launch(Some(Arc::new(app)), Some(acceptor))
+        Self::launch(LOCALHOST.into(), Some(Arc::new(app)), Some(acceptor))
     }
 
-    fn launch(app: Option<Arc<dyn App>>, tls: Option<TlsAcceptor>) -> TestServer {
+    fn launch(addr: SocketAddr, app: Option<Arc<dyn App>>, tls: Option<TlsAcceptor>) -> TestServer {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("test-http")
             .enable_all()
             .build()
             .expect("test http server: runtime");
-        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"));
+        let listener = runtime.block_on(TcpListener::bind(addr));
         let listener = listener.expect("test http server: bind");
         let shared = Arc::new(Shared {
             routes: Mutex::default(),
