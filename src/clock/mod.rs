@@ -732,8 +732,6 @@ mod tests {
             None::<()>
         });
         assert_eq!(r, Err(Stopped));
-        let e = anyhow::Error::from(Stopped).context("waiting for bootkube");
-        assert!(e.downcast_ref::<Stopped>().is_some());
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub(crate) fn load_optional(path: Option<&Path>) -> Result<Vec<ClusterHost>> {
 mod tests {
     use super::*;
 
+    /// The Go field names, reboots told from markers, errors naming the file.
     #[test]
     fn parses_the_go_field_names_and_tells_reboots_from_markers() {
         let dir = tempfile::tempdir().unwrap();
@@ -62,12 +63,7 @@ mod tests {
         assert!(!hosts[1].rebooted());
         assert_eq!(load_optional(None).unwrap(), vec![]);
         assert_eq!(load_optional(Some(&file)).unwrap(), hosts);
-    }
 
-    #[test]
-    fn errors_name_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("hosts.json");
         std::fs::write(&file, r#"[{"hostname": "m"}]"#).unwrap();
         let e = format!("{:#}", load(&file).unwrap_err());
         assert!(e.starts_with("parsing the dry-run cluster hosts "), "{e}");

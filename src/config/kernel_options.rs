@@ -23,13 +23,12 @@ macro_rules! kernel_options {
             /// Every key known, for messages.
             pub const KEYS: &[&str] = &[$($key),*];
 
-            /// Set `key` to `on`; false for a key not known.
-            fn set(&mut self, key: &str, on: bool) -> bool {
+            /// Set `key` (one of [`Self::KEYS`]) to `on`.
+            fn set(&mut self, key: &str, on: bool) {
                 match key {
                     $($key => self.$field = on,)*
-                    _ => return false,
+                    _ => {}
                 }
-                true
             }
         }
     };
@@ -59,7 +58,6 @@ impl KernelOptions {
     pub fn parse(cmdline: &str) -> (KernelOptions, Vec<String>) {
         let mut options = KernelOptions::default();
         let mut warnings = Vec::new();
-        let known = || KernelOptions::KEYS.join(", ");
         for (arg, key, value) in words(cmdline) {
             if !key.starts_with(PREFIX) {
                 continue;
@@ -70,19 +68,18 @@ impl KernelOptions {
                 Some(v) if v == "0" || v.eq_ignore_ascii_case("false") => Some(false),
                 Some(_) => None,
             };
-            if !KernelOptions::KEYS.contains(&key) {
-                warnings.push(format!(
-                    "ignoring {arg} on the kernel command line: {key} is not an installer option (known: {})",
-                    known()
-                ));
-            } else if let Some(on) = on {
-                options.set(key, on);
-            } else {
-                warnings.push(format!(
-                    "ignoring {arg} on the kernel command line: {key} takes 1, 0, true or false, or no value for on (known: {})",
-                    known()
-                ));
-            }
+            let why = match on {
+                _ if !KernelOptions::KEYS.contains(&key) => "is not an installer option",
+                Some(on) => {
+                    options.set(key, on);
+                    continue;
+                }
+                None => "takes 1, 0, true or false, or no value for on",
+            };
+            let known = KernelOptions::KEYS.join(", ");
+            warnings.push(format!(
+                "ignoring {arg} on the kernel command line: {key} {why} (known: {known})"
+            ));
         }
         (options, warnings)
     }

@@ -155,29 +155,19 @@ mod tests {
 
     use crate::host::lsblk::lsblk_json as lsblk;
 
-    /// Its answer from lsblk is the EFI partition the UEFI tests mount.
     #[test]
-    fn partition_path_fails_with_lsblk() {
+    fn lsblk_failure_loader_paths_and_duplicate_lines() {
         let r = RecordingRunner::new();
         r.fail("lsblk --bytes --json /dev/sda", 1, "lsblk: failed");
         let e = partition_path(&r, "/dev/sda", 3).unwrap_err();
         assert!(e.to_string().contains("failed to run lsblk command"));
-    }
-
-    #[test]
-    fn loader_paths() {
-        let cases = [
+        for (dir, arch, path) in [
             ("redhat", "x86_64", "\\EFI\\redhat\\shimx64.efi"),
             ("centos", "aarch64", "\\EFI\\centos\\shimaa64.efi"),
             ("redhat", "powerpc64", "\\EFI\\redhat\\shimx64.efi"),
-        ];
-        for (dir, arch, path) in cases {
+        ] {
             assert_eq!(efi_loader_path(dir, arch), path, "{dir} {arch}");
         }
-    }
-
-    #[test]
-    fn duplicate_lines() {
         let out = "BootCurrent: 0001\n\
                    efibootmgr: ** Warning ** : Boot0004 has same label Red Hat Enterprise Linux\n\
                    Boot0005 has same label Red Hat Enterprise Linux\n\

@@ -518,24 +518,16 @@ mod tests {
     }
 
     #[test]
-    fn output_without_error_is_trimmed() {
+    fn trimming_cutting_and_an_empty_secret() {
         // Kept from `Error` on: local_runner_failure_is_exec_error and
         // recording_runner_streams_line_by_line.
         let err = ExecError::exit("x", &["y"], 1, "  plain failure  ");
         assert_eq!(err.output, "plain failure");
-    }
-
-    #[test]
-    fn cut_respects_char_boundaries() {
-        let output = format!("{}{}", "é".repeat(150), "x");
-        let s = last_output(&output);
-        assert!(s.starts_with("... "));
-        assert!(s.len() <= 204);
-        assert!(s.ends_with('x'));
-    }
-
-    #[test]
-    fn empty_secret_is_not_redacted() {
+        let s = last_output(&format!("{}{}", "é".repeat(150), "x"));
+        assert!(
+            s.starts_with("... ") && s.len() <= 204 && s.ends_with('x'),
+            "{s}"
+        );
         let err = ExecError::exit("a", &["b"], 1, "").redact(Some(""));
         assert_eq!(&*err.args, ["b"]);
         assert_eq!(redact("abc", None), "abc");
@@ -607,24 +599,17 @@ mod tests {
     }
 
     #[test]
-    fn local_runner_passes_env_and_streams() {
+    fn local_runner_env_streaming_missing_program_and_signal() {
         let r = HostRunner {
             env: vec![("HTTP_PROXY".into(), "http://proxy:3128".into())],
             ..HostRunner::default()
         };
         let mut seen = Vec::new();
-        let out = r
-            .run_streaming("sh", &["-c", "echo $HTTP_PROXY"], &mut |c| {
-                seen.extend_from_slice(c)
-            })
-            .unwrap();
-        assert_eq!(out, "http://proxy:3128");
+        let out = r.run_streaming("sh", &["-c", "echo $HTTP_PROXY"], &mut |c| {
+            seen.extend_from_slice(c)
+        });
+        assert_eq!(out.unwrap(), "http://proxy:3128");
         assert_eq!(String::from_utf8(seen).unwrap().trim(), "http://proxy:3128");
-    }
-
-    #[test]
-    fn local_runner_missing_program_and_signal() {
-        let r = HostRunner::default();
         let err = r.run("definitely-not-a-program-xyz", &[]).unwrap_err();
         assert_eq!((err.exit_code, err.wait_status), (None, 0));
         assert!(err

@@ -170,16 +170,8 @@ pub(crate) struct CleanupError {
     pub errors: Vec<ExecError>,
 }
 
-/// Removes what uses `device` so the image can be written, then wipes its signatures:
-///
-/// 1. LVM and device-mapper on the device: `vgs` → `vgremove <vg> -y`; `pvs` →
-///    `pvremove <pv> -y -ff`; `dmsetup ls` + `dmsetup deps -o devname <dm>` →
-///    `dmsetup remove --retry <dm>`.
-/// 2. RAID: when the device or a partition is an array member (`mdadm -v --query --detail
-///    --scan`), the LVM and device-mapper removal on each such array, then `mdadm --stop <md>` and
-///    `mdadm --zero-superblock <member>` for each member on the device.
-/// 3. `wipefs --all --force <device>`, falling back to `wipefs --all <device>`.
-///
+/// Removes what uses `device` so the image can be written (its LVM and device-mapper devices;
+/// the arrays it or a partition is a member of, after their own LVM), then wipes its signatures.
 /// Every step runs even when an earlier one failed.
 pub(crate) fn cleanup_install_device(
     runner: &dyn CommandRunner,
@@ -412,42 +404,30 @@ mod tests {
             vec!["vg0-root", "vg0-pool_tdata"]
         );
         assert_eq!(parse_dmsetup_ls("vg0-swap (253, 2)"), vec!["vg0-swap"]);
-        assert!(dm_depends_on(
-            " 2 dependencies\t: (sdb1) (sda3)",
-            "/dev/sdb"
-        ));
-        assert!(dm_depends_on(
-            " 2 dependencies\t: (sdb1) (sda3)",
-            "/dev/sda"
-        ));
-        assert!(!dm_depends_on(
-            " 2 dependencies\t: (sdb1) (sda3)",
-            "/dev/sdc"
-        ));
-        assert!(dm_depends_on(" 1 dependencies\t: (sda2)", "/dev/sda"));
-        assert!(!dm_depends_on(" 1 dependencies\t: (sdab2)", "/dev/sda"));
-        assert!(dm_depends_on(
-            " 1 dependencies : (nvme0n1p3)",
-            "/dev/nvme0n1"
-        ));
-        assert!(!dm_depends_on(" 0 dependencies : ", "/dev/sda"));
+        for (deps, device, expected) in [
+            (" 2 dependencies\t: (sdb1) (sda3)", "/dev/sdb", true),
+            (" 2 dependencies\t: (sdb1) (sda3)", "/dev/sda", true),
+            (" 2 dependencies\t: (sdb1) (sda3)", "/dev/sdc", false),
+            (" 1 dependencies\t: (sda2)", "/dev/sda", true),
+            (" 1 dependencies\t: (sdab2)", "/dev/sda", false),
+            (" 1 dependencies : (nvme0n1p3)", "/dev/nvme0n1", true),
+            (" 0 dependencies : ", "/dev/sda", false),
+        ] {
+            assert_eq!(dm_depends_on(deps, device), expected, "{deps:?} {device}");
+        }
     }
 
     #[test]
     fn thin_pool_ordering() {
-        let found: Vec<String> = ["vg-pool_tmeta", "vg-pool_tdata", "vg-lv1"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let order = |found: &[&str]| {
+            let found: Vec<String> = found.iter().map(|s| s.to_string()).collect();
+            order_dm_devices_for_removal(&found)
+        };
         assert_eq!(
-            order_dm_devices_for_removal(&found),
-            vec!["vg-lv1", "vg-pool", "vg-pool_tmeta", "vg-pool_tdata"]
+            order(&["vg-pool_tmeta", "vg-pool_tdata", "vg-lv1"]),
+            ["vg-lv1", "vg-pool", "vg-pool_tmeta", "vg-pool_tdata"]
         );
-        let found: Vec<String> = ["a", "a_tdata", "a"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(order_dm_devices_for_removal(&found), vec!["a", "a_tdata"]);
+        assert_eq!(order(&["a", "a_tdata", "a"]), ["a", "a_tdata"]);
     }
 
     const MDADM: &str = "ARRAY /dev/md0 level=raid1 num-devices=2 metadata=1.2 name=0 \

@@ -5,11 +5,18 @@
 use super::commands::{CommandRunner, ExecError};
 use crate::config::InstallerConfig;
 
-/// The `podman` arguments:
-/// `run --rm --privileged --net=host --pid=host -v <journal socket> -v /var/log:/var/log
-/// [-v CA:CA] <agent-image> logs_sender -cluster-id … -url … -host-id … -infra-env-id …
-/// -pull-secret-token … -insecure=<bool> -bootstrap=<bool> [-cacert=<path>]`.
-fn podman_args(cfg: &InstallerConfig, token: &str, is_bootstrap: bool) -> Vec<String> {
+/// Runs `logs_sender` on the host: `podman run --rm --privileged --net=host --pid=host
+/// -v <journal socket> -v /var/log:/var/log [-v CA:CA] <agent-image> logs_sender -cluster-id …
+/// -url … -host-id … -infra-env-id … -pull-secret-token … -insecure=<bool> -bootstrap=<bool>
+/// [-cacert=<path>]`. `is_bootstrap` is true on the bootstrap and on a single node (it then
+/// also gathers the bootstrap's logs).
+pub(crate) fn upload_installation_logs(
+    runner: &dyn CommandRunner,
+    cfg: &InstallerConfig,
+    token: &str,
+    is_bootstrap: bool,
+) -> Result<String, ExecError> {
+    tracing::info!("Uploading logs (bootstrap={is_bootstrap})");
     const FIXED: &str = "run --rm --privileged --net=host --pid=host \
         -v /run/systemd/journal/socket:/run/systemd/journal/socket -v /var/log:/var/log";
     let mut args: Vec<String> = FIXED.split_whitespace().map(String::from).collect();
@@ -38,19 +45,6 @@ fn podman_args(cfg: &InstallerConfig, token: &str, is_bootstrap: bool) -> Vec<St
     if let Some(ca) = ca {
         args.push(format!("-cacert={ca}"));
     }
-    args
-}
-
-/// Runs `logs_sender` on the host. `is_bootstrap` is true on the bootstrap and on a single
-/// node (it then also gathers the bootstrap's logs).
-pub(crate) fn upload_installation_logs(
-    runner: &dyn CommandRunner,
-    cfg: &InstallerConfig,
-    token: &str,
-    is_bootstrap: bool,
-) -> Result<String, ExecError> {
-    tracing::info!("Uploading logs (bootstrap={is_bootstrap})");
-    let args = podman_args(cfg, token, is_bootstrap);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     runner.run("podman", &args)
 }

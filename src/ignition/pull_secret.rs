@@ -122,7 +122,7 @@ mod tests {
         let auths = "data:,%7B%22auths%22%3A%7B%7D%7D";
         let files =
             |files: Value| json!({"ignition": {"version": "3.2.0"}, "storage": {"files": files}});
-        let cases: [(Value, Result<&[u8], &str>); 6] = [
+        let cases: [(Value, Result<&[u8], &str>); 7] = [
             (
                 files(json!([{"path": PULL_SECRET_PATH,
                     "contents": {"compression": "gzip", "source": format!("data:;base64,{gzipped}")}}])),
@@ -155,26 +155,25 @@ mod tests {
                 json!({"storage": {"files": []}}),
                 Err("no ignition.version"),
             ),
+            // Not shown: the URL may carry credentials.
+            (
+                files(json!([{"path": PULL_SECRET_PATH,
+                    "contents": {"source": "https://example.com/ps?token=s3cr3t"}}])),
+                Err("scheme \"https\""),
+            ),
         ];
         for (config, expected) in cases {
             let got = extract_pull_secret(&serde_json::to_vec(&config).unwrap());
             match expected {
                 Ok(bytes) => assert_eq!(got.unwrap(), bytes, "{config}"),
-                Err(text) => assert!(format!("{:#}", got.unwrap_err()).contains(text), "{config}"),
+                Err(text) => {
+                    let err = format!("{:#}", got.unwrap_err());
+                    assert!(err.contains(text) && !err.contains("s3cr3t"), "{err}");
+                }
             }
         }
         let err = extract_pull_secret(b"not json").unwrap_err();
         assert!(format!("{err:#}").contains("not valid JSON"));
-    }
-
-    #[test]
-    fn remote_source_is_refused_without_showing_the_url() {
-        let ign = config_with_files(json!([
-            {"path": PULL_SECRET_PATH, "contents": {"source": "https://example.com/ps?token=s3cr3t"}}
-        ]));
-        let text = format!("{:#}", extract_pull_secret(&ign).unwrap_err());
-        assert!(text.contains("scheme \"https\""), "{text}");
-        assert!(!text.contains("s3cr3t"), "{text}");
     }
 
     #[test]

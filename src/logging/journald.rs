@@ -166,6 +166,8 @@ mod tests {
         want.extend_from_slice(&3u64.to_le_bytes());
         want.extend_from_slice(b"a\nb\n");
         assert_eq!(b, want);
+        // No socket, no layer.
+        assert!(JournaldLayer::new(Path::new("/nonexistent/journal.sock"), vec![]).is_none());
     }
 
     /// A datagram socket standing in for journald's, after `log` ran with a layer sending to it
@@ -240,10 +242,5 @@ mod tests {
             text.contains("PRIORITY=6\n") && text.contains("TAG=installer\n"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn no_socket_no_layer() {
-        assert!(JournaldLayer::new(Path::new("/nonexistent/journal.sock"), vec![]).is_none());
     }
 }

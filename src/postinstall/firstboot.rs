@@ -28,19 +28,14 @@ pub(crate) fn check_args(args: &str) -> Result<()> {
     Ok(())
 }
 
-/// The GRUB line that sets the first-boot arguments.
-pub(crate) fn firstboot_line(args: &str) -> Result<String> {
-    check_args(args)?;
-    Ok(format!("set ignition_network_kcmdline=\"{args}\"\n"))
-}
-
 /// Append the line to the EXISTING `ignition.firstboot`. Its absence means the image is not a
 /// CoreOS metal image we understand (or is too old), and creating it would make GRUB run
 /// Ignition again on every boot: fail instead. Returns the file's path.
 pub(crate) fn write_args(boot_root: &Path, args: &str) -> Result<PathBuf> {
     let path = boot_root.join(FIRSTBOOT_FILE);
     let write = || -> Result<()> {
-        let line = firstboot_line(args)?;
+        check_args(args)?;
+        let line = format!("set ignition_network_kcmdline=\"{args}\"\n");
         let mut file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -76,11 +71,9 @@ mod tests {
     #[test]
     fn rejected_characters() {
         for bad in ["a\"b", "a\nb", "a\rb", "a\\b", "ip=$x", "a\tb"] {
-            let err = firstboot_line(bad).unwrap_err().to_string();
+            let err = check_args(bad).unwrap_err().to_string();
             assert!(err.contains("is not allowed"), "{bad:?}: {err}");
         }
-        let empty = firstboot_line("").unwrap();
-        assert_eq!(empty, "set ignition_network_kcmdline=\"\"\n");
     }
 
     /// On one /boot: a missing file is an error and is not created; bad arguments leave the file

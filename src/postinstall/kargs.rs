@@ -90,54 +90,17 @@ pub(crate) fn replace_options(entry: &str, new_options: &str) -> Result<String> 
 /// `console=tty0,115200`, and deleting `foo` never touches `foobar`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct KargsEditor {
-    append: Vec<String>,
-    delete: Vec<String>,
-    /// `KEY=OLD` → `KEY=NEW`.
-    replace: Vec<(String, String)>,
+    /// Every occurrence is deleted.
+    pub delete: Vec<String>,
+    /// Appended, even when already present.
+    pub append: Vec<String>,
 }
 
 impl KargsEditor {
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
-
-    /// Append these kargs (even if already present).
-    pub(crate) fn append<I, S>(mut self, kargs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.append.extend(kargs.into_iter().map(Into::into));
-        self
-    }
-
-    /// Delete every occurrence of these kargs.
-    pub(crate) fn delete<I, S>(mut self, kargs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.delete.extend(kargs.into_iter().map(Into::into));
-        self
-    }
-
-    /// Replace every `key=old` by `key=new`.
-    pub(crate) fn replace(mut self, key: &str, old: &str, new: &str) -> Self {
-        let (key, old, new) = (key.trim(), old.trim(), new.trim());
-        self.replace
-            .push((format!("{key}={old}"), format!("{key}={new}")));
-        self
-    }
-
-    /// Whether applying this editor can change anything beyond whitespace.
-    pub(crate) fn is_empty(&self) -> bool {
-        self == &Self::default()
-    }
-
-    /// Apply the edits in coreos-installer's order: delete, append, replace.
-    /// The result has single spaces between kargs and none at either end.
+    /// Apply the edits in coreos-installer's order: delete, then append. The result has single
+    /// spaces between kargs and none at either end.
     pub(crate) fn apply<'a>(&'a self, options: &str) -> String {
-        let mut s = format!(" {} ", collapse_whitespace(options));
+        let mut s = padded(options);
         let words = |kargs: &'a [String]| kargs.iter().map(|k| k.trim()).filter(|k| !k.is_empty());
         for karg in words(&self.delete) {
             s = replace_word(&s, karg, None);
@@ -146,15 +109,16 @@ impl KargsEditor {
             s.push_str(karg);
             s.push(' ');
         }
-        for (old, new) in &self.replace {
-            s = replace_word(&s, old, Some(new));
-        }
-        collapse_whitespace(&s)
+        s.split_whitespace().collect::<Vec<_>>().join(" ")
     }
 }
 
-fn collapse_whitespace(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+/// `options` with whitespace runs collapsed and one space at either end.
+pub(crate) fn padded(options: &str) -> String {
+    format!(
+        " {} ",
+        options.split_whitespace().collect::<Vec<_>>().join(" ")
+    )
 }
 
 /// Replace every ` word ` in a space-padded string by ` with ` (or by a single space when `with`
@@ -163,7 +127,7 @@ fn collapse_whitespace(s: &str) -> String {
 /// `str::replace` would miss adjacent repeats (in ` a a `, the two matches share the middle
 /// space), so scan by hand and resume each search at the trailing space of the previous match.
 /// The output is never rescanned, so a replacement that contains the word cannot loop.
-fn replace_word(padded: &str, word: &str, with: Option<&str>) -> String {
+pub(crate) fn replace_word(padded: &str, word: &str, with: Option<&str>) -> String {
     let pattern = format!(" {word} ");
     let mut out = String::with_capacity(padded.len());
     let mut rest = padded;
@@ -186,51 +150,54 @@ mod tests {
 
     #[test]
     fn edits() {
-        let new = KargsEditor::new;
+        let ed = |delete: &[&str], append: &[&str]| KargsEditor {
+            delete: delete.iter().map(|k| k.to_string()).collect(),
+            append: append.iter().map(|k| k.to_string()).collect(),
+        };
         let cases = [
             // Every occurrence, adjacent ones too.
-            (new().delete(["foo"]), "foo bar foo foo baz foo", "bar baz"),
-            (new().delete(["foo"]), "foo", ""),
+            (ed(&["foo"], &[]), "foo bar foo foo baz foo", "bar baz"),
+            (ed(&["foo"], &[]), "foo", ""),
             // Whole words only.
             (
-                new().delete(["console=tty0"]),
+                ed(&["console=tty0"], &[]),
                 "console=tty0,x console=tty0 xconsole=tty0 console=tty01",
                 "console=tty0,x xconsole=tty0 console=tty01",
             ),
-            (new().delete(["foo"]), "foo bar foobar barfoo", "bar foobar barfoo"),
+            (
+                ed(&["foo"], &[]),
+                "foo bar foobar barfoo",
+                "bar foobar barfoo",
+            ),
             // Trimmed, empty ones ignored.
-            (new().delete(["  foo=val ", "", "   "]), "foo=val bar baz=val", "bar baz=val"),
+            (
+                ed(&["  foo=val ", "", "   "], &[]),
+                "foo=val bar baz=val",
+                "bar baz=val",
+            ),
             // Naive on purpose: a multi-word "karg" deletes that exact sequence.
-            (new().delete(["foo bar"]), "foo bar foobar", "foobar"),
+            (ed(&["foo bar"], &[]), "foo bar foobar", "foobar"),
             // At the end, even when present.
-            (new().append(["foo", "quux=1"]), "foo bar", "foo bar foo quux=1"),
+            (ed(&[], &["foo", "quux=1"]), "foo bar", "foo bar foo quux=1"),
+            // Delete, then append; whitespace collapsed.
             (
-                new().replace("ignition.platform.id", "metal", "aws"),
-                "ignition.platform.id=metal x.ignition.platform.id=metal ignition.platform.id=metal2 ignition.platform.id=metal",
-                "ignition.platform.id=aws x.ignition.platform.id=metal ignition.platform.id=metal2 ignition.platform.id=aws",
+                ed(
+                    &["console=ttyS0,115200n8", "console=ttyS1,115200n8"],
+                    &["console=ttyS1,115200n8  "],
+                ),
+                "  foo console=tty0 \t bar console=ttyS0,115200n8 baz",
+                "foo console=tty0 bar baz console=ttyS1,115200n8",
             ),
-            // A new value containing the old does not loop.
-            (new().replace("k", "v", "v k=v"), "k=v k=v", "k=v k=v k=v k=v"),
-            // Delete, then append, then replace.
-            (
-                new()
-                    .append(["console=ttyS1,115200n8  "])
-                    .replace("mitigations", "auto,nosmt", "auto")
-                    .delete(["console=ttyS0,115200n8", "console=ttyS1,115200n8"]),
-                "foo mitigations=auto,nosmt console=tty0 bar console=ttyS0,115200n8 baz",
-                "foo mitigations=auto console=tty0 bar baz console=ttyS1,115200n8",
-            ),
+            (ed(&[], &[]), "  a \t b   c  ", "a b c"),
         ];
         for (editor, options, want) in cases {
             assert_eq!(editor.apply(options), want, "{options}");
         }
-    }
-
-    #[test]
-    fn apply_collapses_whitespace() {
-        assert_eq!(KargsEditor::new().apply("  a \t b   c  "), "a b c");
-        assert!(KargsEditor::new().is_empty());
-        assert!(!KargsEditor::new().delete(["x"]).is_empty());
+        // A replacement containing the word does not loop.
+        assert_eq!(
+            replace_word(" k=v k=v ", "k=v", Some("v k=v")),
+            " v k=v v k=v "
+        );
     }
 
     const ENTRY: &str = "title Red Hat Enterprise Linux CoreOS 418.94 (ostree:0)  \n\

@@ -127,10 +127,11 @@ pub(crate) fn apply(boot_root: &Path, p: &PostInstall) -> Result<()> {
     let (console_kargs, grub_commands) =
         platform::console_plan(table.as_ref(), p.platform.as_deref(), &p.consoles);
 
-    let user_kargs = kargs::KargsEditor::new()
-        .delete(&p.delete_kargs)
-        .append(&p.append_kargs);
-    if console_change || !user_kargs.is_empty() {
+    let user_kargs = kargs::KargsEditor {
+        delete: p.delete_kargs.clone(),
+        append: p.append_kargs.clone(),
+    };
+    if console_change || user_kargs != kargs::KargsEditor::default() {
         edit_bls_entry(boot_root, p.changed_platform(), &console_kargs, &user_kargs)?;
     }
 

@@ -4,10 +4,10 @@
 
 use anyhow::{Context, Result};
 use std::ffi::OsString;
-use std::fs::{File, OpenOptions, Permissions};
 use std::io::ErrorKind;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+
+use super::ignition::{write_secret_file, Existing};
 
 /// Relative to the /boot root.
 pub(crate) const NETWORK_DIR: &str = "coreos-firstboot-network";
@@ -51,7 +51,8 @@ pub(crate) fn copy_network_dir(src_dir: &Path, boot_root: &Path) -> Result<Vec<O
         for name in &names {
             let src = src_dir.join(name);
             let dest = dest_dir.join(name);
-            copy_file(&src, &dest)
+            let read = std::fs::read(&src).context("reading the source");
+            read.and_then(|bytes| write_secret_file(&dest, &bytes, Existing::Replace))
                 .with_context(|| format!("copying {} to {}", src.display(), dest.display()))?;
             tracing::info!("copied network config {name:?} to /boot/{NETWORK_DIR}");
         }
@@ -67,28 +68,11 @@ pub(crate) fn copy_network_dir(src_dir: &Path, boot_root: &Path) -> Result<Vec<O
     })
 }
 
-fn copy_file(src: &Path, dest: &Path) -> Result<()> {
-    let mut input = File::open(src).context("opening the source")?;
-    let mut output = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(dest)
-        .context("creating the destination")?;
-    // `mode` only applies when the file is created, and the umask may clear owner bits: make it
-    // exactly 0600 either way.
-    output
-        .set_permissions(Permissions::from_mode(0o600))
-        .context("setting the destination mode")?;
-    std::io::copy(&mut input, &mut output).context("copying the contents")?;
-    output.sync_all().context("syncing the destination")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::fs::Permissions;
+    use std::os::unix::fs::{symlink, PermissionsExt};
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o7777

@@ -5,7 +5,7 @@
 //! options line and the GRUB commands to the console block.
 
 use super::console::{self, Console};
-use super::kargs::KargsEditor;
+use super::kargs::{padded, replace_word, KargsEditor};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -63,16 +63,14 @@ pub(crate) fn check_platform_id(platform: &str) -> Result<()> {
 /// Metal images always carry `ignition.platform.id=metal`; if it is missing we are not looking
 /// at a metal image (or at an already-edited one), so fail rather than guess.
 pub(crate) fn replace_platform_id(options: &str, platform: &str) -> Result<String> {
-    let padded = format!(
-        " {} ",
-        options.split_whitespace().collect::<Vec<_>>().join(" ")
-    );
-    if !padded.contains(&format!(" {PLATFORM_ID_KEY}={METAL} ")) {
-        bail!("couldn't locate the platform ID `{PLATFORM_ID_KEY}={METAL}` in the options line");
+    let (options, metal) = (padded(options), format!("{PLATFORM_ID_KEY}={METAL}"));
+    if !options.contains(&format!(" {metal} ")) {
+        bail!("couldn't locate the platform ID `{metal}` in the options line");
     }
-    Ok(KargsEditor::new()
-        .replace(PLATFORM_ID_KEY, METAL, platform)
-        .apply(options))
+    let new = format!("{PLATFORM_ID_KEY}={platform}");
+    Ok(replace_word(&options, &metal, Some(&new))
+        .trim()
+        .to_string())
 }
 
 /// Work out the console changes, as coreos-installer does:
@@ -108,16 +106,17 @@ pub(crate) fn console_plan(
                 let spec = spec.cloned().unwrap_or_default();
                 (spec.kernel_arguments, spec.grub_commands)
             }
-            _ => return (KargsEditor::new(), None),
+            _ => return (KargsEditor::default(), None),
         }
     };
     let metal = table
         .and_then(|t| t.get(METAL))
         .cloned()
         .unwrap_or_default();
-    let kargs = KargsEditor::new()
-        .delete(&metal.kernel_arguments)
-        .append(&append_kargs);
+    let kargs = KargsEditor {
+        delete: metal.kernel_arguments,
+        append: append_kargs,
+    };
     let grub_commands = (grub_commands != metal.grub_commands).then_some(grub_commands);
     (kargs, grub_commands)
 }
@@ -157,5 +156,13 @@ mod tests {
                 "{err}"
             );
         }
+        // Every occurrence, whole words only.
+        let options = "ignition.platform.id=metal  x.ignition.platform.id=metal \
+                       ignition.platform.id=metal2 ignition.platform.id=metal";
+        assert_eq!(
+            replace_platform_id(options, "aws").unwrap(),
+            "ignition.platform.id=aws x.ignition.platform.id=metal \
+             ignition.platform.id=metal2 ignition.platform.id=aws"
+        );
     }
 }

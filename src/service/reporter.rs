@@ -439,10 +439,4 @@ mod tests {
         assert_eq!(client.reports().len(), 1);
         assert_eq!(client.reports()[0].2, "Installing");
     }
-
-    #[test]
-    fn reporter_is_shareable_across_threads() {
-        fn assert_send_sync<T: Send + Sync>() {}
-        assert_send_sync::<Reporter>();
-    }
 }

@@ -4,15 +4,9 @@ use std::time::Duration;
 
 use crate::clock::{Delay, Failure, Schedule};
 
-/// Retry policy (Go `CreateInventoryClientWithDelay`). With `attempt` counted from 0, a call is
-/// retried when:
-/// * the status is 404, 423 or 425 and `attempt < min_retries`;
-/// * the status is 408, 429 or 5xx and `attempt < max_retries`;
-/// * the request failed without a response (refused, reset, timed out…) and `attempt < max_retries`.
-///
-/// The wait before the next attempt is a random duration in
-/// `[0, min(delay_cap, delay_base × 2^attempt))` ("full jitter"). This is data for the one retry
-/// loop (`Clock::retry`): [`ClientRetry::schedule`] and [`ClientRetry::classify`].
+/// Retry policy (Go `CreateInventoryClientWithDelay`): which failures are retried how often
+/// ([`ClientRetry::classify`]; a request without a response is retried `max_retries` times) and
+/// the "full jitter" wait between attempts ([`ClientRetry::schedule`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientRetry {
     pub min_retries: u32,
@@ -112,50 +106,39 @@ mod tests {
         }
     }
 
+    /// Go's three policies: the retry budget of each status class.
     #[test]
-    fn default_policy_matches_go() {
+    fn policies_and_retry_classes_match_go() {
         let r = ClientRetry::default();
-        assert_eq!(r.min_retries, 10);
-        assert_eq!(r.max_retries, 360);
-        assert_eq!(r.delay_base, Duration::from_secs(2));
-        assert_eq!(r.delay_cap, Duration::from_secs(10));
-        assert_eq!(ClientRetry::dry_run().max_retries, 3);
-        assert_eq!(ClientRetry::dry_run().min_retries, 10);
-        let c = ClientRetry::controller();
-        assert_eq!((c.min_retries, c.max_retries), (10, 15));
-        assert_eq!((c.delay_base, c.delay_cap), (r.delay_base, r.delay_cap));
-        for s in [404, 423, 425] {
-            assert!(c.retry_status(s, 9) && !c.retry_status(s, 10), "{s}");
+        assert_eq!(r, ClientRetry::installer());
+        assert_eq!(
+            (r.delay_base, r.delay_cap),
+            (Duration::from_secs(2), Duration::from_secs(10))
+        );
+        for (policy, min, max) in [
+            (r.clone(), 10, 360),
+            (ClientRetry::controller(), 10, 15),
+            (ClientRetry::dry_run(), 10, 3),
+        ] {
+            assert_eq!((policy.min_retries, policy.max_retries), (min, max));
+            assert_eq!(
+                (policy.delay_base, policy.delay_cap),
+                (r.delay_base, r.delay_cap)
+            );
+            // The statuses with a budget of their own, those with the schedule's, the others.
+            for (statuses, budget) in [
+                (&[404, 423, 425][..], min),
+                (&[408, 429, 500, 502, 503, 504, 599], max),
+                (&[200, 204, 301, 400, 401, 403, 405, 409, 410, 422, 600], 0),
+            ] {
+                for &s in statuses {
+                    let retried = |attempt| policy.retry_status(s, attempt);
+                    assert!(budget == 0 || (retried(0) && retried(budget - 1)), "{s}");
+                    assert!(!retried(budget), "{s}");
+                }
+            }
+            assert!(policy.retry_transport(max - 1) && !policy.retry_transport(max));
         }
-        for s in [408, 429, 500, 503, 599] {
-            assert!(c.retry_status(s, 14) && !c.retry_status(s, 15), "{s}");
-        }
-        assert!(c.retry_transport(14) && !c.retry_transport(15));
-        assert!(!c.retry_status(401, 0) && !c.retry_status(409, 0));
-    }
-
-    #[test]
-    fn retry_classes() {
-        let r = ClientRetry::installer();
-        for s in [404, 423, 425] {
-            assert!(r.retry_status(s, 0));
-            assert!(r.retry_status(s, 9));
-            assert!(!r.retry_status(s, 10));
-        }
-        for s in [408, 429, 500, 502, 503, 504, 599] {
-            assert!(r.retry_status(s, 0));
-            assert!(r.retry_status(s, 359));
-            assert!(!r.retry_status(s, 360));
-        }
-        for s in [200, 204, 301, 400, 401, 403, 405, 409, 410, 422, 600] {
-            assert!(!r.retry_status(s, 0), "{s}");
-        }
-        assert!(r.retry_transport(359));
-        assert!(!r.retry_transport(360));
-        let d = ClientRetry::dry_run();
-        assert!(d.retry_status(500, 2));
-        assert!(!d.retry_status(500, 3));
-        assert!(d.retry_status(404, 5));
     }
 
     #[test]
