@@ -2,8 +2,11 @@
 //! their streaming decoders. A stream that ends early, or that has bytes after its end, is an
 //! error: trailing data is how a tampered download hid behind a valid prefix in CVE-2021-20319.
 
+use crossbeam_channel::{select, Receiver};
 use std::fmt;
 use std::io::{self, BufRead, Read};
+
+use super::cancel::Cancel;
 
 const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
 const XZ_MAGIC: &[u8] = &[0xfd, b'7', b'z', b'X', b'Z', 0x00];
@@ -80,23 +83,6 @@ fn default_xz_memlimit() -> u64 {
     (available_kib * 1024 / 4).max(256 << 20)
 }
 
-fn xz_decoder<R: BufRead>(input: R, xz: XzSettings) -> io::Result<liblzma::bufread::XzDecoder<R>> {
-    let stream = liblzma::stream::MtStreamBuilder::new()
-        .threads(xz.threads.max(1))
-        // Without an explicit threading limit liblzma 0.4.9 stays on one thread.
-        .memlimit_threading(xz.memlimit_threading)
-        .memlimit_stop(u64::MAX)
-        .decoder()
-        .map_err(|e| io::Error::other(format!("starting the xz decoder: {e}")))?;
-    Ok(liblzma::bufread::XzDecoder::new_stream(input, stream))
-}
-
-// Gzip members and xz streams are decoded one at a time, so that after the last one we can
-// tell "more of the same format" from "trailing data" ourselves.
-fn zstd_frame<R: BufRead>(input: R) -> io::Result<zstd::stream::read::Decoder<'static, R>> {
-    Ok(zstd::stream::read::Decoder::with_buffer(input)?.single_frame())
-}
-
 enum Inner<R: BufRead> {
     Gzip(flate2::bufread::GzDecoder<R>),
     Xz(liblzma::bufread::XzDecoder<R>),
@@ -115,26 +101,52 @@ pub struct Decompressor<R: BufRead> {
     xz: XzSettings,
 }
 
+impl<R: BufRead> Inner<R> {
+    /// A decoder of one gzip member, xz stream or zstd frame of `format` (or the raw bytes).
+    /// Members are decoded one at a time, so that after the last one we can tell "more of the
+    /// same format" from "trailing data" ourselves.
+    fn start(format: Format, input: R, xz: XzSettings) -> io::Result<Inner<R>> {
+        Ok(match format {
+            Format::Gzip => Inner::Gzip(flate2::bufread::GzDecoder::new(input)),
+            Format::Xz => {
+                let stream = liblzma::stream::MtStreamBuilder::new()
+                    .threads(xz.threads.max(1))
+                    // Without an explicit threading limit liblzma 0.4.9 stays on one thread.
+                    .memlimit_threading(xz.memlimit_threading)
+                    .memlimit_stop(u64::MAX)
+                    .decoder()
+                    .map_err(|e| io::Error::other(format!("starting the xz decoder: {e}")))?;
+                Inner::Xz(liblzma::bufread::XzDecoder::new_stream(input, stream))
+            }
+            Format::Zstd => {
+                Inner::Zstd(zstd::stream::read::Decoder::with_buffer(input)?.single_frame())
+            }
+            Format::Raw => Inner::Raw(input),
+        })
+    }
+
+    /// The input after an ended member, and the member's format; `None` for a raw stream.
+    fn into_rest(self) -> Option<(R, Format)> {
+        match self {
+            Inner::Gzip(d) => Some((d.into_inner(), Format::Gzip)),
+            Inner::Xz(d) => Some((d.into_inner(), Format::Xz)),
+            Inner::Zstd(d) => Some((d.finish(), Format::Zstd)),
+            Inner::Ended(r) => Some((r, Format::Raw)),
+            Inner::Raw(_) | Inner::Switching => None,
+        }
+    }
+}
+
 impl<R: BufRead> Decompressor<R> {
     pub fn new(format: Format, input: R, xz: XzSettings) -> io::Result<Self> {
-        let input = Peek::new(input);
-        let inner = match format {
-            Format::Gzip => Inner::Gzip(flate2::bufread::GzDecoder::new(input)),
-            Format::Xz => Inner::Xz(xz_decoder(input, xz)?),
-            Format::Zstd => Inner::Zstd(zstd_frame(input)?),
-            Format::Raw => Inner::Raw(input),
-        };
+        let inner = Inner::start(format, Peek::new(input), xz)?;
         Ok(Decompressor { inner, xz })
     }
 
     /// After the decoder reached EOF: fail if any input is left after the compressed stream.
     pub fn finish(self) -> io::Result<()> {
-        let mut rest = match self.inner {
-            Inner::Gzip(d) => d.into_inner(),
-            Inner::Xz(d) => d.into_inner(),
-            Inner::Ended(r) => r,
-            Inner::Zstd(d) => d.finish(),
-            Inner::Raw(_) | Inner::Switching => return Ok(()),
+        let Some((mut rest, _)) = self.inner.into_rest() else {
+            return Ok(());
         };
         if rest.fill_buf()?.is_empty() {
             Ok(())
@@ -164,18 +176,13 @@ impl<R: BufRead> Decompressor<R> {
     /// One gzip member, xz stream or zstd frame ended: start the next if the input holds one
     /// of the same format, else end.
     fn next_member(&mut self) -> io::Result<bool> {
-        let (mut input, format) = match std::mem::replace(&mut self.inner, Inner::Switching) {
-            Inner::Gzip(d) => (d.into_inner(), Format::Gzip),
-            Inner::Xz(d) => (d.into_inner(), Format::Xz),
-            Inner::Zstd(d) => (d.finish(), Format::Zstd),
-            _ => unreachable!("only compressed formats have members"),
-        };
+        let (mut input, format) = std::mem::replace(&mut self.inner, Inner::Switching)
+            .into_rest()
+            .expect("only compressed formats have members");
         let more = sniff(input.peek(SNIFF_LEN)?) == format;
-        self.inner = match (more, format) {
-            (true, Format::Gzip) => Inner::Gzip(flate2::bufread::GzDecoder::new(input)),
-            (true, Format::Xz) => Inner::Xz(xz_decoder(input, self.xz)?),
-            (true, _) => Inner::Zstd(zstd_frame(input)?),
-            (false, _) => Inner::Ended(input),
+        self.inner = match more {
+            true => Inner::start(format, input, self.xz)?,
+            false => Inner::Ended(input),
         };
         Ok(more)
     }
@@ -222,8 +229,22 @@ impl<R: BufRead> Peek<R> {
     }
 }
 
+/// Read until `buf` is full or the stream ends; the count read.
+pub(crate) fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
 /// `Read::read` for a type whose buffer is the source of truth (`BufRead` first).
-pub(crate) fn read_from_buf(r: &mut impl BufRead, out: &mut [u8]) -> io::Result<usize> {
+fn read_from_buf(r: &mut impl BufRead, out: &mut [u8]) -> io::Result<usize> {
     let avail = r.fill_buf()?;
     let n = avail.len().min(out.len());
     out[..n].copy_from_slice(&avail[..n]);
@@ -279,6 +300,54 @@ impl<R: BufRead> Read for Decompressor<R> {
                 return Ok(n);
             }
         }
+    }
+}
+
+/// Chunks of a stream received from a channel (`None` at its end) as a `BufRead`, stopped by
+/// `cancel`: the decoder's input, and the signature verifier's.
+pub(crate) struct ChannelReader {
+    rx: Receiver<Option<Vec<u8>>>,
+    cancel: Cancel,
+    cur: Vec<u8>,
+    pos: usize,
+    ended: bool,
+}
+
+impl ChannelReader {
+    pub(crate) fn new(rx: Receiver<Option<Vec<u8>>>, cancel: Cancel) -> ChannelReader {
+        ChannelReader {
+            rx,
+            cancel,
+            cur: Vec::new(),
+            pos: 0,
+            ended: false,
+        }
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        read_from_buf(self, out)
+    }
+}
+
+impl BufRead for ChannelReader {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        while self.pos == self.cur.len() && !self.ended {
+            select! {
+                recv(self.rx) -> m => match m {
+                    Ok(Some(v)) => (self.cur, self.pos) = (v, 0),
+                    Ok(None) => self.ended = true,
+                    Err(_) => return Err(io::Error::other("the image download stopped")),
+                },
+                recv(self.cancel.receiver()) -> _ => return Err(io::Error::other("cancelled")),
+            }
+        }
+        Ok(&self.cur[self.pos..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
     }
 }
 

@@ -15,9 +15,7 @@ pub(crate) mod verify;
 mod zeros;
 
 pub use cancel::{Cancel, Interrupted};
-pub use pipeline::{
-    reset_after_failure, stream_image, Input, RawImage, Staged, WriteOptions, WriteSummary,
-};
+pub use pipeline::{reset_after_failure, stream_image, Input, Staged, WriteOptions, WriteSummary};
 pub use verify::ReadBack;
 pub use zeros::{ZeroHow, ZeroSummary};
 

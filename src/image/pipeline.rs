@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 use super::cancel::{Cancel, CancelOnDrop, Interrupted, POLL};
 use super::digest::{check, Expected, Sha256Sum};
 use super::format::{Format, XzSettings};
+use super::osmet::LiveSource;
 use super::progress::{Progress, ProgressSink};
 use super::signing::ImageSignature;
 use super::source::ImageSource;
-pub use super::stages::RawImage;
 use super::stages::{
     decode_stage, fetch_stage, hash_stage, joined, write_stage, Block, DecodeInput, Msg, Next,
     Router, Shared, BLOCK,
@@ -80,8 +80,8 @@ impl Default for WriteOptions {
 pub enum Input {
     /// Bytes as stored or downloaded: hashed as they arrive, then sniffed and decoded.
     Encoded(Box<dyn ImageSource>),
-    /// The disk image itself: hashed on its own thread.
-    Raw(Box<dyn RawImage>),
+    /// The live image rebuilt from its osmet file: hashed on its own thread.
+    Raw(Box<LiveSource>),
 }
 
 impl From<Box<dyn ImageSource>> for Input {
@@ -120,83 +120,66 @@ pub struct WriteSummary {
     pub signature: Option<(String, String)>,
 }
 
-impl WriteSummary {
-    fn mb_per_s(&self) -> f64 {
-        self.image_bytes as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e6
-    }
-}
-
 impl std::fmt::Display for WriteSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.fmt_write(f)?;
+        let verdict = |expected: Option<Sha256Sum>| match expected {
+            Some(_) => "verified",
+            None => "not checked",
+        };
+        let bytes = self.image_bytes as f64;
+        write!(
+            f,
+            "wrote {} bytes ({:.1} MiB, {}-byte sectors)",
+            self.image_bytes,
+            bytes / 1048576.0,
+            self.sector_size
+        )?;
+        if !self.rebuilt {
+            write!(f, " from {} bytes of {}", self.source_bytes, self.format)?;
+        }
+        let secs = self.elapsed.as_secs_f64();
+        writeln!(
+            f,
+            " in {secs:.2} s: {:.0} MB/s",
+            bytes / secs.max(1e-9) / 1e6
+        )?;
+        if self.rebuilt {
+            write!(
+                f,
+                "from {}\nsha256 of the image: {} (verified against the osmet checksum)",
+                self.source, self.sha256
+            )?;
+        } else {
+            let raw = self.format == Format::Raw;
+            let (kind, want) = match raw {
+                true => (
+                    "raw",
+                    self.expected.compressed.or(self.expected.uncompressed),
+                ),
+                false => ("compressed", self.expected.compressed),
+            };
+            write!(
+                f,
+                "sha256 of the {kind} image: {} ({})",
+                self.sha256,
+                verdict(want)
+            )?;
+            if let (Some(u), false) = (self.uncompressed_sha256, raw) {
+                write!(
+                    f,
+                    "\nsha256 of the uncompressed image: {u} ({})",
+                    verdict(self.expected.uncompressed)
+                )?;
+            }
+            if let Some((source, key)) = &self.signature {
+                write!(f, "\nOpenPGP signature {source}: good, by {key}")?;
+            }
+        }
+        write!(f, "\n{}", self.zeros)?;
         match &self.read_back {
             Some(r) => write!(f, "\n{r}"),
             None => Ok(()),
         }
-    }
-}
-
-impl WriteSummary {
-    fn fmt_write(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let verdict = |expected: Option<Sha256Sum>| {
-            if expected.is_some() {
-                "verified"
-            } else {
-                "not checked"
-            }
-        };
-        if self.rebuilt {
-            write!(
-                f,
-                "wrote {} bytes ({:.1} MiB, {}-byte sectors) in {:.2} s: {:.0} MB/s\n\
-                 from {}\n\
-                 sha256 of the image: {} (verified against the osmet checksum)",
-                self.image_bytes,
-                self.image_bytes as f64 / 1048576.0,
-                self.sector_size,
-                self.elapsed.as_secs_f64(),
-                self.mb_per_s(),
-                self.source,
-                self.sha256
-            )?;
-            return write!(f, "\n{}", self.zeros);
-        }
-        writeln!(
-            f,
-            "wrote {} bytes ({:.1} MiB, {}-byte sectors) from {} bytes of {} in {:.2} s: {:.0} MB/s",
-            self.image_bytes,
-            self.image_bytes as f64 / 1048576.0,
-            self.sector_size,
-            self.source_bytes,
-            self.format,
-            self.elapsed.as_secs_f64(),
-            self.mb_per_s()
-        )?;
-        let raw = self.format == Format::Raw;
-        let (kind, want) = match raw {
-            true => (
-                "raw",
-                self.expected.compressed.or(self.expected.uncompressed),
-            ),
-            false => ("compressed", self.expected.compressed),
-        };
-        write!(
-            f,
-            "sha256 of the {kind} image: {} ({})",
-            self.sha256,
-            verdict(want)
-        )?;
-        if let (Some(u), false) = (self.uncompressed_sha256, raw) {
-            write!(
-                f,
-                "\nsha256 of the uncompressed image: {u} ({})",
-                verdict(self.expected.uncompressed)
-            )?;
-        }
-        if let Some((source, key)) = &self.signature {
-            write!(f, "\nOpenPGP signature {source}: good, by {key}")?;
-        }
-        write!(f, "\n{}", self.zeros)
     }
 }
 
@@ -350,7 +333,11 @@ fn run(
     };
     let (source_len, source_name, own_digest) = match &input {
         Input::Encoded(s) => (s.total_len(), s.describe(), None),
-        Input::Raw(r) => (Some(r.size()), r.describe(), r.expected_sha256()),
+        Input::Raw(r) => (
+            Some(r.size),
+            r.describe.clone(),
+            Some((r.checksum, r.mismatch.clone())),
+        ),
     };
     let rebuilt = matches!(input, Input::Raw(_));
     // A raw input has no fetch stage to hash it: the sha256 stage always runs for it; and for
@@ -409,10 +396,7 @@ fn run(
                 sh.cancel.cancel();
                 return Err(Interrupted.into());
             }
-            match sh.take_error() {
-                Some(e) => Err(e),
-                None => Ok(()),
-            }
+            sh.take_error().map_or(Ok(()), Err)
         };
 
         // 1. The first MiB, decoded but not written: everything we must know before acting.

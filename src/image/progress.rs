@@ -48,16 +48,6 @@ impl Progress {
     fn pass_bytes(&self) -> u64 {
         self.read_back.unwrap_or(self.written)
     }
-
-    /// MB/s of the current pass so far.
-    fn rate_mb_s(&self) -> f64 {
-        let secs = self.elapsed.as_secs_f64();
-        if secs > 0.0 {
-            self.pass_bytes() as f64 / secs / 1e6
-        } else {
-            0.0
-        }
-    }
 }
 
 pub trait ProgressSink: Send + Sync {
@@ -74,28 +64,8 @@ impl ProgressSink for NoProgress {
 }
 
 /// A bar on stderr: bytes, rate, ETA.
-pub struct TerminalBar {
+struct TerminalBar {
     bar: ProgressBar,
-}
-
-impl TerminalBar {
-    pub fn new() -> TerminalBar {
-        let bar = ProgressBar::new(0);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} {msg} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
-        );
-        TerminalBar { bar }
-    }
-}
-
-impl Default for TerminalBar {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl ProgressSink for TerminalBar {
@@ -150,6 +120,11 @@ impl ProgressSink for LogLines {
             return;
         }
         let pct = p.percent().map(|x| format!("{x}% ")).unwrap_or_default();
+        let secs = p.elapsed.as_secs_f64();
+        let rate = match secs > 0.0 {
+            true => p.pass_bytes() as f64 / secs / 1e6,
+            false => 0.0,
+        };
         let pass = match p.read_back {
             Some(_) => "read back",
             None => "written",
@@ -160,7 +135,7 @@ impl ProgressSink for LogLines {
             p.image_size
                 .map(|t| format!("{} MiB", t >> 20))
                 .unwrap_or_else(|| "?".into()),
-            p.rate_mb_s()
+            rate
         );
     }
 }
@@ -195,7 +170,15 @@ impl<F: Fn(u8) + Send + Sync> ProgressSink for PercentCallback<F> {
 /// A bar when stderr is a terminal, log lines every 10 s otherwise.
 pub fn for_stderr() -> Box<dyn ProgressSink> {
     if std::io::stderr().is_terminal() {
-        Box::new(TerminalBar::new())
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} {msg} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        Box::new(TerminalBar { bar })
     } else {
         Box::new(LogLines::new(Duration::from_secs(10)))
     }
@@ -214,39 +197,35 @@ mod tests {
         }
     }
 
+    /// From the image size, else the download; with `--verify` the write is the first half
+    /// and the read-back the second.
     #[test]
-    fn percent_prefers_the_image_size_then_the_download() {
-        assert_eq!(at(500).percent(), Some(50));
-        assert_eq!(at(2000).percent(), Some(100), "clamped");
-        let p = Progress {
+    fn percent_of_the_image_then_the_download_and_the_read_back() {
+        let download = Progress {
             downloaded: 25,
             download_size: Some(100),
             ..Default::default()
         };
-        assert_eq!(p.percent(), Some(25));
-        assert_eq!(Progress::default().percent(), None);
-    }
-
-    #[test]
-    fn with_verify_the_write_is_the_first_half_and_the_read_back_the_second() {
-        let p = |written, read_back| Progress {
+        let verify = |written, read_back| Progress {
             verify: true,
             read_back,
             ..at(written)
         };
-        assert_eq!(p(500, None).percent(), Some(25));
-        assert_eq!(
-            p(1000, None).percent(),
-            Some(50),
-            "written, not yet checked"
-        );
-        assert_eq!(p(1000, Some(500)).percent(), Some(75));
-        assert_eq!(p(1000, Some(1000)).percent(), Some(100));
-        assert_eq!(
-            p(1000, Some(500)).pass_bytes(),
-            500,
-            "the rate is the read-back's"
-        );
+        let cases = [
+            (at(500), Some(50)),
+            (at(2000), Some(100)), // clamped
+            (download, Some(25)),
+            (Progress::default(), None),
+            (verify(500, None), Some(25)),
+            (verify(1000, None), Some(50)), // written, not yet checked
+            (verify(1000, Some(500)), Some(75)),
+            (verify(1000, Some(1000)), Some(100)),
+        ];
+        for (p, want) in cases {
+            assert_eq!(p.percent(), want, "{p:?}");
+        }
+        let rate = verify(1000, Some(500)).pass_bytes();
+        assert_eq!(rate, 500, "the rate is the read-back's");
     }
 
     #[test]

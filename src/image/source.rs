@@ -156,11 +156,6 @@ fn fatal<T>(e: anyhow::Error) -> Attempt<T> {
     Err(Failure::Fatal(e))
 }
 
-/// Logged before each wait between tries.
-fn log_retry(why: &anyhow::Error, next: &Retrying) {
-    tracing::warn!("{why}; {next} in {:.1}s", next.delay.as_secs_f64());
-}
-
 /// `url` for messages and logs: scheme://host[:port]/path, without the credentials, query or
 /// fragment it may carry (a password, a signed token).
 pub fn shown_url(url: &str) -> String {
@@ -222,8 +217,12 @@ impl HttpSource {
     ) -> Result<T> {
         let schedule = self.opts.retry.schedule();
         let mut tries = self.tries;
+        // Logged before each wait between tries.
+        let log = |why: &anyhow::Error, next: &Retrying| {
+            tracing::warn!("{why}; {next} in {:.1}s", next.delay.as_secs_f64())
+        };
         let result =
-            SYSTEM_CLOCK.retry_counting(cancel, &schedule, &mut tries, |_| step(self), log_retry);
+            SYSTEM_CLOCK.retry_counting(cancel, &schedule, &mut tries, |_| step(self), log);
         self.tries = tries;
         result.map_err(|e| match e {
             WaitError::Stopped { .. } => {

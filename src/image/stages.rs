@@ -10,7 +10,8 @@ use std::sync::Mutex;
 
 use super::cancel::Cancel;
 use super::digest::{Sha256, Sha256Sum};
-use super::format::{sniff, Decompressor, Format, XzSettings, SNIFF_LEN};
+use super::format::{fill, sniff, ChannelReader, Decompressor, Format, XzSettings, SNIFF_LEN};
+use super::osmet::LiveSource;
 use super::signing::feed::Feed;
 use super::signing::ImageSignature;
 use super::source::ImageSource;
@@ -24,26 +25,14 @@ pub(crate) const BLOCK: usize = 1 << 20;
 /// Compressed bytes per message from the fetch stage.
 const CHUNK: usize = 256 << 10;
 
-/// A disk image produced locally, already raw (the live image rebuilt from its osmet file).
-pub trait RawImage: Read + Send {
-    /// Where it comes from, for messages and the summary.
-    fn describe(&self) -> String;
-    /// Its exact length in bytes.
-    fn size(&self) -> u64;
-    /// The SHA-256 it must have, and what a mismatch means, when the source carries one.
-    fn expected_sha256(&self) -> Option<(Sha256Sum, String)>;
-}
-
 pub(super) struct Block {
     pub(super) offset: u64,
     pub(super) buf: AlignedBuf,
     pub(super) len: usize,
 }
 
-pub(super) enum Msg {
-    Data(Vec<u8>),
-    End,
-}
+/// A chunk of the compressed stream; `None` at its end.
+pub(super) type Msg = Option<Vec<u8>>;
 
 /// State shared by the stages: the first error wins (later ones are usually its echoes, e.g.
 /// a closed channel), and it cancels everything else.
@@ -70,55 +59,14 @@ impl Shared {
     pub(super) fn take_error(&self) -> Option<anyhow::Error> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
-}
 
-/// The decoder's input: compressed chunks from the fetch stage, as a `BufRead`.
-pub(super) struct ChannelReader {
-    rx: Receiver<Msg>,
-    cancel: Cancel,
-    cur: Vec<u8>,
-    pos: usize,
-    ended: bool,
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        super::format::read_from_buf(self, out)
+    /// A stage's outcome: its error, if any, recorded; `None` when it stopped early.
+    fn settle<T>(&self, r: Result<Option<T>>) -> Option<T> {
+        r.unwrap_or_else(|e| {
+            self.fail(e);
+            None
+        })
     }
-}
-
-impl BufRead for ChannelReader {
-    fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        while self.pos == self.cur.len() && !self.ended {
-            select! {
-                recv(self.rx) -> m => match m {
-                    Ok(Msg::Data(v)) => { self.cur = v; self.pos = 0; }
-                    Ok(Msg::End) => self.ended = true,
-                    Err(_) => return Err(io::Error::other("the image download stopped")),
-                },
-                recv(self.cancel.receiver()) -> _ => return Err(io::Error::other("cancelled")),
-            }
-        }
-        Ok(&self.cur[self.pos..])
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.pos += n;
-    }
-}
-
-/// Read until `buf` is full or the stream ends; the count read.
-pub(crate) fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 /// Sends block 0 to the coordinator and every other block to the writers.
@@ -155,67 +103,55 @@ pub(super) fn fetch_stage(
     sig: Option<&ImageSignature>,
     sh: &Shared,
 ) -> Option<(u64, Sha256Sum)> {
-    let feed = match sig.map(Feed::start).transpose() {
-        Ok(f) => f,
-        Err(e) => {
-            sh.fail(e);
-            return None;
+    let mut run = || -> Result<Option<(u64, Sha256Sum)>> {
+        let feed = sig.map(Feed::start).transpose()?;
+        let mut hasher = Sha256::new();
+        let mut total = 0u64;
+        loop {
+            let mut buf = Vec::with_capacity(CHUNK + (64 << 10));
+            let mut eof = false;
+            while buf.len() < CHUNK {
+                match source.read_more(&mut buf, &sh.cancel)? {
+                    0 => {
+                        eof = true;
+                        break;
+                    }
+                    n => sh.downloaded.fetch_add(n as u64, Ordering::Relaxed),
+                };
+            }
+            hasher.update(&buf);
+            if feed.as_ref().is_some_and(|f| !f.send(&buf, &sh.cancel)) {
+                return Ok(None);
+            }
+            total += buf.len() as u64;
+            let msgs = (!buf.is_empty())
+                .then_some(Some(buf))
+                .into_iter()
+                .chain(eof.then_some(None));
+            for m in msgs {
+                select! {
+                    send(tx, m) -> r => if r.is_err() { return Ok(None) },
+                    recv(sh.cancel.receiver()) -> _ => return Ok(None),
+                }
+            }
+            if eof {
+                feed.map(Feed::finish).transpose()?;
+                return Ok(Some((total, Sha256Sum::of(hasher))));
+            }
         }
     };
-    let mut hasher = Sha256::new();
-    let mut total = 0u64;
-    loop {
-        let mut buf = Vec::with_capacity(CHUNK + (64 << 10));
-        let mut eof = false;
-        while buf.len() < CHUNK {
-            match source.read_more(&mut buf, &sh.cancel) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => {
-                    sh.downloaded.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    sh.fail(e);
-                    return None;
-                }
-            }
-        }
-        hasher.update(&buf);
-        if feed.as_ref().is_some_and(|f| !f.send(&buf, &sh.cancel)) {
-            return None;
-        }
-        total += buf.len() as u64;
-        let msgs = (!buf.is_empty())
-            .then_some(Msg::Data(buf))
-            .into_iter()
-            .chain(eof.then_some(Msg::End));
-        for m in msgs {
-            select! {
-                send(tx, m) -> r => if r.is_err() { return None },
-                recv(sh.cancel.receiver()) -> _ => return None,
-            }
-        }
-        if eof {
-            if let Some(Err(e)) = feed.map(Feed::finish) {
-                sh.fail(e);
-                return None;
-            }
-            return Some((total, Sha256Sum::of(hasher)));
-        }
-    }
+    sh.settle(run())
 }
 
 /// What the decode stage reads: compressed chunks from the fetch stage, or a raw image.
 pub(super) enum DecodeInput {
     Channel(Receiver<Msg>, XzSettings),
-    Raw(Box<dyn RawImage>),
+    Raw(Box<LiveSource>),
 }
 
 pub(super) enum Decoding {
     Decoded(Box<Decompressor<ChannelReader>>),
-    Raw(Box<dyn RawImage>),
+    Raw(Box<LiveSource>),
 }
 
 impl Read for Decoding {
@@ -236,13 +172,7 @@ pub(super) fn decode_stage(
     let run = || -> Result<Option<(u64, Format)>> {
         let (mut dec, format) = match input {
             DecodeInput::Channel(rx, xz) => {
-                let mut input = ChannelReader {
-                    rx,
-                    cancel: sh.cancel.clone(),
-                    cur: Vec::new(),
-                    pos: 0,
-                    ended: false,
-                };
+                let mut input = ChannelReader::new(rx, sh.cancel.clone());
                 let head = input.fill_buf().context("reading the image")?;
                 let format = sniff(&head[..head.len().min(SNIFF_LEN)]);
                 tracing::debug!("image format: {format}");
@@ -303,13 +233,7 @@ pub(super) fn decode_stage(
         }
         Ok(Some((offset, format)))
     };
-    match run() {
-        Ok(r) => r,
-        Err(e) => {
-            sh.fail(e);
-            None
-        }
-    }
+    sh.settle(run())
 }
 
 /// With `per_mib`, also a CRC-32 of each block (each MiB: the decoder fills every block but the
@@ -351,43 +275,39 @@ pub(super) fn write_stage(
     pool: Sender<AlignedBuf>,
     sh: &Shared,
 ) {
-    loop {
-        let mut block = select! {
-            recv(rx) -> b => match b { Ok(b) => b, Err(_) => return },
-            recv(sh.cancel.receiver()) -> _ => return,
-        };
-        let len = if dev.is_direct() {
-            pad_to_sector(&mut block.buf, block.len, sector)
-        } else {
-            block.len
-        };
-        let end = block.offset + len as u64;
-        if end > dev.size() {
-            sh.fail(anyhow!(
-                "the image is larger than {} ({} bytes): it continues past byte {}",
-                dev.path().display(),
-                dev.size(),
-                dev.size()
-            ));
-            return;
-        }
-        if let Some((n, label, start)) = limit {
-            if end > start {
-                sh.fail(anyhow!(
-                    "collision with saved partition {n} ({label:?}) at offset {start}: the image continues past it"
-                ));
-                return;
+    let run = || -> Result<Option<()>> {
+        loop {
+            let mut block = select! {
+                recv(rx) -> b => match b { Ok(b) => b, Err(_) => return Ok(None) },
+                recv(sh.cancel.receiver()) -> _ => return Ok(None),
+            };
+            let len = if dev.is_direct() {
+                pad_to_sector(&mut block.buf, block.len, sector)
+            } else {
+                block.len
+            };
+            let end = block.offset + len as u64;
+            if end > dev.size() {
+                bail!(
+                    "the image is larger than {} ({} bytes): it continues past byte {}",
+                    dev.path().display(),
+                    dev.size(),
+                    dev.size()
+                );
             }
+            if let Some((n, label, start)) = limit.filter(|l| end > l.2) {
+                bail!(
+                    "collision with saved partition {n} ({label:?}) at offset {start}: the image continues past it"
+                );
+            }
+            let buf = &block.buf.as_slice()[..len];
+            sh.zeros.write_block(dev, buf, block.offset, block.len)?;
+            sh.written.fetch_add(block.len as u64, Ordering::Relaxed);
+            // The pool has room for every buffer; a closed pool means the decoder is gone.
+            let _ = pool.send(block.buf);
         }
-        let buf = &block.buf.as_slice()[..len];
-        if let Err(e) = sh.zeros.write_block(dev, buf, block.offset, block.len) {
-            sh.fail(e);
-            return;
-        }
-        sh.written.fetch_add(block.len as u64, Ordering::Relaxed);
-        // The pool has room for every buffer; a closed pool means the decoder is gone.
-        let _ = pool.send(block.buf);
-    }
+    };
+    sh.settle(run());
 }
 
 pub(super) fn joined<T>(r: std::thread::Result<T>) -> Result<T> {

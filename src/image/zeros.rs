@@ -187,7 +187,6 @@ mod tests {
     use super::*;
 
     const C: usize = ZERO_CHUNK;
-    const NONE: [Range<usize>; 0] = [];
 
     /// A block of `n` chunks (plus `tail` bytes) of 0xee, with the chunks in `zero` cleared.
     fn block(n: usize, tail: usize, zero: &[usize]) -> Vec<u8> {
@@ -198,45 +197,45 @@ mod tests {
         b
     }
 
-    #[test]
-    fn runs_at_the_start_and_end_of_a_block_are_merged() {
-        let b = block(16, 0, &[0, 1, 2, 7, 14, 15]);
-        assert_eq!(zero_runs(&b, C), [0..3 * C, 7 * C..8 * C, 14 * C..16 * C]);
-        assert_eq!(zero_runs(&vec![0u8; 16 * C], C), [0..16 * C]);
-        assert_eq!(zero_runs(&block(16, 0, &[]), C), NONE);
-        assert_eq!(zero_runs(&[], C), NONE);
+    /// `len` zero bytes but those at `ones`.
+    fn with(len: usize, ones: &[usize]) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        ones.iter().for_each(|&i| b[i] = 1);
+        b
     }
 
     #[test]
-    fn one_non_zero_byte_keeps_its_chunk_as_data() {
+    fn runs_are_whole_aligned_chunks_merged() {
+        let mut cases: Vec<(Vec<u8>, usize, Vec<Range<usize>>)> = vec![
+            // At the start and end of a block, merged.
+            (
+                block(16, 0, &[0, 1, 2, 7, 14, 15]),
+                C,
+                vec![0..3 * C, 7 * C..8 * C, 14 * C..16 * C],
+            ),
+            (vec![0; 16 * C], C, vec![0..16 * C]),
+            (block(16, 0, &[]), C, vec![]),
+            (vec![], C, vec![]),
+            // A short last block counts only whole chunks.
+            (vec![0; 3 * C + 4096], C, vec![0..3 * C]),
+            (vec![0; C - 512], C, vec![]),
+            (block(2, 512, &[1]), C, vec![C..2 * C]),
+            // 4096-byte chunks, and a chunk that is not a multiple of 64.
+            (
+                with(8 * 4096, &[2 * 4096 + 4095, 5 * 4096]),
+                4096,
+                vec![0..2 * 4096, 3 * 4096..5 * 4096, 6 * 4096..8 * 4096],
+            ),
+            (vec![0; 300], 100, vec![0..300]),
+            (with(300, &[299]), 100, vec![0..200]),
+        ];
+        // One non-zero byte anywhere in a chunk keeps it as data.
         for at in [0, 1, 63, 64, C / 2, C - 1] {
-            let mut b = vec![0u8; 4 * C];
-            b[C + at] = 1;
-            assert_eq!(zero_runs(&b, C), [0..C, 2 * C..4 * C], "byte {at}");
+            cases.push((with(4 * C, &[C + at]), C, vec![0..C, 2 * C..4 * C]));
         }
-    }
-
-    #[test]
-    fn a_short_last_block_counts_only_whole_chunks() {
-        assert_eq!(zero_runs(&vec![0u8; 3 * C + 4096], C), [0..3 * C]);
-        assert_eq!(zero_runs(&vec![0u8; C - 512], C), NONE);
-        let b = block(2, 512, &[1]);
-        assert_eq!(zero_runs(&b, C), [C..2 * C]);
-    }
-
-    #[test]
-    fn runs_at_4096_byte_sectors_and_a_chunk_not_a_multiple_of_64() {
-        let mut b = vec![0u8; 8 * 4096];
-        b[2 * 4096 + 4095] = 9;
-        b[5 * 4096] = 9;
-        assert_eq!(
-            zero_runs(&b, 4096),
-            [0..2 * 4096, 3 * 4096..5 * 4096, 6 * 4096..8 * 4096]
-        );
-        let mut b = vec![0u8; 300];
-        assert_eq!(zero_runs(&b, 100), [0..300]);
-        b[299] = 1;
-        assert_eq!(zero_runs(&b, 100), [0..200]);
+        for (i, (data, chunk, want)) in cases.into_iter().enumerate() {
+            assert_eq!(zero_runs(&data, chunk), want, "case {i}");
+        }
     }
 
     #[test]
@@ -302,22 +301,26 @@ mod tests {
             }
             .to_string()
         };
-        assert_eq!(
-            s(ZeroHow::Kernel(ZeroMethod::ZeroOut), 3 << 20),
-            "zeros: 3.0 MiB (50%) zeroed by the kernel (BLKZEROOUT)"
-        );
-        assert_eq!(
-            s(ZeroHow::Kernel(ZeroMethod::PunchHole), 3 << 20),
-            "zeros: 3.0 MiB (50%) zeroed by the kernel (holes punched)"
-        );
-        assert_eq!(
-            s(ZeroHow::Disabled, 0),
-            "zeros: 3.0 MiB (50%) written as data (--write-zeros)"
-        );
-        let why = "/d refused zeroing (EOPNOTSUPP)".to_string();
-        assert_eq!(
-            s(ZeroHow::Refused(why), 0),
-            "zeros: 3.0 MiB (50%) written as data: /d refused zeroing (EOPNOTSUPP)"
-        );
+        let cases = [
+            (
+                ZeroHow::Kernel(ZeroMethod::ZeroOut),
+                3 << 20,
+                "zeroed by the kernel (BLKZEROOUT)",
+            ),
+            (
+                ZeroHow::Kernel(ZeroMethod::PunchHole),
+                3 << 20,
+                "zeroed by the kernel (holes punched)",
+            ),
+            (ZeroHow::Disabled, 0, "written as data (--write-zeros)"),
+            (
+                ZeroHow::Refused("/d refused zeroing (EOPNOTSUPP)".into()),
+                0,
+                "written as data: /d refused zeroing (EOPNOTSUPP)",
+            ),
+        ];
+        for (how, zeroed, says) in cases {
+            assert_eq!(s(how, zeroed), format!("zeros: 3.0 MiB (50%) {says}"));
+        }
     }
 }

@@ -45,17 +45,14 @@ pub(crate) struct Chosen {
 /// The regular files of `dir` (one level, symlinks followed), in name order so the choice does
 /// not depend on the directory's on-disk order.
 pub(crate) fn list(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir)
-        .with_context(|| format!("reading the osmet directory {}", dir.display()))?
-    {
-        let path = entry
-            .with_context(|| format!("reading the osmet directory {}", dir.display()))?
-            .path();
-        if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-            files.push(path);
-        }
-    }
+    let mut files = std::fs::read_dir(dir)
+        .and_then(|entries| {
+            entries
+                .map(|e| Ok(e?.path()))
+                .collect::<std::io::Result<Vec<_>>>()
+        })
+        .with_context(|| format!("reading the osmet directory {}", dir.display()))?;
+    files.retain(|path| std::fs::metadata(path).is_ok_and(|m| m.is_file()));
     files.sort();
     Ok(files)
 }
@@ -88,20 +85,16 @@ fn open(path: &Path, wanted: &Wanted) -> Result<(Header, Option<Chosen>), String
 pub(crate) fn choose(dir: &Path, files: &[PathBuf], wanted: &Wanted) -> Result<Chosen> {
     let mut found = Vec::new();
     for path in files {
-        match open(path, wanted) {
+        let header = match open(path, wanted) {
             Ok((_, Some(chosen))) => return Ok(chosen),
-            Ok((header, None)) => found.push(Found {
-                path: path.clone(),
-                header: Ok(header),
-            }),
+            Ok((header, None)) => Ok(header),
             Err(why) => {
                 tracing::warn!("skipping {}: {why}", path.display());
-                found.push(Found {
-                    path: path.clone(),
-                    header: Err(why),
-                });
+                Err(why)
             }
-        }
+        };
+        let path = path.clone();
+        found.push(Found { path, header });
     }
     Err(nothing_matches(dir, &found, wanted))
 }

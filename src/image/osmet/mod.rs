@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 // container with --pid=host, so PID 1 is the host's init).
 use crate::host::root::{HostRoot, PID1_ROOT};
 use crate::image::digest::Sha256Sum;
-use crate::image::pipeline::RawImage;
 use choose::Wanted;
 pub(crate) use objects::MAX_READERS;
 use rebuild::Rebuild;
@@ -142,24 +141,18 @@ impl LiveImage {
         };
         let chosen = choose::choose(&dir, &choose::list(&dir)?, &wanted)?;
         let h = &chosen.header;
-        tracing::info!(
-            "installing {} {} ({}-byte sectors) from {}",
-            h.os_description,
-            h.os_architecture,
-            h.sector_size,
-            chosen.path.display()
-        );
-        let describe = format!(
-            "the live image ({} {}, {}-byte sectors) rebuilt from {} with the objects of {}",
-            h.os_description,
-            h.os_architecture,
+        let (os, ss, path) = (
+            format!("{} {}", h.os_description, h.os_architecture),
             h.sector_size,
             chosen.path.display(),
+        );
+        tracing::info!("installing {os} ({ss}-byte sectors) from {path}");
+        let describe = format!(
+            "the live image ({os}, {ss}-byte sectors) rebuilt from {path} with the objects of {}",
             repo.display()
         );
         let mismatch = format!(
-            "the checksum recorded in {}: an object in {} differs from the one packed (a damaged or different live root)",
-            chosen.path.display(),
+            "the checksum recorded in {path}: an object in {} differs from the one packed (a damaged or different live root)",
             repo.display()
         );
         let size = chosen.body.size;
@@ -185,30 +178,17 @@ impl LiveImage {
 /// The rebuilt live image, as the pipeline reads it.
 pub struct LiveSource {
     rebuild: Rebuild,
-    describe: String,
-    size: u64,
-    checksum: Sha256Sum,
-    /// What a checksum mismatch means.
-    mismatch: String,
+    /// Where it comes from, for messages and the summary.
+    pub(crate) describe: String,
+    pub(crate) size: u64,
+    /// The SHA-256 it must have, and what a mismatch means.
+    pub(crate) checksum: Sha256Sum,
+    pub(crate) mismatch: String,
 }
 
 impl Read for LiveSource {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         self.rebuild.read(out)
-    }
-}
-
-impl RawImage for LiveSource {
-    fn describe(&self) -> String {
-        self.describe.clone()
-    }
-
-    fn size(&self) -> u64 {
-        self.size
-    }
-
-    fn expected_sha256(&self) -> Option<(Sha256Sum, String)> {
-        Some((self.checksum, self.mismatch.clone()))
     }
 }
 

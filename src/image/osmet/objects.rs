@@ -208,9 +208,19 @@ mod tests {
     fn the_bytes_come_in_image_order_whatever_the_number_of_readers() {
         let dir = tempfile::tempdir().unwrap();
         let (extents, want) = objects(dir.path());
-        for readers in [1, 2, 7, READERS, MAX_READERS] {
-            let mut o = Objects::start(extents.clone(), Store::files(dir.path()), readers).unwrap();
-            assert_eq!(o.threads.len(), readers);
+        // Asked for 0 or too many readers: kept within 1..=MAX_READERS.
+        let (max, r) = (MAX_READERS, READERS);
+        for (asked, readers) in [
+            (1, 1),
+            (2, 2),
+            (7, 7),
+            (r, r),
+            (max, max),
+            (0, 1),
+            (max + 1, max),
+        ] {
+            let mut o = Objects::start(extents.clone(), Store::files(dir.path()), asked).unwrap();
+            assert_eq!(o.threads.len(), readers, "{asked} readers asked");
             assert_eq!(o.free.len() + o.ahead.len(), readers + SPARE_BUFFERS);
             let (mut got, mut buf) = (Vec::new(), vec![0u8; 100_000]);
             loop {
@@ -221,15 +231,6 @@ mod tests {
                 got.extend_from_slice(&buf[..n]);
             }
             assert!(got == want, "{readers} readers: the object bytes differ");
-        }
-    }
-
-    #[test]
-    fn the_number_of_readers_is_kept_within_its_bounds() {
-        let dir = tempfile::tempdir().unwrap();
-        for (asked, got) in [(0, 1), (MAX_READERS + 1, MAX_READERS)] {
-            let o = Objects::start(Vec::new(), Store::files(dir.path()), asked).unwrap();
-            assert_eq!(o.threads.len(), got, "{asked} readers asked");
         }
     }
 }

@@ -12,8 +12,7 @@ use std::io::{self, BufReader};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::image::format::{Decompressor, Format, XzSettings};
-use crate::image::stages::fill;
+use crate::image::format::{fill, Decompressor, Format, XzSettings};
 
 /// Decoded bytes per chunk.
 const CHUNK: usize = 1 << 20;

@@ -176,49 +176,49 @@ mod tests {
     }
 
     #[test]
-    fn pieces_interleave_packed_bytes_and_extents() {
-        let b = body(
-            vec![
-                (100, 200, vec![m(0, 10, 20, A), m(4096, 30, 5, B)]),
-                (200, 300, vec![m(0, 0, 100, A)]),
-            ],
-            350,
-        );
-        let p = plan(&b, 1 << 20).unwrap();
-        assert_eq!(
-            p,
-            vec![
-                Piece::Packed(110),
-                obj(A, 0, 20, 110),
-                obj(B, 4096, 5, 130),
-                Piece::Packed(65),
-                obj(A, 0, 100, 200),
-                // The last partition's tail: everything after it comes from the packed stream.
-                Piece::Packed(50),
-            ]
-        );
-    }
-
-    #[test]
-    fn long_extents_are_cut_into_bounded_reads() {
-        let b = body(vec![(0, 1000, vec![m(7, 0, 250, A)])], 1000);
-        let p = plan(&b, 100).unwrap();
-        assert_eq!(
-            p,
-            vec![
-                obj(A, 7, 100, 0),
-                obj(A, 107, 100, 100),
-                obj(A, 207, 50, 200),
-                Piece::Packed(750),
-            ]
-        );
-    }
-
-    #[test]
-    fn empty_extents_and_partitions_add_nothing() {
-        let b = body(vec![(0, 0, vec![]), (0, 10, vec![m(0, 0, 0, A)])], 10);
-        assert_eq!(plan(&b, 4).unwrap(), vec![Piece::Packed(10)]);
-        assert_eq!(plan(&body(vec![], 0), 4).unwrap(), vec![]);
+    fn pieces_interleave_packed_bytes_and_cut_extents() {
+        let cases = [
+            (
+                body(
+                    vec![
+                        (100, 200, vec![m(0, 10, 20, A), m(4096, 30, 5, B)]),
+                        (200, 300, vec![m(0, 0, 100, A)]),
+                    ],
+                    350,
+                ),
+                1 << 20,
+                vec![
+                    Piece::Packed(110),
+                    obj(A, 0, 20, 110),
+                    obj(B, 4096, 5, 130),
+                    Piece::Packed(65),
+                    obj(A, 0, 100, 200),
+                    // After the last partition: everything comes from the packed stream.
+                    Piece::Packed(50),
+                ],
+            ),
+            // Long extents are cut into bounded reads.
+            (
+                body(vec![(0, 1000, vec![m(7, 0, 250, A)])], 1000),
+                100,
+                vec![
+                    obj(A, 7, 100, 0),
+                    obj(A, 107, 100, 100),
+                    obj(A, 207, 50, 200),
+                    Piece::Packed(750),
+                ],
+            ),
+            // Empty extents and partitions add nothing.
+            (
+                body(vec![(0, 0, vec![]), (0, 10, vec![m(0, 0, 0, A)])], 10),
+                4,
+                vec![Piece::Packed(10)],
+            ),
+            (body(vec![], 0), 4, vec![]),
+        ];
+        for (b, max_read, want) in cases {
+            assert_eq!(plan(&b, max_read).unwrap(), want, "{b:?}");
+        }
     }
 
     #[test]

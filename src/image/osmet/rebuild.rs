@@ -17,13 +17,6 @@ use super::packed::Packed;
 use super::plan::{object_extents, Piece};
 use super::store::Store;
 
-/// Where the next bytes come from.
-enum Current {
-    Idle,
-    Packed { left: u64 },
-    Object { left: u64 },
-}
-
 /// The rebuilt image as a `Read`. It returns `Ok(0)` only once exactly the planned number of
 /// bytes was produced and the packed stream ended there; the SHA-256 is the caller's to check.
 pub(crate) struct Rebuild {
@@ -32,7 +25,9 @@ pub(crate) struct Rebuild {
     next: usize,
     packed: Packed,
     objects: Objects,
-    current: Current,
+    /// Bytes left of the current piece, and whether it comes from the packed stream.
+    left: u64,
+    from_packed: bool,
     produced: u64,
     size: u64,
     done: bool,
@@ -61,7 +56,8 @@ impl Rebuild {
             next: 0,
             packed,
             objects,
-            current: Current::Idle,
+            left: 0,
+            from_packed: false,
             produced: 0,
             size,
             done: false,
@@ -91,40 +87,33 @@ impl Read for Rebuild {
             return Ok(0);
         }
         loop {
-            let n = match &mut self.current {
-                Current::Packed { left } if *left > 0 => {
-                    let want = out.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
-                    let n = self.packed.read(&mut out[..want])?;
-                    if n == 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!(
-                                "the packed image in {} ends early: image offset {} should come from it, {} bytes short of the image's {} bytes",
-                                self.packed.name,
-                                self.produced,
-                                self.size - self.produced,
-                                self.size
-                            ),
-                        ));
-                    }
-                    *left -= n as u64;
-                    n
+            if self.left > 0 {
+                let want = out
+                    .len()
+                    .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                let n = match self.from_packed {
+                    true => self.packed.read(&mut out[..want])?,
+                    false => self.objects.read(&mut out[..want])?,
+                };
+                if n == 0 && self.from_packed {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "the packed image in {} ends early: image offset {} should come from it, {} bytes short of the image's {} bytes",
+                            self.packed.name,
+                            self.produced,
+                            self.size - self.produced,
+                            self.size
+                        ),
+                    ));
                 }
-                Current::Object { left } if *left > 0 => {
-                    let want = out.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
-                    let n = self.objects.read(&mut out[..want])?;
-                    if n == 0 {
-                        return Err(io::Error::other(format!(
-                            "the object data ended at image offset {} (this is a bug)",
-                            self.produced
-                        )));
-                    }
-                    *left -= n as u64;
-                    n
+                if n == 0 {
+                    return Err(io::Error::other(format!(
+                        "the object data ended at image offset {} (this is a bug)",
+                        self.produced
+                    )));
                 }
-                _ => 0,
-            };
-            if n > 0 {
+                self.left -= n as u64;
                 self.produced += n as u64;
                 return Ok(n);
             }
@@ -134,9 +123,9 @@ impl Read for Rebuild {
                 return Ok(0);
             };
             self.next += 1;
-            self.current = match piece {
-                Piece::Packed(n) => Current::Packed { left: n },
-                Piece::Object(e) => Current::Object { left: e.len },
+            (self.left, self.from_packed) = match piece {
+                Piece::Packed(n) => (n, true),
+                Piece::Object(e) => (e.len, false),
             };
         }
     }

@@ -353,21 +353,8 @@ mod tests {
             std::fs::write(path, bytes).unwrap();
         }
         let image = dir.join("repo.squashfs");
-        let status = std::process::Command::new("mksquashfs")
-            .args([repo.as_os_str(), image.as_os_str()])
-            .args([
-                "-noappend",
-                "-quiet",
-                "-no-progress",
-                "-b",
-                "4096",
-                "-comp",
-                "gzip",
-            ])
-            .args(["-always-use-fragments"])
-            .status()
-            .expect("mksquashfs not found: install squashfs-tools (.ci/install-deps does)");
-        assert!(status.success());
+        let args = ["-b", "4096", "-comp", "gzip", "-always-use-fragments"];
+        super::super::squashfs::tests::mksquashfs(&repo, &image, &args);
         (repo, image, objects)
     }
 

@@ -3,12 +3,12 @@
 //! image is read once and memory stays a few chunks whatever its size.
 
 use anyhow::{anyhow, Result};
-use crossbeam_channel::{bounded, select, Receiver, Sender};
-use std::io::{self, Read};
+use crossbeam_channel::{bounded, select, Sender};
 use std::thread::JoinHandle;
 
 use super::ImageSignature;
 use crate::image::cancel::Cancel;
+use crate::image::format::ChannelReader;
 
 /// Chunks in flight to the verifier: it hashes faster than any download, so a few suffice.
 const DEPTH: usize = 4;
@@ -26,13 +26,8 @@ impl Feed {
         let sig = sig.clone();
         let verdict = std::thread::Builder::new()
             .name("signature".into())
-            .spawn(move || {
-                sig.verify(Chunks {
-                    rx,
-                    cur: Vec::new(),
-                    pos: 0,
-                })
-            })?;
+            // Never cancelled: the verifier ends when the stream does, or is left to fail alone.
+            .spawn(move || sig.verify(ChannelReader::new(rx, Cancel::new())))?;
         Ok(Feed { tx, verdict })
     }
 
@@ -52,28 +47,5 @@ impl Feed {
         self.verdict
             .join()
             .map_err(|_| anyhow!("the signature check panicked"))?
-    }
-}
-
-/// The verifier's input.
-struct Chunks {
-    rx: Receiver<Option<Vec<u8>>>,
-    cur: Vec<u8>,
-    pos: usize,
-}
-
-impl Read for Chunks {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        while self.pos == self.cur.len() {
-            match self.rx.recv() {
-                Ok(Some(v)) => (self.cur, self.pos) = (v, 0),
-                Ok(None) => return Ok(0),
-                Err(_) => return Err(io::Error::other("the image stream stopped")),
-            }
-        }
-        let n = out.len().min(self.cur.len() - self.pos);
-        out[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
     }
 }

@@ -24,35 +24,38 @@ pub(crate) fn bad(what: impl std::fmt::Display) -> io::Error {
 }
 
 /// A little-endian cursor that fails, naming `what`, when the bytes run out.
-pub(crate) struct Le<'a> {
-    pub(crate) bytes: &'a [u8],
-    pub(crate) what: &'static str,
+struct Le<'a> {
+    bytes: &'a [u8],
+    what: &'static str,
 }
 
-impl Le<'_> {
-    fn take<const N: usize>(&mut self) -> io::Result<[u8; N]> {
-        if self.bytes.len() < N {
-            return Err(bad(format_args!("{} is truncated", self.what)));
-        }
-        let (head, rest) = self.bytes.split_at(N);
-        self.bytes = rest;
-        Ok(head.try_into().expect("split at N"))
+impl<'a> Le<'a> {
+    fn new(bytes: &'a [u8], what: &'static str) -> Le<'a> {
+        Le { bytes, what }
     }
-    pub(crate) fn u16(&mut self) -> io::Result<u16> {
-        self.take().map(u16::from_le_bytes)
-    }
-    pub(crate) fn u32(&mut self) -> io::Result<u32> {
-        self.take().map(u32::from_le_bytes)
-    }
-    pub(crate) fn u64(&mut self) -> io::Result<u64> {
-        self.take().map(u64::from_le_bytes)
-    }
-    fn skip(&mut self, n: usize) -> io::Result<()> {
+    /// The next `n` bytes.
+    fn slice(&mut self, n: usize) -> io::Result<&'a [u8]> {
         if self.bytes.len() < n {
             return Err(bad(format_args!("{} is truncated", self.what)));
         }
-        self.bytes = &self.bytes[n..];
-        Ok(())
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+    fn take<const N: usize>(&mut self) -> io::Result<[u8; N]> {
+        Ok(self.slice(N)?.try_into().expect("N bytes"))
+    }
+    fn u16(&mut self) -> io::Result<u16> {
+        self.take().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> io::Result<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> io::Result<u64> {
+        self.take().map(u64::from_le_bytes)
+    }
+    fn skip(&mut self, n: usize) -> io::Result<()> {
+        self.slice(n).map(drop)
     }
 }
 
@@ -79,10 +82,7 @@ pub(crate) struct Superblock {
 
 impl Superblock {
     pub(crate) fn parse(bytes: &[u8]) -> io::Result<Superblock> {
-        let mut r = Le {
-            bytes,
-            what: "the superblock",
-        };
+        let mut r = Le::new(bytes, "the superblock");
         if r.u32()? != MAGIC {
             return Err(bad("no superblock (wrong magic number)"));
         }
@@ -241,60 +241,65 @@ impl Inode {
     /// Parse the inode at the start of `bytes`. The bytes of its block list may be more than
     /// a metadata block: the caller passes enough (see [`Inode::file_blocks_len`]).
     pub(crate) fn parse(bytes: &[u8], block_size: u32) -> io::Result<Inode> {
-        let mut r = Le {
-            bytes,
-            what: "an inode",
-        };
+        let mut r = Le::new(bytes, "an inode");
         let kind = r.u16()?;
         r.skip(10)?; // permissions, uid and gid indexes, mtime
         let number = r.u32()?;
-        match kind {
+        let (blocks_start, fragment, offset, size) = match kind {
             1 => {
                 let block = r.u32()? as u64;
                 r.skip(4)?; // link count
-                let size = r.u16()? as usize;
-                let offset = r.u16()? as usize;
-                Ok(Inode::dir(number, block, offset, size))
+                let (size, offset) = (r.u16()? as usize, r.u16()? as usize);
+                return Ok(Inode::dir(number, block, offset, size));
             }
             8 => {
                 r.skip(4)?; // link count
-                let size = r.u32()? as usize;
-                let block = r.u32()? as u64;
+                let (size, block) = (r.u32()? as usize, r.u32()? as u64);
                 r.skip(6)?; // parent inode, index count
                 let offset = r.u16()? as usize;
-                Ok(Inode::dir(number, block, offset, size))
+                return Ok(Inode::dir(number, block, offset, size));
             }
-            2 => {
-                let blocks_start = r.u32()? as u64;
-                let fragment = r.u32()?;
-                let offset = r.u32()?;
-                let size = r.u32()? as u64;
-                file(
-                    &mut r,
-                    number,
-                    (blocks_start, size),
-                    (fragment, offset),
-                    block_size,
-                )
-            }
+            2 => (r.u32()? as u64, r.u32()?, r.u32()?, r.u32()? as u64),
             9 => {
-                let blocks_start = r.u64()?;
-                let size = r.u64()?;
+                let (blocks_start, size) = (r.u64()?, r.u64()?);
                 r.skip(12)?; // sparse bytes, link count
-                let fragment = r.u32()?;
-                let offset = r.u32()?;
+                let (fragment, offset) = (r.u32()?, r.u32()?);
                 r.skip(4)?; // xattr index
-                file(
-                    &mut r,
-                    number,
-                    (blocks_start, size),
-                    (fragment, offset),
-                    block_size,
-                )
+                (blocks_start, fragment, offset, size)
             }
-            3..=7 | 10..=14 => Ok(Inode::Other { number, kind }),
-            _ => Err(bad(format_args!("inode {number} has unknown type {kind}"))),
+            3..=7 | 10..=14 => return Ok(Inode::Other { number, kind }),
+            _ => return Err(bad(format_args!("inode {number} has unknown type {kind}"))),
+        };
+        // The rest of a file inode: its list of block sizes.
+        let count = block_count(size, fragment, block_size)?;
+        if r.bytes.len() / 4 < count {
+            return Err(bad(format_args!(
+                "file inode {number}: its list of {count} blocks is truncated"
+            )));
         }
+        let mut at = blocks_start;
+        let blocks = (0..count)
+            .map(|_| {
+                let block = DataBlock::new(at, r.u32()?, block_size)?;
+                at += block.stored as u64;
+                Ok(block)
+            })
+            .collect::<io::Result<_>>()?;
+        let fragment = (fragment != NO_FRAGMENT).then_some((fragment, offset));
+        if let Some((_, offset)) = fragment {
+            let tail = size % block_size as u64;
+            if offset as u64 + tail > block_size as u64 {
+                return Err(bad(format_args!(
+                    "file inode {number}: its tail of {tail} bytes at offset {offset} runs past its fragment block"
+                )));
+            }
+        }
+        Ok(Inode::File(FileInode {
+            number,
+            size,
+            blocks,
+            fragment,
+        }))
     }
 
     fn dir(number: u32, block: u64, offset: usize, size: usize) -> Inode {
@@ -319,54 +324,13 @@ fn block_count(size: u64, fragment: u32, block_size: u32) -> io::Result<usize> {
     } as usize)
 }
 
-/// The rest of a file inode after its fixed fields: where its blocks start and its size, its
-/// fragment block and the tail's offset there.
-fn file(
-    r: &mut Le,
-    number: u32,
-    (blocks_start, size): (u64, u64),
-    (fragment, offset): (u32, u32),
-    block_size: u32,
-) -> io::Result<Inode> {
-    let count = block_count(size, fragment, block_size)?;
-    if r.bytes.len() / 4 < count {
-        return Err(bad(format_args!(
-            "file inode {number}: its list of {count} blocks is truncated"
-        )));
-    }
-    let mut at = blocks_start;
-    let blocks = (0..count)
-        .map(|_| {
-            let block = DataBlock::new(at, r.u32()?, block_size)?;
-            at += block.stored as u64;
-            Ok(block)
-        })
-        .collect::<io::Result<_>>()?;
-    let fragment = (fragment != NO_FRAGMENT).then_some((fragment, offset));
-    if let Some((_, offset)) = fragment {
-        let tail = size % block_size as u64;
-        if offset as u64 + tail > block_size as u64 {
-            return Err(bad(format_args!(
-                "file inode {number}: its tail of {tail} bytes at offset {offset} runs past its fragment block"
-            )));
-        }
-    }
-    Ok(Inode::File(FileInode {
-        number,
-        size,
-        blocks,
-        fragment,
-    }))
-}
-
 /// The bytes an inode at the start of `head` needs, block list included; `None` when `head`
 /// is too short to tell (fewer than its fixed fields).
 pub(crate) fn inode_len(head: &[u8], block_size: u32) -> io::Result<Option<usize>> {
-    let mut r = Le {
-        bytes: head,
-        what: "an inode",
+    let at = |offset: usize| Le::new(&head[offset..], "an inode");
+    let Ok(kind) = at(0).u16() else {
+        return Ok(None);
     };
-    let Ok(kind) = r.u16() else { return Ok(None) };
     let (fixed, at_size, at_fragment, wide) = match kind {
         2 => (32, 28, 20, false),
         9 => (56, 24, 44, true),
@@ -378,12 +342,11 @@ pub(crate) fn inode_len(head: &[u8], block_size: u32) -> io::Result<Option<usize
     if head.len() < fixed {
         return Ok(None);
     }
-    let size = if wide {
-        u64::from_le_bytes(head[at_size..at_size + 8].try_into().expect("8 bytes"))
-    } else {
-        u32::from_le_bytes(head[at_size..at_size + 4].try_into().expect("4 bytes")) as u64
+    let size = match wide {
+        true => at(at_size).u64()?,
+        false => at(at_size).u32()? as u64,
     };
-    let fragment = u32::from_le_bytes(head[at_fragment..at_fragment + 4].try_into().expect("4"));
+    let fragment = at(at_fragment).u32()?;
     Ok(Some(fixed + 4 * block_count(size, fragment, block_size)?))
 }
 
@@ -398,10 +361,7 @@ pub(crate) struct DirEntry {
 /// A directory's listing: runs of entries, each run after a header naming the inode block
 /// they share and the inode number they count from.
 pub(crate) fn parse_listing(bytes: &[u8]) -> io::Result<Vec<DirEntry>> {
-    let mut r = Le {
-        bytes,
-        what: "a directory listing",
-    };
+    let mut r = Le::new(bytes, "a directory listing");
     let mut entries = Vec::new();
     while !r.bytes.is_empty() {
         let count = r.u32()? as usize + 1;
@@ -419,11 +379,9 @@ pub(crate) fn parse_listing(bytes: &[u8]) -> io::Result<Vec<DirEntry>> {
             let delta = r.u16()? as i16;
             let _kind = r.u16()?;
             let len = r.u16()? as usize + 1;
-            if r.bytes.len() < len {
-                return Err(bad("a directory entry's name is truncated"));
-            }
-            let (name, rest) = r.bytes.split_at(len);
-            r.bytes = rest;
+            let name = r
+                .slice(len)
+                .map_err(|_| bad("a directory entry's name is truncated"))?;
             entries.push(DirEntry {
                 name: name.to_vec(),
                 inode: MetaRef { block, offset },
@@ -436,10 +394,7 @@ pub(crate) fn parse_listing(bytes: &[u8]) -> io::Result<Vec<DirEntry>> {
 
 /// A fragment block: where it is stored, and its size word.
 pub(crate) fn parse_fragment(bytes: &[u8]) -> io::Result<(u64, u32)> {
-    let mut r = Le {
-        bytes,
-        what: "a fragment entry",
-    };
+    let mut r = Le::new(bytes, "a fragment entry");
     Ok((r.u64()?, r.u32()?))
 }
 

@@ -435,4 +435,4 @@ impl Lookup<'_> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -65,16 +65,20 @@ fn squashfs(dir: &Path, name: &str, bs: usize, args: &[&str]) -> PathBuf {
         std::os::unix::fs::symlink("small", tree.join("symlink")).unwrap();
     }
     let image = dir.join(name);
+    mksquashfs(&tree, &image, &[&["-b", &bs.to_string()], args].concat());
+    image
+}
+
+/// `mksquashfs tree image args` (quietly, on one thread).
+pub(crate) fn mksquashfs(tree: &Path, image: &Path, args: &[&str]) {
     let status = Command::new("mksquashfs")
-        .arg(&tree)
-        .arg(&image)
+        .arg(tree)
+        .arg(image)
         .args(["-noappend", "-quiet", "-no-progress", "-processors", "1"])
-        .args(["-b", &bs.to_string()])
         .args(args)
         .status()
         .expect("mksquashfs not found: install squashfs-tools (.ci/install-deps does)");
     assert!(status.success(), "mksquashfs {args:?}");
-    image
 }
 
 fn file_at(fs: &Squashfs, path: &str) -> FileInode {
@@ -85,6 +89,20 @@ fn file_at(fs: &Squashfs, path: &str) -> FileInode {
         Inode::File(f) => f,
         other => panic!("{path} is {other:?}"),
     }
+}
+
+/// The fragment blocks cached, with their next use, in block order.
+fn kept(fs: &Squashfs) -> Vec<(u32, u64)> {
+    let mut kept: Vec<_> = fs
+        .cache
+        .lock()
+        .unwrap()
+        .kept
+        .iter()
+        .map(|k| (k.0, k.1))
+        .collect();
+    kept.sort();
+    kept
 }
 
 fn read(fs: &Squashfs, f: &FileInode, range: (u64, u64), d: &mut Decoder) -> Vec<u8> {
@@ -155,10 +173,6 @@ fn fragment_blocks_are_kept_until_their_last_use_then_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let image = squashfs(dir.path(), "f.squashfs", 4096, &["-comp", "zstd"]);
     let fs = Squashfs::open(File::open(&image).unwrap(), "f".into()).unwrap();
-    let kept = |fs: &Squashfs| -> Vec<(u32, u64)> {
-        let cache = fs.cache.lock().unwrap();
-        cache.kept.iter().map(|k| (k.0, k.1)).collect()
-    };
     let (mut d, mut out) = (Decoder::new(), Vec::new());
     // Files smaller than a block have their bytes in a fragment block.
     let one = file_at(&fs, "one");
@@ -202,18 +216,9 @@ fn a_full_cache_drops_the_block_needed_latest() {
     for (f, next) in tails.iter().zip([50, 900, 70]) {
         fs.read(f, (0, 1), &mut out, next, &mut d).unwrap();
     }
-    let mut kept: Vec<_> = fs
-        .cache
-        .lock()
-        .unwrap()
-        .kept
-        .iter()
-        .map(|k| (k.0, k.1))
-        .collect();
-    kept.sort();
     let mut want = vec![(seen[0], 50), (seen[2], 70)];
     want.sort();
-    assert_eq!(kept, want);
+    assert_eq!(kept(&fs), want);
     assert_eq!(
         fs.cache.lock().unwrap().spare.len(),
         1,
