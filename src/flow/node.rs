@@ -388,37 +388,40 @@ fn worker_wait_for_control_plane(f: &Flow) -> Result<()> {
     let mut day2: Option<bool> = None;
     let what = "waiting for the control plane";
     f.poll(f.intervals.poll, what, || {
-            if day2.is_none() {
-                match f.client.get_cluster(cluster_id, true) {
-                    Ok(c) => day2 = Some(c.is_day2()),
-                    Err(e) => tracing::warn!("getting cluster {cluster_id}: {e:#}"),
-                }
+        if day2.is_none() {
+            match f.client.get_cluster(cluster_id, true) {
+                Ok(c) => day2 = Some(c.is_day2()),
+                Err(e) => tracing::warn!("getting cluster {cluster_id}: {e:#}"),
             }
-            if day2? {
-                tracing::info!("day-2 cluster: not waiting for the control plane");
-                return Some(());
+        }
+        if day2? {
+            tracing::info!("day-2 cluster: not waiting for the control plane");
+            return Some(());
+        }
+        let masters = match f.client.list_cluster_hosts(cluster_id, Some(&Role::Master)) {
+            Ok(h) => done(&h),
+            Err(e) => {
+                tracing::warn!("listing the masters of cluster {cluster_id}: {e:#}");
+                0
             }
-            let masters = match f.client.list_cluster_hosts(cluster_id, Some(&Role::Master)) {
-                Ok(h) => done(&h),
-                Err(e) => {
-                    tracing::warn!("listing the masters of cluster {cluster_id}: {e:#}");
-                    0
-                }
-            };
-            // Two-node clusters with an arbiter: a Done arbiter counts too. Errors ignored.
-            let arbiters = f
-                .client
-                .list_cluster_hosts(cluster_id, Some(&Role::Arbiter))
-                .map(|h| done(&h))
-                .unwrap_or(0);
-            if masters + arbiters >= 2 {
-                tracing::info!(
-                    "{masters} masters and {arbiters} arbiters are done: the control plane is up"
-                );
-                return Some(());
-            }
-            tracing::info!("waiting for the control plane: {masters} masters and {arbiters} arbiters done, 2 needed");
-            None
+        };
+        // Two-node clusters with an arbiter: a Done arbiter counts too. Errors ignored.
+        let arbiters = f
+            .client
+            .list_cluster_hosts(cluster_id, Some(&Role::Arbiter))
+            .map(|h| done(&h))
+            .unwrap_or(0);
+        if masters + arbiters >= 2 {
+            tracing::info!(
+                "{masters} masters and {arbiters} arbiters are done: the control plane is up"
+            );
+            return Some(());
+        }
+        tracing::info!(
+            "waiting for the control plane: {masters} masters and {arbiters} arbiters done, \
+             2 needed"
+        );
+        None
     })
 }
 

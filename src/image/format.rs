@@ -180,9 +180,10 @@ impl<R: BufRead> Decompressor<R> {
             .into_rest()
             .expect("only compressed formats have members");
         let more = sniff(input.peek(SNIFF_LEN)?) == format;
-        self.inner = match more {
-            true => Inner::start(format, input, self.xz)?,
-            false => Inner::Ended(input),
+        self.inner = if more {
+            Inner::start(format, input, self.xz)?
+        } else {
+            Inner::Ended(input)
         };
         Ok(more)
     }

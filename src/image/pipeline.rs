@@ -151,12 +151,11 @@ impl std::fmt::Display for WriteSummary {
             )?;
         } else {
             let raw = self.format == Format::Raw;
-            let (kind, want) = match raw {
-                true => (
-                    "raw",
-                    self.expected.compressed.or(self.expected.uncompressed),
-                ),
-                false => ("compressed", self.expected.compressed),
+            let (kind, want) = if raw {
+                let want = self.expected.compressed.or(self.expected.uncompressed);
+                ("raw", want)
+            } else {
+                ("compressed", self.expected.compressed)
             };
             write!(
                 f,

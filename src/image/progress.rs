@@ -121,9 +121,10 @@ impl ProgressSink for LogLines {
         }
         let pct = p.percent().map(|x| format!("{x}% ")).unwrap_or_default();
         let secs = p.elapsed.as_secs_f64();
-        let rate = match secs > 0.0 {
-            true => p.pass_bytes() as f64 / secs / 1e6,
-            false => 0.0,
+        let rate = if secs > 0.0 {
+            p.pass_bytes() as f64 / secs / 1e6
+        } else {
+            0.0
         };
         let pass = match p.read_back {
             Some(_) => "read back",

@@ -295,7 +295,7 @@ pub(super) fn write_stage(
                     dev.size()
                 );
             }
-            if let Some((n, label, start)) = limit.filter(|l| end > l.2) {
+            if let Some((n, label, start)) = limit.filter(|&(_, _, start)| end > start) {
                 bail!(
                     "collision with saved partition {n} ({label:?}) at offset {start}: the image continues past it"
                 );

@@ -91,9 +91,10 @@ impl Read for Rebuild {
                 let want = out
                     .len()
                     .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-                let n = match self.from_packed {
-                    true => self.packed.read(&mut out[..want])?,
-                    false => self.objects.read(&mut out[..want])?,
+                let n = if self.from_packed {
+                    self.packed.read(&mut out[..want])?
+                } else {
+                    self.objects.read(&mut out[..want])?
                 };
                 if n == 0 && self.from_packed {
                     return Err(io::Error::new(

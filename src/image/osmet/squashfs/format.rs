@@ -342,9 +342,10 @@ pub(crate) fn inode_len(head: &[u8], block_size: u32) -> io::Result<Option<usize
     if head.len() < fixed {
         return Ok(None);
     }
-    let size = match wide {
-        true => at(at_size).u64()?,
-        false => at(at_size).u32()? as u64,
+    let size = if wide {
+        at(at_size).u64()?
+    } else {
+        at(at_size).u32()? as u64
     };
     let fragment = at(at_fragment).u32()?;
     Ok(Some(fixed + 4 * block_count(size, fragment, block_size)?))
