@@ -6,11 +6,18 @@
 CARGO ?= cargo
 DEMO_DIR ?= target/demo
 
-.PHONY: test lint demo bench bench-offline bench-guest bench-kexec images deps
+IMAGE ?= localhost/assisted-installer:latest
+export IMAGE
+
+.PHONY: test lint demo bench bench-offline bench-guest bench-kexec images deps image image-upstream
 
 # The whole suite: formatting, lints, unit and integration tests. The loop-device tests need
 # root; they skip with a message otherwise (CI sets AI_REQUIRE_ROOT_TESTS=1 so they cannot).
+# The container tests (tests/container_image.rs) run the image `make image` builds first; without
+# podman they skip with one line.
 test: deps lint
+	@if command -v podman >/dev/null; then $(MAKE) --no-print-directory image; \
+	else echo "podman is not installed: no image built, the container tests will skip"; fi
 	$(CARGO) test --locked
 
 lint: deps
@@ -44,6 +51,15 @@ bench-kexec:
 
 bench-offline:
 	$(CARGO) bench --locked --bench offline
+
+# The container image from ./Dockerfile, offline: the binary cargo builds here (incremental), on a
+# Debian runtime base made locally with mmdebstrap (once), tagged $(IMAGE). image-upstream
+# builds the shippable one with the Dockerfile's defaults (Rust builder, UBI 9 minimal, oc).
+image: deps
+	bash scripts/image.sh offline
+
+image-upstream:
+	bash scripts/image.sh upstream
 
 # Build the test images (cached under target/testdata-cache) without running tests.
 images:

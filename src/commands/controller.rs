@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use crate::clock::{Clock, SystemClock};
 use crate::controller::bootstrap;
+use crate::controller::oc::OcRunner;
 use crate::controller::run::{self, Controller, Outcome};
 use crate::controller::startup::{self, Paths};
 use crate::controller::tasks::operators::CVO_MAX_TIMEOUT;
@@ -58,10 +59,11 @@ pub fn run() -> Result<()> {
     tracing::info!("{}", startup::config_line(&started.config));
     // The command executor (`oc`, `bash`): as Go's, it keeps the proxy variables of now, not
     // those set later from the cluster's Proxy object: `oc` children do not see the cluster proxy.
-    let runner = Arc::new(HostRunner {
+    let host = Arc::new(HostRunner {
         env: bootstrap::command_proxy_snapshot(&env),
         ..HostRunner::default()
     });
+    let runner = Arc::new(OcRunner::new(host, which::which("oc").is_ok()));
     let router_probe = match ReqwestProbe::new() {
         Ok(probe) => Some(Arc::new(probe) as Arc<dyn HttpProbe>),
         Err(err) => {

@@ -2,6 +2,7 @@
 //! with the Go installer's flags, run exactly as the assisted-service agent runs the Go one.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use crate::cli::go_flags::{self, ParseOutcome};
@@ -86,9 +87,14 @@ pub fn run(args: &[String]) -> i32 {
         cfg.redacted()
     );
     match build_flow(cfg, token) {
-        Ok(flow) => match run_installer(&flow) {
+        Ok((flow, signal)) => match run_installer(&flow) {
             Ok(()) => 0,
-            Err(_) => 1,
+            // Stopped by a signal (`podman stop` sends SIGTERM): the shell's 128 + signal, as
+            // when a process dies of it, after the disk was reset and `Failed` reported.
+            Err(_) => match signal.load(Ordering::SeqCst) {
+                0 => 1,
+                sig => 128 + sig,
+            },
         },
         Err(e) => {
             // As in Go: no Failed report when the client itself cannot be built.
@@ -98,7 +104,8 @@ pub fn run(args: &[String]) -> i32 {
     }
 }
 
-fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
+/// The flow, and the cell that holds the number of the signal that stopped it (0: none).
+fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<(Flow, Arc<AtomicI32>)> {
     let client = ServiceClient::new(ClientConfig {
         url: cfg.url.clone(),
         token: token.clone(),
@@ -142,13 +149,13 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
     // One token for the whole run: SIGINT/SIGTERM stop the write and every wait of the flow
     // (the client is left without it, so the `Failed` report still goes out).
     let stop = Cancel::new();
-    signals::cancel_on_signal(&stop)?;
+    let signal = signals::cancel_on_signal(&stop)?;
     let writer = Arc::new(InProcessWriter {
         stop: stop.clone(),
         cacert: cfg.cacert.clone(),
     });
     let dry = cfg.dry_run;
-    Ok(Flow {
+    let flow = Flow {
         cfg,
         token,
         client,
@@ -165,7 +172,8 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<Flow> {
         intervals: Intervals::default(),
         early_write: true,
         stop,
-    })
+    };
+    Ok((flow, signal))
 }
 
 /// Dry run: no host command runs; each is logged and answered with empty output, except the

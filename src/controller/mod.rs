@@ -14,6 +14,7 @@
 //!   the service client, in that order;
 //! - `run`: Go's `main` sequence over trait objects, with the `tasks` (one file each) on
 //!   threads under one stop token;
+//! - `oc`: the runner of the `oc` commands, which says so when the image has no `oc`;
 //! - `status`: the tasks' shared error state; `hosts`: the host map and node matching;
 //! - `cluster`: the Kubernetes API the tasks use; `service`: the assisted-service calls.
 //!
@@ -26,6 +27,7 @@ pub(crate) mod config;
 pub(crate) mod deploy;
 pub(crate) mod hosts;
 pub(crate) mod log;
+pub(crate) mod oc;
 pub(crate) mod run;
 pub mod service;
 pub(crate) mod startup;

@@ -12,6 +12,12 @@
 //! container started without `--pid=host` has its own PID 1 in its own namespace, which looks
 //! like the host's: its container marker (`/run/.containerenv`, `/.dockerenv`) tells it apart,
 //! and it is refused, since nothing of the host is reachable from it.
+//!
+//! In a container, the rest of the agent's line is checked too, before any disk is touched, so
+//! a wrong `podman run` fails with the option it lacks rather than halfway through the write:
+//! without `--privileged` the process has no CAP_SYS_ADMIN (it can neither look into PID 1 nor
+//! mount /boot), and without `-v /dev:/dev` its `/dev` is the engine's own, not the host's
+//! devtmpfs (no `/dev/disk/by-id` links, no nodes for partitions made during the write).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -24,6 +30,14 @@ const OVERRIDE_ENV: &str = "ASSISTED_INSTALLER_HOST_ROOT";
 pub(crate) const PID1_ROOT: &str = "/proc/1/root";
 /// Files container engines leave in their containers (podman, docker).
 const CONTAINER_MARKERS: [&str; 2] = ["/run/.containerenv", "/.dockerenv"];
+/// How the agent starts the installer's container (its `podman run` line, the image and the
+/// installer's flags elided): what every refusal below tells the operator to do.
+const AGENT_LINE: &str = "podman run --privileged --pid=host --net=host \
+    -v /dev:/dev:rw -v /opt:/opt:rw -v /var/log:/var/log:rw \
+    -v /run/systemd/journal/socket:/run/systemd/journal/socket -v /etc/pki:/etc/pki -v /tmp:/tmp \
+    --env=PULL_SECRET_TOKEN IMAGE --role …";
+/// CAP_SYS_ADMIN's bit in the capability sets of `/proc/self/status`.
+const CAP_SYS_ADMIN: u32 = 21;
 /// Symbolic links followed in one path, at most (as the kernel's limit).
 const MAX_LINKS: usize = 40;
 
@@ -39,7 +53,7 @@ pub enum HostRoot {
 
 /// The host's root cannot be reached: what was needed, and how to run the installer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("cannot reach the host's files: {0}. The installer reads the host's network configuration and live image through the host's root: run its container with --privileged --pid=host (as the assisted-service agent does), or set {OVERRIDE_ENV} to the host's root directory")]
+#[error("cannot reach the host: {0}. The installer reads the host's files through PID 1's root and writes the host's disk through its /dev: start its container as the assisted-service agent does ({AGENT_LINE}), or, outside a container, set {OVERRIDE_ENV} to the host's root directory")]
 pub struct Unreachable(pub String);
 
 /// What the decision looks at, gathered by [`observe`].
@@ -54,6 +68,10 @@ pub(crate) struct Observed {
     pub pid1_root_readable: bool,
     /// The container marker found, if any.
     pub container_marker: Option<String>,
+    /// CAP_SYS_ADMIN is in this process's effective set (`None`: unknown).
+    pub cap_sys_admin: Option<bool>,
+    /// `/dev` and `/proc/1/root/dev` are the same filesystem (`None`: unknown).
+    pub dev_is_pid1s: Option<bool>,
 }
 
 /// Decide where the host's files are (pure).
@@ -64,6 +82,11 @@ pub(crate) fn decide(o: &Observed) -> Result<HostRoot, Unreachable> {
         } else {
             HostRoot::At(root.clone())
         });
+    }
+    if let (Some(marker), Some(false)) = (&o.container_marker, o.cap_sys_admin) {
+        return Err(Unreachable(format!(
+            "this is a container ({marker} exists) without CAP_SYS_ADMIN: it was started without --privileged, so it can neither look into PID 1 nor open and mount the disk"
+        )));
     }
     let pid1 = o.pid1_mount_ns.as_ref().map_err(|why| {
         Unreachable(format!(
@@ -83,7 +106,19 @@ pub(crate) fn decide(o: &Observed) -> Result<HostRoot, Unreachable> {
             "{PID1_ROOT} cannot be read: the installer lacks privileges over PID 1"
         )));
     }
+    if let (Some(marker), Some(false)) = (&o.container_marker, o.dev_is_pid1s) {
+        return Err(Unreachable(format!(
+            "this is a container ({marker} exists) whose /dev is not the host's: it was started without -v /dev:/dev, so the boot device's /dev/disk links and the partitions made during the write would not appear in it"
+        )));
+    }
     Ok(HostRoot::At(PathBuf::from(PID1_ROOT)))
+}
+
+/// Whether capability `bit` is in the `CapEff:` line of a `/proc/<pid>/status` text.
+fn has_capability(status: &str, bit: u32) -> Option<bool> {
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    let set = u64::from_str_radix(hex.trim(), 16).ok()?;
+    Some(set & (1 << bit) != 0)
 }
 
 /// Gather what [`decide`] needs from this process's view of the system.
@@ -104,7 +139,17 @@ pub(crate) fn observe() -> Observed {
             .iter()
             .find(|m| Path::new(m).exists())
             .map(|m| m.to_string()),
+        cap_sys_admin: std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| has_capability(&status, CAP_SYS_ADMIN)),
+        dev_is_pid1s: same_filesystem(Path::new("/dev"), &Path::new(PID1_ROOT).join("dev")),
     }
+}
+
+/// `a` and `b` are on one filesystem (`None`: one of them cannot be looked at).
+fn same_filesystem(a: &Path, b: &Path) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    Some(std::fs::metadata(a).ok()?.dev() == std::fs::metadata(b).ok()?.dev())
 }
 
 /// Decide for this process, and log the outcome.
@@ -203,6 +248,8 @@ mod tests {
             pid1_mount_ns: pid1.map(String::from).map_err(String::from),
             pid1_root_readable: true,
             container_marker: None,
+            cap_sys_admin: Some(true),
+            dev_is_pid1s: Some(true),
         }
     }
 
@@ -220,23 +267,67 @@ mod tests {
         o.container_marker = Some("/run/.containerenv".into());
         let e = decide(&o).unwrap_err().to_string();
         assert!(e.contains("started without --pid=host"), "{e}");
-        assert!(e.contains("--privileged --pid=host"), "{e}");
+        assert!(e.contains(AGENT_LINE), "{e}");
         assert!(e.contains(OVERRIDE_ENV), "{e}");
 
         let e = decide(&seen("mnt:[2]", Err("Permission denied (os error 13)")))
             .unwrap_err()
             .to_string();
         assert!(e.contains("Permission denied"), "{e}");
-        assert!(e.contains("--privileged --pid=host"), "{e}");
+        assert!(e.contains(AGENT_LINE), "{e}");
         let mut o = seen("mnt:[2]", Ok("mnt:[1]"));
         o.pid1_root_readable = false;
         assert!(decide(&o).unwrap_err().to_string().contains("/proc/1/root"));
+
+        // A container missing one of the agent's options is told which, whatever else is seen;
+        // outside a container the same observations are no fault of a container line.
+        let inside = |o: Observed| Observed {
+            container_marker: Some("/run/.containerenv".into()),
+            ..o
+        };
+        let unprivileged = Observed {
+            cap_sys_admin: Some(false),
+            ..seen("mnt:[2]", Err("Permission denied (os error 13)"))
+        };
+        let own_dev = Observed {
+            dev_is_pid1s: Some(false),
+            ..seen("mnt:[2]", Ok("mnt:[1]"))
+        };
+        for (o, missing) in [
+            (unprivileged.clone(), "--privileged"),
+            (own_dev.clone(), "-v /dev:/dev"),
+        ] {
+            let e = decide(&inside(o)).unwrap_err().to_string();
+            assert!(e.contains(&format!("started without {missing},")), "{e}");
+            assert!(e.contains(AGENT_LINE), "{e}");
+        }
+        assert!(!decide(&unprivileged)
+            .unwrap_err()
+            .0
+            .contains("--privileged"));
+        assert_eq!(decide(&own_dev), Ok(HostRoot::At(PathBuf::from(PID1_ROOT))));
 
         let mut o = seen("mnt:[2]", Err("denied"));
         o.override_root = Some("/proc/4242/root".into());
         assert_eq!(decide(&o), Ok(HostRoot::At("/proc/4242/root".into())));
         o.override_root = Some("/".into());
         assert_eq!(decide(&o), Ok(HostRoot::Here));
+    }
+
+    #[test]
+    fn cap_sys_admin_is_read_from_the_effective_set() {
+        let status = |eff: &str| format!("Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t{eff}\n");
+        assert_eq!(
+            has_capability(&status("000001ffffffffff"), CAP_SYS_ADMIN),
+            Some(true)
+        );
+        // podman's default set, without --privileged.
+        assert_eq!(
+            has_capability(&status("00000000a80425fb"), CAP_SYS_ADMIN),
+            Some(false)
+        );
+        assert_eq!(has_capability("Name:\tx\n", CAP_SYS_ADMIN), None);
+        assert_eq!(has_capability(&status("zz"), CAP_SYS_ADMIN), None);
     }
 
     #[test]

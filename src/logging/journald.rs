@@ -43,6 +43,10 @@ impl JournaldLayer {
             return None;
         }
         let socket = UnixDatagram::unbound().ok()?;
+        // A journald that does not read (stuck, or its queue full) must never stop the install:
+        // an entry it cannot take at once is left out of the journal (the log file and stderr
+        // have it), instead of blocking the thread that logged it.
+        socket.set_nonblocking(true).ok()?;
         Some(JournaldLayer {
             socket,
             path: path.to_path_buf(),
@@ -179,6 +183,20 @@ mod tests {
         let layer = JournaldLayer::new(&path, vec![("TAG".into(), "installer".into())]).unwrap();
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), log);
         (dir, server)
+    }
+
+    #[test]
+    fn a_journal_that_does_not_read_never_blocks_the_logging_thread() {
+        // Far more entries than a datagram socket queues (10 by default): were the sends
+        // blocking, the test would hang at the eleventh.
+        let (_dir, server) = journal(|| {
+            for i in 0..1000 {
+                tracing::info!("entry {i}");
+            }
+        });
+        let mut buf = [0u8; 4096];
+        let n = server.recv(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).contains("MESSAGE=entry 0\n"));
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub(crate) mod images;
 pub(crate) mod kexec_guest;
 pub(crate) mod live_ns;
 pub(crate) mod master_run;
+pub(crate) mod podman;
 pub(crate) mod root;
 pub(crate) mod service_report;
 pub(crate) mod tls_server;
