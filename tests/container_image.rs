@@ -135,7 +135,6 @@ impl Install {
             .agent_run(
                 &self.host,
                 dropped,
-                &[],
                 &self.flags(role, extra),
                 &self.svc.token(),
             )
@@ -341,7 +340,7 @@ fn podman_stop_mid_write_leaves_an_empty_gpt_and_exits_143() {
     i.images.route("/rhcos.raw.gz", slow);
     let mut run = i
         .podman
-        .agent_run(&i.host, None, &[], &i.flags("master", &[]), &i.svc.token());
+        .agent_run(&i.host, None, &i.flags("master", &[]), &i.svc.token());
     let mut child = run
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -40,15 +40,7 @@ impl CommandRunner for OcRunner {
         if self.has_oc {
             return self.inner.run_streaming(program, args, sink);
         }
-        Err(ExecError {
-            command: program.to_string(),
-            args: args.iter().map(|a| a.to_string()).collect(),
-            env: Box::default(),
-            exit_error: NO_OC.to_string(),
-            exit_code: None,
-            wait_status: 0,
-            output: String::new(),
-        })
+        Err(ExecError::new(program, args, NO_OC, None, ""))
     }
 }
 

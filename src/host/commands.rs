@@ -76,7 +76,7 @@ impl std::error::Error for ExecError {}
 impl ExecError {
     /// An error for `command args…` that failed with `exit_error`; `output` is the raw merged
     /// output (the "keep from `Error` on" rule is applied here).
-    fn new<S: AsRef<str>>(
+    pub(crate) fn new<S: AsRef<str>>(
         command: impl Into<String>,
         args: &[S],
         exit_error: impl Into<String>,

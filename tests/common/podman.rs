@@ -30,7 +30,7 @@ pub(crate) const NAME: &str = "assisted-installer";
 
 /// The agent's options before the image, word for word (its `install_cmd.go`), one entry per
 /// option with its value: a bad-line test drops one entry.
-pub(crate) const AGENT_OPTIONS: [&str; 11] = [
+const AGENT_OPTIONS: [&str; 11] = [
     "--privileged",
     "--pid=host",
     "--net=host",
@@ -148,14 +148,13 @@ impl Podman {
         stop.output().unwrap()
     }
 
-    /// The agent's `podman run` on `host`, without the option `dropped` (a bad line), with
-    /// `extra` options of the test's before the image and the installer's `flags` after it.
+    /// The agent's `podman run` on `host`, without the option `dropped` (a bad line), with the
+    /// installer's `flags` after the image.
     /// The token is in podman's environment, which `--env=PULL_SECRET_TOKEN` passes on.
     pub(crate) fn agent_run(
         &self,
         host: &Host,
         dropped: Option<&str>,
-        extra: &[String],
         flags: &[String],
         token: &str,
     ) -> Command {
@@ -166,7 +165,6 @@ impl Podman {
             .args(&self.flags)
             .arg("run")
             .args(options.flat_map(|o| o.split(' ')))
-            .args(extra)
             .arg(&self.image)
             .args(flags)
             .env("CONTAINERS_CONF", self.conf.path())
