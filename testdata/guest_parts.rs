@@ -33,7 +33,7 @@ use crate::boot_parts::{
 use crate::coreos_image::{cached, find_tool, hex_sha256};
 
 /// Bump whenever the parts or the initramfs change; part of the cache key.
-pub(crate) const GUEST_PARTS_VERSION: u32 = 3;
+pub(crate) const GUEST_PARTS_VERSION: u32 = 4;
 
 /// The modules `/init` loads, dependencies added (names as the kernel spells them; those built
 /// into the kernel are left out). The crypto algorithms come first: ext4, jbd2 and libcrc32c
@@ -67,9 +67,12 @@ pub(crate) const ROOT_MODULES: [&str; 22] = [
 
 /// Host programs the guest gets, at the paths they have here, with their libraries. `kexec`
 /// (kexec-tools) starts the kernel `write-image --kexec` loaded (`kexec -e`: what `systemctl
-/// kexec` ends in on a host), as busybox has no kexec applet.
-pub(crate) const HOST_TOOLS: [&str; 8] = [
-    "dmsetup", "mdadm", "lsblk", "rsync", "partx", "sgdisk", "blkid", "kexec",
+/// kexec` ends in on a host), as busybox has no kexec applet. LVM's commands (links to `lvm`)
+/// and `wipefs`: the install-disk cleanup's, and those that build the earlier LVM system it
+/// cleans.
+pub(crate) const HOST_TOOLS: [&str; 17] = [
+    "dmsetup", "mdadm", "lsblk", "rsync", "partx", "sgdisk", "blkid", "kexec", "wipefs", "lvm",
+    "vgs", "pvs", "vgremove", "pvremove", "pvcreate", "vgcreate", "lvcreate",
 ];
 
 /// What `/init` prefixes its own lines with.

@@ -6,7 +6,9 @@
 //!   the array's bytes from offset 0); the guest kernel parses the tables, so lsblk and
 //!   /proc/partitions must show the partitions under the kernel's names;
 //! * the entrypoint as the service starts it for a multipath host, for the appliance's linear
-//!   `agent` disk with the registry marker, and for a loop device; the fake assisted-service
+//!   `agent` disk with the registry marker, and for a loop device; then a real reinstall onto
+//!   the multipath map over an LVM volume group left on one of its partition maps, which the
+//!   install-disk cleanup must take down (it runs LVM's and mdadm's tools); the fake assisted-service
 //!   runs in the guest, on its loopback (the guest has no network device); the image is the
 //!   live ISO's (osmet file and OSTree objects), as the service never passes an image: the
 //!   live fixture's files reach the guest through the share as a host root
@@ -179,9 +181,30 @@ disk() {
 }
 "#;
 
+/// A reinstall over an earlier LVM-on-SAN system: a volume group on the multipath map's
+/// partition map of its root (from the install before), its volume active. Without udev, LVM
+/// and libdevmapper make their nodes themselves (`DM_DISABLE_UDEV`, and the settings LVM's
+/// commands read), and LVM's devices file is off, as on the live ISO. After the install: the
+/// maps left, what holds each of the map's partition maps, and LVM's volume groups.
+const LVM_SETUP: &str = r#"
+export DM_DISABLE_UDEV=1
+mkdir -p /etc/lvm
+printf 'activation {\n udev_sync = 0\n udev_rules = 0\n}\ndevices {\n obtain_device_list_from_udev = 0\n use_devicesfile = 0\n}\n' >/etc/lvm/lvm.conf
+{ pvcreate -ff -y /dev/mapper/mpatha4 && vgcreate vgsan /dev/mapper/mpatha4 &&
+  lvcreate -y -n data -L 8m vgsan; } >/share/lvm.setup 2>&1 || { cat /share/lvm.setup; exit 92; }
+ls /sys/block/dm-0/holders/*/holders/ >/share/lvm.before 2>&1
+"#;
+const LVM_CHECK: &str = r#"
+dmsetup ls >/share/lvm.dmsetup 2>&1
+for h in /sys/block/dm-0/holders/*; do
+  echo "$(cat $h/dm/name):$(ls $h/holders | tr '\n' ' ')"
+done | sort >/share/lvm.holders
+vgs --noheadings -o vg_name >/share/lvm.vgs 2>&1
+"#;
+
 /// The case script: the `write-image` installs, the device-mapper installs, the faulty disk,
 /// then `AI-GUEST cases <failed steps>` and the power cut.
-fn script(hosts: &[String; 4], image_sha256: &str) -> String {
+fn script(hosts: &[String; 5], image_sha256: &str) -> String {
     let mut s = WRITE_IMAGE_CASE.to_string();
     s.push_str("d=$(disk ai-cut); echo \"${d#/dev/}\" >/share/cut.dev\n");
     for (label, _, ss) in TARGETS {
@@ -243,12 +266,23 @@ dmsetup mknodes mpatha
         r#"["--copy-network"]"#,
         none,
     ));
+    // The registry marker goes first: this install is a plain master's.
+    s.push_str("rmdir /share/hostroot/run/media/iso/registry\n");
+    s.push_str(LVM_SETUP);
+    // A real install (not a dry run), with the install-disk cleanup.
+    s.push_str(&master_install(
+        "lvm",
+        &hosts[4],
+        "/dev/dm-0",
+        MULTIPATH_INSTALLER_ARGS,
+        (&["--dry-run"], &[]),
+    ));
+    s.push_str(LVM_CHECK);
     let from = ERROR_FROM / 512;
     let len = ERROR_LEN / 512;
     let _ = write!(
         s,
         r#"
-rmdir /share/hostroot/run/media/iso/registry
 # A disk that fails writes part of the way in: an error target between two linear ones.
 f=$(ai-disk ai-faulty)
 rest=$(( $(sectors $f) - {from} - {len} ))
@@ -492,7 +526,7 @@ fn disks_of_every_kind_device_mapper_and_a_power_cut_in_one_guest() {
     ] {
         spec.extra_files.push((tool.into(), tool.into(), 0o755));
     }
-    let hosts = [(); 4].map(|_| uuid::Uuid::new_v4().to_string());
+    let hosts = [(); 5].map(|_| uuid::Uuid::new_v4().to_string());
     spec.script = script(&hosts, &set(512).zst.sha256);
     let run = run_guest(&spec);
     let cases = run.lines.iter().find_map(|l| l.strip_prefix("cases "));
@@ -630,6 +664,33 @@ fn disks_of_every_kind_device_mapper_and_a_power_cut_in_one_guest() {
             ("mpatha", "part"),
         );
         assert_master_stages(&r.progress, false);
+    });
+
+    // The reinstall over the volume group on the multipath map's partition map: the cleanup
+    // found it through the map (the volume held it before), took it down and removed the maps,
+    // so the write went on with no report of a failed cleanup; the disk holds the new install
+    // (checked with `mpath` above: it is the same disk); only the new partition maps are left,
+    // held by nothing, and LVM knows no volume group.
+    check("lvm over a multipath partition map", &|| {
+        let before = shared("lvm.before");
+        assert!(before.contains("dm-"), "no volume on a map: {before}");
+        let out = shared("lvm.out");
+        assert_eq!(shared("lvm.rc").trim(), "0", "{out}");
+        let r = report("lvm");
+        assert!(r.refused.is_empty(), "{:?}", r.refused);
+        assert_master_stages(&r.progress, false);
+        let found = "A volume group (vgsan) was detected on the installation device (/dev/dm-0)";
+        assert!(out.contains(found), "{out}");
+        let maps = shared("lvm.dmsetup");
+        assert!(
+            !maps.contains("vgsan"),
+            "a stale map is left: {maps}\n{out}"
+        );
+        let holders = shared("lvm.holders");
+        let want: String = (1..=4).map(|n| format!("mpatha{n}:\n")).collect();
+        assert_eq!(holders, want, "{out}");
+        let vgs = shared("lvm.vgs");
+        assert!(!vgs.contains("vgsan"), "{vgs}");
     });
 
     // The appliance: the registry copy's stage (the dry run runs none of its commands) and

@@ -6,10 +6,107 @@
 //! runs the host commands in the Go installer's order (preinstall-utils `CleanupInstallDevice`).
 //! Every step is attempted; the errors are collected into one [`CleanupError`], which callers
 //! treat as non-fatal.
+//!
+//! What is on the disk is decided by path, as Go does (the device or a partition by kernel
+//! naming), and also by device number against what sysfs shows built on the disk
+//! ([`DiskStack`]). Go's path match alone misses every device-mapper user of a multipath disk:
+//! the disk is resolved to `/dev/dm-0` while LVM names its volume `/dev/mapper/mpatha3` and
+//! `dmsetup deps` names the partition map `dm-3`, so nothing was removed and the write then
+//! refused the busy disk. The device-mapper devices built on the disk are removed in the order
+//! sysfs gives (what sits on top first).
 
 use std::path::{Path, PathBuf};
 
 use super::commands::{CommandRunner, ExecError};
+use crate::disk::holders::DiskStack;
+
+/// What the cleanup reads of the system besides the commands' output.
+pub(crate) trait BlockDevices {
+    /// The disk at `device`, its partitions and everything built on them, as sysfs shows them
+    /// now (empty when they cannot be read).
+    fn stack(&self, device: &str) -> DiskStack;
+    /// The device number of the block device at `path` (links followed).
+    fn devno(&self, path: &str) -> Option<(u64, u64)>;
+}
+
+/// The running system. The installer's container has the host's /dev (`-v /dev:/dev`) and,
+/// privileged, the host's block devices in /sys, so the paths the host's commands print
+/// resolve here as on the host.
+struct LiveBlockDevices;
+
+impl BlockDevices for LiveBlockDevices {
+    fn stack(&self, device: &str) -> DiskStack {
+        DiskStack::of_device(Path::new(device)).unwrap_or_else(|e| {
+            tracing::warn!(
+                "Could not read from sysfs what is built on {device} ({e}): matching its users by name only"
+            );
+            DiskStack::default()
+        })
+    }
+
+    fn devno(&self, path: &str) -> Option<(u64, u64)> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let meta = std::fs::metadata(path).ok()?;
+        let rdev = meta.rdev();
+        let block = meta.file_type().is_block_device();
+        block.then(|| (libc::major(rdev).into(), libc::minor(rdev).into()))
+    }
+}
+
+/// The install disk as other devices are matched against it.
+struct InstallDisk<'a> {
+    path: &'a str,
+    stack: DiskStack,
+    blocks: &'a dyn BlockDevices,
+}
+
+impl<'a> InstallDisk<'a> {
+    fn read(blocks: &'a dyn BlockDevices, path: &'a str) -> Self {
+        InstallDisk {
+            path,
+            stack: blocks.stack(path),
+            blocks,
+        }
+    }
+
+    /// Whether the device at `path` (as `vgs`, `pvs` and `mdadm` print it) is the disk, one of
+    /// its partitions or built on them.
+    fn has_path(&self, path: &str) -> bool {
+        is_device_or_partition(path, self.path)
+            || self
+                .blocks
+                .devno(path)
+                .is_some_and(|d| self.stack.contains(d))
+    }
+
+    /// The same for a kernel name, as `dmsetup deps -o devname` prints it (`sda2`, `dm-3`).
+    fn has_kernel_name(&self, name: &str) -> bool {
+        let base = self.path.rsplit('/').next().unwrap_or(self.path);
+        is_device_or_partition(name, base) || self.stack.has_kernel_name(name)
+    }
+
+    /// The device-mapper devices to remove, in order: those sysfs shows built on the disk
+    /// (the top ones first; those under an array wait for it to stop), then those only
+    /// `dmsetup deps` named, in Go's order.
+    fn dm_removal_order(&self, named_by_deps: &[String]) -> Vec<String> {
+        let known = |d: &String| {
+            let mut names = self.stack.holders.iter();
+            names.any(|h| h.node.dm_name.as_ref() == Some(d))
+        };
+        let rest: Vec<String> = named_by_deps
+            .iter()
+            .filter(|d| !known(d))
+            .cloned()
+            .collect();
+        let mut order = self.stack.dm_take_down();
+        for d in order_dm_devices_for_removal(&rest) {
+            if !order.contains(&d) {
+                order.push(d);
+            }
+        }
+        order
+    }
+}
 
 /// Whether `candidate` is `device` itself or one of its partitions, by kernel naming:
 /// `sda` → `sda1`; a name ending in a digit takes a `p` (`nvme0n1p1`, `mmcblk0p2`, `md127p1`);
@@ -37,16 +134,17 @@ fn is_device_or_partition(candidate: &str, device: &str) -> bool {
     }
 }
 
-/// The volume groups with a physical volume on `device` (or one of its partitions), once each,
-/// from `vgs --noheadings -o vg_name,pv_name`.
-fn volume_groups_on_device(vgs_output: &str, device: &str) -> Vec<String> {
+/// The volume groups with a physical volume on the disk, once each, from `vgs --noheadings -o
+/// vg_name,pv_name`.
+fn volume_groups_on_device(vgs_output: &str, disk: &InstallDisk) -> Vec<String> {
+    let device = disk.path;
     let mut vgs: Vec<String> = Vec::new();
     for line in vgs_output.lines() {
         let mut fields = line.split_whitespace();
         let (Some(vg), Some(pv)) = (fields.next(), fields.next()) else {
             continue;
         };
-        if !is_device_or_partition(pv, device) {
+        if !disk.has_path(pv) {
             tracing::info!(
                 "Skipping removal of Volume Group {vg}, does not belong to disk {device}"
             );
@@ -57,12 +155,12 @@ fn volume_groups_on_device(vgs_output: &str, device: &str) -> Vec<String> {
     vgs
 }
 
-/// `pvs --noheadings -o pv_name` → the physical volumes on `device` or its partitions.
-fn physical_volumes_on_device(pvs_output: &str, device: &str) -> Vec<String> {
+/// `pvs --noheadings -o pv_name` → the physical volumes on the disk.
+fn physical_volumes_on_device(pvs_output: &str, disk: &InstallDisk) -> Vec<String> {
     pvs_output
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|pv| is_device_or_partition(pv, device))
+        .filter(|pv| disk.has_path(pv))
         .map(str::to_string)
         .collect()
 }
@@ -85,14 +183,13 @@ fn parse_dmsetup_ls(output: &str) -> Vec<String> {
 }
 
 /// Whether a `dmsetup deps -o devname <dm>` output (` 1 dependencies  : (sda2)`) names, in
-/// parentheses, `device` (by its base name) or one of its partitions.
-fn dm_depends_on(deps_output: &str, device: &str) -> bool {
-    let base = device.rsplit('/').next().unwrap_or(device);
+/// parentheses, the disk, one of its partitions or a device built on them.
+fn dm_depends_on(deps_output: &str, disk: &InstallDisk) -> bool {
     let mut inside = deps_output
         .split('(')
         .skip(1)
         .filter_map(|s| s.split_once(')'));
-    inside.any(|(name, _)| is_device_or_partition(name.trim(), base))
+    inside.any(|(name, _)| disk.has_kernel_name(name.trim()))
 }
 
 /// The removal order for device-mapper devices: for a thin pool's `<pool>_tdata` the pool
@@ -119,11 +216,11 @@ struct RaidArray {
 }
 
 impl RaidArray {
-    /// The members that are `device` or one of its partitions.
-    fn members_on(&self, device: &str) -> Vec<String> {
+    /// The members that are the disk, one of its partitions or built on them.
+    fn members_on(&self, disk: &InstallDisk) -> Vec<String> {
         self.members
             .iter()
-            .filter(|m| is_device_or_partition(m, device))
+            .filter(|m| disk.has_path(m))
             .cloned()
             .collect()
     }
@@ -177,9 +274,18 @@ pub(crate) fn cleanup_install_device(
     runner: &dyn CommandRunner,
     device: &str,
 ) -> Result<(), CleanupError> {
+    cleanup_install_device_on(runner, &LiveBlockDevices, device)
+}
+
+/// [`cleanup_install_device`] with what sysfs shows read through `blocks`.
+fn cleanup_install_device_on(
+    runner: &dyn CommandRunner,
+    blocks: &dyn BlockDevices,
+    device: &str,
+) -> Result<(), CleanupError> {
     tracing::info!("Start cleaning up device {device}");
     let mut errors = Vec::new();
-    cleanup_lvm_and_dm(runner, device, &mut errors);
+    cleanup_lvm_and_dm(runner, blocks, device, &mut errors);
 
     match runner.run("mdadm", &["-v", "--query", "--detail", "--scan"]) {
         Err(e) => tracing::error!(
@@ -187,6 +293,7 @@ pub(crate) fn cleanup_install_device(
              cleaning: {e}"
         ),
         Ok(out) => {
+            let disk = InstallDisk::read(blocks, device);
             let arrays: Vec<RaidArray> = parse_mdadm_scan(&out)
                 .into_iter()
                 .map(|mut a| {
@@ -195,13 +302,13 @@ pub(crate) fn cleanup_install_device(
                     }
                     a
                 })
-                .filter(|a| !a.members_on(device).is_empty())
+                .filter(|a| !a.members_on(&disk).is_empty())
                 .collect();
             if !arrays.is_empty() {
                 tracing::info!("A raid was detected on the device ({device}) - cleaning");
                 for array in &arrays {
                     // The array itself may carry LVM; clean it before breaking it up.
-                    cleanup_lvm_and_dm(runner, &array.device, &mut errors);
+                    cleanup_lvm_and_dm(runner, blocks, &array.device, &mut errors);
                 }
                 for array in &arrays {
                     tracing::info!("Stopping raid device: {}", array.device);
@@ -209,13 +316,16 @@ pub(crate) fn cleanup_install_device(
                         errors.push(e);
                         continue;
                     }
-                    for member in array.members_on(device) {
+                    for member in array.members_on(&disk) {
                         tracing::info!("Cleaning raid member {member} superblock");
                         if let Err(e) = runner.run("mdadm", &["--zero-superblock", &member]) {
                             errors.push(e);
                         }
                     }
                 }
+                // The device-mapper devices under a stopped array can go now.
+                let left = InstallDisk::read(blocks, device).dm_removal_order(&[]);
+                remove_dm_devices(runner, &left, &mut errors);
                 tracing::info!("Finished cleaning up device {device}");
             }
         }
@@ -255,7 +365,13 @@ fn list(
         .ok()
 }
 
-fn cleanup_lvm_and_dm(runner: &dyn CommandRunner, device: &str, errors: &mut Vec<ExecError>) {
+fn cleanup_lvm_and_dm(
+    runner: &dyn CommandRunner,
+    blocks: &dyn BlockDevices,
+    device: &str,
+    errors: &mut Vec<ExecError>,
+) {
+    let disk = InstallDisk::read(blocks, device);
     let vgs = list(
         runner,
         errors,
@@ -263,7 +379,7 @@ fn cleanup_lvm_and_dm(runner: &dyn CommandRunner, device: &str, errors: &mut Vec
         "vgs",
         &["--noheadings", "-o", "vg_name,pv_name"],
     );
-    for vg in volume_groups_on_device(&vgs.unwrap_or_default(), device) {
+    for vg in volume_groups_on_device(&vgs.unwrap_or_default(), &disk) {
         tracing::info!(
             "A volume group ({vg}) was detected on the installation device ({device}) - cleaning"
         );
@@ -280,7 +396,7 @@ fn cleanup_lvm_and_dm(runner: &dyn CommandRunner, device: &str, errors: &mut Vec
         "pvs",
         &["--noheadings", "-o", "pv_name"],
     );
-    for pv in physical_volumes_on_device(&pvs.unwrap_or_default(), device) {
+    for pv in physical_volumes_on_device(&pvs.unwrap_or_default(), &disk) {
         tracing::info!("Removing pv {pv} from disk {device}");
         if let Err(e) = runner.run("pvremove", &[&pv, "-y", "-ff"]) {
             tracing::error!("Failed remove pv {pv} from disk {device}");
@@ -294,7 +410,7 @@ fn cleanup_lvm_and_dm(runner: &dyn CommandRunner, device: &str, errors: &mut Vec
     let mut on_device = Vec::new();
     for dm in parse_dmsetup_ls(&dms) {
         match runner.run("dmsetup", &["deps", "-o", "devname", &dm]) {
-            Ok(deps) if dm_depends_on(&deps, device) => on_device.push(dm),
+            Ok(deps) if dm_depends_on(&deps, &disk) => on_device.push(dm),
             Ok(_) => {}
             Err(e) => {
                 tracing::error!("Failed to get parent device for DM device {dm}");
@@ -302,9 +418,15 @@ fn cleanup_lvm_and_dm(runner: &dyn CommandRunner, device: &str, errors: &mut Vec
             }
         }
     }
-    for dm in order_dm_devices_for_removal(&on_device) {
+    // vgremove took its volumes' maps down: what is built on the disk now.
+    let order = InstallDisk::read(blocks, device).dm_removal_order(&on_device);
+    remove_dm_devices(runner, &order, errors);
+}
+
+fn remove_dm_devices(runner: &dyn CommandRunner, names: &[String], errors: &mut Vec<ExecError>) {
+    for dm in names {
         tracing::info!("Removing DM device {dm}");
-        if let Err(e) = runner.run("dmsetup", &["remove", "--retry", &dm]) {
+        if let Err(e) = runner.run("dmsetup", &["remove", "--retry", dm]) {
             tracing::error!("Failed to remove DM device {dm}: {e}");
             errors.push(e);
         }
@@ -354,8 +476,49 @@ pub(crate) fn resolve_disk_symlink(path: impl AsRef<Path>) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
     use super::super::commands::RecordingRunner;
     use super::*;
+    use crate::disk::holders::{BlockNode, Holder};
+
+    /// sysfs as a test sets it: per device, the stacks each read returns in turn (the last one
+    /// stays); the device numbers of paths. A device it does not know has nothing built on it.
+    struct FakeBlocks {
+        stacks: RefCell<HashMap<String, Vec<DiskStack>>>,
+        devnos: HashMap<String, (u64, u64)>,
+    }
+
+    impl BlockDevices for FakeBlocks {
+        fn stack(&self, device: &str) -> DiskStack {
+            let mut stacks = self.stacks.borrow_mut();
+            match stacks.get_mut(device) {
+                Some(s) if s.len() > 1 => s.remove(0),
+                Some(s) => s[0].clone(),
+                None => DiskStack::default(),
+            }
+        }
+
+        fn devno(&self, path: &str) -> Option<(u64, u64)> {
+            self.devnos.get(path).copied()
+        }
+    }
+
+    /// Nothing in sysfs: Go's matching by name alone.
+    struct NoSysfs;
+
+    impl BlockDevices for NoSysfs {
+        fn stack(&self, _: &str) -> DiskStack {
+            DiskStack::default()
+        }
+
+        fn devno(&self, _: &str) -> Option<(u64, u64)> {
+            None
+        }
+    }
+
+    const NO_SYSFS: &NoSysfs = &NoSysfs;
 
     #[test]
     fn partition_matching() {
@@ -381,18 +544,28 @@ mod tests {
         }
     }
 
+    fn by_name(path: &str) -> InstallDisk<'_> {
+        InstallDisk::read(NO_SYSFS, path)
+    }
+
     #[test]
     fn vgs_and_pvs_parsing() {
         let vgs = "  vg0   /dev/sda2\n  vg0   /dev/sda3\n  data  /dev/sdb1\n  other /dev/sdab1\n\n";
-        assert_eq!(volume_groups_on_device(vgs, "/dev/sda"), vec!["vg0"]);
-        assert_eq!(volume_groups_on_device(vgs, "/dev/sdb"), vec!["data"]);
-        assert!(volume_groups_on_device("", "/dev/sda").is_empty());
+        assert_eq!(
+            volume_groups_on_device(vgs, &by_name("/dev/sda")),
+            vec!["vg0"]
+        );
+        assert_eq!(
+            volume_groups_on_device(vgs, &by_name("/dev/sdb")),
+            vec!["data"]
+        );
+        assert!(volume_groups_on_device("", &by_name("/dev/sda")).is_empty());
         let pvs = "  /dev/sda2 \n  /dev/sda3\n  /dev/sdb1\n";
         assert_eq!(
-            physical_volumes_on_device(pvs, "/dev/sda"),
+            physical_volumes_on_device(pvs, &by_name("/dev/sda")),
             vec!["/dev/sda2", "/dev/sda3"]
         );
-        assert!(physical_volumes_on_device(pvs, "/dev/sdc").is_empty());
+        assert!(physical_volumes_on_device(pvs, &by_name("/dev/sdc")).is_empty());
     }
 
     #[test]
@@ -413,7 +586,8 @@ mod tests {
             (" 1 dependencies : (nvme0n1p3)", "/dev/nvme0n1", true),
             (" 0 dependencies : ", "/dev/sda", false),
         ] {
-            assert_eq!(dm_depends_on(deps, device), expected, "{deps:?} {device}");
+            let got = dm_depends_on(deps, &by_name(device));
+            assert_eq!(got, expected, "{deps:?} {device}");
         }
     }
 
@@ -452,8 +626,11 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(arrays[0].members_on("/dev/vda"), vec!["/dev/vda2"]);
-        assert!(arrays[1].members_on("/dev/vda").is_empty());
+        assert_eq!(
+            arrays[0].members_on(&by_name("/dev/vda")),
+            vec!["/dev/vda2"]
+        );
+        assert!(arrays[1].members_on(&by_name("/dev/vda")).is_empty());
         // An ARRAY line without devices= is skipped, and a truncated one too.
         assert!(parse_mdadm_scan("ARRAY /dev/md0 level=raid1\nsomething else\n").is_empty());
         assert!(parse_mdadm_scan("ARRAY /dev/md0 level=raid1").is_empty());
@@ -576,7 +753,7 @@ mod tests {
         ];
         for (device, replies, expected) in cases {
             let r = runner(replies);
-            cleanup_install_device(&r, device).unwrap();
+            cleanup_install_device_on(&r, NO_SYSFS, device).unwrap();
             assert_eq!(r.lines(), expected, "{replies:?}");
         }
     }
@@ -590,7 +767,7 @@ mod tests {
              devices=/dev/nvme0n1p3,/dev/nvme0n1p4,/dev/nvme1n1p3\n\
              ARRAY /dev/md126 metadata=1.2 name=any:boot\n   devices=/dev/nvme0n1,/dev/nvme2n1",
         );
-        cleanup_install_device(&r, "/dev/nvme0n1").unwrap();
+        cleanup_install_device_on(&r, NO_SYSFS, "/dev/nvme0n1").unwrap();
         let lines = r.lines();
         let raid: Vec<&String> = lines.iter().filter(|l| l.starts_with("mdadm --")).collect();
         assert_eq!(
@@ -631,7 +808,7 @@ mod tests {
             )
             .fail("wipefs --all --force /dev/sda", 1, "busy")
             .fail("wipefs --all /dev/sda", 1, "still busy");
-        let err = cleanup_install_device(&r, "/dev/sda").unwrap_err();
+        let err = cleanup_install_device_on(&r, NO_SYSFS, "/dev/sda").unwrap_err();
         assert_eq!(err.errors.len(), 5, "{err}");
         let text = err.to_string();
         assert!(text.contains("vgremove [vg0 -y]"), "{text}");
@@ -651,6 +828,156 @@ mod tests {
             lines.last().unwrap(),
             "wipefs --all /dev/sda",
             "fallback without --force"
+        );
+    }
+
+    fn holder(name: &str, devno: (u64, u64), dm_name: Option<&str>, under_other: bool) -> Holder {
+        let node = BlockNode {
+            name: name.into(),
+            devno,
+            dm_name: dm_name.map(String::from),
+        };
+        Holder { node, under_other }
+    }
+
+    /// Partition map `n` of `mpatha`: `dm-<n>`, `mpatha<n>`.
+    fn map(n: u64) -> Holder {
+        let dm_name = format!("mpatha{n}");
+        holder(&format!("dm-{n}"), (253, n), Some(&dm_name), false)
+    }
+
+    /// `/dev/dm-0` (`mpatha`) and what is built on it, in take-down order.
+    fn mpatha(holders: Vec<Holder>) -> DiskStack {
+        let disk = holder("dm-0", (253, 0), Some("mpatha"), false);
+        DiskStack {
+            base: vec![disk.node],
+            holders,
+        }
+    }
+
+    fn answers(r: &RecordingRunner, maps: &[(&str, &str)]) {
+        let ls: Vec<String> = maps
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| format!("{name}\t(253:{i})"))
+            .collect();
+        r.ok("dmsetup ls", &ls.join("\n"));
+        for (name, deps) in maps {
+            let n = deps.split(' ').count();
+            let text = format!(" {n} dependencies\t: {deps}");
+            r.ok(&format!("dmsetup deps -o devname {name}"), &text);
+        }
+    }
+
+    /// The install disk resolved to /dev/dm-0, a volume group on its partition map
+    /// `/dev/mapper/mpatha4`: found by device number, removed, then the maps. When vgremove
+    /// fails, the volume's map goes before the partition map it sits on.
+    #[test]
+    fn cleanup_of_lvm_on_a_multipath_partition_map() {
+        let maps = [
+            ("mpatha", "(sdb) (sdc)"),
+            ("mpatha1", "(dm-0)"),
+            ("mpatha2", "(dm-0)"),
+            ("mpatha3", "(dm-0)"),
+            ("mpatha4", "(dm-0)"),
+            ("keep-lv", "(sdz1)"),
+        ];
+        let deps: Vec<String> = maps
+            .iter()
+            .map(|(m, _)| format!("dmsetup deps -o devname {m}"))
+            .collect();
+        let lv = holder("dm-5", (253, 5), Some("vgsan-data"), false);
+        let with_lv = mpatha(vec![map(1), map(2), map(3), lv, map(4)]);
+        for vgremove_works in [true, false] {
+            let after = if vgremove_works {
+                mpatha(vec![map(1), map(2), map(3), map(4)])
+            } else {
+                with_lv.clone()
+            };
+            let blocks = FakeBlocks {
+                stacks: RefCell::new(HashMap::from([(
+                    "/dev/dm-0".to_string(),
+                    vec![with_lv.clone(), after],
+                )])),
+                devnos: HashMap::from([
+                    ("/dev/mapper/mpatha4".to_string(), (253, 4)),
+                    ("/dev/sdz1".to_string(), (65, 145)),
+                ]),
+            };
+            let r = RecordingRunner::new();
+            r.ok(VGS, "  vgsan /dev/mapper/mpatha4\n  keep /dev/sdz1")
+                .ok(PVS, "  /dev/mapper/mpatha4\n  /dev/sdz1")
+                .ok(SCAN, "");
+            if !vgremove_works {
+                r.fail("vgremove vgsan -y", 5, "Logical volume vgsan/data in use.");
+            }
+            answers(&r, &maps);
+            let result = cleanup_install_device_on(&r, &blocks, "/dev/dm-0");
+            assert_eq!(result.is_ok(), vgremove_works, "{result:?}");
+            let mut want = vec![
+                VGS,
+                "vgremove vgsan -y",
+                PVS,
+                "pvremove /dev/mapper/mpatha4 -y -ff",
+                "dmsetup ls",
+            ];
+            want.extend(deps.iter().map(String::as_str));
+            want.extend([
+                "dmsetup remove --retry mpatha1",
+                "dmsetup remove --retry mpatha2",
+                "dmsetup remove --retry mpatha3",
+            ]);
+            if !vgremove_works {
+                want.push("dmsetup remove --retry vgsan-data");
+            }
+            want.extend([
+                "dmsetup remove --retry mpatha4",
+                SCAN,
+                "wipefs --all --force /dev/dm-0",
+            ]);
+            assert_eq!(r.lines(), want, "vgremove works: {vgremove_works}");
+        }
+    }
+
+    /// An md array over partition maps of two multipath disks: the member's map stays while
+    /// the array runs, and goes once the array is stopped and the member zeroed.
+    #[test]
+    fn cleanup_of_an_array_on_a_multipath_partition_map() {
+        let md = holder("md127", (9, 127), None, false);
+        let member = holder("dm-2", (253, 2), Some("mpatha2"), true);
+        let running = mpatha(vec![map(1), md, member, map(3), map(4)]);
+        let stopped = mpatha(vec![map(2)]);
+        let blocks = FakeBlocks {
+            stacks: RefCell::new(HashMap::from([(
+                "/dev/dm-0".to_string(),
+                vec![running.clone(), running.clone(), running, stopped],
+            )])),
+            devnos: HashMap::from([("/dev/mapper/mpatha2".to_string(), (253, 2))]),
+        };
+        let r = RecordingRunner::new();
+        r.ok(
+            SCAN,
+            "ARRAY /dev/md127 metadata=1.2 name=any:data\n   \
+             devices=/dev/mapper/mpatha2,/dev/mapper/mpathb2",
+        )
+        .ok("dmsetup ls", "No devices found");
+        cleanup_install_device_on(&r, &blocks, "/dev/dm-0").unwrap();
+        let lines = r.lines();
+        let acted: Vec<&str> = lines
+            .iter()
+            .map(String::as_str)
+            .filter(|l| l.starts_with("dmsetup remove") || l.starts_with("mdadm --"))
+            .collect();
+        assert_eq!(
+            acted,
+            [
+                "dmsetup remove --retry mpatha1",
+                "dmsetup remove --retry mpatha3",
+                "dmsetup remove --retry mpatha4",
+                "mdadm --stop /dev/md127",
+                "mdadm --zero-superblock /dev/mapper/mpatha2",
+                "dmsetup remove --retry mpatha2",
+            ]
         );
     }
 
