@@ -247,8 +247,8 @@ dmsetup mknodes mpatha
         none,
     ));
     s.push_str(APPLIANCE_SETUP);
-    // Not a dry run: the registry copy's host commands run (the install-disk cleanup is
-    // skipped: LVM's and mdadm's tools are not in the guest).
+    // Not a dry run: the registry copy's host commands run (with the install-disk cleanup
+    // skipped, as the flag asks; the reinstall over LVM below runs it).
     s.push_str(&master_install(
         "agent",
         &hosts[1],

@@ -1,6 +1,6 @@
 //! What sysfs shows of a block device: its directory, its device number and the partitions the
-//! kernel knows. Read by the busy check (who holds the disk) and by the code that makes
-//! partition nodes appear; no udev needed.
+//! kernel knows. Read by the busy check (who holds the disk), the install-disk cleanup (what is
+//! built on the disk) and the code that makes partition nodes appear; no udev needed.
 
 use std::path::{Path, PathBuf};
 
