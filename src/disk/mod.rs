@@ -3,6 +3,7 @@
 pub(crate) mod boot;
 pub(crate) mod device;
 pub(crate) mod direct;
+pub(crate) mod firmware_disks;
 mod dm;
 pub mod gpt;
 pub(crate) mod holders;
@@ -21,4 +22,5 @@ mod windows;
 
 pub use device::{Device, DeviceKind, ZeroMethod};
 pub use holders::DeviceBusy;
+pub(crate) use firmware_disks::{firmware_disks, FirmwareDisks};
 pub(crate) use other_boot::warn_about_other_boot_filesystems;
