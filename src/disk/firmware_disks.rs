@@ -45,10 +45,7 @@ pub(crate) enum FirmwareDisks {
     Itself,
     /// The firmware sees these disks instead; `what` names the target (`md RAID1 array
     /// md127`, `multipath map mpatha (dm-0)`).
-    Under {
-        what: String,
-        disks: Vec<EntryDisk>,
-    },
+    Under { what: String, disks: Vec<EntryDisk> },
     /// No disk the firmware sees holds the EFI system partition whole: why.
     Hidden(String),
 }
@@ -64,7 +61,9 @@ pub(crate) fn firmware_disks(device: &Path, esp: u32) -> FirmwareDisks {
     let name = std::fs::metadata(device)
         .ok()
         .filter(|m| m.file_type().is_block_device())
-        .and_then(|m| sysfs::block_dir(libc::major(m.rdev()).into(), libc::minor(m.rdev()).into()).ok())
+        .and_then(|m| {
+            sysfs::block_dir(libc::major(m.rdev()).into(), libc::minor(m.rdev()).into()).ok()
+        })
         .and_then(|dir| Some(dir.file_name()?.to_string_lossy().into_owned()));
     let Some(name) = name else {
         tracing::debug!(
@@ -78,7 +77,12 @@ pub(crate) fn firmware_disks(device: &Path, esp: u32) -> FirmwareDisks {
 
 /// [`firmware_disks`] of the device with kernel name `name`, over the sysfs tree `sys_block`
 /// (`/sys/block`) and device nodes in `dev`.
-pub(crate) fn firmware_disks_in(sys_block: &Path, dev: &Path, name: &str, esp: u32) -> FirmwareDisks {
+pub(crate) fn firmware_disks_in(
+    sys_block: &Path,
+    dev: &Path,
+    name: &str,
+    esp: u32,
+) -> FirmwareDisks {
     under(sys_block, dev, name, esp, 0)
 }
 
@@ -172,9 +176,14 @@ fn multipath_paths(dir: &Path, name: &str) -> Result<(String, Vec<String>), Stri
             // A SCSI path the kernel took offline cannot be read, by efibootmgr or later by
             // the firmware through that port.
             let state = sysfs::attr(&sys_block.join(path).join("device"), "state");
-            let running = state.as_deref().is_none_or(|s| s == "running" || s == "live");
+            let running = state
+                .as_deref()
+                .is_none_or(|s| s == "running" || s == "live");
             if !running {
-                tracing::info!("{what}: path {path} is {}: no boot entry on it", state.unwrap_or_default());
+                tracing::info!(
+                    "{what}: path {path} is {}: no boot entry on it",
+                    state.unwrap_or_default()
+                );
             }
             running
         })
@@ -280,19 +289,38 @@ mod tests {
             [("/dev/sda".into(), 2), ("/dev/sdb".into(), 2)]
         );
         // A failed member and a spare are left out; the working one still boots.
-        s.md("md126", "raid1", "external:/md127/0", &[("sdc", 0, "faulty"), ("sdd", 0, "in_sync"), ("sde", 0, "spare")]);
+        s.md(
+            "md126",
+            "raid1",
+            "external:/md127/0",
+            &[
+                ("sdc", 0, "faulty"),
+                ("sdd", 0, "in_sync"),
+                ("sde", 0, "spare"),
+            ],
+        );
         assert_eq!(entries(s.of("md126")), [("/dev/sdd".into(), 2)]);
         s.md("md125", "raid1", "1.0", &[("sdf", 0, "faulty")]);
-        assert_eq!(hidden(s.of("md125")), "md RAID1 array md125 has no working member disk");
+        assert_eq!(
+            hidden(s.of("md125")),
+            "md RAID1 array md125 has no working member disk"
+        );
     }
 
     #[test]
     fn an_md_array_whose_members_do_not_start_with_its_table_is_hidden() {
         let s = Sys::new();
-        s.md("md0", "raid1", "1.2", &[("sda", 0, "in_sync"), ("sdb", 2048, "in_sync")]);
+        s.md(
+            "md0",
+            "raid1",
+            "1.2",
+            &[("sda", 0, "in_sync"), ("sdb", 2048, "in_sync")],
+        );
         let why = hidden(s.of("md0"));
         assert!(
-            why.contains("md RAID1 array md0: its data starts at sector 2048 of member sdb (metadata 1.2)"),
+            why.contains(
+                "md RAID1 array md0: its data starts at sector 2048 of member sdb (metadata 1.2)"
+            ),
             "{why}"
         );
         s.md("md1", "raid5", "1.0", &[("sdc", 0, "in_sync")]);
@@ -305,7 +333,11 @@ mod tests {
     #[test]
     fn a_multipath_map_gets_an_entry_on_each_running_path() {
         let s = Sys::new();
-        s.multipath("dm-0", "mpatha", &[("sda", "running"), ("sdb", "offline"), ("sdc", "running")]);
+        s.multipath(
+            "dm-0",
+            "mpatha",
+            &[("sda", "running"), ("sdb", "offline"), ("sdc", "running")],
+        );
         let found = s.of("dm-0");
         let FirmwareDisks::Under { what, .. } = &found else {
             panic!("{found:?}")

@@ -42,7 +42,12 @@ pub(super) fn is_multipath(dir: &Path) -> bool {
 
 /// The trimmed text of sysfs attribute `name` under `dir` (`md/level`, `device/state` ...).
 pub(super) fn attr(dir: &Path, name: &str) -> Option<String> {
-    Some(std::fs::read_to_string(dir.join(name)).ok()?.trim().to_string())
+    Some(
+        std::fs::read_to_string(dir.join(name))
+            .ok()?
+            .trim()
+            .to_string(),
+    )
 }
 
 /// The kernel names of the entries of a sysfs list directory (`holders`, `slaves`), sorted.

@@ -495,7 +495,11 @@ mod tests {
                 &crate::host::lsblk::lsblk_json("vda", "disk", &["vda1", "vda2", "vda3", "vda4"]),
             )
             .ok("ls -1 /mnt/EFI", "redhat")
-            .fail(create, 5, "efibootmgr: Could not prepare Boot variable: No such device");
+            .fail(
+                create,
+                5,
+                "efibootmgr: Could not prepare Boot variable: No such device",
+            );
         run_installer(&t.flow).expect("the install goes on");
         assert!(t.runner.lines().iter().any(|l| l == create));
         let reports = t.reports();
@@ -517,7 +521,10 @@ mod tests {
                 ),
             "{info}"
         );
-        assert_eq!(reports[at - 1], ("Writing image to disk".into(), "100%".into()));
+        assert_eq!(
+            reports[at - 1],
+            ("Writing image to disk".into(), "100%".into())
+        );
         assert_eq!(reports.last().unwrap().0, "Rebooting");
     }
 

@@ -413,7 +413,11 @@ mod tests {
         r.fail("test -f /usr/sbin/bootlist", 1, "")
             .ok(
                 "lsblk --bytes --json /dev/md127",
-                &lsblk("md127", "raid1", &["md127p1", "md127p2", "md127p3", "md127p4"]),
+                &lsblk(
+                    "md127",
+                    "raid1",
+                    &["md127p1", "md127p2", "md127p3", "md127p4"],
+                ),
             )
             .ok("ls -1 /mnt/EFI", "BOOT\nredhat")
             .ok(
@@ -449,14 +453,19 @@ mod tests {
             r.fail("test -f /usr/sbin/bootlist", 1, "")
                 .ok(
                     "lsblk --bytes --json /dev/dm-0",
-                    &lsblk("mpatha", "mpath", &["mpatha1", "mpatha2", "mpatha3", "mpatha4"]),
+                    &lsblk(
+                        "mpatha",
+                        "mpath",
+                        &["mpatha1", "mpatha2", "mpatha3", "mpatha4"],
+                    ),
                 )
                 .ok("ls -1 /mnt/EFI", "redhat");
             r
         };
         let paths = under("multipath map mpatha (dm-0)", &["/dev/sdc", "/dev/sdd"]);
         let r = runner();
-        r.ok(&create("/dev/sdc"), MADE).ok(&create("/dev/sdd"), MADE);
+        r.ok(&create("/dev/sdc"), MADE)
+            .ok(&create("/dev/sdd"), MADE);
         set_boot_order(&r, &FakeClock::new(), "/dev/dm-0", &paths, "x86_64").unwrap();
         let mut want = before_entries("/dev/dm-0", "/dev/mapper/mpatha2");
         want.extend([
@@ -485,10 +494,12 @@ mod tests {
         assert_eq!(r.lines(), want, "every path is tried, the boot order shown");
 
         let r = runner();
-        r.fail(&create("/dev/sdc"), 5, "EIO").fail(&create("/dev/sdd"), 5, "EIO");
+        r.fail(&create("/dev/sdc"), 5, "EIO")
+            .fail(&create("/dev/sdd"), 5, "EIO");
         let err = set_boot_order(&r, &FakeClock::new(), "/dev/dm-0", &paths, "x86_64").unwrap_err();
         assert!(
-            format!("{err:#}").starts_with("no boot entry could be made on any disk under /dev/dm-0: "),
+            format!("{err:#}")
+                .starts_with("no boot entry could be made on any disk under /dev/dm-0: "),
             "{err:#}"
         );
         assert_eq!(r.lines(), want[..want.len() - 1]);
@@ -500,14 +511,18 @@ mod tests {
     fn a_target_the_firmware_cannot_read_is_an_error_before_any_command() {
         let r = RecordingRunner::new();
         r.fail("test -f /usr/sbin/bootlist", 1, "");
-        let hidden = |_| FirmwareDisks::Hidden("md RAID1 array md0: its data starts at sector 2048".into());
+        let hidden =
+            |_| FirmwareDisks::Hidden("md RAID1 array md0: its data starts at sector 2048".into());
         let err = set_boot_order(&r, &FakeClock::new(), "/dev/md0", &hidden, "x86_64").unwrap_err();
         assert_eq!(
             err.to_string(),
             "no boot entry can name /dev/md0, as no disk the firmware reads holds its EFI system \
              partition: md RAID1 array md0: its data starts at sector 2048"
         );
-        assert_eq!(r.lines(), ["test -f /usr/sbin/bootlist", "test -d /sys/firmware/efi"]);
+        assert_eq!(
+            r.lines(),
+            ["test -f /usr/sbin/bootlist", "test -d /sys/firmware/efi"]
+        );
     }
 
     /// BIOS: nothing to do; PowerVM: bootlist, whose failure is ignored.
