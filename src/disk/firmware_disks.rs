@@ -91,7 +91,7 @@ fn under(sys_block: &Path, dev: &Path, name: &str, esp: u32, depth: usize) -> Fi
     let found = if dir.join("md").is_dir() {
         md_members(&dir, name)
     } else if sysfs::is_multipath(&dir) {
-        multipath_paths(&dir, name)
+        Ok(multipath_paths(&dir, name))
     } else {
         return FirmwareDisks::Itself;
     };
@@ -128,7 +128,10 @@ fn under(sys_block: &Path, dev: &Path, name: &str, esp: u32, depth: usize) -> Fi
 fn md_members(dir: &Path, name: &str) -> Result<(String, Vec<String>), String> {
     let md = dir.join("md");
     let level = sysfs::attr(&md, "level").unwrap_or_default();
-    let what = format!("md {} array {name}", level.to_uppercase());
+    let what = match level.as_str() {
+        "" => format!("md array {name}"),
+        level => format!("md {} array {name}", level.to_uppercase()),
+    };
     if level != "raid1" {
         return Err(format!(
             "{what}: only a RAID1 member holds a whole copy of the disk, with the EFI system \
@@ -166,7 +169,7 @@ fn md_members(dir: &Path, name: &str) -> Result<(String, Vec<String>), String> {
 }
 
 /// The running paths of multipath map `name`, with the map described.
-fn multipath_paths(dir: &Path, name: &str) -> Result<(String, Vec<String>), String> {
+fn multipath_paths(dir: &Path, name: &str) -> (String, Vec<String>) {
     let map = sysfs::dm_identity(dir).map(|(n, _)| n).unwrap_or_default();
     let what = format!("multipath map {map} ({name})");
     let sys_block = dir.parent().unwrap_or(Path::new("/"));
@@ -188,7 +191,7 @@ fn multipath_paths(dir: &Path, name: &str) -> Result<(String, Vec<String>), Stri
             running
         })
         .collect();
-    Ok((what, paths))
+    (what, paths)
 }
 
 #[cfg(test)]
