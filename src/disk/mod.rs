@@ -4,6 +4,7 @@ pub(crate) mod boot;
 pub(crate) mod device;
 pub(crate) mod direct;
 mod dm;
+pub(crate) mod firmware_disks;
 pub mod gpt;
 pub(crate) mod holders;
 pub(crate) mod loopdev;
@@ -20,5 +21,6 @@ mod udev;
 mod windows;
 
 pub use device::{Device, DeviceKind, ZeroMethod};
+pub(crate) use firmware_disks::{firmware_disks, FirmwareDisks};
 pub use holders::DeviceBusy;
 pub(crate) use other_boot::warn_about_other_boot_filesystems;

@@ -138,7 +138,7 @@ fn related(sys_block: &Path, target: &str) -> BTreeSet<String> {
     }
     let paths: Vec<String> = out
         .iter()
-        .filter(|name| is_multipath(&sys_block.join(name)))
+        .filter(|name| sysfs::is_multipath(&sys_block.join(name)))
         .flat_map(|map| sysfs::names_in(&sys_block.join(map).join("slaves")))
         .collect();
     out.extend(paths);
@@ -149,11 +149,7 @@ fn related(sys_block: &Path, target: &str) -> BTreeSet<String> {
 fn is_multipath_path(sys_block: &Path, dir: &Path) -> bool {
     sysfs::names_in(&dir.join("holders"))
         .iter()
-        .any(|h| is_multipath(&sys_block.join(h)))
-}
-
-fn is_multipath(dir: &Path) -> bool {
-    sysfs::dm_identity(dir).is_some_and(|(_, uuid)| uuid.starts_with("mpath-"))
+        .any(|h| sysfs::is_multipath(&sys_block.join(h)))
 }
 
 /// A device-mapper partition map of another disk (uuid `partN-…`, as kpartx and we name

@@ -35,6 +35,21 @@ pub(super) fn dm_identity(dir: &Path) -> Option<(String, String)> {
     Some((name.trim().to_string(), uuid.trim().to_string()))
 }
 
+/// Whether a sysfs block directory is a dm-multipath map (its dm uuid is `mpath-…`).
+pub(super) fn is_multipath(dir: &Path) -> bool {
+    dm_identity(dir).is_some_and(|(_, uuid)| uuid.starts_with("mpath-"))
+}
+
+/// The trimmed text of sysfs attribute `name` under `dir` (`md/level`, `device/state` ...).
+pub(super) fn attr(dir: &Path, name: &str) -> Option<String> {
+    Some(
+        std::fs::read_to_string(dir.join(name))
+            .ok()?
+            .trim()
+            .to_string(),
+    )
+}
+
 /// The kernel names of the entries of a sysfs list directory (`holders`, `slaves`), sorted.
 pub(super) fn names_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)

@@ -187,13 +187,23 @@ fn install_after_prologue(
         skip_mco.finish(f, &dev, &request.args.kargs_network.append_kargs)?;
     }
     if !cfg.dry_run && on_disk {
+        let firmware_disks = |esp| crate::disk::firmware_disks(&request.device, esp);
         if let Err(e) = set_boot_order(
             f.host.commands.as_ref(),
             f.host.clock.as_ref(),
             &dev,
+            &firmware_disks,
             &f.arch,
         ) {
             tracing::warn!("failed to set the boot order of {dev}: {e:#}");
+            // Without its entry the host starts the discovery ISO again after the reboot and
+            // waits for a user: say so where the user looks, on the stage the host is at.
+            let stage = if cfg.role == Role::Worker {
+                HostStage::WaitingForControlPlane
+            } else {
+                HostStage::WritingImageToDisk
+            };
+            f.reporter.stage(stage, boot_entry_failure_info(&dev, &e));
         }
     }
     if on_disk && role == Role::Master && host_root.local(&f.paths.registry_marker)?.exists() {
@@ -207,6 +217,16 @@ fn install_after_prologue(
     let kexec = (kexec && on_disk).then_some(request.device.as_path());
     // Single node reboots at once; the others wait a minute (etcd bootstrap race, OCPBUGS-5988).
     finalize(f, if single_node { "now" } else { "+1" }, kexec)
+}
+
+/// The service's info text when the UEFI boot entry could not be made: what failed, and what
+/// the user must do so that the host starts the installed system.
+fn boot_entry_failure_info(dev: &str, e: &anyhow::Error) -> String {
+    format!(
+        "Could not create the UEFI boot entry for the installation disk {dev} ({e:#}). \
+         Set the boot order in the firmware setup (or pick the disk in its boot menu) to start \
+         from the installation disk, or the host will boot the discovery ISO again after the reboot"
+    )
 }
 
 /// Report `Writing image to disk`, finish the early write if there is one, else (or if it
@@ -460,6 +480,52 @@ mod tests {
             assert!(!reports.iter().any(|(stage, _)| stage == "Rebooting"));
             assert_eq!(t.writer.calls().len(), writes, "{role}");
         }
+    }
+
+    /// A UEFI host whose boot entry cannot be made: the install goes on to the reboot, and the
+    /// service is told, on the stage the host is at, what failed and what the user must do.
+    #[test]
+    fn a_boot_entry_that_cannot_be_made_is_reported_to_the_service() {
+        let t = TestFlow::new("master");
+        let create = "efibootmgr -v -d /dev/vda -p 2 -c -L Red Hat Enterprise Linux -l \\EFI\\redhat\\shimx64.efi";
+        t.runner
+            .fail("test -f /usr/sbin/bootlist", 1, "")
+            .ok(
+                "lsblk --bytes --json /dev/vda",
+                &crate::host::lsblk::lsblk_json("vda", "disk", &["vda1", "vda2", "vda3", "vda4"]),
+            )
+            .ok("ls -1 /mnt/EFI", "redhat")
+            .fail(
+                create,
+                5,
+                "efibootmgr: Could not prepare Boot variable: No such device",
+            );
+        run_installer(&t.flow).expect("the install goes on");
+        assert!(t.runner.lines().iter().any(|l| l == create));
+        let reports = t.reports();
+        let at = reports
+            .iter()
+            .position(|(_, info)| info.starts_with("Could not create the UEFI boot entry"))
+            .unwrap_or_else(|| panic!("not reported: {reports:?}"));
+        let (stage, info) = &reports[at];
+        assert_eq!(stage, "Writing image to disk");
+        assert!(
+            info.starts_with(
+                "Could not create the UEFI boot entry for the installation disk /dev/vda \
+                 (Failed to set efibootmgr to boot from disk /dev/vda: "
+            ) && info.contains("Could not prepare Boot variable: No such device")
+                && info.ends_with(
+                    "Set the boot order in the firmware setup (or pick the disk in its boot \
+                     menu) to start from the installation disk, or the host will boot the \
+                     discovery ISO again after the reboot"
+                ),
+            "{info}"
+        );
+        assert_eq!(
+            reports[at - 1],
+            ("Writing image to disk".into(), "100%".into())
+        );
+        assert_eq!(reports.last().unwrap().0, "Rebooting");
     }
 
     /// A failed host command stays an ExecError under the flow's error, with or without context.
