@@ -69,10 +69,9 @@ fn warning(found: &[BootLabelled]) -> String {
     format!(
         "other disks also have a filesystem labelled {BOOT_LABEL:?}: {}. GRUB and CoreOS find /boot \
          by that label, so the installed system's first boot stops in CoreOS's check for a unique \
-         boot filesystem (or boots with the wrong /boot). Before the host reboots, clear {} on it \
-         (ssh core@ the host, then sudo): {}; or detach that disk",
+         boot filesystem (or boots with the wrong /boot). Before the host reboots, on the host \
+         (ssh core@<host>, then sudo): {}; or detach that disk",
         list.join(", "),
-        if found.len() == 1 { "it" } else { "each" },
         remedies.join("; ")
     )
 }

@@ -8,10 +8,10 @@ use super::Flow;
 use crate::service::stages::HostStage;
 use crate::write::{first_boot_warnings, FirstBootCheck};
 
-/// The warnings about the disk `req` wrote, each reported. None in a dry run (no disk of this
-/// host was written) or with `--coreos-image` (none was).
+/// The warnings about the disk `req` wrote, each reported. None with `--coreos-image` (no disk
+/// was written). A dry run only logs them: its reports keep Go's exact sequence.
 pub(super) fn check(f: &Flow, req: &WriteRequest) -> Vec<String> {
-    if f.cfg.dry_run || f.cfg.coreos_image.is_some() {
+    if f.cfg.coreos_image.is_some() {
         return Vec::new();
     }
     let cmdline = std::fs::read_to_string(&f.paths.live_cmdline).unwrap_or_default();
@@ -24,6 +24,9 @@ pub(super) fn check(f: &Flow, req: &WriteRequest) -> Vec<String> {
         append_kargs: &network.append_kargs,
         live_cmdline: &cmdline,
     });
+    if f.cfg.dry_run {
+        return Vec::new();
+    }
     for w in &warnings {
         f.reporter.stage(HostStage::WritingImageToDisk, w.as_str());
     }
