@@ -601,3 +601,81 @@ fn a_coreos_image_deploy_failing_three_times_fails_the_install() {
     assert_eq!(lines.iter().filter(|l| **l == deploy).count(), 3);
     assert!(!lines.iter().any(|l| l.starts_with("shutdown")));
 }
+
+/// The host as the flow sees it through `sys` and `dev` below `h`'s directory: the install
+/// disk `vda` reached over iSCSI session 1, and another disk `sdb` whose partition 3 (the
+/// kernel lists it) holds an ext4 filesystem labelled `boot`, left by an earlier install.
+fn iscsi_disk_and_a_stale_boot(h: &Harness) {
+    let sys = h.path("sys");
+    let session = sys.join("devices/platform/host2/session1");
+    std::fs::create_dir_all(session.join("iscsi_session/session1")).unwrap();
+    let vda = session.join("target2:0:0/2:0:0:0/block/vda");
+    std::fs::create_dir_all(&vda).unwrap();
+    std::fs::create_dir_all(sys.join("block/sdb/sdb3")).unwrap();
+    std::os::unix::fs::symlink(&vda, sys.join("block/vda")).unwrap();
+    for (k, v) in [("partition", "3"), ("start", "2048"), ("size", "4096")] {
+        std::fs::write(sys.join("block/sdb/sdb3").join(k), v).unwrap();
+    }
+    let mut disk = vec![0u8; 4 << 20];
+    let ext4 = (1 << 20) + 1024;
+    disk[ext4 + 0x38..ext4 + 0x3a].copy_from_slice(&[0x53, 0xef]);
+    disk[ext4 + 0x78..ext4 + 0x7c].copy_from_slice(b"boot");
+    std::fs::create_dir_all(h.path("dev")).unwrap();
+    std::fs::write(h.path("dev/sdb"), disk).unwrap();
+}
+
+/// After the write, what would stop the first boot reaches the service: the keyfiles copied
+/// (`-n`) onto an iSCSI disk, and another disk's `boot` filesystem, each as the info of
+/// `Writing image to disk`, naming the disk and what to do, and again in the info of the stage
+/// the host then waits in (`Waiting for control plane`, `Rebooting`).
+#[test]
+fn first_boot_hazards_are_reported_after_the_write_and_kept_until_the_reboot() {
+    let h = harness("master");
+    iscsi_disk_and_a_stale_boot(&h);
+    run(h.flow("master")).unwrap();
+    let reports = h.reports();
+    let after_write: Vec<&Report> = reports
+        .iter()
+        .skip_while(|r| r.1 != "100%")
+        .skip(1)
+        .collect();
+    assert_eq!(after_write.len(), 3, "{reports:#?}");
+    let (iscsi, boot) = (&after_write[0].1, &after_write[1].1);
+    assert_eq!(after_write[0].0, "Writing image to disk");
+    assert!(
+        iscsi.starts_with("--copy-network onto /dev/vda, an iSCSI disk (vda is on iSCSI session1)"),
+        "{iscsi}"
+    );
+    assert!(iscsi.contains("first boot hangs") && iscsi.contains("drop --copy-network"));
+    assert_eq!(after_write[1].0, "Writing image to disk");
+    let sdb = h.path("dev/sdb").display().to_string();
+    assert!(
+        boot.contains(&format!("labelled \"boot\": {sdb} partition 3. ")),
+        "{boot}"
+    );
+    assert!(boot.contains("Before the host reboots"), "{boot}");
+    assert!(
+        boot.contains(&format!(
+            "wipefs -a {sdb}3 (or, to keep its data, e2label {sdb}3 old-boot)"
+        )),
+        "{boot}"
+    );
+    assert_eq!(after_write[2], &s("Rebooting", &format!("{iscsi}. {boot}")));
+
+    // A worker keeps them in its wait for the control plane too; the cmdline's rd.iscsi.*
+    // says iSCSI as well.
+    let h = harness("worker");
+    iscsi_disk_and_a_stale_boot(&h);
+    std::fs::write(h.path("cmdline"), "ro rd.iscsi.firmware=1\n").unwrap();
+    h.svc.set_hosts_script(|_| two_masters("Done"));
+    run(h.flow("worker")).unwrap();
+    let reports = h.reports();
+    let wait = reports.iter().find(|r| r.0 == "Waiting for control plane");
+    let wait = &wait.expect("the wait").1;
+    assert!(
+        wait.contains("(vda is on iSCSI session1; kernel arguments rd.iscsi.firmware=1)"),
+        "{wait}"
+    );
+    assert!(wait.contains("partition 3"), "{wait}");
+    assert_eq!(reports.last().unwrap(), &s("Rebooting", wait));
+}

@@ -339,3 +339,45 @@ fn a_saved_partition_inside_the_image_is_refused_and_a_failing_post_install_step
     );
     assert!(dev.read(start * MIB, data.len()) == data);
 }
+
+/// Over an earlier install whose GPT has both headers damaged (their checksums), signatures
+/// still there: with either save option the write is refused before anything is written (the
+/// device's bytes unchanged), naming the disk, each header's damage and the two ways on.
+#[test]
+fn a_damaged_table_with_partitions_to_save_is_refused_and_left_as_it_was() {
+    if !have_root("a_damaged_table_with_partitions_to_save_is_refused_and_left_as_it_was") {
+        return;
+    }
+    let set = images(512);
+    let size = set.raw.size + 64 * MIB;
+    let start = (set.raw.size >> 20) + 16;
+    let (dev, _) = disk_with_data_partition(512, size, start, 32, &[]);
+    for header in [512, size - 512] {
+        let mut crc = dev.read(header + 16, 4);
+        crc.iter_mut().for_each(|b| *b ^= 0xff);
+        dev.write(header + 16, &crc);
+        assert_eq!(dev.read(header, 8), b"EFI PART");
+    }
+    let before = dev.sha256();
+    let disk = dev.path.display().to_string();
+    for save in [["--save-partlabel", "data"], ["--save-partindex", "2"]] {
+        let mut args = source(&set.gz);
+        args.extend(save.map(String::from));
+        let out = install("write-image", &args, None, &dev.path);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for want in [
+            &format!("the GPT partition table of {disk} is damaged"),
+            "primary GPT header (LBA 1): corrupted CRC32 checksum",
+            &format!(
+                "backup GPT header (LBA {}): corrupted CRC32",
+                size / 512 - 1
+            ),
+            &format!("gdisk {disk}"),
+            "drop --save-partlabel and --save-partindex",
+        ] {
+            assert!(stderr.contains(want), "{want:?} not in {stderr}");
+        }
+        assert_eq!(dev.sha256(), before, "{save:?}: the device was modified");
+    }
+}

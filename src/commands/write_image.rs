@@ -1,12 +1,14 @@
 //! `write-image`: the plan from the command line, then the write.
 
 use anyhow::Result;
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 use crate::cli::write_image::WriteImageArgs;
 use crate::image::progress::ProgressSink;
 use crate::image::{Cancel, WriteSummary};
 use crate::kexec::{load_installed, KexecLoader, Loaded};
+use crate::write::{first_boot_warnings, FirstBootCheck};
 
 pub fn run(
     args: &WriteImageArgs,
@@ -18,7 +20,22 @@ pub fn run(
     if let Some(config) = args.post.fetch_ignition(&plan.http, stop)? {
         plan.post.ignition = Some(config);
     }
-    crate::write::run(&plan, progress, stop)
+    let summary = crate::write::run(&plan, progress, stop)?;
+    // The live system's command line counts only when the disk is this host's.
+    let is_disk = std::fs::metadata(&plan.device).is_ok_and(|m| m.file_type().is_block_device());
+    let cmdline = match is_disk {
+        true => std::fs::read_to_string("/proc/cmdline").unwrap_or_default(),
+        false => String::new(),
+    };
+    first_boot_warnings(&FirstBootCheck {
+        device: &plan.device,
+        sys: Path::new("/sys"),
+        dev: Path::new("/dev"),
+        copy_network: plan.post.network_dir.is_some(),
+        append_kargs: &plan.post.append_kargs,
+        live_cmdline: &cmdline,
+    });
+    Ok(summary)
 }
 
 /// `--kexec`, once the write succeeded: load the installed system of `device`. A failure is

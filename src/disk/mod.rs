@@ -23,4 +23,5 @@ mod windows;
 pub use device::{Device, DeviceKind, ZeroMethod};
 pub(crate) use firmware_disks::{firmware_disks, FirmwareDisks};
 pub use holders::DeviceBusy;
-pub(crate) use other_boot::warn_about_other_boot_filesystems;
+pub(crate) use other_boot::other_boot_filesystems_warning;
+pub(crate) use sysfs::iscsi_session_of;

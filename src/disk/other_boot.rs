@@ -21,11 +21,16 @@ use super::sysfs;
 use super::table::{self, PartitionSpec};
 
 /// A filesystem labelled `boot` found on another device: the device node, and the partition
-/// (`None`: the filesystem is on the whole device).
+/// (`None`: the filesystem is on the whole device) with its node where one is known.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct BootLabelled {
     pub node: PathBuf,
     pub partition: Option<u32>,
+    /// The filesystem's node: the device's, or its partition's (`None`: a partition of a
+    /// device-mapper disk without a partition map).
+    pub fs_node: Option<PathBuf>,
+    /// As `mount(2)` names it: `ext4`, `xfs`, `vfat`.
+    pub fs_type: &'static str,
 }
 
 impl std::fmt::Display for BootLabelled {
@@ -37,6 +42,40 @@ impl std::fmt::Display for BootLabelled {
     }
 }
 
+impl BootLabelled {
+    /// What clears it: `wipefs -a` on its node, or a new label that keeps its data.
+    fn remedy(&self) -> String {
+        let Some(node) = &self.fs_node else {
+            return format!(
+                "wipefs -a on the node of {self} (kpartx -a {} makes one)",
+                self.node.display()
+            );
+        };
+        let node = node.display();
+        let relabel = match self.fs_type {
+            "xfs" => format!("xfs_admin -L old-boot {node}"),
+            "vfat" => format!("fatlabel {node} OLD-BOOT"),
+            _ => format!("e2label {node} old-boot"),
+        };
+        format!("wipefs -a {node} (or, to keep its data, {relabel})")
+    }
+}
+
+/// The warning about `found`: where they are, what they do to the first boot, and what clears
+/// each before the host reboots.
+fn warning(found: &[BootLabelled]) -> String {
+    let list: Vec<String> = found.iter().map(ToString::to_string).collect();
+    let remedies: Vec<String> = found.iter().map(BootLabelled::remedy).collect();
+    format!(
+        "other disks also have a filesystem labelled {BOOT_LABEL:?}: {}. GRUB and CoreOS find /boot \
+         by that label, so the installed system's first boot stops in CoreOS's check for a unique \
+         boot filesystem (or boots with the wrong /boot). Before the host reboots, on the host \
+         (ssh core@<host>, then sudo): {}; or detach that disk",
+        list.join(", "),
+        remedies.join("; ")
+    )
+}
+
 /// Kernel name prefixes of devices that do not exist when the installed system boots, or that
 /// are not disks.
 const NOT_AT_BOOT: [&str; 6] = ["loop", "ram", "zram", "nbd", "sr", "fd"];
@@ -46,31 +85,27 @@ const NOT_AT_BOOT: [&str; 6] = ["loop", "ram", "zram", "nbd", "sr", "fd"];
 /// it follows succeeded, and must not wait on a disk it does not use.
 const TIME_LIMIT: Duration = Duration::from_secs(10);
 
-/// One warning naming every other device with a filesystem labelled `boot`, if any. `target`:
-/// the installed disk's device number (`None` for a disk-image file). Best effort: a device
-/// that cannot be read is skipped, and the look is given up after [`TIME_LIMIT`].
-pub(crate) fn warn_about_other_boot_filesystems(target: Option<(u64, u64)>) {
-    let target = target
-        .and_then(|(major, minor)| sysfs::block_dir(major, minor).ok())
-        .and_then(|dir| Some(dir.file_name()?.to_string_lossy().into_owned()));
-    let scan = move || other_boot_filesystems(Path::new("/sys/block"), Path::new("/dev"), target);
+/// One warning naming every other device with a filesystem labelled `boot`, if any, and what
+/// clears each. `sys` and `dev`: where sysfs and the device nodes are (`/sys`, `/dev`);
+/// `target`: the installed disk (a disk-image file is no device: every disk is another one
+/// then). Best effort: a device that cannot be read is skipped, and the look is given up
+/// after [`TIME_LIMIT`], which the warning then says.
+pub(crate) fn other_boot_filesystems_warning(
+    sys: &Path,
+    dev: &Path,
+    target: &Path,
+) -> Option<String> {
+    let target = sysfs::kernel_name(sys, target);
+    let (sys_block, dev) = (sys.join("block"), dev.to_path_buf());
+    let scan = move || other_boot_filesystems(&sys_block, &dev, target);
     let Some(found) = within(TIME_LIMIT, scan) else {
-        tracing::warn!(
+        return Some(format!(
             "looking at the other disks for a filesystem labelled {BOOT_LABEL:?} took more than {} s \
              (a disk that does not answer?): given up; check them with blkid before rebooting",
             TIME_LIMIT.as_secs()
-        );
-        return;
+        ));
     };
-    if found.is_empty() {
-        return;
-    }
-    let list: Vec<String> = found.iter().map(ToString::to_string).collect();
-    tracing::warn!(
-        "other disks also have a filesystem labelled {BOOT_LABEL:?}: {}. GRUB and CoreOS find /boot by that \
-         label, so the installed system may boot with the wrong one: wipe them (wipefs -a on each) before rebooting",
-        list.join(", ")
-    );
+    (!found.is_empty()).then(|| warning(&found))
 }
 
 /// What `f` returns, run on its own thread, unless it takes longer than `limit` (the thread is
@@ -107,9 +142,17 @@ pub(crate) fn other_boot_filesystems(
         }
         let node = dev.join(&name);
         match labelled_boot(&node, &dir) {
-            Ok(parts) => found.extend(parts.into_iter().map(|partition| BootLabelled {
-                node: node.clone(),
-                partition,
+            Ok(parts) => found.extend(parts.into_iter().map(|(partition, fs_type)| {
+                let fs_node = match partition {
+                    None => Some(node.clone()),
+                    Some(n) => partition_node(dev, &dir, &name, n),
+                };
+                BootLabelled {
+                    node: node.clone(),
+                    partition,
+                    fs_node,
+                    fs_type,
+                }
             })),
             Err(e) => tracing::debug!(
                 "looking for a {BOOT_LABEL:?} label on {}: {e}",
@@ -158,9 +201,30 @@ fn is_partition_map(dir: &Path) -> bool {
     sysfs::dm_identity(dir).is_some_and(|(_, uuid)| uuid.starts_with("part"))
 }
 
+/// The node of partition `n` of disk `name`: the one the kernel lists, else the kernel's
+/// naming (`sdb3`, `nvme0n1p3`); none for a device-mapper disk, whose partition maps are
+/// named by whoever made them.
+fn partition_node(dev: &Path, sys_dir: &Path, name: &str, n: u32) -> Option<PathBuf> {
+    if let Some(p) = sysfs::partitions(sys_dir)
+        .into_iter()
+        .find(|p| p.number == n)
+    {
+        return Some(dev.join(p.name));
+    }
+    if sysfs::dm_identity(sys_dir).is_some() {
+        return None;
+    }
+    let sep = if name.ends_with(|c: char| c.is_ascii_digit()) {
+        "p"
+    } else {
+        ""
+    };
+    Some(dev.join(format!("{name}{sep}{n}")))
+}
+
 /// Where on `node` a filesystem is labelled `boot`: `None` for the whole device, else the
-/// partition numbers.
-fn labelled_boot(node: &Path, sys_dir: &Path) -> std::io::Result<Vec<Option<u32>>> {
+/// partition numbers; each with the filesystem's type.
+fn labelled_boot(node: &Path, sys_dir: &Path) -> std::io::Result<Vec<(Option<u32>, &'static str)>> {
     let mut file = File::open(node)?;
     let mut at: Vec<(Option<u32>, u64)> = vec![(None, 0)];
     if let Ok(gpt) = table::read(&mut file, None) {
@@ -179,8 +243,9 @@ fn labelled_boot(node: &Path, sys_dir: &Path) -> std::io::Result<Vec<Option<u32>
     let mut found = Vec::new();
     for (partition, start) in at {
         let n = read_up_to(&file, &mut head, start)?;
-        if probe(&head[..n]).is_some_and(|(_, label)| label == BOOT_LABEL) {
-            found.push(partition);
+        match probe(&head[..n]) {
+            Some((fs_type, label)) if label == BOOT_LABEL => found.push((partition, fs_type)),
+            _ => {}
         }
     }
     Ok(found)

@@ -7,6 +7,7 @@
 use anyhow::{bail, Context, Result};
 use gptman::{GPTPartitionEntry, GPT};
 use std::ops::Range;
+use std::path::Path;
 
 use super::table;
 use super::windows::DiskWindows;
@@ -80,6 +81,22 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
         .is_ok_and(|p| p.matches(text))
 }
 
+/// The refusal of a table whose signature is there but which cannot be read: what is wrong
+/// with each header, and the two ways on.
+fn unreadable_table(disk: &Path, headers: &[table::HeaderState]) -> String {
+    let disk = disk.display();
+    let what: Vec<String> = headers.iter().map(ToString::to_string).collect();
+    format!(
+        "the GPT partition table of {disk} is damaged ({}), so the partitions to keep \
+         (--save-partlabel, --save-partindex) cannot be found in it; nothing was written. Either \
+         repair the table and install again (gdisk {disk}: its recovery menu, r, rebuilds a \
+         header from the other one or from the partition entries; or sgdisk --load-backup=FILE \
+         {disk} from a copy saved with sgdisk --backup), or drop --save-partlabel and \
+         --save-partindex to install over the whole disk, losing its partitions",
+        what.join("; ")
+    )
+}
+
 /// The partitions to keep, with their original numbers.
 #[derive(Clone, Debug, Default)]
 pub struct SavedPartitions {
@@ -96,10 +113,13 @@ impl SavedPartitions {
         self.entries.is_empty()
     }
 
-    /// Select from the table in `w` (the disk's first and last MiB). Without filters the old
-    /// table is ignored entirely, so a corrupt or missing one does not matter.
+    /// Select from the table in `w` (the first and last MiB of `disk`). Without filters the
+    /// old table is ignored entirely, so a corrupt or missing one does not matter. With them,
+    /// a table that is there (its signature is) but cannot be read is refused, as
+    /// coreos-installer refuses it: writing over it would lose the partitions asked for.
     pub fn select(
         w: &mut DiskWindows,
+        disk: &Path,
         disk_sector_size: Option<u64>,
         filters: &[PartitionFilter],
     ) -> Result<SavedPartitions> {
@@ -109,6 +129,12 @@ impl SavedPartitions {
         let gpt = match table::read(w, disk_sector_size) {
             Ok(g) => g,
             Err(e) => {
+                for ss in disk_sector_size.map_or(vec![512, 4096], |ss| vec![ss]) {
+                    let headers = table::headers(w, ss)?;
+                    if headers.iter().any(|h| h.signed) {
+                        bail!(unreadable_table(disk, &headers));
+                    }
+                }
                 let has_mbr = w.head()[510..512] == [0x55, 0xaa];
                 let by_index = filters
                     .iter()
@@ -302,11 +328,12 @@ mod tests {
 
     /// The numbers of the partitions `select` saves from `w` read at `ss`-byte sectors.
     fn saved(w: &mut DiskWindows, ss: u64, filters: &[PartitionFilter]) -> Vec<u32> {
-        let s = SavedPartitions::select(w, Some(ss), filters).unwrap();
+        let s = SavedPartitions::select(w, Path::new(DISK), Some(ss), filters).unwrap();
         s.entries.iter().map(|(n, _)| *n).collect()
     }
 
     const NOTHING: [u32; 0] = [];
+    const DISK: &str = "/dev/sdz";
 
     fn labels(labels: &[&str]) -> Vec<PartitionFilter> {
         label_filters(&labels.iter().map(|l| l.to_string()).collect::<Vec<_>>())
@@ -316,7 +343,8 @@ mod tests {
     fn selection_by_label_and_index() {
         for ss in [512u64, 4096] {
             let mut w = old_disk(ss);
-            let s = SavedPartitions::select(&mut w, Some(ss), &labels(&["data"])).unwrap();
+            let s = SavedPartitions::select(&mut w, Path::new(DISK), Some(ss), &labels(&["data"]))
+                .unwrap();
             assert_eq!(s.first().unwrap().2, 40 << 20);
             assert_eq!(saved(&mut w, ss, &labels(&["data"])), [4]);
             let from_5 = index_filters(&["5-".into()]).unwrap();
@@ -333,13 +361,73 @@ mod tests {
         assert_eq!(saved(&mut w, 512, &labels(&["data"])), [4]);
     }
 
+    fn overwrite(w: &mut DiskWindows, at: u64, bytes: &[u8]) {
+        use std::io::{Seek, SeekFrom, Write};
+        w.seek(SeekFrom::Start(at)).unwrap();
+        w.write_all(bytes).unwrap();
+    }
+
+    /// Both headers damaged, their signatures still there: refused, naming the disk, each
+    /// header and what is wrong with it, and the two ways on, with either kind of filter; the
+    /// windows (what would be written back) are untouched. A disk whose headers have no
+    /// signature at all has no table: nothing to save, as before.
+    #[test]
+    fn a_damaged_table_is_refused_when_partitions_are_to_be_saved() {
+        for ss in [512u64, 4096] {
+            let mut w = old_disk(ss);
+            let backup = w.size() - ss;
+            w.head_mut()[ss as usize + 16] ^= 0xff; // the primary header's CRC
+            overwrite(&mut w, backup + 24, &[0x7f]); // the backup's own LBA field
+            let (head, tail) = (w.head().to_vec(), w.tail().to_vec());
+            for filters in [labels(&["data"]), index_filters(&["4".into()]).unwrap()] {
+                let e = SavedPartitions::select(&mut w, Path::new(DISK), Some(ss), &filters)
+                    .unwrap_err()
+                    .to_string();
+                for want in [
+                    "GPT partition table of /dev/sdz is damaged",
+                    "primary GPT header (LBA 1): corrupted CRC32 checksum",
+                    &format!("backup GPT header (LBA {}): corrupted CRC32", backup / ss),
+                    "nothing was written",
+                    "gdisk /dev/sdz",
+                    "drop --save-partlabel and --save-partindex",
+                ] {
+                    assert!(e.contains(want), "{ss}: {want:?} not in {e}");
+                }
+            }
+            assert!(
+                w.head() == head && w.tail() == tail,
+                "{ss}: the windows changed"
+            );
+            // Only the entry array is damaged, the backup header is gone: still refused.
+            let mut w = old_disk(ss);
+            w.head_mut()[2 * ss as usize + 40] ^= 0xff;
+            overwrite(&mut w, backup, &[0; 8]);
+            let e = SavedPartitions::select(&mut w, Path::new(DISK), Some(ss), &labels(&["*"]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("primary GPT header (LBA 1): its partition entry array: corrupted partition entry array CRC32"), "{e}");
+            assert!(
+                e.contains("backup GPT header") && e.contains("no GPT signature"),
+                "{e}"
+            );
+            // No signature at either place: no table, nothing saved.
+            w.head_mut()[ss as usize..ss as usize + 8].fill(0);
+            assert_eq!(saved(&mut w, ss, &labels(&["*"])), NOTHING);
+        }
+    }
+
     #[test]
     fn an_mbr_disk_refuses_index_filters_only() {
         let mut w = DiskWindows::zeroed(8 << 20).unwrap();
         w.head_mut()[510] = 0x55;
         w.head_mut()[511] = 0xaa;
-        let e = SavedPartitions::select(&mut w, Some(512), &index_filters(&["1".into()]).unwrap())
-            .unwrap_err();
+        let e = SavedPartitions::select(
+            &mut w,
+            Path::new(DISK),
+            Some(512),
+            &index_filters(&["1".into()]).unwrap(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("MBR"), "{e}");
         assert_eq!(saved(&mut w, 512, &labels(&["*"])), NOTHING);
     }

@@ -63,6 +63,56 @@ pub(super) fn names_in(dir: &Path) -> Vec<String> {
     names
 }
 
+/// The kernel's name for `device` (`sda`, `dm-0`, `nvme0n1`) under `sys` (`/sys`): found by
+/// its device number when it is a block device (a `/dev/disk/by-*` link or a node of our own
+/// making may be named otherwise), else the name its path resolves to.
+pub(super) fn kernel_name(sys: &Path, device: &Path) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let by_number = std::fs::metadata(device)
+        .ok()
+        .filter(|m| m.file_type().is_block_device())
+        .and_then(|m| {
+            let (major, minor) = (libc::major(m.rdev()), libc::minor(m.rdev()));
+            std::fs::canonicalize(sys.join(format!("dev/block/{major}:{minor}"))).ok()
+        });
+    let path = by_number.or_else(|| std::fs::canonicalize(device).ok());
+    let path = path.as_deref().unwrap_or(device);
+    Some(path.file_name()?.to_string_lossy().into_owned())
+}
+
+/// Where block device `name` (under `sys_block`) reaches its disk over iSCSI: the device
+/// (`name`, or what it is built from: a multipath map's paths, an array's members) whose
+/// sysfs path runs through an iSCSI session (a `session<N>` directory holding the
+/// `iscsi_session` class entry), and that session's name.
+pub(crate) fn iscsi_session(sys_block: &Path, name: &str) -> Option<(String, String)> {
+    let mut todo = vec![name.to_string()];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(name) = todo.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let dir = sys_block.join(&name);
+        if let Ok(path) = std::fs::canonicalize(&dir) {
+            let session = path.ancestors().find(|a| {
+                a.file_name()
+                    .and_then(|n| n.to_str()?.strip_prefix("session"))
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                    && a.join("iscsi_session").is_dir()
+            });
+            if let Some(session) = session.and_then(Path::file_name) {
+                return Some((name, session.to_string_lossy().into_owned()));
+            }
+        }
+        todo.extend(names_in(&dir.join("slaves")));
+    }
+    None
+}
+
+/// [`iscsi_session`] of `device` (a path), with sysfs at `sys`.
+pub(crate) fn iscsi_session_of(sys: &Path, device: &Path) -> Option<(String, String)> {
+    iscsi_session(&sys.join("block"), &kernel_name(sys, device)?)
+}
+
 fn read_num(p: &Path) -> Option<u64> {
     std::fs::read_to_string(p).ok()?.trim().parse().ok()
 }
@@ -112,6 +162,66 @@ mod tests {
         assert_eq!(parts[0].start, 2048 * 512);
         assert_eq!(parts[1].length, 16384 * 512);
         assert_eq!(parts[1].devno, Some((259, 2)));
+    }
+
+    /// A fake /sys: `sdb` on iSCSI session 3 (as iscsi_tcp lays it out), `sda` on a local
+    /// controller, `dm-0` a multipath map over `sdc` (another iSCSI path) and `sda`, `dm-1` over
+    /// `sda` only; and a `session7` directory that is not an iSCSI session.
+    #[test]
+    fn iscsi_sessions_are_found_on_the_device_path_or_below_a_map() {
+        let sys = tempfile::tempdir().unwrap();
+        let block = sys.path().join("block");
+        std::fs::create_dir_all(&block).unwrap();
+        let device = |name: &str, under: &str| {
+            let dir = sys
+                .path()
+                .join("devices")
+                .join(under)
+                .join("block")
+                .join(name);
+            std::fs::create_dir_all(dir.join("slaves")).unwrap();
+            std::os::unix::fs::symlink(&dir, block.join(name)).unwrap();
+            dir
+        };
+        let session = |host: &str, n: u32| {
+            let s = format!("platform/{host}/session{n}");
+            std::fs::create_dir_all(
+                sys.path()
+                    .join("devices")
+                    .join(&s)
+                    .join(format!("iscsi_session/session{n}")),
+            )
+            .unwrap();
+            format!("{s}/target2:0:0/2:0:0:{n}")
+        };
+        device("sdb", &session("host2", 3));
+        device("sdc", &session("host3", 4));
+        device(
+            "sda",
+            "pci0000:00/0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0",
+        );
+        device("sdd", "platform/host9/session7/target9:0:0/9:0:0:0");
+        for (map, paths) in [("dm-0", ["sda", "sdc"]), ("dm-1", ["sda", "sda"])] {
+            let dir = device(map, "virtual");
+            for p in paths {
+                std::fs::write(dir.join("slaves").join(p), "").unwrap();
+            }
+        }
+        let found = |name| iscsi_session(&block, name);
+        assert_eq!(found("sdb"), Some(("sdb".into(), "session3".into())));
+        assert_eq!(found("dm-0"), Some(("sdc".into(), "session4".into())));
+        assert_eq!(found("sda"), None);
+        assert_eq!(found("dm-1"), None);
+        assert_eq!(found("sdd"), None, "no iscsi_session class entry");
+        assert_eq!(found("nvme0n1"), None, "not there at all");
+        // A path that is no block device is named by what it resolves to.
+        let file = sys.path().join("disk.img");
+        std::fs::write(&file, "").unwrap();
+        assert_eq!(kernel_name(sys.path(), &file).as_deref(), Some("disk.img"));
+        assert_eq!(
+            kernel_name(sys.path(), Path::new("/dev/vdz")).as_deref(),
+            Some("vdz")
+        );
     }
 
     #[test]

@@ -64,6 +64,63 @@ pub(crate) fn read<D: Read + Seek>(disk: &mut D, sector_size: Option<u64>) -> Re
     Ok(gpt)
 }
 
+/// One of a disk's two GPT headers as [`headers`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HeaderState {
+    /// `primary` or `backup`.
+    pub which: &'static str,
+    pub lba: u64,
+    /// The GPT signature (`EFI PART`) is there: a table was written at this place.
+    pub signed: bool,
+    /// Why it cannot be used (no signature, a checksum, a field, its entry array); `None`: it
+    /// reads well.
+    pub damage: Option<String>,
+}
+
+impl std::fmt::Display for HeaderState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.damage.as_deref().unwrap_or("readable");
+        write!(f, "{} GPT header (LBA {}): {state}", self.which, self.lba)
+    }
+}
+
+/// Both headers at `ss`-byte sectors (the primary at LBA 1, the backup at the last LBA), each
+/// checked as [`read`] checks it.
+pub(crate) fn headers<D: Read + Seek>(disk: &mut D, ss: u64) -> Result<[HeaderState; 2]> {
+    let len = disk.seek(SeekFrom::End(0))?;
+    let last = (len / ss).saturating_sub(1);
+    let mut state = |lba: u64, which: &'static str| -> Result<HeaderState> {
+        let mut signature = [0u8; 8];
+        disk.seek(SeekFrom::Start(lba * ss))?;
+        let signed =
+            lba >= 1 && disk.read_exact(&mut signature).is_ok() && &signature == b"EFI PART";
+        let damage = if signed {
+            disk.seek(SeekFrom::Start(lba * ss))?;
+            match GPTHeader::read_from(disk) {
+                Err(e) => Some(e.to_string()),
+                Ok(h) => match check_header(&h, ss, which) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(()) => match h.read_partitions(disk, ss) {
+                        Err(e) => Some(format!("its partition entry array: {e}")),
+                        Ok(entries) => check_entries(&h, (1..).zip(&entries))
+                            .err()
+                            .map(|e| e.to_string()),
+                    },
+                },
+            }
+        } else {
+            Some("no GPT signature".to_string())
+        };
+        Ok(HeaderState {
+            which,
+            lba,
+            signed,
+            damage,
+        })
+    };
+    Ok([state(1, "primary")?, state(last, "backup")?])
+}
+
 /// The most partition entries a table may have: UEFI asks for room for 128 and partitioners
 /// write 128. gptman reserves memory for the header's count (a u32: up to 4 G entries of 80
 /// bytes) before it reads the array, so a damaged or hostile count must be refused first.

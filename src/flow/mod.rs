@@ -4,6 +4,7 @@
 pub(crate) mod bootstrap;
 pub(crate) mod early;
 mod existing_root;
+mod first_boot;
 pub mod node;
 pub(crate) mod skip_mco;
 #[cfg(any(test, feature = "test-support"))]
@@ -41,6 +42,10 @@ pub struct Paths {
     pub container_logs: PathBuf,
     /// The live system's kernel command line (the container shares the host's kernel).
     pub live_cmdline: PathBuf,
+    /// sysfs and the device nodes, where the written disk's transport and the other disks are
+    /// looked at (`/sys`, `/dev`: the container has the host's).
+    pub sys: PathBuf,
+    pub dev: PathBuf,
     /// Where the host's own files are (keyfiles, the live image, the registry marker), which
     /// the container does not mount; a flow that cannot reach them fails before any write.
     pub host_root: Result<HostRoot, Unreachable>,
@@ -56,6 +61,8 @@ impl Default for Paths {
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             container_logs: PathBuf::from("/var/log/containers"),
             live_cmdline: PathBuf::from("/proc/cmdline"),
+            sys: PathBuf::from("/sys"),
+            dev: PathBuf::from("/dev"),
             host_root: Ok(HostRoot::Here),
         }
     }

@@ -10,6 +10,7 @@ use super::bootstrap::{
 };
 use super::early::EarlyWrite;
 use super::existing_root;
+use super::first_boot::{self, with_warnings};
 use super::skip_mco::SkipMco;
 use super::writer::WriteRequest;
 use super::Flow;
@@ -177,8 +178,9 @@ fn install_after_prologue(
     // worker's wait), before the boot order.
     let skip_mco = SkipMco::start(f, &ignition);
     write_image_to_disk(f, request, &ignition, early.take())?;
+    let warnings = first_boot::check(f, request);
     if cfg.role == Role::Worker {
-        worker_wait_for_control_plane(f)?;
+        worker_wait_for_control_plane(f, &with_warnings("", &warnings))?;
     }
     // Skip-MCO, the boot entry and the registry copy are about a written disk: not with
     // --coreos-image (SkipMco::start is None then).
@@ -216,7 +218,8 @@ fn install_after_prologue(
     // With --coreos-image no disk was written: nothing to load.
     let kexec = (kexec && on_disk).then_some(request.device.as_path());
     // Single node reboots at once; the others wait a minute (etcd bootstrap race, OCPBUGS-5988).
-    finalize(f, if single_node { "now" } else { "+1" }, kexec)
+    let when = if single_node { "now" } else { "+1" };
+    finalize(f, when, kexec, &warnings)
 }
 
 /// The service's info text when the UEFI boot entry could not be made: what failed, and what
@@ -345,7 +348,9 @@ fn upload_logs(f: &Flow, is_bootstrap: bool) {
 
 /// Report `Rebooting`, drain the reports, and reboot `when`, or leave it to ironic (never in
 /// dry-run mode, where the reboot touches a marker).
-fn finalize(f: &Flow, when: &str, kexec: Option<&Path>) -> Result<()> {
+/// `warnings`: what may stop the first boot, kept in the `Rebooting` info, which the UI shows
+/// while the host boots.
+fn finalize(f: &Flow, when: &str, kexec: Option<&Path>, warnings: &[String]) -> Result<()> {
     let ironic = !f.cfg.dry_run
         && ironic_agent_present(f.host.commands.as_ref())
             .context("checking for the ironic agent")?;
@@ -353,7 +358,8 @@ fn finalize(f: &Flow, when: &str, kexec: Option<&Path>) -> Result<()> {
         true => "Ironic will reboot the node shortly",
         false => "",
     };
-    f.reporter.stage(HostStage::Rebooting, info);
+    f.reporter
+        .stage(HostStage::Rebooting, with_warnings(info, warnings));
     f.reporter.drain(Duration::from_secs(60));
     if ironic {
         if kexec.is_some() {
@@ -402,8 +408,8 @@ fn done(hosts: &[ServiceHost]) -> usize {
 /// control-plane hosts (masters, or a master and an arbiter) are Done; at once for day-2
 /// clusters (`AddHostsCluster`). Errors are logged and the poll goes on; only the stop token
 /// ends it otherwise.
-fn worker_wait_for_control_plane(f: &Flow) -> Result<()> {
-    f.reporter.stage(HostStage::WaitingForControlPlane, "");
+fn worker_wait_for_control_plane(f: &Flow, info: &str) -> Result<()> {
+    f.reporter.stage(HostStage::WaitingForControlPlane, info);
     let cluster_id = &f.cfg.cluster_id;
     let mut day2: Option<bool> = None;
     let what = "waiting for the control plane";

@@ -70,6 +70,8 @@ impl FlowBuilder {
             resolv_conf: dir.join("resolv.conf"),
             container_logs: dir.join("containers"),
             live_cmdline: dir.join("cmdline"),
+            sys: dir.join("sys"),
+            dev: dir.join("dev"),
             host_root: Ok(HostRoot::Here),
         };
         FlowBuilder {

@@ -4,6 +4,7 @@
 //! table is kept: mutations then land on its fields rather than on the zeros in between.
 
 use proptest::prelude::*;
+use std::path::Path;
 
 use super::{bounded, config, corpus, mutated};
 use crate::disk::gpt::{DiskWindows, ImageLayout, WINDOW};
@@ -62,7 +63,7 @@ proptest! {
             index_filters(&["1-".into()]).unwrap(),
         ]
         .concat();
-        match bounded(n, 0, || SavedPartitions::select(&mut w, ss, &filters)) {
+        match bounded(n, 0, || SavedPartitions::select(&mut w, Path::new("/dev/fuzz"), ss, &filters)) {
             Ok(saved) => {
                 saved.byte_ranges();
                 saved.first();
@@ -97,13 +98,18 @@ mod tests {
     }
 
     fn saved(w: &mut DiskWindows) -> Result<Vec<(u32, String)>, String> {
-        SavedPartitions::select(w, None, &label_filters(&["*".into()]))
-            .map(|s| {
-                let e = s.entries.iter();
-                e.map(|(n, p)| (*n, p.partition_name.as_str().to_string()))
-                    .collect()
-            })
-            .map_err(|e| format!("{e:#}"))
+        SavedPartitions::select(
+            w,
+            Path::new("/dev/seed"),
+            None,
+            &label_filters(&["*".into()]),
+        )
+        .map(|s| {
+            let e = s.entries.iter();
+            e.map(|(n, p)| (*n, p.partition_name.as_str().to_string()))
+                .collect()
+        })
+        .map_err(|e| format!("{e:#}"))
     }
 
     #[test]
@@ -117,7 +123,7 @@ mod tests {
     /// Fields set to huge values behind valid checksums: before the checks, the entry count made
     /// gptman reserve 2^32 entries (an abort), and the LBAs overflowed when turned into bytes
     /// (a panic). Now the image's table is refused, naming the field, and the disk's table is
-    /// treated as unreadable (nothing saved).
+    /// refused as damaged when partitions are to be saved from it, naming the field too.
     #[test]
     fn huge_counts_and_lbas_behind_valid_checksums_are_refused() {
         let cases = [
@@ -137,7 +143,11 @@ mod tests {
                 |h: &mut [u8]| h[at..at + width].copy_from_slice(&u64::MAX.to_le_bytes()[..width]);
             let e = ImageLayout::parse(seed_disk(edit).head()).unwrap_err();
             assert!(format!("{e:#}").contains(says), "byte {at}: {e:#}");
-            assert_eq!(saved(&mut seed_disk(edit)), Ok(vec![]), "byte {at}");
+            let e = saved(&mut seed_disk(edit)).unwrap_err();
+            assert!(
+                e.contains("is damaged") && e.contains(says),
+                "byte {at}: {e}"
+            );
         }
         // Every partition at LBA 0: gptman's alignment guess unwrapped nothing (a panic).
         let at_zero = |h: &mut [u8]| {
@@ -145,7 +155,8 @@ mod tests {
                 .iter()
                 .for_each(|e| h[e + 32..e + 40].fill(0))
         };
-        assert!(saved(&mut seed_disk(at_zero)).unwrap().is_empty());
+        let e = saved(&mut seed_disk(at_zero)).unwrap_err();
+        assert!(e.contains("partition 1 spans LBAs 0 to 113"), "{e}");
         let e = ImageLayout::parse(seed_disk(at_zero).head()).unwrap_err();
         assert!(
             format!("{e:#}").contains("partition 1 spans LBAs 0 to 113"),

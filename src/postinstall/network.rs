@@ -68,6 +68,21 @@ pub(crate) fn copy_network_dir(src_dir: &Path, boot_root: &Path) -> Result<Vec<O
     })
 }
 
+/// The kernel arguments among `kargs` that boot the root from an iSCSI disk: dracut's
+/// `rd.iscsi.*` (an initiator, a target, `rd.iscsi.firmware` for the firmware's iBFT),
+/// `netroot=iscsi:…`, and `ip=ibft` (the network the iBFT describes).
+pub(crate) fn iscsi_boot_kargs<'a>(kargs: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    kargs
+        .into_iter()
+        .filter(|k| {
+            let key = k.split_once('=').map_or(*k, |(key, _)| key);
+            key.starts_with("rd.iscsi.")
+                || k.starts_with("netroot=iscsi")
+                || key == "ip" && k.split('=').nth(1) == Some("ibft")
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +91,23 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn iscsi_boot_arguments_are_picked_out_of_a_command_line() {
+        let cmdline = "BOOT_IMAGE=/images/pxeboot/vmlinuz rd.iscsi.firmware=1 ip=ibft ro \
+            netroot=iscsi:192.0.2.7::::iqn.2024-01.example:disk0 rd.iscsi.initiator=iqn.x \
+            ip=dhcp rd.iscsi_x=1 xnetroot=iscsi:y netroot=nbd:z rd.iscsi=1";
+        assert_eq!(
+            iscsi_boot_kargs(cmdline.split_whitespace()),
+            [
+                "rd.iscsi.firmware=1",
+                "ip=ibft",
+                "netroot=iscsi:192.0.2.7::::iqn.2024-01.example:disk0",
+                "rd.iscsi.initiator=iqn.x"
+            ]
+        );
+        assert!(iscsi_boot_kargs("ro quiet ip=dhcp".split_whitespace()).is_empty());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! reset.
 
 pub(crate) mod args;
+pub(crate) mod first_boot;
 pub(crate) mod installer_args;
 pub(crate) mod plan;
 pub(crate) mod post_install;
@@ -13,6 +14,7 @@ pub(crate) mod run;
 pub(crate) mod signed;
 
 pub use args::{KargsAndNetworkArgs, WriterArgs};
+pub use first_boot::{first_boot_warnings, FirstBootCheck};
 pub use installer_args::parse_installer_args;
 pub use plan::{PlanSettings, Signing, Unverified, WritePlan};
 pub use run::{run, stream, Streamed};

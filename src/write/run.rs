@@ -12,7 +12,7 @@ use super::reset::show_partitions;
 use crate::disk::gpt::DiskWindows;
 use crate::disk::partitions::PartitionSpec;
 use crate::disk::saved::SavedPartitions;
-use crate::disk::{warn_about_other_boot_filesystems, Device};
+use crate::disk::Device;
 use crate::image::progress::ProgressSink;
 use crate::image::{
     stream_image, Cancel, Input, Interrupted, Origin, Staged, WriteOptions, WriteSummary,
@@ -48,8 +48,8 @@ pub fn stream(plan: &WritePlan, progress: &dyn ProgressSink, stop: &Cancel) -> R
     };
     if !plan.save.is_empty() {
         let mut w = DiskWindows::load(&dev)?;
-        opts.saved =
-            SavedPartitions::select(&mut w, dev.sector_size(), &plan.save).with_context(|| {
+        opts.saved = SavedPartitions::select(&mut w, dev.path(), dev.sector_size(), &plan.save)
+            .with_context(|| {
                 format!(
                     "reading the partitions to save from {}",
                     dev.path().display()
@@ -72,7 +72,6 @@ impl Streamed {
     pub fn finish(self, post: &PostInstall, stop: &Cancel) -> Result<WriteSummary> {
         let Streamed { dev, staged, opts } = self;
         let path = dev.path().to_path_buf();
-        let devno = dev.devno();
         let ss = staged.layout().sector_size;
         let mut held = Some(dev);
         let summary = post_install_then_commit(&mut held, staged, &opts.saved, post, stop)
@@ -81,7 +80,6 @@ impl Streamed {
         if let Some(dev) = held {
             show_partitions(dev);
         }
-        warn_about_other_boot_filesystems(devno);
         Ok(summary)
     }
 
