@@ -196,6 +196,21 @@ fn a_failed_disk_cleanup_is_reported_and_the_install_continues_and_a_skipped_one
         .lines()
         .iter()
         .any(|l| l.starts_with("wipefs") || l.starts_with("vgs")));
+    // Partitions to keep: the cleanup's wipefs would erase the table they are read from, so
+    // none of it runs, even without --skip-installation-disk-cleanup.
+    for keep in [["--save-partlabel", "data*"], ["--save-partindex", "5-"]] {
+        let h = harness("master");
+        let args: Vec<String> = keep.iter().map(|a| a.to_string()).collect();
+        run(h.flow("master").cfg(|c| c.installer_args = args)).unwrap();
+        let lines = h.runner.lines();
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.starts_with("wipefs") || l.starts_with("vgs")),
+            "{keep:?}: {lines:?}"
+        );
+        assert_eq!(h.reports(), installed_as("master"), "{keep:?}");
+    }
 }
 
 #[test]

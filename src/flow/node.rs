@@ -83,8 +83,21 @@ fn install_node(f: &Flow, host_root: HostRoot) -> Result<()> {
     }
     let device = resolve_disk_symlink(&cfg.boot_device);
     let dev = device.display().to_string();
-    // With --coreos-image the disk holds the running system.
-    if !cfg.dry_run && !cfg.skip_installation_disk_cleanup && cfg.coreos_image.is_none() {
+    // With --coreos-image the disk holds the running system. Partitions to keep rule the
+    // cleanup out: its wipefs erases the partition table the writer reads them from (Go
+    // loses them silently unless the user also passed --skip-installation-disk-cleanup).
+    let keeps_partitions =
+        !writer_args.save_partlabel.is_empty() || !writer_args.save_partindex.is_empty();
+    if keeps_partitions && !cfg.skip_installation_disk_cleanup && !cfg.dry_run {
+        tracing::info!(
+            "skipping the cleanup of install device {dev}: --installer-args asks to keep partitions (--save-partlabel/--save-partindex), and the cleanup's wipefs would erase the partition table they are read from"
+        );
+    }
+    if !cfg.dry_run
+        && !cfg.skip_installation_disk_cleanup
+        && !keeps_partitions
+        && cfg.coreos_image.is_none()
+    {
         if let Err(e) = cleanup_install_device(f.host.commands.as_ref(), &dev) {
             f.reporter.stage(
                 HostStage::StartingInstallation,
