@@ -8,6 +8,7 @@ pub(crate) mod pipeline;
 pub mod progress;
 pub mod retry;
 pub mod signing;
+pub mod proxy;
 pub mod source;
 mod stages;
 pub mod stream;

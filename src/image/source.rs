@@ -1,4 +1,6 @@
 //! Where the compressed image comes from: a local file, or HTTP(S) with retries and resumption.
+//! Every download's HTTP client is built here ([`build_client`]): CA certificates, timeouts and
+//! the proxy ([`super::proxy`]).
 //!
 //! The HTTP source retries the request on connection errors, timeouts, 408, 429 and 5xx with
 //! exponential backoff. When the connection drops mid-body it asks for the rest with
@@ -13,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::cancel::Cancel;
+use super::proxy::DownloadProxy;
 use super::retry::{is_retryable_status, parse_content_range, RetryPolicy};
 use crate::clock::{Failure, Retrying, Stopped, Tries, WaitError, SYSTEM_CLOCK};
 
@@ -41,6 +44,8 @@ pub struct HttpOptions {
     pub connect_timeout: Duration,
     /// How long the body may stay silent before the connection is treated as dropped.
     pub idle_timeout: Duration,
+    /// The proxies; `None`: those of the environment (`HTTP_PROXY`, …) when the download starts.
+    pub proxy: Option<DownloadProxy>,
 }
 
 impl Default for HttpOptions {
@@ -50,6 +55,7 @@ impl Default for HttpOptions {
             cacert: None,
             connect_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
+            proxy: None,
         }
     }
 }
@@ -142,6 +148,12 @@ fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
         }
         builder = builder.tls_certs_merge(certs);
     }
+    let proxy = match &opts.proxy {
+        Some(p) => p.clone(),
+        None => DownloadProxy::from_env(),
+    };
+    tracing::debug!("downloads: {}", proxy.describe());
+    builder = proxy.apply(builder)?;
     builder.build().context("building the HTTP client")
 }
 
