@@ -95,6 +95,20 @@ impl DownloadProxy {
         parts.join("; ")
     }
 
+    /// The proxy `scheme` URLs are given, for messages (password masked): `URL (from NAME),
+    /// unless NO_PROXY lists the host` when there is a no-proxy list, as it may.
+    pub(crate) fn for_scheme(&self, scheme: &str) -> Option<String> {
+        let setting = match scheme {
+            "http" => self.http.as_ref(),
+            "https" => self.https.as_ref(),
+            _ => None,
+        }?;
+        Some(match &self.no_proxy {
+            Some(no) => format!("{}, unless {} lists the host", setting.shown(), no.from),
+            None => setting.shown(),
+        })
+    }
+
     /// `builder` sending http and https downloads through these proxies (reqwest's own reading
     /// of the environment is off: what these settings say is what happens).
     pub(crate) fn apply(
@@ -205,6 +219,11 @@ mod tests {
         );
         assert!(!format!("{p:?}").contains("s3cret"), "{p:?}");
         assert_eq!(DownloadProxy::default().describe(), "direct (no proxy set)");
+        assert_eq!(
+            p.for_scheme("http").unwrap(),
+            "http://u:<SECRET>@p:3128 (from --http-proxy), unless --no-proxy lists the host"
+        );
+        assert_eq!(p.for_scheme("https"), None);
         // A URL reqwest refuses is named by where it came from, never shown.
         let bad = DownloadProxy {
             https: Some(ProxySetting::new("HTTPS_PROXY", "http://u:s3cret@[bad")),

@@ -122,6 +122,8 @@ const POLL: Duration = Duration::from_millis(200);
 pub struct HttpSource {
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
+    /// The proxy this URL's scheme is given, as errors name it (`None`: direct).
+    proxy: Option<String>,
     url: reqwest::Url,
     opts: HttpOptions,
     response: Option<reqwest::Response>,
@@ -134,7 +136,8 @@ pub struct HttpSource {
     tries: Tries,
 }
 
-fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
+/// The client, and the proxy settings it applies.
+fn build_client(opts: &HttpOptions) -> Result<(reqwest::Client, DownloadProxy)> {
     let mut builder = reqwest::Client::builder()
         .user_agent(concat!("assisted-installer/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(opts.connect_timeout);
@@ -154,7 +157,8 @@ fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
     };
     tracing::debug!("downloads: {}", proxy.describe());
     builder = proxy.apply(builder)?;
-    builder.build().context("building the HTTP client")
+    let client = builder.build().context("building the HTTP client")?;
+    Ok((client, proxy))
 }
 
 /// A request or read that failed, and whether to try again.
@@ -198,13 +202,15 @@ impl HttpSource {
             .enable_all()
             .build()
             .context("starting the HTTP runtime")?;
-        let client = {
+        let (client, proxy) = {
             let _guard = rt.enter();
             build_client(opts)?
         };
+        let proxy = proxy.for_scheme(parsed.scheme());
         let mut src = HttpSource {
             rt,
             client,
+            proxy,
             url: parsed,
             opts: opts.clone(),
             response: None,
@@ -265,15 +271,32 @@ impl HttpSource {
             Ok(r) => r,
             // `{:#}`: with its causes (reqwest's own Display hides the interesting part).
             Err(e) => {
+                // A refused or unknown proxy reads like a refused or unknown server: say which.
+                let via = match &self.proxy {
+                    Some(p) => format!(" (sent through the proxy {p})"),
+                    None => String::new(),
+                };
                 return retry(format!(
-                    "GET {}: {:#}",
+                    "GET {}{via}: {:#}",
                     self.shown(),
                     anyhow!(e.without_url())
-                ))
+                ));
             }
         };
         let status = resp.status();
         let code = status.as_u16();
+        if code == 407 {
+            let proxy = match &self.proxy {
+                Some(p) => format!("the proxy {p}"),
+                None => "a proxy on the way".to_string(),
+            };
+            return fatal(anyhow!(
+                "GET {}: {proxy} wants credentials it was not given or refused (407 \
+                 Proxy Authentication Required): give them in the proxy URL, \
+                 http://user:password@host:port",
+                self.shown()
+            ));
+        }
         if is_retryable_status(code) {
             return retry(format!("GET {}: server answered {status}", self.shown()));
         }
