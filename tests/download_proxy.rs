@@ -142,7 +142,9 @@ fn an_installer_args_image_and_its_signature_come_through_the_http_proxy_flag() 
     let origin = served(&set);
     let proxy = TestProxy::start(&[(IMAGES_HOST, origin.addr())]).with_credentials("ai", PASSWORD);
     let url = format!("http://{IMAGES_HOST}/img.raw.gz");
-    let with_password = proxy.url().replace("http://", &format!("http://ai:{PASSWORD}@"));
+    let with_password = proxy
+        .url()
+        .replace("http://", &format!("http://ai:{PASSWORD}@"));
     let size = set.raw.size + (64 << 20);
     let run = install(
         &installer_args(&url, &set),
@@ -159,7 +161,8 @@ fn an_installer_args_image_and_its_signature_come_through_the_http_proxy_flag() 
     assert_eq!(origin.requests_for("/img.raw.gz").len(), 1);
     assert!(!run.svc.progress_reports(&run.host).is_empty());
     assert!(
-        run.output.contains("image downloads: http URLs through http://ai:<SECRET>@"),
+        run.output
+            .contains("image downloads: http URLs through http://ai:<SECRET>@"),
         "{}",
         run.output
     );
@@ -181,7 +184,12 @@ fn no_proxy_sends_a_listed_host_around_the_proxy() {
     let args = installer_args(&url, &set);
     let run = install(
         &args,
-        &["--http-proxy", &proxy.url(), "--no-proxy", "localhost,127.0.0.1"],
+        &[
+            "--http-proxy",
+            &proxy.url(),
+            "--no-proxy",
+            "localhost,127.0.0.1",
+        ],
         size,
     );
     assert_installed(&run);

@@ -248,8 +248,8 @@ fn downloads_through_a_proxy_resume_and_name_it_when_it_fails() {
     let srv = TestServer::start();
     let cut = vec![vec![Fault::CutAfter(1 << 20)]];
     srv.route("/img", Route::bytes(data.clone()).with_faults(cut));
-    let proxy = TestProxy::start(&[("images.example.invalid", srv.addr())])
-        .with_credentials("u", "pw");
+    let proxy =
+        TestProxy::start(&[("images.example.invalid", srv.addr())]).with_credentials("u", "pw");
     let via = |proxy_url: String| HttpOptions {
         proxy: Some(DownloadProxy {
             http: Some(ProxySetting::new("--http-proxy", proxy_url)),
@@ -261,16 +261,25 @@ fn downloads_through_a_proxy_resume_and_name_it_when_it_fails() {
     let good = proxy.url().replace("http://", "http://u:pw@");
     let mut src = HttpSource::open(url, &via(good), &Cancel::new()).unwrap();
     assert_eq!(read_all(&mut src).unwrap(), data);
-    assert_eq!(proxy.targets(), [url, url], "the resume went through the proxy too");
+    assert_eq!(
+        proxy.targets(),
+        [url, url],
+        "the resume went through the proxy too"
+    );
     let ranges = srv.requests_for("/img");
     assert_eq!(ranges.len(), 2);
 
     let wrong = proxy.url().replace("http://", "http://u:wrong@");
-    let e = HttpSource::open(url, &via(wrong), &Cancel::new()).err().unwrap();
+    let e = HttpSource::open(url, &via(wrong), &Cancel::new())
+        .err()
+        .unwrap();
     let e = format!("{e:#}");
     assert!(e.contains("407 Proxy Authentication Required"), "{e}");
     assert!(e.contains("http://u:<SECRET>@127.0.0.1:"), "{e}");
-    assert!(e.contains("(from --http-proxy)") && !e.contains("wrong"), "{e}");
+    assert!(
+        e.contains("(from --http-proxy)") && !e.contains("wrong"),
+        "{e}"
+    );
     assert_eq!(proxy.targets().len(), 3, "a refusal is not retried");
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -279,7 +288,9 @@ fn downloads_through_a_proxy_resume_and_name_it_when_it_fails() {
         .unwrap()
         .port();
     let gone = format!("http://127.0.0.1:{port}");
-    let e = HttpSource::open(url, &via(gone.clone()), &Cancel::new()).err().unwrap();
+    let e = HttpSource::open(url, &via(gone.clone()), &Cancel::new())
+        .err()
+        .unwrap();
     let e = format!("{e:#}");
     let said = format!("GET {url} (sent through the proxy {gone} (from --http-proxy)): ");
     assert!(e.contains(&said), "{e}");

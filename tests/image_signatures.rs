@@ -617,10 +617,16 @@ fn downloads_go_through_the_proxy_of_the_environment() {
     assert!(out.status.success(), "{}", text(&out));
     let mut seen = proxy.targets();
     seen.sort();
-    assert_eq!(seen, [ign_url.clone(), image.clone(), format!("{image}.sig")]);
+    assert_eq!(
+        seen,
+        [ign_url.clone(), image.clone(), format!("{image}.sig")]
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("good, by key"));
     sgdisk_verify(&target);
-    assert_eq!(Ext4::on(&target, 512, BOOT_LABEL).text("/ignition/config.ign"), ign);
+    assert_eq!(
+        Ext4::on(&target, 512, BOOT_LABEL).text("/ignition/config.ign"),
+        ign
+    );
 
     // http_proxy (lowercase): a stream's metadata, then its image and signature.
     let base = format!("http://{HOST}/streams/");
@@ -643,9 +649,16 @@ fn downloads_go_through_the_proxy_of_the_environment() {
     let direct = origin.url("/f.raw.xz");
     let target = old_disk(d, "no-proxy");
     let before = proxy.targets().len();
-    let env = [("HTTP_PROXY", proxy.url()), ("NO_PROXY", "127.0.0.1".into())];
+    let env = [
+        ("HTTP_PROXY", proxy.url()),
+        ("NO_PROXY", "127.0.0.1".into()),
+    ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let out = write_image_env(&[&["--image-url", &direct][..], &key_a].concat(), &target, &env);
+    let out = write_image_env(
+        &[&["--image-url", &direct][..], &key_a].concat(),
+        &target,
+        &env,
+    );
     assert_written(&out, &target, &set);
     assert_eq!(proxy.targets().len(), before, "{:?}", proxy.targets());
 }

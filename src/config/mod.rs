@@ -115,7 +115,8 @@ impl InstallerConfig {
     pub(crate) fn download_proxy(&self, env: impl Fn(&str) -> Option<String>) -> DownloadProxy {
         let mut p = DownloadProxy::from_vars(env);
         let flag = |name: &str, v: &Option<String>| {
-            v.as_ref().map(|v| ProxySetting::new(format!("--{name}"), v))
+            v.as_ref()
+                .map(|v| ProxySetting::new(format!("--{name}"), v))
         };
         if self.http_proxy.is_some() || self.https_proxy.is_some() {
             p.http = flag("http-proxy", &self.http_proxy).or(p.http);

@@ -120,14 +120,14 @@ impl DownloadProxy {
             .no_proxy
             .as_ref()
             .and_then(|n| reqwest::NoProxy::from_string(&n.value));
-        let schemes: [(_, _, fn(&str) -> reqwest::Result<reqwest::Proxy>); 2] = [
-            ("http", &self.http, |u| reqwest::Proxy::http(u)),
-            ("https", &self.https, |u| reqwest::Proxy::https(u)),
-        ];
-        for (scheme, setting, make) in schemes {
+        for (scheme, setting) in [("http", &self.http), ("https", &self.https)] {
             let Some(setting) = setting else { continue };
+            let proxy = match scheme {
+                "http" => reqwest::Proxy::http(&setting.value),
+                _ => reqwest::Proxy::https(&setting.value),
+            };
             // reqwest's error may quote the URL, password and all: not shown.
-            let Ok(proxy) = make(&setting.value) else {
+            let Ok(proxy) = proxy else {
                 bail!(
                     "the proxy for {scheme} downloads, {}, is not a proxy URL: give it as \
                      http://[user:password@]host:port",
@@ -229,10 +229,16 @@ mod tests {
             https: Some(ProxySetting::new("HTTPS_PROXY", "http://u:s3cret@[bad")),
             ..DownloadProxy::default()
         };
-        let e = bad.apply(reqwest::Client::builder()).unwrap_err().to_string();
+        let e = bad
+            .apply(reqwest::Client::builder())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("HTTPS_PROXY") && e.contains("host:port"), "{e}");
         assert!(!e.contains("s3cret"), "{e}");
-        p.apply(reqwest::Client::builder()).unwrap().build().unwrap();
+        p.apply(reqwest::Client::builder())
+            .unwrap()
+            .build()
+            .unwrap();
     }
 
     #[test]

@@ -181,7 +181,11 @@ fn serve(shared: &Shared, mut conn: TcpStream) -> io::Result<()> {
         None => match host.parse() {
             Ok(ip) => SocketAddr::new(ip, port),
             Err(_) => {
-                return answer(&mut conn, "502 Bad Gateway", &format!("unknown host {host}"));
+                return answer(
+                    &mut conn,
+                    "502 Bad Gateway",
+                    &format!("unknown host {host}"),
+                );
             }
         },
     };
