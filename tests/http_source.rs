@@ -150,16 +150,16 @@ fn a_stalled_body_hits_the_idle_timeout_and_is_resumed() {
     assert_eq!(srv.requests_for("/img").len(), 2);
 }
 
+/// A port of 127.0.0.1 nobody listens on (a listener bound and dropped).
+fn unused_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
 /// `open` without an answer: a refused connection, once retried; a URL that is not HTTP.
 #[test]
 fn open_fails_after_the_retries_of_a_refused_connection_and_on_other_schemes() {
-    // Bind and drop a listener to get a port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let refused = format!("http://127.0.0.1:{port}/img");
+    let refused = format!("http://127.0.0.1:{}/img", unused_port());
     for (url, want) in [
         (refused.as_str(), "giving up after 1 retries"),
         ("ftp://example/img", "http:// or https://"),
@@ -282,12 +282,7 @@ fn downloads_through_a_proxy_resume_and_name_it_when_it_fails() {
     );
     assert_eq!(proxy.targets().len(), 3, "a refusal is not retried");
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let gone = format!("http://127.0.0.1:{port}");
+    let gone = format!("http://127.0.0.1:{}", unused_port());
     let e = HttpSource::open(url, &via(gone.clone()), &Cancel::new())
         .err()
         .unwrap();
