@@ -325,6 +325,7 @@ fn single_node_install(f: &Fixture, early_write: bool) -> Duration {
     let writer = InProcessWriter {
         stop: Cancel::new(),
         cacert: None,
+        proxy: Default::default(),
     };
     let url = f.server.url("/gz");
     let flow = FlowBuilder::new("master", dir.path(), svc.client(), Arc::new(writer))

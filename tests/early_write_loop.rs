@@ -50,6 +50,7 @@ fn the_image_is_on_disk_before_bootkube_completes_and_ends_with_the_merged_ignit
     let writer = InProcessWriter {
         stop: Cancel::new(),
         cacert: None,
+        proxy: Default::default(),
     };
     let flow = FlowBuilder::new("master", dir.path(), svc.client(), Arc::new(writer))
         .cfg(|c| c.boot_device = dev.path.clone())

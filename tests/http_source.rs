@@ -150,16 +150,16 @@ fn a_stalled_body_hits_the_idle_timeout_and_is_resumed() {
     assert_eq!(srv.requests_for("/img").len(), 2);
 }
 
+/// A port of 127.0.0.1 nobody listens on (a listener bound and dropped).
+fn unused_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
 /// `open` without an answer: a refused connection, once retried; a URL that is not HTTP.
 #[test]
 fn open_fails_after_the_retries_of_a_refused_connection_and_on_other_schemes() {
-    // Bind and drop a listener to get a port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let refused = format!("http://127.0.0.1:{port}/img");
+    let refused = format!("http://127.0.0.1:{}/img", unused_port());
     for (url, want) in [
         (refused.as_str(), "giving up after 1 retries"),
         ("ftp://example/img", "http:// or https://"),
@@ -235,4 +235,58 @@ fn documents_are_fetched_whole_and_a_404_is_missing() {
     );
     let e = format!("{:#}", get("/doc", 1000).unwrap_err());
     assert!(e.contains("larger than 1000 bytes"), "{e}");
+}
+
+/// Through a proxy (the only way to the made-up host): a download cut midway resumes through it;
+/// a proxy that refuses the credentials, or one that is not there, is named in the error, its
+/// password masked.
+#[test]
+fn downloads_through_a_proxy_resume_and_name_it_when_it_fails() {
+    use assisted_installer::image::proxy::{DownloadProxy, ProxySetting};
+    use common::http_proxy::TestProxy;
+    let data = pattern(3 << 20, 7);
+    let srv = TestServer::start();
+    let cut = vec![vec![Fault::CutAfter(1 << 20)]];
+    srv.route("/img", Route::bytes(data.clone()).with_faults(cut));
+    let proxy =
+        TestProxy::start(&[("images.example.invalid", srv.addr())]).with_credentials("u", "pw");
+    let via = |proxy_url: String| HttpOptions {
+        proxy: Some(DownloadProxy {
+            http: Some(ProxySetting::new("--http-proxy", proxy_url)),
+            ..DownloadProxy::default()
+        }),
+        ..fast(2)
+    };
+    let url = "http://images.example.invalid/img";
+    let good = proxy.url().replace("http://", "http://u:pw@");
+    let mut src = HttpSource::open(url, &via(good), &Cancel::new()).unwrap();
+    assert_eq!(read_all(&mut src).unwrap(), data);
+    assert_eq!(
+        proxy.targets(),
+        [url, url],
+        "the resume went through the proxy too"
+    );
+    let ranges = srv.requests_for("/img");
+    assert_eq!(ranges.len(), 2);
+
+    let wrong = proxy.url().replace("http://", "http://u:wrong@");
+    let e = HttpSource::open(url, &via(wrong), &Cancel::new())
+        .err()
+        .unwrap();
+    let e = format!("{e:#}");
+    assert!(e.contains("407 Proxy Authentication Required"), "{e}");
+    assert!(e.contains("http://u:<SECRET>@127.0.0.1:"), "{e}");
+    assert!(
+        e.contains("(from --http-proxy)") && !e.contains("wrong"),
+        "{e}"
+    );
+    assert_eq!(proxy.targets().len(), 3, "a refusal is not retried");
+
+    let gone = format!("http://127.0.0.1:{}", unused_port());
+    let e = HttpSource::open(url, &via(gone.clone()), &Cancel::new())
+        .err()
+        .unwrap();
+    let e = format!("{e:#}");
+    let said = format!("GET {url} (sent through the proxy {gone} (from --http-proxy)): ");
+    assert!(e.contains(&said), "{e}");
 }

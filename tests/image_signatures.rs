@@ -467,6 +467,7 @@ fn the_flows_check_the_signature_next_to_an_installer_args_image_url() {
     let writer = InProcessWriter {
         stop: Cancel::new(),
         cacert: None,
+        proxy: Default::default(),
     };
     let target = old_disk(d, "flow");
     let before = sha(&target);
@@ -544,4 +545,120 @@ fn a_stream_over_https_is_verified_by_its_digests() {
         512,
         &["sha256 of the compressed image", &"ab".repeat(32)],
     );
+}
+
+/// `write-image` with `env` in place of this process's proxy variables.
+fn write_image_env(args: &[&str], target: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"] {
+        cmd.env_remove(name).env_remove(name.to_lowercase());
+    }
+    cmd.envs(env.iter().copied())
+        .arg("write-image")
+        .args(args)
+        .arg(target)
+        .output()
+        .expect("running assisted-installer")
+}
+
+/// As coreos-installer, `write-image` downloads through the proxy of the standard environment
+/// (`HTTP_PROXY`, …, uppercase or lowercase): an image on a made-up host that only the test
+/// proxy resolves, its signature, an `--ignition-url`, a stream's metadata. Without the proxy
+/// the name does not resolve; `NO_PROXY` sends a listed host around it.
+#[test]
+fn downloads_go_through_the_proxy_of_the_environment() {
+    use common::http_proxy::TestProxy;
+    use common::images::sha256_hex;
+    use common::root::Ext4;
+    use coreos_image::BOOT_LABEL;
+    const HOST: &str = "images.example.invalid";
+    let set = images(512);
+    let k = keys();
+    let d = k.dir.path();
+    let key_a = k.gpg.export(&k.a, true, &d.join("a.asc"));
+    let key_a = ["--signing-key", key_a.to_str().unwrap()];
+    let origin = TestServer::start();
+    origin.route("/f.raw.xz", Route::file(&set.xz.path));
+    origin.route(
+        "/f.raw.xz.sig",
+        Route::bytes(k.gpg.sign(&k.a, &set.xz.path)),
+    );
+    let ign = r#"{"ignition":{"version":"3.2.0"}}"#;
+    origin.route("/c.ign", Route::bytes(ign));
+    let image = format!("http://{HOST}/f.raw.xz");
+    let disk = serde_json::json!({ "location": image, "signature": format!("{image}.sig") });
+    let formats = serde_json::json!({ "raw.xz": { "disk": disk } });
+    let stream = serde_json::json!({ "architectures": { "x86_64": {
+        "artifacts": { "metal": { "release": "1", "formats": formats } } } } });
+    origin.route("/streams/s.json", Route::bytes(stream.to_string()));
+    let proxy = TestProxy::start(&[(HOST, origin.addr())]);
+
+    let ign_url = format!("http://{HOST}/c.ign");
+    let hash = format!("sha256-{}", sha256_hex(ign.as_bytes()));
+    let args = [
+        &["--image-url", &image, "--fetch-retries", "0"][..],
+        &["--ignition-url", &ign_url, "--ignition-hash", &hash],
+        &key_a,
+    ]
+    .concat();
+    // No proxy: the name does not resolve, and the disk is not touched.
+    let target = old_disk(d, "direct");
+    let before = sha(&target);
+    let out = write_image_env(&args, &target, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let e = stderr(&out);
+    assert!(e.contains(&format!("http://{HOST}/c.ign")), "{e}");
+    assert!(e.contains("dns error"), "{e}");
+    assert_eq!(sha(&target), before);
+    assert!(proxy.targets().is_empty());
+
+    // HTTP_PROXY: the Ignition config, the signature, the image, all through the proxy.
+    let out = write_image_env(&args, &target, &[("HTTP_PROXY", &proxy.url())]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut seen = proxy.targets();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [ign_url.clone(), image.clone(), format!("{image}.sig")]
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("good, by key"));
+    sgdisk_verify(&target);
+    assert_eq!(
+        Ext4::on(&target, 512, BOOT_LABEL).text("/ignition/config.ign"),
+        ign
+    );
+
+    // http_proxy (lowercase): a stream's metadata, then its image and signature.
+    let base = format!("http://{HOST}/streams/");
+    let stream_args = [
+        &["--stream", "s", "--architecture", "x86_64"][..],
+        &["--stream-base-url", &base],
+        &key_a,
+    ]
+    .concat();
+    let target = old_disk(d, "stream");
+    let before = proxy.targets().len();
+    let out = write_image_env(&stream_args, &target, &[("http_proxy", &proxy.url())]);
+    assert_written(&out, &target, &set);
+    let stream_url = format!("http://{HOST}/streams/s.json");
+    let seen = &proxy.targets()[before..];
+    assert_eq!(seen[0], stream_url, "{seen:?}");
+    assert_eq!(seen.len(), 3, "{seen:?}");
+
+    // NO_PROXY: a listed host is reached directly.
+    let direct = origin.url("/f.raw.xz");
+    let target = old_disk(d, "no-proxy");
+    let before = proxy.targets().len();
+    let env = [
+        ("HTTP_PROXY", proxy.url()),
+        ("NO_PROXY", "127.0.0.1".into()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = write_image_env(
+        &[&["--image-url", &direct][..], &key_a].concat(),
+        &target,
+        &env,
+    );
+    assert_written(&out, &target, &set);
+    assert_eq!(proxy.targets().len(), before, "{:?}", proxy.targets());
 }

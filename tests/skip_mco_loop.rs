@@ -182,6 +182,7 @@ fn the_root_partition_grows_as_go_computes_and_the_image_is_deployed_onto_the_mo
     let writer = InProcessWriter {
         stop: Cancel::new(),
         cacert: None,
+        proxy: Default::default(),
     };
     let flow = FlowBuilder::new("master", dir.path(), svc.client(), Arc::new(writer))
         .cfg(|c| c.boot_device = dev.path.clone())

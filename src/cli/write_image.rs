@@ -122,6 +122,8 @@ impl WriteImageArgs {
             // Run directly on a host: local paths (else /proc/1/root for the live image).
             host_root: None,
             cacert: self.cacert.clone(),
+            // As coreos-installer: HTTP_PROXY, HTTPS_PROXY, NO_PROXY (and lowercase).
+            proxy: None,
             osmet_dir: self.osmet_dir.clone(),
             ostree_repo: self.ostree_repo.clone(),
             preserve_on_error: self.preserve_on_error,

@@ -150,9 +150,16 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<(Flow, Arc<
     // (the client is left without it, so the `Failed` report still goes out).
     let stop = Cancel::new();
     let signal = signals::cancel_on_signal(&stop)?;
+    // The downloads (an `--installer-args` image and its signature) go through the proxy the
+    // Go installer's coreos-installer child was given; the service client above does not.
+    let proxy = cfg.download_proxy(|name| std::env::var(name).ok());
+    if !proxy.is_direct() {
+        tracing::info!("image downloads: {}", proxy.describe());
+    }
     let writer = Arc::new(InProcessWriter {
         stop: stop.clone(),
         cacert: cfg.cacert.clone(),
+        proxy,
     });
     let dry = cfg.dry_run;
     let flow = Flow {

@@ -15,6 +15,8 @@ pub use role::Role;
 
 use std::path::PathBuf;
 
+use crate::image::proxy::{mask_url_password, DownloadProxy, ProxySetting};
+
 /// Every flag of the Go installer. `Default` is the zero value (role master); the flags' non-zero
 /// defaults are the command line's (`cli::go_flags`), as in Go.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -106,6 +108,24 @@ impl InstallerConfig {
         .collect()
     }
 
+    /// The proxies of the installer's own downloads (an `--installer-args` image and its
+    /// signature): what its coreos-installer child got from Go, the environment (`env`) with
+    /// the flags of [`Self::child_proxy_env`] on top. `--no-proxy` counts even alone, as the
+    /// installer copies it into its own environment.
+    pub(crate) fn download_proxy(&self, env: impl Fn(&str) -> Option<String>) -> DownloadProxy {
+        let mut p = DownloadProxy::from_vars(env);
+        let flag = |name: &str, v: &Option<String>| {
+            v.as_ref()
+                .map(|v| ProxySetting::new(format!("--{name}"), v))
+        };
+        if self.http_proxy.is_some() || self.https_proxy.is_some() {
+            p.http = flag("http-proxy", &self.http_proxy).or(p.http);
+            p.https = flag("https-proxy", &self.https_proxy).or(p.https);
+        }
+        p.no_proxy = flag("no-proxy", &self.no_proxy).or(p.no_proxy);
+        p
+    }
+
     /// The configuration for the log: the flags hold no secret, but proxy URLs may carry a
     /// password, which is masked.
     pub(crate) fn redacted(&self) -> String {
@@ -114,28 +134,6 @@ impl InstallerConfig {
         c.https_proxy = c.https_proxy.as_deref().map(mask_url_password);
         format!("{c:?}")
     }
-}
-
-/// `scheme://user:password@host` → `scheme://user:<SECRET>@host`.
-fn mask_url_password(url: &str) -> String {
-    let auth_start = url.find("://").map_or(0, |i| i + 3);
-    let auth_end = url[auth_start..]
-        .find('/')
-        .map_or(url.len(), |i| auth_start + i);
-    let authority = &url[auth_start..auth_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_string();
-    };
-    let userinfo = &authority[..at];
-    let Some(colon) = userinfo.find(':') else {
-        return url.to_string();
-    };
-    format!(
-        "{}{}:<SECRET>{}",
-        &url[..auth_start],
-        &userinfo[..colon],
-        &url[auth_start + at..]
-    )
 }
 
 #[cfg(test)]
@@ -164,6 +162,43 @@ mod tests {
     }
 
     #[test]
+    fn downloads_use_the_flags_over_the_environment_as_the_child_did() {
+        let env = |k: &str| match k {
+            "HTTP_PROXY" => Some("http://env-http:1".to_string()),
+            "https_proxy" => Some("http://env-https:2".to_string()),
+            "NO_PROXY" => Some(".env".to_string()),
+            _ => None,
+        };
+        let shown = |c: &InstallerConfig| c.download_proxy(env).describe();
+        // No flag: the environment, as the Go installer's child inherited it.
+        let none = InstallerConfig::default();
+        assert_eq!(
+            shown(&none),
+            "http URLs through http://env-http:1 (from HTTP_PROXY); https URLs through \
+             http://env-https:2 (from https_proxy); not for .env (from NO_PROXY)"
+        );
+        // A flag replaces its variable; the other scheme keeps the environment's.
+        let c = InstallerConfig {
+            http_proxy: Some("http://u:pw@flag:3128".into()),
+            no_proxy: Some("images.example".into()),
+            ..InstallerConfig::default()
+        };
+        assert_eq!(
+            shown(&c),
+            "http URLs through http://u:<SECRET>@flag:3128 (from --http-proxy); https URLs \
+             through http://env-https:2 (from https_proxy); not for images.example (from \
+             --no-proxy)"
+        );
+        let c = InstallerConfig {
+            https_proxy: Some("http://flag:3129".into()),
+            ..InstallerConfig::default()
+        };
+        let p = c.download_proxy(|_| None);
+        assert!(p.http.is_none() && p.no_proxy.is_none());
+        assert_eq!(p.https.unwrap().value, "http://flag:3129");
+    }
+
+    #[test]
     fn redacted_masks_proxy_passwords() {
         let c = InstallerConfig {
             http_proxy: Some("http://user:pa55@proxy:3128".into()),
@@ -176,8 +211,5 @@ mod tests {
         assert!(r.contains("http://user:<SECRET>@proxy:3128"), "{r}");
         assert!(r.contains("user:<SECRET>@proxy2:3129/x"), "{r}");
         assert!(r.contains("host_id: \"h1\""));
-        assert_eq!(mask_url_password("http://proxy:3128"), "http://proxy:3128");
-        assert_eq!(mask_url_password("http://user@proxy"), "http://user@proxy");
-        assert_eq!(mask_url_password(""), "");
     }
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::host::root::HostRoot;
 use crate::ignition::IgnitionConfig;
 use crate::image::progress::PercentCallback;
+use crate::image::proxy::DownloadProxy;
 use crate::image::{Cancel, Origin};
 use crate::postinstall::PostInstall;
 use crate::write::{plan, PlanSettings, Streamed, WritePlan, WriterArgs};
@@ -60,12 +61,18 @@ pub trait PendingDisk: Send {
 pub struct InProcessWriter {
     pub stop: Cancel,
     pub cacert: Option<PathBuf>,
+    /// The proxies of the image and signature downloads (`InstallerConfig::download_proxy`).
+    pub proxy: DownloadProxy,
 }
 
 impl InProcessWriter {
     fn settings(&self, host_root: Option<&HostRoot>, verify: bool) -> PlanSettings {
         let settings = PlanSettings::for_flows(host_root.cloned(), self.cacert.clone());
-        PlanSettings { verify, ..settings }
+        PlanSettings {
+            verify,
+            proxy: Some(self.proxy.clone()),
+            ..settings
+        }
     }
 
     fn plan(&self, req: &WriteRequest, post: PostInstall) -> Result<WritePlan> {
@@ -168,6 +175,7 @@ mod tests {
         let w = InProcessWriter {
             stop: Cancel::new(),
             cacert: None,
+            proxy: DownloadProxy::default(),
         };
         let args = WriterArgs {
             kargs_network: KargsAndNetworkArgs {

@@ -6,6 +6,7 @@ pub mod format;
 pub mod osmet;
 pub(crate) mod pipeline;
 pub mod progress;
+pub mod proxy;
 pub mod retry;
 pub mod signing;
 pub mod source;

@@ -1,4 +1,6 @@
 //! Where the compressed image comes from: a local file, or HTTP(S) with retries and resumption.
+//! Every download's HTTP client is built here ([`build_client`]): CA certificates, timeouts and
+//! the proxy ([`super::proxy`]).
 //!
 //! The HTTP source retries the request on connection errors, timeouts, 408, 429 and 5xx with
 //! exponential backoff. When the connection drops mid-body it asks for the rest with
@@ -13,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::cancel::Cancel;
+use super::proxy::DownloadProxy;
 use super::retry::{is_retryable_status, parse_content_range, RetryPolicy};
 use crate::clock::{Failure, Retrying, Stopped, Tries, WaitError, SYSTEM_CLOCK};
 
@@ -41,6 +44,8 @@ pub struct HttpOptions {
     pub connect_timeout: Duration,
     /// How long the body may stay silent before the connection is treated as dropped.
     pub idle_timeout: Duration,
+    /// The proxies; `None`: those of the environment (`HTTP_PROXY`, …) when the download starts.
+    pub proxy: Option<DownloadProxy>,
 }
 
 impl Default for HttpOptions {
@@ -50,6 +55,7 @@ impl Default for HttpOptions {
             cacert: None,
             connect_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
+            proxy: None,
         }
     }
 }
@@ -116,6 +122,8 @@ const POLL: Duration = Duration::from_millis(200);
 pub struct HttpSource {
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
+    /// The proxy this URL's scheme is given, as errors name it (`None`: direct).
+    proxy: Option<String>,
     url: reqwest::Url,
     opts: HttpOptions,
     response: Option<reqwest::Response>,
@@ -128,7 +136,8 @@ pub struct HttpSource {
     tries: Tries,
 }
 
-fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
+/// The client, and the proxy settings it applies.
+fn build_client(opts: &HttpOptions) -> Result<(reqwest::Client, DownloadProxy)> {
     let mut builder = reqwest::Client::builder()
         .user_agent(concat!("assisted-installer/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(opts.connect_timeout);
@@ -142,7 +151,14 @@ fn build_client(opts: &HttpOptions) -> Result<reqwest::Client> {
         }
         builder = builder.tls_certs_merge(certs);
     }
-    builder.build().context("building the HTTP client")
+    let proxy = match &opts.proxy {
+        Some(p) => p.clone(),
+        None => DownloadProxy::from_env(),
+    };
+    tracing::debug!("downloads: {}", proxy.describe());
+    builder = proxy.apply(builder)?;
+    let client = builder.build().context("building the HTTP client")?;
+    Ok((client, proxy))
 }
 
 /// A request or read that failed, and whether to try again.
@@ -186,13 +202,15 @@ impl HttpSource {
             .enable_all()
             .build()
             .context("starting the HTTP runtime")?;
-        let client = {
+        let (client, proxy) = {
             let _guard = rt.enter();
             build_client(opts)?
         };
+        let proxy = proxy.for_scheme(parsed.scheme());
         let mut src = HttpSource {
             rt,
             client,
+            proxy,
             url: parsed,
             opts: opts.clone(),
             response: None,
@@ -253,15 +271,32 @@ impl HttpSource {
             Ok(r) => r,
             // `{:#}`: with its causes (reqwest's own Display hides the interesting part).
             Err(e) => {
+                // A refused or unknown proxy reads like a refused or unknown server: say which.
+                let via = match &self.proxy {
+                    Some(p) => format!(" (sent through the proxy {p})"),
+                    None => String::new(),
+                };
                 return retry(format!(
-                    "GET {}: {:#}",
+                    "GET {}{via}: {:#}",
                     self.shown(),
                     anyhow!(e.without_url())
-                ))
+                ));
             }
         };
         let status = resp.status();
         let code = status.as_u16();
+        if code == 407 {
+            let proxy = match &self.proxy {
+                Some(p) => format!("the proxy {p}"),
+                None => "a proxy on the way".to_string(),
+            };
+            return fatal(anyhow!(
+                "GET {}: {proxy} wants credentials it was not given or refused (407 \
+                 Proxy Authentication Required): give them in the proxy URL, \
+                 http://user:password@host:port",
+                self.shown()
+            ));
+        }
         if is_retryable_status(code) {
             return retry(format!("GET {}: server answered {status}", self.shown()));
         }

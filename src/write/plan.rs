@@ -10,6 +10,7 @@ use crate::host::root::HostRoot;
 use crate::image::digest::{Expected, Sha256Sum};
 use crate::image::format::XzSettings;
 use crate::image::osmet::LiveImage;
+use crate::image::proxy::DownloadProxy;
 use crate::image::retry::{Retries, RetryPolicy};
 use crate::image::signing::Keyring;
 use crate::image::source::{HttpOptions, ImageLocation};
@@ -63,6 +64,8 @@ pub struct PlanSettings {
     pub host_root: Option<HostRoot>,
     /// Extra CA certificates (PEM) trusted for https.
     pub cacert: Option<PathBuf>,
+    /// The downloads' proxies; `None`: the environment's (`HTTP_PROXY`, …).
+    pub proxy: Option<DownloadProxy>,
     /// The live image's osmet directory and OSTree repository, when not the defaults.
     pub osmet_dir: Option<PathBuf>,
     pub ostree_repo: Option<PathBuf>,
@@ -90,6 +93,7 @@ impl Default for PlanSettings {
             unverified: Unverified::Refuse,
             host_root: None,
             cacert: None,
+            proxy: None,
             osmet_dir: None,
             ostree_repo: None,
             preserve_on_error: false,
@@ -192,6 +196,7 @@ impl WritePlan {
                     ..RetryPolicy::default()
                 },
                 cacert: settings.cacert.clone(),
+                proxy: settings.proxy.clone(),
                 ..HttpOptions::default()
             },
             write: WriteOptions {

@@ -6,6 +6,7 @@ pub(crate) mod fake_kube;
 pub(crate) mod fake_service;
 pub(crate) mod firmware;
 pub(crate) mod flow_builder;
+pub(crate) mod http_proxy;
 pub(crate) mod http_server;
 pub(crate) mod images;
 pub(crate) mod kexec_guest;
