@@ -37,6 +37,39 @@ pub(crate) struct StreamSums {
     pub(crate) mib_crc32: Vec<u32>,
 }
 
+/// [`StreamSums`] taken block by block as the stream passes (the sha256 stage's and the
+/// benches' one way to make them). Blocks are whole MiBs but the last.
+pub(crate) struct SumsBuilder {
+    hasher: Sha256,
+    per_mib: bool,
+    mib_crc32: Vec<u32>,
+}
+
+impl SumsBuilder {
+    /// `per_mib`: also what a `--verify` read-back needs of each MiB.
+    pub(crate) fn new(per_mib: bool) -> SumsBuilder {
+        SumsBuilder {
+            hasher: Sha256::new(),
+            per_mib,
+            mib_crc32: Vec::new(),
+        }
+    }
+
+    pub(crate) fn update(&mut self, block: &[u8]) {
+        self.hasher.update(block);
+        if self.per_mib {
+            self.mib_crc32.push(crc32fast::hash(block));
+        }
+    }
+
+    pub(crate) fn finish(self) -> StreamSums {
+        StreamSums {
+            sha256: Sha256Sum::of(self.hasher),
+            mib_crc32: self.mib_crc32,
+        }
+    }
+}
+
 /// A read-back that matched.
 #[derive(Clone, Copy, Debug)]
 pub struct ReadBack {
@@ -192,6 +225,59 @@ fn check_in_order(
         let _ = back.send(buf);
     }
     Ok(Sha256Sum::of(sha))
+}
+
+/// The read-back alone, for the benches: an image's sums taken once as the stream would, then
+/// its read-back from a device that holds it (from its second MiB on) on `threads` readers.
+#[cfg(any(test, feature = "test-support"))]
+pub struct ReadBackCheck {
+    head: Vec<u8>,
+    sums: StreamSums,
+    len: u64,
+}
+
+#[cfg(any(test, feature = "test-support"))]
+impl ReadBackCheck {
+    /// The sums of the raw image `image`, read in 1 MiB blocks as the pipeline streams it.
+    pub fn of_image(image: &std::path::Path) -> Result<ReadBackCheck> {
+        use std::io::Read;
+        let mut file = std::fs::File::open(image)
+            .with_context(|| format!("opening {}", image.display()))?;
+        let (mut sums, mut head, mut len) = (SumsBuilder::new(true), Vec::new(), 0u64);
+        let mut block = vec![0u8; MIB as usize];
+        loop {
+            let n = super::format::fill(&mut file, &mut block)?;
+            if n == 0 {
+                break;
+            }
+            sums.update(&block[..n]);
+            if head.is_empty() {
+                head = block[..n].to_vec();
+            }
+            len += n as u64;
+        }
+        Ok(ReadBackCheck {
+            head,
+            sums: sums.finish(),
+            len,
+        })
+    }
+
+    /// Read the image back from `device` and check it, on `threads` readers.
+    pub fn run(&self, device: &std::path::Path, threads: usize) -> Result<ReadBack> {
+        let dev = Device::open_for_write(device)?;
+        let sector = dev.sector_size().unwrap_or(512);
+        let _ = threads;
+        read_back(
+            &dev,
+            &self.head,
+            &self.sums,
+            self.len,
+            sector,
+            &Cancel::new(),
+            &|_, _| {},
+        )
+    }
 }
 
 #[cfg(test)]
