@@ -240,7 +240,10 @@ fn offline(c: &mut Criterion) {
         let args = ["--read-threads", threads];
         g.bench_function(id, |b| b.iter(|| run_ours(f, &f.live_xz9, id, &args)));
     }
-    for (id, threads) in [("verify-read-2", THREADS[0]), ("verify-read-16", THREADS[1])] {
+    for (id, threads) in [
+        ("verify-read-2", THREADS[0]),
+        ("verify-read-16", THREADS[1]),
+    ] {
         g.bench_function(id, |b| {
             // The device holds the raw image (an install's fix-up changes its GPT areas).
             f.target.dd_direct(&f.fx.raw);
@@ -421,7 +424,10 @@ fn report() {
             (v - w) / r
         );
     }
-    for (id, threads) in [("verify-read-2", THREADS[0]), ("verify-read-16", THREADS[1])] {
+    for (id, threads) in [
+        ("verify-read-2", THREADS[0]),
+        ("verify-read-16", THREADS[1]),
+    ] {
         if let (Some(v), Some(r)) = (median(id), median("device-read")) {
             println!(
                 "--verify read-back on {threads} readers / direct read of the device: {:.2} (goal <= 1.1)",
