@@ -139,7 +139,7 @@ pub(crate) fn read_back(
     let threads = threads.clamp(1, MAX_THREADS);
     let chunk = chunk_len(threads);
     let chunks = image_len.saturating_sub(from).div_ceil(chunk);
-    if chunks > 0 && from % MIB != 0 {
+    if chunks > 0 && !from.is_multiple_of(MIB) {
         bail!("the read-back starts at byte {from}, not on a MiB (this is a bug)");
     }
     let pad = dev.is_direct().then_some(sector);
@@ -465,7 +465,7 @@ mod tests {
         for threads in 1..=64 {
             let (readers, chunk) = (threads.clamp(1, MAX_THREADS) as u64, chunk_len(threads));
             assert!(readers * chunk <= BUFFER_BUDGET, "{threads} readers");
-            assert!(chunk % MIB == 0 && (MIB..=MAX_CHUNK).contains(&chunk));
+            assert!(chunk.is_multiple_of(MIB) && (MIB..=MAX_CHUNK).contains(&chunk));
         }
         assert!((4..=MAX_THREADS).contains(&default_threads()));
     }
