@@ -15,6 +15,13 @@
 //! ISOs ship preset 9, whose decoder needs a 64 MiB dictionary. So our write also runs on the
 //! same osmet with its packed stream recompressed with `xz -9`, for the peak memory that matters.
 //!
+//! Two thread counts, 2 and 16 whatever the machine's cores, for what grows with threads: the
+//! peak memory of the `xz -9` install with `--read-threads 2` and `16`, and the `--verify`
+//! read-back alone on 2 and 16 readers against the plain direct read of the device.
+//!
+//! `AI_BENCH_SMALL=1`: the tests' live fixture (about 360 MiB, quick to generate) instead of the
+//! 1.1 GiB one, for a quick run; the big size is the reference.
+//!
 //! Needs root (loop devices, mounts); prints why and exits otherwise.
 
 #[path = "../testdata/coreos_image.rs"]
@@ -55,6 +62,10 @@ const READ_OBJECTS_ENV: &str = "AI_BENCH_READ_OBJECTS";
 /// With [`READ_OBJECTS_ENV`]: `1` to read them through the mounted squashfs (the kernel's
 /// driver) instead of decoding its image.
 const THROUGH_MOUNT_ENV: &str = "AI_BENCH_THROUGH_MOUNT";
+/// `1`: the small fixture (see the module's doc).
+const SMALL_ENV: &str = "AI_BENCH_SMALL";
+/// The thread counts of the rows that show what grows with threads.
+const THREADS: [usize; 2] = [2, 16];
 
 struct Fixture {
     fx: LiveFixture,
@@ -72,7 +83,8 @@ fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
         let t = Instant::now();
-        let fx = cached_live_fixture(512, true).expect("the live bench fixture");
+        let big = std::env::var(SMALL_ENV).as_deref() != Ok("1");
+        let fx = cached_live_fixture(512, big).expect("the live bench fixture");
         let squashfs = cached_live_squashfs(&fx, SQUASHFS_LEVEL).expect("its squashfs");
         let packer = coreos_installer().expect("coreos-installer 0.27.0");
         eprintln!(
@@ -221,6 +233,27 @@ fn offline(c: &mut Criterion) {
     for (id, live, args) in ours {
         g.bench_function(id, |b| b.iter(|| run_ours(f, live, id, args)));
     }
+    for (id, threads) in [
+        ("write-image-xz9-read-threads-2", "2"),
+        ("write-image-xz9-read-threads-16", "16"),
+    ] {
+        let args = ["--read-threads", threads];
+        g.bench_function(id, |b| b.iter(|| run_ours(f, &f.live_xz9, id, &args)));
+    }
+    for (id, threads) in [
+        ("verify-read-2", THREADS[0]),
+        ("verify-read-16", THREADS[1]),
+    ] {
+        g.bench_function(id, |b| {
+            // The device holds the raw image (an install's fix-up changes its GPT areas).
+            f.target.dd_direct(&f.fx.raw);
+            let check = read_back_check(f);
+            b.iter(|| {
+                ran(id);
+                check.run(&f.target.path, threads).unwrap();
+            })
+        });
+    }
     g.bench_function("coreos-installer", |b| {
         b.iter(|| {
             ran("coreos-installer");
@@ -280,6 +313,12 @@ fn offline(c: &mut Criterion) {
     g.finish();
 }
 
+/// The raw image's sums as the stream takes them, once.
+fn read_back_check(f: &Fixture) -> &'static assisted_installer::image::ReadBackCheck {
+    static CHECK: OnceLock<assisted_installer::image::ReadBackCheck> = OnceLock::new();
+    CHECK.get_or_init(|| assisted_installer::image::ReadBackCheck::of_image(&f.fx.raw).unwrap())
+}
+
 /// Inside the live layout: read every object extent the osmet file maps from
 /// /sysroot/ostree/repo with write-image's own readers (its plan, store, batches and default
 /// thread count), without the rest of the install.
@@ -312,6 +351,16 @@ fn report() {
         ("write-image-verify", "write-image --verify"),
         ("write-image-read-threads-1", "write-image --read-threads 1"),
         ("write-image-xz9", "write-image, live image (osmet xz -9)"),
+        (
+            "write-image-xz9-read-threads-2",
+            "write-image, osmet xz -9, --read-threads 2",
+        ),
+        (
+            "write-image-xz9-read-threads-16",
+            "write-image, osmet xz -9, --read-threads 16",
+        ),
+        ("verify-read-2", "--verify read-back alone, 2 readers"),
+        ("verify-read-16", "--verify read-back alone, 16 readers"),
         ("coreos-installer", "coreos-installer install --offline"),
         ("dd-direct", "dd oflag=direct bs=4M (raw image)"),
         (
@@ -375,6 +424,17 @@ fn report() {
             (v - w) / r
         );
     }
+    for (id, threads) in [
+        ("verify-read-2", THREADS[0]),
+        ("verify-read-16", THREADS[1]),
+    ] {
+        if let (Some(v), Some(r)) = (median(id), median("device-read")) {
+            println!(
+                "--verify read-back on {threads} readers / direct read of the device: {:.2} (goal <= 1.1)",
+                v / r
+            );
+        }
+    }
     if let (Some(one), Some(w)) = (median("write-image-read-threads-1"), median("write-image")) {
         println!("--read-threads 1 / default: {:.2}", one / w);
     }
@@ -384,7 +444,12 @@ fn report() {
             k / w
         );
     }
-    for case in ["write-image", "write-image-xz9"] {
+    for case in [
+        "write-image",
+        "write-image-xz9",
+        "write-image-xz9-read-threads-2",
+        "write-image-xz9-read-threads-16",
+    ] {
         if let Some(peak) = peak_rss::max(case) {
             println!("peak RSS {case}: {peak:.1} MiB (goal < 128)");
         }

@@ -18,6 +18,8 @@ mod zeros;
 pub use cancel::{Cancel, Interrupted};
 pub use pipeline::{reset_after_failure, stream_image, Input, Staged, WriteOptions, WriteSummary};
 pub use verify::ReadBack;
+#[cfg(any(test, feature = "test-support"))]
+pub use verify::ReadBackCheck;
 pub use zeros::{ZeroHow, ZeroSummary};
 
 use osmet::LiveImage;

@@ -588,16 +588,26 @@ fn check_on_disk(
         dev.path().display()
     );
     let head = &head.buf.as_slice()[..head.len];
-    let r = read_back(dev, head, sums, image_bytes, sector, stop, &|n, elapsed| {
-        progress.update(&Progress {
-            written: image_bytes,
-            image_size: Some(image_bytes),
-            elapsed,
-            verify: true,
-            read_back: Some(n),
-            ..Progress::default()
-        })
-    })
+    let threads = super::verify::default_threads();
+    let r = read_back(
+        dev,
+        head,
+        sums,
+        image_bytes,
+        sector,
+        threads,
+        stop,
+        &|n, elapsed| {
+            progress.update(&Progress {
+                written: image_bytes,
+                image_size: Some(image_bytes),
+                elapsed,
+                verify: true,
+                read_back: Some(n),
+                ..Progress::default()
+            })
+        },
+    )
     .context("--verify: checking the image on the disk")?;
     tracing::info!("{r}");
     Ok(r)

@@ -15,7 +15,7 @@ use super::osmet::LiveSource;
 use super::signing::feed::Feed;
 use super::signing::ImageSignature;
 use super::source::ImageSource;
-use super::verify::StreamSums;
+use super::verify::{StreamSums, SumsBuilder};
 use super::zeros::Zeroing;
 use crate::disk::device::Device;
 use crate::disk::direct::{pad_to_sector, AlignedBuf};
@@ -245,26 +245,18 @@ pub(super) fn hash_stage(
     per_mib: bool,
     sh: &Shared,
 ) -> Option<StreamSums> {
-    let mut hasher = Sha256::new();
-    let mut mib_crc32 = Vec::new();
+    let mut sums = SumsBuilder::new(per_mib);
     loop {
         let block = select! {
             recv(rx) -> b => match b { Ok(b) => b, Err(_) => break },
             recv(sh.cancel.receiver()) -> _ => return None,
         };
-        let data = &block.buf.as_slice()[..block.len];
-        hasher.update(data);
-        if per_mib {
-            mib_crc32.push(crc32fast::hash(data));
-        }
+        sums.update(&block.buf.as_slice()[..block.len]);
         if !router.send(block, &sh.cancel) {
             return None;
         }
     }
-    Some(StreamSums {
-        sha256: Sha256Sum::of(hasher),
-        mib_crc32,
-    })
+    Some(sums.finish())
 }
 
 pub(super) fn write_stage(

@@ -3,12 +3,14 @@
 //!
 //! coreos-installer opens each object anew for every extent and reads it through an 8 KiB
 //! pipe, on the thread that also hashes and writes. Here consecutive extents are grouped into
-//! batches of up to [`MAX_READ`] bytes; each batch is read by one of `readers` threads
-//! ([`Store::default_readers`] unless `--read-threads` says otherwise) into one of
-//! `readers + SPARE_BUFFERS` recycled 1 MiB buffers (large reads straight into the buffer, zeros only past an object's
-//! end), and batches come back in order. So:
-//! - memory in flight is exactly `(readers + SPARE_BUFFERS) × MAX_READ`, whatever the object
-//!   sizes, with no allocation once the buffers exist;
+//! batches; each batch is read by one of `readers` threads ([`Store::default_readers`] unless
+//! `--read-threads` says otherwise) into one of `readers + SPARE_BUFFERS` recycled buffers
+//! (large reads straight into the buffer, zeros only past an object's end), and batches come
+//! back in order. So:
+//! - memory in flight is at most [`READ_AHEAD_BUDGET`], whatever the number of readers and the
+//!   object sizes: the budget is split among the buffers, so more readers read smaller batches
+//!   (1 MiB, [`MAX_READ`], up to 4 readers; 120 KiB with 64), and nothing is allocated once the
+//!   buffers exist;
 //! - every reader has a batch to read while the consumer copies out of one and a few finished
 //!   ones wait their turn: slow media (a live ISO on virtual media) stay busy, and on the live
 //!   ISO, whose root is a squashfs, every reader decompresses on its own core (from the
@@ -27,14 +29,47 @@ use super::plan::Extent;
 use super::squashfs::Decoder;
 use super::store::Store;
 
-/// The largest read, and the size of a batch (the plan cuts longer extents to this).
+/// The largest read, and the largest batch (the plan cuts longer extents to this).
 pub(crate) const MAX_READ: u64 = 1 << 20;
+/// Bytes of batches in memory at once (being read, read and waiting their turn, being copied
+/// out), whatever the number of readers: on a many-core machine, or with `--read-threads 64`,
+/// the read-ahead must not grow the install's memory (the xz dictionary of an ISO's osmet takes
+/// 64 MiB of the 128 MiB an install may use).
+pub(crate) const READ_AHEAD_BUDGET: u64 = 8 << 20;
 /// Buffers beyond one per reader: the batch the consumer is copying out of, and finished
 /// batches that wait behind a slower one (batches come back in order), so that a reader never
 /// waits for a buffer while an earlier batch is still being read.
 const SPARE_BUFFERS: usize = 4;
-/// The most reader threads (each one holds a 1 MiB buffer).
+/// The most reader threads.
 pub(crate) const MAX_READERS: usize = 64;
+/// Batches are whole filesystem blocks, as the plan's extents.
+const BATCH_ALIGN: u64 = 4096;
+
+/// The size of a batch, and of every buffer, for `readers` threads: [`READ_AHEAD_BUDGET`] split
+/// among the `readers + SPARE_BUFFERS` buffers, at most [`MAX_READ`].
+pub(crate) fn batch_len(readers: usize) -> u64 {
+    let buffers = (readers.clamp(1, MAX_READERS) + SPARE_BUFFERS) as u64;
+    (READ_AHEAD_BUDGET / buffers / BATCH_ALIGN * BATCH_ALIGN).min(MAX_READ)
+}
+
+/// `extents` cut so that none is longer than `max` (a multiple of [`BATCH_ALIGN`]).
+fn cut(extents: Vec<Extent>, max: u64) -> Vec<Extent> {
+    if extents.iter().all(|e| e.len <= max) {
+        return extents;
+    }
+    let mut out = Vec::with_capacity(extents.len());
+    for e in extents {
+        for from in (0..e.len).step_by(max as usize) {
+            out.push(Extent {
+                logical: e.logical + from,
+                len: (e.len - from).min(max),
+                at: e.at + from,
+                ..e
+            });
+        }
+    }
+    out
+}
 /// Extents in one batch, at most (a batch of many tiny objects is read by one thread).
 const MAX_BATCH_EXTENTS: usize = 128;
 
@@ -44,11 +79,11 @@ struct Job {
     reply: Sender<io::Result<Vec<u8>>>,
 }
 
-fn reader_thread(store: Arc<Store>, jobs: Receiver<Job>) {
+fn reader_thread(store: Arc<Store>, jobs: Receiver<Job>, batch: usize) {
     let mut decoder = Decoder::new();
     while let Ok(mut job) = jobs.recv() {
         job.buf.clear();
-        job.buf.reserve_exact(MAX_READ as usize);
+        job.buf.reserve_exact(batch);
         let result = job
             .extents
             .iter()
@@ -62,6 +97,8 @@ fn reader_thread(store: Arc<Store>, jobs: Receiver<Job>) {
 /// The concatenation of all extents' bytes, in order, as a stream.
 pub(crate) struct Objects {
     extents: Vec<Extent>,
+    /// The size of a batch (see [`batch_len`]).
+    batch_len: u64,
     /// The next extent to dispatch.
     next: usize,
     ahead: VecDeque<Receiver<io::Result<Vec<u8>>>>,
@@ -74,9 +111,16 @@ pub(crate) struct Objects {
 
 impl Objects {
     /// Start reading `extents` (in image order) from `store` on `readers` threads (1 to
-    /// [`MAX_READERS`]; clamped there).
+    /// [`Store::max_readers`]; clamped there, with a line in the log when fewer than asked).
     pub(crate) fn start(extents: Vec<Extent>, store: Store, readers: usize) -> io::Result<Objects> {
-        let readers = readers.clamp(1, MAX_READERS);
+        let max = store.max_readers().min(MAX_READERS);
+        if readers > max {
+            tracing::info!(
+                "live image: {readers} reader threads asked, {max} run: more would add memory, not speed"
+            );
+        }
+        let readers = readers.clamp(1, max);
+        let batch = batch_len(readers);
         let (jobs_tx, jobs_rx) = unbounded::<Job>();
         let store = Arc::new(store);
         let threads = (0..readers)
@@ -84,11 +128,12 @@ impl Objects {
                 let (rx, store) = (jobs_rx.clone(), store.clone());
                 std::thread::Builder::new()
                     .name(format!("osmet-read-{i}"))
-                    .spawn(move || reader_thread(store, rx))
+                    .spawn(move || reader_thread(store, rx, batch as usize))
             })
             .collect::<io::Result<_>>()?;
         let mut o = Objects {
-            extents,
+            extents: cut(extents, batch),
+            batch_len: batch,
             next: 0,
             ahead: VecDeque::new(),
             free: (0..readers + SPARE_BUFFERS).map(|_| Vec::new()).collect(),
@@ -110,7 +155,7 @@ impl Objects {
             let first = self.next;
             while self.next < self.extents.len()
                 && self.next - first < MAX_BATCH_EXTENTS
-                && (self.next == first || total + self.extents[self.next].len <= MAX_READ)
+                && total + self.extents[self.next].len <= self.batch_len
             {
                 total += self.extents[self.next].len;
                 self.next += 1;
@@ -232,5 +277,42 @@ mod tests {
             }
             assert!(got == want, "{readers} readers: the object bytes differ");
         }
+    }
+
+    /// However many readers run, every batch in memory at once (the buffers, which circulate
+    /// and never grow) fits in the one budget; with more readers, batches get smaller.
+    #[test]
+    fn the_read_ahead_stays_within_its_budget_whatever_the_number_of_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (extents, want) = objects(dir.path());
+        for readers in [1, 2, 4, 8, 16, 32, MAX_READERS] {
+            let mut o = Objects::start(extents.clone(), Store::files(dir.path()), readers).unwrap();
+            let (mut got, mut buf) = (Vec::new(), vec![0u8; 100_000]);
+            loop {
+                let n = o.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got == want, "{readers} readers: the object bytes differ");
+            // At the end every buffer is back among the free ones.
+            assert_eq!(o.free.len(), readers + SPARE_BUFFERS, "{readers} readers");
+            let held: usize = o.free.iter().map(Vec::capacity).sum();
+            assert!(
+                held as u64 <= READ_AHEAD_BUDGET,
+                "{readers} readers held {held} bytes of batches, the budget is {READ_AHEAD_BUDGET}"
+            );
+            assert!(o
+                .free
+                .iter()
+                .all(|b| b.capacity() as u64 <= batch_len(readers)));
+        }
+        assert_eq!(
+            batch_len(2),
+            MAX_READ,
+            "few readers read whole 1 MiB batches"
+        );
+        assert!(batch_len(MAX_READERS) >= 64 << 10);
     }
 }

@@ -24,6 +24,10 @@ const SQUASHFS_MAGIC: u64 = 0x7371_7368;
 
 /// Threads reading objects through the kernel, by default (`--read-threads`).
 pub const READERS: usize = 8;
+/// The most threads decoding the squashfs image, whatever `--read-threads` asks: each holds its
+/// own decompression context and blocks (about 0.7 MiB with its allocator arena, measured),
+/// and the work is the CPU's, so more threads than this only take memory.
+pub(crate) const DECODING_READERS: usize = 16;
 
 pub(crate) struct Store {
     /// `<repo>/objects/..`, read through the kernel when there is no image, or for what the
@@ -94,6 +98,15 @@ impl Store {
             Some(_) => {
                 std::thread::available_parallelism().map_or(READERS, |n| n.get().min(READERS))
             }
+        }
+    }
+
+    /// The most reader threads worth running: [`DECODING_READERS`] when they decode the image,
+    /// else [`MAX_READERS`](super::objects::MAX_READERS) (through the kernel they mostly wait).
+    pub(crate) fn max_readers(&self) -> usize {
+        match self.image {
+            None => super::objects::MAX_READERS,
+            Some(_) => DECODING_READERS,
         }
     }
 
@@ -410,8 +423,13 @@ mod tests {
         assert_eq!(i.objects.len(), 3);
         assert!(read_all(&store, &extents) == want);
         assert!(!i.failed.load(Ordering::Relaxed));
+        // Decoding threads are capped, whatever is asked; the files' readers are not.
+        assert_eq!(store.max_readers(), DECODING_READERS);
+        assert!(store.default_readers() <= DECODING_READERS);
         // Not on a squashfs: the files.
-        assert!(Store::open(&repo, &extents, false).image.is_none());
+        let files = Store::open(&repo, &extents, false);
+        assert!(files.image.is_none());
+        assert_eq!(files.max_readers(), super::super::objects::MAX_READERS);
     }
 
     #[test]
