@@ -122,6 +122,8 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<(Flow, Arc<
         client.clone(),
         cfg.infra_env_id.clone(),
         cfg.host_id.clone(),
+        &cfg.role,
+        cfg.is_single_node(),
     ));
     let commands: Arc<dyn CommandRunner> = if cfg.dry_run {
         Arc::new(dry_run_commands())

@@ -145,14 +145,17 @@ impl FlowBuilder {
             None => Arc::new(|_: &Path| bail!("no Kubernetes API in this test")),
         };
         let dry_run = cfg.dry_run;
+        let reporter = Arc::new(Reporter::spawn(
+            self.service.clone(),
+            INFRA.into(),
+            HOST.into(),
+            &cfg.role,
+            cfg.is_single_node(),
+        ));
         Flow {
             cfg,
             token: "agent-token".into(),
-            reporter: Arc::new(Reporter::spawn(
-                self.service.clone(),
-                INFRA.into(),
-                HOST.into(),
-            )),
+            reporter,
             client: self.service,
             host: HostEffects::new(self.commands, reboot, self.clock, dry_run),
             writer: self.writer,
