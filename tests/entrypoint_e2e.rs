@@ -10,6 +10,7 @@ mod coreos_image;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
+use assisted_installer::commands::install::EMPTY_TOKEN_NOTE;
 use common::fake_service::FakeService;
 use common::http_server::TestServer;
 use common::live_ns::LiveLayout;
@@ -236,6 +237,51 @@ fn dry_run_master_in_a_container_installs_the_hosts_live_image_and_keyfiles() {
     raw.read_exact_at(&mut a, root_at).unwrap();
     disk.read_exact_at(&mut b, root_at).unwrap();
     assert!(a == b, "the root partition differs from the live image");
+}
+
+/// Without `PULL_SECRET_TOKEN` the log says what is true: no token is sent (a service without
+/// authentication wants none). The fake service wants one: its 401 fails the run with an error
+/// that names the token.
+#[test]
+fn without_a_token_none_is_sent_and_a_401_names_pull_secret_token() {
+    let host = uuid::Uuid::new_v4().to_string();
+    let svc = FakeService::new();
+    let server = TestServer::with_app(svc.clone());
+    svc.set_host_role(&host, "master");
+    svc.set_host_ignition(&host, IGNITION);
+    let dir = tempfile::tempdir().unwrap();
+    let installer_args = r#"["--image-url","http://127.0.0.1:9/rhcos.raw.gz"]"#;
+    let out = Command::new(BIN)
+        .args(master_args(
+            &host,
+            &dir.path().join("disk.img"),
+            &server.base_url(),
+            installer_args,
+            &dir.path().join("rebooted"),
+        ))
+        .env_remove("PULL_SECRET_TOKEN")
+        .env("ASSISTED_INSTALLER_HOST_ROOT", "/")
+        .env(
+            "ASSISTED_INSTALLER_LOG_FILE",
+            dir.path().join("installer.log"),
+        )
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(format!("/opt/install-dir/master-{host}.ign"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(EMPTY_TOKEN_NOTE), "{stderr}");
+    assert!(!stderr.contains("will refuse"), "{stderr}");
+    let named = "401 Unauthorized: Unauthorized; no token was sent, and this assisted-service \
+                 requires one: PULL_SECRET_TOKEN is empty or unset";
+    assert!(stderr.contains(named), "{stderr}");
+    let requests = server.requests();
+    assert!(!requests.is_empty());
+    assert!(
+        requests.iter().all(|r| r.header("x-secret-key").is_none()),
+        "{requests:?}"
+    );
+    assert!(svc.progress_reports(&host).is_empty());
 }
 
 #[test]

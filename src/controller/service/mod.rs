@@ -207,8 +207,9 @@ impl ControllerClient {
         cluster_id: &str,
         clock: Arc<dyn Clock>,
     ) -> Result<ControllerClient> {
+        let client = ServiceClient::new(config)?.with_clock(clock.clone());
         Ok(ControllerClient {
-            client: ServiceClient::new(config)?.with_clock(clock.clone()),
+            client: client.with_token_source(crate::controller::startup::TOKEN_SOURCE),
             cluster_id: cluster_id.to_string(),
             clock,
             cache: OperatorsCache::default(),
