@@ -312,9 +312,14 @@ fn any_other_role_takes_the_master_path_under_its_own_name() {
     }
 }
 
-#[test]
-fn dry_run_worker_completes_with_a_cluster_hosts_file() {
-    let h = harness("worker");
+/// The dry run of `role`: two Done masters at the service, a cluster-hosts file of a master
+/// and a worker, the dry-run host commands (`runner`) and the fake reboot touching `marker`.
+fn dry_run_flow(
+    h: &Harness,
+    role: &str,
+    runner: Arc<RecordingRunner>,
+    marker: &Path,
+) -> FlowBuilder {
     h.svc.set_hosts(two_masters("Done"));
     let hosts = h.path("cluster-hosts.json");
     let list = json!([
@@ -322,15 +327,19 @@ fn dry_run_worker_completes_with_a_cluster_hosts_file() {
         {"hostname": "worker-1", "ip": "192.0.2.21", "rebootMarkerPath": h.path("w1")},
     ]);
     std::fs::write(&hosts, list.to_string()).unwrap();
+    h.flow(role)
+        .cfg(|c| c.dry_run = true)
+        .cfg(|c| c.dry_run_cluster_hosts_path = Some(hosts))
+        .commands(runner)
+        .reboot(Arc::new(FakeReboot(marker.to_path_buf())))
+}
+
+#[test]
+fn dry_run_worker_completes_with_a_cluster_hosts_file() {
+    let h = harness("worker");
     let runner = Arc::new(dry_run_commands());
     let marker = h.path("w1");
-    run(h
-        .flow("worker")
-        .cfg(|c| c.dry_run = true)
-        .cfg(|c| c.dry_run_cluster_hosts_path = Some(hosts.clone()))
-        .commands(runner.clone())
-        .reboot(Arc::new(FakeReboot(marker.clone()))))
-    .unwrap();
+    run(dry_run_flow(&h, "worker", runner.clone(), &marker)).unwrap();
     let want = installed_with("worker", vec![s("Waiting for control plane", "")]);
     assert_eq!(h.reports(), want);
     assert!(marker.exists(), "the fake reboot touched its marker");
@@ -352,21 +361,9 @@ const DUMMY_IGNITION: &str = "data";
 fn dummy_ignition_dry_run(role: &str) -> (Harness, Vec<String>) {
     let h = Harness::new(role, ARGS);
     h.svc.set_host_ignition(HOST, DUMMY_IGNITION);
-    h.svc.set_hosts(two_masters("Done"));
-    let hosts = h.path("cluster-hosts.json");
-    let list = json!([
-        {"hostname": "master-1", "ip": "192.0.2.11", "rebootMarkerPath": h.path("m1")},
-        {"hostname": "worker-1", "ip": "192.0.2.21", "rebootMarkerPath": h.path("w1")},
-    ]);
-    std::fs::write(&hosts, list.to_string()).unwrap();
     let marker = h.path("rebooted");
-    let result = run(h
-        .flow(role)
-        .cfg(|c| c.dry_run = true)
-        .cfg(|c| c.dry_run_cluster_hosts_path = Some(hosts.clone()))
-        .commands(Arc::new(dry_run_commands()))
-        .reboot(Arc::new(FakeReboot(marker.clone()))));
-    result.unwrap();
+    let runner = Arc::new(dry_run_commands());
+    run(dry_run_flow(&h, role, runner, &marker)).unwrap();
     assert!(marker.exists(), "{role}: the fake reboot");
     let events = h.writer.events();
     (h, events)
