@@ -31,10 +31,6 @@ use crate::kube::client::SERVICE_ACCOUNT_DIR;
 
 /// Where the Job mounts the Secret's `pull-secret-token` item.
 const TOKEN_PATH: &str = "/etc/assisted-installer-controller/token";
-/// The controller's empty token, as the error of a 401 names it (see [`read_token`]).
-pub(crate) const TOKEN_SOURCE: &str = "the controller's token is empty (the file \
-    /etc/assisted-installer-controller/token, from the pull-secret-token item of its Secret, \
-    else PULL_SECRET_TOKEN)";
 /// How often dry mode looks for the fake-reboot marker.
 pub(crate) const DRY_MARKER_POLL: Duration = Duration::from_secs(1);
 
