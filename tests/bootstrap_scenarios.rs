@@ -709,6 +709,84 @@ fn dry_run_bootstrap_completes_against_the_pretend_cluster() {
     assert!(!h.path(pod).exists());
 }
 
+/// What the assisted-service's test mode (`DUMMY_IGNITION=true`) serves as every Ignition
+/// config: the hosts' and the cluster files (bootstrap.ign).
+const DUMMY_IGNITION: &str = "data";
+
+/// The Go installer's dry run passes through the service's test mode; ours goes on to
+/// Rebooting with the Go stage sequence, the disk written without the config that does not
+/// parse.
+#[test]
+fn a_dry_run_bootstrap_goes_on_past_ignition_configs_that_do_not_parse() {
+    let h = Bootstrap::new("bootstrap");
+    h.svc.set_host_ignition(HOST, DUMMY_IGNITION);
+    h.svc.set_cluster_file("bootstrap.ign", DUMMY_IGNITION);
+    let hosts = [
+        ("master-1", "192.0.2.11", true),
+        ("master-2", "192.0.2.12", true),
+    ];
+    let hosts = cluster_hosts(h.dir.path(), &hosts);
+    std::fs::remove_file(h.path("openshift/auth/kubeconfig")).unwrap();
+    let marker = h.path("bootstrap.rebooted");
+    let flow = h
+        .builder("bootstrap")
+        .cfg(|c| c.dry_run = true)
+        .cfg(|c| c.dry_run_cluster_hosts_path = Some(hosts.clone()))
+        .commands(Arc::new(dry_run_commands()))
+        .reboot(Arc::new(FakeReboot(marker.clone())))
+        .cfg(|c| c.control_plane_count = 3);
+    run(flow).unwrap();
+    assert_eq!(h.reports(), bootstrap_sequence());
+    assert!(marker.exists(), "the fake reboot");
+    let events = h.writer.events();
+    assert_eq!(events.first().unwrap(), "stream /dev/vda");
+    assert_eq!(events.last().unwrap(), "finish -", "{events:?}");
+}
+
+/// Single node: the host's config that does not parse is not merged; master.ign, as bootkube
+/// left it, is written. A real install fails at the merge, and the early write is reset.
+#[test]
+fn a_dry_run_single_node_goes_on_past_a_host_ignition_that_does_not_parse() {
+    let h = Bootstrap::new("sno");
+    h.svc.set_host_ignition(HOST, DUMMY_IGNITION);
+    h.svc.set_cluster_file("bootstrap.ign", DUMMY_IGNITION);
+    std::fs::write(h.path("openshift/master.ign"), sno_master_ign()).unwrap();
+    *h.writer.expected_ignition.lock().unwrap() = Some(sno_master_ign());
+    let marker = h.path("sno.rebooted");
+    let flow = h
+        .flow("master", 1)
+        .cfg(|c| c.dry_run = true)
+        .commands(Arc::new(dry_run_commands()))
+        .reboot(Arc::new(FakeReboot(marker.clone())));
+    run(flow).unwrap();
+    assert_eq!(h.reports(), sno_sequence());
+    assert!(marker.exists(), "the fake reboot");
+    let master = h.path("openshift/master.ign");
+    assert_eq!(std::fs::read_to_string(&master).unwrap(), sno_master_ign());
+    let finish = format!("finish {}", master.display());
+    assert_eq!(h.writer.events().last(), Some(&finish));
+
+    let h = Bootstrap::new("sno");
+    h.svc.set_host_ignition(HOST, DUMMY_IGNITION);
+    std::fs::write(h.path("openshift/master.ign"), sno_master_ign()).unwrap();
+    run(h.flow("master", 1)).unwrap_err();
+    let info = failed_info(&h.reports());
+    let host_ign = h.path(&format!("install-dir/master-{HOST}.ign"));
+    assert_eq!(
+        info,
+        format!(
+            "{} is not an Ignition config: not valid JSON (expected value at line 1 column 1)",
+            host_ign.display()
+        )
+    );
+    assert_eq!(h.writer.events().last().unwrap(), "abandon");
+    let reports = h.reports();
+    assert!(
+        !reports.iter().any(|(s, _)| s == "Writing image to disk"),
+        "{reports:?}"
+    );
+}
+
 #[test]
 fn a_single_node_appliance_copies_the_registry_data_as_a_master() {
     // Go installs the single node as a master once bootkube is done, whatever --role said;

@@ -10,6 +10,7 @@ mod coreos_image;
 #[path = "../testdata/live_fixture.rs"]
 mod live_fixture;
 
+use assisted_installer::commands::install::EMPTY_TOKEN_NOTE;
 use common::fake_service::FakeService;
 use common::http_server::TestServer;
 use common::live_ns::LiveLayout;
@@ -32,7 +33,17 @@ struct MasterRun {
 
 /// Run the entrypoint as the agent does (Go flags, token in the environment), as `cmd` (the
 /// binary itself, or the binary inside a live-system layout).
-fn run_master(mut cmd: Command, boot_device: &Path, installer_args: &str) -> MasterRun {
+fn run_master(cmd: Command, boot_device: &Path, installer_args: &str) -> MasterRun {
+    run_master_as(cmd, boot_device, installer_args, true)
+}
+
+/// [`run_master`], with `PULL_SECRET_TOKEN` set to the service's token or unset.
+fn run_master_as(
+    mut cmd: Command,
+    boot_device: &Path,
+    installer_args: &str,
+    token: bool,
+) -> MasterRun {
     let host = uuid::Uuid::new_v4().to_string();
     let svc = FakeService::new();
     let server = TestServer::with_app(svc.clone());
@@ -47,7 +58,10 @@ fn run_master(mut cmd: Command, boot_device: &Path, installer_args: &str) -> Mas
             installer_args,
             &dir.path().join("rebooted"),
         ))
-        .env("PULL_SECRET_TOKEN", svc.token())
+        .env(
+            "PULL_SECRET_TOKEN",
+            if token { svc.token() } else { String::new() },
+        )
         .env(
             "ASSISTED_INSTALLER_LOG_FILE",
             dir.path().join("installer.log"),
@@ -236,6 +250,26 @@ fn dry_run_master_in_a_container_installs_the_hosts_live_image_and_keyfiles() {
     raw.read_exact_at(&mut a, root_at).unwrap();
     disk.read_exact_at(&mut b, root_at).unwrap();
     assert!(a == b, "the root partition differs from the live image");
+}
+
+/// Without `PULL_SECRET_TOKEN` the log says what is true: no token is sent (a service without
+/// authentication wants none). The fake service wants one: its 401 fails the run with an error
+/// that names the token (no header is sent: service_client.rs).
+#[test]
+fn without_a_token_none_is_sent_and_a_401_names_pull_secret_token() {
+    let mut cmd = Command::new(BIN);
+    cmd.env("ASSISTED_INSTALLER_HOST_ROOT", "/");
+    let dev = tempfile::NamedTempFile::new().unwrap();
+    let installer_args = r#"["--image-url","http://127.0.0.1:9/rhcos.raw.gz"]"#;
+    let r = run_master_as(cmd, dev.path(), installer_args, false);
+    let stderr = r.stderr();
+    assert_eq!(r.out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(EMPTY_TOKEN_NOTE), "{stderr}");
+    assert!(!stderr.contains("will refuse"), "{stderr}");
+    let named = "401 Unauthorized: Unauthorized; no token was sent, and this assisted-service \
+                 requires one: PULL_SECRET_TOKEN is empty or unset";
+    assert!(stderr.contains(named), "{stderr}");
+    assert!(r.svc.progress_reports(&r.host).is_empty());
 }
 
 #[test]

@@ -56,7 +56,7 @@ fn master_happy_path_reports_the_go_stage_sequence_and_reboots_in_a_minute() {
     let calls = h.writer.calls();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].device.display().to_string(), "/dev/vda");
-    assert_eq!(calls[0].ignition, ignition(&h, "master"));
+    assert_eq!(calls[0].ignition, Some(ignition(&h, "master")));
     let args = &calls[0].args;
     assert_eq!(args.kargs_network.append_kargs, vec!["nameserver=8.8.8.8"]);
     assert!(args.kargs_network.copy_network);
@@ -127,7 +127,7 @@ fn worker_waits_for_two_done_masters_after_the_write() {
         h.clock.sleeps().contains(&Duration::from_secs(5)),
         "polls 5 s apart"
     );
-    let ign = &h.writer.calls()[0].ignition;
+    let ign = h.writer.calls()[0].ignition.clone().unwrap();
     assert!(ign.ends_with(format!("worker-{HOST}.ign")), "{ign:?}");
 }
 
@@ -318,7 +318,8 @@ fn any_other_role_takes_the_master_path_under_its_own_name() {
         let h = harness(role);
         run(h.flow(role).registry_marker_on_host()).unwrap();
         assert_eq!(h.reports(), installed_as(role), "{role}");
-        assert_eq!(h.writer.calls()[0].ignition, ignition(&h, role), "{role}");
+        let want = Some(ignition(&h, role));
+        assert_eq!(h.writer.calls()[0].ignition, want, "{role}");
         assert!(
             h.svc.calls().iter().all(|c| !c.contains("role=")),
             "{role}: no control-plane wait"
@@ -326,9 +327,14 @@ fn any_other_role_takes_the_master_path_under_its_own_name() {
     }
 }
 
-#[test]
-fn dry_run_worker_completes_with_a_cluster_hosts_file() {
-    let h = harness("worker");
+/// The dry run of `role`: two Done masters at the service, a cluster-hosts file of a master
+/// and a worker, the dry-run host commands (`runner`) and the fake reboot touching `marker`.
+fn dry_run_flow(
+    h: &Harness,
+    role: &str,
+    runner: Arc<RecordingRunner>,
+    marker: &Path,
+) -> FlowBuilder {
     h.svc.set_hosts(two_masters("Done"));
     let hosts = h.path("cluster-hosts.json");
     let list = json!([
@@ -336,15 +342,19 @@ fn dry_run_worker_completes_with_a_cluster_hosts_file() {
         {"hostname": "worker-1", "ip": "192.0.2.21", "rebootMarkerPath": h.path("w1")},
     ]);
     std::fs::write(&hosts, list.to_string()).unwrap();
+    h.flow(role)
+        .cfg(|c| c.dry_run = true)
+        .cfg(|c| c.dry_run_cluster_hosts_path = Some(hosts))
+        .commands(runner)
+        .reboot(Arc::new(FakeReboot(marker.to_path_buf())))
+}
+
+#[test]
+fn dry_run_worker_completes_with_a_cluster_hosts_file() {
+    let h = harness("worker");
     let runner = Arc::new(dry_run_commands());
     let marker = h.path("w1");
-    run(h
-        .flow("worker")
-        .cfg(|c| c.dry_run = true)
-        .cfg(|c| c.dry_run_cluster_hosts_path = Some(hosts.clone()))
-        .commands(runner.clone())
-        .reboot(Arc::new(FakeReboot(marker.clone()))))
-    .unwrap();
+    run(dry_run_flow(&h, "worker", runner.clone(), &marker)).unwrap();
     let want = installed_with("worker", vec![s("Waiting for control plane", "")]);
     assert_eq!(h.reports(), want);
     assert!(marker.exists(), "the fake reboot touched its marker");
@@ -353,6 +363,65 @@ fn dry_run_worker_completes_with_a_cluster_hosts_file() {
         assert!(
             !lines.iter().any(|l| l.starts_with(absent)),
             "{absent}: {lines:#?}"
+        );
+    }
+}
+
+/// What the assisted-service's test mode (`DUMMY_IGNITION=true`) serves as every host's
+/// Ignition config.
+const DUMMY_IGNITION: &str = "data";
+
+/// A dry run of `role` against a service in its test mode: the dry-run host commands, the
+/// fake reboot, the pretend cluster of two masters.
+fn dummy_ignition_dry_run(role: &str) -> (Harness, Vec<String>) {
+    let h = Harness::new(role, ARGS);
+    h.svc.set_host_ignition(HOST, DUMMY_IGNITION);
+    let marker = h.path("rebooted");
+    let runner = Arc::new(dry_run_commands());
+    run(dry_run_flow(&h, role, runner, &marker)).unwrap();
+    assert!(marker.exists(), "{role}: the fake reboot");
+    let events = h.writer.events();
+    (h, events)
+}
+
+/// The Go installer's dry run passes through the service's test mode; ours writes the disk
+/// without the Ignition config that does not parse, with a warning, and goes on to Rebooting.
+#[test]
+fn a_dry_run_goes_on_past_an_ignition_config_that_does_not_parse() {
+    let (h, events) = dummy_ignition_dry_run("master");
+    assert_eq!(h.reports(), installed_as("master"));
+    assert_eq!(events, ["write -"], "written without an Ignition config");
+    assert_eq!(h.writer.calls()[0].ignition, None);
+    let (h, events) = dummy_ignition_dry_run("worker");
+    let want = installed_with("worker", vec![s("Waiting for control plane", "")]);
+    assert_eq!(h.reports(), want);
+    assert_eq!(events, ["write -"]);
+}
+
+/// A real install refuses it: `Failed` naming the file, before anything is written.
+#[test]
+fn a_real_install_refuses_an_ignition_config_that_does_not_parse_before_writing() {
+    for role in ["master", "worker"] {
+        let h = Harness::new(role, ARGS);
+        h.svc.set_host_ignition(HOST, DUMMY_IGNITION);
+        h.svc.set_hosts(two_masters("Done"));
+        run(h.flow(role)).unwrap_err();
+        let info = failed_info(&h.reports());
+        let path = ignition(&h, role);
+        assert_eq!(
+            info,
+            format!(
+                "{} is not an Ignition config: not valid JSON (expected value at line 1 column 1)",
+                path.display()
+            )
+        );
+        assert!(h.writer.calls().is_empty(), "{role}: nothing written");
+        let reports = h.reports();
+        let stages: Vec<&str> = reports.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(
+            stages,
+            ["Starting installation", "Installing", "Failed"],
+            "{role}"
         );
     }
 }

@@ -478,7 +478,9 @@ fn the_flows_check_the_signature_next_to_an_installer_args_image_url() {
         host_root: None,
         verify: false,
     };
-    let e = writer.write(&req, &ign, &|_| {}).unwrap_err();
+    let e = writer
+        .write(&req, Some(ign.as_path()), &|_| {})
+        .unwrap_err();
     let e = format!("{e:#}");
     assert!(e.contains(&format!("fingerprint {}", k.a)), "{e}");
     assert!(e.contains("--signing-key FILE"), "{e}");

@@ -353,6 +353,51 @@ fn the_token_never_appears_in_errors_debug_or_logs() {
     }
 }
 
+/// A service without authentication wants no token: an empty one is not sent at all. When the
+/// service does require one, its 401 says which token was empty, for the installer's client
+/// and the controller's.
+#[test]
+fn an_empty_token_is_not_sent_and_a_401_names_the_token() {
+    let (_fake, srv) = served();
+    let installer = client_for(&srv.base_url(), "", fast_retry(20));
+    let err = installer.get_cluster(CLUSTER, false).unwrap_err();
+    let se = err.downcast_ref::<ServiceError>().expect("a ServiceError");
+    assert_eq!((se.status, se.attempts), (Some(401), 1), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "GetCluster (GET /v2/clusters/{CLUSTER}?exclude-hosts=false): 401 Unauthorized: \
+             Unauthorized; no token was sent, and this assisted-service requires one: \
+             PULL_SECRET_TOKEN is empty or unset (the agent passes the host's token to the \
+             installer in it)"
+        )
+    );
+    let config = ClientConfig {
+        url: srv.base_url(),
+        retry: ClientRetry {
+            max_retries: 0,
+            ..fast_retry(0)
+        },
+        ..ClientConfig::default()
+    };
+    let controller = ControllerClient::new(config, CLUSTER, Arc::new(FakeClock::new())).unwrap();
+    let err = controller.get_cluster(false).unwrap_err().to_string();
+    assert!(
+        err.ends_with(
+            "no token was sent, and this assisted-service requires one: the controller's token \
+             is empty (the file /etc/assisted-installer-controller/token, from the \
+             pull-secret-token item of its Secret, else PULL_SECRET_TOKEN)"
+        ),
+        "{err}"
+    );
+    let requests = srv.requests();
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        assert_eq!(r.header("x-secret-key"), None, "{r:?}");
+        assert!(r.header("x-request-id").is_some());
+    }
+}
+
 /// The controller's client as main builds it, waiting between retries on its fake clock.
 fn controller_client(fake: &FakeService, srv: &TestServer) -> (ControllerClient, Arc<FakeClock>) {
     let clock = Arc::new(FakeClock::new());

@@ -326,7 +326,8 @@ fn installer_requests(fake: &FakeService, srv: &TestServer, prism: &Prism) {
     }
     // Percentages through the reporter (which drops failures: checked on the fake below).
     {
-        let reporter = Reporter::spawn(client.clone(), IE.to_string(), BOOTSTRAP.to_string());
+        let (ie, host) = (IE.to_string(), BOOTSTRAP.to_string());
+        let reporter = Reporter::spawn(client.clone(), ie, host, &Role::Bootstrap, false);
         for p in [3, 12, 55, 60, 62, 97, 100] {
             reporter.write_percent(p);
         }

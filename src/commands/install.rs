@@ -23,6 +23,12 @@ use crate::service::client::{ClientConfig, ClientRetry, InventoryClient, Service
 use crate::service::reporter::Reporter;
 use crate::{logging, signals};
 
+/// Logged when `PULL_SECRET_TOKEN` is empty or unset. A service without authentication leaves
+/// it so on purpose and accepts every request; one that requires it answers 401, and that
+/// error names the token (`ServiceClient`).
+pub const EMPTY_TOKEN_NOTE: &str = "PULL_SECRET_TOKEN is empty: no token is sent to the \
+    assisted-service (no X-Secret-Key header), as a service without authentication expects";
+
 /// Where the log goes: `/var/log/assisted-installer.log`, per fake host in dry-run mode (the
 /// Go installer picks that from the DRY_ENABLE environment variable, not the flag: kept).
 /// ASSISTED_INSTALLER_LOG_FILE overrides it (tests).
@@ -77,9 +83,7 @@ pub fn run(args: &[String]) -> i32 {
     }
     let token = env("PULL_SECRET_TOKEN").unwrap_or_default();
     if token.is_empty() {
-        tracing::warn!(
-            "PULL_SECRET_TOKEN is empty: the assisted-service will refuse the installer's requests"
-        );
+        tracing::info!("{EMPTY_TOKEN_NOTE}");
     }
     tracing::info!(
         "assisted-installer {} starting: {}",
@@ -122,6 +126,8 @@ fn build_flow(cfg: InstallerConfig, token: String) -> anyhow::Result<(Flow, Arc<
         client.clone(),
         cfg.infra_env_id.clone(),
         cfg.host_id.clone(),
+        &cfg.role,
+        cfg.is_single_node(),
     ));
     let commands: Arc<dyn CommandRunner> = if cfg.dry_run {
         Arc::new(dry_run_commands())

@@ -22,7 +22,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
 use super::service::ControllerService;
-use crate::service::{Host, HostStatus};
+use crate::service::{Host, HostStatus, StageOrder};
 
 /// Skipped by the node-status task (`WaitAndUpdateNodesStatus`).
 pub(crate) const NODE_STATUS_SKIP: &[HostStatus] = &[HostStatus::Disabled];
@@ -85,6 +85,8 @@ pub(crate) fn cidr_address(cidr: &str) -> Result<String> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct HostMap {
     hosts: BTreeMap<String, HostInfo>,
+    /// Whether the cluster has one control-plane node (as the service says when fetched).
+    single_node: bool,
 }
 
 impl HostMap {
@@ -126,7 +128,10 @@ impl HostMap {
                 },
             );
         }
-        Ok(HostMap { hosts: map })
+        Ok(HostMap {
+            hosts: map,
+            single_node: false,
+        })
     }
 
     /// `v2GetCluster` with hosts, then the map.
@@ -135,7 +140,16 @@ impl HostMap {
         if cluster.hosts.is_empty() {
             tracing::debug!("the cluster has no hosts");
         }
-        Self::from_hosts(&cluster.hosts, skip)
+        let map = Self::from_hosts(&cluster.hosts, skip)?;
+        Ok(HostMap {
+            single_node: cluster.is_single_node(),
+            ..map
+        })
+    }
+
+    /// The stage order the service checks `host`'s reports against.
+    pub(crate) fn stage_order(&self, host: &Host) -> Option<StageOrder> {
+        StageOrder::for_host(host.role.as_ref(), host.bootstrap, self.single_node)
     }
 
     /// The host named `name` (any case).
@@ -165,6 +179,7 @@ impl HostMap {
                 .filter(|(_, h)| keep(h))
                 .map(|(k, h)| (k.clone(), h.clone()))
                 .collect(),
+            single_node: self.single_node,
         }
     }
 

@@ -52,8 +52,8 @@ impl EarlyWrite {
     }
 
     /// At the write point: forward the progress until the stream is done, then embed
-    /// `ignition` and write the partition table.
-    pub(crate) fn complete(self, reporter: &Reporter, ignition: &Path) -> Result<()> {
+    /// `ignition` (if any) and write the partition table.
+    pub(crate) fn complete(self, reporter: &Reporter, ignition: Option<&Path>) -> Result<()> {
         loop {
             select! {
                 recv(self.percents) -> p => if let Ok(p) = p { reporter.write_percent(p) },

@@ -123,4 +123,28 @@ impl Flow {
         let polled = self.host.clock.poll_until(&self.stop, every, check);
         polled.context(what)
     }
+
+    /// Whether the file at `path` is an Ignition config the flow can use. One that does not
+    /// parse fails a real install (before the disk is written); a dry run goes on, with a
+    /// warning that names the file and says what the flow does without it (`instead`): the
+    /// assisted-service's test mode (`DUMMY_IGNITION=true`, used for its subsystem tests and
+    /// for load tests of many dry-run hosts) serves the four bytes `data` as every host's
+    /// Ignition config, and the Go installer's dry run passes through it. A file that cannot be
+    /// read fails either way.
+    pub(crate) fn usable_ignition(&self, path: &Path, instead: &str) -> Result<bool> {
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading the Ignition config {}", path.display()))?;
+        let what = path.display().to_string();
+        match crate::ignition::IgnitionConfig::check(bytes, None, &what) {
+            Ok(_) => Ok(true),
+            Err(e) if self.cfg.dry_run => {
+                tracing::warn!(
+                    "{e:#}; accepted only because of --dry-run (the assisted-service's test mode \
+                     serves such configs): {instead}"
+                );
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
 }

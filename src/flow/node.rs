@@ -187,10 +187,14 @@ fn install_after_prologue(
             .context("downloading the host Ignition config")?;
         path
     };
+    // A real install refuses an Ignition config that does not parse here, before the disk is
+    // written (an early write is reset); a dry run writes the disk without it.
+    let usable = f.usable_ignition(&ignition, "the disk is written without an Ignition config")?;
+    let ignition = usable.then_some(ignition.as_path());
     // Fetched while the disk is written; deployed at Go's point, after the write (and a
     // worker's wait), before the boot order.
-    let skip_mco = SkipMco::start(f, &ignition);
-    write_image_to_disk(f, request, &ignition, early.take())?;
+    let skip_mco = ignition.and_then(|ignition| SkipMco::start(f, ignition));
+    write_image_to_disk(f, request, ignition, early.take())?;
     let warnings = first_boot::check(f, request);
     if cfg.role == Role::Worker {
         worker_wait_for_control_plane(f, &with_warnings("", &warnings))?;
@@ -252,7 +256,7 @@ fn boot_entry_failure_info(dev: &str, e: &anyhow::Error) -> String {
 fn write_image_to_disk(
     f: &Flow,
     req: &WriteRequest,
-    ignition: &Path,
+    ignition: Option<&Path>,
     early: Option<EarlyWrite>,
 ) -> Result<()> {
     f.reporter.stage(HostStage::WritingImageToDisk, "");
@@ -262,6 +266,8 @@ fn write_image_to_disk(
             tracing::info!("dry run: not deploying {image} onto the running root");
             return Ok(());
         }
+        // Only a dry run goes on without one (see `Flow::usable_ignition`).
+        let ignition = ignition.context("no Ignition config to deploy with --coreos-image")?;
         let root = existing_root::request(image, &req.args, ignition);
         return write_attempts(f, "the running root", || {
             write_image_to_existing_root(f.host.commands.as_ref(), &root)

@@ -147,14 +147,17 @@ impl FlowBuilder {
             None => Arc::new(|_: &Path| bail!("no Kubernetes API in this test")),
         };
         let dry_run = cfg.dry_run;
+        let reporter = Arc::new(Reporter::spawn(
+            self.service.clone(),
+            INFRA.into(),
+            HOST.into(),
+            &cfg.role,
+            cfg.is_single_node(),
+        ));
         Flow {
             cfg,
             token: "agent-token".into(),
-            reporter: Arc::new(Reporter::spawn(
-                self.service.clone(),
-                INFRA.into(),
-                HOST.into(),
-            )),
+            reporter,
             client: self.service,
             host: HostEffects::new(self.commands, reboot, self.clock, dry_run),
             writer: self.writer,
@@ -203,7 +206,8 @@ setters! {
 #[derive(Clone, Debug)]
 pub struct WriteCall {
     pub device: PathBuf,
-    pub ignition: PathBuf,
+    /// None: written without one (a dry run's Ignition config that does not parse).
+    pub ignition: Option<PathBuf>,
     pub args: WriterArgs,
     /// Whether the flow asked for a read-back.
     pub verify: bool,
@@ -218,7 +222,8 @@ pub struct FakeWriter {
     pub failures: AtomicU32,
     /// Early streams that fail.
     pub stream_failures: AtomicU32,
-    /// "stream <device>", "streamed", "finish <ignition>", "write <ignition>", "abandon".
+    /// "stream <device>", "streamed", "finish <ignition>", "write <ignition>", "abandon"; the
+    /// Ignition config is "-" when there is none.
     events: Arc<Mutex<Vec<String>>>,
     /// When set, the Ignition the writer gets must hold exactly this.
     pub expected_ignition: Mutex<Option<String>>,
@@ -232,7 +237,13 @@ fn take_one(n: &AtomicU32) -> bool {
         .is_ok()
 }
 
-fn check_ignition(want: Option<&str>, ignition: &Path) -> Result<()> {
+/// As the real writer: an Ignition config must be one (`IgnitionConfig`'s check), and the
+/// expected one when set.
+fn check_ignition(want: Option<&str>, ignition: Option<&Path>) -> Result<()> {
+    let Some(ignition) = ignition else {
+        return Ok(());
+    };
+    crate::ignition::IgnitionConfig::from_file(ignition, None)?;
     if let Some(want) = want {
         let got = std::fs::read_to_string(ignition)?;
         assert_eq!(
@@ -241,6 +252,10 @@ fn check_ignition(want: Option<&str>, ignition: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+fn shown(ignition: Option<&Path>) -> String {
+    ignition.map_or("-".into(), |p| p.display().to_string())
 }
 
 fn record(events: &Mutex<Vec<String>>, event: String) {
@@ -265,7 +280,7 @@ impl DiskWriter for FakeWriter {
     fn write(
         &self,
         req: &WriteRequest,
-        ignition: &Path,
+        ignition: Option<&Path>,
         percent: &(dyn Fn(u8) + Send + Sync),
     ) -> Result<()> {
         if let Some(before) = &*self.before_write.lock().unwrap() {
@@ -273,11 +288,11 @@ impl DiskWriter for FakeWriter {
         }
         self.calls.lock().unwrap().push(WriteCall {
             device: req.device.clone(),
-            ignition: ignition.to_path_buf(),
+            ignition: ignition.map(Path::to_path_buf),
             args: req.args.clone(),
             verify: req.verify,
         });
-        record(&self.events, format!("write {}", ignition.display()));
+        record(&self.events, format!("write {}", shown(ignition)));
         if take_one(&self.failures) {
             bail!("writing /dev/vda at offset 1048576: Input/output error (os error 5)");
         }
@@ -310,9 +325,9 @@ struct FakePending {
 }
 
 impl PendingDisk for FakePending {
-    fn finish(self: Box<Self>, ignition: &Path) -> Result<()> {
+    fn finish(self: Box<Self>, ignition: Option<&Path>) -> Result<()> {
         check_ignition(self.expected.as_deref(), ignition)?;
-        record(&self.events, format!("finish {}", ignition.display()));
+        record(&self.events, format!("finish {}", shown(ignition)));
         Ok(())
     }
 

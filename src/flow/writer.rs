@@ -33,11 +33,12 @@ pub trait DiskWriter: Send + Sync {
         plan::check(args, &PlanSettings::for_flows(host_root.cloned(), None))?;
         Ok(())
     }
-    /// Write the image and embed the Ignition config; `percent` sees the progress.
+    /// Write the image and embed the Ignition config (none: only in a dry run, see
+    /// [`crate::flow::Flow::usable_ignition`]); `percent` sees the progress.
     fn write(
         &self,
         req: &WriteRequest,
-        ignition: &Path,
+        ignition: Option<&Path>,
         percent: &(dyn Fn(u8) + Send + Sync),
     ) -> Result<()>;
     /// Stream and verify the image without making the disk bootable (the Ignition config is
@@ -51,8 +52,8 @@ pub trait DiskWriter: Send + Sync {
 
 /// A streamed, verified, not yet bootable disk.
 pub trait PendingDisk: Send {
-    /// Embed `ignition` and the post-install options, then write the partition table.
-    fn finish(self: Box<Self>, ignition: &Path) -> Result<()>;
+    /// Embed `ignition` (if any) and the post-install options, then write the partition table.
+    fn finish(self: Box<Self>, ignition: Option<&Path>) -> Result<()>;
     /// Reset the disk (it must not boot a half-configured image); returns the error to report.
     fn abandon(self: Box<Self>, why: anyhow::Error) -> anyhow::Error;
 }
@@ -82,8 +83,10 @@ impl InProcessWriter {
 }
 
 /// The flow's Ignition config, the one post-install step `--installer-args` cannot carry.
-fn ignition_config(path: &Path) -> Result<IgnitionConfig> {
+fn ignition_config(path: Option<&Path>) -> Result<Option<IgnitionConfig>> {
+    let Some(path) = path else { return Ok(None) };
     IgnitionConfig::from_file(path, None)
+        .map(Some)
         .with_context(|| format!("the Ignition config {}", path.display()))
 }
 
@@ -99,10 +102,10 @@ impl DiskWriter for InProcessWriter {
     fn write(
         &self,
         req: &WriteRequest,
-        ignition: &Path,
+        ignition: Option<&Path>,
         percent: &(dyn Fn(u8) + Send + Sync),
     ) -> Result<()> {
-        let ignition = Some(ignition_config(ignition)?);
+        let ignition = ignition_config(ignition)?;
         let plan = self.plan(
             req,
             PostInstall {
@@ -140,10 +143,10 @@ struct InProcessPending {
 }
 
 impl PendingDisk for InProcessPending {
-    fn finish(self: Box<Self>, ignition: &Path) -> Result<()> {
+    fn finish(self: Box<Self>, ignition: Option<&Path>) -> Result<()> {
         let post = match ignition_config(ignition) {
             Ok(config) => PostInstall {
-                ignition: Some(config),
+                ignition: config,
                 ..self.post
             },
             Err(e) => return Err(self.streamed.abandon(e)),

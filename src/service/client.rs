@@ -2,7 +2,9 @@
 //!
 //! * Base URL: `--url` + `/api/assisted-install`.
 //! * Every request carries `X-Secret-Key: <PULL_SECRET_TOKEN>` and a fresh `X-Request-ID` (one
-//!   UUID per call, shared by the retries of that call, as the Go client does).
+//!   UUID per call, shared by the retries of that call, as the Go client does). An empty token
+//!   is not sent (no `X-Secret-Key`): a service without authentication wants none; one that
+//!   requires it answers 401, and that error says the token was empty.
 //! * Connect timeout 30 s, no overall request timeout (the Go client sets none); proxies come
 //!   from the environment.
 //! * Retries follow the Go client (`rehttp`): see [`ClientRetry`].
@@ -124,7 +126,14 @@ pub struct ServiceClient {
     retry: ClientRetry,
     /// Waits between retries; the real clock unless a test gives another.
     clock: Arc<dyn Clock>,
+    /// Which token was empty, and where it comes from: the error of a 401 to a call sent
+    /// without a token ends with it.
+    token_source: &'static str,
 }
+
+/// The installer's empty token, as a 401's error names it.
+pub const INSTALLER_TOKEN_SOURCE: &str =
+    "PULL_SECRET_TOKEN is empty or unset (the agent passes the host's token to the installer in it)";
 
 impl fmt::Debug for ServiceClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -237,7 +246,33 @@ impl ServiceClient {
             token_text: config.token,
             retry: config.retry,
             clock: Arc::new(SystemClock),
+            token_source: INSTALLER_TOKEN_SOURCE,
         })
+    }
+
+    /// Says which token was empty and where it comes from, in the error of a 401 to a call
+    /// sent without one (default: [`INSTALLER_TOKEN_SOURCE`]).
+    pub fn with_token_source(mut self, source: &'static str) -> Self {
+        self.token_source = source;
+        self
+    }
+
+    /// The reason of a failed call as the error shows it: the token redacted, and for a 401
+    /// to a call sent without a token, what was wrong and what to do.
+    fn reason(&self, status: Option<u16>, reason: &str) -> String {
+        let reason = self.redact(reason);
+        if status != Some(401) || !self.token_text.is_empty() {
+            return reason;
+        }
+        let hint = format!(
+            "no token was sent, and this assisted-service requires one: {}",
+            self.token_source
+        );
+        if reason.is_empty() {
+            hint
+        } else {
+            format!("{reason}; {hint}")
+        }
     }
 
     /// Waits between retries on `clock` (tests drive the policy with a fake one).
@@ -269,9 +304,11 @@ impl ServiceClient {
             let mut request = self
                 .http
                 .request(call.method.clone(), &url)
-                // Agent authentication (swagger `agentAuth`).
-                .header("X-Secret-Key", self.token.clone())
                 .header("X-Request-ID", request_id.as_str());
+            if !self.token_text.is_empty() {
+                // Agent authentication (swagger `agentAuth`).
+                request = request.header("X-Secret-Key", self.token.clone());
+            }
             if let Some(body) = &call.body {
                 request = request
                     .header(CONTENT_TYPE, "application/json")
@@ -339,7 +376,7 @@ impl ServiceClient {
                         method: call.method.to_string(),
                         path: call.path.clone(),
                         status,
-                        reason: self.redact(&reason),
+                        reason: self.reason(status, &reason),
                         attempts,
                     }
                     .into()),

@@ -18,4 +18,7 @@ pub use models::{
     OperatorMonitorReport, Platform,
 };
 pub use reporter::Reporter;
-pub use stages::{FinalizingStage, HostStage, LogsState, OperatorStatus, UnknownValue};
+pub use stages::{
+    check_stage, FinalizingStage, HostStage, LogsState, OperatorStatus, StageOrder, StageSkip,
+    UnknownValue,
+};

@@ -74,6 +74,16 @@ impl Cluster {
         self.kind == "AddHostsCluster"
     }
 
+    /// One control-plane node: `control_plane_count` 1, or from a service that does not send
+    /// it, `high_availability_mode` `None`. The service then gives its bootstrap host the
+    /// single-node stage order.
+    pub fn is_single_node(&self) -> bool {
+        match self.control_plane_count {
+            Some(n) => n == 1,
+            None => self.high_availability_mode.as_deref() == Some("None"),
+        }
+    }
+
     /// `platform.type`, or "" when the service sent no platform.
     pub fn platform_type(&self) -> &str {
         self.platform.as_ref().map_or("", |p| p.type_.as_str())
@@ -293,9 +303,18 @@ mod tests {
         assert!(c.hosts.is_empty());
         assert_eq!(c.name, "");
 
+        assert!(!c.is_single_node());
         let c: Cluster = serde_json::from_str("{}").unwrap();
         assert_eq!(c.platform_type(), "");
         assert!(!c.is_day2());
+        assert!(!c.is_single_node());
+        for v in [
+            json!({"control_plane_count": 1, "high_availability_mode": "Full"}),
+            json!({"high_availability_mode": "None"}),
+        ] {
+            let c: Cluster = serde_json::from_value(v).unwrap();
+            assert!(c.is_single_node());
+        }
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! Background progress reporter: the install flows enqueue stage changes and return at once; one
 //! thread posts them to the service in order. A failed report (after the client's own retries)
 //! is logged and dropped, never failing or blocking the install.
+//!
+//! Every report is checked against the host's [`StageOrder`] when it is enqueued: a stage the
+//! service would refuse with 409 (not in the host's order, or before its current stage) is
+//! skipped with a debug line. The current stage is the furthest one enqueued for the host, and
+//! for another host also the one the service listed it at.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,10 +14,14 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use tracing::{debug, warn};
 
 use super::client::InventoryClient;
-use super::stages::HostStage;
+use super::models::Host;
+use super::stages::{check_stage, HostStage, StageOrder};
+use crate::config::Role;
 
 /// How long dropping a [`Reporter`] waits for queued reports before giving up on them.
 const DROP_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -59,16 +68,29 @@ pub struct Reporter {
     /// Last percentage of the disk write enqueued. Held while enqueueing, so that percentage
     /// reports from several threads keep their order.
     last_percent: Mutex<u8>,
+    /// This host's stage order at the service, and whether the cluster is single-node (which
+    /// picks a bootstrap host's order).
+    order: Option<StageOrder>,
+    single_node: bool,
+    /// The furthest stage enqueued for this host. Held while enqueueing, so that the check and
+    /// the queue agree.
+    current: Mutex<Option<HostStage>>,
+    /// The furthest stage enqueued for each other host, by host id.
+    others: Mutex<HashMap<String, HostStage>>,
     drop_timeout: Duration,
 }
 
 impl Reporter {
-    /// Starts the reporter thread for this host. With an empty `host_id` every report about
-    /// this host is skipped (as the Go installer does), with a debug log.
+    /// Starts the reporter thread for this host, installing as `role` (`--role`) on a cluster
+    /// that is `single_node` or not (`--control-plane-count 1`): they pick the host's
+    /// [`StageOrder`]. With an empty `host_id` every report about this host is skipped (as the
+    /// Go installer does), with a debug log.
     pub fn spawn(
         client: Arc<dyn InventoryClient>,
         infra_env_id: String,
         host_id: String,
+        role: &Role,
+        single_node: bool,
     ) -> Reporter {
         let shared = Arc::new(Shared {
             counts: Mutex::new(Counts::default()),
@@ -88,13 +110,39 @@ impl Reporter {
             tx: Some(tx),
             thread: Some(thread),
             last_percent: Mutex::new(0),
+            order: StageOrder::for_installer(role, single_node),
+            single_node,
+            current: Mutex::new(None),
+            others: Mutex::new(HashMap::new()),
             drop_timeout: DROP_DRAIN_TIMEOUT,
         }
     }
 
-    /// Enqueues `stage` / `info` for this host; returns at once.
+    /// Enqueues `stage` / `info` for this host; returns at once. A stage the service would
+    /// refuse (see the module docs) is skipped.
     pub fn stage(&self, stage: HostStage, info: impl Into<String>) {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(skip) = check_stage(self.order, *current, stage) {
+            debug!(stage = %stage, host_id = %self.host_id, "progress report skipped: {skip}");
+            return;
+        }
+        *current = Some(self.furthest(self.order, *current, stage));
         self.enqueue(&self.infra_env_id, &self.host_id, stage, info.into());
+    }
+
+    /// Of `current` and `next`, the stage further on in `order` (`next` without an order);
+    /// `Failed` does not move a host on.
+    fn furthest(
+        &self,
+        order: Option<StageOrder>,
+        current: Option<HostStage>,
+        next: HostStage,
+    ) -> HostStage {
+        match (order, current) {
+            (_, Some(current)) if next == HostStage::Failed => current,
+            (Some(order), Some(current)) => order.later(current, next),
+            _ => next,
+        }
     }
 
     /// `Writing image to disk` / `"<N>%"` for this host, only when N grew by at least 5 points
@@ -109,10 +157,26 @@ impl Reporter {
         }
     }
 
-    /// Enqueues a report about another host (e.g. `Configuring`, `Joined` seen from the
-    /// bootstrap); it shares the queue, so the order with this host's reports is kept.
-    pub fn other_host(&self, infra_env_id: &str, host_id: &str, stage: HostStage, info: &str) {
-        self.enqueue(infra_env_id, host_id, stage, info.to_string());
+    /// Enqueues a report about another host, as the service listed it (e.g. `Configuring`,
+    /// `Joined` seen from the bootstrap); it shares the queue, so the order with this host's
+    /// reports is kept. Checked against that host's order and the further on of its listed
+    /// stage and the last one enqueued for it.
+    pub fn other_host(&self, host: &Host, stage: HostStage, info: &str) {
+        let order = StageOrder::for_host(host.role.as_ref(), host.bootstrap, self.single_node);
+        let mut others = self.others.lock().unwrap_or_else(|p| p.into_inner());
+        let listed = host.stage();
+        let current = match (listed, others.get(&host.id).copied()) {
+            (Some(listed), Some(sent)) => Some(self.furthest(order, Some(listed), sent)),
+            (listed, sent) => sent.or(listed),
+        };
+        if let Err(skip) = check_stage(order, current, stage) {
+            debug!(stage = %stage, host_id = %host.id, "progress report skipped: {skip}");
+            return;
+        }
+        if !host.id.is_empty() {
+            others.insert(host.id.clone(), self.furthest(order, current, stage));
+        }
+        self.enqueue(&host.infra_env_id, &host.id, stage, info.to_string());
     }
 
     /// Waits until every report enqueued before this call was sent or given up on. Returns
@@ -207,7 +271,7 @@ fn run_worker(client: Arc<dyn InventoryClient>, rx: Receiver<Job>, shared: Arc<S
 
 #[cfg(test)]
 mod tests {
-    use super::super::models::{Cluster, Host};
+    use super::super::models::Cluster;
     use super::super::stages::LogsState;
     use super::*;
     use std::path::Path;
@@ -295,7 +359,33 @@ mod tests {
     }
 
     fn spawn(client: &Arc<FakeClient>, host: &str) -> Reporter {
-        Reporter::spawn(client.clone(), "ie-1".into(), host.into())
+        Reporter::spawn(
+            client.clone(),
+            "ie-1".into(),
+            host.into(),
+            &Role::Bootstrap,
+            false,
+        )
+    }
+
+    /// Another host as the service lists it.
+    fn listed(infra_env_id: &str, id: &str, role: Role, stage: Option<HostStage>) -> Host {
+        let progress = stage.map(|s| super::super::models::HostProgressInfo {
+            current_stage: Some(s.to_string()),
+            ..Default::default()
+        });
+        Host {
+            id: id.into(),
+            infra_env_id: infra_env_id.into(),
+            role: Some(role),
+            progress,
+            ..Host::default()
+        }
+    }
+
+    fn sent(client: &FakeClient) -> Vec<(String, String, String)> {
+        let reports = client.reports().into_iter();
+        reports.map(|(_, h, s, i)| (h, s, i)).collect()
     }
 
     #[test]
@@ -310,7 +400,11 @@ mod tests {
         for p in [10, 20, 30] {
             r.write_percent(p);
         }
-        r.other_host("ie-2", "h-2", HostStage::Configuring, "");
+        r.other_host(
+            &listed("ie-2", "h-2", Role::Master, Some(HostStage::Rebooting)),
+            HostStage::Configuring,
+            "",
+        );
         r.stage(HostStage::Rebooting, "");
         assert!(r.drain(Duration::from_secs(10)));
         let got = client.reports();
@@ -335,7 +429,7 @@ mod tests {
         assert_eq!(got[7].0, "ie-1");
         // Dropping the reporter sends everything queued.
         for i in 0..20 {
-            r.stage(HostStage::WaitingForControlPlane, format!("poll {i}"));
+            r.stage(HostStage::Rebooting, format!("poll {i}"));
         }
         drop(r);
         assert_eq!(client.reports().len(), 8 + 20);
@@ -403,14 +497,98 @@ mod tests {
         let r = spawn(&client, "");
         r.stage(HostStage::StartingInstallation, "master");
         r.write_percent(50);
-        r.other_host("ie-1", "", HostStage::Joined, "");
+        r.other_host(
+            &listed("ie-1", "", Role::Master, None),
+            HostStage::Joined,
+            "",
+        );
         assert!(r.drain(Duration::ZERO));
         // Reports about other, identified hosts still go out.
-        r.other_host("ie-1", "h-9", HostStage::Joined, "");
+        let h9 = listed("ie-1", "h-9", Role::Master, None);
+        r.other_host(&h9, HostStage::Joined, "");
         assert!(r.drain(Duration::from_secs(10)));
         drop(r);
         assert_eq!(client.reports().len(), 1);
         assert_eq!(client.reports()[0].1, "h-9");
+    }
+
+    /// A real single-node service answered our `Configuring` with 409 ("Stages Configuring isn't
+    /// available for host role master bootstrap true"); a stage before the current one gets
+    /// "Can't assign lower stage". Neither is sent; `Failed` always is.
+    #[test]
+    fn stages_the_service_would_refuse_are_not_sent() {
+        use HostStage::*;
+        let client = Arc::new(FakeClient::default());
+        let r = Reporter::spawn(
+            client.clone(),
+            "ie-1".into(),
+            "h-1".into(),
+            &Role::Master,
+            true,
+        );
+        r.stage(StartingInstallation, "master");
+        r.stage(Installing, "master");
+        r.stage(WaitingForBootkube, "");
+        r.stage(WritingImageToDisk, "");
+        r.write_percent(50);
+        r.stage(WaitingForBootkube, "again");
+        r.stage(Configuring, "");
+        r.stage(Rebooting, "");
+        r.stage(Installing, "late");
+        r.stage(Failed, "boom");
+        assert!(r.drain(Duration::from_secs(10)));
+        let stages: Vec<String> = sent(&client)
+            .into_iter()
+            .map(|(_, s, i)| format!("{s} {i}"))
+            .collect();
+        assert_eq!(
+            stages,
+            [
+                "Starting installation master",
+                "Installing master",
+                "Waiting for bootkube ",
+                "Writing image to disk ",
+                "Writing image to disk 50%",
+                "Rebooting ",
+                "Failed boom",
+            ]
+        );
+    }
+
+    /// Other hosts: checked against their own role's order, from the stage the service listed
+    /// them at or the last one enqueued for them, whichever is further on.
+    #[test]
+    fn other_hosts_get_only_stages_their_order_takes_from_where_they_are() {
+        use HostStage::*;
+        let client = Arc::new(FakeClient::default());
+        let r = spawn(&client, "h-1");
+        let master = listed("ie-1", "m-1", Role::Master, Some(Rebooting));
+        let done = listed("ie-1", "m-2", Role::Master, Some(Joined));
+        let worker = listed("ie-1", "w-1", Role::Worker, Some(Rebooting));
+        r.other_host(&master, Configuring, "");
+        r.other_host(&master, Joined, "");
+        // The list it came from is older than what was sent since.
+        r.other_host(&master, Configuring, "");
+        r.other_host(&done, Configuring, "");
+        r.other_host(&done, Joined, "");
+        r.other_host(&worker, WaitingForIgnition, "");
+        r.other_host(&worker, Configuring, "");
+        r.other_host(&worker, WaitingForControlPlane, "");
+        assert!(r.drain(Duration::from_secs(10)));
+        let got: Vec<String> = sent(&client)
+            .into_iter()
+            .map(|(h, s, _)| format!("{h} {s}"))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "m-1 Configuring",
+                "m-1 Joined",
+                "m-2 Joined",
+                "w-1 Waiting for ignition",
+                "w-1 Configuring",
+            ]
+        );
     }
 
     #[test]

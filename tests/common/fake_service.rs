@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use assisted_installer::service::client::API_BASE_PATH;
 use assisted_installer::service::{
     ClientConfig, ClientRetry, ClusterFinalizingProgress, HostProgress, HostStage,
-    LogsProgressParams, LogsType, LogsUpload, ServiceClient,
+    LogsProgressParams, LogsType, LogsUpload, ServiceClient, StageOrder,
 };
 use serde_json::{json, Value};
 
@@ -31,22 +31,17 @@ const TOKEN: &str = "fake-agent-token-0123456789";
 
 use HostStage::Failed;
 
-/// The stage order the service accepts per role (`arbiter` and unknown roles: the master's).
-/// `sno` is not a role the service stores: the fake's name for a single-node cluster's host,
-/// whose bootkube finishes before the disk is written.
-fn stage_order(role: &str) -> Vec<HostStage> {
+/// The stage order the service accepts per role (`arbiter` and unknown roles: the master's):
+/// the crate's one model of it, whose unit tests pin the lists. `sno` is not a role the service
+/// stores: the fake's name for a single-node cluster's host.
+fn stage_order(role: &str) -> &'static [HostStage] {
     let order = match role {
-        "worker" => "Starting installation,Installing,Writing image to disk,Waiting for control plane,\
-                     Rebooting,Waiting for ignition,Configuring,Joined,Done",
-        "bootstrap" => "Starting installation,Installing,Writing image to disk,\
-                        Copying registry data to disk,Waiting for control plane,\
-                        Waiting for bootkube,Waiting for controller,Rebooting,Configuring,Joined,Done",
-        "sno" => "Starting installation,Installing,Waiting for bootkube,Writing image to disk,\
-                  Copying registry data to disk,Rebooting,Joined,Done",
-        _ => "Starting installation,Installing,Writing image to disk,\
-              Copying registry data to disk,Rebooting,Configuring,Joined,Done",
+        "worker" => StageOrder::Worker,
+        "bootstrap" => StageOrder::Bootstrap,
+        "sno" => StageOrder::SingleNode,
+        _ => StageOrder::Master,
     };
-    order.split(',').map(|s| s.parse().unwrap()).collect()
+    order.stages()
 }
 
 /// A host object as the service would list it.

@@ -191,6 +191,12 @@ impl OperatorsCache {
     }
 }
 
+/// The controller's empty token, as the error of a 401 to a call sent without one names it
+/// (startup reads it from the Job's Secret's file, else the environment).
+const TOKEN_SOURCE: &str = "the controller's token is empty (the file \
+    /etc/assisted-installer-controller/token, from the pull-secret-token item of its Secret, \
+    else PULL_SECRET_TOKEN)";
+
 /// [`ControllerService`] over the REST client.
 pub struct ControllerClient {
     client: ServiceClient,
@@ -207,8 +213,9 @@ impl ControllerClient {
         cluster_id: &str,
         clock: Arc<dyn Clock>,
     ) -> Result<ControllerClient> {
+        let client = ServiceClient::new(config)?.with_clock(clock.clone());
         Ok(ControllerClient {
-            client: ServiceClient::new(config)?.with_clock(clock.clone()),
+            client: client.with_token_source(TOKEN_SOURCE),
             cluster_id: cluster_id.to_string(),
             clock,
             cache: OperatorsCache::default(),

@@ -25,7 +25,7 @@ use crate::controller::service::ControllerService;
 use crate::image::Cancel;
 use crate::kube::ClusterApi;
 use crate::openshift::mcs_logs::{hosts_that_fetched_ignition, ignition_fetch_addresses, McsHost};
-use crate::service::{HostStage, HostStatus};
+use crate::service::{check_stage, HostStage, HostStatus};
 
 /// Where the machine-config-server pods run.
 use crate::openshift::MCS_NAMESPACE;
@@ -133,7 +133,7 @@ impl NodeStatus<'_> {
             let failed_stage = format_args!("failed to update the stage of node {}", node.name);
             if matches!(stage, Some(HostStage::Configuring | HostStage::Rebooting))
                 && self
-                    .set_stage(host, HostStage::Joined)
+                    .set_stage(&hosts, host, HostStage::Joined)
                     .or_error(failed_stage)
                     .is_none()
             {
@@ -152,7 +152,7 @@ impl NodeStatus<'_> {
             }
             if ready && stage != Some(HostStage::Done) {
                 if self
-                    .set_stage(host, HostStage::Done)
+                    .set_stage(&hosts, host, HostStage::Done)
                     .or_error(failed_stage)
                     .is_none()
                 {
@@ -173,7 +173,15 @@ impl NodeStatus<'_> {
         false
     }
 
-    fn set_stage(&self, host: &HostInfo, stage: HostStage) -> Result<()> {
+    /// Reports `stage` for `host`, one of `hosts`, unless the service would refuse it (not in
+    /// the host's stage order, or before the stage the host list gave it): then only a debug
+    /// line.
+    fn set_stage(&self, hosts: &HostMap, host: &HostInfo, stage: HostStage) -> Result<()> {
+        let order = hosts.stage_order(&host.host);
+        if let Err(skip) = check_stage(order, host.host.stage(), stage) {
+            tracing::debug!("not reporting host {} stage {stage}: {skip}", host.host.id);
+            return Ok(());
+        }
         tracing::info!("reporting host {} stage {stage}", host.host.id);
         self.service
             .update_host_stage(&host.host.infra_env_id, &host.host.id, stage)
@@ -245,7 +253,7 @@ impl NodeStatus<'_> {
             };
             if matched {
                 let what = format_args!("failed to update the stage of host {}", host.host.id);
-                self.set_stage(host, HostStage::Configuring).or_error(what);
+                (self.set_stage(hosts, host, HostStage::Configuring)).or_error(what);
             }
         }
     }

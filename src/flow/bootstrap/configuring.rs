@@ -15,6 +15,7 @@ use crate::openshift::mcs_logs::{
     McsHost,
 };
 use crate::service::client::InventoryClient;
+use crate::service::models::Host;
 use crate::service::reporter::Reporter;
 use crate::service::stages::HostStage;
 
@@ -56,8 +57,9 @@ impl Drop for ConfiguringStatus {
     }
 }
 
-/// Another host being watched: where it is matched in the log, its infra-env, its last stage.
-type Watched = (McsHost, String, Option<HostStage>);
+/// Another host being watched: where it is matched in the log, the service's record of it
+/// (which the reporter checks a stage against), its last stage.
+type Watched = (McsHost, Host, Option<HostStage>);
 
 struct Watch {
     client: Arc<dyn InventoryClient>,
@@ -98,7 +100,7 @@ impl Watch {
                                     role: h.role.clone(),
                                     ips,
                                 };
-                                (host, h.infra_env_id.clone(), h.stage())
+                                (host, h.clone(), h.stage())
                             })
                             .collect(),
                     )
@@ -119,10 +121,10 @@ impl Watch {
             .into_iter()
             .map(|h| h.id.clone())
             .collect();
-        for (h, infra_env, stage) in list.iter_mut() {
+        for (h, listed, stage) in list.iter_mut() {
             if fetched.contains(&h.id) {
                 let new = status_for(h.role.as_ref());
-                self.reporter.other_host(infra_env, &h.id, new, "");
+                self.reporter.other_host(listed, new, "");
                 *stage = Some(new);
             }
         }
@@ -161,7 +163,6 @@ mod tests {
     use super::*;
     use crate::config::Role;
     use crate::flow::testing::TestFlow;
-    use crate::service::models::Host;
 
     #[test]
     fn in_dry_run_the_hosts_are_seen_fetching_their_ignition_once_rebooted() {

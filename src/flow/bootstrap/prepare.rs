@@ -182,6 +182,11 @@ pub(crate) fn single_node_master_ignition(f: &Flow) -> Result<PathBuf> {
     f.client
         .download_host_ignition(&f.cfg.infra_env_id, &f.cfg.host_id, &host_ign)
         .context("downloading the host Ignition config")?;
+    // Both must parse; a dry run goes on with master.ign as bootkube left it.
+    let instead = "master.ign is not merged";
+    if !f.usable_ignition(&host_ign, instead)? || !f.usable_ignition(&master, instead)? {
+        return Ok(master);
+    }
     let merged = merge_host_into_sno(
         &std::fs::read(&master).with_context(|| format!("reading {}", master.display()))?,
         &std::fs::read(&host_ign).with_context(|| format!("reading {}", host_ign.display()))?,

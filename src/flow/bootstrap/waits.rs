@@ -150,8 +150,7 @@ fn wait_for_nodes(
                 });
                 match matched {
                     Some(h) if h.status != Some(HostStatus::Installed) => {
-                        f.reporter
-                            .other_host(&h.infra_env_id, &h.id, HostStage::Joined, "");
+                        f.reporter.other_host(h, HostStage::Joined, "");
                     }
                     Some(_) => {}
                     // Counted anyway; the inventory may be stale.

@@ -124,3 +124,45 @@ fn dry_mode_takes_the_rebooted_hosts_to_done_and_completes() {
     );
     assert_eq!(h.svc.cluster().status, "installed");
 }
+
+/// A single-node cluster in dry mode: a real service answered our `Configuring` for its host
+/// with 409 ("Stages Configuring isn't available for host role master bootstrap true"). The
+/// host goes `Joined`, `Done` only, and the install completes.
+#[test]
+fn dry_mode_on_a_single_node_never_reports_configuring() {
+    let h = Harness::new();
+    let node = ClusterHost {
+        hostname: "node0".into(),
+        ip: ip(0),
+        reboot_marker_path: h.dir.path().join("node0.rebooted"),
+    };
+    std::fs::write(&node.reboot_marker_path, "").unwrap();
+    let dry = Arc::new(DryCluster::new(vec![node]));
+    let installing = json!({"status": "installing-in-progress", "cluster_id": "c-1",
+        "bootstrap": true, "progress": {"current_stage": "Rebooting"}});
+    h.svc.update_cluster(|c| {
+        c.hosts = vec![host(0, installing)];
+        c.control_plane_count = Some(1);
+    });
+    h.svc.set_operators(vec![record("console", "progressing")]);
+    h.svc.on_call(move |call, _, cluster, _| match call {
+        ServiceCall::UpdateHostStage { stage, .. } if *stage == HostStage::Done => {
+            cluster.hosts[0].status = Some(HostStatus::Installed);
+            cluster.status = "finalizing".into();
+        }
+        ServiceCall::CompleteInstallation(_) => cluster.status = "installed".into(),
+        _ => {}
+    });
+    let mut controller = h.controller(&[("DRY_ENABLE", "true"), ("CONTROL_PLANE_COUNT", "1")]);
+    let cluster: Arc<dyn ClusterApi> = dry.clone();
+    controller.build_cluster = Box::new(move || Ok(cluster));
+    let out = run(controller).unwrap();
+    assert_eq!(out, Outcome::Done { error: false });
+    let stages: Vec<HostStage> = (h.svc.calls().into_iter())
+        .filter_map(|c| match c {
+            ServiceCall::UpdateHostStage { stage, .. } => Some(stage),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stages, [HostStage::Joined, HostStage::Done]);
+}

@@ -514,3 +514,62 @@ fn configuring_uses_the_second_host_map_and_failures_continue() {
     assert!(stages(&s.service).is_empty());
     assert_eq!(s.cluster.count("list_pods"), 0);
 }
+
+/// A real single-node service answered `Configuring` for its host with 409 ("Stages
+/// Configuring isn't available for host role master bootstrap true"): not sent, while its
+/// node is missing; `Joined` and `Done` are, once it is there. On a cluster of three, the same
+/// bootstrap host is reported `Configuring`.
+#[test]
+fn a_single_node_host_is_never_reported_configuring() {
+    for (control_plane_count, want) in [(1, vec![]), (3, vec![HostStage::Configuring])] {
+        let s = setup(0, "installing", "Rebooting");
+        s.service.update_cluster(|c| {
+            let mut h = host(0, "installing", "Rebooting", &["192.168.126.100"]);
+            h.bootstrap = true;
+            c.hosts = vec![h];
+            c.control_plane_count = Some(control_plane_count);
+        });
+        mcs_pods(&s, &[MCS_LOG]);
+        assert!(!task(&s, false).round());
+        let sent: Vec<HostStage> = stages(&s.service).into_iter().map(|(_, s)| s).collect();
+        assert_eq!(sent, want, "{control_plane_count} control-plane nodes");
+    }
+    let s = setup(1, "installing", "Rebooting");
+    s.service.update_cluster(|c| {
+        c.hosts[0].bootstrap = true;
+        c.high_availability_mode = Some("None".into());
+    });
+    add_nodes(&s, 1, true);
+    mcs_pods(&s, &[MCS_LOG]);
+    assert!(!task(&s, false).round());
+    let h0 = || "host-0".to_string();
+    assert_eq!(
+        stages(&s.service),
+        [(h0(), HostStage::Joined), (h0(), HostStage::Done)]
+    );
+}
+
+/// The service refuses a stage before the host's current one ("Can't assign lower stage"): the
+/// host list's stage holds such a report back.
+#[test]
+fn a_stage_before_the_hosts_current_one_is_not_sent() {
+    let s = setup(1, "installing", "Joined");
+    let hosts = HostMap::fetch(&s.service, NODE_STATUS_SKIP).unwrap();
+    let (_, host) = hosts.iter().next().unwrap();
+    let t = task(&s, false);
+    for stage in [
+        HostStage::Configuring,
+        HostStage::Rebooting,
+        HostStage::WaitingForIgnition,
+    ] {
+        t.set_stage(&hosts, host, stage).unwrap();
+    }
+    assert!(stages(&s.service).is_empty());
+    t.set_stage(&hosts, host, HostStage::Joined).unwrap();
+    t.set_stage(&hosts, host, HostStage::Done).unwrap();
+    let h0 = || "host-0".to_string();
+    assert_eq!(
+        stages(&s.service),
+        [(h0(), HostStage::Joined), (h0(), HostStage::Done)]
+    );
+}
