@@ -5,6 +5,7 @@
 //! | part                          | comes from                                              |
 //! |-------------------------------|---------------------------------------------------------|
 //! | `vmlinux` (see [`elf_kernel`]) | the kernel package `linux-image-amd64` points to       |
+//! | `bzImage` (the same kernel as shipped, for a boot through firmware) | the kernel package |
 //! | busybox                       | `busybox-static`                                        |
 //! | kernel modules ([`ROOT_MODULES`] and their dependencies, in load order) | the kernel package |
 //! | `/boot/config-<release>` (the kernel's build configuration) | the kernel package |
@@ -33,14 +34,16 @@ use crate::boot_parts::{
 use crate::coreos_image::{cached, find_tool, hex_sha256};
 
 /// Bump whenever the parts or the initramfs change; part of the cache key.
-pub(crate) const GUEST_PARTS_VERSION: u32 = 4;
+pub(crate) const GUEST_PARTS_VERSION: u32 = 5;
 
 /// The modules `/init` loads, dependencies added (names as the kernel spells them; those built
 /// into the kernel are left out). The crypto algorithms come first: ext4, jbd2 and libcrc32c
 /// (XFS) ask the crypto API for crc32c, and t10-pi (sd, NVMe) for crct10dif and crc64-rocksoft,
 /// which no `depends=` names and which nothing can load on demand without modprobe. squashfs
 /// is the live ISO's root file system (Debian builds its zstd decompressor into the kernel).
-pub(crate) const ROOT_MODULES: [&str; 22] = [
+/// Under firmware (see [`GuestParts::bzimage`]): efivarfs for the UEFI variables, and vfat with
+/// the code page and character set a plain `mount` of an EFI system partition asks for.
+pub(crate) const ROOT_MODULES: [&str; 26] = [
     "crc32c_generic",
     "crct10dif_generic",
     "crc64_rocksoft_generic",
@@ -63,23 +66,44 @@ pub(crate) const ROOT_MODULES: [&str; 22] = [
     "libcrc32c",
     "xfs",
     "squashfs",
+    "efivarfs",
+    "vfat",
+    "nls_cp437",
+    "nls_ascii",
 ];
 
 /// Host programs the guest gets, at the paths they have here, with their libraries. `kexec`
 /// (kexec-tools) starts the kernel `write-image --kexec` loaded (`kexec -e`: what `systemctl
 /// kexec` ends in on a host), as busybox has no kexec applet. LVM's commands (links to `lvm`)
 /// and `wipefs`: the install-disk cleanup's, and those that build the earlier LVM system it
-/// cleans.
-pub(crate) const HOST_TOOLS: [&str; 17] = [
-    "dmsetup", "mdadm", "lsblk", "rsync", "partx", "sgdisk", "blkid", "kexec", "wipefs", "lvm",
-    "vgs", "pvs", "vgremove", "pvremove", "pvcreate", "vgcreate", "lvcreate",
+/// cleans. `efibootmgr`: the UEFI boot entries of a real install, under firmware.
+pub(crate) const HOST_TOOLS: [&str; 18] = [
+    "dmsetup",
+    "mdadm",
+    "lsblk",
+    "rsync",
+    "partx",
+    "sgdisk",
+    "blkid",
+    "kexec",
+    "wipefs",
+    "lvm",
+    "vgs",
+    "pvs",
+    "vgremove",
+    "pvremove",
+    "pvcreate",
+    "vgcreate",
+    "lvcreate",
+    "efibootmgr",
 ];
 
 /// What `/init` prefixes its own lines with.
 pub(crate) const MARKER: &str = "AI-GUEST";
 
 /// `/init` of the guest (busybox sh). It prints `AI-GUEST init <kernel release> <uptime>`, loads the
-/// modules (`AI-GUEST modules <uptime>`), mounts the 9p share `share` at /share, waits up to
+/// modules (`AI-GUEST modules <uptime>`), mounts efivarfs where the kernel was started by UEFI
+/// firmware (as systemd does on a host), mounts the 9p share `share` at /share, waits up to
 /// 30 s for every disk named in /share/disks (kernel names, one a line), prints
 /// `AI-GUEST ready <uptime>` and runs /share/case.sh
 /// with `sh`, its output to the console and to /share/case.log; then syncs, prints
@@ -106,6 +130,9 @@ case " $(cat /proc/cmdline) " in *" ai.probe "*) say probe ok; poweroff -f ;; es
 ip link set lo up || say error "cannot bring up lo"
 for m in /modules/*.ko; do insmod "$m" || say error "insmod $m failed"; done
 say modules "$(uptime)"
+if [ -d /sys/firmware/efi/efivars ] && ! mount -t efivarfs efivarfs /sys/firmware/efi/efivars; then
+  say error "cannot mount efivarfs"
+fi
 if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 share /share; then
   say error "cannot mount the 9p share"
   finish 255
@@ -137,6 +164,9 @@ const MARKER_HEADER: &str = "guest-parts";
 pub(crate) struct GuestParts {
     /// The uncompressed ELF kernel, booted at its PVH entry (see [`elf_kernel`]).
     pub kernel: PathBuf,
+    /// The same kernel as the package ships it, for a guest under UEFI firmware (OVMF), which
+    /// starts it through its EFI stub: a PVH entry has no firmware, so no UEFI variables.
+    pub bzimage: PathBuf,
     /// gzip'd newc cpio.
     pub initramfs: PathBuf,
     /// The kernel's release (`6.1.0-26-amd64`).
@@ -286,6 +316,8 @@ fn generate(dir: &Path) -> Result<GuestParts> {
         fs::read(&config_path).with_context(|| format!("reading {}", config_path.display()))?;
     let parts = parts_in(dir, String::new(), kver.clone());
     fs::write(&parts.kernel, elf_kernel(&fs::read(&kernel_src)?)?)?;
+    fs::copy(&kernel_src, &parts.bzimage)
+        .with_context(|| format!("copying {}", kernel_src.display()))?;
     fs::write(
         &parts.initramfs,
         initramfs(&busybox, &modules, &host_tools()?, (&kver, &config))?,
@@ -321,6 +353,7 @@ fn generate(dir: &Path) -> Result<GuestParts> {
 fn parts_in(dir: &Path, fingerprint: String, kernel_release: String) -> GuestParts {
     GuestParts {
         kernel: dir.join("vmlinux"),
+        bzimage: dir.join("bzImage"),
         initramfs: dir.join("initramfs.img"),
         kernel_release,
         fingerprint,
@@ -339,7 +372,8 @@ fn read_marker(dir: &Path) -> Option<GuestParts> {
     }
     let kver = lines.next()?.strip_prefix("kernel ")?.to_string();
     let parts = parts_in(dir, hex_sha256(text.as_bytes())[..12].to_string(), kver);
-    (parts.kernel.is_file() && parts.initramfs.is_file()).then_some(parts)
+    let files = [&parts.kernel, &parts.bzimage, &parts.initramfs];
+    files.iter().all(|f| f.is_file()).then_some(parts)
 }
 
 /// The guest's kernel and base initramfs, built once (about 10 s, 70 MB of packages)

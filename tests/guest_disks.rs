@@ -25,6 +25,10 @@
 //! The multipath install with `write-image` (over its partition maps too, and the written disk
 //! booted under OVMF) is in tests/boot_qemu.rs.
 //!
+//! A guest of its own, started by OVMF with its NVRAM in a file: a real install onto an md
+//! RAID1 array and the UEFI boot entries it leaves in NVRAM
+//! (`uefi_boot_entries_on_each_md_raid1_member_in_nvram`).
+//!
 //! Root and QEMU are needed; without them the test skips with a message, and fails instead
 //! under AI_REQUIRE_ROOT_TESTS=1. `cargo test --test guest_disks -- --nocapture` prints the
 //! guest's times.
@@ -122,16 +126,53 @@ ls -l /dev/mapper >/share/{label}.mapper 2>&1
     )
 }
 
+/// What a real (not dry-run) install runs at its end that the guest lacks: `systemctl`, and
+/// `shutdown`, which records its arguments in the share's file `log`.
+fn reboot_stubs(log: &str) -> String {
+    format!(
+        r#"mkdir -p /usr/local/sbin
+printf '#!/bin/sh
+exit 0
+' >/usr/local/sbin/systemctl
+printf '#!/bin/sh
+echo "shutdown $*" >>/share/{log}
+' >/usr/local/sbin/shutdown
+chmod 755 /usr/local/sbin/systemctl /usr/local/sbin/shutdown
+export PATH=/usr/local/sbin:$PATH
+"#
+    )
+}
+
+/// The files a real install needs in the guest: the system's trusted roots (the service client
+/// loads them; the installer container has the host's /etc/pki, the guest's busybox root none)
+/// and the programs the live ISO has that the guest's base lacks.
+fn real_install_files() -> Vec<(String, std::path::PathBuf, u32)> {
+    let certs = "/etc/ssl/certs/ca-certificates.crt";
+    let mut files = vec![(certs.into(), certs.into(), 0o644)];
+    for tool in [
+        "/usr/bin/nsenter",
+        "/usr/bin/bash",
+        "/usr/bin/du",
+        "/usr/sbin/xfs_growfs",
+        "/usr/sbin/fsfreeze",
+        "/usr/bin/growpart",
+        "/usr/sbin/sfdisk",
+        "/usr/bin/flock",
+    ] {
+        files.push((tool.into(), tool.into(), 0o755));
+    }
+    files
+}
+
 /// The appliance: a linear map named `agent` over its disk, the registry marker and the
 /// registry data, and what the live ISO has that the guest lacks: the initramfs script the
 /// registry copy runs around growpart (here a stand-in that records its calls: XFS grows in
-/// place with `xfs_growfs` all the same), and `systemctl` and `shutdown` for the end of a real
-/// install (recording too).
+/// place with `xfs_growfs` all the same); then [`reboot_stubs`].
 const APPLIANCE_SETUP: &str = r#"
 a=$(ai-disk ai-agent)
 dmsetup create agent --table "0 $(sectors $a) linear $(devno $a) 0" || exit 96
 dmsetup mknodes agent
-mkdir -p /share/hostroot/run/media/iso/registry /mnt/agentdata/blobs /usr/local/sbin
+mkdir -p /share/hostroot/run/media/iso/registry /mnt/agentdata/blobs
 for n in 1 2 3 4 5 6 7 8; do dd if=/dev/urandom of=/mnt/agentdata/blobs/layer$n bs=1M count=1 2>/dev/null; done
 (cd /mnt/agentdata && find . -type f | sort | xargs sha256sum) >/share/agent.registry.want
 t=/usr/lib/dracut/modules.d/40ignition-ostree/ignition-ostree-transposefs.sh
@@ -140,14 +181,7 @@ printf '#!/bin/sh
 threshold=90
 echo "transposefs $*" >>/share/agent.transposefs
 ' >$t
-printf '#!/bin/sh
-exit 0
-' >/usr/local/sbin/systemctl
-printf '#!/bin/sh
-echo "shutdown $*" >>/share/agent.shutdown
-' >/usr/local/sbin/shutdown
-chmod 755 $t /usr/local/sbin/systemctl /usr/local/sbin/shutdown
-export PATH=/usr/local/sbin:$PATH
+chmod 755 $t
 "#;
 
 /// After the appliance install: the partition sizes the kernel has for the disk's maps (the
@@ -247,6 +281,7 @@ dmsetup mknodes mpatha
         none,
     ));
     s.push_str(APPLIANCE_SETUP);
+    s.push_str(&reboot_stubs("agent.shutdown"));
     // Not a dry run: the registry copy's host commands run (with the install-disk cleanup
     // skipped, as the flag asks; the reinstall over LVM below runs it).
     s.push_str(&master_install(
@@ -506,26 +541,7 @@ fn disks_of_every_kind_device_mapper_and_a_power_cut_in_one_guest() {
     // A few minutes alone here under TCG; much longer while a build shares the cores.
     spec.limit = std::time::Duration::from_secs(1200);
     spec.kill_when = Some("AI-CUT".into());
-    // The service client loads the system's trusted roots (the installer container has the
-    // host's /etc/pki); the guest's busybox root has none.
-    spec.extra_files = vec![(
-        "/etc/ssl/certs/ca-certificates.crt".into(),
-        "/etc/ssl/certs/ca-certificates.crt".into(),
-        0o644,
-    )];
-    // What a real (not dry-run) install runs on the live ISO that the guest's base lacks.
-    for tool in [
-        "/usr/bin/nsenter",
-        "/usr/bin/bash",
-        "/usr/bin/du",
-        "/usr/sbin/xfs_growfs",
-        "/usr/sbin/fsfreeze",
-        "/usr/bin/growpart",
-        "/usr/sbin/sfdisk",
-        "/usr/bin/flock",
-    ] {
-        spec.extra_files.push((tool.into(), tool.into(), 0o755));
-    }
+    spec.extra_files = real_install_files();
     let hosts = [(); 5].map(|_| uuid::Uuid::new_v4().to_string());
     spec.script = script(&hosts, &set(512).zst.sha256);
     let run = run_guest(&spec);
@@ -808,4 +824,164 @@ fn disks_of_every_kind_device_mapper_and_a_power_cut_in_one_guest() {
         assert_empty_gpt(&cut, 512);
     });
     assert!(problems.is_empty(), "{problems:#?}\n{}", run.transcript());
+}
+
+/// The boot entries' label, as the installer writes it.
+const BOOT_ENTRY_LABEL: &str = "Red Hat Enterprise Linux";
+
+/// A copy of the 512-byte test image at `to` whose EFI system partition holds what the boot
+/// entry step looks for: a FAT file system with `EFI/redhat` and the shim (any bytes: the
+/// firmware is not asked to start it), made here (dosfstools, mtools) and written over the
+/// partition, whatever the cached image has there (zeros without dosfstools).
+fn image_with_redhat_esp(raw: &Path, to: &Path) {
+    use std::os::unix::fs::FileExt;
+    std::fs::copy(raw, to).unwrap();
+    let (size, offset) = partition(to, 512, coreos_image::ESP_LABEL);
+    let esp = to.with_extension("esp");
+    sparse_disk(&esp, size);
+    run(Command::new("mkfs.fat")
+        .args(["-n", coreos_image::ESP_LABEL])
+        .arg(&esp));
+    let shim = to.with_extension("shim");
+    std::fs::write(&shim, b"a stand-in for shimx64.efi").unwrap();
+    let mtools = |tool: &str, args: &[&std::ffi::OsStr]| {
+        run(Command::new(tool)
+            .env("MTOOLS_SKIP_CHECK", "1")
+            .arg("-i")
+            .arg(&esp)
+            .args(args))
+    };
+    mtools("mmd", &["::/EFI".as_ref(), "::/EFI/redhat".as_ref()]);
+    mtools(
+        "mcopy",
+        &[shim.as_os_str(), "::/EFI/redhat/shimx64.efi".as_ref()],
+    );
+    let image = std::fs::File::options().write(true).open(to).unwrap();
+    image
+        .write_all_at(&std::fs::read(&esp).unwrap(), offset)
+        .unwrap();
+}
+
+/// A real install onto an md RAID1 array (metadata 1.0: each member's first sectors are the
+/// array's, GPT and EFI system partition included) in a guest started by OVMF, with the
+/// firmware's NVRAM in a file: the firmware cannot see the array, so the installer makes one
+/// UEFI boot entry on each member, and `efibootmgr -v` in the guest, after the install, lists
+/// both, for the ESP (partition 2 of the array's GPT) and the shim. The image is the test
+/// image with `EFI/redhat` on its ESP, given as `--image-file` in the installer arguments.
+#[test]
+fn uefi_boot_entries_on_each_md_raid1_member_in_nvram() {
+    let test = "uefi_boot_entries_on_each_md_raid1_member_in_nvram";
+    if !have_guest(test) || !common::firmware::have_qemu(test) {
+        return;
+    }
+    let set = cached_image_set(&ImageSpec::test(512)).expect("test images");
+    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let share = work.path();
+    let image = share.join("esp.raw");
+    image_with_redhat_esp(&set.raw.path, &image);
+    let image_sha256 = coreos_image::hex_sha256(&std::fs::read(&image).unwrap());
+    std::fs::write(share.join("config.ign"), IGNITION).unwrap();
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(example_binary("fake-assisted-service"))
+        .arg(share.join("fake-assisted-service")));
+
+    let parts = guest_parts::cached_guest_parts().expect("guest parts");
+    let mut spec = GuestSpec::new(parts.bzimage, parts.initramfs, share);
+    for serial in MD_MEMBERS {
+        let file = share.join(format!("{serial}.img"));
+        sparse_disk(&file, set.raw.size + EXTRA);
+        spec.disks
+            .push(GuestDisk::new(file, Bus::VirtioBlk, 512, serial));
+    }
+    spec.expect_disks = vec!["vda".into(), "vdb".into()];
+    let vars = share.join("OVMF_VARS.fd");
+    spec.uefi_vars = Some(vars.clone());
+    spec.limit = std::time::Duration::from_secs(900);
+    spec.extra_files = real_install_files();
+    let installer_args =
+        serde_json::json!(["--image-file", "/share/esp.raw", "--sha256", image_sha256]);
+    let [a, b] = MD_MEMBERS;
+    let mut script = format!(
+        r#"a=$(ai-disk {a}); b=$(ai-disk {b})
+echo "$a $b" >/share/nvram.members
+[ -d /sys/firmware/efi/efivars ] || {{ echo "no /sys/firmware/efi/efivars: not started by UEFI"; exit 91; }}
+efibootmgr -v >/share/nvram.before 2>&1
+mdadm --create /dev/md0 --run --assume-clean --level=1 --raid-devices=2 --metadata=1.0 \
+  "$a" "$b" || exit 90
+mkdir -p /opt/install-dir /var/log
+"#
+    );
+    script.push_str(&reboot_stubs("nvram.shutdown"));
+    let host = uuid::Uuid::new_v4().to_string();
+    script.push_str(&master_install(
+        "nvram",
+        &host,
+        "/dev/md0",
+        &installer_args.to_string(),
+        (&["--dry-run"], &[]),
+    ));
+    script.push_str("efibootmgr -v >/share/nvram.after 2>&1\nmdadm --stop /dev/md0\n");
+    spec.script = script;
+    let run = run_guest(&spec);
+    let shared = |name: &str| run.shared(name);
+    assert_eq!(run.exit_code(), Some(0), "{}", run.transcript());
+    let out = shared("nvram.out");
+    assert_eq!(shared("nvram.rc").trim(), "0", "{out}");
+
+    // NVRAM as the guest's efibootmgr reads it: none of ours before, then one entry per member,
+    // each for partition 2 of the GPT the members share (the array's, same partition GUID)
+    // and the shim.
+    let before = shared("nvram.before");
+    assert!(!before.contains(BOOT_ENTRY_LABEL), "{before}");
+    let after = shared("nvram.after");
+    eprintln!("{test}: efibootmgr -v after the install:\n{after}");
+    let entries: Vec<&str> = after
+        .lines()
+        .filter(|l| l.starts_with("Boot") && l.contains(BOOT_ENTRY_LABEL))
+        .collect();
+    assert_eq!(
+        entries.len(),
+        2,
+        "efibootmgr -v after the install:\n{after}\n{out}"
+    );
+    let esp = format!("HD(2,GPT,{}", coreos_image::ESP_PARTITION_GUID);
+    for e in &entries {
+        assert!(e.contains(&esp), "{e:?} is not {esp}…)\n{after}");
+        assert!(
+            e.contains(r"File(\EFI\redhat\shimx64.efi)"),
+            "{e:?}\n{after}"
+        );
+    }
+    // The installer found the members and made an entry on each; the service heard of no
+    // failure.
+    let members = shared("nvram.members");
+    let members: Vec<&str> = members.split_whitespace().collect();
+    let each = format!(
+        "one boot entry on each disk under it ({})",
+        members.join(", ")
+    );
+    assert!(
+        out.contains(&each),
+        "{each:?} not in the install's output:\n{out}"
+    );
+    let r = ServiceReport::read(&share.join("nvram.report.json")).expect("the service's report");
+    let failure = r
+        .progress
+        .iter()
+        .find(|(_, info)| info.contains("UEFI boot entry"));
+    assert!(failure.is_none(), "{failure:?}\n{out}");
+
+    // And the firmware keeps them: the variable store holds both entries' labels.
+    let store = std::fs::read(&vars).unwrap();
+    let label: Vec<u8> = BOOT_ENTRY_LABEL
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    let stored = store.windows(label.len()).filter(|w| *w == label).count();
+    assert!(
+        stored >= 2,
+        "{stored} entries labelled {BOOT_ENTRY_LABEL:?} in {}",
+        vars.display()
+    );
 }

@@ -29,18 +29,8 @@ pub(crate) fn have_qemu(test: &str) -> bool {
 
 /// QEMU with OVMF; the disk, if any, on virtio with `ss`-byte logical blocks, in snapshot mode.
 pub(crate) fn firmware(dir: &Path, accel: &str, disk: Option<(&Path, u64)>) -> Command {
-    let vars = dir.join("OVMF_VARS.fd");
-    fs::copy(OVMF_VARS, &vars).unwrap();
     let mut cmd = qemu(dir, accel, 512);
-    cmd.arg("-drive")
-        .arg(format!(
-            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
-        ))
-        .arg("-drive")
-        .arg(format!(
-            "if=pflash,format=raw,unit=1,file={}",
-            vars.display()
-        ));
+    cmd.args(pflash_args(&dir.join("OVMF_VARS.fd")));
     if let Some((path, ss)) = disk {
         let file = path.display();
         cmd.arg("-drive")
@@ -55,6 +45,32 @@ pub(crate) fn firmware(dir: &Path, accel: &str, disk: Option<(&Path, u64)>) -> C
     cmd
 }
 
+/// The `-drive` arguments of OVMF's two flash chips: the firmware, read-only, and `vars`, its
+/// variable store (the UEFI NVRAM), writable, made from the empty store when it is missing. What
+/// the firmware or a guest's `efibootmgr` writes to NVRAM stays in `vars`.
+pub(crate) fn pflash_args(vars: &Path) -> [String; 4] {
+    if !vars.exists() {
+        fs::copy(OVMF_VARS, vars).unwrap_or_else(|e| panic!("{OVMF_VARS}: {e}"));
+    }
+    [
+        "-drive".into(),
+        format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
+        "-drive".into(),
+        format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
+    ]
+}
+
+/// `kvm` when KVM can run OVMF here (probed once per test binary: the firmware reaches its boot
+/// manager, "BdsDxe" on the console), else `tcg`; software emulation takes about 13 s to get
+/// there on two cores.
+pub(crate) fn firmware_accel() -> &'static str {
+    static ACCEL: OnceLock<&'static str> = OnceLock::new();
+    ACCEL.get_or_init(|| {
+        let probe = |d: &Path| firmware(d, "kvm", None);
+        kvm_or_tcg("run OVMF", Duration::from_secs(20), "BdsDxe", probe)
+    })
+}
+
 /// Boot `disk` (a block device or image file) with `ss`-byte logical blocks through the
 /// firmware's boot manager, or start `direct` (a kernel, initramfs and command line QEMU hands
 /// to the firmware) instead of its boot loader, and wait for the
@@ -62,13 +78,7 @@ pub(crate) fn firmware(dir: &Path, accel: &str, disk: Option<(&Path, u64)>) -> C
 /// QEMU is killed). [`Run::lines`] has the initramfs's report (see `INIT_SCRIPT` in
 /// testdata/boot_parts.rs).
 pub(crate) fn boot(disk: &Path, ss: u64, direct: Option<(&Path, &Path, &str)>) -> Run {
-    static ACCEL: OnceLock<&'static str> = OnceLock::new();
-    // The firmware reaches its boot manager ("BdsDxe" on the console); software emulation
-    // takes about 13 s a boot on two cores.
-    let accel = *ACCEL.get_or_init(|| {
-        let probe = |d: &Path| firmware(d, "kvm", None);
-        kvm_or_tcg("run OVMF", Duration::from_secs(20), "BdsDxe", probe)
-    });
+    let accel = firmware_accel();
     let limit = Duration::from_secs(if accel == "kvm" { 60 } else { 240 });
     let dir = run_dir("boot");
     let mut cmd = firmware(dir.path(), accel, Some((disk, ss)));
