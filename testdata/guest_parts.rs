@@ -34,7 +34,7 @@ use crate::boot_parts::{
 use crate::coreos_image::{cached, find_tool, hex_sha256};
 
 /// Bump whenever the parts or the initramfs change; part of the cache key.
-pub(crate) const GUEST_PARTS_VERSION: u32 = 5;
+pub(crate) const GUEST_PARTS_VERSION: u32 = 6;
 
 /// The modules `/init` loads, dependencies added (names as the kernel spells them; those built
 /// into the kernel are left out). The crypto algorithms come first: ext4, jbd2 and libcrc32c
@@ -128,7 +128,11 @@ finish() { sync; say exit "$1"; poweroff -f; }
 say init "$(uname -r) $(uptime)"
 case " $(cat /proc/cmdline) " in *" ai.probe "*) say probe ok; poweroff -f ;; esac
 ip link set lo up || say error "cannot bring up lo"
-for m in /modules/*.ko; do insmod "$m" || say error "insmod $m failed"; done
+for m in /modules/*.ko; do
+  # efivarfs refuses to load (ENODEV) on a kernel that no UEFI firmware started.
+  case "$m" in *-efivarfs.ko) [ -d /sys/firmware/efi ] || continue ;; esac
+  insmod "$m" || say error "insmod $m failed"
+done
 say modules "$(uptime)"
 if [ -d /sys/firmware/efi/efivars ] && ! mount -t efivarfs efivarfs /sys/firmware/efi/efivars; then
   say error "cannot mount efivarfs"

@@ -45,7 +45,7 @@ pub(crate) fn master_args(
 fn percents(reports: &[(String, String)], stage: &str) -> Vec<u32> {
     let percents: Vec<u32> = reports
         .iter()
-        .filter(|(st, info)| st == stage && !info.is_empty())
+        .filter(|(st, info)| st == stage && info.ends_with('%'))
         .map(|(_, info)| info.trim_end_matches('%').parse().unwrap())
         .collect();
     assert!(
@@ -55,16 +55,27 @@ fn percents(reports: &[(String, String)], stage: &str) -> Vec<u32> {
     percents
 }
 
-/// The exact Go stage sequence of a dry-run master, from the service's accepted reports
-/// (stage, info) in order: the write's percentages depend on timing ([`percents`]), the last
-/// is 100. An appliance master (`registry_copy`) reports the registry copy between the write
-/// and the reboot, with rsync's percentages the same way when the copy is real.
-pub(crate) fn assert_master_stages(reports: &[(String, String)], registry_copy: bool) {
+/// The exact Go stage sequence of a master, from the service's accepted reports (stage, info)
+/// in order: the write's percentages depend on timing ([`percents`]), the last is 100. An
+/// appliance master (`registry_copy`) reports the registry copy between the write and the
+/// reboot, with rsync's percentages the same way when the copy is real. A real install (not a
+/// dry run) may add warnings about the installed system's first boot after the write's 100%,
+/// carried into the info of `Rebooting`: they are returned for the caller to check.
+pub(crate) fn assert_master_stages(
+    reports: &[(String, String)],
+    registry_copy: bool,
+) -> Vec<String> {
+    let writing = "Writing image to disk";
+    let warnings: Vec<String> = reports
+        .iter()
+        .filter(|(st, info)| st == writing && !info.is_empty() && !info.ends_with('%'))
+        .map(|(_, info)| info.clone())
+        .collect();
     let mut want = vec![
         s("Starting installation", "master"),
         s("Installing", "master"),
     ];
-    let mut stage_with_percents = |stage: &str, must_end: bool| {
+    let stage_with_percents = |want: &mut Vec<(String, String)>, stage: &str, must_end: bool| {
         let p = percents(reports, stage);
         assert!(
             p.last() == Some(&100) || (!must_end && p.is_empty()),
@@ -73,10 +84,12 @@ pub(crate) fn assert_master_stages(reports: &[(String, String)], registry_copy: 
         want.push(s(stage, ""));
         want.extend(p.iter().map(|p| s(stage, &format!("{p}%"))));
     };
-    stage_with_percents("Writing image to disk", true);
+    stage_with_percents(&mut want, writing, true);
+    want.extend(warnings.iter().map(|w| s(writing, w)));
     if registry_copy {
-        stage_with_percents("Copying registry data to disk", false);
+        stage_with_percents(&mut want, "Copying registry data to disk", false);
     }
-    want.push(s("Rebooting", ""));
+    want.push(s("Rebooting", &warnings.join(". ")));
     assert_eq!(reports, want);
+    warnings
 }

@@ -111,9 +111,12 @@ pub(crate) struct Objects {
 
 impl Objects {
     /// Start reading `extents` (in image order) from `store` on `readers` threads (1 to
-    /// [`Store::max_readers`]; clamped there, with a line in the log when fewer than asked).
+    /// [`MAX_READERS`] or the store's [`Store::reader_cap`]; clamped there, with a line in the
+    /// log when fewer than asked).
     pub(crate) fn start(extents: Vec<Extent>, store: Store, readers: usize) -> io::Result<Objects> {
-        let max = store.max_readers().min(MAX_READERS);
+        let max = store
+            .reader_cap()
+            .map_or(MAX_READERS, |cap| cap.min(MAX_READERS));
         if readers > max {
             tracing::info!(
                 "live image: {readers} reader threads asked, {max} run: more would add memory, not speed"
@@ -267,15 +270,20 @@ mod tests {
             let mut o = Objects::start(extents.clone(), Store::files(dir.path()), asked).unwrap();
             assert_eq!(o.threads.len(), readers, "{asked} readers asked");
             assert_eq!(o.free.len() + o.ahead.len(), readers + SPARE_BUFFERS);
-            let (mut got, mut buf) = (Vec::new(), vec![0u8; 100_000]);
-            loop {
-                let n = o.read(&mut buf).unwrap();
-                if n == 0 {
-                    break;
-                }
-                got.extend_from_slice(&buf[..n]);
-            }
+            let got = read_to_end(&mut o);
             assert!(got == want, "{readers} readers: the object bytes differ");
+        }
+    }
+
+    /// Everything `o` reads, in 100,000-byte reads.
+    fn read_to_end(o: &mut Objects) -> Vec<u8> {
+        let (mut got, mut buf) = (Vec::new(), vec![0u8; 100_000]);
+        loop {
+            let n = o.read(&mut buf).unwrap();
+            if n == 0 {
+                return got;
+            }
+            got.extend_from_slice(&buf[..n]);
         }
     }
 
@@ -287,14 +295,7 @@ mod tests {
         let (extents, want) = objects(dir.path());
         for readers in [1, 2, 4, 8, 16, 32, MAX_READERS] {
             let mut o = Objects::start(extents.clone(), Store::files(dir.path()), readers).unwrap();
-            let (mut got, mut buf) = (Vec::new(), vec![0u8; 100_000]);
-            loop {
-                let n = o.read(&mut buf).unwrap();
-                if n == 0 {
-                    break;
-                }
-                got.extend_from_slice(&buf[..n]);
-            }
+            let got = read_to_end(&mut o);
             assert!(got == want, "{readers} readers: the object bytes differ");
             // At the end every buffer is back among the free ones.
             assert_eq!(o.free.len(), readers + SPARE_BUFFERS, "{readers} readers");

@@ -101,13 +101,11 @@ impl Store {
         }
     }
 
-    /// The most reader threads worth running: [`DECODING_READERS`] when they decode the image,
-    /// else [`MAX_READERS`](super::objects::MAX_READERS) (through the kernel they mostly wait).
-    pub(crate) fn max_readers(&self) -> usize {
-        match self.image {
-            None => super::objects::MAX_READERS,
-            Some(_) => DECODING_READERS,
-        }
+    /// The most reader threads worth running from this store: [`DECODING_READERS`] when they
+    /// decode the image (each holds its decompression state); `None` through the kernel, where
+    /// they mostly wait and only the reader's own limit applies.
+    pub(crate) fn reader_cap(&self) -> Option<usize> {
+        self.image.as_ref().map(|_| DECODING_READERS)
     }
 
     /// Append one extent to `buf`, zeros where the object ends first (an extent is rounded up
@@ -424,12 +422,12 @@ mod tests {
         assert!(read_all(&store, &extents) == want);
         assert!(!i.failed.load(Ordering::Relaxed));
         // Decoding threads are capped, whatever is asked; the files' readers are not.
-        assert_eq!(store.max_readers(), DECODING_READERS);
+        assert_eq!(store.reader_cap(), Some(DECODING_READERS));
         assert!(store.default_readers() <= DECODING_READERS);
         // Not on a squashfs: the files.
         let files = Store::open(&repo, &extents, false);
         assert!(files.image.is_none());
-        assert_eq!(files.max_readers(), super::super::objects::MAX_READERS);
+        assert_eq!(files.reader_cap(), None);
     }
 
     #[test]
