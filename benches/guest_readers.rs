@@ -30,6 +30,8 @@ mod guest_parts;
 mod live_fixture;
 #[allow(dead_code)]
 mod common {
+    #[path = "../../tests/common/firmware.rs"]
+    pub(crate) mod firmware;
     #[path = "../../tests/common/root.rs"]
     pub(crate) mod root;
     #[path = "../../tests/common/vm.rs"]
