@@ -23,9 +23,10 @@ pub fn run(
     let summary = crate::write::run(&plan, progress, stop)?;
     // The live system's command line counts only when the disk is this host's.
     let is_disk = std::fs::metadata(&plan.device).is_ok_and(|m| m.file_type().is_block_device());
-    let cmdline = match is_disk {
-        true => std::fs::read_to_string("/proc/cmdline").unwrap_or_default(),
-        false => String::new(),
+    let cmdline = if is_disk {
+        std::fs::read_to_string("/proc/cmdline").unwrap_or_default()
+    } else {
+        String::new()
     };
     first_boot_warnings(&FirstBootCheck {
         device: &plan.device,

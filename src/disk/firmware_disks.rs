@@ -57,15 +57,7 @@ const MAX_DEPTH: usize = 4;
 /// from this host's /sys/block. A device that cannot be looked up (not a block device, no
 /// sysfs) gets [`FirmwareDisks::Itself`].
 pub(crate) fn firmware_disks(device: &Path, esp: u32) -> FirmwareDisks {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let name = std::fs::metadata(device)
-        .ok()
-        .filter(|m| m.file_type().is_block_device())
-        .and_then(|m| {
-            sysfs::block_dir(libc::major(m.rdev()).into(), libc::minor(m.rdev()).into()).ok()
-        })
-        .and_then(|dir| Some(dir.file_name()?.to_string_lossy().into_owned()));
-    let Some(name) = name else {
+    let Some(name) = sysfs::block_device_name(Path::new("/sys"), device) else {
         tracing::debug!(
             "{}: not a block device known to sysfs; the boot entry names it as it is",
             device.display()

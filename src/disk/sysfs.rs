@@ -67,17 +67,24 @@ pub(super) fn names_in(dir: &Path) -> Vec<String> {
 /// its device number when it is a block device (a `/dev/disk/by-*` link or a node of our own
 /// making may be named otherwise), else the name its path resolves to.
 pub(super) fn kernel_name(sys: &Path, device: &Path) -> Option<String> {
+    block_device_name(sys, device).or_else(|| {
+        let path = std::fs::canonicalize(device).ok();
+        let path = path.as_deref().unwrap_or(device);
+        Some(path.file_name()?.to_string_lossy().into_owned())
+    })
+}
+
+/// The kernel's name for `device` by its device number, under `sys` (`/sys`); `None` when it
+/// is not a block device sysfs knows.
+pub(super) fn block_device_name(sys: &Path, device: &Path) -> Option<String> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let by_number = std::fs::metadata(device)
-        .ok()
-        .filter(|m| m.file_type().is_block_device())
-        .and_then(|m| {
-            let (major, minor) = (libc::major(m.rdev()), libc::minor(m.rdev()));
-            std::fs::canonicalize(sys.join(format!("dev/block/{major}:{minor}"))).ok()
-        });
-    let path = by_number.or_else(|| std::fs::canonicalize(device).ok());
-    let path = path.as_deref().unwrap_or(device);
-    Some(path.file_name()?.to_string_lossy().into_owned())
+    let meta = std::fs::metadata(device).ok()?;
+    if !meta.file_type().is_block_device() {
+        return None;
+    }
+    let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
+    let dir = std::fs::canonicalize(sys.join(format!("dev/block/{major}:{minor}"))).ok()?;
+    Some(dir.file_name()?.to_string_lossy().into_owned())
 }
 
 /// Where block device `name` (under `sys_block`) reaches its disk over iSCSI: the device
