@@ -5,7 +5,7 @@
 #   entrypoint without arguments (our Job manifest names no command), which the binary takes as
 #   the controller (the agent always passes flags).
 #
-# Two builds of this one file (docs: README, "The container image"):
+# Two builds of this one file (docs/src/container-image.md):
 # - `make image-upstream` (a connected machine): the defaults below. The binary is compiled in
 #   BUILDER_IMAGE; the runtime is UBI 9 minimal with its packages and `oc` downloaded.
 # - `make image` (offline): `--build-arg BINARY=prebuilt` takes the binary cargo built on this

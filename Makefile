@@ -9,16 +9,22 @@ DEMO_DIR ?= target/demo
 IMAGE ?= localhost/assisted-installer:latest
 export IMAGE
 
-.PHONY: test lint demo bench bench-offline bench-guest bench-kexec images deps image image-upstream
+.PHONY: test lint book demo bench bench-offline bench-guest bench-kexec images deps image image-upstream
 
-# The whole suite: formatting, lints, unit and integration tests. The loop-device tests need
+# The whole suite: formatting, lints, the book, unit and integration tests. The loop-device tests need
 # root; they skip with a message otherwise (CI sets AI_REQUIRE_ROOT_TESTS=1 so they cannot).
 # The container tests (tests/container_image.rs) run the image `make image` builds first; without
 # podman they skip with one line.
-test: deps lint
+test: deps lint book
 	@if command -v podman >/dev/null; then $(MAKE) --no-print-directory image; \
 	else echo "podman is not installed: no image built, the container tests will skip"; fi
 	$(CARGO) test --locked
+
+# The book (docs/, mdBook) into target/book. Its links, the paths it names and every flag's line
+# are checked by the tests (tests/docs.rs; src/cli/docs_tests.rs); this proves it builds.
+book: deps
+	mdbook-mermaid install docs >/dev/null 2>&1 || mdbook-mermaid install docs
+	mdbook build docs
 
 lint: deps
 	$(CARGO) fmt --all -- --check

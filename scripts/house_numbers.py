@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""The numbers the house keeps to, measured on the working tree.
+"""The numbers the house watches, measured on the working tree. Sizes are watched, not
+enforced (a file grows when its one purpose needs it); file cycles and references to documents
+outside the repository are kept at zero.
 
 Lines of code are a source file's lines before its first `#[cfg(test)]`; files named
 `tests.rs`, `*_tests.rs`, `testing.rs` or `testdata.rs` count as tests, as do the files of a
@@ -13,7 +15,7 @@ import re
 import sys
 
 TEST_FILES = ("tests.rs", "testing.rs", "testdata.rs")
-CODE_LIMIT, FILE_LIMIT, COMMON_LIMIT = 23_500, 650, 2_600
+LARGEST = 8  # the files listed as the largest
 
 
 def lines(path):
@@ -187,8 +189,7 @@ def main():
         c, t = split(path, test_modules)
         code += c
         inline += t
-        if c > FILE_LIMIT:
-            big.append((c, path))
+        big.append((c, path))
         key = "/".join(path.split("/")[:3])
         per_dir[key] = per_dir.get(key, 0) + c
     tests = sum(len(lines(p)) for p in rust_files("tests"))
@@ -198,18 +199,23 @@ def main():
     for path in rust_files("src"):
         refs += sum(1 for line in lines(path) if pattern.search(line))
     ratio = (inline + tests) / code
-    print(f"src code           {code:7}  (limit {CODE_LIMIT})")
+    print(f"src code           {code:7}")
     print(f"inline tests       {inline:7}")
     print(f"tests/             {tests:7}")
-    print(f"tests/common       {common:7}  (limit {COMMON_LIMIT})")
-    print(f"tests : code       {ratio:7.2f}  (limit 1.00)")
-    print(f"outside references {refs:7}  (§, step N, quirk N, issue N in src/)")
+    print(f"tests/common       {common:7}")
+    print(f"tests : code       {ratio:7.2f}")
+    print(f"outside references {refs:7}  (kept at 0: §, step N, quirk N, issue N in src/)")
     cycles = file_cycles()
-    print(f"file cycles        {len(cycles):7}  (limit 0)")
+    print(f"file cycles        {len(cycles):7}  (kept at 0)")
     for group in cycles:
         print("  cycle: " + " <-> ".join(group))
-    for c, path in sorted(big, reverse=True):
-        print(f"over {FILE_LIMIT} lines: {path} ({c})")
+    for doc in ["README.md", "ARCHITECTURE.md"]:
+        print(f"{doc:18} {len(lines(doc)):7} lines")
+    book = [os.path.join("docs/src", f) for f in sorted(os.listdir("docs/src")) if f.endswith(".md")]
+    print(f"the book (docs/src) {sum(len(lines(p)) for p in book):6} lines in {len(book)} pages")
+    print("largest files (lines of code):")
+    for c, path in sorted(big, reverse=True)[:LARGEST]:
+        print(f"  {c:6} {path}")
     if verbose:
         for key, c in sorted(per_dir.items(), key=lambda kv: -kv[1]):
             print(f"  {c:6} {key}")

@@ -212,7 +212,7 @@ url: Base URL of assisted-service: scheme, host and optional port
 verbose: Log debug messages too";
 
 /// The flags' names and usage lines.
-fn flags() -> impl Iterator<Item = (&'static str, &'static str)> {
+pub(super) fn flags() -> impl Iterator<Item = (&'static str, &'static str)> {
     FLAG_USAGES
         .lines()
         .map(|line| line.split_once(": ").expect("name: usage"))

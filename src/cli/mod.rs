@@ -4,6 +4,8 @@
 
 mod config_file;
 pub mod config_sources;
+#[cfg(test)]
+mod docs_tests;
 pub mod embed;
 pub(crate) mod go_flags;
 pub(crate) mod ignition_url;

@@ -16,11 +16,11 @@
 //!   threads under one stop token;
 //! - `oc`: the runner of the `oc` commands, which says so when the image has no `oc`;
 //! - `status`: the tasks' shared error state; `hosts`: the host map and node matching;
-//! - `cluster`: the Kubernetes API the tasks use; `service`: the assisted-service calls.
+//! - `service`: the assisted-service calls; the Kubernetes API the tasks use is `crate::kube`.
 //!
 //! Tested on the in-memory fakes and a fake clock (every task and the whole sequence), on
 //! sockets (both clients), and as a process end to end (`tests/controller_process.rs`). Dry
-//! mode (Go's load-testing mode) runs the same sequence on the pretend cluster of `cluster::dry`.
+//! mode (Go's load-testing mode) runs the same sequence on the pretend cluster of `kube::dry`.
 
 pub(crate) mod bootstrap;
 pub(crate) mod config;

@@ -1,5 +1,5 @@
-//! The controller's tasks (Go's `SetReadyState` to `waitForInstallation`), one file each, built on the `cluster` and `service`
-//! traits, the clock's waits and the shared `status`.
+//! The controller's tasks (Go's `SetReadyState` to `waitForInstallation`), one file each,
+//! built on the `kube` and `service` traits, the clock's waits and the shared `status`.
 
 /// Go's general wait interval: the node-status, BMH and label rounds, CSR approval, waiting
 /// for `finalizing` and the stage-report retries.
