@@ -23,7 +23,7 @@ test: deps lint book
 # The book (docs/, mdBook) into target/book. Its links, the paths it names and every flag's line
 # are checked by the tests (tests/docs.rs; src/cli/docs_tests.rs); this proves it builds.
 book: deps
-	mdbook-mermaid install docs >/dev/null 2>&1 || mdbook-mermaid install docs
+	@out=$$(mdbook-mermaid install docs 2>&1) || { echo "$$out"; exit 1; } # its usage hint only on failure
 	mdbook build docs
 
 lint: deps

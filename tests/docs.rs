@@ -4,7 +4,7 @@
 //! has a line in the book is checked next to the parsers: `cargo test --lib docs_`.)
 
 use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -100,10 +100,16 @@ fn book_pages() -> Vec<String> {
     pages
 }
 
-fn documents() -> Vec<String> {
+/// The README, ARCHITECTURE.md and the book's pages, each read once, by repository path.
+fn documents() -> BTreeMap<String, Document> {
     let mut all = vec!["README.md".to_string(), "ARCHITECTURE.md".to_string()];
     all.extend(book_pages());
-    all
+    all.into_iter()
+        .map(|path| {
+            let doc = read(&path);
+            (path, doc)
+        })
+        .collect()
 }
 
 /// `path` with `.` and `..` resolved, without touching the file system.
@@ -123,8 +129,9 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// What is wrong with the relative link `target` in the document `from`, if anything.
-fn broken(from: &str, target: &str) -> Option<String> {
+/// What is wrong with the relative link `target` in the document `from`, if anything; the
+/// anchors of `docs` are used, another Markdown file's are read.
+fn broken(from: &str, target: &str, docs: &BTreeMap<String, Document>) -> Option<String> {
     let (file, anchor) = match target.split_once('#') {
         Some((f, a)) => (f, Some(a)),
         None => (target, None),
@@ -145,8 +152,16 @@ fn broken(from: &str, target: &str) -> Option<String> {
     }
     let anchor = anchor.filter(|a| !a.is_empty())?;
     if resolved.extension().is_some_and(|e| e == "md") {
-        let target_doc = read(resolved.to_str().unwrap());
-        if !target_doc.anchors.contains(anchor) {
+        let path = resolved.to_str().unwrap();
+        let other;
+        let anchors = match docs.get(path) {
+            Some(doc) => &doc.anchors,
+            None => {
+                other = read(path);
+                &other.anchors
+            }
+        };
+        if !anchors.contains(anchor) {
             return Some(format!(
                 "{} has no heading with the anchor #{anchor}",
                 resolved.display()
@@ -163,12 +178,13 @@ fn is_external(target: &str) -> bool {
 #[test]
 fn every_relative_link_reaches_a_file_and_heading_that_exist() {
     let mut failures = Vec::new();
-    for from in documents() {
-        for target in read(&from).links {
-            if is_external(&target) {
+    let docs = documents();
+    for (from, doc) in &docs {
+        for target in &doc.links {
+            if is_external(target) {
                 continue;
             }
-            if let Some(why) = broken(&from, &target) {
+            if let Some(why) = broken(from, target, &docs) {
                 failures.push(format!("{from}: ({target}) {why}"));
             }
         }
@@ -213,9 +229,9 @@ fn repository_path(word: &str) -> Option<&str> {
 #[test]
 fn every_path_a_document_names_exists() {
     let mut failures = Vec::new();
-    for from in documents() {
-        for word in read(&from).code_words {
-            if let Some(path) = repository_path(&word) {
+    for (from, doc) in documents() {
+        for word in &doc.code_words {
+            if let Some(path) = repository_path(word) {
                 let path = path.split_once(':').map_or(path, |(p, _)| p);
                 if !root().join(path).exists() {
                     failures.push(format!("{from}: `{path}` does not exist"));
@@ -322,11 +338,12 @@ fn the_checks_see_what_they_must() {
         ]
     );
     assert_eq!(repository_path("testdata/fuzz/<target>/"), None);
-    assert!(broken("docs/src/a.md", "../../src/main.rs")
+    let no_docs = BTreeMap::new();
+    assert!(broken("docs/src/a.md", "../../src/main.rs", &no_docs)
         .unwrap()
         .contains("leaves the book"));
-    assert!(broken("README.md", "docs/src/nowhere.md").is_some());
-    assert!(broken("README.md", "Makefile").is_none());
+    assert!(broken("README.md", "docs/src/nowhere.md", &no_docs).is_some());
+    assert!(broken("README.md", "Makefile", &no_docs).is_none());
     assert!(modules().contains(&"src/disk/".to_string()));
     assert!(modules().contains(&"src/main.rs".to_string()));
 }

@@ -12,7 +12,7 @@ mod coreos_image;
 use common::fake_service::FakeService;
 use common::http_proxy::TestProxy;
 use common::http_server::{Route, TestServer};
-use common::master_run::{assert_master_stages, master_args, IGNITION};
+use common::master_run::{assert_master_stages, master_args, served_master, IGNITION};
 use common::root::{have_root, sgdisk_verify, Ext4};
 use coreos_image::{cached_image_set, ImageSet, ImageSpec, BOOT_LABEL};
 use std::path::Path;
@@ -41,11 +41,7 @@ struct Install {
 /// A dry-run master install of `installer_args` (JSON) onto a disk-image file, with `extra`
 /// flags after the agent's.
 fn install(installer_args: &str, extra: &[&str], disk_size: u64) -> Install {
-    let host = uuid::Uuid::new_v4().to_string();
-    let svc = FakeService::new();
-    let server = TestServer::with_app(svc.clone());
-    svc.set_host_role(&host, "master");
-    svc.set_host_ignition(&host, IGNITION);
+    let (host, svc, server) = served_master();
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk.img");
     std::fs::File::create(&disk)

@@ -12,9 +12,8 @@ mod live_fixture;
 
 use assisted_installer::commands::install::EMPTY_TOKEN_NOTE;
 use common::fake_service::FakeService;
-use common::http_server::TestServer;
 use common::live_ns::LiveLayout;
-use common::master_run::{assert_master_stages, master_args, IGNITION};
+use common::master_run::{assert_master_stages, master_args, served_master, IGNITION};
 use common::root::{have_root, sgdisk_verify, Ext4, LoopDev};
 use coreos_image::{cached_image_set, ImageSpec, BOOT_LABEL};
 use live_fixture::cached_live_fixture;
@@ -44,11 +43,7 @@ fn run_master_as(
     installer_args: &str,
     token: bool,
 ) -> MasterRun {
-    let host = uuid::Uuid::new_v4().to_string();
-    let svc = FakeService::new();
-    let server = TestServer::with_app(svc.clone());
-    svc.set_host_role(&host, "master");
-    svc.set_host_ignition(&host, IGNITION);
+    let (host, svc, server) = served_master();
     let dir = tempfile::tempdir().unwrap();
     let out = cmd
         .args(master_args(

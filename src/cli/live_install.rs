@@ -45,12 +45,7 @@ const S390X: &[&str] = &[
 /// The `coreos.inst.<name>` keys read below, besides [`COPIED`]'s.
 const READ: &[&str] = &["install_dev", "ignition_url", "insecure", "secure_ipl"];
 
-fn keys_listed(name: &str) -> bool {
-    READ.contains(&name) || COPIED.iter().any(|(n, _)| *n == name)
-}
-
-/// Every `coreos.inst.<name>` key this install reads (for its documentation's check).
-#[cfg(test)]
+/// Every `coreos.inst.<name>` key this install reads (its documentation is checked for each).
 pub(super) fn keys() -> impl Iterator<Item = &'static str> {
     READ.iter()
         .copied()
@@ -83,7 +78,10 @@ pub(crate) fn karg_args(cmdline: &str) -> Result<KargArgs> {
     // The value of the last `coreos.inst.<name>`: `Some(None)` for the bare key.
     let last = |name: &str| {
         // Every key read is listed, so that its documentation is checked.
-        debug_assert!(keys_listed(name), "coreos.inst.{name} is missing from READ");
+        debug_assert!(
+            keys().any(|k| k == name),
+            "coreos.inst.{name} is missing from READ"
+        );
         let key = format!("coreos.inst.{name}");
         let found = words(cmdline).filter(|(_, k, _)| *k == key).last();
         found.map(|(_, _, v)| v)

@@ -3,12 +3,25 @@
 
 use std::path::Path;
 
+use super::fake_service::FakeService;
 use super::flow_builder::s;
+use super::http_server::TestServer;
 
 pub(crate) const CLUSTER: &str = "1e2f3a4b-5c6d-4e7f-8a9b-0c1d2e3f4a5b";
 pub(crate) const INFRA: &str = "2f3a4b5c-6d7e-4f80-9bac-1d2e3f4a5b6c";
 /// The pointer config the service serves a master.
 pub(crate) const IGNITION: &str = r#"{"ignition":{"version":"3.4.0","config":{"merge":[{"source":"https://api-int.example:22623/config/master"}]}}}"#;
+
+/// A master with a fresh host id, its [`IGNITION`] served by a fake service on a test server:
+/// (host id, service, server).
+pub(crate) fn served_master() -> (String, FakeService, TestServer) {
+    let host = uuid::Uuid::new_v4().to_string();
+    let svc = FakeService::new();
+    let server = TestServer::with_app(svc.clone());
+    svc.set_host_role(&host, "master");
+    svc.set_host_ignition(&host, IGNITION);
+    (host, svc, server)
+}
 
 /// The agent's flags for a dry-run master install of `host` onto `boot_device` (a device or a
 /// disk-image file) from the service at `url`; the token goes in `PULL_SECRET_TOKEN`, not here.
